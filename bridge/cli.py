@@ -1,0 +1,237 @@
+"""The `agent-bridge` command (SPEC §8).
+
+Exit codes: a turn's own exit code for `run`; 2 for a bad profile or bad
+arguments, with a message that says what to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import trio
+
+from . import __version__
+from .errors import BridgeError, ProfileError
+from .log import LEVELS, configure_logging
+from .profile import Profile, json_schema, load_profile
+from .result import TurnResult
+from .runner import TurnStream, open_turn
+from .turn import Attachment, Turn
+
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    try:
+        return int(args.handler(args))
+    except BridgeError as err:
+        print(f"agent-bridge: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", choices=LEVELS, default=argparse.SUPPRESS,
+                        help="least severe log record to print on stderr (default: warning)")
+    common.add_argument("--log-format", choices=("auto", "console", "json"), default=argparse.SUPPRESS,
+                        help="console for people, json for machines; auto picks by whether stderr is a terminal")
+
+    parser = argparse.ArgumentParser(
+        prog="agent-bridge", parents=[common],
+        description="Run any agent executable from a YAML profile, one process per message.",
+    )
+    parser.set_defaults(log_level="warning", log_format="auto")
+    parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", parents=[common], help="run one turn of an agent",
+                              description="Run one turn: MESSAGE from the argument, or from stdin when it is "
+                              "'-' or omitted and stdin is not a terminal.")
+    run.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
+    run.add_argument("message", metavar="MESSAGE", nargs="?", help="the user's message ('-': read stdin)")
+    run.add_argument("--session-id", default="", help="resume this session (default: a new session)")
+    run.add_argument("--session-name", default="default", help="the session's name (default: default)")
+    run.add_argument("--from-user", default="", help="who sent the message")
+    run.add_argument("--attach", metavar="TYPE=URL", action="append", default=[], type=_attachment,
+                     help="an attachment, TYPE one of image, file, audio, video (repeatable)")
+    run.add_argument("--timeout", metavar="SECS", type=_positive_seconds,
+                     help="override the profile's timeout_secs")
+    run.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
+    run.add_argument("--json", action="store_true", help="print NDJSON events on stdout, the result last")
+    run.set_defaults(handler=_run_command)
+
+    check = commands.add_parser("check", parents=[common], help="validate profiles",
+                                description="Validate profiles; exit 0 if all are valid, else 2.")
+    check.add_argument("profiles", metavar="PROFILE", nargs="+")
+    check.set_defaults(handler=_check_command)
+
+    schema = commands.add_parser("schema", parents=[common], help="print the profile JSON Schema, for editors")
+    schema.set_defaults(handler=_schema_command)
+    return parser
+
+
+def _attachment(spec: str) -> Attachment:
+    try:
+        return Attachment.parse(spec)
+    except BridgeError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile)
+    overrides: dict[str, Any] = {}
+    if args.timeout is not None:
+        overrides["timeout_secs"] = args.timeout
+    if args.no_stream:
+        overrides["streaming"] = False
+    if overrides:
+        profile = profile.model_copy(update=overrides)
+    turn = Turn(
+        message=_read_message(args.message),
+        session_id=args.session_id,
+        session_name=args.session_name,
+        from_user=args.from_user,
+        attachments=tuple(args.attach),
+    )
+    from .process import become_subreaper
+
+    become_subreaper()  # this process is ours: killed grandchildren get reaped here
+    sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
+    printer = JsonPrinter(sys.stdout) if args.json else HumanPrinter(sys.stdout, sys.stderr)
+    result = trio.run(_run_turn, profile, turn, printer)
+    return result.exit_code
+
+
+def _read_message(message: str | None) -> str:
+    if message is not None and message != "-":
+        return message
+    if message is None and sys.stdin.isatty():
+        raise BridgeError("no message: pass MESSAGE as an argument, or pipe it on stdin")
+    return sys.stdin.buffer.read().decode("utf-8", "replace").rstrip("\r\n")
+
+
+async def _run_turn(profile: Profile, turn: Turn, printer: HumanPrinter | JsonPrinter) -> TurnResult:
+    async with open_turn(profile, turn) as stream, trio.open_nursery() as nursery:
+        nursery.start_soon(_cancel_on_signals, stream)
+        async for event in stream:
+            printer.show(event)
+        nursery.cancel_scope.cancel()
+    return stream.result
+
+
+async def _cancel_on_signals(stream: TurnStream) -> None:
+    """Ctrl-C (or SIGTERM) stops the agent as a host cancel; the turn still ends with its result (130)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stream.cancel()
+
+
+class HumanPrinter:
+    """Partials as they arrive, then the reply on stdout; the error reply on stderr."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out = out
+        self.err = err
+        self.open_line = False  # partials left the cursor mid-line
+
+    def show(self, event: Any) -> None:
+        if isinstance(event, TurnResult):
+            self._show_result(event)
+        elif event.kind == "partial" and event.text:
+            self.out.write(event.text)
+            self.out.flush()
+            self.open_line = not event.text.endswith("\n")
+
+    def _show_result(self, result: TurnResult) -> None:
+        if self.open_line:
+            self.out.write("\n")
+        if result.reply:
+            self.out.write(result.reply + "\n")
+        self.out.flush()
+        if result.error_reply:
+            self.err.write(result.error_reply + "\n")
+            self.err.flush()
+
+
+class JsonPrinter:
+    """NDJSON: one object per event, the result last with every field of the result."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def show(self, event: Any) -> None:
+        record = {"event": "result", **event.to_dict()} if isinstance(event, TurnResult) else event.to_dict()
+        self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.out.flush()
+
+
+# --------------------------------------------------------------------------- check, schema
+
+
+def _check_command(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.profiles:
+        try:
+            profile = load_profile(path)
+        except ProfileError as err:
+            for problem in err.problems:
+                print(problem, file=sys.stderr)
+            status = EXIT_USAGE
+            continue
+        for warning in _environment_warnings(profile):
+            print(f"{path}: warning: {warning}", file=sys.stderr)
+        print(f"{path}: ok")
+    return status
+
+
+def _environment_warnings(profile: Profile) -> list[str]:
+    """What would stop this profile from starting on this machine (not errors: it may run elsewhere)."""
+    program = profile.argv_template[0].replace("{{PROFILE_DIR}}", profile.profile_dir)
+    if "{{" in program:
+        return []
+    warnings = []
+    cwd = None
+    if profile.cwd is not None and "{{" not in profile.cwd.replace("{{PROFILE_DIR}}", ""):
+        cwd = os.path.join(profile.profile_dir,
+                           os.path.expanduser(profile.cwd.replace("{{PROFILE_DIR}}", profile.profile_dir)))
+        if not os.path.isdir(cwd):
+            warnings.append(f"cwd {cwd} does not exist")
+    if "/" in program:
+        path = os.path.join(cwd or os.getcwd(), program)
+        if not os.path.isfile(path):
+            warnings.append(f"command {program} does not exist")
+        elif not os.access(path, os.X_OK):
+            warnings.append(f"command {program} is not executable")
+    elif shutil.which(program) is None:
+        warnings.append(f"command {program!r} is not on PATH")
+    return warnings
+
+
+def _schema_command(args: argparse.Namespace) -> int:
+    print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
+    return 0

@@ -1,0 +1,167 @@
+"""From (profile, turn) to exactly what the OS is asked to run. Pure: no I/O.
+
+Everything a spawn needs is decided here — argv, environment, working
+directory and stdin bytes — so the rules of SPEC §1–§2 are tested without a
+process, and the supervisor only executes a finished plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import LaunchError
+from .profile import PLACEHOLDER_PATTERN, Profile
+from .turn import Turn
+
+PROTOCOL_VERSION = "0.1"
+INFRA_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ"})
+# The protocol's own variables: never inherited and never set by a profile, so
+# they always describe this turn and nothing else.
+PROTOCOL_VARIABLES = frozenset({
+    "AGENT_MESSAGE", "AGENT_SESSION_ID", "AGENT_SESSION_NAME", "AGENT_FROM_USER", "AGENT_STREAMING",
+    "AGENT_PROTOCOL_VERSION", "AGENT_ATTACHMENTS", "AGENT_IMAGE_URL", "AGENT_FILE_URL",
+})
+# Linux refuses any single argv or environment string longer than this
+# (MAX_ARG_STRLEN, 32 pages), counting "NAME=" and the terminating NUL.
+MAX_ARG_STRLEN = 32 * 4096
+
+_TEMPLATE = re.compile(PLACEHOLDER_PATTERN.pattern + r"|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """What to execute for one turn. `notes` are warnings for the log (they never hold values)."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str | None
+    stdin: bytes | None
+    notes: tuple[str, ...] = ()
+
+
+def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
+    """Build the launch plan; raises `LaunchError` (126) when the OS could not accept it."""
+    values = {
+        "MESSAGE": turn.message,
+        "SESSION_ID": turn.session_id,
+        "SESSION_NAME": turn.session_name,
+        "PROFILE_DIR": profile.profile_dir,
+    }
+    notes: list[str] = []
+    argv = tuple(_render(word, values) for word in profile.argv_template)
+    for index, word in enumerate(argv):
+        if _too_long(word):
+            raise LaunchError(126, f"argument {index} is {_size(word)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
+                              "bytes for one argument; pass the message in AGENT_MESSAGE or with `stdin: message`")
+
+    env = _base_environment(profile, environ)
+    for name, template in profile.env.items():
+        if name not in PROTOCOL_VARIABLES:
+            env[name] = _render(template, values, environ, profile.env_allowlist, notes, name)
+    env.update(_protocol_variables(profile, turn))
+    message = env["AGENT_MESSAGE"]
+    if _too_long("AGENT_MESSAGE=" + message):
+        if profile.stdin != "message":
+            raise LaunchError(126, f"the message is {_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
+                              "bytes for one environment variable; set `stdin: message` in the profile so long "
+                              "messages reach the agent on stdin")
+        env["AGENT_MESSAGE"] = _cut_to_bytes(message, MAX_ARG_STRLEN - len("AGENT_MESSAGE=") - 1)
+        notes.append("the message is too long for AGENT_MESSAGE; it holds a truncated copy, stdin has all of it")
+    for name, value in env.items():
+        if _too_long(f"{name}={value}"):
+            raise LaunchError(126, f"environment variable {name} is {_size(value)} bytes, over the OS limit of "
+                              f"{MAX_ARG_STRLEN} bytes for one variable")
+
+    return LaunchPlan(
+        argv=argv,
+        env=env,
+        cwd=_working_directory(profile, values),
+        stdin=turn.message.encode("utf-8", "replace") if profile.stdin == "message" else None,
+        notes=tuple(notes),
+    )
+
+
+def _base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:
+    if profile.env_inherit == "all":
+        return {name: value for name, value in environ.items() if name not in PROTOCOL_VARIABLES}
+    return {name: value for name, value in environ.items() if name in INFRA_VARIABLES or name.startswith("LC_")}
+
+
+def _protocol_variables(profile: Profile, turn: Turn) -> dict[str, str]:
+    variables = {
+        "AGENT_MESSAGE": turn.message,
+        "AGENT_SESSION_ID": turn.session_id,
+        "AGENT_SESSION_NAME": turn.session_name,
+        "AGENT_FROM_USER": turn.from_user,
+        "AGENT_STREAMING": "1" if profile.streaming else "0",
+        "AGENT_PROTOCOL_VERSION": PROTOCOL_VERSION,
+    }
+    if turn.attachments:
+        variables["AGENT_ATTACHMENTS"] = json.dumps(
+            [attachment.to_dict() for attachment in turn.attachments], ensure_ascii=False
+        )
+        if len(turn.attachments) == 1:
+            only = turn.attachments[0]
+            if only.type == "image":
+                variables["AGENT_IMAGE_URL"] = only.url
+            elif only.type == "file":
+                variables["AGENT_FILE_URL"] = only.url
+    return variables
+
+
+def _working_directory(profile: Profile, values: Mapping[str, str]) -> str | None:
+    if profile.cwd is None:
+        return None
+    path = os.path.expanduser(_render(profile.cwd, values))
+    return os.path.join(profile.profile_dir, path)  # join keeps an absolute path as it is
+
+
+def _render(
+    template: str,
+    values: Mapping[str, str],
+    environ: Mapping[str, str] | None = None,
+    allowlist: list[str] | None = None,
+    notes: list[str] | None = None,
+    variable: str = "",
+) -> str:
+    """Substitute placeholders (and, for env values, `${VAR}`) in one pass.
+
+    One pass matters: text that came from a substitution is never scanned
+    again, so a message containing `{{SESSION_ID}}` or `${SECRET}` stays inert.
+    """
+    if "{{" not in template and (environ is None or "${" not in template):
+        return template
+
+    def substitute(match: re.Match[str]) -> str:
+        placeholder, reference = match.group(1), match.group(2)
+        if placeholder is not None:
+            return values[placeholder]
+        if environ is None:
+            return match.group(0)
+        assert notes is not None
+        if allowlist is not None and reference not in allowlist:
+            notes.append(f"env {variable}: ${{{reference}}} is not in env_allowlist; it expands to empty")
+            return ""
+        if reference not in environ:
+            notes.append(f"env {variable}: ${{{reference}}} is not set in the bridge's environment; it expands to empty")
+            return ""
+        return environ[reference]
+
+    return _TEMPLATE.sub(substitute, template)
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def _too_long(text: str) -> bool:
+    # A character is at most 4 bytes in UTF-8, so short strings skip the encode.
+    return len(text) * 4 + 1 > MAX_ARG_STRLEN and _size(text) + 1 > MAX_ARG_STRLEN
+
+
+def _cut_to_bytes(text: str, limit: int) -> str:
+    return text.encode("utf-8", "surrogateescape")[:limit].decode("utf-8", "ignore")

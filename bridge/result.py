@@ -1,0 +1,220 @@
+"""From decoded events and the way the process ended to the result a host gets. Pure.
+
+`TurnRecorder` applies the turn-level rules (SPEC §3–§5) as events arrive:
+which partials are forwarded, the caps, the last session and error. Its
+`finish()` applies the exit-code precedence and builds the `TurnResult`.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from .profile import Profile
+from .protocol import BodyLine, ErrorEvent, Event, PartialEvent, SessionEvent
+
+EXIT_TIMEOUT = 124
+EXIT_CANCELLED = 130
+# max_reply_chars: null lifts the profile's cap, not the bridge's own bound on
+# memory: a reply body is never held beyond this many characters.
+HARD_REPLY_LIMIT = 8 * 1024 * 1024
+
+
+class Outcome(str, enum.Enum):
+    OK = "ok"
+    AGENT_ERROR = "agent_error"
+    EXIT_NONZERO = "exit_nonzero"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    SPAWN_FAILED = "spawn_failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """Everything a host needs after a turn (SPEC §5)."""
+
+    reply: str
+    session_id: str
+    error: str
+    error_reply: str
+    exit_code: int
+    timed_out: bool
+    outcome: Outcome
+    stderr_tail: str
+    duration_ms: int
+    partials: int
+    truncated: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        fields = asdict(self)
+        fields["outcome"] = self.outcome.value
+        return fields
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How the agent's process ended, as the supervisor saw it."""
+
+    returncode: int | None = None  # as from waitpid: -N when killed by signal N
+    timeout: Literal["wall", "idle"] | None = None
+    cancelled: bool = False
+    spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
+
+
+class _Capped:
+    """Accumulates text up to a character cap, remembering whether it had to cut."""
+
+    __slots__ = ("cap", "parts", "length", "cut")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.parts: list[str] = []
+        self.length = 0
+        self.cut = False
+
+    def room(self) -> int:
+        return self.cap - self.length
+
+
+class TurnRecorder:
+    """The turn's state while it runs. Feed it decoded events with `observe()`."""
+
+    __slots__ = ("_profile", "_body", "_body_lines", "_partial_room", "_partials_cut",
+                 "session_id", "error", "error_seen", "partials")
+
+    def __init__(self, profile: Profile) -> None:
+        self._profile = profile
+        cap = profile.max_reply_chars
+        self._body = _Capped(min(cap, HARD_REPLY_LIMIT) if cap is not None else HARD_REPLY_LIMIT)
+        self._body_lines = 0
+        self._partial_room: int | None = cap  # characters of partials still allowed; None = no cap
+        self._partials_cut = False
+        self.session_id = ""
+        self.error = ""
+        self.error_seen = False
+        self.partials = 0
+
+    def observe(self, event: Event) -> PartialEvent | SessionEvent | ErrorEvent | None:
+        """Record one event; returns what to forward to the host now, if anything."""
+        kind = type(event)
+        if kind is BodyLine:
+            self._add_body(event.text)  # type: ignore[union-attr]
+            return None
+        if kind is PartialEvent:
+            return self._forward_partial(event)  # type: ignore[arg-type]
+        if kind is SessionEvent:
+            self.session_id = event.session_id  # type: ignore[union-attr]
+            return event  # type: ignore[return-value]
+        if kind is ErrorEvent:
+            self.error_seen = True
+            self.error = event.text  # type: ignore[union-attr]
+            return event  # type: ignore[return-value]
+        return None
+
+    def _add_body(self, line: str) -> None:
+        body = self._body
+        self._body_lines += 1
+        if body.cut:
+            return
+        if self._body_lines > 1:
+            line = "\n" + line
+        room = body.room()
+        if len(line) > room:
+            line = line[:room]
+            body.cut = True
+        body.parts.append(line)
+        body.length += len(line)
+
+    def _forward_partial(self, event: PartialEvent) -> PartialEvent | None:
+        if not self._profile.streaming or self.error_seen or self._partials_cut:
+            return None
+        room = self._partial_room
+        if room is not None:
+            if len(event.text) > room:
+                self._partials_cut = True
+                event = PartialEvent(event.text[:room] + self._profile.truncation_suffix)
+                room = 0
+            else:
+                room -= len(event.text)
+            self._partial_room = room
+        self.partials += 1
+        return event
+
+    def finish(self, ending: Ending, *, stderr_tail: str = "", duration_ms: int = 0) -> TurnResult:
+        """Apply SPEC §4's precedence and build the result."""
+        profile = self._profile
+        exit_code, outcome, cause = self._classify(ending)
+        succeeded = exit_code == 0
+        reply = ""
+        truncated = self._partials_cut
+        if succeeded:
+            reply = "".join(self._body.parts)
+            if self._body.cut:
+                reply += profile.truncation_suffix
+                truncated = True
+        error_reply = ""
+        if not succeeded and profile.send_error_reply:
+            error_reply = self.error if self.error_seen and self.error else f"The agent {cause}."
+            if profile.max_reply_chars is not None and len(error_reply) > profile.max_reply_chars:
+                error_reply = error_reply[:profile.max_reply_chars] + profile.truncation_suffix
+        if profile.include_stderr_in_reply and stderr_tail:
+            if succeeded:
+                reply = _with_stderr(reply, stderr_tail)
+            elif error_reply:
+                error_reply = _with_stderr(error_reply, stderr_tail)
+        return TurnResult(
+            reply=reply,
+            session_id=self.session_id,
+            error=self.error,
+            error_reply=error_reply,
+            exit_code=exit_code,
+            timed_out=ending.timeout is not None,
+            outcome=outcome,
+            stderr_tail=stderr_tail,
+            duration_ms=duration_ms,
+            partials=self.partials,
+            truncated=truncated,
+        )
+
+    def _classify(self, ending: Ending) -> tuple[int, Outcome, str]:
+        """(exit code, outcome, generic cause) in SPEC §4's order of precedence."""
+        profile = self._profile
+        if ending.timeout == "wall":
+            return EXIT_TIMEOUT, Outcome.TIMEOUT, f"timed out after {profile.timeout_secs:g} s"
+        if ending.timeout == "idle":
+            return EXIT_TIMEOUT, Outcome.TIMEOUT, f"timed out after {profile.idle_timeout_secs:g} s without output"
+        if ending.cancelled:
+            return EXIT_CANCELLED, Outcome.CANCELLED, "was cancelled"
+        if ending.spawn_failure is not None:
+            code, reason = ending.spawn_failure
+            return code, Outcome.SPAWN_FAILED, f"could not be started: {reason}"
+        returncode = ending.returncode if ending.returncode is not None else 0
+        if returncode < 0:
+            code, cause = 128 - returncode, f"was killed by {_signal_name(-returncode)}"
+        else:
+            code, cause = returncode, f"exited with code {returncode}"
+        if self.error_seen:
+            return code or 1, Outcome.AGENT_ERROR, cause if code else "reported an error"
+        if code:
+            return code, Outcome.EXIT_NONZERO, cause
+        return 0, Outcome.OK, ""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def _with_stderr(text: str, stderr_tail: str) -> str:
+    return f"{text}\n\n[stderr]\n{stderr_tail}" if text else f"[stderr]\n{stderr_tail}"

@@ -1,0 +1,126 @@
+"""The Python API for running turns (SPEC §8): a call, a stream, and a blocking call."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import trio
+
+from .profile import Profile
+from .protocol import PartialEvent
+from .result import TurnResult
+from .supervisor import Emit, HostEvent, drive_turn
+from .turn import Turn
+
+# Events a slow consumer of `open_turn` may fall behind by before the agent's
+# output is back-pressured (bounded memory instead of an unbounded queue).
+EVENT_BUFFER = 16
+
+PartialCallback = Callable[[str], Awaitable[None] | None]
+EventCallback = Callable[[HostEvent], Awaitable[None] | None]
+
+
+async def run_turn(profile: Profile, turn: Turn, *, on_partial: PartialCallback | None = None,
+                   on_event: EventCallback | None = None) -> TurnResult:
+    """Run one turn and return its result.
+
+    `on_partial(text)` is called for each forwarded chunk as it arrives;
+    `on_event(event)` for every event (`PartialEvent`, `SessionEvent`,
+    `ErrorEvent`, and the `TurnResult` last). Either may be sync or async.
+    Cancelling the calling task stops the agent (SIGINT, grace, SIGKILL)
+    before `Cancelled` propagates.
+    """
+    return await drive_turn(profile, turn, _emitter(on_partial, on_event))
+
+
+def run_turn_sync(profile: Profile, turn: Turn, *, on_partial: Callable[[str], None] | None = None,
+                  on_event: Callable[[HostEvent], None] | None = None) -> TurnResult:
+    """`run_turn` for code that does not run trio; blocks until the turn ends."""
+    return trio.run(partial(run_turn, profile, turn, on_partial=on_partial, on_event=on_event))
+
+
+class TurnStream:
+    """The events of one running turn, in order, ending with its `TurnResult`."""
+
+    def __init__(self, receive: trio.MemoryReceiveChannel[HostEvent], cancel: trio.Event) -> None:
+        self._receive = receive
+        self._cancel = cancel
+        self._result: TurnResult | None = None
+
+    def __aiter__(self) -> TurnStream:
+        return self
+
+    async def __anext__(self) -> HostEvent:
+        if self._result is not None:
+            raise StopAsyncIteration
+        try:
+            event = await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+        if isinstance(event, TurnResult):
+            self._result = event
+        return event
+
+    def cancel(self) -> None:
+        """Stop the agent as a host cancel (SIGINT, grace, SIGKILL); the stream still ends with a result (130)."""
+        self._cancel.set()
+
+    @property
+    def result(self) -> TurnResult:
+        """The turn's result, once the stream has delivered it."""
+        if self._result is None:
+            raise RuntimeError("the turn has not finished; iterate the stream to its end first")
+        return self._result
+
+
+@asynccontextmanager
+async def open_turn(profile: Profile, turn: Turn) -> AsyncIterator[TurnStream]:
+    """Run a turn in the background and iterate its events.
+
+    Leaving the block before the result arrives cancels the turn; the agent is
+    stopped and reaped before the block is left.
+    """
+    send, receive = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
+    cancel = trio.Event()
+    stream = TurnStream(receive, cancel)
+
+    async def deliver(event: HostEvent) -> None:
+        try:
+            await send.send(event)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the consumer left; the turn still runs to a clean end
+
+    async def produce() -> None:
+        async with send:
+            await drive_turn(profile, turn, deliver, cancel=cancel)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        try:
+            yield stream
+        finally:
+            if stream._result is None:
+                cancel.set()
+            receive.close()
+
+
+def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None) -> Emit | None:
+    if on_partial is None and on_event is None:
+        return None
+
+    async def emit(event: HostEvent) -> None:
+        if on_event is not None:
+            await _maybe_await(on_event(event))
+        if on_partial is not None and type(event) is PartialEvent:
+            await _maybe_await(on_partial(event.text))
+
+    return emit
+
+
+async def _maybe_await(value: Any) -> None:
+    if inspect.isawaitable(value):
+        await value

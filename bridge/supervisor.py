@@ -1,0 +1,286 @@
+"""Run one turn under trio: spawn, pump the pipes, enforce deadlines, escalate kills, reap.
+
+Every task lives in one nursery and every deadline is a cancel scope. Cleanup
+— signalling, killing and reaping the agent's process group — runs in
+`finally` under a shield, so no exit path (timeout, host cancel, an exception
+in a host callback, Ctrl-C) can leave a process behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from .errors import LaunchError
+from .launch import LaunchPlan, plan_launch
+from .log import get_logger
+from .process import AgentProcess, reap_group_orphans, spawn
+from .profile import Profile
+from .protocol import ErrorEvent, Event, LineDecoder, PartialEvent, ProtocolWarning, SessionEvent
+from .result import Ending, TurnRecorder, TurnResult
+from .turn import Turn
+
+HostEvent = PartialEvent | SessionEvent | ErrorEvent | TurnResult
+Emit = Callable[[HostEvent], Awaitable[None]]
+
+READ_CHUNK = 64 * 1024
+STDERR_TAIL_BYTES = 4096
+# After the agent exits and its group is killed, output still in the pipes is
+# read for at most this long. Only a process that left the group (setsid) can
+# hold a pipe open longer, and it must not hang the turn.
+DRAIN_SECS = 1.0
+# Orphans killed with the group are reaped within this bound (see become_subreaper).
+REAP_SECS = 1.0
+
+
+async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
+                     cancel: trio.Event | None = None) -> TurnResult:
+    """Run one turn to its end and return the result; `emit` sees every host event, the result last.
+
+    Setting `cancel` stops the agent the way a host cancel must (SIGINT, grace,
+    SIGKILL) and still returns a result (exit 130). A trio cancellation of the
+    caller does the same cleanup, then lets `Cancelled` propagate.
+    """
+    started = trio.current_time()
+    log = get_logger(turn_id=os.urandom(6).hex(), profile=profile.label)
+    recorder = TurnRecorder(profile)
+    try:
+        plan = plan_launch(profile, turn, os.environ)
+        for note in plan.notes:
+            log.warning(note)
+        agent = spawn(plan)
+    except LaunchError as err:
+        log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code)
+        ending = Ending(spawn_failure=(err.exit_code, err.message))
+        return await _finish(recorder, ending, "", started, emit, log)
+
+    log.info("agent started", pid=agent.pid, program=profile.argv_template[0])
+    supervisor = _Supervisor(profile, plan, agent, recorder, emit, log, started)
+    try:
+        ending = await supervisor.run(cancel)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await supervisor.abandon()
+        log.info("turn abandoned by the host; agent stopped", exit_code=130)
+        raise
+    finally:
+        with trio.CancelScope(shield=True):
+            await agent.aclose()
+    return await _finish(recorder, ending, supervisor.stderr_text(), started, emit, log)
+
+
+async def _finish(recorder: TurnRecorder, ending: Ending, stderr_tail: str, started: float,
+                  emit: Emit | None, log: Any) -> TurnResult:
+    duration_ms = round((trio.current_time() - started) * 1000)
+    result = recorder.finish(ending, stderr_tail=stderr_tail, duration_ms=duration_ms)
+    log.info("turn finished", outcome=result.outcome.value, exit_code=result.exit_code,
+             duration_ms=duration_ms, partials=result.partials)
+    if emit is not None:
+        await emit(result)
+    return result
+
+
+class _Reader:
+    """Reads a pipe until EOF, or until a deadline imposed once the agent has exited."""
+
+    __slots__ = ("_stream", "_scope", "deadline", "cut")
+
+    def __init__(self, stream: trio.lowlevel.FdStream) -> None:
+        self._stream = stream
+        self._scope: trio.CancelScope | None = None
+        self.deadline = math.inf
+        self.cut = False  # the deadline ended reading before EOF
+
+    def impose_deadline(self, deadline: float) -> None:
+        self.deadline = deadline
+        if self._scope is not None:
+            self._scope.deadline = deadline
+
+    def excuse(self, seconds: float) -> None:
+        """Time the host spent handling output does not count against the deadline."""
+        if self.deadline != math.inf:
+            self.deadline += seconds
+
+    async def receive(self) -> bytes:
+        """The next chunk; b"" at EOF or once the deadline passed."""
+        with trio.CancelScope(deadline=self.deadline) as scope:
+            self._scope = scope
+            try:
+                return await self._stream.receive_some(READ_CHUNK)
+            except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+                return b""
+            finally:
+                self._scope = None
+        self.cut = True
+        return b""
+
+
+class _Supervisor:
+    """The state of one running agent; `run()` drives it to a reaped end."""
+
+    def __init__(self, profile: Profile, plan: LaunchPlan, agent: AgentProcess, recorder: TurnRecorder,
+                 emit: Emit | None, log: Any, started: float) -> None:
+        self.profile = profile
+        self.plan = plan
+        self.agent = agent
+        self.recorder = recorder
+        self.emit = emit
+        self.log = log
+        self.decoder = LineDecoder(profile.session_line_prefix)
+        self.stdout = _Reader(agent.stdout)
+        self.stderr = _Reader(agent.stderr)
+        self.stdout_done = trio.Event()
+        self.stderr_done = trio.Event()
+        self._stderr_tail = bytearray()
+        self._stderr_total = 0
+        self.wall_deadline = started + profile.timeout_secs
+        idle = profile.idle_timeout_secs
+        self.exit_wait = trio.CancelScope(
+            deadline=self.wall_deadline if idle is None else min(self.wall_deadline, started + idle)
+        )
+        self.cancel_requested = False
+
+    async def run(self, cancel: trio.Event | None) -> Ending:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.pump_stdout)
+            nursery.start_soon(self.pump_stderr)
+            if self.agent.stdin is not None:
+                assert self.plan.stdin is not None
+                nursery.start_soon(self.feed_stdin, self.plan.stdin)
+            if cancel is not None:
+                nursery.start_soon(self.watch_cancel, cancel)
+            ending = await self.wait_for_exit()
+            drain_deadline = trio.current_time() + DRAIN_SECS
+            self.stdout.impose_deadline(drain_deadline)
+            self.stderr.impose_deadline(drain_deadline)
+            await self.stdout_done.wait()
+            await self.stderr_done.wait()
+            if self.stdout.cut or self.stderr.cut:
+                self.log.warning("a process outside the agent's group still holds its output open; stopped reading",
+                                 drain_secs=DRAIN_SECS)
+            nursery.cancel_scope.cancel()
+        await self.handle(self.decoder.close())
+        return ending
+
+    async def wait_for_exit(self) -> Ending:
+        with self.exit_wait:
+            await self.agent.wait_exited()
+        timeout = None
+        if self.exit_wait.cancelled_caught:
+            if self.cancel_requested:
+                self.log.info("turn cancelled by the host; interrupting the agent")
+                await self.stop(signal.SIGINT)
+            else:
+                timeout = "wall" if trio.current_time() >= self.wall_deadline else "idle"
+                self.log.warning("turn timed out; terminating the agent", timeout=timeout,
+                                 limit_secs=self.profile.timeout_secs if timeout == "wall"
+                                 else self.profile.idle_timeout_secs)
+                await self.stop(signal.SIGTERM)
+        returncode = self.agent.reap()
+        await self.reap_leftovers()
+        return Ending(returncode=returncode, timeout=timeout, cancelled=self.cancel_requested and timeout is None)
+
+    async def stop(self, signum: int) -> None:
+        """`signum` to the group; after `kill_grace_secs`, SIGKILL."""
+        self.agent.signal_group(signum)
+        with trio.move_on_after(self.profile.kill_grace_secs):
+            await self.agent.wait_exited()
+            return
+        self.log.warning("agent still running after the grace period; killing it",
+                         signal=signal.Signals(signum).name, grace_secs=self.profile.kill_grace_secs)
+        self.agent.signal_group(signal.SIGKILL)
+        await self.agent.wait_exited()
+
+    async def reap_leftovers(self) -> None:
+        if self.agent.group_alive():
+            with trio.move_on_after(REAP_SECS):
+                await trio.to_thread.run_sync(reap_group_orphans, self.agent.pid, abandon_on_cancel=True)
+
+    async def abandon(self) -> None:
+        """The host went away mid-turn: stop the agent as a host cancel, without reading further."""
+        if self.agent.reaped:
+            return
+        await self.agent.stdout.aclose()
+        await self.agent.stderr.aclose()
+        await self.stop(signal.SIGINT)
+        self.agent.reap()
+        await self.reap_leftovers()
+
+    async def watch_cancel(self, cancel: trio.Event) -> None:
+        await cancel.wait()
+        self.cancel_requested = True
+        self.exit_wait.cancel()
+
+    async def pump_stdout(self) -> None:
+        feed = self.decoder.feed
+        reader = self.stdout
+        idle = self.profile.idle_timeout_secs
+        exit_wait = self.exit_wait
+        clock = trio.current_time
+        try:
+            while True:
+                data = await reader.receive()
+                if not data:
+                    return
+                began = clock()
+                if idle is not None:
+                    exit_wait.deadline = self.wall_deadline
+                await self.handle(feed(data))
+                # Time spent in host callbacks is neither the agent's silence nor drain time.
+                now = clock()
+                if idle is not None:
+                    exit_wait.deadline = min(self.wall_deadline, now + idle)
+                reader.excuse(now - began)
+        finally:
+            self.stdout_done.set()
+
+    async def handle(self, events: list[Event]) -> None:
+        observe = self.recorder.observe
+        emit = self.emit
+        for event in events:
+            forward = observe(event)
+            if forward is not None:
+                if emit is not None:
+                    await emit(forward)
+            elif type(event) is ProtocolWarning:
+                self.log.warning(event.message)
+
+    async def pump_stderr(self) -> None:
+        tail = self._stderr_tail
+        try:
+            while True:
+                data = await self.stderr.receive()
+                if not data:
+                    return
+                self._stderr_total += len(data)
+                tail += data
+                if len(tail) > 2 * STDERR_TAIL_BYTES:
+                    del tail[:-STDERR_TAIL_BYTES]
+        finally:
+            self.stderr_done.set()
+
+    def stderr_text(self) -> str:
+        """The last few KiB of stderr; when it was cut, starting at a line boundary."""
+        tail = bytes(self._stderr_tail[-STDERR_TAIL_BYTES:])
+        if self._stderr_total > len(tail):
+            newline = tail.find(b"\n")
+            if 0 <= newline < len(tail) - 1:
+                tail = tail[newline + 1:]
+            return "…" + tail.decode("utf-8", "replace")
+        return tail.decode("utf-8", "replace")
+
+    async def feed_stdin(self, payload: bytes) -> None:
+        """Write the message, then EOF; runs beside the readers so neither side can deadlock."""
+        stream = self.agent.stdin
+        assert stream is not None
+        try:
+            await stream.send_all(payload)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.log.info("agent closed stdin before reading the whole message")
+        finally:
+            await stream.aclose()

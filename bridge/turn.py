@@ -1,0 +1,74 @@
+"""A turn's input: one user message and what travels with it."""
+
+from __future__ import annotations
+
+import posixpath
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from .errors import TurnError
+
+AttachmentType = Literal["image", "file", "audio", "video"]
+ATTACHMENT_TYPES: tuple[str, ...] = get_args(AttachmentType)
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file the user sent with the message, passed to the agent by URL."""
+
+    type: AttachmentType
+    url: str
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.type not in ATTACHMENT_TYPES:
+            raise TurnError(
+                f"attachment type {self.type!r} is not one of {', '.join(ATTACHMENT_TYPES)}"
+            )
+        if not self.url:
+            raise TurnError("an attachment needs a url")
+        if not self.name:
+            path = urllib.parse.urlsplit(self.url).path
+            object.__setattr__(self, "name", posixpath.basename(path.rstrip("/")))
+
+    @classmethod
+    def parse(cls, spec: str) -> Attachment:
+        """Read the CLI's `TYPE=URL` form."""
+        kind, sep, url = spec.partition("=")
+        if not sep or not url:
+            raise TurnError(f"attachment {spec!r} should look like TYPE=URL, e.g. image=https://…")
+        return cls(type=kind, url=url)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, str]:
+        return {"type": self.type, "url": self.url, "name": self.name}
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One user message for one agent run.
+
+    `session_id` is the id the agent printed last time (`""` starts a new
+    session); the bridge treats it as opaque.
+    """
+
+    message: str = ""
+    session_id: str = ""
+    session_name: str = "default"
+    from_user: str = ""
+    attachments: tuple[Attachment, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        # NUL cannot travel in argv or the environment; refusing it here gives
+        # the host a clear error instead of a confusing spawn failure.
+        for name in ("message", "session_id", "session_name", "from_user"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TurnError(f"turn {name} must be a string, not {type(value).__name__}")
+            if "\0" in value:
+                raise TurnError(f"turn {name} contains a NUL character, which no process can receive")
+        if not isinstance(self.attachments, tuple):
+            object.__setattr__(self, "attachments", tuple(self.attachments))
+        for attachment in self.attachments:
+            if not isinstance(attachment, Attachment):
+                raise TurnError(f"attachments must be Attachment objects, not {type(attachment).__name__}")
