@@ -1,0 +1,78 @@
+"""Shared fixtures: agents written to a temp dir, and checks that no process outlived its turn."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import bridge
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILES = REPO / "profiles"
+SAMPLE_AGENTS = REPO / "sample_agents"
+PYTHON = sys.executable
+
+
+def write_agent(directory: Path, name: str, source: str) -> Path:
+    """Write an executable agent script; `source` starts with its #! line."""
+    path = directory / name
+    path.write_text(textwrap.dedent(source).lstrip())
+    path.chmod(0o755)
+    return path
+
+
+def write_profile(directory: Path, yaml_text: str, name: str = "agent.yaml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(yaml_text).lstrip())
+    return path
+
+
+@pytest.fixture
+def make_agent(tmp_path: Path) -> Callable[..., bridge.Profile]:
+    """make_agent(source, **profile_fields) -> Profile running that script.
+
+    A source starting with `#!` is used as is; otherwise it is Python run by
+    the test's interpreter, so agents need nothing installed.
+    """
+    counter = iter(range(1_000_000))
+
+    def make(source: str, **fields: object) -> bridge.Profile:
+        source = textwrap.dedent(source).lstrip()
+        if not source.startswith("#!"):
+            source = f"#!{PYTHON}\n" + source
+        script = write_agent(tmp_path, f"agent{next(counter)}", source)
+        return bridge.Profile.from_mapping({"command": [str(script)], **fields}, profile_dir=tmp_path)
+
+    return make
+
+
+def process_state(pid: int) -> str | None:
+    """The /proc state letter of `pid` (R, S, Z…), or None when it no longer exists."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def assert_no_live_process(pids: list[int]) -> None:
+    """Every pid is gone or a zombie awaiting its (foreign) parent: nothing runs on."""
+    alive = {pid: state for pid in pids if (state := process_state(pid)) not in (None, "Z", "X")}
+    assert not alive, f"processes outlived the turn: {alive}"
+
+
+def read_pids(path: Path) -> list[int]:
+    return [int(word) for word in path.read_text().split()] if path.exists() else []
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_agent_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests see the environment a user would, whatever ran pytest."""
+    for name in list(os.environ):
+        if name.startswith("AGENT_"):
+            monkeypatch.delenv(name)
