@@ -293,7 +293,9 @@ def _explain(err: ValidationError, lines: Mapping[tuple[Any, ...], int], where: 
                 message += f"; did you mean {close[0]!r}?"
         else:
             template = _TYPE_WORDS.get(kind)
-            reason = template.format(**detail.get("ctx", {})) if template else detail["msg"]
+            context = {key: f"{value:g}" if isinstance(value, float) else value
+                       for key, value in detail.get("ctx", {}).items()}
+            reason = template.format(**context) if template else detail["msg"]
             field = ".".join(str(part) for part in loc) or "profile"
             message = f"{field}: {reason}"
             if kind.endswith("_type") and not isinstance(detail["input"], (dict, list)):
@@ -386,6 +388,8 @@ def _inline_code_positions(argv: tuple[str, ...]) -> Iterator[tuple[str, int, st
             elif any(token.startswith(flag + "=") for flag in code_flags if flag.startswith("--")):
                 yield name, index, token.split("=", 1)[1]
                 break
+            elif token in value_options:
+                index += 1
             elif token[:1] == "-" and token[1:2] not in ("-", "") and short_code:
                 letters = token[1:]
                 hits = [i for i, letter in enumerate(letters) if letter in short_code]
@@ -395,8 +399,6 @@ def _inline_code_positions(argv: tuple[str, ...]) -> Iterator[tuple[str, int, st
                         yield name, index, rest  # python -c'code', perl -e'code'
                         break
                     expecting_code = True
-            elif token in value_options:
-                index += 1
             elif token[:1] not in "-+":
                 break  # a script file: what follows is the script's own arguments
             index += 1

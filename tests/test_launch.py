@@ -1,0 +1,150 @@
+"""The pure launch builder (SPEC §1–§2): argv, environment, cwd and stdin for one turn."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bridge import Attachment, LaunchError, Profile, Turn, TurnError, plan_launch
+from bridge.launch import MAX_ARG_STRLEN
+
+HOST_ENV = {
+    "PATH": "/usr/bin:/bin", "HOME": "/home/u", "USER": "u", "LOGNAME": "u", "SHELL": "/bin/sh", "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8", "LC_TIME": "en_GB", "TERM": "xterm", "TMPDIR": "/tmp", "TZ": "UTC",
+    "OPENAI_API_KEY": "sk-secret", "DATABASE_URL": "postgres://secret", "AGENT_MESSAGE": "inherited!",
+    "AGENT_IMAGE_URL": "inherited!",
+}
+
+
+def plan(turn: Turn | None = None, environ: dict[str, str] | None = None, **fields: object):
+    profile = Profile.from_mapping({"command": "agent", **fields}, profile_dir="/profiles")
+    return plan_launch(profile, turn or Turn("hi"), HOST_ENV if environ is None else environ)
+
+
+def test_minimal_environment_is_the_infra_set_plus_the_agent_set() -> None:
+    env = plan().env
+    assert {name: env[name] for name in env if not name.startswith("AGENT_")} == {
+        name: value for name, value in HOST_ENV.items()
+        if name not in ("OPENAI_API_KEY", "DATABASE_URL", "AGENT_MESSAGE", "AGENT_IMAGE_URL")
+    }
+    assert "OPENAI_API_KEY" not in env and "DATABASE_URL" not in env
+
+
+def test_agent_variables() -> None:
+    env = plan(Turn("hello", session_id="s-1", session_name="work", from_user="ann")).env
+    assert {name: value for name, value in env.items() if name.startswith("AGENT_")} == {
+        "AGENT_MESSAGE": "hello", "AGENT_SESSION_ID": "s-1", "AGENT_SESSION_NAME": "work",
+        "AGENT_FROM_USER": "ann", "AGENT_STREAMING": "1", "AGENT_PROTOCOL_VERSION": "0.1",
+    }
+    assert plan(streaming=False).env["AGENT_STREAMING"] == "0"
+    assert plan().env["AGENT_SESSION_ID"] == "" and plan().env["AGENT_SESSION_NAME"] == "default"
+
+
+def test_inherit_all_passes_everything_but_stale_agent_variables() -> None:
+    env = plan(env_inherit="all").env
+    assert env["OPENAI_API_KEY"] == "sk-secret"
+    assert env["AGENT_MESSAGE"] == "hi" and "AGENT_IMAGE_URL" not in env
+
+
+def test_profile_env_overrides_the_base_and_agent_set_overrides_the_profile() -> None:
+    env = plan(env={"HOME": "/elsewhere", "EXTRA": "1", "AGENT_MESSAGE": "spoof", "AGENT_CUSTOM": "mine"}).env
+    assert (env["HOME"], env["EXTRA"], env["AGENT_MESSAGE"], env["AGENT_CUSTOM"]) == ("/elsewhere", "1", "hi", "mine")
+
+
+def test_env_references_expand_from_the_bridge_environment() -> None:
+    result = plan(env={"KEY": "${OPENAI_API_KEY}", "MIX": "a-${USER}-${NOPE}-b", "LITERAL": "$USER"})
+    assert (result.env["KEY"], result.env["MIX"], result.env["LITERAL"]) == ("sk-secret", "a-u--b", "$USER")
+    assert result.notes == ("env MIX: ${NOPE} is not set in the bridge's environment; it expands to empty",)
+
+
+def test_allowlist_blocks_unlisted_references() -> None:
+    result = plan(env={"KEY": "${OPENAI_API_KEY}", "DB": "${DATABASE_URL}"}, env_allowlist=["OPENAI_API_KEY"])
+    assert (result.env["KEY"], result.env["DB"]) == ("sk-secret", "")
+    assert result.notes == ("env DB: ${DATABASE_URL} is not in env_allowlist; it expands to empty",)
+    assert "postgres" not in "".join(result.notes)
+
+
+def test_placeholders_are_substituted_after_splitting() -> None:
+    message = "it's \"quoted\"; $(rm -rf ~) `id` {{SESSION_ID}} ${HOME} && echo"
+    result = plan(Turn(message, session_id="S", session_name="N"),
+                  command="agent --m {{MESSAGE}} --s={{SESSION_ID}}", args=["{{SESSION_NAME}}", "{{PROFILE_DIR}}/x"])
+    assert result.argv == ("agent", "--m", message, "--s=S", "N", "/profiles/x")
+
+
+def test_substitution_is_a_single_pass_in_env_values_too() -> None:
+    env = plan(Turn("${OPENAI_API_KEY} {{SESSION_ID}}", session_id="S"), env={"M": "{{MESSAGE}}|${USER}"}).env
+    assert env["M"] == "${OPENAI_API_KEY} {{SESSION_ID}}|u"
+
+
+def test_cwd_is_relative_to_the_profile_and_expands_home() -> None:
+    assert plan().cwd is None
+    assert plan(cwd="work/{{SESSION_NAME}}").cwd == "/profiles/work/default"
+    assert plan(cwd="/abs").cwd == "/abs"
+    assert plan(cwd="~/agents").cwd == os.path.expanduser("~/agents")
+    assert plan(cwd="{{PROFILE_DIR}}/..").cwd == "/profiles/.."
+
+
+def test_stdin_payload() -> None:
+    assert plan().stdin is None
+    assert plan(Turn("héllo"), stdin="message").stdin == "héllo".encode()
+
+
+def test_attachments() -> None:
+    image = Attachment("image", "https://x/cat.png")
+    file = Attachment("file", "https://x/report.pdf?dl=1", name="Report")
+    env = plan(Turn("hi", attachments=(image,))).env
+    assert env["AGENT_IMAGE_URL"] == "https://x/cat.png" and "AGENT_FILE_URL" not in env
+    assert json.loads(env["AGENT_ATTACHMENTS"]) == [{"type": "image", "url": "https://x/cat.png", "name": "cat.png"}]
+    env = plan(Turn("hi", attachments=(file,))).env
+    assert env["AGENT_FILE_URL"] == "https://x/report.pdf?dl=1" and "AGENT_IMAGE_URL" not in env
+    env = plan(Turn("hi", attachments=(image, file))).env
+    assert "AGENT_IMAGE_URL" not in env and "AGENT_FILE_URL" not in env
+    assert [item["name"] for item in json.loads(env["AGENT_ATTACHMENTS"])] == ["cat.png", "Report"]
+    env = plan(Turn("hi", attachments=(Attachment("audio", "https://x/a.ogg"),))).env
+    assert "AGENT_IMAGE_URL" not in env and "AGENT_FILE_URL" not in env and "AGENT_ATTACHMENTS" in env
+    assert "AGENT_ATTACHMENTS" not in plan().env
+
+
+def test_attachment_parsing_and_validation() -> None:
+    assert Attachment.parse("video=https://v/clip.mp4") == Attachment("video", "https://v/clip.mp4", "clip.mp4")
+    for bad in ("https://x", "image=", "sticker=https://x"):
+        with pytest.raises(TurnError):
+            Attachment.parse(bad)
+
+
+def test_turn_refuses_what_no_process_can_receive() -> None:
+    with pytest.raises(TurnError, match="NUL"):
+        Turn("a\0b")
+    with pytest.raises(TurnError, match="session_id"):
+        Turn("ok", session_id=3)  # type: ignore[arg-type]
+
+
+LIMIT = MAX_ARG_STRLEN - len("AGENT_MESSAGE=") - 1
+
+
+def test_message_at_the_variable_limit_is_passed_whole() -> None:
+    assert plan(Turn("m" * LIMIT)).env["AGENT_MESSAGE"] == "m" * LIMIT
+
+
+def test_over_long_message_is_a_clear_error_without_stdin() -> None:
+    with pytest.raises(LaunchError) as caught:
+        plan(Turn("m" * (LIMIT + 1)))
+    assert caught.value.exit_code == 126
+    assert "stdin: message" in caught.value.message
+
+
+def test_over_long_message_with_stdin_truncates_the_variable_only() -> None:
+    message = "é" * LIMIT  # two bytes each
+    result = plan(Turn(message), stdin="message")
+    assert result.stdin == message.encode()
+    variable = result.env["AGENT_MESSAGE"]
+    assert message.startswith(variable) and len(("AGENT_MESSAGE=" + variable).encode()) < MAX_ARG_STRLEN
+    assert len(variable.encode()) >= LIMIT - 1
+    assert any("truncated" in note for note in result.notes)
+
+
+def test_over_long_argument_is_a_clear_error() -> None:
+    with pytest.raises(LaunchError, match="argument 1 .* over the OS limit"):
+        plan(Turn("m" * MAX_ARG_STRLEN), args=["{{MESSAGE}}"], stdin="message")

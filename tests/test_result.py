@@ -1,0 +1,170 @@
+"""The pure turn rules and result builder (SPEC §3–§5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge import Outcome, Profile
+from bridge.protocol import BodyLine, ErrorEvent, PartialEvent, ProtocolWarning, SessionEvent
+from bridge.result import HARD_REPLY_LIMIT, Ending, TurnRecorder
+
+SUFFIX = "…cut"
+
+
+def recorder(**fields: object) -> TurnRecorder:
+    return TurnRecorder(Profile.from_mapping({"command": "agent", "truncation_suffix": SUFFIX, **fields}))
+
+
+def feed(turn: TurnRecorder, *events: object) -> list[object]:
+    return [forwarded for event in events if (forwarded := turn.observe(event)) is not None]  # type: ignore[arg-type]
+
+
+def test_success_joins_body_lines() -> None:
+    turn = recorder()
+    assert feed(turn, BodyLine("one"), BodyLine(""), BodyLine("three")) == []
+    result = turn.finish(Ending(returncode=0), duration_ms=12)
+    assert (result.reply, result.exit_code, result.outcome, result.ok, result.duration_ms) == (
+        "one\n\nthree", 0, Outcome.OK, True, 12)
+    assert result.error_reply == "" and not result.truncated and not result.timed_out
+
+
+def test_partials_sessions_and_errors_are_forwarded_in_order() -> None:
+    turn = recorder()
+    events = [SessionEvent("a"), PartialEvent("x"), ErrorEvent("bad"), SessionEvent("b"), ErrorEvent("worse")]
+    assert feed(turn, *events) == [SessionEvent("a"), PartialEvent("x"), ErrorEvent("bad"), SessionEvent("b"),
+                                   ErrorEvent("worse")]
+    result = turn.finish(Ending(returncode=0))
+    assert (result.session_id, result.error, result.partials) == ("b", "worse", 1)
+
+
+def test_no_partial_is_forwarded_after_an_error() -> None:
+    turn = recorder()
+    assert feed(turn, PartialEvent("before"), ErrorEvent("e"), PartialEvent("after")) == [
+        PartialEvent("before"), ErrorEvent("e")]
+
+
+def test_streaming_off_ignores_partials() -> None:
+    turn = recorder(streaming=False)
+    assert feed(turn, PartialEvent("x"), SessionEvent("s")) == [SessionEvent("s")]
+    assert turn.finish(Ending(returncode=0)).partials == 0
+
+
+def test_warnings_are_not_forwarded() -> None:
+    assert feed(recorder(), ProtocolWarning("odd")) == []
+
+
+@pytest.mark.parametrize(("ending", "code", "outcome"), [
+    (Ending(returncode=0), 1, Outcome.AGENT_ERROR),
+    (Ending(returncode=7), 7, Outcome.AGENT_ERROR),
+    (Ending(returncode=-9), 137, Outcome.AGENT_ERROR),
+    (Ending(returncode=0, cancelled=True), 130, Outcome.CANCELLED),
+    (Ending(returncode=-15, timeout="wall", cancelled=True), 124, Outcome.TIMEOUT),
+])
+def test_error_precedence(ending: Ending, code: int, outcome: Outcome) -> None:
+    turn = recorder()
+    feed(turn, BodyLine("discarded"), ErrorEvent("Rate limited."))
+    result = turn.finish(ending)
+    assert (result.exit_code, result.outcome, result.reply) == (code, outcome, "")
+    assert result.error == "Rate limited." and result.error_reply == "Rate limited."
+
+
+@pytest.mark.parametrize(("ending", "code", "outcome", "error_reply"), [
+    (Ending(returncode=3), 3, Outcome.EXIT_NONZERO, "The agent exited with code 3."),
+    (Ending(returncode=-9), 137, Outcome.EXIT_NONZERO, "The agent was killed by signal 9 (SIGKILL)."),
+    (Ending(returncode=-15), 143, Outcome.EXIT_NONZERO, "The agent was killed by signal 15 (SIGTERM)."),
+    (Ending(returncode=-2), 130, Outcome.EXIT_NONZERO, "The agent was killed by signal 2 (SIGINT)."),
+    (Ending(returncode=0, timeout="wall"), 124, Outcome.TIMEOUT, "The agent timed out after 600 s."),
+    (Ending(returncode=-9, timeout="idle"), 124, Outcome.TIMEOUT,
+     "The agent timed out after 0.25 s without output."),
+    (Ending(returncode=-2, cancelled=True), 130, Outcome.CANCELLED, "The agent was cancelled."),
+    (Ending(spawn_failure=(127, "command 'x' not found on PATH")), 127, Outcome.SPAWN_FAILED,
+     "The agent could not be started: command 'x' not found on PATH."),
+])
+def test_failures_and_their_generic_messages(ending: Ending, code: int, outcome: Outcome, error_reply: str) -> None:
+    turn = recorder(timeout_secs=600, idle_timeout_secs=0.25)
+    feed(turn, BodyLine("discarded"), PartialEvent("kept"))
+    result = turn.finish(ending)
+    assert (result.exit_code, result.outcome, result.error_reply, result.reply) == (code, outcome, error_reply, "")
+    assert result.timed_out == (outcome is Outcome.TIMEOUT)
+    assert result.partials == 1  # forwarded partials are never retracted
+
+
+def test_agent_own_exit_code_124_is_not_a_timeout() -> None:
+    result = recorder().finish(Ending(returncode=124))
+    assert (result.exit_code, result.outcome, result.timed_out) == (124, Outcome.EXIT_NONZERO, False)
+
+
+def test_empty_error_text_falls_back_to_the_generic_message() -> None:
+    turn = recorder()
+    feed(turn, ErrorEvent(""))
+    assert turn.finish(Ending(returncode=0)).error_reply == "The agent reported an error."
+
+
+def test_send_error_reply_false() -> None:
+    turn = recorder(send_error_reply=False)
+    feed(turn, ErrorEvent("bad"))
+    result = turn.finish(Ending(returncode=0))
+    assert (result.error, result.error_reply, result.exit_code) == ("bad", "", 1)
+
+
+def test_body_is_cut_at_the_cap_with_the_suffix_once() -> None:
+    turn = recorder(max_reply_chars=10)
+    feed(turn, BodyLine("12345"), BodyLine("67890"), BodyLine("more"), BodyLine("and more"))
+    result = turn.finish(Ending(returncode=0))
+    assert (result.reply, result.truncated) == ("12345\n6789" + SUFFIX, True)
+
+
+def test_body_exactly_at_the_cap_is_not_truncated() -> None:
+    turn = recorder(max_reply_chars=11)
+    feed(turn, BodyLine("12345"), BodyLine("67890"))
+    result = turn.finish(Ending(returncode=0))
+    assert (result.reply, result.truncated) == ("12345\n67890", False)
+
+
+def test_partials_are_capped_cumulatively() -> None:
+    turn = recorder(max_reply_chars=6)
+    forwarded = feed(turn, PartialEvent("abc"), PartialEvent("def"), PartialEvent("g"), PartialEvent("h"))
+    assert forwarded == [PartialEvent("abc"), PartialEvent("def"), PartialEvent(SUFFIX)]
+    result = turn.finish(Ending(returncode=0))
+    assert (result.partials, result.truncated) == (3, True)
+
+    turn = recorder(max_reply_chars=5)
+    assert feed(turn, PartialEvent("abc"), PartialEvent("defgh"), PartialEvent("i")) == [
+        PartialEvent("abc"), PartialEvent("de" + SUFFIX)]
+
+
+def test_no_cap_still_bounds_the_body_in_memory() -> None:
+    turn = recorder(max_reply_chars=None)
+    line = "x" * (1024 * 1024)
+    feed(turn, *[BodyLine(line)] * 7)
+    assert turn.finish(Ending(returncode=0)).reply == "\n".join([line] * 7)
+    feed(turn, *[BodyLine(line)] * 10)
+    result = turn.finish(Ending(returncode=0))
+    assert result.truncated and len(result.reply) == HARD_REPLY_LIMIT + len(SUFFIX)
+    forwarded = feed(recorder(max_reply_chars=None), *[PartialEvent(line)] * 20)
+    assert forwarded == [PartialEvent(line)] * 20
+
+
+def test_error_reply_respects_the_cap() -> None:
+    turn = recorder(max_reply_chars=4)
+    feed(turn, ErrorEvent("a long explanation"))
+    assert turn.finish(Ending(returncode=1)).error_reply == "a lo" + SUFFIX
+
+
+def test_stderr_is_appended_to_what_the_user_is_sent_only_when_asked() -> None:
+    turn = recorder(include_stderr_in_reply=True)
+    feed(turn, BodyLine("answer"))
+    assert turn.finish(Ending(returncode=0), stderr_tail="warn").reply == "answer\n\n[stderr]\nwarn"
+    assert turn.finish(Ending(returncode=2), stderr_tail="trace").error_reply == (
+        "The agent exited with code 2.\n\n[stderr]\ntrace")
+    plain = recorder()
+    feed(plain, BodyLine("answer"))
+    result = plain.finish(Ending(returncode=0), stderr_tail="warn")
+    assert (result.reply, result.stderr_tail) == ("answer", "warn")
+
+
+def test_result_to_dict_has_every_field_of_the_spec() -> None:
+    record = recorder().finish(Ending(returncode=0)).to_dict()
+    assert set(record) == {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
+                           "stderr_tail", "duration_ms", "partials", "truncated"}
+    assert record["outcome"] == "ok"
