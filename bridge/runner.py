@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from typing import Any
 
@@ -34,7 +34,8 @@ async def run_turn(profile: Profile, turn: Turn, *, on_partial: PartialCallback 
     Cancelling the calling task stops the agent (SIGINT, grace, SIGKILL)
     before `Cancelled` propagates.
     """
-    return await drive_turn(profile, turn, _emitter(on_partial, on_event))
+    with _ungrouped():
+        return await drive_turn(profile, turn, _emitter(on_partial, on_event))
 
 
 def run_turn_sync(profile: Profile, turn: Turn, *, on_partial: Callable[[str], None] | None = None,
@@ -98,14 +99,38 @@ async def open_turn(profile: Profile, turn: Turn) -> AsyncIterator[TurnStream]:
         async with send:
             await drive_turn(profile, turn, deliver, cancel=cancel)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(produce)
+    with _ungrouped():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce)
+            try:
+                yield stream
+            finally:
+                if stream._result is None:
+                    cancel.set()
+                receive.close()
+
+
+@contextmanager
+def _ungrouped() -> Iterator[None]:
+    """Let a lone exception out of the bridge's own nurseries as itself, not as an ExceptionGroup.
+
+    The nurseries are an implementation detail: a host whose callback (or
+    `open_turn` block) raises LookupError must be able to catch LookupError.
+    Several exceptions at once stay grouped.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        error: BaseException = group
+        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+            error = error.exceptions[0]
+        if error is group:
+            raise
+        context = error.__context__
         try:
-            yield stream
+            raise error
         finally:
-            if stream._result is None:
-                cancel.set()
-            receive.close()
+            error.__context__ = context  # not the group it came in
 
 
 def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None) -> Emit | None:
