@@ -26,12 +26,10 @@ def main() -> int:
     session_id = os.environ.get("AGENT_SESSION_ID", "")
     delay = float(os.environ.get("STREAM_DELAY", "0.05"))
 
-    history: list[str] = []
-    state = STATE_DIR / f"{session_id}.json"
-    if session_id and state.exists():
-        history = json.loads(state.read_text())
-    elif not session_id:
+    if not session_id:
         session_id = uuid.uuid4().hex
+    state = STATE_DIR / f"{session_id}.json"
+    history: list[str] = json.loads(state.read_text()) if state.exists() else []
 
     # The session line may come at any point; the last one printed wins.
     print(f"AGENT_SESSION:{session_id}", flush=True)
