@@ -33,9 +33,23 @@ def configure_logging(level: str = "warning", log_format: LogFormat = "auto") ->
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=True,
     )
+
+
+class _CurrentStderr:
+    """Writes to whatever `sys.stderr` is at the time of the record.
+
+    Binding the stream object at configure time would keep writing to a stream
+    a host (or pytest's capture) has since replaced, or closed.
+    """
+
+    def write(self, text: str) -> None:
+        sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def get_logger(**context: Any) -> Any:
