@@ -39,15 +39,16 @@ REAP_SECS = 1.0
 
 
 async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
-                     cancel: trio.Event | None = None) -> TurnResult:
+                     cancel: trio.Event | None = None, turn_id: str | None = None) -> TurnResult:
     """Run one turn to its end and return the result; `emit` sees every host event, the result last.
 
     Setting `cancel` stops the agent the way a host cancel must (SIGINT, grace,
     SIGKILL) and still returns a result (exit 130). A trio cancellation of the
-    caller does the same cleanup, then lets `Cancelled` propagate.
+    caller does the same cleanup, then lets `Cancelled` propagate. `turn_id`
+    tags the turn's log records (default: a random id).
     """
     started = trio.current_time()
-    log = get_logger(turn_id=os.urandom(6).hex(), profile=profile.label)
+    log = get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
     recorder = TurnRecorder(profile)
     try:
         plan = plan_launch(profile, turn, os.environ)
