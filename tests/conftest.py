@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import select
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,8 +62,22 @@ def process_state(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
-def assert_no_live_process(pids: list[int]) -> None:
-    """Every pid is gone or a zombie awaiting its (foreign) parent: nothing runs on."""
+def assert_no_live_process(pids: list[int], within: float = 2.0) -> None:
+    """Every pid is gone or a zombie awaiting its (foreign) parent: nothing runs on.
+
+    A process SIGKILLed as a turn ended may still be finishing its exit (state R)
+    for a moment; each gets up to `within` seconds, waited on its pidfd.
+    """
+    deadline = time.monotonic() + within
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))  # readable once it exited
+        finally:
+            os.close(pidfd)
     alive = {pid: state for pid in pids if (state := process_state(pid)) not in (None, "Z", "X")}
     assert not alive, f"processes outlived the turn: {alive}"
 
@@ -76,3 +92,31 @@ def _no_inherited_agent_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("AGENT_"):
             monkeypatch.delenv(name)
+
+
+# Python agents made by `make_recorded_agent` start with this: they log their own
+# pid, and call record_pid(child.pid) for every process they start, so a test can
+# prove that none of them outlived the turn.
+RECORD_PIDS = '''
+import os
+def record_pid(pid):
+    with open(os.environ["PID_FILE"], "a") as out:
+        out.write(f"{pid}\\n")
+record_pid(os.getpid())
+'''
+
+
+@pytest.fixture
+def pid_file(tmp_path: Path) -> Path:
+    return tmp_path / "pids"
+
+
+@pytest.fixture
+def make_recorded_agent(make_agent: Callable[..., bridge.Profile], pid_file: Path) -> Callable[..., bridge.Profile]:
+    """make_agent for a Python agent that records its pids in `pid_file` (read them with read_pids)."""
+
+    def make(source: str, **fields: object) -> bridge.Profile:
+        env = {"PID_FILE": str(pid_file), **fields.pop("env", {})}  # type: ignore[dict-item]
+        return make_agent(RECORD_PIDS + textwrap.dedent(source), env=env, **fields)
+
+    return make
