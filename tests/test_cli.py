@@ -1,0 +1,381 @@
+"""The `agent-bridge` command (SPEC §7, §8), run as a real subprocess, and the bundled profiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import PROFILES, PYTHON, REPO, assert_no_live_process, process_state, read_pids, write_agent, write_profile
+
+import bridge
+from bridge import Turn
+
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
+                 "stderr_tail", "duration_ms", "partials", "truncated"}
+SPEC_FIELDS = {"command", "args", "stdin", "cwd", "env", "env_allowlist", "env_inherit", "timeout_secs",
+               "idle_timeout_secs", "kill_grace_secs", "max_reply_chars", "truncation_suffix",
+               "include_stderr_in_reply", "send_error_reply", "streaming", "session_line_prefix", "name",
+               "description"}
+BUNDLED = sorted(PROFILES.glob("*.yaml"))
+
+
+def cli(*args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([AGENT_BRIDGE, *args], stdin=stdin, capture_output=True, text=True, timeout=60, env=env)
+
+
+def cli_at_once(*invocations: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+    """Run independent CLI invocations concurrently (each costs an interpreter start-up)."""
+    procs = [subprocess.Popen([AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for args in invocations]
+    done = []
+    for args, proc in zip(invocations, procs):
+        out, err = proc.communicate(timeout=60)
+        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return done
+
+
+def ndjson(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def agent_profile(directory: Path, source: str, name: str = "agent", **fields: Any) -> Path:
+    """A Python agent and a profile YAML file running it; returns the profile's path."""
+    write_agent(directory, f"{name}.py", f"#!{PYTHON}\n" + textwrap.dedent(source))
+    data = {"command": [f"{{{{PROFILE_DIR}}}}/{name}.py"], **fields}
+    return write_profile(directory, yaml.safe_dump(data, allow_unicode=True), f"{name}.yaml")
+
+
+ENV_DUMP = """
+import json, os
+print('AGENT_PARTIAL:"a partial"')
+print(json.dumps({name: value for name, value in os.environ.items() if name.startswith("AGENT_")}))
+"""
+
+WAITS_FOR_SIGINT = """
+import os, signal, subprocess, sys, time
+with open(os.environ["PID_FILE"], "a") as out:
+    out.write(f"{os.getpid()}\\n{subprocess.Popen(['sleep', '600']).pid}\\n")
+def on_sigint(signum, frame):
+    with open(os.environ["MARKER"], "w") as out:
+        out.write("SIGINT")
+    sys.exit(0)
+signal.signal(signal.SIGINT, on_sigint)
+print('AGENT_PARTIAL:"ready"', flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+# --------------------------------------------------------------------------- output modes
+
+
+def test_human_mode_prints_partials_then_the_reply(tmp_path):
+    profile = agent_profile(tmp_path, """
+        print('AGENT_PARTIAL:"Hel"')
+        print('AGENT_PARTIAL:"lo"')
+        print("AGENT_SESSION:s1")
+        print("the reply")
+        print("second line")
+    """)
+    done = cli("run", str(profile), "hi", "--log-level", "debug")
+    assert (done.returncode, done.stdout) == (0, "Hello\nthe reply\nsecond line\n")
+    assert "turn finished" in done.stderr  # logs, even at debug, only ever on stderr
+
+
+def test_human_mode_sends_the_error_reply_to_stderr_with_the_turns_exit_code():
+    done = cli("run", str(PROFILES / "fail.yaml"), "x")
+    assert done.returncode == 1
+    assert done.stdout == "looking that up… \n"
+    assert "The upstream service is rate limited. Try again in a minute.\n" in done.stderr
+    assert "discarded" not in done.stdout + done.stderr
+
+
+def test_exit_code_is_the_turns_and_the_error_reply_says_why(tmp_path):
+    exits_3 = agent_profile(tmp_path, "import sys; print('body'); sys.exit(3)")
+    missing = write_profile(tmp_path, "command: no-such-agent-program-xyz\n", "missing.yaml")
+    own, spawn = cli_at_once(("run", str(exits_3), "x", "--log-level", "error"),
+                             ("run", str(missing), "x", "--log-level", "error"))
+    assert (own.returncode, own.stdout, own.stderr) == (3, "", "The agent exited with code 3.\n")
+    assert (spawn.returncode, spawn.stdout) == (127, "")
+    assert "could not be started: command 'no-such-agent-program-xyz' not found on PATH" in spawn.stderr
+
+
+def test_partials_are_printed_live(tmp_path):
+    fifo = tmp_path / "ack"
+    os.mkfifo(fifo)
+    profile = agent_profile(tmp_path, """
+        import os, sys
+        fifo = os.open(sys.argv[1], os.O_RDWR)
+        print('AGENT_PARTIAL:"one"', flush=True)
+        os.read(fifo, 1)  # until the test has seen "one" on the CLI's stdout
+        print("reply")
+    """, args=[str(fifo)], timeout_secs=20)
+    with subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "x"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        seen = b""
+        while b"one" not in seen:
+            chunk = os.read(proc.stdout.fileno(), 100)
+            assert chunk, f"stdout closed before the partial: {seen!r}"
+            seen += chunk
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO here: the agent is gone
+        os.write(fd, b"k")
+        os.close(fd)
+        rest, _ = proc.communicate(timeout=30)
+    assert (proc.returncode, seen + rest) == (0, b"one\nreply\n")
+
+
+def test_json_mode_prints_one_event_per_line_and_the_result_last(tmp_path):
+    profile = agent_profile(tmp_path, r"""
+        import sys
+        sys.stdout.buffer.write(b"AGENT_PARTIAL:\xff\nbody \xc3(\n")
+        print('AGENT_PARTIAL:"p1"')
+        print("AGENT_SESSION:bad id")
+        print("AGENT_SESSION:sess-1")
+        print("body")
+        print('AGENT_ERROR:"first"')
+        print('AGENT_PARTIAL:"dropped after the error"')
+        print('AGENT_ERROR:"second"')
+    """)
+    done = cli("run", str(profile), "x", "--json")
+    events = ndjson(done.stdout)
+    assert events[:-1] == [
+        {"event": "partial", "text": "\ufffd"},  # invalid UTF-8 cannot break the NDJSON
+        {"event": "partial", "text": "p1"},
+        {"event": "session", "session_id": "sess-1"},
+        {"event": "error", "text": "first"},
+        {"event": "error", "text": "second"},
+    ]
+    result = events[-1]
+    assert result.pop("event") == "result"
+    assert set(result) == RESULT_FIELDS
+    assert result == {**result, "reply": "", "session_id": "sess-1", "error": "second", "error_reply": "second",
+                      "exit_code": 1, "timed_out": False, "outcome": "agent_error", "stderr_tail": "",
+                      "partials": 2, "truncated": False}
+    assert isinstance(result["duration_ms"], int)
+    assert done.returncode == 1
+
+
+# --------------------------------------------------------------------------- input and options
+
+
+def test_message_from_the_argument_from_dash_and_from_piped_stdin():
+    echo = str(PROFILES / "echo.yaml")
+    runs = [(("run", echo, "from the argument"), None), (("run", echo, "-"), "from dash\nsecond line\n"),
+            (("run", echo), "piped")]
+    procs = [subprocess.Popen([AGENT_BRIDGE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for args, _ in runs]
+    outputs = [proc.communicate(stdin_text, timeout=60)[0] for proc, (_, stdin_text) in zip(procs, runs)]
+    assert outputs == ["echo: from the argument\n", "echo: from dash\nsecond line\n", "echo: piped\n"]
+
+
+def test_no_message_and_a_terminal_on_stdin_is_a_usage_error():
+    controller, terminal = pty.openpty()
+    try:
+        done = cli("run", str(PROFILES / "echo.yaml"), stdin=terminal)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert done.returncode == 2
+    assert "no message" in done.stderr and done.stdout == ""
+
+
+def test_every_run_option_reaches_the_agent(tmp_path):
+    profile = agent_profile(tmp_path, ENV_DUMP)
+    done = cli("run", str(profile), "the message", "--json", "--session-id", "sid-1", "--session-name", "work",
+               "--from-user", "alice", "--attach", "image=https://x.test/cat.png",
+               "--attach", "file=https://x.test/doc.pdf", "--no-stream")
+    assert done.returncode == 0, done.stderr
+    events = ndjson(done.stdout)
+    assert [event["event"] for event in events] == ["result"]  # --no-stream: the partial is ignored
+    env = json.loads(events[0]["reply"])
+    assert env == {
+        "AGENT_MESSAGE": "the message",
+        "AGENT_SESSION_ID": "sid-1",
+        "AGENT_SESSION_NAME": "work",
+        "AGENT_FROM_USER": "alice",
+        "AGENT_STREAMING": "0",
+        "AGENT_PROTOCOL_VERSION": "0.1",
+        "AGENT_ATTACHMENTS": env["AGENT_ATTACHMENTS"],
+    }
+    assert json.loads(env["AGENT_ATTACHMENTS"]) == [
+        {"type": "image", "url": "https://x.test/cat.png", "name": "cat.png"},
+        {"type": "file", "url": "https://x.test/doc.pdf", "name": "doc.pdf"},
+    ]
+
+
+def test_bad_profiles_and_bad_arguments_exit_2_saying_what_is_wrong(tmp_path):
+    typo = write_profile(tmp_path, "command: echo\ntimout_secs: 3\n", "typo.yaml")
+    missing, echo = str(tmp_path / "missing.yaml"), str(PROFILES / "echo.yaml")
+    cases = {
+        ("run", missing, "x"): f"{missing}: no such profile file",
+        ("run", str(typo), "x"): f"{typo}:2: unknown key 'timout_secs'; did you mean 'timeout_secs'?",
+        ("run", echo, "x", "--timeout", "soon"): "'soon' is not a number of seconds",
+        ("run", echo, "x", "--attach", "cat.png"): "TYPE=URL",
+        ("run", echo, "x", "--no-such-option"): "unrecognized arguments",
+    }
+    for (args, complaint), done in zip(cases.items(), cli_at_once(*cases)):
+        assert (done.returncode, done.stdout) == (2, ""), args
+        assert complaint in done.stderr, (args, done.stderr)
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_interrupts_the_agent_and_exits_130(tmp_path):
+    marker, pid_file = tmp_path / "marker", tmp_path / "pids"
+    profile = agent_profile(tmp_path, WAITS_FOR_SIGINT, kill_grace_secs=0.2, timeout_secs=60,
+                            env={"MARKER": str(marker), "PID_FILE": str(pid_file)})
+    with subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "x", "--json"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline()) == {"event": "partial", "text": "ready"}
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    result = json.loads(rest.splitlines()[-1])
+    assert (result["exit_code"], result["outcome"]) == (130, "cancelled")
+    assert marker.read_text() == "SIGINT"
+    pids = read_pids(pid_file)
+    assert len(pids) == 2
+    assert all(process_state(pid) is None for pid in pids)  # killed and reaped (the CLI is a subreaper)
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def test_logs_go_to_stderr_so_json_stdout_parses_even_at_debug(tmp_path):
+    profile = agent_profile(tmp_path, """
+        print("AGENT_SESSION:has a space")
+        print("x" * (2 * 1024 * 1024))
+        print('AGENT_PARTIAL:"p"')
+    """, max_reply_chars=10)
+    done = cli("run", str(profile), "x", "--json", "--log-level", "debug")
+    events = ndjson(done.stdout)  # every stdout line is an event
+    assert [event["event"] for event in events] == ["partial", "result"]
+    records = [json.loads(line) for line in done.stderr.splitlines()]  # not a terminal: JSON records
+    assert any(record["level"] == "warning" and "session" in record["event"] for record in records)
+    turn_records = [record for record in records if "turn_id" in record]
+    assert turn_records and all(record["profile"] == "agent" for record in turn_records)
+    assert len({record["turn_id"] for record in turn_records}) == 1
+
+
+def test_message_text_and_env_values_stay_out_of_logs_above_debug(tmp_path):
+    profile = agent_profile(tmp_path, """
+        print("AGENT_SESSION:bad session")
+        print("reply")
+    """, env={"TOKEN": "${BRIDGE_TEST_SECRET}", "OTHER": "${BRIDGE_TEST_UNSET}"})
+    env = {**os.environ, "BRIDGE_TEST_SECRET": "value-of-the-secret"}
+    env.pop("BRIDGE_TEST_UNSET", None)
+    done = cli("run", str(profile), "private message text", "--json", "--log-level", "info", env=env)
+    assert done.returncode == 0
+    assert "BRIDGE_TEST_UNSET" in done.stderr  # the warning names the variable…
+    assert "turn finished" in done.stderr
+    assert "private message text" not in done.stderr  # …but never carries the message
+    assert "value-of-the-secret" not in done.stderr  # …or an env value
+
+
+# --------------------------------------------------------------------------- check, schema, python -m
+
+
+def test_check_accepts_every_bundled_profile():
+    done = cli("check", *map(str, BUNDLED))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"{path}: ok" for path in BUNDLED]
+
+
+def test_check_reports_every_problem_as_file_line_message(tmp_path):
+    bad = write_profile(tmp_path, """
+        command: ["agent"]
+        timout_secs: 3
+        stdin: sometimes
+        streaming: "yes"
+    """, "bad.yaml")
+    injection = write_profile(tmp_path, """
+        command: sh -c 'echo {{MESSAGE}}'
+    """, "injection.yaml")
+    done = cli("check", str(PROFILES / "echo.yaml"), str(bad), str(injection))
+    assert done.returncode == 2
+    assert f"{PROFILES / 'echo.yaml'}: ok" in done.stdout
+    problems = done.stderr.splitlines()
+    assert f"{bad}:2: unknown key 'timout_secs'; did you mean 'timeout_secs'?" in problems
+    assert any(line.startswith(f"{bad}:3: stdin") for line in problems)
+    assert any(line.startswith(f"{bad}:4: streaming") for line in problems)
+    assert any(line.startswith(f"{injection}:1: ") and "inline code" in line for line in problems)
+
+
+def test_schema_is_a_json_schema_of_every_profile_field(tmp_path):
+    done = cli("schema")
+    assert done.returncode == 0
+    schema = json.loads(done.stdout)
+    assert schema["type"] == "object"
+    assert set(schema["properties"]) == SPEC_FIELDS
+    assert schema["required"] == ["command"]
+    assert schema["additionalProperties"] is False
+    for name in SPEC_FIELDS:
+        assert schema["properties"][name].get("description"), name
+    try:
+        import jsonschema
+    except ImportError:
+        return
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for path in BUNDLED:
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"command": "x", "timout_secs": 3}, schema)
+
+
+def test_make_run_command_answers_and_python_dash_m_bridge_is_the_same_command():
+    script, module = (subprocess.Popen([*command, "run", "profiles/echo.yaml", "hello"], cwd=REPO, text=True,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+                      for command in ([AGENT_BRIDGE], [sys.executable, "-m", "bridge"]))
+    for proc in (script, module):
+        assert proc.communicate(timeout=60)[0] == "echo: hello\n"
+        assert proc.returncode == 0
+
+
+def test_bundled_hang_profile_times_out_at_the_timeout_option():
+    done = cli("run", str(PROFILES / "hang.yaml"), "x", "--timeout", "0.3", "--json")  # the profile says 2 s
+    result = ndjson(done.stdout)[-1]
+    assert (done.returncode, result["outcome"]) == (124, "timeout")
+    assert result["error_reply"].startswith("The agent timed out after 0.3 s.")
+
+
+async def test_bundled_echo_fail_and_upper_profiles():
+    echo = await bridge.run_turn(bridge.load_profile(PROFILES / "echo.yaml"), Turn("hi"))
+    assert (echo.exit_code, echo.reply) == (0, "echo: hi")
+    fail = await bridge.run_turn(bridge.load_profile(PROFILES / "fail.yaml"), Turn("hi"))
+    assert (fail.exit_code, fail.outcome, fail.reply, fail.partials) == (1, "agent_error", "", 1)
+    assert fail.error_reply == "The upstream service is rate limited. Try again in a minute."
+    upper = await bridge.run_turn(bridge.load_profile(PROFILES / "upper.yaml"), Turn("shout this, ünïcode"))
+    assert (upper.exit_code, upper.reply) == (0, "SHOUT THIS, ÜNÏCODE")
+
+
+async def test_bundled_fork_profile_ends_at_once_and_its_child_is_killed():
+    result = await bridge.run_turn(bridge.load_profile(PROFILES / "fork.yaml"), Turn("hi"))
+    assert result.exit_code == 0 and result.duration_ms < 5000
+    child = int(result.reply.split("(pid ")[1].split(")")[0])
+    assert_no_live_process([child])
+
+
+async def test_bundled_stream_profile_streams_and_resumes_its_session(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the sample keeps its sessions
+    profile = bridge.load_profile(PROFILES / "stream.yaml").model_copy(update={"env": {"STREAM_DELAY": "0"}})
+    partials: list[str] = []
+    first = await bridge.run_turn(profile, Turn("hello there"), on_partial=partials.append)
+    assert first.exit_code == 0 and first.session_id
+    assert partials == ["hello ", "there "]
+    second = await bridge.run_turn(profile, Turn("again", session_id=first.session_id))
+    assert second.session_id == first.session_id
+    assert f"turn 2 of session {first.session_id}" in second.reply
+    assert "last time you said: hello there" in second.reply
