@@ -39,6 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Whoever read stdout went away (`agent-bridge run … | head`): end quietly, as
+        # in a pipeline; the turn was cancelled and its agent stopped on the way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 def build_parser() -> argparse.ArgumentParser:
