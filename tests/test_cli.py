@@ -251,6 +251,35 @@ def test_ctrl_c_interrupts_the_agent_and_exits_130(tmp_path):
     assert all(process_state(pid) is None for pid in pids)  # killed and reaped (the CLI is a subreaper)
 
 
+def test_a_reader_that_goes_away_ends_the_cli_quietly_and_stops_the_agent(tmp_path):
+    fifo, pid_file = tmp_path / "ack", tmp_path / "pids"
+    os.mkfifo(fifo)
+    profile = agent_profile(tmp_path, """
+        import os, subprocess, sys, time
+        with open(os.environ["PID_FILE"], "a") as out:
+            out.write(f"{os.getpid()}\\n{subprocess.Popen(['sleep', '600']).pid}\\n")
+        fifo = os.open(sys.argv[1], os.O_RDWR)
+        print('AGENT_PARTIAL:"one"', flush=True)
+        os.read(fifo, 1)  # until the reader of the CLI's stdout has gone
+        print('AGENT_PARTIAL:"two"', flush=True)
+        while True:
+            time.sleep(3600)
+    """, args=[str(fifo)], env={"PID_FILE": str(pid_file)}, kill_grace_secs=0.2, timeout_secs=60)
+    with subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "x"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.read(3) == "one"
+        proc.stdout.close()  # like `agent-bridge run … | head -c 3`
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, b"k")
+        os.close(fd)
+        stderr = proc.stderr.read()
+        proc.wait(timeout=30)
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert "Traceback" not in stderr
+    assert_no_live_process(read_pids(pid_file))
+
+
 # --------------------------------------------------------------------------- logs
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -518,6 +519,12 @@ print(json.dumps({{"cwd": os.getcwd(), "argv": sys.argv[1:], "dir": os.environ["
     assert seen["dir"] == f"{profiles.resolve()}/x"
 
 
+async def test_cwd_may_use_the_session_name(make_agent, tmp_path):
+    (tmp_path / "sessions" / "work").mkdir(parents=True)
+    profile = make_agent("import os; print(os.getcwd())", cwd="sessions/{{SESSION_NAME}}")
+    assert Path((await run(profile, session_name="work")).reply) == (tmp_path / "sessions/work").resolve()
+
+
 async def test_cwd_expands_home_and_defaults_to_the_bridges_cwd(make_agent, tmp_path, monkeypatch):
     (tmp_path / "home" / "agent-work").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -764,6 +771,27 @@ async def test_an_agent_ignoring_sigint_is_killed_after_the_grace(make_recorded_
     assert_no_live_process(read_pids(pid_file))
 
 
+# A host started in the background by a shell (`bot &`, nohup) ignores SIGINT,
+# and exec() passes an ignored signal on: its agents would then ignore the
+# host's cancel and only ever end by SIGKILL.
+HOST_IGNORING_SIGINT = """
+import signal, sys
+import bridge
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+profile = bridge.Profile.from_mapping({"command": ["grep", "^SigIgn:", "/proc/self/status"]})
+print(bridge.run_turn_sync(profile, bridge.Turn("x")).reply.split()[1])
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="spawn passes the host's ignored SIGINT on to the agent; resetting "
+                   "dispositions needs posix_spawn(setsigdef) or a preexec step, a change to process.spawn")
+def test_an_agent_gets_default_sigint_handling_even_from_a_host_that_ignores_it():
+    done = subprocess.run([PYTHON, "-c", HOST_IGNORING_SIGINT], capture_output=True, text=True, timeout=60,
+                          check=True)
+    ignored = int(done.stdout, 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)), f"the agent starts with SIGINT ignored (SigIgn {ignored:x})"
+
+
 async def test_leaving_open_turn_early_cancels_and_reaps(make_recorded_agent, tmp_path, pid_file):
     marker = tmp_path / "marker"
     profile = make_recorded_agent(WAITS_FOR_SIGINT, env={"MARKER": str(marker)}, kill_grace_secs=0.2)
@@ -822,6 +850,26 @@ async def test_an_exception_inside_the_open_turn_block_propagates_and_the_agent_
 
 
 # --------------------------------------------------------------------------- resources
+
+
+async def test_the_agent_inherits_only_stdin_stdout_and_stderr(make_agent):
+    """Not the pipes of another running turn (they would hold its EOF back), nor the bridge's own fds."""
+    lister = make_agent("""
+        import os
+        inherited = []
+        for fd in range(3, 1024):
+            try:
+                os.fstat(fd)
+            except OSError:
+                continue
+            inherited.append(fd)
+        print(inherited)
+    """)
+    async with bridge.open_turn(make_agent(HANGS, kill_grace_secs=0), Turn("x")) as events:
+        async for _ in events:
+            break  # the other turn is running, its pipes open
+        result = await run(lister)
+    assert result.reply == "[]"
 
 
 async def test_turns_leak_no_file_descriptors(make_agent, tmp_path):
