@@ -260,7 +260,7 @@ async def test_a_flood_of_partials_is_capped(make_agent):
 async def test_hostile_turns_in_parallel_end_independently(make_agent):
     """A hung agent next to a well-behaved one delays nothing but itself."""
     hang = make_agent("import time\nwhile True: time.sleep(3600)", timeout_secs=0.5, kill_grace_secs=0.2)
-    echo = make_agent('print("fast")')
+    echo = make_agent('#!/bin/sh\necho fast')
     finished: list[str] = []
 
     async def turn(name: str, profile: bridge.Profile) -> None:

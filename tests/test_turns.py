@@ -646,7 +646,7 @@ async def test_idle_timeout_is_reset_by_output(make_agent):
             print(".", flush=True)
             time.sleep(0.05)
         print("finished")
-    """, idle_timeout_secs=0.4, kill_grace_secs=0.2)
+    """, idle_timeout_secs=0.5, kill_grace_secs=0.2)  # 10x the gaps between its lines
     result = await run(profile)
     assert result.outcome == "ok" and result.reply.endswith("finished")
 
