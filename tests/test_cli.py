@@ -299,6 +299,31 @@ def test_logs_go_to_stderr_so_json_stdout_parses_even_at_debug(tmp_path):
     assert len({record["turn_id"] for record in turn_records}) == 1
 
 
+def test_logs_on_a_terminal_are_for_people():
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run([AGENT_BRIDGE, "run", str(PROFILES / "echo.yaml"), "hi", "--log-level", "info"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal, text=True,
+                              timeout=60)
+        os.close(terminal)
+        logged = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # EIO: the writer side is closed and everything was read
+                break
+            if not chunk:
+                break
+            logged += chunk
+    finally:
+        os.close(controller)
+    assert done.stdout == "echo: hi\n"
+    lines = logged.decode().splitlines()
+    finished = [line for line in lines if "turn finished" in line]
+    assert finished and not finished[0].lstrip().startswith("{")  # console lines, not JSON
+    assert "turn_id=" in finished[0] and "profile=echo" in finished[0]
+
+
 def test_message_text_and_env_values_stay_out_of_logs_above_debug(tmp_path):
     profile = agent_profile(tmp_path, """
         print("AGENT_SESSION:bad session")
