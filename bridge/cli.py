@@ -30,7 +30,13 @@ EXIT_USAGE = 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse binds an optional positional (run's MESSAGE) as soon as it meets
+    # the first one, so in `run PROFILE --json "hi"` the message is left over.
+    if len(extra) == 1 and getattr(args, "message", "") is None and not extra[0].startswith("-") or extra == ["-"]:
+        args.message = extra.pop()
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     configure_logging(args.log_level, args.log_format)
     try:
         return int(args.handler(args))

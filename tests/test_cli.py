@@ -179,6 +179,15 @@ def test_message_from_the_argument_from_dash_and_from_piped_stdin():
     assert outputs == ["echo: from the argument\n", "echo: from dash\nsecond line\n", "echo: piped\n"]
 
 
+def test_the_message_may_come_after_the_options():
+    echo = str(PROFILES / "echo.yaml")
+    after, dash, two = cli_at_once(("run", echo, "--session-name", "work", "after the options"),
+                                   ("run", echo, "--json", "-"), ("run", echo, "--json", "one", "two"))
+    assert (after.returncode, after.stdout) == (0, "echo: after the options\n"), after.stderr
+    assert (dash.returncode, ndjson(dash.stdout)[-1]["reply"]) == (0, "echo: "), dash.stderr
+    assert two.returncode == 2 and "unrecognized arguments: one two" in two.stderr
+
+
 def test_no_message_and_a_terminal_on_stdin_is_a_usage_error():
     controller, terminal = pty.openpty()
     try:
