@@ -7,6 +7,8 @@
     print(result.reply)
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import BridgeError, LaunchError, Problem, ProfileError, TurnError
 from .launch import LaunchPlan, plan_launch
 from .profile import Profile, json_schema, load_profile, parse_profile
@@ -16,13 +18,38 @@ from .runner import TurnStream, open_turn, run_turn, run_turn_sync
 from .supervisor import HostEvent
 from .turn import Attachment, Turn
 
+if TYPE_CHECKING:
+    from .host import DuplicateTurn, Host, HostClosed, HostStats, open_host
+    from .registry import UnknownProfile
+    from .scheduler import QueueFull
+
 __version__ = "0.1.0"
+
+# The host runtime loads on first use, so `run`, `check` and `schema` never pay for importing it.
+_LAZY = {"DuplicateTurn": "host", "Host": "host", "HostClosed": "host", "HostStats": "host", "open_host": "host",
+         "QueueFull": "scheduler", "UnknownProfile": "registry"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bridge' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Attachment",
     "BridgeError",
+    "DuplicateTurn",
     "ErrorEvent",
+    "Host",
+    "HostClosed",
     "HostEvent",
+    "HostStats",
     "LaunchError",
     "LaunchPlan",
     "Outcome",
@@ -30,13 +57,16 @@ __all__ = [
     "Problem",
     "Profile",
     "ProfileError",
+    "QueueFull",
     "SessionEvent",
     "Turn",
     "TurnError",
     "TurnResult",
     "TurnStream",
+    "UnknownProfile",
     "json_schema",
     "load_profile",
+    "open_host",
     "open_turn",
     "parse_profile",
     "plan_launch",

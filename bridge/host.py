@@ -1,0 +1,377 @@
+"""The host runtime: one object a bot holds for its lifetime to run turns for many conversations.
+
+    async with bridge.open_host(profiles="profiles/", state="sessions.sqlite3") as host:
+        result = await host.submit("stream", "chat-42", bridge.Turn("hello"), on_partial=send)
+
+It owns what every chat host would otherwise re-invent (SPEC §6): where session
+ids live, keeping two turns of one conversation from running at once, how many
+agents run together, a bounded queue, picking up edited profiles, and stopping
+cleanly.
+
+A turn runs in the task that submitted it; the host only decides *when* it may
+start (see `scheduler`). So a submit is cancelled like any trio call (the agent
+is stopped as a host cancel, then `Cancelled` propagates), and the host needs
+no task of its own. `cancel(turn_id)` instead stops a turn and still returns
+its result (exit 130), which is what a bot relaying a user's "stop" wants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+import trio
+
+from .errors import BridgeError, TurnError
+from .log import get_logger
+from .profile import Profile
+from .registry import ProfileRegistry
+from .result import Ending, Outcome, TurnRecorder, TurnResult
+from .runner import EventCallback, PartialCallback, _emitter, _ungrouped
+from .scheduler import QueueFull, Ticket, TurnQueue
+from .supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
+from .turn import Turn
+
+DEFAULT_MAX_CONCURRENT = 32
+DEFAULT_MAX_QUEUED = 256
+DEFAULT_SHUTDOWN_GRACE = 10.0
+
+
+class HostClosed(BridgeError):
+    """The host is shutting down (or shut down) and takes no new turns."""
+
+
+class DuplicateTurn(BridgeError, ValueError):
+    """A turn with this id is already queued or running; ids must be unique among turns in flight."""
+
+
+class SessionStoreLike(Protocol):
+    """What the host needs of a session store (`bridge.store.SessionStore` is the real one)."""
+
+    def get(self, profile: str, conversation: str, session_name: str = "default") -> str: ...
+
+    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HostStats:
+    """A snapshot of the host's load and history since it opened.
+
+    `completed` counts every turn that produced a result (whatever its
+    outcome), `failed` those of them whose exit code was not 0, `outcomes` the
+    results by outcome. `refused` counts submits turned away because the queue
+    was full; `store_errors` sessions that could not be read or recorded.
+    """
+
+    running: int
+    queued: int
+    completed: int
+    failed: int
+    refused: int
+    store_errors: int
+    outcomes: dict[str, int]
+    max_concurrent: int
+    max_queued: int
+    closing: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class _Flight(Ticket):
+    """A ticket plus what the host needs to stop its turn."""
+
+    __slots__ = ("turn_id", "cancel", "wake", "profile")
+
+    def __init__(self, key: Hashable, seq: int, turn_id: str, profile: Profile) -> None:
+        super().__init__(key, seq)
+        self.turn_id = turn_id
+        self.profile = profile
+        self.cancel = trio.Event()  # set: stop the agent as a host cancel; the result says 130
+        self.wake = trio.Event()  # set: the ticket left the queue (started, or withdrawn)
+
+
+def open_host(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str] | SessionStoreLike | None = None,
+              max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
+              shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> Host:
+    """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
+
+    `state` is the session store: a file path, `None` for the default
+    (`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`), or a store object the
+    caller owns (anything with `get` and `record`, such as a `SessionStore`).
+    `max_concurrent` turns run at once; `max_queued` more may wait, then
+    `submit` raises `QueueFull`. On shutdown, turns in flight get
+    `shutdown_grace` seconds to finish before they are cancelled.
+    """
+    registry = ProfileRegistry(profiles)
+    log = get_logger(component="host")
+    for error in registry.broken():
+        log.warning("a profile does not load; turns asking for it will fail until it is fixed", problem=str(error))
+    owned = state is None or isinstance(state, (str, os.PathLike))
+    if owned:
+        from .store import SessionStore
+
+        store: SessionStoreLike = SessionStore(state)  # type: ignore[arg-type]
+    else:
+        store = state  # type: ignore[assignment]
+    return Host(registry, store, owns_store=owned, max_concurrent=max_concurrent, max_queued=max_queued,
+                shutdown_grace=shutdown_grace)
+
+
+class Host:
+    """Runs turns for many conversations with ordering, limits, sessions and a clean shutdown.
+
+    Build it with `open_host`. One host belongs to one trio run.
+    """
+
+    def __init__(self, registry: ProfileRegistry, store: SessionStoreLike, *, owns_store: bool = False,
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
+                 shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> None:
+        if not shutdown_grace >= 0:
+            raise ValueError("shutdown_grace must be at least 0 seconds")
+        self.registry = registry
+        self.store = store
+        self.shutdown_grace = shutdown_grace
+        self._owns_store = owns_store
+        self._queue = TurnQueue(max_concurrent, max_queued)
+        self._flights: dict[str, _Flight] = {}
+        self._arrivals = itertools.count()  # arrival order of admitted turns
+        self._ids = itertools.count(1)  # for turns submitted without an id
+        self._closing = False
+        self._closed = trio.Event()  # aclose() finished
+        self._idle: trio.Event | None = None  # set when the last flight ends
+        self._outcomes: Counter[str] = Counter()
+        self._failed = 0
+        self._refused = 0
+        self._store_errors = 0
+        self._log = get_logger(component="host")
+
+    # ------------------------------------------------------------------ turns
+
+    async def submit(self, profile: str, conversation: str, turn: Turn, *,
+                     on_partial: PartialCallback | None = None, on_event: EventCallback | None = None,
+                     turn_id: str | None = None,
+                     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> TurnResult:
+        """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
+
+        Turns of the same (profile, conversation, session name) run one at a
+        time in the order they were submitted. When `turn.session_id` is
+        empty, the stored session id is used, and the result's id is stored
+        for the next turn (no valid session line keeps the stored one).
+
+        `on_partial(text)` / `on_event(event)` see the turn's events as in
+        `run_turn`; the `TurnResult` reaches `on_event` last, once the session
+        is stored and the next turn of the conversation may start.
+
+        Refused at once, before anything runs: `HostClosed`, `QueueFull`,
+        `UnknownProfile` / `ProfileError` (the profile is missing or does not
+        load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`.
+        `nursery.start(host.submit, ...)` returns the turn id once the turn
+        was accepted. `StoreError` when the stored session cannot be read
+        (the turn does not run: resuming the wrong session would be worse).
+        """
+        if self._closing:
+            raise HostClosed("the host is shutting down and takes no new turns")
+        if not isinstance(turn, Turn):
+            raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
+        if not isinstance(conversation, str) or not conversation:
+            raise TurnError(f"the conversation key must be a non-empty string, not {conversation!r}")
+        if not turn.session_name:
+            raise TurnError("the turn's session_name must not be empty (the default is 'default')")
+        if turn_id is None:
+            turn_id = f"turn-{next(self._ids)}"
+            while turn_id in self._flights:  # the caller chose an id of this shape
+                turn_id = f"turn-{next(self._ids)}"
+        elif turn_id in self._flights:
+            raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
+        loaded = self.registry.get(profile)
+        flight = _Flight((profile, conversation, turn.session_name), next(self._arrivals), turn_id, loaded)
+        log = self._log.bind(turn_id=turn_id, profile=profile, conversation=conversation)
+        try:
+            runs_now = self._queue.admit(flight)
+        except QueueFull:
+            self._refused += 1
+            log.warning("turn refused: the queue is full", running=self._queue.running, queued=self._queue.waiting)
+            raise
+        self._flights[turn_id] = flight
+        if not runs_now:
+            log.info("turn queued", queued=self._queue.waiting)
+        task_status.started(turn_id)
+
+        emit = _emitter(on_partial, on_event)
+        started = trio.current_time()
+        try:
+            if not runs_now:
+                await self._wait_for_slot(flight)
+            if flight.state == Ticket.WITHDRAWN:
+                result = _cancelled_result(loaded, started)
+            else:
+                result = await self._run(flight, loaded, profile, conversation, turn, emit, log)
+        finally:
+            self._land(flight)
+        self._outcomes[result.outcome.value] += 1
+        if not result.ok:
+            self._failed += 1
+        if emit is not None:
+            await emit(result)
+        return result
+
+    def cancel(self, turn_id: str) -> bool:
+        """Stop turn `turn_id` as a host cancel (SIGINT, grace, SIGKILL); its submitter gets a 130 result.
+
+        A queued turn leaves the queue without running. Returns False when no
+        such turn is in flight (unknown, or already finished).
+        """
+        flight = self._flights.get(turn_id)
+        if flight is None:
+            return False
+        self._stop(flight)
+        return True
+
+    def stats(self) -> HostStats:
+        return HostStats(
+            running=self._queue.running,
+            queued=self._queue.waiting,
+            completed=sum(self._outcomes.values()),
+            failed=self._failed,
+            refused=self._refused,
+            store_errors=self._store_errors,
+            outcomes={outcome.value: self._outcomes[outcome.value] for outcome in Outcome},
+            max_concurrent=self._queue.max_running,
+            max_queued=self._queue.max_waiting,
+            closing=self._closing,
+        )
+
+    def profile(self, name: str) -> Profile:
+        """The current profile called `name` (re-read if its file changed); raises like `submit`."""
+        return self.registry.get(name)
+
+    @property
+    def closing(self) -> bool:
+        """True once shutdown began: `submit` raises `HostClosed`."""
+        return self._closing
+
+    async def _wait_for_slot(self, flight: _Flight) -> None:
+        try:
+            await flight.wake.wait()
+        except BaseException:
+            if flight.state == Ticket.WAITING:  # the submitter went away while queued
+                self._queue.withdraw(flight)
+            raise
+
+    async def _run(self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn,
+                   emit: Any, log: Any) -> TurnResult:
+        # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
+        # a thread hop ~100 µs), but it can wait: for another process's write lock (up to the
+        # store's busy timeout), for a WAL checkpoint's fsync, or for this store's own lock while a
+        # record runs. None of that may freeze every other conversation's output.
+        if not turn.session_id:
+            try:
+                stored = await trio.to_thread.run_sync(self.store.get, name, conversation, turn.session_name)
+            except BridgeError as err:
+                self._store_errors += 1
+                log.error("the stored session cannot be read; the turn does not run", error=str(err))
+                raise
+            if stored:
+                turn = dataclasses.replace(turn, session_id=stored)
+        if flight.cancel.is_set():  # cancelled before the agent started: do not start it
+            return _cancelled_result(profile, trio.current_time())
+
+        async def forward(event: HostEvent) -> None:
+            if emit is not None and type(event) is not TurnResult:
+                await emit(event)
+
+        log.debug("turn started", resumed=bool(turn.session_id))
+        with _ungrouped():  # a callback's exception reaches the submitter as itself
+            result = await drive_turn(profile, turn, forward, cancel=flight.cancel, turn_id=flight.turn_id)
+        try:
+            await trio.to_thread.run_sync(self.store.record, name, conversation, turn.session_name, result)
+        except BridgeError as err:
+            # The turn happened and its result stands; only the session link is lost.
+            self._store_errors += 1
+            log.error("the turn's session could not be stored; the next turn may start a new session",
+                      error=str(err))
+        return result
+
+    def _land(self, flight: _Flight) -> None:
+        """The flight is over: free its place and wake whoever may start now."""
+        del self._flights[flight.turn_id]
+        if flight.state == Ticket.RUNNING:
+            for ticket in self._queue.release(flight):
+                ticket.wake.set()  # type: ignore[attr-defined]
+        if not self._flights and self._idle is not None:
+            self._idle.set()
+
+    def _stop(self, flight: _Flight) -> None:
+        if flight.state == Ticket.WAITING:
+            self._queue.withdraw(flight)
+            flight.wake.set()
+        flight.cancel.set()
+
+    # ------------------------------------------------------------------ shutdown
+
+    def stop_accepting(self) -> None:
+        """Begin shutdown: from now on `submit` raises `HostClosed`; turns in flight carry on."""
+        if not self._closing:
+            self._closing = True
+            self._log.info("host shutting down", running=self._queue.running, queued=self._queue.waiting)
+
+    def cancel_all(self) -> None:
+        """Cancel every turn in flight: queued ones leave the queue, running agents get SIGINT."""
+        for flight in list(self._flights.values()):
+            self._stop(flight)
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Shut down: stop accepting, let turns in flight finish for `grace` seconds
+        (default `shutdown_grace`), then cancel the rest. Returns once every
+        submitted turn has its result. Cancelling this call cuts the grace short.
+        """
+        if self._closed.is_set():
+            return
+        self.stop_accepting()
+        grace = self.shutdown_grace if grace is None else grace
+        with trio.move_on_after(grace):
+            await self._drained()
+        if self._flights:
+            self._log.warning("shutdown grace over; cancelling the turns still in flight", grace_secs=grace,
+                              running=self._queue.running, queued=self._queue.waiting)
+            self.cancel_all()
+        # The agents get SIGINT, then SIGKILL after their grace: this wait is bounded.
+        bound = max((flight.profile.kill_grace_secs for flight in self._flights.values()), default=0.0)
+        with trio.CancelScope(shield=True), trio.move_on_after(bound + DRAIN_SECS + REAP_SECS + 5.0):
+            await self._drained()
+        if self._flights:
+            self._log.error("turns outlived the shutdown; their callbacks may be stuck", left=len(self._flights))
+        if self._owns_store and not self._closed.is_set():
+            close = getattr(self.store, "close", None)
+            if close is not None:
+                close()
+        self._closed.set()
+
+    async def _drained(self) -> None:
+        while self._flights:
+            if self._idle is None or self._idle.is_set():
+                self._idle = trio.Event()
+            await self._idle.wait()
+
+    async def __aenter__(self) -> Host:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        await self.aclose()
+
+
+def _cancelled_result(profile: Profile, started: float) -> TurnResult:
+    """The result of a turn cancelled before its agent started: exit 130, like any host cancel."""
+    duration_ms = max(0, round((trio.current_time() - started) * 1000))
+    return TurnRecorder(profile).finish(Ending(cancelled=True), duration_ms=duration_ms)
+
+
+__all__ = ["DuplicateTurn", "Host", "HostClosed", "HostStats", "QueueFull", "SessionStoreLike", "open_host"]
