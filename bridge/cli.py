@@ -90,7 +90,48 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", parents=[common], help="print the profile JSON Schema, for editors")
     schema.set_defaults(handler=_schema_command)
+
+    serve = commands.add_parser("serve", parents=[common], help="run turns for a bot over JSON Lines on stdin/stdout",
+                                description="The host runtime as a sidecar: one JSON request per line on stdin, "
+                                "one JSON response per line on stdout (see the README). EOF, SIGTERM or SIGINT "
+                                "shut down gracefully; a second signal cancels every turn at once.")
+    serve.add_argument("--profiles", metavar="DIR", required=True,
+                       help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns")
+    serve.add_argument("--state", metavar="PATH",
+                       help="session store file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3)")
+    # Defaults live in bridge.host (not imported here: other commands must not pay for it).
+    serve.add_argument("--max-concurrent", metavar="N", type=_count(1),
+                       help="turns that may run at once (default: 32)")
+    serve.add_argument("--max-queued", metavar="N", type=_count(0),
+                       help="turns that may wait for a slot; more are refused with queue_full (default: 256)")
+    serve.add_argument("--shutdown-grace", metavar="SECS", type=_grace_seconds,
+                       help="on shutdown, how long turns in flight may finish before they are cancelled "
+                       "(default: 10)")
+    serve.set_defaults(handler=_serve_command)
     return parser
+
+
+def _count(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def _grace_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
 
 
 def _attachment(spec: str) -> Attachment:
@@ -241,6 +282,14 @@ def _environment_warnings(profile: Profile) -> list[str]:
     elif shutil.which(program) is None:
         warnings.append(f"command {program!r} is not on PATH")
     return warnings
+
+
+def _serve_command(args: argparse.Namespace) -> int:
+    from .serve import run_serve  # lazily: the other commands never pay for the host runtime
+
+    limits = {name: value for name in ("max_concurrent", "max_queued", "shutdown_grace")
+              if (value := getattr(args, name)) is not None}
+    return run_serve(args.profiles, state=args.state, **limits)
 
 
 def _schema_command(args: argparse.Namespace) -> int:

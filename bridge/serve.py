@@ -1,0 +1,508 @@
+"""`agent-bridge serve`: the host runtime as a sidecar speaking JSON Lines on stdin/stdout.
+
+A bot in any language starts one `serve` process and writes one JSON request
+per line; every response is one JSON line tagged with the request's id. The
+protocol is documented in the README ("Sidecar for bots in any language").
+
+`Server` speaks the protocol over any pair of trio streams, so it is tested in
+process; `serve_stdio` wires it to the process's stdin/stdout and signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .errors import ProfileError, TurnError
+from .host import (DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, DuplicateTurn, Host, HostClosed,
+                   open_host)
+from .log import get_logger
+from .protocol import PartialEvent, SessionEvent
+from .registry import UnknownProfile
+from .scheduler import QueueFull
+from .store import StoreError
+from .supervisor import HostEvent
+from .turn import ATTACHMENT_TYPES, Attachment, Turn
+
+MAX_REQUEST_BYTES = 1024 * 1024
+READ_CHUNK = 64 * 1024
+
+# Stable error codes (the README lists them); clients may branch on these.
+BAD_JSON = "bad_json"
+REQUEST_TOO_LARGE = "request_too_large"
+INVALID_REQUEST = "invalid_request"
+UNKNOWN_TYPE = "unknown_type"
+DUPLICATE_ID = "duplicate_id"
+UNKNOWN_PROFILE = "unknown_profile"
+PROFILE_INVALID = "profile_invalid"
+QUEUE_FULL = "queue_full"
+SHUTTING_DOWN = "shutting_down"
+UNKNOWN_TURN = "unknown_turn"
+STORE_ERROR = "store_error"
+INTERNAL_ERROR = "internal_error"
+
+_TURN_FIELDS = {"type", "id", "profile", "conversation", "message", "from_user", "session_name", "session_id",
+                "attachments"}
+_ATTACHMENT_FIELDS = {"type", "url", "name"}
+
+
+class RequestLines:
+    """Split a byte stream into request lines, holding at most `limit` bytes of one line. Sans-I/O.
+
+    `feed()` returns complete lines (without the newline, a trailing CR
+    dropped); a line longer than `limit` comes out as `None`, its bytes
+    discarded as they arrive.
+    """
+
+    __slots__ = ("_limit", "_pending", "_overflowed")
+
+    def __init__(self, limit: int = MAX_REQUEST_BYTES) -> None:
+        self._limit = limit
+        self._pending = bytearray()
+        self._overflowed = False
+
+    def feed(self, data: bytes | bytearray) -> list[bytes | None]:
+        lines: list[bytes | None] = []
+        start = 0
+        end = len(data)
+        while start <= end:
+            newline = data.find(b"\n", start)
+            stop = end if newline < 0 else newline
+            if not self._overflowed:
+                if len(self._pending) + stop - start > self._limit:
+                    self._overflowed = True
+                    self._pending.clear()
+                else:
+                    self._pending += data[start:stop]
+            if newline < 0:
+                break
+            lines.append(self._take())
+            start = newline + 1
+        return lines
+
+    def close(self) -> list[bytes | None]:
+        """End of stream: an unterminated last line is still a request."""
+        if self._pending or self._overflowed:
+            return [self._take()]
+        return []
+
+    def _take(self) -> bytes | None:
+        if self._overflowed:
+            self._overflowed = False
+            return None
+        line = bytes(self._pending)
+        self._pending.clear()
+        return line[:-1] if line.endswith(b"\r") else line
+
+
+class RequestError(Exception):
+    """A request that gets an `error` response; serve carries on."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    id: str | int
+    profile: str
+    conversation: str
+    turn: Turn
+
+
+def parse_turn(request: dict[str, Any]) -> TurnRequest:
+    """Validate a `turn` request; raises `RequestError` naming what is wrong."""
+    _only_fields(request, _TURN_FIELDS)
+    request_id = _request_id(request, required=True)
+    assert request_id is not None
+    profile = _string(request, "profile", required=True, non_empty=True)
+    conversation = _string(request, "conversation", required=True, non_empty=True)
+    message = _string(request, "message", required=True)
+    attachments = request.get("attachments", [])
+    if not isinstance(attachments, list):
+        raise RequestError(INVALID_REQUEST, "attachments must be a list of {type, url, name} objects")
+    try:
+        turn = Turn(
+            message=message,
+            session_id=_string(request, "session_id"),
+            session_name=_string(request, "session_name", non_empty=True) or "default",
+            from_user=_string(request, "from_user"),
+            attachments=tuple(_attachment(item) for item in attachments),
+        )
+    except TurnError as err:
+        raise RequestError(INVALID_REQUEST, str(err)) from None
+    return TurnRequest(request_id, profile, conversation, turn)
+
+
+def _only_fields(request: dict[str, Any], fields: set[str]) -> None:
+    unknown = sorted(set(request) - fields)
+    if unknown:
+        raise RequestError(INVALID_REQUEST, f"unknown field {unknown[0]!r} in a {request.get('type')} request "
+                           f"(fields: {', '.join(sorted(fields))})")
+
+
+def _request_id(request: dict[str, Any], *, required: bool) -> str | int | None:
+    value = request.get("id")
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise RequestError(INVALID_REQUEST, "id must be a non-empty string or an integer")
+    return value
+
+
+def _string(request: dict[str, Any], field: str, *, required: bool = False, non_empty: bool = False) -> str:
+    if field not in request:
+        if required:
+            raise RequestError(INVALID_REQUEST, f"a turn request needs {field!r}")
+        return ""
+    value = request[field]
+    if not isinstance(value, str):
+        raise RequestError(INVALID_REQUEST, f"{field} must be a string, not {_json_type(value)}")
+    if non_empty and not value:
+        raise RequestError(INVALID_REQUEST, f"{field} must not be empty")
+    return value
+
+
+def _attachment(item: Any) -> Attachment:
+    if not isinstance(item, dict):
+        raise RequestError(INVALID_REQUEST, f"an attachment must be an object {{type, url, name}}, "
+                           f"not {_json_type(item)}")
+    unknown = sorted(set(item) - _ATTACHMENT_FIELDS)
+    if unknown:
+        raise RequestError(INVALID_REQUEST, f"unknown field {unknown[0]!r} in an attachment (fields: name, type, url)")
+    kind, url, name = item.get("type"), item.get("url"), item.get("name", "")
+    if kind not in ATTACHMENT_TYPES:
+        raise RequestError(INVALID_REQUEST, f"attachment type must be one of {', '.join(ATTACHMENT_TYPES)}, "
+                           f"not {kind!r}")
+    if not isinstance(url, str) or not url:
+        raise RequestError(INVALID_REQUEST, "an attachment needs a url (a non-empty string)")
+    if not isinstance(name, str):
+        raise RequestError(INVALID_REQUEST, f"attachment name must be a string, not {_json_type(name)}")
+    return Attachment(type=kind, url=url, name=name)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _turn_key(request_id: str | int) -> str:
+    """The host's turn id for a request id (7 and "7" are the same turn)."""
+    return request_id if isinstance(request_id, str) else str(request_id)
+
+
+class Output:
+    """Writes responses, one JSON line each, whole and in order, whoever sends them.
+
+    When the client stops reading (its end of the pipe closed), responses are
+    dropped and `on_broken` is called once: nobody is left to answer.
+    """
+
+    def __init__(self, stream: trio.abc.SendStream, on_broken: Callable[[], None]) -> None:
+        self._stream = stream
+        self._lock = trio.Lock()
+        self._on_broken = on_broken
+        self.broken = False
+
+    async def send(self, response: dict[str, Any]) -> None:
+        try:
+            data = (json.dumps(response, ensure_ascii=False) + "\n").encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate in a client's string: escape it rather than fail
+            data = (json.dumps(response) + "\n").encode("ascii")
+        async with self._lock:
+            if self.broken:
+                return
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                self.broken = True
+                self._on_broken()
+
+
+class Server:
+    """One serve session: reads requests from `input`, runs turns on `host`, answers on `output`."""
+
+    def __init__(self, host: Host, input: trio.abc.ReceiveStream, output: trio.abc.SendStream, *,
+                 max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+        self.host = host
+        self._input = input
+        self.output = Output(output, self._client_gone)
+        self._max_request_bytes = max_request_bytes
+        self._turns: trio.Nursery | None = None
+        self._receive_scope: trio.CancelScope | None = None
+        self._stop_reading = False
+        self._shutdown_started = False
+        self._shutdown_done = trio.Event()
+        self._system: trio.Nursery | None = None
+        self._log = get_logger(component="serve")
+
+    async def run(self) -> None:
+        """Serve until EOF on input (or `request_shutdown()`), then shut down gracefully.
+
+        Returns once every accepted turn has been answered with its result.
+        """
+        async with trio.open_nursery() as system:
+            self._system = system
+            async with trio.open_nursery() as turns:
+                self._turns = turns
+                await self._read_requests()
+                self._begin_shutdown()
+                await self._shutdown_done.wait()
+            system.cancel_scope.cancel()
+
+    def request_shutdown(self) -> None:
+        """Stop taking turns, finish (or, after the grace, cancel) those in flight, then stop reading.
+
+        Requests keep being read meanwhile: a client may still cancel a turn
+        or ask for stats. Calling it again cancels every turn at once.
+        """
+        if self._shutdown_started:
+            self._log.warning("asked again to shut down; cancelling every turn now")
+            self.host.cancel_all()
+            return
+        self._begin_shutdown()
+
+    def _begin_shutdown(self) -> None:
+        if self._shutdown_started:
+            return
+        self._shutdown_started = True
+        self.host.stop_accepting()
+        assert self._system is not None
+        self._system.start_soon(self._shut_down)
+
+    async def _shut_down(self) -> None:
+        try:
+            await self.host.aclose()
+        finally:
+            self._stop_reading = True
+            if self._receive_scope is not None:
+                self._receive_scope.cancel()
+            self._shutdown_done.set()
+
+    def _client_gone(self) -> None:
+        self._log.warning("the client stopped reading responses; cancelling every turn")
+        self._begin_shutdown()
+        self.host.cancel_all()
+
+    async def _read_requests(self) -> None:
+        lines = RequestLines(self._max_request_bytes)
+        while not self._stop_reading:
+            with trio.CancelScope() as scope:
+                self._receive_scope = scope
+                try:
+                    data = await self._input.receive_some(READ_CHUNK)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
+                    self._log.warning("cannot read requests; shutting down", error=str(err))
+                    data = b""
+            self._receive_scope = None
+            if scope.cancelled_caught:
+                return
+            batch = lines.feed(data) if data else lines.close()
+            for line in batch:
+                await self._handle_line(line)
+            if not data:
+                return
+
+    async def _handle_line(self, line: bytes | None) -> None:
+        if line is None:
+            await self._error(None, REQUEST_TOO_LARGE,
+                              f"a request line is longer than {self._max_request_bytes} bytes; it was discarded")
+            return
+        if not line.strip():
+            return  # blank lines are allowed (keep-alives)
+        request_id: Any = None
+        try:
+            try:
+                request = json.loads(line)
+            except (ValueError, UnicodeDecodeError) as err:
+                raise RequestError(BAD_JSON, f"the line is not valid JSON: {err}") from None
+            if not isinstance(request, dict):
+                raise RequestError(INVALID_REQUEST, f"a request must be a JSON object, not {_json_type(request)}")
+            request_id = request.get("id")
+            kind = request.get("type")
+            if kind == "turn":
+                await self._start_turn(parse_turn(request))
+            elif kind == "cancel":
+                self._cancel(request)
+            elif kind == "stats":
+                _only_fields(request, {"type", "id"})
+                _request_id(request, required=False)
+                await self.output.send({"type": "stats", "id": request_id, **self.host.stats().to_dict()})
+            elif kind is None:
+                raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel or stats')
+            else:
+                raise RequestError(UNKNOWN_TYPE, f"unknown request type {kind!r}; expected turn, cancel or stats")
+        except RequestError as err:
+            await self._error(request_id, err.code, err.message)
+        except Exception as err:  # a bug must not take every other conversation down with it
+            self._log.error("unexpected error handling a request", error=repr(err),
+                            traceback=traceback.format_exc())
+            await self._error(request_id, INTERNAL_ERROR, f"internal error: {err}")
+
+    def _cancel(self, request: dict[str, Any]) -> None:
+        _only_fields(request, {"type", "id"})
+        request_id = _request_id(request, required=True)
+        assert request_id is not None
+        if not self.host.cancel(_turn_key(request_id)):
+            raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
+
+    async def _start_turn(self, request: TurnRequest) -> None:
+        accepted = trio.Event()  # nothing of a turn is written before its `accepted`
+        assert self._turns is not None
+        try:
+            await self._turns.start(self._turn, request, accepted)
+        except HostClosed:
+            raise RequestError(SHUTTING_DOWN, "serve is shutting down and takes no new turns") from None
+        except QueueFull as err:
+            raise RequestError(QUEUE_FULL, str(err)) from None
+        except DuplicateTurn:
+            raise RequestError(DUPLICATE_ID, f"turn {request.id!r} is already in flight; "
+                               "give each turn its own id") from None
+        except UnknownProfile as err:
+            raise RequestError(UNKNOWN_PROFILE, str(err)) from None
+        except ProfileError as err:
+            raise RequestError(PROFILE_INVALID, f"profile {request.profile!r} does not load: {err}") from None
+        except TurnError as err:
+            raise RequestError(INVALID_REQUEST, str(err)) from None
+        try:
+            await self.output.send({"type": "accepted", "id": request.id})
+        finally:
+            accepted.set()
+
+    async def _turn(self, request: TurnRequest, accepted: trio.Event,
+                    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        status = _StartedFlag(task_status)
+        request_id = request.id
+        send = self.output.send
+
+        async def forward(event: HostEvent) -> None:
+            if not accepted.is_set():
+                await accepted.wait()
+            if type(event) is PartialEvent:
+                await send({"type": "partial", "id": request_id, "text": event.text})
+            elif type(event) is SessionEvent:
+                await send({"type": "session", "id": request_id, "session_id": event.session_id})
+
+        try:
+            result = await self.host.submit(request.profile, request.conversation, request.turn, on_event=forward,
+                                            turn_id=_turn_key(request_id), task_status=status)
+        except Exception as err:
+            if not status.started_once:
+                raise  # refused: the reader answers with an error
+            await accepted.wait()
+            # The stored session could not be read (the host logged why): an error instead of a result.
+            code = STORE_ERROR if isinstance(err, StoreError) else INTERNAL_ERROR
+            if code == INTERNAL_ERROR:
+                self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
+            await self._error(request_id, code, str(err))
+            return
+        await accepted.wait()
+        await send({"type": "result", "id": request_id, **result.to_dict()})
+
+    async def _error(self, request_id: Any, code: str, message: str) -> None:
+        await self.output.send({"type": "error", "id": request_id, "code": code, "message": message})
+
+
+class _StartedFlag(trio.TaskStatus[str]):
+    """A task status that remembers whether the task reported itself started."""
+
+    def __init__(self, inner: trio.TaskStatus[str]) -> None:
+        self._inner = inner
+        self.started_once = False
+
+    def started(self, value: str | None = None) -> None:
+        self.started_once = True
+        self._inner.started(value)  # type: ignore[arg-type]
+
+
+async def serve_stdio(host: Host) -> int:
+    """Serve on this process's stdin/stdout until EOF, SIGTERM or SIGINT; returns the exit code.
+
+    File descriptor 1 is pointed at stderr once the protocol has its own copy
+    of it, so nothing but protocol lines can reach the client's stdout.
+    """
+    protocol_out = os.dup(1)
+    os.dup2(2, 1)
+    stdin = _input_stream(os.dup(0))
+    # FdStream makes the descriptions non-blocking; both ends are the client's pipes (stderr,
+    # which may share a terminal with them, must stay apart from stdout for the protocol anyway).
+    stdout = trio.lowlevel.FdStream(protocol_out)
+    server = Server(host, stdin, stdout)
+    async with stdin, stdout, trio.open_nursery() as nursery:
+        nursery.start_soon(_shut_down_on_signals, server)
+        await server.run()
+        nursery.cancel_scope.cancel()
+    return 1 if server.output.broken else 0
+
+
+def _input_stream(fd: int) -> trio.abc.ReceiveStream:
+    """A pipe, socket or terminal is read through trio's I/O loop; a file (`serve < requests.jsonl`),
+    which epoll cannot watch, by blocking reads in a worker thread."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd):
+        return trio.lowlevel.FdStream(fd)
+    return _FileStream(fd)
+
+
+class _FileStream(trio.abc.ReceiveStream):
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._fd < 0:
+            raise trio.ClosedResourceError
+        return await trio.to_thread.run_sync(os.read, self._fd, max_bytes or READ_CHUNK, abandon_on_cancel=True)
+
+    async def aclose(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        await trio.lowlevel.checkpoint()
+
+
+async def _shut_down_on_signals(server: Server) -> None:
+    """SIGTERM or SIGINT: graceful shutdown; a second one cancels every turn at once."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            get_logger(component="serve").info("signal received; shutting down", signal=signal.Signals(signum).name)
+            server.request_shutdown()
+
+
+def run_serve(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str] | None = None,
+              max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
+              shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> int:
+    """`agent-bridge serve`: returns the exit code (0 after a graceful shutdown).
+
+    A profiles directory that cannot be read or a store that cannot be opened
+    raises a `BridgeError` before anything is read.
+    """
+    from .process import become_subreaper
+
+    become_subreaper()  # this process is ours: killed grandchildren get reaped here
+
+    async def main() -> int:
+        host = open_host(profiles, state=state, max_concurrent=max_concurrent, max_queued=max_queued,
+                         shutdown_grace=shutdown_grace)
+        async with host:
+            return await serve_stdio(host)
+
+    return trio.run(main)

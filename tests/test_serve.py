@@ -1,0 +1,343 @@
+"""`agent-bridge serve`: the JSON Lines protocol, in process over memory streams and as a real process.
+
+The in-process tests drive `bridge.serve.Server` with the same host a real
+`serve` builds; the process tests check what only a process has: stdin EOF,
+SIGTERM, the 1 MiB line bound, stdout carrying nothing but protocol lines.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hostkit import Lab
+
+import bridge
+from bridge.serve import RequestLines, Server, parse_turn
+
+RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
+                 "stderr_tail", "duration_ms", "partials", "truncated"}
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Lab:
+    lab = Lab(tmp_path)
+    lab.profile("rec")
+    return lab
+
+
+class Client:
+    """The bot's side of a serve session: JSON lines in, JSON lines out."""
+
+    def __init__(self, requests: trio.abc.SendStream, responses: trio.abc.ReceiveStream) -> None:
+        self._requests = requests
+        self._responses = responses
+        self._buffer = b""
+
+    async def send(self, request: dict[str, Any] | str | bytes) -> None:
+        if isinstance(request, dict):
+            request = json.dumps(request)
+        if isinstance(request, str):
+            request = request.encode()
+        await self._requests.send_all(request + b"\n")
+
+    async def receive(self) -> dict[str, Any]:
+        with trio.fail_after(10):
+            while b"\n" not in self._buffer:
+                data = await self._responses.receive_some()
+                assert data, "serve closed its output"
+                self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    async def until(self, kind: str, request_id: Any) -> list[dict[str, Any]]:
+        """Responses up to and including the first of `kind` for `request_id`."""
+        seen = []
+        while True:
+            response = await self.receive()
+            seen.append(response)
+            if response["type"] == kind and response.get("id") == request_id:
+                return seen
+
+    async def close(self) -> None:
+        await self._requests.aclose()
+
+
+@pytest.fixture
+async def serve(lab: Lab) -> AsyncIterator[Any]:
+    """serve(**host_options) -> (Client, Server) running in the background until the test ends."""
+    async with trio.open_nursery() as nursery:
+
+        async def start(max_request_bytes: int = 1024, **options: Any) -> tuple[Client, Server]:
+            host = bridge.open_host(lab.profiles, state=lab.state, **options)
+            client_sends, server_receives = trio.testing.memory_stream_one_way_pair()
+            server_sends, client_receives = trio.testing.memory_stream_one_way_pair()
+            server = Server(host, server_receives, server_sends, max_request_bytes=max_request_bytes)
+
+            async def run() -> None:
+                async with host:
+                    await server.run()
+
+            nursery.start_soon(run)
+            return Client(client_sends, client_receives), server
+
+        yield start
+        nursery.cancel_scope.cancel()
+
+
+def turn(request_id: Any, message: str, conversation: str = "chat", **fields: Any) -> dict[str, Any]:
+    return {"type": "turn", "id": request_id, "profile": "rec", "conversation": conversation, "message": message,
+            **fields}
+
+
+async def test_a_turn_is_accepted_streams_and_ends_with_a_full_result(serve: Any, lab: Lab) -> None:
+    client, _ = await serve()
+    await client.send(turn("t1", "tag=x session=s-1", from_user="ann", session_name="default",
+                           attachments=[{"type": "image", "url": "https://x/cat.png"}]))
+    responses = await client.until("result", "t1")
+    assert [r["type"] for r in responses] == ["accepted", "partial", "session", "result"]
+    assert all(r["id"] == "t1" for r in responses)
+    assert responses[1]["text"] == "started" and responses[2]["session_id"] == "s-1"
+    result = responses[-1]
+    assert set(result) == RESULT_FIELDS | {"type", "id"}
+    assert (result["outcome"], result["exit_code"], result["reply"]) == ("ok", 0, "reply x one")
+    await client.send(turn(7, "tag=y"))  # integer ids work too; the session is resumed
+    assert (await client.until("result", 7))[-1]["outcome"] == "ok"
+    assert [words[2] for words in lab.lines() if words[0] == "start"] == ["-", "s-1"]
+
+
+async def test_malformed_requests_get_an_error_and_serve_carries_on(serve: Any) -> None:
+    client, _ = await serve(max_request_bytes=1024)
+    bad: list[tuple[bytes | str | dict[str, Any], Any, str]] = [
+        (b"this is not json", None, "bad_json"),
+        (b"\xff\xfe{", None, "bad_json"),
+        ("[1, 2]", None, "invalid_request"),
+        ({"id": "x"}, "x", "invalid_request"),
+        ({"type": "dance", "id": "x"}, "x", "unknown_type"),
+        ({"type": "turn", "id": "x", "profile": "rec", "conversation": "c"}, "x", "invalid_request"),
+        ({**turn("x", "hi"), "message": 42}, "x", "invalid_request"),
+        ({**turn("x", "hi"), "conversation": ""}, "x", "invalid_request"),
+        ({**turn("x", "hi"), "mesage": "hi"}, "x", "invalid_request"),
+        ({**turn(True, "hi")}, True, "invalid_request"),
+        ({**turn("x", "hi"), "attachments": [{"type": "smell", "url": "u"}]}, "x", "invalid_request"),
+        ({**turn("x", "hi"), "attachments": "https://x"}, "x", "invalid_request"),
+        ({**turn("x", "nul\u0000byte")}, "x", "invalid_request"),
+        ({**turn("x", "hi"), "profile": "nope"}, "x", "unknown_profile"),
+        ({"type": "cancel", "id": "never-started"}, "never-started", "unknown_turn"),
+        (b'{"type": "turn", "id": "big", "message": "' + b"x" * 2000 + b'"}', None, "request_too_large"),
+    ]
+    for request, request_id, code in bad:
+        await client.send(request)
+        response = await client.receive()
+        assert (response["type"], response["id"], response["code"]) == ("error", request_id, code), request
+        assert response["message"]
+    await client.send(b"")  # blank lines are ignored
+    await client.send(turn("ok", "tag=after"))
+    assert (await client.until("result", "ok"))[-1]["outcome"] == "ok"
+
+
+async def test_a_profile_that_does_not_load_is_an_error_for_that_request(serve: Any, lab: Lab) -> None:
+    (lab.profiles / "broken.yaml").write_text("command: x\ntimout_secs: 1\n")
+    client, _ = await serve()
+    await client.send({**turn("x", "hi"), "profile": "broken"})
+    response = await client.receive()
+    assert response["code"] == "profile_invalid" and "did you mean 'timeout_secs'" in response["message"]
+
+
+async def test_a_duplicate_in_flight_id_and_a_full_queue_are_refused(serve: Any, lab: Lab) -> None:
+    client, _ = await serve(max_concurrent=1, max_queued=1)
+    gate = lab.gate()
+    await client.send(turn("a", f"tag=a gate={gate}"))
+    assert (await client.until("partial", "a"))[0]["type"] == "accepted"
+    await client.send(turn("a", "tag=again", conversation="other"))
+    assert (await client.receive())["code"] == "duplicate_id"
+    await client.send(turn("b", "tag=b", conversation="other"))
+    assert (await client.receive())["type"] == "accepted"
+    await client.send(turn("c", "tag=c", conversation="third"))
+    refused = await client.receive()
+    assert (refused["type"], refused["id"], refused["code"]) == ("error", "c", "queue_full")
+    await client.send({"type": "stats", "id": "s"})
+    stats = await client.receive()
+    assert (stats["type"], stats["id"], stats["running"], stats["queued"], stats["refused"]) == ("stats", "s", 1, 1, 1)
+    await lab.release(gate)
+    await client.until("result", "a")
+    await client.until("result", "b")
+    await client.send({"type": "stats"})
+    stats = await client.receive()
+    assert (stats["completed"], stats["failed"], stats["outcomes"]["ok"]) == (2, 0, 2)
+
+
+async def test_cancel_stops_a_running_turn_with_sigint_and_it_still_gets_a_result(serve: Any, lab: Lab) -> None:
+    client, _ = await serve(max_concurrent=1)
+    gate = lab.gate()
+    await client.send(turn("slow", f"tag=slow gate={gate}"))
+    await client.until("partial", "slow")
+    await client.send(turn("queued", "tag=queued", conversation="other"))
+    await client.until("accepted", "queued")
+    await client.send({"type": "cancel", "id": "queued"})
+    await client.send({"type": "cancel", "id": "slow"})
+    results = {}
+    while len(results) < 2:
+        response = await client.receive()
+        assert response["type"] == "result", response  # a successful cancel has no reply of its own
+        results[response["id"]] = (response["exit_code"], response["outcome"])
+    assert results == {"slow": (130, "cancelled"), "queued": (130, "cancelled")}
+    assert lab.events("sigint") == ["slow"] and lab.events("start") == ["slow"]
+
+
+async def test_eof_shuts_down_after_the_turns_in_flight_are_answered(serve: Any, lab: Lab) -> None:
+    client, server = await serve()
+    gate = lab.gate()
+    await client.send(turn("a", f"tag=a gate={gate}"))
+    await client.until("partial", "a")
+    await client.close()  # EOF: no more requests
+    await trio.testing.wait_all_tasks_blocked()
+    assert server.host.closing
+    await lab.release(gate)
+    result = (await client.until("result", "a"))[-1]
+    assert result["outcome"] == "ok"
+
+
+async def test_while_shutting_down_new_turns_are_refused_but_cancel_and_stats_work(serve: Any, lab: Lab) -> None:
+    client, server = await serve(shutdown_grace=30)
+    gate = lab.gate()
+    await client.send(turn("a", f"tag=a gate={gate}"))
+    await client.until("partial", "a")
+    server.request_shutdown()  # what SIGTERM does
+    await client.send(turn("late", "tag=late", conversation="other"))
+    assert (await client.receive())["code"] == "shutting_down"
+    await client.send({"type": "stats", "id": 1})
+    assert (await client.receive())["closing"] is True
+    await client.send({"type": "cancel", "id": "a"})
+    assert (await client.until("result", "a"))[-1]["exit_code"] == 130
+
+
+async def test_when_the_client_stops_reading_every_turn_is_cancelled_and_serve_ends(lab: Lab) -> None:
+    gate = lab.gate()
+    client_sends, server_receives = trio.testing.memory_stream_one_way_pair()
+    server_sends, client_receives = trio.testing.memory_stream_one_way_pair()
+    async with bridge.open_host(lab.profiles, state=lab.state, shutdown_grace=30) as host:
+        server = Server(host, server_receives, server_sends)
+        client = Client(client_sends, client_receives)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(server.run)
+                await client.send(turn("a", f"tag=a gate={gate}"))
+                await client.until("partial", "a")
+                await client_receives.aclose()  # the bot went away
+                await client.send({"type": "stats"})  # its answer cannot be written
+            # server.run() returned without waiting for the 30 s grace
+    assert server.output.broken
+    assert lab.events("sigint") == ["a"]
+
+
+def test_request_lines_are_split_bounded_and_cr_tolerant() -> None:
+    lines = RequestLines(limit=8)
+    assert lines.feed(b'{"a":1}\r\n{"b"') == [b'{"a":1}']
+    assert lines.feed(b":2}\n") == [b'{"b":2}']
+    assert lines.feed(b"123456789") == []  # over the limit: dropped as it comes
+    assert lines.feed(b"0123456789\nok\n") == [None, b"ok"]
+    assert lines.feed(b"12345678\n") == [b"12345678"]
+    assert lines.feed(b"tail") == [] and lines.close() == [b"tail"]
+
+
+def test_parse_turn_fills_defaults() -> None:
+    request = parse_turn({"type": "turn", "id": "x", "profile": "p", "conversation": "c", "message": "m",
+                          "attachments": [{"type": "file", "url": "https://h/r.pdf"}]})
+    assert (request.turn.session_name, request.turn.from_user, request.turn.session_id) == ("default", "", "")
+    assert request.turn.attachments[0].name == "r.pdf"
+
+
+# --------------------------------------------------------------------------- as a process
+
+
+def start_serve(lab: Lab, *options: str) -> subprocess.Popen[bytes]:
+    with open(lab.root / "serve.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bridge", "serve", "--profiles", str(lab.profiles), "--state", str(lab.state),
+             *options],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+        )
+
+
+def read_until(proc: subprocess.Popen[bytes], kind: str, request_id: Any) -> list[dict[str, Any]]:
+    assert proc.stdout is not None
+    seen = []
+    while True:
+        line = proc.stdout.readline()
+        assert line, "serve ended early"
+        seen.append(json.loads(line))
+        if seen[-1]["type"] == kind and seen[-1].get("id") == request_id:
+            return seen
+
+
+def send(proc: subprocess.Popen[bytes], request: dict[str, Any] | bytes) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write((json.dumps(request).encode() if isinstance(request, dict) else request) + b"\n")
+    proc.stdin.flush()
+
+
+def test_serve_process_answers_every_turn_then_exits_0_at_eof(lab: Lab) -> None:
+    proc = start_serve(lab)
+    try:
+        send(proc, b"x" * (1024 * 1024 + 10))  # one line over 1 MiB
+        assert read_until(proc, "error", None)[-1]["code"] == "request_too_large"
+        for index in range(3):
+            send(proc, turn(f"t{index}", f"tag=t{index}", conversation=f"c{index % 2}"))
+        proc.stdin.close()  # type: ignore[union-attr]
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    responses = [json.loads(line) for line in out.splitlines()]  # nothing but protocol lines
+    results = {r["id"]: r for r in responses if r["type"] == "result"}
+    assert sorted(results) == ["t0", "t1", "t2"] and all(r["outcome"] == "ok" for r in results.values())
+    assert proc.returncode == 0, (lab.root / "serve.log").read_text()
+
+
+def test_serve_process_sigterm_cancels_turns_past_the_grace_and_exits_0(lab: Lab) -> None:
+    gate = lab.gate()
+    proc = start_serve(lab, "--shutdown-grace", "0.2")
+    try:
+        send(proc, turn("held", f"tag=held gate={gate}"))
+        read_until(proc, "partial", "held")
+        proc.send_signal(signal.SIGTERM)
+        result = read_until(proc, "result", "held")[-1]
+        assert (result["exit_code"], result["outcome"]) == (130, "cancelled")
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert lab.events("sigint") == ["held"]
+
+
+def test_serve_reads_requests_from_a_file_too(lab: Lab) -> None:
+    requests = lab.root / "requests.jsonl"
+    requests.write_text("".join(json.dumps(turn(f"t{i}", f"tag=t{i}")) + "\n" for i in range(2)))
+    with open(requests, "rb") as stdin:
+        proc = subprocess.run([sys.executable, "-m", "bridge", "serve", "--profiles", str(lab.profiles),
+                               "--state", str(lab.state)], stdin=stdin, capture_output=True, timeout=60)
+    results = [json.loads(line) for line in proc.stdout.splitlines() if b'"result"' in line]
+    assert [(r["id"], r["outcome"]) for r in results] == [("t0", "ok"), ("t1", "ok")]
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_cli_does_not_import_the_host_runtime_for_other_commands() -> None:
+    code = "import sys, bridge.cli; sys.exit('bridge.host' in sys.modules or 'bridge.serve' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_serve_with_a_missing_profiles_directory_exits_2(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bridge", "serve", "--profiles", str(tmp_path / "none"),
+                           "--state", str(tmp_path / "s")], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and b"profiles directory cannot be read" in proc.stderr
+    assert proc.stdout == b""
+
