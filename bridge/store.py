@@ -1,0 +1,336 @@
+"""Where session ids live between turns (SPEC §6): one SQLite file, shared safely.
+
+A host keys sessions by (profile name, conversation key, session name) and
+keeps, for each, the agent's last valid session id, when it was last used and
+how its last turn ended. The store is embedded (SQLite through the standard
+library, nothing to run) and several bridge processes may share one file:
+
+- WAL journal, so readers never wait for a writer and a writer never waits
+  for readers;
+- every write is one short `BEGIN IMMEDIATE` transaction: the write lock is
+  taken up front, so two writers queue on `busy_timeout` instead of one of
+  them failing half-way with "database is locked";
+- `synchronous=NORMAL`: with WAL a crash of the process or the machine never
+  corrupts the file; a power cut may roll back the last few commits, which
+  costs a session at worst, never a turn.
+
+Every failure of the file itself — corrupt, not SQLite, unreadable,
+unwritable, locked for too long — is a `StoreError` that names the file and
+says what to do. Nothing is dropped silently: a host that cannot record a
+session learns it at once.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from .errors import BridgeError
+from .result import TurnResult
+
+# How long a writer waits for another process's transaction before giving up.
+# Transactions last well under a millisecond; only a stuck process holds one this long.
+BUSY_TIMEOUT_SECS = 10.0
+SCHEMA_VERSION = 1
+_TABLE = "sessions"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {_TABLE} (
+    profile        TEXT    NOT NULL,
+    conversation   TEXT    NOT NULL,
+    session_name   TEXT    NOT NULL,
+    session_id     TEXT    NOT NULL DEFAULT '',
+    last_used      TEXT    NOT NULL,  -- ISO 8601, UTC: readable with the sqlite3 shell, sorts as time
+    last_outcome   TEXT    NOT NULL,
+    last_exit_code INTEGER NOT NULL,
+    PRIMARY KEY (profile, conversation, session_name)
+) WITHOUT ROWID
+"""
+# An empty new id keeps the stored one (SPEC §6); everything else is the latest turn's.
+_RECORD = f"""
+INSERT INTO {_TABLE} (profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (profile, conversation, session_name) DO UPDATE SET
+    session_id = CASE WHEN excluded.session_id != '' THEN excluded.session_id ELSE session_id END,
+    last_used = excluded.last_used,
+    last_outcome = excluded.last_outcome,
+    last_exit_code = excluded.last_exit_code
+"""
+T = TypeVar("T")
+_COLUMNS = "profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code"
+
+
+class StoreError(BridgeError):
+    """The session store's file cannot be used; the message names it and says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """One stored session. `last_outcome` is an `Outcome` value (`ok`, `timeout`…)."""
+
+    profile: str
+    conversation: str
+    session_name: str
+    session_id: str  # "" when no turn of this session has printed a valid id yet
+    last_used: datetime  # timezone-aware, UTC
+    last_outcome: str
+    last_exit_code: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "conversation": self.conversation,
+            "session_name": self.session_name,
+            "session_id": self.session_id,
+            "last_used": self.last_used.isoformat(),
+            "last_outcome": self.last_outcome,
+            "last_exit_code": self.last_exit_code,
+        }
+
+
+def default_store_path() -> Path:
+    """`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`, else `~/.local/state/agent-bridge/…`.
+
+    Per the XDG spec an unset, empty or relative `XDG_STATE_HOME` is ignored.
+    """
+    state_home = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state_home) if os.path.isabs(state_home) else Path.home() / ".local" / "state"
+    return base / "agent-bridge" / "sessions.sqlite3"
+
+
+class SessionStore:
+    """The session store. Methods are synchronous (each is one sub-millisecond statement).
+
+    One object may be shared by several threads (a trio host calls it through
+    `trio.to_thread.run_sync`): it holds one connection behind a lock. Several
+    processes may open the same file at once.
+
+        with SessionStore() as store:
+            turn = Turn(message, session_id=store.get("stream", "chat-42"))
+            store.record("stream", "chat-42", "default", await run_turn(profile, turn))
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(os.path.expanduser(path)) if path is not None else default_store_path()
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._create_file()
+        try:
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
+                                 check_same_thread=False)
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        try:
+            _patiently(lambda: self._prepare(db))
+        except sqlite3.Error as err:
+            db.close()
+            raise self._error(err) from None
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+
+    # ------------------------------------------------------------------ public
+
+    def get(self, profile: str, conversation: str, session_name: str = "default") -> str:
+        """The stored session id, `""` when there is none (the next turn starts a new session)."""
+        row = self._run(
+            lambda db: db.execute(
+                f"SELECT session_id FROM {_TABLE} WHERE profile = ? AND conversation = ? AND session_name = ?",
+                _key(profile, conversation, session_name),
+            ).fetchone()
+        )
+        return row[0] if row else ""
+
+    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> None:
+        """Remember how a turn ended; a turn without a valid session line keeps the stored id."""
+        values = (*_key(profile, conversation, session_name), result.session_id, _now(),
+                  str(result.outcome), int(result.exit_code))
+        self._write(lambda db: db.execute(_RECORD, values))
+
+    def forget(self, profile: str, conversation: str, session_name: str | None = None) -> int:
+        """Drop a stored session (every session name of the conversation when None); rows removed."""
+        if session_name is None:
+            sql = f"DELETE FROM {_TABLE} WHERE profile = ? AND conversation = ?"
+            params: tuple[str, ...] = _key(profile, conversation)
+        else:
+            sql = f"DELETE FROM {_TABLE} WHERE profile = ? AND conversation = ? AND session_name = ?"
+            params = _key(profile, conversation, session_name)
+        return int(self._write(lambda db: db.execute(sql, params).rowcount))
+
+    def list(self, profile: str | None = None, conversation: str | None = None) -> builtins.list[SessionRecord]:
+        """Stored sessions, most recently used first; only `profile`'s (and `conversation`'s) when given."""
+        filters = {"profile": profile, "conversation": conversation}
+        used = [(column, value) for column, value in filters.items() if value is not None]
+        where = ("WHERE " + " AND ".join(f"{column} = ?" for column, _ in used)) if used else ""
+        params = tuple(value for _, value in used)
+        rows = self._run(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM {_TABLE} {where} ORDER BY last_used DESC, profile, conversation, "
+                "session_name",
+                params,
+            ).fetchall()
+        )
+        return [_record(row) for row in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SessionStore({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ internals
+
+    def _create_file(self) -> None:
+        """Make the directory and an empty file (an empty file is an empty database), private to the user."""
+        directory = self.path.parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except (FileExistsError, NotADirectoryError):
+            raise StoreError(f"cannot create session store {self.path}: {directory} (or a parent) is a file, "
+                             "not a directory; pass another path with --state PATH") from None
+        except OSError as err:
+            raise StoreError(f"cannot create the directory of session store {self.path}: "
+                             f"{err.strerror or err}; create {directory} writable by this user, "
+                             "or pass another path with --state PATH") from None
+        try:
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except IsADirectoryError:
+            raise StoreError(f"session store {self.path} is a directory; pass the path of a file "
+                             "(e.g. --state DIR/sessions.sqlite3)") from None
+        except OSError as err:
+            raise StoreError(f"cannot open session store {self.path}: {err.strerror or err}; make it and "
+                             "its directory readable and writable by this user, or pass another file "
+                             "with --state PATH") from None
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        """WAL, the busy timeout, and the schema: idempotent, and safe when processes race to do it."""
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECS * 1000)}")
+        # Reading the mode first: switching an existing WAL file again would need
+        # a lock other processes may hold, and the mode is stored in the file.
+        if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower()
+            if mode != "wal":
+                raise StoreError(f"session store {self.path}: SQLite cannot use WAL mode there (got {mode}); "
+                                 "put the store on a local file system with --state PATH")
+        db.execute("PRAGMA synchronous = NORMAL")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"session store {self.path} was written by a newer agent-bridge (schema "
+                             f"{version}); upgrade agent-bridge, or use another file with --state PATH")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+            if db.execute("PRAGMA user_version").fetchone()[0] == 0 and tables - {_TABLE}:
+                raise StoreError(f"{self.path} is an SQLite database of something else (tables: "
+                                 f"{', '.join(sorted(tables))}), not an agent-bridge session store; "
+                                 "pass another file with --state PATH")
+            db.execute(_SCHEMA)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def _run(self, operation: Any) -> Any:
+        with self._lock:
+            if self._db is None:
+                raise StoreError(f"session store {self.path} is closed")
+            db = self._db
+            try:
+                return _patiently(lambda: operation(db))
+            except sqlite3.Error as err:
+                raise self._error(err) from None
+
+    def _write(self, operation: Any) -> Any:
+        def transaction(db: sqlite3.Connection) -> Any:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                value = operation(db)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            return value
+
+        return self._run(transaction)
+
+    def _error(self, err: sqlite3.Error) -> StoreError:
+        """Turn SQLite's terse message into one that says what to do."""
+        code = getattr(err, "sqlite_errorname", "") or ""
+        if code.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
+            advice = ("it is damaged or not an SQLite file; move it aside (its sessions are lost: "
+                      "conversations start afresh) or pass another file with --state PATH")
+        elif code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            advice = (f"another process kept it locked for more than {BUSY_TIMEOUT_SECS:g} s; "
+                      "find the stuck process (fuser FILE) or pass another file with --state PATH")
+        elif code.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_IOERR")):
+            advice = ("make the file, its -wal and -shm companions and its directory writable by this user, "
+                      "or pass another file with --state PATH")
+        elif code.startswith("SQLITE_FULL"):
+            advice = "free some disk space, or pass another file with --state PATH"
+        else:
+            advice = "check the file, or pass another one with --state PATH"
+        return StoreError(f"session store {self.path}: {err}: {advice}")
+
+
+def _patiently(operation: Callable[[], T]) -> T:
+    """Run `operation`, retrying it while SQLite reports the file busy, for up to BUSY_TIMEOUT_SECS.
+
+    `busy_timeout` covers ordinary lock waits, but SQLite returns SQLITE_BUSY
+    without waiting in a few WAL corners: while another connection recovers
+    the WAL index, or switches a new file to WAL, or deletes the WAL as the
+    last one to close. They last microseconds; retrying the whole statement or
+    transaction (each is idempotent) is what SQLite's documentation advises.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECS
+    pause = 0.001
+    while True:
+        try:
+            return operation()
+        except sqlite3.OperationalError as err:
+            if not (getattr(err, "sqlite_errorname", "") or "").startswith("SQLITE_BUSY") \
+                    or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause * random.uniform(0.5, 1.5))
+        pause = min(pause * 2, 0.05)
+
+
+def _key(*parts: str) -> tuple[str, ...]:
+    for part in parts:
+        if not isinstance(part, str) or not part:
+            raise StoreError(f"session store keys must be non-empty strings, not {part!r}")
+    return parts
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _record(row: tuple[Any, ...]) -> SessionRecord:
+    profile, conversation, session_name, session_id, last_used, outcome, exit_code = row
+    return SessionRecord(profile, conversation, session_name, session_id,
+                         datetime.fromisoformat(last_used), outcome, int(exit_code))

@@ -1,0 +1,324 @@
+"""The session store (SPEC §6): what a host keeps between turns, shared safely by several processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import textwrap
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, REPO
+
+import bridge
+from bridge import Outcome, TurnResult
+from bridge.store import SessionRecord, SessionStore, StoreError, default_store_path
+
+
+def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:
+    return TurnResult(reply="", session_id=session_id, error="", error_reply="", exit_code=exit_code,
+                      timed_out=False, outcome=outcome, stderr_tail="", duration_ms=1, partials=0, truncated=False)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SessionStore:
+    with SessionStore(tmp_path / "sessions.sqlite3") as opened:
+        yield opened
+
+
+def test_store_errors_are_bridge_errors() -> None:
+    assert issubclass(StoreError, bridge.BridgeError)
+
+
+def test_default_path_follows_xdg_state_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_store_path() == tmp_path / "state" / "agent-bridge" / "sessions.sqlite3"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for ignored in ("", "relative/state"):  # the XDG spec: empty or relative values are ignored
+        monkeypatch.setenv("XDG_STATE_HOME", ignored)
+        assert default_store_path() == tmp_path / "home" / ".local" / "state" / "agent-bridge" / "sessions.sqlite3"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert default_store_path() == tmp_path / "home" / ".local" / "state" / "agent-bridge" / "sessions.sqlite3"
+
+
+def test_no_path_opens_the_default_store_creating_its_directories(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "deep" / "state"))
+    with SessionStore() as store:
+        store.record("p", "c", "default", result("s1"))
+    path = tmp_path / "deep" / "state" / "agent-bridge" / "sessions.sqlite3"
+    assert store.path == path and path.is_file()
+    assert path.stat().st_mode & 0o077 == 0, "session ids are the user's: the file is private"
+    with SessionStore(path) as again:
+        assert again.get("p", "c") == "s1"
+
+
+def test_a_conversation_without_a_stored_session_starts_a_new_one(store: SessionStore) -> None:
+    assert store.get("stream", "chat-1") == ""
+    assert store.list() == []
+
+
+def test_the_last_turns_session_id_is_kept_per_profile_conversation_and_session_name(store: SessionStore) -> None:
+    store.record("stream", "chat-1", "default", result("a"))
+    store.record("stream", "chat-1", "default", result("b"))
+    store.record("stream", "chat-1", "work", result("w"))
+    store.record("stream", "chat-2", "default", result("c"))
+    store.record("other", "chat-1", "default", result("o"))
+    assert store.get("stream", "chat-1") == "b"
+    assert store.get("stream", "chat-1", "work") == "w"
+    assert store.get("stream", "chat-2") == "c"
+    assert store.get("other", "chat-1") == "o"
+    assert store.get("other", "chat-2") == ""
+
+
+def test_a_turn_without_a_session_line_keeps_the_stored_id_but_records_how_it_ended(store: SessionStore) -> None:
+    before = datetime.now(timezone.utc)
+    store.record("stream", "chat-1", "default", result("kept"))
+    store.record("stream", "chat-1", "default", result("", exit_code=124, outcome=Outcome.TIMEOUT))
+    assert store.get("stream", "chat-1") == "kept"
+    [record] = store.list()
+    assert record == SessionRecord("stream", "chat-1", "default", "kept", record.last_used, "timeout", 124)
+    assert record.last_used.tzinfo is not None and record.last_used.utcoffset() == timedelta(0)
+    assert before - timedelta(seconds=1) <= record.last_used <= datetime.now(timezone.utc) + timedelta(seconds=1)
+
+
+def test_a_first_turn_without_a_session_line_is_recorded_with_no_id(store: SessionStore) -> None:
+    store.record("echo", "chat-1", "default", result("", exit_code=3, outcome=Outcome.EXIT_NONZERO))
+    assert store.get("echo", "chat-1") == ""
+    [record] = store.list()
+    assert (record.session_id, record.last_outcome, record.last_exit_code) == ("", "exit_nonzero", 3)
+
+
+def test_forget_drops_one_session_name_or_every_one_and_says_how_many(store: SessionStore) -> None:
+    for name in ("default", "work", "play"):
+        store.record("stream", "chat-1", name, result(f"id-{name}"))
+    store.record("stream", "chat-2", "default", result("other"))
+    assert store.forget("stream", "chat-1", "work") == 1
+    assert store.forget("stream", "chat-1", "work") == 0
+    assert store.get("stream", "chat-1", "work") == ""
+    assert store.get("stream", "chat-1", "play") == "id-play"
+    assert store.forget("stream", "chat-1") == 2
+    assert [record.conversation for record in store.list()] == ["chat-2"]
+
+
+def test_list_shows_the_most_recently_used_first_and_filters_by_profile(store: SessionStore) -> None:
+    store.record("a", "one", "default", result("1"))
+    store.record("b", "two", "default", result("2"))
+    store.record("a", "three", "default", result("3"))
+    assert [record.conversation for record in store.list()] == ["three", "two", "one"]
+    assert [record.conversation for record in store.list("a")] == ["three", "one"]
+    assert [record.conversation for record in store.list("a", "one")] == ["one"]
+    assert store.list("nobody") == []
+    assert store.list()[0].to_dict() == {
+        "profile": "a", "conversation": "three", "session_name": "default", "session_id": "3",
+        "last_used": store.list()[0].last_used.isoformat(), "last_outcome": "ok", "last_exit_code": 0,
+    }
+
+
+def test_keys_may_hold_any_text_but_not_be_empty(store: SessionStore) -> None:
+    odd = "tg:-100123/thread 7\n'; DROP TABLE sessions; --"
+    store.record("p", odd, "dé fault", result("x"))
+    assert store.get("p", odd, "dé fault") == "x"
+    for profile, conversation in (("", "c"), ("p", "")):
+        with pytest.raises(StoreError, match="non-empty"):
+            store.get(profile, conversation)
+
+
+def test_sessions_survive_closing_and_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    with SessionStore(path) as store:
+        store.record("p", "c", "default", result("persisted"))
+    with SessionStore(str(path)) as store:
+        assert store.get("p", "c") == "persisted"
+
+
+def test_a_closed_store_says_so(store: SessionStore) -> None:
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        store.get("p", "c")
+
+
+def test_one_store_object_is_safe_to_share_between_threads(store: SessionStore) -> None:
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        try:
+            for i in range(50):
+                store.record("p", f"t{worker}-{i}", "default", result(f"{worker}:{i}"))
+                assert store.get("p", f"t{worker}-{i}") == f"{worker}:{i}"
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(worker,)) for worker in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(store.list()) == 8 * 50
+
+
+async def test_a_trio_host_can_call_it_from_worker_threads(store: SessionStore) -> None:
+    import trio
+
+    async with trio.open_nursery() as nursery:
+        for i in range(20):
+            nursery.start_soon(trio.to_thread.run_sync, store.record, "p", f"c{i}", "default", result(f"s{i}"))
+    assert sorted(record.session_id for record in store.list()) == sorted(f"s{i}" for i in range(20))
+
+
+# --------------------------------------------------------------------------- several processes
+
+WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r})
+    from bridge import Outcome, TurnResult
+    from bridge.store import SessionStore
+
+    path, me, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+    def result(session_id):
+        return TurnResult("", session_id, "", "", 0, False, Outcome.OK, "", 1, 0, False)
+
+    print("ready", flush=True)
+    sys.stdin.readline()  # everyone starts together: opening a new file races too
+    with SessionStore(path) as store:
+        for i in range(count):
+            store.record("p", f"{{me}}-{{i}}", "default", result(f"{{me}}:{{i}}"))
+            # on the shared key, writer a gives ids and b only turns without a session line
+            store.record("p", "shared", "default", result(f"a:{{i}}" if me == "a" else ""))
+            store.get("p", "shared")
+""").format(repo=str(REPO))
+
+
+def test_processes_writing_one_file_at_once_lose_no_update_and_never_see_it_locked(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "sessions.sqlite3"  # not there yet: both processes create it
+    count = 150
+    writers = [subprocess.Popen([PYTHON, "-c", WRITER, str(path), me, str(count)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for me in ("a", "b")]
+    for writer in writers:
+        assert writer.stdout.readline() == "ready\n"
+    for writer in writers:
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+    for writer in writers:
+        _, stderr = writer.communicate(timeout=120)
+        assert writer.returncode == 0, stderr
+        assert "locked" not in stderr
+    with SessionStore(path) as store:
+        records = {record.conversation: record.session_id for record in store.list()}
+        assert store.get("p", "shared") == f"a:{count - 1}", "b's turns without a session line erased a's id"
+    assert len(records) == 2 * count + 1
+    for me in ("a", "b"):
+        assert all(records[f"{me}-{i}"] == f"{me}:{i}" for i in range(count))
+    assert _journal_mode(path) == "wal"
+
+
+def _journal_mode(path: Path) -> str:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        db.close()
+
+
+# --------------------------------------------------------------------------- a store that cannot be used
+
+
+def test_a_corrupt_file_is_a_clear_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    path.write_bytes(b"this is not a database at all\n" * 200)
+    with pytest.raises(StoreError) as caught:
+        SessionStore(path)
+    assert str(path) in str(caught.value)
+    assert "move it aside" in str(caught.value) and "--state" in str(caught.value)
+    assert path.read_bytes().startswith(b"this is not"), "the file is left as it was, for the user to look at"
+
+
+def test_a_database_of_something_else_is_not_taken_over(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="not an agent-bridge session store"):
+        SessionStore(path)
+
+
+def test_a_store_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    SessionStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(StoreError, match="newer agent-bridge"):
+        SessionStore(path)
+
+
+def test_a_path_that_cannot_be_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "plain-file").write_text("")
+    with pytest.raises(StoreError, match="is a file, not a directory"):
+        SessionStore(tmp_path / "plain-file" / "sessions.sqlite3")
+    with pytest.raises(StoreError, match="is a directory"):
+        SessionStore(tmp_path)
+
+
+UNWRITABLE = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r})
+    from bridge import Outcome, TurnResult
+    from bridge.store import SessionStore, StoreError
+    try:
+        SessionStore(sys.argv[1]).record("p", "c", "default",
+                                         TurnResult("", "s", "", "", 0, False, Outcome.OK, "", 1, 0, False))
+    except StoreError as error:
+        print(error)
+        sys.exit(3)
+""").format(repo=str(REPO))
+
+
+def _without_root_powers() -> list[str]:
+    """A command prefix under which file permissions apply, even when the tests run as root."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: permissions cannot be tested")
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", "--bounding-set", caps, "--inh-caps", caps]
+
+
+@pytest.mark.parametrize("case", ["new-file-in-read-only-dir", "file-in-read-only-dir", "read-only-file"])
+def test_an_unwritable_store_is_a_clear_error(tmp_path: Path, case: str) -> None:
+    directory = tmp_path / "locked"
+    directory.mkdir()
+    path = directory / "sessions.sqlite3"
+    if case != "new-file-in-read-only-dir":
+        SessionStore(path).close()
+    if case == "read-only-file":
+        path.chmod(0o444)
+    else:
+        directory.chmod(0o555)
+    try:
+        done = subprocess.run([*_without_root_powers(), PYTHON, "-c", UNWRITABLE, str(path)],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        directory.chmod(0o755)
+    assert done.returncode == 3, done.stderr
+    assert str(path) in done.stdout and "writable" in done.stdout, done.stdout
+
+
+def test_record_needs_no_database_lock_held_between_calls(tmp_path: Path) -> None:
+    """Another process can write while a store is open but idle: no transaction is left open."""
+    path = tmp_path / "s.sqlite3"
+    with SessionStore(path) as store:
+        store.record("p", "c", "default", result("mine"))
+        store.get("p", "c")
+        other = sqlite3.connect(path, timeout=0)
+        other.execute("BEGIN IMMEDIATE")  # fails at once if our connection held the write lock
+        other.execute("ROLLBACK")
+        other.close()
