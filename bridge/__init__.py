@@ -22,12 +22,14 @@ if TYPE_CHECKING:
     from .host import DuplicateTurn, Host, HostClosed, HostStats, open_host
     from .registry import UnknownProfile
     from .scheduler import QueueFull
+    from .store import SessionRecord, SessionStore, StoreError
 
 __version__ = "0.1.0"
 
 # The host runtime loads on first use, so `run`, `check` and `schema` never pay for importing it.
 _LAZY = {"DuplicateTurn": "host", "Host": "host", "HostClosed": "host", "HostStats": "host", "open_host": "host",
-         "QueueFull": "scheduler", "UnknownProfile": "registry"}
+         "QueueFull": "scheduler", "UnknownProfile": "registry",
+         "SessionRecord": "store", "SessionStore": "store", "StoreError": "store"}
 
 
 def __getattr__(name: str) -> Any:
@@ -59,6 +61,9 @@ __all__ = [
     "ProfileError",
     "QueueFull",
     "SessionEvent",
+    "SessionRecord",
+    "SessionStore",
+    "StoreError",
     "Turn",
     "TurnError",
     "TurnResult",

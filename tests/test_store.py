@@ -15,8 +15,8 @@ import pytest
 from conftest import PYTHON, REPO
 
 import bridge
-from bridge import Outcome, TurnResult
-from bridge.store import SessionRecord, SessionStore, StoreError, default_store_path
+from bridge import Outcome, SessionRecord, SessionStore, StoreError, TurnResult
+from bridge.store import default_store_path
 
 
 def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:
@@ -30,7 +30,8 @@ def store(tmp_path: Path) -> SessionStore:
         yield opened
 
 
-def test_store_errors_are_bridge_errors() -> None:
+def test_the_store_is_part_of_the_public_api_and_its_errors_are_bridge_errors() -> None:
+    assert {"SessionStore", "SessionRecord", "StoreError"} <= set(bridge.__all__)
     assert issubclass(StoreError, bridge.BridgeError)
 
 
@@ -177,8 +178,7 @@ async def test_a_trio_host_can_call_it_from_worker_threads(store: SessionStore) 
 WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {repo!r})
-    from bridge import Outcome, TurnResult
-    from bridge.store import SessionStore
+    from bridge import Outcome, SessionStore, TurnResult
 
     path, me, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -271,8 +271,7 @@ def test_a_path_that_cannot_be_a_file_is_a_clear_error(tmp_path: Path) -> None:
 UNWRITABLE = textwrap.dedent("""
     import sys
     sys.path.insert(0, {repo!r})
-    from bridge import Outcome, TurnResult
-    from bridge.store import SessionStore, StoreError
+    from bridge import Outcome, SessionStore, StoreError, TurnResult
     try:
         SessionStore(sys.argv[1]).record("p", "c", "default",
                                          TurnResult("", "s", "", "", 0, False, Outcome.OK, "", 1, 0, False))
