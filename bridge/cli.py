@@ -13,7 +13,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import trio
 
@@ -24,6 +24,9 @@ from .profile import Profile, json_schema, load_profile
 from .result import TurnResult
 from .runner import TurnStream, open_turn
 from .turn import Attachment, Turn
+
+if TYPE_CHECKING:
+    from .sessions_cli import Conversation
 
 EXIT_USAGE = 2
 
@@ -72,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "'-' or omitted and stdin is not a terminal.")
     run.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
     run.add_argument("message", metavar="MESSAGE", nargs="?", help="the user's message ('-': read stdin)")
-    run.add_argument("--session-id", default="", help="resume this session (default: a new session)")
+    run.add_argument("--session-id", help="resume this session (default: a new session, or the stored one "
+                     "with --conversation)")
     run.add_argument("--session-name", default="default", help="the session's name (default: default)")
     run.add_argument("--from-user", default="", help="who sent the message")
     run.add_argument("--attach", metavar="TYPE=URL", action="append", default=[], type=_attachment,
@@ -81,7 +85,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override the profile's timeout_secs")
     run.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
     run.add_argument("--json", action="store_true", help="print NDJSON events on stdout, the result last")
+    _add_conversation_options(run)
     run.set_defaults(handler=_run_command)
+
+    sessions = commands.add_parser("sessions", parents=[common], help="inspect and reset stored sessions",
+                                   description="The session store: what --conversation remembers between runs.")
+    actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+    listing = actions.add_parser("list", parents=[common, state], help="list stored sessions, latest first")
+    listing.add_argument("--profile", metavar="NAME", help="only this profile's sessions")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    for action, text in (("show", "show a conversation's stored sessions"),
+                         ("forget", "forget a conversation's sessions: its next turn starts afresh")):
+        sub = actions.add_parser(action, parents=[common, state], help=text)
+        sub.add_argument("profile", metavar="PROFILE", help="the profile's name (or its YAML file)")
+        sub.add_argument("conversation", metavar="CONVERSATION", help="the conversation key")
+        sub.add_argument("--session-name", help="only this session name (default: all of them)")
+        if action == "show":
+            sub.add_argument("--json", action="store_true", help="one JSON object per line")
+    sessions.set_defaults(handler=_sessions_command)
 
     check = commands.add_parser("check", parents=[common], help="validate profiles",
                                 description="Validate profiles; exit 0 if all are valid, else 2.")
@@ -151,21 +174,29 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+_STATE_HELP = "session store file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3)"
+
+
+def _add_conversation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conversation", metavar="KEY",
+                        help="keep the session in the store under this key: resumed next time, with this profile")
+    parser.add_argument("--new", action="store_true", help="with --conversation: forget the stored session first")
+    parser.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+
+
 # --------------------------------------------------------------------------- run
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    profile = load_profile(args.profile)
-    overrides: dict[str, Any] = {}
-    if args.timeout is not None:
-        overrides["timeout_secs"] = args.timeout
-    if args.no_stream:
-        overrides["streaming"] = False
-    if overrides:
-        profile = profile.model_copy(update=overrides)
+    profile = _load_for_turns(args)
+    message = _read_message(args.message)
+    conversation = _open_conversation(args, profile)
+    session_id = args.session_id
+    if session_id is None:
+        session_id = conversation.session_id if conversation is not None else ""
     turn = Turn(
-        message=_read_message(args.message),
-        session_id=args.session_id,
+        message=message,
+        session_id=session_id,
         session_name=args.session_name,
         from_user=args.from_user,
         attachments=tuple(args.attach),
@@ -176,7 +207,41 @@ def _run_command(args: argparse.Namespace) -> int:
     sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
     printer = JsonPrinter(sys.stdout) if args.json else HumanPrinter(sys.stdout, sys.stderr)
     result = trio.run(_run_turn, profile, turn, printer)
+    if conversation is not None:
+        conversation.record(result)
+        conversation.close()
     return result.exit_code
+
+
+def _load_for_turns(args: argparse.Namespace) -> Profile:
+    """The profile with the command line's --timeout and --no-stream applied."""
+    profile = load_profile(args.profile)
+    overrides: dict[str, Any] = {}
+    if args.timeout is not None:
+        overrides["timeout_secs"] = args.timeout
+    if args.no_stream:
+        overrides["streaming"] = False
+    return profile.model_copy(update=overrides) if overrides else profile
+
+
+def _open_conversation(args: argparse.Namespace, profile: Profile) -> Conversation | None:
+    """The stored session of --conversation KEY, if given (only then is the store, and SQLite, loaded)."""
+    if args.conversation is None:
+        if args.new:
+            raise BridgeError("--new needs --conversation KEY (without one, every run starts a new session)")
+        return None
+    from .sessions_cli import Conversation, profile_name
+
+    conversation = Conversation(args.state, profile_name(profile), args.conversation, args.session_name)
+    if args.new:
+        conversation.forget()
+    return conversation
+
+
+def _sessions_command(args: argparse.Namespace) -> int:
+    from .sessions_cli import sessions_command
+
+    return sessions_command(args)
 
 
 def _read_message(message: str | None) -> str:

@@ -1,0 +1,128 @@
+"""The CLI's side of the session store: `run/chat --conversation` and `agent-bridge sessions`.
+
+Imported only by commands that use the store, so a plain `agent-bridge run`
+never loads SQLite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import BridgeError
+from .profile import Profile, load_profile
+from .result import TurnResult
+from .store import SessionRecord, SessionStore
+
+
+def profile_name(profile: Profile) -> str:
+    """The name sessions are stored under: the profile's `name` (the file's stem unless set)."""
+    return profile.name or profile.label
+
+
+class Conversation:
+    """One stored session, as a CLI command uses it: read before a turn, written after each.
+
+    The store is opened once, so a corrupt or unwritable file stops the
+    command before any agent runs.
+    """
+
+    def __init__(self, state: str | None, profile: str, key: str, session_name: str) -> None:
+        if not key:
+            raise BridgeError("--conversation needs a non-empty KEY")
+        self.store = SessionStore(state)
+        self.profile = profile
+        self.key = key
+        self.session_name = session_name
+
+    @property
+    def session_id(self) -> str:
+        return self.store.get(self.profile, self.key, self.session_name)
+
+    def record(self, result: TurnResult) -> None:
+        self.store.record(self.profile, self.key, self.session_name, result)
+
+    def forget(self) -> int:
+        return self.store.forget(self.profile, self.key, self.session_name)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def sessions_command(args: argparse.Namespace) -> int:
+    """`agent-bridge sessions list|show|forget`."""
+    with SessionStore(args.state) as store:
+        if args.action == "list":
+            return _list(store, _profile_key(args.profile) if args.profile else None, args.json)
+        profile = _profile_key(args.profile)
+        if args.action == "show":
+            return _show(store, profile, args.conversation, args.session_name, args.json)
+        removed = store.forget(profile, args.conversation, args.session_name)
+        which = f"session {args.session_name!r}" if args.session_name else "every session"
+        if removed:
+            print(f"forgot {which} of conversation {args.conversation!r} of {profile} ({removed} stored)")
+        else:
+            print(f"nothing to forget: no stored {which} for conversation {args.conversation!r} of {profile}")
+        return 0
+
+
+def _profile_key(text: str) -> str:
+    """A profile name, or a profile file whose name is meant (`sessions show profiles/stream.yaml KEY`)."""
+    if text.endswith((".yaml", ".yml")) and Path(text).is_file():
+        return profile_name(load_profile(text))
+    return text
+
+
+def _list(store: SessionStore, profile: str | None, as_json: bool) -> int:
+    records = store.list(profile)
+    if as_json:
+        for record in records:
+            print(json.dumps(record.to_dict(), ensure_ascii=False))
+        return 0
+    if not records:
+        where = f" for profile {profile}" if profile else ""
+        print(f"no stored sessions{where} in {store.path}", file=sys.stderr)
+        return 0
+    header = ("PROFILE", "CONVERSATION", "SESSION NAME", "SESSION ID", "LAST USED (UTC)", "LAST OUTCOME")
+    rows = [header, *(_row(record) for record in records)]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
+    for row in rows:
+        print("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]))
+    return 0
+
+
+def _row(record: SessionRecord) -> tuple[str, ...]:
+    return (record.profile, _printable(record.conversation), _printable(record.session_name),
+            record.session_id or "-", record.last_used.strftime("%Y-%m-%d %H:%M:%S"), _outcome(record))
+
+
+def _show(store: SessionStore, profile: str, conversation: str, session_name: str | None, as_json: bool) -> int:
+    records = [record for record in store.list(profile, conversation)
+               if session_name is None or record.session_name == session_name]
+    if not records:
+        which = f"session {session_name!r} of " if session_name else ""
+        print(f"no stored {which}conversation {conversation!r} for profile {profile} in {store.path}",
+              file=sys.stderr)
+        return 1
+    for record in sorted(records, key=lambda record: record.session_name):
+        if as_json:
+            print(json.dumps(record.to_dict(), ensure_ascii=False))
+            continue
+        print(f"profile:       {record.profile}\n"
+              f"conversation:  {_printable(record.conversation)}\n"
+              f"session name:  {_printable(record.session_name)}\n"
+              f"session id:    {record.session_id or '(none yet: the next turn starts a new session)'}\n"
+              f"last used:     {record.last_used.isoformat(timespec='seconds')}\n"
+              f"last outcome:  {_outcome(record)}")
+    return 0
+
+
+def _outcome(record: SessionRecord) -> str:
+    return record.last_outcome if record.last_exit_code == 0 else f"{record.last_outcome} (exit {record.last_exit_code})"
+
+
+def _printable(text: str) -> str:
+    """Keys are the host's, so anything goes; a table cell must stay on one line."""
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)
