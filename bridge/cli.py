@@ -88,6 +88,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_conversation_options(run)
     run.set_defaults(handler=_run_command)
 
+    chat = commands.add_parser("chat", parents=[common], help="talk to an agent, one turn per line",
+                               description="An interactive session with an agent: one turn per line, the session "
+                               "kept across turns. /help lists the commands; Ctrl-C stops a running turn, "
+                               "Ctrl-D leaves.")
+    chat.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
+    chat.add_argument("--session-id", help="resume this session (default: a new one, or the stored one)")
+    chat.add_argument("--session-name", default="default", help="the session's name (default: default)")
+    chat.add_argument("--from-user", default="", help="who sends the messages")
+    chat.add_argument("--timeout", metavar="SECS", type=_positive_seconds,
+                      help="override the profile's timeout_secs")
+    chat.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
+    _add_conversation_options(chat)
+    chat.set_defaults(handler=_chat_command)
+
     sessions = commands.add_parser("sessions", parents=[common], help="inspect and reset stored sessions",
                                    description="The session store: what --conversation remembers between runs.")
     actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -236,6 +250,14 @@ def _open_conversation(args: argparse.Namespace, profile: Profile) -> Conversati
     if args.new:
         conversation.forget()
     return conversation
+
+
+def _chat_command(args: argparse.Namespace) -> int:
+    from .chat import run_chat
+
+    profile = _load_for_turns(args)
+    return run_chat(profile, _open_conversation(args, profile), session_id=args.session_id,
+                    session_name=args.session_name, from_user=args.from_user)
 
 
 def _sessions_command(args: argparse.Namespace) -> int:

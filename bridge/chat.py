@@ -1,0 +1,302 @@
+"""`agent-bridge chat PROFILE`: talk to an agent in a terminal, one turn per line.
+
+What the developer types goes to the agent as one turn per line; partials
+print as they arrive, then the reply. The agent's words go to stdout;
+everything else (prompt, spinner, notices, error replies) goes to stderr, as
+with `agent-bridge run`. The session id each turn prints is sent with the
+next turn; with `--conversation KEY` it is also kept in the session store, so
+a restarted chat picks the conversation up again.
+
+How lines are read. From fd 0 with `trio.lowlevel.wait_readable` then
+`os.read`, rather than `input()` in a worker thread:
+
+- waiting for a line is an ordinary trio checkpoint, so Ctrl-C at the prompt
+  simply cancels it; a thread blocked in `input()` cannot be cancelled, and
+  would hold on to (and later swallow) the next line typed;
+- nothing is changed on the terminal: no `O_NONBLOCK` (that flag belongs to
+  the open file shared with the shell, which would be left non-blocking if
+  this process died), no raw mode. The kernel's line discipline does the
+  editing (Backspace, Ctrl-U, Ctrl-W), only hands over complete lines, drops
+  the half-typed line on Ctrl-C, and keeps lines typed while an agent runs
+  for the next prompt;
+- the same code reads a pipe or a file (`agent-bridge chat P < script.txt`).
+
+The price is no history or arrow keys; `rlwrap agent-bridge chat …` adds them.
+
+Signals. One trio signal receiver lives as long as the REPL. SIGINT while a
+turn runs is a host cancel (`TurnStream.cancel()`: SIGINT to the agent,
+grace, SIGKILL; the turn ends with exit 130 and the REPL carries on); at the
+prompt it abandons the line. SIGTERM and SIGHUP (the terminal went away)
+stop a running turn the same way and end the chat with 128+N.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
+
+import trio
+
+from .cli import HumanPrinter
+from .errors import BridgeError
+from .profile import Profile
+from .result import TurnResult
+from .runner import TurnStream, open_turn
+from .turn import Turn
+
+if TYPE_CHECKING:
+    from .sessions_cli import Conversation
+
+PROMPT = "you> "
+HELP = """\
+  /new       forget the session: the next message starts a new one
+  /session   show the session id (and where it is stored)
+  /help      this list
+  /exit      leave (so does Ctrl-D at an empty prompt)
+Ctrl-C stops a running turn. To send a message that starts with /, type // instead."""
+READ_CHUNK = 64 * 1024
+SPINNER_DELAY = 0.25  # a turn that answers sooner never shows the spinner
+SPINNER_TICK = 0.1
+
+
+def run_chat(profile: Profile, conversation: Conversation | None, *, session_id: str | None = None,
+             session_name: str = "default", from_user: str = "") -> int:
+    """Run the REPL on this process's stdin/stdout/stderr until /exit, EOF or a signal; the exit code."""
+    from .process import become_subreaper
+
+    become_subreaper()  # this process is ours: killed grandchildren get reaped here
+    sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
+    chat = Chat(profile, conversation, session_id=session_id, session_name=session_name, from_user=from_user)
+    try:
+        return trio.run(chat.run)
+    finally:
+        if conversation is not None:
+            conversation.close()
+
+
+class Chat:
+    """The REPL's state: the profile, the current session, and what is running now."""
+
+    def __init__(self, profile: Profile, conversation: Conversation | None, *, session_id: str | None = None,
+                 session_name: str = "default", from_user: str = "", stdin_fd: int = 0,
+                 out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.profile = profile
+        self.conversation = conversation
+        if session_id is None:
+            session_id = conversation.session_id if conversation is not None else ""
+        self.session_id = session_id
+        self.session_name = session_name
+        self.from_user = from_user
+        self.stdin_fd = stdin_fd
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.interactive = os.isatty(stdin_fd)
+        self.spin = self.err.isatty()
+        self._stream: TurnStream | None = None
+        self._reading: trio.CancelScope | None = None
+        self._quit: int | None = None  # the exit code, once a signal asked us to leave
+
+    async def run(self) -> int:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._watch_signals)
+            try:
+                return await self._loop(LineReader(self.stdin_fd))
+            except OSError:
+                if self._quit is None:
+                    raise
+                return self._quit  # SIGHUP: the terminal is gone, and writing to it fails
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _loop(self, reader: LineReader) -> int:
+        if self.interactive:
+            self._say(f"chatting with {self.profile.label}, {self._session_text()}. "
+                      "/help lists commands, Ctrl-D leaves.")
+        while self._quit is None:
+            if self.interactive:
+                self._write_err(PROMPT)
+            with trio.CancelScope() as scope:
+                self._reading = scope
+                line = await reader.readline()
+            self._reading = None
+            if scope.cancelled_caught:  # Ctrl-C: the terminal dropped the line; start a fresh one
+                reader.discard()
+                self._write_err("\n")
+                continue
+            if line is None:  # EOF: Ctrl-D, or the end of piped input
+                if self.interactive:
+                    self._write_err("\n")
+                return 0
+            text = line.strip()
+            if text.startswith("/") and not text.startswith("//"):
+                if not self._command(text):
+                    return 0
+            elif text:
+                await self._turn(text[1:] if text.startswith("//") else text)
+        return self._quit
+
+    def _command(self, text: str) -> bool:
+        """Handle a /command; False means leave."""
+        name = text.split(maxsplit=1)[0].lower()
+        if name in ("/exit", "/quit"):
+            return False
+        if name == "/new":
+            self.session_id = ""
+            if self.conversation is not None:
+                self._store(self.conversation.forget)
+            self._say("new session: the next message starts one")
+        elif name == "/session":
+            self._say(f"session: {self.session_id or 'none yet (the next message starts one)'}")
+            if self.conversation is not None:
+                self._say(f"conversation {self.conversation.key!r} of {self.conversation.profile}, "
+                          f"stored in {self.conversation.store.path}")
+        elif name in ("/help", "/?"):
+            self._say(HELP)
+        else:
+            self._say(f"unknown command {name}; /help lists them")
+        return True
+
+    async def _turn(self, message: str) -> None:
+        try:
+            turn = Turn(message, session_id=self.session_id, session_name=self.session_name,
+                        from_user=self.from_user)
+        except BridgeError as error:
+            self._say(f"not sent: {error}")
+            return
+        printer = HumanPrinter(self.out, self.err)
+        spinner = Spinner(self.err, printer) if self.spin else None
+        async with open_turn(self.profile, turn) as stream:
+            self._stream = stream
+            if self._quit is not None:  # a signal came between the line and the turn
+                stream.cancel()
+            try:
+                async with trio.open_nursery() as nursery:
+                    if spinner is not None:
+                        nursery.start_soon(spinner.run)
+                    async for event in stream:
+                        if spinner is not None:
+                            spinner.clear()
+                        printer.show(event)
+                    nursery.cancel_scope.cancel()
+            finally:
+                self._stream = None
+                if spinner is not None:
+                    spinner.clear()
+        self._finished(stream.result)
+
+    def _finished(self, result: TurnResult) -> None:
+        if result.session_id:
+            self.session_id = result.session_id
+        if self.conversation is not None:
+            conversation = self.conversation
+            self._store(lambda: conversation.record(result))
+        if not result.ok:
+            self._say(f"[exit {result.exit_code}: {result.outcome}, after {result.duration_ms / 1000:.1f} s]")
+
+    def _store(self, operation: Callable[[], object]) -> None:
+        """A store that fails is reported, and the chat goes on with the session in memory."""
+        try:
+            operation()
+        except BridgeError as error:
+            self._say(f"agent-bridge: {error}")
+
+    async def _watch_signals(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            task_status.started()
+            async for signum in signals:
+                if signum != signal.SIGINT:
+                    self._quit = 128 + signum
+                if self._stream is not None:
+                    self._stream.cancel()
+                elif self._reading is not None:
+                    self._reading.cancel()
+
+    def _session_text(self) -> str:
+        if self.session_id:
+            return f"session {self.session_id}"
+        return "no session yet (the next message starts one)"
+
+    def _say(self, text: str) -> None:
+        self._write_err(text + "\n")
+
+    def _write_err(self, text: str) -> None:
+        self.err.write(text)
+        self.err.flush()
+
+
+class LineReader:
+    """Lines from a file descriptor, waiting in trio; see the module docstring for why."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+        self.eof = False
+        self.pollable = True
+
+    async def readline(self) -> str | None:
+        """The next line without its line ending; None at end of input."""
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self.buffer[:end])
+                del self.buffer[:end + 1]
+                return line.decode("utf-8", "replace").rstrip("\r")
+            if self.eof:
+                if not self.buffer:
+                    return None
+                line = bytes(self.buffer)  # Ctrl-D after some text: that text is a line
+                self.buffer.clear()
+                return line.decode("utf-8", "replace")
+            await self._readable()
+            chunk = os.read(self.fd, READ_CHUNK)
+            if chunk:
+                self.buffer += chunk
+            else:
+                self.eof = True
+
+    def discard(self) -> None:
+        """Forget a partial line (the terminal dropped it on Ctrl-C)."""
+        self.buffer.clear()
+
+    async def _readable(self) -> None:
+        if self.pollable:
+            try:
+                await trio.lowlevel.wait_readable(self.fd)
+                return
+            except PermissionError:  # epoll refuses regular files and /dev/null: reading them never blocks
+                self.pollable = False
+        await trio.lowlevel.checkpoint()
+
+
+class Spinner:
+    """Elapsed time on stderr while the agent says nothing, so a slow agent does not look hung.
+
+    Drawn only while the cursor is at the start of a line (never over a
+    partial), and erased before anything else is printed.
+    """
+
+    def __init__(self, err: TextIO, printer: HumanPrinter) -> None:
+        self.err = err
+        self.printer = printer
+        self.drawn = 0  # width of what is on screen now
+
+    async def run(self) -> None:
+        started = trio.current_time()
+        await trio.sleep(SPINNER_DELAY)
+        for frame in itertools.cycle("|/-\\"):
+            if not self.printer.open_line:
+                text = f"{frame} {trio.current_time() - started:.1f} s"
+                self.err.write("\r" + text.ljust(self.drawn))
+                self.err.flush()
+                self.drawn = max(self.drawn, len(text))
+            await trio.sleep(SPINNER_TICK)
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.err.write("\r" + " " * self.drawn + "\r")
+            self.err.flush()
+            self.drawn = 0

@@ -1,0 +1,253 @@
+"""`agent-bridge chat`, driven through a pseudo-terminal the way a developer uses it."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PROFILES, PYTHON, assert_no_live_process, read_pids, write_agent, write_profile
+
+from bridge import SessionStore
+
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+PROMPT = b"you> "
+WAIT = 20.0  # an upper bound for a loaded machine; passing tests never wait for it
+
+
+class Terminal:
+    """`agent-bridge chat …` on the slave side of a pty (stdin, stdout, stderr and controlling terminal)."""
+
+    def __init__(self, *args: str, env: dict[str, str]) -> None:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the pty is its controlling terminal, as in a real terminal
+            try:
+                os.execve(AGENT_BRIDGE, [AGENT_BRIDGE, "chat", *args], env)
+            finally:
+                os._exit(127)
+        self.pid = pid
+        self.fd = fd
+        self.output = b""
+        self.seen = 0  # output before this offset has been matched already
+
+    def expect(self, pattern: bytes | re.Pattern[bytes]) -> bytes:
+        """Wait until `pattern` appears in output not matched yet; return the output up to its end."""
+        deadline = time.monotonic() + WAIT
+        while True:
+            if isinstance(pattern, bytes):
+                at = self.output.find(pattern, self.seen)
+                end = at + len(pattern) if at >= 0 else -1
+            else:
+                match = pattern.search(self.output, self.seen)
+                end = match.end() if match else -1
+            if end >= 0:
+                before, self.seen = self.output[self.seen:end], end
+                return before
+            if not self._read(deadline):
+                raise AssertionError(f"{pattern!r} did not appear; the terminal shows:\n"
+                                     f"{self.output[self.seen:].decode(errors='replace')}")
+
+    def send(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def exit_code(self) -> int:
+        """Wait for the chat to end (reading what it still prints); its exit code."""
+        deadline = time.monotonic() + WAIT
+        while self._read(deadline):
+            pass
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def _read(self, deadline: float) -> bool:
+        """Read what is there within the deadline; False at the deadline or when the terminal closed."""
+        ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return False
+        try:
+            chunk = os.read(self.fd, 65536)
+        except OSError:  # EIO: the chat exited and the slave side is closed
+            return False
+        self.output += chunk
+        return bool(chunk)
+
+    def close(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(self.fd)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("AGENT_")}
+    return {**environ, "TMPDIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "xdg-state"), "TERM": "dumb"}
+
+
+@pytest.fixture
+def chat(env: dict[str, str]):  # type: ignore[no-untyped-def]
+    terminals: list[Terminal] = []
+
+    def start(*args: str) -> Terminal:
+        terminal = Terminal(*args, env=env)
+        terminals.append(terminal)
+        terminal.expect(PROMPT)
+        return terminal
+
+    yield start
+    for terminal in terminals:
+        terminal.close()
+
+
+def session_of(text: bytes) -> bytes:
+    return re.search(rb"turn \d+ of session (\w+)", text).group(1)  # type: ignore[union-attr]
+
+
+def test_turns_keep_their_session_and_new_starts_another(chat) -> None:  # type: ignore[no-untyped-def]
+    terminal = chat(str(PROFILES / "stream.yaml"))
+    terminal.send(b"hello there\n")
+    shown = terminal.expect(PROMPT)
+    assert b"hello there \r\nturn 1 of session " in shown, "the partials, then the reply on a line of its own"
+    session = session_of(shown)
+
+    terminal.send(b"again\n")
+    shown = terminal.expect(PROMPT)
+    assert b"turn 2 of session " + session in shown and b"last time you said: hello there" in shown
+
+    terminal.send(b"/session\n")
+    assert b"session: " + session in terminal.expect(PROMPT)
+
+    terminal.send(b"/new\n")
+    terminal.expect(PROMPT)
+    terminal.send(b"/session\n")
+    assert b"session: none yet" in terminal.expect(PROMPT)
+    terminal.send(b"fresh\n")
+    shown = terminal.expect(PROMPT)
+    assert b"turn 1 of session" in shown and session_of(shown) != session
+
+    terminal.send(b"/bogus\n")
+    assert b"unknown command /bogus" in terminal.expect(PROMPT)
+    terminal.send(b"/help\n")
+    assert b"/exit" in terminal.expect(PROMPT)
+    terminal.send(b"/exit\n")
+    assert terminal.exit_code() == 0
+
+
+def test_partials_show_while_the_agent_works_and_a_spinner_while_it_is_silent(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    go, finish = tmp_path / "go", tmp_path / "finish"
+    os.mkfifo(go)
+    os.mkfifo(finish)
+    agent = write_agent(tmp_path, "agent", f"""\
+        #!{PYTHON}
+        open({str(go)!r}).read()  # silent until the test says go
+        print('AGENT_PARTIAL:"thinking… "', flush=True)
+        open({str(finish)!r}).read()
+        print("done thinking")
+    """)
+    terminal = chat(str(write_profile(tmp_path, f"command: {agent}\n")))
+    terminal.send(b"think\n")
+    terminal.expect(re.compile(rb"\r[|/\\-] \d+\.\d s"))  # elapsed time, since stderr is a terminal
+    with open(go, "w"):
+        pass
+    terminal.expect(b"thinking\xe2\x80\xa6 ")  # shown before the agent has finished
+    with open(finish, "w"):
+        pass
+    assert b"done thinking" in terminal.expect(PROMPT)
+    terminal.send(b"\x04")  # Ctrl-D at an empty prompt
+    assert terminal.exit_code() == 0
+
+
+def test_ctrl_c_cancels_the_running_turn_and_the_chat_goes_on(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    profile = write_profile(tmp_path, f"""\
+        command: {PROFILES.parent / "sample_agents" / "hang.sh"}
+        timeout_secs: 60
+        kill_grace_secs: 0.2
+    """)
+    terminal = chat(str(profile))
+    terminal.send(b"wait forever\n")
+    terminal.expect(b"working on it")  # the turn is running
+    terminal.send(b"\x03")
+    shown = terminal.expect(PROMPT)
+    assert b"[exit 130: cancelled" in shown
+
+    terminal.send(b"\x03")  # Ctrl-C at the prompt: a fresh prompt, not the end
+    terminal.expect(PROMPT)
+    terminal.send(b"half a line\x03")  # the half-typed line is dropped
+    terminal.expect(PROMPT)
+    terminal.send(b"/session\n")
+    assert b"session: none yet" in terminal.expect(PROMPT)
+    terminal.send(b"/exit\n")
+    assert terminal.exit_code() == 0
+
+
+def test_a_conversation_survives_a_restart(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    state = str(tmp_path / "sessions.sqlite3")
+    options = (str(PROFILES / "stream.yaml"), "--conversation", "dev", "--state", state)
+    first = chat(*options)
+    first.send(b"remember me\n")
+    session = session_of(first.expect(PROMPT))
+    first.send(b"\x04")
+    assert first.exit_code() == 0
+    with SessionStore(state) as store:
+        assert store.get("stream", "dev") == session.decode()
+
+    second = chat(*options)
+    second.send(b"/session\n")
+    shown = second.expect(PROMPT)
+    assert b"session: " + session in shown and b"conversation 'dev' of stream" in shown
+    second.send(b"again\n")
+    assert b"turn 2 of session " + session in second.expect(PROMPT)
+    second.send(b"/new\n")
+    second.expect(PROMPT)
+    with SessionStore(state) as store:
+        assert store.get("stream", "dev") == "", "/new forgets the stored session too"
+    second.send(b"/exit\n")
+    assert second.exit_code() == 0
+
+
+def test_sigterm_stops_the_running_turn_and_the_chat(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    profile = write_profile(tmp_path, f"""\
+        command: {PROFILES.parent / "sample_agents" / "hang.sh"}
+        kill_grace_secs: 0.2
+    """)
+    terminal = chat(str(profile))
+    terminal.send(b"wait\n")
+    terminal.expect(b"working on it")
+    os.kill(terminal.pid, signal.SIGTERM)
+    assert terminal.exit_code() == 128 + signal.SIGTERM
+    assert b"[exit 130: cancelled" in terminal.output
+
+
+def test_closing_the_terminal_stops_the_running_agent_and_the_chat(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    pid_file = tmp_path / "pids"
+    agent = write_agent(tmp_path, "agent", f"""\
+        #!{PYTHON}
+        import os, time
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        print('AGENT_PARTIAL:"started "', flush=True)
+        time.sleep(60)
+    """)
+    terminal = chat(str(write_profile(tmp_path, f"command: {agent}\nkill_grace_secs: 0.2\n")))
+    terminal.send(b"go\n")
+    terminal.expect(b"started")
+    os.close(terminal.fd)  # the window closes: the kernel hangs up the session (SIGHUP)
+    terminal.fd = os.open(os.devnull, os.O_RDONLY)  # for close()
+    _, status = os.waitpid(terminal.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
+    assert_no_live_process(read_pids(pid_file))
+
+
+def test_piped_input_is_a_script_of_turns(env: dict[str, str]) -> None:
+    done = subprocess.run([AGENT_BRIDGE, "chat", str(PROFILES / "echo.yaml")], input="hello\n\n//slash\n/exit\nnot sent\n",
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "echo: hello\necho: /slash\n"
+    assert "you>" not in done.stderr, "no prompt when nobody types"
