@@ -241,7 +241,7 @@ class SessionStore:
                              f"{version}); upgrade agent-bridge, or use another file with --state PATH")
         db.execute("BEGIN IMMEDIATE")
         try:
-            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if db.execute("PRAGMA user_version").fetchone()[0] == 0 and tables - {_TABLE}:
                 raise StoreError(f"{self.path} is an SQLite database of something else (tables: "
                                  f"{', '.join(sorted(tables))}), not an agent-bridge session store; "
