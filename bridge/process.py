@@ -11,6 +11,7 @@ import errno
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from functools import partial
 
 import trio
@@ -163,6 +164,7 @@ def spawn(plan: LaunchPlan) -> AgentProcess:
                 env=plan.env,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=_signal_reset(),
             )
         except (OSError, ValueError, UnicodeError) as err:
             raise _explain_spawn_failure(err, plan) from None
@@ -179,6 +181,32 @@ def spawn(plan: LaunchPlan) -> AgentProcess:
         stdout=trio.lowlevel.FdStream(stdout_read),
         stderr=trio.lowlevel.FdStream(stderr_read),
     )
+
+
+# The signals the bridge stops an agent with. An ignored disposition survives
+# exec, so an agent started by a host that ignores them (nohup, `cmd &` in a
+# script) could never be interrupted or terminated gracefully.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _signal_reset() -> Callable[[], None] | None:
+    """A pre-exec step restoring default handling of the stop signals, when the bridge ignores them.
+
+    Only then: any pre-exec step makes Python fork instead of vfork, which
+    costs every spawn of a large host noticeably more.
+    """
+    ignored = [signum for signum in _STOP_SIGNALS if signal.getsignal(signum) == signal.SIG_IGN]
+    if not ignored:
+        return None
+
+    def restore_defaults() -> None:
+        try:
+            for signum in ignored:
+                signal.signal(signum, signal.SIG_DFL)
+        except ValueError:
+            pass  # spawned from a thread other than the main one: Python refuses; keep the inherited state
+
+    return restore_defaults
 
 
 def _explain_spawn_failure(err: BaseException, plan: LaunchPlan) -> LaunchError:

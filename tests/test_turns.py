@@ -783,8 +783,6 @@ print(bridge.run_turn_sync(profile, bridge.Turn("x")).reply.split()[1])
 """
 
 
-@pytest.mark.xfail(strict=True, reason="spawn passes the host's ignored SIGINT on to the agent; resetting "
-                   "dispositions needs posix_spawn(setsigdef) or a preexec step, a change to process.spawn")
 def test_an_agent_gets_default_sigint_handling_even_from_a_host_that_ignores_it():
     done = subprocess.run([PYTHON, "-c", HOST_IGNORING_SIGINT], capture_output=True, text=True, timeout=60,
                           check=True)
