@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from .profile import Profile
-from .protocol import BodyLine, ErrorEvent, Event, PartialEvent, SessionEvent
+from .protocol import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, SessionEvent
 
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 130
@@ -88,7 +88,7 @@ class _Capped:
 class TurnRecorder:
     """The turn's state while it runs. Feed it decoded events with `observe()`."""
 
-    __slots__ = ("_profile", "_body", "_body_lines", "_partial_room", "_partials_cut",
+    __slots__ = ("_profile", "_body", "_body_lines", "_partial_room", "_partials_cut", "_line_cut",
                  "session_id", "error", "error_seen", "partials")
 
     def __init__(self, profile: Profile) -> None:
@@ -98,6 +98,7 @@ class TurnRecorder:
         self._body_lines = 0
         self._partial_room: int | None = cap  # characters of partials still allowed; None = no cap
         self._partials_cut = False
+        self._line_cut = False  # the decoder cut an over-long line
         self.session_id = ""
         self.error = ""
         self.error_seen = False
@@ -118,6 +119,8 @@ class TurnRecorder:
             self.error_seen = True
             self.error = event.text  # type: ignore[union-attr]
             return event  # type: ignore[return-value]
+        if kind is LineCut:
+            self._line_cut = True
         return None
 
     def _add_body(self, line: str) -> None:
@@ -155,7 +158,7 @@ class TurnRecorder:
         exit_code, outcome, cause = self._classify(ending)
         succeeded = exit_code == 0
         reply = ""
-        truncated = self._partials_cut
+        truncated = self._partials_cut or self._line_cut
         if succeeded:
             reply = "".join(self._body.parts)
             if self._body.cut:

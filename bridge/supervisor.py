@@ -248,7 +248,7 @@ class _Supervisor:
             if forward is not None:
                 if emit is not None:
                     await emit(forward)
-            elif type(event) is ProtocolWarning:
+            elif isinstance(event, ProtocolWarning):
                 self.log.warning(event.message)
 
     async def pump_stderr(self) -> None:

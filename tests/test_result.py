@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bridge import Outcome, Profile
-from bridge.protocol import BodyLine, ErrorEvent, PartialEvent, ProtocolWarning, SessionEvent
+from bridge.protocol import BodyLine, ErrorEvent, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 from bridge.result import HARD_REPLY_LIMIT, Ending, TurnRecorder
 
 SUFFIX = "…cut"
@@ -168,3 +168,10 @@ def test_result_to_dict_has_every_field_of_the_spec() -> None:
     assert set(record) == {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
                            "stderr_tail", "duration_ms", "partials", "truncated"}
     assert record["outcome"] == "ok"
+
+
+def test_a_cut_line_marks_the_result_truncated_without_a_suffix() -> None:
+    turn = recorder(max_reply_chars=None)
+    feed(turn, LineCut("a line was cut"), BodyLine("first MiB"))
+    result = turn.finish(Ending(returncode=0))
+    assert (result.reply, result.truncated) == ("first MiB", True)

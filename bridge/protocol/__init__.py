@@ -7,7 +7,7 @@ protocol means writing a new decoder, not a new supervisor.
 
 from typing import Protocol
 
-from .events import BodyLine, ErrorEvent, Event, PartialEvent, ProtocolWarning, SessionEvent
+from .events import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 from .lines import (
     ERROR_PREFIX,
     MAX_LINE_BYTES,
@@ -35,6 +35,7 @@ __all__ = [
     "Decoder",
     "ErrorEvent",
     "Event",
+    "LineCut",
     "LineDecoder",
     "PartialEvent",
     "ProtocolWarning",

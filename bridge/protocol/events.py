@@ -58,4 +58,9 @@ class ProtocolWarning:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class LineCut(ProtocolWarning):
+    """A line over the length limit was cut there; the turn's output is no longer whole."""
+
+
 Event = PartialEvent | SessionEvent | ErrorEvent | BodyLine | ProtocolWarning

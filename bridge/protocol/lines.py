@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from .events import BodyLine, ErrorEvent, Event, PartialEvent, ProtocolWarning, SessionEvent
+from .events import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 
 SESSION_PREFIX = "AGENT_SESSION:"
 PARTIAL_PREFIX = "AGENT_PARTIAL:"
@@ -121,7 +121,7 @@ class LineDecoder:
 
     def _emit_line(self, raw: bytes, cut: bool, events: list[Event]) -> None:
         if cut:
-            events.append(ProtocolWarning(
+            events.append(LineCut(
                 f"a stdout line was longer than {self._max_line_bytes} bytes; the rest of it was discarded"
             ))
         if raw[-1:] == b"\r":
