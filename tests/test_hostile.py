@@ -127,7 +127,7 @@ async def test_a_30_mb_line_without_newline_is_cut_at_1_mib(make_recorded_agent,
     """, max_reply_chars=None, timeout_secs=30)
     result = await run(profile)
     assert (result.outcome, result.exit_code) == ("ok", 0)
-    assert result.reply == "x" * MIB
+    assert result.reply == "x" * MIB and result.truncated
     assert result.duration_ms < LOUD_BOUND_MS * 2
     assert_all_gone(pid_file)
 
