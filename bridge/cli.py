@@ -235,7 +235,7 @@ def _load_for_turns(args: argparse.Namespace) -> Profile:
         overrides["timeout_secs"] = args.timeout
     if args.no_stream:
         overrides["streaming"] = False
-    return profile.model_copy(update=overrides) if overrides else profile
+    return profile.replace(**overrides) if overrides else profile
 
 
 def _open_conversation(args: argparse.Namespace, profile: Profile) -> Conversation | None:
@@ -336,7 +336,7 @@ def _check_command(args: argparse.Namespace) -> int:
     status = 0
     for path in args.profiles:
         try:
-            profile = load_profile(path)
+            profile = load_profile(path, cache=False)
         except ProfileError as err:
             for problem in err.problems:
                 print(problem, file=sys.stderr)

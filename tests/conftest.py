@@ -87,11 +87,12 @@ def read_pids(path: Path) -> list[int]:
 
 
 @pytest.fixture(autouse=True)
-def _no_inherited_agent_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests see the environment a user would, whatever ran pytest."""
+def _no_inherited_agent_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests see the environment a user would, whatever ran pytest, and never write to the real ~/.cache."""
     for name in list(os.environ):
         if name.startswith("AGENT_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 # Python agents made by `make_recorded_agent` start with this: they log their own

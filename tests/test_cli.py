@@ -433,7 +433,7 @@ async def test_bundled_fork_profile_ends_at_once_and_its_child_is_killed():
 
 async def test_bundled_stream_profile_streams_and_resumes_its_session(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the sample keeps its sessions
-    profile = bridge.load_profile(PROFILES / "stream.yaml").model_copy(update={"env": {"STREAM_DELAY": "0"}})
+    profile = bridge.load_profile(PROFILES / "stream.yaml").replace(env={"STREAM_DELAY": "0"})
     partials: list[str] = []
     first = await bridge.run_turn(profile, Turn("hello there"), on_partial=partials.append)
     assert first.exit_code == 0 and first.session_id

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 import bridge
+import bridge.profile_cache
 from bridge import Profile, ProfileError, load_profile, parse_profile
+from bridge.profile import FIELD_NAMES
 
 from conftest import PROFILES, write_profile
 
@@ -22,7 +24,7 @@ def problems(text: str) -> list[str]:
 
 def test_defaults_match_the_spec(tmp_path: Path) -> None:
     profile = load_profile(write_profile(tmp_path, "command: ./agent\n", name="helper.yaml"))
-    assert profile.model_dump() == {
+    assert profile.to_dict() == {
         "command": "./agent", "args": [], "stdin": "none", "cwd": None, "env": {}, "env_allowlist": None,
         "env_inherit": "minimal", "timeout_secs": 1800, "idle_timeout_secs": None, "kill_grace_secs": 5,
         "max_reply_chars": 8000, "truncation_suffix": "\n\n…(truncated)", "include_stderr_in_reply": False,
@@ -209,16 +211,22 @@ def test_api_profile_defaults_name_and_directory() -> None:
 
 
 def test_profiles_are_immutable_but_copyable() -> None:
-    profile = parse_profile("command: x\n", source="/somewhere/p.yaml")
-    with pytest.raises(ValueError):
+    profile = parse_profile("command: x\nargs: [a]\nenv: {A: '1'}\n", source="/somewhere/p.yaml")
+    with pytest.raises(AttributeError, match="replace"):
         profile.timeout_secs = 3  # type: ignore[misc]
-    faster = profile.model_copy(update={"timeout_secs": 3.0})
-    assert (faster.timeout_secs, faster.profile_dir, faster.argv_template) == (3.0, "/somewhere", ("x",))
+    with pytest.raises(TypeError):
+        profile.env["A"] = "2"  # type: ignore[index]
+    assert profile.args == ("a",)
+    faster = profile.replace(timeout_secs=3.0)
+    assert (faster.timeout_secs, faster.profile_dir, faster.argv_template) == (3.0, "/somewhere", ("x", "a"))
+    assert faster.replace(timeout_secs=1800) == profile
+    with pytest.raises(ProfileError, match="timeout_secs: must be greater than 0"):
+        profile.replace(timeout_secs=0)
 
 
 def test_schema_describes_every_field_and_forbids_others() -> None:
     schema = bridge.json_schema()
-    assert set(schema["properties"]) == set(Profile.model_fields)
+    assert list(schema["properties"]) == list(FIELD_NAMES)
     assert schema["additionalProperties"] is False
     assert schema["required"] == ["command"]
     assert all(field.get("description") for field in schema["properties"].values())
@@ -229,3 +237,56 @@ def test_schema_describes_every_field_and_forbids_others() -> None:
 def test_bundled_profiles_load(path: Path) -> None:
     profile = load_profile(path)
     assert profile.name == path.stem and profile.description
+
+
+def test_validated_profiles_are_remembered_until_the_file_changes(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "command: first\n")
+    assert load_profile(path).command == "first"
+    assert load_profile(path).command == "first"
+    entries = list(bridge.profile_cache.cache_directory().glob("*.json"))
+    assert len(entries) == 1 and oct(entries[0].stat().st_mode & 0o777) == "0o600"
+
+    path.write_text("command: second\n")
+    assert load_profile(path).command == "second"
+    path.write_text("command: second\ntimout_secs: 1\n")
+    with pytest.raises(ProfileError, match="unknown key"):
+        load_profile(path)
+
+
+def test_a_remembered_profile_equals_a_validated_one(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "command: [a, '{{PROFILE_DIR}}']\nenv: {X: y}\nmax_reply_chars: null\n")
+    fresh = load_profile(path, cache=False)
+    load_profile(path)
+    remembered = load_profile(path)
+    assert remembered == fresh and remembered.argv_template == fresh.argv_template
+    assert isinstance(remembered.timeout_secs, float)
+
+
+def test_a_corrupt_or_unwritable_cache_is_only_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_profile(tmp_path, "command: agent\n")
+    load_profile(path)
+    for entry in bridge.profile_cache.cache_directory().glob("*.json"):
+        entry.write_text("{not json")
+    assert load_profile(path).command == "agent"
+    for entry in bridge.profile_cache.cache_directory().glob("*.json"):
+        entry.write_text(json.dumps({"validator": "other", "path": str(path), "content": "", "values": {}}))
+    assert load_profile(path).command == "agent"
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    assert load_profile(path).command == "agent"
+
+
+def test_running_a_remembered_profile_does_not_load_pydantic(tmp_path: Path) -> None:
+    """The point of the cache: `agent-bridge run` on an unchanged profile skips pydantic's machinery."""
+    import subprocess
+    import sys
+
+    path = write_profile(tmp_path, "command: agent\n")
+    probe = (
+        "import sys, bridge; bridge.load_profile(sys.argv[1]); "
+        "print(any(name.startswith('pydantic.main') or name == 'bridge.schema' for name in sys.modules))"
+    )
+    first = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
+    again = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
+    assert (first.stdout.strip(), again.stdout.strip()) == ("True", "False")

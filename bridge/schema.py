@@ -1,0 +1,388 @@
+"""Validating profiles with pydantic: the schema of SPEC §1 and errors that point at a line.
+
+This is the slow path, imported only when a profile is actually validated:
+pydantic's model machinery costs more to load than the rest of the bridge.
+`bridge.profile` calls in here and remembers what it validated.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from .errors import Problem, ProfileError
+from .profile import PLACEHOLDER_PATTERN, PLACEHOLDERS
+
+# Placeholders whose value comes from the user; never allowed inside inline code.
+UNTRUSTED_PLACEHOLDERS = ("MESSAGE", "SESSION_ID", "SESSION_NAME")
+_ENV_NAME = re.compile(r"[^=\0]+")
+
+
+class ProfileModel(BaseModel):
+    """How to launch one agent executable: every field of SPEC §1, its type, default and meaning."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        frozen=True,
+        title="agent-bridge profile",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
+
+    command: str | list[str] = Field(
+        description="argv[0..]. A string is split into words with POSIX shell-word rules "
+        "(quotes group words; nothing is expanded, no shell runs). A list is taken as argv verbatim.",
+    )
+    args: list[str] = Field(default=[], description="Appended to the split command, one token each, never split.")
+    stdin: Literal["none", "message"] = Field(
+        default="none",
+        description="none: stdin is empty (EOF at once). message: the message is written to stdin, then EOF.",
+    )
+    cwd: str | None = Field(
+        default=None,
+        description="Working directory; ~ is expanded and a relative path is relative to the profile's directory. "
+        "Default: the bridge's working directory.",
+    )
+    env: dict[str, str] = Field(
+        default={},
+        description="Extra variables. ${VAR} expands from the bridge's environment (unknown: empty, with a warning).",
+    )
+    env_allowlist: list[str] | None = Field(
+        default=None,
+        description="When present, ${VAR} for names not listed expands to empty, with a warning.",
+    )
+    env_inherit: Literal["minimal", "all"] = Field(
+        default="minimal",
+        description="minimal: only PATH, HOME, USER, LOGNAME, SHELL, LANG, LC_*, TERM, TMPDIR, TZ are passed on. "
+        "all: the bridge's whole environment.",
+    )
+    timeout_secs: Annotated[float, Field(gt=0)] = Field(
+        default=1800.0, description="Wall-clock limit of the whole turn, from spawn."
+    )
+    idle_timeout_secs: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Optional limit on silence: seconds without a byte on stdout."
+    )
+    kill_grace_secs: Annotated[float, Field(ge=0)] = Field(
+        default=5.0, description="Seconds between SIGTERM (or SIGINT) and SIGKILL."
+    )
+    max_reply_chars: Annotated[int, Field(gt=0)] | None = Field(
+        default=8000,
+        description="Cap on the reply body, and on the cumulative text of forwarded partials; null = no cap.",
+    )
+    truncation_suffix: str = Field(default="\n\n…(truncated)", description="Appended once where the cap cut text.")
+    include_stderr_in_reply: bool = Field(
+        default=False, description="Append the tail of the agent's stderr to what the user is sent."
+    )
+    send_error_reply: bool = Field(default=True, description="On a failed turn, produce a user-facing error text.")
+    streaming: bool = Field(
+        default=True,
+        description="Forward AGENT_PARTIAL: chunks live; when false they are ignored and AGENT_STREAMING=0.",
+    )
+    session_line_prefix: Annotated[str, Field(min_length=1)] = Field(
+        default="AGENT_SESSION:",
+        description="The session marker; lets a profile wrap a CLI that prints its own session line.",
+    )
+    name: str | None = Field(default=None, description="Metadata; defaults to the profile file's stem.")
+    description: str | None = Field(default=None, description="Metadata: what this agent is for.")
+
+    _argv_template: tuple[str, ...] = PrivateAttr(default=())
+    _argv_locations: tuple[tuple[str | int, ...], ...] = PrivateAttr(default=())
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command_type(cls, value: Any) -> Any:
+        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            return value
+        raise PydanticCustomError("command_type", "expected a string or a list of strings")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not _ENV_NAME.fullmatch(name):
+                raise PydanticCustomError("env_name", "{name!r} is not a valid variable name", {"name": name})
+            if "\0" in value:
+                raise PydanticCustomError("env_value", "the value of {name} contains a NUL character", {"name": name})
+        return env
+
+    @model_validator(mode="after")
+    def _build_argv_template(self) -> ProfileModel:
+        if isinstance(self.command, str):
+            try:
+                words = shlex.split(self.command, posix=True)
+            except ValueError as err:  # shlex says "No closing quotation" / "No escaped character"
+                raise _located_error(("command",), "cannot split it into words: {reason}", reason=str(err).lower()) from None
+            word_locations: list[tuple[str | int, ...]] = [("command",)] * len(words)
+        else:
+            words = list(self.command)
+            word_locations = [("command", index) for index in range(len(words))]
+        if not words or not words[0]:
+            raise _located_error(("command",), "it is empty; it must name the program to run")
+        self._argv_template = (*words, *self.args)
+        self._argv_locations = (*word_locations, *(("args", index) for index in range(len(self.args))))
+        for text, location in self._templated_fields():
+            _check_placeholders(text, location)
+        _check_inline_code(self._argv_template, self._argv_locations)
+        return self
+
+    def _templated_fields(self) -> Iterator[tuple[str, tuple[str | int, ...]]]:
+        yield from zip(self._argv_template, self._argv_locations)
+        if self.cwd is not None:
+            yield self.cwd, ("cwd",)
+        for name, value in self.env.items():
+            yield value, ("env", name)
+
+    @property
+    def argv_template(self) -> tuple[str, ...]:
+        return self._argv_template
+
+
+def json_schema() -> dict[str, Any]:
+    """The profile's JSON Schema, for YAML editors (yaml-language-server and friends)."""
+    return ProfileModel.model_json_schema()
+
+
+def validate_mapping(data: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Validate profile fields given in code: (every field's value, argv template), or `ProfileError`."""
+    try:
+        model = ProfileModel.model_validate(data)
+    except ValidationError as err:
+        raise ProfileError(_explain(err, {}, None)) from None
+    return model.model_dump(), model.argv_template
+
+
+def validate_text(text: str, where: str, default_name: str | None = None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Validate profile YAML; every problem is reported as `where:line: message`."""
+    data, lines, problems = _read_yaml(text, where)
+    if data is not None and "name" not in data and default_name is not None:
+        data["name"] = default_name
+    if data is not None and not problems:
+        try:
+            model = ProfileModel.model_validate(data)
+        except ValidationError as err:
+            problems.extend(_explain(err, lines, where))
+        else:
+            return model.model_dump(), model.argv_template
+    raise ProfileError(sorted(problems, key=lambda problem: problem.line or 0))
+
+
+# --------------------------------------------------------------------------- YAML with line numbers
+
+
+def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple[Any, ...], int], list[Problem]]:
+    """Parse YAML into data plus the line of every key, so errors can point at it."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}, [Problem("the profile is empty; it needs at least `command:`", where, 1)]
+        lines: dict[tuple[Any, ...], int] = {}
+        problems: list[Problem] = []
+        _index_lines(node, (), lines, problems, where)
+        if not isinstance(node, yaml.MappingNode):
+            return None, lines, [Problem("a profile must be a mapping of keys to values", where, node.start_mark.line + 1)]
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = mark.line + 1 if mark is not None else None
+        reason = err.problem or err.context or "syntax error"
+        return None, {}, [Problem(f"invalid YAML: {reason}", where, line)]
+    except yaml.YAMLError as err:
+        return None, {}, [Problem(f"invalid YAML: {err}", where)]
+    finally:
+        loader.dispose()
+    bad_keys = [key for key in data if not isinstance(key, str)]
+    for key in bad_keys:
+        problems.append(Problem(f"key {key!r} is not a string", where, lines.get((key,))))
+    return data, lines, problems
+
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _index_lines(
+    node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int], problems: list[Problem], where: str
+) -> None:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                problems.append(Problem(f"duplicate key {key!r}", where, line))
+            seen.add(key)
+            lines[(*path, key)] = line
+            _index_lines(value_node, (*path, key), lines, problems, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _index_lines(item, (*path, index), lines, problems, where)
+
+
+# --------------------------------------------------------------------------- error messages
+
+_TYPE_WORDS = {
+    "float_type": "expected a number",
+    "int_type": "expected a whole number",
+    "string_type": "expected a string",
+    "bool_type": "expected true or false",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "literal_error": "expected {expected}",
+    "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "string_too_short": "must not be empty",
+    "missing": "is required",
+}
+
+
+def _located_error(loc: tuple[str | int, ...], message: str, **context: Any) -> PydanticCustomError:
+    """An error from a whole-model check that still points at the field it is about."""
+    return PydanticCustomError("located", message, {**context, "loc": loc})
+
+
+def _explain(err: ValidationError, lines: Mapping[tuple[Any, ...], int], where: str | None) -> list[Problem]:
+    problems = []
+    for detail in err.errors(include_url=False):
+        loc = tuple(part for part in detail["loc"] if isinstance(part, (str, int)))
+        kind = detail["type"]
+        if not loc and "loc" in detail.get("ctx", {}):
+            loc = detail["ctx"]["loc"]
+        if kind == "extra_forbidden":
+            key = str(loc[-1])
+            message = f"unknown key {key!r}"
+            close = difflib.get_close_matches(key, list(ProfileModel.model_fields), n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        else:
+            template = _TYPE_WORDS.get(kind)
+            context = {key: f"{value:g}" if isinstance(value, float) else value
+                       for key, value in detail.get("ctx", {}).items()}
+            reason = template.format(**context) if template else detail["msg"]
+            field = ".".join(str(part) for part in loc) or "profile"
+            message = f"{field}: {reason}"
+            if kind.endswith("_type") and not isinstance(detail["input"], (dict, list)):
+                message += f", got {detail['input']!r}"
+        problems.append(Problem(message, where, _line_of(loc, lines)))
+    return problems
+
+
+def _line_of(loc: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int]) -> int | None:
+    for end in range(len(loc), -1, -1):
+        line = lines.get(loc[:end])
+        if line is not None:
+            return line
+    return None
+
+
+# --------------------------------------------------------------------------- placeholder rules
+
+
+def _check_placeholders(text: str, location: tuple[str | int, ...]) -> None:
+    if "{{" not in text:
+        return
+    for match in PLACEHOLDER_PATTERN.finditer(text):
+        name = match.group(1)
+        if name in PLACEHOLDERS:
+            continue
+        close = difflib.get_close_matches(name.upper(), PLACEHOLDERS, n=1, cutoff=0.6)
+        hint = f"; did you mean {{{{{close[0]}}}}}?" if close else f" (known: {', '.join('{{%s}}' % p for p in PLACEHOLDERS)})"
+        raise _located_error(location, "unknown placeholder {found}{hint}", found=match.group(0), hint=hint)
+
+
+# Interpreters whose flag takes a program text instead of a file. The value is
+# (flags that introduce inline code, options that consume the next argument).
+_SHELL_FLAGS = (frozenset({"-c"}), frozenset({"-o", "+o", "-O", "+O"}))
+_INLINE_CODE: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    **dict.fromkeys(("sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "csh", "tcsh", "busybox"), _SHELL_FLAGS),
+    "fish": (frozenset({"-c", "--command"}), frozenset()),
+    "python": (frozenset({"-c"}), frozenset({"-W", "-X", "-Q"})),
+    "pypy": (frozenset({"-c"}), frozenset({"-W", "-X"})),
+    "node": (frozenset({"-e", "--eval", "-p", "--print"}), frozenset({"-r", "--require", "--import", "--loader"})),
+    "nodejs": (frozenset({"-e", "--eval", "-p", "--print"}), frozenset({"-r", "--require"})),
+    "bun": (frozenset({"-e", "--eval", "-p", "--print"}), frozenset()),
+    "deno": (frozenset({"eval"}), frozenset()),
+    "perl": (frozenset({"-e", "-E"}), frozenset({"-I", "-M", "-m"})),
+    "ruby": (frozenset({"-e"}), frozenset({"-I", "-r"})),
+    "php": (frozenset({"-r"}), frozenset({"-d", "-c"})),
+    "lua": (frozenset({"-e"}), frozenset({"-l"})),
+    "luajit": (frozenset({"-e"}), frozenset({"-l"})),
+    "Rscript": (frozenset({"-e"}), frozenset()),
+    "osascript": (frozenset({"-e"}), frozenset()),
+    "pwsh": (frozenset({"-c", "-command", "-Command"}), frozenset()),
+    "powershell": (frozenset({"-c", "-command", "-Command"}), frozenset()),
+}
+_SHELLS = frozenset(name for name, flags in _INLINE_CODE.items() if flags is _SHELL_FLAGS)
+_VERSIONED = re.compile(r"(.+?)[0-9.]*")
+
+
+def _interpreter(word: str) -> str | None:
+    base = os.path.basename(word)
+    if base in _INLINE_CODE:
+        return base
+    match = _VERSIONED.fullmatch(base)  # python3.11, perl5.36, node20
+    if match and match.group(1) in _INLINE_CODE:
+        return match.group(1)
+    return None
+
+
+def _inline_code_positions(argv: tuple[str, ...]) -> Iterator[tuple[str, int, str]]:
+    """Yield (interpreter, index, code) for every inline-code argument in argv."""
+    for start, word in enumerate(argv):
+        name = _interpreter(word)
+        if name is None:
+            continue
+        code_flags, value_options = _INLINE_CODE[name]
+        short_code = {flag[1] for flag in code_flags if len(flag) == 2 and flag[0] == "-"}
+        expecting_code = False
+        index = start + 1
+        while index < len(argv):
+            token = argv[index]
+            if expecting_code:
+                if name in _SHELLS and token[:1] in "-+" and token != "-":
+                    index += 1
+                    continue  # sh -c -e 'code': options may follow -c
+                yield name, index, token
+                break
+            if token == "--" and name not in _SHELLS:
+                break
+            if token in code_flags:
+                expecting_code = True
+            elif any(token.startswith(flag + "=") for flag in code_flags if flag.startswith("--")):
+                yield name, index, token.split("=", 1)[1]
+                break
+            elif token in value_options:
+                index += 1
+            elif token[:1] == "-" and token[1:2] not in ("-", "") and short_code:
+                letters = token[1:]
+                hits = [i for i, letter in enumerate(letters) if letter in short_code]
+                if hits:
+                    rest = letters[hits[0] + 1:]
+                    if rest and name not in _SHELLS:
+                        yield name, index, rest  # python -c'code', perl -e'code'
+                        break
+                    expecting_code = True
+            elif token[:1] not in "-+":
+                break  # a script file: what follows is the script's own arguments
+            index += 1
+
+
+def _check_inline_code(argv: tuple[str, ...], locations: tuple[tuple[str | int, ...], ...]) -> None:
+    for interpreter, index, code in _inline_code_positions(argv):
+        for match in PLACEHOLDER_PATTERN.finditer(code):
+            if match.group(1) in UNTRUSTED_PLACEHOLDERS:
+                raise _located_error(
+                    locations[index],
+                    "{found} is inside the inline code run by {interpreter}; that lets a message run code. "
+                    "Pass it as a separate argument instead (e.g. sh -c 'echo \"$1\"' sh {found}) "
+                    "or read it from the environment ($AGENT_MESSAGE)",
+                    found=match.group(0), interpreter=interpreter,
+                )
