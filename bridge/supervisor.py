@@ -87,38 +87,48 @@ async def _finish(recorder: TurnRecorder, ending: Ending, stderr_tail: str, star
 
 
 class _Reader:
-    """Reads a pipe until EOF, or until a deadline imposed once the agent has exited."""
+    """Reads one pipe inside one cancel scope, which is armed only once the agent has exited.
 
-    __slots__ = ("_stream", "_scope", "deadline", "cut")
+    Until then reading has no deadline. After, the pipe may keep the turn
+    waiting for at most a budget of `DRAIN_SECS`; only time spent blocked in
+    `receive` uses it up, so a slow host never loses output already written.
+    """
+
+    __slots__ = ("_stream", "scope", "done", "_budget", "_waiting_since")
 
     def __init__(self, stream: trio.lowlevel.FdStream) -> None:
         self._stream = stream
-        self._scope: trio.CancelScope | None = None
-        self.deadline = math.inf
-        self.cut = False  # the deadline ended reading before EOF
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+        self._budget = math.inf
+        self._waiting_since: float | None = None  # set while blocked in receive
 
-    def impose_deadline(self, deadline: float) -> None:
-        self.deadline = deadline
-        if self._scope is not None:
-            self._scope.deadline = deadline
+    @property
+    def cut(self) -> bool:
+        """The budget ran out before EOF."""
+        return self.scope.cancelled_caught
 
-    def excuse(self, seconds: float) -> None:
-        """Time the host spent handling output does not count against the deadline."""
-        if self.deadline != math.inf:
-            self.deadline += seconds
+    def start_draining(self, budget: float) -> None:
+        self._budget = budget
+        if self._waiting_since is not None:
+            self._waiting_since = trio.current_time()
+            self.scope.deadline = self._waiting_since + budget
 
     async def receive(self) -> bytes:
-        """The next chunk; b"" at EOF or once the deadline passed."""
-        with trio.CancelScope(deadline=self.deadline) as scope:
-            self._scope = scope
-            try:
-                return await self._stream.receive_some(READ_CHUNK)
-            except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
-                return b""
-            finally:
-                self._scope = None
-        self.cut = True
-        return b""
+        """The next chunk, b"" at EOF; call inside `scope`."""
+        draining = self._budget != math.inf
+        self._waiting_since = trio.current_time() if draining else 0.0
+        if draining:
+            self.scope.deadline = self._waiting_since + self._budget
+        try:
+            return await self._stream.receive_some(READ_CHUNK)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            return b""
+        finally:
+            if self._budget != math.inf:
+                self._budget -= trio.current_time() - self._waiting_since
+                self.scope.deadline = math.inf
+            self._waiting_since = None
 
 
 class _Supervisor:
@@ -135,8 +145,6 @@ class _Supervisor:
         self.decoder = LineDecoder(profile.session_line_prefix)
         self.stdout = _Reader(agent.stdout)
         self.stderr = _Reader(agent.stderr)
-        self.stdout_done = trio.Event()
-        self.stderr_done = trio.Event()
         self._stderr_tail = bytearray()
         self._stderr_total = 0
         self.wall_deadline = started + profile.timeout_secs
@@ -156,11 +164,10 @@ class _Supervisor:
             if cancel is not None:
                 nursery.start_soon(self.watch_cancel, cancel)
             ending = await self.wait_for_exit()
-            drain_deadline = trio.current_time() + DRAIN_SECS
-            self.stdout.impose_deadline(drain_deadline)
-            self.stderr.impose_deadline(drain_deadline)
-            await self.stdout_done.wait()
-            await self.stderr_done.wait()
+            self.stdout.start_draining(DRAIN_SECS)
+            self.stderr.start_draining(DRAIN_SECS)
+            await self.stdout.done.wait()
+            await self.stderr.done.wait()
             if self.stdout.cut or self.stderr.cut:
                 self.log.warning("a process outside the agent's group still holds its output open; stopped reading",
                                  drain_secs=DRAIN_SECS)
@@ -222,23 +229,18 @@ class _Supervisor:
         reader = self.stdout
         idle = self.profile.idle_timeout_secs
         exit_wait = self.exit_wait
-        clock = trio.current_time
         try:
-            while True:
-                data = await reader.receive()
-                if not data:
-                    return
-                began = clock()
-                if idle is not None:
-                    exit_wait.deadline = self.wall_deadline
-                await self.handle(feed(data))
-                # Time spent in host callbacks is neither the agent's silence nor drain time.
-                now = clock()
-                if idle is not None:
-                    exit_wait.deadline = min(self.wall_deadline, now + idle)
-                reader.excuse(now - began)
+            with reader.scope:
+                while data := await reader.receive():
+                    if idle is None:
+                        await self.handle(feed(data))
+                    else:
+                        # Time spent in host callbacks is not the agent's silence.
+                        exit_wait.deadline = self.wall_deadline
+                        await self.handle(feed(data))
+                        exit_wait.deadline = min(self.wall_deadline, trio.current_time() + idle)
         finally:
-            self.stdout_done.set()
+            reader.done.set()
 
     async def handle(self, events: list[Event]) -> None:
         observe = self.recorder.observe
@@ -252,18 +254,17 @@ class _Supervisor:
                 self.log.warning(event.message)
 
     async def pump_stderr(self) -> None:
+        reader = self.stderr
         tail = self._stderr_tail
         try:
-            while True:
-                data = await self.stderr.receive()
-                if not data:
-                    return
-                self._stderr_total += len(data)
-                tail += data
-                if len(tail) > 2 * STDERR_TAIL_BYTES:
-                    del tail[:-STDERR_TAIL_BYTES]
+            with reader.scope:
+                while data := await reader.receive():
+                    self._stderr_total += len(data)
+                    tail += data
+                    if len(tail) > 2 * STDERR_TAIL_BYTES:
+                        del tail[:-STDERR_TAIL_BYTES]
         finally:
-            self.stderr_done.set()
+            reader.done.set()
 
     def stderr_text(self) -> str:
         """The last few KiB of stderr; when it was cut, starting at a line boundary."""

@@ -906,3 +906,27 @@ async def test_library_logs_go_to_the_current_stderr_with_the_turn_context(make_
     assert any("session" in record["event"] and record["level"] == "warning" for record in records)
     assert all(record["profile"] == "logger" and record["turn_id"] for record in records)
     assert "secret text" not in current.getvalue()
+
+
+async def test_a_slow_host_gets_every_partial_written_before_the_agent_exited(make_agent, monkeypatch):
+    """The drain bound limits waiting on a pipe, never the host's own time handling what was read.
+
+    The agent enlarges its stdout pipe to 1 MiB, fills it and exits: the slow
+    host then works through output that takes many reads after the exit.
+    """
+    monkeypatch.setattr(bridge.supervisor, "DRAIN_SECS", 0.02)
+    profile = make_agent("""
+        import fcntl, os
+        fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1024 * 1024)
+        chunk = b"".join(b'AGENT_PARTIAL:"%04d' % i + b"x" * 4000 + b'"\\n' for i in range(250))
+        os.write(1, chunk)  # fits in the pipe: the agent exits at once
+    """, max_reply_chars=None)
+    seen = []
+
+    async def slow_host(text):
+        seen.append(text[:4])
+        await trio.sleep(0.002)
+
+    result = await bridge.run_turn(profile, Turn("x"), on_partial=slow_host)
+    assert result.ok and result.partials == 250
+    assert seen == [f"{i:04d}" for i in range(250)]
