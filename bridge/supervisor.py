@@ -48,20 +48,20 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     tags the turn's log records (default: a random id).
     """
     started = trio.current_time()
-    log = get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
-    recorder = TurnRecorder(profile)
+    plan: LaunchPlan | None = None
     try:
         plan = plan_launch(profile, turn, os.environ)
-        for note in plan.notes:
-            log.warning(note)
-        agent = spawn(plan)
+        agent = spawn(plan)  # first: the bookkeeping below overlaps the agent's start-up
     except LaunchError as err:
+        log = _turn_logger(profile, turn_id, plan)
         log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code)
         ending = Ending(spawn_failure=(err.exit_code, err.message))
-        return await _finish(recorder, ending, "", started, emit, log)
+        return await _finish(TurnRecorder(profile), ending, "", started, emit, log)
 
-    log.info("agent started", pid=agent.pid, program=profile.argv_template[0])
+    log = _turn_logger(profile, turn_id, plan)
+    recorder = TurnRecorder(profile)
     supervisor = _Supervisor(profile, plan, agent, recorder, emit, log, started)
+    log.info("agent started", pid=agent.pid, program=profile.argv_template[0])
     try:
         ending = await supervisor.run(cancel)
     except BaseException:
@@ -73,6 +73,13 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
         with trio.CancelScope(shield=True):
             await agent.aclose()
     return await _finish(recorder, ending, supervisor.stderr_text(), started, emit, log)
+
+
+def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None) -> Any:
+    log = get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
+    for note in plan.notes if plan is not None else ():
+        log.warning(note)
+    return log
 
 
 async def _finish(recorder: TurnRecorder, ending: Ending, stderr_tail: str, started: float,
