@@ -448,7 +448,7 @@ async def serve_stdio(host: Host) -> int:
     stdout = trio.lowlevel.FdStream(protocol_out)
     server = Server(host, stdin, stdout)
     async with stdin, stdout, trio.open_nursery() as nursery:
-        nursery.start_soon(_shut_down_on_signals, server)
+        await nursery.start(_shut_down_on_signals, server)  # handlers in place before any agent starts
         await server.run()
         nursery.cancel_scope.cancel()
     return 1 if server.output.broken else 0
@@ -479,9 +479,10 @@ class _FileStream(trio.abc.ReceiveStream):
         await trio.lowlevel.checkpoint()
 
 
-async def _shut_down_on_signals(server: Server) -> None:
+async def _shut_down_on_signals(server: Server, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """SIGTERM or SIGINT: graceful shutdown; a second one cancels every turn at once."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
         async for signum in signals:
             get_logger(component="serve").info("signal received; shutting down", signal=signal.Signals(signum).name)
             server.request_shutdown()

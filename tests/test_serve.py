@@ -319,6 +319,28 @@ def test_serve_process_sigterm_cancels_turns_past_the_grace_and_exits_0(lab: Lab
     assert lab.events("sigint") == ["held"]
 
 
+def test_serve_process_second_signal_cancels_at_once(lab: Lab) -> None:
+    gate = lab.gate()
+    proc = start_serve(lab, "--shutdown-grace", "600")
+    try:
+        send(proc, turn("held", f"tag=held gate={gate}"))
+        read_until(proc, "partial", "held")
+        proc.send_signal(signal.SIGINT)
+        # A signal is handled when trio gets to it, maybe after requests already in the pipe: ask until it shows.
+        while not (send(proc, {"type": "stats"}) or read_until(proc, "stats", None)[-1]["closing"]):
+            pass
+        send(proc, turn("late", "tag=late", conversation="other"))
+        assert read_until(proc, "error", "late")[-1]["code"] == "shutting_down"
+        proc.send_signal(signal.SIGTERM)
+        result = read_until(proc, "result", "held")[-1]
+        assert (result["exit_code"], result["outcome"]) == (130, "cancelled")
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert lab.events("sigint") == ["held"]
+
+
 def test_serve_reads_requests_from_a_file_too(lab: Lab) -> None:
     requests = lab.root / "requests.jsonl"
     requests.write_text("".join(json.dumps(turn(f"t{i}", f"tag=t{i}")) + "\n" for i in range(2)))
