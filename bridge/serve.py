@@ -25,7 +25,7 @@ from .errors import ProfileError, TurnError
 from .host import (DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, DuplicateTurn, Host, HostClosed,
                    open_host)
 from .log import get_logger
-from .protocol import PartialEvent, SessionEvent
+from .protocol import LineSplitter, PartialEvent, SessionEvent
 from .registry import UnknownProfile
 from .scheduler import QueueFull
 from .store import StoreError
@@ -52,55 +52,6 @@ INTERNAL_ERROR = "internal_error"
 _TURN_FIELDS = {"type", "id", "profile", "conversation", "message", "from_user", "session_name", "session_id",
                 "attachments"}
 _ATTACHMENT_FIELDS = {"type", "url", "name"}
-
-
-class RequestLines:
-    """Split a byte stream into request lines, holding at most `limit` bytes of one line. Sans-I/O.
-
-    `feed()` returns complete lines (without the newline, a trailing CR
-    dropped); a line longer than `limit` comes out as `None`, its bytes
-    discarded as they arrive.
-    """
-
-    __slots__ = ("_limit", "_pending", "_overflowed")
-
-    def __init__(self, limit: int = MAX_REQUEST_BYTES) -> None:
-        self._limit = limit
-        self._pending = bytearray()
-        self._overflowed = False
-
-    def feed(self, data: bytes | bytearray) -> list[bytes | None]:
-        lines: list[bytes | None] = []
-        start = 0
-        end = len(data)
-        while start <= end:
-            newline = data.find(b"\n", start)
-            stop = end if newline < 0 else newline
-            if not self._overflowed:
-                if len(self._pending) + stop - start > self._limit:
-                    self._overflowed = True
-                    self._pending.clear()
-                else:
-                    self._pending += data[start:stop]
-            if newline < 0:
-                break
-            lines.append(self._take())
-            start = newline + 1
-        return lines
-
-    def close(self) -> list[bytes | None]:
-        """End of stream: an unterminated last line is still a request."""
-        if self._pending or self._overflowed:
-            return [self._take()]
-        return []
-
-    def _take(self) -> bytes | None:
-        if self._overflowed:
-            self._overflowed = False
-            return None
-        line = bytes(self._pending)
-        self._pending.clear()
-        return line[:-1] if line.endswith(b"\r") else line
 
 
 class RequestError(Exception):
@@ -304,7 +255,7 @@ class Server:
         self.host.cancel_all()
 
     async def _read_requests(self) -> None:
-        lines = RequestLines(self._max_request_bytes)
+        lines = LineSplitter(self._max_request_bytes)
         while not self._stop_reading:
             with trio.CancelScope() as scope:
                 self._receive_scope = scope
@@ -316,17 +267,16 @@ class Server:
             self._receive_scope = None
             if scope.cancelled_caught:
                 return
-            batch = lines.feed(data) if data else lines.close()
-            for line in batch:
-                await self._handle_line(line)
+            for line, cut in lines.feed(data) if data else lines.close():
+                if cut:
+                    await self._error(None, REQUEST_TOO_LARGE,
+                                      f"a request line is longer than {self._max_request_bytes} bytes; it was discarded")
+                else:
+                    await self._handle_line(line)
             if not data:
                 return
 
-    async def _handle_line(self, line: bytes | None) -> None:
-        if line is None:
-            await self._error(None, REQUEST_TOO_LARGE,
-                              f"a request line is longer than {self._max_request_bytes} bytes; it was discarded")
-            return
+    async def _handle_line(self, line: bytes) -> None:
         if not line.strip():
             return  # blank lines are allowed (keep-alives)
         request_id: Any = None

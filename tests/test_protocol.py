@@ -12,6 +12,7 @@ from bridge.protocol import (
     ErrorEvent,
     LineCut,
     LineDecoder,
+    LineSplitter,
     PartialEvent,
     ProtocolWarning,
     SessionEvent,
@@ -195,3 +196,18 @@ def test_protocol_shaped_noise_never_raises(parts: list[bytes]) -> None:
         assert isinstance(event, (BodyLine, PartialEvent, ErrorEvent, SessionEvent, ProtocolWarning))
         if isinstance(event, SessionEvent):
             assert event.session_id and " " not in event.session_id and event.session_id.isprintable()
+
+
+def test_line_splitter_is_bounded_and_cr_tolerant() -> None:
+    """The framing both the decoder and `serve` stand on."""
+    lines = LineSplitter(8)
+    assert lines.feed(b'{"a":1}\r\n{"b"') == [(b'{"a":1}', False)]
+    assert lines.feed(b":2}\n") == [(b'{"b":2}', False)]
+    assert lines.feed(b"123456789") == []
+    assert lines.buffered_bytes == 8  # over the limit: the rest is dropped as it comes
+    assert lines.feed(b"0123456789\nok\n") == [(b"12345678", True), (b"ok", False)]
+    assert lines.feed(b"12345678\n") == [(b"12345678", False)]
+    assert lines.feed(b"tail") == [] and lines.close() == [(b"tail", False)]
+    assert lines.close() == []
+    with pytest.raises(ValueError):
+        LineSplitter(0)

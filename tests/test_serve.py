@@ -21,7 +21,7 @@ import trio.testing
 from hostkit import Lab
 
 import bridge
-from bridge.serve import RequestLines, Server, parse_turn
+from bridge.serve import Server, parse_turn
 
 RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
                  "stderr_tail", "duration_ms", "partials", "truncated"}
@@ -239,14 +239,6 @@ async def test_when_the_client_stops_reading_every_turn_is_cancelled_and_serve_e
     assert lab.events("sigint") == ["a"]
 
 
-def test_request_lines_are_split_bounded_and_cr_tolerant() -> None:
-    lines = RequestLines(limit=8)
-    assert lines.feed(b'{"a":1}\r\n{"b"') == [b'{"a":1}']
-    assert lines.feed(b":2}\n") == [b'{"b":2}']
-    assert lines.feed(b"123456789") == []  # over the limit: dropped as it comes
-    assert lines.feed(b"0123456789\nok\n") == [None, b"ok"]
-    assert lines.feed(b"12345678\n") == [b"12345678"]
-    assert lines.feed(b"tail") == [] and lines.close() == [b"tail"]
 
 
 def test_parse_turn_fills_defaults() -> None:

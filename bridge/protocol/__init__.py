@@ -8,6 +8,7 @@ protocol means writing a new decoder, not a new supervisor.
 from typing import Protocol
 
 from .events import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
+from .framing import LineSplitter
 from .lines import (
     ERROR_PREFIX,
     MAX_LINE_BYTES,
@@ -37,6 +38,7 @@ __all__ = [
     "Event",
     "LineCut",
     "LineDecoder",
+    "LineSplitter",
     "PartialEvent",
     "ProtocolWarning",
     "SessionEvent",

@@ -3,7 +3,8 @@
 Feed it whatever bytes the agent's stdout produced, in chunks of any size, and
 read back events. It never does I/O and never looks at a clock, so every rule
 of the wire format is testable without a process. Memory stays bounded
-whatever the agent writes: at most one line of `max_line_bytes` is buffered.
+whatever the agent writes: at most one line of `max_line_bytes` is buffered
+(see `framing`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import re
 
 from .events import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
+from .framing import LineSplitter
 
 SESSION_PREFIX = "AGENT_SESSION:"
 PARTIAL_PREFIX = "AGENT_PARTIAL:"
@@ -57,76 +59,41 @@ class LineDecoder:
     the order their lines ended. `close()` flushes a final unterminated line.
     """
 
-    __slots__ = ("_session_prefix", "_max_line_bytes", "_pending", "_overflowed", "_closed")
+    __slots__ = ("_session_prefix", "_lines", "_closed")
 
     def __init__(self, session_prefix: str = SESSION_PREFIX, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         if not session_prefix:
             raise ValueError("session_prefix must not be empty")
         self._session_prefix = session_prefix
-        self._max_line_bytes = max_line_bytes
-        self._pending = bytearray()  # start of the line not yet ended, never over the limit
-        self._overflowed = False  # the pending line hit the limit; its rest is being dropped
+        self._lines = LineSplitter(max_line_bytes)
         self._closed = False
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes held for the unfinished line; never more than `max_line_bytes`."""
-        return len(self._pending)
+        return self._lines.buffered_bytes
 
     def feed(self, data: bytes) -> list[Event]:
         if self._closed:
             raise RuntimeError("feed() after close()")
-        if not data:
-            return []
-        pieces = data.split(b"\n")
-        tail = pieces.pop()
-        events: list[Event] = []
-        if pieces:
-            if self._pending or self._overflowed:
-                self._append(pieces[0])
-                self._emit_line(bytes(self._pending), self._overflowed, events)
-                self._pending.clear()
-                self._overflowed = False
-                pieces = pieces[1:]
-            limit = self._max_line_bytes
-            for line in pieces:
-                if len(line) > limit:
-                    self._emit_line(line[:limit], True, events)
-                else:
-                    self._emit_line(line, False, events)
-        if tail:
-            self._append(tail)
-        return events
+        return self._decode(self._lines.feed(data))
 
     def close(self) -> list[Event]:
         """End of stream: the unterminated last line, if any, is still a line."""
         if self._closed:
             return []
         self._closed = True
+        return self._decode(self._lines.close())
+
+    def _decode(self, lines: list[tuple[bytes, bool]]) -> list[Event]:
         events: list[Event] = []
-        if self._pending or self._overflowed:
-            self._emit_line(bytes(self._pending), self._overflowed, events)
-            self._pending.clear()
+        classify = self.classify
+        for raw, cut in lines:
+            if cut:
+                events.append(LineCut(f"a stdout line was longer than {self._lines.max_line_bytes} bytes; "
+                                      "the rest of it was discarded"))
+            events.append(classify(raw.decode("utf-8", "replace")))
         return events
-
-    def _append(self, chunk: bytes) -> None:
-        if self._overflowed:
-            return
-        room = self._max_line_bytes - len(self._pending)
-        if len(chunk) > room:
-            self._pending += chunk[:room]
-            self._overflowed = True
-        else:
-            self._pending += chunk
-
-    def _emit_line(self, raw: bytes, cut: bool, events: list[Event]) -> None:
-        if cut:
-            events.append(LineCut(
-                f"a stdout line was longer than {self._max_line_bytes} bytes; the rest of it was discarded"
-            ))
-        if raw[-1:] == b"\r":
-            raw = raw[:-1]
-        events.append(self.classify(raw.decode("utf-8", "replace")))
 
     def classify(self, line: str) -> Event:
         """Classify one complete line (without its newline), in the SPEC's prefix order."""
