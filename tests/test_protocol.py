@@ -211,3 +211,30 @@ def test_line_splitter_is_bounded_and_cr_tolerant() -> None:
     assert lines.close() == []
     with pytest.raises(ValueError):
         LineSplitter(0)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(), st.booleans())
+def test_payload_rule_agrees_with_json_for_any_string(text: str, ascii_only: bool) -> None:
+    import json
+
+    encoded = json.dumps(text, ensure_ascii=ascii_only)
+    expected = "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
+    assert decode_payload(encoded) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text())
+def test_payload_rule_on_arbitrary_payloads(payload: str) -> None:
+    """Whatever follows the prefix: a JSON string's value, or the stripped raw text."""
+    import json
+
+    text = payload.strip()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, str) and text.startswith('"'):
+        assert decode_payload(payload) == "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in value)
+    else:
+        assert decode_payload(payload) == text

@@ -29,6 +29,9 @@ def decode_payload(raw: str) -> str:
     text = raw.strip()
     if text[:1] != '"':
         return text
+    inner = text[1:-1]
+    if text[-1] == '"' and len(text) > 1 and '"' not in inner and "\\" not in inner and inner.isprintable():
+        return inner  # a JSON string without escapes or control characters decodes to itself
     try:
         value = json.loads(text)
     except ValueError:
