@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test clean
+.PHONY: run test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,26 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
+
+# `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it
+# (re-installed whenever bridge/ changes), plus the comparison and plotting tools of bench/requirements.txt.
+BENCH_VENV := bench/.venv
+BENCH_BIN  := $(BENCH_VENV)/bin
+
+$(BENCH_BIN)/python:
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_BIN)/python -m pip install -q --upgrade pip
+
+$(BENCH_VENV)/.tools: bench/requirements.txt pyproject.toml | $(BENCH_BIN)/python
+	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt .
+	touch $@
+
+$(BENCH_VENV)/.bridge: pyproject.toml $(shell find bridge -name '*.py' -o -name py.typed) | $(BENCH_VENV)/.tools
+	$(BENCH_BIN)/python -m pip install -q --no-deps --force-reinstall .
+	touch $@
+
+bench: $(BENCH_VENV)/.bridge
+	$(BENCH_BIN)/python bench/run.py $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,260 @@
+"""From raw samples to medians, ratios and the issue-4 targets; rendered as a console table and markdown."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+# Issue 4's targets, measured on 2 cores.
+TURN_VS_FLOOR = 1.3
+TURN_VS_AGENTPROC = 0.8
+THROUGHPUT_VS_AGENTPROC = 2.0
+CONCURRENCY_WALL_S = 1.6
+LATENCY_P99_MS = 2.0
+PEAK_RSS_MB = 80.0
+CLI_VS_FLOOR = 1.2
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def stats(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "median": statistics.median(values), "p25": percentile(values, 25),
+            "p75": percentile(values, 75), "p50": percentile(values, 50), "p99": percentile(values, 99),
+            "min": min(values), "max": max(values)}
+
+
+def pooled(samples: list[dict[str, Any]], metric: str) -> list[float]:
+    return [v for s in samples if "invalid" not in s for v in s.get(metric, [])]
+
+
+def invalid_samples(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
+    return [f"{case} / {label}: {s['invalid']}"
+            for case, variants in samples.items() for label, runs in variants.items() for s in runs if "invalid" in s]
+
+
+def summarize(raw: dict[str, Any]) -> dict[str, Any]:
+    """Statistics per case and contender, and one row per target."""
+    samples = raw["samples"]
+    out: dict[str, Any] = {"quick": raw.get("quick", False)}
+    if "turn" in samples:
+        out["turn"] = {c: stats(pooled(samples["turn"]["all"], f"{c}_ms"))
+                       for c in ("bridge", "subprocess.run", "agentproc")}
+    if "throughput" in samples:
+        out["throughput"] = {c: stats(pooled(s, "mb_per_s")) for c, s in samples["throughput"].items()}
+        out["throughput_mb"] = raw["throughput_input"]["bytes"] / 1e6
+    if "concurrency" in samples:
+        out["concurrency"] = {c: {**stats(pooled(s, "wall_s")), "failed": sum(pooled(s, "failed")),
+                                  "turns": raw["plan"]["concurrency"]["variants"][c]["turns"],
+                                  "rss": stats(pooled(s, "peak_rss_mb")),
+                                  "failures": sorted({f for x in s for f in x.get("failures", [])})}
+                              for c, s in samples["concurrency"].items()}
+    if "latency" in samples:
+        out["latency"] = {c: stats(pooled(s, "delay_ms")) for c, s in samples["latency"].items()}
+    if "memory" in samples:
+        out["memory"] = {c: {**stats(pooled(s, "peak_rss_mb")), "seconds": stats(pooled(s, "seconds"))}
+                         for c, s in samples["memory"].items()}
+    if "cli" in samples:
+        runs = samples["cli"]["all"]
+        out["cli"] = {c: stats(pooled(runs, f"{c}_ms")) for c in ("bridge", "floor", "agentproc")}
+    out["per_round_ratios"] = per_round_ratios(samples)
+    out["rows"] = rows(out)
+    return out
+
+
+def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
+    """Ratios of medians within each round: contenders measured seconds apart, so drift cancels best here."""
+    def ratios(case: str, a: str, b: str, metric_a: str, metric_b: str | None = None) -> list[float]:
+        runs = samples[case]
+        pairs = zip(runs[a], runs[b]) if a in runs else zip(runs["all"], runs["all"])
+        out = []
+        for x, y in pairs:
+            if "invalid" in x or "invalid" in y:
+                continue
+            out.append(round(statistics.median(x[metric_a]) / statistics.median(y[metric_b or metric_a]), 3))
+        return out
+
+    result: dict[str, list[float]] = {}
+    if "turn" in samples:
+        result["per-turn bridge / subprocess.run"] = ratios("turn", "all", "all", "bridge_ms", "subprocess.run_ms")
+        result["per-turn bridge / agentproc"] = ratios("turn", "all", "all", "bridge_ms", "agentproc_ms")
+    if "throughput" in samples:
+        result["throughput bridge / agentproc"] = ratios("throughput", "bridge", "agentproc", "mb_per_s")
+    if "cli" in samples:
+        result["CLI bridge / floor"] = ratios("cli", "all", "all", "bridge_ms", "floor_ms")
+    return result
+
+
+def _ms(x: float) -> str:
+    return f"{x:.2f} ms" if x < 10 else f"{x:.0f} ms"
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def rows(s: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per target (plus reference rows without a target): the table's content."""
+    table: list[dict[str, str]] = []
+
+    def row(bench: str, bridge: str, floor: str = "", agentproc: str = "", ratio: str = "", target: str = "",
+            verdict: str = "") -> None:
+        table.append({"benchmark": bench, "bridge": bridge, "floor": floor, "agentproc": agentproc,
+                      "ratio": ratio, "target": target, "result": verdict})
+
+    if "turn" in s:
+        b, f, a = (s["turn"][c]["median"] for c in ("bridge", "subprocess.run", "agentproc"))
+        row("1 per-turn, median", _ms(b), f"{_ms(f)} subprocess.run", _ms(a), f"{b / f:.2f}× floor",
+            f"≤ {TURN_VS_FLOOR}× floor", _verdict(b / f <= TURN_VS_FLOOR))
+        row("1 per-turn, median", "", "", "", f"{b / a:.2f}× agentproc", f"≤ {TURN_VS_AGENTPROC}× agentproc",
+            _verdict(b / a <= TURN_VS_AGENTPROC))
+    if "throughput" in s:
+        b, a, f = (s["throughput"][c]["median"] for c in ("bridge", "agentproc", "pipe only"))
+        row(f"2 throughput, {s['throughput_mb']:.0f} MB mixed", f"{b:.1f} MB/s", f"{f:.0f} MB/s pipe only",
+            f"{a:.1f} MB/s", f"{b / a:.2f}× agentproc", f"≥ {THROUGHPUT_VS_AGENTPROC}× agentproc",
+            _verdict(b / a >= THROUGHPUT_VS_AGENTPROC))
+    if "concurrency" in s:
+        b, a = s["concurrency"]["bridge"], s["concurrency"].get("agentproc")
+        n = b["turns"]
+        row(f"3 {n} × 1 s turns at once, wall", f"{b['median']:.2f} s (max {b['max']:.2f}), {b['failed']} failed",
+            "1.00 s the agent", f"{a['median']:.2f} s, {a['failed']} failed" if a else "", "",
+            f"≤ {CONCURRENCY_WALL_S} s, 0 failed", _verdict(b["median"] <= CONCURRENCY_WALL_S and b["failed"] == 0))
+    if "latency" in s:
+        b, a = s["latency"]["bridge"], s["latency"].get("agentproc")
+        row("4 partial latency, p99 (p50)", f"{b['p99']:.3f} ms ({b['p50']:.3f})", "",
+            f"{a['p99']:.3f} ms ({a['p50']:.3f})" if a else "", "", f"p99 ≤ {LATENCY_P99_MS:g} ms",
+            _verdict(b["p99"] <= LATENCY_P99_MS))
+    if "memory" in s:
+        m = s["memory"]
+        idle = m.get("idle (one turn)")
+        for label, value in m.items():
+            if label == "idle (one turn)":
+                continue
+            row(f"5 peak RSS, {label}", f"{value['max']:.1f} MB", f"{idle['max']:.1f} MB idle" if idle else "", "",
+                "", f"< {PEAK_RSS_MB:g} MB", _verdict(value["max"] < PEAK_RSS_MB))
+    if "concurrency" in s:
+        b, a = s["concurrency"]["bridge"], s["concurrency"].get("agentproc")
+        row(f"5 peak RSS, {b['turns']} turns in flight", f"{b['rss']['max']:.1f} MB", "",
+            f"{a['rss']['max']:.1f} MB" if a else "", "", f"< {PEAK_RSS_MB:g} MB",
+            _verdict(b["rss"]["max"] < PEAK_RSS_MB))
+    if "cli" in s:
+        b, f, a = (s["cli"][c]["median"] for c in ("bridge", "floor", "agentproc"))
+        row("6 CLI cold start, median", _ms(b), f"{_ms(f)} imports + agent", _ms(a), f"{b / f:.2f}× floor",
+            f"≤ {CLI_VS_FLOOR}× floor", _verdict(b / f <= CLI_VS_FLOOR))
+    return table
+
+
+COLUMNS = ("benchmark", "bridge", "floor", "agentproc", "ratio", "target", "result")
+
+
+def console_table(summary: dict[str, Any]) -> str:
+    table = summary["rows"]
+    widths = {c: max(len(c), *(len(r[c]) for r in table)) for c in COLUMNS} if table else {c: len(c) for c in COLUMNS}
+    lines = ["  ".join(c.ljust(widths[c]) for c in COLUMNS), "  ".join("-" * widths[c] for c in COLUMNS)]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in COLUMNS) for r in table]
+    passed = sum(r["result"] == "PASS" for r in table)
+    failed = sum(r["result"] == "FAIL" for r in table)
+    lines.append(f"\n{passed} targets met, {failed} missed" + (" (QUICK run: small sizes, few rounds)"
+                                                               if summary.get("quick") else ""))
+    return "\n".join(lines)
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in summary["rows"]:
+        cells = [r[c] if c != "result" else (f"**{r[c]}**" if r[c] else "") for c in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    return (f"{m['cpu']}, {m['usable_cores']} cores, {m['ram_gib']} GiB RAM, {m['kernel']}, Python {m['python']}, "
+            f"{m['date']}, commit {m['commit']}; load average before {m['load_before'][0]}")
+
+
+def _spread(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    for case, metric, unit in (("turn", "per-turn time", "ms"), ("throughput", "throughput", "MB/s"),
+                               ("cli", "CLI cold start", "ms")):
+        for name, st in summary.get(case, {}).items():
+            if st.get("n"):
+                lines.append(f"| {metric} | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+                             f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | {unit} |")
+    for name, st in summary.get("latency", {}).items():
+        lines.append(f"| partial delay | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
+                     f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |")
+    for name, st in summary.get("concurrency", {}).items():
+        lines.append(f"| 300 × 1 s wall | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+                     f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | s |")
+    for name, st in summary.get("memory", {}).items():
+        secs = st["seconds"]
+        extra = f" (turn {secs['median']:.1f} s)" if secs.get("n") else ""
+        lines.append(f"| peak RSS | {name} | {st['n']} | {st['median']:.1f} | | {st['min']:.1f} – "
+                     f"{st['max']:.1f} | MB{extra} |")
+    if not lines:
+        return []
+    paired = [f"- {name}: {', '.join(f'{r:.2f}' for r in values)}"
+              for name, values in summary.get("per_round_ratios", {}).items() if values]
+    return ["| measure | contender | samples | median | p25 – p75 | min – max | unit |",
+            "|---|---|---|---|---|---|---|", *lines,
+            "", "Ratios within each round (contenders measured back to back; their spread shows the machine's noise):",
+            "", *paired]
+
+
+def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> str:
+    spread = _spread(summary)
+    return "\n".join([
+        "# Benchmark results",
+        "",
+        "Written by `make bench` (bench/run.py); do not edit by hand."
+        + (" **QUICK run: small sizes, few rounds — not for comparison.**" if quick else ""),
+        "",
+        f"Machine: {machine_line(about)}. Load average after each round: "
+        f"{', '.join(str(x[0]) for x in about.get('load_after_each_round', []))}. "
+        f"Whole run: {about.get('bench_seconds', '?')} s.",
+        "",
+        "![benchmark results](results.png)",
+        "",
+        markdown_table(summary),
+        "",
+        "Floor: what the work costs with no bridge at all (per-turn: `subprocess.run` of the same agent with the "
+        "same argv, env and cwd; throughput: `subprocess.run` collecting the same `cat` output unparsed; "
+        "CLI: `python -c \"import trio, pydantic, structlog, yaml\"` then the echo agent). "
+        "Ratios are of medians. Peak RSS is the worst sample (VmHWM of a process that ran only that case). "
+        "Where the misses come from: [PROFILING.md](PROFILING.md).",
+        "",
+        "## Spread",
+        "",
+        *spread,
+        "",
+        "## What each benchmark does",
+        "",
+        "1. **Per-turn overhead**: `agents/turn.sh` (a session line, a partial, a body line; sh builtins only), "
+        "many sequential turns in one trio loop per round: `bridge.run_turn`, `subprocess.run` and "
+        "`agentproc.runner.run` take turns one turn at a time, in rotating order, so a burst of load hits all "
+        "three alike. Only the call is timed; the result is checked after the clock stops.",
+        "2. **Throughput**: `cat` of a generated file of mixed protocol lines (a third each of JSON-string "
+        "partials, body lines and session lines, generated once outside the timing), reply cap off, "
+        "partial callback doing nothing. MB/s = file size / turn time. Every contender's reply, partial count "
+        "and session id are checked on an untimed turn.",
+        "3. **Concurrency**: 300 turns of `agents/sleep.sh 1` started at once — bridge: one trio nursery; "
+        "agentproc: a thread per turn (its `run` blocks). Wall time until all are done; a turn fails unless "
+        "exit 0 with the right reply.",
+        "4. **Partial latency**: `agents/ticker.py` writes `AGENT_PARTIAL: <CLOCK_MONOTONIC ns>` every 5 ms "
+        "(a system-wide clock on Linux); the callback subtracts it from its own reading on arrival. "
+        "The first 10 partials of each run are dropped (start-up).",
+        "5. **Memory**: peak RSS (VmHWM) of a fresh process that ran one turn of `agents/flood.sh` writing 1 GiB "
+        "(1 KiB body lines with the default cap and with `max_reply_chars: null`; 1 KiB partials uncapped; "
+        "one line with no newline), and of the concurrency run (300 turns in flight). "
+        "`idle` is a process that imported the bridge and ran one small turn: the floor.",
+        "6. **CLI cold start**: `agent-bridge run profiles/echo.yaml hello` against its floor, and agentproc's "
+        "CLI on the same agent (reference), hyperfine-style: the three interleaved, stdout to /dev/null, "
+        "bench venv with the bridge installed non-editable (as users get it).",
+        "",
+    ])

@@ -1,0 +1,339 @@
+"""Run the six benchmarks of issue 4 side by side and report medians, ratios and targets.
+
+    make bench            # full run, 3-5 minutes: rewrites bench/RESULTS.md, bench/results.png, README's table
+    make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
+    bench/.venv/bin/python bench/run.py --help
+
+Every sample runs in a fresh worker process (see worker.py). Rounds are
+interleaved: each round takes one sample of every contender of every case,
+the contenders' order rotating from round to round, so drift of a shared
+machine (other jobs, thermal, page cache) lands on all contenders alike.
+Raw numbers and the machine's description go to bench/results/ (not
+committed); the summary table and the plot are committed under bench/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+WORKER = os.path.join(HERE, "worker.py")
+sys.path.insert(0, HERE)
+
+import report  # noqa: E402  (bench/ is a directory of scripts, not a package)
+
+
+@dataclass
+class Variant:
+    """One bar of a case: a worker (case, contender) and its parameters."""
+
+    label: str
+    contender: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Case:
+    name: str
+    variants: list[Variant]
+    rounds: int
+
+
+def build_plan(quick: bool, throughput_file: dict[str, Any]) -> list[Case]:
+    q = quick
+    turn = {"turns": 20 if q else 60, "warmup": 3 if q else 5}
+    tput = {**throughput_file, "turns": 1 if q else 2}
+    conc = {"turns": 300, "seconds": 1}
+    lat = {"seconds": 1 if q else 4, "interval_ms": 5, "skip": 10}
+    flood_mib = 64 if q else 1024
+    size = f"{flood_mib} MiB" if flood_mib < 1024 else f"{flood_mib // 1024} GiB"
+    memory = [Variant("idle (one turn)", "idle")] + [
+        Variant(f"{size} {what}", "bridge", {"mode": mode, "capped": capped, "bytes": flood_mib * 1024 * 1024})
+        for what, mode, capped in (
+            ("body, capped", "body", True),
+            ("body, uncapped", "body", False),
+            ("partials, uncapped", "partials", False),
+            ("one line, uncapped", "oneline", False),
+        )
+    ]
+    return [
+        Case("turn", [Variant("all", "all", turn)], 2 if q else 6),
+        Case("throughput", [Variant(c, c, tput) for c in ("bridge", "agentproc", "pipe only")], 2 if q else 5),
+        Case("concurrency", [Variant(c, c, conc) for c in ("bridge", "agentproc")], 2 if q else 5),
+        Case("latency", [Variant(c, c, lat) for c in ("bridge", "agentproc")], 2 if q else 4),
+        Case("memory", memory, 1 if q else 2),
+        Case("cli", [Variant("all", "all", {"reps": 3 if q else 6})], 2 if q else 6),
+    ]
+
+
+# --------------------------------------------------------------------------- the throughput input
+
+
+def throughput_input(megabytes: float) -> dict[str, Any]:
+    """Write (once, cached) a file of mixed protocol lines: a third partials, a third body, a third session lines.
+
+    Returns what a correct run must produce from it, so each contender's
+    output is checked before its time is believed.
+    """
+    target = int(megabytes * 1_000_000)
+    path = os.path.join(RESULTS, "data", f"mixed-{target}.txt")
+    meta_path = path + ".json"
+    if os.path.exists(path) and os.path.exists(meta_path):
+        with open(meta_path) as meta_file:
+            meta: dict[str, Any] = json.load(meta_file)
+        if os.path.getsize(path) == meta["bytes"]:
+            return meta
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    rng = random.Random(4)
+    words = ("the agent answers with a short line of text about lorem ipsum dolor sit amet and "
+             "caf\u00e9 na\u00efve \u201cquoted\u201d \u00fcber tokens stream one by one").split()
+    lines: list[str] = []
+    size = body_chars = partials = bodies = 0
+    last_session = ""
+    kinds = ["partial", "body", "session"]
+    while size < target:
+        rng.shuffle(kinds)
+        for kind in kinds:
+            text = " ".join(rng.choices(words, k=rng.randint(6, 14)))
+            if kind == "partial":
+                line = "AGENT_PARTIAL: " + json.dumps(text + " ", ensure_ascii=rng.random() < 0.5)
+                partials += 1
+            elif kind == "body":
+                line = text
+                body_chars += len(text) + (1 if bodies else 0)
+                bodies += 1
+            else:
+                last_session = f"sess-{len(lines):08d}-{rng.getrandbits(64):016x}"
+                line = "AGENT_SESSION: " + last_session
+            lines.append(line)
+            size += len(line.encode()) + 1
+    data = ("\n".join(lines) + "\n").encode()
+    with open(path, "wb") as out:
+        out.write(data)
+    meta = {"file": path, "bytes": len(data), "lines": len(lines), "partials": partials, "body_lines": bodies,
+            "body_chars": body_chars, "last_session": last_session}
+    with open(meta_path, "w") as meta_file:
+        json.dump(meta, meta_file)
+    return meta
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+def machine() -> dict[str, Any]:
+    def first(path: str, key: str) -> str:
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "?"
+
+    def run(*argv: str) -> str:
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        except OSError:
+            return "?"
+
+    versions = {}
+    for dist in ("agent-bridge", "agentproc", "trio", "pydantic", "structlog", "PyYAML"):
+        try:
+            from importlib.metadata import version
+            versions[dist] = version(dist)
+        except Exception:
+            versions[dist] = "?"
+    mem_kb = first("/proc/meminfo", "MemTotal").split()[0]
+    return {
+        "cpu": first("/proc/cpuinfo", "model name"),
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "ram_gib": round(int(mem_kb) / 1024 / 1024, 1) if mem_kb.isdigit() else "?",
+        "kernel": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": run("git", "rev-parse", "--short", "HEAD") + (" (bridge/ modified)" if run(
+            "git", "status", "--porcelain", "--", "bridge") else ""),
+        "versions": versions,
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def installed_matches_tree() -> bool:
+    """The bench venv's non-editable install is the working tree's bridge/ (make bench re-installs on change)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("bridge")
+    if spec is None or spec.origin is None:
+        return False
+    installed = os.path.dirname(spec.origin)
+
+    def digest(top: str) -> str:
+        h = hashlib.sha256()
+        for folder, dirs, files in sorted(os.walk(top)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    h.update(os.path.relpath(path, top).encode())
+                    with open(path, "rb") as f:
+                        h.update(f.read())
+        return h.hexdigest()
+
+    return os.path.realpath(installed) != os.path.realpath(os.path.join(ROOT, "bridge")) and \
+        digest(installed) == digest(os.path.join(ROOT, "bridge"))
+
+
+# --------------------------------------------------------------------------- running
+
+
+README_BEGIN = "<!-- bench-results:begin (written by make bench) -->"
+README_END = "<!-- bench-results:end -->"
+
+
+def update_readme(summary: dict[str, Any], about: dict[str, Any]) -> bool:
+    """Replace only the lines between the README's bench markers with the new table and machine."""
+    path = os.path.join(ROOT, "README.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        return False
+    block = f"{README_BEGIN}\n{report.markdown_table(summary)}\n\nMachine: {report.machine_line(about)}.\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:begin] + block + text[end:])
+    return True
+
+
+def default_signals() -> None:
+    """Workers inherit SIGINT and SIGTERM at their defaults, however `make bench` was started.
+
+    A script's `cmd &` or nohup would hand them down ignored, and a bridge
+    that sees them ignored spawns agents through a slower pre-exec step: the
+    numbers would then depend on how the benchmark was launched.
+    """
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+
+
+def run_sample(case: Case, variant: Variant, round_no: int, log: Any) -> dict[str, Any]:
+    params = {**variant.params, "round": round_no}
+    argv = [sys.executable, WORKER, case.name, variant.contender, json.dumps(params)]
+    log.write(f"\n=== round {round_no} {case.name} / {variant.label}\n")
+    log.flush()
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
+                          cwd=ROOT, timeout=1800)
+    try:
+        values = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        values = {"invalid": f"worker exited {done.returncode} without a result; see {log.name}"}
+    if done.returncode != 0 and "invalid" not in values:
+        values = {"invalid": f"worker exited {done.returncode}"}
+    return values
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, two rounds: a smoke run for development")
+    parser.add_argument("--only", nargs="+", metavar="CASE", help="run only these cases "
+                        "(turn throughput concurrency latency memory cli)")
+    parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
+    parser.add_argument("--no-summary", action="store_true",
+                        help="do not rewrite bench/RESULTS.md and bench/results.png (implied by --quick and --only)")
+    args = parser.parse_args()
+
+    os.makedirs(RESULTS, exist_ok=True)
+    default_signals()
+    if not installed_matches_tree():
+        print("bench: the bridge installed in this venv is not the working tree's bridge/; "
+              "run `make bench` (it re-installs)", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    tput_file = throughput_input(4 if args.quick else 23)
+    plan = build_plan(args.quick, tput_file)
+    if args.only:
+        unknown = set(args.only) - {c.name for c in plan}
+        if unknown:
+            parser.error(f"unknown case(s): {', '.join(sorted(unknown))}")
+        plan = [c for c in plan if c.name in args.only]
+    if args.rounds:
+        for case in plan:
+            case.rounds = args.rounds
+    about = machine()
+    print(f"bench: {about['cpu']}, {about['usable_cores']} cores, {about['ram_gib']} GiB, {about['kernel']}, "
+          f"Python {about['python']}, load {about['load_before']}", file=sys.stderr)
+
+    samples: dict[str, dict[str, list[dict[str, Any]]]] = {c.name: {v.label: [] for v in c.variants} for c in plan}
+    loads = []
+    rounds = max(c.rounds for c in plan)
+    log_path = os.path.join(RESULTS, "worker.log")
+    with open(log_path, "w") as log:
+        for round_no in range(rounds):
+            print(f"bench: round {round_no + 1}/{rounds} ", end="", file=sys.stderr, flush=True)
+            for case in plan:
+                if round_no >= case.rounds:
+                    continue
+                shift = round_no % len(case.variants)
+                for variant in case.variants[shift:] + case.variants[:shift]:
+                    samples[case.name][variant.label].append(run_sample(case, variant, round_no, log))
+                    print(".", end="", file=sys.stderr, flush=True)
+                print(f" {case.name}", end="", file=sys.stderr, flush=True)
+            loads.append([round(x, 2) for x in os.getloadavg()])
+            print(f"  (load {loads[-1][0]})", file=sys.stderr)
+
+    about["load_after_each_round"] = loads
+    about["bench_seconds"] = round(time.monotonic() - started)
+    raw = {"machine": about, "quick": args.quick, "throughput_input": tput_file,
+           "plan": {c.name: {"rounds": c.rounds, "variants": {v.label: v.params for v in c.variants}} for c in plan},
+           "samples": samples}
+    summary = report.summarize(raw)
+    raw["summary"] = summary
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for name in (f"run-{stamp}.json", "latest.json"):
+        with open(os.path.join(RESULTS, name), "w") as out:
+            json.dump(raw, out, indent=1)
+    with open(os.path.join(RESULTS, "machine.json"), "w") as out:
+        json.dump(about, out, indent=1)
+
+    print()
+    print(report.console_table(summary))
+    print(f"\nmachine: {report.machine_line(about)}")
+    problems = report.invalid_samples(samples)
+    for problem in problems:
+        print(f"INVALID: {problem}", file=sys.stderr)
+
+    partial = args.quick or bool(args.only) or args.no_summary or bool(problems)
+    markdown = report.markdown(summary, about, quick=args.quick)
+    png = os.path.join(RESULTS, "results.png") if partial else os.path.join(HERE, "results.png")
+    md = os.path.join(RESULTS, "RESULTS.md") if partial else os.path.join(HERE, "RESULTS.md")
+    import plot  # noqa: E402  (matplotlib loads only now, after every measurement)
+
+    plot.draw(summary, about, png)
+    with open(md, "w") as out:
+        out.write(markdown)
+    if not partial and update_readme(summary, about):
+        print("README.md: Performance table updated", file=sys.stderr)
+    print(f"raw: {os.path.relpath(os.path.join(RESULTS, 'latest.json'), ROOT)}; "
+          f"summary: {os.path.relpath(md, ROOT)}; plot: {os.path.relpath(png, ROOT)}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,457 @@
+"""One benchmark sample, measured in a fresh process: `worker.py CASE CONTENDER PARAMS_JSON`.
+
+`run.py` starts one worker per sample, so every contender gets a clean heap
+and its own peak RSS, and no contender's threads or caches leak into
+another's numbers. A worker imports only what its contender needs (agentproc
+never sees the bridge's modules, and the other way round) — except the
+per-turn case, which alternates all three turn by turn in one process so that
+even short bursts of load cancel. Each validates the output of an untimed
+turn, times only the thing measured, and prints one JSON object on stdout.
+Logs and agents' stderr go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+AGENTS = os.path.join(HERE, "agents")
+clock_ns = time.perf_counter_ns
+
+# The per-turn agent's expected result (see agents/turn.sh).
+TURN_MESSAGE = "hello"
+TURN_REPLY = "reply: hello"
+TURN_SESSION = "bench-session"
+
+
+class Invalid(Exception):
+    """A contender produced the wrong result: its timing would measure something else."""
+
+
+def expect(condition: bool, what: str) -> None:
+    if not condition:
+        raise Invalid(what)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM), in MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def noop(text: str) -> None:
+    """The partial callback of every contender: does nothing, so only delivery is measured."""
+
+
+# --------------------------------------------------------------------------- contenders' plumbing
+
+
+def bridge_profile(mapping: dict[str, Any]) -> Any:
+    from bridge import Profile
+
+    return Profile.from_mapping(mapping, profile_dir=AGENTS)
+
+
+def agentproc_profile(mapping: dict[str, Any]) -> dict[str, Any]:
+    """The same profile for agentproc: its cap cannot be switched off, so 'no cap' is a cap it never reaches."""
+    profile = dict(mapping)
+    if "max_reply_chars" in profile and profile["max_reply_chars"] is None:
+        profile["max_reply_chars"] = 1 << 62
+    profile["command"] = list(profile["command"])
+    argv = profile.pop("command")
+    profile["command"], profile["args"] = argv[0], argv[1:]
+    return profile
+
+
+def bridge_turn_runner(mapping: dict[str, Any], on_partial: Callable[[str], None] | None = noop):
+    """An async `turn()` for one profile, running through `bridge.run_turn`."""
+    from bridge import Turn, run_turn
+
+    profile = bridge_profile(mapping)
+    turn = Turn(TURN_MESSAGE)
+
+    async def run(partial: Callable[[str], None] | None = on_partial) -> Any:
+        return await run_turn(profile, turn, on_partial=partial)
+
+    return run
+
+
+def agentproc_turn_runner(mapping: dict[str, Any], on_partial: Callable[[str], None] | None = noop):
+    from agentproc.runner import RunOptions, run
+
+    profile = agentproc_profile(mapping)
+    options = RunOptions(message=TURN_MESSAGE, profile_dir=AGENTS, on_partial=on_partial)
+
+    def turn(partial: Callable[[str], None] | None = on_partial) -> Any:
+        if partial is on_partial:
+            return run(profile, options)
+        return run(profile, RunOptions(message=TURN_MESSAGE, profile_dir=AGENTS, on_partial=partial))
+
+    return turn
+
+
+class Counter:
+    """A partial callback for the untimed validation turn."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+
+    def __call__(self, text: str) -> None:
+        self.count += 1
+        self.last = text
+
+
+# --------------------------------------------------------------------------- 1. per-turn overhead
+
+TURN_PROFILE = {"command": ["{{PROFILE_DIR}}/turn.sh"], "timeout_secs": 30}
+
+
+def check_turn_bridge(result: Any, counter: Counter | None = None) -> None:
+    expect(result.ok and result.reply == TURN_REPLY and result.session_id == TURN_SESSION and result.partials == 1,
+           f"bridge turn result is wrong: {result!r}")
+    if counter is not None:
+        expect(counter.count == 1 and counter.last == "working", "bridge did not deliver the partial")
+
+
+def check_turn_agentproc(result: Any) -> None:
+    expect(result.exit_code == 0 and result.reply == TURN_REPLY and result.session_id == TURN_SESSION,
+           f"agentproc turn result is wrong: {result!r}")
+
+
+def turn_all(p: dict[str, Any]) -> dict[str, Any]:
+    """The three contenders turn by turn in rotating order, so even a burst of load lasting a few
+    milliseconds lands on all three; only the call is timed, the result is checked after.
+
+    The floor is `subprocess.run` of the argv, environment and cwd the bridge would use. The two
+    blocking contenders run inside the trio task (nothing else is scheduled, so they block nothing).
+    """
+    import trio
+    from bridge import Turn, plan_launch
+
+    bridge_run = bridge_turn_runner(TURN_PROFILE)
+    agentproc_run = agentproc_turn_runner(TURN_PROFILE)
+    plan = plan_launch(bridge_profile(TURN_PROFILE), Turn(TURN_MESSAGE), os.environ)
+    argv, env, cwd = plan.argv, plan.env, plan.cwd
+    run, DEVNULL = subprocess.run, subprocess.DEVNULL
+    expected = f"AGENT_SESSION: {TURN_SESSION}\nAGENT_PARTIAL: \"working\"\n{TURN_REPLY}\n".encode()
+
+    def floor() -> subprocess.CompletedProcess[bytes]:
+        return run(argv, env=env, cwd=cwd, stdin=DEVNULL, capture_output=True)
+
+    async def main() -> dict[str, list[float]]:
+        counter = Counter()
+        check_turn_bridge(await bridge_run(counter), counter)
+        done = floor()
+        expect(done.returncode == 0 and done.stdout == expected, f"subprocess.run output is wrong: {done!r}")
+        counter = Counter()
+        check_turn_agentproc(agentproc_run(counter))
+        expect(counter.count == 1 and counter.last == "working", "agentproc did not deliver the partial")
+        for _ in range(p["warmup"]):
+            await bridge_run()
+            floor()
+            agentproc_run()
+        names = ["bridge", "subprocess.run", "agentproc"]
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(p["turns"]):
+            shift = (i + p["round"]) % len(names)
+            for name in names[shift:] + names[:shift]:
+                if name == "bridge":
+                    began = clock_ns()
+                    result = await bridge_run()
+                    elapsed = clock_ns() - began
+                    check_turn_bridge(result)
+                elif name == "subprocess.run":
+                    began = clock_ns()
+                    done = floor()
+                    elapsed = clock_ns() - began
+                    expect(done.returncode == 0, "agent failed")
+                else:
+                    began = clock_ns()
+                    result = agentproc_run()
+                    elapsed = clock_ns() - began
+                    check_turn_agentproc(result)
+                times[name].append(elapsed / 1e6)
+        return times
+
+    return {f"{name}_ms": values for name, values in trio.run(main).items()}
+
+
+# --------------------------------------------------------------------------- 2. throughput
+
+
+def throughput_profile(p: dict[str, Any]) -> dict[str, Any]:
+    return {"command": ["cat", p["file"]], "max_reply_chars": None, "timeout_secs": 600}
+
+
+def throughput_bridge(p: dict[str, Any]) -> dict[str, Any]:
+    import trio
+
+    run = bridge_turn_runner(throughput_profile(p))
+
+    async def main() -> list[int]:
+        counter = Counter()
+        result = await run(counter)
+        expect(result.ok and not result.truncated, f"bridge throughput turn failed: {result.outcome}")
+        expect(len(result.reply) == p["body_chars"], f"reply has {len(result.reply)} chars, expected {p['body_chars']}")
+        expect(counter.count == result.partials == p["partials"], f"{counter.count} partials, expected {p['partials']}")
+        expect(result.session_id == p["last_session"], "wrong session id")
+        times = []
+        for _ in range(p["turns"]):
+            began = clock_ns()
+            result = await run()
+            times.append(clock_ns() - began)
+            expect(result.ok and len(result.reply) == p["body_chars"], "bridge throughput turn failed")
+        return times
+
+    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
+
+
+def throughput_agentproc(p: dict[str, Any]) -> dict[str, Any]:
+    run = agentproc_turn_runner(throughput_profile(p))
+    counter = Counter()
+    result = run(counter)
+    expect(result.exit_code == 0, "agentproc throughput turn failed")
+    expect(len(result.reply) == p["body_chars"], f"reply has {len(result.reply)} chars, expected {p['body_chars']}")
+    expect(counter.count == p["partials"], f"{counter.count} partials, expected {p['partials']}")
+    expect(result.session_id == p["last_session"], "wrong session id")
+    times = []
+    for _ in range(p["turns"]):
+        began = clock_ns()
+        result = run()
+        times.append(clock_ns() - began)
+        expect(result.exit_code == 0 and len(result.reply) == p["body_chars"], "agentproc throughput turn failed")
+    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in times]}
+
+
+def throughput_pipe(p: dict[str, Any]) -> dict[str, Any]:
+    """Reference ceiling: `subprocess.run` of the same `cat`, output collected, nothing parsed."""
+    argv = ["cat", p["file"]]
+    times = []
+    for i in range(p["turns"] + 1):
+        began = clock_ns()
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+        elapsed = clock_ns() - began
+        expect(done.returncode == 0 and len(done.stdout) == p["bytes"], "cat failed")
+        if i:
+            times.append(elapsed)
+    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in times]}
+
+
+# --------------------------------------------------------------------------- 3. concurrency (and 5b: RSS in flight)
+
+
+def sleep_profile(p: dict[str, Any]) -> dict[str, Any]:
+    return {"command": ["{{PROFILE_DIR}}/sleep.sh", str(p["seconds"])], "timeout_secs": 60}
+
+
+def concurrency_bridge(p: dict[str, Any]) -> dict[str, Any]:
+    import trio
+
+    run = bridge_turn_runner(sleep_profile(p), on_partial=None)
+    n = p["turns"]
+    outcomes: list[str] = []
+
+    async def one() -> None:
+        try:
+            result = await run()
+            outcomes.append("ok" if result.ok and result.reply == "done" else str(result.outcome))
+        except Exception as err:  # a failure to count, not to crash the sample
+            outcomes.append(type(err).__name__)
+
+    async def main() -> int:
+        began = clock_ns()
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(one)
+        return clock_ns() - began
+
+    wall = trio.run(main)
+    return {"wall_s": [wall / 1e9], "failed": [n - outcomes.count("ok")], "peak_rss_mb": [peak_rss_mb()],
+            "failures": sorted(set(o for o in outcomes if o != "ok"))}
+
+
+def concurrency_agentproc(p: dict[str, Any]) -> dict[str, Any]:
+    """agentproc's `run` blocks, so a host runs turns concurrently on a thread each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = agentproc_turn_runner(sleep_profile(p), on_partial=None)
+    n = p["turns"]
+
+    def one(_: int) -> str:
+        try:
+            result = run()
+            return "ok" if result.exit_code == 0 and result.reply == "done" else f"exit {result.exit_code}"
+        except Exception as err:
+            return type(err).__name__
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        began = clock_ns()
+        outcomes = list(pool.map(one, range(n)))
+        wall = clock_ns() - began
+    return {"wall_s": [wall / 1e9], "failed": [n - outcomes.count("ok")], "peak_rss_mb": [peak_rss_mb()],
+            "failures": sorted(set(o for o in outcomes if o != "ok"))}
+
+
+# --------------------------------------------------------------------------- 4. partial latency
+
+
+def latency_profile(p: dict[str, Any]) -> dict[str, Any]:
+    return {"command": [sys.executable, "-S", "{{PROFILE_DIR}}/ticker.py", str(p["seconds"]), str(p["interval_ms"])],
+            "max_reply_chars": None, "timeout_secs": 60}
+
+
+def latency_callback() -> tuple[list[int], Callable[[str], None]]:
+    delays: list[int] = []
+    now = time.monotonic_ns
+    append = delays.append
+
+    def on_partial(text: str) -> None:
+        arrived = now()  # first: the parse below is the harness's cost, not the bridge's
+        append(arrived - int(text))
+
+    return delays, on_partial
+
+
+def latency_result(delays: list[int], p: dict[str, Any]) -> dict[str, Any]:
+    expected = int(p["seconds"] * 1000 / p["interval_ms"])
+    expect(len(delays) >= expected * 0.9, f"only {len(delays)} partials arrived, expected ~{expected}")
+    return {"delay_ms": [d / 1e6 for d in delays[p["skip"]:]]}
+
+
+def latency_bridge(p: dict[str, Any]) -> dict[str, Any]:
+    import trio
+
+    delays, on_partial = latency_callback()
+    run = bridge_turn_runner(latency_profile(p), on_partial)
+
+    async def main() -> None:
+        result = await run()
+        expect(result.ok and result.reply == "ticked", f"ticker turn failed: {result!r}")
+
+    trio.run(main)
+    return latency_result(delays, p)
+
+
+def latency_agentproc(p: dict[str, Any]) -> dict[str, Any]:
+    delays, on_partial = latency_callback()
+    result = agentproc_turn_runner(latency_profile(p), on_partial)()
+    expect(result.exit_code == 0 and result.reply == "ticked", f"ticker turn failed: {result!r}")
+    return latency_result(delays, p)
+
+
+# --------------------------------------------------------------------------- 5. memory while 1 GB streams through
+
+
+def memory_bridge(p: dict[str, Any]) -> dict[str, Any]:
+    """Peak RSS of a process whose only work was one turn of `flood.sh MODE BYTES`."""
+    import trio
+
+    mapping: dict[str, Any] = {"command": ["{{PROFILE_DIR}}/flood.sh", p["mode"], str(p["bytes"])],
+                               "timeout_secs": 600}
+    if not p["capped"]:
+        mapping["max_reply_chars"] = None
+    run = bridge_turn_runner(mapping)
+
+    async def main() -> tuple[Any, int]:
+        began = clock_ns()
+        result = await run()
+        return result, clock_ns() - began
+
+    result, elapsed = trio.run(main)
+    expect(result.ok, f"flood turn failed: {result.outcome} {result.error_reply}")
+    if p["mode"] != "partials":
+        expect(result.truncated or not p["capped"], "a capped reply was not truncated")
+    return {"peak_rss_mb": [peak_rss_mb()], "seconds": [elapsed / 1e9], "reply_chars": [len(result.reply)],
+            "partials": [result.partials]}
+
+
+def memory_idle(p: dict[str, Any]) -> dict[str, Any]:
+    """Reference: peak RSS after importing the bridge and running one per-turn agent turn."""
+    import trio
+
+    run = bridge_turn_runner(TURN_PROFILE)
+    check_turn_bridge(trio.run(run))
+    return {"peak_rss_mb": [peak_rss_mb()]}
+
+
+# --------------------------------------------------------------------------- 6. CLI cold start
+
+
+def cli_commands(p: dict[str, Any]) -> dict[str, tuple[list[tuple[list[str], dict[str, str] | None]], bytes]]:
+    """Per contender: the commands run back to back for one start, and the stdout they must print."""
+    bin_dir = os.path.dirname(sys.executable)
+    echo = os.path.join(os.path.dirname(HERE), "sample_agents", "echo.sh")
+    profile = os.path.join(os.path.dirname(HERE), "profiles", "echo.yaml")
+    agent_env = {"PATH": os.environ.get("PATH", os.defpath), "AGENT_MESSAGE": TURN_MESSAGE}
+    floor_env = dict(os.environ)
+    return {
+        "bridge": ([([os.path.join(bin_dir, "agent-bridge"), "run", profile, TURN_MESSAGE], None)], b"echo: hello\n"),
+        "floor": ([([sys.executable, "-c", "import trio, pydantic, structlog, yaml"], floor_env),
+                   ([echo], agent_env)], b"echo: hello\n"),
+        "agentproc": ([([os.path.join(bin_dir, "agentproc"), "--profile", os.path.join(AGENTS, "agentproc-echo.yaml"),
+                         "--prompt", TURN_MESSAGE, "--quiet"], None)], b"echo: hello\n"),
+    }
+
+
+def cli_all(p: dict[str, Any]) -> dict[str, Any]:
+    """hyperfine-style: every contender once per repetition, in rotating order, stdout to /dev/null."""
+    commands = cli_commands(p)
+    names = list(commands)
+    for name, (steps, expected) in commands.items():  # validate, and warm the page cache
+        out = b"".join(subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True).stdout
+                       for argv, env in steps)
+        expect(out == expected, f"{name}: unexpected output {out!r}")
+    times: dict[str, list[float]] = {name: [] for name in names}
+    run, DEVNULL = subprocess.run, subprocess.DEVNULL
+    for rep in range(p["reps"]):
+        shift = (rep + p["round"]) % len(names)
+        for name in names[shift:] + names[:shift]:
+            steps = commands[name][0]
+            began = clock_ns()
+            for argv, env in steps:
+                code = run(argv, env=env, stdin=DEVNULL, stdout=DEVNULL).returncode
+                expect(code == 0, f"{name}: {argv[0]} exited {code}")
+            times[name].append((clock_ns() - began) / 1e6)
+    return {f"{name}_ms": values for name, values in times.items()}
+
+
+# --------------------------------------------------------------------------- entry point
+
+WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("turn", "all"): turn_all,
+    ("throughput", "bridge"): throughput_bridge,
+    ("throughput", "agentproc"): throughput_agentproc,
+    ("throughput", "pipe only"): throughput_pipe,
+    ("concurrency", "bridge"): concurrency_bridge,
+    ("concurrency", "agentproc"): concurrency_agentproc,
+    ("latency", "bridge"): latency_bridge,
+    ("latency", "agentproc"): latency_agentproc,
+    ("memory", "bridge"): memory_bridge,
+    ("memory", "idle"): memory_idle,
+    ("cli", "all"): cli_all,
+}
+
+
+def main(argv: list[str]) -> int:
+    case, contender, params = argv[1], argv[2], json.loads(argv[3])
+    try:
+        values = WORKERS[case, contender](params)
+    except Invalid as err:
+        print(json.dumps({"invalid": str(err)}))
+        return 3
+    print(json.dumps(values))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
