@@ -21,7 +21,7 @@ import dataclasses
 import itertools
 import os
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Awaitable, Hashable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -218,8 +218,8 @@ class Host:
         self._outcomes[result.outcome.value] += 1
         if not result.ok:
             self._failed += 1
-        if emit is not None:
-            await emit(result)
+        if emit is not None and (pending := emit(result)) is not None:
+            await pending
         return result
 
     def cancel(self, turn_id: str) -> bool:
@@ -283,9 +283,9 @@ class Host:
         if flight.cancel.is_set():  # cancelled before the agent started: do not start it
             return _cancelled_result(profile, trio.current_time())
 
-        async def forward(event: HostEvent) -> None:
-            if emit is not None and type(event) is not TurnResult:
-                await emit(event)
+        def forward(event: HostEvent) -> Awaitable[None] | None:
+            # The result reaches the submitter's callbacks later, once its session is stored.
+            return emit(event) if emit is not None and type(event) is not TurnResult else None
 
         log.debug("turn started", resumed=bool(turn.session_id))
         with _ungrouped():  # a callback's exception reaches the submitter as itself

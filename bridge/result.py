@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from .profile import Profile
-from .protocol import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, SessionEvent
+from .protocol import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 130
@@ -70,32 +70,23 @@ class Ending:
     spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
 
 
-class _Capped:
-    """Accumulates text up to a character cap, remembering whether it had to cut."""
-
-    __slots__ = ("cap", "parts", "length", "cut")
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.parts: list[str] = []
-        self.length = 0
-        self.cut = False
-
-    def room(self) -> int:
-        return self.cap - self.length
+Forwarded = PartialEvent | SessionEvent | ErrorEvent | ProtocolWarning
 
 
 class TurnRecorder:
-    """The turn's state while it runs. Feed it decoded events with `observe()`."""
+    """The turn's state while it runs. Give it each batch of decoded events with `record()`."""
 
-    __slots__ = ("_profile", "_body", "_body_lines", "_partial_room", "_partials_cut", "_line_cut",
-                 "session_id", "error", "error_seen", "partials")
+    __slots__ = ("_profile", "_body", "_body_length", "_body_cap", "_body_tail", "_body_full",
+                 "_partial_room", "_partials_cut", "_line_cut", "session_id", "error", "error_seen", "partials")
 
     def __init__(self, profile: Profile) -> None:
         self._profile = profile
         cap = profile.max_reply_chars
-        self._body = _Capped(min(cap, HARD_REPLY_LIMIT) if cap is not None else HARD_REPLY_LIMIT)
-        self._body_lines = 0
+        self._body: list[str] = []  # body lines, to be joined with "\n"
+        self._body_length = 0  # length of the joined body so far, never over _body_cap
+        self._body_cap = min(cap, HARD_REPLY_LIMIT) if cap is not None else HARD_REPLY_LIMIT
+        self._body_tail = ""  # the part of the line that crossed the cap which still fits
+        self._body_full = False
         self._partial_room: int | None = cap  # characters of partials still allowed; None = no cap
         self._partials_cut = False
         self._line_cut = False  # the decoder cut an over-long line
@@ -104,41 +95,47 @@ class TurnRecorder:
         self.error_seen = False
         self.partials = 0
 
-    def observe(self, event: Event) -> PartialEvent | SessionEvent | ErrorEvent | None:
-        """Record one event; returns what to forward to the host now, if anything."""
-        kind = type(event)
-        if kind is BodyLine:
-            self._add_body(event.text)  # type: ignore[union-attr]
-            return None
-        if kind is PartialEvent:
-            return self._forward_partial(event)  # type: ignore[arg-type]
-        if kind is SessionEvent:
-            self.session_id = event.session_id  # type: ignore[union-attr]
-            return event  # type: ignore[return-value]
-        if kind is ErrorEvent:
-            self.error_seen = True
-            self.error = event.text  # type: ignore[union-attr]
-            return event  # type: ignore[return-value]
-        if kind is LineCut:
-            self._line_cut = True
-        return None
+    def record(self, events: list[Event]) -> list[Forwarded]:
+        """Record a batch of events; returns, in order, what to forward to the host and the warnings to log.
 
-    def _add_body(self, line: str) -> None:
+        Called once per chunk of output, so the per-line work stays inside one loop.
+        """
+        forward: list[Forwarded] = []
         body = self._body
-        self._body_lines += 1
-        if body.cut:
-            return
-        if self._body_lines > 1:
-            line = "\n" + line
-        room = body.room()
-        if len(line) > room:
-            line = line[:room]
-            body.cut = True
-        body.parts.append(line)
-        body.length += len(line)
+        length = self._body_length
+        for event in events:
+            kind = type(event)
+            if kind is BodyLine:
+                if self._body_full:
+                    continue
+                grown = length + len(event) + (1 if body else 0)  # type: ignore[arg-type]
+                if grown <= self._body_cap:
+                    body.append(event)  # type: ignore[arg-type]
+                    length = grown
+                else:
+                    joined = ("\n" + event) if body else event  # type: ignore[operator]
+                    self._body_tail = joined[:self._body_cap - length]
+                    self._body_full = True
+            elif kind is PartialEvent:
+                partial = self._forward_partial(event)  # type: ignore[arg-type]
+                if partial is not None:
+                    forward.append(partial)
+            elif kind is SessionEvent:
+                self.session_id = event.session_id  # type: ignore[union-attr]
+                forward.append(event)  # type: ignore[arg-type]
+            elif kind is ErrorEvent:
+                self.error_seen = True
+                self.error = event.text  # type: ignore[union-attr]
+                forward.append(event)  # type: ignore[arg-type]
+            else:
+                if kind is LineCut:
+                    self._line_cut = True
+                forward.append(event)  # type: ignore[arg-type]
+        self._body_length = length
+        return forward
 
     def _forward_partial(self, event: PartialEvent) -> PartialEvent | None:
-        if not self._profile.streaming or self.error_seen or self._partials_cut:
+        if self.error_seen or self._partials_cut or not self._profile.streaming:
             return None
         room = self._partial_room
         if room is not None:
@@ -160,8 +157,8 @@ class TurnRecorder:
         reply = ""
         truncated = self._partials_cut or self._line_cut
         if succeeded:
-            reply = "".join(self._body.parts)
-            if self._body.cut:
+            reply = "\n".join(self._body) + self._body_tail
+            if self._body_full:
                 reply += profile.truncation_suffix
                 truncated = True
         error_reply = ""

@@ -134,18 +134,28 @@ def _ungrouped() -> Iterator[None]:
 
 
 def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None) -> Emit | None:
+    """One `Emit` for both callbacks. Sync callbacks cost a plain call per event; only an
+    awaitable a callback returns is handed back to be awaited, so events stay in order."""
     if on_partial is None and on_event is None:
         return None
 
-    async def emit(event: HostEvent) -> None:
+    def emit(event: HostEvent) -> Awaitable[None] | None:
         if on_event is not None:
-            await _maybe_await(on_event(event))
+            pending = on_event(event)
+            if pending is not None and inspect.isawaitable(pending):
+                return _then_partial(pending, on_partial, event)
         if on_partial is not None and type(event) is PartialEvent:
-            await _maybe_await(on_partial(event.text))
+            pending = on_partial(event.text)
+            if pending is not None and inspect.isawaitable(pending):
+                return pending  # type: ignore[return-value]
+        return None
 
     return emit
 
 
-async def _maybe_await(value: Any) -> None:
-    if inspect.isawaitable(value):
-        await value
+async def _then_partial(pending: Awaitable[Any], on_partial: PartialCallback | None, event: HostEvent) -> None:
+    await pending
+    if on_partial is not None and type(event) is PartialEvent:
+        more = on_partial(event.text)
+        if more is not None and inspect.isawaitable(more):
+            await more

@@ -267,8 +267,9 @@ class Server:
             self._receive_scope = None
             if scope.cancelled_caught:
                 return
-            for line, cut in lines.feed(data) if data else lines.close():
-                if cut:
+            batch = lines.feed(data) if data else lines.close()
+            for index, line in enumerate(batch.text):
+                if index in batch.cut:
                     await self._error(None, REQUEST_TOO_LARGE,
                                       f"a request line is longer than {self._max_request_bytes} bytes; it was discarded")
                 else:
@@ -276,14 +277,14 @@ class Server:
             if not data:
                 return
 
-    async def _handle_line(self, line: bytes) -> None:
+    async def _handle_line(self, line: str) -> None:
         if not line.strip():
             return  # blank lines are allowed (keep-alives)
         request_id: Any = None
         try:
             try:
                 request = json.loads(line)
-            except (ValueError, UnicodeDecodeError) as err:
+            except ValueError as err:
                 raise RequestError(BAD_JSON, f"the line is not valid JSON: {err}") from None
             if not isinstance(request, dict):
                 raise RequestError(INVALID_REQUEST, f"a request must be a JSON object, not {_json_type(request)}")

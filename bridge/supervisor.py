@@ -26,7 +26,8 @@ from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
 
 HostEvent = PartialEvent | SessionEvent | ErrorEvent | TurnResult
-Emit = Callable[[HostEvent], Awaitable[None]]
+# Delivers one event to the host; returns an awaitable only when there is something to await.
+Emit = Callable[[HostEvent], Awaitable[None] | None]
 
 READ_CHUNK = 64 * 1024
 STDERR_TAIL_BYTES = 4096
@@ -88,8 +89,8 @@ async def _finish(recorder: TurnRecorder, ending: Ending, stderr_tail: str, star
     result = recorder.finish(ending, stderr_tail=stderr_tail, duration_ms=duration_ms)
     log.info("turn finished", outcome=result.outcome.value, exit_code=result.exit_code,
              duration_ms=duration_ms, partials=result.partials)
-    if emit is not None:
-        await emit(result)
+    if emit is not None and (pending := emit(result)) is not None:
+        await pending
     return result
 
 
@@ -250,15 +251,12 @@ class _Supervisor:
             reader.done.set()
 
     async def handle(self, events: list[Event]) -> None:
-        observe = self.recorder.observe
         emit = self.emit
-        for event in events:
-            forward = observe(event)
-            if forward is not None:
-                if emit is not None:
-                    await emit(forward)
-            elif isinstance(event, ProtocolWarning):
+        for event in self.recorder.record(events):
+            if isinstance(event, ProtocolWarning):
                 self.log.warning(event.message)
+            elif emit is not None and (pending := emit(event)) is not None:
+                await pending
 
     async def pump_stderr(self) -> None:
         reader = self.stderr

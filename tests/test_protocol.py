@@ -184,7 +184,7 @@ def test_any_bytes_in_any_chunks_decode_like_one_feed(chunks: list[bytes]) -> No
     assert pieces == whole
     for event in pieces:
         if isinstance(event, BodyLine):
-            assert len(event.text.encode("utf-8", "surrogatepass")) <= limit * 3
+            assert len(event.encode("utf-8", "surrogatepass")) <= limit * 3
 
 
 @settings(max_examples=200, deadline=None)
@@ -201,16 +201,45 @@ def test_protocol_shaped_noise_never_raises(parts: list[bytes]) -> None:
 def test_line_splitter_is_bounded_and_cr_tolerant() -> None:
     """The framing both the decoder and `serve` stand on."""
     lines = LineSplitter(8)
-    assert lines.feed(b'{"a":1}\r\n{"b"') == [(b'{"a":1}', False)]
-    assert lines.feed(b":2}\n") == [(b'{"b":2}', False)]
-    assert lines.feed(b"123456789") == []
+    assert lines.feed(b'{"a":1}\r\n{"b"') == (['{"a":1}'], frozenset())
+    assert lines.feed(b":2}\n") == (['{"b":2}'], frozenset())
+    assert lines.feed(b"123456789") == ([], frozenset())
     assert lines.buffered_bytes == 8  # over the limit: the rest is dropped as it comes
-    assert lines.feed(b"0123456789\nok\n") == [(b"12345678", True), (b"ok", False)]
-    assert lines.feed(b"12345678\n") == [(b"12345678", False)]
-    assert lines.feed(b"tail") == [] and lines.close() == [(b"tail", False)]
-    assert lines.close() == []
+    assert lines.feed(b"0123456789\nok\n") == (["12345678", "ok"], frozenset({0}))
+    assert lines.feed(b"12345678\n\xff\n") == (["12345678", "\ufffd"], frozenset())
+    assert lines.feed(b"tail\r") == ([], frozenset()) and lines.close() == (["tail"], frozenset())
+    assert lines.close() == ([], frozenset())
     with pytest.raises(ValueError):
         LineSplitter(0)
+
+
+def reference_lines(stream: bytes, limit: int) -> tuple[list[str], set[int]]:
+    """What LineSplitter must produce, written the obvious way."""
+    pieces = stream.split(b"\n")
+    if pieces[-1] == b"":
+        pieces.pop()
+    text, cut = [], set()
+    for index, piece in enumerate(pieces):
+        if len(piece) > limit:
+            cut.add(index)
+            piece = piece[:limit]
+        if piece.endswith(b"\r"):
+            piece = piece[:-1]
+        text.append(piece.decode("utf-8", "replace"))
+    return text, cut
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=24), max_size=30), st.integers(min_value=1, max_value=12))
+def test_line_splitter_matches_the_obvious_definition(chunks: list[bytes], limit: int) -> None:
+    splitter = LineSplitter(limit)
+    text: list[str] = []
+    cut: set[int] = set()
+    for batch in [splitter.feed(chunk) for chunk in chunks] + [splitter.close()]:
+        cut |= {len(text) + index for index in batch.cut}
+        text += batch.text
+        assert splitter.buffered_bytes <= limit
+    assert (text, cut) == reference_lines(b"".join(chunks), limit)
 
 
 @settings(max_examples=500, deadline=None)

@@ -8,15 +8,30 @@ peer sends.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+
+class Lines(NamedTuple):
+    """Lines ended by one `feed()`: their text, and the positions of those cut at the limit."""
+
+    text: list[str]
+    cut: frozenset[int]
+
+
+_NONE_CUT: frozenset[int] = frozenset()
+
 
 class LineSplitter:
-    """Split a byte stream into lines, holding at most `max_line_bytes` of the unfinished one.
+    """Split a byte stream into lines of text, holding at most `max_line_bytes` of the unfinished one.
 
-    `feed()` may be called with any split of the stream; it returns one
-    `(line, cut)` pair per line ended by `\\n`, without the newline and one
-    trailing `\\r`. A longer line is cut at the limit (`cut` is True) and the
-    rest of it is dropped as it arrives. `close()` returns the unterminated
-    last line, if any.
+    `feed()` may be called with any split of the stream. Each line ended by
+    `\\n` comes out without the newline and one trailing `\\r`, decoded as
+    UTF-8 with invalid bytes replaced by U+FFFD. A line longer than the limit
+    is cut there, the rest of it dropped as it arrives, and its position is
+    in `Lines.cut`. `close()` returns the unterminated last line, if any.
+
+    The work is done per chunk, not per line — one decode and one split in C —
+    which is safe because `\\n` never occurs inside a UTF-8 sequence.
     """
 
     __slots__ = ("max_line_bytes", "_pending", "_overflowed")
@@ -33,35 +48,66 @@ class LineSplitter:
         """Bytes held for the unfinished line; never more than `max_line_bytes`."""
         return len(self._pending)
 
-    def feed(self, data: bytes | bytearray) -> list[tuple[bytes, bool]]:
-        if not data:
-            return []
-        pieces = data.split(b"\n")
-        tail = pieces.pop()
-        lines: list[tuple[bytes, bool]] = []
-        if pieces:
-            if self._pending or self._overflowed:
-                self._append(pieces[0])
-                lines.append(self._take())
-                pieces = pieces[1:]
-            limit = self.max_line_bytes
-            for line in pieces:
-                cut = len(line) > limit
-                if cut:
-                    line = line[:limit]
-                lines.append((line[:-1] if line[-1:] == b"\r" else line, cut))
-        if tail:
-            self._append(tail)
+    def feed(self, data: bytes | bytearray) -> Lines:
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._append(data)
+            return Lines([], _NONE_CUT)
+        complete = data[:end]
+        if self._pending or self._overflowed:
+            if self._overflowed or len(self._pending) + end > self.max_line_bytes:
+                lines = self._split_checked(complete)
+            else:
+                lines = self._split(bytes(self._pending) + complete)
+                self._pending.clear()
+        elif end > self.max_line_bytes:
+            lines = self._split_checked(complete)
+        else:
+            lines = self._split(complete)  # no line can be over the limit
+        self._append(data[end + 1:])
         return lines
 
-    def close(self) -> list[tuple[bytes, bool]]:
+    def close(self) -> Lines:
         """End of stream: an unterminated last line is still a line."""
-        if self._pending or self._overflowed:
-            return [self._take()]
-        return []
+        if not (self._pending or self._overflowed):
+            return Lines([], _NONE_CUT)
+        cut = self._overflowed
+        text = self._split(bytes(self._pending)).text
+        self._pending.clear()
+        self._overflowed = False
+        return Lines(text, frozenset({0}) if cut else _NONE_CUT)
 
-    def _append(self, chunk: bytes) -> None:
-        if self._overflowed:
+    @staticmethod
+    def _split(block: bytes) -> Lines:
+        text = block.decode("utf-8", "replace")
+        if "\r" in text:
+            text = text.replace("\r\n", "\n")
+            if text.endswith("\r"):
+                text = text[:-1]
+        return Lines(text.split("\n"), _NONE_CUT)
+
+    def _split_checked(self, complete: bytes) -> Lines:
+        """The slow path, for a block that may hold an over-long line: measure each line in bytes."""
+        limit = self.max_line_bytes
+        pieces = complete.split(b"\n")
+        text: list[str] = []
+        cut: set[int] = set()
+        for index, piece in enumerate(pieces):
+            if index == 0 and (self._pending or self._overflowed):
+                self._append(piece)
+                piece, overflowed = bytes(self._pending), self._overflowed
+                self._pending.clear()
+                self._overflowed = False
+            else:
+                overflowed = len(piece) > limit
+                piece = piece[:limit]
+            if overflowed:
+                cut.add(index)
+            text.append(self._split(piece).text[0])
+        return Lines(text, frozenset(cut))
+
+    def _append(self, chunk: bytes | bytearray) -> None:
+        if self._overflowed or not chunk:
             return
         room = self.max_line_bytes - len(self._pending)
         if len(chunk) > room:
@@ -69,9 +115,3 @@ class LineSplitter:
             self._overflowed = True
         else:
             self._pending += chunk
-
-    def _take(self) -> tuple[bytes, bool]:
-        line, cut = bytes(self._pending), self._overflowed
-        self._pending.clear()
-        self._overflowed = False
-        return (line[:-1] if line[-1:] == b"\r" else line), cut

@@ -9,11 +9,11 @@ whatever the agent writes: at most one line of `max_line_bytes` is buffered
 
 from __future__ import annotations
 
-import json
 import re
+from json.decoder import scanstring
 
-from .events import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
-from .framing import LineSplitter
+from .events import ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
+from .framing import Lines, LineSplitter
 
 SESSION_PREFIX = "AGENT_SESSION:"
 PARTIAL_PREFIX = "AGENT_PARTIAL:"
@@ -24,24 +24,25 @@ MAX_SESSION_ID_CHARS = 512
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def decode_payload(raw: str) -> str:
-    """The payload rule: a JSON string is decoded, anything else is the raw text, stripped."""
-    text = raw.strip()
-    if text[:1] != '"':
-        return text
-    inner = text[1:-1]
-    if text[-1] == '"' and len(text) > 1 and '"' not in inner and "\\" not in inner and inner.isprintable():
-        return inner  # a JSON string without escapes or control characters decodes to itself
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    if not isinstance(value, str):
-        return text
-    if "\\u" in text:
-        # JSON can spell lone surrogates, which no encoder will accept later.
-        value = _LONE_SURROGATE.sub("\ufffd", value)
-    return value
+def decode_payload(raw: str, start: int = 0) -> str:
+    """The payload rule for `raw[start:]`: a JSON string is decoded, anything else is the raw text, stripped.
+
+    Taking `start` lets a line be decoded in place, without copying its payload.
+    """
+    quote = raw.find('"', start)
+    if quote >= 0 and (quote == start or raw[start:quote].isspace()):
+        try:
+            # The C scanner json.loads ends in, without its per-call regex matching.
+            value, end = scanstring(raw, quote + 1)
+        except ValueError:
+            pass
+        else:
+            if end == len(raw) or raw[end:].isspace():
+                if "\\ud" in raw or "\\uD" in raw:
+                    # JSON can spell lone surrogates, which no encoder will accept later.
+                    value = _LONE_SURROGATE.sub("\ufffd", value)
+                return value
+    return raw[start:].strip()
 
 
 def session_id_problem(session_id: str) -> str | None:
@@ -62,12 +63,13 @@ class LineDecoder:
     the order their lines ended. `close()` flushes a final unterminated line.
     """
 
-    __slots__ = ("_session_prefix", "_lines", "_closed")
+    __slots__ = ("_session_prefix", "_prefixes", "_lines", "_closed")
 
     def __init__(self, session_prefix: str = SESSION_PREFIX, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         if not session_prefix:
             raise ValueError("session_prefix must not be empty")
         self._session_prefix = session_prefix
+        self._prefixes = (session_prefix, PARTIAL_PREFIX, ERROR_PREFIX)
         self._lines = LineSplitter(max_line_bytes)
         self._closed = False
 
@@ -88,14 +90,13 @@ class LineDecoder:
         self._closed = True
         return self._decode(self._lines.close())
 
-    def _decode(self, lines: list[tuple[bytes, bool]]) -> list[Event]:
-        events: list[Event] = []
+    def _decode(self, lines: Lines) -> list[Event]:
         classify = self.classify
-        for raw, cut in lines:
-            if cut:
-                events.append(LineCut(f"a stdout line was longer than {self._lines.max_line_bytes} bytes; "
-                                      "the rest of it was discarded"))
-            events.append(classify(raw.decode("utf-8", "replace")))
+        protocol = self._prefixes
+        events = [classify(line) if line.startswith(protocol) else line for line in lines.text]
+        for index in sorted(lines.cut, reverse=True):  # one event per line, so indexes match
+            events.insert(index, LineCut(f"a stdout line was longer than {self._lines.max_line_bytes} bytes; "
+                                         "the rest of it was discarded"))
         return events
 
     def classify(self, line: str) -> Event:
@@ -103,13 +104,11 @@ class LineDecoder:
         prefix = self._session_prefix
         if line.startswith(prefix):
             session_id = line[len(prefix):].strip()
-            problem = session_id_problem(session_id)
-            if problem is None:
+            if 0 < len(session_id) <= MAX_SESSION_ID_CHARS and session_id.isprintable() and " " not in session_id:
                 return SessionEvent(session_id)
-            return ProtocolWarning(f"ignored a session line because {problem}")
-        if line.startswith("AGENT_"):
-            if line.startswith(PARTIAL_PREFIX):
-                return PartialEvent(decode_payload(line[len(PARTIAL_PREFIX):]))
-            if line.startswith(ERROR_PREFIX):
-                return ErrorEvent(decode_payload(line[len(ERROR_PREFIX):]))
-        return BodyLine(line)
+            return ProtocolWarning(f"ignored a session line because {session_id_problem(session_id)}")
+        if line.startswith(PARTIAL_PREFIX):
+            return PartialEvent(decode_payload(line, len(PARTIAL_PREFIX)))
+        if line.startswith(ERROR_PREFIX):
+            return ErrorEvent(decode_payload(line, len(ERROR_PREFIX)))
+        return line  # a body line (BodyLine is str)
