@@ -38,8 +38,9 @@ def decode_payload(raw: str, start: int = 0) -> str:
             pass
         else:
             if end == len(raw) or raw[end:].isspace():
-                if "\\ud" in raw or "\\uD" in raw:
-                    # JSON can spell lone surrogates, which no encoder will accept later.
+                # JSON can spell lone surrogates, which no encoder will accept later. Only
+                # escapes can, and without escapes the value is as long as the quoted text.
+                if len(value) != end - quote - 2 and ("\\ud" in raw or "\\uD" in raw):
                     value = _LONE_SURROGATE.sub("\ufffd", value)
                 return value
     return raw[start:].strip()
