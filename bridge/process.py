@@ -24,15 +24,22 @@ EXIT_CANNOT_RUN = 126
 
 
 class AgentProcess:
-    """A running agent and the parent's ends of its pipes."""
+    """A running agent and the parent's ends of its pipes.
+
+    stdout and stderr are raw non-blocking descriptors: the supervisor reads
+    them directly, which saves an event-loop iteration per read over a stream
+    object (see `supervisor._Reader`).
+    """
 
     def __init__(self, popen: subprocess.Popen[bytes], stdin: trio.lowlevel.FdStream | None,
-                 stdout: trio.lowlevel.FdStream, stderr: trio.lowlevel.FdStream) -> None:
+                 stdout: int, stderr: int) -> None:
         self._popen = popen
         self.pid = popen.pid
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr
+        for fd in (stdout, stderr):
+            os.set_blocking(fd, False)
         self._exited = False
         try:
             self._pidfd: int | None = os.pidfd_open(popen.pid)
@@ -89,15 +96,27 @@ class AgentProcess:
             return False
         return True
 
-    async def aclose(self) -> None:
-        """Close the pipes and the pidfd. The process must have been reaped."""
-        for stream in (self.stdin, self.stdout, self.stderr):
-            if stream is not None:
-                await stream.aclose()
+    def close_output(self) -> None:
+        """Stop reading the agent: close our ends of stdout and stderr (idempotent)."""
+        self.stdout = _close_fd(self.stdout)
+        self.stderr = _close_fd(self.stderr)
+
+    def close(self) -> None:
+        """Close the pipes and the pidfd (idempotent). The process must have been reaped."""
+        if self.stdin is not None:
+            self.stdin.close()
+        self.close_output()
         if self._pidfd is not None:
-            trio.lowlevel.notify_closing(self._pidfd)
-            os.close(self._pidfd)
+            _close_fd(self._pidfd)
             self._pidfd = None
+
+
+def _close_fd(fd: int) -> int:
+    """Close a descriptor trio may be waiting on; returns -1, the closed marker."""
+    if fd >= 0:
+        trio.lowlevel.notify_closing(fd)
+        os.close(fd)
+    return -1
 
 
 def reap_group_orphans(pgid: int) -> None:
@@ -178,8 +197,8 @@ def spawn(plan: LaunchPlan) -> AgentProcess:
     return AgentProcess(
         popen,
         stdin=trio.lowlevel.FdStream(stdin_write) if plan.stdin is not None else None,
-        stdout=trio.lowlevel.FdStream(stdout_read),
-        stderr=trio.lowlevel.FdStream(stderr_read),
+        stdout=stdout_read,
+        stderr=stderr_read,
     )
 
 

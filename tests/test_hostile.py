@@ -317,3 +317,46 @@ print("done")
     headroom_kib = 16 * 1024
     assert long_line["peak_kib"] < baseline["peak_kib"] + headroom_kib, (baseline, long_line)
     assert stderr_flood["peak_kib"] < baseline["peak_kib"] + headroom_kib, (baseline, stderr_flood)
+
+
+async def test_an_endless_flood_is_stopped_at_its_timeout_while_another_turn_runs(make_agent):
+    """Reading never starves the event loop: the flood's deadline fires, and a quiet turn beside it finishes."""
+    flood = make_agent("""
+        #!/bin/sh
+        exec yes "a line of body text, over and over, as fast as the pipe takes it"
+    """, timeout_secs=0.5, kill_grace_secs=0.2)
+    quiet = make_agent("print('quiet turn done')")
+    results = {}
+
+    async def run_one(name, profile):
+        results[name] = await bridge.run_turn(profile, Turn("x"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_one, "flood", flood)
+        nursery.start_soon(run_one, "quiet", quiet)
+    assert (results["flood"].exit_code, results["flood"].outcome) == (124, "timeout")
+    assert results["flood"].duration_ms < LOUD_BOUND_MS
+    assert results["quiet"].reply == "quiet turn done" and results["quiet"].duration_ms < LOUD_BOUND_MS
+
+
+async def test_a_pipe_that_never_runs_dry_does_not_starve_other_tasks():
+    """Deterministic version of the above: /dev/zero always has data, so only the reader's own
+    schedule points let anything else run. A regression fails here instead of hanging."""
+    from bridge.supervisor import _Reader
+
+    reader = _Reader(os.open("/dev/zero", os.O_RDONLY | os.O_NONBLOCK))
+    reads = 0
+    seen_at = None
+
+    async def other_task():
+        nonlocal seen_at
+        seen_at = reads
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        with reader.scope:
+            while reads < 1000 and seen_at is None:
+                assert await reader.receive()
+                reads += 1
+    os.close(reader.fd)
+    assert seen_at is not None and seen_at <= 2
