@@ -88,7 +88,8 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
 def _base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:
     if profile.env_inherit == "all":
         return {name: value for name, value in environ.items() if name not in PROTOCOL_VARIABLES}
-    return {name: value for name, value in environ.items() if name in INFRA_VARIABLES or name.startswith("LC_")}
+    # Look values up only for the names kept: os.environ decodes every value it yields.
+    return {name: environ[name] for name in environ if name in INFRA_VARIABLES or name.startswith("LC_")}
 
 
 def _protocol_variables(profile: Profile, turn: Turn) -> dict[str, str]:
