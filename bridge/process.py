@@ -7,6 +7,7 @@ group id cannot be reused, so `signal_group()` can never hit a stranger.
 
 from __future__ import annotations
 
+import _signal
 import errno
 import os
 import signal
@@ -214,7 +215,8 @@ def _signal_reset() -> Callable[[], None] | None:
     Only then: any pre-exec step makes Python fork instead of vfork, which
     costs every spawn of a large host noticeably more.
     """
-    ignored = [signum for signum in _STOP_SIGNALS if signal.getsignal(signum) == signal.SIG_IGN]
+    # _signal is what `signal` wraps; its getsignal skips the enum conversion (a few us per spawn).
+    ignored = [signum for signum in _STOP_SIGNALS if _signal.getsignal(signum) == _signal.SIG_IGN]
     if not ignored:
         return None
 

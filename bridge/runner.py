@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -110,27 +110,40 @@ async def open_turn(profile: Profile, turn: Turn) -> AsyncIterator[TurnStream]:
                 receive.close()
 
 
-@contextmanager
-def _ungrouped() -> Iterator[None]:
+class _Ungrouped:
     """Let a lone exception out of the bridge's own nurseries as itself, not as an ExceptionGroup.
 
     The nurseries are an implementation detail: a host whose callback (or
     `open_turn` block) raises LookupError must be able to catch LookupError.
-    Several exceptions at once stay grouped.
+    Several exceptions at once stay grouped. (A class, not @contextmanager:
+    it is on every turn's path, and a generator costs more.)
     """
-    try:
-        yield
-    except BaseExceptionGroup as group:
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, group: BaseException | None, traceback: Any) -> bool:
+        if not isinstance(group, BaseExceptionGroup):
+            return False
         error: BaseException = group
         while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
             error = error.exceptions[0]
         if error is group:
-            raise
+            return False
         context = error.__context__
         try:
             raise error
         finally:
             error.__context__ = context  # not the group it came in
+
+
+_UNGROUPED = _Ungrouped()
+
+
+def _ungrouped() -> _Ungrouped:
+    return _UNGROUPED
 
 
 def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None) -> Emit | None:
