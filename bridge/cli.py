@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--from-user", default="", help="who sent the message")
     run.add_argument("--attach", metavar="TYPE=URL", action="append", default=[], type=_attachment,
                      help="an attachment, TYPE one of image, file, audio, video (repeatable)")
-    run.add_argument("--timeout", metavar="SECS", type=_positive_seconds,
+    run.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
                      help="override the profile's timeout_secs")
     run.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
     run.add_argument("--json", action="store_true", help="print NDJSON events on stdout, the result last")
@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session-id", help="resume this session (default: a new one, or the stored one)")
     chat.add_argument("--session-name", default="default", help="the session's name (default: default)")
     chat.add_argument("--from-user", default="", help="who sends the messages")
-    chat.add_argument("--timeout", metavar="SECS", type=_positive_seconds,
+    chat.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
                       help="override the profile's timeout_secs")
     chat.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
     _add_conversation_options(chat)
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="turns that may run at once (default: 32)")
     serve.add_argument("--max-queued", metavar="N", type=_count(0),
                        help="turns that may wait for a slot; more are refused with queue_full (default: 256)")
-    serve.add_argument("--shutdown-grace", metavar="SECS", type=_grace_seconds,
+    serve.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True),
                        help="on shutdown, how long turns in flight may finish before they are cancelled "
                        "(default: 10)")
     serve.set_defaults(handler=_serve_command)
@@ -161,16 +161,6 @@ def _count(minimum: int) -> Any:
     return parse
 
 
-def _grace_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return value
-
-
 def _attachment(spec: str) -> Attachment:
     try:
         return Attachment.parse(spec)
@@ -178,14 +168,19 @@ def _attachment(spec: str) -> Attachment:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be greater than 0")
-    return value
+def _seconds(*, zero_ok: bool) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if zero_ok and not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError("must be 0 or more")
+        if not zero_ok and not value > 0:
+            raise argparse.ArgumentTypeError("must be greater than 0")
+        return value
+
+    return parse
 
 
 _STATE_HELP = "session store file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3)"
