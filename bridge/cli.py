@@ -305,7 +305,8 @@ class HumanPrinter:
         if self.open_line:
             self.out.write("\n")
         if result.reply:
-            self.out.write(result.reply + "\n")
+            self.out.write(result.reply)  # not reply + "\n": a long reply would be copied once more
+            self.out.write("\n")
         self.out.flush()
         if result.error_reply:
             self.err.write(result.error_reply + "\n")
@@ -320,7 +321,8 @@ class JsonPrinter:
 
     def show(self, event: Any) -> None:
         record = {"event": "result", **event.to_dict()} if isinstance(event, TurnResult) else event.to_dict()
-        self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.out.write(json.dumps(record, ensure_ascii=False))
+        self.out.write("\n")
         self.out.flush()
 
 

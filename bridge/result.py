@@ -20,6 +20,7 @@ EXIT_CANCELLED = 130
 # max_reply_chars: null lifts the profile's cap, not the bridge's own bound on
 # memory: a reply body is never held beyond this many characters.
 HARD_REPLY_LIMIT = 8 * 1024 * 1024
+_BODY_RUN = 1024  # body lines kept as separate strings before they are joined
 
 
 class Outcome(str, enum.Enum):
@@ -76,13 +77,16 @@ Forwarded = PartialEvent | SessionEvent | ErrorEvent | ProtocolWarning
 class TurnRecorder:
     """The turn's state while it runs. Give it each batch of decoded events with `record()`."""
 
-    __slots__ = ("_profile", "_body", "_body_length", "_body_cap", "_body_tail", "_body_full",
-                 "_partial_room", "_partials_cut", "_line_cut", "session_id", "error", "error_seen", "partials")
+    __slots__ = ("_profile", "_body", "_body_runs", "_body_lines", "_body_length", "_body_cap", "_body_tail",
+                 "_body_full", "_partial_room", "_partials_cut", "_line_cut", "session_id", "error", "error_seen",
+                 "partials")
 
     def __init__(self, profile: Profile) -> None:
         self._profile = profile
         cap = profile.max_reply_chars
-        self._body: list[str] = []  # body lines, to be joined with "\n"
+        self._body: list[str] = []  # the latest body lines
+        self._body_runs: list[str] = []  # earlier body lines, joined a run at a time (see record())
+        self._body_lines = 0
         self._body_length = 0  # length of the joined body so far, never over _body_cap
         self._body_cap = min(cap, HARD_REPLY_LIMIT) if cap is not None else HARD_REPLY_LIMIT
         self._body_tail = ""  # the part of the line that crossed the cap which still fits
@@ -103,17 +107,19 @@ class TurnRecorder:
         forward: list[Forwarded] = []
         body = self._body
         length = self._body_length
+        lines = self._body_lines
         for event in events:
             kind = type(event)
             if kind is BodyLine:
                 if self._body_full:
                     continue
-                grown = length + len(event) + (1 if body else 0)  # type: ignore[arg-type]
+                grown = length + len(event) + (1 if lines else 0)  # type: ignore[arg-type]
                 if grown <= self._body_cap:
                     body.append(event)  # type: ignore[arg-type]
                     length = grown
+                    lines += 1
                 else:
-                    joined = ("\n" + event) if body else event  # type: ignore[operator]
+                    joined = ("\n" + event) if lines else event  # type: ignore[operator]
                     self._body_tail = joined[:self._body_cap - length]
                     self._body_full = True
             elif kind is PartialEvent:
@@ -132,6 +138,12 @@ class TurnRecorder:
                     self._line_cut = True
                 forward.append(event)  # type: ignore[arg-type]
         self._body_length = length
+        self._body_lines = lines
+        if len(body) > _BODY_RUN:
+            # Millions of short lines would cost ~50 bytes of object each on top of
+            # their text; joined, the body's memory follows its character bound.
+            self._body_runs.append("\n".join(body))
+            body.clear()
         return forward
 
     def _forward_partial(self, event: PartialEvent) -> PartialEvent | None:
@@ -157,7 +169,8 @@ class TurnRecorder:
         reply = ""
         truncated = self._partials_cut or self._line_cut
         if succeeded:
-            reply = "\n".join(self._body) + self._body_tail
+            runs = self._body_runs + ["\n".join(self._body)] if self._body else self._body_runs
+            reply = "\n".join(runs) + self._body_tail
             if self._body_full:
                 reply += profile.truncation_suffix
                 truncated = True

@@ -304,12 +304,18 @@ for _ in range(30 * 1024):  # 30 MiB on stderr
     sys.stderr.buffer.write(line)
 print("done")
 """)
+    write_agent(tmp_path, "tiny.py", f"""#!{PYTHON}
+import sys
+for _ in range(6):  # 18 MiB of 2-character lines: millions of lines under the 8 Mi-character bound
+    sys.stdout.buffer.write(b"ab\\n" * (1 << 20))
+""")
     line = write_profile(tmp_path, 'command: ["{{PROFILE_DIR}}/line.py"]\nmax_reply_chars: null\n', "line.yaml")
     flood = write_profile(tmp_path, 'command: ["{{PROFILE_DIR}}/stderr.py"]\n', "stderr.yaml")
+    tiny = write_profile(tmp_path, 'command: ["{{PROFILE_DIR}}/tiny.py"]\nmax_reply_chars: null\n', "tiny.yaml")
     cli = os.path.join(os.path.dirname(sys.executable), "agent-bridge")
-    done = subprocess.run([sys.executable, "-c", RSS_WRAPPER, cli, str(PROFILES / "echo.yaml"), str(line), str(flood)],
-                          capture_output=True, text=True, timeout=60, check=True)
-    baseline, long_line, stderr_flood = json.loads(done.stdout)
+    done = subprocess.run([sys.executable, "-c", RSS_WRAPPER, cli, str(PROFILES / "echo.yaml"), str(line), str(flood),
+                           str(tiny)], capture_output=True, text=True, timeout=120, check=True)
+    baseline, long_line, stderr_flood, tiny_lines = json.loads(done.stdout)
     assert (long_line["exit"], long_line["reply"]) == (0, MIB)
     assert (stderr_flood["exit"], stderr_flood["reply"]) == (0, 4)
     assert stderr_flood["stderr_tail"] <= 8 * 1024
@@ -317,6 +323,11 @@ print("done")
     headroom_kib = 16 * 1024
     assert long_line["peak_kib"] < baseline["peak_kib"] + headroom_kib, (baseline, long_line)
     assert stderr_flood["peak_kib"] < baseline["peak_kib"] + headroom_kib, (baseline, stderr_flood)
+    # The reply is capped at 8 Mi characters. Printed with --json it exists as text (8.4 MB),
+    # JSON-escaped (11 MB: every newline doubles) and encoded (11 MB), ~40 MB in all. Held as
+    # millions of separate 2-character strings it took 220 MB more.
+    assert tiny_lines["exit"] == 0 and tiny_lines["reply"] > 8_000_000
+    assert tiny_lines["peak_kib"] < baseline["peak_kib"] + 80 * 1024, (baseline, tiny_lines)
 
 
 async def test_an_endless_flood_is_stopped_at_its_timeout_while_another_turn_runs(make_agent):

@@ -177,3 +177,17 @@ def test_a_cut_line_marks_the_result_truncated_without_a_suffix() -> None:
     feed(turn, LineCut("a line was cut"), BodyLine("first MiB"))
     result = turn.finish(Ending(returncode=0))
     assert (result.reply, result.truncated) == ("first MiB", True)
+
+
+def test_a_body_of_many_lines_is_joined_exactly_whatever_the_batches() -> None:
+    lines = ["", "a", "", *[f"line {i}" for i in range(5000)], ""]
+    for batch in (1, 7, 1000, 3000, len(lines)):
+        turn = recorder(max_reply_chars=None)
+        for start in range(0, len(lines), batch):
+            turn.record(lines[start:start + batch])
+        assert turn.finish(Ending(returncode=0)).reply == "\n".join(lines)
+    capped = recorder(max_reply_chars=20_000)
+    for start in range(0, len(lines), 999):
+        capped.record(lines[start:start + 999])
+    result = capped.finish(Ending(returncode=0))
+    assert result.reply == "\n".join(lines)[:20_000] + SUFFIX and result.truncated
