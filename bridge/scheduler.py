@@ -118,10 +118,6 @@ class TurnQueue:
         elif was_head and ticket.key not in self._busy:
             heapq.heappush(self._ready, (lane[0].seq, ticket.key))
 
-    def waiting_tickets(self) -> list[Ticket]:
-        """Every waiting ticket, in arrival order."""
-        return sorted((ticket for lane in self._lanes.values() for ticket in lane), key=lambda t: t.seq)
-
     def _start(self, ticket: Ticket) -> None:
         ticket.state = Ticket.RUNNING
         self.running += 1
