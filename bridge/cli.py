@@ -239,9 +239,9 @@ def _open_conversation(args: argparse.Namespace, profile: Profile) -> Conversati
         if args.new:
             raise BridgeError("--new needs --conversation KEY (without one, every run starts a new session)")
         return None
-    from .sessions_cli import Conversation, profile_name
+    from .sessions_cli import Conversation
 
-    conversation = Conversation(args.state, profile_name(profile), args.conversation, args.session_name)
+    conversation = Conversation(args.state, profile.label, args.conversation, args.session_name)
     if args.new:
         conversation.forget()
     return conversation

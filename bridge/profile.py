@@ -114,7 +114,9 @@ class Profile:
 
     @property
     def label(self) -> str:
-        """A name for logs: `name`, or the program's base name."""
+        """The profile's name — `name` (a file's stem unless set), else the program's base name.
+
+        Logs carry it, and the CLI stores sessions under it."""
         return self.name or os.path.basename(self.argv_template[0])
 
     def __eq__(self, other: object) -> bool:

@@ -12,14 +12,9 @@ import sys
 from pathlib import Path
 
 from .errors import BridgeError
-from .profile import Profile, load_profile
+from .profile import load_profile
 from .result import TurnResult
 from .store import SessionRecord, SessionStore
-
-
-def profile_name(profile: Profile) -> str:
-    """The name sessions are stored under: the profile's `name` (the file's stem unless set)."""
-    return profile.name or profile.label
 
 
 class Conversation:
@@ -71,7 +66,7 @@ def sessions_command(args: argparse.Namespace) -> int:
 def _profile_key(text: str) -> str:
     """A profile name, or a profile file whose name is meant (`sessions show profiles/stream.yaml KEY`)."""
     if text.endswith((".yaml", ".yml")) and Path(text).is_file():
-        return profile_name(load_profile(text))
+        return load_profile(text).label
     return text
 
 
