@@ -46,9 +46,7 @@ class _Entry:
     @property
     def name(self) -> str:
         """The name a host asks for: the profile's `name`, or, when it does not load, the file's stem."""
-        if self.profile is not None and self.profile.name is not None:
-            return self.profile.name
-        return os.path.splitext(self.file)[0]
+        return self.profile.label if self.profile is not None else os.path.splitext(self.file)[0]
 
 
 class ProfileRegistry:
