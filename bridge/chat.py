@@ -36,6 +36,7 @@ import itertools
 import os
 import signal
 import sys
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
@@ -44,6 +45,7 @@ import trio
 from .cli import HumanPrinter
 from .errors import BridgeError
 from .profile import Profile
+from .protocol import MAX_LINE_BYTES, LineSplitter
 from .result import TurnResult
 from .runner import TurnStream, open_turn
 from .turn import Turn
@@ -131,7 +133,10 @@ class Chat:
                 if self.interactive:
                     self._write_err("\n")
                 return 0
-            text = line.strip()
+            if line[1]:
+                self._say(f"not sent: the line is longer than {MAX_LINE_BYTES} bytes")
+                continue
+            text = line[0].strip()
             if text.startswith("/") and not text.startswith("//"):
                 if not self._command(text):
                     return 0
@@ -229,38 +234,36 @@ class Chat:
 
 
 class LineReader:
-    """Lines from a file descriptor, waiting in trio; see the module docstring for why."""
+    """Lines from a file descriptor, waiting in trio; see the module docstring for why.
+
+    Framed by `LineSplitter`, so a line is held to `MAX_LINE_BYTES` whatever is piped in.
+    """
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.buffer = bytearray()
+        self.lines = LineSplitter(MAX_LINE_BYTES)
+        self.ready: deque[tuple[str, bool]] = deque()  # (line, cut at the limit)
         self.eof = False
         self.pollable = True
 
-    async def readline(self) -> str | None:
-        """The next line without its line ending; None at end of input."""
-        while True:
-            end = self.buffer.find(b"\n")
-            if end >= 0:
-                line = bytes(self.buffer[:end])
-                del self.buffer[:end + 1]
-                return line.decode("utf-8", "replace").rstrip("\r")
+    async def readline(self) -> tuple[str, bool] | None:
+        """The next line without its line ending, and whether it was cut; None at end of input."""
+        while not self.ready:
             if self.eof:
-                if not self.buffer:
-                    return None
-                line = bytes(self.buffer)  # Ctrl-D after some text: that text is a line
-                self.buffer.clear()
-                return line.decode("utf-8", "replace")
+                return None
             await self._readable()
             chunk = os.read(self.fd, READ_CHUNK)
             if chunk:
-                self.buffer += chunk
-            else:
+                batch = self.lines.feed(chunk)
+            else:  # Ctrl-D after some text: that text is a line
                 self.eof = True
+                batch = self.lines.close()
+            self.ready.extend((line, index in batch.cut) for index, line in enumerate(batch.text))
+        return self.ready.popleft()
 
     def discard(self) -> None:
         """Forget a partial line (the terminal dropped it on Ctrl-C)."""
-        self.buffer.clear()
+        self.lines.discard()
 
     async def _readable(self) -> None:
         if self.pollable:

@@ -251,3 +251,13 @@ def test_piped_input_is_a_script_of_turns(env: dict[str, str]) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == "echo: hello\necho: /slash\n"
     assert "you>" not in done.stderr, "no prompt when nobody types"
+
+
+def test_a_piped_line_over_the_limit_is_refused_and_the_chat_goes_on(env: dict[str, str]) -> None:
+    """Input is framed like everything else the bridge reads: one line is held to 1 MiB, never more."""
+    script = "x" * (3 * 1024 * 1024) + "\nhello\n"
+    done = subprocess.run([AGENT_BRIDGE, "chat", str(PROFILES / "echo.yaml")], input=script,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "echo: hello\n"
+    assert "not sent: the line is longer than 1048576 bytes" in done.stderr

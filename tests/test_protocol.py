@@ -209,6 +209,9 @@ def test_line_splitter_is_bounded_and_cr_tolerant() -> None:
     assert lines.feed(b"12345678\n\xff\n") == (["12345678", "\ufffd"], frozenset())
     assert lines.feed(b"tail\r") == ([], frozenset()) and lines.close() == (["tail"], frozenset())
     assert lines.close() == ([], frozenset())
+    assert lines.feed(b"half a l") == ([], frozenset())
+    lines.discard()  # a terminal dropped the half-typed line
+    assert lines.feed(b"ine\n") == (["ine"], frozenset())
     with pytest.raises(ValueError):
         LineSplitter(0)
 

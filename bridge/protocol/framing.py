@@ -86,6 +86,11 @@ class LineSplitter:
                 text = text[:-1]
         return Lines(text.split("\n"), _NONE_CUT)
 
+    def discard(self) -> None:
+        """Forget the unfinished line (a terminal dropped it on Ctrl-C, say)."""
+        self._pending.clear()
+        self._overflowed = False
+
     def _split_checked(self, complete: bytes) -> Lines:
         """The slow path, for a block that may hold an over-long line: measure each line in bytes."""
         limit = self.max_line_bytes
