@@ -3,6 +3,17 @@
 Waiting uses a pidfd, so a turn costs no thread. `wait_exited()` returns while
 the agent is still an unreaped zombie: as long as the zombie exists its process
 group id cannot be reused, so `signal_group()` can never hit a stranger.
+
+Every agent's group is guarded by the keeper (`bridge.keeper`) from spawn
+until it has been killed, so the group dies even if this process is killed.
+
+Orphans. A process that is a child subreaper (`become_subreaper()`: the CLI
+and `serve` are) is handed the orphaned descendants of its agents: a child
+that left its agent's group with `setsid`, and every intermediate process that
+exits. `collect_orphans()` and `sweep_orphans()` kill and reap each such
+child that is not in the session of a live agent, so nothing escapes a turn
+and no zombie piles up. A child in this process's own session is never
+touched: that is the host's own.
 """
 
 from __future__ import annotations
@@ -12,16 +23,27 @@ import errno
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import trio
 
 from .errors import LaunchError
+from .keeper import KEEPER
 from .launch import LaunchPlan
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
+
+# Pids of spawned agents not yet reaped. Spawning, and reaping anything that is
+# not an agent, happen under `_CHILDREN_LOCK`: a child listed under the lock
+# stays this process's unreaped child until the lock is released, so its pid
+# cannot be reused by a stranger while the lock is held.
+_LIVE_AGENTS: set[int] = set()
+_CHILDREN_LOCK = threading.Lock()
+_subreaper = False
+_children_listed: bool | None = None
 
 
 class AgentProcess:
@@ -85,17 +107,11 @@ class AgentProcess:
         """
         if not self.reaped:
             self.signal_group(signal.SIGKILL)
+            KEEPER.release(self.pid)
             self._popen.wait()
+            _LIVE_AGENTS.discard(self.pid)
         assert self._popen.returncode is not None
         return self._popen.returncode
-
-    def group_alive(self) -> bool:
-        """True while any process of the agent's group exists (after `reap()`)."""
-        try:
-            os.killpg(self.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
 
     def close_output(self) -> None:
         """Stop reading the agent: close our ends of stdout and stderr (idempotent)."""
@@ -120,40 +136,156 @@ def _close_fd(fd: int) -> int:
     return -1
 
 
-def reap_group_orphans(pgid: int) -> None:
-    """Reap members of group `pgid` that were reparented to this process.
-
-    They only become our children when this process is a child subreaper
-    (see `become_subreaper`); otherwise this returns at once.
-    """
-    while True:
-        try:
-            os.waitpid(-pgid, 0)
-        except ChildProcessError:
-            return
-        except InterruptedError:
-            continue
-
-
 def become_subreaper() -> bool:
-    """Adopt orphaned descendants (Linux), so killed grandchildren are reaped here.
+    """Adopt the orphaned descendants of agents (Linux), so they are killed and reaped here.
 
-    Without it they are reparented to PID 1, which in many containers never
-    reaps them. Process-wide, so only a program that owns its process (the
-    CLI, `serve`) should call it.
+    Without it they are reparented to PID 1 (or an outer subreaper): a process
+    that escaped an agent's group runs on, and in many containers PID 1 never
+    reaps the dead. Process-wide: from then on every child of this process that
+    is in another session than this process's own, and is not a live agent's,
+    counts as an orphan of an agent. So only a program that owns its process
+    (the CLI, `serve`), or a host whose own children stay in its session,
+    should call it. Returns whether the OS agreed.
     """
+    global _subreaper
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_CHILD_SUBREAPER = 36
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        _subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        return False
+        _subreaper = False
+    return _subreaper
 
 
-def spawn(plan: LaunchPlan) -> AgentProcess:
-    """Start the agent described by `plan`; raises `LaunchError` with a message saying what to fix."""
+def sweep_orphans() -> list[int]:
+    """Reap dead orphans and SIGKILL live ones; returns the pids killed, which are still to be reaped.
+
+    A no-op unless `become_subreaper()` succeeded. Orphans are children of this
+    process outside its own session and outside the sessions of live agents
+    (an agent leads a session of its own, so its session id is its pid).
+    """
+    if not _subreaper:
+        return []
+    killed = []
+    with _CHILDREN_LOCK:
+        own_session = os.getsid(0)
+        keeper = KEEPER.pid
+        for pid in _children():
+            if pid in _LIVE_AGENTS or pid == keeper:
+                continue
+            status = _status(pid)
+            if status is None:
+                continue
+            state, group, session = status
+            if session == own_session or session in _LIVE_AGENTS:
+                continue
+            if state == "Z":
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                continue
+            if group == pid:
+                _kill_quietly(os.killpg, pid)  # its group cannot be reused while it is our unreaped child
+            _kill_quietly(os.kill, pid)
+            killed.append(pid)
+    return killed
+
+
+async def collect_orphans(deadline: float) -> None:
+    """Sweep until no orphan is left alive or unreaped, or until `deadline` (trio time).
+
+    Each orphan killed hands its own children to this process when it dies,
+    so the sweep repeats until a round kills nothing.
+    """
+    while killed := sweep_orphans():
+        with trio.move_on_at(deadline) as scope:
+            for pid in killed:
+                await _exited(pid)
+        if scope.cancelled_caught:
+            return
+
+
+async def sweep_orphans_on_sigchld(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Sweep whenever a child changes state, for a long-lived subreaper (`serve`): orphans that die
+    between turns are reaped at once, not at the next turn's end. Run it in a nursery."""
+    with trio.open_signal_receiver(signal.SIGCHLD) as changes:
+        task_status.started()
+        async for _ in changes:
+            sweep_orphans()
+
+
+async def _exited(pid: int) -> None:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (ProcessLookupError, AttributeError, OSError):
+        await trio.sleep(0.001)  # gone already, or no pidfds: the next sweep tells
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        trio.lowlevel.notify_closing(pidfd)
+        os.close(pidfd)
+
+
+def _children() -> Iterator[int]:
+    """This process's children, from /proc: each thread keeps a list of the children it has."""
+    global _children_listed
+    if _children_listed is None:
+        _children_listed = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+    if not _children_listed:  # a kernel without CONFIG_PROC_CHILDREN
+        yield from _children_by_scan()
+        return
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children", "rb") as listing:
+                text = listing.read()
+        except OSError:  # a thread that just ended
+            continue
+        yield from map(int, text.split())
+
+
+def _children_by_scan() -> Iterator[int]:
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            status = _stat_fields(int(entry))
+            if status is not None and int(status[1]) == me:
+                yield int(entry)
+
+
+def _status(pid: int) -> tuple[str, int, int] | None:
+    """(state letter, process group, session) of `pid`, or None once it is gone."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return fields[0], int(fields[2]), int(fields[3])
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
+
+
+def _kill_quietly(kill: Callable[[int, int], None], target: int) -> None:
+    try:
+        kill(target, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
+    """Start the agent described by `plan`; raises `LaunchError` with a message saying what to fix.
+
+    The agent's group is guarded by the keeper from here on: should this
+    process die, the group gets SIGTERM, then SIGKILL after `kill_grace_secs`.
+    """
     parent_fds: list[int] = []
     child_fds: list[int] = []
 
@@ -174,20 +306,24 @@ def spawn(plan: LaunchPlan) -> AgentProcess:
             stdin_arg, stdin_write = pipe()
             child_fds.append(stdin_arg)
             parent_fds.append(stdin_write)
+        KEEPER.start()  # before the agent: there is no moment when it runs unguarded
         try:
-            popen = subprocess.Popen(
-                plan.argv,
-                stdin=stdin_arg,
-                stdout=stdout_write,
-                stderr=stderr_write,
-                cwd=plan.cwd,
-                env=plan.env,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=_signal_reset(),
-            )
+            with _CHILDREN_LOCK:
+                popen = subprocess.Popen(
+                    plan.argv,
+                    stdin=stdin_arg,
+                    stdout=stdout_write,
+                    stderr=stderr_write,
+                    cwd=plan.cwd,
+                    env=plan.env,
+                    start_new_session=True,
+                    close_fds=True,
+                    preexec_fn=_signal_reset(),
+                )
+                _LIVE_AGENTS.add(popen.pid)
         except (OSError, ValueError, UnicodeError) as err:
             raise _explain_spawn_failure(err, plan) from None
+        KEEPER.guard(popen.pid, kill_grace_secs)
     except BaseException:
         for fd in parent_fds:
             os.close(fd)

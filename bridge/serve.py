@@ -25,6 +25,7 @@ from .errors import ProfileError, TurnError
 from .host import (DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, DuplicateTurn, Host, HostClosed,
                    open_host)
 from .log import get_logger
+from .process import sweep_orphans_on_sigchld
 from .protocol import LineSplitter, PartialEvent, SessionEvent
 from .registry import UnknownProfile
 from .scheduler import QueueFull
@@ -400,6 +401,7 @@ async def serve_stdio(host: Host) -> int:
     server = Server(host, stdin, stdout)
     async with stdin, stdout, trio.open_nursery() as nursery:
         await nursery.start(_shut_down_on_signals, server)  # handlers in place before any agent starts
+        await nursery.start(sweep_orphans_on_sigchld)
         await server.run()
         nursery.cancel_scope.cancel()
     return 1 if server.output.broken else 0

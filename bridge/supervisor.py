@@ -19,7 +19,7 @@ import trio
 from .errors import LaunchError
 from .launch import LaunchPlan, plan_launch
 from .log import get_logger
-from .process import AgentProcess, reap_group_orphans, spawn
+from .process import AgentProcess, collect_orphans, spawn
 from .profile import Profile
 from .protocol import ErrorEvent, Event, LineDecoder, PartialEvent, ProtocolWarning, SessionEvent
 from .result import Ending, TurnRecorder, TurnResult
@@ -35,7 +35,7 @@ STDERR_TAIL_BYTES = 4096
 # read for at most this long. Only a process that left the group (setsid) can
 # hold a pipe open longer, and it must not hang the turn.
 DRAIN_SECS = 1.0
-# Orphans killed with the group are reaped within this bound (see become_subreaper).
+# Orphans killed with the group, or that escaped it, are reaped within this bound (see become_subreaper).
 REAP_SECS = 1.0
 
 
@@ -52,7 +52,7 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     plan: LaunchPlan | None = None
     try:
         plan = plan_launch(profile, turn, os.environ)
-        agent = spawn(plan)  # first: the bookkeeping below overlaps the agent's start-up
+        agent = spawn(plan, kill_grace_secs=profile.kill_grace_secs)  # first: the bookkeeping below overlaps the agent's start-up
     except LaunchError as err:
         log = _turn_logger(profile, turn_id, plan)
         log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code)
@@ -227,9 +227,8 @@ class _Supervisor:
         await self.agent.wait_exited()
 
     async def reap_leftovers(self) -> None:
-        if self.agent.group_alive():
-            with trio.move_on_after(REAP_SECS):
-                await trio.to_thread.run_sync(reap_group_orphans, self.agent.pid, abandon_on_cancel=True)
+        """Kill and reap what the agent left behind and was handed to us (only a subreaper is)."""
+        await collect_orphans(trio.current_time() + REAP_SECS)
 
     async def abandon(self) -> None:
         """The host went away mid-turn: stop the agent as a host cancel, without reading further."""

@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "profiles"
 SAMPLE_AGENTS = REPO / "sample_agents"
 PYTHON = sys.executable
+# A turn in a test that is not about timing ends well within this; a hang fails in seconds, not at a 600 s limit.
+TURN_DEADLINE = 10
 
 
 def write_agent(directory: Path, name: str, source: str) -> Path:

@@ -188,6 +188,20 @@ def test_the_message_may_come_after_the_options():
     assert two.returncode == 2 and "unrecognized arguments: one two" in two.stderr
 
 
+def test_stdin_none_gives_the_agent_an_empty_stdin_even_when_the_bridges_stdin_is_an_open_pipe(tmp_path):
+    """The bridge's stdin is a pipe its writer keeps open: an agent inheriting it would wait forever."""
+    profile = agent_profile(tmp_path, "import sys\nprint(repr(sys.stdin.buffer.read()))\n", timeout_secs=5)
+    proc = subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "hi"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:  # not communicate(): it would close the pipe, which is the point of the test
+        out, err = proc.stdout.read(), proc.stderr.read()  # an inheriting agent ends only at the 5 s timeout
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
+        proc.stdin.close()
+    assert (proc.returncode, out) == (0, "b''\n"), err
+
+
 def test_no_message_and_a_terminal_on_stdin_is_a_usage_error():
     controller, terminal = pty.openpty()
     try:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import trio
-from conftest import PROFILES, PYTHON, assert_no_live_process, process_state, read_pids, write_agent, write_profile
+from conftest import PROFILES, PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, read_pids, write_agent, write_profile
 
 import bridge
 from bridge import Turn
@@ -25,7 +25,8 @@ LOUD_BOUND_MS = 5000  # "promptly" on a loaded machine; every hang here would be
 
 
 async def run(profile: bridge.Profile, message: str = "hello") -> bridge.TurnResult:
-    return await bridge.run_turn(profile, Turn(message))
+    with trio.fail_after(TURN_DEADLINE):
+        return await bridge.run_turn(profile, Turn(message))
 
 
 def assert_all_gone(pid_file) -> None:

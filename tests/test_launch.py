@@ -32,6 +32,24 @@ def test_minimal_environment_is_the_infra_set_plus_the_agent_set() -> None:
     assert "OPENAI_API_KEY" not in env and "DATABASE_URL" not in env
 
 
+# Names a careless prefix or substring rule would let through: none of them is in the infra set.
+LOOKALIKES = {
+    "HOSTNAME": "box", "SECRET": "s3cr3t", "LD_PRELOAD": "/tmp/evil.so", "LD_LIBRARY_PATH": "/tmp", "LESS": "-R",
+    "LANGUAGE": "en", "LCX": "x", "LC": "x", "PATHEXT": ".X", "HOMEDIR": "/h", "USERNAME": "u", "SHELLOPTS": "xtrace",
+    "TERMINFO": "/t", "TMPDIR2": "/t", "TZDIR": "/z", "BASH_ENV": "/tmp/x", "PYTHONPATH": "/tmp", "AGENT": "x",
+    "AGENTX_MESSAGE": "x", "path": "lower", "Lc_ALL": "x",
+}
+
+
+def test_minimal_environment_is_exactly_the_infra_set_whatever_else_the_bridge_has() -> None:
+    env = plan(environ={**HOST_ENV, **LOOKALIKES}).env
+    infra = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_TIME", "TERM", "TMPDIR", "TZ"}
+    agent = {"AGENT_MESSAGE", "AGENT_SESSION_ID", "AGENT_SESSION_NAME", "AGENT_FROM_USER", "AGENT_STREAMING",
+             "AGENT_PROTOCOL_VERSION"}
+    assert set(env) == infra | agent
+    assert {name: env[name] for name in infra} == {name: HOST_ENV[name] for name in infra}
+
+
 def test_agent_variables() -> None:
     env = plan(Turn("hello", session_id="s-1", session_name="work", from_user="ann")).env
     assert {name: value for name, value in env.items() if name.startswith("AGENT_")} == {

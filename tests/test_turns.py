@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import PYTHON, assert_no_live_process, process_state, read_pids, write_agent, write_profile
+from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, read_pids, write_agent, write_profile
 
 import bridge
 from bridge import ErrorEvent, PartialEvent, SessionEvent, Turn, TurnResult
@@ -73,13 +73,15 @@ def acknowledge(fifo: Path) -> None:
 
 
 async def run(profile: bridge.Profile, message: str = "hello", **turn: Any) -> TurnResult:
-    return await bridge.run_turn(profile, Turn(message, **turn))
+    with trio.fail_after(TURN_DEADLINE):
+        return await bridge.run_turn(profile, Turn(message, **turn))
 
 
 async def run_collecting(profile: bridge.Profile, message: str = "hello",
                          **turn: Any) -> tuple[TurnResult, list[Any]]:
     events: list[Any] = []
-    result = await bridge.run_turn(profile, Turn(message, **turn), on_event=events.append)
+    with trio.fail_after(TURN_DEADLINE):
+        result = await bridge.run_turn(profile, Turn(message, **turn), on_event=events.append)
     return result, events
 
 
@@ -417,6 +419,20 @@ async def test_minimal_environment_does_not_leak_host_secrets(make_agent, monkey
     unexpected = {name for name in env if name not in infra and not name.startswith(("LC_", "AGENT_"))}
     assert not unexpected, unexpected
     assert env["AGENT_SESSION_ID"] == ""
+
+
+async def test_minimal_environment_is_exactly_the_infra_set_in_a_real_agent(make_agent, monkeypatch):
+    lookalikes = {"HOSTNAME": "box", "SECRET": "s3cr3t", "LD_PRELOAD": "/nonexistent/preload.so", "LESS": "-R",
+                  "LANGUAGE": "en", "LCX": "x", "PATHEXT": ".X", "USERNAME": "u", "TZDIR": "/z", "AGENT": "x"}
+    for name, value in lookalikes.items():
+        monkeypatch.setenv(name, value)
+    env = await agent_env(make_agent, env={"EXTRA": "from the profile"})
+    infra = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ"}
+    expected = {name for name in os.environ if name in infra or name.startswith("LC_")}
+    agent = {"AGENT_MESSAGE", "AGENT_SESSION_ID", "AGENT_SESSION_NAME", "AGENT_FROM_USER", "AGENT_STREAMING",
+             "AGENT_PROTOCOL_VERSION"}
+    # LC_CTYPE may be set by the interpreter itself (PEP 538 coerces the C locale).
+    assert set(env) - {"LC_CTYPE"} == (expected | agent | {"EXTRA"}) - {"LC_CTYPE"}
 
 
 async def test_env_inherit_all_passes_the_host_environment_but_not_stale_agent_variables(make_agent, monkeypatch):
