@@ -212,6 +212,7 @@ def test_a_library_host_is_guarded_too_and_a_killed_keeper_is_replaced(tmp_path:
         first_keeper = int(host.stdout.readline())
         assert first_keeper == keeper_of(host.pid)
         os.kill(first_keeper, signal.SIGKILL)
+        assert_no_live_process([first_keeper])  # dead, not just signalled: its pipe is closed
         host.stdin.write("go\n")
         host.stdin.flush()
         assert host.stdout.readline() == "ready\n"
