@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import signal
 import stat
 import traceback
@@ -35,6 +36,7 @@ from .turn import ATTACHMENT_TYPES, Attachment, Turn
 
 MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
+HANG_UP_POLL_SECS = 0.2
 
 # Length limits of request fields, in characters (the README lists them). The message and
 # attachments are bounded only by the request line.
@@ -247,7 +249,8 @@ class Output:
     """Writes responses, one JSON line each, whole and in order, whoever sends them.
 
     When the client stops reading (its end of the pipe closed), responses are
-    dropped and `on_broken` is called once: nobody is left to answer.
+    dropped and `on_broken` is called once: nobody is left to answer. A failed
+    write notices that, and so does `hung_up()`, for a caller watching the pipe.
     """
 
     def __init__(self, stream: trio.abc.SendStream, on_broken: Callable[[], None]) -> None:
@@ -267,8 +270,13 @@ class Output:
             try:
                 await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                self.broken = True
-                self._on_broken()
+                self.hung_up()
+
+    def hung_up(self) -> None:
+        """The client closed its end: drop every later response and call `on_broken` (once)."""
+        if not self.broken:
+            self.broken = True
+            self._on_broken()
 
 
 class Server:
@@ -477,6 +485,7 @@ async def serve_stdio(host: Host) -> int:
     server = Server(host, stdin, stdout)
     async with stdin, stdout, trio.open_nursery() as nursery:
         await nursery.start(_shut_down_on_signals, server)  # handlers in place before any agent starts
+        nursery.start_soon(_watch_for_hang_up, protocol_out, server.output)
         await server.run()
         nursery.cancel_scope.cancel()
     return 1 if server.output.broken else 0
@@ -505,6 +514,20 @@ class _FileStream(trio.abc.ReceiveStream):
             os.close(self._fd)
             self._fd = -1
         await trio.lowlevel.checkpoint()
+
+
+async def _watch_for_hang_up(fd: int, output: Output) -> None:
+    """Notice the client closing its end of our stdout even while nothing is written to it.
+
+    A write would fail at once, but a turn may run for minutes without a word;
+    its agent should not run on for nobody. POLLERR and POLLHUP are reported
+    without being asked for (a regular file or /dev/null reports neither).
+    """
+    poller = select.poll()
+    poller.register(fd, 0)
+    while not poller.poll(0):
+        await trio.sleep(HANG_UP_POLL_SECS)
+    output.hung_up()
 
 
 async def _shut_down_on_signals(server: Server, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

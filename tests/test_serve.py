@@ -8,7 +8,9 @@ SIGTERM, the 1 MiB line bound, stdout carrying nothing but protocol lines.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import time
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -531,6 +533,27 @@ def test_serve_process_answers_hostile_input_by_the_protocol_and_stays_up(lab: L
         assert response["id"] == (None if response["code"] == "bad_json" else request_id), (line[:80], response)
     assert [r["type"] for r in responses if r["id"] == "after"] == ["stats"]
     assert lab.events("start") == ["fine"]
+
+
+def test_serve_process_notices_a_closed_stdout_without_writing_and_cancels_its_turns(lab: Lab) -> None:
+    gate = lab.gate()
+    proc = start_serve(lab, "--shutdown-grace", "600")
+    try:
+        send(proc, turn("held", f"tag=held gate={gate}"))
+        read_until(proc, "partial", "held")
+        agent = lab.pid("held")
+        proc.stdout.close()  # type: ignore[union-attr]  # the bot stops reading; serve has nothing to write
+        closed = time.monotonic()
+        proc.wait(timeout=3)
+        took = time.monotonic() - closed
+    finally:
+        proc.kill()
+        proc.stdin.close()  # type: ignore[union-attr]
+    assert proc.returncode == 1, (lab.root / "serve.log").read_text()[-3000:]
+    assert took < 2.0
+    assert lab.events("sigint") == ["held"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(agent, 0)  # the agent and everything in its group are gone
 
 
 def test_serve_with_a_missing_profiles_directory_exits_2(tmp_path: Path) -> None:
