@@ -182,7 +182,8 @@ def _check_text(field: str, value: str, max_chars: int | None = None) -> None:
             raise RequestError(INVALID_REQUEST, f"{field} contains a lone surrogate (a \\ud800-\\udfff escape that "
                                "is not half of a pair), which is not text; send the character as UTF-8 or as a "
                                "complete surrogate pair") from None
-    raise RequestError(INVALID_REQUEST, f"{field} contains a NUL character, which no process can receive; remove it")
+    raise RequestError(INVALID_REQUEST, f"{field} contains a NUL character, which no request field may hold "
+                       "(no process can receive one); remove it")
 
 
 def _attachment(item: Any) -> Attachment:
