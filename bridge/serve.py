@@ -11,7 +11,9 @@ process; `serve_stdio` wires it to the process's stdin/stdout and signals.
 from __future__ import annotations
 
 import json
+import math
 import os
+import select
 import signal
 import stat
 import traceback
@@ -26,7 +28,7 @@ from .host import (DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_
                    open_host)
 from .log import get_logger
 from .process import sweep_orphans_on_sigchld
-from .protocol import LineSplitter, PartialEvent, SessionEvent
+from .protocol import MAX_SESSION_ID_CHARS, LineSplitter, PartialEvent, SessionEvent, session_id_problem
 from .registry import UnknownProfile
 from .scheduler import QueueFull
 from .store import StoreError
@@ -35,6 +37,16 @@ from .turn import ATTACHMENT_TYPES, Attachment, Turn
 
 MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
+HANG_UP_POLL_SECS = 0.2
+
+# Length limits of request fields, in characters (the README lists them). The message and
+# attachments are bounded only by the request line.
+MAX_ID_CHARS = 256
+MAX_PROFILE_CHARS = 256
+MAX_CONVERSATION_CHARS = 1024
+MAX_SESSION_NAME_CHARS = 256
+MAX_FROM_USER_CHARS = 1024
+MIN_INT_ID, MAX_INT_ID = -(2**63), 2**63 - 1
 
 # Stable error codes (the README lists them); clients may branch on these.
 BAD_JSON = "bad_json"
@@ -72,23 +84,41 @@ class TurnRequest:
     turn: Turn
 
 
+def decode_request(line: str) -> dict[str, Any]:
+    """The request object a line holds; raises `RequestError` when it holds none."""
+    try:
+        request = json.loads(line)
+    except ValueError as err:  # also numbers over Python's digit limit
+        raise RequestError(BAD_JSON, f"the line is not valid JSON: {err}") from None
+    except RecursionError:
+        raise RequestError(BAD_JSON, "the line nests arrays or objects too deeply to be read") from None
+    if not isinstance(request, dict):
+        raise RequestError(INVALID_REQUEST, f"a request must be a JSON object, not {_json_type(request)}")
+    return request
+
+
 def parse_turn(request: dict[str, Any]) -> TurnRequest:
     """Validate a `turn` request; raises `RequestError` naming what is wrong."""
     _only_fields(request, _TURN_FIELDS)
     request_id = _request_id(request, required=True)
     assert request_id is not None
-    profile = _string(request, "profile", required=True, non_empty=True)
-    conversation = _string(request, "conversation", required=True, non_empty=True)
+    profile = _string(request, "profile", required=True, non_empty=True, max_chars=MAX_PROFILE_CHARS)
+    conversation = _string(request, "conversation", required=True, non_empty=True, max_chars=MAX_CONVERSATION_CHARS)
     message = _string(request, "message", required=True)
+    session_id = _string(request, "session_id", max_chars=MAX_SESSION_ID_CHARS)
+    if session_id and (problem := session_id_problem(session_id)):
+        raise RequestError(INVALID_REQUEST, f"session_id is not a usable session id: {problem}; pass one an agent "
+                           "printed, or leave it out to resume the stored session")
     attachments = request.get("attachments", [])
     if not isinstance(attachments, list):
         raise RequestError(INVALID_REQUEST, "attachments must be a list of {type, url, name} objects")
     try:
         turn = Turn(
             message=message,
-            session_id=_string(request, "session_id"),
-            session_name=_string(request, "session_name", non_empty=True) or "default",
-            from_user=_string(request, "from_user"),
+            session_id=session_id,
+            session_name=_string(request, "session_name", non_empty=True, max_chars=MAX_SESSION_NAME_CHARS)
+            or "default",
+            from_user=_string(request, "from_user", max_chars=MAX_FROM_USER_CHARS),
             attachments=tuple(_attachment(item) for item in attachments),
         )
     except TurnError as err:
@@ -99,7 +129,7 @@ def parse_turn(request: dict[str, Any]) -> TurnRequest:
 def _only_fields(request: dict[str, Any], fields: set[str]) -> None:
     unknown = sorted(set(request) - fields)
     if unknown:
-        raise RequestError(INVALID_REQUEST, f"unknown field {unknown[0]!r} in a {request.get('type')} request "
+        raise RequestError(INVALID_REQUEST, f"unknown field {_shown(unknown[0])} in a {request.get('type')} request "
                            f"(fields: {', '.join(sorted(fields))})")
 
 
@@ -109,10 +139,17 @@ def _request_id(request: dict[str, Any], *, required: bool) -> str | int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
         raise RequestError(INVALID_REQUEST, "id must be a non-empty string or an integer")
+    if isinstance(value, int):
+        if not MIN_INT_ID <= value <= MAX_INT_ID:
+            raise RequestError(INVALID_REQUEST, "id must fit in a signed 64-bit integer when it is a number; "
+                               "use a string for larger ids")
+    else:
+        _check_text("id", value, MAX_ID_CHARS)
     return value
 
 
-def _string(request: dict[str, Any], field: str, *, required: bool = False, non_empty: bool = False) -> str:
+def _string(request: dict[str, Any], field: str, *, required: bool = False, non_empty: bool = False,
+            max_chars: int | None = None) -> str:
     if field not in request:
         if required:
             raise RequestError(INVALID_REQUEST, f"a turn request needs {field!r}")
@@ -122,7 +159,32 @@ def _string(request: dict[str, Any], field: str, *, required: bool = False, non_
         raise RequestError(INVALID_REQUEST, f"{field} must be a string, not {_json_type(value)}")
     if non_empty and not value:
         raise RequestError(INVALID_REQUEST, f"{field} must not be empty")
+    _check_text(field, value, max_chars)
     return value
+
+
+def _check_text(field: str, value: str, max_chars: int | None = None) -> None:
+    """Refuse a string no agent, environment or session store can take, naming `field`.
+
+    It is on every turn's path, for a message of up to 1 MiB: `isascii()` is O(1) in CPython and
+    `in` is a memchr, so only non-ASCII text pays for one UTF-8 encode (about 1 ms for 1 MiB of
+    Cyrillic), the exact test for a lone surrogate.
+    """
+    if max_chars is not None and len(value) > max_chars:
+        raise RequestError(INVALID_REQUEST, f"{field} is {len(value)} characters long; the limit is {max_chars}")
+    if value.isascii():
+        if "\0" not in value:
+            return
+    else:
+        try:
+            if b"\0" not in value.encode("utf-8"):
+                return
+        except UnicodeEncodeError:
+            raise RequestError(INVALID_REQUEST, f"{field} contains a lone surrogate (a \\ud800-\\udfff escape that "
+                               "is not half of a pair), which is not text; send the character as UTF-8 or as a "
+                               "complete surrogate pair") from None
+    raise RequestError(INVALID_REQUEST, f"{field} contains a NUL character, which no request field may hold "
+                       "(no process can receive one); remove it")
 
 
 def _attachment(item: Any) -> Attachment:
@@ -131,15 +193,18 @@ def _attachment(item: Any) -> Attachment:
                            f"not {_json_type(item)}")
     unknown = sorted(set(item) - _ATTACHMENT_FIELDS)
     if unknown:
-        raise RequestError(INVALID_REQUEST, f"unknown field {unknown[0]!r} in an attachment (fields: name, type, url)")
+        raise RequestError(INVALID_REQUEST, f"unknown field {_shown(unknown[0])} in an attachment "
+                           "(fields: name, type, url)")
     kind, url, name = item.get("type"), item.get("url"), item.get("name", "")
     if kind not in ATTACHMENT_TYPES:
         raise RequestError(INVALID_REQUEST, f"attachment type must be one of {', '.join(ATTACHMENT_TYPES)}, "
-                           f"not {kind!r}")
+                           f"not {_shown(kind)}")
     if not isinstance(url, str) or not url:
         raise RequestError(INVALID_REQUEST, "an attachment needs a url (a non-empty string)")
     if not isinstance(name, str):
         raise RequestError(INVALID_REQUEST, f"attachment name must be a string, not {_json_type(name)}")
+    _check_text("attachment url", url)
+    _check_text("attachment name", name)
     return Attachment(type=kind, url=url, name=name)
 
 
@@ -157,6 +222,26 @@ def _json_type(value: Any) -> str:
     return "an object"
 
 
+def _shown(value: Any, max_chars: int = 40) -> str:
+    """A client's value for an error message: a string quoted and shortened, anything else by its type.
+
+    A request line may hold a megabyte of string, or of nested lists, and the message should not.
+    """
+    if not isinstance(value, str):
+        return _json_type(value)
+    return repr(value) if len(value) <= max_chars else repr(value[:max_chars]) + "…"
+
+
+def _echoed_id(value: Any) -> Any:
+    """The id to tag an error with: the request's, when it is a string, number or boolean; else null.
+
+    A list or object id is refused anyway, and echoing it could nest deeper than the encoder goes.
+    """
+    if isinstance(value, (str, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return None
+
+
 def _turn_key(request_id: str | int) -> str:
     """The host's turn id for a request id (7 and "7" are the same turn)."""
     return request_id if isinstance(request_id, str) else str(request_id)
@@ -166,7 +251,8 @@ class Output:
     """Writes responses, one JSON line each, whole and in order, whoever sends them.
 
     When the client stops reading (its end of the pipe closed), responses are
-    dropped and `on_broken` is called once: nobody is left to answer.
+    dropped and `on_broken` is called once: nobody is left to answer. A failed
+    write notices that, and so does `hung_up()`, for a caller watching the pipe.
     """
 
     def __init__(self, stream: trio.abc.SendStream, on_broken: Callable[[], None]) -> None:
@@ -186,8 +272,13 @@ class Output:
             try:
                 await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                self.broken = True
-                self._on_broken()
+                self.hung_up()
+
+    def hung_up(self) -> None:
+        """The client closed its end: drop every later response and call `on_broken` (once)."""
+        if not self.broken:
+            self.broken = True
+            self._on_broken()
 
 
 class Server:
@@ -283,13 +374,8 @@ class Server:
             return  # blank lines are allowed (keep-alives)
         request_id: Any = None
         try:
-            try:
-                request = json.loads(line)
-            except ValueError as err:
-                raise RequestError(BAD_JSON, f"the line is not valid JSON: {err}") from None
-            if not isinstance(request, dict):
-                raise RequestError(INVALID_REQUEST, f"a request must be a JSON object, not {_json_type(request)}")
-            request_id = request.get("id")
+            request = decode_request(line)
+            request_id = _echoed_id(request.get("id"))
             kind = request.get("type")
             if kind == "turn":
                 await self._start_turn(parse_turn(request))
@@ -302,7 +388,7 @@ class Server:
             elif kind is None:
                 raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel or stats')
             else:
-                raise RequestError(UNKNOWN_TYPE, f"unknown request type {kind!r}; expected turn, cancel or stats")
+                raise RequestError(UNKNOWN_TYPE, f"unknown request type {_shown(kind)}; expected turn, cancel or stats")
         except RequestError as err:
             await self._error(request_id, err.code, err.message)
         except Exception as err:  # a bug must not take every other conversation down with it
@@ -402,6 +488,7 @@ async def serve_stdio(host: Host) -> int:
     async with stdin, stdout, trio.open_nursery() as nursery:
         await nursery.start(_shut_down_on_signals, server)  # handlers in place before any agent starts
         await nursery.start(sweep_orphans_on_sigchld)
+        nursery.start_soon(_watch_for_hang_up, protocol_out, server.output)
         await server.run()
         nursery.cancel_scope.cancel()
     return 1 if server.output.broken else 0
@@ -430,6 +517,20 @@ class _FileStream(trio.abc.ReceiveStream):
             os.close(self._fd)
             self._fd = -1
         await trio.lowlevel.checkpoint()
+
+
+async def _watch_for_hang_up(fd: int, output: Output) -> None:
+    """Notice the client closing its end of our stdout even while nothing is written to it.
+
+    A write would fail at once, but a turn may run for minutes without a word;
+    its agent should not run on for nobody. POLLERR and POLLHUP are reported
+    without being asked for (a regular file or /dev/null reports neither).
+    """
+    poller = select.poll()
+    poller.register(fd, 0)
+    while not poller.poll(0):
+        await trio.sleep(HANG_UP_POLL_SECS)
+    output.hung_up()
 
 
 async def _shut_down_on_signals(server: Server, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -8,7 +8,7 @@ words in its message:
     session=ID    print `AGENT_SESSION:ID`
     exit=N        exit with N
 
-It appends `start T SESSION_ID` when it starts and `end T` when it ends, one
+It appends `start T SESSION_ID PID` when it starts and `end T` when it ends, one
 O_APPEND write each, so the diary's line order is the real order in which the
 agents started and ended; on SIGINT it writes `sigint T` and exits 130. It
 prints the partial "started" first, so a test can wait for it to be running.
@@ -34,7 +34,7 @@ for word in $AGENT_MESSAGE; do
     esac
 done
 trap 'echo "sigint $tag" >> "$RECORD"; exit 130' INT
-echo "start $tag ${AGENT_SESSION_ID:--}" >> "$RECORD"
+echo "start $tag ${AGENT_SESSION_ID:--} $$" >> "$RECORD"
 echo 'AGENT_PARTIAL:"started"'
 if [ -n "$session" ]; then echo "AGENT_SESSION:$session"; fi
 if [ -n "$gate" ]; then
@@ -98,6 +98,10 @@ class Lab:
 
     def lines(self) -> list[list[str]]:
         return [line.split() for line in self.diary.read_text().splitlines()]
+
+    def pid(self, tag: str) -> int:
+        """The process id of the agent tagged `tag` (it leads its own process group)."""
+        return next(int(words[3]) for words in self.lines() if words[:2] == ["start", tag])
 
     def events(self, what: str) -> list[str]:
         """Tags of the agents that wrote `what` (start, end, sigint), in diary order."""

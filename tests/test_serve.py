@@ -8,7 +8,9 @@ SIGTERM, the 1 MiB line bound, stdout carrying nothing but protocol lines.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import time
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -21,10 +23,62 @@ import trio.testing
 from hostkit import Lab
 
 import bridge
-from bridge.serve import Server, parse_turn
+from bridge.serve import RequestError, Server, decode_request, parse_turn
+
+def turn(request_id: Any, message: str, conversation: str = "chat", **fields: Any) -> dict[str, Any]:
+    return {"type": "turn", "id": request_id, "profile": "rec", "conversation": conversation, "message": message,
+            **fields}
+
+
+def turn_request(request_id: Any = "x", **fields: Any) -> dict[str, Any]:
+    """A valid turn request for profile `rec`, with `fields` replaced."""
+    return {**turn(request_id, "hi"), **fields}
+
 
 RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
                  "stderr_tail", "duration_ms", "partials", "truncated"}
+
+
+def strict_json(line: bytes | str) -> Any:
+    """Parse a response as any JSON parser would: NaN and Infinity are not JSON."""
+
+    def not_json(constant: str) -> Any:
+        raise AssertionError(f"serve wrote {constant}, which is not JSON: {line[:200]!r}")
+
+    return json.loads(line, parse_constant=not_json)
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+LONE_SURROGATE = "\ud800"
+NEAR_THE_DEPTH_LIMIT = range(sys.getrecursionlimit() - 300, sys.getrecursionlimit() + 1)
+# Lines a hostile or buggy bot may write, each with the id and the error codes its one response may carry.
+# Values nested around the parser's depth limit parse or not depending on the stack: either code is right.
+# The id is the one a response echoes when the line parsed (a bad_json response's id is null).
+HOSTILE_STRINGS: list[tuple[str, Any, set[str]]] = [
+    *((json.dumps(turn_request(f"sur-{field}", **{field: f"a{LONE_SURROGATE}b"})), f"sur-{field}",
+       {"invalid_request"})
+      for field in ("conversation", "session_name", "message", "session_id", "from_user", "profile")),
+    (json.dumps(turn_request("sur-url", attachments=[{"type": "file", "url": LONE_SURROGATE}])), "sur-url",
+     {"invalid_request"}),
+    (json.dumps(turn_request("nul-conversation", conversation="a\0b")), "nul-conversation", {"invalid_request"}),
+    (json.dumps(turn_request("nul\0id")), "nul\0id", {"invalid_request"}),
+    (json.dumps(turn_request("huge-conversation", conversation="c" * 900_000)), "huge-conversation",
+     {"invalid_request"}),
+    (json.dumps(turn_request(2**63)), 2**63, {"invalid_request"}),
+]
+HOSTILE_JSON: list[tuple[str, Any, set[str]]] = [
+    (nested(5000), None, {"bad_json"}),
+    ('{"type": "stats", "id": ' + "7" * 5000 + "}", None, {"bad_json"}),  # over Python's 4300-digit limit
+    ('{"type": "stats", "id": NaN}', None, {"invalid_request"}),
+    *((f'{{"type": "stats", "id": {nested(depth)}}}', None, {"bad_json", "invalid_request"})
+      for depth in NEAR_THE_DEPTH_LIMIT),
+    *((f'{{"type": {nested(depth)}, "id": "deep-type-{depth}"}}', f"deep-type-{depth}", {"bad_json", "unknown_type"})
+      for depth in NEAR_THE_DEPTH_LIMIT),
+]
+HOSTILE = HOSTILE_STRINGS + HOSTILE_JSON
 
 
 @pytest.fixture
@@ -56,7 +110,7 @@ class Client:
                 assert data, "serve closed its output"
                 self._buffer += data
         line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+        return strict_json(line)
 
     async def until(self, kind: str, request_id: Any) -> list[dict[str, Any]]:
         """Responses up to and including the first of `kind` for `request_id`."""
@@ -93,9 +147,6 @@ async def serve(lab: Lab) -> AsyncIterator[Any]:
         nursery.cancel_scope.cancel()
 
 
-def turn(request_id: Any, message: str, conversation: str = "chat", **fields: Any) -> dict[str, Any]:
-    return {"type": "turn", "id": request_id, "profile": "rec", "conversation": conversation, "message": message,
-            **fields}
 
 
 async def test_a_turn_is_accepted_streams_and_ends_with_a_full_result(serve: Any, lab: Lab) -> None:
@@ -241,11 +292,122 @@ async def test_when_the_client_stops_reading_every_turn_is_cancelled_and_serve_e
 
 
 
+async def test_hostile_strings_are_refused_before_accepted(serve: Any, lab: Lab) -> None:
+    client, _ = await serve(max_request_bytes=1024 * 1024)
+    hostile = [
+        (turn("s1", "hi", conversation=LONE_SURROGATE), "conversation"),
+        (turn("s2", "hi", session_name=LONE_SURROGATE), "session_name"),
+        (turn("s3", LONE_SURROGATE), "message"),
+        (turn("s4", "hi", session_id=LONE_SURROGATE), "session_id"),
+        (turn("n1", "hi", conversation="a\0b"), "conversation"),
+        (turn("n\0", "hi"), "id"),
+        (turn("big", "hi", conversation="c" * 900_000), "conversation"),
+    ]
+    for request, field in hostile:
+        await client.send(request)
+        response = await client.receive()
+        assert (response["type"], response["id"], response["code"]) == ("error", request["id"], "invalid_request")
+        assert response["message"].startswith(f"{field} "), response["message"]
+    await client.send(turn("ok", "tag=ok"))
+    assert (await client.until("result", "ok"))[-1]["outcome"] == "ok"
+    assert lab.events("start") == ["ok"]  # nothing hostile reached an agent
+
+
+async def test_json_python_cannot_parse_is_bad_json_and_serve_carries_on(serve: Any) -> None:
+    client, _ = await serve(max_request_bytes=1024 * 1024)
+    for line, request_id, codes in HOSTILE_JSON:
+        await client.send(line)
+        response = await client.receive()
+        assert response["type"] == "error" and response["code"] in codes, (line[:60], response)
+        assert response["id"] == (None if response["code"] == "bad_json" else request_id), response
+    await client.send({"type": "stats", "id": "after"})
+    assert (await client.receive())["id"] == "after"
+
+
+async def test_ids_7_and_quoted_7_name_the_same_turn(serve: Any, lab: Lab) -> None:
+    client, _ = await serve()
+    gate = lab.gate()
+    await client.send(turn(7, f"tag=seven gate={gate}"))
+    await client.until("partial", 7)
+    await client.send(turn("7", "tag=again", conversation="other"))
+    refused = await client.receive()
+    assert (refused["type"], refused["id"], refused["code"]) == ("error", "7", "duplicate_id")
+    await client.send({"type": "cancel", "id": "7"})
+    result = (await client.until("result", 7))[-1]
+    assert (result["exit_code"], result["outcome"]) == (130, "cancelled")
+    assert lab.events("start") == ["seven"] and lab.events("sigint") == ["seven"]
+
+
 def test_parse_turn_fills_defaults() -> None:
     request = parse_turn({"type": "turn", "id": "x", "profile": "p", "conversation": "c", "message": "m",
                           "attachments": [{"type": "file", "url": "https://h/r.pdf"}]})
     assert (request.turn.session_name, request.turn.from_user, request.turn.session_id) == ("default", "", "")
     assert request.turn.attachments[0].name == "r.pdf"
+
+
+STRING_FIELDS = ["id", "profile", "conversation", "message", "session_name", "session_id", "from_user",
+                 "attachment url", "attachment name"]
+
+
+def with_field(field: str, value: Any) -> dict[str, Any]:
+    """A valid turn request (as parse_turn sees it) with `field` set to `value`."""
+    request = {"type": "turn", "id": "x", "profile": "p", "conversation": "c", "message": "m"}
+    if field.startswith("attachment "):
+        return {**request, "attachments": [{"type": "file", "url": "https://h/r.pdf", field.split()[1]: value}]}
+    return {**request, field: value}
+
+
+def refusal(request: dict[str, Any]) -> str:
+    with pytest.raises(RequestError) as caught:
+        parse_turn(request)
+    assert caught.value.code == "invalid_request"
+    return caught.value.message
+
+
+@pytest.mark.parametrize("field", STRING_FIELDS)
+@pytest.mark.parametrize("bad, named", [(LONE_SURROGATE, "lone surrogate"), ("\0", "NUL")])
+def test_parse_turn_refuses_a_lone_surrogate_or_a_nul_in_every_string_field(field: str, bad: str, named: str) -> None:
+    message = refusal(with_field(field, f"ok{bad}ok"))
+    assert message.startswith(f"{field} ") and named in message
+
+
+@pytest.mark.parametrize("field", STRING_FIELDS)
+def test_parse_turn_takes_any_valid_unicode(field: str) -> None:
+    assert parse_turn(with_field(field, "ж😀é"))
+
+
+@pytest.mark.parametrize("field, limit", [("id", 256), ("profile", 256), ("conversation", 1024),
+                                          ("session_name", 256), ("from_user", 1024), ("session_id", 512)])
+def test_parse_turn_takes_a_field_at_its_length_limit_and_refuses_one_character_more(field: str, limit: int) -> None:
+    assert parse_turn(with_field(field, "x" * limit))
+    message = refusal(with_field(field, "x" * (limit + 1)))
+    assert message.startswith(f"{field} ") and str(limit) in message
+
+
+def test_parse_turn_does_not_bound_the_message_below_the_line_limit() -> None:
+    message = "ж" * (1024 * 1024)
+    assert parse_turn(with_field("message", message)).turn.message is message
+
+
+def test_an_integer_id_must_fit_in_a_signed_64_bit_integer() -> None:
+    for fits in (2**63 - 1, -(2**63), 0, 7):
+        assert parse_turn(with_field("id", fits)).id == fits
+    for too_big in (2**63, -(2**63) - 1, 10**4000):
+        message = refusal(with_field("id", too_big))
+        assert message.startswith("id ") and "64-bit" in message
+
+
+@pytest.mark.parametrize("session_id", ["a b", "a\tb", "a\x1bb", "a\u2028b"])
+def test_parse_turn_holds_a_session_id_to_the_protocol_s_rule(session_id: str) -> None:
+    message = refusal(with_field("session_id", session_id))
+    assert message.startswith("session_id ") and "whitespace or control" in message
+
+
+@pytest.mark.parametrize("line", [nested(100_000), '{"a": ' * 100_000, "1" * 5000, '{"id": -' + "1" * 4301 + "}"])
+def test_decode_request_calls_whatever_json_cannot_parse_bad_json(line: str) -> None:
+    with pytest.raises(RequestError) as caught:
+        decode_request(line)
+    assert caught.value.code == "bad_json"
 
 
 # --------------------------------------------------------------------------- as a process
@@ -347,6 +509,51 @@ def test_serve_reads_requests_from_a_file_too(lab: Lab) -> None:
 def test_the_cli_does_not_import_the_host_runtime_for_other_commands() -> None:
     code = "import sys, bridge.cli; sys.exit('bridge.host' in sys.modules or 'bridge.serve' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_serve_process_answers_hostile_input_by_the_protocol_and_stays_up(lab: Lab) -> None:
+    lines = [line for line, _, _ in HOSTILE]
+    lines += [json.dumps(turn("fine", "tag=fine")), json.dumps({"type": "stats", "id": "after"})]
+    proc = start_serve(lab)
+    try:
+        out, _ = proc.communicate(("\n".join(lines) + "\n").encode(), timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, (lab.root / "serve.log").read_text()[-3000:]
+    responses = [strict_json(line) for line in out.splitlines()]
+    accepted = [r["id"] for r in responses if r["type"] == "accepted"]
+    assert accepted == ["fine"]
+    for request_id in accepted:  # every accepted turn ends in exactly one result (or store_error)
+        assert len([r for r in responses if r["id"] == request_id and
+                    (r["type"] == "result" or r.get("code") == "store_error")]) == 1
+    refusals = [r for r in responses if r["id"] not in ("fine", "after")]
+    assert len(refusals) == len(HOSTILE)
+    for (line, request_id, codes), response in zip(HOSTILE, refusals):
+        assert response["type"] == "error" and response["code"] in codes, (line[:80], response)
+        assert response["id"] == (None if response["code"] == "bad_json" else request_id), (line[:80], response)
+    assert [r["type"] for r in responses if r["id"] == "after"] == ["stats"]
+    assert lab.events("start") == ["fine"]
+
+
+def test_serve_process_notices_a_closed_stdout_without_writing_and_cancels_its_turns(lab: Lab) -> None:
+    gate = lab.gate()
+    proc = start_serve(lab, "--shutdown-grace", "600")
+    try:
+        send(proc, turn("held", f"tag=held gate={gate}"))
+        read_until(proc, "partial", "held")
+        agent = lab.pid("held")
+        proc.stdout.close()  # type: ignore[union-attr]  # the bot stops reading; serve has nothing to write
+        closed = time.monotonic()
+        proc.wait(timeout=3)
+        took = time.monotonic() - closed
+    finally:
+        proc.kill()
+        proc.stdin.close()  # type: ignore[union-attr]
+    assert proc.returncode == 1, (lab.root / "serve.log").read_text()[-3000:]
+    assert took < 2.0
+    assert lab.events("sigint") == ["held"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(agent, 0)  # the agent and everything in its group are gone
 
 
 def test_serve_with_a_missing_profiles_directory_exits_2(tmp_path: Path) -> None:
