@@ -36,7 +36,7 @@ from .result import Ending, Outcome, TurnRecorder, TurnResult
 from .runner import EventCallback, PartialCallback, _emitter, _ungrouped
 from .scheduler import QueueFull, Ticket, TurnQueue
 from .supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
-from .turn import Turn
+from .turn import Turn, text_problem
 
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
@@ -182,6 +182,8 @@ class Host:
             raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
         if not isinstance(conversation, str) or not conversation:
             raise TurnError(f"the conversation key must be a non-empty string, not {conversation!r}")
+        if problem := text_problem(conversation):
+            raise TurnError(f"the conversation key {problem}")
         if not turn.session_name:
             raise TurnError("the turn's session_name must not be empty (the default is 'default')")
         if turn_id is None:

@@ -33,7 +33,7 @@ from .registry import UnknownProfile
 from .scheduler import QueueFull
 from .store import StoreError
 from .supervisor import HostEvent
-from .turn import ATTACHMENT_TYPES, Attachment, Turn
+from .turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
 
 MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
@@ -104,7 +104,7 @@ def parse_turn(request: dict[str, Any]) -> TurnRequest:
     assert request_id is not None
     profile = _string(request, "profile", required=True, non_empty=True, max_chars=MAX_PROFILE_CHARS)
     conversation = _string(request, "conversation", required=True, non_empty=True, max_chars=MAX_CONVERSATION_CHARS)
-    message = _string(request, "message", required=True)
+    message = _string(request, "message", required=True, check_text=False)  # Turn checks it, once
     session_id = _string(request, "session_id", max_chars=MAX_SESSION_ID_CHARS)
     if session_id and (problem := session_id_problem(session_id)):
         raise RequestError(INVALID_REQUEST, f"session_id is not a usable session id: {problem}; pass one an agent "
@@ -149,7 +149,7 @@ def _request_id(request: dict[str, Any], *, required: bool) -> str | int | None:
 
 
 def _string(request: dict[str, Any], field: str, *, required: bool = False, non_empty: bool = False,
-            max_chars: int | None = None) -> str:
+            max_chars: int | None = None, check_text: bool = True) -> str:
     if field not in request:
         if required:
             raise RequestError(INVALID_REQUEST, f"a turn request needs {field!r}")
@@ -159,32 +159,17 @@ def _string(request: dict[str, Any], field: str, *, required: bool = False, non_
         raise RequestError(INVALID_REQUEST, f"{field} must be a string, not {_json_type(value)}")
     if non_empty and not value:
         raise RequestError(INVALID_REQUEST, f"{field} must not be empty")
-    _check_text(field, value, max_chars)
+    if check_text:
+        _check_text(field, value, max_chars)
     return value
 
 
 def _check_text(field: str, value: str, max_chars: int | None = None) -> None:
-    """Refuse a string no agent, environment or session store can take, naming `field`.
-
-    It is on every turn's path, for a message of up to 1 MiB: `isascii()` is O(1) in CPython and
-    `in` is a memchr, so only non-ASCII text pays for one UTF-8 encode (about 1 ms for 1 MiB of
-    Cyrillic), the exact test for a lone surrogate.
-    """
+    """Refuse a string no agent, environment or session store can take, naming `field`."""
     if max_chars is not None and len(value) > max_chars:
         raise RequestError(INVALID_REQUEST, f"{field} is {len(value)} characters long; the limit is {max_chars}")
-    if value.isascii():
-        if "\0" not in value:
-            return
-    else:
-        try:
-            if b"\0" not in value.encode("utf-8"):
-                return
-        except UnicodeEncodeError:
-            raise RequestError(INVALID_REQUEST, f"{field} contains a lone surrogate (a \\ud800-\\udfff escape that "
-                               "is not half of a pair), which is not text; send the character as UTF-8 or as a "
-                               "complete surrogate pair") from None
-    raise RequestError(INVALID_REQUEST, f"{field} contains a NUL character, which no request field may hold "
-                       "(no process can receive one); remove it")
+    if problem := text_problem(value):
+        raise RequestError(INVALID_REQUEST, f"{field} {problem}")
 
 
 def _attachment(item: Any) -> Attachment:

@@ -9,6 +9,26 @@ from typing import Literal, get_args
 
 from .errors import TurnError
 
+def text_problem(value: str) -> str | None:
+    """Why `value` is not text a process, an environment or the session store can take, or None.
+
+    On every turn's path, for messages of up to megabytes: `isascii()` is O(1) in CPython and
+    `in` is a memchr, so only non-ASCII text pays for one UTF-8 encode, the exact test for a
+    lone surrogate.
+    """
+    if value.isascii():
+        if "\0" not in value:
+            return None
+    else:
+        try:
+            if b"\0" not in value.encode("utf-8"):
+                return None
+        except UnicodeEncodeError:
+            return ("contains a lone surrogate (a \\ud800-\\udfff escape that is not half of a pair), which is "
+                    "not text; send the character as UTF-8 or as a complete surrogate pair")
+    return "contains a NUL character, which no process can receive; remove it"
+
+
 AttachmentType = Literal["image", "file", "audio", "video"]
 ATTACHMENT_TYPES: tuple[str, ...] = get_args(AttachmentType)
 
@@ -26,8 +46,14 @@ class Attachment:
             raise TurnError(
                 f"attachment type {self.type!r} is not one of {', '.join(ATTACHMENT_TYPES)}"
             )
-        if not self.url:
-            raise TurnError("an attachment needs a url")
+        if not isinstance(self.url, str) or not self.url:
+            raise TurnError("an attachment needs a url (a non-empty string)")
+        for name in ("url", "name"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TurnError(f"attachment {name} must be a string, not {type(value).__name__}")
+            if problem := text_problem(value):
+                raise TurnError(f"attachment {name} {problem}")
         if not self.name:
             path = urllib.parse.urlsplit(self.url).path
             object.__setattr__(self, "name", posixpath.basename(path.rstrip("/")))
@@ -59,14 +85,14 @@ class Turn:
     attachments: tuple[Attachment, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        # NUL cannot travel in argv or the environment; refusing it here gives
-        # the host a clear error instead of a confusing spawn failure.
+        # NUL and lone surrogates cannot travel in argv, the environment or the store; refusing
+        # them here gives the host a clear error instead of a confusing spawn or store failure.
         for name in ("message", "session_id", "session_name", "from_user"):
             value = getattr(self, name)
             if not isinstance(value, str):
-                raise TurnError(f"turn {name} must be a string, not {type(value).__name__}")
-            if "\0" in value:
-                raise TurnError(f"turn {name} contains a NUL character, which no process can receive")
+                raise TurnError(f"{name} must be a string, not {type(value).__name__}")
+            if problem := text_problem(value):
+                raise TurnError(f"{name} {problem}")
         if not isinstance(self.attachments, tuple):
             object.__setattr__(self, "attachments", tuple(self.attachments))
         for attachment in self.attachments:

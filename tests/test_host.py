@@ -392,6 +392,14 @@ async def test_a_closed_host_refuses_turns(lab: Lab) -> None:
     await host.aclose()  # idempotent
 
 
+async def test_a_conversation_key_no_store_can_hold_is_refused_before_anything_runs(lab: Lab) -> None:
+    async with host_for(lab) as host:
+        for key in ("chat\0x", "chat\udc80"):
+            with pytest.raises(bridge.TurnError, match="conversation key contains"):
+                await host.submit("rec", key, Turn("tag=x"))
+    assert lab.lines() == []
+
+
 # --------------------------------------------------------------------------- callbacks and logs
 
 

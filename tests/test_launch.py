@@ -135,6 +135,12 @@ def test_attachment_parsing_and_validation() -> None:
 def test_turn_refuses_what_no_process_can_receive() -> None:
     with pytest.raises(TurnError, match="NUL"):
         Turn("a\0b")
+    for field in ("message", "session_id", "session_name", "from_user"):
+        with pytest.raises(TurnError, match=f"^{field} contains a lone surrogate"):
+            Turn(**{"message": "ok", field: "x\ud800y"})  # type: ignore[arg-type]
+    with pytest.raises(TurnError, match="attachment url contains a lone surrogate"):
+        Attachment("file", "https://h/\udc80")
+    assert Turn("ж😀é", from_user="ann").message == "ж😀é"
     with pytest.raises(TurnError, match="session_id"):
         Turn("ok", session_id=3)  # type: ignore[arg-type]
 
