@@ -6,7 +6,9 @@ how its last turn ended. The store is embedded (SQLite through the standard
 library, nothing to run) and several bridge processes may share one file:
 
 - WAL journal, so readers never wait for a writer and a writer never waits
-  for readers;
+  for readers; in this process too: reads and writes use two connections,
+  each behind its own lock, so a `get` never queues behind a `record` that
+  waits for another process's write lock;
 - every write is one short `BEGIN IMMEDIATE` transaction: the write lock is
   taken up front, so two writers queue on `busy_timeout` instead of one of
   them failing half-way with "database is locked";
@@ -15,14 +17,16 @@ library, nothing to run) and several bridge processes may share one file:
   costs a session at worst, never a turn.
 
 Every failure of the file itself — corrupt, not SQLite, unreadable,
-unwritable, locked for too long — is a `StoreError` that names the file and
-says what to do. Nothing is dropped silently: a host that cannot record a
-session learns it at once.
+unwritable, on a full disk, locked for too long — is a `StoreError` that names
+the file and says what to do. Nothing is dropped silently: a host that cannot
+record a session learns it at once. The file is created private to the user
+(0600); opening one that other users can read logs a warning with the fix.
 """
 
 from __future__ import annotations
 
 import builtins
+import errno
 import os
 import random
 import sqlite3
@@ -36,12 +40,16 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .errors import BridgeError
+from .log import get_logger
 from .result import TurnResult
 
 # How long a writer waits for another process's transaction before giving up.
 # Transactions last well under a millisecond; only a stuck process holds one this long.
 BUSY_TIMEOUT_SECS = 10.0
 SCHEMA_VERSION = 1
+# Below this much free space an I/O error is taken for a full disk: opening a store
+# alone needs a 32 KiB -shm file and a few WAL pages.
+_FULL_BELOW_BYTES = 256 * 1024
 _TABLE = "sessions"
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {_TABLE} (
@@ -111,8 +119,10 @@ class SessionStore:
     """The session store. Methods are synchronous (each is one sub-millisecond statement).
 
     One object may be shared by several threads (a trio host calls it through
-    `trio.to_thread.run_sync`): it holds one connection behind a lock. Several
-    processes may open the same file at once.
+    `trio.to_thread.run_sync`): it holds a connection for reads and one for
+    writes, each behind its own lock, so `get` and `list` go on while a
+    `record` or `forget` waits for another process's lock. Several processes
+    may open the same file at once.
 
         with SessionStore() as store:
             turn = Turn(message, session_id=store.get("stream", "chat-42"))
@@ -121,35 +131,31 @@ class SessionStore:
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(os.path.expanduser(path)) if path is not None else default_store_path()
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        self._create_file()
+        mode = self._create_file()
+        if mode & 0o066:
+            get_logger(component="store").warning(
+                "the session store can be read or written by other users: they could resume its "
+                "conversations", path=str(self.path), mode=f"{mode & 0o777:o}", fix=f"chmod 600 {self.path}")
+        # The writer first: it switches the file to WAL and checks the schema the reader relies on.
+        self._writer = _Connection(self._connect(self._prepare), self.path)
         try:
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
-                                 check_same_thread=False)
-        except sqlite3.Error as err:
-            raise self._error(err) from None
-        try:
-            _patiently(lambda: self._prepare(db))
-        except sqlite3.Error as err:
-            db.close()
-            raise self._error(err) from None
+            self._reader = _Connection(self._connect(self._prepare_reader), self.path)
         except BaseException:
-            db.close()
+            self._writer.close()
             raise
-        self._db = db
 
     # ------------------------------------------------------------------ public
 
     def get(self, profile: str, conversation: str, session_name: str = "default") -> str:
         """The stored session id, `""` when there is none (the next turn starts a new session)."""
-        row = self._run(
+        rows = self._run(
+            self._reader,
             lambda db: db.execute(
                 f"SELECT session_id FROM {_TABLE} WHERE profile = ? AND conversation = ? AND session_name = ?",
                 _key(profile, conversation, session_name),
-            ).fetchone()
+            ).fetchall(),  # fetched to the end, so the read transaction ends with the call
         )
-        return row[0] if row else ""
+        return rows[0][0] if rows else ""
 
     def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> None:
         """Remember how a turn ended; a turn without a valid session line keeps the stored id."""
@@ -174,19 +180,19 @@ class SessionStore:
         where = ("WHERE " + " AND ".join(f"{column} = ?" for column, _ in used)) if used else ""
         params = tuple(value for _, value in used)
         rows = self._run(
+            self._reader,
             lambda db: db.execute(
                 f"SELECT {_COLUMNS} FROM {_TABLE} {where} ORDER BY last_used DESC, profile, conversation, "
                 "session_name",
                 params,
-            ).fetchall()
+            ).fetchall(),
         )
         return [_record(row) for row in rows]
 
     def close(self) -> None:
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+        """Close the file; a write under way finishes first. Idempotent."""
+        self._reader.close()
+        self._writer.close()
 
     def __enter__(self) -> SessionStore:
         return self
@@ -200,8 +206,10 @@ class SessionStore:
 
     # ------------------------------------------------------------------ internals
 
-    def _create_file(self) -> None:
-        """Make the directory and an empty file (an empty file is an empty database), private to the user."""
+    def _create_file(self) -> int:
+        """Make the directory and an empty file (an empty file is an empty database), private to the user.
+
+        Returns the file's mode."""
         directory = self.path.parent
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -209,18 +217,40 @@ class SessionStore:
             raise StoreError(f"cannot create session store {self.path}: {directory} (or a parent) is a file, "
                              "not a directory; pass another path with --state PATH") from None
         except OSError as err:
+            advice = (_full_disk_advice() if err.errno == errno.ENOSPC else
+                      f"create {directory} writable by this user, or pass another path with --state PATH")
             raise StoreError(f"cannot create the directory of session store {self.path}: "
-                             f"{err.strerror or err}; create {directory} writable by this user, "
-                             "or pass another path with --state PATH") from None
+                             f"{err.strerror or err}; {advice}") from None
         try:
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except IsADirectoryError:
             raise StoreError(f"session store {self.path} is a directory; pass the path of a file "
                              "(e.g. --state DIR/sessions.sqlite3)") from None
         except OSError as err:
-            raise StoreError(f"cannot open session store {self.path}: {err.strerror or err}; make it and "
-                             "its directory readable and writable by this user, or pass another file "
-                             "with --state PATH") from None
+            advice = (_full_disk_advice() if err.errno == errno.ENOSPC else
+                      "make it and its directory readable and writable by this user, or pass another file "
+                      "with --state PATH")
+            raise StoreError(f"cannot open session store {self.path}: {err.strerror or err}; {advice}") from None
+        try:
+            return os.fstat(descriptor).st_mode
+        finally:
+            os.close(descriptor)
+
+    def _connect(self, prepare: Callable[[sqlite3.Connection], None]) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
+                                 check_same_thread=False)
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+        try:
+            _patiently(lambda: prepare(db))
+        except sqlite3.Error as err:
+            db.close()
+            raise self._error(err) from None
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def _prepare(self, db: sqlite3.Connection) -> None:
         """WAL, the busy timeout, and the schema: idempotent, and safe when processes race to do it."""
@@ -254,15 +284,17 @@ class SessionStore:
                 db.execute("ROLLBACK")
             raise
 
-    def _run(self, operation: Any) -> Any:
-        with self._lock:
-            if self._db is None:
-                raise StoreError(f"session store {self.path} is closed")
-            db = self._db
-            try:
-                return _patiently(lambda: operation(db))
-            except sqlite3.Error as err:
-                raise self._error(err) from None
+    @staticmethod
+    def _prepare_reader(db: sqlite3.Connection) -> None:
+        """The reading connection: the file is WAL and its schema checked already (by the writer)."""
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECS * 1000)}")
+        db.execute("PRAGMA query_only = ON")  # it never takes the write lock, so it never waits for it
+
+    def _run(self, connection: _Connection, operation: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return connection.run(operation)
+        except sqlite3.Error as err:
+            raise self._error(err) from None
 
     def _write(self, operation: Any) -> Any:
         def transaction(db: sqlite3.Connection) -> Any:
@@ -276,25 +308,80 @@ class SessionStore:
                 raise
             return value
 
-        return self._run(transaction)
+        return self._run(self._writer, transaction)
 
     def _error(self, err: sqlite3.Error) -> StoreError:
         """Turn SQLite's terse message into one that says what to do."""
         code = getattr(err, "sqlite_errorname", "") or ""
-        if code.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
-            advice = ("it is damaged or not an SQLite file; move it aside (its sessions are lost: "
-                      "conversations start afresh) or pass another file with --state PATH")
-        elif code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-            advice = (f"another process kept it locked for more than {BUSY_TIMEOUT_SECS:g} s; "
-                      "find the stuck process (fuser FILE) or pass another file with --state PATH")
-        elif code.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_IOERR")):
-            advice = ("make the file, its -wal and -shm companions and its directory writable by this user, "
-                      "or pass another file with --state PATH")
-        elif code.startswith("SQLITE_FULL"):
-            advice = "free some disk space, or pass another file with --state PATH"
-        else:
-            advice = "check the file, or pass another one with --state PATH"
-        return StoreError(f"session store {self.path}: {err}: {advice}")
+        full = None
+        if code.startswith(_CODES_OF_A_FULL_DISK):
+            try:
+                full = disk_full_reason(os.statvfs(self.path.parent), as_root=os.geteuid() == 0)
+            except OSError:
+                pass
+        return StoreError(f"session store {self.path}: {err}: {_advice(code, full)}")
+
+
+class _Connection:
+    """One SQLite connection, used by one thread at a time: `run` and `close` take its lock."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db: sqlite3.Connection | None = db
+        self._path = path
+        self._lock = threading.Lock()
+
+    def run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
+        """`operation(db)`, retried while the file is busy (see `_patiently`)."""
+        with self._lock:
+            db = self._db
+            if db is None:
+                raise StoreError(f"session store {self._path} is closed")
+            return _patiently(lambda: operation(db))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+# What SQLite reports when a write, or creating the -wal or -shm file, fails for want of space.
+_CODES_OF_A_FULL_DISK = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_CANTOPEN")
+
+
+def _full_disk_advice(reason: str | None = None) -> str:
+    because = f" ({reason})" if reason else ""
+    return f"the disk holding it is full{because}: free some space there, or pass another file with --state PATH"
+
+
+def disk_full_reason(space: os.statvfs_result, *, as_root: bool) -> str | None:
+    """Why the file system described by `space` counts as full ("12 KiB free", "no free inodes"), else None.
+
+    Root may also use the blocks a file system reserves for it; a file system
+    without a fixed number of inodes reports 0 of them.
+    """
+    free_bytes = (space.f_bfree if as_root else space.f_bavail) * space.f_frsize
+    if free_bytes < _FULL_BELOW_BYTES:
+        return f"{free_bytes // 1024} KiB free"
+    if space.f_files and (space.f_ffree if as_root else space.f_favail) == 0:
+        return "no free inodes"
+    return None
+
+
+def _advice(code: str, full: str | None) -> str:
+    """What to do about SQLite error `code` (an extended name); `full`: why the disk is full, if it is."""
+    if full is not None or code.startswith("SQLITE_FULL"):
+        return _full_disk_advice(full)
+    if code.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
+        return ("it is damaged or not an SQLite file; move it aside (its sessions are lost: "
+                "conversations start afresh) or pass another file with --state PATH")
+    if code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return (f"another process kept it locked for more than {BUSY_TIMEOUT_SECS:g} s; "
+                "find the stuck process (fuser FILE) or pass another file with --state PATH")
+    if code.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_IOERR")):
+        return ("make the file, its -wal and -shm companions and its directory writable by this user, "
+                "or pass another file with --state PATH")
+    return "check the file, or pass another one with --state PATH"
 
 
 def _patiently(operation: Callable[[], T]) -> T:

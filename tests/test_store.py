@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import json
 import os
 import shutil
 import sqlite3
 import subprocess
 import textwrap
 import threading
+import time
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 from conftest import PYTHON, REPO
+from hostkit import Lab, Started
 
 import bridge
-from bridge import Outcome, SessionRecord, SessionStore, StoreError, TurnResult
-from bridge.store import default_store_path
+import bridge.log
+import bridge.store
+from bridge import Outcome, SessionRecord, SessionStore, StoreError, Turn, TurnResult
+from bridge.store import default_store_path, disk_full_reason
 
 
 def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:
@@ -321,3 +331,259 @@ def test_record_needs_no_database_lock_held_between_calls(tmp_path: Path) -> Non
         other.execute("BEGIN IMMEDIATE")  # fails at once if our connection held the write lock
         other.execute("ROLLBACK")
         other.close()
+
+
+# --------------------------------------------------------------------------- reads never wait behind a write
+
+HOLDER = textwrap.dedent("""
+    import sqlite3, sys
+    db = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("UPDATE sessions SET session_id = 'uncommitted'")
+    print("holding", flush=True)
+    sys.stdin.readline()
+    db.execute("ROLLBACK")
+""")
+
+
+@contextlib.contextmanager
+def another_process_holds_the_write_lock(path: Path) -> Iterator[None]:
+    """Another process holds `BEGIN IMMEDIATE` on the store (with a change not committed) until the block ends."""
+    holder = subprocess.Popen([PYTHON, "-c", HOLDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        yield
+    finally:
+        holder.communicate("release\n", timeout=10)
+    assert holder.returncode == 0
+
+
+class StoreProbe:
+    """Says when a store call is under way, from the worker threads that make it (no sleeps needed).
+
+    `in_sqlite` is set once a call holds its connection and runs SQLite (after `arm()`);
+    `recording[conversation]` once a `record` of that conversation was called.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.in_sqlite = threading.Event()
+        self.recording: dict[str, threading.Event] = collections.defaultdict(threading.Event)
+        self._armed = False
+        patiently, record = bridge.store._patiently, SessionStore.record
+
+        def watched_patiently(operation: Any) -> Any:
+            if self._armed:
+                self.in_sqlite.set()
+            return patiently(operation)
+
+        def watched_record(store: SessionStore, profile: str, conversation: str, *args: Any) -> None:
+            self.recording[conversation].set()
+            record(store, profile, conversation, *args)
+
+        monkeypatch.setattr(bridge.store, "_patiently", watched_patiently)
+        monkeypatch.setattr(SessionStore, "record", watched_record)
+
+    def arm(self) -> None:
+        self._armed = True
+
+
+def test_reads_go_on_while_a_write_waits_for_another_processs_lock(store: SessionStore,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    store.record("p", "a", "default", result("committed"))
+    store.record("p", "b", "default", result("other"))
+    probe = StoreProbe(monkeypatch)
+    failures: list[BaseException] = []
+
+    def record_in_the_background() -> None:
+        try:
+            store.record("p", "a", "default", result("new"))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    read: dict[str, Any] = {}
+
+    def read_meanwhile() -> None:
+        started = time.monotonic()
+        read["a"], read["b"] = store.get("p", "a"), store.get("p", "b")
+        read["listed"] = sorted(record.session_id for record in store.list())
+        read["seconds"] = time.monotonic() - started
+
+    with another_process_holds_the_write_lock(store.path):
+        probe.arm()
+        writer = threading.Thread(target=record_in_the_background)
+        writer.start()
+        assert probe.in_sqlite.wait(5), "the record never reached SQLite"
+        reader = threading.Thread(target=read_meanwhile)
+        reader.start()
+        reader.join(timeout=2)
+        assert not reader.is_alive(), "a read waited behind a write that waits for another process"
+        assert writer.is_alive(), "the record waits for the other process's lock"
+    writer.join(timeout=10)
+    reader.join(timeout=10)
+    assert (read["a"], read["b"], read["listed"]) == ("committed", "other", ["committed", "other"])
+    assert read["seconds"] < 0.2
+    assert failures == [] and store.get("p", "a") == "new"
+
+
+async def test_a_host_runs_other_conversations_while_one_waits_to_record(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A's record waits for another process's lock; B's turn still starts and runs to its end meanwhile."""
+    lab = Lab(tmp_path)
+    lab.profile("rec")
+    probe = StoreProbe(monkeypatch)
+    started = Started()
+    results: dict[str, TurnResult] = {}
+    gate = lab.gate()
+
+    async def submit(conversation: str, tag: str, message: str) -> None:
+        results[tag] = await host.submit("rec", conversation, Turn(f"tag={tag} {message}"),
+                                         on_partial=started.callback(tag))
+
+    async def until(event: threading.Event) -> None:
+        with trio.fail_after(2):
+            await trio.to_thread.run_sync(event.wait, abandon_on_cancel=True)
+
+    async with bridge.open_host(lab.profiles, state=lab.state) as host, trio.open_nursery() as nursery:
+        nursery.start_soon(submit, "A", "a", f"gate={gate} session=sa")
+        await started.wait("a")  # A's stored session was read; its agent runs
+        with another_process_holds_the_write_lock(lab.state):
+            probe.arm()
+            await lab.release(gate)
+            await until(probe.in_sqlite)  # A's record is under way, waiting for the other process
+            nursery.start_soon(submit, "B", "b", "session=sb")
+            await until(probe.recording["B"])  # B's turn ran to its end
+            assert lab.events("end") == ["a", "b"]
+            assert results == {}, "both records still wait for the lock"
+    assert (results["a"].session_id, results["b"].session_id) == ("sa", "sb")
+    with SessionStore(lab.state) as store:
+        assert (store.get("rec", "A"), store.get("rec", "B")) == ("sa", "sb")
+
+
+# --------------------------------------------------------------------------- a store other users can read
+
+
+@pytest.fixture
+def logged(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The bridge's log records (JSON on stderr) since the last call."""
+    bridge.log.configure_logging("warning", "json")
+    yield lambda: [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    bridge.log.configure_logging()
+
+
+def test_a_store_other_users_can_read_is_opened_with_a_warning_naming_the_fix(
+        tmp_path: Path, logged: Callable[[], list[dict[str, Any]]]) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    with SessionStore(path) as store:
+        store.record("p", "c", "default", result("secret-session"))
+    assert logged() == [], "a private store opens quietly"
+    path.chmod(0o644)  # as another tool might have created it
+    with SessionStore(path) as store:
+        assert store.get("p", "c") == "secret-session"
+    [warning] = logged()
+    assert warning["level"] == "warning" and "other users" in warning["event"]
+    assert (warning["path"], warning["mode"], warning["fix"]) == (str(path), "644", f"chmod 600 {path}")
+    path.chmod(0o600)
+    SessionStore(path).close()
+    assert logged() == []
+
+
+# --------------------------------------------------------------------------- a full disk
+
+
+def _statvfs(*, free_blocks: int, free_inodes: int = 1000, inodes: int = 1000,
+             root_free_blocks: int | None = None) -> os.statvfs_result:
+    # bsize, frsize, blocks, bfree, bavail, files, ffree, favail, flag, namemax
+    bfree = free_blocks if root_free_blocks is None else root_free_blocks
+    return os.statvfs_result((4096, 4096, 100_000, bfree, free_blocks, inodes, free_inodes, free_inodes, 0, 255))
+
+
+def test_what_counts_as_a_full_disk() -> None:
+    assert disk_full_reason(_statvfs(free_blocks=0), as_root=False) == "0 KiB free"
+    assert disk_full_reason(_statvfs(free_blocks=3), as_root=False) == "12 KiB free"
+    assert disk_full_reason(_statvfs(free_blocks=10_000), as_root=False) is None
+    assert disk_full_reason(_statvfs(free_blocks=10_000, free_inodes=0), as_root=False) == "no free inodes"
+    # a file system without a fixed number of inodes (btrfs) reports none at all
+    assert disk_full_reason(_statvfs(free_blocks=10_000, free_inodes=0, inodes=0), as_root=False) is None
+    # root may use the blocks reserved for it
+    reserved_only = _statvfs(free_blocks=0, root_free_blocks=10_000)
+    assert disk_full_reason(reserved_only, as_root=False) == "0 KiB free"
+    assert disk_full_reason(reserved_only, as_root=True) is None
+
+
+def test_an_io_error_on_a_disk_with_space_is_not_called_a_full_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statvfs check decides: the same SQLite error reads differently with and without space left."""
+    with SessionStore(tmp_path / "s.sqlite3") as store:
+        error = sqlite3.OperationalError("disk I/O error")
+        error.sqlite_errorname = "SQLITE_IOERR_SHMSIZE"  # type: ignore[attr-defined]
+        monkeypatch.setattr(os, "statvfs", lambda _path: _statvfs(free_blocks=10_000))
+        assert "writable" in str(store._error(error)) and "full" not in str(store._error(error))
+        monkeypatch.setattr(os, "statvfs", lambda _path: _statvfs(free_blocks=0))
+        assert "the disk holding it is full (0 KiB free): free some space" in str(store._error(error))
+
+
+FULL_DISK = textwrap.dedent("""
+    import errno, os, sys
+    sys.path.insert(0, {repo!r})
+    from bridge import Outcome, SessionStore, StoreError, TurnResult
+
+    directory, case, how = sys.argv[1:4]
+    path = os.path.join(directory, "sessions.sqlite3")
+    if case.startswith("existing"):
+        SessionStore(path).close()
+    if how == "tmpfs":  # a real full file system
+        try:
+            if case.endswith("inodes"):
+                for i in range(10_000):
+                    open(os.path.join(directory, f"filler{{i}}"), "x").close()
+            else:
+                filler = os.open(os.path.join(directory, "filler"), os.O_WRONLY | os.O_CREAT)
+                while True:
+                    os.write(filler, bytes(4096))
+        except OSError as error:
+            assert error.errno == errno.ENOSPC, error
+    else:  # no small file system to fill: writes really fail (EFBIG), and statvfs says the disk is full
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        full = (1000, 0) if case.endswith("inodes") else (0, 1000)  # free blocks, free inodes
+        os.statvfs = lambda _path: os.statvfs_result((4096, 4096, 1000, full[0], full[0], 1000, full[1],
+                                                      full[1], 0, 255))
+    try:
+        SessionStore(path).record("p", "c", "default",
+                                  TurnResult("", "s", "", "", 0, False, Outcome.OK, "", 1, 0, False))
+    except StoreError as error:
+        print(error)
+        sys.exit(3)
+""").format(repo=str(REPO))
+SMALL_TMPFS = 'mount -t tmpfs -o size=64k,nr_inodes=64 tmpfs "$1" && exec "$2" -c "$3" "$1" "$4" tmpfs'
+
+
+@pytest.fixture(scope="module")
+def small_file_system(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, str], list[str]]:
+    """How to run FULL_DISK: in a 64 KiB tmpfs of a private mount namespace when this kernel allows one
+    (as root, or unprivileged through a user namespace), else emulated (see FULL_DISK)."""
+    namespace = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", SMALL_TMPFS, "sh"]
+    probe_directory = tmp_path_factory.mktemp("probe")
+    try:
+        usable = subprocess.run([*namespace, str(probe_directory), "true", "", ""], capture_output=True,
+                                timeout=30).returncode == 0
+    except OSError:
+        usable = False
+    if usable:
+        return lambda directory, case: [*namespace, str(directory), PYTHON, FULL_DISK, case]
+    return lambda directory, case: [PYTHON, "-c", FULL_DISK, str(directory), case, "emulated"]
+
+
+@pytest.mark.parametrize("case", ["new store", "existing store", "new store, no inodes",
+                                  "existing store, no inodes"])
+def test_a_full_disk_at_open_says_so_and_what_to_do(tmp_path: Path, case: str,
+                                                   small_file_system: Callable[[Path, str], list[str]]) -> None:
+    directory = tmp_path / "small"
+    directory.mkdir()
+    done = subprocess.run(small_file_system(directory, case), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert f"session store {directory / 'sessions.sqlite3'}" in done.stdout
+    assert "the disk holding it is full" in done.stdout, done.stdout
+    assert "free some space there, or pass another file with --state PATH" in done.stdout
+    assert "writable" not in done.stdout
