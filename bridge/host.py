@@ -270,9 +270,10 @@ class Host:
     async def _run(self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn,
                    emit: Any, log: Any) -> TurnResult:
         # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
-        # a thread hop ~100 µs), but it can wait: for another process's write lock (up to the
-        # store's busy timeout), for a WAL checkpoint's fsync, or for this store's own lock while a
-        # record runs. None of that may freeze every other conversation's output.
+        # a thread hop ~100 µs), but a record can wait: for another process's write lock (up to the
+        # store's busy timeout), for a WAL checkpoint's fsync, or for another record of this store
+        # (reads have a connection of their own and never wait). None of that may freeze every
+        # other conversation's output.
         if not turn.session_id:
             try:
                 stored = await trio.to_thread.run_sync(self.store.get, name, conversation, turn.session_name)

@@ -37,7 +37,10 @@ _warned_entries: set[str] = set()
 
 
 def cache_directory() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """`$XDG_CACHE_HOME/agent-bridge/profiles`, else `~/.cache/…` (an unset, empty or relative value is ignored)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base, "agent-bridge", "profiles")
 
 

@@ -277,6 +277,11 @@ def test_a_corrupt_or_unwritable_cache_is_only_a_miss(tmp_path: Path, monkeypatc
     assert load_profile(path).command == "agent"
 
 
+def test_a_relative_xdg_cache_home_is_ignored_as_the_xdg_spec_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert bridge.profile_cache.cache_directory() == Path.home() / ".cache" / "agent-bridge" / "profiles"
+
+
 def test_running_a_remembered_profile_does_not_load_pydantic(tmp_path: Path) -> None:
     """The point of the cache: `agent-bridge run` on an unchanged profile skips pydantic's machinery."""
     import subprocess
