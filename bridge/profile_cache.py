@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 _FORMAT = 1
-_VALIDATOR = Path(__file__).with_name("schema.py")
+_VALIDATORS = tuple(Path(__file__).with_name(name) for name in ("schema.py", "argv_rules.py"))
 
 
 def cache_directory() -> Path:
@@ -66,8 +66,11 @@ def _entry_path(path: str, content: bytes) -> Path:
 
 def _validator_stamp() -> list[Any]:
     """Changes whenever the validating code does (a new release, or an edit in a checkout)."""
-    stat = _VALIDATOR.stat()
-    return [_FORMAT, stat.st_mtime_ns, stat.st_size]
+    stamp: list[Any] = [_FORMAT]
+    for path in _VALIDATORS:
+        stat = path.stat()
+        stamp += [stat.st_mtime_ns, stat.st_size]
+    return stamp
 
 
 def _text(content: bytes) -> str:
