@@ -330,6 +330,8 @@ class JsonPrinter:
 
 
 def _check_command(args: argparse.Namespace) -> int:
+    from .argv_rules import option_injection_warnings
+
     status = 0
     for path in args.profiles:
         try:
@@ -339,7 +341,7 @@ def _check_command(args: argparse.Namespace) -> int:
                 print(problem, file=sys.stderr)
             status = EXIT_USAGE
             continue
-        for warning in _environment_warnings(profile):
+        for warning in (*_environment_warnings(profile), *option_injection_warnings(profile.argv_template)):
             print(f"{path}: warning: {warning}", file=sys.stderr)
         print(f"{path}: ok")
     return status

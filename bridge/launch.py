@@ -117,8 +117,27 @@ def _protocol_variables(profile: Profile, turn: Turn) -> dict[str, str]:
 def _working_directory(profile: Profile, values: Mapping[str, str]) -> str | None:
     if profile.cwd is None:
         return None
-    path = os.path.expanduser(_render(profile.cwd, values))
-    return os.path.join(profile.profile_dir, path)  # join keeps an absolute path as it is
+    # `~` is the author's: expanded before substituting, so a session id `~root` stays a plain name.
+    template = os.path.expanduser(profile.cwd)
+    if "{{" in template:
+        for match in PLACEHOLDER_PATTERN.finditer(template):
+            _check_path_component(match.group(1), values[match.group(1)])
+    return os.path.join(profile.profile_dir, _render(template, values))  # join keeps an absolute path as it is
+
+
+# What each placeholder from the user is called in errors; only these can move the agent.
+_CWD_VALUE_NAMES = {"SESSION_ID": "session id", "SESSION_NAME": "session name", "MESSAGE": "message"}
+
+
+def _check_path_component(placeholder: str, value: str) -> None:
+    """A value from the user may name one directory inside cwd, never lead out of it."""
+    noun = _CWD_VALUE_NAMES.get(placeholder)
+    if noun is None or ("/" not in value and value not in (".", "..")):
+        return
+    shown = f"the {noun}" if placeholder == "MESSAGE" else f"the {noun} {value!r}"  # message text stays out of logs
+    why = "it contains '/'" if "/" in value else f"it is {value!r}"
+    raise LaunchError(126, f"{shown} cannot be used in cwd: {why}; a value put into cwd must be a single path "
+                      "component (no '/', not '.' or '..'), so that it cannot move the agent to another directory")
 
 
 def _render(

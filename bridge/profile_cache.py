@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 _FORMAT = 1
-_VALIDATOR = Path(__file__).with_name("schema.py")
+_VALIDATORS = tuple(Path(__file__).with_name(name) for name in ("schema.py", "argv_rules.py"))
 _MAX_SYMLINKS = 40  # the kernel's own limit before ELOOP
 
 _verdicts: dict[tuple[str, int], bool] = {}  # (cache directory, effective uid) -> trusted
@@ -216,8 +216,11 @@ def _entry_path(directory: Path, path: str, content: bytes) -> Path:
 
 def _validator_stamp() -> list[Any]:
     """Changes whenever the validating code does (a new release, or an edit in a checkout)."""
-    stat_result = _VALIDATOR.stat()
-    return [_FORMAT, stat_result.st_mtime_ns, stat_result.st_size]
+    stamp: list[Any] = [_FORMAT]
+    for path in _VALIDATORS:
+        stat_result = path.stat()
+        stamp += [stat_result.st_mtime_ns, stat_result.st_size]
+    return stamp
 
 
 def _text(content: bytes) -> str:

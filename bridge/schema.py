@@ -8,7 +8,6 @@ pydantic's model machinery costs more to load than the rest of the bridge.
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import shlex
 from collections.abc import Iterator, Mapping
@@ -18,11 +17,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from .argv_rules import argv_problem, environment_problem
 from .errors import Problem, ProfileError
 from .profile import PLACEHOLDER_PATTERN, PLACEHOLDERS
 
-# Placeholders whose value comes from the user; never allowed inside inline code.
-UNTRUSTED_PLACEHOLDERS = ("MESSAGE", "SESSION_ID", "SESSION_NAME")
 _ENV_NAME = re.compile(r"[^=\0]+")
 
 
@@ -130,7 +128,13 @@ class ProfileModel(BaseModel):
         self._argv_locations = (*word_locations, *(("args", index) for index in range(len(self.args))))
         for text, location in self._templated_fields():
             _check_placeholders(text, location)
-        _check_inline_code(self._argv_template, self._argv_locations)
+        for name, value in self.env.items():
+            reason = environment_problem(name, value)
+            if reason is not None:
+                raise _located_error(("env", name), "{reason}", reason=reason)
+        problem = argv_problem(self._argv_template)
+        if problem is not None:
+            raise _located_error(self._argv_locations[problem.index], "{reason}", reason=problem.message)
         return self
 
     def _templated_fields(self) -> Iterator[tuple[str, tuple[str | int, ...]]]:
@@ -296,93 +300,3 @@ def _check_placeholders(text: str, location: tuple[str | int, ...]) -> None:
         close = difflib.get_close_matches(name.upper(), PLACEHOLDERS, n=1, cutoff=0.6)
         hint = f"; did you mean {{{{{close[0]}}}}}?" if close else f" (known: {', '.join('{{%s}}' % p for p in PLACEHOLDERS)})"
         raise _located_error(location, "unknown placeholder {found}{hint}", found=match.group(0), hint=hint)
-
-
-# Interpreters whose flag takes a program text instead of a file. The value is
-# (flags that introduce inline code, options that consume the next argument).
-_SHELL_FLAGS = (frozenset({"-c"}), frozenset({"-o", "+o", "-O", "+O"}))
-_INLINE_CODE: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    **dict.fromkeys(("sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "csh", "tcsh", "busybox"), _SHELL_FLAGS),
-    "fish": (frozenset({"-c", "--command"}), frozenset()),
-    "python": (frozenset({"-c"}), frozenset({"-W", "-X", "-Q"})),
-    "pypy": (frozenset({"-c"}), frozenset({"-W", "-X"})),
-    "node": (frozenset({"-e", "--eval", "-p", "--print"}), frozenset({"-r", "--require", "--import", "--loader"})),
-    "nodejs": (frozenset({"-e", "--eval", "-p", "--print"}), frozenset({"-r", "--require"})),
-    "bun": (frozenset({"-e", "--eval", "-p", "--print"}), frozenset()),
-    "deno": (frozenset({"eval"}), frozenset()),
-    "perl": (frozenset({"-e", "-E"}), frozenset({"-I", "-M", "-m"})),
-    "ruby": (frozenset({"-e"}), frozenset({"-I", "-r"})),
-    "php": (frozenset({"-r"}), frozenset({"-d", "-c"})),
-    "lua": (frozenset({"-e"}), frozenset({"-l"})),
-    "luajit": (frozenset({"-e"}), frozenset({"-l"})),
-    "Rscript": (frozenset({"-e"}), frozenset()),
-    "osascript": (frozenset({"-e"}), frozenset()),
-    "pwsh": (frozenset({"-c", "-command", "-Command"}), frozenset()),
-    "powershell": (frozenset({"-c", "-command", "-Command"}), frozenset()),
-}
-_SHELLS = frozenset(name for name, flags in _INLINE_CODE.items() if flags is _SHELL_FLAGS)
-_VERSIONED = re.compile(r"(.+?)[0-9.]*")
-
-
-def _interpreter(word: str) -> str | None:
-    base = os.path.basename(word)
-    if base in _INLINE_CODE:
-        return base
-    match = _VERSIONED.fullmatch(base)  # python3.11, perl5.36, node20
-    if match and match.group(1) in _INLINE_CODE:
-        return match.group(1)
-    return None
-
-
-def _inline_code_positions(argv: tuple[str, ...]) -> Iterator[tuple[str, int, str]]:
-    """Yield (interpreter, index, code) for every inline-code argument in argv."""
-    for start, word in enumerate(argv):
-        name = _interpreter(word)
-        if name is None:
-            continue
-        code_flags, value_options = _INLINE_CODE[name]
-        short_code = {flag[1] for flag in code_flags if len(flag) == 2 and flag[0] == "-"}
-        expecting_code = False
-        index = start + 1
-        while index < len(argv):
-            token = argv[index]
-            if expecting_code:
-                if name in _SHELLS and token[:1] in "-+" and token != "-":
-                    index += 1
-                    continue  # sh -c -e 'code': options may follow -c
-                yield name, index, token
-                break
-            if token == "--" and name not in _SHELLS:
-                break
-            if token in code_flags:
-                expecting_code = True
-            elif any(token.startswith(flag + "=") for flag in code_flags if flag.startswith("--")):
-                yield name, index, token.split("=", 1)[1]
-                break
-            elif token in value_options:
-                index += 1
-            elif token[:1] == "-" and token[1:2] not in ("-", "") and short_code:
-                letters = token[1:]
-                hits = [i for i, letter in enumerate(letters) if letter in short_code]
-                if hits:
-                    rest = letters[hits[0] + 1:]
-                    if rest and name not in _SHELLS:
-                        yield name, index, rest  # python -c'code', perl -e'code'
-                        break
-                    expecting_code = True
-            elif token[:1] not in "-+":
-                break  # a script file: what follows is the script's own arguments
-            index += 1
-
-
-def _check_inline_code(argv: tuple[str, ...], locations: tuple[tuple[str | int, ...], ...]) -> None:
-    for interpreter, index, code in _inline_code_positions(argv):
-        for match in PLACEHOLDER_PATTERN.finditer(code):
-            if match.group(1) in UNTRUSTED_PLACEHOLDERS:
-                raise _located_error(
-                    locations[index],
-                    "{found} is inside the inline code run by {interpreter}; that lets a message run code. "
-                    "Pass it as a separate argument instead (e.g. sh -c 'echo \"$1\"' sh {found}) "
-                    "or read it from the environment ($AGENT_MESSAGE)",
-                    found=match.group(0), interpreter=interpreter,
-                )

@@ -388,7 +388,44 @@ def test_check_reports_every_problem_as_file_line_message(tmp_path):
     assert f"{bad}:2: unknown key 'timout_secs'; did you mean 'timeout_secs'?" in problems
     assert any(line.startswith(f"{bad}:3: stdin") for line in problems)
     assert any(line.startswith(f"{bad}:4: streaming") for line in problems)
-    assert any(line.startswith(f"{injection}:1: ") and "inline code" in line for line in problems)
+    assert any(line.startswith(f"{injection}:1: command: {{{{MESSAGE}}}} is inside the inline code run by sh")
+               for line in problems)
+
+
+def test_check_warns_where_a_message_could_become_options_and_shows_the_fix(tmp_path):
+    unguarded = write_profile(tmp_path, "command: ls -1 {{MESSAGE}}\n", "unguarded.yaml")
+    guarded = write_profile(tmp_path, "command: ls -1 -- {{MESSAGE}}\nargs: ['--color={{SESSION_NAME}}']\n",
+                            "guarded.yaml")
+    done = cli("check", str(unguarded), str(guarded))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"{unguarded}: ok", f"{guarded}: ok"]
+    assert done.stderr.splitlines() == [
+        f"{unguarded}: warning: {{{{MESSAGE}}}} is not preceded by --, so a message starting with '-' would reach "
+        "ls as options; end the options first: ls -1 -- {{MESSAGE}} (or, if it is an option's value, write "
+        "--option={{MESSAGE}})"
+    ]
+
+
+def test_a_session_id_cannot_move_the_agent_out_of_its_cwd(tmp_path):
+    (tmp_path / "work" / "s-1").mkdir(parents=True)
+    ran = tmp_path / "ran"
+    profile = agent_profile(tmp_path, f"""
+        import os
+        open({str(ran)!r}, "a").write(os.getcwd() + "\\n")
+        print(os.getcwd())
+    """, cwd="{{PROFILE_DIR}}/work/{{SESSION_ID}}")
+    escape, json_escape, fine = cli_at_once(
+        ("run", str(profile), "hi", "--session-id", "../..", "--log-level", "error"),
+        ("run", str(profile), "hi", "--session-id", "../..", "--json", "--log-level", "error"),
+        ("run", str(profile), "hi", "--session-id", "s-1"),
+    )
+    assert (escape.returncode, escape.stdout) == (126, "")
+    assert ("could not be started: the session id '../..' cannot be used in cwd: it contains '/'"
+            in escape.stderr), escape.stderr
+    [result] = ndjson(json_escape.stdout)
+    assert (result["outcome"], result["exit_code"], json_escape.returncode) == ("spawn_failed", 126, 126)
+    assert (fine.returncode, fine.stdout) == (0, f"{tmp_path.resolve() / 'work' / 's-1'}\n")
+    assert ran.read_text().splitlines() == [str(tmp_path.resolve() / "work" / "s-1")]  # the refused turns never ran
 
 
 def test_schema_is_a_json_schema_of_every_profile_field(tmp_path):

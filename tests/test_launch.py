@@ -104,6 +104,29 @@ def test_cwd_is_relative_to_the_profile_and_expands_home() -> None:
     assert plan(cwd="{{PROFILE_DIR}}/..").cwd == "/profiles/.."
 
 
+@pytest.mark.parametrize(("turn", "reason"), [
+    (Turn("hi", session_id="../../../../etc"), "the session id '../../../../etc' cannot be used in cwd: it contains '/'"),
+    (Turn("hi", session_id=".."), "the session id '..' cannot be used in cwd: it is '..'"),
+    (Turn("hi", session_id="."), "the session id '.' cannot be used in cwd: it is '.'"),
+    (Turn("hi", session_name="a/b"), "the session name 'a/b' cannot be used in cwd: it contains '/'"),
+    (Turn("secret/../../text"), "the message cannot be used in cwd: it contains '/'"),
+])
+def test_a_value_from_the_user_cannot_move_the_agent_out_of_its_cwd(turn: Turn, reason: str) -> None:
+    with pytest.raises(LaunchError) as caught:
+        plan(turn, cwd="{{PROFILE_DIR}}/work/{{SESSION_NAME}}-{{SESSION_ID}}/{{MESSAGE}}")
+    assert caught.value.exit_code == 126
+    assert caught.value.message.startswith(reason)
+    assert "single path component" in caught.value.message
+    assert "secret" not in caught.value.message
+
+
+def test_a_value_from_the_user_in_cwd_stays_one_directory_inside_it() -> None:
+    assert plan(Turn("hi", session_id="s-1"), cwd="{{PROFILE_DIR}}/work/{{SESSION_ID}}").cwd == "/profiles/work/s-1"
+    assert plan(Turn("hi"), cwd="work/{{SESSION_ID}}").cwd == "/profiles/work/"  # a new session: empty
+    assert plan(Turn("hi", session_id="~root"), cwd="{{SESSION_ID}}").cwd == "/profiles/~root"
+    assert plan(Turn("hi", session_id="..x"), cwd="{{SESSION_ID}}").cwd == "/profiles/..x"
+
+
 def test_stdin_payload() -> None:
     assert plan().stdin is None
     assert plan(Turn("héllo"), stdin="message").stdin == "héllo".encode()

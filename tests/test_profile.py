@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bridge
 import bridge.profile_cache
@@ -157,7 +159,10 @@ def test_templates_of_other_tools_are_left_alone() -> None:
     assert profile.argv_template[-1] == "{{.ID}} {{ json . }}"
 
 
-@pytest.mark.parametrize("command", [
+# --------------------------------------------------------------------------- a message never runs code
+
+# Refused before, and still: an untrusted placeholder in an interpreter's inline code.
+STILL_REFUSED = [
     "sh -c 'echo {{MESSAGE}}'",
     "bash -lc 'run \"{{MESSAGE}}\"'",
     "/bin/bash -e -c 'x {{SESSION_ID}}'",
@@ -171,28 +176,213 @@ def test_templates_of_other_tools_are_left_alone() -> None:
     "perl -ne 'print \"{{MESSAGE}}\"'",
     "ruby -e 'puts \"{{MESSAGE}}\"'",
     "php -r 'echo \"{{MESSAGE}}\";'",
-])
-def test_untrusted_placeholder_in_inline_code_is_refused(command: str) -> None:
+    "sh -c {{MESSAGE}}",
+    "bash -lc {{MESSAGE}}",
+    "timeout -s KILL 5 sh -c {{MESSAGE}}",
+    "/usr/bin/env python3.11 -c {{MESSAGE}}",
+    "env -i PATH=/bin perl5.36 -e {{MESSAGE}}",
+    "sudo -u bob sh -c {{MESSAGE}}",
+    "docker exec -i box sh -c {{MESSAGE}}",
+    "nice -n 5 python3 -c {{MESSAGE}}",
+    "python3 -Xdev -c 'print(\"{{MESSAGE}}\")'",
+    "gdb --args sh -c {{MESSAGE}}",
+]
+
+
+@pytest.mark.parametrize("command", STILL_REFUSED)
+def test_untrusted_placeholder_in_inline_code_is_still_refused(command: str) -> None:
     [message] = problems(f"command: {json.dumps(command)}\n")
     assert message.startswith("p.yaml:1: command: {{")
-    assert "inline code" in message and "separate argument" in message
+    assert "run code" in message and "$AGENT_" in message
+
+
+# Each of these passed `check` before and let a message run code (issue 7).
+NEWLY_REFUSED = [
+    # embedded in a larger argument: refused wherever it is
+    ("awk 'BEGIN{print \"{{MESSAGE}}\"}'", "inside the inline code run by awk"),
+    ("bash --rcfile /dev/null -c \"echo {{MESSAGE}}\"", "inside the inline code run by bash"),
+    ("bash --init-file /dev/null -c \"echo {{MESSAGE}}\"", "inside the inline code run by bash"),
+    ("perl -Mfeature=say -e 'say \"{{MESSAGE}}\"'", "inside the inline code run by perl"),
+    ("python3 -Wignore::DeprecationWarning -c 'print(\"{{MESSAGE}}\")'", "inside the inline code run by python3"),
+    ("python3 -Xpycache_prefix=/tmp -c 'print(\"{{MESSAGE}}\")'", "inside the inline code run by python3"),
+    ("node -pe '\"{{MESSAGE}}\"'", "inside the inline code run by node"),
+    ("env -S \"sh -c 'echo {{MESSAGE}}'\"", "inside the inline code run by env"),
+    ("flock /tmp/lock -c 'echo {{MESSAGE}}'", "inside the inline code run by flock"),
+    ("script -qc 'echo {{MESSAGE}}' /dev/null", "inside the inline code run by script"),
+    ("su root -c 'echo {{MESSAGE}}'", "inside the inline code run by su"),
+    ("gdb -ex 'shell echo {{MESSAGE}}'", "inside the inline code run by gdb"),
+    ("watch 'echo {{MESSAGE}}'", "inside the inline code run by watch"),
+    ("ssh host 'echo {{MESSAGE}}'", "inside the inline code run by ssh"),
+    ("agent 'Answer this: {{MESSAGE}}'", "part of a larger argument ('Answer this: {{MESSAGE}}')"),
+    ("agent -p{{MESSAGE}}", "part of a larger argument ('-p{{MESSAGE}}')"),
+    ("agent --x=a{{MESSAGE}}", "part of a larger argument"),
+    ("agent {{MESSAGE}}{{SESSION_ID}}", "part of a larger argument"),
+    ("agent --session=s-{{SESSION_ID}}", "part of a larger argument"),
+    ("env GREETING={{SESSION_NAME}} agent", "part of a larger argument"),
+    ("'{{PROFILE_DIR}}/{{SESSION_ID}}/agent'", "part of a larger argument"),
+    # whole, but the program itself
+    ("{{MESSAGE}}", "is the program to run"),
+    ("env {{MESSAGE}}", "is the command env runs"),
+    ("/usr/bin/env -- {{SESSION_NAME}}", "is the command env runs"),
+    ("xargs {{MESSAGE}}", "is the command xargs runs"),
+    ("timeout 5 {{MESSAGE}}", "is the command timeout runs"),
+    ("docker run --rm img {{MESSAGE}}", "is the command docker run runs"),
+    ("npx {{MESSAGE}}", "is the program npx runs"),
+    ("git -- {{MESSAGE}}", "is the subcommand git runs"),
+    # whole, after a code option: spelled apart, bundled, or --flag=
+    ("node -pe {{MESSAGE}}", "is the value of node -pe"),
+    ("node --require {{MESSAGE}} agent.js", "is the value of node --require"),
+    ("gdb -ex {{MESSAGE}}", "is the value of gdb -ex"),
+    ("gdb --eval-command={{MESSAGE}}", "is the value of gdb -eval-command"),
+    ("gawk --source={{MESSAGE}}", "is the value of gawk --source"),
+    ("env -S {{MESSAGE}}", "is the value of env -S"),
+    ("env --split-string={{MESSAGE}}", "is the value of env --split-string"),
+    ("flock /tmp/lock -c {{MESSAGE}}", "is the value of flock -c"),
+    ("script -qc {{MESSAGE}} /dev/null", "is the value of script -c"),
+    ("su root -c {{MESSAGE}}", "is the value of su -c"),
+    ("vim -c {{MESSAGE}}", "is the value of vim -c"),
+    ("emacs --batch --eval {{MESSAGE}}", "is the value of emacs -eval"),
+    ("expect -c {{MESSAGE}}", "is the value of expect -c"),
+    ("git -c {{MESSAGE}} status", "is the value of git -c"),
+    ("bash --rcfile {{MESSAGE}}", "is the value of bash --rcfile"),
+    ("ssh -o {{MESSAGE}} host", "is the value of ssh -o"),
+    ("python3 -m {{MESSAGE}}", "is the value of python3 -m"),
+    # whole, as an operand the program runs
+    ("awk {{MESSAGE}}", "is the code awk runs"),
+    ("awk -F: -- {{MESSAGE}} data.txt", "is the code awk runs"),
+    ("sed -n -- {{MESSAGE}}", "is the code sed runs"),
+    ("watch {{MESSAGE}}", "part of the command line watch runs"),
+    ("ssh host {{MESSAGE}}", "part of the command line ssh runs"),
+    ("ssh -p 22 host cat {{MESSAGE}}", "part of the command line ssh runs"),
+    ("su bob {{MESSAGE}}", "part of the command line su runs"),
+    ("python3 -- {{MESSAGE}}", "is the script python3 runs"),
+    ("python3 {{MESSAGE}}", "is the script python3 runs"),
+    # whole, where a program that can run code from an option reads options
+    ("perl -e 'print @ARGV' {{MESSAGE}}", "where perl reads its options"),
+    ("node -e 'console.log(process.argv[1])' {{MESSAGE}}", "where node reads its options"),
+    ("sed -n p {{MESSAGE}}", "where sed reads its options"),
+    ("awk -f prog.awk {{MESSAGE}}", "where awk reads its options"),
+    ("ssh {{MESSAGE}}", "where ssh reads its options"),
+    ("git log {{MESSAGE}}", "where git log reads its options"),
+    ("runuser -u bob sh -c 'echo \"$1\"' sh {{MESSAGE}}", "where runuser reads its options"),
+]
+
+
+@pytest.mark.parametrize(("command", "reason"), NEWLY_REFUSED, ids=[command for command, _ in NEWLY_REFUSED])
+def test_a_placeholder_that_could_run_code_is_refused(command: str, reason: str) -> None:
+    [message] = problems(f"command: {json.dumps(command)}\n")
+    assert message.startswith("p.yaml:1: command: {{")
+    assert reason in message
+
+
+def test_the_refusal_says_what_to_do_instead() -> None:
+    [embedded] = problems("command: agent\nargs: ['Answer this: {{MESSAGE}}']\n")
+    assert "Pass it as its own argument (e.g. sh -c 'echo \"$1\"' sh {{MESSAGE}})" in embedded
+    assert "read $AGENT_MESSAGE" in embedded and "env value" in embedded
+    [option] = problems("command: sed -n p {{SESSION_ID}}\n")
+    assert "after `--`" in option and "$AGENT_SESSION_ID" in option
+    [program] = problems("command: env {{SESSION_NAME}}\n")
+    assert "must never choose what runs" in program and "$AGENT_SESSION_NAME" in program
 
 
 def test_inline_code_in_args_is_refused_at_the_arg_line() -> None:
     [message] = problems("command: python3\nargs:\n  - -c\n  - print('{{MESSAGE}}')\n")
-    assert message.startswith("p.yaml:4: args.1: {{MESSAGE}} is inside the inline code run by python")
+    assert message.startswith("p.yaml:4: args.1: {{MESSAGE}} is inside the inline code run by python3")
+    [message] = problems("command: [timeout, -s, KILL, '5']\nargs:\n  - sh\n  - -c\n  - '{{MESSAGE}}'\n")
+    assert message.startswith("p.yaml:5: args.2: {{MESSAGE}} is the code sh -c runs")
 
 
-@pytest.mark.parametrize("command", [
+# Still accepted: a whole argument where the program takes data, or a long option's whole value.
+ACCEPTED = [
     ["sh", "-c", 'echo "$1"', "sh", "{{MESSAGE}}"],
+    ["claude", "-p", "{{MESSAGE}}"],
+    ["claude", "--prompt={{MESSAGE}}"],
+    ["python3", "{{PROFILE_DIR}}/agent.py"],
+    ["python3", "agent.py", "{{MESSAGE}}"],
+    ["node", "agent.js", "--eval", "{{MESSAGE}}"],
+    ["docker", "ps", "--format", "{{.ID}}"],
     ["bash", "-c", 'exec agent "$@"', "--", "{{MESSAGE}}", "{{SESSION_ID}}"],
     ["python3", "agent.py", "-c", "{{MESSAGE}}"],
     ["python3", "-c", "import sys; print(sys.argv[1])", "{{MESSAGE}}"],
     ["sh", "-c", "cd {{PROFILE_DIR}} && ./agent"],
-    ["node", "agent.js", "--eval", "{{MESSAGE}}"],
+    ["timeout", "-s", "KILL", "5", "python3", "agent.py", "{{MESSAGE}}"],
+    ["env", "-S", 'sh -c "echo \\"$1\\"" sh', "{{MESSAGE}}"],
+    ["perl", "-e", "print $ARGV[0]", "--", "{{MESSAGE}}"],
+    ["awk", "-f", "prog.awk", "--", "{{MESSAGE}}"],
+    ["sed", "-e", "p", "--", "{{MESSAGE}}"],
+    ["sudo", "-u", "{{SESSION_NAME}}", "agent"],
+    ["flock", "/tmp/lock", "python3", "agent.py", "{{MESSAGE}}"],
+    ["docker", "exec", "-i", "box", "agent", "{{MESSAGE}}"],
+    ["git", "commit", "--message={{MESSAGE}}"],
+    ["runuser", "-u", "bob", "--", "sh", "-c", 'echo "$1"', "sh", "{{MESSAGE}}"],
+    ["ls", "-1", "{{MESSAGE}}"],
+    ["{{PROFILE_DIR}}/agent", "--session={{SESSION_ID}}", "--", "{{MESSAGE}}"],
+]
+
+
+@pytest.mark.parametrize("command", ACCEPTED, ids=" ".join)
+def test_placeholders_where_the_program_takes_data_are_fine(command: list[str]) -> None:
+    assert parse_profile(json.dumps({"command": command})).argv_template == tuple(command)
+
+
+def test_cwd_and_env_values_may_embed_placeholders() -> None:
+    profile = parse_profile(json.dumps({
+        "command": "agent", "cwd": "{{PROFILE_DIR}}/work/{{SESSION_ID}}",
+        "env": {"PROMPT": "Answer: {{MESSAGE}}", "WHERE": "{{SESSION_NAME}}/{{SESSION_ID}}"},
+    }))
+    assert profile.env["PROMPT"] == "Answer: {{MESSAGE}}"
+
+
+CODE_VARIABLES = ["BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PERL5OPT", "PERL5LIB",
+                  "NODE_OPTIONS", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PYTHONWARNINGS", "RUBYOPT",
+                  "RUBYLIB", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "PROMPT_COMMAND", "PS4", "SHELLOPTS",
+                  "BASHOPTS", "BASH_FUNC_greet%%"]
+
+
+@pytest.mark.parametrize("name", CODE_VARIABLES)
+def test_an_untrusted_placeholder_in_a_variable_run_as_code_is_refused(name: str) -> None:
+    [message] = problems(json.dumps({"command": "agent", "env": {name: "x {{SESSION_ID}}"}}))
+    assert message == (f"p.yaml:1: env.{name}: {{{{SESSION_ID}}}} cannot be used in {name}: programs run or load "
+                       "code from that variable, so a message there would run code. Read $AGENT_SESSION_ID in the "
+                       "agent instead")
+    parse_profile(json.dumps({"command": "agent", "env": {name: "{{PROFILE_DIR}}/lib"}}))
+
+
+def test_a_code_variable_is_refused_at_its_line() -> None:
+    assert problems("command: agent\nenv:\n  A: ok\n  NODE_OPTIONS: '--require {{MESSAGE}}'\n") == [
+        "p.yaml:4: env.NODE_OPTIONS: {{MESSAGE}} cannot be used in NODE_OPTIONS: programs run or load code from "
+        "that variable, so a message there would run code. Read $AGENT_MESSAGE in the agent instead"
+    ]
+
+
+def injection_warnings(command: list[str]) -> list[str]:
+    from bridge.argv_rules import option_injection_warnings
+
+    return option_injection_warnings(parse_profile(json.dumps({"command": command})).argv_template)
+
+
+def test_a_placeholder_that_could_become_options_is_warned_about_with_the_fix() -> None:
+    assert injection_warnings(["ls", "-1", "{{MESSAGE}}"]) == [
+        "{{MESSAGE}} is not preceded by --, so a message starting with '-' would reach ls as options; "
+        "end the options first: ls -1 -- {{MESSAGE}} (or, if it is an option's value, write --option={{MESSAGE}})"
+    ]
+    [warning] = injection_warnings(["timeout", "5", "claude", "-p", "{{MESSAGE}}", "{{SESSION_ID}}"])
+    assert warning.startswith("{{MESSAGE}} and {{SESSION_ID}} are not preceded by --")
+    assert "reach claude as options" in warning and "timeout 5 claude -p -- {{MESSAGE}} {{SESSION_ID}}" in warning
+    [warning] = injection_warnings(["python3", "{{PROFILE_DIR}}/agent.py", "{{MESSAGE}}"])
+    assert "python3 {{PROFILE_DIR}}/agent.py -- {{MESSAGE}}" in warning
+
+
+@pytest.mark.parametrize("command", [
+    ["ls", "-1", "--", "{{MESSAGE}}"],
+    ["claude", "--prompt={{MESSAGE}}"],
+    ["sh", "-c", 'echo "$1"', "sh", "{{MESSAGE}}"],
+    ["python3", "-c", "import sys; print(sys.argv[1])", "{{MESSAGE}}"],
+    ["sudo", "-u", "{{SESSION_NAME}}", "agent"],
+    ["agent", "--", "{{MESSAGE}}", "{{SESSION_ID}}"],
 ])
-def test_placeholders_as_separate_arguments_are_fine(command: list[str]) -> None:
-    parse_profile(json.dumps({"command": command}))
+def test_no_warning_where_the_message_cannot_become_options(command: list[str]) -> None:
+    assert injection_warnings(command) == []
 
 
 def test_api_construction_validates_too() -> None:
@@ -295,3 +485,27 @@ def test_running_a_remembered_profile_does_not_load_pydantic(tmp_path: Path) -> 
     first = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
     again = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
     assert (first.stdout.strip(), again.stdout.strip()) == ("True", "False")
+
+
+def _argv_vocabulary() -> list[str]:
+    from bridge.argv_rules import PROGRAMS
+
+    words = {"--", "-", "x", "a=b", "agent", "{{MESSAGE}}", "{{SESSION_ID}}", "--prompt={{MESSAGE}}", "-c{{MESSAGE}}",
+             "'unclosed", "{{PROFILE_DIR}}/agent.py"}
+    for name, rules in PROGRAMS.items():
+        words |= {name, *rules.code, *rules.values, *rules.attached, *rules.modes, *rules.subcommands}
+    return sorted(words - {""})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_argv_vocabulary()), min_size=1, max_size=8))
+def test_every_argv_is_judged_without_error_and_a_program_from_the_user_is_always_refused(argv: list[str]) -> None:
+    from bridge.argv_rules import argv_problem, option_injection_warnings
+
+    option_injection_warnings(argv)
+    problem = argv_problem(argv)
+    if argv[0] in ("{{MESSAGE}}", "{{SESSION_ID}}"):
+        assert problem is not None and problem.index == 0
+    if any("{{" in word and word not in ("{{MESSAGE}}", "{{SESSION_ID}}", "--prompt={{MESSAGE}}",
+                                         "{{PROFILE_DIR}}/agent.py") for word in argv):
+        assert problem is not None  # -c{{MESSAGE}}: embedded

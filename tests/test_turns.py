@@ -504,13 +504,13 @@ async def test_a_hostile_message_stays_one_inert_argv_token(tmp_path, monkeypatc
     write_agent(tmp_path, "argv agent", f"#!{PYTHON}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     profile = bridge.load_profile(write_profile(tmp_path, """
         command: '"{{PROFILE_DIR}}/argv agent" ''two words'' --msg={{MESSAGE}} {{SESSION_ID}}'
-        args: ["{{MESSAGE}}", "{{SESSION_NAME}} x"]
+        args: ["{{MESSAGE}}", "--name={{SESSION_NAME}}"]
         max_reply_chars: null
     """))
     message = """it's "quoted" $(touch pwned) `touch pwned2`; rm -rf nothing && echo {{SESSION_ID}} ${HOME} * \\ \n2nd"""
     result = await run(profile, message, session_id="sid-{{MESSAGE}}", session_name="n;ame")
     assert result.outcome == "ok", result
-    assert json.loads(result.reply) == ["two words", "--msg=" + message, "sid-{{MESSAGE}}", message, "n;ame x"]
+    assert json.loads(result.reply) == ["two words", "--msg=" + message, "sid-{{MESSAGE}}", message, "--name=n;ame"]
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
 
 
