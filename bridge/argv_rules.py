@@ -74,6 +74,7 @@ class Program:
     assignments: bool = False               # NAME=VALUE words may come before the command (env, sudo)
     splits: frozenset[str] = frozenset()    # options whose value is split into words read in place (env -S)
     late: frozenset[str] = frozenset()      # options still read where the command would start (flock FILE -c)
+    stdin_code: frozenset[str] = frozenset()  # options that make it read its program from stdin (sh -s)
     subcommands: Mapping[str, Program] = field(default_factory=dict)  # "": any other (default _ANY_SUBCOMMAND)
 
     def option_kind(self, name: str) -> tuple[str, str]:
@@ -108,7 +109,7 @@ _CMD, _SH, _SUB = Operand.COMMAND, Operand.SHELL_WORDS, Operand.SUBCOMMAND
 _ANY_SUBCOMMAND = Program(operands=(_D,), permutes=True)
 _SHELL = Program(
     code=_words("--rcfile --init-file"), values=_words("-o +o -O +O"), plus_options=True,
-    modes={"-c": (_C, _D), "-s": (_D,)},
+    modes={"-c": (_C, _D), "-s": (_D,)}, stdin_code=_words("-s"),
 )
 _PYTHON = Program(
     code=_words("-c -m"), values=_words("-W -X -Q --check-hash-based-pycs"), final=_words("-c -m"),
@@ -380,14 +381,19 @@ _Words = list[tuple[int | None, str]]  # (index in argv, or None for words split
 
 def classify(argv: Sequence[str]) -> dict[int, Use]:
     """What every word of `argv` is to the program that reads it."""
+    return _walk(argv).uses
+
+
+def _walk(argv: Sequence[str]) -> _Walk:
     walk = _Walk()
     walk.command(list(enumerate(argv)), 0, via="")
-    return walk.uses
+    return walk
 
 
 class _Walk:
     def __init__(self) -> None:
         self.uses: dict[int, Use] = {}
+        self.stdin_code: list[str] = []  # programs that read the code they run from stdin
 
     def note(self, index: int | None, use: Use) -> None:
         if index is not None:
@@ -420,6 +426,7 @@ class _Walk:
         operands, mode_option = rules.operands, ""
         count = 0  # operands seen
         reading_options = True
+        has_code = False  # an option gave the code to run (sh -c, python -m, awk -f)
         while position < len(words):
             index, word = words[position]
             role = operands[min(count, len(operands) - 1)]
@@ -431,6 +438,10 @@ class _Walk:
             if reading_options and _is_option(rules, word) or late:
                 options, position = _read_option(rules, words, position)
                 for option in options:
+                    if option.name in rules.stdin_code:
+                        self.stdin_code.append(owner)
+                    if option.kind == "code" or option.name in rules.modes:
+                        has_code = True
                     if option.name in rules.modes:
                         operands, mode_option = rules.modes[option.name], option.name
                     if option.name in rules.final:
@@ -476,6 +487,8 @@ class _Walk:
                 self.note(index, Use(Role.PROGRAM, f"the program {owner} runs", owner))
             elif role is Operand.SCRIPT:
                 self.note(index, Use(Role.CODE, f"the script {owner} runs", owner))
+                if word == "-":  # python -, perl -: the script is stdin
+                    self.stdin_code.append(owner)
                 self.arguments(words, position + 1, os.path.basename(word))
                 return
             elif role is Operand.ARGUMENTS:
@@ -499,6 +512,10 @@ class _Walk:
                 self.program(sub, f"{owner} {word}", words, position + 1)
                 return
             position += 1
+        if count == 0 and not has_code and operands[0] in (Operand.SCRIPT, Operand.CODE):
+            self.stdin_code.append(owner)  # no script and no code: it reads them from stdin
+        elif operands[min(count, len(operands) - 1)] is Operand.SHELL_WORDS and count < len(operands):
+            self.stdin_code.append(owner)  # ssh HOST, su USER: a shell that reads its commands from stdin
 
     def code_rest(self, words: _Words, start: int, owner: str) -> None:
         for index, _ in words[start:]:
@@ -592,6 +609,16 @@ def argv_problem(argv: Sequence[str]) -> ArgvProblem | None:
         if use.role in (Role.PROGRAM, Role.CODE, Role.OPTION):
             return ArgvProblem(index, _refusal_message(found, variable, use))
     return None
+
+
+def stdin_problem(argv: Sequence[str]) -> str | None:
+    """Why the message may not be written to the stdin of `argv`, if it may not: the program reads its code there."""
+    readers = _walk(argv).stdin_code
+    if not readers:
+        return None
+    return (f"{readers[0]} reads the code it runs from stdin, and `stdin: message` would put the message there, "
+            f"so a message would run code. Give {readers[0]} its script (e.g. python3 \"{{{{PROFILE_DIR}}}}/agent.py\") "
+            "and let the script read stdin, or use `stdin: none` and read $AGENT_MESSAGE")
 
 
 def environment_problem(name: str, value: str) -> str | None:

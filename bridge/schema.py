@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from .argv_rules import argv_problem, environment_problem
+from .argv_rules import argv_problem, environment_problem, stdin_problem
 from .errors import Problem, ProfileError
 from .profile import PLACEHOLDER_PATTERN, PLACEHOLDERS
 
@@ -135,6 +135,8 @@ class ProfileModel(BaseModel):
         problem = argv_problem(self._argv_template)
         if problem is not None:
             raise _located_error(self._argv_locations[problem.index], "{reason}", reason=problem.message)
+        if self.stdin == "message" and (reason := stdin_problem(self._argv_template)) is not None:
+            raise _located_error(("stdin",), "{reason}", reason=reason)
         return self
 
     def _templated_fields(self) -> Iterator[tuple[str, tuple[str | int, ...]]]:

@@ -385,6 +385,25 @@ def test_no_warning_where_the_message_cannot_become_options(command: list[str]) 
     assert injection_warnings(command) == []
 
 
+@pytest.mark.parametrize("command", [
+    "sh", "bash -s", "/bin/bash -e", "python3", "python3 -", "python3.11 -u", "node", "perl -w", "ruby -",
+    "env LC_ALL=C python3", "timeout 5 bash", "ssh host", "su bob", "sudo -s",
+])
+def test_the_message_on_the_stdin_of_a_program_that_reads_its_code_there_is_refused(command: str) -> None:
+    [message] = problems(f"command: {command}\nstdin: message\n")
+    assert message.startswith("p.yaml:2: stdin: ") and "reads the code it runs from stdin" in message
+    assert "$AGENT_MESSAGE" in message
+    parse_profile(f"command: {command}\nstdin: none\n")
+
+
+@pytest.mark.parametrize("command", [
+    "python3 agent.py", "python3 -c 'import sys; print(sys.stdin.read())'", "sh -c 'cat'", "cat", "bc -l",
+    "python3 -m agent", "node agent.js", "perl -e 'print <STDIN>'", "ssh host cat", "awk '{print}'",
+])
+def test_a_program_that_only_reads_the_message_as_data_may_have_it_on_stdin(command: str) -> None:
+    parse_profile(f"command: {command}\nstdin: message\n")
+
+
 def test_api_construction_validates_too() -> None:
     with pytest.raises(ValueError, match="inline code"):
         Profile(command=["sh", "-c", "echo {{MESSAGE}}"])
