@@ -56,17 +56,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--log-level", choices=LEVELS, default=argparse.SUPPRESS,
-                        help="least severe log record to print on stderr (default: warning)")
-    common.add_argument("--log-format", choices=("auto", "console", "json"), default=argparse.SUPPRESS,
-                        help="console for people, json for machines; auto picks by whether stderr is a terminal")
-
     parser = argparse.ArgumentParser(
-        prog="agent-bridge", parents=[common],
-        description="Run any agent executable from a YAML profile, one process per message.",
+        prog="agent-bridge", description="Run any agent executable from a YAML profile, one process per message.",
     )
-    parser.set_defaults(log_level="warning", log_format="auto")
+    _add_log_options(parser, level="warning", log_format="auto")
+    # Each command takes them too, without defaults: `agent-bridge --log-level info run …` stands
+    # unless `run --log-level …` comes later. (Options of a `parents=` parser are shared objects, so the
+    # two sets must be separate: a default set on one would be every command's, overwriting the first.)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_log_options(common, level=argparse.SUPPRESS, log_format=argparse.SUPPRESS)
     parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -146,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default: 10)")
     serve.set_defaults(handler=_serve_command)
     return parser
+
+
+def _add_log_options(parser: argparse.ArgumentParser, *, level: str, log_format: str) -> None:
+    parser.add_argument("--log-level", choices=LEVELS, default=level,
+                        help="least severe log record to print on stderr (default: warning)")
+    parser.add_argument("--log-format", choices=("auto", "console", "json"), default=log_format,
+                        help="console for people, json for machines; auto picks by whether stderr is a terminal")
 
 
 def _count(minimum: int) -> Any:
