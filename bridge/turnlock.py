@@ -68,21 +68,26 @@ def ticket_name(key_hash: str, sequence: int) -> str:
 def parse_ticket(name: str) -> tuple[str, int] | None:
     """(key hash, sequence) of a ticket's file name; None for anything else in the directory."""
     key_hash, dash, sequence = name.partition("-")
-    if not dash or not sequence.isdigit() or not sequence.isascii():
-        return None
-    return key_hash, int(sequence)
+    if dash and sequence.isascii() and sequence.isdigit():
+        return key_hash, int(sequence)
+    return None
 
 
-def next_sequence(names: Iterable[str]) -> int:
-    """One above every ticket in the directory, so a new ticket is behind all of them."""
-    return 1 + max((ticket[1] for name in names if (ticket := parse_ticket(name)) is not None), default=0)
-
-
-def tickets_ahead(names: Iterable[str], key_hash: str, sequence: int) -> list[str]:
-    """The tickets of `key_hash` below `sequence`, newest first: the turns a new ticket waits for."""
-    ahead = [(ticket[1], name) for name in names
-             if (ticket := parse_ticket(name)) is not None and ticket[0] == key_hash and ticket[1] < sequence]
-    return [name for _, name in sorted(ahead, reverse=True)]
+def plan_join(names: Iterable[str], key_hash: str) -> tuple[int, list[str]]:
+    """Joining, from a listing of the directory: the new ticket's sequence, one above every ticket there
+    (so it is behind all of them), and the tickets of its own conversation, newest first: the turns it waits for."""
+    highest = 0
+    ahead = []
+    for name in names:
+        ticket = parse_ticket(name)
+        if ticket is None:
+            continue
+        if ticket[1] > highest:
+            highest = ticket[1]
+        if ticket[0] == key_hash:
+            ahead.append((ticket[1], name))
+    ahead.sort(reverse=True)
+    return highest + 1, [name for _, name in ahead]
 
 
 # --------------------------------------------------------------------------- files
@@ -129,8 +134,7 @@ class TurnLocks:
             except BlockingIOError:
                 return None
             try:
-                names = os.listdir(self.directory)
-                sequence = next_sequence(names)
+                sequence, ahead = plan_join(os.listdir(self.directory), key_hash)
                 path = os.path.join(self.directory, ticket_name(key_hash, sequence))
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
                 try:
@@ -143,8 +147,7 @@ class TurnLocks:
                 fcntl.flock(self._join_fd, fcntl.LOCK_UN)
         except OSError as err:
             raise self._error(err) from None
-        ahead = [os.path.join(self.directory, name) for name in tickets_ahead(names, key_hash, sequence)]
-        return Place(path, fd, ahead)
+        return Place(path, fd, [os.path.join(self.directory, name) for name in ahead])
 
     def close(self) -> None:
         if self._join_fd >= 0:

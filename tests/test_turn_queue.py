@@ -26,8 +26,7 @@ from conftest import write_agent, write_profile
 from hostkit import Lab, max_overlap
 
 from bridge import BridgeError
-from bridge.turnlock import (TurnLocks, conversation_hash, next_sequence, parse_ticket, ticket_name,
-                             tickets_ahead)
+from bridge.turnlock import TurnLocks, conversation_hash, parse_ticket, plan_join, ticket_name
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 WAIT = 20.0  # an upper bound for a loaded machine; passing tests never wait for it
@@ -150,16 +149,12 @@ def test_ticket_names_round_trip_and_anything_else_in_the_directory_is_ignored()
         assert parse_ticket(other) is None, other
 
 
-def test_a_new_ticket_goes_behind_every_ticket_of_every_conversation() -> None:
-    assert next_sequence([]) == next_sequence(["join.lock"]) == 1
-    assert next_sequence(["join.lock", "aa-3", "bb-9", "aa-12", "junk-x"]) == 13
-
-
-def test_a_ticket_waits_for_the_earlier_tickets_of_its_own_conversation_newest_first() -> None:
-    names = ["join.lock", "aa-1", "bb-2", "aa-5", "aa-3", "aa-8", "bb-9", "aa-10"]
-    assert tickets_ahead(names, "aa", 8) == ["aa-5", "aa-3", "aa-1"]
-    assert tickets_ahead(names, "bb", 9) == ["bb-2"]
-    assert tickets_ahead(names, "cc", 11) == []
+def test_a_new_ticket_goes_behind_every_ticket_and_waits_for_those_of_its_conversation_newest_first() -> None:
+    assert plan_join([], "aa") == plan_join(["join.lock"], "aa") == (1, [])
+    names = ["join.lock", "aa-1", "bb-2", "aa-5", "aa-3", "junk-x", "bb-9", "aa-10", "aa-x-1"]
+    assert plan_join(names, "aa") == (11, ["aa-10", "aa-5", "aa-3", "aa-1"])
+    assert plan_join(names, "bb") == (11, ["bb-9", "bb-2"])
+    assert plan_join(names, "cc") == (11, [])
 
 
 def test_conversation_keys_hash_apart_whatever_they_contain() -> None:
