@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import write_agent, write_profile
+from conftest import PROFILES, write_agent, write_profile
 from hostkit import Lab, max_overlap
 
 from bridge import BridgeError
@@ -353,6 +353,14 @@ def test_other_conversations_and_session_names_do_not_wait(bench: Bench) -> None
     assert QUEUED not in other.err + named.err
     bench.release(gate)
     assert holder.finish() == 0
+
+
+def test_a_run_without_a_conversation_loads_neither_the_store_nor_the_queue() -> None:
+    code = ("import sys; from bridge.cli import main; code = main(['run', sys.argv[1], 'hi']); "
+            "print(code, sorted({'sqlite3', 'bridge.store', 'bridge.turnlock'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, str(PROFILES / "echo.yaml")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.splitlines()[-1] == "0 []", done.stderr
 
 
 # --------------------------------------------------------------------------- chat
