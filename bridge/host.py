@@ -107,10 +107,11 @@ def open_host(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str]
     (`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`), or a store object the
     caller owns (anything with `get` and `record`, such as a `SessionStore`).
     With a `SessionStore` (a path, or one given), turns also queue with those
-    of other processes on the same file (CLI runs, another host), in
-    `<store file>.turns/` (see `turnlock`). `max_concurrent` turns run at once; `max_queued` more may wait, then
-    `submit` raises `QueueFull`. On shutdown, turns in flight get
-    `shutdown_grace` seconds to finish before they are cancelled.
+    of other processes on the same file (CLI runs, another host) in
+    `<store file>.turns/` (see `turnlock`). `max_concurrent` turns run at
+    once; `max_queued` more may wait, then `submit` raises `QueueFull`. On
+    shutdown, turns in flight get `shutdown_grace` seconds to finish before
+    they are cancelled.
     """
     registry = ProfileRegistry(profiles)
     log = get_logger(component="host")
@@ -176,9 +177,10 @@ class Host:
         Turns of the same (profile, conversation, session name) run one at a
         time in the order they were submitted; with a store file, a turn
         that may start also waits for the conversation's turns in other
-        processes sharing the file (it counts as running meanwhile). When `turn.session_id` is
-        empty, the stored session id is used, and the result's id is stored
-        for the next turn (no valid session line keeps the stored one).
+        processes sharing the file (it counts as running meanwhile). When
+        `turn.session_id` is empty, the stored session id is used, and the
+        result's id is stored for the next turn (no valid session line keeps
+        the stored one).
 
         `on_partial(text)` / `on_event(event)` see the turn's events as in
         `run_turn`; the `TurnResult` reaches `on_event` last, once the session
