@@ -32,6 +32,7 @@ stop a running turn the same way and end the chat with 128+N.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import signal
@@ -52,6 +53,7 @@ from .turn import Turn
 
 if TYPE_CHECKING:
     from .sessions_cli import Conversation
+    from .turnlock import Place
 
 PROMPT = "you> "
 HELP = """\
@@ -88,6 +90,9 @@ class Chat:
                  out: TextIO | None = None, err: TextIO | None = None) -> None:
         self.profile = profile
         self.conversation = conversation
+        # With a conversation, each turn resumes what the store holds once it is that turn's turn (another
+        # process may have moved the conversation on), unless the session was chosen here: --session-id, /new.
+        self._pinned = session_id is not None
         if session_id is None:
             session_id = conversation.session_id if conversation is not None else ""
         self.session_id = session_id
@@ -99,7 +104,7 @@ class Chat:
         self.interactive = os.isatty(stdin_fd)
         self.spin = self.err.isatty()
         self._stream: TurnStream | None = None
-        self._reading: trio.CancelScope | None = None
+        self._idle: trio.CancelScope | None = None  # waiting for a line or for our place: a signal cancels it
         self._quit: int | None = None  # the exit code, once a signal asked us to leave
 
     async def run(self) -> int:
@@ -122,9 +127,9 @@ class Chat:
             if self.interactive:
                 self._write_err(PROMPT)
             with trio.CancelScope() as scope:
-                self._reading = scope
+                self._idle = scope
                 line = await reader.readline()
-            self._reading = None
+            self._idle = None
             if scope.cancelled_caught:  # Ctrl-C: the terminal dropped the line; start a fresh one
                 reader.discard()
                 self._write_err("\n")
@@ -151,6 +156,7 @@ class Chat:
             return False
         if name == "/new":
             self.session_id = ""
+            self._pinned = True
             if self.conversation is not None:
                 self._store(self.conversation.forget)
             self._say("new session: the next message starts one")
@@ -167,11 +173,63 @@ class Chat:
 
     async def _turn(self, message: str) -> None:
         try:
-            turn = Turn(message, session_id=self.session_id, session_name=self.session_name,
-                        from_user=self.from_user)
+            turn = Turn(message, session_name=self.session_name, from_user=self.from_user)
         except BridgeError as error:
             self._say(f"not sent: {error}")
             return
+        conversation = self.conversation
+        place = None
+        if conversation is not None:
+            place = await self._take_place(conversation)
+            if place is None:
+                return
+        try:
+            try:
+                if conversation is not None and not self._pinned:
+                    self.session_id = conversation.session_id  # read only now that the turn before is over
+                self._pinned = False
+                turn = dataclasses.replace(turn, session_id=self.session_id)
+            except BridgeError as error:
+                self._say(f"not sent: {error}")
+                return
+            await self._run(turn)
+        finally:
+            if place is not None:
+                place.release()
+
+    async def _take_place(self, conversation: Conversation) -> Place | None:
+        """Our place in the conversation's queue, once every earlier turn (in any process) is over;
+        None when it cannot be had, or a signal gave up waiting."""
+        try:
+            place = await conversation.join_async()
+        except BridgeError as error:
+            self._say(f"not sent: {error}")
+            return None
+        try:
+            if place.try_wait():
+                return place
+            self._say(f"waiting: a turn of conversation {conversation.key!r} is running elsewhere "
+                      "(Ctrl-C gives up)")
+            with trio.CancelScope() as scope:
+                self._idle = scope
+                try:
+                    await place.wait_async()
+                finally:
+                    self._idle = None
+        except BridgeError as error:
+            place.release()
+            self._say(f"not sent: {error}")
+            return None
+        except BaseException:
+            place.release()
+            raise
+        if scope.cancelled_caught or self._quit is not None:
+            place.release()
+            self._say("not sent: gave up waiting")
+            return None
+        return place
+
+    async def _run(self, turn: Turn) -> None:
         printer = HumanPrinter(self.out, self.err)
         spinner = Spinner(self.err, printer) if self.spin else None
         async with open_turn(self.profile, turn) as stream:
@@ -217,8 +275,8 @@ class Chat:
                     self._quit = 128 + signum
                 if self._stream is not None:
                     self._stream.cancel()
-                elif self._reading is not None:
-                    self._reading.cancel()
+                elif self._idle is not None:
+                    self._idle.cancel()
 
     def _session_text(self) -> str:
         if self.session_id:

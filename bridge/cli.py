@@ -7,19 +7,21 @@ arguments, with a message that says what to fix.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 import trio
 
 from . import __version__
 from .errors import BridgeError, ProfileError
-from .log import LEVELS, configure_logging
+from .log import LEVELS, configure_logging, get_logger
 from .profile import Profile, json_schema, load_profile
 from .result import TurnResult
 from .runner import TurnStream, open_turn
@@ -48,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except _Stopped as stopped:
+        return stopped.code
     except BrokenPipeError:
         # Whoever read stdout went away (`agent-bridge run … | head`): end quietly, as
         # in a pipeline; the turn was cancelled and its agent stopped on the way out.
@@ -56,17 +60,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--log-level", choices=LEVELS, default=argparse.SUPPRESS,
-                        help="least severe log record to print on stderr (default: warning)")
-    common.add_argument("--log-format", choices=("auto", "console", "json"), default=argparse.SUPPRESS,
-                        help="console for people, json for machines; auto picks by whether stderr is a terminal")
-
     parser = argparse.ArgumentParser(
-        prog="agent-bridge", parents=[common],
-        description="Run any agent executable from a YAML profile, one process per message.",
+        prog="agent-bridge", description="Run any agent executable from a YAML profile, one process per message.",
     )
-    parser.set_defaults(log_level="warning", log_format="auto")
+    _add_log_options(parser, level="warning", log_format="auto")
+    # Each command takes them too, without defaults: `agent-bridge --log-level info run …` stands
+    # unless `run --log-level …` comes later. (Options of a `parents=` parser are shared objects, so the
+    # two sets must be separate: a default set on one would be every command's, overwriting the first.)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_log_options(common, level=argparse.SUPPRESS, log_format=argparse.SUPPRESS)
     parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -148,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_log_options(parser: argparse.ArgumentParser, *, level: str, log_format: str) -> None:
+    parser.add_argument("--log-level", choices=LEVELS, default=level,
+                        help="least severe log record to print on stderr (default: warning)")
+    parser.add_argument("--log-format", choices=("auto", "console", "json"), default=log_format,
+                        help="console for people, json for machines; auto picks by whether stderr is a terminal")
+
+
 def _count(minimum: int) -> Any:
     def parse(text: str) -> int:
         try:
@@ -198,28 +207,66 @@ def _add_conversation_options(parser: argparse.ArgumentParser) -> None:
 
 def _run_command(args: argparse.Namespace) -> int:
     profile = _load_for_turns(args)
-    message = _read_message(args.message)
-    conversation = _open_conversation(args, profile)
-    session_id = args.session_id
-    if session_id is None:
-        session_id = conversation.session_id if conversation is not None else ""
     turn = Turn(
-        message=message,
-        session_id=session_id,
+        message=_read_message(args.message),
+        session_id=args.session_id or "",
         session_name=args.session_name,
         from_user=args.from_user,
         attachments=tuple(args.attach),
     )
+    conversation = _open_conversation(args, profile)
+    if conversation is None:
+        return _run_now(args, profile, turn).exit_code
+    place = None
+    try:
+        with _signals_end_the_command():  # no agent runs yet: Ctrl-C or SIGTERM simply ends the command
+            place = conversation.join()
+            if not place.try_wait():
+                get_logger(profile=profile.label, conversation=conversation.key).info(
+                    "turn waits for an earlier turn of its conversation")
+                place.wait()
+        # Only now, with the turn before it over: what it stored is what this turn resumes (or forgets).
+        if args.new:
+            conversation.forget()
+        if args.session_id is None:
+            turn = dataclasses.replace(turn, session_id=conversation.session_id)
+        result = _run_now(args, profile, turn)
+        conversation.record(result)
+        return result.exit_code
+    finally:
+        if place is not None:
+            place.release()
+        conversation.close()
+
+
+def _run_now(args: argparse.Namespace, profile: Profile, turn: Turn) -> TurnResult:
     from .process import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
     printer = JsonPrinter(sys.stdout) if args.json else HumanPrinter(sys.stdout, sys.stderr)
-    result = trio.run(_run_turn, profile, turn, printer)
-    if conversation is not None:
-        conversation.record(result)
-        conversation.close()
-    return result.exit_code
+    return trio.run(_run_turn, profile, turn, printer)
+
+
+class _Stopped(BaseException):
+    """A signal ended the command before any agent ran; `code` is its exit code (128 + N)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _signals_end_the_command() -> Iterator[None]:
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped(128 + signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _load_for_turns(args: argparse.Namespace) -> Profile:
@@ -241,18 +288,21 @@ def _open_conversation(args: argparse.Namespace, profile: Profile) -> Conversati
         return None
     from .sessions_cli import Conversation
 
-    conversation = Conversation(args.state, profile.label, args.conversation, args.session_name)
-    if args.new:
-        conversation.forget()
-    return conversation
+    return Conversation(args.state, profile.label, args.conversation, args.session_name)
 
 
 def _chat_command(args: argparse.Namespace) -> int:
     from .chat import run_chat
 
     profile = _load_for_turns(args)
-    return run_chat(profile, _open_conversation(args, profile), session_id=args.session_id,
-                    session_name=args.session_name, from_user=args.from_user)
+    conversation = _open_conversation(args, profile)
+    session_id = args.session_id
+    if args.new and conversation is not None:
+        conversation.forget()
+        if session_id is None:
+            session_id = ""  # the first turn starts afresh, whatever another process stores meanwhile
+    return run_chat(profile, conversation, session_id=session_id, session_name=args.session_name,
+                    from_user=args.from_user)
 
 
 def _sessions_command(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from .runner import EventCallback, PartialCallback, _emitter, _ungrouped
 from .scheduler import QueueFull, Ticket, TurnQueue
 from .supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from .turn import Turn, text_problem
+from .turnlock import Place, TurnLocks
 
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
@@ -105,23 +106,34 @@ def open_host(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str]
     `state` is the session store: a file path, `None` for the default
     (`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`), or a store object the
     caller owns (anything with `get` and `record`, such as a `SessionStore`).
-    `max_concurrent` turns run at once; `max_queued` more may wait, then
-    `submit` raises `QueueFull`. On shutdown, turns in flight get
-    `shutdown_grace` seconds to finish before they are cancelled.
+    With a `SessionStore` (a path, or one given), turns also queue with those
+    of other processes on the same file (CLI runs, another host) in
+    `<store file>.turns/` (see `turnlock`). `max_concurrent` turns run at
+    once; `max_queued` more may wait, then `submit` raises `QueueFull`. On
+    shutdown, turns in flight get `shutdown_grace` seconds to finish before
+    they are cancelled.
     """
     registry = ProfileRegistry(profiles)
     log = get_logger(component="host")
     for error in registry.broken():
         log.warning("a profile does not load; turns asking for it will fail until it is fixed", problem=str(error))
+    from .store import SessionStore
+
     owned = state is None or isinstance(state, (str, os.PathLike))
     if owned:
-        from .store import SessionStore
-
         store: SessionStoreLike = SessionStore(state)  # type: ignore[arg-type]
     else:
         store = state  # type: ignore[assignment]
-    return Host(registry, store, owns_store=owned, max_concurrent=max_concurrent, max_queued=max_queued,
-                shutdown_grace=shutdown_grace)
+    turn_locks = None
+    if isinstance(store, SessionStore):  # a file other processes may share: queue with their turns too
+        try:
+            turn_locks = TurnLocks(store.path)
+        except BaseException:
+            if owned:
+                store.close()
+            raise
+    return Host(registry, store, owns_store=owned, turn_locks=turn_locks, max_concurrent=max_concurrent,
+                max_queued=max_queued, shutdown_grace=shutdown_grace)
 
 
 class Host:
@@ -131,6 +143,7 @@ class Host:
     """
 
     def __init__(self, registry: ProfileRegistry, store: SessionStoreLike, *, owns_store: bool = False,
+                 turn_locks: TurnLocks | None = None,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
                  shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> None:
         if not shutdown_grace >= 0:
@@ -139,6 +152,7 @@ class Host:
         self.store = store
         self.shutdown_grace = shutdown_grace
         self._owns_store = owns_store
+        self._turn_locks = turn_locks  # the store file's queues, shared with other processes (CLI runs…)
         self._queue = TurnQueue(max_concurrent, max_queued)
         self._flights: dict[str, _Flight] = {}
         self._arrivals = itertools.count()  # arrival order of admitted turns
@@ -161,9 +175,12 @@ class Host:
         """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
 
         Turns of the same (profile, conversation, session name) run one at a
-        time in the order they were submitted. When `turn.session_id` is
-        empty, the stored session id is used, and the result's id is stored
-        for the next turn (no valid session line keeps the stored one).
+        time in the order they were submitted; with a store file, a turn
+        that may start also waits for the conversation's turns in other
+        processes sharing the file (it counts as running meanwhile). When
+        `turn.session_id` is empty, the stored session id is used, and the
+        result's id is stored for the next turn (no valid session line keeps
+        the stored one).
 
         `on_partial(text)` / `on_event(event)` see the turn's events as in
         `run_turn`; the `TurnResult` reaches `on_event` last, once the session
@@ -173,8 +190,9 @@ class Host:
         `UnknownProfile` / `ProfileError` (the profile is missing or does not
         load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`.
         `nursery.start(host.submit, ...)` returns the turn id once the turn
-        was accepted. `StoreError` when the stored session cannot be read
-        (the turn does not run: resuming the wrong session would be worse).
+        was accepted. `StoreError` when the stored session cannot be read, and
+        `TurnLockError` when the conversation's queue file cannot be used (the
+        turn does not run: resuming the wrong session would be worse).
         """
         if self._closing:
             raise HostClosed("the host is shutting down and takes no new turns")
@@ -269,6 +287,40 @@ class Host:
 
     async def _run(self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn,
                    emit: Any, log: Any) -> TurnResult:
+        if self._turn_locks is None:
+            return await self._run_in_place(flight, profile, name, conversation, turn, emit, log)
+        place = await self._take_place(self._turn_locks, flight, name, conversation, turn.session_name, log)
+        if place is None:  # cancelled while another process ran a turn of the conversation
+            return _cancelled_result(profile, trio.current_time())
+        try:
+            return await self._run_in_place(flight, profile, name, conversation, turn, emit, log)
+        finally:
+            place.release()
+
+    async def _take_place(self, turn_locks: TurnLocks, flight: _Flight, name: str, conversation: str,
+                          session_name: str, log: Any) -> Place | None:
+        """The conversation's place across processes, once our own queue let the turn start; None if the
+        turn was cancelled while waiting. Waiting polls (no thread to abandon), and only while another
+        process runs a turn of the conversation."""
+        try:
+            place = await turn_locks.join_async(name, conversation, session_name)
+            try:
+                if not place.try_wait():
+                    log.info("turn waits for an earlier turn of its conversation, in another process")
+                    if not await place.wait_async(abandon=flight.cancel):
+                        place.release()
+                        return None
+            except BaseException:
+                place.release()
+                raise
+        except BridgeError as err:
+            self._store_errors += 1
+            log.error("the conversation's queue cannot be used; the turn does not run", error=str(err))
+            raise
+        return place
+
+    async def _run_in_place(self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn,
+                            emit: Any, log: Any) -> TurnResult:
         # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
         # a thread hop ~100 µs), but a record can wait: for another process's write lock (up to the
         # store's busy timeout), for a WAL checkpoint's fsync, or for another record of this store
@@ -355,6 +407,8 @@ class Host:
             close = getattr(self.store, "close", None)
             if close is not None:
                 close()
+        if self._turn_locks is not None and not self._closed.is_set():
+            self._turn_locks.close()
         self._closed.set()
 
     async def _drained(self) -> None:

@@ -15,22 +15,35 @@ from .errors import BridgeError
 from .profile import load_profile
 from .result import TurnResult
 from .store import SessionRecord, SessionStore
+from .turnlock import Place, TurnLocks
 
 
 class Conversation:
-    """One stored session, as a CLI command uses it: read before a turn, written after each.
+    """One stored session, as a CLI command uses it: a place in its queue, then read before a turn, written after.
 
-    The store is opened once, so a corrupt or unwritable file stops the
-    command before any agent runs.
+    The store (and its queue directory) is opened once, so a corrupt or
+    unwritable file stops the command before any agent runs.
     """
 
     def __init__(self, state: str | None, profile: str, key: str, session_name: str) -> None:
         if not key:
             raise BridgeError("--conversation needs a non-empty KEY")
         self.store = SessionStore(state)
+        try:
+            self.queue = TurnLocks(self.store.path)
+        except BaseException:
+            self.store.close()
+            raise
         self.profile = profile
         self.key = key
         self.session_name = session_name
+
+    def join(self) -> Place:
+        """A place behind every turn of this conversation already waiting or running, in any process."""
+        return self.queue.join(self.profile, self.key, self.session_name)
+
+    async def join_async(self) -> Place:
+        return await self.queue.join_async(self.profile, self.key, self.session_name)
 
     @property
     def session_id(self) -> str:
@@ -43,6 +56,7 @@ class Conversation:
         return self.store.forget(self.profile, self.key, self.session_name)
 
     def close(self) -> None:
+        self.queue.close()
         self.store.close()
 
 

@@ -306,6 +306,24 @@ def test_a_reader_that_goes_away_ends_the_cli_quietly_and_stops_the_agent(tmp_pa
 # --------------------------------------------------------------------------- logs
 
 
+def test_log_options_work_before_and_after_the_command_and_the_later_one_wins():
+    echo = str(PROFILES / "echo.yaml")
+    runs = cli_at_once(
+        ("--log-level", "info", "--log-format", "json", "run", echo, "hi"),
+        ("run", "--log-level", "info", "--log-format", "json", echo, "hi"),
+        ("--log-level", "info", "--log-format", "console", "run", "--log-level", "error", echo, "hi"),
+        ("--log-level", "error", "--log-format", "console", "run", echo, "hi", "--log-level", "info",
+         "--log-format", "json"),
+        ("--log-level", "info", "--log-format", "console", "run", echo, "hi"),
+    )
+    assert [done.returncode for done in runs] == [0] * 5
+    top, sub, top_then_quieter, top_then_louder, console = (done.stderr.splitlines() for done in runs)
+    for lines in (top, sub, top_then_louder):
+        assert "turn finished" in [json.loads(line)["event"] for line in lines]
+    assert top_then_quieter == []
+    assert any("turn finished" in line for line in console) and not any(line.startswith("{") for line in console)
+
+
 def test_logs_go_to_stderr_so_json_stdout_parses_even_at_debug(tmp_path):
     profile = agent_profile(tmp_path, """
         print("AGENT_SESSION:has a space")

@@ -119,9 +119,16 @@ def children_of(pid: int) -> set[int]:
 
 
 def keeper_of(pid: int) -> int:
-    [keeper] = [child for child in children_of(pid)
-                if b"agent-bridge-keeper" in Path(f"/proc/{child}/cmdline").read_bytes()]
-    return keeper
+    """The keeper child of `pid`. A process that is still finishing its exec shows an empty command
+    line for a moment, so this looks again for up to a second."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        keepers = [child for child in children_of(pid)
+                   if b"agent-bridge-keeper" in Path(f"/proc/{child}/cmdline").read_bytes()]
+        if keepers or time.monotonic() > deadline:
+            [keeper] = keepers
+            return keeper
+        time.sleep(0.01)
 
 
 # --------------------------------------------------------------------------- a killed bridge
