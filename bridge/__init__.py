@@ -23,13 +23,14 @@ if TYPE_CHECKING:
     from .registry import UnknownProfile
     from .scheduler import QueueFull
     from .store import SessionRecord, SessionStore, StoreError
+    from .turnlock import TurnLockError
 
 __version__ = "0.1.0"
 
 # The host runtime loads on first use, so `run`, `check` and `schema` never pay for importing it.
 _LAZY = {"DuplicateTurn": "host", "Host": "host", "HostClosed": "host", "HostStats": "host", "open_host": "host",
          "QueueFull": "scheduler", "UnknownProfile": "registry",
-         "SessionRecord": "store", "SessionStore": "store", "StoreError": "store"}
+         "SessionRecord": "store", "SessionStore": "store", "StoreError": "store", "TurnLockError": "turnlock"}
 
 
 def __getattr__(name: str) -> Any:
@@ -66,6 +67,7 @@ __all__ = [
     "StoreError",
     "Turn",
     "TurnError",
+    "TurnLockError",
     "TurnResult",
     "TurnStream",
     "UnknownProfile",
