@@ -28,13 +28,17 @@ AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 # Runs until killed; with STUBBORN=1 it ignores SIGTERM (and so does its child).
 HANGING_AGENT = """#!/bin/sh
 echo $$ >> "$PID_FILE"
-if [ "$STUBBORN" = 1 ]; then trap 'echo term >> "$PID_FILE.signals"' TERM; else
-    trap 'echo term >> "$PID_FILE.signals"; kill $child; exit 143' TERM; fi
-sleep 600 &
+if [ "$STUBBORN" = 1 ]; then
+    trap 'echo term >> "$PID_FILE.signals"' TERM
+    (trap '' TERM; exec sleep 600) &
+else
+    trap 'echo term >> "$PID_FILE.signals"; kill $child; exit 143' TERM
+    sleep 600 &
+fi
 child=$!
 echo $child >> "$PID_FILE"
 echo 'AGENT_PARTIAL:"ready"'
-while :; do wait; done
+while kill -0 $child 2>/dev/null; do wait $child; done
 """
 
 # Leaves processes behind, none holding a pipe of ours: one that escaped the group and the session
