@@ -25,16 +25,16 @@ from conftest import PYTHON, assert_no_live_process, process_state, read_pids, w
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 
-# Runs until killed; with STUBBORN=1 it ignores SIGTERM (and so does its child).
+# Runs until killed. Its child ignores SIGTERM; the agent ends on SIGTERM, killing the child, unless
+# STUBBORN=1, when it only notes the SIGTERM and runs on until SIGKILL.
 HANGING_AGENT = """#!/bin/sh
 echo $$ >> "$PID_FILE"
 if [ "$STUBBORN" = 1 ]; then
     trap 'echo term >> "$PID_FILE.signals"' TERM
-    (trap '' TERM; exec sleep 600) &
 else
-    trap 'echo term >> "$PID_FILE.signals"; kill $child; exit 143' TERM
-    sleep 600 &
+    trap 'echo term >> "$PID_FILE.signals"; kill -9 $child; exit 143' TERM
 fi
+(trap '' TERM; exec sleep 600) &
 child=$!
 echo $child >> "$PID_FILE"
 echo 'AGENT_PARTIAL:"ready"'
@@ -326,3 +326,22 @@ def test_what_a_library_host_gets(tmp_path: Path, kind: str) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_the_keepers_registry_holds_exactly_the_guarded_groups_and_reuses_freed_slots() -> None:
+    from bridge.keeper import Keeper
+
+    keeper = Keeper()
+    try:
+        keeper.guard(101, 5.0)
+        keeper.guard(202, 0.25)
+        keeper.guard(303, 0)
+        keeper.release(202)
+        keeper.guard(404, 1.5)  # takes the slot 202 freed
+        keeper.release(999)  # not guarded: nothing happens
+        lines = os.pread(keeper._registry, 4096, 0).decode().splitlines()
+        assert [line.split() for line in lines] == [["101", "5000"], ["404", "1500"], ["303", "0"]]
+        assert all(len(line) == 31 for line in lines)
+    finally:
+        keeper._process.kill()
+        keeper._process.wait()
