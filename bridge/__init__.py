@@ -9,28 +9,29 @@
 
 from typing import TYPE_CHECKING, Any
 
+from .dialects import ErrorEvent, PartialEvent, SessionEvent
 from .errors import BridgeError, LaunchError, Problem, ProfileError, TurnError
 from .launch import LaunchPlan, plan_launch
 from .profile import Profile, json_schema, load_profile, parse_profile
-from .protocol import ErrorEvent, PartialEvent, SessionEvent
 from .result import Outcome, TurnResult
 from .runner import TurnStream, open_turn, run_turn, run_turn_sync
 from .supervisor import HostEvent
 from .turn import Attachment, Turn
 
 if TYPE_CHECKING:
-    from .host import DuplicateTurn, Host, HostClosed, HostStats, open_host
-    from .registry import UnknownProfile
-    from .scheduler import QueueFull
-    from .store import SessionRecord, SessionStore, StoreError
-    from .turnlock import TurnLockError
+    from .host.registry import UnknownProfile
+    from .host.runtime import DuplicateTurn, Host, HostClosed, HostStats, open_host
+    from .host.scheduler import QueueFull
+    from .host.store import SessionRecord, SessionStore, StoreError
+    from .host.turnlock import TurnLockError
 
 __version__ = "0.1.0"
 
 # The host runtime loads on first use, so `run`, `check` and `schema` never pay for importing it.
-_LAZY = {"DuplicateTurn": "host", "Host": "host", "HostClosed": "host", "HostStats": "host", "open_host": "host",
-         "QueueFull": "scheduler", "UnknownProfile": "registry",
-         "SessionRecord": "store", "SessionStore": "store", "StoreError": "store", "TurnLockError": "turnlock"}
+_LAZY = {"DuplicateTurn": "host.runtime", "Host": "host.runtime", "HostClosed": "host.runtime",
+         "HostStats": "host.runtime", "open_host": "host.runtime", "QueueFull": "host.scheduler",
+         "UnknownProfile": "host.registry", "SessionRecord": "host.store", "SessionStore": "host.store",
+         "StoreError": "host.store", "TurnLockError": "host.turnlock"}
 
 
 def __getattr__(name: str) -> Any:

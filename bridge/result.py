@@ -12,8 +12,8 @@ import signal
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from .dialects import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 from .profile import Profile
-from .protocol import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 130

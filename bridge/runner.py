@@ -10,8 +10,8 @@ from typing import Any
 
 import trio
 
+from .dialects import PartialEvent
 from .profile import Profile
-from .protocol import PartialEvent
 from .result import TurnResult
 from .supervisor import Emit, HostEvent, drive_turn
 from .turn import Turn

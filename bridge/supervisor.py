@@ -16,12 +16,12 @@ from typing import Any
 
 import trio
 
+from .dialects import ErrorEvent, Event, LineDecoder, PartialEvent, ProtocolWarning, SessionEvent
 from .errors import LaunchError
 from .launch import LaunchPlan, plan_launch
 from .log import get_logger
 from .process import AgentProcess, collect_orphans, spawn
 from .profile import Profile
-from .protocol import ErrorEvent, Event, LineDecoder, PartialEvent, ProtocolWarning, SessionEvent
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
 

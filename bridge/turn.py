@@ -9,6 +9,7 @@ from typing import Literal, get_args
 
 from .errors import TurnError
 
+
 def text_problem(value: str) -> str | None:
     """Why `value` is not text a process, an environment or the session store can take, or None.
 

@@ -22,9 +22,9 @@ import pytest
 from conftest import write_agent, write_profile
 
 import bridge.log
-import bridge.profile_cache
+import bridge.profile.cache
 from bridge import load_profile
-from bridge.profile_cache import trust_problem, untrusted_directory
+from bridge.profile.cache import trust_problem, untrusted_directory
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 NOBODY = 65534
@@ -181,12 +181,12 @@ def test_new_cache_directories_are_private_whatever_the_umask(tmp_path: Path, mo
 
 def test_the_verdict_is_taken_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    walk = bridge.profile_cache.untrusted_directory
-    monkeypatch.setattr(bridge.profile_cache, "untrusted_directory",
+    walk = bridge.profile.cache.untrusted_directory
+    monkeypatch.setattr(bridge.profile.cache, "untrusted_directory",
                         lambda directory, euid: calls.append(str(directory)) or walk(directory, euid))
     path = write_profile(tmp_path, "command: agent\n")
     load_profile(path)  # a miss (no cache directory yet), then the validated profile is stored
-    assert calls and set(calls) == {str(bridge.profile_cache.cache_directory())}
+    assert calls and set(calls) == {str(bridge.profile.cache.cache_directory())}
     calls.clear()
     for _ in range(3):
         load_profile(path)

@@ -16,11 +16,12 @@ import trio.testing
 from hostkit import Lab, Started, max_overlap
 
 import bridge
+import bridge.host.registry
 from bridge import DuplicateTurn, HostClosed, QueueFull, Turn, TurnResult, UnknownProfile
-from bridge.host import Host
-from bridge.registry import ProfileRegistry
-from bridge.scheduler import Ticket, TurnQueue
-from bridge.store import SessionStore, StoreError
+from bridge.host.runtime import Host
+from bridge.host.registry import ProfileRegistry
+from bridge.host.scheduler import Ticket, TurnQueue
+from bridge.host.store import SessionStore, StoreError
 
 
 @pytest.fixture
@@ -261,7 +262,7 @@ async def test_two_files_claiming_one_name_is_an_error_for_that_name(lab: Lab) -
 
 def test_registry_reuses_unchanged_profiles_and_rereads_changed_ones(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bridge.registry, "RACY_SECS", 0)  # every stamp is conclusive at once
+    monkeypatch.setattr(bridge.host.registry, "RACY_SECS", 0)  # every stamp is conclusive at once
     (tmp_path / "a.yaml").write_text("command: a\n")
     registry = ProfileRegistry(tmp_path)
     first = registry.get("a")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bridge
-import bridge.profile_cache
+import bridge.profile.cache
 from bridge import Profile, ProfileError, load_profile, parse_profile
 from bridge.profile import FIELD_NAMES
 
@@ -356,7 +356,7 @@ def test_a_code_variable_is_refused_at_its_line() -> None:
 
 
 def injection_warnings(command: list[str]) -> list[str]:
-    from bridge.argv_rules import option_injection_warnings
+    from bridge.profile.argv_rules import option_injection_warnings
 
     return option_injection_warnings(parse_profile(json.dumps({"command": command})).argv_template)
 
@@ -452,7 +452,7 @@ def test_validated_profiles_are_remembered_until_the_file_changes(tmp_path: Path
     path = write_profile(tmp_path, "command: first\n")
     assert load_profile(path).command == "first"
     assert load_profile(path).command == "first"
-    entries = list(bridge.profile_cache.cache_directory().glob("*.json"))
+    entries = list(bridge.profile.cache.cache_directory().glob("*.json"))
     assert len(entries) == 1 and oct(entries[0].stat().st_mode & 0o777) == "0o600"
 
     path.write_text("command: second\n")
@@ -474,10 +474,10 @@ def test_a_remembered_profile_equals_a_validated_one(tmp_path: Path) -> None:
 def test_a_corrupt_or_unwritable_cache_is_only_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_profile(tmp_path, "command: agent\n")
     load_profile(path)
-    for entry in bridge.profile_cache.cache_directory().glob("*.json"):
+    for entry in bridge.profile.cache.cache_directory().glob("*.json"):
         entry.write_text("{not json")
     assert load_profile(path).command == "agent"
-    for entry in bridge.profile_cache.cache_directory().glob("*.json"):
+    for entry in bridge.profile.cache.cache_directory().glob("*.json"):
         entry.write_text(json.dumps({"validator": "other", "path": str(path), "content": "", "values": {}}))
     assert load_profile(path).command == "agent"
     blocked = tmp_path / "file-not-dir"
@@ -488,7 +488,7 @@ def test_a_corrupt_or_unwritable_cache_is_only_a_miss(tmp_path: Path, monkeypatc
 
 def test_a_relative_xdg_cache_home_is_ignored_as_the_xdg_spec_says(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
-    assert bridge.profile_cache.cache_directory() == Path.home() / ".cache" / "agent-bridge" / "profiles"
+    assert bridge.profile.cache.cache_directory() == Path.home() / ".cache" / "agent-bridge" / "profiles"
 
 
 def test_running_a_remembered_profile_does_not_load_pydantic(tmp_path: Path) -> None:
@@ -499,7 +499,7 @@ def test_running_a_remembered_profile_does_not_load_pydantic(tmp_path: Path) -> 
     path = write_profile(tmp_path, "command: agent\n")
     probe = (
         "import sys, bridge; bridge.load_profile(sys.argv[1]); "
-        "print(any(name.startswith('pydantic.main') or name == 'bridge.schema' for name in sys.modules))"
+        "print(any(name.startswith('pydantic.main') or name == 'bridge.profile.schema' for name in sys.modules))"
     )
     first = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
     again = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
@@ -507,7 +507,7 @@ def test_running_a_remembered_profile_does_not_load_pydantic(tmp_path: Path) -> 
 
 
 def _argv_vocabulary() -> list[str]:
-    from bridge.argv_rules import PROGRAMS
+    from bridge.profile.argv_rules import PROGRAMS
 
     words = {"--", "-", "x", "a=b", "agent", "{{MESSAGE}}", "{{SESSION_ID}}", "--prompt={{MESSAGE}}", "-c{{MESSAGE}}",
              "'unclosed", "{{PROFILE_DIR}}/agent.py"}
@@ -519,7 +519,7 @@ def _argv_vocabulary() -> list[str]:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_argv_vocabulary()), min_size=1, max_size=8))
 def test_every_argv_is_judged_without_error_and_a_program_from_the_user_is_always_refused(argv: list[str]) -> None:
-    from bridge.argv_rules import argv_problem, option_injection_warnings
+    from bridge.profile.argv_rules import argv_problem, option_injection_warnings
 
     option_injection_warnings(argv)
     problem = argv_problem(argv)

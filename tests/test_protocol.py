@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.protocol import (
+from bridge.dialects import (
     MAX_SESSION_ID_CHARS,
     BodyLine,
     ErrorEvent,

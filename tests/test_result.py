@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bridge import Outcome, Profile
-from bridge.protocol import BodyLine, ErrorEvent, LineCut, PartialEvent, ProtocolWarning, SessionEvent
+from bridge.dialects import BodyLine, ErrorEvent, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 from bridge.result import HARD_REPLY_LIMIT, Ending, TurnRecorder
 
 SUFFIX = "…cut"

@@ -1,6 +1,6 @@
 """`agent-bridge serve`: the JSON Lines protocol, in process over memory streams and as a real process.
 
-The in-process tests drive `bridge.serve.Server` with the same host a real
+The in-process tests drive `bridge.cli.serve.Server` with the same host a real
 `serve` builds; the process tests check what only a process has: stdin EOF,
 SIGTERM, the 1 MiB line bound, stdout carrying nothing but protocol lines.
 """
@@ -23,7 +23,7 @@ import trio.testing
 from hostkit import Lab
 
 import bridge
-from bridge.serve import RequestError, Server, decode_request, parse_turn
+from bridge.cli.serve import RequestError, Server, decode_request, parse_turn
 
 def turn(request_id: Any, message: str, conversation: str = "chat", **fields: Any) -> dict[str, Any]:
     return {"type": "turn", "id": request_id, "profile": "rec", "conversation": conversation, "message": message,
@@ -507,7 +507,7 @@ def test_serve_reads_requests_from_a_file_too(lab: Lab) -> None:
 
 
 def test_the_cli_does_not_import_the_host_runtime_for_other_commands() -> None:
-    code = "import sys, bridge.cli; sys.exit('bridge.host' in sys.modules or 'bridge.serve' in sys.modules)"
+    code = "import sys, bridge.cli; sys.exit('bridge.host.runtime' in sys.modules or 'bridge.cli.serve' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 

@@ -24,9 +24,9 @@ from hostkit import Lab, Started
 
 import bridge
 import bridge.log
-import bridge.store
+import bridge.host.store
 from bridge import Outcome, SessionRecord, SessionStore, StoreError, Turn, TurnResult
-from bridge.store import default_store_path, disk_full_reason
+from bridge.host.store import default_store_path, disk_full_reason
 
 
 def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:
@@ -370,7 +370,7 @@ class StoreProbe:
         self.in_sqlite = threading.Event()
         self.recording: dict[str, threading.Event] = collections.defaultdict(threading.Event)
         self._armed = False
-        patiently, record = bridge.store._patiently, SessionStore.record
+        patiently, record = bridge.host.store._patiently, SessionStore.record
 
         def watched_patiently(operation: Any) -> Any:
             if self._armed:
@@ -381,7 +381,7 @@ class StoreProbe:
             self.recording[conversation].set()
             record(store, profile, conversation, *args)
 
-        monkeypatch.setattr(bridge.store, "_patiently", watched_patiently)
+        monkeypatch.setattr(bridge.host.store, "_patiently", watched_patiently)
         monkeypatch.setattr(SessionStore, "record", watched_record)
 
     def arm(self) -> None:

@@ -26,7 +26,7 @@ from conftest import PROFILES, write_agent, write_profile
 from hostkit import Lab, max_overlap
 
 from bridge import BridgeError
-from bridge.turnlock import TurnLocks, conversation_hash, parse_ticket, plan_join, ticket_name
+from bridge.host.turnlock import TurnLocks, conversation_hash, parse_ticket, plan_join, ticket_name
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 WAIT = 20.0  # an upper bound for a loaded machine; passing tests never wait for it
@@ -357,7 +357,7 @@ def test_other_conversations_and_session_names_do_not_wait(bench: Bench) -> None
 
 def test_a_run_without_a_conversation_loads_neither_the_store_nor_the_queue() -> None:
     code = ("import sys; from bridge.cli import main; code = main(['run', sys.argv[1], 'hi']); "
-            "print(code, sorted({'sqlite3', 'bridge.store', 'bridge.turnlock'} & set(sys.modules)))")
+            "print(code, sorted({'sqlite3', 'bridge.host.store', 'bridge.host.turnlock'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code, str(PROFILES / "echo.yaml")], capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.splitlines()[-1] == "0 []", done.stderr

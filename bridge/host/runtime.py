@@ -28,15 +28,15 @@ from typing import Any, Protocol
 
 import trio
 
-from .errors import BridgeError, TurnError
-from .log import get_logger
-from .profile import Profile
+from ..errors import BridgeError, TurnError
+from ..log import get_logger
+from ..profile import Profile
+from ..result import Ending, Outcome, TurnRecorder, TurnResult
+from ..runner import EventCallback, PartialCallback, _emitter, _ungrouped
+from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
+from ..turn import Turn, text_problem
 from .registry import ProfileRegistry
-from .result import Ending, Outcome, TurnRecorder, TurnResult
-from .runner import EventCallback, PartialCallback, _emitter, _ungrouped
 from .scheduler import QueueFull, Ticket, TurnQueue
-from .supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
-from .turn import Turn, text_problem
 from .turnlock import Place, TurnLocks
 
 DEFAULT_MAX_CONCURRENT = 32
@@ -53,7 +53,7 @@ class DuplicateTurn(BridgeError, ValueError):
 
 
 class SessionStoreLike(Protocol):
-    """What the host needs of a session store (`bridge.store.SessionStore` is the real one)."""
+    """What the host needs of a session store (`bridge.host.store.SessionStore` is the real one)."""
 
     def get(self, profile: str, conversation: str, session_name: str = "default") -> str: ...
 

@@ -1,35 +1,27 @@
 """Profiles: how to launch one agent (SPEC §1).
 
 `Profile` is the validated, immutable profile the rest of the bridge reads.
-Validation is pydantic's job (`bridge.schema`), loaded only when a profile is
-actually validated: `load_profile` remembers the profiles it has validated
-(see `bridge.profile_cache`), so running an unchanged profile does not pay for
+Validation is pydantic's job (`bridge.profile.schema`), loaded only when a
+profile is actually validated: `load_profile` remembers the profiles it has
+validated (see `bridge.profile.cache`), so running an unchanged profile does not pay for
 pydantic's model machinery — which costs more start-up than all of the bridge.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from . import profile_cache
-from .errors import Problem, ProfileError
-
-PLACEHOLDERS = ("MESSAGE", "SESSION_ID", "SESSION_NAME", "PROFILE_DIR")
-PLACEHOLDER_PATTERN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
-FIELD_NAMES = (
-    "command", "args", "stdin", "cwd", "env", "env_allowlist", "env_inherit", "timeout_secs", "idle_timeout_secs",
-    "kill_grace_secs", "max_reply_chars", "truncation_suffix", "include_stderr_in_reply", "send_error_reply",
-    "streaming", "session_line_prefix", "name", "description",
-)
+from ..errors import Problem, ProfileError
+from . import cache as profile_cache
+from .fields import FIELD_NAMES
 
 
 class Profile:
-    """A validated profile; every field of SPEC §1 (see `bridge.schema.ProfileModel` for the rules).
+    """A validated profile; every field of SPEC §1 (see `bridge.profile.schema.ProfileModel` for the rules).
 
     Build one with `load_profile(path)`, `parse_profile(text)`, `Profile(**fields)`
     or `Profile.from_mapping(fields, profile_dir=...)` — all of them validate.

@@ -7,9 +7,7 @@ protocol means writing a new decoder, not a new supervisor.
 
 from typing import Protocol
 
-from .events import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
-from .framing import LineSplitter
-from .lines import (
+from .agentproc01 import (
     ERROR_PREFIX,
     MAX_LINE_BYTES,
     MAX_SESSION_ID_CHARS,
@@ -19,6 +17,8 @@ from .lines import (
     decode_payload,
     session_id_problem,
 )
+from .events import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
+from .framing import LineSplitter
 
 
 class Decoder(Protocol):

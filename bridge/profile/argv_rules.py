@@ -11,7 +11,7 @@ command), or where a program that can run code from an option reads options
 argv is walked through wrapper commands (`timeout -s KILL 5 sh -c …`) with one
 table of programs, `PROGRAMS`.
 
-Pure: no I/O. `bridge.schema` refuses what `argv_problem` and
+Pure: no I/O. `bridge.profile.schema` refuses what `argv_problem` and
 `environment_problem` find; `agent-bridge check` prints `option_injection_warnings`.
 """
 

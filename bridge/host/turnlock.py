@@ -39,7 +39,7 @@ from types import TracebackType
 
 import trio
 
-from .errors import BridgeError
+from ..errors import BridgeError
 
 JOIN_LOCK = "join.lock"
 # Waiting without a thread means polling, which only happens while another

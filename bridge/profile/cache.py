@@ -193,7 +193,7 @@ def _verdict_key(directory: Path) -> tuple[str, int]:
 
 
 def _warn(path: str, problem: str, fix: str) -> None:
-    from .log import get_logger  # only now: the cache sits on the CLI's start-up path
+    from ..log import get_logger  # only now: the cache sits on the CLI's start-up path
 
     get_logger(component="profile_cache").warning(
         "profile cache not trusted: another user could have written it", path=path, problem=problem, fix=fix)

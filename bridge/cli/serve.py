@@ -23,17 +23,24 @@ from typing import Any
 
 import trio
 
-from .errors import ProfileError, TurnError
-from .host import (DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, DuplicateTurn, Host, HostClosed,
-                   open_host)
-from .log import get_logger
-from .process import sweep_orphans_on_sigchld
-from .protocol import MAX_SESSION_ID_CHARS, LineSplitter, PartialEvent, SessionEvent, session_id_problem
-from .registry import UnknownProfile
-from .scheduler import QueueFull
-from .store import StoreError
-from .supervisor import HostEvent
-from .turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
+from ..dialects import MAX_SESSION_ID_CHARS, LineSplitter, PartialEvent, SessionEvent, session_id_problem
+from ..errors import ProfileError, TurnError
+from ..host.registry import UnknownProfile
+from ..host.runtime import (
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_MAX_QUEUED,
+    DEFAULT_SHUTDOWN_GRACE,
+    DuplicateTurn,
+    Host,
+    HostClosed,
+    open_host,
+)
+from ..host.scheduler import QueueFull
+from ..host.store import StoreError
+from ..log import get_logger
+from ..process import sweep_orphans_on_sigchld
+from ..supervisor import HostEvent
+from ..turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
 
 MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
@@ -535,7 +542,7 @@ def run_serve(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str]
     A profiles directory that cannot be read or a store that cannot be opened
     raises a `BridgeError` before anything is read.
     """
-    from .process import become_subreaper
+    from ..process import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
 

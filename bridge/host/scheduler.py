@@ -20,7 +20,7 @@ import heapq
 from collections import deque
 from collections.abc import Hashable
 
-from .errors import BridgeError
+from ..errors import BridgeError
 
 
 class QueueFull(BridgeError):

@@ -11,11 +11,11 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import BridgeError
-from .profile import load_profile
-from .result import TurnResult
-from .store import SessionRecord, SessionStore
-from .turnlock import Place, TurnLocks
+from ..errors import BridgeError
+from ..host.store import SessionRecord, SessionStore
+from ..host.turnlock import Place, TurnLocks
+from ..profile import load_profile
+from ..result import TurnResult
 
 
 class Conversation:

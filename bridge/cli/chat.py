@@ -43,17 +43,17 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from .cli import HumanPrinter
-from .errors import BridgeError
-from .profile import Profile
-from .protocol import MAX_LINE_BYTES, LineSplitter
-from .result import TurnResult
-from .runner import TurnStream, open_turn
-from .turn import Turn
+from ..dialects import MAX_LINE_BYTES, LineSplitter
+from ..errors import BridgeError
+from ..profile import Profile
+from ..result import TurnResult
+from ..runner import TurnStream, open_turn
+from ..turn import Turn
+from .printer import HumanPrinter
 
 if TYPE_CHECKING:
-    from .sessions_cli import Conversation
-    from .turnlock import Place
+    from ..host.turnlock import Place
+    from .sessions import Conversation
 
 PROMPT = "you> "
 HELP = """\
@@ -70,7 +70,7 @@ SPINNER_TICK = 0.1
 def run_chat(profile: Profile, conversation: Conversation | None, *, session_id: str | None = None,
              session_name: str = "default", from_user: str = "") -> int:
     """Run the REPL on this process's stdin/stdout/stderr until /exit, EOF or a signal; the exit code."""
-    from .process import become_subreaper
+    from ..process import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]

@@ -39,9 +39,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .errors import BridgeError
-from .log import get_logger
-from .result import TurnResult
+from ..errors import BridgeError
+from ..log import get_logger
+from ..result import TurnResult
 
 # How long a writer waits for another process's transaction before giving up.
 # Transactions last well under a millisecond; only a stuck process holds one this long.

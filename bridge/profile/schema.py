@@ -2,7 +2,7 @@
 
 This is the slow path, imported only when a profile is actually validated:
 pydantic's model machinery costs more to load than the rest of the bridge.
-`bridge.profile` calls in here and remembers what it validated.
+`bridge.profile.model` calls in here and remembers what it validated.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from ..errors import Problem, ProfileError
 from .argv_rules import argv_problem, environment_problem, stdin_problem
-from .errors import Problem, ProfileError
-from .profile import PLACEHOLDER_PATTERN, PLACEHOLDERS
+from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
 
 _ENV_NAME = re.compile(r"[^=\0]+")
 

@@ -15,20 +15,21 @@ import shutil
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from . import __version__
-from .errors import BridgeError, ProfileError
-from .log import LEVELS, configure_logging, get_logger
-from .profile import Profile, json_schema, load_profile
-from .result import TurnResult
-from .runner import TurnStream, open_turn
-from .turn import Attachment, Turn
+from .. import __version__
+from ..errors import BridgeError, ProfileError
+from ..log import LEVELS, configure_logging, get_logger
+from ..profile import Profile, json_schema, load_profile
+from ..result import TurnResult
+from ..runner import TurnStream, open_turn
+from ..turn import Attachment, Turn
+from .printer import HumanPrinter, JsonPrinter
 
 if TYPE_CHECKING:
-    from .sessions_cli import Conversation
+    from .sessions import Conversation
 
 EXIT_USAGE = 2
 
@@ -240,7 +241,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _run_now(args: argparse.Namespace, profile: Profile, turn: Turn) -> TurnResult:
-    from .process import become_subreaper
+    from ..process import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
@@ -286,7 +287,7 @@ def _open_conversation(args: argparse.Namespace, profile: Profile) -> Conversati
         if args.new:
             raise BridgeError("--new needs --conversation KEY (without one, every run starts a new session)")
         return None
-    from .sessions_cli import Conversation
+    from .sessions import Conversation
 
     return Conversation(args.state, profile.label, args.conversation, args.session_name)
 
@@ -306,7 +307,7 @@ def _chat_command(args: argparse.Namespace) -> int:
 
 
 def _sessions_command(args: argparse.Namespace) -> int:
-    from .sessions_cli import sessions_command
+    from .sessions import sessions_command
 
     return sessions_command(args)
 
@@ -335,52 +336,11 @@ async def _cancel_on_signals(stream: TurnStream) -> None:
             stream.cancel()
 
 
-class HumanPrinter:
-    """Partials as they arrive, then the reply on stdout; the error reply on stderr."""
-
-    def __init__(self, out: TextIO, err: TextIO) -> None:
-        self.out = out
-        self.err = err
-        self.open_line = False  # partials left the cursor mid-line
-
-    def show(self, event: Any) -> None:
-        if isinstance(event, TurnResult):
-            self._show_result(event)
-        elif event.kind == "partial" and event.text:
-            self.out.write(event.text)
-            self.out.flush()
-            self.open_line = not event.text.endswith("\n")
-
-    def _show_result(self, result: TurnResult) -> None:
-        if self.open_line:
-            self.out.write("\n")
-        if result.reply:
-            self.out.write(result.reply)  # not reply + "\n": a long reply would be copied once more
-            self.out.write("\n")
-        self.out.flush()
-        if result.error_reply:
-            self.err.write(result.error_reply + "\n")
-            self.err.flush()
-
-
-class JsonPrinter:
-    """NDJSON: one object per event, the result last with every field of the result."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def show(self, event: Any) -> None:
-        record = {"event": "result", **event.to_dict()} if isinstance(event, TurnResult) else event.to_dict()
-        self.out.write(json.dumps(record, ensure_ascii=False))
-        self.out.write("\n")
-        self.out.flush()
-
-
 # --------------------------------------------------------------------------- check, schema
 
 
 def _check_command(args: argparse.Namespace) -> int:
-    from .argv_rules import option_injection_warnings
+    from ..profile.argv_rules import option_injection_warnings
 
     status = 0
     for path in args.profiles:

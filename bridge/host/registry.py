@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import Problem, ProfileError
-from .profile import Profile, load_profile
+from ..errors import Problem, ProfileError
+from ..profile import Profile, load_profile
 
 SUFFIXES = (".yaml", ".yml")
 RACY_SECS = 1.0

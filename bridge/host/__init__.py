@@ -1,0 +1,43 @@
+"""The host runtime: what a bot holds for its lifetime to run turns for many conversations.
+
+- `runtime`: `Host` and `open_host` (ordering, limits, sessions, shutdown);
+- `scheduler`: which waiting turn may start (pure);
+- `registry`: profiles by name from a directory, re-read when edited;
+- `store`: the SQLite session store; `turnlock`: the cross-process queue next to it.
+
+Names load on first use, so importing the store does not import the runtime.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .registry import ProfileRegistry, UnknownProfile
+    from .runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionStoreLike, open_host
+    from .scheduler import QueueFull
+    from .store import SessionRecord, SessionStore, StoreError
+    from .turnlock import TurnLockError
+
+_WHERE = {
+    "DuplicateTurn": "runtime", "Host": "runtime", "HostClosed": "runtime", "HostStats": "runtime",
+    "SessionStoreLike": "runtime", "open_host": "runtime", "ProfileRegistry": "registry",
+    "UnknownProfile": "registry", "QueueFull": "scheduler", "SessionRecord": "store", "SessionStore": "store",
+    "StoreError": "store", "TurnLockError": "turnlock",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bridge.host' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "DuplicateTurn", "Host", "HostClosed", "HostStats", "ProfileRegistry", "QueueFull", "SessionRecord",
+    "SessionStore", "SessionStoreLike", "StoreError", "TurnLockError", "UnknownProfile", "open_host",
+]
