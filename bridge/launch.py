@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .dialects import PROTOCOLS, dialect_class
 from .errors import LaunchError
 from .profile import PLACEHOLDER_PATTERN, Profile
 from .turn import Turn
@@ -41,6 +42,8 @@ class LaunchPlan:
     cwd: str | None
     stdin: bytes | None
     notes: tuple[str, ...] = ()
+    stdin_open: bool = False
+    """stdin stays a pipe after `stdin` was written, for answers to the agent (its dialect's handover)."""
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
@@ -52,7 +55,8 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
         "PROFILE_DIR": profile.profile_dir,
     }
     notes: list[str] = []
-    argv = tuple(_render(word, values) for word in profile.argv_template)
+    template = profile.resume_argv_template if turn.session_id else profile.argv_template
+    argv = tuple(_render(word, values) for word in template)
     for index, word in enumerate(argv):
         if _too_long(word):
             raise LaunchError(126, f"argument {index} is {_size(word)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
@@ -63,9 +67,10 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
         if name not in PROTOCOL_VARIABLES:
             env[name] = _render(template, values, environ, profile.env_allowlist, notes, name)
     env.update(_protocol_variables(profile, turn))
+    handover = dialect_class(profile.protocol).handover(turn, profile.dialect_context)
     message = env["AGENT_MESSAGE"]
     if _too_long("AGENT_MESSAGE=" + message):
-        if profile.stdin != "message":
+        if not (profile.stdin == "message" or PROTOCOLS[profile.protocol].message_on_stdin):
             raise LaunchError(126, f"the message is {_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
                               "bytes for one environment variable; set `stdin: message` in the profile so long "
                               "messages reach the agent on stdin")
@@ -80,8 +85,9 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
         argv=argv,
         env=env,
         cwd=_working_directory(profile, values),
-        stdin=turn.message.encode("utf-8", "replace") if profile.stdin == "message" else None,
+        stdin=handover.stdin,
         notes=tuple(notes),
+        stdin_open=handover.keep_open,
     )
 
 

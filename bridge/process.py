@@ -302,7 +302,8 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
         child_fds.append(stderr_write)
         stdin_arg: int = subprocess.DEVNULL
         stdin_write = -1
-        if plan.stdin is not None:
+        wants_stdin = plan.stdin is not None or plan.stdin_open
+        if wants_stdin:
             stdin_arg, stdin_write = pipe()
             child_fds.append(stdin_arg)
             parent_fds.append(stdin_write)
@@ -333,7 +334,7 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
             os.close(fd)
     return AgentProcess(
         popen,
-        stdin=trio.lowlevel.FdStream(stdin_write) if plan.stdin is not None else None,
+        stdin=trio.lowlevel.FdStream(stdin_write) if wants_stdin else None,
         stdout=stdout_read,
         stderr=stderr_read,
     )

@@ -9,10 +9,23 @@ from __future__ import annotations
 
 import enum
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from .dialects import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
+from .dialects import (
+    ActivityEvent,
+    BodyLine,
+    ErrorEvent,
+    Event,
+    LineCut,
+    PartialEvent,
+    ProtocolWarning,
+    ReplyEvent,
+    SessionEvent,
+    Usage,
+    UsageEvent,
+)
+from .permissions import PermissionRequest
 from .profile import Profile
 
 EXIT_TIMEOUT = 124
@@ -50,14 +63,17 @@ class TurnResult:
     duration_ms: int
     partials: int
     truncated: bool
+    usage: Usage | None = None
+    """Tokens and cost, when the agent reported them (JSON families do)."""
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
     def to_dict(self) -> dict[str, Any]:
-        fields = asdict(self)
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
         fields["outcome"] = self.outcome.value
+        fields["usage"] = self.usage.to_dict() if self.usage is not None else None
         return fields
 
 
@@ -71,7 +87,7 @@ class Ending:
     spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
 
 
-Forwarded = PartialEvent | SessionEvent | ErrorEvent | ProtocolWarning
+Forwarded = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | ProtocolWarning
 
 
 class TurnRecorder:
@@ -79,7 +95,7 @@ class TurnRecorder:
 
     __slots__ = ("_profile", "_body", "_body_runs", "_body_lines", "_body_length", "_body_cap", "_body_tail",
                  "_body_full", "_partial_room", "_partials_cut", "_line_cut", "session_id", "error", "error_seen",
-                 "partials")
+                 "partials", "usage")
 
     def __init__(self, profile: Profile) -> None:
         self._profile = profile
@@ -98,6 +114,7 @@ class TurnRecorder:
         self.error = ""
         self.error_seen = False
         self.partials = 0
+        self.usage: Usage | None = None
 
     def record(self, events: list[Event]) -> list[Forwarded]:
         """Record a batch of events; returns, in order, what to forward to the host and the warnings to log.
@@ -133,7 +150,23 @@ class TurnRecorder:
                 self.error_seen = True
                 self.error = event.text  # type: ignore[union-attr]
                 forward.append(event)  # type: ignore[arg-type]
-            else:
+            elif kind is ReplyEvent:
+                body.clear()
+                self._body_runs.clear()
+                self._body_full = False
+                self._body_tail = ""
+                length = lines = 0
+                text = event.text  # type: ignore[union-attr]
+                if len(text) <= self._body_cap:
+                    body.append(text)
+                    length, lines = len(text), 1
+                else:
+                    self._body_tail = text[:self._body_cap]
+                    self._body_full = True
+            elif kind is UsageEvent:
+                usage = event.usage  # type: ignore[union-attr]
+                self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)  # type: ignore[union-attr]
+            else:  # activity, permission requests, warnings
                 if kind is LineCut:
                     self._line_cut = True
                 forward.append(event)  # type: ignore[arg-type]
@@ -196,6 +229,7 @@ class TurnRecorder:
             duration_ms=duration_ms,
             partials=self.partials,
             truncated=truncated,
+            usage=self.usage,
         )
 
     def _classify(self, ending: Ending) -> tuple[int, Outcome, str]:

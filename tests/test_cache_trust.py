@@ -42,7 +42,8 @@ class Planted:
         assert load_profile(self.profile).argv_template == (str(self.own),)  # validated and remembered
         [self.entry] = self.profiles.glob("*.json")
         entry = json.loads(self.entry.read_text())
-        entry["values"]["command"] = entry["argv_template"][0] = str(self.planted)
+        values = entry["values"]
+        values["command"] = values["argv_template"][0] = values["resume_argv_template"][0] = str(self.planted)
         self.entry.write_text(json.dumps(entry))
         assert load_profile(self.profile).argv_template == (str(self.planted),), \
             "the planted entry is well-formed: trusted, it would run"

@@ -21,8 +21,9 @@ from bridge import Turn
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
-                 "stderr_tail", "duration_ms", "partials", "truncated"}
-SPEC_FIELDS = {"command", "args", "stdin", "cwd", "env", "env_allowlist", "env_inherit", "timeout_secs",
+                 "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
+SPEC_FIELDS = {"command", "args", "protocol", "resume_args", "new_session_args", "permissions", "stdin", "cwd", "env",
+               "env_allowlist", "env_inherit", "timeout_secs",
                "idle_timeout_secs", "kill_grace_secs", "max_reply_chars", "truncation_suffix",
                "include_stderr_in_reply", "send_error_reply", "streaming", "session_line_prefix", "name",
                "description"}
@@ -451,7 +452,7 @@ def test_schema_is_a_json_schema_of_every_profile_field(tmp_path):
     assert done.returncode == 0
     schema = json.loads(done.stdout)
     assert schema["type"] == "object"
-    assert set(schema["properties"]) == SPEC_FIELDS
+    assert set(schema["properties"]) == SPEC_FIELDS | set(bridge.dialects.PROTOCOLS)  # and each protocol's settings
     assert schema["required"] == ["command"]
     assert schema["additionalProperties"] is False
     for name in SPEC_FIELDS:

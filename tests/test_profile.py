@@ -27,7 +27,8 @@ def problems(text: str) -> list[str]:
 def test_defaults_match_the_spec(tmp_path: Path) -> None:
     profile = load_profile(write_profile(tmp_path, "command: ./agent\n", name="helper.yaml"))
     assert profile.to_dict() == {
-        "command": "./agent", "args": [], "stdin": "none", "cwd": None, "env": {}, "env_allowlist": None,
+        "command": "./agent", "args": [], "protocol": "agentproc-0.1", "resume_args": [], "new_session_args": [],
+        "permissions": None, "stdin": "none", "cwd": None, "env": {}, "env_allowlist": None,
         "env_inherit": "minimal", "timeout_secs": 1800, "idle_timeout_secs": None, "kill_grace_secs": 5,
         "max_reply_chars": 8000, "truncation_suffix": "\n\n…(truncated)", "include_stderr_in_reply": False,
         "send_error_reply": True, "streaming": True, "session_line_prefix": "AGENT_SESSION:",
@@ -435,7 +436,7 @@ def test_profiles_are_immutable_but_copyable() -> None:
 
 def test_schema_describes_every_field_and_forbids_others() -> None:
     schema = bridge.json_schema()
-    assert list(schema["properties"]) == list(FIELD_NAMES)
+    assert list(schema["properties"]) == [*FIELD_NAMES, *bridge.dialects.PROTOCOLS]
     assert schema["additionalProperties"] is False
     assert schema["required"] == ["command"]
     assert all(field.get("description") for field in schema["properties"].values())

@@ -168,8 +168,8 @@ def test_stderr_is_appended_to_what_the_user_is_sent_only_when_asked() -> None:
 def test_result_to_dict_has_every_field_of_the_spec() -> None:
     record = recorder().finish(Ending(returncode=0)).to_dict()
     assert set(record) == {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
-                           "stderr_tail", "duration_ms", "partials", "truncated"}
-    assert record["outcome"] == "ok"
+                           "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
+    assert record["outcome"] == "ok" and record["usage"] is None
 
 
 def test_a_cut_line_marks_the_result_truncated_without_a_suffix() -> None:

@@ -36,7 +36,7 @@ def turn_request(request_id: Any = "x", **fields: Any) -> dict[str, Any]:
 
 
 RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
-                 "stderr_tail", "duration_ms", "partials", "truncated"}
+                 "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
 
 
 def strict_json(line: bytes | str) -> Any:

@@ -18,11 +18,12 @@ import trio
 from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, read_pids, write_agent, write_profile
 
 import bridge
+import bridge.agent_io
 from bridge import ErrorEvent, PartialEvent, SessionEvent, Turn, TurnResult
 
 SUFFIX = "\n\n…(truncated)"
 RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
-                 "stderr_tail", "duration_ms", "partials", "truncated"}
+                 "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
 
 ENV_DUMP = "import json, os; print(json.dumps(dict(os.environ)))"
 
@@ -793,6 +794,7 @@ async def test_an_agent_ignoring_sigint_is_killed_after_the_grace(make_recorded_
 HOST_IGNORING_SIGINT = """
 import signal, sys
 import bridge
+import bridge.agent_io
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 profile = bridge.Profile.from_mapping({"command": ["grep", "^SigIgn:", "/proc/self/status"]})
 print(bridge.run_turn_sync(profile, bridge.Turn("x")).reply.split()[1])
@@ -930,7 +932,7 @@ async def test_a_slow_host_gets_every_partial_written_before_the_agent_exited(ma
     The agent enlarges its stdout pipe to 1 MiB, fills it and exits: the slow
     host then works through output that takes many reads after the exit.
     """
-    monkeypatch.setattr(bridge.supervisor, "DRAIN_SECS", 0.02)
+    monkeypatch.setattr(bridge.agent_io, "DRAIN_SECS", 0.02)
     profile = make_agent("""
         import fcntl, os
         fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1024 * 1024)

@@ -1,11 +1,15 @@
-"""Wire dialects as sans-I/O decoders: bytes in, events out, no I/O and no clock.
+"""Wire dialects: how each agent family talks, as sans-I/O objects — bytes in, events (and bytes) out.
 
-A decoder has `feed(data: bytes) -> list[Event]` and `close() -> list[Event]`;
-the supervisor drives any of them the same way, so supporting a new agent
-protocol means writing a new decoder, not a new supervisor.
+A profile picks one with `protocol:`. Each is a module here with one class
+(see `base.Dialect`); the supervisor drives every one the same way, so a new
+agent family is a new module and a line in `PROTOCOLS`, never a new supervisor.
+Modules load on first use: a turn pays only for the dialect it speaks.
 """
 
-from typing import Protocol
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any, NamedTuple
 
 from .agentproc01 import (
     ERROR_PREFIX,
@@ -13,35 +17,87 @@ from .agentproc01 import (
     MAX_SESSION_ID_CHARS,
     PARTIAL_PREFIX,
     SESSION_PREFIX,
+    AgentProc01,
     LineDecoder,
     decode_payload,
     session_id_problem,
 )
-from .events import BodyLine, ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
+from .base import Dialect, DialectContext, Handover, JsonLinesDialect
+from .events import (
+    ActivityEvent,
+    BodyLine,
+    ErrorEvent,
+    Event,
+    LineCut,
+    PartialEvent,
+    PlanStep,
+    ProtocolWarning,
+    ReplyEvent,
+    SessionEvent,
+    Usage,
+    UsageEvent,
+)
 from .framing import LineSplitter
+from .settings import JsonSettings, NoSettings
 
 
-class Decoder(Protocol):
-    def feed(self, data: bytes) -> list[Event]: ...
-    def close(self) -> list[Event]: ...
+class ProtocolInfo(NamedTuple):
+    """What the rest of the bridge knows of a protocol without loading its module."""
+
+    module: str
+    dialect: str  # the class in `module`
+    settings: type  # its settings class (see `settings`)
+    message_on_stdin: bool = False  # its handover always writes the message to the agent's stdin
+    summary: str = ""
+
+
+DEFAULT_PROTOCOL = "agentproc-0.1"
+PROTOCOLS: dict[str, ProtocolInfo] = {
+    "agentproc-0.1": ProtocolInfo("agentproc01", "AgentProc01", NoSettings,
+                                  summary="AGENT_* environment in, AGENT_PARTIAL:/AGENT_SESSION:/AGENT_ERROR: lines "
+                                  "and the reply body out"),
+}
+
+
+def dialect_class(protocol: str) -> Any:
+    """The dialect class of `protocol` (a `KeyError` for a name not in `PROTOCOLS`)."""
+    if protocol == DEFAULT_PROTOCOL:
+        return AgentProc01
+    info = PROTOCOLS[protocol]
+    return getattr(import_module(f".{info.module}", __name__), info.dialect)
 
 
 __all__ = [
+    "DEFAULT_PROTOCOL",
     "ERROR_PREFIX",
     "MAX_LINE_BYTES",
     "MAX_SESSION_ID_CHARS",
     "PARTIAL_PREFIX",
+    "PROTOCOLS",
+    "JsonSettings",
+    "NoSettings",
+    "ProtocolInfo",
     "SESSION_PREFIX",
+    "ActivityEvent",
+    "AgentProc01",
     "BodyLine",
-    "Decoder",
+    "Dialect",
+    "DialectContext",
     "ErrorEvent",
     "Event",
+    "Handover",
+    "JsonLinesDialect",
     "LineCut",
     "LineDecoder",
     "LineSplitter",
     "PartialEvent",
+    "PlanStep",
     "ProtocolWarning",
+    "ReplyEvent",
     "SessionEvent",
+    "Usage",
+    "UsageEvent",
     "decode_payload",
+    "dialect_class",
     "session_id_problem",
 ]

@@ -1,4 +1,4 @@
-"""The AgentProc 0.1 line protocol as a sans-I/O decoder.
+"""The AgentProc 0.1 line protocol (`protocol: agentproc-0.1`, the default) as a sans-I/O dialect.
 
 Feed it whatever bytes the agent's stdout produced, in chunks of any size, and
 read back events. It never does I/O and never looks at a clock, so every rule
@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import re
 from json.decoder import scanstring
+from typing import ClassVar
 
+from ..permissions import Decision, PermissionRequest
+from ..turn import Turn
+from .base import DialectContext, Handover
 from .events import ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 from .framing import Lines, LineSplitter
+from .settings import NoSettings
 
 SESSION_PREFIX = "AGENT_SESSION:"
 PARTIAL_PREFIX = "AGENT_PARTIAL:"
@@ -79,6 +84,9 @@ class LineDecoder:
         """Bytes held for the unfinished line; never more than `max_line_bytes`."""
         return self._lines.buffered_bytes
 
+    def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
+        raise NotImplementedError("agentproc-0.1 agents do not ask for permission")
+
     def feed(self, data: bytes) -> list[Event]:
         if self._closed:
             raise RuntimeError("feed() after close()")
@@ -113,3 +121,20 @@ class LineDecoder:
         if line.startswith(ERROR_PREFIX):
             return ErrorEvent(decode_payload(line, len(ERROR_PREFIX)))
         return line  # a body line (BodyLine is str)
+
+
+class AgentProc01(LineDecoder):
+    """The dialect: the message in `AGENT_MESSAGE` (and on stdin with `stdin: message`), lines on stdout."""
+
+    name: ClassVar[str] = "agentproc-0.1"
+    Settings: ClassVar[type] = NoSettings
+    __slots__ = ()
+
+    def __init__(self, context: DialectContext, turn: Turn) -> None:
+        super().__init__(context.session_line_prefix)
+
+    @classmethod
+    def handover(cls, turn: Turn, context: DialectContext) -> Handover:
+        if context.stdin_message:
+            return Handover(stdin=turn.message.encode("utf-8", "replace"))
+        return Handover()

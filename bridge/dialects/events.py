@@ -1,8 +1,21 @@
-"""What decoders produce: one event per meaningful thing the agent said.
+"""What dialects produce: one event model for every agent family.
 
-`PartialEvent`, `SessionEvent` and `ErrorEvent` are also what a host receives
-while a turn runs (after the turn-level rules have filtered them), so one class
-serves both the wire and the public API.
+Whatever an agent speaks — AgentProc lines, agentproc wire 0.4, Codex's or
+Claude Code's JSON — its dialect says it with these events:
+
+- `PartialEvent`: a chunk of the reply to show at once; `SessionEvent`: the id
+  to resume with; `ErrorEvent`: the agent's user-readable error;
+- the reply: `BodyLine`s (AgentProc 0.1 builds it line by line) or a
+  `ReplyEvent` (JSON families give it whole);
+- `ActivityEvent`: what the agent is doing — thinking, a tool call started or
+  finished, a plan. It never enters the reply;
+- `UsageEvent`: tokens and cost, reported on the result;
+- `PermissionRequest` (from `bridge.permissions`): the agent asks before a tool;
+- `ProtocolWarning`: something the dialect had to ignore or cut; logged.
+
+`PartialEvent`, `SessionEvent`, `ErrorEvent` and `ActivityEvent` are also what
+a host receives while a turn runs (after the turn-level rules have filtered
+them), so one class serves both the wire and the public API.
 
 Events are plain records, made once per line and never reused by the bridge.
 They are not `frozen`: that would double the cost of making one, and two
@@ -12,7 +25,9 @@ thirds of a chatty agent's lines are events.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
+
+from ..permissions import PermissionRequest
 
 
 @dataclass(slots=True)
@@ -54,6 +69,90 @@ write, never reach a host one by one, and need nothing but the text."""
 
 
 @dataclass(slots=True)
+class ReplyEvent:
+    """The reply as the agent gives it whole (a JSON family's final answer); it replaces any earlier one."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One entry of an agent's plan: what, and `pending` | `in_progress` | `completed`."""
+
+    text: str
+    status: str = "pending"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"text": self.text, "status": self.status}
+
+
+ActivityKind = Literal["thinking", "tool", "plan"]
+
+
+@dataclass(slots=True)
+class ActivityEvent:
+    """What the agent is doing, for a status line; never part of the reply.
+
+    - `thinking`: `text` is (a piece of) its reasoning;
+    - `tool`: a tool call — `tool` its name as the agent calls it, `title` what
+      a person reads ("ls -la", "Read README.md"), `status` `started`,
+      `completed` or `failed`, `call_id` ties the events of one call together,
+      `text` a short excerpt of its output when it finished;
+    - `plan`: `plan` holds every step as the agent sees them now.
+    """
+
+    kind: ClassVar[str] = "activity"
+    activity: ActivityKind
+    text: str = ""
+    tool: str = ""
+    title: str = ""
+    status: str = ""
+    call_id: str = ""
+    plan: tuple[PlanStep, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"event": self.kind, "activity": self.activity}
+        for name in ("text", "tool", "title", "status", "call_id"):
+            value = getattr(self, name)
+            if value:
+                record[name] = value
+        if self.plan:
+            record["plan"] = [step.to_dict() for step in self.plan]
+        return record
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a turn cost, as far as the agent said: tokens (None where it did not say) and money."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    total_tokens: int | None = None
+    cost_usd: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}
+
+    def plus(self, other: Usage) -> Usage:
+        """Both turns' worth (a family that reports per step, say): each field summed where either has it."""
+        values: dict[str, Any] = {}
+        for name in self.__slots__:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            values[name] = theirs if mine is None else mine if theirs is None else mine + theirs
+        return Usage(**values)
+
+
+@dataclass(slots=True)
+class UsageEvent:
+    """Usage the agent reported; the turn's result carries the last one (`replace`) or their sum."""
+
+    usage: Usage
+    replace: bool = True
+
+
+@dataclass(slots=True)
 class ProtocolWarning:
     """Something the agent wrote that the bridge had to ignore or cut; logged, never fatal."""
 
@@ -65,4 +164,5 @@ class LineCut(ProtocolWarning):
     """A line over the length limit was cut there; the turn's output is no longer whole."""
 
 
-Event = PartialEvent | SessionEvent | ErrorEvent | BodyLine | ProtocolWarning
+Event = (PartialEvent | SessionEvent | ErrorEvent | BodyLine | ReplyEvent | ActivityEvent | UsageEvent
+         | PermissionRequest | ProtocolWarning)

@@ -28,8 +28,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-_FORMAT = 1
-_VALIDATORS = tuple(Path(__file__).with_name(name) for name in ("schema.py", "argv_rules.py"))
+_FORMAT = 2
+# What decides whether a profile is valid, and what validation produces: an edit to any of them validates afresh.
+_VALIDATORS = (*(Path(__file__).with_name(name) for name in ("schema.py", "argv_rules.py", "fields.py")),
+               Path(__file__).parent.parent / "dialects" / "settings.py")
 _MAX_SYMLINKS = 40  # the kernel's own limit before ELOOP
 
 _verdicts: dict[tuple[str, int], bool] = {}  # (cache directory, effective uid) -> trusted
@@ -44,8 +46,8 @@ def cache_directory() -> Path:
     return Path(base, "agent-bridge", "profiles")
 
 
-def lookup(path: str, content: bytes) -> tuple[dict[str, Any], tuple[str, ...]] | None:
-    """The validated (values, argv template) of this exact file, if remembered by a trusted cache."""
+def lookup(path: str, content: bytes) -> dict[str, Any] | None:
+    """The validated values of this exact file, if remembered by a trusted cache."""
     directory = cache_directory()
     if not _trusted(directory):
         return None
@@ -66,20 +68,21 @@ def lookup(path: str, content: bytes) -> tuple[dict[str, Any], tuple[str, ...]] 
                 return None
             entry = json.loads(file.read())
         if (entry["validator"], entry["path"], entry["content"]) == (_validator_stamp(), path, _text(content)):
-            return entry["values"], tuple(entry["argv_template"])
+            values: dict[str, Any] = entry["values"]
+            return values
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None
 
 
-def store(path: str, content: bytes, values: Mapping[str, Any], argv_template: tuple[str, ...]) -> None:
+def store(path: str, content: bytes, values: Mapping[str, Any]) -> None:
     """Remember a validation; best effort (a read-only home just means no cache)."""
     directory = cache_directory()
     if _verdicts.get(_verdict_key(directory)) is False:
         return
     entry = {
         "validator": _validator_stamp(), "path": path, "content": _text(content),
-        "values": dict(values), "argv_template": list(argv_template),
+        "values": dict(values),
     }
     target = _entry_path(directory, path, content)
     try:

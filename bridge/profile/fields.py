@@ -7,7 +7,8 @@ import re
 PLACEHOLDERS = ("MESSAGE", "SESSION_ID", "SESSION_NAME", "PROFILE_DIR")
 PLACEHOLDER_PATTERN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 FIELD_NAMES = (
-    "command", "args", "stdin", "cwd", "env", "env_allowlist", "env_inherit", "timeout_secs", "idle_timeout_secs",
-    "kill_grace_secs", "max_reply_chars", "truncation_suffix", "include_stderr_in_reply", "send_error_reply",
-    "streaming", "session_line_prefix", "name", "description",
+    "command", "args", "protocol", "resume_args", "new_session_args", "permissions", "stdin", "cwd", "env",
+    "env_allowlist", "env_inherit", "timeout_secs", "idle_timeout_secs", "kill_grace_secs", "max_reply_chars",
+    "truncation_suffix", "include_stderr_in_reply", "send_error_reply", "streaming", "session_line_prefix", "name",
+    "description",
 )

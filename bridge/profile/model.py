@@ -15,7 +15,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from ..dialects import PROTOCOLS, DialectContext
 from ..errors import Problem, ProfileError
+from ..permissions import PermissionPolicy
 from . import cache as profile_cache
 from .fields import FIELD_NAMES
 
@@ -29,10 +31,15 @@ class Profile:
     makes a changed copy.
     """
 
-    __slots__ = (*FIELD_NAMES, "argv_template", "profile_dir")
+    __slots__ = (*FIELD_NAMES, "argv_template", "resume_argv_template", "protocol_settings", "settings",
+                 "dialect_context", "permission_policy", "profile_dir")
 
     command: str | tuple[str, ...]
     args: tuple[str, ...]
+    protocol: str
+    resume_args: tuple[str, ...]
+    new_session_args: tuple[str, ...]
+    permissions: Mapping[str, Any] | None
     stdin: Literal["none", "message"]
     cwd: str | None
     env: Mapping[str, str]
@@ -50,7 +57,17 @@ class Profile:
     name: str | None
     description: str | None
     argv_template: tuple[str, ...]
-    """`command` split into words followed by `args`, placeholders not yet substituted."""
+    """A new session's argv: `command` split into words, `new_session_args`, `args`; placeholders not substituted."""
+    resume_argv_template: tuple[str, ...]
+    """A resumed session's argv: `command` split into words, `resume_args`, `args`."""
+    protocol_settings: Mapping[str, Any]
+    """The profile's section named after its protocol, as written (defaults left out)."""
+    settings: Any
+    """The protocol's settings object: `protocol_settings` over its defaults."""
+    dialect_context: DialectContext
+    """What the protocol's dialect is told of this profile."""
+    permission_policy: PermissionPolicy
+    """How the agent's requests to run a tool are answered (`permissions`; deny when absent)."""
     profile_dir: str
     """The directory `{{PROFILE_DIR}}` and a relative `cwd` refer to."""
 
@@ -58,23 +75,23 @@ class Profile:
         """Validate `fields`; relative paths resolve against the current directory."""
         from .schema import validate_mapping
 
-        self._assign(*validate_mapping(fields), os.getcwd())
+        self._assign(validate_mapping(fields), os.getcwd())
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, profile_dir: str | os.PathLike[str] | None = None) -> Profile:
         """Validate `data` as a profile whose relative paths resolve against `profile_dir`."""
         from .schema import validate_mapping
 
-        return cls._trusted(*validate_mapping(data), os.path.abspath(profile_dir or os.getcwd()))
+        return cls._trusted(validate_mapping(data), os.path.abspath(profile_dir or os.getcwd()))
 
     @classmethod
-    def _trusted(cls, values: Mapping[str, Any], argv_template: tuple[str, ...], profile_dir: str) -> Profile:
-        """A profile from values that were already validated."""
+    def _trusted(cls, values: Mapping[str, Any], profile_dir: str) -> Profile:
+        """A profile from values that were already validated (see `schema.ProfileModel.values`)."""
         profile = cls.__new__(cls)
-        profile._assign(values, argv_template, profile_dir)
+        profile._assign(values, profile_dir)
         return profile
 
-    def _assign(self, values: Mapping[str, Any], argv_template: tuple[str, ...], profile_dir: str) -> None:
+    def _assign(self, values: Mapping[str, Any], profile_dir: str) -> None:
         for name in FIELD_NAMES:
             value = values[name]
             if isinstance(value, list):
@@ -82,7 +99,16 @@ class Profile:
             elif isinstance(value, dict):
                 value = MappingProxyType(dict(value))
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "argv_template", tuple(argv_template))
+        object.__setattr__(self, "argv_template", tuple(values["argv_template"]))
+        object.__setattr__(self, "resume_argv_template", tuple(values["resume_argv_template"]))
+        settings = dict(values["protocol_settings"])
+        object.__setattr__(self, "protocol_settings", MappingProxyType(settings))
+        object.__setattr__(self, "settings", PROTOCOLS[self.protocol].settings(**settings))
+        object.__setattr__(self, "dialect_context", DialectContext(
+            settings=self.settings, session_line_prefix=self.session_line_prefix,
+            stdin_message=self.stdin == "message", permissions=self.permissions is not None,
+        ))
+        object.__setattr__(self, "permission_policy", PermissionPolicy.from_mapping(self.permissions))
         object.__setattr__(self, "profile_dir", profile_dir)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -102,6 +128,8 @@ class Profile:
             elif isinstance(value, MappingProxyType):
                 value = dict(value)
             values[name] = value
+        if self.protocol_settings:
+            values[self.protocol] = dict(self.protocol_settings)
         return values
 
     @property
@@ -143,8 +171,8 @@ def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile
         remembered = profile_cache.lookup(str(resolved), content)
         if remembered is not None:
             try:
-                return Profile._trusted(*remembered, profile_dir)
-            except (KeyError, TypeError):
+                return Profile._trusted(remembered, profile_dir)
+            except (KeyError, TypeError, ValueError):
                 pass  # an entry from another version of the bridge: validate afresh
     try:
         text = content.decode("utf-8")
@@ -152,10 +180,10 @@ def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile
         raise ProfileError([Problem(f"is not UTF-8 text ({err.reason} at byte {err.start})", where)]) from None
     from .schema import validate_text
 
-    values, argv_template = validate_text(text, where, Path(path).stem)
+    values = validate_text(text, where, Path(path).stem)
     if cache:
-        profile_cache.store(str(resolved), content, values, argv_template)
-    return Profile._trusted(values, argv_template, profile_dir)
+        profile_cache.store(str(resolved), content, values)
+    return Profile._trusted(values, profile_dir)
 
 
 def parse_profile(text: str, *, source: str | os.PathLike[str] | None = None) -> Profile:
@@ -163,9 +191,9 @@ def parse_profile(text: str, *, source: str | os.PathLike[str] | None = None) ->
     from .schema import validate_text
 
     where = str(source) if source is not None else "<profile>"
-    values, argv_template = validate_text(text, where, Path(source).stem if source is not None else None)
+    values = validate_text(text, where, Path(source).stem if source is not None else None)
     profile_dir = str(Path(source).resolve().parent) if source is not None else os.getcwd()
-    return Profile._trusted(values, argv_template, profile_dir)
+    return Profile._trusted(values, profile_dir)
 
 
 def json_schema() -> dict[str, Any]:

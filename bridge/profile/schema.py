@@ -7,21 +7,52 @@ pydantic's model machinery costs more to load than the rest of the bridge.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import shlex
+import typing
 from collections.abc import Iterator, Mapping
+from functools import cache
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
+from ..dialects import DEFAULT_PROTOCOL, PROTOCOLS
 from ..errors import Problem, ProfileError
+from ..permissions import TOOL_KINDS
 from .argv_rules import argv_problem, environment_problem, stdin_problem
 from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
 
 _ENV_NAME = re.compile(r"[^=\0]+")
+
+
+class PermissionsModel(BaseModel):
+    """How the tools an agent asks to run are answered (for protocols whose agents ask)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    default: Literal["allow", "deny"] = Field(
+        default="deny", description="What a tool that neither list names gets: allow or deny (the default)."
+    )
+    allow: list[Annotated[str, Field(min_length=1)]] = Field(
+        default=[], description="Tools to allow: names as the agent calls them (wildcards * ? [...] allowed), "
+        f"or kinds ({', '.join(TOOL_KINDS)})."
+    )
+    deny: list[Annotated[str, Field(min_length=1)]] = Field(
+        default=[], description="Tools to deny, written like allow; deny wins over allow."
+    )
 
 
 class ProfileModel(BaseModel):
@@ -40,6 +71,22 @@ class ProfileModel(BaseModel):
         "(quotes group words; nothing is expanded, no shell runs). A list is taken as argv verbatim.",
     )
     args: list[str] = Field(default=[], description="Appended to the split command, one token each, never split.")
+    protocol: str = Field(
+        default=DEFAULT_PROTOCOL,
+        description="How the agent talks: " + "; ".join(f"{name}: {info.summary}" for name, info in PROTOCOLS.items())
+        + ". Settings of the protocol go under a key named after it.",
+    )
+    resume_args: list[str] = Field(
+        default=[], description="Put between the command's words and args only when the turn resumes a session "
+        "(its session id is not empty), e.g. [--resume, '{{SESSION_ID}}'].",
+    )
+    new_session_args: list[str] = Field(
+        default=[], description="Put between the command's words and args only when the turn starts a new session.",
+    )
+    permissions: PermissionsModel | None = Field(
+        default=None, description="Answers to the agent's requests to run a tool (agentproc-0.4 and the warm "
+        "protocols). Present: requests are answered by these rules; absent: the agent is told nobody answers.",
+    )
     stdin: Literal["none", "message"] = Field(
         default="none",
         description="none: stdin is empty (EOF at once). message: the message is written to stdin, then EOF.",
@@ -92,7 +139,7 @@ class ProfileModel(BaseModel):
     description: str | None = Field(default=None, description="Metadata: what this agent is for.")
 
     _argv_template: tuple[str, ...] = PrivateAttr(default=())
-    _argv_locations: tuple[tuple[str | int, ...], ...] = PrivateAttr(default=())
+    _resume_argv_template: tuple[str, ...] = PrivateAttr(default=())
 
     @field_validator("command", mode="before")
     @classmethod
@@ -100,6 +147,15 @@ class ProfileModel(BaseModel):
         if isinstance(value, str) or (isinstance(value, list) and all(isinstance(item, str) for item in value)):
             return value
         raise PydanticCustomError("command_type", "expected a string or a list of strings")
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, protocol: str) -> str:
+        if protocol in PROTOCOLS:
+            return protocol
+        close = difflib.get_close_matches(protocol, list(PROTOCOLS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(PROTOCOLS)})"
+        raise PydanticCustomError("protocol", "unknown protocol {protocol}{hint}", {"protocol": repr(protocol), "hint": hint})
 
     @field_validator("env")
     @classmethod
@@ -124,60 +180,132 @@ class ProfileModel(BaseModel):
             word_locations = [("command", index) for index in range(len(words))]
         if not words or not words[0]:
             raise _located_error(("command",), "it is empty; it must name the program to run")
-        self._argv_template = (*words, *self.args)
-        self._argv_locations = (*word_locations, *(("args", index) for index in range(len(self.args))))
-        for text, location in self._templated_fields():
+        args = [("args", index) for index in range(len(self.args))]
+        templates = {}
+        for kind, extra in (("new_session_args", self.new_session_args), ("resume_args", self.resume_args)):
+            locations = (*word_locations, *((kind, index) for index in range(len(extra))), *args)
+            templates[kind] = ((*words, *extra, *self.args), locations)
+        for text, location in self._templated_fields(templates.values()):
             _check_placeholders(text, location)
         for name, value in self.env.items():
             reason = environment_problem(name, value)
             if reason is not None:
                 raise _located_error(("env", name), "{reason}", reason=reason)
-        problem = argv_problem(self._argv_template)
-        if problem is not None:
-            raise _located_error(self._argv_locations[problem.index], "{reason}", reason=problem.message)
-        if self.stdin == "message" and (reason := stdin_problem(self._argv_template)) is not None:
-            raise _located_error(("stdin",), "{reason}", reason=reason)
+        self._check_protocol_fields()
+        message_on_stdin = self.stdin == "message" or PROTOCOLS[self.protocol].message_on_stdin
+        for argv, locations in templates.values():
+            problem = argv_problem(argv)
+            if problem is not None:
+                raise _located_error(locations[problem.index], "{reason}", reason=problem.message)
+            if message_on_stdin and (reason := stdin_problem(argv)) is not None:
+                where = ("stdin",) if self.stdin == "message" else ("protocol",)
+                raise _located_error(where, "{reason}", reason=reason)
+        self._argv_template = templates["new_session_args"][0]
+        self._resume_argv_template = templates["resume_args"][0]
         return self
 
-    def _templated_fields(self) -> Iterator[tuple[str, tuple[str | int, ...]]]:
-        yield from zip(self._argv_template, self._argv_locations)
+    def _check_protocol_fields(self) -> None:
+        """Fields that mean something to one protocol only are refused with the others."""
+        if self.protocol == DEFAULT_PROTOCOL:
+            return
+        if self.stdin != "none":
+            raise _located_error(("stdin",), "stdin: message is for protocol agentproc-0.1; {protocol} hands the "
+                                 "turn to the agent itself (remove stdin)", protocol=self.protocol)
+        if "session_line_prefix" in self.model_fields_set:
+            raise _located_error(("session_line_prefix",), "session_line_prefix is for protocol agentproc-0.1; "
+                                 "{protocol} agents report their session in their own messages (remove it)",
+                                 protocol=self.protocol)
+
+    def _templated_fields(self, templates: Any) -> Iterator[tuple[str, tuple[str | int, ...]]]:
+        for argv, locations in templates:
+            yield from zip(argv, locations)
         if self.cwd is not None:
             yield self.cwd, ("cwd",)
         for name, value in self.env.items():
             yield value, ("env", name)
 
-    @property
-    def argv_template(self) -> tuple[str, ...]:
-        return self._argv_template
+    def values(self) -> dict[str, Any]:
+        """The validated fields, plus the argv templates of a new and of a resumed session."""
+        values = self.model_dump()
+        values["argv_template"] = self._argv_template
+        values["resume_argv_template"] = self._resume_argv_template
+        return values
 
 
 def json_schema() -> dict[str, Any]:
     """The profile's JSON Schema, for YAML editors (yaml-language-server and friends)."""
-    return ProfileModel.model_json_schema()
+    schema = ProfileModel.model_json_schema()
+    for protocol, info in PROTOCOLS.items():
+        settings = _settings_model(info.settings).model_json_schema()
+        settings["description"] = f"Settings of protocol {protocol} (only with protocol: {protocol})."
+        schema["properties"][protocol] = settings
+    return schema
 
 
-def validate_mapping(data: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """Validate profile fields given in code: (every field's value, argv template), or `ProfileError`."""
-    try:
-        model = ProfileModel.model_validate(data)
-    except ValidationError as err:
-        raise ProfileError(_explain(err, {}, None)) from None
-    return model.model_dump(), model.argv_template
+def validate_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate profile fields given in code: every field's value and the argv templates, or `ProfileError`."""
+    return _validate(dict(data), {}, None)
 
 
-def validate_text(text: str, where: str, default_name: str | None = None) -> tuple[dict[str, Any], tuple[str, ...]]:
+def validate_text(text: str, where: str, default_name: str | None = None) -> dict[str, Any]:
     """Validate profile YAML; every problem is reported as `where:line: message`."""
     data, lines, problems = _read_yaml(text, where)
     if data is not None and "name" not in data and default_name is not None:
         data["name"] = default_name
-    if data is not None and not problems:
+    if data is None or problems:
+        raise ProfileError(sorted(problems, key=lambda problem: problem.line or 0))
+    return _validate(data, lines, where)
+
+
+def _validate(data: dict[str, Any], lines: Mapping[tuple[Any, ...], int], where: str | None) -> dict[str, Any]:
+    sections = {key: data.pop(key) for key in list(data) if key in PROTOCOLS}
+    problems: list[Problem] = []
+    try:
+        model = ProfileModel.model_validate(data)
+    except ValidationError as err:
+        problems.extend(_explain(err, lines, where))
+        model = None
+    protocol = model.protocol if model is not None else data.get("protocol", DEFAULT_PROTOCOL)
+    settings: dict[str, Any] = {}
+    for key, section in sections.items():
+        if key != protocol:
+            problems.append(Problem(f"{key}: these are settings of protocol {key}, but the profile's protocol is "
+                                    f"{protocol}; set protocol: {key}, or remove them", where, lines.get((key,))))
+            continue
         try:
-            model = ProfileModel.model_validate(data)
+            settings = _validate_settings(PROTOCOLS[key].settings, section)
         except ValidationError as err:
-            problems.extend(_explain(err, lines, where))
-        else:
-            return model.model_dump(), model.argv_template
-    raise ProfileError(sorted(problems, key=lambda problem: problem.line or 0))
+            keys = [field.name for field in dataclasses.fields(PROTOCOLS[key].settings)]
+            problems.extend(_explain(err, lines, where, prefix=(key,), keys=keys))
+    if problems or model is None:
+        raise ProfileError(sorted(problems, key=lambda problem: problem.line or 0))
+    values = model.values()
+    values["protocol_settings"] = settings
+    return values
+
+
+@cache
+def _settings_model(settings: type) -> type[BaseModel]:
+    """A strict pydantic model of a dialect's settings dataclass (its keys, types and defaults)."""
+    hints = typing.get_type_hints(settings)
+    fields: dict[str, Any] = {field.name: (hints[field.name], field.default) for field in dataclasses.fields(settings)}
+    return create_model(f"{settings.__name__}Model", __config__=ConfigDict(strict=True, extra="forbid"),
+                        __doc__=settings.__doc__, **fields)
+
+
+def _validate_settings(settings: type, section: Any) -> dict[str, Any]:
+    """The section's values (defaults left out) once its keys, types and ranges are right."""
+    if section is None:
+        section = {}
+    model = _settings_model(settings).model_validate(section)
+    values = model.model_dump(exclude_unset=True)
+    try:
+        settings(**values)
+    except (ValueError, TypeError) as err:
+        raise ValidationError.from_exception_data(settings.__name__, [
+            {"type": PydanticCustomError("settings", "{reason}", {"reason": str(err)}), "loc": (), "input": section}
+        ]) from None
+    return values
 
 
 # --------------------------------------------------------------------------- YAML with line numbers
@@ -255,17 +383,23 @@ def _located_error(loc: tuple[str | int, ...], message: str, **context: Any) -> 
     return PydanticCustomError("located", message, {**context, "loc": loc})
 
 
-def _explain(err: ValidationError, lines: Mapping[tuple[Any, ...], int], where: str | None) -> list[Problem]:
+def _explain(err: ValidationError, lines: Mapping[tuple[Any, ...], int], where: str | None,
+             prefix: tuple[str, ...] = (), keys: typing.Iterable[str] | None = None) -> list[Problem]:
+    """Problems as people read them; `keys` are the valid keys a misspelt one is compared with."""
+    if keys is None:
+        keys = [*ProfileModel.model_fields, *PROTOCOLS]
     problems = []
     for detail in err.errors(include_url=False):
         loc = tuple(part for part in detail["loc"] if isinstance(part, (str, int)))
         kind = detail["type"]
         if not loc and "loc" in detail.get("ctx", {}):
             loc = detail["ctx"]["loc"]
+        loc = (*prefix, *loc)
         if kind == "extra_forbidden":
             key = str(loc[-1])
-            message = f"unknown key {key!r}"
-            close = difflib.get_close_matches(key, list(ProfileModel.model_fields), n=1, cutoff=0.6)
+            parent = ".".join(str(part) for part in loc[:-1])
+            message = f"unknown key {key!r}" + (f" in {parent}" if parent else "")
+            close = difflib.get_close_matches(key, list(keys), n=1, cutoff=0.6)
             if close:
                 message += f"; did you mean {close[0]!r}?"
         else:

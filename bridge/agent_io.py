@@ -1,0 +1,249 @@
+"""The agent's process as the turn sees it: pipes, deadlines, kill escalation and its end.
+
+`AgentIO` knows nothing of what the agent says. It reads stdout and hands each
+chunk to whoever drives the turn, keeps the stderr tail, writes to stdin as
+often as asked (the handover, then any answers), enforces the turn's wall and
+idle deadlines and the host's cancel — SIGTERM or SIGINT to the group, the
+grace, SIGKILL — and reaps the agent and whatever it left behind. Every task
+runs in one nursery and every deadline is a cancel scope; cleanup runs under
+a shield, so no exit path can leave a process behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from .launch import LaunchPlan
+from .process import AgentProcess, collect_orphans
+from .profile import Profile
+from .result import Ending
+
+READ_CHUNK = 64 * 1024
+STDERR_TAIL_BYTES = 4096
+# After the agent exits and its group is killed, output still in the pipes is
+# read for at most this long. Only a process that left the group (setsid) can
+# hold a pipe open longer, and it must not hang the turn.
+DRAIN_SECS = 1.0
+# Orphans killed with the group, or that escaped it, are reaped within this bound (see become_subreaper).
+REAP_SECS = 1.0
+
+
+class _Reader:
+    """Reads one of the agent's pipes, inside one cancel scope armed only once the agent has exited.
+
+    Until then reading has no deadline. After, the pipe may keep the turn
+    waiting for at most a budget of `DRAIN_SECS`; only time spent blocked
+    waiting uses it up, so a slow host never loses output already written.
+
+    It reads before it waits, and yields to other tasks only to wait — or
+    explicitly when reads keep succeeding without waiting, so a flooding agent
+    cannot starve the event loop. A stream object would yield before every
+    read: one event-loop iteration more per read, which a short turn feels.
+    """
+
+    __slots__ = ("fd", "scope", "done", "_budget", "_waiting_since", "_yielded")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+        self._budget = math.inf
+        self._waiting_since: float | None = None  # set while in receive
+        self._yielded = True  # a task starts at a schedule point
+
+    @property
+    def cut(self) -> bool:
+        """The budget ran out before EOF."""
+        return self.scope.cancelled_caught
+
+    def start_draining(self, budget: float) -> None:
+        self._budget = budget
+        if self._waiting_since is not None:
+            self._waiting_since = trio.current_time()
+            self.scope.deadline = self._waiting_since + budget
+
+    async def receive(self) -> bytes:
+        """The next chunk, b"" at EOF; call inside `scope`."""
+        draining = self._budget != math.inf
+        self._waiting_since = trio.current_time() if draining else 0.0
+        if draining:
+            self.scope.deadline = self._waiting_since + self._budget
+        try:
+            if not self._yielded:
+                await trio.lowlevel.checkpoint()
+            self._yielded = False
+            while True:
+                try:
+                    return os.read(self.fd, READ_CHUNK)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(self.fd)
+                    self._yielded = True
+        except (trio.ClosedResourceError, OSError):
+            return b""
+        finally:
+            if self._budget != math.inf:
+                self._budget -= trio.current_time() - self._waiting_since
+                self.scope.deadline = math.inf
+            self._waiting_since = None
+
+
+class AgentIO:
+    """One running agent's I/O and lifetime; `run()` drives it to a reaped end."""
+
+    def __init__(self, profile: Profile, plan: LaunchPlan, agent: AgentProcess, log: Any, started: float) -> None:
+        self.profile = profile
+        self.plan = plan
+        self.agent = agent
+        self.log = log
+        self.stdout = _Reader(agent.stdout)
+        self.stderr = _Reader(agent.stderr)
+        self._stderr_tail = bytearray()
+        self._stderr_total = 0
+        self._outgoing, self._outgoing_queue = trio.open_memory_channel[bytes](math.inf)
+        self.wall_deadline = started + profile.timeout_secs
+        idle = profile.idle_timeout_secs
+        self.exit_wait = trio.CancelScope(
+            deadline=self.wall_deadline if idle is None else min(self.wall_deadline, started + idle)
+        )
+        self.cancel_requested = False
+
+    async def run(self, on_output: Callable[[bytes], Awaitable[None]], cancel: trio.Event | None) -> Ending:
+        """Pump the pipes until the agent has exited and its output is drained; `on_output` gets each stdout chunk."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.pump_stdout, on_output)
+            nursery.start_soon(self.pump_stderr)
+            if self.agent.stdin is not None:
+                nursery.start_soon(self.feed_stdin)
+            if cancel is not None:
+                nursery.start_soon(self.watch_cancel, cancel)
+            ending = await self.wait_for_exit()
+            self.stdout.start_draining(DRAIN_SECS)
+            self.stderr.start_draining(DRAIN_SECS)
+            for reader in (self.stdout, self.stderr):
+                if not reader.done.is_set():  # waiting on a set event would still cost a schedule point
+                    await reader.done.wait()
+            if self.stdout.cut or self.stderr.cut:
+                self.log.warning("a process outside the agent's group still holds its output open; stopped reading",
+                                 drain_secs=DRAIN_SECS)
+            nursery.cancel_scope.cancel()
+        return ending
+
+    def send(self, data: bytes) -> None:
+        """Write `data` to the agent's stdin after what was queued before (a no-op once stdin is closed)."""
+        if data and self.agent.stdin is not None:
+            try:
+                self._outgoing.send_nowait(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    async def wait_for_exit(self) -> Ending:
+        with self.exit_wait:
+            await self.agent.wait_exited()
+        timeout = None
+        if self.exit_wait.cancelled_caught:
+            if self.cancel_requested:
+                self.log.info("turn cancelled by the host; interrupting the agent")
+                await self.stop(signal.SIGINT)
+            else:
+                timeout = "wall" if trio.current_time() >= self.wall_deadline else "idle"
+                self.log.warning("turn timed out; terminating the agent", timeout=timeout,
+                                 limit_secs=self.profile.timeout_secs if timeout == "wall"
+                                 else self.profile.idle_timeout_secs)
+                await self.stop(signal.SIGTERM)
+        returncode = self.agent.reap()
+        await self.reap_leftovers()
+        return Ending(returncode=returncode, timeout=timeout, cancelled=self.cancel_requested and timeout is None)
+
+    async def stop(self, signum: int) -> None:
+        """`signum` to the group; after `kill_grace_secs`, SIGKILL."""
+        self.agent.signal_group(signum)
+        with trio.move_on_after(self.profile.kill_grace_secs):
+            await self.agent.wait_exited()
+            return
+        self.log.warning("agent still running after the grace period; killing it",
+                         signal=signal.Signals(signum).name, grace_secs=self.profile.kill_grace_secs)
+        self.agent.signal_group(signal.SIGKILL)
+        await self.agent.wait_exited()
+
+    async def reap_leftovers(self) -> None:
+        """Kill and reap what the agent left behind and was handed to us (only a subreaper is)."""
+        await collect_orphans(trio.current_time() + REAP_SECS)
+
+    async def abandon(self) -> None:
+        """The host went away mid-turn: stop the agent as a host cancel, without reading further."""
+        if self.agent.reaped:
+            return
+        self.agent.close_output()  # the host is gone: nobody reads any more
+        await self.stop(signal.SIGINT)
+        self.agent.reap()
+        await self.reap_leftovers()
+
+    async def watch_cancel(self, cancel: trio.Event) -> None:
+        await cancel.wait()
+        self.cancel_requested = True
+        self.exit_wait.cancel()
+
+    async def pump_stdout(self, on_output: Callable[[bytes], Awaitable[None]]) -> None:
+        reader = self.stdout
+        idle = self.profile.idle_timeout_secs
+        exit_wait = self.exit_wait
+        try:
+            with reader.scope:
+                while data := await reader.receive():
+                    if idle is None:
+                        await on_output(data)
+                    else:
+                        # Time spent in host callbacks is not the agent's silence.
+                        exit_wait.deadline = self.wall_deadline
+                        await on_output(data)
+                        exit_wait.deadline = min(self.wall_deadline, trio.current_time() + idle)
+        finally:
+            reader.done.set()
+
+    async def pump_stderr(self) -> None:
+        reader = self.stderr
+        tail = self._stderr_tail
+        try:
+            with reader.scope:
+                while data := await reader.receive():
+                    self._stderr_total += len(data)
+                    tail += data
+                    if len(tail) > 2 * STDERR_TAIL_BYTES:
+                        del tail[:-STDERR_TAIL_BYTES]
+        finally:
+            reader.done.set()
+
+    def stderr_text(self) -> str:
+        """The last few KiB of stderr; when it was cut, starting at a line boundary."""
+        tail = bytes(self._stderr_tail[-STDERR_TAIL_BYTES:])
+        if self._stderr_total > len(tail):
+            newline = tail.find(b"\n")
+            if 0 <= newline < len(tail) - 1:
+                tail = tail[newline + 1:]
+            return "…" + tail.decode("utf-8", "replace")
+        return tail.decode("utf-8", "replace")
+
+    async def feed_stdin(self) -> None:
+        """Write the handover, then (with `stdin_open`) whatever `send` queues until the agent exits; then EOF.
+
+        Runs beside the readers, so neither side can deadlock on a full pipe.
+        """
+        stream = self.agent.stdin
+        assert stream is not None
+        try:
+            if self.plan.stdin:
+                await stream.send_all(self.plan.stdin)
+            if self.plan.stdin_open:
+                async for data in self._outgoing_queue:
+                    await stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.log.info("agent closed stdin before reading all that was written to it")
+        finally:
+            self._outgoing.close()
+            await stream.aclose()

@@ -1,0 +1,156 @@
+"""What every dialect is: a sans-I/O object between an agent's bytes and the bridge's events.
+
+A dialect is made for one turn of one agent process. The turn engine asks the
+dialect's class how the turn is handed to the agent (`handover`: what goes on
+stdin, and whether stdin stays open for answers), feeds it whatever the agent
+writes on stdout (`feed`, `close`), and, when the agent asks permission for a
+tool, gets the bytes of the answer from it (`answer`). No I/O, no clock: a
+dialect is tested from transcripts, without a process.
+
+`JsonLinesDialect` is the shared base of the families that write one JSON
+object per line: framing with a bound, decoding, and what to do with lines
+that are not JSON objects. A family module only maps objects to events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from ..permissions import Decision, PermissionRequest
+from ..turn import Turn
+from .events import Event, LineCut, ProtocolWarning
+from .framing import Lines, LineSplitter
+from .settings import JSON_MAX_LINE_BYTES, JsonSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """How a turn reaches the agent besides argv and the environment.
+
+    `stdin` is written to the agent's stdin (None: stdin is /dev/null, at end of
+    file at once). With `keep_open` stdin stays a pipe after that, for the
+    answers to the agent's questions; it is closed when the agent exits.
+    """
+
+    stdin: bytes | None = None
+    keep_open: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DialectContext:
+    """What a dialect needs to know of the profile; the turn engine builds it (dialects never see a Profile).
+
+    `settings` is the dialect's own settings object (its `Settings` class,
+    filled from the profile's section named after the protocol). `permissions`
+    says the profile has a `permissions:` section: the host answers the
+    agent's questions, so a family that must announce it may do so.
+    """
+
+    settings: Any = None
+    session_line_prefix: str = "AGENT_SESSION:"
+    stdin_message: bool = False
+    permissions: bool = False
+
+
+class Dialect(Protocol):
+    """The shape every dialect has (see the module docstring)."""
+
+    name: ClassVar[str]
+    Settings: ClassVar[type]
+
+    def __init__(self, context: DialectContext, turn: Turn) -> None: ...
+
+    @classmethod
+    def handover(cls, turn: Turn, context: DialectContext) -> Handover: ...
+
+    def feed(self, data: bytes) -> list[Event]: ...
+
+    def close(self) -> list[Event]: ...
+
+    def answer(self, request: PermissionRequest, decision: Decision) -> bytes: ...
+
+
+class JsonLinesDialect:
+    """Base of the families that write one JSON object per line: subclasses implement `on_object`."""
+
+    name: ClassVar[str] = ""
+    Settings: ClassVar[type] = JsonSettings
+    __slots__ = ("context", "turn", "_lines", "_ignored", "_closed")
+
+    def __init__(self, context: DialectContext, turn: Turn) -> None:
+        self.context = context
+        self.turn = turn
+        settings = context.settings if context.settings is not None else self.Settings()
+        self._lines = LineSplitter(getattr(settings, "max_line_bytes", JSON_MAX_LINE_BYTES))
+        self._ignored = 0  # lines that were not JSON objects
+        self._closed = False
+
+    @classmethod
+    def handover(cls, turn: Turn, context: DialectContext) -> Handover:
+        return Handover()  # the turn is in argv: stdin is at end of file at once
+
+    def feed(self, data: bytes) -> list[Event]:
+        if self._closed:
+            raise RuntimeError("feed() after close()")
+        return self._decode(self._lines.feed(data))
+
+    def close(self) -> list[Event]:
+        if self._closed:
+            return []
+        self._closed = True
+        events = self._decode(self._lines.close())
+        events.extend(self.finish())
+        if self._ignored:
+            events.append(ProtocolWarning(f"ignored {self._ignored} stdout line(s) that were not JSON objects"))
+        return events
+
+    def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
+        raise NotImplementedError(f"{self.name} agents do not ask for permission")
+
+    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
+        """The events one JSON object of the agent's stream stands for."""
+        raise NotImplementedError
+
+    def finish(self) -> list[Event]:
+        """Events due at the end of the stream (a reply assembled from pieces, say)."""
+        return []
+
+    def _decode(self, lines: Lines) -> list[Event]:
+        events: list[Event] = []
+        for index, line in enumerate(lines.text):
+            if index in lines.cut:
+                events.append(LineCut(f"a stdout line was longer than {self._lines.max_line_bytes} bytes; "
+                                      "it was ignored"))
+                continue
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except (ValueError, RecursionError):
+                message = None
+            if not isinstance(message, dict):
+                self._ignored += 1
+                continue
+            events.extend(self.on_object(message))
+        return events
+
+
+def text_of(value: Any) -> str:
+    """A string field of an agent's JSON, or "" when it is missing or not a string."""
+    return value if isinstance(value, str) else ""
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """One line of at most `limit` characters, for a status line."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def number(value: Any) -> int | None:
+    """A token count from an agent's JSON, or None when it is not a whole number."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value

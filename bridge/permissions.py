@@ -1,0 +1,94 @@
+"""Tool approvals: an agent asks before it runs a tool, and a profile's policy answers. Pure.
+
+Every agent family that can ask (agentproc wire 0.4, ACP, aionrs, Ante…) asks
+in its own words; its dialect turns the question into one `PermissionRequest`
+and the answer, a `Decision`, back into its own words. The policy in between
+is the same for all of them: the profile's `permissions:` section.
+
+    permissions:
+      default: deny            # allow | deny: what a tool not listed below gets
+      allow: [Read, Grep, "mcp__docs__*", read]
+      deny: [Bash, exec]
+
+An entry is a tool name as the agent calls it (shell-style wildcards allowed)
+or a tool kind (`read`, `edit`, `delete`, `move`, `search`, `exec`, `think`,
+`fetch`, `other`) when the agent says what kind its tool is. `deny` wins over
+`allow`; neither list matching, `default` decides.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TOOL_KINDS = ("read", "edit", "delete", "move", "search", "exec", "think", "fetch", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionRequest:
+    """An agent asks whether it may run a tool.
+
+    `request_id` is the dialect's handle for its answer; `tool` the tool's name
+    as the agent calls it; `kind` one of `TOOL_KINDS` when the agent says so
+    (else ""); `title` what a person reads ("ls -la", "Edit README.md");
+    `input` the tool's arguments, as the agent sent them.
+    """
+
+    request_id: str
+    tool: str
+    kind: str = ""
+    title: str = ""
+    input: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"request_id": self.request_id, "tool": self.tool, "kind": self.kind, "title": self.title,
+                "input": dict(self.input)}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to a `PermissionRequest`. `always` asks the agent to remember it (where it can)."""
+
+    allow: bool
+    always: bool = False
+    message: str = ""
+
+
+DENIED = Decision(allow=False)
+ALLOWED = Decision(allow=True)
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionPolicy:
+    """A profile's `permissions:` section."""
+
+    default: Literal["allow", "deny"] = "deny"
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+    def decide(self, request: PermissionRequest) -> Decision:
+        if _matches(self.deny, request):
+            return Decision(allow=False, message=f"{request.tool or 'this tool'} is not allowed by the profile")
+        if _matches(self.allow, request):
+            return ALLOWED
+        if self.default == "allow":
+            return ALLOWED
+        return Decision(allow=False, message=f"{request.tool or 'this tool'} is not in the profile's allow list")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> PermissionPolicy:
+        if not values:
+            return cls()
+        return cls(default=values.get("default", "deny"), allow=tuple(values.get("allow", ())),
+                   deny=tuple(values.get("deny", ())))
+
+
+def _matches(patterns: tuple[str, ...], request: PermissionRequest) -> bool:
+    for pattern in patterns:
+        if pattern in TOOL_KINDS and request.kind == pattern:
+            return True
+        if request.tool and fnmatch.fnmatchcase(request.tool, pattern):
+            return True
+    return False
