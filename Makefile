@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test bench clean
+.PHONY: run test test-agents bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,21 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/agent-bridge run profiles/echo.yaml "hello"
 
-test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q
+# Real coding agents the tests drive (against fake API servers on loopback): installed once into a
+# cache outside the repo, re-installed when this list changes. Pinned: their output formats are what we test.
+TEST_CACHE  ?= $(HOME)/.cache/agent-bridge-tests
+NPM_AGENTS  := @openai/codex@0.169.0 @google/gemini-cli@0.61.0
+NPM_STAMP   := $(TEST_CACHE)/npm/.installed-$(shell echo '$(NPM_AGENTS)' | cksum | cut -d' ' -f1)
+
+$(NPM_STAMP):
+	mkdir -p $(TEST_CACHE)/npm
+	npm install --prefix $(TEST_CACHE)/npm --no-audit --no-fund --loglevel=error $(NPM_AGENTS)
+	touch $@
+
+test-agents: $(NPM_STAMP)
+
+test: $(VENV)/.installed-dev $(NPM_STAMP)
+	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q
 
 # `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it
 # (re-installed whenever bridge/ changes), plus the comparison and plotting tools of bench/requirements.txt.

@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from ..dialects import MAX_LINE_BYTES, LineSplitter
+from ..dialects import MAX_LINE_BYTES, ActivityEvent, LineSplitter
 from ..errors import BridgeError
 from ..profile import Profile
 from ..result import TurnResult
 from ..runner import TurnStream, open_turn
 from ..turn import Turn
-from .printer import HumanPrinter
+from .printer import HumanPrinter, describe_activity
 
 if TYPE_CHECKING:
     from ..host.turnlock import Place
@@ -241,6 +241,10 @@ class Chat:
                     if spinner is not None:
                         nursery.start_soon(spinner.run)
                     async for event in stream:
+                        if isinstance(event, ActivityEvent):
+                            if spinner is not None:
+                                spinner.note(describe_activity(event))
+                            continue
                         if spinner is not None:
                             spinner.clear()
                         printer.show(event)
@@ -334,30 +338,55 @@ class LineReader:
 
 
 class Spinner:
-    """Elapsed time on stderr while the agent says nothing, so a slow agent does not look hung.
+    """Elapsed time on stderr while the agent says nothing, so a slow agent does not look hung,
+    and what it is doing when its dialect says so (a tool it runs, thinking).
 
     Drawn only while the cursor is at the start of a line (never over a
-    partial), and erased before anything else is printed.
+    partial), on one line, and erased before anything else is printed.
     """
 
     def __init__(self, err: TextIO, printer: HumanPrinter) -> None:
         self.err = err
         self.printer = printer
         self.drawn = 0  # width of what is on screen now
+        self.activity = ""
+        self.started = trio.current_time()
+        self.frames = itertools.cycle("|/-\\")
 
     async def run(self) -> None:
-        started = trio.current_time()
+        self.started = trio.current_time()
         await trio.sleep(SPINNER_DELAY)
-        for frame in itertools.cycle("|/-\\"):
-            if not self.printer.open_line:
-                text = f"{frame} {trio.current_time() - started:.1f} s"
-                self.err.write("\r" + text.ljust(self.drawn))
-                self.err.flush()
-                self.drawn = max(self.drawn, len(text))
+        while True:
+            self.draw()
             await trio.sleep(SPINNER_TICK)
+
+    def note(self, activity: str) -> None:
+        """Show what the agent is doing now, on the status line."""
+        self.activity = activity
+        if trio.current_time() - self.started >= SPINNER_DELAY:
+            self.draw()
+
+    def draw(self) -> None:
+        if self.printer.open_line:
+            return
+        text = f"{next(self.frames)} {trio.current_time() - self.started:.1f} s"
+        if self.activity:
+            text += f"  {self.activity}"
+        text = text[:_terminal_width(self.err) - 1]
+        self.err.write("\r" + text.ljust(self.drawn))
+        self.err.flush()
+        self.drawn = max(self.drawn, len(text))
 
     def clear(self) -> None:
         if self.drawn:
             self.err.write("\r" + " " * self.drawn + "\r")
             self.err.flush()
             self.drawn = 0
+
+
+def _terminal_width(stream: TextIO) -> int:
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        columns = 0
+    return columns if columns > 0 else 80  # a terminal whose size was never set says 0

@@ -5,7 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
+from ..dialects import ActivityEvent
 from ..result import TurnResult
+
+
+def describe_activity(event: ActivityEvent) -> str:
+    """What the agent is doing, in a few words for a status line."""
+    if event.activity == "thinking":
+        return "thinking…"
+    if event.activity == "plan":
+        done = sum(step.status == "completed" for step in event.plan)
+        current = next((step.text for step in event.plan if step.status == "in_progress"), "")
+        return f"plan {done}/{len(event.plan)}" + (f": {current}" if current else "")
+    what = " ".join(part for part in (event.tool, event.title) if part) or "a tool"
+    if event.tool and event.title:
+        what = f"{event.tool}: {event.title}"
+    return f"{what} ({event.status})" if event.status and event.status != "started" else what
 
 
 class HumanPrinter:

@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from ..dialects import MAX_SESSION_ID_CHARS, LineSplitter, PartialEvent, SessionEvent, session_id_problem
+from ..dialects import MAX_SESSION_ID_CHARS, ActivityEvent, LineSplitter, PartialEvent, SessionEvent, session_id_problem
 from ..errors import ProfileError, TurnError
 from ..host.registry import UnknownProfile
 from ..host.runtime import (
@@ -431,6 +431,10 @@ class Server:
                 await send({"type": "partial", "id": request_id, "text": event.text})
             elif type(event) is SessionEvent:
                 await send({"type": "session", "id": request_id, "session_id": event.session_id})
+            elif type(event) is ActivityEvent:
+                record = event.to_dict()
+                del record["event"]
+                await send({"type": "activity", "id": request_id, **record})
 
         try:
             result = await self.host.submit(request.profile, request.conversation, request.turn, on_event=forward,
