@@ -105,7 +105,11 @@ class AgentIO:
         self.stderr = _Reader(agent.stderr)
         self._stderr_tail = bytearray()
         self._stderr_total = 0
-        self._outgoing, self._outgoing_queue = trio.open_memory_channel[bytes](math.inf)
+        # Only an agent whose stdin stays open is answered later (a channel costs a turn ~10 us).
+        self._outgoing: trio.MemorySendChannel[bytes] | None = None
+        self._outgoing_queue: trio.MemoryReceiveChannel[bytes] | None = None
+        if plan.stdin_open:
+            self._outgoing, self._outgoing_queue = trio.open_memory_channel(math.inf)
         self.wall_deadline = started + profile.timeout_secs
         idle = profile.idle_timeout_secs
         self.exit_wait = trio.CancelScope(
@@ -136,7 +140,7 @@ class AgentIO:
 
     def send(self, data: bytes) -> None:
         """Write `data` to the agent's stdin after what was queued before (a no-op once stdin is closed)."""
-        if data and self.agent.stdin is not None:
+        if data and self._outgoing is not None:
             try:
                 self._outgoing.send_nowait(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -239,11 +243,12 @@ class AgentIO:
         try:
             if self.plan.stdin:
                 await stream.send_all(self.plan.stdin)
-            if self.plan.stdin_open:
+            if self._outgoing_queue is not None:
                 async for data in self._outgoing_queue:
                     await stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.log.info("agent closed stdin before reading all that was written to it")
         finally:
-            self._outgoing.close()
+            if self._outgoing is not None:
+                self._outgoing.close()
             await stream.aclose()

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .dialects import PROTOCOLS, dialect_class
+from .dialects import PROTOCOLS
 from .errors import LaunchError
 from .profile import PLACEHOLDER_PATTERN, Profile
 from .turn import Turn
@@ -67,7 +67,7 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
         if name not in PROTOCOL_VARIABLES:
             env[name] = _render(template, values, environ, profile.env_allowlist, notes, name)
     env.update(_protocol_variables(profile, turn))
-    handover = dialect_class(profile.protocol).handover(turn, profile.dialect_context)
+    handover = profile.dialect.handover(turn, profile.dialect_context)
     message = env["AGENT_MESSAGE"]
     if _too_long("AGENT_MESSAGE=" + message):
         if not (profile.stdin == "message" or PROTOCOLS[profile.protocol].message_on_stdin):

@@ -25,7 +25,6 @@ from .dialects import (
     PartialEvent,
     ProtocolWarning,
     SessionEvent,
-    dialect_class,
 )
 from .errors import LaunchError
 from .launch import LaunchPlan, plan_launch
@@ -66,7 +65,7 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     log = _turn_logger(profile, turn_id, plan)
     recorder = TurnRecorder(profile)
     io = AgentIO(profile, plan, agent, log, started)
-    loop = _TurnLoop(dialect_class(profile.protocol)(profile.dialect_context, turn), recorder,
+    loop = _TurnLoop(profile.dialect(profile.dialect_context, turn), recorder,
                      profile.permission_policy, emit, log, io)
     log.info("agent started", pid=agent.pid, program=plan.argv[0])
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ..dialects import PROTOCOLS, DialectContext
+from ..dialects import PROTOCOLS, DialectContext, dialect_class
 from ..errors import Problem, ProfileError
 from ..permissions import PermissionPolicy
 from . import cache as profile_cache
@@ -32,7 +32,7 @@ class Profile:
     """
 
     __slots__ = (*FIELD_NAMES, "argv_template", "resume_argv_template", "protocol_settings", "settings",
-                 "dialect_context", "permission_policy", "profile_dir")
+                 "dialect", "dialect_context", "permission_policy", "profile_dir")
 
     command: str | tuple[str, ...]
     args: tuple[str, ...]
@@ -64,6 +64,8 @@ class Profile:
     """The profile's section named after its protocol, as written (defaults left out)."""
     settings: Any
     """The protocol's settings object: `protocol_settings` over its defaults."""
+    dialect: Any
+    """The protocol's dialect class (see `bridge.dialects.base.Dialect`)."""
     dialect_context: DialectContext
     """What the protocol's dialect is told of this profile."""
     permission_policy: PermissionPolicy
@@ -104,6 +106,7 @@ class Profile:
         settings = dict(values["protocol_settings"])
         object.__setattr__(self, "protocol_settings", MappingProxyType(settings))
         object.__setattr__(self, "settings", PROTOCOLS[self.protocol].settings(**settings))
+        object.__setattr__(self, "dialect", dialect_class(self.protocol))
         object.__setattr__(self, "dialect_context", DialectContext(
             settings=self.settings, session_line_prefix=self.session_line_prefix,
             stdin_message=self.stdin == "message", permissions=self.permissions is not None,
