@@ -27,20 +27,18 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# The host runtime loads on first use, so `run`, `check` and `schema` never pay for importing it.
-_LAZY = {"DuplicateTurn": "host.runtime", "Host": "host.runtime", "HostClosed": "host.runtime",
-         "HostStats": "host.runtime", "open_host": "host.runtime", "QueueFull": "host.scheduler",
-         "UnknownProfile": "host.registry", "SessionRecord": "host.store", "SessionStore": "host.store",
-         "StoreError": "host.store", "TurnLockError": "host.turnlock"}
+_HOST_NAMES = frozenset({"DuplicateTurn", "Host", "HostClosed", "HostStats", "open_host", "QueueFull",
+                         "UnknownProfile", "SessionRecord", "SessionStore", "StoreError", "TurnLockError"})
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    """The host runtime's names, loaded on first use (by `bridge.host`), so `run`, `check` and `schema`
+    never pay for importing it."""
+    if name not in _HOST_NAMES:
         raise AttributeError(f"module 'bridge' has no attribute {name!r}")
-    from importlib import import_module
+    from . import host
 
-    value = getattr(import_module(f".{module}", __name__), name)
+    value = getattr(host, name)
     globals()[name] = value
     return value
 
