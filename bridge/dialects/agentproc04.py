@@ -65,13 +65,13 @@ class AgentProc04(JsonLinesDialect):
 
     name: ClassVar[str] = "agentproc-0.4"
     Settings: ClassVar[type] = JsonSettings
-    __slots__ = ("_session_id", "_session_conflict", "_result_seen", "_error_seen", "_usage_seen", "_pieces",
+    __slots__ = ("_session_id", "_session_warned", "_result_seen", "_error_seen", "_usage_seen", "_pieces",
                  "_joined_chars", "_unknown", "_unanswerable", "_malformed_requests")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self._session_id = ""
-        self._session_conflict = False  # a different valid id came after the first (warned once)
+        self._session_warned: set[str] = set()  # the session warnings given: each is logged once per turn
         self._result_seen = False
         self._error_seen = False
         self._usage_seen = False
@@ -192,16 +192,15 @@ class AgentProc04(JsonLinesDialect):
         if not isinstance(session_id, str) or not session_id or session_id == self._session_id:
             return []
         problem = _session_id_problem(session_id)
-        if problem is not None:
-            return [ProtocolWarning(f"ignored a session id because {problem}; the session is unchanged")]
-        if self._session_id:
-            if self._session_conflict:
-                return []
-            self._session_conflict = True
-            return [ProtocolWarning("ignored a session id different from the turn's first one; "
-                                    "the first one stays the session (wire 0.4: first valid id wins)")]
-        self._session_id = session_id
-        return [SessionEvent(session_id)]
+        if problem is None and not self._session_id:
+            self._session_id = session_id
+            return [SessionEvent(session_id)]
+        if problem is None:
+            problem = "it differs from the turn's first one, which stays the session (wire 0.4: the first valid id wins)"
+        if problem in self._session_warned:  # an agent stamps its id on every line: one warning is enough
+            return []
+        self._session_warned.add(problem)
+        return [ProtocolWarning(f"ignored a session id because {problem}")]
 
     def _usage(self, message: Mapping[str, Any]) -> list[Event]:
         usage = message.get("usage")
