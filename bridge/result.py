@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from .dialects import (
     ActivityEvent,
+    AgentInput,
     BodyLine,
     ErrorEvent,
     Event,
@@ -87,7 +88,8 @@ class Ending:
     spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
 
 
-Forwarded = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | ProtocolWarning
+Forwarded = (PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | AgentInput
+             | ProtocolWarning)
 
 
 class TurnRecorder:
@@ -166,7 +168,7 @@ class TurnRecorder:
             elif kind is UsageEvent:
                 usage = event.usage  # type: ignore[union-attr]
                 self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)  # type: ignore[union-attr]
-            else:  # activity, permission requests, warnings
+            else:  # activity, permission requests, input for the agent, warnings
                 if kind is LineCut:
                     self._line_cut = True
                 forward.append(event)  # type: ignore[arg-type]

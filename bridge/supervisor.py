@@ -19,6 +19,7 @@ import trio
 from .agent_io import DRAIN_SECS, REAP_SECS, AgentIO
 from .dialects import (
     ActivityEvent,
+    AgentInput,
     Dialect,
     ErrorEvent,
     Event,
@@ -124,6 +125,8 @@ class _TurnLoop:
                 self.log.warning(event.message)
             elif isinstance(event, PermissionRequest):
                 await self.answer(event)
+            elif type(event) is AgentInput:
+                self.io.send(event.data)
             elif emit is not None and (pending := emit(event)) is not None:
                 await pending
 

@@ -165,6 +165,43 @@ def test_partials_show_while_the_agent_works_and_a_spinner_while_it_is_silent(ch
     assert terminal.exit_code() == 0
 
 
+def test_the_status_line_shows_what_the_agent_is_doing(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An agentproc-0.4 agent thinks, then asks to read a file: both show on the status line, never in the reply."""
+    thought, asked = tmp_path / "thought", tmp_path / "asked"
+    os.mkfifo(thought)
+    os.mkfifo(asked)
+    agent = write_agent(tmp_path, "agent", f"""\
+        #!{PYTHON}
+        import json, sys
+        def send(**event):
+            print(json.dumps(event), flush=True)
+        sys.stdin.readline()
+        send(type="partial", text="which file?", role="thinking")
+        open({str(thought)!r}).read()  # until the test has seen it
+        send(type="permission_request", request_id="r1", tool_name="Read", input={{"file_path": "notes.txt"}})
+        answer = json.loads(sys.stdin.readline())
+        open({str(asked)!r}).read()
+        send(type="result", text="read it: " + answer["behavior"])
+    """)
+    profile = write_profile(tmp_path, f"""\
+        protocol: agentproc-0.4
+        command: {agent}
+        permissions: {{allow: [Read]}}
+    """)
+    terminal = chat(str(profile))
+    terminal.send(b"look\n")
+    terminal.expect(re.compile(rb"\r[|/\\-] \d+\.\d s  thinking\xe2\x80\xa6"))
+    with open(thought, "w"):
+        pass
+    terminal.expect(re.compile(rb"\r[|/\\-] \d+\.\d s  Read: notes\.txt \(allowed\)"))
+    with open(asked, "w"):
+        pass
+    shown = terminal.expect(PROMPT)
+    assert b"read it: allow\r\n" in shown and b"which file" not in shown
+    terminal.send(b"/exit\n")
+    assert terminal.exit_code() == 0
+
+
 def test_ctrl_c_cancels_the_running_turn_and_the_chat_goes_on(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     profile = write_profile(tmp_path, f"""\
         command: {PROFILES.parent / "sample_agents" / "hang.sh"}

@@ -167,6 +167,29 @@ def test_json_mode_prints_one_event_per_line_and_the_result_last(tmp_path):
     assert done.returncode == 1
 
 
+def test_json_mode_prints_what_the_agent_does_as_activity_and_its_usage_on_the_result(tmp_path):
+    """agentproc-0.4 (the bundled profile): thinking and an answered tool request are activity lines."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the sample agent keeps its sessions
+    asks = ("run", str(PROFILES / "agentproc-echo.yaml"), "--json", "--timeout", "20")
+    allowed, denied = (subprocess.run([AGENT_BRIDGE, *asks, message], capture_output=True, text=True, timeout=60,
+                                      env=env, stdin=subprocess.DEVNULL) for message in ("hi tool=Read", "hi"))
+    events = ndjson(allowed.stdout)
+    session, thinking, tool = events[:3]
+    assert session == {"event": "session", "session_id": events[-1]["session_id"]}
+    assert thinking == {"event": "activity", "activity": "thinking", "text": "reading turn 1"}
+    assert tool.pop("call_id").startswith("req-")
+    assert tool == {"event": "activity", "activity": "tool", "tool": "Read", "status": "allowed",
+                    "title": "count the 2 word(s) of your message"}
+    assert [event["text"] for event in events[3:-1]] == ["You", " said:", " hi", " tool=Read"]
+    result = events[-1]
+    assert (allowed.returncode, result["reply"]) == (0, "You said: hi tool=Read\n(Read was allowed)")
+    assert result["usage"] == {"input_tokens": 2, "output_tokens": 7, "total_tokens": 9}
+    assert [event.get("status") for event in ndjson(denied.stdout) if event["event"] == "activity"] == [None, "denied"]
+    assert ndjson(denied.stdout)[-1]["usage"]["input_tokens"] == 1
+    echo = cli("run", str(PROFILES / "echo.yaml"), "x", "--json")
+    assert ndjson(echo.stdout)[-1]["usage"] is None  # an agent that reports no usage
+
+
 # --------------------------------------------------------------------------- input and options
 
 

@@ -434,6 +434,17 @@ def test_profiles_are_immutable_but_copyable() -> None:
         profile.replace(timeout_secs=0)
 
 
+def test_a_profile_of_another_protocol_is_copyable_too() -> None:
+    """`run --timeout` and `--no-stream` copy the profile: agentproc-0.1's own fields must not come along."""
+    profile = parse_profile("protocol: agentproc-0.4\ncommand: x\npermissions: {allow: [Read]}\n"
+                            "agentproc-0.4: {max_line_bytes: 8192}\n")
+    quiet = profile.replace(streaming=False, timeout_secs=5.0)
+    assert (quiet.protocol, quiet.streaming, quiet.timeout_secs, quiet.settings.max_line_bytes) == (
+        "agentproc-0.4", False, 5.0, 8192)
+    assert quiet.permission_policy == profile.permission_policy
+    assert quiet.replace(streaming=True, timeout_secs=1800) == profile
+
+
 def test_schema_describes_every_field_and_forbids_others() -> None:
     schema = bridge.json_schema()
     assert list(schema["properties"]) == [*FIELD_NAMES, *bridge.dialects.PROTOCOLS]

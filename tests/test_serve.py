@@ -13,6 +13,7 @@ import signal
 import time
 import subprocess
 import sys
+import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from conftest import SAMPLE_AGENTS
 from hostkit import Lab
 
 import bridge
@@ -163,6 +165,38 @@ async def test_a_turn_is_accepted_streams_and_ends_with_a_full_result(serve: Any
     await client.send(turn(7, "tag=y"))  # integer ids work too; the session is resumed
     assert (await client.until("result", 7))[-1]["outcome"] == "ok"
     assert [words[2] for words in lab.lines() if words[0] == "start"] == ["-", "s-1"]
+
+
+async def test_what_the_agent_does_is_answered_as_activity_and_the_result_carries_usage(serve: Any, lab: Lab) -> None:
+    """An agentproc-0.4 agent thinks and asks to use tools; the profile's policy answers, the bot sees both."""
+    (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+        protocol: agentproc-0.4
+        command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
+        env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
+        permissions: {{allow: [Read]}}
+    """))
+    client, _ = await serve()
+    await client.send(turn("a1", "hi tool=Read", profile="ap4"))
+    responses = await client.until("result", "a1")
+    assert [r["type"] for r in responses] == ["accepted", "session", "activity", "activity", *["partial"] * 4,
+                                              "result"]
+    session_id = responses[1]["session_id"]
+    assert responses[2] == {"type": "activity", "id": "a1", "activity": "thinking", "text": "reading turn 1"}
+    tool = responses[3]
+    assert tool.pop("call_id").startswith("req-")
+    assert tool == {"type": "activity", "id": "a1", "activity": "tool", "tool": "Read", "status": "allowed",
+                    "title": "count the 2 word(s) of your message"}
+    result = responses[-1]
+    assert (result["outcome"], result["session_id"], result["usage"]) == (
+        "ok", session_id, {"input_tokens": 2, "output_tokens": 7, "total_tokens": 9})
+
+    await client.send(turn("a2", "again", profile="ap4"))  # the conversation's session is resumed
+    responses = await client.until("result", "a2")
+    assert [(r["tool"], r["status"]) for r in responses if r["type"] == "activity" and r["activity"] == "tool"] == [
+        ("Bash", "denied")]
+    assert responses[-1]["reply"] == ("You said: again\n(Bash was denied: Bash is not in the profile's allow list)\n"
+                                      "(last time you said: hi tool=Read)")
+    assert responses[-1]["session_id"] == session_id
 
 
 async def test_malformed_requests_get_an_error_and_serve_carries_on(serve: Any) -> None:

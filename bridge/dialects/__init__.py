@@ -25,6 +25,7 @@ from .agentproc01 import (
 from .base import Dialect, DialectContext, Handover, JsonLinesDialect
 from .events import (
     ActivityEvent,
+    AgentInput,
     BodyLine,
     ErrorEvent,
     Event,
@@ -56,6 +57,9 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
     "agentproc-0.1": ProtocolInfo("agentproc01", "AgentProc01", NoSettings,
                                   summary="AGENT_* environment in, AGENT_PARTIAL:/AGENT_SESSION:/AGENT_ERROR: lines "
                                   "and the reply body out"),
+    "agentproc-0.4": ProtocolInfo("agentproc04", "AgentProc04", JsonSettings, message_on_stdin=True,
+                                  summary="agentproc wire 0.4: one JSON turn line on stdin; partial/result/error "
+                                  "JSON lines out; permission requests answered by the profile's permissions"),
 }
 
 
@@ -79,6 +83,7 @@ __all__ = [
     "ProtocolInfo",
     "SESSION_PREFIX",
     "ActivityEvent",
+    "AgentInput",
     "AgentProc01",
     "BodyLine",
     "Dialect",

@@ -11,6 +11,7 @@ Claude Code's JSON — its dialect says it with these events:
   finished, a plan. It never enters the reply;
 - `UsageEvent`: tokens and cost, reported on the result;
 - `PermissionRequest` (from `bridge.permissions`): the agent asks before a tool;
+- `AgentInput`: bytes the dialect writes back to the agent on its own;
 - `ProtocolWarning`: something the dialect had to ignore or cut; logged.
 
 `PartialEvent`, `SessionEvent`, `ErrorEvent` and `ActivityEvent` are also what
@@ -153,6 +154,18 @@ class UsageEvent:
 
 
 @dataclass(slots=True)
+class AgentInput:
+    """Bytes the dialect itself must write to the agent's stdin: a protocol-level answer no policy decides.
+
+    agentproc-0.4 refuses a malformed permission request this way, so the agent
+    does not wait for an answer that would never come. Written after anything
+    queued before; dropped once stdin is closed.
+    """
+
+    data: bytes
+
+
+@dataclass(slots=True)
 class ProtocolWarning:
     """Something the agent wrote that the bridge had to ignore or cut; logged, never fatal."""
 
@@ -165,4 +178,4 @@ class LineCut(ProtocolWarning):
 
 
 Event = (PartialEvent | SessionEvent | ErrorEvent | BodyLine | ReplyEvent | ActivityEvent | UsageEvent
-         | PermissionRequest | ProtocolWarning)
+         | PermissionRequest | AgentInput | ProtocolWarning)

@@ -1,0 +1,278 @@
+"""agentproc wire 0.4 (`protocol: agentproc-0.4`), the reference runner's JSON lines, as a sans-I/O dialect.
+
+The turn goes to the agent as one compact JSON `turn` line on stdin, written
+exactly as the reference runner (agentproc 0.20) writes it; stdin is then
+closed, unless the profile has a `permissions:` section: then the turn says
+`"permission": true` and stdin stays open for `permission_response` lines.
+
+The agent answers with one JSON object per line:
+
+- `partial{text, role}`: a chunk of the reply (`role` `thinking`: its
+  reasoning, an activity; any other role is forwarded as a partial);
+- `result{text, usage}`: the reply, whole; only the first one counts, and
+  none after an error;
+- `error{message, usage}`: the turn fails with that message;
+- `permission_request{request_id, tool_name, input, description}`: may it run
+  a tool? The profile's policy answers (see `answer`);
+- `session_id` on any of them: the first valid one is the session.
+
+Where this differs from the reference runner on purpose (see the README):
+the reply is `result.text` even when partials streamed (the reference then
+returns ""), or, with no `result` at all, the output partials joined; a
+session id over 512 characters or one that is not text is refused too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..permissions import Decision, PermissionRequest
+from ..turn import Turn, text_problem
+from .agentproc01 import MAX_SESSION_ID_CHARS
+from .base import DialectContext, Handover, JsonLinesDialect, number, shorten, text_of
+from .events import (
+    ActivityEvent,
+    AgentInput,
+    ErrorEvent,
+    Event,
+    PartialEvent,
+    ProtocolWarning,
+    ReplyEvent,
+    SessionEvent,
+    Usage,
+    UsageEvent,
+)
+from .settings import JsonSettings
+
+PROTOCOL_VERSION = "0.4"
+# The reference's rule (runner.is_valid_session_id): the SDK stores a session as <id>.jsonl.
+_UNSAFE_SESSION_ID = re.compile(r"[/\\\x00-\x1f]")
+_UNSAFE_REQUEST_ID = re.compile(r"[\s\x00-\x1f]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# The input keys whose value says best what a tool call does, in the order they are looked for.
+_TITLE_KEYS = ("command", "cmd", "file_path", "path", "url", "pattern", "query", "description", "prompt")
+_TITLE_CHARS = 120
+# Output partials are kept for the reply only until a result arrives, and only this much of them.
+_MAX_JOINED_CHARS = 8 * 1024 * 1024
+
+
+class AgentProc04(JsonLinesDialect):
+    """One turn of an agentproc wire 0.4 agent."""
+
+    name: ClassVar[str] = "agentproc-0.4"
+    Settings: ClassVar[type] = JsonSettings
+    __slots__ = ("_session_id", "_session_warned", "_result_seen", "_error_seen", "_usage_seen", "_pieces",
+                 "_joined_chars", "_unknown", "_unanswerable", "_malformed_requests")
+
+    def __init__(self, context: DialectContext, turn: Turn) -> None:
+        super().__init__(context, turn)
+        self._session_id = ""
+        self._session_warned: set[str] = set()  # the session warnings given: each is logged once per turn
+        self._result_seen = False
+        self._error_seen = False
+        self._usage_seen = False
+        self._pieces: list[str] = []  # output partials, the reply when no result comes
+        self._joined_chars = 0
+        self._unknown = 0  # JSON objects that are no 0.4 event
+        self._unanswerable = 0  # permission requests while nobody answers
+        self._malformed_requests = 0
+
+    @classmethod
+    def handover(cls, turn: Turn, context: DialectContext) -> Handover:
+        line: dict[str, Any] = {
+            "type": "turn",
+            "message": turn.message,
+            "session_id": turn.session_id,
+            "session_name": turn.session_name,
+            "protocol_version": PROTOCOL_VERSION,
+        }
+        if turn.attachments:
+            line["attachments"] = [_attachment(attachment) for attachment in turn.attachments]
+        if context.permissions:
+            line["permission"] = True
+        data = (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        return Handover(stdin=data, keep_open=context.permissions)
+
+    def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
+        return _permission_response(request.request_id, decision.allow, decision.message)
+
+    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
+        kind = message.get("type")
+        if kind == "partial":
+            return self._partial(message)
+        if kind == "result":
+            return self._result(message)
+        if kind == "error":
+            return self._error(message)
+        if kind == "permission_request":
+            return self._permission_request(message)
+        self._unknown += 1  # legacy 0.3 `session`/`text` lines included: the reference ignores them too
+        return []
+
+    def finish(self) -> list[Event]:
+        events: list[Event] = []
+        if not self._result_seen and not self._error_seen and self._pieces:
+            events.append(ReplyEvent("".join(self._pieces)))
+        self._pieces = []
+        if self._unknown:
+            events.append(ProtocolWarning(f"ignored {self._unknown} JSON line(s) that were no wire 0.4 event "
+                                          "(partial, result, error, permission_request)"))
+        if self._malformed_requests:
+            events.append(ProtocolWarning(f"refused {self._malformed_requests} malformed permission request(s): "
+                                          "each needs a request_id without whitespace, a tool_name and an "
+                                          "input object"))
+        return events
+
+    def _partial(self, message: Mapping[str, Any]) -> list[Event]:
+        events = self._session(message)
+        text = _clean(text_of(message.get("text")))
+        if not text:
+            return events
+        if message.get("role") == "thinking":
+            if not self._error_seen:  # the reference forwards no partial of any role after an error
+                events.append(ActivityEvent("thinking", text=text))
+            return events
+        if not (self._result_seen or self._error_seen) and self._joined_chars < _MAX_JOINED_CHARS:
+            self._pieces.append(text)
+            self._joined_chars += len(text)
+        events.append(PartialEvent(text))
+        return events
+
+    def _result(self, message: Mapping[str, Any]) -> list[Event]:
+        if self._result_seen or self._error_seen:
+            # At most one result, none after an error; an ignored result's usage still counts if none came yet.
+            return self._usage(message) if self._error_seen and not self._usage_seen else []
+        self._result_seen = True
+        self._pieces = []
+        events = self._session(message)
+        events.append(ReplyEvent(_clean(text_of(message.get("text")))))
+        events.extend(self._usage(message))
+        return events
+
+    def _error(self, message: Mapping[str, Any]) -> list[Event]:
+        self._error_seen = True
+        self._pieces = []
+        events = self._session(message)
+        events.append(ErrorEvent(_clean(text_of(message.get("message")))))
+        events.extend(self._usage(message))  # an error's usage replaces the result's, as the reference keeps it
+        return events
+
+    def _permission_request(self, message: Mapping[str, Any]) -> list[Event]:
+        events = self._session(message)
+        if not self.context.permissions:
+            self._unanswerable += 1
+            if self._unanswerable == 1:
+                events.append(ProtocolWarning("the agent asked permission to run a tool, but the profile has no "
+                                              "permissions: section (the agent was told nobody answers); ignored. "
+                                              "Add a permissions: section to answer such requests"))
+            return events
+        request_id = message.get("request_id")
+        tool = message.get("tool_name")
+        tool_input = message.get("input")
+        if (not isinstance(request_id, str) or not request_id.strip() or _UNSAFE_REQUEST_ID.search(request_id)
+                or not isinstance(tool, str) or not tool or not isinstance(tool_input, dict)):
+            # Refused without asking the policy, so that the agent does not wait for an answer that never comes.
+            self._malformed_requests += 1
+            salvaged = request_id.strip() if isinstance(request_id, str) else ""
+            if salvaged and not _UNSAFE_REQUEST_ID.search(salvaged):
+                events.append(AgentInput(_permission_response(salvaged, False, "malformed permission request")))
+            return events
+        description = _clean(text_of(message.get("description")))
+        title = shorten(description, _TITLE_CHARS) if description.strip() else _title(tool_input)
+        events.append(PermissionRequest(request_id=request_id, tool=_clean(tool), title=title, input=tool_input))
+        return events
+
+    def _session(self, message: Mapping[str, Any]) -> list[Event]:
+        """The event of `message`'s session id: the first valid one is the session, later different ones warned."""
+        session_id = message.get("session_id")
+        if not isinstance(session_id, str) or not session_id or session_id == self._session_id:
+            return []
+        problem = _session_id_problem(session_id)
+        if problem is None and not self._session_id:
+            self._session_id = session_id
+            return [SessionEvent(session_id)]
+        if problem is None:
+            problem = "it differs from the turn's first one, which stays the session (wire 0.4: the first valid id wins)"
+        if problem in self._session_warned:  # an agent stamps its id on every line: one warning is enough
+            return []
+        self._session_warned.add(problem)
+        return [ProtocolWarning(f"ignored a session id because {problem}")]
+
+    def _usage(self, message: Mapping[str, Any]) -> list[Event]:
+        usage = message.get("usage")
+        if not isinstance(usage, dict):
+            return []
+        values = Usage(
+            input_tokens=number(usage.get("input_tokens")),
+            output_tokens=number(usage.get("output_tokens")),
+            cached_input_tokens=number(usage.get("cache_read_input_tokens")),
+            reasoning_tokens=number(usage.get("reasoning_tokens")),
+            total_tokens=number(usage.get("total_tokens")),
+            cost_usd=_money(usage.get("cost_usd")),
+        )
+        if values == Usage():
+            return []
+        self._usage_seen = True
+        return [UsageEvent(values)]
+
+
+def _attachment(attachment: Any) -> dict[str, str]:
+    """Our `Attachment(type, url, name)` in wire 0.4's words: `{kind, url, filename}`."""
+    shape = {"kind": attachment.type, "url": attachment.url}
+    if attachment.name:
+        shape["filename"] = attachment.name
+    return shape
+
+
+def _permission_response(request_id: str, allow: bool, message: str) -> bytes:
+    # Key order and compact form as the reference writes it; never `updated_input`: no decision carries one yet.
+    line: dict[str, Any] = {"type": "permission_response", "request_id": request_id,
+                            "behavior": "allow" if allow else "deny"}
+    if message:
+        line["message"] = message
+    return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+
+
+def _session_id_problem(session_id: str) -> str | None:
+    if session_id in (".", ".."):
+        return f"it is {session_id!r}"
+    if _UNSAFE_SESSION_ID.search(session_id):
+        return "it contains '/', '\\' or a control character"
+    if len(session_id) > MAX_SESSION_ID_CHARS:
+        return f"it is {len(session_id)} characters long (the limit is {MAX_SESSION_ID_CHARS})"
+    if text_problem(session_id) is not None:
+        return "it is not valid text"
+    return None
+
+
+def _title(tool_input: Mapping[str, Any]) -> str:
+    """What a person reads of a tool call when the agent gave no description: its command, path or URL."""
+    for key in _TITLE_KEYS:
+        value = tool_input.get(key)
+        if isinstance(value, str) and value.strip():
+            return shorten(_clean(value), _TITLE_CHARS)
+    if not tool_input:
+        return ""
+    return shorten(_clean(json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"), default=str)),
+                   _TITLE_CHARS)
+
+
+def _money(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        money = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
+    return money if math.isfinite(money) else None
+
+
+def _clean(text: str) -> str:
+    """JSON can spell lone surrogates, which no host could encode: they become U+FFFD."""
+    if text.isascii():
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
