@@ -9,9 +9,10 @@
 
 from typing import TYPE_CHECKING, Any
 
-from .dialects import ErrorEvent, PartialEvent, SessionEvent
+from .dialects import ActivityEvent, ErrorEvent, PartialEvent, PlanStep, SessionEvent, Usage
 from .errors import BridgeError, LaunchError, Problem, ProfileError, TurnError
 from .launch import LaunchPlan, plan_launch
+from .permissions import Decision, PermissionRequest
 from .profile import Profile, json_schema, load_profile, parse_profile
 from .result import Outcome, TurnResult
 from .runner import TurnStream, open_turn, run_turn, run_turn_sync
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _HOST_NAMES = frozenset({"DuplicateTurn", "Host", "HostClosed", "HostStats", "open_host", "QueueFull",
-                         "UnknownProfile", "SessionRecord", "SessionStore", "StoreError", "TurnLockError"})
+                         "UnknownProfile",
+    "Usage", "SessionRecord", "SessionStore", "StoreError", "TurnLockError"})
 
 
 def __getattr__(name: str) -> Any:
@@ -44,8 +46,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ActivityEvent",
     "Attachment",
     "BridgeError",
+    "Decision",
     "DuplicateTurn",
     "ErrorEvent",
     "Host",
@@ -56,6 +60,8 @@ __all__ = [
     "LaunchPlan",
     "Outcome",
     "PartialEvent",
+    "PermissionRequest",
+    "PlanStep",
     "Problem",
     "Profile",
     "ProfileError",
@@ -70,6 +76,7 @@ __all__ = [
     "TurnResult",
     "TurnStream",
     "UnknownProfile",
+    "Usage",
     "json_schema",
     "load_profile",
     "open_host",
