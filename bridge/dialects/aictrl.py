@@ -13,7 +13,8 @@ adds, from its `EVENTS.md` (schema "1") and `packages/cli/src/cli/cmd/run.ts`
 - `message_complete` `{tokens: {total?, input, output, reasoning, cache:
   {read, write}} | null, cost}`: usage per assistant message, added up over
   the turn (`cost` is a number in the code, an object of numbers in the seed;
-  both are summed). `step_finish` repeats the per-step share of the same
+  both are summed; `tokens: null` means the usage is missing and nothing is
+  counted). `step_finish` repeats the per-step share of the same
   usage and is not counted again.
 - `permission_rejected` / `permission_granted` `{callID, tool, permission,
   patterns, input}`: a tool denied (headless mode auto-rejects what no rule
@@ -50,6 +51,8 @@ class AictrlNdjson(OpencodeJson):
     __slots__ = ()
 
     def on_message_complete(self, message: Mapping[str, Any]) -> list[Event]:
+        if message.get("tokens") is None:
+            return []  # usageStatus "missing": the provider reported nothing, the cost of 0 with it means nothing
         usage = parts_usage(message.get("tokens"), message.get("cost"))
         return [usage] if usage is not None else []
 
