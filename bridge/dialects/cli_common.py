@@ -35,17 +35,19 @@ REPLY_CHARS = 8 * 1024 * 1024
 class FirstSession:
     """The turn's session id: the first valid one an agent names (sub-agents' ids come later and are not ours)."""
 
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "refused")
 
     def __init__(self) -> None:
         self.session_id = ""
+        self.refused = ""  # the last invalid id, warned about once (some CLIs repeat the id on every line)
 
     def see(self, value: Any) -> list[Event]:
         """The event for `value` when it is the first valid id; nothing for a repeat, a later id or no id."""
-        if self.session_id or not isinstance(value, str) or not value:
+        if self.session_id or not isinstance(value, str) or not value or value == self.refused:
             return []
         problem = session_id_problem(value)
         if problem is not None:
+            self.refused = value
             return [ProtocolWarning(f"ignored a session id because {problem}")]
         self.session_id = value
         return [SessionEvent(value)]

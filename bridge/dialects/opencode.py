@@ -85,7 +85,8 @@ class OpencodeJson(JsonLinesDialect):
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         events = self.session.see(message.get("sessionID")) if not self.session.session_id else []
-        handler = self.handlers.get(message.get("type"))  # type: ignore[arg-type]
+        kind = message.get("type")
+        handler = self.handlers.get(kind) if isinstance(kind, str) else None
         if handler is not None:
             events.extend(handler(self, message))
         return events
