@@ -70,8 +70,8 @@ def test_grok_cancelled_and_error_ends_fail_the_turn():
     cancelled = decode("grok-streaming-json", lines({"type": "end", "stopReason": "Cancelled", "sessionId": "s1"}))
     assert cancelled[0] == SessionEvent("s1")
     assert [event.text.split(" (")[0] for event in of_type(cancelled, ErrorEvent)] == ["grok cancelled the turn"]
-    failed = decode("grok-streaming-json", lines({"type": "text", "data": "so"},
-                                                 {"type": "error", "message": "Rate limit exceeded", "sessionId": "s2"}))
+    failed = decode("grok-streaming-json", lines(
+        {"type": "text", "data": "so"}, {"type": "error", "message": "Rate limit exceeded", "sessionId": "s2"}))
     assert of_type(failed, ErrorEvent) == [ErrorEvent("Rate limit exceeded")]  # and no "did not finish" on top
     assert of_type(failed, SessionEvent) == [SessionEvent("s2")]
 

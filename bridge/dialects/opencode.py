@@ -93,8 +93,8 @@ class OpencodeJson(JsonLinesDialect):
 
     def is_ours(self, part: Mapping[str, Any]) -> bool:
         """Whether a part belongs to the turn's session rather than to a sub-agent's."""
-        owner = part.get("sessionID")
-        return not isinstance(owner, str) or not owner or not self.session.session_id or owner == self.session.session_id
+        owner, ours = part.get("sessionID"), self.session.session_id
+        return not isinstance(owner, str) or not owner or not ours or owner == ours
 
     def on_text(self, message: Mapping[str, Any]) -> list[Event]:
         part = part_of(message)
