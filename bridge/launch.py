@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from .dialects import PROTOCOLS
 from .errors import LaunchError
 from .profile import PLACEHOLDER_PATTERN, Profile
+from .profile.fields import NEW_SESSION_ID
 from .turn import Turn
 
 PROTOCOL_VERSION = "0.1"
@@ -44,15 +45,23 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     stdin_open: bool = False
     """stdin stays a pipe after `stdin` was written, for answers to the agent (its dialect's handover)."""
+    new_session_id: str = ""
+    """The id the bridge made up for this new session (`{{NEW_SESSION_ID}}`); it is the turn's session id."""
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
     """Build the launch plan; raises `LaunchError` (126) when the OS could not accept it."""
+    new_session_id = ""
+    if not turn.session_id and any(NEW_SESSION_ID in word for word in profile.new_session_args):
+        import uuid  # only profiles that name new sessions pay for the module
+
+        new_session_id = str(uuid.uuid4())
     values = {
         "MESSAGE": turn.message,
         "SESSION_ID": turn.session_id,
         "SESSION_NAME": turn.session_name,
         "PROFILE_DIR": profile.profile_dir,
+        "NEW_SESSION_ID": new_session_id,
     }
     notes: list[str] = []
     template = profile.resume_argv_template if turn.session_id else profile.argv_template
@@ -88,6 +97,7 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
         stdin=handover.stdin,
         notes=tuple(notes),
         stdin_open=handover.keep_open,
+        new_session_id=new_session_id,
     )
 
 

@@ -70,6 +70,8 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
                      profile.permission_policy, emit, log, io)
     log.info("agent started", pid=agent.pid, program=plan.argv[0])
     try:
+        if plan.new_session_id:  # the profile let the bridge name the new session: that is the turn's session
+            await loop.handle([SessionEvent(plan.new_session_id)])
         ending = await io.run(loop.on_output, cancel)
         await loop.handle(loop.dialect.close())
     except BaseException:

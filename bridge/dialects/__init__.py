@@ -60,6 +60,27 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
     "agentproc-0.4": ProtocolInfo("agentproc04", "AgentProc04", JsonSettings, message_on_stdin=True,
                                   summary="agentproc wire 0.4: one JSON turn line on stdin; partial/result/error "
                                   "JSON lines out; permission requests answered by the profile's permissions"),
+    "aictrl-ndjson": ProtocolInfo("aictrl", "AictrlNdjson", JsonSettings,
+                                  summary="`aictrl run --format json`: session from the envelope's sessionID, the "
+                                  "last text part is the reply, message_complete usage, session_complete ends"),
+    "opencode-json": ProtocolInfo("opencode", "OpencodeJson", JsonSettings,
+                                  summary="`opencode run --format json`: sessionID, text parts (the last is the "
+                                  "reply), tool_use, step_finish usage, error"),
+    "grok-streaming-json": ProtocolInfo("grok", "GrokStreamingJson", JsonSettings,
+                                        summary="`grok -p … --output-format streaming-json`: text deltas are the "
+                                        "reply, end carries sessionId and usage"),
+    "kimi-stream-json": ProtocolInfo("kimi", "KimiStreamJson", JsonSettings,
+                                     summary="`kimi --print --output-format=stream-json`: role/content messages, the "
+                                     "last assistant text is the reply; the session is the one passed with --session"),
+    "pi-json": ProtocolInfo("pi", "PiJson", JsonSettings,
+                            summary="`pi --mode json`: session header, text deltas, the last assistant message is "
+                            "the reply, agent_end ends"),
+    "dsh-json": ProtocolInfo("dsh", "DshJson", JsonSettings,
+                             summary="`dsh --profile headless --json`: session frame, text frames, final is the "
+                             "reply, per-step usage"),
+    "deepseek-stream-json": ProtocolInfo("deepseek", "DeepseekStreamJson", JsonSettings,
+                                         summary="`deepseek exec --output-format stream-json`: content deltas are "
+                                         "the reply, session_capture, metadata usage and status, done ends"),
 }
 
 

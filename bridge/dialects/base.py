@@ -118,6 +118,15 @@ class JsonLinesDialect:
         """Events due at the end of the stream (a reply assembled from pieces, say)."""
         return []
 
+    def on_other_line(self, line: str) -> list[Event]:
+        """A line that is not a JSON object: counted, and one warning at the end says how many.
+
+        A family whose CLI prints something meaningful outside JSON (an error
+        message on stdout, say) overrides this.
+        """
+        self._ignored += 1
+        return []
+
     def _decode(self, lines: Lines) -> list[Event]:
         events: list[Event] = []
         for index, line in enumerate(lines.text):
@@ -132,7 +141,7 @@ class JsonLinesDialect:
             except (ValueError, RecursionError):
                 message = None
             if not isinstance(message, dict):
-                self._ignored += 1
+                events.extend(self.on_other_line(line))
                 continue
             events.extend(self.on_object(message))
         return events

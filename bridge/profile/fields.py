@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-PLACEHOLDERS = ("MESSAGE", "SESSION_ID", "SESSION_NAME", "PROFILE_DIR")
+PLACEHOLDERS = ("MESSAGE", "SESSION_ID", "SESSION_NAME", "PROFILE_DIR", "NEW_SESSION_ID")
+NEW_SESSION_ID = "{{NEW_SESSION_ID}}"
+"""A fresh id the bridge makes up for a turn that starts a session (only in `new_session_args`)."""
 PLACEHOLDER_PATTERN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 FIELD_NAMES = (
     "command", "args", "protocol", "resume_args", "new_session_args", "permissions", "stdin", "cwd", "env",

@@ -81,7 +81,9 @@ class ProfileModel(BaseModel):
         "(its session id is not empty), e.g. [--resume, '{{SESSION_ID}}'].",
     )
     new_session_args: list[str] = Field(
-        default=[], description="Put between the command's words and args only when the turn starts a new session.",
+        default=[], description="Put between the command's words and args only when the turn starts a new session. "
+        "{{NEW_SESSION_ID}} here is a fresh UUID the bridge makes up and reports as the turn's session id, for CLIs "
+        "that take the id of a new session from their caller (e.g. [--session, '{{NEW_SESSION_ID}}']).",
     )
     permissions: PermissionsModel | None = Field(
         default=None, description="Answers to the agent's requests to run a tool (agentproc-0.4 and the warm "
@@ -431,6 +433,11 @@ def _check_placeholders(text: str, location: tuple[str | int, ...]) -> None:
         return
     for match in PLACEHOLDER_PATTERN.finditer(text):
         name = match.group(1)
+        if name == "NEW_SESSION_ID" and location[0] != "new_session_args":
+            raise _located_error(location, "{reason}", reason=(
+                "{{NEW_SESSION_ID}} may stand only in new_session_args: it is a fresh id the bridge makes up for a "
+                "turn that starts a new session (a resumed turn has its id in {{SESSION_ID}}, e.g. "
+                "resume_args: [--session, '{{SESSION_ID}}'])"))
         if name in PLACEHOLDERS:
             continue
         close = difflib.get_close_matches(name.upper(), PLACEHOLDERS, n=1, cutoff=0.6)

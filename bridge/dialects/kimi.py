@@ -1,0 +1,108 @@
+"""`kimi --print --output-format=stream-json` (`protocol: kimi-stream-json`) as a sans-I/O dialect.
+
+Kimi Code CLI prints whole messages, one JSON object per line, in its own
+message format (`docs/*/customization/print-mode.md`, and the `JsonPrinter`
+of `src/kimi_cli/ui/print/visualize.py`):
+
+- `{"role": "assistant", "content": …, "tool_calls": [{id, function:
+  {name, arguments}}]?}`: an assistant message. `content` is a string when
+  the message is one text part, else a list of parts — `{"type": "text",
+  "text"}` and `{"type": "think", "think"}` (thinking models). Each message's
+  text is shown as it comes; the last one is the reply. Tool calls are
+  reported as started.
+- `{"role": "tool", "tool_call_id", "content"}`: the tool's result; a
+  content that starts with `<system>ERROR:` is a failed call.
+- Notifications and plan displays (objects without `role`) are ignored.
+
+Kimi names no session in this output: the session is the one the profile
+passes with `--session` (`{{NEW_SESSION_ID}}` for a new one, `{{SESSION_ID}}`
+to resume; kimi creates a session it does not know). When a run fails, kimi
+prints the error as a plain line on stdout (`print(str(e))`) and exits 1 (or
+75 when a retry may help); that line is the turn's error. There is no usage
+and no terminal event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..turn import Turn
+from .base import DialectContext, JsonLinesDialect, shorten, text_of
+from .cli_common import OUTPUT_CHARS, THINKING_CHARS, tool_title
+from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent
+
+_MAX_TRACKED_CALLS = 1000
+
+
+class KimiStreamJson(JsonLinesDialect):
+    """The dialect; see the module docstring for the mapping."""
+
+    name: ClassVar[str] = "kimi-stream-json"
+    __slots__ = ("tool_names", "shown", "error_line")
+
+    def __init__(self, context: DialectContext, turn: Turn) -> None:
+        super().__init__(context, turn)
+        self.tool_names: dict[str, str] = {}  # tool call id -> tool name, to name the result
+        self.shown = False
+        self.error_line = ""
+
+    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
+        role = message.get("role")
+        if role == "assistant":
+            return self.on_assistant(message)
+        if role == "tool":
+            return self.on_tool_result(message)
+        return []
+
+    def on_assistant(self, message: Mapping[str, Any]) -> list[Event]:
+        events: list[Event] = []
+        texts: list[str] = []
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                if not isinstance(part, Mapping):
+                    continue
+                if part.get("type") == "text":
+                    texts.append(text_of(part.get("text")))
+                elif part.get("type") == "think" and text_of(part.get("think")).strip():
+                    events.append(ActivityEvent("thinking", text=shorten(text_of(part.get("think")), THINKING_CHARS)))
+        text = "".join(texts)
+        if text.strip():
+            events.append(PartialEvent("\n\n" + text if self.shown else text))
+            events.append(ReplyEvent(text))
+            self.shown = True
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            if not isinstance(call, Mapping):
+                continue
+            function = call.get("function")
+            function = function if isinstance(function, Mapping) else {}
+            call_id, tool = text_of(call.get("id")), text_of(function.get("name"))
+            if call_id and len(self.tool_names) < _MAX_TRACKED_CALLS:
+                self.tool_names[call_id] = tool
+            events.append(ActivityEvent("tool", tool=tool, title=tool_title(function.get("arguments")),
+                                        status="started", call_id=call_id))
+        return events
+
+    def on_tool_result(self, message: Mapping[str, Any]) -> list[Event]:
+        call_id = text_of(message.get("tool_call_id"))
+        content = message.get("content")
+        if isinstance(content, list):
+            text = "".join(text_of(part.get("text")) for part in content
+                           if isinstance(part, Mapping) and part.get("type") == "text")
+        else:
+            text = text_of(content)
+        failed = text.lstrip().startswith("<system>ERROR:")
+        return [ActivityEvent("tool", text=shorten(text, OUTPUT_CHARS), tool=self.tool_names.pop(call_id, ""),
+                              status="failed" if failed else "completed", call_id=call_id)]
+
+    def on_other_line(self, line: str) -> list[Event]:
+        if line.strip():
+            self.error_line = line.strip()
+        return []
+
+    def finish(self) -> list[Event]:
+        return [ErrorEvent(self.error_line)] if self.error_line else []

@@ -1,0 +1,133 @@
+"""`pi --mode json` (`protocol: pi-json`) as a sans-I/O dialect.
+
+The pi coding agent (`badlogic/pi-mono`, `packages/coding-agent/docs/json.md`
+and the `AgentEvent` / `AssistantMessage` types) writes its session events as
+JSON lines:
+
+- `session` `{id, version, cwd}`: the first line; `id` is the session to pass
+  back with `--session`.
+- `message_start` / `message_update` / `message_end` `{message}`:
+  `message_update.assistantMessageEvent` `text_delta` `{delta}` is shown as it
+  comes (a new assistant message starts a new paragraph); `thinking_end`
+  `{content}` is thinking. `message_end` of an assistant message carries the
+  whole message: its text parts are the reply (the last message with text
+  wins), its `usage` `{input, output, cacheRead, cacheWrite, totalTokens,
+  cost: {total}}` is added up (input buckets are disjoint), and `stopReason`
+  `error` / `aborted` with `errorMessage` says the request failed.
+- `tool_execution_start` / `tool_execution_end` `{toolCallId, toolName, args,
+  result, isError}`: tool calls.
+- `agent_end`: the turn is over. It fails when its last assistant message
+  failed (pi retries a failed request itself — `auto_retry_*` — so an error
+  followed by a good message is not a failure). A stream without `agent_end`
+  did not finish its turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..turn import Turn
+from .base import DialectContext, JsonLinesDialect, shorten, text_of
+from .cli_common import OUTPUT_CHARS, THINKING_CHARS, FirstSession, tool_title, token_usage
+from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
+
+_FAILED_STOPS = ("error", "aborted")
+
+
+class PiJson(JsonLinesDialect):
+    """The dialect; see the module docstring for the mapping."""
+
+    name: ClassVar[str] = "pi-json"
+    __slots__ = ("session", "streamed", "new_message", "last_failure", "ended")
+
+    def __init__(self, context: DialectContext, turn: Turn) -> None:
+        super().__init__(context, turn)
+        self.session = FirstSession()
+        self.streamed = False  # text was shown: a new message's text starts a new paragraph
+        self.new_message = False
+        self.last_failure = ""  # the last assistant message's error ("" when it went well)
+        self.ended = False
+
+    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
+        kind = message.get("type")
+        if kind == "message_update":
+            return self.on_update(message.get("assistantMessageEvent"))
+        if kind == "message_start":
+            self.new_message = True
+            return []
+        if kind == "message_end":
+            return self.on_message_end(message.get("message"))
+        if kind == "tool_execution_start":
+            return [ActivityEvent("tool", tool=text_of(message.get("toolName")), title=tool_title(message.get("args")),
+                                  status="started", call_id=text_of(message.get("toolCallId")))]
+        if kind == "tool_execution_end":
+            return [ActivityEvent("tool", text=shorten(_content_text(message.get("result")), OUTPUT_CHARS),
+                                  tool=text_of(message.get("toolName")),
+                                  status="failed" if message.get("isError") is True else "completed",
+                                  call_id=text_of(message.get("toolCallId")))]
+        if kind == "session":
+            return self.session.see(message.get("id"))
+        if kind == "agent_end":
+            self.ended = True
+            return [ErrorEvent(self.last_failure)] if self.last_failure else []
+        return []
+
+    def on_update(self, update: Any) -> list[Event]:
+        if not isinstance(update, Mapping):
+            return []
+        kind = update.get("type")
+        if kind == "text_delta":
+            delta = text_of(update.get("delta"))
+            if not delta:
+                return []
+            if self.new_message and self.streamed:
+                delta = "\n\n" + delta
+            self.new_message = False
+            self.streamed = True
+            return [PartialEvent(delta)]
+        if kind == "thinking_end":
+            text = text_of(update.get("content"))
+            return [ActivityEvent("thinking", text=shorten(text, THINKING_CHARS))] if text.strip() else []
+        return []
+
+    def on_message_end(self, message: Any) -> list[Event]:
+        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+            return []
+        events: list[Event] = []
+        usage = message.get("usage")
+        if isinstance(usage, Mapping):
+            cost = usage.get("cost")
+            counted = token_usage(
+                fresh_input=usage.get("input"), cache_read=usage.get("cacheRead"),
+                cache_write=usage.get("cacheWrite"), output=usage.get("output"), total=usage.get("totalTokens"),
+                cost=cost.get("total") if isinstance(cost, Mapping) else cost,
+            )
+            if counted is not None:
+                events.append(UsageEvent(counted, replace=False))
+        if message.get("stopReason") in _FAILED_STOPS:
+            self.last_failure = text_of(message.get("errorMessage")) or f"pi's request ended: {message['stopReason']}"
+            return events
+        self.last_failure = ""
+        text = _content_text(message)
+        if text.strip():
+            events.append(ReplyEvent(text))
+        return events
+
+    def finish(self) -> list[Event]:
+        if self.ended:
+            return []
+        return [ErrorEvent(self.last_failure or "pi ended without finishing its turn (no agent_end event)")]
+
+
+def _content_text(holder: Any) -> str:
+    """The text parts of a message or tool result (`{content: [{type: "text", text}, …]}`) joined."""
+    if not isinstance(holder, Mapping):
+        return ""
+    content = holder.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(text_of(part.get("text")) for part in content
+                   if isinstance(part, Mapping) and part.get("type") == "text")
