@@ -39,7 +39,7 @@ from .events import (
     UsageEvent,
 )
 from .framing import LineSplitter
-from .settings import JsonSettings, NoSettings
+from .settings import ClaudeStreamSettings, JsonSettings, NoSettings
 
 
 class ProtocolInfo(NamedTuple):
@@ -60,6 +60,15 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
     "agentproc-0.4": ProtocolInfo("agentproc04", "AgentProc04", JsonSettings, message_on_stdin=True,
                                   summary="agentproc wire 0.4: one JSON turn line on stdin; partial/result/error "
                                   "JSON lines out; permission requests answered by the profile's permissions"),
+    "claude-stream-json": ProtocolInfo("claude_stream", "ClaudeStream", ClaudeStreamSettings,
+                                       summary="Claude Code's `-p --output-format stream-json --verbose` (and "
+                                       "codebuddy's, qwen-code's, cursor agent's): system/init → session, text "
+                                       "deltas or assistant text → partials, tool_use → activity, result → reply or "
+                                       "error, usage and cost"),
+    "gemini-stream-json": ProtocolInfo("gemini_stream", "GeminiStream", JsonSettings,
+                                       summary="Gemini CLI's `--output-format stream-json`: init → session, "
+                                       "assistant message deltas → partials and the reply, tool_use/tool_result → "
+                                       "activity, result → error or usage"),
 }
 
 
@@ -78,6 +87,7 @@ __all__ = [
     "MAX_SESSION_ID_CHARS",
     "PARTIAL_PREFIX",
     "PROTOCOLS",
+    "ClaudeStreamSettings",
     "JsonSettings",
     "NoSettings",
     "ProtocolInfo",
