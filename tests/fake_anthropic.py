@@ -19,6 +19,7 @@ event sequence (`message_start`, `content_block_start`, `content_block_delta`
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from fake_api import Answer, Events, FakeApi, Json, Request
@@ -127,9 +128,12 @@ def fake_anthropic(scenario: str = "text", command: str = "echo hi") -> FakeApi:
 
 
 def claude_env(api: FakeApi, home: str) -> dict[str, str]:
-    """The environment that runs Claude Code against `api` with nothing of the user's: fast, no retries."""
+    """The environment that runs Claude Code against `api` with nothing of the user's: fast, no retries, and its
+    temporary files (the Bash tool's) under `home` rather than /tmp."""
+    os.makedirs(os.path.join(home, "tmp"), exist_ok=True)
     return {
         "HOME": home,
+        "TMPDIR": os.path.join(home, "tmp"),
         "ANTHROPIC_BASE_URL": api.url,
         "ANTHROPIC_API_KEY": "sk-fake",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",

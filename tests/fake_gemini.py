@@ -102,9 +102,12 @@ def gemini_home(home: str) -> None:
 
 
 def gemini_env(api: FakeApi, home: str) -> dict[str, str]:
-    """The environment that runs Gemini CLI against `api` with nothing of the user's."""
+    """The environment that runs Gemini CLI against `api` with nothing of the user's, and its temporary files
+    (error reports, the shell tool's) under `home` rather than /tmp."""
+    os.makedirs(os.path.join(home, "tmp"), exist_ok=True)
     return {
         "HOME": home,
+        "TMPDIR": os.path.join(home, "tmp"),
         "GEMINI_API_KEY": "fake-key",
         "GOOGLE_GEMINI_BASE_URL": api.url,
         "GEMINI_CLI_NO_RELAUNCH": "true",  # no second node process: start-up halves

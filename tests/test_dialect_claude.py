@@ -318,15 +318,21 @@ async def run(profile: bridge.Profile, message: str, session_id: str = "") -> tu
     return result, events
 
 
-async def test_real_claude_streams_its_reply_with_session_and_usage(tmp_path):
+async def test_real_claude_streams_its_reply_with_session_and_usage_and_resumes_it(tmp_path):
     with fake_anthropic("text") as api:
-        result, events = await run(claude_profile(tmp_path, api), "-p is not an option here")
-    assert result.ok, (result.error, result.stderr_tail)
-    assert result.reply == TEXT_REPLY
+        profile = claude_profile(tmp_path, api)
+        first, events = await run(profile, "-p is not an option here")
+        second, _ = await run(profile, "and again", session_id=first.session_id)
+    assert first.ok, (first.error, first.stderr_tail)
+    assert first.reply == TEXT_REPLY
     assert [event.text for event in events if isinstance(event, PartialEvent)] == TEXT_PIECES
-    assert result.session_id and events[0] == SessionEvent(result.session_id)
-    assert result.usage is not None and result.usage.output_tokens == 12 and result.usage.cost_usd
-    assert prompts(api.posts("/v1/messages")[0]) == ["-p is not an option here"]  # `--` kept it the prompt
+    assert first.session_id and events[0] == SessionEvent(first.session_id)
+    assert first.usage is not None and first.usage.output_tokens == 12 and first.usage.cost_usd
+    requests = api.posts("/v1/messages")
+    assert prompts(requests[0]) == ["-p is not an option here"]  # `--` kept it the prompt
+    # resume_args: the same session, and the model sees the first exchange again
+    assert second.ok and second.session_id == first.session_id, (second.error, second.stderr_tail)
+    assert prompts(requests[-1]) == ["-p is not an option here", "and again"]
 
 
 async def test_real_claude_tool_calls_are_activity(tmp_path):
@@ -336,16 +342,6 @@ async def test_real_claude_tool_calls_are_activity(tmp_path):
     tools = [(event.tool, event.title, event.status, event.text) for event in events if isinstance(event, ActivityEvent)]
     assert tools == [("Bash", "echo hi", "started", ""), ("Bash", "echo hi", "completed", "hi")]
     assert result.reply == "The tool said: hi"
-
-
-async def test_real_claude_resumes_its_session_through_resume_args(tmp_path):
-    with fake_anthropic("text") as api:
-        profile = claude_profile(tmp_path, api)
-        first, _ = await run(profile, "remember the word apple")
-        second, _ = await run(profile, "which word?", session_id=first.session_id)
-    assert first.ok and second.ok, (second.error, second.stderr_tail)
-    assert second.session_id == first.session_id
-    assert prompts(api.posts("/v1/messages")[-1]) == ["remember the word apple", "which word?"]
 
 
 async def test_real_claude_api_error_fails_the_turn_with_its_message(tmp_path):
@@ -414,3 +410,12 @@ def test_a_json_protocol_profile_can_be_replaced_and_still_refuses_a_session_pre
     assert profile.replace(timeout_secs=5).timeout_secs == 5  # to_dict() carries the default session prefix
     with pytest.raises(bridge.ProfileError, match="session_line_prefix is for protocol agentproc-0.1"):
         profile.replace(session_line_prefix="SESSION=")
+
+
+def test_qwen_usage_already_counts_the_cache_in_its_input():
+    data = lines({"type": "system", "subtype": "init", "session_id": "q1", "qwen_code_version": "0.24.4"},
+                 {"type": "result", "subtype": "success", "is_error": False, "result": "",
+                  "usage": {"input_tokens": 120, "output_tokens": 9, "cache_read_input_tokens": 100,
+                            "total_tokens": 129}})
+    assert of(decode(data), UsageEvent) == [UsageEvent(Usage(input_tokens=120, output_tokens=9,
+                                                             cached_input_tokens=100, total_tokens=129))]

@@ -57,13 +57,14 @@ class ClaudeStream(JsonLinesDialect):
 
     name: ClassVar[str] = "claude-stream-json"
     Settings: ClassVar[type] = ClaudeStreamSettings
-    __slots__ = ("_repeats", "_session_id", "_text", "_streamed_text", "_streamed_thinking", "_tools",
+    __slots__ = ("_repeats", "_cache_in_input", "_session_id", "_text", "_streamed_text", "_streamed_thinking", "_tools",
                  "_finished", "_segment", "_segment_length", "_said", "_said_length")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         settings = context.settings if isinstance(context.settings, ClaudeStreamSettings) else ClaudeStreamSettings()
         self._repeats = settings.repeats_streamed_text
+        self._cache_in_input = False  # qwen counts cached tokens in input_tokens; Anthropic does not
         self._session_id = ""
         self._text = Paragraphs(keep=False)  # the reply is result.result
         self._streamed_text = False  # text deltas arrived since the last assistant text block
@@ -85,7 +86,10 @@ class ClaudeStream(JsonLinesDialect):
         if kind == "user":
             return self._tool_results(message)
         if kind == "system":
-            return self._session(message) if message.get("subtype") == "init" else []
+            if message.get("subtype") != "init":
+                return []
+            self._cache_in_input = "qwen_code_version" in message
+            return self._session(message)
         if kind == "result":
             return self._result(message)
         if kind == "tool_call":
@@ -126,7 +130,10 @@ class ClaudeStream(JsonLinesDialect):
                 self._streamed_thinking = True
                 return [ActivityEvent("thinking", text=text[:THINKING_CHARS])]
         elif kind == "message_start":
-            # A new request (the next step, or a retry): deltas of an abandoned stream stand for nothing.
+            # A new request (the next step, or a retry): deltas of an abandoned stream stand for nothing,
+            # and a retry's text starts a paragraph of its own.
+            if self._streamed_text:
+                self._text.pause()
             self._streamed_text = self._streamed_thinking = False
         return []
 
@@ -232,7 +239,7 @@ class ClaudeStream(JsonLinesDialect):
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         self._finished = True
         events = self._session(message)
-        usage = _usage(message)
+        usage = _usage(message, self._cache_in_input)
         if usage is not None:
             events.append(UsageEvent(usage))
         subtype = text_of(message.get("subtype"))
@@ -262,9 +269,9 @@ def _error_text(message: Mapping[str, Any], subtype: str) -> str:
     return "the agent reported an error"
 
 
-def _usage(message: Mapping[str, Any]) -> Usage | None:
-    """`usage` (Anthropic's counts: input_tokens excludes the cache, so it is added back, as other families count)
-    and `total_cost_usd`."""
+def _usage(message: Mapping[str, Any], cache_in_input: bool) -> Usage | None:
+    """`usage` and `total_cost_usd`. Anthropic's input_tokens leaves out the tokens read from and written to the
+    cache; they are added back, so input_tokens counts all input as other families do (qwen's already does)."""
     usage = message.get("usage")
     cost = message.get("total_cost_usd")
     cost_usd = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
@@ -272,6 +279,6 @@ def _usage(message: Mapping[str, Any]) -> Usage | None:
         return Usage(cost_usd=cost_usd) if cost_usd is not None else None
     fresh, read, written = (number(usage.get(key)) for key in
                             ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
-    input_tokens = None if fresh is None else fresh + (read or 0) + (written or 0)
+    input_tokens = fresh if fresh is None or cache_in_input else fresh + (read or 0) + (written or 0)
     return Usage(input_tokens=input_tokens, output_tokens=number(usage.get("output_tokens")),
                  cached_input_tokens=read, total_tokens=number(usage.get("total_tokens")), cost_usd=cost_usd)
