@@ -41,7 +41,7 @@ from bridge.dialects import (
     UsageEvent,
     dialect_class,
 )
-from bridge.dialects.claude_stream import UNFINISHED
+from bridge.dialects.coding_agents import UNFINISHED
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")

@@ -33,22 +33,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .agentproc01 import session_id_problem
 from .base import DialectContext, JsonLinesDialect, number, text_of
-from .coding_agents import TEXT_BOUND, Paragraphs, output_excerpt, plan_of, tool_title
-from .events import (
-    ActivityEvent,
-    ErrorEvent,
-    Event,
-    ProtocolWarning,
-    ReplyEvent,
-    SessionEvent,
-    Usage,
-    UsageEvent,
-)
+from .coding_agents import TEXT_BOUND, UNFINISHED, Paragraphs, SessionIds, ToolCalls
+from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, Usage, UsageEvent
 from .settings import ClaudeStreamSettings
 
-UNFINISHED = "the agent ended without finishing its turn (its output has no result line)"
 THINKING_CHARS = 2000
 
 
@@ -57,7 +46,7 @@ class ClaudeStream(JsonLinesDialect):
 
     name: ClassVar[str] = "claude-stream-json"
     Settings: ClassVar[type] = ClaudeStreamSettings
-    __slots__ = ("_repeats", "_cache_in_input", "_session_id", "_text", "_streamed_text", "_streamed_thinking", "_tools",
+    __slots__ = ("_repeats", "_cache_in_input", "_sessions", "_text", "_streamed_text", "_streamed_thinking", "_tools",
                  "_finished", "_segment", "_segment_length", "_said", "_said_length")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
@@ -65,11 +54,11 @@ class ClaudeStream(JsonLinesDialect):
         settings = context.settings if isinstance(context.settings, ClaudeStreamSettings) else ClaudeStreamSettings()
         self._repeats = settings.repeats_streamed_text
         self._cache_in_input = False  # qwen counts cached tokens in input_tokens; Anthropic does not
-        self._session_id = ""
+        self._sessions = SessionIds()
         self._text = Paragraphs(keep=False)  # the reply is result.result
         self._streamed_text = False  # text deltas arrived since the last assistant text block
         self._streamed_thinking = False
-        self._tools: dict[str, tuple[str, str]] = {}  # call id → (tool, title), for the call's end
+        self._tools = ToolCalls()
         self._finished = False
         # repeats_streamed_text: what was shown since the last tool call, and in the whole turn
         self._segment: list[str] = []
@@ -89,7 +78,7 @@ class ClaudeStream(JsonLinesDialect):
             if message.get("subtype") != "init":
                 return []
             self._cache_in_input = "qwen_code_version" in message
-            return self._session(message)
+            return self._sessions.report(message.get("session_id"))
         if kind == "result":
             return self._result(message)
         if kind == "tool_call":
@@ -103,16 +92,6 @@ class ClaudeStream(JsonLinesDialect):
         return [] if self._finished else [ErrorEvent(UNFINISHED)]
 
     # ----------------------------------------------------------------- lines
-
-    def _session(self, message: Mapping[str, Any]) -> list[Event]:
-        session_id = message.get("session_id")
-        if not isinstance(session_id, str) or session_id == self._session_id:
-            return []
-        problem = session_id_problem(session_id)
-        if problem is not None:
-            return [ProtocolWarning(f"ignored a session id because {problem}")]
-        self._session_id = session_id
-        return [SessionEvent(session_id)]
 
     def _stream_event(self, message: Mapping[str, Any]) -> list[Event]:
         event = message.get("event")
@@ -191,13 +170,7 @@ class ClaudeStream(JsonLinesDialect):
         self._text.pause()
         self._segment.clear()
         self._segment_length = 0
-        title = tool_title(arguments)
-        if call_id and len(self._tools) < 10_000:
-            self._tools[call_id] = (tool, title)
-        events: list[Event] = [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
-        if plan := plan_of(arguments):
-            events.append(ActivityEvent("plan", plan=plan))
-        return events
+        return self._tools.started(tool, arguments, call_id)
 
     def _tool_results(self, message: Mapping[str, Any]) -> list[Event]:
         body = message.get("message")
@@ -207,11 +180,8 @@ class ClaudeStream(JsonLinesDialect):
         events: list[Event] = []
         for block in content:
             if isinstance(block, Mapping) and block.get("type") == "tool_result":
-                call_id = text_of(block.get("tool_use_id"))
-                tool, title = self._tools.pop(call_id, ("", ""))
-                events.append(ActivityEvent("tool", tool=tool, title=title, call_id=call_id,
-                                            status="failed" if block.get("is_error") else "completed",
-                                            text=output_excerpt(block.get("content"))))
+                events.append(self._tools.ended(text_of(block.get("tool_use_id")), failed=bool(block.get("is_error")),
+                                                output=block.get("content")))
         return events
 
     def _cursor_tool_call(self, message: Mapping[str, Any]) -> list[Event]:
@@ -229,16 +199,14 @@ class ClaudeStream(JsonLinesDialect):
         if subtype == "started":
             return self._tool_started(tool, detail.get("args"), call_id)
         if subtype == "completed":
-            self._tools.pop(call_id, None)
             result = detail.get("result")
             failed = not (isinstance(result, Mapping) and "success" in result)
-            return [ActivityEvent("tool", tool=tool, title=tool_title(detail.get("args")),
-                                  status="failed" if failed else "completed", call_id=call_id)]
+            return [self._tools.ended(call_id, failed=failed, tool=tool, arguments=detail.get("args"))]
         return []
 
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         self._finished = True
-        events = self._session(message)
+        events = self._sessions.report(message.get("session_id"))
         usage = _usage(message, self._cache_in_input)
         if usage is not None:
             events.append(UsageEvent(usage))

@@ -1,10 +1,10 @@
-"""What coding agents' JSON streams have in common: tool titles, output excerpts, plans, text in pieces. Pure.
+"""What coding agents' JSON streams have in common: sessions, tool calls, plans, text in pieces. Pure.
 
 Coding agents name their tools differently (`Bash`, `run_shell_command`,
 `shellToolCall`) but put the same things in their inputs: the command, the
-file, the pattern, the URL. One rule for all of them gives every family the
-same status line. Their text comes in pieces, interrupted by tool calls;
-`Paragraphs` shows it live and keeps it for the reply.
+file, the pattern, the URL. One rule for all of them (`ToolCalls`) gives
+every family the same status line. Their text comes in pieces, interrupted
+by tool calls; `Paragraphs` shows it live and keeps it for the reply.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .agentproc01 import session_id_problem
 from .base import shorten
-from .events import PartialEvent, PlanStep
+from .events import ActivityEvent, Event, PartialEvent, PlanStep, ProtocolWarning, SessionEvent
 
 # The input fields that say what a call does, most telling first.
 _TITLE_KEYS = ("command", "cmd", "file_path", "absolute_path", "notebook_path", "path", "dir_path",
@@ -25,6 +26,8 @@ _PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed
 # A reply is never held beyond 8 MiB characters (bridge.result.HARD_REPLY_LIMIT); one more is
 # kept so the recorder still sees it must cut. Bounds a dialect's memory whatever the agent writes.
 TEXT_BOUND = 8 * 1024 * 1024 + 1
+_OPEN_CALLS = 10_000  # calls remembered until they end; more than any agent keeps in flight
+UNFINISHED = "the agent ended without finishing its turn (its output has no result line)"
 
 
 def tool_title(arguments: Any) -> str:
@@ -63,6 +66,50 @@ def plan_of(arguments: Any) -> tuple[PlanStep, ...]:
             steps.append(PlanStep(shorten(text, TITLE_CHARS),
                                   _PLAN_STATUSES.get(status, "pending") if isinstance(status, str) else "pending"))
     return tuple(steps)
+
+
+class SessionIds:
+    """The session ids an agent names: each distinct valid one is reported once, an invalid one is a warning."""
+
+    __slots__ = ("current",)
+
+    def __init__(self) -> None:
+        self.current = ""
+
+    def report(self, session_id: Any) -> list[Event]:
+        if not isinstance(session_id, str) or session_id == self.current:
+            return []
+        problem = session_id_problem(session_id)
+        if problem is not None:
+            return [ProtocolWarning(f"ignored a session id because {problem}")]
+        self.current = session_id
+        return [SessionEvent(session_id)]
+
+
+class ToolCalls:
+    """Tool calls in flight: each start is activity (and a plan, for a to-do tool); its end carries the name
+    and title of its start."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[str, str]] = {}  # call id → (tool, title)
+
+    def started(self, tool: str, arguments: Any, call_id: str) -> list[Event]:
+        title = tool_title(arguments)
+        if call_id and len(self._open) < _OPEN_CALLS:
+            self._open[call_id] = (tool, title)
+        events: list[Event] = [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
+        if plan := plan_of(arguments):
+            events.append(ActivityEvent("plan", plan=plan))
+        return events
+
+    def ended(self, call_id: str, *, failed: bool, output: Any = None, tool: str = "", arguments: Any = None
+              ) -> ActivityEvent:
+        """The end of a call; `tool` and `arguments` stand in when its start was not seen."""
+        known_tool, title = self._open.pop(call_id, (tool, tool_title(arguments)))
+        return ActivityEvent("tool", tool=known_tool, title=title, status="failed" if failed else "completed",
+                             call_id=call_id, text=output_excerpt(output))
 
 
 class Paragraphs:

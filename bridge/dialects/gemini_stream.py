@@ -25,22 +25,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .agentproc01 import session_id_problem
 from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import Paragraphs, output_excerpt, plan_of, tool_title
-from .events import (
-    ActivityEvent,
-    ErrorEvent,
-    Event,
-    ProtocolWarning,
-    ReplyEvent,
-    SessionEvent,
-    Usage,
-    UsageEvent,
-)
+from .coding_agents import UNFINISHED, Paragraphs, SessionIds, ToolCalls
+from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, Usage, UsageEvent
 from .settings import JsonSettings
-
-UNFINISHED = "the agent ended without finishing its turn (its output has no result line)"
 
 
 class GeminiStream(JsonLinesDialect):
@@ -48,13 +36,13 @@ class GeminiStream(JsonLinesDialect):
 
     name: ClassVar[str] = "gemini-stream-json"
     Settings: ClassVar[type] = JsonSettings
-    __slots__ = ("_session_id", "_text", "_tools", "_error", "_finished")
+    __slots__ = ("_sessions", "_text", "_tools", "_error", "_finished")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
-        self._session_id = ""
+        self._sessions = SessionIds()
         self._text = Paragraphs(keep=True)
-        self._tools: dict[str, tuple[str, str]] = {}  # call id → (tool, title), for the call's end
+        self._tools = ToolCalls()
         self._error = ""  # the last error line of severity error
         self._finished = False
 
@@ -65,11 +53,13 @@ class GeminiStream(JsonLinesDialect):
                 return [self._text.add(text)]
             return []
         if kind == "tool_use":
-            return self._tool_use(message)
+            self._text.pause()
+            return self._tools.started(text_of(message.get("tool_name")), message.get("parameters"),
+                                       text_of(message.get("tool_id")))
         if kind == "tool_result":
-            return self._tool_result(message)
+            return [self._tool_result(message)]
         if kind == "init":
-            return self._session(message)
+            return self._sessions.report(message.get("session_id"))
         if kind == "error":
             if message.get("severity") == "error" and (text := text_of(message.get("message")).strip()):
                 self._error = shorten(text, 2000)
@@ -83,38 +73,13 @@ class GeminiStream(JsonLinesDialect):
             return []
         return [ErrorEvent(f"{UNFINISHED}: {self._error}" if self._error else UNFINISHED)]
 
-    def _session(self, message: Mapping[str, Any]) -> list[Event]:
-        session_id = message.get("session_id")
-        if not isinstance(session_id, str) or session_id == self._session_id:
-            return []
-        problem = session_id_problem(session_id)
-        if problem is not None:
-            return [ProtocolWarning(f"ignored a session id because {problem}")]
-        self._session_id = session_id
-        return [SessionEvent(session_id)]
-
-    def _tool_use(self, message: Mapping[str, Any]) -> list[Event]:
-        self._text.pause()
-        tool, call_id, arguments = text_of(message.get("tool_name")), text_of(message.get("tool_id")), \
-            message.get("parameters")
-        title = tool_title(arguments)
-        if call_id and len(self._tools) < 10_000:
-            self._tools[call_id] = (tool, title)
-        events: list[Event] = [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
-        if plan := plan_of(arguments):
-            events.append(ActivityEvent("plan", plan=plan))
-        return events
-
-    def _tool_result(self, message: Mapping[str, Any]) -> list[Event]:
-        call_id = text_of(message.get("tool_id"))
+    def _tool_result(self, message: Mapping[str, Any]) -> ActivityEvent:
         failed = message.get("status") == "error"
         error = message.get("error")
         output = message.get("output")
         if failed and isinstance(error, Mapping) and isinstance(error.get("message"), str):
             output = error["message"]
-        tool, title = self._tools.pop(call_id, ("", ""))
-        return [ActivityEvent("tool", tool=tool, title=title, status="failed" if failed else "completed",
-                              call_id=call_id, text=output_excerpt(output))]
+        return self._tools.ended(text_of(message.get("tool_id")), failed=failed, output=output)
 
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         self._finished = True
