@@ -39,7 +39,7 @@ from .events import (
     UsageEvent,
 )
 from .framing import LineSplitter
-from .settings import JsonSettings, NoSettings
+from .settings import ClaudeStreamSettings, JsonSettings, NoSettings
 
 
 class ProtocolInfo(NamedTuple):
@@ -81,6 +81,15 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
     "deepseek-stream-json": ProtocolInfo("deepseek", "DeepseekStreamJson", JsonSettings,
                                          summary="`deepseek exec --output-format stream-json`: content deltas are "
                                          "the reply, session_capture, metadata usage and status, done ends"),
+    "claude-stream-json": ProtocolInfo("claude_stream", "ClaudeStream", ClaudeStreamSettings,
+                                       summary="Claude Code's `-p --output-format stream-json --verbose` (and "
+                                       "codebuddy's, qwen-code's, cursor agent's): system/init → session, text "
+                                       "deltas or assistant text → partials, tool_use → activity, result → reply or "
+                                       "error, usage and cost"),
+    "gemini-stream-json": ProtocolInfo("gemini_stream", "GeminiStream", JsonSettings,
+                                       summary="Gemini CLI's `--output-format stream-json`: init → session, "
+                                       "assistant message deltas → partials and the reply, tool_use/tool_result → "
+                                       "activity, result → error or usage"),
 }
 
 
@@ -99,6 +108,7 @@ __all__ = [
     "MAX_SESSION_ID_CHARS",
     "PARTIAL_PREFIX",
     "PROTOCOLS",
+    "ClaudeStreamSettings",
     "JsonSettings",
     "NoSettings",
     "ProtocolInfo",

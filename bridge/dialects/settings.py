@@ -36,3 +36,11 @@ class JsonSettings:
         low, high = _LINE_LIMITS
         if not low <= self.max_line_bytes <= high:
             raise ValueError(f"max_line_bytes must be between {low} and {high} bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaudeStreamSettings(JsonSettings):
+    """claude-stream-json: `repeats_streamed_text` for agents that stream their text as assistant messages and
+    then repeat it whole (cursor's `agent --stream-partial-output`): a repeat is not shown a second time."""
+
+    repeats_streamed_text: bool = False
