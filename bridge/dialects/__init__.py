@@ -56,6 +56,9 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
     "agentproc-0.1": ProtocolInfo("agentproc01", "AgentProc01", NoSettings,
                                   summary="AGENT_* environment in, AGENT_PARTIAL:/AGENT_SESSION:/AGENT_ERROR: lines "
                                   "and the reply body out"),
+    "codex-exec": ProtocolInfo("codex_exec", "CodexExec", JsonSettings,
+                               summary="`codex exec --json`: the message in argv, stdin closed at once; thread id, "
+                               "agent messages, reasoning, commands, file changes, plan, usage and errors out"),
 }
 
 
