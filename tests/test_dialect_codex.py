@@ -104,6 +104,20 @@ def test_a_command_is_tool_activity_titled_with_the_command_and_its_exit_code_an
                                                           "exit code 3: oops")
 
 
+@pytest.mark.parametrize(("command", "title"), [
+    ("/bin/bash -lc ls", "ls"),
+    ("/bin/bash -lc 'rg -n \"x\" src/'", 'rg -n "x" src/'),
+    ('/bin/zsh -lc "echo \\"it\'s\\" \\$HOME \\\\d"', 'echo "it\'s" $HOME \\d'),  # POSIX double-quote escapes
+    ("/bin/bash -lc 'a' 'b'", "/bin/bash -lc 'a' 'b'"),  # not one script: shown as codex gave it
+    ("python3 -m pytest", "python3 -m pytest"),
+])
+def test_a_command_is_titled_without_the_shell_codex_wraps_it_in(command, title):
+    line = item("item.started", type="command_execution", command=command, aggregated_output="", exit_code=None,
+                status="in_progress")
+    [activity] = of(ActivityEvent, decode(lines(THREAD, line, DONE)))
+    assert activity.title == title
+
+
 def test_activity_never_enters_the_reply():
     events = decode(transcript("codex-tool-exec-command.jsonl"))
     [reply] = of(ReplyEvent, events)

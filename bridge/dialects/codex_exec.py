@@ -30,8 +30,7 @@ argv, and appends whatever it reads there to the prompt: the default handover
 from __future__ import annotations
 
 import json
-import os
-import shlex
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,7 +55,11 @@ THINKING_CHARS = 500
 RETRY_NOTICE = "Reconnecting..."
 # codex's item statuses → the activity statuses every host knows.
 _STATUS = {"in_progress": "started", "completed": "completed", "failed": "failed", "declined": "denied"}
-_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
+# `<shell> -lc <script>`, the script quoted as POSIX shells read it (codex joins the argv with shlex quoting).
+# Matched rather than parsed with `shlex.split`, which costs ~50 µs a command; any other shape stays as it is.
+_SHELL_WRAPPED = re.compile(r"""(?:\S*/)?(?:bash|sh|zsh|dash) -l?c (?:'([^']*)'|"((?:[^"\\]|\\.)*)"|([^\s'"\\]+))""",
+                            re.DOTALL)
+_ESCAPED = re.compile(r"\\([$`\"\\\n])")  # what a backslash escapes inside double quotes
 
 
 class CodexExec(JsonLinesDialect):
@@ -157,7 +160,8 @@ class CodexExec(JsonLinesDialect):
         text = ""
         exit_code = number(item.get("exit_code"))
         if exit_code is not None:
-            output = shorten(text_of(item.get("aggregated_output")), OUTPUT_EXCERPT_CHARS)
+            # Commands print megabytes; only the start can be in an excerpt (whitespace runs collapse).
+            output = shorten(text_of(item.get("aggregated_output"))[:4 * OUTPUT_EXCERPT_CHARS], OUTPUT_EXCERPT_CHARS)
             text = f"exit code {exit_code}" + (f": {output}" if output else "")
         return [_tool(item, "command_execution", _command_title(text_of(item.get("command"))), text)]
 
@@ -205,12 +209,10 @@ def _tool(item: Mapping[str, Any], tool: str, title: str, text: str = "") -> Act
 
 def _command_title(command: str) -> str:
     """The command the model asked for: codex reports it wrapped in its shell (`/bin/bash -lc 'echo hi'`)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = []
-    if len(words) == 3 and os.path.basename(words[0]) in _SHELLS and words[1] in ("-lc", "-c"):
-        command = words[2]
+    wrapped = _SHELL_WRAPPED.fullmatch(command)
+    if wrapped is not None:
+        single, double, bare = wrapped.groups()
+        command = single if single is not None else _ESCAPED.sub(r"\1", double) if double is not None else bare
     return shorten(command)
 
 
