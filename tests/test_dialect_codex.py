@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bridge
 from agents_cache import npm_binary
@@ -229,12 +231,38 @@ def test_garbage_a_cut_line_unknown_events_and_a_bad_thread_id_are_ignored_with_
     events = codex.feed(b"not json\n[1, 2]\n" + b'{"type": "item.completed", "x": "' + b"y" * 5000 + b'"}\n')
     events += codex.feed(lines({"type": "thread.started", "thread_id": "has space"}, {"type": "turn.started"},
                                {"type": "something.new", "item": {}}, item("item.completed", type="future_kind"),
+                               {"type": ["not", "a", "name"]}, item("item.completed", type={"a": 1}),
+                               {"type": "item.completed", "item": "not an object"},
                                THREAD, THREAD, DONE))
     events += codex.close()
     assert [type(event) for event in events] == [LineCut, ProtocolWarning, SessionEvent, UsageEvent, ProtocolWarning]
     assert events[1].message == "ignored codex's thread_id: it contains whitespace or control characters"
     assert events[2] == SessionEvent("t-1")  # once, though codex printed it twice
     assert events[-1].message == "ignored 2 stdout line(s) that were not JSON objects"
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=4)
+FIELDS = st.sampled_from(["thread_id", "usage", "error", "message", "text", "command", "aggregated_output",
+                          "exit_code", "status", "changes", "items", "server", "tool", "arguments", "query", "action"])
+CODEX_LIKE = st.fixed_dictionaries(
+    {"type": st.sampled_from(["thread.started", "turn.completed", "turn.failed", "error", "item.started",
+                              "item.updated", "item.completed"]) | JSON},
+    optional={"item": st.fixed_dictionaries(
+        {"type": st.sampled_from(["agent_message", "plan", "reasoning", "command_execution", "file_change",
+                                  "mcp_tool_call", "collab_tool_call", "web_search", "todo_list", "error"]) | JSON},
+        optional={"id": JSON, **{name: JSON for name in ("text", "command", "aggregated_output", "exit_code",
+                                                           "status", "changes", "items", "arguments", "action")}},
+    ) | JSON}).flatmap(lambda line: st.dictionaries(FIELDS, JSON, max_size=3).map(lambda extra: {**extra, **line}))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(CODEX_LIKE, max_size=6))
+def test_any_json_in_codexs_shapes_maps_to_events_without_raising(objects):
+    events = decode(lines(*objects))
+    assert sum(type(event) is ErrorEvent for event in events) >= 1 or any(
+        line.get("type") == "turn.completed" for line in objects)
 
 
 # --------------------------------------------------------------------------- the profile

@@ -78,7 +78,8 @@ class CodexExec(JsonLinesDialect):
         self._last_notice = ""  # the last `error` line: said when the stream ends unfinished
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        handler = _HANDLERS.get(message.get("type"))  # type: ignore[arg-type]
+        kind = message.get("type")
+        handler = _HANDLERS.get(kind) if type(kind) is str else None  # a list is no dict key: it would raise
         return handler(self, message) if handler is not None else []
 
     def finish(self) -> list[Event]:
@@ -133,7 +134,8 @@ class CodexExec(JsonLinesDialect):
         item = message.get("item")
         if not isinstance(item, dict):
             return []
-        mapper = _ITEMS.get(item.get("type"))  # type: ignore[arg-type]
+        kind = item.get("type")
+        mapper = _ITEMS.get(kind) if type(kind) is str else None
         return mapper(self, item, message["type"] == "item.completed") if mapper is not None else []
 
     # ------------------------------------------------------------------ items
