@@ -383,3 +383,13 @@ def test_real_codex_runs_a_command_from_the_ready_profile_with_run_json(codex):
     result = records[-1]
     assert result["event"] == "result" and result["reply"].endswith("ran-by-codex")
     assert result["reply"].startswith("ran: ")
+
+
+async def test_real_codex_under_the_ready_profile_can_neither_write_nor_escalate(codex):
+    target = codex.workspace / "written-by-codex"
+    written, events = await codex.turn(f"run touch {target}")
+    assert written.ok and "Read-only file system" in written.reply
+    assert [event.status for event in events if isinstance(event, ActivityEvent)][-1:] in ([], ["failed"])
+    escalated, _ = await codex.turn(f"escalate touch {target}")
+    assert escalated.ok and "you cannot ask for escalated permissions" in escalated.reply
+    assert not target.exists()
