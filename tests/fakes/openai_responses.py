@@ -85,7 +85,9 @@ class OpenAIResponses:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
+        # A short poll: `shutdown()` waits for the loop to notice (0.5 s by default).
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-openai",
+                                        daemon=True)
 
     @property
     def base_url(self) -> str:
