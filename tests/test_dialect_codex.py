@@ -272,7 +272,8 @@ def test_the_ready_profile_puts_every_user_value_after_the_end_of_codexs_options
     profile = bridge.load_profile(PROFILES / "codex.yaml", cache=False)
     new = bridge.plan_launch(profile, bridge.Turn("--last"), {}).argv
     resumed = bridge.plan_launch(profile, bridge.Turn("--last", session_id="-t"), {}).argv
-    options = ("codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only")
+    options = ("codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only", "--disable",
+               "unbounded_connection_retries")
     assert new == (*options, "--", "--last")
     assert resumed == (*options, "resume", "--", "-t", "--last")
 
