@@ -63,6 +63,12 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     if "cli" in samples:
         runs = samples["cli"]["all"]
         out["cli"] = {c: stats(pooled(runs, f"{c}_ms")) for c in ("bridge", "floor", "agentproc")}
+    if "codex" in samples:
+        runs = samples["codex"]
+        out["codex"] = {"throughput": stats(pooled(runs["throughput"], "mb_per_s")),
+                        "pipe only": stats(pooled(runs["pipe only"], "mb_per_s")),
+                        "latency": stats(pooled(runs["latency"], "delay_ms"))}
+        out["codex_mb"] = raw["codex_input"]["bytes"] / 1e6
     out["per_round_ratios"] = per_round_ratios(samples)
     out["rows"] = rows(out)
     return out
@@ -147,6 +153,15 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
         b, f, a = (s["cli"][c]["median"] for c in ("bridge", "floor", "agentproc"))
         row("6 CLI cold start, median", _ms(b), f"{_ms(f)} imports + agent", _ms(a), f"{b / f:.2f}× floor",
             f"≤ {CLI_VS_FLOOR}× floor", _verdict(b / f <= CLI_VS_FLOOR))
+    if "codex" in s:
+        c = s["codex"]
+        if c["throughput"].get("n"):
+            row(f"7 codex-exec throughput, {s['codex_mb']:.0f} MB events", f"{c['throughput']['median']:.1f} MB/s",
+                f"{c['pipe only']['median']:.0f} MB/s pipe only" if c["pipe only"].get("n") else "")
+        if c["latency"].get("n"):
+            lat = c["latency"]
+            row("8 codex-exec partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "", "", "",
+                f"p99 ≤ {LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= LATENCY_P99_MS))
     return table
 
 
@@ -186,7 +201,17 @@ def _spread(summary: dict[str, Any]) -> list[str]:
             if st.get("n"):
                 lines.append(f"| {metric} | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
                              f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | {unit} |")
-    for name, st in summary.get("latency", {}).items():
+    codex = summary.get("codex", {})
+    for name in ("throughput", "pipe only"):
+        st = codex.get(name, {})
+        if st.get("n"):
+            lines.append(f"| codex-exec throughput | {'bridge' if name == 'throughput' else name} | {st['n']} | "
+                         f"{st['median']:.2f} | {st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – "
+                         f"{st['max']:.2f} | MB/s |")
+    latencies = [*summary.get("latency", {}).items()]
+    if codex.get("latency", {}).get("n"):
+        latencies.append(("bridge, codex-exec", codex["latency"]))
+    for name, st in latencies:
         lines.append(f"| partial delay | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
                      f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |")
     for name, st in summary.get("concurrency", {}).items():
@@ -256,5 +281,12 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "6. **CLI cold start**: `agent-bridge run profiles/echo.yaml hello` against its floor, and agentproc's "
         "CLI on the same agent (reference), hyperfine-style: the three interleaved, stdout to /dev/null, "
         "bench venv with the bridge installed non-editable (as users get it).",
+        "7. **codex-exec throughput**: `cat` of one long turn in `codex exec --json`'s shapes, written once by "
+        "`agents/codex_like.py` (reasoning items, commands started and completed with up to 2 KB of output, "
+        "agent messages, todo-list updates; as much as the 0.1 mix), through `protocol: codex-exec`, reply cap "
+        "off, the host taking every event with `on_event`. Reply, partial and activity counts, session and usage "
+        "are checked on an untimed turn. Pipe only: the same `cat`, unparsed.",
+        "8. **codex-exec partial latency**: `agents/codex_like.py tick` writes a command_execution item and then "
+        "an agent_message whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4.",
         "",
     ])

@@ -1,4 +1,4 @@
-"""Run the six benchmarks of issue 4 side by side and report medians, ratios and targets.
+"""Run the six benchmarks of issue 4 and the JSON-dialect one (codex-exec); report medians, ratios and targets.
 
     make bench            # full run, 3-5 minutes: rewrites bench/RESULTS.md, bench/results.png, README's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
@@ -52,10 +52,11 @@ class Case:
     rounds: int
 
 
-def build_plan(quick: bool, throughput_file: dict[str, Any]) -> list[Case]:
+def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[str, Any]) -> list[Case]:
     q = quick
     turn = {"turns": 20 if q else 60, "warmup": 3 if q else 5}
     tput = {**throughput_file, "turns": 1 if q else 2}
+    codex_tput = {**codex_file, "turns": 1 if q else 2}
     conc = {"turns": 300, "seconds": 1}
     lat = {"seconds": 1 if q else 4, "interval_ms": 5, "skip": 10}
     flood_mib = 64 if q else 1024
@@ -76,6 +77,8 @@ def build_plan(quick: bool, throughput_file: dict[str, Any]) -> list[Case]:
         Case("latency", [Variant(c, c, lat) for c in ("bridge", "agentproc")], 2 if q else 4),
         Case("memory", memory, 1 if q else 2),
         Case("cli", [Variant("all", "all", {"reps": 3 if q else 6})], 2 if q else 6),
+        Case("codex", [Variant("throughput", "throughput", codex_tput), Variant("pipe only", "pipe only", codex_tput),
+                       Variant("latency", "latency", lat)], 2 if q else 5),
     ]
 
 
@@ -125,6 +128,25 @@ def throughput_input(megabytes: float) -> dict[str, Any]:
         out.write(data)
     meta = {"file": path, "bytes": len(data), "lines": len(lines), "partials": partials, "body_lines": bodies,
             "body_chars": body_chars, "last_session": last_session}
+    with open(meta_path, "w") as meta_file:
+        json.dump(meta, meta_file)
+    return meta
+
+
+def codex_input(megabytes: float) -> dict[str, Any]:
+    """Write (once, cached) one long codex-exec turn with agents/codex_like.py; returns what a correct run yields."""
+    target = int(megabytes * 1_000_000)
+    path = os.path.join(RESULTS, "data", f"codex-{target}.jsonl")
+    meta_path = path + ".json"
+    if os.path.exists(path) and os.path.exists(meta_path):
+        with open(meta_path) as meta_file:
+            meta: dict[str, Any] = json.load(meta_file)
+        if os.path.getsize(path) == meta["bytes"]:
+            return meta
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    done = subprocess.run([sys.executable, os.path.join(HERE, "agents", "codex_like.py"), "file", str(megabytes), path],
+                          capture_output=True, text=True, check=True)
+    meta = json.loads(done.stdout)
     with open(meta_path, "w") as meta_file:
         json.dump(meta, meta_file)
     return meta
@@ -253,7 +275,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, two rounds: a smoke run for development")
     parser.add_argument("--only", nargs="+", metavar="CASE", help="run only these cases "
-                        "(turn throughput concurrency latency memory cli)")
+                        "(turn throughput concurrency latency memory cli codex)")
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument("--no-summary", action="store_true",
                         help="do not rewrite bench/RESULTS.md and bench/results.png (implied by --quick and --only)")
@@ -267,7 +289,8 @@ def main() -> int:
         return 2
     started = time.monotonic()
     tput_file = throughput_input(4 if args.quick else 23)
-    plan = build_plan(args.quick, tput_file)
+    codex_file = codex_input(4 if args.quick else 23)
+    plan = build_plan(args.quick, tput_file, codex_file)
     if args.only:
         unknown = set(args.only) - {c.name for c in plan}
         if unknown:
@@ -300,7 +323,7 @@ def main() -> int:
 
     about["load_after_each_round"] = loads
     about["bench_seconds"] = round(time.monotonic() - started)
-    raw = {"machine": about, "quick": args.quick, "throughput_input": tput_file,
+    raw = {"machine": about, "quick": args.quick, "throughput_input": tput_file, "codex_input": codex_file,
            "plan": {c.name: {"rounds": c.rounds, "variants": {v.label: v.params for v in c.variants}} for c in plan},
            "samples": samples}
     summary = report.summarize(raw)

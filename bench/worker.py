@@ -425,6 +425,68 @@ def cli_all(p: dict[str, Any]) -> dict[str, Any]:
     return {f"{name}_ms": values for name, values in times.items()}
 
 
+# --------------------------------------------------------------------------- 7. a JSON dialect: codex-exec
+
+
+def codex_profile(command: list[str]) -> dict[str, Any]:
+    return {"command": command, "protocol": "codex-exec", "max_reply_chars": None, "timeout_secs": 600}
+
+
+def codex_throughput(p: dict[str, Any]) -> dict[str, Any]:
+    """`cat` of one long codex turn through the codex-exec dialect; the host takes every event (`on_event`)."""
+    import trio
+    from bridge import Turn, run_turn
+    from bridge.dialects import ActivityEvent
+
+    profile = bridge_profile(codex_profile(["cat", p["file"]]))
+    turn = Turn(TURN_MESSAGE)
+
+    def ignore(event: Any) -> None:
+        """The timed turns' host: takes each event and does nothing with it."""
+
+    async def main() -> list[int]:
+        partials, activities = Counter(), Counter()
+
+        def count(event: Any) -> None:
+            if isinstance(event, ActivityEvent):
+                activities(event.activity)
+
+        result = await run_turn(profile, turn, on_partial=partials, on_event=count)
+        expect(result.ok and not result.truncated, f"codex throughput turn failed: {result.outcome} {result.error}")
+        expect(result.reply == p["last_message"], "the reply is not the last agent message")
+        expect(partials.count == result.partials == p["agent_messages"],
+               f"{partials.count} partials, expected {p['agent_messages']}")
+        expect(activities.count == p["activities"], f"{activities.count} activities, expected {p['activities']}")
+        expect(result.session_id == p["thread_id"], "wrong session id")
+        expect(result.usage is not None and result.usage.input_tokens == p["input_tokens"], "wrong usage")
+        times = []
+        for _ in range(p["turns"]):
+            began = clock_ns()
+            result = await run_turn(profile, turn, on_event=ignore)
+            times.append(clock_ns() - began)
+            expect(result.ok and result.reply == p["last_message"], "codex throughput turn failed")
+        return times
+
+    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
+
+
+def codex_latency(p: dict[str, Any]) -> dict[str, Any]:
+    """From codex_like.py writing an agent_message line to the host's partial callback."""
+    import trio
+
+    delays, on_partial = latency_callback()
+    command = [sys.executable, "-S", "{{PROFILE_DIR}}/codex_like.py", "tick", str(p["seconds"]), str(p["interval_ms"])]
+    run = bridge_turn_runner(codex_profile(command), on_partial)
+
+    async def main() -> None:
+        result = await run()
+        expect(result.ok and result.reply.isdigit() and result.partials == len(delays),
+               f"codex ticker turn failed: {result!r}")
+
+    trio.run(main)
+    return latency_result(delays, p)
+
+
 # --------------------------------------------------------------------------- entry point
 
 WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -439,6 +501,9 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("memory", "bridge"): memory_bridge,
     ("memory", "idle"): memory_idle,
     ("cli", "all"): cli_all,
+    ("codex", "throughput"): codex_throughput,
+    ("codex", "pipe only"): throughput_pipe,
+    ("codex", "latency"): codex_latency,
 }
 
 

@@ -90,6 +90,9 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
                                        summary="Gemini CLI's `--output-format stream-json`: init → session, "
                                        "assistant message deltas → partials and the reply, tool_use/tool_result → "
                                        "activity, result → error or usage"),
+    "codex-exec": ProtocolInfo("codex_exec", "CodexExec", JsonSettings,
+                               summary="`codex exec --json`: the message in argv, stdin closed at once; thread id, "
+                               "agent messages, reasoning, commands, file changes, plan, usage and errors out"),
 }
 
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .cli_common import OUTPUT_CHARS, REPLY_CHARS, FirstSession, tool_title, token_usage
+from .cli_common import OUTPUT_CHARS, REPLY_CHARS, FirstSession, token_usage, tool_title
 from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
 
 _MAX_TRACKED_CALLS = 1000

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ..dialects import DEFAULT_PROTOCOL, PROTOCOLS, DialectContext, dialect_class
+from ..dialects import PROTOCOLS, DialectContext, dialect_class
 from ..errors import Problem, ProfileError
 from ..permissions import PermissionPolicy
 from . import cache as profile_cache
@@ -119,10 +119,7 @@ class Profile:
 
     def replace(self, **changes: Any) -> Profile:
         """A validated copy with `changes` applied, resolving paths as this profile does."""
-        values = {**self.to_dict(), **changes}
-        if values.get("protocol") != DEFAULT_PROTOCOL and "session_line_prefix" not in changes:
-            del values["session_line_prefix"]  # agentproc-0.1's own field: other protocols refuse it, even its default
-        return Profile.from_mapping(values, profile_dir=self.profile_dir)
+        return Profile.from_mapping({**self.to_dict(), **changes}, profile_dir=self.profile_dir)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, as plain JSON-ready values."""

@@ -213,7 +213,8 @@ class ProfileModel(BaseModel):
         if self.stdin != "none":
             raise _located_error(("stdin",), "stdin: message is for protocol agentproc-0.1; {protocol} hands the "
                                  "turn to the agent itself (remove stdin)", protocol=self.protocol)
-        if "session_line_prefix" in self.model_fields_set:
+        # By value, as stdin: `Profile.replace()` passes every field back, defaults included.
+        if self.session_line_prefix != type(self).model_fields["session_line_prefix"].default:
             raise _located_error(("session_line_prefix",), "session_line_prefix is for protocol agentproc-0.1; "
                                  "{protocol} agents report their session in their own messages (remove it)",
                                  protocol=self.protocol)
