@@ -97,7 +97,7 @@ class TurnRecorder:
 
     __slots__ = ("_profile", "_body", "_body_runs", "_body_lines", "_body_length", "_body_cap", "_body_tail",
                  "_body_full", "_partial_room", "_partials_cut", "_line_cut", "session_id", "error", "error_seen",
-                 "partials", "usage")
+                 "partials", "usage", "_unfinished")
 
     def __init__(self, profile: Profile) -> None:
         self._profile = profile
@@ -117,6 +117,7 @@ class TurnRecorder:
         self.error_seen = False
         self.partials = 0
         self.usage: Usage | None = None
+        self._unfinished = ""  # the dialect saw the stream end before the agent's final event
 
     def record(self, events: list[Event]) -> list[Forwarded]:
         """Record a batch of events; returns, in order, what to forward to the host and the warnings to log.
@@ -149,6 +150,9 @@ class TurnRecorder:
                 self.session_id = event.session_id  # type: ignore[union-attr]
                 forward.append(event)  # type: ignore[arg-type]
             elif kind is ErrorEvent:
+                if event.unfinished:  # type: ignore[union-attr]
+                    self._unfinished = event.text  # type: ignore[union-attr]
+                    continue  # its weight depends on how the process ended (see finish)
                 self.error_seen = True
                 self.error = event.text  # type: ignore[union-attr]
                 forward.append(event)  # type: ignore[arg-type]
@@ -198,6 +202,9 @@ class TurnRecorder:
 
     def finish(self, ending: Ending, *, stderr_tail: str = "", duration_ms: int = 0) -> TurnResult:
         """Apply SPEC §4's precedence and build the result."""
+        if self._unfinished and not self.error_seen and ending.timeout is None and not ending.cancelled:
+            self.error_seen = True  # the agent ended on its own, without finishing: that fails the turn
+            self.error = self._unfinished
         profile = self._profile
         exit_code, outcome, cause = self._classify(ending)
         succeeded = exit_code == 0

@@ -105,7 +105,7 @@ def test_a_stream_without_session_complete_did_not_finish_its_turn():
                    and b"invocation_complete" not in line)
     events = decode("aictrl-ndjson", cut)
     assert of_type(events, ReplyEvent) == [ReplyEvent("Hello there.")]
-    assert events[-1] == ErrorEvent("aictrl ended without finishing its turn (no session_complete event)")
+    assert events[-1] == ErrorEvent("aictrl ended without finishing its turn (no session_complete event)", unfinished=True)
 
 
 def test_garbage_is_counted_an_overlong_line_is_cut_and_the_rest_still_decoded():

@@ -178,15 +178,16 @@ def test_a_stream_cut_in_the_middle_of_a_line_is_an_unfinished_turn():
     cut = data[:data.index(b'{"type":"result"') + 40]
     events = decode(cut)
     assert of(events, PartialEvent) == [PartialEvent(piece) for piece in TEXT_PIECES]
-    assert events[-2:] == [ErrorEvent(UNFINISHED), ProtocolWarning("ignored 1 stdout line(s) that were not JSON objects")]
+    assert events[-2:] == [ErrorEvent(UNFINISHED, unfinished=True),
+                           ProtocolWarning("ignored 1 stdout line(s) that were not JSON objects")]
 
 
 def test_a_stream_without_its_result_is_an_unfinished_turn():
     data = transcript("claude-tool.jsonl")
     events = decode(data[:data.index(b'{"type":"result"')])
     assert not of(events, ReplyEvent)
-    assert events[-1] == ErrorEvent(UNFINISHED)
-    assert decode(b"") == [ErrorEvent(UNFINISHED)]
+    assert events[-1] == ErrorEvent(UNFINISHED, unfinished=True)
+    assert decode(b"") == [ErrorEvent(UNFINISHED, unfinished=True)]
 
 
 def test_a_line_over_the_limit_is_cut_and_the_turn_goes_on():

@@ -165,7 +165,7 @@ def test_a_stream_that_ends_without_turn_completed_or_failed_fails_with_codexs_l
     assert error.text.endswith("its last error: Reconnecting... waiting for network "
                                "(Connection failed: error sending request)")
     assert decode(b"") == [ErrorEvent("codex ended before it started a thread; its stderr says why (an unknown "
-                                      "session id, a usage error, a missing login or config)")]
+                                      "session id, a usage error, a missing login or config)", unfinished=True)]
 
 
 def test_a_turn_without_a_message_has_no_reply_and_one_that_failed_after_one_still_fails():

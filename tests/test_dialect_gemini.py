@@ -166,13 +166,13 @@ def test_an_interrupted_gemini_ends_without_a_result_and_the_turn_did_not_finish
     data = transcript("gemini-text.jsonl")
     events = decode(data[:data.index(b'{"type":"result"')])  # what gemini prints when SIGINT stops it (exit 0)
     assert of(events, PartialEvent) and not of(events, ReplyEvent)
-    assert events[-1] == ErrorEvent(UNFINISHED)
+    assert events[-1] == ErrorEvent(UNFINISHED, unfinished=True)
 
 
 def test_a_stream_cut_in_the_middle_of_a_line_did_not_finish_and_names_the_last_error():
     data = transcript("gemini-error-no-finish-reason-maxAttempts1.jsonl")
     events = decode(data[:data.index(b'{"type":"result"') + 30])
-    assert events[-2:] == [ErrorEvent(f"{UNFINISHED}: Model stream ended without a finish reason."),
+    assert events[-2:] == [ErrorEvent(f"{UNFINISHED}: Model stream ended without a finish reason.", unfinished=True),
                            ProtocolWarning("ignored 1 stdout line(s) that were not JSON objects")]
 
 

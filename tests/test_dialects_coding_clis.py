@@ -63,7 +63,7 @@ def test_grok_a_stream_cut_before_end_did_not_finish_its_turn():
     events = decode("grok-streaming-json", grok("truncated"))
     assert "".join(event.text for event in of_type(events, PartialEvent)) == "Partial progress so far"
     assert not of_type(events, ReplyEvent)
-    assert events[-1] == ErrorEvent("grok ended without finishing its turn (no end event)")
+    assert events[-1] == ErrorEvent("grok ended without finishing its turn (no end event)", unfinished=True)
 
 
 def test_grok_cancelled_and_error_ends_fail_the_turn():
@@ -210,7 +210,7 @@ def test_pi_fails_when_the_last_request_failed_but_not_when_a_retry_succeeded():
     retried = decode("pi-json", pi_turn(pi_assistant("", stop="error", error="overloaded"), pi_assistant("Done")))
     assert not of_type(retried, ErrorEvent)
     unfinished = decode("pi-json", pi_turn(pi_assistant("Half"), end=False))
-    assert unfinished[-1] == ErrorEvent("pi ended without finishing its turn (no agent_end event)")
+    assert unfinished[-1] == ErrorEvent("pi ended without finishing its turn (no agent_end event)", unfinished=True)
 
 
 def test_pi_tool_executions_are_activity():
@@ -253,7 +253,7 @@ def test_dsh_an_error_frame_fails_and_a_run_without_final_did_not_finish():
                                       {"type": "error", "message": 'session "x" was recorded in "/a", not "/b"'}))
     assert failed[-1] == ErrorEvent('session "x" was recorded in "/a", not "/b"')
     stopped = decode("dsh-json", lines({"type": "session", "sessionId": "session-shim-42", "cwd": "/tmp"}))
-    assert stopped[-1] == ErrorEvent("dsh ended without finishing its turn (no final message)")
+    assert stopped[-1] == ErrorEvent("dsh ended without finishing its turn (no final message)", unfinished=True)
 
 
 # --------------------------------------------------------------------------- deepseek
@@ -291,7 +291,7 @@ def test_deepseek_fails_by_the_status_it_reports_not_by_an_error_it_recovered_fr
         {"type": "done"}))
     assert of_type(failed, ErrorEvent) == [ErrorEvent("API error 401")] and not of_type(failed, ReplyEvent)
     cut = decode("deepseek-stream-json", lines({"type": "content", "content": "par"}))
-    assert cut[-1] == ErrorEvent("deepseek ended without finishing its turn (no done event)")
+    assert cut[-1] == ErrorEvent("deepseek ended without finishing its turn (no done event)", unfinished=True)
 
 
 # --------------------------------------------------------------------------- every dialect

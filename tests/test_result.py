@@ -191,3 +191,22 @@ def test_a_body_of_many_lines_is_joined_exactly_whatever_the_batches() -> None:
         capped.record(lines[start:start + 999])
     result = capped.finish(Ending(returncode=0))
     assert result.reply == "\n".join(lines)[:20_000] + SUFFIX and result.truncated
+
+
+def test_an_unfinished_stream_fails_a_turn_that_ended_on_its_own_but_never_hides_a_timeout_or_a_cancel() -> None:
+    unfinished = ErrorEvent("the agent ended without finishing its turn", unfinished=True)
+    turn = recorder()
+    assert feed(turn, PartialEvent("half"), unfinished) == [PartialEvent("half")]  # not shown as the agent's error
+    result = turn.finish(Ending(returncode=0))
+    assert (result.outcome, result.exit_code, result.error) == ("agent_error", 1, unfinished.text)
+    assert result.error_reply == unfinished.text
+    for ending, outcome, code, reply in ((Ending(returncode=-15, timeout="wall"), "timeout", 124, "timed out"),
+                                         (Ending(returncode=-2, cancelled=True), "cancelled", 130, "cancelled")):
+        turn = recorder()
+        feed(turn, unfinished)
+        result = turn.finish(ending)
+        assert (result.outcome, result.exit_code, result.error) == (outcome, code, "")
+        assert reply in result.error_reply
+    turn = recorder()
+    feed(turn, ErrorEvent("the agent's own words"), unfinished)
+    assert turn.finish(Ending(returncode=0)).error == "the agent's own words"  # the agent's error wins

@@ -95,7 +95,7 @@ class AictrlNdjson(OpencodeJson):
     def finish(self) -> list[Event]:
         if self.finished or self.failed:
             return []
-        return [ErrorEvent("aictrl ended without finishing its turn (no session_complete event)")]
+        return [ErrorEvent("aictrl ended without finishing its turn (no session_complete event)", unfinished=True)]
 
 
 AictrlNdjson.handlers = {

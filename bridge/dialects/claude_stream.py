@@ -89,7 +89,7 @@ class ClaudeStream(JsonLinesDialect):
         return []
 
     def finish(self) -> list[Event]:
-        return [] if self._finished else [ErrorEvent(UNFINISHED)]
+        return [] if self._finished else [ErrorEvent(UNFINISHED, unfinished=True)]
 
     # ----------------------------------------------------------------- lines
 

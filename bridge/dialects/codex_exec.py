@@ -92,7 +92,7 @@ class CodexExec(JsonLinesDialect):
             text = "codex ended without finishing its turn (no turn.completed or turn.failed)"
             if self._last_notice:
                 text += f"; its last error: {self._last_notice}"
-        return [ErrorEvent(text)]
+        return [ErrorEvent(text, unfinished=True)]
 
     # ------------------------------------------------------------------ top-level events
 

@@ -97,4 +97,5 @@ class DeepseekStreamJson(JsonLinesDialect):
     def finish(self) -> list[Event]:
         if self.done or self.failed:
             return []
-        return [ErrorEvent(self.last_error or "deepseek ended without finishing its turn (no done event)")]
+        return [ErrorEvent(self.last_error or "deepseek ended without finishing its turn (no done event)",
+                           unfinished=True)]

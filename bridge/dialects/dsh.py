@@ -72,4 +72,5 @@ class DshJson(JsonLinesDialect):
         return []
 
     def finish(self) -> list[Event]:
-        return [] if self.done else [ErrorEvent("dsh ended without finishing its turn (no final message)")]
+        return [] if self.done else [ErrorEvent("dsh ended without finishing its turn (no final message)",
+                                                  unfinished=True)]

@@ -55,10 +55,16 @@ class SessionEvent:
 
 @dataclass(slots=True)
 class ErrorEvent:
-    """The agent's user-readable error; the turn fails whatever its exit code."""
+    """The agent's user-readable error; the turn fails whatever its exit code.
+
+    `unfinished`: not the agent's words but the dialect's — the agent's stream
+    ended without its final event. It fails the turn only when the agent ended
+    on its own: after a timeout or a cancel, that is the cause the host is told.
+    """
 
     kind: ClassVar[str] = "error"
     text: str
+    unfinished: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "text": self.text}

@@ -71,7 +71,7 @@ class GeminiStream(JsonLinesDialect):
     def finish(self) -> list[Event]:
         if self._finished:
             return []
-        return [ErrorEvent(f"{UNFINISHED}: {self._error}" if self._error else UNFINISHED)]
+        return [ErrorEvent(f"{UNFINISHED}: {self._error}" if self._error else UNFINISHED, unfinished=True)]
 
     def _tool_result(self, message: Mapping[str, Any]) -> ActivityEvent:
         failed = message.get("status") == "error"

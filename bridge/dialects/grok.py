@@ -94,7 +94,7 @@ class GrokStreamingJson(JsonLinesDialect):
     def finish(self) -> list[Event]:
         events = self.thinking()
         if not self.ended and not self.failed:
-            events.append(ErrorEvent("grok ended without finishing its turn (no end event)"))
+            events.append(ErrorEvent("grok ended without finishing its turn (no end event)", unfinished=True))
         return events
 
 

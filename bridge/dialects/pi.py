@@ -117,7 +117,8 @@ class PiJson(JsonLinesDialect):
     def finish(self) -> list[Event]:
         if self.ended:
             return []
-        return [ErrorEvent(self.last_failure or "pi ended without finishing its turn (no agent_end event)")]
+        return [ErrorEvent(self.last_failure or "pi ended without finishing its turn (no agent_end event)",
+                           unfinished=True)]
 
 
 def _content_text(holder: Any) -> str:
