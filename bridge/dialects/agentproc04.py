@@ -25,15 +25,15 @@ session id over 512 characters or one that is not text is refused too.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..permissions import Decision, PermissionRequest
-from ..turn import Turn, text_problem
+from ..turn import Turn
 from .agentproc01 import MAX_SESSION_ID_CHARS
 from .base import DialectContext, Handover, JsonLinesDialect, number, shorten, text_of
+from .coding_agents import TITLE_CHARS, money, tool_title
 from .events import (
     ActivityEvent,
     AgentInput,
@@ -52,10 +52,6 @@ PROTOCOL_VERSION = "0.4"
 # The reference's rule (runner.is_valid_session_id): the SDK stores a session as <id>.jsonl.
 _UNSAFE_SESSION_ID = re.compile(r"[/\\\x00-\x1f]")
 _UNSAFE_REQUEST_ID = re.compile(r"[\s\x00-\x1f]")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# The input keys whose value says best what a tool call does, in the order they are looked for.
-_TITLE_KEYS = ("command", "cmd", "file_path", "path", "url", "pattern", "query", "description", "prompt")
-_TITLE_CHARS = 120
 # Output partials are kept for the reply only until a result arrives, and only this much of them.
 _MAX_JOINED_CHARS = 8 * 1024 * 1024
 
@@ -129,7 +125,7 @@ class AgentProc04(JsonLinesDialect):
 
     def _partial(self, message: Mapping[str, Any]) -> list[Event]:
         events = self._session(message)
-        text = _clean(text_of(message.get("text")))
+        text = text_of(message.get("text"))
         if not text:
             return events
         if message.get("role") == "thinking":
@@ -149,7 +145,7 @@ class AgentProc04(JsonLinesDialect):
         self._result_seen = True
         self._pieces = []
         events = self._session(message)
-        events.append(ReplyEvent(_clean(text_of(message.get("text")))))
+        events.append(ReplyEvent(text_of(message.get("text"))))
         events.extend(self._usage(message))
         return events
 
@@ -157,7 +153,7 @@ class AgentProc04(JsonLinesDialect):
         self._error_seen = True
         self._pieces = []
         events = self._session(message)
-        events.append(ErrorEvent(_clean(text_of(message.get("message")))))
+        events.append(ErrorEvent(text_of(message.get("message"))))
         events.extend(self._usage(message))  # an error's usage replaces the result's, as the reference keeps it
         return events
 
@@ -181,9 +177,9 @@ class AgentProc04(JsonLinesDialect):
             if salvaged and not _UNSAFE_REQUEST_ID.search(salvaged):
                 events.append(AgentInput(_permission_response(salvaged, False, "malformed permission request")))
             return events
-        description = _clean(text_of(message.get("description")))
-        title = shorten(description, _TITLE_CHARS) if description.strip() else _title(tool_input)
-        events.append(PermissionRequest(request_id=request_id, tool=_clean(tool), title=title, input=tool_input))
+        description = text_of(message.get("description"))
+        title = shorten(description, TITLE_CHARS) if description.strip() else tool_title(tool_input, or_json=True)
+        events.append(PermissionRequest(request_id=request_id, tool=tool, title=title, input=tool_input))
         return events
 
     def _session(self, message: Mapping[str, Any]) -> list[Event]:
@@ -212,7 +208,7 @@ class AgentProc04(JsonLinesDialect):
             cached_input_tokens=number(usage.get("cache_read_input_tokens")),
             reasoning_tokens=number(usage.get("reasoning_tokens")),
             total_tokens=number(usage.get("total_tokens")),
-            cost_usd=_money(usage.get("cost_usd")),
+            cost_usd=money(usage.get("cost_usd")),
         )
         if values == Usage():
             return []
@@ -244,35 +240,8 @@ def _session_id_problem(session_id: str) -> str | None:
         return "it contains '/', '\\' or a control character"
     if len(session_id) > MAX_SESSION_ID_CHARS:
         return f"it is {len(session_id)} characters long (the limit is {MAX_SESSION_ID_CHARS})"
-    if text_problem(session_id) is not None:
+    if "\ufffd" in session_id:  # a lone surrogate, or invalid UTF-8, cleaned: not the id the agent meant
         return "it is not valid text"
     return None
 
 
-def _title(tool_input: Mapping[str, Any]) -> str:
-    """What a person reads of a tool call when the agent gave no description: its command, path or URL."""
-    for key in _TITLE_KEYS:
-        value = tool_input.get(key)
-        if isinstance(value, str) and value.strip():
-            return shorten(_clean(value), _TITLE_CHARS)
-    if not tool_input:
-        return ""
-    return shorten(_clean(json.dumps(tool_input, ensure_ascii=False, separators=(",", ":"), default=str)),
-                   _TITLE_CHARS)
-
-
-def _money(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        money = float(value)
-    except OverflowError:  # an integer beyond any float
-        return None
-    return money if math.isfinite(money) else None
-
-
-def _clean(text: str) -> str:
-    """JSON can spell lone surrogates, which no host could encode: they become U+FFFD."""
-    if text.isascii():
-        return text
-    return _LONE_SURROGATE.sub("\ufffd", text)

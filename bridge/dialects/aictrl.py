@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .base import text_of
-from .cli_common import tool_title
+from .coding_agents import tool_title
 from .events import ActivityEvent, ErrorEvent, Event
 from .opencode import OpencodeJson, error_text, parts_usage
 

@@ -15,6 +15,7 @@ that are not JSON objects. A family module only maps objects to events.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -143,8 +144,24 @@ class JsonLinesDialect:
             if not isinstance(message, dict):
                 events.extend(self.on_other_line(line))
                 continue
+            if "\\ud" in line or "\\uD" in line:  # only an escape can spell a lone surrogate: rare, so checked here
+                message = _without_lone_surrogates(message)
             events.extend(self.on_object(message))
         return events
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """JSON can spell lone surrogates, which no host could encode: every one in a decoded object becomes U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(key): _without_lone_surrogates(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    return value
 
 
 def text_of(value: Any) -> str:

@@ -34,11 +34,9 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .base import DialectContext, JsonLinesDialect, number, text_of
-from .coding_agents import TEXT_BOUND, UNFINISHED, Paragraphs, SessionIds, ToolCalls
+from .coding_agents import TEXT_BOUND, THINKING_CHARS, UNFINISHED, Paragraphs, SessionIds, ToolCalls
 from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, Usage, UsageEvent
 from .settings import ClaudeStreamSettings
-
-THINKING_CHARS = 2000
 
 
 class ClaudeStream(JsonLinesDialect):

@@ -37,6 +37,7 @@ from typing import Any
 from ..turn import Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS
 from .events import (
     ActivityEvent,
     ErrorEvent,
@@ -50,8 +51,6 @@ from .events import (
     UsageEvent,
 )
 
-OUTPUT_EXCERPT_CHARS = 300  # of a finished command's output, on its activity
-THINKING_CHARS = 500
 RETRY_NOTICE = "Reconnecting..."
 # codex's item statuses → the activity statuses every host knows.
 _STATUS = {"in_progress": "started", "completed": "completed", "failed": "failed", "declined": "denied"}
@@ -163,7 +162,7 @@ class CodexExec(JsonLinesDialect):
         exit_code = number(item.get("exit_code"))
         if exit_code is not None:
             # Commands print megabytes; only the start can be in an excerpt (whitespace runs collapse).
-            output = shorten(text_of(item.get("aggregated_output"))[:4 * OUTPUT_EXCERPT_CHARS], OUTPUT_EXCERPT_CHARS)
+            output = shorten(text_of(item.get("aggregated_output"))[:4 * OUTPUT_CHARS], OUTPUT_CHARS)
             text = f"exit code {exit_code}" + (f": {output}" if output else "")
         return [_tool(item, "command_execution", _command_title(text_of(item.get("command"))), text)]
 
@@ -178,7 +177,7 @@ class CodexExec(JsonLinesDialect):
         arguments = item.get("arguments")
         title = shorten(json.dumps(arguments, ensure_ascii=False)) if arguments not in (None, {}, []) else ""
         error = item.get("error")
-        text = shorten(text_of(error.get("message")), OUTPUT_EXCERPT_CHARS) if isinstance(error, dict) else ""
+        text = shorten(text_of(error.get("message")), OUTPUT_CHARS) if isinstance(error, dict) else ""
         return [_tool(item, name or "mcp_tool_call", title, text)]
 
     def _collab_call(self, item: Mapping[str, Any], completed: bool) -> list[Event]:

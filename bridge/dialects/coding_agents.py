@@ -1,26 +1,43 @@
-"""What coding agents' JSON streams have in common: sessions, tool calls, plans, text in pieces. Pure.
+"""What coding agents' JSON streams have in common: sessions, tool calls, plans, text in pieces, usage. Pure.
 
 Coding agents name their tools differently (`Bash`, `run_shell_command`,
 `shellToolCall`) but put the same things in their inputs: the command, the
-file, the pattern, the URL. One rule for all of them (`ToolCalls`) gives
-every family the same status line. Their text comes in pieces, interrupted
-by tool calls; `Paragraphs` shows it live and keeps it for the reply.
+file, the pattern, the URL. One rule for all of them (`tool_title`,
+`ToolCalls`) gives every family the same status line. Their text comes in
+pieces, interrupted by tool calls; `Paragraphs` shows it live and keeps it for
+the reply.
+
+One `Usage` means the same thing whichever agent reported it:
+
+- `input_tokens` counts every prompt token, cached or not (fresh input + cache
+  reads + cache writes); `cached_input_tokens` is the cache reads among them.
+- `output_tokens` counts every generated token; `reasoning_tokens` is the
+  reasoning among them.
+- `total_tokens` is the agent's own total when it gives one, else input + output.
+
+Families that report disjoint buckets are folded into these (`token_usage`).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from .agentproc01 import session_id_problem
-from .base import shorten
-from .events import ActivityEvent, Event, PartialEvent, PlanStep, ProtocolWarning, SessionEvent
+from .base import number, shorten
+from .events import ActivityEvent, Event, PartialEvent, PlanStep, ProtocolWarning, SessionEvent, Usage
 
 # The input fields that say what a call does, most telling first.
-_TITLE_KEYS = ("command", "cmd", "file_path", "absolute_path", "notebook_path", "path", "dir_path",
+_TITLE_KEYS = ("command", "cmd", "file_path", "filePath", "absolute_path", "notebook_path", "path", "dir_path",
                "directory", "pattern", "globPattern", "url", "query", "description", "prompt")
 TITLE_CHARS = 120
+"""A tool call's title on a status line."""
 OUTPUT_CHARS = 300
+"""How much of a tool's output an activity event carries."""
+THINKING_CHARS = 2000
+"""How much of one block of reasoning an activity event carries (a status line, not a transcript)."""
 _PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed": "completed",
                   "cancelled": "completed"}
 # A reply is never held beyond 8 MiB characters (bridge.result.HARD_REPLY_LIMIT); one more is
@@ -30,14 +47,27 @@ _OPEN_CALLS = 10_000  # calls remembered until they end; more than any agent kee
 UNFINISHED = "the agent ended without finishing its turn (its output has no result line)"
 
 
-def tool_title(arguments: Any) -> str:
-    """A short title for a call with these arguments ("ls -la", "src/app.py"), or "" when none says much."""
+def tool_title(arguments: Any, *, or_json: bool = False) -> str:
+    """A short title for a call with these arguments ("ls -la", "src/app.py"), or "" when none says much.
+
+    `arguments` may be an object or the JSON text of one (OpenAI-style tool calls); a command given as a
+    list of words is joined. With `or_json`, arguments with none of the telling fields are shown as JSON.
+    """
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return ""
     if not isinstance(arguments, Mapping):
         return ""
     for key in _TITLE_KEYS:
         value = arguments.get(key)
+        if isinstance(value, list) and value and all(isinstance(word, str) for word in value):
+            value = " ".join(value)
         if isinstance(value, str) and value.strip():
             return shorten(value, TITLE_CHARS)
+    if or_json and arguments:
+        return shorten(json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str), TITLE_CHARS)
     return ""
 
 
@@ -66,6 +96,69 @@ def plan_of(arguments: Any) -> tuple[PlanStep, ...]:
             steps.append(PlanStep(shorten(text, TITLE_CHARS),
                                   _PLAN_STATUSES.get(status, "pending") if isinstance(status, str) else "pending"))
     return tuple(steps)
+
+
+class FirstSession:
+    """The turn's session id: the first valid one an agent names (sub-agents' ids come later and are not ours)."""
+
+    __slots__ = ("session_id", "refused")
+
+    def __init__(self) -> None:
+        self.session_id = ""
+        self.refused = ""  # the last invalid id, warned about once (some CLIs repeat the id on every line)
+
+    def see(self, value: Any) -> list[Event]:
+        """The event for `value` when it is the first valid id; nothing for a repeat, a later id or no id."""
+        if self.session_id or not isinstance(value, str) or not value or value == self.refused:
+            return []
+        problem = session_id_problem(value)
+        if problem is not None:
+            self.refused = value
+            return [ProtocolWarning(f"ignored a session id because {problem}")]
+        self.session_id = value
+        return [SessionEvent(value)]
+
+
+def token_usage(*, fresh_input: Any = None, cache_read: Any = None, cache_write: Any = None, output: Any = None,
+                reasoning: Any = None, total: Any = None, cost: Any = None) -> Usage | None:
+    """`Usage` from disjoint input buckets and an output count that already includes reasoning.
+
+    Values that are not whole numbers (or, for `cost`, numbers) count as not
+    reported; None when nothing was.
+    """
+    fresh, read, write = number(fresh_input), number(cache_read), number(cache_write)
+    inputs = [count for count in (fresh, read, write) if count is not None]
+    input_tokens = sum(inputs) if inputs else None
+    output_tokens = number(output)
+    total_tokens = number(total)
+    if total_tokens is None and input_tokens is not None and output_tokens is not None:
+        total_tokens = input_tokens + output_tokens
+    usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cached_input_tokens=read,
+                  reasoning_tokens=number(reasoning), total_tokens=total_tokens, cost_usd=money(cost))
+    return usage if usage != Usage() else None
+
+
+def money(value: Any) -> float | None:
+    """A cost in dollars from an agent's JSON: a finite number, or an object of numbers to add up (`{"input": …}`)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            amount = float(value)
+        except OverflowError:  # an integer beyond any float
+            return None
+        return amount if math.isfinite(amount) else None
+    if isinstance(value, Mapping):
+        parts = [money(item) for item in value.values()]
+        known = [part for part in parts if part is not None]
+        return sum(known) if known else None
+    return None
+
+
+def add(*counts: Any) -> int | None:
+    """The sum of the whole numbers among `counts`; None when there are none."""
+    known = [count for count in map(number, counts) if count is not None]
+    return sum(known) if known else None
 
 
 class SessionIds:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .cli_common import OUTPUT_CHARS, REPLY_CHARS, FirstSession, token_usage, tool_title
+from .coding_agents import OUTPUT_CHARS, TEXT_BOUND, FirstSession, token_usage, tool_title
 from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
 
 _MAX_TRACKED_CALLS = 1000
@@ -53,7 +53,7 @@ class DeepseekStreamJson(JsonLinesDialect):
             content = text_of(message.get("content"))
             if not content:
                 return []
-            if self.text_chars < REPLY_CHARS:
+            if self.text_chars < TEXT_BOUND:
                 self.text.append(content)
                 self.text_chars += len(content)
             return [PartialEvent(content)]

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .cli_common import THINKING_CHARS, FirstSession, token_usage
+from .coding_agents import THINKING_CHARS, FirstSession, token_usage
 from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
 
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .cli_common import REPLY_CHARS, THINKING_CHARS, FirstSession, money, token_usage
+from .coding_agents import TEXT_BOUND, THINKING_CHARS, FirstSession, money, token_usage
 from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
 
 
@@ -60,7 +60,7 @@ class GrokStreamingJson(JsonLinesDialect):
         if kind == "text":
             data = text_of(message.get("data"))
             if data:
-                if self.text_chars < REPLY_CHARS:
+                if self.text_chars < TEXT_BOUND:
                     self.text.append(data)
                     self.text_chars += len(data)
                 events.append(PartialEvent(data))

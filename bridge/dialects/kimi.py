@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .cli_common import OUTPUT_CHARS, THINKING_CHARS, tool_title
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, tool_title
 from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent
 
 _MAX_TRACKED_CALLS = 1000

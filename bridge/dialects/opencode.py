@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .cli_common import OUTPUT_CHARS, THINKING_CHARS, FirstSession, add, token_usage, tool_title
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, FirstSession, add, token_usage, tool_title
 from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
 
 _TOOL_STATUS = {"completed": "completed", "error": "failed", "running": "started", "pending": "started"}

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .cli_common import OUTPUT_CHARS, THINKING_CHARS, FirstSession, token_usage, tool_title
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, FirstSession, token_usage, tool_title
 from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
 
 _FAILED_STOPS = ("error", "aborted")
