@@ -600,6 +600,13 @@ def test_show_stderr_streams_the_agents_stderr_live_and_the_tail_is_not_repeated
                                                    "The agent exited with code 4."]
 
 
+def test_show_stderr_with_json_passes_the_agents_stderr_through_and_stdout_stays_ndjson(tmp_path):
+    profile = agent_profile(tmp_path, "import sys; sys.stderr.write('to stderr\\n'); print('body')")
+    done = cli("run", str(profile), "x", "--json", "--show-stderr")
+    assert (done.returncode, done.stderr) == (0, "to stderr\n")
+    assert ndjson(done.stdout)[-1]["reply"] == "body"
+
+
 # --------------------------------------------------------------------------- what a person sees: said once, on its own line
 
 

@@ -68,7 +68,9 @@ def fresh_shell(home: Path, directory: Path) -> dict[str, str]:
                if not name.startswith("AGENT_") and name not in ("VIRTUAL_ENV", "NO_COLOR")}
     for name in ("state", "cache", "tmp"):
         (directory / ".env" / name).mkdir(parents=True)
+    # The README shows programs' messages in English (ls: cannot access …): the C locale, whatever the machine's.
     return {**environ, "HOME": str(home), "PATH": ":".join([str(home / ".local" / "bin"), *path]), "TERM": "dumb",
+            "LC_ALL": "C", "LANG": "C",
             "XDG_STATE_HOME": str(directory / ".env" / "state"), "XDG_CACHE_HOME": str(directory / ".env" / "cache"),
             "TMPDIR": str(directory / ".env" / "tmp")}
 

@@ -85,7 +85,7 @@ class HumanPrinter:
         self._tail_in_reply = profile is not None and profile.include_stderr_in_reply
         self._stdin_message = profile is not None and profile.stdin == "message"
         self._stderr_shown = False
-        self._decoder: Any = None
+        self._decoder: codecs.IncrementalDecoder | None = None
         self.spinner = Spinner(err, self) if status else None
 
     # ------------------------------------------------------------------ the turn
@@ -213,16 +213,11 @@ class JsonPrinter:
         self.out.flush()
 
     def agent_stderr(self, data: bytes) -> None:
-        """The agent's stderr as it comes, unchanged (stdout stays NDJSON)."""
+        """The agent's stderr as it comes, byte for byte (stdout stays NDJSON)."""
         if self.err is not None:
-            buffer = self.err.buffer if hasattr(self.err, "buffer") else None
-            if buffer is not None:
-                self.err.flush()
-                buffer.write(data)
-                buffer.flush()
-            else:
-                self.err.write(data.decode("utf-8", "replace"))
-                self.err.flush()
+            self.err.flush()
+            self.err.buffer.write(data)
+            self.err.buffer.flush()
 
 
 class Spinner:
