@@ -96,6 +96,14 @@ def test_the_agents_stderr_and_stdout_do_not_tear_each_others_lines() -> None:
     assert screen.text() == ("progress: 50%\nanswer \né done\nbody\nThe agent exited with code 3.\n")
 
 
+def test_a_reply_after_the_agents_unfinished_stderr_line_starts_on_a_line_of_its_own() -> None:
+    screen = Screen()
+    printer = HumanPrinter(screen.stream("out"), screen.stream("err"))
+    printer.agent_stderr(b"working")
+    printer.show(result(reply="the reply"))
+    assert screen.text() == "working\nthe reply\n"
+
+
 def test_the_status_line_waits_for_an_empty_line_and_is_erased_before_anything_else() -> None:
     async def main() -> None:
         screen = Screen()

@@ -142,13 +142,15 @@ class HumanPrinter:
         """The status line's row is free: stderr's cursor is at the start of a line nobody is writing."""
         return not self._err_open and not (self._shared and self.open_line)
 
-    def _write_out(self, text: str) -> None:
+    def _write_out(self, *texts: str) -> None:
         self._clear_status()
         if self._err_open and self._shared:
-            self._raw(self.err, "\n")
+            self._raw(self.err, "\n")  # on one screen, stderr's open line must end first
             self._err_open = False
-        self._raw(self.out, text)
-        self.open_line = not text.endswith("\n")
+        for text in texts:  # not joined: a long reply would be copied once more
+            self.out.write(text)
+        self.out.flush()
+        self.open_line = not texts[-1].endswith("\n")
 
     def _write_err(self, text: str) -> None:
         self._clear_status()
@@ -173,9 +175,7 @@ class HumanPrinter:
         if self.open_line:
             self._write_out("\n")
         if result.reply:
-            self._clear_status()
-            self.out.write(result.reply)  # not reply + "\n": a long reply would be copied once more
-            self._write_out("\n")
+            self._write_out(result.reply, "\n")
         if not result.ok:
             self.notice(result.error_reply or f"The turn failed: exit {result.exit_code} ({result.outcome}).", ERROR)
             if not result.error:  # the generic error reply: what the agent said on stderr may explain it
