@@ -1,9 +1,12 @@
-# `make run` and `make test` set up .venv from pyproject.toml on a fresh machine.
+# `make run` and `make test` set up .venv from pyproject.toml on a fresh machine;
+# `make install` puts the agent-bridge command on your PATH.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Where `make install` links the command: the per-user directory pip --user and pipx use, on PATH in most logins.
+BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: run test test-agents bench clean
+.PHONY: run install uninstall test test-agents bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +23,27 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.installed
 	$(BIN)/agent-bridge run profiles/echo.yaml "hello"
+	@command -v agent-bridge >/dev/null || echo "agent-bridge is in $(BIN)/; 'make install' puts it on your PATH \
+	(or activate the venv in each shell: . $(BIN)/activate)"
+
+# A link, as pipx makes: no Python is touched (PEP 668 systems refuse pip --user), and the command keeps
+# running this checkout's venv. Never replaces a file or link it did not make.
+LINK   := $(BINDIR)/agent-bridge
+TARGET := $(abspath $(BIN))/agent-bridge
+
+install: $(VENV)/.installed
+	@mkdir -p $(BINDIR)
+	@if [ -e $(LINK) -o -L $(LINK) ] && [ "$$(readlink $(LINK))" != "$(TARGET)" ]; then \
+	    echo "make install: $(LINK) exists and is not a link to $(TARGET); remove it, or choose another BINDIR=DIR" >&2; \
+	    exit 2; fi
+	@ln -sfn $(TARGET) $(LINK)
+	@echo "installed $(LINK) -> $(TARGET)"
+	@case ":$$PATH:" in *":$(BINDIR):"*) ;; *) echo "$(BINDIR) is not on your PATH: add it in your shell's \
+	profile (export PATH=\"$(BINDIR):\$$PATH\") and open a new terminal";; esac
+
+uninstall:
+	@if [ "$$(readlink $(LINK))" = "$(TARGET)" ]; then rm $(LINK) && echo "removed $(LINK)"; \
+	else echo "nothing to remove: $(LINK) is not a link to $(TARGET)"; fi
 
 # Real coding agents the tests drive (against fake API servers on loopback): installed once into a
 # cache outside the repo, re-installed when this list changes. Pinned: their output formats are what we test.

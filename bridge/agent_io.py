@@ -96,8 +96,10 @@ class _Reader:
 class AgentIO:
     """One running agent's I/O and lifetime; `run()` drives it to a reaped end."""
 
-    def __init__(self, profile: Profile, plan: LaunchPlan, agent: AgentProcess, log: Any, started: float) -> None:
+    def __init__(self, profile: Profile, plan: LaunchPlan, agent: AgentProcess, log: Any, started: float,
+                 on_stderr: Callable[[bytes], None] | None = None) -> None:
         self.profile = profile
+        self.on_stderr = on_stderr
         self.plan = plan
         self.agent = agent
         self.log = log
@@ -158,7 +160,7 @@ class AgentIO:
                 timeout = "wall" if trio.current_time() >= self.wall_deadline else "idle"
                 self.log.warning("turn timed out; terminating the agent", timeout=timeout,
                                  limit_secs=self.profile.timeout_secs if timeout == "wall"
-                                 else self.profile.idle_timeout_secs)
+                                 else self.profile.idle_timeout_secs, in_result=True)
                 await self.stop(signal.SIGTERM)
         returncode = self.agent.reap()
         await self.reap_leftovers()
@@ -213,9 +215,12 @@ class AgentIO:
     async def pump_stderr(self) -> None:
         reader = self.stderr
         tail = self._stderr_tail
+        on_stderr = self.on_stderr
         try:
             with reader.scope:
                 while data := await reader.receive():
+                    if on_stderr is not None:
+                        on_stderr(data)
                     self._stderr_total += len(data)
                     tail += data
                     if len(tail) > 2 * STDERR_TAIL_BYTES:

@@ -79,7 +79,7 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
     handover = profile.dialect.handover(turn, profile.dialect_context)
     message = env["AGENT_MESSAGE"]
     if _too_long("AGENT_MESSAGE=" + message):
-        if not (profile.stdin == "message" or PROTOCOLS[profile.protocol].message_on_stdin):
+        if not (profile.stdin != "none" or PROTOCOLS[profile.protocol].message_on_stdin):
             raise LaunchError(126, f"the message is {_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
                               "bytes for one environment variable; set `stdin: message` in the profile so long "
                               "messages reach the agent on stdin")

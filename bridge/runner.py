@@ -79,11 +79,13 @@ class TurnStream:
 
 
 @asynccontextmanager
-async def open_turn(profile: Profile, turn: Turn) -> AsyncIterator[TurnStream]:
+async def open_turn(profile: Profile, turn: Turn, *,
+                    on_stderr: Callable[[bytes], None] | None = None) -> AsyncIterator[TurnStream]:
     """Run a turn in the background and iterate its events.
 
     Leaving the block before the result arrives cancels the turn; the agent is
-    stopped and reaped before the block is left.
+    stopped and reaped before the block is left. `on_stderr(data)`, if given,
+    sees each chunk of the agent's stderr as it is read (e.g. to show it live).
     """
     send, receive = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
     cancel = trio.Event()
@@ -97,7 +99,7 @@ async def open_turn(profile: Profile, turn: Turn) -> AsyncIterator[TurnStream]:
 
     async def produce() -> None:
         async with send:
-            await drive_turn(profile, turn, deliver, cancel=cancel)
+            await drive_turn(profile, turn, deliver, cancel=cancel, on_stderr=on_stderr)
 
     with _ungrouped():
         async with trio.open_nursery() as nursery:

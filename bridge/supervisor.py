@@ -44,13 +44,15 @@ __all__ = ["DRAIN_SECS", "REAP_SECS", "Emit", "HostEvent", "drive_turn"]
 
 
 async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
-                     cancel: trio.Event | None = None, turn_id: str | None = None) -> TurnResult:
+                     cancel: trio.Event | None = None, turn_id: str | None = None,
+                     on_stderr: Callable[[bytes], None] | None = None) -> TurnResult:
     """Run one turn to its end and return the result; `emit` sees every host event, the result last.
 
     Setting `cancel` stops the agent the way a host cancel must (SIGINT, grace,
     SIGKILL) and still returns a result (exit 130). A trio cancellation of the
     caller does the same cleanup, then lets `Cancelled` propagate. `turn_id`
-    tags the turn's log records (default: a random id).
+    tags the turn's log records (default: a random id). `on_stderr` is given
+    each chunk of the agent's stderr as it is read (the tail is kept anyway).
     """
     started = trio.current_time()
     plan: LaunchPlan | None = None
@@ -59,13 +61,13 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
         agent = spawn(plan, kill_grace_secs=profile.kill_grace_secs)  # first: the work below overlaps its start-up
     except LaunchError as err:
         log = _turn_logger(profile, turn_id, plan)
-        log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code)
+        log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)
         ending = Ending(spawn_failure=(err.exit_code, err.message))
         return await _finish(TurnRecorder(profile), ending, "", started, emit, log)
 
     log = _turn_logger(profile, turn_id, plan)
     recorder = TurnRecorder(profile)
-    io = AgentIO(profile, plan, agent, log, started)
+    io = AgentIO(profile, plan, agent, log, started, on_stderr)
     loop = _TurnLoop(profile.dialect(profile.dialect_context, turn), recorder,
                      profile.permission_policy, emit, log, io)
     log.info("agent started", pid=agent.pid, program=plan.argv[0])

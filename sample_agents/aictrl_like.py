@@ -8,7 +8,7 @@ envelope of schema "1" (`type`, `timestamp`, `schemaVersion`, `invocationID`,
 `sessionID`). It remembers its sessions under `$HOME/.local/share/aictrl-like`,
 so `--session <id>` continues one.
 
-Link or copy it as `aictrl` on PATH and run `profiles/aictrl.yaml`. What it
+Link or copy it as `aictrl` on PATH and run `profiles/clis/aictrl.yaml`. What it
 does depends on words in the message:
 
 - `tool`: runs a (pretend) bash command first: `permission_granted`, `tool_use`.

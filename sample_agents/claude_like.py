@@ -2,7 +2,7 @@
 """A stand-in for Claude Code and the CLIs that print its stream-json: codebuddy, cursor's agent, qwen.
 
 Install it under the CLI's name (a symlink `claude`, `codebuddy`, `agent` or
-`qwen` first on PATH) and run the ready profile (profiles/claude-code.yaml…):
+`qwen` first on PATH) and run the ready profile (profiles/clis/claude-code.yaml…):
 it reads its arguments as that CLI does and prints a turn in that CLI's format
 (one JSON object per line), so the profile and the claude-stream-json dialect
 can be tried without the real CLI, an account or a network. Each turn says

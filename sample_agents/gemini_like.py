@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A stand-in for Gemini CLI in headless mode (`gemini --output-format stream-json --prompt=…`).
 
-Install it as `gemini` first on PATH and run profiles/gemini-cli.yaml: it reads
+Install it as `gemini` first on PATH and run profiles/clis/gemini-cli.yaml: it reads
 its arguments as gemini does and prints a turn in gemini's stream-json (one
 JSON object per line), so the profile and the gemini-stream-json dialect can
 be tried without gemini, an account or a network. Each turn streams "Let me

@@ -16,6 +16,7 @@ import bridge
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "profiles"
+CLI_PROFILES = PROFILES / "clis"  # ready profiles of coding CLIs
 SAMPLE_AGENTS = REPO / "sample_agents"
 PYTHON = sys.executable
 # A turn in a test that is not about timing ends well within this; a hang fails in seconds, not at a 600 s limit.

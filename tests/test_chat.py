@@ -3,87 +3,18 @@
 from __future__ import annotations
 
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import PROFILES, PYTHON, assert_no_live_process, read_pids, write_agent, write_profile
+from terminal import AGENT_BRIDGE, Terminal
 
 from bridge import SessionStore
 
-AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 PROMPT = b"you> "
-WAIT = 20.0  # an upper bound for a loaded machine; passing tests never wait for it
-
-
-class Terminal:
-    """`agent-bridge chat …` on the slave side of a pty (stdin, stdout, stderr and controlling terminal)."""
-
-    def __init__(self, *args: str, env: dict[str, str]) -> None:
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: the pty is its controlling terminal, as in a real terminal
-            try:
-                os.execve(AGENT_BRIDGE, [AGENT_BRIDGE, "chat", *args], env)
-            finally:
-                os._exit(127)
-        self.pid = pid
-        self.fd = fd
-        self.output = b""
-        self.seen = 0  # output before this offset has been matched already
-
-    def expect(self, pattern: bytes | re.Pattern[bytes]) -> bytes:
-        """Wait until `pattern` appears in output not matched yet; return the output up to its end."""
-        deadline = time.monotonic() + WAIT
-        while True:
-            if isinstance(pattern, bytes):
-                at = self.output.find(pattern, self.seen)
-                end = at + len(pattern) if at >= 0 else -1
-            else:
-                match = pattern.search(self.output, self.seen)
-                end = match.end() if match else -1
-            if end >= 0:
-                before, self.seen = self.output[self.seen:end], end
-                return before
-            if not self._read(deadline):
-                raise AssertionError(f"{pattern!r} did not appear; the terminal shows:\n"
-                                     f"{self.output[self.seen:].decode(errors='replace')}")
-
-    def send(self, data: bytes) -> None:
-        os.write(self.fd, data)
-
-    def exit_code(self) -> int:
-        """Wait for the chat to end (reading what it still prints); its exit code."""
-        deadline = time.monotonic() + WAIT
-        while self._read(deadline):
-            pass
-        _, status = os.waitpid(self.pid, 0)
-        return os.waitstatus_to_exitcode(status)
-
-    def _read(self, deadline: float) -> bool:
-        """Read what is there within the deadline; False at the deadline or when the terminal closed."""
-        ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            return False
-        try:
-            chunk = os.read(self.fd, 65536)
-        except OSError:  # EIO: the chat exited and the slave side is closed
-            return False
-        self.output += chunk
-        return bool(chunk)
-
-    def close(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(self.fd)
 
 
 @pytest.fixture
@@ -97,7 +28,7 @@ def chat(env: dict[str, str]):  # type: ignore[no-untyped-def]
     terminals: list[Terminal] = []
 
     def start(*args: str) -> Terminal:
-        terminal = Terminal(*args, env=env)
+        terminal = Terminal("chat", *args, env=env)
         terminals.append(terminal)
         terminal.expect(PROMPT)
         return terminal
@@ -288,6 +219,32 @@ def test_piped_input_is_a_script_of_turns(env: dict[str, str]) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == "echo: hello\necho: /slash\n"
     assert "you>" not in done.stderr, "no prompt when nobody types"
+
+
+def test_piped_input_exits_with_the_code_of_the_last_turn_that_failed(env: dict[str, str], tmp_path: Path) -> None:
+    """A script of turns is a script: a failure is not reported as success. (A person leaving exits 0.)"""
+    agent = write_agent(tmp_path, "agent", f"""\
+        #!{PYTHON}
+        import os, sys
+        message = os.environ["AGENT_MESSAGE"]
+        print(f"got {{message}}")
+        sys.exit(int(message) if message.isdigit() else 0)
+    """)
+    profile = str(write_profile(tmp_path, f"command: {agent}\n"))
+    codes = {script: subprocess.run([AGENT_BRIDGE, "chat", profile], input=script, capture_output=True, text=True,
+                                    timeout=60, env=env).returncode
+             for script in ("ok\nfine\n", "3\nok\n", "3\n4\nok\n", "5\n/exit\nnot sent\n")}
+    assert codes == {"ok\nfine\n": 0, "3\nok\n": 3, "3\n4\nok\n": 4, "5\n/exit\nnot sent\n": 5}
+
+
+def test_a_failed_turn_shows_what_the_agent_said_on_stderr(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    agent = write_agent(tmp_path, "agent", "#!/bin/sh\necho 'jq: error: bad input' >&2\nexit 5\n")
+    terminal = chat(str(write_profile(tmp_path, f"command: {agent}\n")))
+    terminal.send(b"go\n")
+    shown = terminal.expect(PROMPT)
+    assert b"The agent exited with code 5.\r\n  stderr: jq: error: bad input\r\n[exit 5: exit_nonzero" in shown
+    terminal.send(b"/exit\n")
+    assert terminal.exit_code() == 0
 
 
 def test_a_piped_line_over_the_limit_is_refused_and_the_chat_goes_on(env: dict[str, str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import PROFILES, PYTHON, REPO, assert_no_live_process, process_state, read_pids, write_agent, write_profile
+from terminal import Terminal, screen_lines
 
 import bridge
 from bridge import Turn
@@ -27,7 +29,7 @@ SPEC_FIELDS = {"command", "args", "protocol", "resume_args", "new_session_args",
                "idle_timeout_secs", "kill_grace_secs", "max_reply_chars", "truncation_suffix",
                "include_stderr_in_reply", "send_error_reply", "streaming", "session_line_prefix", "name",
                "description"}
-BUNDLED = sorted(PROFILES.glob("*.yaml"))
+BUNDLED = sorted(PROFILES.rglob("*.yaml"))  # the samples and the ready profiles of coding CLIs
 
 
 def cli(*args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -369,7 +371,7 @@ def test_logs_on_a_terminal_are_for_people():
     try:
         done = subprocess.run([AGENT_BRIDGE, "run", str(PROFILES / "echo.yaml"), "hi", "--log-level", "info"],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal, text=True,
-                              timeout=60)
+                              timeout=60, env={**os.environ, "NO_COLOR": "1"})
         os.close(terminal)
         logged = b""
         while True:
@@ -480,10 +482,8 @@ def test_schema_is_a_json_schema_of_every_profile_field(tmp_path):
     assert schema["additionalProperties"] is False
     for name in SPEC_FIELDS:
         assert schema["properties"][name].get("description"), name
-    try:
-        import jsonschema
-    except ImportError:
-        return
+    import jsonschema
+
     jsonschema.Draft202012Validator.check_schema(schema)
     for path in BUNDLED:
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
@@ -535,3 +535,317 @@ async def test_bundled_stream_profile_streams_and_resumes_its_session(tmp_path, 
     assert second.session_id == first.session_id
     assert f"turn 2 of session {first.session_id}" in second.reply
     assert "last time you said: hello there" in second.reply
+
+
+# --------------------------------------------------------------------------- what a person sees: failures explain themselves
+
+
+def test_a_failed_turn_shows_the_last_lines_of_the_agents_stderr_under_the_generic_error(tmp_path):
+    """Wrapping a CLI (jq, ls) whose own error goes to stderr: the user sees why, not only the exit code."""
+    like_jq = agent_profile(tmp_path, """
+        import sys
+        sys.stderr.write("reading input\\n" + "".join(f"noise {n}\\n" for n in range(10)))
+        sys.stderr.write("jq: error (at <stdin>:0): Cannot index number with \\"foo\\"\\n")
+        sys.exit(5)
+    """, name="like_jq")
+    done = cli("run", str(like_jq), "x")
+    assert (done.returncode, done.stdout) == (5, "")
+    assert done.stderr.splitlines() == [
+        "The agent exited with code 5.",
+        "  stderr: …",  # more came before: a few lines, bounded
+        "          noise 6",
+        "          noise 7",
+        "          noise 8",
+        "          noise 9",
+        "          jq: error (at <stdin>:0): Cannot index number with \"foo\"",
+    ]
+    as_json = cli("run", str(like_jq), "x", "--json")
+    assert ndjson(as_json.stdout)[-1]["stderr_tail"].endswith("Cannot index number with \"foo\"\n")
+    assert "stderr:" not in as_json.stderr, "--json is unchanged: the tail is in the result"
+
+
+def test_the_stderr_tail_is_not_shown_when_the_agent_explained_itself_or_the_reply_has_it(tmp_path):
+    explained = agent_profile(tmp_path, """
+        import sys
+        sys.stderr.write("debug noise\\n")
+        print('AGENT_ERROR:"The service is down."')
+    """, name="explained")
+    in_reply = agent_profile(tmp_path, """
+        import sys
+        sys.stderr.write("the cause\\n")
+        sys.exit(3)
+    """, name="in_reply", include_stderr_in_reply=True)
+    own, included = cli_at_once(("run", str(explained), "x"), ("run", str(in_reply), "x"))
+    assert (own.returncode, own.stderr) == (1, "The service is down.\n")
+    assert included.returncode == 3
+    assert included.stderr.count("the cause") == 1  # said once, in the error reply
+
+
+def test_an_empty_reply_gets_a_notice_and_stdin_message_a_hint_about_stdin_line(tmp_path):
+    silent = agent_profile(tmp_path, "import sys; sys.stderr.write('nothing to say\\n')", name="silent")
+    reads_lines = agent_profile(tmp_path, "import sys; sys.stdin.read()", name="reads_lines", stdin="message")
+    quiet, on_stdin, as_json = cli_at_once(("run", str(silent), "x"), ("run", str(reads_lines), "2^10"),
+                                           ("run", str(silent), "x", "--json"))
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+    assert quiet.stderr.splitlines() == ["agent-bridge: the agent exited 0 without printing a reply",
+                                         "  stderr: nothing to say"]
+    assert (on_stdin.returncode, on_stdin.stdout) == (0, "")
+    assert "without printing a reply; a program that reads lines (bc, a REPL) needs `stdin: line`" in on_stdin.stderr
+    assert (as_json.returncode, as_json.stderr) == (0, "")
+
+
+def test_show_stderr_streams_the_agents_stderr_live_and_the_tail_is_not_repeated(tmp_path):
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    profile = agent_profile(tmp_path, """
+        import sys
+        sys.stderr.write("step 1: fetching\\n")
+        sys.stderr.flush()
+        open(sys.argv[1]).read()  # until the test has seen step 1 on the CLI's stderr
+        sys.stderr.write("step 2: it broke\\n")
+        sys.exit(4)
+    """, args=[str(fifo)], timeout_secs=20)
+    with subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "x", "--show-stderr"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stderr is not None
+        seen = b""
+        while b"step 1: fetching\n" not in seen:
+            chunk = os.read(proc.stderr.fileno(), 100)
+            assert chunk, f"stderr closed before the agent's first line: {seen!r}"
+            seen += chunk
+        with open(fifo, "w"):
+            pass
+        out, rest = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (4, b"")
+    assert (seen + rest).decode().splitlines() == ["step 1: fetching", "step 2: it broke",
+                                                   "The agent exited with code 4."]
+
+
+def test_show_stderr_with_json_passes_the_agents_stderr_through_and_stdout_stays_ndjson(tmp_path):
+    profile = agent_profile(tmp_path, "import sys; sys.stderr.write('to stderr\\n'); print('body')")
+    done = cli("run", str(profile), "x", "--json", "--show-stderr")
+    assert (done.returncode, done.stderr) == (0, "to stderr\n")
+    assert ndjson(done.stdout)[-1]["reply"] == "body"
+
+
+# --------------------------------------------------------------------------- what a person sees: said once, on its own line
+
+
+def test_a_spawn_failure_is_said_once_and_the_log_record_only_when_asked_for(tmp_path):
+    missing = write_profile(tmp_path, "command: no-such-agent-program-xyz\n", "missing.yaml")
+    plain, louder, as_json = cli_at_once(("run", str(missing), "x"), ("run", str(missing), "x", "--log-level", "info"),
+                                         ("run", str(missing), "x", "--json"))
+    assert plain.returncode == louder.returncode == as_json.returncode == 127
+    assert plain.stderr == "The agent could not be started: command 'no-such-agent-program-xyz' not found on PATH.\n"
+    assert "agent could not be started" in louder.stderr  # the record too, at a higher verbosity
+    assert "agent could not be started" in as_json.stderr  # and for programs, which read the log
+
+
+def terminal_env() -> dict[str, str]:
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("AGENT_")}
+    return {**environ, "TERM": "dumb", "NO_COLOR": ""}
+
+
+def test_on_a_terminal_a_log_record_starts_on_a_line_of_its_own_never_inside_a_partial():
+    terminal = Terminal("run", str(PROFILES / "hang.yaml"), "x", "--timeout", "0.5", "--log-level", "info",
+                        env=terminal_env())
+    try:
+        assert terminal.exit_code() == 124
+    finally:
+        terminal.close()
+    lines = screen_lines(terminal.output)
+    assert "working on it… " in lines  # the partial's line ends before anything else is written
+    record = next(line for line in lines if "turn timed out" in line)
+    assert record.startswith("20") and "[warning" in record, lines  # a whole record: timestamp first
+    assert lines.count("The agent timed out after 0.5 s.") == 1
+
+
+def test_on_a_terminal_a_timeout_is_said_once():
+    terminal = Terminal("run", str(PROFILES / "hang.yaml"), "x", "--timeout", "0.5", env=terminal_env())
+    try:
+        assert terminal.exit_code() == 124
+    finally:
+        terminal.close()
+    shown = terminal.output.decode()
+    assert "The agent timed out after 0.5 s." in shown and "turn timed out" not in shown
+
+
+# --------------------------------------------------------------------------- what a person sees: a silent agent is not hung
+
+
+def silent_agent(tmp_path: Path) -> tuple[Path, Path]:
+    """A profile whose agent says nothing until the test writes to the FIFO it returns."""
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    return agent_profile(tmp_path, """
+        import sys
+        open(sys.argv[1]).read()
+        print("done thinking")
+    """, args=[str(go)], timeout_secs=20), go
+
+
+def test_run_on_a_terminal_shows_the_elapsed_time_while_the_agent_is_silent_then_erases_it(tmp_path):
+    profile, go = silent_agent(tmp_path)
+    terminal = Terminal("run", str(profile), "think", env=terminal_env())
+    try:
+        terminal.expect(re.compile(rb"\r[|/\\-] \d+\.\d s"))
+        with open(go, "w"):
+            pass
+        assert terminal.exit_code() == 0
+    finally:
+        terminal.close()
+    assert re.search(rb"\r +\rdone thinking\r\n$", terminal.output), terminal.output  # erased before the reply
+    assert screen_lines(terminal.output)[-2:] == ["done thinking", ""]
+
+
+@pytest.mark.parametrize("terminal_stream", ["stdout", "stderr"])
+def test_run_shows_no_elapsed_time_unless_both_stdout_and_stderr_are_terminals(tmp_path, terminal_stream):
+    profile = agent_profile(tmp_path, "import time; time.sleep(0.8); print('done')")  # well past the 0.25 s delay
+    controller, tty = pty.openpty()
+    try:
+        streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, terminal_stream: tty}
+        done = subprocess.run([AGENT_BRIDGE, "run", str(profile), "x"], stdin=subprocess.DEVNULL, timeout=60,
+                              env=terminal_env(), **streams)
+        os.close(tty)
+        on_terminal = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            on_terminal += chunk
+    finally:
+        os.close(controller)
+    assert done.returncode == 0
+    shown = on_terminal + (done.stdout or b"") + (done.stderr or b"")
+    assert shown.replace(b"\r\n", b"\n") == b"done\n"
+
+
+# --------------------------------------------------------------------------- what a person sees: help, options, colour
+
+
+def test_a_message_that_starts_with_a_dash_goes_after_double_dash_and_the_error_says_so():
+    echo = str(PROFILES / "echo.yaml")
+    after, refused, helped = cli_at_once(("run", echo, "--", "-la"), ("run", echo, "-la"), ("run", "--help"))
+    assert (after.returncode, after.stdout) == (0, "echo: -la\n")
+    assert refused.returncode == 2
+    assert ("unrecognized arguments: -la; a message that starts with '-' goes last, after --: "
+            "agent-bridge run PROFILE [OPTIONS] -- -la") in refused.stderr
+    assert "agent-bridge run PROFILE -- -la" in helped.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "chat", "serve"])
+def test_help_ends_with_examples_and_the_exit_codes(command):
+    done = cli(command, "--help")
+    assert done.returncode == 0
+    examples = done.stdout.split("\nexamples:\n", 1)[1]
+    commands, codes = examples.split("\nexit codes:\n")
+    assert commands.count(f"agent-bridge {command} ") >= 2
+    assert "  0 " in codes and "  2 " in codes and done.stdout.endswith("\n")
+
+
+def test_the_examples_in_run_help_run(tmp_path):
+    """Help that teaches must not teach what fails: each example of `run --help` runs from the repository."""
+    help_text = cli("run", "--help").stdout
+    examples = help_text.split("\nexamples:\n", 1)[1].split("\nexit codes:\n")[0]
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path), "TMPDIR": str(tmp_path),
+           "PATH": f"{Path(AGENT_BRIDGE).parent}:{os.environ['PATH']}"}
+    for example in examples.strip().splitlines():
+        done = subprocess.run(["sh", "-c", example.strip()], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stderr) == (0, ""), example
+        assert done.stdout, example
+
+
+def test_session_ids_the_protocol_forbids_are_refused_with_the_rule():
+    echo = str(PROFILES / "echo.yaml")
+    spaced, chatting, empty = cli_at_once(("run", echo, "--session-id", "a b", "hi"),
+                                          ("chat", echo, "--session-id", "x" * 513),
+                                          ("run", echo, "--session-id", "", "hi"))
+    for done in (spaced, chatting):
+        assert (done.returncode, done.stdout) == (2, "")
+        assert "without whitespace or control characters" in done.stderr and "512" in done.stderr
+    assert "'a b' is not a session id: it contains whitespace" in spaced.stderr
+    assert (empty.returncode, empty.stdout) == (0, "echo: hi\n")  # "": a new session, as the protocol says
+
+
+def test_errors_and_warnings_are_in_colour_on_a_terminal_unless_no_color_is_set(tmp_path):
+    unguarded = write_profile(tmp_path, "command: ls -1 {{MESSAGE}}\n", "unguarded.yaml")
+    cases = [("run", str(PROFILES / "fail.yaml"), "x"), ("check", str(unguarded)), ("run", "--no-such-option")]
+
+    def stderr_on_a_terminal(args: tuple[str, ...], **env: str) -> bytes:
+        controller, tty = pty.openpty()
+        try:
+            subprocess.run([AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=tty,
+                           timeout=60, env={**terminal_env(), "TERM": "xterm", **env})
+            os.close(tty)
+            shown = b""
+            while True:
+                try:
+                    chunk = os.read(controller, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+        finally:
+            os.close(controller)
+        return shown
+
+    for args in cases:
+        assert b"\x1b[31m" in stderr_on_a_terminal(args) or b"\x1b[33m" in stderr_on_a_terminal(args), args
+        assert b"\x1b[" not in stderr_on_a_terminal(args, NO_COLOR="1"), args
+        assert "\x1b[" not in cli(*args).stderr, args  # not a terminal
+
+
+def test_check_warns_that_the_protocols_agent_variables_cannot_be_set_in_env(tmp_path):
+    profile = write_profile(tmp_path, """
+        command: echo
+        env:
+          AGENT_MESSAGE: overridden?
+          AGENT_OWN_SETTING: fine
+    """, "env.yaml")
+    done = cli("check", str(profile))
+    assert (done.returncode, done.stdout) == (0, f"{profile}: ok\n")
+    assert done.stderr.splitlines() == [
+        f"{profile}: warning: env.AGENT_MESSAGE is ignored: the bridge sets AGENT_MESSAGE for every turn (the "
+        "protocol's AGENT_* variables always describe the turn); give your variable another name"
+    ]
+
+
+# --------------------------------------------------------------------------- init
+
+
+@pytest.mark.parametrize("lang", ["sh", "python"])
+def test_init_writes_a_starter_agent_that_check_accepts_and_run_answers(tmp_path, lang):
+    made = cli("init", "my-agent", "--lang", lang, "--dir", str(tmp_path / "agents"))
+    agent = tmp_path / "agents" / f"my-agent.{'py' if lang == 'python' else 'sh'}"
+    profile = tmp_path / "agents" / "my-agent.yaml"
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines()[:2] == [f"wrote {agent}", f"wrote {profile}"]
+    assert os.access(agent, os.X_OK)
+    for part in ("AGENT_MESSAGE", "AGENT_SESSION_ID", "AGENT_SESSION:", "AGENT_PARTIAL:", "AGENT_ERROR:", "Exit 0"):
+        assert part in agent.read_text(), f"the starter explains {part}"
+
+    checked, first, empty = cli_at_once(("check", str(profile)), ("run", str(profile), "--json", "hello"),
+                                        ("run", str(profile), ""))
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, f"{profile}: ok\n", "")
+    events = ndjson(first.stdout)
+    assert [event["event"] for event in events] == ["session", "partial", "result"]
+    result = events[-1]
+    assert (result["exit_code"], result["reply"]) == (0, "you said: hello (turn 1 of this conversation)")
+    again = cli("run", str(profile), "--session-id", result["session_id"], "again")
+    assert again.returncode == 0 and "(turn 2 of this conversation)" in again.stdout  # the session came back
+    assert (empty.returncode, empty.stderr) == (1, "Say something, and I will answer.\n")
+
+
+def test_init_never_overwrites_and_refuses_a_bad_name(tmp_path):
+    (tmp_path / "taken.yaml").write_text("mine\n")
+    taken, bad, fine = cli_at_once(("init", "taken", "--dir", str(tmp_path)), ("init", "../up", "--dir", str(tmp_path)),
+                                   ("init", "here.yaml", "--dir", str(tmp_path)))
+    assert taken.returncode == 2 and "already exists; init never overwrites" in taken.stderr
+    assert (tmp_path / "taken.yaml").read_text() == "mine\n" and not (tmp_path / "taken.sh").exists()
+    assert bad.returncode == 2 and "cannot name an agent" in bad.stderr
+    assert fine.returncode == 0 and (tmp_path / "here.yaml").exists() and (tmp_path / "here.sh").exists()

@@ -1,4 +1,4 @@
-"""protocol: aictrl-ndjson — `aictrl run --format json`, from transcripts and through `profiles/aictrl.yaml`.
+"""protocol: aictrl-ndjson — `aictrl run --format json`, from transcripts and through `profiles/clis/aictrl.yaml`.
 
 aictrl cannot be installed here (its npm package is not published). The
 transcripts in `transcripts/aictrl/` are reconstructed from its 0.4.1 source
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import PROFILES, TURN_DEADLINE
+from conftest import CLI_PROFILES, TURN_DEADLINE
 from fake_clis import TRANSCRIPTS, decode, install_fake_clis, of_type
 
 import bridge
@@ -144,7 +144,7 @@ def test_unknown_types_and_fields_are_ignored():
     assert decode("aictrl-ndjson", data) == [SessionEvent("s1")]
 
 
-# --------------------------------------------------------------------------- through profiles/aictrl.yaml
+# --------------------------------------------------------------------------- through profiles/clis/aictrl.yaml
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ def aictrl_on_path(tmp_path, monkeypatch) -> Path:
 
 
 async def test_the_profile_runs_a_turn_and_resumes_its_session(aictrl_on_path):
-    profile = bridge.load_profile(PROFILES / "aictrl.yaml")
+    profile = bridge.load_profile(CLI_PROFILES / "aictrl.yaml")
     seen: list[object] = []
     with trio.fail_after(TURN_DEADLINE):
         first = await bridge.run_turn(profile, Turn("-v run a tool"), on_event=seen.append)
@@ -169,7 +169,7 @@ async def test_the_profile_runs_a_turn_and_resumes_its_session(aictrl_on_path):
 
 
 async def test_the_profile_turns_aictrls_errors_into_the_turns_error(aictrl_on_path):
-    profile = bridge.load_profile(PROFILES / "aictrl.yaml")
+    profile = bridge.load_profile(CLI_PROFILES / "aictrl.yaml")
     with trio.fail_after(TURN_DEADLINE):
         failed = await bridge.run_turn(profile, Turn("please fail"))
         crashed = await bridge.run_turn(profile, Turn("crash now"))

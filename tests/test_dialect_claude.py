@@ -4,7 +4,7 @@ Three layers:
 - the pure dialect, fed real transcripts of Claude Code 2.1.197 (tests/transcripts/claude-*.jsonl),
   whole, a byte at a time and split at every byte, plus damaged and hand-made streams;
 - the real Claude Code (installed by `make test-agents`) driven through the bridge with the ready
-  profile profiles/claude-code.yaml, against tests/fake_anthropic.py on loopback;
+  profile profiles/clis/claude-code.yaml, against tests/fake_anthropic.py on loopback;
 - every ready profile of the family (claude-code, codebuddy, cursor, qwen-code) run against
   sample_agents/claude_like.py installed under the CLI's name, and accepted by `agent-bridge check`.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from conftest import PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
+from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
 from fake_anthropic import TEXT_PIECES, TEXT_REPLY, claude_env, fake_anthropic, prompts
 
 import bridge
@@ -304,11 +304,11 @@ def test_usage_counts_cache_reads_and_writes_as_input_like_other_families():
 
 
 def claude_profile(tmp_path: Path, api: Any) -> bridge.Profile:
-    """profiles/claude-code.yaml as shipped, run by the installed claude, in a fresh home, against `api`."""
+    """profiles/clis/claude-code.yaml as shipped, run by the installed claude, in a fresh home, against `api`."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir(exist_ok=True)
     work.mkdir(exist_ok=True)
-    profile = bridge.load_profile(PROFILES / "claude-code.yaml", cache=False)
+    profile = bridge.load_profile(CLI_PROFILES / "claude-code.yaml", cache=False)
     return profile.replace(command=[str(npm_binary("claude"))], env=claude_env(api, str(home)), cwd=str(work))
 
 
@@ -381,7 +381,7 @@ def fake_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize("name", sorted(FAMILY))
 async def test_each_ready_profile_runs_its_cli_and_resumes(name, fake_clis, tmp_path):
-    profile = bridge.load_profile(PROFILES / f"{name}.yaml", cache=False).replace(cwd=str(tmp_path))
+    profile = bridge.load_profile(CLI_PROFILES / f"{name}.yaml", cache=False).replace(cwd=str(tmp_path))
     flavor = {"agent": "cursor"}.get(FAMILY[name], FAMILY[name])
     with trio.fail_after(TURN_DEADLINE):
         events: list[Any] = []
@@ -399,7 +399,7 @@ async def test_each_ready_profile_runs_its_cli_and_resumes(name, fake_clis, tmp_
 
 
 def test_check_accepts_the_family_s_ready_profiles_without_a_warning(fake_clis):
-    paths = [str(PROFILES / f"{name}.yaml") for name in sorted(FAMILY)]
+    paths = [str(CLI_PROFILES / f"{name}.yaml") for name in sorted(FAMILY)]
     done = subprocess.run([AGENT_BRIDGE, "check", *paths], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"{path}: ok" for path in paths]
@@ -407,7 +407,7 @@ def test_check_accepts_the_family_s_ready_profiles_without_a_warning(fake_clis):
 
 
 def test_a_json_protocol_profile_can_be_replaced_and_still_refuses_a_session_prefix(tmp_path):
-    profile = bridge.load_profile(PROFILES / "claude-code.yaml", cache=False)
+    profile = bridge.load_profile(CLI_PROFILES / "claude-code.yaml", cache=False)
     assert profile.replace(timeout_secs=5).timeout_secs == 5  # to_dict() carries the default session prefix
     with pytest.raises(bridge.ProfileError, match="session_line_prefix is for protocol agentproc-0.1"):
         profile.replace(session_line_prefix="SESSION=")

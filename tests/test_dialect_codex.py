@@ -40,7 +40,7 @@ from bridge.dialects import (
     dialect_class,
 )
 from bridge.result import Outcome
-from conftest import PROFILES
+from conftest import CLI_PROFILES
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts" / "codex"
@@ -269,7 +269,7 @@ def test_any_json_in_codexs_shapes_maps_to_events_without_raising(objects):
 
 
 def test_the_ready_profile_puts_every_user_value_after_the_end_of_codexs_options():
-    profile = bridge.load_profile(PROFILES / "codex.yaml", cache=False)
+    profile = bridge.load_profile(CLI_PROFILES / "codex.yaml", cache=False)
     new = bridge.plan_launch(profile, bridge.Turn("--last"), {}).argv
     resumed = bridge.plan_launch(profile, bridge.Turn("--last", session_id="-t"), {}).argv
     options = ("codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only", "--disable",
@@ -280,7 +280,7 @@ def test_the_ready_profile_puts_every_user_value_after_the_end_of_codexs_options
 
 def test_a_json_dialect_profile_can_be_changed_with_replace():
     # `agent-bridge run --timeout` does this; it used to fail on the session_line_prefix default.
-    profile = bridge.load_profile(PROFILES / "codex.yaml", cache=False).replace(timeout_secs=5)
+    profile = bridge.load_profile(CLI_PROFILES / "codex.yaml", cache=False).replace(timeout_secs=5)
     assert profile.timeout_secs == 5 and profile.protocol == "codex-exec"
     with pytest.raises(bridge.ProfileError, match="session_line_prefix is for protocol agentproc-0.1"):
         profile.replace(session_line_prefix="SESSION=")
@@ -327,7 +327,7 @@ def codex(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Codex]:
         workspace = root / "workspace"
         workspace.mkdir()
         path = f"{binary.parent}{os.pathsep}{os.environ['PATH']}"
-        profile = bridge.load_profile(PROFILES / "codex.yaml", cache=False).replace(
+        profile = bridge.load_profile(CLI_PROFILES / "codex.yaml", cache=False).replace(
             env={"CODEX_HOME": str(codex_home), "PATH": path}, cwd=str(workspace))
         yield Codex(api, profile, root / "home", workspace, path)
 
@@ -372,7 +372,7 @@ async def test_real_codex_api_error_fails_the_turn_with_codexs_error_text(codex)
 def test_real_codex_runs_a_command_from_the_ready_profile_with_run_json(codex):
     """The profile as shipped: codex finds its home in $HOME/.codex; `--timeout` overrides the profile."""
     done = subprocess.run(
-        [AGENT_BRIDGE, "run", "--json", "--timeout", "60", str(PROFILES / "codex.yaml"), "run echo ran-by-codex"],
+        [AGENT_BRIDGE, "run", "--json", "--timeout", "60", str(CLI_PROFILES / "codex.yaml"), "run echo ran-by-codex"],
         cwd=codex.workspace, env={**os.environ, "HOME": str(codex.home), "PATH": codex.path},
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=CODEX_TURN_DEADLINE)
     assert done.returncode == 0, done.stderr

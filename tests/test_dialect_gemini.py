@@ -4,7 +4,7 @@ Three layers:
 - the pure dialect, fed real transcripts of Gemini CLI 0.61.0 (tests/transcripts/gemini-*.jsonl),
   whole, a byte at a time and split at every byte, plus damaged and hand-made streams;
 - the real Gemini CLI (installed by `make test-agents`) driven through the bridge with the ready
-  profile profiles/gemini-cli.yaml, against tests/fake_gemini.py on loopback;
+  profile profiles/clis/gemini-cli.yaml, against tests/fake_gemini.py on loopback;
 - the ready profile run against sample_agents/gemini_like.py installed as `gemini`, and accepted by
   `agent-bridge check`.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from conftest import PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
+from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
 from fake_gemini import TEXT_PIECES, TEXT_REPLY, fake_gemini, gemini_env, gemini_home, prompts
 
 import bridge
@@ -218,11 +218,11 @@ def test_write_todos_is_a_plan():
 
 
 def gemini_profile(tmp_path: Path, api: Any) -> bridge.Profile:
-    """profiles/gemini-cli.yaml as shipped, run by the installed gemini, in a fresh home, against `api`."""
+    """profiles/clis/gemini-cli.yaml as shipped, run by the installed gemini, in a fresh home, against `api`."""
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir(exist_ok=True)
     gemini_home(str(home))
-    profile = bridge.load_profile(PROFILES / "gemini-cli.yaml", cache=False)
+    profile = bridge.load_profile(CLI_PROFILES / "gemini-cli.yaml", cache=False)
     return profile.replace(command=[str(npm_binary("gemini"))], env={**profile.env, **gemini_env(api, str(home))},
                            cwd=str(work))
 
@@ -284,7 +284,7 @@ def fake_gemini_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 async def test_the_ready_profile_runs_gemini_and_resumes(fake_gemini_cli, tmp_path):
-    profile = bridge.load_profile(PROFILES / "gemini-cli.yaml", cache=False).replace(cwd=str(tmp_path))
+    profile = bridge.load_profile(CLI_PROFILES / "gemini-cli.yaml", cache=False).replace(cwd=str(tmp_path))
     with trio.fail_after(TURN_DEADLINE):
         events: list[Any] = []
         first = await bridge.run_turn(profile, Turn("-x marks the spot"), on_event=events.append)
@@ -300,6 +300,6 @@ async def test_the_ready_profile_runs_gemini_and_resumes(fake_gemini_cli, tmp_pa
 
 
 def test_check_accepts_the_ready_profile_without_a_warning(fake_gemini_cli):
-    path = str(PROFILES / "gemini-cli.yaml")
+    path = str(CLI_PROFILES / "gemini-cli.yaml")
     done = subprocess.run([AGENT_BRIDGE, "check", path], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"{path}: ok\n", "")

@@ -129,7 +129,10 @@ def test_a_value_from_the_user_in_cwd_stays_one_directory_inside_it() -> None:
 
 def test_stdin_payload() -> None:
     assert plan().stdin is None
-    assert plan(Turn("héllo"), stdin="message").stdin == "héllo".encode()
+    assert plan(Turn("héllo"), stdin="message").stdin == "héllo".encode()  # exactly the message
+    assert plan(Turn("2^10"), stdin="line").stdin == b"2^10\n"  # a line, for programs that read lines
+    assert plan(Turn("one\ntwo"), stdin="line").stdin == b"one\ntwo\n"
+    assert plan(Turn(""), stdin="line").stdin == b"\n"
 
 
 def test_attachments() -> None:
@@ -180,6 +183,13 @@ def test_over_long_message_is_a_clear_error_without_stdin() -> None:
         plan(Turn("m" * (LIMIT + 1)))
     assert caught.value.exit_code == 126
     assert "stdin: message" in caught.value.message
+
+
+def test_over_long_message_with_stdin_line_truncates_the_variable_only_too() -> None:
+    message = "é" * MAX_ARG_STRLEN
+    result = plan(Turn(message), stdin="line")
+    assert result.stdin == message.encode() + b"\n"
+    assert len(result.env["AGENT_MESSAGE"].encode()) < MAX_ARG_STRLEN
 
 
 def test_over_long_message_with_stdin_truncates_the_variable_only() -> None:

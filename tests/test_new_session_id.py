@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 import trio
-from conftest import PROFILES, TURN_DEADLINE, write_profile
+from conftest import CLI_PROFILES, TURN_DEADLINE, write_profile
 from fake_clis import install_fake_clis
 
 import bridge
@@ -78,7 +78,7 @@ async def test_a_host_stores_the_made_up_id_and_resumes_the_conversation_with_it
     install_fake_clis(tmp_path, monkeypatch)
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    shutil.copy(PROFILES / "kimi-code.yaml", profiles / "kimi-code.yaml")
+    shutil.copy(CLI_PROFILES / "kimi-code.yaml", profiles / "kimi-code.yaml")
     with trio.fail_after(TURN_DEADLINE):
         async with bridge.open_host(profiles, state=tmp_path / "sessions.sqlite3") as host:
             first = await host.submit("kimi-code", "chat-1", Turn("hello"))

@@ -91,7 +91,7 @@ def test_unknown_key_without_a_close_match() -> None:
     ("command: x\nmax_reply_chars: 0\n", "p.yaml:2: max_reply_chars: must be greater than 0"),
     ("command: x\nmax_reply_chars: 1.5\n", "p.yaml:2: max_reply_chars: expected a whole number, got 1.5"),
     ("command: x\nstreaming: maybe\n", "p.yaml:2: streaming: expected true or false, got 'maybe'"),
-    ("command: x\nstdin: file\n", "p.yaml:2: stdin: expected 'none' or 'message'"),
+    ("command: x\nstdin: file\n", "p.yaml:2: stdin: expected 'none', 'message' or 'line'"),
     ("command: x\nenv_inherit: some\n", "p.yaml:2: env_inherit: expected 'minimal' or 'all'"),
     ("command: x\nenv:\n  PORT: 8080\n", "p.yaml:3: env.PORT: expected a string, got 8080"),
     ("command: x\nargs: [a, 1]\n", "p.yaml:2: args.1: expected a string, got 1"),
@@ -110,7 +110,7 @@ def test_every_problem_is_reported_in_line_order() -> None:
     assert problems("command: x\nstreaming: 3\ntimout: 1\nstdin: all\n") == [
         "p.yaml:2: streaming: expected true or false, got 3",
         "p.yaml:3: unknown key 'timout'; did you mean 'timeout_secs'?",
-        "p.yaml:4: stdin: expected 'none' or 'message'",
+        "p.yaml:4: stdin: expected 'none', 'message' or 'line'",
     ]
 
 
@@ -391,9 +391,10 @@ def test_no_warning_where_the_message_cannot_become_options(command: list[str]) 
     "env LC_ALL=C python3", "timeout 5 bash", "ssh host", "su bob", "sudo -s",
 ])
 def test_the_message_on_the_stdin_of_a_program_that_reads_its_code_there_is_refused(command: str) -> None:
-    [message] = problems(f"command: {command}\nstdin: message\n")
-    assert message.startswith("p.yaml:2: stdin: ") and "reads the code it runs from stdin" in message
-    assert "$AGENT_MESSAGE" in message
+    for mode in ("message", "line"):
+        [message] = problems(f"command: {command}\nstdin: {mode}\n")
+        assert message.startswith("p.yaml:2: stdin: ") and "reads the code it runs from stdin" in message
+        assert "$AGENT_MESSAGE" in message
     parse_profile(f"command: {command}\nstdin: none\n")
 
 
@@ -403,6 +404,7 @@ def test_the_message_on_the_stdin_of_a_program_that_reads_its_code_there_is_refu
 ])
 def test_a_program_that_only_reads_the_message_as_data_may_have_it_on_stdin(command: str) -> None:
     parse_profile(f"command: {command}\nstdin: message\n")
+    parse_profile(f"command: {command}\nstdin: line\n")
 
 
 def test_api_construction_validates_too() -> None:
@@ -454,7 +456,7 @@ def test_schema_describes_every_field_and_forbids_others() -> None:
     json.dumps(schema)
 
 
-@pytest.mark.parametrize("path", sorted(PROFILES.glob("*.yaml")), ids=lambda path: path.name)
+@pytest.mark.parametrize("path", sorted(PROFILES.rglob("*.yaml")), ids=lambda path: path.name)
 def test_bundled_profiles_load(path: Path) -> None:
     profile = load_profile(path)
     assert profile.name == path.stem and profile.description

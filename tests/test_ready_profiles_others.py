@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import PROFILES, TURN_DEADLINE
+from conftest import CLI_PROFILES, TURN_DEADLINE
 from fake_clis import install_fake_clis
 
 import bridge
@@ -60,7 +60,7 @@ def clis_on_path(tmp_path, monkeypatch) -> Path:
 
 
 def test_check_accepts_every_ready_profile_without_a_warning(clis_on_path):
-    paths = [str(PROFILES / f"{ready.profile}.yaml") for ready in READY] + [str(PROFILES / "aictrl.yaml")]
+    paths = [str(CLI_PROFILES / f"{ready.profile}.yaml") for ready in READY] + [str(CLI_PROFILES / "aictrl.yaml")]
     done = subprocess.run([AGENT_BRIDGE, "check", *paths], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"{path}: ok" for path in paths]
@@ -69,7 +69,7 @@ def test_check_accepts_every_ready_profile_without_a_warning(clis_on_path):
 
 @pytest.mark.parametrize("ready", READY, ids=lambda ready: ready.profile)
 async def test_the_profile_answers_and_continues_its_session(clis_on_path, ready):
-    profile = bridge.load_profile(PROFILES / f"{ready.profile}.yaml")
+    profile = bridge.load_profile(CLI_PROFILES / f"{ready.profile}.yaml")
     seen: list[object] = []
     with trio.fail_after(TURN_DEADLINE):
         first = await bridge.run_turn(profile, Turn("-h use a tool"), on_event=seen.append)
@@ -92,7 +92,7 @@ async def test_the_profile_answers_and_continues_its_session(clis_on_path, ready
 
 @pytest.mark.parametrize("ready", READY, ids=lambda ready: ready.profile)
 async def test_a_failing_provider_fails_the_turn_with_the_clis_own_words(clis_on_path, ready):
-    profile = bridge.load_profile(PROFILES / f"{ready.profile}.yaml")
+    profile = bridge.load_profile(CLI_PROFILES / f"{ready.profile}.yaml")
     with trio.fail_after(TURN_DEADLINE):
         result = await bridge.run_turn(profile, Turn("please fail"))
     assert result.exit_code != 0 and result.reply == ""

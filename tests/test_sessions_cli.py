@@ -173,9 +173,29 @@ def test_sessions_list_filters_by_profile_and_speaks_json(filled: str, capsys: p
 
 
 def test_sessions_list_of_an_empty_store_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sessions", "list", "--state", str(tmp_path / "s.sqlite3")]) == 0
+    state = tmp_path / "s.sqlite3"
+    SessionStore(state).close()
+    assert main(["sessions", "list", "--state", str(state)]) == 0
     captured = capsys.readouterr()
-    assert captured.out == "" and "no stored sessions" in captured.err
+    assert captured.out == "" and f"no stored sessions in {state}" in captured.err
+
+
+def test_reading_a_store_that_does_not_exist_says_so_and_creates_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    given = tmp_path / "new" / "new.sqlite3"
+    default = tmp_path / "state" / "agent-bridge" / "sessions.sqlite3"
+    for state, where in ((["--state", str(given)], given), ([], default)):
+        assert main(["sessions", "list", *state]) == 0
+        assert capsys.readouterr().err == f"no stored sessions: there is no session store at {where} yet " \
+                                          "(`run --conversation KEY` makes one)\n"
+        assert main(["sessions", "list", "--json", *state]) == 0
+        assert capsys.readouterr() == ("", "")
+        assert main(["sessions", "show", "stream", "dev", *state]) == 1
+        assert f"no stored conversation 'dev': there is no session store at {where}" in capsys.readouterr().err
+        assert main(["sessions", "forget", "stream", "dev", *state]) == 0
+        assert capsys.readouterr().out.startswith(f"nothing to forget: there is no session store at {where}")
+    assert sorted(path.name for path in tmp_path.iterdir()) == [], "no file, no directory"
 
 
 def test_sessions_show_one_conversation(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,8 +218,12 @@ def test_sessions_forget_resets_a_conversation(filled: str, capsys: pytest.Captu
     with SessionStore(filled) as store:
         assert store.get("stream", "chat-1", "work") == "" and store.get("stream", "chat-1") == "s-default"
     assert main(["sessions", "forget", "stream", "chat-1", "--state", filled]) == 0
+    capsys.readouterr()
     assert main(["sessions", "forget", "stream", "chat-1", "--state", filled]) == 0
-    assert "nothing to forget" in capsys.readouterr().out
+    assert capsys.readouterr().out == "nothing to forget: no stored sessions for conversation 'chat-1' of stream\n"
+    assert main(["sessions", "forget", "stream", "chat-1", "--session-name", "work", "--state", filled]) == 0
+    assert capsys.readouterr().out == ("nothing to forget: no stored session 'work' for conversation 'chat-1' "
+                                       "of stream\n")
     with SessionStore(filled) as store:
         assert [(r.profile, r.conversation) for r in store.list()] == [("stream", "chat-2"), ("echo", "chat-1")]
 

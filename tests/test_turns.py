@@ -574,6 +574,15 @@ async def test_stdin_message_delivers_the_exact_message_then_eof(make_agent):
     assert json.loads((await run(profile, message)).reply) == [message, message]
 
 
+async def test_stdin_line_lets_a_program_that_reads_lines_answer_without_a_shell_wrapper(make_agent):
+    """`read` (like bc or a REPL) ignores a last line without its newline: `stdin: message` gets nothing back."""
+    reads_a_line = ["sh", "-c", 'read -r line && printf "got [%s]\\n" "$line"']
+    as_message = await run(bridge.Profile(command=reads_a_line, stdin="message"), "2^10 + 1/3")
+    as_line = await run(bridge.Profile(command=reads_a_line, stdin="line"), "2^10 + 1/3")
+    assert (as_message.exit_code, as_message.reply) == (1, "")
+    assert (as_line.exit_code, as_line.reply) == (0, "got [2^10 + 1/3]")
+
+
 # Linux refuses one environment string over 128 KiB, counting "AGENT_MESSAGE=" and its NUL.
 LONGEST_ENV_MESSAGE = 128 * 1024 - len("AGENT_MESSAGE=") - 1
 

@@ -2,7 +2,8 @@
 
 - `main`: the parser, `run`, `check`, `schema`;
 - `chat`: the REPL; `serve`: the JSON Lines sidecar; `sessions`: the store's commands;
-- `printer`: how events look to people and to programs.
+- `starter`: `init`'s starter agent and profile;
+- `printer`: how events look to people and to programs, and the status line.
 
 Lower layers never import this package.
 """

@@ -33,7 +33,6 @@ stop a running turn the same way and end the chat with 128+N.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import signal
 import sys
@@ -43,13 +42,14 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from ..dialects import MAX_LINE_BYTES, ActivityEvent, LineSplitter
+from ..dialects import MAX_LINE_BYTES, LineSplitter
 from ..errors import BridgeError
+from ..log import wants_color
 from ..profile import Profile
 from ..result import TurnResult
 from ..runner import TurnStream, open_turn
 from ..turn import Turn
-from .printer import HumanPrinter, describe_activity
+from .printer import DIM, WARNING, HumanPrinter, paint
 
 if TYPE_CHECKING:
     from ..host.turnlock import Place
@@ -63,8 +63,6 @@ HELP = """\
   /exit      leave (so does Ctrl-D at an empty prompt)
 Ctrl-C stops a running turn. To send a message that starts with /, type // instead."""
 READ_CHUNK = 64 * 1024
-SPINNER_DELAY = 0.25  # a turn that answers sooner never shows the spinner
-SPINNER_TICK = 0.1
 
 
 def run_chat(profile: Profile, conversation: Conversation | None, *, session_id: str | None = None,
@@ -103,6 +101,8 @@ class Chat:
         self.err = err or sys.stderr
         self.interactive = os.isatty(stdin_fd)
         self.spin = self.err.isatty()
+        self.color = wants_color(self.err)
+        self._failed_code = 0  # the exit code of the last turn that failed: piped input ends with it
         self._stream: TurnStream | None = None
         self._idle: trio.CancelScope | None = None  # waiting for a line or for our place: a signal cancels it
         self._quit: int | None = None  # the exit code, once a signal asked us to leave
@@ -137,17 +137,21 @@ class Chat:
             if line is None:  # EOF: Ctrl-D, or the end of piped input
                 if self.interactive:
                     self._write_err("\n")
-                return 0
+                return self._end_code()
             if line[1]:
-                self._say(f"not sent: the line is longer than {MAX_LINE_BYTES} bytes")
+                self._say(f"not sent: the line is longer than {MAX_LINE_BYTES} bytes", WARNING)
                 continue
             text = line[0].strip()
             if text.startswith("/") and not text.startswith("//"):
                 if not self._command(text):
-                    return 0
+                    return self._end_code()
             elif text:
                 await self._turn(text[1:] if text.startswith("//") else text)
         return self._quit
+
+    def _end_code(self) -> int:
+        """A person leaving ends well; a script of turns ends with the code of its last failed turn, if any."""
+        return 0 if self.interactive else self._failed_code
 
     def _command(self, text: str) -> bool:
         """Handle a /command; False means leave."""
@@ -168,14 +172,14 @@ class Chat:
         elif name in ("/help", "/?"):
             self._say(HELP)
         else:
-            self._say(f"unknown command {name}; /help lists them")
+            self._say(f"unknown command {name}; /help lists them", WARNING)
         return True
 
     async def _turn(self, message: str) -> None:
         try:
             turn = Turn(message, session_name=self.session_name, from_user=self.from_user)
         except BridgeError as error:
-            self._say(f"not sent: {error}")
+            self._say(f"not sent: {error}", WARNING)
             return
         conversation = self.conversation
         place = None
@@ -190,7 +194,7 @@ class Chat:
                 self._pinned = False
                 turn = dataclasses.replace(turn, session_id=self.session_id)
             except BridgeError as error:
-                self._say(f"not sent: {error}")
+                self._say(f"not sent: {error}", WARNING)
                 return
             await self._run(turn)
         finally:
@@ -203,7 +207,7 @@ class Chat:
         try:
             place = await conversation.join_async()
         except BridgeError as error:
-            self._say(f"not sent: {error}")
+            self._say(f"not sent: {error}", WARNING)
             return None
         try:
             if place.try_wait():
@@ -218,41 +222,29 @@ class Chat:
                     self._idle = None
         except BridgeError as error:
             place.release()
-            self._say(f"not sent: {error}")
+            self._say(f"not sent: {error}", WARNING)
             return None
         except BaseException:
             place.release()
             raise
         if scope.cancelled_caught or self._quit is not None:
             place.release()
-            self._say("not sent: gave up waiting")
+            self._say("not sent: gave up waiting", WARNING)
             return None
         return place
 
     async def _run(self, turn: Turn) -> None:
-        printer = HumanPrinter(self.out, self.err)
-        spinner = Spinner(self.err, printer) if self.spin else None
+        printer = HumanPrinter(self.out, self.err, self.profile, status=self.spin)
         async with open_turn(self.profile, turn) as stream:
             self._stream = stream
             if self._quit is not None:  # a signal came between the line and the turn
                 stream.cancel()
             try:
-                async with trio.open_nursery() as nursery:
-                    if spinner is not None:
-                        nursery.start_soon(spinner.run)
+                async with printer.live():
                     async for event in stream:
-                        if isinstance(event, ActivityEvent):
-                            if spinner is not None:
-                                spinner.note(describe_activity(event))
-                            continue
-                        if spinner is not None:
-                            spinner.clear()
                         printer.show(event)
-                    nursery.cancel_scope.cancel()
             finally:
                 self._stream = None
-                if spinner is not None:
-                    spinner.clear()
         self._finished(stream.result)
 
     def _finished(self, result: TurnResult) -> None:
@@ -262,14 +254,15 @@ class Chat:
             conversation = self.conversation
             self._store(lambda: conversation.record(result))
         if not result.ok:
-            self._say(f"[exit {result.exit_code}: {result.outcome}, after {result.duration_ms / 1000:.1f} s]")
+            self._failed_code = result.exit_code
+            self._say(f"[exit {result.exit_code}: {result.outcome}, after {result.duration_ms / 1000:.1f} s]", DIM)
 
     def _store(self, operation: Callable[[], object]) -> None:
         """A store that fails is reported, and the chat goes on with the session in memory."""
         try:
             operation()
         except BridgeError as error:
-            self._say(f"agent-bridge: {error}")
+            self._say(f"agent-bridge: {error}", WARNING)
 
     async def _watch_signals(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
@@ -287,8 +280,8 @@ class Chat:
             return f"session {self.session_id}"
         return "no session yet (the next message starts one)"
 
-    def _say(self, text: str) -> None:
-        self._write_err(text + "\n")
+    def _say(self, text: str, style: str = "") -> None:
+        self._write_err((paint(text, style, self.color) if style else text) + "\n")
 
     def _write_err(self, text: str) -> None:
         self.err.write(text)
@@ -335,58 +328,3 @@ class LineReader:
             except PermissionError:  # epoll refuses regular files and /dev/null: reading them never blocks
                 self.pollable = False
         await trio.lowlevel.checkpoint()
-
-
-class Spinner:
-    """Elapsed time on stderr while the agent says nothing, so a slow agent does not look hung,
-    and what it is doing when its dialect says so (a tool it runs, thinking).
-
-    Drawn only while the cursor is at the start of a line (never over a
-    partial), on one line, and erased before anything else is printed.
-    """
-
-    def __init__(self, err: TextIO, printer: HumanPrinter) -> None:
-        self.err = err
-        self.printer = printer
-        self.drawn = 0  # width of what is on screen now
-        self.activity = ""
-        self.started = trio.current_time()
-        self.frames = itertools.cycle("|/-\\")
-
-    async def run(self) -> None:
-        self.started = trio.current_time()
-        await trio.sleep(SPINNER_DELAY)
-        while True:
-            self.draw()
-            await trio.sleep(SPINNER_TICK)
-
-    def note(self, activity: str) -> None:
-        """Show what the agent is doing now, on the status line."""
-        self.activity = activity
-        if trio.current_time() - self.started >= SPINNER_DELAY:
-            self.draw()
-
-    def draw(self) -> None:
-        if self.printer.open_line:
-            return
-        text = f"{next(self.frames)} {trio.current_time() - self.started:.1f} s"
-        if self.activity:
-            text += f"  {self.activity}"
-        text = text[:_terminal_width(self.err) - 1]
-        self.err.write("\r" + text.ljust(self.drawn))
-        self.err.flush()
-        self.drawn = max(self.drawn, len(text))
-
-    def clear(self) -> None:
-        if self.drawn:
-            self.err.write("\r" + " " * self.drawn + "\r")
-            self.err.flush()
-            self.drawn = 0
-
-
-def _terminal_width(stream: TextIO) -> int:
-    try:
-        columns = os.get_terminal_size(stream.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        columns = 0
-    return columns if columns > 0 else 80  # a terminal whose size was never set says 0

@@ -1,7 +1,8 @@
 """The `agent-bridge` command (SPEC §8).
 
 Exit codes: a turn's own exit code for `run`; 2 for a bad profile or bad
-arguments, with a message that says what to fix.
+arguments, with a message that says what to fix. `--help` of the turn
+commands ends with examples and their exit codes.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import trio
 
 from .. import __version__
 from ..errors import BridgeError, ProfileError
-from ..log import LEVELS, configure_logging, get_logger
+from ..dialects import session_id_problem
+from ..log import LEVELS, configure_logging, get_logger, wants_color
 from ..profile import Profile, json_schema, load_profile
 from ..result import TurnResult
 from ..runner import TurnStream, open_turn
 from ..turn import Attachment, Turn
-from .printer import HumanPrinter, JsonPrinter
+from .printer import ERROR, WARNING, HumanPrinter, JsonPrinter, paint
 
 if TYPE_CHECKING:
     from .sessions import Conversation
@@ -42,12 +44,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(extra) == 1 and getattr(args, "message", "") is None and not extra[0].startswith("-") or extra == ["-"]:
         args.message = extra.pop()
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    configure_logging(args.log_level, args.log_format)
+        hint = ""
+        if args.command == "run" and args.message is None and extra[0].startswith("-"):
+            import shlex
+
+            hint = (f"; a message that starts with '-' goes last, after --: agent-bridge run PROFILE [OPTIONS] -- "
+                    f"{shlex.join(extra)}")
+        args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    # A person reading `run` or `chat` sees the turn's error reply; a log record saying the same is
+    # shown only at a higher verbosity (info, debug) or to a program (--json).
+    hide_in_result = (args.command in ("run", "chat") and not getattr(args, "json", False)
+                      and args.log_level not in ("debug", "info"))
+    configure_logging(args.log_level, args.log_format, hide_in_result=hide_in_result)
     try:
         return int(args.handler(args))
     except BridgeError as err:
-        print(f"agent-bridge: {err}", file=sys.stderr)
+        print(f"agent-bridge: {paint(str(err), ERROR, wants_color(sys.stderr))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
@@ -60,8 +72,68 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
 
 
+RUN_EPILOG = """\
+examples:
+  agent-bridge run profiles/echo.yaml "hello"
+  agent-bridge run profiles/stream.yaml --conversation dev "hello there"   # resumed next time
+  printf 'shout this' | agent-bridge run profiles/upper.yaml               # the message from stdin
+  agent-bridge run profiles/echo.yaml -- -la        # a message that starts with '-': after --
+
+exit codes:
+  0        the agent replied
+  N        the agent's own exit code when it failed (the error reply is on stderr)
+  124      timed out (timeout_secs, idle_timeout_secs or --timeout)
+  130      cancelled (Ctrl-C or SIGTERM)
+  126, 127 the agent could not be started (127: the command was not found)
+  2        a bad profile or bad arguments; the message says what to fix
+"""
+
+CHAT_EPILOG = """\
+examples:
+  agent-bridge chat profiles/stream.yaml
+  agent-bridge chat profiles/stream.yaml --conversation dev   # continued by the next chat or run --conversation dev
+  agent-bridge chat profiles/echo.yaml < script.txt          # one turn per line, no prompts
+
+exit codes:
+  0        left with /exit or Ctrl-D; with piped input, every turn succeeded
+  N        piped input: the exit code of the last turn that failed
+  129, 143 the terminal closed (SIGHUP), or SIGTERM
+  2        a bad profile, bad arguments, or a session store that cannot be used
+"""
+
+SERVE_EPILOG = """\
+examples:
+  agent-bridge serve --profiles profiles/
+  agent-bridge serve --profiles profiles/ --state bot.sqlite3 --max-concurrent 8
+  echo '{"type": "turn", "id": 1, "profile": "echo", "conversation": "c", "message": "hi"}' \\
+    | agent-bridge serve --profiles profiles/
+
+exit codes:
+  0        shut down (EOF on stdin, SIGTERM or SIGINT) once every accepted turn had its result
+  1        whoever read stdout went away; the turns still running were cancelled
+  2        bad arguments, or the profiles directory or the session store cannot be used
+"""
+
+INIT_EPILOG = """\
+examples:
+  agent-bridge init my-agent                 # my-agent.sh and my-agent.yaml here
+  agent-bridge init helper --lang python --dir agents/
+then:
+  agent-bridge check my-agent.yaml
+  agent-bridge run my-agent.yaml "hello"
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its error in colour on a terminal."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agent-bridge", description="Run any agent executable from a YAML profile, one process per message.",
     )
     _add_log_options(parser, level="warning", log_format="auto")
@@ -72,14 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_log_options(common, level=argparse.SUPPRESS, log_format=argparse.SUPPRESS)
     parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    explained = argparse.RawDescriptionHelpFormatter  # keeps the epilog's examples as they are written
 
     run = commands.add_parser("run", parents=[common], help="run one turn of an agent",
-                              description="Run one turn: MESSAGE from the argument, or from stdin when it is "
-                              "'-' or omitted and stdin is not a terminal.")
+                              formatter_class=explained, epilog=RUN_EPILOG,
+                              description="Run one turn: MESSAGE from the argument, or from stdin when it is '-'\n"
+                              "or omitted and stdin is not a terminal. A message that starts with '-' goes\n"
+                              "after --: agent-bridge run PROFILE -- -la")
     run.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
-    run.add_argument("message", metavar="MESSAGE", nargs="?", help="the user's message ('-': read stdin)")
-    run.add_argument("--session-id", help="resume this session (default: a new session, or the stored one "
-                     "with --conversation)")
+    run.add_argument("message", metavar="MESSAGE", nargs="?",
+                     help="the user's message ('-': read stdin; one that starts with '-': put -- before it)")
+    run.add_argument("--session-id", type=_session_id, help="resume this session (default: a new session, or the "
+                     "stored one with --conversation)")
     run.add_argument("--session-name", default="default", help="the session's name (default: default)")
     run.add_argument("--from-user", default="", help="who sent the message")
     run.add_argument("--attach", metavar="TYPE=URL", action="append", default=[], type=_attachment,
@@ -88,22 +164,37 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override the profile's timeout_secs")
     run.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
     run.add_argument("--json", action="store_true", help="print NDJSON events on stdout, the result last")
+    run.add_argument("--show-stderr", action="store_true",
+                     help="show the agent's stderr as it writes it (by default only its last lines, under a "
+                     "failed turn's error)")
     _add_conversation_options(run)
-    run.set_defaults(handler=_run_command)
+    run.set_defaults(handler=_run_command, command_parser=run)
 
     chat = commands.add_parser("chat", parents=[common], help="talk to an agent, one turn per line",
-                               description="An interactive session with an agent: one turn per line, the session "
-                               "kept across turns. /help lists the commands; Ctrl-C stops a running turn, "
+                               formatter_class=explained, epilog=CHAT_EPILOG,
+                               description="An interactive session with an agent: one turn per line, the session\n"
+                               "kept across turns. /help lists the commands; Ctrl-C stops a running turn,\n"
                                "Ctrl-D leaves.")
     chat.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
-    chat.add_argument("--session-id", help="resume this session (default: a new one, or the stored one)")
+    chat.add_argument("--session-id", type=_session_id,
+                      help="resume this session (default: a new one, or the stored one)")
     chat.add_argument("--session-name", default="default", help="the session's name (default: default)")
     chat.add_argument("--from-user", default="", help="who sends the messages")
     chat.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
                       help="override the profile's timeout_secs")
     chat.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
     _add_conversation_options(chat)
-    chat.set_defaults(handler=_chat_command)
+    chat.set_defaults(handler=_chat_command, command_parser=chat)
+
+    init = commands.add_parser("init", parents=[common], help="write a starter agent and its profile",
+                               formatter_class=explained, epilog=INIT_EPILOG,
+                               description="Write NAME.sh (or NAME.py) — a commented agent that answers — and\n"
+                               "NAME.yaml, its profile. Existing files are never overwritten.")
+    init.add_argument("name", metavar="NAME", help="the agent's name: letters, digits, '.', '_' and '-'")
+    init.add_argument("--lang", choices=("sh", "python"), default="sh",
+                      help="write the agent as a shell script (default) or in Python")
+    init.add_argument("--dir", metavar="DIR", default=".", help="where to write the files (default: here)")
+    init.set_defaults(handler=_init_command, command_parser=init)
 
     sessions = commands.add_parser("sessions", parents=[common], help="inspect and reset stored sessions",
                                    description="The session store: what --conversation remembers between runs.")
@@ -113,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing = actions.add_parser("list", parents=[common, state], help="list stored sessions, latest first")
     listing.add_argument("--profile", metavar="NAME", help="only this profile's sessions")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(command_parser=listing)
     for action, text in (("show", "show a conversation's stored sessions"),
                          ("forget", "forget a conversation's sessions: its next turn starts afresh")):
         sub = actions.add_parser(action, parents=[common, state], help=text)
@@ -121,19 +213,21 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--session-name", help="only this session name (default: all of them)")
         if action == "show":
             sub.add_argument("--json", action="store_true", help="one JSON object per line")
+        sub.set_defaults(command_parser=sub)
     sessions.set_defaults(handler=_sessions_command)
 
     check = commands.add_parser("check", parents=[common], help="validate profiles",
                                 description="Validate profiles; exit 0 if all are valid, else 2.")
     check.add_argument("profiles", metavar="PROFILE", nargs="+")
-    check.set_defaults(handler=_check_command)
+    check.set_defaults(handler=_check_command, command_parser=check)
 
     schema = commands.add_parser("schema", parents=[common], help="print the profile JSON Schema, for editors")
-    schema.set_defaults(handler=_schema_command)
+    schema.set_defaults(handler=_schema_command, command_parser=schema)
 
     serve = commands.add_parser("serve", parents=[common], help="run turns for a bot over JSON Lines on stdin/stdout",
-                                description="The host runtime as a sidecar: one JSON request per line on stdin, "
-                                "one JSON response per line on stdout (see the README). EOF, SIGTERM or SIGINT "
+                                formatter_class=explained, epilog=SERVE_EPILOG,
+                                description="The host runtime as a sidecar: one JSON request per line on stdin, one\n"
+                                "JSON response per line on stdout (see the README). EOF, SIGTERM or SIGINT\n"
                                 "shut down gracefully; a second signal cancels every turn at once.")
     serve.add_argument("--profiles", metavar="DIR", required=True,
                        help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns")
@@ -147,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True),
                        help="on shutdown, how long turns in flight may finish before they are cancelled "
                        "(default: 10)")
-    serve.set_defaults(handler=_serve_command)
+    serve.set_defaults(handler=_serve_command, command_parser=serve)
     return parser
 
 
@@ -169,6 +263,14 @@ def _count(minimum: int) -> Any:
         return value
 
     return parse
+
+
+def _session_id(text: str) -> str:
+    if text and (problem := session_id_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a session id: {problem}; a session id is what the agent printed after "
+            "AGENT_SESSION: — up to 512 characters, without whitespace or control characters")
+    return text
 
 
 def _attachment(spec: str) -> Attachment:
@@ -245,8 +347,14 @@ def _run_now(args: argparse.Namespace, profile: Profile, turn: Turn) -> TurnResu
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
-    printer = JsonPrinter(sys.stdout) if args.json else HumanPrinter(sys.stdout, sys.stderr)
-    return trio.run(_run_turn, profile, turn, printer)
+    printer: HumanPrinter | JsonPrinter
+    if args.json:
+        printer = JsonPrinter(sys.stdout, sys.stderr)
+    else:
+        # The elapsed time only where a person watches both streams: piped or redirected, nothing extra.
+        status = sys.stdout.isatty() and sys.stderr.isatty()
+        printer = HumanPrinter(sys.stdout, sys.stderr, profile, status=status)
+    return trio.run(_run_turn, profile, turn, printer, args.show_stderr)
 
 
 class _Stopped(BaseException):
@@ -320,8 +428,11 @@ def _read_message(message: str | None) -> str:
     return sys.stdin.buffer.read().decode("utf-8", "replace").rstrip("\r\n")
 
 
-async def _run_turn(profile: Profile, turn: Turn, printer: HumanPrinter | JsonPrinter) -> TurnResult:
-    async with open_turn(profile, turn) as stream, trio.open_nursery() as nursery:
+async def _run_turn(profile: Profile, turn: Turn, printer: HumanPrinter | JsonPrinter,
+                    show_stderr: bool = False) -> TurnResult:
+    on_stderr = printer.agent_stderr if show_stderr else None
+    async with open_turn(profile, turn, on_stderr=on_stderr) as stream, printer.live(), \
+            trio.open_nursery() as nursery:
         nursery.start_soon(_cancel_on_signals, stream)
         async for event in stream:
             printer.show(event)
@@ -342,19 +453,30 @@ async def _cancel_on_signals(stream: TurnStream) -> None:
 def _check_command(args: argparse.Namespace) -> int:
     from ..profile.argv_rules import option_injection_warnings
 
+    color = wants_color(sys.stderr)
     status = 0
     for path in args.profiles:
         try:
             profile = load_profile(path, cache=False)
         except ProfileError as err:
             for problem in err.problems:
-                print(problem, file=sys.stderr)
+                print(paint(str(problem), ERROR, color), file=sys.stderr)
             status = EXIT_USAGE
             continue
-        for warning in (*_environment_warnings(profile), *option_injection_warnings(profile.argv_template)):
-            print(f"{path}: warning: {warning}", file=sys.stderr)
+        for warning in (*_environment_warnings(profile), *_ignored_env_warnings(profile),
+                        *option_injection_warnings(profile.argv_template)):
+            print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         print(f"{path}: ok")
     return status
+
+
+def _ignored_env_warnings(profile: Profile) -> list[str]:
+    """`env` entries the bridge overrides: the protocol's AGENT_* variables always describe the turn."""
+    from ..launch import PROTOCOL_VARIABLES
+
+    return [f"env.{name} is ignored: the bridge sets {name} for every turn (the protocol's AGENT_* variables "
+            "always describe the turn); give your variable another name" for name in profile.env
+            if name in PROTOCOL_VARIABLES]
 
 
 def _environment_warnings(profile: Profile) -> list[str]:
@@ -378,6 +500,20 @@ def _environment_warnings(profile: Profile) -> list[str]:
     elif shutil.which(program) is None:
         warnings.append(f"command {program!r} is not on PATH")
     return warnings
+
+
+def _init_command(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .starter import write_starter
+
+    written = write_starter(args.name, lang=args.lang, directory=args.dir)
+    for path in written:
+        print(f"wrote {path}")
+    profile = written[-1]
+    print(f"next: agent-bridge run {shlex.quote(str(profile))} \"hello\"   (or: agent-bridge chat "
+          f"{shlex.quote(str(profile))})")
+    return 0
 
 
 def _serve_command(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import BridgeError
-from ..host.store import SessionRecord, SessionStore
+from ..host.store import SessionRecord, SessionStore, store_path
 from ..host.turnlock import Place, TurnLocks
 from ..profile import load_profile
 from ..result import TurnResult
@@ -62,6 +62,9 @@ class Conversation:
 
 def sessions_command(args: argparse.Namespace) -> int:
     """`agent-bridge sessions list|show|forget`."""
+    path = store_path(args.state)
+    if not path.exists():
+        return _no_store(args, path)  # reading a store that is not there creates nothing
     with SessionStore(args.state) as store:
         if args.action == "list":
             return _list(store, _profile_key(args.profile) if args.profile else None, args.json)
@@ -69,12 +72,26 @@ def sessions_command(args: argparse.Namespace) -> int:
         if args.action == "show":
             return _show(store, profile, args.conversation, args.session_name, args.json)
         removed = store.forget(profile, args.conversation, args.session_name)
-        which = f"session {args.session_name!r}" if args.session_name else "every session"
         if removed:
+            which = f"session {args.session_name!r}" if args.session_name else "every session"
             print(f"forgot {which} of conversation {args.conversation!r} of {profile} ({removed} stored)")
         else:
+            which = f"session {args.session_name!r}" if args.session_name else "sessions"
             print(f"nothing to forget: no stored {which} for conversation {args.conversation!r} of {profile}")
         return 0
+
+
+def _no_store(args: argparse.Namespace, path: Path) -> int:
+    where = f"there is no session store at {path} yet (`run --conversation KEY` makes one)"
+    if args.action == "list":
+        if not args.json:
+            print(f"no stored sessions: {where}", file=sys.stderr)
+        return 0
+    if args.action == "show":
+        print(f"no stored conversation {args.conversation!r}: {where}", file=sys.stderr)
+        return 1
+    print(f"nothing to forget: {where}")
+    return 0
 
 
 def _profile_key(text: str) -> str:

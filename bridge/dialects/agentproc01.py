@@ -124,7 +124,7 @@ class LineDecoder:
 
 
 class AgentProc01(LineDecoder):
-    """The dialect: the message in `AGENT_MESSAGE` (and on stdin with `stdin: message`), lines on stdout."""
+    """The dialect: the message in `AGENT_MESSAGE` (and on stdin with `stdin: message` or `line`), lines on stdout."""
 
     name: ClassVar[str] = "agentproc-0.1"
     Settings: ClassVar[type] = NoSettings
@@ -136,5 +136,6 @@ class AgentProc01(LineDecoder):
     @classmethod
     def handover(cls, turn: Turn, context: DialectContext) -> Handover:
         if context.stdin_message:
-            return Handover(stdin=turn.message.encode("utf-8", "replace"))
+            message = turn.message.encode("utf-8", "replace")
+            return Handover(stdin=message + b"\n" if context.stdin_line else message)
         return Handover()

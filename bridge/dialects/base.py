@@ -48,12 +48,15 @@ class DialectContext:
     filled from the profile's section named after the protocol). `permissions`
     says the profile has a `permissions:` section: the host answers the
     agent's questions, so a family that must announce it may do so.
+    `stdin_message`: the profile writes the message to stdin (`stdin: message`
+    or `line`); `stdin_line`: followed by a newline (`stdin: line`).
     """
 
     settings: Any = None
     session_line_prefix: str = "AGENT_SESSION:"
     stdin_message: bool = False
     permissions: bool = False
+    stdin_line: bool = False
 
 
 class Dialect(Protocol):

@@ -115,6 +115,11 @@ def default_store_path() -> Path:
     return base / "agent-bridge" / "sessions.sqlite3"
 
 
+def store_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """The file a `SessionStore(path)` uses: `path` (`~` expanded), else the default."""
+    return Path(os.path.expanduser(path)) if path is not None else default_store_path()
+
+
 class SessionStore:
     """The session store. Methods are synchronous (each is one sub-millisecond statement).
 
@@ -130,7 +135,7 @@ class SessionStore:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(os.path.expanduser(path)) if path is not None else default_store_path()
+        self.path = store_path(path)
         mode = self._create_file()
         if mode & 0o066:
             get_logger(component="store").warning(

@@ -616,8 +616,8 @@ def stdin_problem(argv: Sequence[str]) -> str | None:
     readers = _walk(argv).stdin_code
     if not readers:
         return None
-    return (f"{readers[0]} reads the code it runs from stdin, and `stdin: message` would put the message there, "
-            f"so a message would run code. Give {readers[0]} its script (e.g. python3 \"{{{{PROFILE_DIR}}}}/agent.py\") "
+    return (f"{readers[0]} reads the code it runs from stdin, and `stdin: message` (or `line`) would put the "
+            f"message there, so a message would run code. Give {readers[0]} its script (e.g. python3 \"{{{{PROFILE_DIR}}}}/agent.py\") "
             "and let the script read stdin, or use `stdin: none` and read $AGENT_MESSAGE")
 
 

@@ -40,7 +40,7 @@ class Profile:
     resume_args: tuple[str, ...]
     new_session_args: tuple[str, ...]
     permissions: Mapping[str, Any] | None
-    stdin: Literal["none", "message"]
+    stdin: Literal["none", "message", "line"]
     cwd: str | None
     env: Mapping[str, str]
     env_allowlist: tuple[str, ...] | None
@@ -109,7 +109,8 @@ class Profile:
         object.__setattr__(self, "dialect", dialect_class(self.protocol))
         object.__setattr__(self, "dialect_context", DialectContext(
             settings=self.settings, session_line_prefix=self.session_line_prefix,
-            stdin_message=self.stdin == "message", permissions=self.permissions is not None,
+            stdin_message=self.stdin != "none", stdin_line=self.stdin == "line",
+            permissions=self.permissions is not None,
         ))
         object.__setattr__(self, "permission_policy", PermissionPolicy.from_mapping(self.permissions))
         object.__setattr__(self, "profile_dir", profile_dir)

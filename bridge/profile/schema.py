@@ -89,9 +89,10 @@ class ProfileModel(BaseModel):
         default=None, description="Answers to the agent's requests to run a tool (agentproc-0.4 and the warm "
         "protocols). Present: requests are answered by these rules; absent: the agent is told nobody answers.",
     )
-    stdin: Literal["none", "message"] = Field(
+    stdin: Literal["none", "message", "line"] = Field(
         default="none",
-        description="none: stdin is empty (EOF at once). message: the message is written to stdin, then EOF.",
+        description="none: stdin is empty (EOF at once). message: the message is written to stdin, then EOF. "
+        "line: the message and a newline (for programs that read lines: bc, a REPL), then EOF.",
     )
     cwd: str | None = Field(
         default=None,
@@ -194,13 +195,13 @@ class ProfileModel(BaseModel):
             if reason is not None:
                 raise _located_error(("env", name), "{reason}", reason=reason)
         self._check_protocol_fields()
-        message_on_stdin = self.stdin == "message" or PROTOCOLS[self.protocol].message_on_stdin
+        message_on_stdin = self.stdin != "none" or PROTOCOLS[self.protocol].message_on_stdin
         for argv, locations in templates.values():
             problem = argv_problem(argv)
             if problem is not None:
                 raise _located_error(locations[problem.index], "{reason}", reason=problem.message)
             if message_on_stdin and (reason := stdin_problem(argv)) is not None:
-                where = ("stdin",) if self.stdin == "message" else ("protocol",)
+                where = ("stdin",) if self.stdin != "none" else ("protocol",)
                 raise _located_error(where, "{reason}", reason=reason)
         self._argv_template = templates["new_session_args"][0]
         self._resume_argv_template = templates["resume_args"][0]
@@ -211,8 +212,8 @@ class ProfileModel(BaseModel):
         if self.protocol == DEFAULT_PROTOCOL:
             return
         if self.stdin != "none":
-            raise _located_error(("stdin",), "stdin: message is for protocol agentproc-0.1; {protocol} hands the "
-                                 "turn to the agent itself (remove stdin)", protocol=self.protocol)
+            raise _located_error(("stdin",), "stdin: {mode} is for protocol agentproc-0.1; {protocol} hands the "
+                                 "turn to the agent itself (remove stdin)", mode=self.stdin, protocol=self.protocol)
         # By value, as stdin: `Profile.replace()` passes every field back, defaults included.
         if self.session_line_prefix != type(self).model_fields["session_line_prefix"].default:
             raise _located_error(("session_line_prefix",), "session_line_prefix is for protocol agentproc-0.1; "
