@@ -95,6 +95,37 @@ def test_human_mode_prints_partials_then_the_reply(tmp_path):
     assert "turn finished" in done.stderr  # logs, even at debug, only ever on stderr
 
 
+JSON_STREAMER = """
+import json, sys
+message = json.loads(sys.stdin.readline())["message"]
+def say(**event):
+    print(json.dumps(event), flush=True)
+if message == "streams its reply":
+    say(type="partial", text="The answer")
+    say(type="partial", text=" is 42.")
+    say(type="result", text="The answer is 42.")
+elif message == "streams the start":
+    say(type="partial", text="The answer")
+    say(type="result", text="The answer is 42.")
+else:
+    say(type="partial", text="Let me look.")
+    say(type="partial", text="\\n\\nFound it.")
+    say(type="result", text="Found it.")
+"""
+
+
+@pytest.mark.parametrize("message, stdout", [
+    ("streams its reply", "The answer is 42.\n"),
+    ("streams the start", "The answer is 42.\n"),
+    ("streams messages, the reply is the last", "Let me look.\n\nFound it.\n"),
+])
+def test_human_mode_prints_a_reply_the_agent_streamed_once(tmp_path, message, stdout):
+    """JSON families stream the reply itself: run shows what the partials did not already show."""
+    profile = agent_profile(tmp_path, JSON_STREAMER, protocol="agentproc-0.4")
+    done = cli("run", str(profile), message)
+    assert (done.returncode, done.stdout) == (0, stdout), done.stderr
+
+
 def test_human_mode_sends_the_error_reply_to_stderr_with_the_turns_exit_code():
     done = cli("run", str(PROFILES / "fail.yaml"), "x")
     assert done.returncode == 1
@@ -448,6 +479,19 @@ def test_check_warns_where_a_message_could_become_options_and_shows_the_fix(tmp_
         "ls as options; end the options first: ls -1 -- {{MESSAGE}} (or, if it is an option's value, write "
         "--option={{MESSAGE}})"
     ]
+
+
+def test_check_warns_about_the_argv_of_a_resumed_session_too(tmp_path):
+    both = write_profile(tmp_path, "command: some-cli\nresume_args: ['--resume={{SESSION_ID}}']\n"
+                                   "args: ['{{MESSAGE}}']\n", "both.yaml")
+    done = cli("check", str(both))
+    warnings = [line for line in done.stderr.splitlines() if "not preceded by --" in line]
+    assert len(warnings) == 1 and "some-cli -- {{MESSAGE}}" in warnings[0]  # about args: said once, not twice
+    resumed_only = write_profile(tmp_path, "command: some-cli\nresume_args: [--resume, '{{SESSION_ID}}']\n"
+                                           "args: [--, '{{MESSAGE}}']\n", "resumed-only.yaml")
+    done = cli("check", str(resumed_only))
+    [warning] = [line for line in done.stderr.splitlines() if "not preceded by --" in line]
+    assert "warning: in a resumed session: {{SESSION_ID}} is not preceded by --" in warning
 
 
 def test_a_session_id_cannot_move_the_agent_out_of_its_cwd(tmp_path):

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .. import __version__
-from ..errors import BridgeError, ProfileError
 from ..dialects import session_id_problem
+from ..errors import BridgeError, ProfileError
 from ..log import LEVELS, configure_logging, get_logger, wants_color
 from ..profile import Profile, json_schema, load_profile
 from ..result import TurnResult
@@ -451,8 +451,6 @@ async def _cancel_on_signals(stream: TurnStream) -> None:
 
 
 def _check_command(args: argparse.Namespace) -> int:
-    from ..profile.argv_rules import option_injection_warnings
-
     color = wants_color(sys.stderr)
     status = 0
     for path in args.profiles:
@@ -464,10 +462,21 @@ def _check_command(args: argparse.Namespace) -> int:
             status = EXIT_USAGE
             continue
         for warning in (*_environment_warnings(profile), *_ignored_env_warnings(profile),
-                        *option_injection_warnings(profile.argv_template)):
+                        *_option_injection_warnings(profile)):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         print(f"{path}: ok")
     return status
+
+
+def _option_injection_warnings(profile: Profile) -> list[str]:
+    """A new session's argv, then what a resumed session's argv adds (its `resume_args`)."""
+    from ..profile.argv_rules import option_injection_warnings
+
+    words = len(profile.argv_template) - len(profile.new_session_args) - len(profile.args)
+    resume_args = range(words, words + len(profile.resume_args))
+    return [*option_injection_warnings(profile.argv_template),
+            *(f"in a resumed session: {warning}"
+              for warning in option_injection_warnings(profile.resume_argv_template, only=resume_args))]
 
 
 def _ignored_env_warnings(profile: Profile) -> list[str]:

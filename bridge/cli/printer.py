@@ -65,6 +65,10 @@ def stderr_excerpt(tail: str, max_lines: int = STDERR_LINES, width: int = STDERR
     return shown
 
 
+# Partials beyond this many characters cannot be repeated by a reply (held to 8 Mi characters and a suffix).
+_STREAMED_KEPT = 8 * 1024 * 1024 + 4096
+
+
 class HumanPrinter:
     """Partials as they arrive, then the reply on stdout; the error reply and notices on stderr.
 
@@ -87,6 +91,8 @@ class HumanPrinter:
         self._stderr_shown = False
         self._decoder: codecs.IncrementalDecoder | None = None
         self.spinner = Spinner(err, self) if status else None
+        self._streamed: list[str] | None = []  # the partials shown, to print only what the reply adds (None: too long)
+        self._streamed_chars = 0
 
     # ------------------------------------------------------------------ the turn
 
@@ -113,6 +119,7 @@ class HumanPrinter:
                 self.spinner.note(describe_activity(event))
         elif event.kind == "partial" and event.text:
             self._write_out(event.text)
+            self._remember(event.text)
 
     def agent_stderr(self, data: bytes) -> None:
         """A chunk of the agent's own stderr, shown as it comes (`run --show-stderr`)."""
@@ -172,10 +179,11 @@ class HumanPrinter:
     def _show_result(self, result: TurnResult) -> None:
         if self._decoder is not None and (rest := self._decoder.decode(b"", final=True)):
             self._write_err(rest)
-        if self.open_line:
+        reply, continues = self._unstreamed(result.reply)
+        if self.open_line and not (reply and continues):
             self._write_out("\n")
-        if result.reply:
-            self._write_out(result.reply, "\n")
+        if reply:
+            self._write_out(reply, "\n")
         if not result.ok:
             self.notice(result.error_reply or f"The turn failed: exit {result.exit_code} ({result.outcome}).", ERROR)
             if not result.error:  # the generic error reply: what the agent said on stderr may explain it
@@ -185,6 +193,32 @@ class HumanPrinter:
                     "message ends with a newline" if self._stdin_message else "")
             self.notice(f"agent-bridge: the agent exited 0 without printing a reply{hint}")
             self._show_stderr_tail(result.stderr_tail)
+
+    def _remember(self, text: str) -> None:
+        if self._streamed is None:
+            return
+        self._streamed_chars += len(text)
+        if self._streamed_chars > _STREAMED_KEPT:
+            self._streamed = None  # longer than any reply can be: the reply cannot repeat it
+        else:
+            self._streamed.append(text)
+
+    def _unstreamed(self, reply: str) -> tuple[str, bool]:
+        """What of the reply is not on screen yet, and whether it continues the text shown.
+
+        JSON families stream the reply itself: its text was shown as partials
+        (and, when they stream whole messages, the reply is the last of them).
+        An AgentProc agent's partials are usually something else ("working on
+        it…"), and then the whole reply is printed.
+        """
+        if not reply or not self._streamed:
+            return reply, False
+        streamed = "".join(self._streamed)
+        if streamed.rstrip().endswith(reply.rstrip()):
+            return "", False
+        if reply.startswith(streamed):
+            return reply[len(streamed):], True
+        return reply, False
 
     def _show_stderr_tail(self, tail: str) -> None:
         if self._tail_in_reply or self._stderr_shown:

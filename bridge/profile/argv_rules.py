@@ -323,6 +323,10 @@ PROGRAMS: dict[str, Program] = {
     "valgrind": Program(code=_words("--db-command"), operands=(_CMD,)),
     "npx": _PACKAGE_RUNNER, "bunx": _PACKAGE_RUNNER, "pnpx": _PACKAGE_RUNNER,
     "uvx": _UVX,
+    # coding agents whose ready profiles pass a session id as an option's next word: taken as its value
+    "pi": Program(values=_words("--mode --session --model --provider --tools --thinking --session-dir"),
+                  operands=(_D,), permutes=True),
+    "dsh": Program(values=_words("--profile --session-id --model --cwd"), operands=(_D,), permutes=True),
     "uv": Program(operands=(_SUB,), subcommands={
         "run": Program(code=_UVX.code, values=_UVX.values | _words("--group --extra --package"),
                        operands=(_CMD,), modes=dict.fromkeys(("-m", "--module"), (_P, _A))),
@@ -630,10 +634,11 @@ def environment_problem(name: str, value: str) -> str | None:
             f"message there would run code. Read ${_VARIABLE_OF[match.group(1)]} in the agent instead")
 
 
-def option_injection_warnings(argv: Sequence[str]) -> list[str]:
+def option_injection_warnings(argv: Sequence[str], only: range | None = None) -> list[str]:
     """Where a message starting with `-` would reach a program the table does not know as its options.
 
     Allowed (the program may take it as data), but worth a `--` before it.
+    With `only`, just the warnings about the words at those positions.
     """
     uses = classify(argv)
     unguarded: dict[int, list[int]] = {}
@@ -642,6 +647,8 @@ def option_injection_warnings(argv: Sequence[str]) -> list[str]:
             unguarded.setdefault(use.region, []).append(index)
     warnings = []
     for indexes in unguarded.values():
+        if only is not None and not any(index in only for index in indexes):
+            continue
         owner = uses[indexes[0]].owner
         names = " and ".join(argv[index] for index in indexes)
         fixed = [*argv[:indexes[0]], "--", *argv[indexes[0]:]]
