@@ -119,8 +119,13 @@ class AgentIO:
         )
         self.cancel_requested = False
 
-    async def run(self, on_output: Callable[[bytes], Awaitable[None]], cancel: trio.Event | None) -> Ending:
-        """Pump the pipes until the agent has exited and its output is drained; `on_output` gets each stdout chunk."""
+    async def run(self, on_output: Callable[[bytes], Awaitable[None]], cancel: trio.Event | None,
+                  on_stopping: Callable[[], None] | None = None) -> Ending:
+        """Pump the pipes until the agent has exited and its output is drained; `on_output` gets each stdout chunk.
+
+        `on_stopping` is called once the agent exited or is being stopped (a
+        timeout, a cancel): whatever waits on the host for this turn stops waiting.
+        """
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.pump_stdout, on_output)
             nursery.start_soon(self.pump_stderr)
@@ -128,7 +133,7 @@ class AgentIO:
                 nursery.start_soon(self.feed_stdin)
             if cancel is not None:
                 nursery.start_soon(self.watch_cancel, cancel)
-            ending = await self.wait_for_exit()
+            ending = await self.wait_for_exit(on_stopping)
             self.stdout.start_draining(DRAIN_SECS)
             self.stderr.start_draining(DRAIN_SECS)
             for reader in (self.stdout, self.stderr):
@@ -148,9 +153,11 @@ class AgentIO:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
-    async def wait_for_exit(self) -> Ending:
+    async def wait_for_exit(self, on_stopping: Callable[[], None] | None = None) -> Ending:
         with self.exit_wait:
             await self.agent.wait_exited()
+        if on_stopping is not None:
+            on_stopping()
         timeout = None
         if self.exit_wait.cancelled_caught:
             if self.cancel_requested:

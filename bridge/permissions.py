@@ -6,14 +6,18 @@ and the answer, a `Decision`, back into its own words. The policy in between
 is the same for all of them: the profile's `permissions:` section.
 
     permissions:
-      default: deny            # allow | deny: what a tool not listed below gets
+      default: deny            # allow | deny | ask: what a tool not listed below gets
       allow: [Read, Grep, "mcp__docs__*", read]
       deny: [Bash, exec]
+      ask: [Edit, edit]        # the host decides (a chat user, a bot); unanswered after timeout_secs: deny
+      timeout_secs: 120
 
 An entry is a tool name as the agent calls it (shell-style wildcards allowed)
 or a tool kind (`read`, `edit`, `delete`, `move`, `search`, `exec`, `think`,
 `fetch`, `other`) when the agent says what kind its tool is. `deny` wins over
-`allow`; neither list matching, `default` decides.
+`allow`, `allow` over `ask`; no list matching, `default` decides. Asking means
+`decide()` returns None: the turn engine then asks the host, and a question
+nobody answers in `timeout_secs` is answered deny, so it never hangs a turn.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 TOOL_KINDS = ("read", "edit", "delete", "move", "search", "exec", "think", "fetch", "other")
 
@@ -42,9 +46,11 @@ class PermissionRequest:
     title: str = ""
     input: Mapping[str, Any] = field(default_factory=dict)
 
+    kind_of_event: ClassVar[str] = "permission"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"request_id": self.request_id, "tool": self.tool, "kind": self.kind, "title": self.title,
-                "input": dict(self.input)}
+        return {"event": self.kind_of_event, "request_id": self.request_id, "tool": self.tool, "kind": self.kind,
+                "title": self.title, "input": dict(self.input)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +70,20 @@ ALLOWED = Decision(allow=True)
 class PermissionPolicy:
     """A profile's `permissions:` section."""
 
-    default: Literal["allow", "deny"] = "deny"
+    default: Literal["allow", "deny", "ask"] = "deny"
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    timeout_secs: float = 120.0
 
-    def decide(self, request: PermissionRequest) -> Decision:
+    def decide(self, request: PermissionRequest) -> Decision | None:
+        """The profile's answer, or None when the host is to be asked."""
         if _matches(self.deny, request):
             return Decision(allow=False, message=f"{request.tool or 'this tool'} is not allowed by the profile")
         if _matches(self.allow, request):
             return ALLOWED
+        if _matches(self.ask, request) or self.default == "ask":
+            return None
         if self.default == "allow":
             return ALLOWED
         return Decision(allow=False, message=f"{request.tool or 'this tool'} is not in the profile's allow list")
@@ -82,7 +93,12 @@ class PermissionPolicy:
         if not values:
             return cls()
         return cls(default=values.get("default", "deny"), allow=tuple(values.get("allow", ())),
-                   deny=tuple(values.get("deny", ())))
+                   deny=tuple(values.get("deny", ())), ask=tuple(values.get("ask", ())),
+                   timeout_secs=float(values.get("timeout_secs", 120.0)))
+
+
+UNANSWERED = Decision(allow=False, message="nobody answered in time")
+CANCELLED = Decision(allow=False, message="the turn was cancelled")
 
 
 def _matches(patterns: tuple[str, ...], request: PermissionRequest) -> bool:

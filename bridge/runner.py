@@ -11,7 +11,9 @@ from typing import Any
 import trio
 
 from .dialects import PartialEvent
+from .permissions import Decision, PermissionRequest
 from .profile import Profile
+from .questions import Questions
 from .result import TurnResult
 from .supervisor import Emit, HostEvent, drive_turn
 from .turn import Turn
@@ -22,34 +24,44 @@ EVENT_BUFFER = 16
 
 PartialCallback = Callable[[str], Awaitable[None] | None]
 EventCallback = Callable[[HostEvent], Awaitable[None] | None]
+PermissionCallback = Callable[[PermissionRequest], "Decision | bool | Awaitable[Decision | bool]"]
 
 
 async def run_turn(profile: Profile, turn: Turn, *, on_partial: PartialCallback | None = None,
-                   on_event: EventCallback | None = None) -> TurnResult:
+                   on_event: EventCallback | None = None,
+                   on_permission: PermissionCallback | None = None) -> TurnResult:
     """Run one turn and return its result.
 
     `on_partial(text)` is called for each forwarded chunk as it arrives;
     `on_event(event)` for every event (`PartialEvent`, `SessionEvent`,
-    `ErrorEvent`, and the `TurnResult` last). Either may be sync or async.
+    `ErrorEvent`, `ActivityEvent`, and the `TurnResult` last). Either may be
+    sync or async. When the profile's `permissions` say ask, `on_permission(request)`
+    answers: a `Decision`, or True/False (sync or async); without it the answer is deny.
     Cancelling the calling task stops the agent (SIGINT, grace, SIGKILL)
     before `Cancelled` propagates.
     """
+    questions = Questions()
     with _ungrouped():
-        return await drive_turn(profile, turn, _emitter(on_partial, on_event))
+        return await drive_turn(profile, turn, _emitter(on_partial, on_event, on_permission, questions),
+                                questions=questions)
 
 
 def run_turn_sync(profile: Profile, turn: Turn, *, on_partial: Callable[[str], None] | None = None,
-                  on_event: Callable[[HostEvent], None] | None = None) -> TurnResult:
+                  on_event: Callable[[HostEvent], None] | None = None,
+                  on_permission: Callable[[PermissionRequest], Decision | bool] | None = None) -> TurnResult:
     """`run_turn` for code that does not run trio; blocks until the turn ends."""
-    return trio.run(partial(run_turn, profile, turn, on_partial=on_partial, on_event=on_event))
+    return trio.run(partial(run_turn, profile, turn, on_partial=on_partial, on_event=on_event,
+                            on_permission=on_permission))
 
 
 class TurnStream:
     """The events of one running turn, in order, ending with its `TurnResult`."""
 
-    def __init__(self, receive: trio.MemoryReceiveChannel[HostEvent], cancel: trio.Event) -> None:
+    def __init__(self, receive: trio.MemoryReceiveChannel[HostEvent], cancel: trio.Event,
+                 questions: Questions | None = None) -> None:
         self._receive = receive
         self._cancel = cancel
+        self._questions = questions if questions is not None else Questions()
         self._result: TurnResult | None = None
 
     def __aiter__(self) -> TurnStream:
@@ -70,6 +82,10 @@ class TurnStream:
         """Stop the agent as a host cancel (SIGINT, grace, SIGKILL); the stream still ends with a result (130)."""
         self._cancel.set()
 
+    def decide(self, request_id: str, answer: Decision | bool) -> bool:
+        """Answer the agent's `PermissionRequest` `request_id`; False when it waits for no answer (any more)."""
+        return self._questions.decide(request_id, _decision(answer))
+
     @property
     def result(self) -> TurnResult:
         """The turn's result, once the stream has delivered it."""
@@ -89,7 +105,8 @@ async def open_turn(profile: Profile, turn: Turn, *,
     """
     send, receive = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
     cancel = trio.Event()
-    stream = TurnStream(receive, cancel)
+    questions = Questions()
+    stream = TurnStream(receive, cancel, questions)
 
     async def deliver(event: HostEvent) -> None:
         try:
@@ -99,7 +116,7 @@ async def open_turn(profile: Profile, turn: Turn, *,
 
     async def produce() -> None:
         async with send:
-            await drive_turn(profile, turn, deliver, cancel=cancel, on_stderr=on_stderr)
+            await drive_turn(profile, turn, deliver, cancel=cancel, on_stderr=on_stderr, questions=questions)
 
     with _ungrouped():
         async with trio.open_nursery() as nursery:
@@ -148,9 +165,16 @@ def _ungrouped() -> _Ungrouped:
     return _UNGROUPED
 
 
-def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None) -> Emit | None:
-    """One `Emit` for both callbacks. Sync callbacks cost a plain call per event; only an
+def _decision(answer: Decision | bool) -> Decision:
+    return answer if isinstance(answer, Decision) else Decision(allow=bool(answer))
+
+
+def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None,
+             on_permission: PermissionCallback | None = None, questions: Questions | None = None) -> Emit | None:
+    """One `Emit` for the callbacks. Sync callbacks cost a plain call per event; only an
     awaitable a callback returns is handed back to be awaited, so events stay in order."""
+    if on_permission is not None and questions is not None:
+        on_event = _answering(on_event, on_permission, questions)
     if on_partial is None and on_event is None:
         return None
 
@@ -166,6 +190,29 @@ def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None)
         return None
 
     return emit
+
+
+def _answering(on_event: EventCallback | None, on_permission: PermissionCallback,
+               questions: Questions) -> EventCallback:
+    """`on_event`, and `on_permission` answering each `PermissionRequest`."""
+
+    def event_and_answer(event: HostEvent) -> Awaitable[None] | None:
+        pending = on_event(event) if on_event is not None else None
+        if type(event) is not PermissionRequest:
+            return pending
+        return _answer(pending, on_permission, event, questions)
+
+    return event_and_answer
+
+
+async def _answer(pending: Awaitable[None] | None, on_permission: PermissionCallback, request: PermissionRequest,
+                  questions: Questions) -> None:
+    if pending is not None and inspect.isawaitable(pending):
+        await pending
+    answer = on_permission(request)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    questions.decide(request.request_id, _decision(answer))  # type: ignore[arg-type]
 
 
 async def _then_partial(pending: Awaitable[Any], on_partial: PartialCallback | None, event: HostEvent) -> None:

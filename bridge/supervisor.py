@@ -20,7 +20,6 @@ from .agent_io import DRAIN_SECS, REAP_SECS, AgentIO
 from .dialects import (
     ActivityEvent,
     AgentInput,
-    Dialect,
     ErrorEvent,
     Event,
     PartialEvent,
@@ -30,13 +29,14 @@ from .dialects import (
 from .errors import LaunchError
 from .launch import LaunchPlan, plan_launch
 from .log import get_logger
-from .permissions import PermissionPolicy, PermissionRequest
+from .permissions import Decision, PermissionPolicy, PermissionRequest
 from .process import spawn
 from .profile import Profile
+from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
 
-HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | TurnResult
+HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | TurnResult
 # Delivers one event to the host; returns an awaitable only when there is something to await.
 Emit = Callable[[HostEvent], Awaitable[None] | None]
 
@@ -45,7 +45,8 @@ __all__ = ["DRAIN_SECS", "REAP_SECS", "Emit", "HostEvent", "drive_turn"]
 
 async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
                      cancel: trio.Event | None = None, turn_id: str | None = None,
-                     on_stderr: Callable[[bytes], None] | None = None) -> TurnResult:
+                     on_stderr: Callable[[bytes], None] | None = None,
+                     questions: Questions | None = None) -> TurnResult:
     """Run one turn to its end and return the result; `emit` sees every host event, the result last.
 
     Setting `cancel` stops the agent the way a host cancel must (SIGINT, grace,
@@ -53,6 +54,8 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     caller does the same cleanup, then lets `Cancelled` propagate. `turn_id`
     tags the turn's log records (default: a random id). `on_stderr` is given
     each chunk of the agent's stderr as it is read (the tail is kept anyway).
+    When the profile's `permissions` say ask, `emit` gets the `PermissionRequest`
+    and the host answers it through `questions` (see `bridge.questions`).
     """
     started = trio.current_time()
     plan: LaunchPlan | None = None
@@ -68,13 +71,14 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     log = _turn_logger(profile, turn_id, plan)
     recorder = TurnRecorder(profile)
     io = AgentIO(profile, plan, agent, log, started, on_stderr)
+    questions = questions if questions is not None else Questions()
     loop = _TurnLoop(profile.dialect(profile.dialect_context, turn), recorder,
-                     profile.permission_policy, emit, log, io)
+                     profile.permission_policy, emit, log, io.send, questions)
     log.info("agent started", pid=agent.pid, program=plan.argv[0])
     try:
         if plan.new_session_id:  # the profile let the bridge name the new session: that is the turn's session
             await loop.handle([SessionEvent(plan.new_session_id)])
-        ending = await io.run(loop.on_output, cancel)
+        ending = await io.run(loop.on_output, cancel, questions.close)
         await loop.handle(loop.dialect.close())
     except BaseException:
         with trio.CancelScope(shield=True):
@@ -105,18 +109,23 @@ async def _finish(recorder: TurnRecorder, ending: Ending, stderr_tail: str, star
 
 
 class _TurnLoop:
-    """Feeds the agent's output to its dialect and carries out the events, in order."""
+    """Feeds the agent's output to its dialect and carries out the events, in order.
 
-    __slots__ = ("dialect", "recorder", "policy", "emit", "log", "io", "feed")
+    Shared by both kinds of agent: `send` writes to the agent's stdin (a
+    turn's process, or a warm agent's), `questions` holds what waits for the host.
+    """
 
-    def __init__(self, dialect: Dialect, recorder: TurnRecorder, policy: PermissionPolicy, emit: Emit | None,
-                 log: Any, io: AgentIO) -> None:
+    __slots__ = ("dialect", "recorder", "policy", "emit", "log", "send", "questions", "feed")
+
+    def __init__(self, dialect: Any, recorder: TurnRecorder, policy: PermissionPolicy, emit: Emit | None,
+                 log: Any, send: Callable[[bytes], None], questions: Questions) -> None:
         self.dialect = dialect
         self.recorder = recorder
         self.policy = policy
         self.emit = emit
         self.log = log
-        self.io = io
+        self.send = send
+        self.questions = questions
         self.feed = dialect.feed
 
     async def on_output(self, data: bytes) -> None:
@@ -130,18 +139,31 @@ class _TurnLoop:
             elif isinstance(event, PermissionRequest):
                 await self.answer(event)
             elif type(event) is AgentInput:
-                self.io.send(event.data)
+                self.send(event.data)
             elif emit is not None and (pending := emit(event)) is not None:
                 await pending
 
     async def answer(self, request: PermissionRequest) -> None:
-        """Decide by the profile's policy, tell the agent, and let the host see what was decided."""
+        """Decide by the profile's policy (asking the host when it says ask), tell the agent, show the host."""
         decision = self.policy.decide(request)
-        self.log.info("the agent asked to run a tool", tool=request.tool, kind=request.kind, allowed=decision.allow)
-        self.io.send(self.dialect.answer(request, decision))
+        asked = decision is None
+        if decision is None:
+            decision = await self._ask(request)
+        self.log.info("the agent asked to run a tool", tool=request.tool, kind=request.kind, allowed=decision.allow,
+                      asked=asked)
+        self.send(self.dialect.answer(request, decision))
         if self.emit is not None:
             status = "allowed" if decision.allow else "denied"
             activity = ActivityEvent("tool", tool=request.tool, title=request.title, status=status,
                                      call_id=request.request_id)
             if (pending := self.emit(activity)) is not None:
                 await pending
+
+    async def _ask(self, request: PermissionRequest) -> Decision:
+        if self.emit is None:  # nobody listens for questions: the answer cannot come
+            return Decision(allow=False, message="nobody is there to answer")
+        with self.questions.asking(request.request_id, self.policy.timeout_secs) as question:
+            if (pending := self.emit(request)) is not None:
+                await pending
+            await question.answer()
+        return self.questions.result(question)

@@ -50,6 +50,7 @@ class ProtocolInfo(NamedTuple):
     settings: type  # its settings class (see `settings`)
     message_on_stdin: bool = False  # its handover always writes the message to the agent's stdin
     summary: str = ""
+    warm: bool = False  # one process per conversation, many turns (`warm.WarmDialect`), not one per turn
 
 
 DEFAULT_PROTOCOL = "agentproc-0.1"

@@ -172,6 +172,24 @@ class AgentInput:
 
 
 @dataclass(slots=True)
+class Ready:
+    """A long-lived agent's session is set up (new, or resumed) and takes turns; `session_id` is its id."""
+
+    session_id: str
+
+
+@dataclass(slots=True)
+class TurnEnd:
+    """A long-lived agent finished the turn and stays alive for the next one.
+
+    `stop_reason` is the family's own word (`end_turn`, `cancelled`, `refusal`…);
+    a dialect that sees the turn fail reports an `ErrorEvent` before this.
+    """
+
+    stop_reason: str = "end_turn"
+
+
+@dataclass(slots=True)
 class ProtocolWarning:
     """Something the agent wrote that the bridge had to ignore or cut; logged, never fatal."""
 
@@ -184,4 +202,4 @@ class LineCut(ProtocolWarning):
 
 
 Event = (PartialEvent | SessionEvent | ErrorEvent | BodyLine | ReplyEvent | ActivityEvent | UsageEvent
-         | PermissionRequest | AgentInput | ProtocolWarning)
+         | PermissionRequest | AgentInput | Ready | TurnEnd | ProtocolWarning)

@@ -9,7 +9,8 @@ NEW_SESSION_ID = "{{NEW_SESSION_ID}}"
 """A fresh id the bridge makes up for a turn that starts a session (only in `new_session_args`)."""
 PLACEHOLDER_PATTERN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 FIELD_NAMES = (
-    "command", "args", "protocol", "resume_args", "new_session_args", "permissions", "stdin", "cwd", "env",
+    "command", "args", "protocol", "resume_args", "new_session_args", "permissions", "keep_warm_secs", "max_warm",
+    "start_timeout_secs", "stdin", "cwd", "env",
     "env_allowlist", "env_inherit", "timeout_secs", "idle_timeout_secs", "kill_grace_secs", "max_reply_chars",
     "truncation_suffix", "include_stderr_in_reply", "send_error_reply", "streaming", "session_line_prefix", "name",
     "description",

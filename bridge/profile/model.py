@@ -40,6 +40,9 @@ class Profile:
     resume_args: tuple[str, ...]
     new_session_args: tuple[str, ...]
     permissions: Mapping[str, Any] | None
+    keep_warm_secs: float
+    max_warm: int
+    start_timeout_secs: float
     stdin: Literal["none", "message", "line"]
     cwd: str | None
     env: Mapping[str, str]

@@ -43,8 +43,9 @@ class PermissionsModel(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    default: Literal["allow", "deny"] = Field(
-        default="deny", description="What a tool that neither list names gets: allow or deny (the default)."
+    default: Literal["allow", "deny", "ask"] = Field(
+        default="deny", description="What a tool that neither list names gets: allow, deny (the default), or ask "
+        "(the host decides: a chat user, a bot through serve's decide request, a Python callback).",
     )
     allow: list[Annotated[str, Field(min_length=1)]] = Field(
         default=[], description="Tools to allow: names as the agent calls them (wildcards * ? [...] allowed), "
@@ -52,6 +53,12 @@ class PermissionsModel(BaseModel):
     )
     deny: list[Annotated[str, Field(min_length=1)]] = Field(
         default=[], description="Tools to deny, written like allow; deny wins over allow."
+    )
+    ask: list[Annotated[str, Field(min_length=1)]] = Field(
+        default=[], description="Tools the host decides, written like allow (deny and allow win over ask)."
+    )
+    timeout_secs: Annotated[float, Field(gt=0)] = Field(
+        default=120.0, description="How long a question may wait for the host's answer; then the answer is deny."
     )
 
 
@@ -88,6 +95,17 @@ class ProfileModel(BaseModel):
     permissions: PermissionsModel | None = Field(
         default=None, description="Answers to the agent's requests to run a tool (agentproc-0.4 and the warm "
         "protocols). Present: requests are answered by these rules; absent: the agent is told nobody answers.",
+    )
+    keep_warm_secs: Annotated[float, Field(gt=0)] = Field(
+        default=600.0, description="Warm protocols: an agent idle this long is shut down; the next turn of its "
+        "conversation starts a new process that resumes the stored session.",
+    )
+    max_warm: Annotated[int, Field(ge=1)] = Field(
+        default=16, description="Warm protocols: live processes of this profile at most; starting one more shuts "
+        "the least recently used down.",
+    )
+    start_timeout_secs: Annotated[float, Field(gt=0)] = Field(
+        default=60.0, description="Warm protocols: how long starting the agent and its session may take.",
     )
     stdin: Literal["none", "message", "line"] = Field(
         default="none",
@@ -195,6 +213,14 @@ class ProfileModel(BaseModel):
             if reason is not None:
                 raise _located_error(("env", name), "{reason}", reason=reason)
         self._check_protocol_fields()
+        if PROTOCOLS[self.protocol].warm:
+            for argv, locations in templates.values():
+                for word, location in zip(argv, locations):
+                    if "{{MESSAGE}}" in word:
+                        raise _located_error(location, "{{{{MESSAGE}}}} cannot be in the argv of protocol {protocol}: "
+                                             "its agent starts before any message and keeps running for the whole "
+                                             "conversation; the messages reach it through the protocol (remove it)",
+                                             protocol=self.protocol)
         message_on_stdin = self.stdin != "none" or PROTOCOLS[self.protocol].message_on_stdin
         for argv, locations in templates.values():
             problem = argv_problem(argv)
@@ -208,14 +234,21 @@ class ProfileModel(BaseModel):
         return self
 
     def _check_protocol_fields(self) -> None:
-        """Fields that mean something to one protocol only are refused with the others."""
+        """Fields that mean something to some protocols only are refused with the others."""
+        defaults = type(self).model_fields
+        if not PROTOCOLS[self.protocol].warm:
+            for field in ("keep_warm_secs", "max_warm", "start_timeout_secs"):  # by value: see below
+                if getattr(self, field) != defaults[field].default:
+                    raise _located_error((field,), "{field} is for the warm protocols (one process per "
+                                         "conversation); {protocol} runs one process per turn (remove it)",
+                                         field=field, protocol=self.protocol)
         if self.protocol == DEFAULT_PROTOCOL:
             return
         if self.stdin != "none":
             raise _located_error(("stdin",), "stdin: {mode} is for protocol agentproc-0.1; {protocol} hands the "
                                  "turn to the agent itself (remove stdin)", mode=self.stdin, protocol=self.protocol)
         # By value, as stdin: `Profile.replace()` passes every field back, defaults included.
-        if self.session_line_prefix != type(self).model_fields["session_line_prefix"].default:
+        if self.session_line_prefix != defaults["session_line_prefix"].default:
             raise _located_error(("session_line_prefix",), "session_line_prefix is for protocol agentproc-0.1; "
                                  "{protocol} agents report their session in their own messages (remove it)",
                                  protocol=self.protocol)
