@@ -76,6 +76,8 @@ class Stop(Exception):
 
 
 class Interrupted(Exception):
+    """An Interrupt op (or an Abort decision) ends the turn; `op_id` is what its end is parented to."""
+
     def __init__(self, op_id: str) -> None:
         self.op_id = op_id
 
@@ -311,7 +313,8 @@ class Daemon:
             answer = response["op"]["ApprovalResponse"]
             if answer.get("turn_id") != turn_id:
                 self.emit({"Error": "ApprovalResponse for another turn"}, response["id"], persist=False)
-            given = {pair[0]: pair[1] for pair in answer.get("responses", []) if isinstance(pair, list) and len(pair) == 2}
+            given = {pair[0]: pair[1] for pair in answer.get("responses", [])
+                     if isinstance(pair, list) and len(pair) == 2}
             for call_id, tool in asking:
                 decisions[call_id] = given.get(call_id, "Skip")
                 if decisions[call_id] == "AcceptForSession":

@@ -4,9 +4,10 @@ Transcripts are written in the shapes of Ante's protocol reference (the seed
 `ante-jsonl-protocol.txt`): `EventMsg` lines whose `parent` is the op the
 dialect sent. Op ids are random, so each transcript is built around the ids
 the dialect actually wrote. The second half drives `sample_agents/ante_like.py`
-with the dialect and a small loop standing in for the warm engine: a real
-process, several turns, approvals, interrupt, and a resume after the process
-was killed.
+(the bundled `profiles/ante.yaml`, and `profiles/clis/ante.yaml` with the
+sample on PATH as `ante`) through the warm engine's public API and the CLI:
+several turns of one process, approvals by policy and by the host,
+interrupt, timeout, and a resume after the process was killed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,7 +25,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import PYTHON, SAMPLE_AGENTS, TURN_DEADLINE
+from conftest import CLI_PROFILES, PROFILES, PYTHON, SAMPLE_AGENTS, TURN_DEADLINE, assert_no_live_process
 
 import bridge
 from bridge import Turn
@@ -45,8 +48,10 @@ from bridge.dialects.events import Ready, TurnEnd
 from bridge.dialects.settings import AnteSettings
 from bridge.errors import ProfileError
 from bridge.permissions import Decision, PermissionRequest
+from bridge.warm import WarmAgent
 
 SAMPLE = SAMPLE_AGENTS / "ante_like.py"
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 OP_ID = re.compile(r"op_[0-7][0-9A-HJKMNP-TV-Z]{25}")
 SESSION = "ses_01ARZ3NDEKTSV4RRFFQ69G5FAV"
 ALLOW, DENY = Decision(allow=True), Decision(allow=False)
@@ -529,159 +534,180 @@ def test_the_protocol_is_warm_and_its_settings_are_checked(tmp_path):
         bridge.Profile.from_mapping({"command": "ante serve --stdio", "protocol": "ante", "args": ["{{MESSAGE}}"]})
 
 
-# --------------------------------------------------------------------------- the sample daemon, driven for real
+# --------------------------------------------------------------------------- the sample daemon through the engine
 
 
-class Daemon:
-    """The sample Ante daemon with the dialect and a loop standing in for the warm engine."""
+@pytest.fixture
+def sample(tmp_path: Path) -> bridge.Profile:
+    """profiles/ante.yaml (default deny, read allowed), keeping its sessions in the test's directory."""
+    profile = bridge.load_profile(PROFILES / "ante.yaml", cache=False)
+    return profile.replace(env={"ANTE_HOME": str(tmp_path / "ante-home")}, kill_grace_secs=2)
 
-    def __init__(self, process: trio.Process, ante: Ante) -> None:
-        self.process = process
-        self.ante = ante
-        self.stdin = process.stdin
-        self.stdout = process.stdout
 
-    @classmethod
-    @asynccontextmanager
-    async def running(cls, home: Path, session_id: str = "", settings: AnteSettings | None = None
-                      ) -> AsyncIterator[tuple[Daemon, list[Any]]]:
-        """The daemon started, its session set up (the events up to Ready); killed at the end if still running."""
-        process = await trio.lowlevel.open_process([PYTHON, str(SAMPLE), "serve", "--stdio"], stdin=subprocess.PIPE,
-                                                   stdout=subprocess.PIPE, env={**os.environ, "ANTE_HOME": str(home)})
+@asynccontextmanager
+async def warm(profile: bridge.Profile, session_id: str = "") -> AsyncIterator[WarmAgent]:
+    async with trio.open_nursery() as nursery:
+        agent = WarmAgent(profile, session_id=session_id)
+        await agent.start(nursery)
         try:
-            daemon = cls(process, Ante(DialectContext(settings=settings), session_id=session_id, cwd=str(home)))
-            await daemon.send(daemon.ante.open())
-            yield daemon, await daemon.until(Ready)
+            yield agent
         finally:
-            with trio.CancelScope(shield=True):
-                if process.returncode is None:
-                    process.kill()
-                await process.wait()
-
-    async def send(self, data: bytes) -> None:
-        if data:
-            await self.stdin.send_all(data)
-
-    async def until(self, kind: type, decide: Callable[[PermissionRequest], Decision] | None = None,
-                    on_event: Callable[[Any], bytes] | None = None) -> list[Any]:
-        """Every event up to the first of `kind` (or the end of the stream), answering what must be answered."""
-        events: list[Any] = []
-        while True:
-            data = await self.stdout.receive_some()
-            batch = self.ante.feed(data) if data else self.ante.close()
-            for event in batch:
-                events.append(event)
-                if isinstance(event, AgentInput):
-                    await self.send(event.data)
-                elif isinstance(event, PermissionRequest) and decide is not None:
-                    await self.send(self.ante.answer(event, decide(event)))
-                if on_event is not None:
-                    await self.send(on_event(event))
-                if isinstance(event, kind):
-                    return events
-            if not data:
-                return events
-
-    async def turn(self, message: str, decide: Callable[[PermissionRequest], Decision] | None = None,
-                   on_event: Callable[[Any], bytes] | None = None) -> list[Any]:
-        await self.send(self.ante.prompt(Turn(message)))
-        return await self.until(TurnEnd, decide, on_event)
-
-    async def shutdown(self) -> int:
-        await self.send(self.ante.shutdown())
-        await self.stdin.aclose()
-        assert await self.until(type(None)) == []  # SessionEnd and Goodbye are nobody's turn
-        return await self.process.wait()
+            await agent.close()
 
 
-def reply(events: list[Any]) -> str:
-    [answer] = [event.text for event in events if isinstance(event, ReplyEvent)]
-    return answer
+def collect(into: list[Any]) -> Callable[[Any], None]:
+    return into.append
 
 
-async def test_one_daemon_takes_several_turns_and_a_killed_ones_session_resumes_without_its_history(tmp_path):
+def partial_text(events: list[Any]) -> str:
+    return "".join(event.text for event in events if isinstance(event, PartialEvent))
+
+
+async def test_one_warm_process_takes_several_turns(sample):
+    events: list[Any] = []
     with trio.fail_after(TURN_DEADLINE):
-        async with Daemon.running(tmp_path) as (daemon, events):
-            [started] = events
-            session_id = started.session_id
-            first = await daemon.turn("think about it")
-            assert [event for event in first if isinstance(event, ActivityEvent)] == [
-                ActivityEvent("thinking", text="Let me "), ActivityEvent("thinking", text="think.")]
-            assert reply(first) == "You said: think about it." and first[-1] == TurnEnd("Completed")
-            second = await daemon.turn("and again")
-            assert reply(second) == ("You said: and again. I remember 1 earlier message(s); the last was: think "
-                                     "about it.")
-            assert [event.usage for event in second if isinstance(event, UsageEvent)] == [
-                Usage(input_tokens=45, output_tokens=20, total_tokens=65)]  # the session's running totals
-            daemon.process.kill()
-
-        async with Daemon.running(tmp_path, session_id) as (resumed, events):
-            assert events == [Ready(session_id)]
-            third = await resumed.turn("one more")
-            assert reply(third) == "You said: one more. I remember 2 earlier message(s); the last was: and again."
-            partials = "".join(event.text for event in third if isinstance(event, PartialEvent))
-            assert partials == reply(third)  # none of the replayed history
-            assert await resumed.shutdown() == 0
+        async with warm(sample) as agent:
+            first = await agent.turn(Turn("think about it"), collect(events))
+            second = await agent.turn(Turn("and again"))
+            pid = agent.pid
+    assert first.ok and first.reply == "You said: think about it."
+    assert first.session_id.startswith("ses_") and second.session_id == first.session_id
+    assert partial_text(events) == first.reply
+    assert [event.text for event in events if isinstance(event, ActivityEvent)] == ["Let me ", "think."]
+    assert second.reply == "You said: and again. I remember 1 earlier message(s); the last was: think about it."
+    assert second.usage == Usage(input_tokens=45, output_tokens=20, total_tokens=65)  # the session's running totals
+    assert_no_live_process([pid])
 
 
-async def test_a_resume_the_daemon_refuses_starts_a_new_session(tmp_path):
+async def test_tools_are_answered_by_the_profiles_policy(sample):
+    events: list[Any] = []
     with trio.fail_after(TURN_DEADLINE):
-        async with Daemon.running(tmp_path, "ses_01ARZ3NDEKTSV4RRFFQ69G5FAV") as (daemon, events):
-            warning, restart, started = events
-            assert isinstance(warning, ProtocolWarning) and isinstance(restart, AgentInput)
-            assert started.session_id.startswith("ses_") and started.session_id != "ses_01ARZ3NDEKTSV4RRFFQ69G5FAV"
-            assert reply(await daemon.turn("hello")) == "You said: hello."
-            assert await daemon.shutdown() == 0
+        result = await bridge.run_turn(sample, Turn("use the tools"), on_event=collect(events))
+    assert result.reply == "Let me check.\n\nBash: skipped. Read: ran. You said: use the tools."
+    decided = [(event.tool, event.status) for event in events
+               if isinstance(event, ActivityEvent) and event.status in ("allowed", "denied", "completed")]
+    assert decided == [("Bash", "denied"), ("Read", "allowed"), ("Bash", "denied"), ("Read", "completed")]
 
 
-async def test_tools_wait_for_every_decision_and_accept_for_session_is_remembered(tmp_path):
-    asked: list[PermissionRequest] = []
+async def test_the_host_decides_and_always_is_remembered_for_the_session(sample):
+    profile = sample.replace(permissions={"default": "ask", "timeout_secs": 5})
+    asked: list[str] = []
 
-    def decide(request: PermissionRequest) -> Decision:
-        asked.append(request)
-        return Decision(allow=True, always=True) if request.tool == "Bash" else DENY
+    def on_event(event: Any) -> None:
+        if isinstance(event, PermissionRequest):
+            asked.append(event.tool)
+            questions.decide(event.request_id, Decision(allow=True, always=True) if event.tool == "Bash" else DENY)
 
     with trio.fail_after(TURN_DEADLINE):
-        async with Daemon.running(tmp_path) as (daemon, _):
-            events = await daemon.turn("use the tools", decide)
-            assert [(request.tool, request.kind, request.title) for request in asked] == [
-                ("Bash", "exec", "ls -la"), ("Read", "read", "README.md")]
-            assert reply(events) == "Let me check.\n\nBash: ran. Read: skipped. You said: use the tools."
-            assert [(event.tool, event.status) for event in events if isinstance(event, ActivityEvent)
-                    and event.status != "started"] == [("Bash", "completed"), ("Read", "denied")]
-            asked.clear()
-            events = await daemon.turn("a tool again", decide)
-            assert asked == []  # Bash was accepted for the session
-            assert reply(events).startswith("Let me check.\n\nBash: ran. You said: a tool again.")
-            assert await daemon.shutdown() == 0
+        async with warm(profile) as agent:
+            questions = bridge.questions.Questions()
+            first = await agent.turn(Turn("use the tools"), on_event, questions=questions)
+            questions = bridge.questions.Questions()
+            second = await agent.turn(Turn("a tool again"), on_event, questions=questions)
+    assert asked == ["Bash", "Read"]  # Bash was not asked again: Ante accepts it for the session
+    assert first.reply.startswith("Let me check.\n\nBash: ran. Read: skipped.")
+    assert second.reply.startswith("Let me check.\n\nBash: ran. You said: a tool again.")
 
 
-async def test_cancel_with_a_pending_pause_and_cancel_mid_text_both_end_the_turn_interrupted(tmp_path):
-    def cancel_when_asked(event: Any) -> bytes:
-        return daemon.ante.cancel() if isinstance(event, PermissionRequest) else b""
+async def test_a_question_nobody_answers_is_a_skip_and_the_turn_goes_on(sample):
+    profile = sample.replace(permissions={"default": "ask", "timeout_secs": 0.2})
+    with trio.fail_after(TURN_DEADLINE):
+        result = await bridge.run_turn(profile, Turn("a tool"), on_event=lambda event: None)
+    assert result.ok and result.reply.startswith("Let me check.\n\nBash: skipped.")
 
-    def cancel_after_the_first_words(event: Any) -> bytes:
-        return daemon.ante.cancel() if isinstance(event, PartialEvent) else b""
+
+async def test_cancel_interrupts_the_turn_pending_questions_and_all_and_the_agent_stays_warm(sample):
+    profile = sample.replace(permissions={"default": "ask", "timeout_secs": 30})
+    cancel = trio.Event()
+
+    def cancel_when(kind: type) -> Callable[[Any], None]:
+        return lambda event: cancel.set() if isinstance(event, kind) else None
 
     with trio.fail_after(TURN_DEADLINE):
-        async with Daemon.running(tmp_path) as (daemon, _):
-            events = await daemon.turn("use the tools and wait", on_event=cancel_when_asked)
-            assert events[-1] == TurnEnd("Interrupted")
-            assert [(event.tool, event.status) for event in events if isinstance(event, ActivityEvent)
-                    and event.status != "started"] == [("Bash", "denied"), ("Read", "denied")]
-            events = await daemon.turn("wait for it", on_event=cancel_after_the_first_words)
-            assert events[-1] == TurnEnd("Interrupted") and not any(isinstance(event, ErrorEvent) for event in events)
-            assert reply(await daemon.turn("still there?")).startswith("You said: still there?")
-            assert await daemon.shutdown() == 0
+        async with warm(profile) as agent:
+            asked = await agent.turn(Turn("use the tools and wait"), cancel_when(PermissionRequest), cancel=cancel)
+            cancel = trio.Event()
+            waiting = await agent.turn(Turn("wait for it"), cancel_when(PartialEvent), cancel=cancel)
+            after = await agent.turn(Turn("still there?"))
+            assert agent.alive
+    for result in (asked, waiting):
+        assert (result.outcome, result.exit_code) == ("cancelled", 130)
+    assert after.ok and after.reply.startswith("You said: still there?")
 
 
-async def test_a_failing_turn_and_a_crash_mid_turn(tmp_path):
+async def test_a_timeout_interrupts_the_turn_and_the_agent_stays_warm(sample):
     with trio.fail_after(TURN_DEADLINE):
-        async with Daemon.running(tmp_path, settings=AnteSettings(streaming=False)) as (daemon, _):
-            events = await daemon.turn("fail please")
-            assert events[-2:] == [ErrorEvent("make-believe provider failure: rate limited"), TurnEnd("Error")]
-            assert reply(await daemon.turn("whole")).startswith("You said: whole.")
-            events = await daemon.turn("crash now")
-            assert events[-1] == ErrorEvent(
-                "Ante's output ended before the turn finished (it exited or was killed)", unfinished=True)
-            assert await daemon.process.wait() == 3
+        async with warm(sample.replace(timeout_secs=0.5)) as agent:
+            stopped = await agent.turn(Turn("wait for it"))
+            after = await agent.turn(Turn("next"))
+    assert (stopped.outcome, stopped.exit_code) == ("timeout", 124)
+    assert after.ok
+
+
+async def test_a_killed_agents_session_resumes_in_a_new_process_without_its_history_as_output(sample):
+    events: list[Any] = []
+    with trio.fail_after(TURN_DEADLINE):
+        async with warm(sample) as agent:
+            first = await agent.turn(Turn("think about it"))
+            await agent.turn(Turn("use the tools"))
+            pid = agent.pid
+            os.kill(pid, signal.SIGKILL)
+        async with warm(sample, first.session_id) as resumed:
+            assert resumed.session_id == first.session_id
+            third = await resumed.turn(Turn("one more"), collect(events))
+    assert third.ok and third.session_id == first.session_id
+    assert third.reply == "You said: one more. I remember 2 earlier message(s); the last was: use the tools."
+    assert partial_text(events) == third.reply  # the replayed history is nobody's output
+    assert not any(isinstance(event, (ActivityEvent, ErrorEvent, PermissionRequest)) for event in events)
+
+
+async def test_run_turn_resumes_the_stored_session_and_a_session_ante_lost_starts_anew(sample):
+    with trio.fail_after(TURN_DEADLINE):
+        first = await bridge.run_turn(sample, Turn("hello"))
+        second = await bridge.run_turn(sample, Turn("again", session_id=first.session_id))
+        lost = await bridge.run_turn(sample, Turn("anyone?", session_id="ses_01ARZ3NDEKTSV4RRFFQ69G5FAV"))
+    assert second.session_id == first.session_id and "I remember 1 earlier message(s)" in second.reply
+    assert lost.ok and lost.reply == "You said: anyone?."
+    assert lost.session_id.startswith("ses_") and lost.session_id not in (first.session_id, SESSION)
+
+
+async def test_a_failed_turn_and_a_crash_mid_turn(sample):
+    with trio.fail_after(TURN_DEADLINE):
+        async with warm(sample.replace(ante={"streaming": False})) as agent:
+            failed = await agent.turn(Turn("fail please"))
+            fine = await agent.turn(Turn("whole"))
+            crashed = await agent.turn(Turn("crash now"))
+            assert not agent.alive
+    assert (failed.outcome, failed.error) == ("agent_error", "make-believe provider failure: rate limited")
+    assert fine.ok and fine.partials == 1  # not streamed: the message came whole
+    assert (crashed.outcome, crashed.exit_code) == ("agent_error", 3)
+    assert crashed.error == "Ante's output ended before the turn finished (it exited or was killed)"
+
+
+async def test_the_ready_profile_of_the_real_ante_runs_unchanged(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ante").write_text(f"#!/bin/sh\nexec {PYTHON} {SAMPLE} \"$@\"\n")
+    (bin_dir / "ante").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    profile = bridge.load_profile(CLI_PROFILES / "ante.yaml", cache=False)
+    with trio.fail_after(TURN_DEADLINE):
+        first = await bridge.run_turn(profile, Turn("-n use the tools"))
+        second = await bridge.run_turn(profile, Turn("and then?", session_id=first.session_id))
+    assert first.reply == "Let me check.\n\nBash: skipped. Read: ran. You said: -n use the tools."
+    assert second.session_id == first.session_id and "the last was: -n use the tools" in second.reply
+    assert (tmp_path / ".ante-like" / "sessions" / f"{first.session_id}.jsonl").exists()
+
+
+def test_run_on_the_command_line(tmp_path):
+    profile = tmp_path / "ante.yaml"
+    profile.write_text((PROFILES / "ante.yaml").read_text().replace("{{PROFILE_DIR}}", str(PROFILES))
+                       + f"env: {{ANTE_HOME: {json.dumps(str(tmp_path))}}}\n")
+    done = subprocess.run([AGENT_BRIDGE, "run", str(profile), "--json", "think, then a tool"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    *events, result = [json.loads(line) for line in done.stdout.splitlines()]
+    assert result["reply"] == "Let me check.\n\nBash: skipped. You said: think, then a tool."
+    assert {"event": "activity", "activity": "thinking", "text": "Let me "} in events
+    assert [event["status"] for event in events if event.get("tool") == "Bash"] == ["started", "denied", "denied"]

@@ -63,8 +63,18 @@ from ..turn import Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
 from .coding_agents import THINKING_CHARS, TITLE_CHARS, Paragraphs, output_excerpt, tool_title
-from .events import ActivityEvent, AgentInput, ErrorEvent, Event, ProtocolWarning, Ready, ReplyEvent, TurnEnd, Usage, \
-    UsageEvent
+from .events import (
+    ActivityEvent,
+    AgentInput,
+    ErrorEvent,
+    Event,
+    ProtocolWarning,
+    Ready,
+    ReplyEvent,
+    TurnEnd,
+    Usage,
+    UsageEvent,
+)
 from .settings import AnteSettings
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -72,6 +82,7 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _TOOL_KINDS = {"Read": "read", "Grep": "search", "Glob": "search", "Edit": "edit", "MultiEdit": "edit",
                "Write": "edit", "NotebookEdit": "edit", "Bash": "exec", "WebFetch": "fetch", "WebSearch": "fetch"}
 _TOOL_STATUSES = {"Completed": "completed", "Failed": "failed", "Denied": "denied", "Cancelled": "failed"}
+_OPEN_CALLS = 10_000  # tool calls remembered until they end, per turn; more than any agent keeps in flight
 _NO_TURN = Turn()  # the base class keeps a turn; a warm dialect's turns come later, through prompt()
 _UNFINISHED = "Ante's output ended before the turn finished (it exited or was killed)"
 
@@ -324,7 +335,7 @@ class Ante(JsonLinesDialect):
     def _tool_start(self, body: Mapping[str, Any]) -> list[Event]:
         call_id, tool, arguments = text_of(body.get("id")), text_of(body.get("name")), _arguments(body)
         title = tool_title(arguments)
-        if call_id:
+        if call_id and len(self._tools) < _OPEN_CALLS:
             self._tools[call_id] = (tool, title)
         self._text.pause()
         return [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
