@@ -32,7 +32,6 @@ from bridge import Turn
 from bridge.dialects import (
     PROTOCOLS,
     ActivityEvent,
-    AgentInput,
     DialectContext,
     ErrorEvent,
     LineCut,
