@@ -41,7 +41,7 @@ from .events import (
     UsageEvent,
 )
 from .framing import LineSplitter
-from .settings import ClaudeStreamSettings, JsonSettings, NoSettings
+from .settings import AnteSettings, ClaudeStreamSettings, JsonSettings, NoSettings
 
 
 class ProtocolInfo(NamedTuple):
@@ -96,6 +96,10 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
     "codex-exec": ProtocolInfo("codex_exec", "CodexExec", JsonSettings,
                                summary="`codex exec --json`: the message in argv, stdin closed at once; thread id, "
                                "agent messages, reasoning, commands, file changes, plan, usage and errors out"),
+    "ante": ProtocolInfo("ante", "Ante", AnteSettings, warm=True,
+                         summary="Ante's `serve --stdio`, kept warm per conversation: StartSession/ResumeSession, "
+                         "UserInput → MessageDelta… → TurnEnd; tool approvals (TurnPause ↔ ApprovalResponse), "
+                         "Interrupt, Shutdown; a resumed session's replayed history is dropped"),
 }
 
 
@@ -114,6 +118,7 @@ __all__ = [
     "MAX_SESSION_ID_CHARS",
     "PARTIAL_PREFIX",
     "PROTOCOLS",
+    "AnteSettings",
     "ClaudeStreamSettings",
     "JsonSettings",
     "NoSettings",
