@@ -54,12 +54,13 @@ async def ask(request: PermissionRequest, stream: TurnStream, printer: HumanPrin
             printer.notice(f"denied {what} (nobody at a terminal to ask)", DIM)
         stream.decide(request.request_id, False)
         return
+    earlier = reader.set_aside()  # lines typed before the question are no answer to it
     printer.prompt(f"the agent asks to run {what}. Allow? [y]es / [a]lways / [N]o ")
     answered = False
 
     async def read_answer(scope: trio.CancelScope) -> None:
         nonlocal answered
-        line = await reader.answer()  # None: end of input, a deny
+        line = await reader.readline()  # None: end of input, a deny
         answered = True
         scope.cancel()
         text = line[0].strip().lower() if line is not None else ""
@@ -72,6 +73,7 @@ async def ask(request: PermissionRequest, stream: TurnStream, printer: HumanPrin
             await stream.settled(request.request_id)
             nursery.cancel_scope.cancel()
     finally:
+        reader.put_back(earlier)
         printer.answered(typed=answered)
     if not answered:
         printer.notice("the agent no longer waits for an answer: denied", DIM)
@@ -99,17 +101,18 @@ class LineReader:
             self._read()
         return self.ready.popleft()
 
-    async def answer(self) -> tuple[str, bool] | None:
-        """The next line typed from now on, as `readline`. Lines typed before — the next message, typed
-        while the agent worked — are no answer: they stay, in order, for the `readline` after."""
+    def set_aside(self) -> list[tuple[str, bool]]:
+        """Take every complete line typed so far out of the way (the next message, typed while the agent
+        worked), so that `readline` waits for a line typed from now on; `put_back` returns them."""
         while not self.eof and select.select([self.fd], [], [], 0)[0]:
             self._read()
         earlier = list(self.ready)
         self.ready.clear()
-        try:
-            return await self.readline()
-        finally:
-            self.ready.extendleft(reversed(earlier))
+        return earlier
+
+    def put_back(self, lines: list[tuple[str, bool]]) -> None:
+        """Lines `set_aside` took, back in front of whatever was typed since."""
+        self.ready.extendleft(reversed(lines))
 
     def _read(self) -> None:
         chunk = os.read(self.fd, READ_CHUNK)
