@@ -97,7 +97,8 @@ class Aionrs(JsonLinesDialect):
                  "_held_error")
 
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
-        super().__init__(context, Turn())
+        # Neither is written to aionrs: it resumes a session by argv (`resume_args`) and works in its process's cwd.
+        super().__init__(context, Turn())  # `self.turn`: the turn in progress, or the last one
         self._ready = False
         self._turns = 0
         self._msg_id = ""  # the turn in progress; "" between turns
