@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import PYTHON, SAMPLE_AGENTS, TURN_DEADLINE
+from conftest import PROFILES, PYTHON, SAMPLE_AGENTS, TURN_DEADLINE, assert_no_live_process
 
 import bridge
 from bridge import Turn
@@ -41,7 +41,9 @@ from bridge.dialects import (
 from bridge.dialects.aionrs import NOT_READY, UNFINISHED, Aionrs
 from bridge.dialects.events import Ready, TurnEnd
 from bridge.permissions import Decision, PermissionRequest
+from bridge.questions import Questions
 from bridge.turn import Attachment
+from bridge.warm import WarmAgent
 
 AGENT = SAMPLE_AGENTS / "aionrs_like.py"
 CONTEXT = DialectContext(settings=JsonSettings(), permissions=True)
@@ -172,7 +174,9 @@ def test_before_ready_only_an_error_counts_and_the_end_says_it_never_got_ready()
                           b'{"type":"error","msg_id":null,"error":{"code":"config_error","message":'
                           b'"ANTHROPIC_API_KEY not set","retryable":false}}\n')
     assert events == [ErrorEvent("ANTHROPIC_API_KEY not set")]
-    assert dialect.close() == [ErrorEvent(NOT_READY, unfinished=True)]
+    assert dialect.close() == []  # its own words say why better than the dialect could
+    silent = Aionrs(CONTEXT, session_id="gone", cwd="/tmp")
+    assert silent.close() == [ErrorEvent(NOT_READY, unfinished=True)]
 
 
 # --------------------------------------------------------------------------- a turn
@@ -634,3 +638,172 @@ async def test_sessions_disabled_and_an_unknown_session(tmp_path: Path) -> None:
             assert reply_of(await chat.turn("no memory")) == "You said: no memory"
         async with conversation(tmp_path, session_id="never-was") as chat:
             assert await chat.until((Ready,)) == [ErrorEvent(NOT_READY, unfinished=True)]
+
+
+# --------------------------------------------------------------------------- through the public API
+
+
+@pytest.fixture
+def ready_profile(tmp_path: Path) -> Callable[..., bridge.Profile]:
+    """profiles/aionrs.yaml as shipped, its sessions kept under tmp_path and its words sent without delay."""
+
+    def make(**env: str) -> bridge.Profile:
+        profile = bridge.load_profile(PROFILES / "aionrs.yaml", cache=False)
+        return profile.replace(env={**profile.env, "STREAM_DELAY": "0", "AIONRS_LIKE_STATE_DIR": str(tmp_path),
+                                    **env}, kill_grace_secs=2)
+
+    return make
+
+
+def recorder(into: list[Any]) -> Callable[[Any], None]:
+    return into.append
+
+
+async def test_one_warm_process_holds_the_conversation_and_the_policy_answers_its_tools(
+        ready_profile: Callable[..., bridge.Profile]) -> None:
+    seen: list[Any] = []
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(ready_profile())
+            await agent.start(nursery)
+            pid = agent.pid
+            first = await agent.turn(Turn("hello think"), recorder(seen))
+            # The profile allows read tools and denies exec ones, without asking anybody.
+            tools = await agent.turn(Turn("look tool=Read tool=Bash"), recorder(seen))
+            assert agent.pid == pid and agent.alive
+            await agent.close()
+    assert first.ok and first.reply == "You said: hello think"
+    assert first.session_id == tools.session_id == agent.session_id != ""
+    assert [event.text for event in seen if isinstance(event, PartialEvent)][:3] == ["You", " said:", " hello"]
+    assert ActivityEvent("thinking", text="The user wrote 2 word(s).") in seen
+    assert tools.ok and tools.reply == (
+        "Let me use Read, Bash.\n\nYou said: look tool=Read tool=Bash\n(Read was allowed)\n"
+        "(Bash was denied: Bash is not allowed by the profile)\n(last time you said: hello think)")
+    assert [(event.tool, event.status) for event in seen if isinstance(event, ActivityEvent)
+            and event.activity == "tool"] == [("Read", "allowed"), ("Bash", "denied"), ("Read", "started"),
+                                              ("Read", "completed")]
+    assert first.usage == Usage(input_tokens=10 + 2, output_tokens=4, cached_input_tokens=10, total_tokens=16)
+    assert tools.usage is not None and tools.usage.input_tokens == 12 + 10 + 3  # the session's running total
+    assert_no_live_process([pid])
+
+
+async def test_a_question_the_profile_asks_goes_to_the_host_and_always_sticks_for_the_session(
+        ready_profile: Callable[..., bridge.Profile]) -> None:
+    asked: list[PermissionRequest] = []
+
+    def host(questions: Questions) -> Callable[[Any], None]:
+        def on_event(event: Any) -> None:
+            if isinstance(event, PermissionRequest):
+                asked.append(event)
+                questions.decide(event.request_id, Decision(allow=True, always=True))
+        return on_event
+
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(ready_profile())
+            await agent.start(nursery)
+            questions = Questions()
+            wrote = await agent.turn(Turn("save tool=Write"), host(questions), questions=questions)
+            questions = Questions()
+            edited = await agent.turn(Turn("change tool=Edit"), host(questions), questions=questions)
+            await agent.close()
+    # Write is an edit tool, which the profile asks the host about; "always" approved edits for the session.
+    assert [(request.tool, request.kind, request.title) for request in asked] == [
+        ("Write", "edit", "Write notes.txt")]
+    assert "(Write was allowed for the session)" in wrote.reply
+    assert edited.ok and "(Edit was allowed)" in edited.reply
+
+
+async def test_a_cancel_while_a_question_is_open_stops_the_turn_and_the_agent_takes_the_next(
+        ready_profile: Callable[..., bridge.Profile]) -> None:
+    cancel = trio.Event()
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, PermissionRequest):
+            cancel.set()  # the host cancels instead of answering
+
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(ready_profile())
+            await agent.start(nursery)
+            stopped = await agent.turn(Turn("save tool=Write"), on_event, cancel=cancel)
+            assert agent.alive  # the agent ended the stream; its process goes on
+            after = await agent.turn(Turn("still there?"))
+            await agent.close()
+    assert (stopped.outcome, stopped.exit_code) == ("cancelled", 130)
+    assert after.ok and after.reply == "You said: still there?\n(last time you said: save tool=Write)"
+
+
+async def test_aionrs_0_2_ends_on_stop_and_the_next_turn_resumes_in_a_new_process(
+        ready_profile: Callable[..., bridge.Profile]) -> None:
+    profile = ready_profile(AIONRS_LIKE_EXIT_ON_STOP="1")
+    cancel = trio.Event()
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, PartialEvent):
+            cancel.set()
+
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile)
+            await agent.start(nursery)
+            stopped = await agent.turn(Turn("hold on"), on_event, cancel=cancel)
+            assert not agent.alive
+            await agent.close()
+        resumed = await bridge.run_turn(profile, Turn("back", session_id=stopped.session_id))
+    assert (stopped.outcome, stopped.exit_code, stopped.error) == ("cancelled", 130, "")
+    assert resumed.ok and resumed.reply == "You said: back\n(last time you said: hold on)"
+
+
+async def test_a_timeout_stops_the_turn_and_the_agent_stays_warm(ready_profile: Callable[..., bridge.Profile]) -> None:
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(ready_profile().replace(timeout_secs=0.5))
+            await agent.start(nursery)
+            held = await agent.turn(Turn("hold"))
+            after = await agent.turn(Turn("next"))
+            await agent.close()
+    assert (held.outcome, held.exit_code) == ("timeout", 124)
+    assert after.ok and after.reply.startswith("You said: next")
+
+
+async def test_a_conversation_resumes_after_its_process_was_killed(ready_profile: Callable[..., bridge.Profile]) -> None:
+    profile = ready_profile()
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile)
+            await agent.start(nursery)
+            first = await agent.turn(Turn("remember me"))
+            assert agent.pid is not None
+            os.kill(agent.pid, signal.SIGKILL)
+            await agent.close()  # reaps it
+            assert not agent.alive and agent.returncode == -signal.SIGKILL
+            again = WarmAgent(profile, session_id=first.session_id)
+            await again.start(nursery)
+            resumed = await again.turn(Turn("who am I"))
+            await again.close()
+    assert resumed.ok and resumed.session_id == first.session_id
+    assert resumed.reply == "You said: who am I\n(last time you said: remember me)"
+
+
+async def test_run_turn_starts_an_agent_per_turn_and_resumes_the_stored_session(
+        ready_profile: Callable[..., bridge.Profile]) -> None:
+    profile = ready_profile()
+    with trio.fail_after(TURN_DEADLINE):
+        first = await bridge.run_turn(profile, Turn("one"))
+        second = await bridge.run_turn(profile, Turn("two", session_id=first.session_id))
+        unknown = await bridge.run_turn(profile, Turn("three", session_id="never-was"))
+        failed = await bridge.run_turn(profile, Turn("fail", session_id=first.session_id))
+    assert first.ok and second.ok and first.session_id == second.session_id
+    assert second.reply == "You said: two\n(last time you said: one)"
+    assert unknown.outcome == "spawn_failed" and NOT_READY in unknown.error_reply
+    assert "Session 'never-was' not found" in unknown.stderr_tail
+    assert (failed.outcome, failed.error) == ("agent_error", "the model is not available (make-believe)")
+
+
+def test_agent_bridge_run_drives_the_ready_profile(tmp_path: Path) -> None:
+    done = subprocess.run([str(Path(PYTHON).parent / "agent-bridge"), "run", str(PROFILES / "aionrs.yaml"),
+                           "hello tool=Read"], capture_output=True, text=True, timeout=TURN_DEADLINE,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["Let me use Read.", "", "You said: hello tool=Read", "(Read was allowed)"]

@@ -94,7 +94,7 @@ class Aionrs(JsonLinesDialect):
     name: ClassVar[str] = "aionrs"
     Settings: ClassVar[type] = JsonSettings
     __slots__ = ("_ready", "_turns", "_msg_id", "_began", "_stopping", "_text", "_tools", "_calls",
-                 "_held_error")
+                 "_held_error", "_start_failed")
 
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         # Neither is written to aionrs: it resumes a session by argv (`resume_args`) and works in its process's cwd.
@@ -108,6 +108,7 @@ class Aionrs(JsonLinesDialect):
         self._tools = ToolCalls()
         self._calls: dict[str, _Call] = {}
         self._held_error = ""  # a retryable error no text followed yet
+        self._start_failed = False  # aionrs said why it could not start
 
     # ------------------------------------------------------------------ what the bridge writes
 
@@ -191,7 +192,7 @@ class Aionrs(JsonLinesDialect):
 
     def finish(self) -> list[Event]:
         if not self._ready:
-            return [ErrorEvent(NOT_READY, unfinished=True)]
+            return [] if self._start_failed else [ErrorEvent(NOT_READY, unfinished=True)]
         if not self._msg_id:
             return []
         events: list[Event] = []
@@ -224,6 +225,7 @@ class Aionrs(JsonLinesDialect):
         if kind != "error":
             return []
         if not self._ready:  # aionrs could not start: its fatal error (config_error, say) is why
+            self._start_failed = True
             return [ErrorEvent(_error_text(message))]
         code = _error_code(message)
         return [ProtocolWarning(f"aionrs reported an error between turns ({code or 'no code'}); ignored")]
