@@ -10,7 +10,7 @@ echoes the message, and a tool "runs" by printing what it would have done.
   exists), `--resume ID` (or `latest`) loads one and replays nothing; both together are an error, as is an
   unknown id (a line on stderr, exit 1, no ready). Sessions are files in $AIONRS_LIKE_STATE_DIR.
 - `message{msg_id, content | input, files}` → `stream_start`, `text_delta`s, `stream_end{usage}`. The text is
-  read from `content` (aionrs since April 2026) or `input` (before, and the seed document). With
+  read from `content` (aionrs since 0.1.11) or `input` (up to 0.1.10, and the seed document). With
   AIONRS_LIKE_FIELD=content (or input) it reads only that field and drops a message without it silently, as
   aionrs drops a command it cannot parse. A `message` while another runs is ignored, as aionrs does.
 - Words in the message script the turn:

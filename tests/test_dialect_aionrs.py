@@ -111,8 +111,8 @@ def test_the_message_carries_the_text_as_content_and_as_input_with_a_fresh_msg_i
     dialect = Aionrs(CONTEXT, session_id="", cwd="/tmp")
     dialect.feed(READY)
     first = dialect.prompt(Turn('héllo "you"\nbye'))
-    # content: what aionrs reads since April 2026 and AionUi sends; input: the seed document's (and older aionrs's)
-    # name. serde ignores the field it does not know, so both kinds of agent take the same line.
+    # content: what aionrs reads since 0.1.11 and AionUi sends; input: its name up to 0.1.10 and the seed
+    # document's. serde ignores the field it does not know, so both kinds of agent take the same line.
     assert first == ('{"type":"message","msg_id":"bridge-1","content":"héllo \\"you\\"\\nbye",'
                      '"input":"héllo \\"you\\"\\nbye"}\n').encode()
     dialect.feed(b'{"type":"stream_end","msg_id":"bridge-1"}\n')
@@ -192,7 +192,8 @@ def test_a_turn_streams_partials_thinking_and_ends_with_the_reply_and_usage() ->
 def test_any_split_of_a_transcript_gives_the_same_events(transcript: bytes) -> None:
     whole = started().feed(transcript)
     dialect = started()
-    one_byte_at_a_time = [event for index in range(len(transcript)) for event in dialect.feed(transcript[index:index + 1])]
+    one_byte_at_a_time = [event for index in range(len(transcript))
+                          for event in dialect.feed(transcript[index:index + 1])]
     assert one_byte_at_a_time == whole
     for cut in range(0, len(transcript) + 1, 7):
         dialect = started()
@@ -767,7 +768,8 @@ async def test_a_timeout_stops_the_turn_and_the_agent_stays_warm(ready_profile: 
     assert after.ok and after.reply.startswith("You said: next")
 
 
-async def test_a_conversation_resumes_after_its_process_was_killed(ready_profile: Callable[..., bridge.Profile]) -> None:
+async def test_a_conversation_resumes_after_its_process_was_killed(
+        ready_profile: Callable[..., bridge.Profile]) -> None:
     profile = ready_profile()
     with trio.fail_after(TURN_DEADLINE):
         async with trio.open_nursery() as nursery:

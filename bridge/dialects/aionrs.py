@@ -15,12 +15,13 @@ own source (crates/aion-protocol, crates/aion-cli/src/json_stream, 0.2.10).
   made fresh for each turn; every event of another msg_id is dropped (a
   missing or null msg_id counts as the turn's own: aionrs's engine errors
   carry none). The text goes in both `content` (what aionrs reads since
-  0.1.x, April 2026, and what AionUi sends) and `input` (the older name, still
-  in the seed document); each side ignores the field it does not know, so one
-  line serves every version. Attachments that are local files (a path or a
-  file:// URL) go in `files`, which aionrs lists to its model under
-  "[Attached files]"; other URLs are listed the same way at the end of the
-  text, under "[Attached URLs]", so they are never lost.
+  0.1.11, and what AionUi sends) and `input` (its name up to 0.1.10, still in
+  the seed document): aionrs ignores a field it does not know and silently
+  drops a command without the one it needs, so one line serves every version.
+  Attachments that are local files (a path or a file:// URL) go in `files`,
+  which aionrs lists to its model under "[Attached files]"; other URLs are
+  listed the same way at the end of the text, under "[Attached URLs]", so
+  they are never lost.
 - `text_delta` → partials; the reply is their text, with a blank line where
   it resumes after a tool call. `thinking` → thinking activity.
 - `tool_request` → one `PermissionRequest` (kind from its category: info →
@@ -28,7 +29,8 @@ own source (crates/aion-protocol, crates/aion-cli/src/json_stream, 0.2.10).
   (scope `always` for a `Decision.always`) or `tool_deny` with the reason.
   `tool_running`, `tool_result` and `tool_cancelled` are tool activity (a
   cancel the bridge itself asked for is not reported twice).
-- `stream_end` → the reply, its usage, `TurnEnd`.
+- `stream_end` → the reply, its usage (aionrs 0.2.10 reports the session's
+  running total, kept across `--resume`), `TurnEnd`.
 - `error`: the turn fails with its message. A `retryable` one does not end
   the turn: the agent may go on, and when its text continues after the error
   the turn stands; otherwise the error fails it when the turn ends. An error
