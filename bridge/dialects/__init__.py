@@ -41,7 +41,7 @@ from .events import (
     UsageEvent,
 )
 from .framing import LineSplitter
-from .settings import ClaudeStreamSettings, JsonSettings, NoSettings
+from .settings import AnteSettings, ClaudeStreamSettings, JsonSettings, NoSettings
 
 
 class ProtocolInfo(NamedTuple):
@@ -100,6 +100,10 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
                            summary="`aionrs --json-stream`, one process per conversation: ready → message → "
                            "stream_start, text_delta, thinking, tool_request ↔ tool_approve/tool_deny, tool "
                            "activity → stream_end; stop cancels; the session resumes with --resume"),
+    "ante": ProtocolInfo("ante", "Ante", AnteSettings, warm=True,
+                         summary="Ante's `serve --stdio`, kept warm per conversation: StartSession/ResumeSession, "
+                         "UserInput → MessageDelta… → TurnEnd; tool approvals (TurnPause ↔ ApprovalResponse), "
+                         "Interrupt, Shutdown; a resumed session's replayed history is dropped"),
 }
 
 
@@ -118,6 +122,7 @@ __all__ = [
     "MAX_SESSION_ID_CHARS",
     "PARTIAL_PREFIX",
     "PROTOCOLS",
+    "AnteSettings",
     "ClaudeStreamSettings",
     "JsonSettings",
     "NoSettings",
