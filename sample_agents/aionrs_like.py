@@ -18,9 +18,9 @@ echoes the message, and a tool "runs" by printing what it would have done.
   every `tool_approve`/`tool_deny`); Read, Glob, Grep are `info`, Write, Edit `edit`, Bash, ExecCommand,
   Spawn `exec`, any other name `mcp`. A denial is a `tool_cancelled` with the reason; `scope: always`
   approves the tool's category for the rest of the session; `--auto-approve` or `set_mode` yolo skips asking.
-  `think`: a `thinking` event first. `hold`: waits for `stop` after its first words. `rate-limit`: a
-  retryable provider_error and no text. `flaky`: a retryable provider_error, an `info` that it retries, then
-  the answer. `fail`: an engine error (no msg_id, as aionrs's engine reports one), then `stream_end`.
+  `think`: a `thinking` event first, which says how many messages this process has taken. `hold`: waits for
+  `stop` after its first words. `rate-limit`: a retryable provider_error and no text. `flaky`: a retryable
+  provider_error, an `info` that it retries, then the answer. `fail`: an engine error (no msg_id, as aionrs's engine reports one), then `stream_end`.
   `crash`: exits (3) in the middle of the turn. `garbage`: a line on stdout that is not JSON.
 - The reply says "You said: …", what each tool got, and what was said in the turn before (from the session).
 - `stop`: pending tool requests are cancelled and the stream ends with `stream_end`, as the protocol document
@@ -126,6 +126,7 @@ class Agent:
                             else self.sessions.create(options.session_id))
         self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.answers: dict[str, dict[str, Any]] = {}  # call id → its tool_approve / tool_deny
+        self.turns = 0  # messages this process took (its `think` says which one it is on)
         self.stopped = False
         self.ended = False  # stdin reached its end
         threading.Thread(target=self.read_commands, daemon=True).start()
@@ -227,6 +228,7 @@ class Agent:
             return True
         self.stopped = False
         self.answers.clear()
+        self.turns += 1
         words = text.split()
         previous = self.last_user_message()
         self.remember("user", text)
@@ -236,7 +238,8 @@ class Agent:
                 sys.stdout.write("this line is not JSON\n")
                 sys.stdout.flush()
         if "think" in words:
-            send({"type": "thinking", "text": f"The user wrote {len(words)} word(s).", "msg_id": msg_id})
+            send({"type": "thinking", "text": f"Turn {self.turns} of this process; the user wrote {len(words)} "
+                  "word(s).", "msg_id": msg_id})
         if "crash" in words:
             send({"type": "text_delta", "text": "Something is wrong", "msg_id": msg_id})
             os._exit(3)

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import textwrap
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import PROFILES, PYTHON, SAMPLE_AGENTS, TURN_DEADLINE, assert_no_live_process
+from conftest import PROFILES, PYTHON, SAMPLE_AGENTS, TURN_DEADLINE, assert_no_live_process, process_state
 
 import bridge
 from bridge import Turn
@@ -521,7 +522,7 @@ async def test_one_process_takes_several_turns_and_a_new_one_resumes_the_session
         async with conversation(tmp_path) as chat:
             session_id = ready_id(await chat.until((Ready,)))
             first = await chat.turn("hello think")
-            assert ActivityEvent("thinking", text="The user wrote 2 word(s).") in first
+            assert ActivityEvent("thinking", text="Turn 1 of this process; the user wrote 2 word(s).") in first
             assert reply_of(first) == "You said: hello think"
             assert "".join(event.text for event in first if isinstance(event, PartialEvent)) == reply_of(first)
             second = await chat.turn("and again")
@@ -676,7 +677,7 @@ async def test_one_warm_process_holds_the_conversation_and_the_policy_answers_it
     assert first.ok and first.reply == "You said: hello think"
     assert first.session_id == tools.session_id == agent.session_id != ""
     assert [event.text for event in seen if isinstance(event, PartialEvent)][:3] == ["You", " said:", " hello"]
-    assert ActivityEvent("thinking", text="The user wrote 2 word(s).") in seen
+    assert ActivityEvent("thinking", text="Turn 1 of this process; the user wrote 2 word(s).") in seen
     assert tools.ok and tools.reply == (
         "Let me use Read, Bash.\n\nYou said: look tool=Read tool=Bash\n(Read was allowed)\n"
         "(Bash was denied: Bash is not allowed by the profile)\n(last time you said: hello think)")
@@ -809,3 +810,109 @@ def test_agent_bridge_run_drives_the_ready_profile(tmp_path: Path) -> None:
                           env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["Let me use Read.", "", "You said: hello tool=Read", "(Read was allowed)"]
+
+
+# --------------------------------------------------------------------------- in a host, and in chat
+
+
+@pytest.fixture
+def host_profiles(tmp_path: Path) -> Path:
+    """A profiles directory with `aionrs`: the sample agent, the ready profile's policy, sessions under tmp_path.
+
+    `--project-dir` (an aionrs flag the stand-in ignores) marks its processes' argv with tmp_path, so the test
+    can find them.
+    """
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "aionrs.yaml").write_text(textwrap.dedent(f"""\
+        protocol: aionrs
+        command: [{PYTHON}, {AGENT}, --json-stream, --project-dir, {tmp_path}]
+        resume_args: ["--resume={{{{SESSION_ID}}}}"]
+        kill_grace_secs: 2
+        env: {{AIONRS_LIKE_STATE_DIR: {tmp_path / "sessions"}, STREAM_DELAY: "0"}}
+        permissions: {{default: deny, allow: [read], ask: [edit], deny: [exec], timeout_secs: 5}}
+    """))
+    return profiles
+
+
+def agent_pids(marker: Path) -> list[int]:
+    """The live processes whose argv names `marker`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(marker).encode() in argv and str(AGENT).encode() in argv and process_state(int(entry.name)) != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def thoughts(events: list[Any]) -> list[str]:
+    return [event.text for event in events if isinstance(event, ActivityEvent) and event.activity == "thinking"]
+
+
+async def test_the_host_keeps_one_process_per_conversation_and_answers_tools_by_policy_and_by_asking(
+        host_profiles: Path, tmp_path: Path) -> None:
+    seen: list[Any] = []
+    asked: list[str] = []
+
+    def on_permission(request: PermissionRequest) -> bool:
+        asked.append(request.tool)
+        return True
+
+    with trio.fail_after(TURN_DEADLINE):
+        async with bridge.open_host(host_profiles, state=tmp_path / "state.sqlite3") as host:
+            first = await host.submit("aionrs", "chat-1", Turn("hello think"), on_event=seen.append)
+            tools = await host.submit("aionrs", "chat-1", Turn("think tool=Read tool=Bash tool=Write"),
+                                      on_event=seen.append, on_permission=on_permission)
+            other = await host.submit("aionrs", "chat-2", Turn("think"), on_event=seen.append)
+            assert host.stats().warm == 2 and len(agent_pids(tmp_path)) == 2
+    assert thoughts(seen) == ["Turn 1 of this process; the user wrote 2 word(s).",
+                              "Turn 2 of this process; the user wrote 4 word(s).",  # the same process
+                              "Turn 1 of this process; the user wrote 1 word(s)."]  # another conversation's
+    assert asked == ["Write"]  # read is allowed and exec denied by the profile; edit is asked
+    assert first.ok and tools.ok and other.ok and first.session_id == tools.session_id != other.session_id
+    assert tools.reply.endswith("(Read was allowed)\n(Bash was denied: Bash is not allowed by the profile)\n"
+                                "(Write was allowed)\n(last time you said: hello think)")
+    assert agent_pids(tmp_path) == []  # the host said goodbye to both
+
+
+async def test_in_a_host_a_cancel_with_a_question_open_keeps_the_process_and_a_killed_one_is_resumed(
+        host_profiles: Path, tmp_path: Path) -> None:
+    seen: list[Any] = []
+    with trio.fail_after(TURN_DEADLINE):
+        async with bridge.open_host(host_profiles, state=tmp_path / "state.sqlite3") as host:
+            async with trio.open_nursery() as nursery:
+                def on_event(event: Any) -> None:
+                    if isinstance(event, PermissionRequest):
+                        assert host.cancel("t1")  # instead of an answer
+
+                cancelled = await host.submit("aionrs", "chat", Turn("save tool=Write"), on_event=on_event,
+                                              turn_id="t1")
+                nursery.cancel_scope.cancel()
+            kept = await host.submit("aionrs", "chat", Turn("think"), on_event=seen.append)
+            [pid] = agent_pids(tmp_path)
+            os.kill(pid, signal.SIGKILL)
+            while process_state(pid) is not None:  # reaped: the pool knows it is gone
+                await trio.sleep(0.01)
+            resumed = await host.submit("aionrs", "chat", Turn("think again"), on_event=seen.append)
+    assert (cancelled.outcome, cancelled.exit_code) == ("cancelled", 130)
+    assert thoughts(seen) == ["Turn 2 of this process; the user wrote 1 word(s).",  # the cancel kept it
+                              "Turn 1 of this process; the user wrote 2 word(s)."]  # a new process…
+    assert resumed.ok and resumed.session_id == kept.session_id
+    assert resumed.reply.endswith("(last time you said: think)")  # …that resumed the session
+
+
+def test_piped_chat_carries_the_conversation_and_denies_what_nobody_can_be_asked(tmp_path: Path) -> None:
+    env = {**{name: value for name, value in os.environ.items() if not name.startswith("AGENT_")},
+           "TMPDIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "xdg-state")}
+    done = subprocess.run([str(Path(PYTHON).parent / "agent-bridge"), "chat", str(PROFILES / "aionrs.yaml")],
+                          input="hello\nsave tool=Write\n", capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "You said: hello", "Let me use Write.", "", "You said: save tool=Write",
+        "(Write was denied: denied by the host)", "(last time you said: hello)"]
+    assert "denied Write: Write notes.txt (nobody at a terminal to ask)" in done.stderr
