@@ -130,7 +130,6 @@ __all__ = [
     "SESSION_PREFIX",
     "ActivityEvent",
     "AgentInput",
-    "AgentInput",
     "AgentProc01",
     "BodyLine",
     "Dialect",
