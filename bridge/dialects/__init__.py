@@ -96,6 +96,10 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
     "codex-exec": ProtocolInfo("codex_exec", "CodexExec", JsonSettings,
                                summary="`codex exec --json`: the message in argv, stdin closed at once; thread id, "
                                "agent messages, reasoning, commands, file changes, plan, usage and errors out"),
+    "aionrs": ProtocolInfo("aionrs", "Aionrs", JsonSettings, warm=True,
+                           summary="`aionrs --json-stream`, one process per conversation: ready → message → "
+                           "stream_start, text_delta, thinking, tool_request ↔ tool_approve/tool_deny, tool "
+                           "activity → stream_end; stop cancels; the session resumes with --resume"),
     "ante": ProtocolInfo("ante", "Ante", AnteSettings, warm=True,
                          summary="Ante's `serve --stdio`, kept warm per conversation: StartSession/ResumeSession, "
                          "UserInput → MessageDelta… → TurnEnd; tool approvals (TurnPause ↔ ApprovalResponse), "
