@@ -14,6 +14,8 @@ CONCURRENCY_WALL_S = 1.6
 LATENCY_P99_MS = 2.0
 PEAK_RSS_MB = 80.0
 CLI_VS_FLOOR = 1.2
+# Issue 10's: a warm turn costs under a tenth of a cold one of the same agent.
+WARM_VS_COLD = 0.1
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -69,6 +71,13 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                         "pipe only": stats(pooled(runs["pipe only"], "mb_per_s")),
                         "latency": stats(pooled(runs["latency"], "delay_ms"))}
         out["codex_mb"] = raw["codex_input"]["bytes"] / 1e6
+    if "warm" in samples:
+        runs = samples["warm"]
+        out["warm"] = {"warm": stats(pooled(runs.get("turn", []), "warm_ms")),
+                       "cold": stats(pooled(runs.get("turn", []), "cold_ms")),
+                       "pool": stats(pooled(runs.get("pool", []), "latency_ms")),
+                       "pool_rss": stats(pooled(runs.get("pool", []), "peak_rss_mb")),
+                       "conversations": raw["plan"]["warm"]["variants"].get("pool", {}).get("conversations", 0)}
     out["per_round_ratios"] = per_round_ratios(samples)
     out["rows"] = rows(out)
     return out
@@ -94,6 +103,8 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
         result["throughput bridge / agentproc"] = ratios("throughput", "bridge", "agentproc", "mb_per_s")
     if "cli" in samples:
         result["CLI bridge / floor"] = ratios("cli", "all", "all", "bridge_ms", "floor_ms")
+    if "turn" in samples.get("warm", {}):
+        result["warm ACP turn / cold"] = ratios("warm", "turn", "turn", "warm_ms", "cold_ms")
     return result
 
 
@@ -162,6 +173,18 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             lat = c["latency"]
             row("8 codex-exec partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "", "", "",
                 f"p99 ≤ {LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= LATENCY_P99_MS))
+    if "warm" in s:
+        w = s["warm"]
+        if w["warm"].get("n"):
+            warm, cold = w["warm"]["median"], w["cold"]["median"]
+            row("9 warm ACP turn, median", _ms(warm), f"{_ms(cold)} cold (start, session, turn, goodbye)", "",
+                f"{warm / cold:.3f}× cold", f"< {WARM_VS_COLD:g}× cold", _verdict(warm / cold < WARM_VS_COLD))
+        if w["pool"].get("n"):
+            n = w["conversations"]
+            row(f"10 {n} warm conversations, turn p99 (p50)", f"{_ms(w['pool']['p99'])} ({_ms(w['pool']['p50'])})",
+                f"{n} turns at once")
+            row(f"10 peak RSS, {n} warm conversations", f"{w['pool_rss']['max']:.1f} MB", "", "", "",
+                f"< {PEAK_RSS_MB:g} MB", _verdict(w["pool_rss"]["max"] < PEAK_RSS_MB))
     return table
 
 
@@ -214,6 +237,13 @@ def _spread(summary: dict[str, Any]) -> list[str]:
     for name, st in latencies:
         lines.append(f"| partial delay | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
                      f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |")
+    warm = summary.get("warm", {})
+    for measure, key in (("ACP turn", "warm"), ("ACP turn", "cold"), ("pooled turn latency", "pool")):
+        st = warm.get(key, {})
+        if st.get("n"):
+            lines.append(f"| {measure} | {key if key != 'pool' else 'bridge'} | {st['n']} | {st['median']:.2f} | "
+                         f"{st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | "
+                         f"ms (p99 {st['p99']:.2f}) |")
     for name, st in summary.get("concurrency", {}).items():
         lines.append(f"| 300 × 1 s wall | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
                      f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | s |")
@@ -288,5 +318,14 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "are checked on an untimed turn. Pipe only: the same `cat`, unparsed.",
         "8. **codex-exec partial latency**: `agents/codex_like.py tick` writes a command_execution item and then "
         "an agent_message whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4.",
+        "9. **Warm ACP turn**: `agents/acp_echo.py`, a hand-written ACP agent (initialize, session/new, one "
+        "`agent_message_chunk` per prompt), through `protocol: acp`. Warm: a turn on a live `WarmAgent`. Cold: "
+        "`run_turn` of the same profile, which starts the agent, sets its session up, takes the turn, says "
+        "goodbye and reaps it. The two alternate turn by turn; replies and session ids are checked.",
+        "10. **100 warm conversations**: one host (`open_host`, `max_concurrent` 100) holds 100 ACP "
+        "conversations warm; each round, all 100 submit a turn at once. Latency is submit → result of every "
+        "turn after the first round (which starts the agents), so it includes the queue of 100 turns on 2 "
+        "cores; a conversation whose agent was replaced fails the sample. Peak RSS is the bridge process's "
+        "(each agent is a process of its own).",
         "",
     ])

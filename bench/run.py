@@ -79,6 +79,8 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
         Case("cli", [Variant("all", "all", {"reps": 3 if q else 6})], 2 if q else 6),
         Case("codex", [Variant("throughput", "throughput", codex_tput), Variant("pipe only", "pipe only", codex_tput),
                        Variant("latency", "latency", lat)], 2 if q else 5),
+        Case("warm", [Variant("turn", "turn", {"turns": 10 if q else 30, "warmup": 2}),
+                      Variant("pool", "pool", {"conversations": 100, "rounds": 3 if q else 10})], 2 if q else 4),
     ]
 
 

@@ -487,6 +487,92 @@ def codex_latency(p: dict[str, Any]) -> dict[str, Any]:
     return latency_result(delays, p)
 
 
+# --------------------------------------------------------------------------- 9, 10. warm agents (ACP)
+
+ACP_ECHO = {"command": [sys.executable, "-S", "{{PROFILE_DIR}}/acp_echo.py"], "protocol": "acp", "timeout_secs": 30,
+            "kill_grace_secs": 2}
+ACP_REPLY = "reply: " + TURN_MESSAGE
+
+
+def warm_turn(p: dict[str, Any]) -> dict[str, Any]:
+    """A turn on a live ACP agent against a cold one of the same agent (`run_turn`: start, initialize,
+    session/new, the turn, goodbye and reaping), alternating turn by turn; only the call is timed."""
+    import trio
+    from bridge import Turn, run_turn
+    from bridge.warm import WarmAgent
+
+    profile = bridge_profile(ACP_ECHO)
+    turn = Turn(TURN_MESSAGE)
+
+    async def main() -> dict[str, list[float]]:
+        times: dict[str, list[float]] = {"warm_ms": [], "cold_ms": []}
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile)
+            await agent.start(nursery)
+            for index in range(p["warmup"] + p["turns"]):
+                began = clock_ns()
+                warm = await agent.turn(turn)
+                warm_ns = clock_ns() - began
+                began = clock_ns()
+                cold = await run_turn(profile, turn)
+                cold_ns = clock_ns() - began
+                expect(warm.ok and warm.reply == ACP_REPLY and warm.session_id == agent.session_id,
+                       f"warm ACP turn is wrong: {warm!r}")
+                expect(cold.ok and cold.reply == ACP_REPLY and cold.session_id != agent.session_id,
+                       f"cold ACP turn is wrong: {cold!r}")
+                if index >= p["warmup"]:
+                    times["warm_ms"].append(warm_ns / 1e6)
+                    times["cold_ms"].append(cold_ns / 1e6)
+            await agent.close()
+        return times
+
+    return trio.run(main)
+
+
+def warm_pool(p: dict[str, Any]) -> dict[str, Any]:
+    """`conversations` ACP conversations held warm in one host; every round, each takes a turn, all at once.
+    Latency is submit → result of every turn after the first round (which starts the agents); peak RSS is
+    the bridge's (the agents are processes of their own)."""
+    import tempfile
+
+    import bridge
+    import trio
+
+    count = p["conversations"]
+    with tempfile.TemporaryDirectory() as directory:
+        profiles = os.path.join(directory, "profiles")
+        os.mkdir(profiles)
+        with open(os.path.join(profiles, "acp-echo.yaml"), "w") as file:
+            json.dump({**ACP_ECHO, "command": [sys.executable, "-S", os.path.join(AGENTS, "acp_echo.py")],
+                       "max_warm": count, "keep_warm_secs": 600}, file)  # JSON is YAML
+        turn = bridge.Turn(TURN_MESSAGE)
+
+        async def main() -> list[float]:
+            async with bridge.open_host(profiles, state=os.path.join(directory, "sessions.sqlite3"),
+                                        max_concurrent=count) as host:
+                sessions: dict[str, str] = {}
+                delays: list[float] = []
+
+                async def one(conversation: str, timed: bool) -> None:
+                    began = clock_ns()
+                    result = await host.submit("acp-echo", conversation, turn)
+                    if timed:
+                        delays.append((clock_ns() - began) / 1e6)
+                    expect(result.ok and result.reply == ACP_REPLY, f"pooled ACP turn is wrong: {result!r}")
+                    expect(sessions.setdefault(conversation, result.session_id) == result.session_id,
+                           "a conversation's agent was replaced while held warm")
+
+                for round_no in range(1 + p["rounds"]):
+                    async with trio.open_nursery() as nursery:
+                        for index in range(count):
+                            nursery.start_soon(one, f"chat-{index}", round_no > 0)
+                expect(host.stats().warm == count, f"{host.stats().warm} agents warm, expected {count}")
+                return delays
+
+        delays = trio.run(main)
+    return {"latency_ms": delays, "peak_rss_mb": [peak_rss_mb()]}
+
+
 # --------------------------------------------------------------------------- entry point
 
 WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -504,6 +590,8 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("codex", "throughput"): codex_throughput,
     ("codex", "pipe only"): throughput_pipe,
     ("codex", "latency"): codex_latency,
+    ("warm", "turn"): warm_turn,
+    ("warm", "pool"): warm_pool,
 }
 
 
