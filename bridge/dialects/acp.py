@@ -105,6 +105,7 @@ class Acp:
         self._closed = False
         self._prompt_id: int | None = None  # the turn in progress: its session/prompt's id
         self._cancelling = False
+        self._denied = ""  # the title of the last tool this turn was denied, for the agent that then stops
         self._pieces: list[str] = []
         self._reply_chars = 0
         self._tools: dict[str, tuple[str, str, str]] = {}  # call id → (tool, kind, title), this turn
@@ -133,6 +134,7 @@ class Acp:
         self._reply_chars = 0
         self._tools = {}
         self._cancelling = False
+        self._denied = ""
         data = self._request("session/prompt", {"sessionId": self._session_id, "prompt": blocks})
         self._prompt_id = self._next_id - 1
         return data
@@ -152,6 +154,9 @@ class Acp:
         if asked is None or self._closed:
             return b""  # answered already (cancelled, say), or never asked
         rpc_id, options = asked
+        if not decision.allow:
+            self._denied = f"{request.title or request.tool} was denied" + (f": {decision.message}"
+                                                                             if decision.message else "")
         option = _choose(options, decision)
         outcome = ({"outcome": "selected", "optionId": option} if option is not None
                    else {"outcome": "cancelled"})  # the agent offered no option of the kind: nothing else is valid
@@ -257,7 +262,7 @@ class Acp:
 
     def _on_error(self, method: str, error: Mapping[str, Any]) -> list[Event]:
         code = number(error.get("code"))
-        said = shorten(text_of(error.get("message")), 500)
+        said = _error_text(error)
         if method in ("session/load", "session/resume"):
             return [ProtocolWarning(f"the agent could not {method.removeprefix('session/')} the stored session "
                                     f"(JSON-RPC error {code}); a new session was started"),
@@ -309,7 +314,10 @@ class Acp:
             events.append(UsageEvent(usage))
         reason = result.get("stopReason")
         if reason == "cancelled":
-            if not self._cancelling:
+            if self._denied and not self._cancelling:  # codex-acp's "reject" aborts the turn
+                events.append(ErrorEvent(f"the agent stopped the turn when permission for {self._denied} "
+                                         "(stop reason cancelled)"))
+            elif not self._cancelling:
                 events.append(ErrorEvent("the agent cancelled the turn by itself (stop reason cancelled)"))
             events.append(TurnEnd("cancelled"))
             return events
@@ -343,7 +351,7 @@ class Acp:
             return [PartialEvent(text)]
         if kind == "agent_thought_chunk":
             text = _text(update.get("content"))
-            return [ActivityEvent("thinking", text=text[:THINKING_CHARS])] if text else []
+            return [ActivityEvent("thinking", text=text[:THINKING_CHARS])] if text.strip() else []
         if kind in ("tool_call", "tool_call_update"):
             return self._tool(update)
         if kind == "plan":
@@ -411,6 +419,8 @@ class Acp:
         request_id = _request_key(rpc_id)
         call_id = text_of(tool_call.get("toolCallId"))
         tool, kind, title = self._describe(tool_call, self._tools.get(call_id))
+        if call_id in self._tools:
+            self._tools[call_id] = (tool, kind, title)  # its end is reported with the name the question gave
         raw_input = tool_call.get("rawInput")
         self._asked[request_id] = (rpc_id, tuple(option for option in options if isinstance(option, Mapping)))
         return [PermissionRequest(request_id=request_id, tool=tool, kind=kind, title=title,
@@ -493,6 +503,19 @@ def _choose(options: tuple[Mapping[str, Any], ...], decision: Decision) -> str |
             if option.get("kind") == kind and isinstance(option.get("optionId"), str):
                 return option["optionId"]
     return None
+
+
+def _error_text(error: Mapping[str, Any]) -> str:
+    """A JSON-RPC error as a person reads it: its message and, where the agent gave one, its detail.
+
+    Agents built on the SDKs answer a generic "Internal error" and put what went
+    wrong in `data` (codex-acp: `data.message`).
+    """
+    message = text_of(error.get("message")).strip()
+    data = error.get("data")
+    detail = data if isinstance(data, str) else text_of(data.get("message")) if isinstance(data, Mapping) else ""
+    detail = detail.strip()
+    return shorten(f"{message}: {detail}" if message and detail else message or detail, 500)
 
 
 def _resource_link(attachment: Attachment) -> dict[str, Any]:
