@@ -247,7 +247,9 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--store", type=Path, default=Path(".acp-sessions"))
     options = parser.parse_args()
-    asyncio.run(run_agent(SampleAgent(options.store.absolute(), load=options.load, resume=options.resume)))
+    agent = SampleAgent(options.store.absolute(), load=options.load, resume=options.resume)
+    # The SDK still files session/resume under its unstable methods: served only when asked for.
+    asyncio.run(run_agent(agent, use_unstable_protocol=options.resume))
 
 
 if __name__ == "__main__":
