@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 from acp_harness import AcpProcess
 from agents_cache import npm_binary
-from conftest import SAMPLE_AGENTS
+from conftest import CLI_PROFILES, SAMPLE_AGENTS
+from fake_gemini import TEXT_PIECES, TEXT_REPLY, fake_gemini, gemini_env, gemini_home, prompts
 from fakes.openai_responses import OpenAIResponses, write_codex_home
+
+import bridge
 
 from bridge.dialects.events import (
     ActivityEvent,
@@ -37,6 +40,8 @@ from bridge.permissions import Decision, PermissionRequest
 from bridge.turn import Attachment, Turn
 
 SAMPLE = [sys.executable, str(SAMPLE_AGENTS / "acp_agent.py")]
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+GEMINI_DEADLINE = 30  # gemini's node start-up takes a few seconds on a loaded machine
 
 
 def sample(*flags: str, store: Path) -> list[str]:
@@ -252,3 +257,52 @@ async def test_codex_acp_loads_its_session_in_a_new_process_after_the_old_one_wa
         assert events == [PartialEvent("what was it"), ReplyEvent("what was it"), TurnEnd("end_turn")]
     last = api.responses_requests()[-1]
     assert "say remember the number 42" in last.user_texts() and "remember the number 42" in last.assistant_texts()
+
+
+# ---------------------------------------------------------------------- gemini --acp, and the ready profiles
+
+
+async def test_gemini_in_acp_mode_streams_and_a_session_it_cannot_load_goes_on_in_a_new_one(tmp_path):
+    """Gemini CLI 0.61.0 advertises loadSession, but a new process answers session/load of a session made over
+    ACP with "No previous sessions found for this project" (it starts recording the session afresh before it
+    reads it back): the dialect falls back to a new session, and the conversation goes on."""
+    profile = bridge.load_profile(CLI_PROFILES / "gemini-acp.yaml", cache=False)
+    argv = [str(npm_binary("gemini")), *profile.argv_template[1:]]  # the profile's command, the cached gemini
+    work = tmp_path / "work"
+    work.mkdir()
+    with fake_gemini("text") as api:
+        gemini_home(str(tmp_path / "home"))
+        env = {"PATH": os.environ["PATH"], **profile.env, **gemini_env(api, str(tmp_path / "home"))}
+        async with AcpProcess.start(argv, cwd=str(work), env=env, stderr=subprocess.DEVNULL) as agent:
+            [ready] = await agent.until(Ready, deadline=GEMINI_DEADLINE)
+            events = await agent_turn(agent, "first question")
+            assert events == [*(PartialEvent(piece) for piece in TEXT_PIECES), ReplyEvent(TEXT_REPLY),
+                              TurnEnd("end_turn")]
+            agent.kill()
+        async with AcpProcess.start(argv, cwd=str(work), env=env, session_id=ready.session_id,
+                                    stderr=subprocess.DEVNULL) as agent:
+            warning, fresh = await agent.until(Ready, deadline=GEMINI_DEADLINE)
+            assert warning.message == ("the agent could not load the stored session (JSON-RPC error -32603); a new "
+                                       "session was started")
+            assert fresh.session_id != ready.session_id
+            assert of(ReplyEvent, await agent_turn(agent, "second question")) == [ReplyEvent(TEXT_REPLY)]
+        assert prompts(api.posts("streamGenerateContent")[-1])[-1] == "second question"
+
+
+async def agent_turn(agent: AcpProcess, message: str) -> list[Any]:
+    await agent.send(agent.dialect.prompt(Turn(message)))
+    return await agent.until(TurnEnd, deadline=GEMINI_DEADLINE)
+
+
+def test_check_accepts_the_ready_acp_profiles(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("codex-acp", "gemini"):
+        (bin_dir / name).symlink_to(npm_binary(name))
+    stand_in = bin_dir / "claude-agent-acp"  # not installed here: a stand-in, for check's "is it on PATH"
+    stand_in.write_text("#!/bin/sh\nexit 0\n")
+    stand_in.chmod(0o755)
+    paths = [str(CLI_PROFILES / f"{name}.yaml") for name in ("codex-acp", "gemini-acp", "claude-agent-acp")]
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([AGENT_BRIDGE, "check", *paths], capture_output=True, text=True, timeout=60, env=env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "".join(f"{path}: ok\n" for path in paths), "")

@@ -424,7 +424,10 @@ def test_a_json_rpc_error_fails_the_turn_with_its_message_and_detail():
     acp.prompt(Turn("again"))
     assert acp.feed(line(failure(PROMPT_ID + 1, -32603, "", "quota"))) == [ErrorEvent("quota"), TurnEnd("error")]
     acp.prompt(Turn("again"))
-    assert acp.feed(line(failure(PROMPT_ID + 2, -1, ""))) == [
+    assert acp.feed(line(failure(PROMPT_ID + 2, -32603, "Internal error", {"details": "no such model"}))) == [
+        ErrorEvent("Internal error: no such model"), TurnEnd("error")]
+    acp.prompt(Turn("again"))
+    assert acp.feed(line(failure(PROMPT_ID + 3, -1, ""))) == [
         ErrorEvent("the agent failed the turn (JSON-RPC error -1)"), TurnEnd("error")]
 
 

@@ -509,11 +509,12 @@ def _error_text(error: Mapping[str, Any]) -> str:
     """A JSON-RPC error as a person reads it: its message and, where the agent gave one, its detail.
 
     Agents built on the SDKs answer a generic "Internal error" and put what went
-    wrong in `data` (codex-acp: `data.message`).
+    wrong in `data` (codex-acp: `data.message`; gemini: `data.details`).
     """
     message = text_of(error.get("message")).strip()
     data = error.get("data")
-    detail = data if isinstance(data, str) else text_of(data.get("message")) if isinstance(data, Mapping) else ""
+    detail = data if isinstance(data, str) else \
+        text_of(data.get("message")) or text_of(data.get("details")) if isinstance(data, Mapping) else ""
     detail = detail.strip()
     return shorten(f"{message}: {detail}" if message and detail else message or detail, 500)
 
