@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .dialects import PROTOCOLS
+from .dialects import PROTOCOLS, Handover
 from .errors import LaunchError
 from .profile import PLACEHOLDER_PATTERN, Profile
 from .profile.fields import NEW_SESSION_ID
@@ -76,7 +76,10 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
         if name not in PROTOCOL_VARIABLES:
             env[name] = _render(template, values, environ, profile.env_allowlist, notes, name)
     env.update(_protocol_variables(profile, turn))
-    handover = profile.dialect.handover(turn, profile.dialect_context)
+    if PROTOCOLS[profile.protocol].warm:  # a long-lived agent: its dialect writes to stdin for the whole session
+        handover = Handover(keep_open=True)
+    else:
+        handover = profile.dialect.handover(turn, profile.dialect_context)
     message = env["AGENT_MESSAGE"]
     if _too_long("AGENT_MESSAGE=" + message):
         if not (profile.stdin != "none" or PROTOCOLS[profile.protocol].message_on_stdin):

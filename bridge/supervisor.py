@@ -18,6 +18,7 @@ import trio
 
 from .agent_io import DRAIN_SECS, REAP_SECS, AgentIO
 from .dialects import (
+    PROTOCOLS,
     ActivityEvent,
     AgentInput,
     ErrorEvent,
@@ -57,6 +58,11 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     When the profile's `permissions` say ask, `emit` gets the `PermissionRequest`
     and the host answers it through `questions` (see `bridge.questions`).
     """
+    if PROTOCOLS[profile.protocol].warm:  # a long-lived agent, started for this one turn
+        from .warm import run_warm_turn
+
+        return await run_warm_turn(profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions,
+                                   on_stderr=on_stderr)
     started = trio.current_time()
     plan: LaunchPlan | None = None
     try:

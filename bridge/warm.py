@@ -1,0 +1,419 @@
+"""Warm agents: one long-lived process per conversation, many turns, one at a time.
+
+ACP, aionrs and Ante agents keep their session in a process that stays up
+between messages. `WarmAgent` is that process as the bridge sees it:
+
+- `start(nursery)` spawns it (in its own process group, guarded by the keeper
+  like every agent), runs its pumps in `nursery` — the host's pool, or a
+  caller's for one turn — and lets its dialect set the session up (a new one,
+  or the stored one resumed) within the profile's `start_timeout_secs`;
+- `turn(...)` sends a message and returns the turn's result. Every rule of a
+  turn holds as for a one-process turn: the recorder's caps and precedence,
+  the wall and idle deadlines (per turn), a host cancel, permission requests
+  answered by the profile's policy or asked of the host. A deadline or a
+  cancel first asks the agent to stop (the protocol's cancel); if the turn is
+  not over after `kill_grace_secs`, the process group is killed and the agent
+  is not reused. A process that dies mid-turn fails that turn;
+- `close()` says goodbye (the protocol's shutdown, then end of file on its
+  stdin), waits `kill_grace_secs`, then kills the group and reaps it.
+
+Whatever the agent says between turns — a resumed session's replay, a late
+notification — belongs to no turn and is dropped (its dialect drops most of
+it already). `run_warm_turn` is one turn on a fresh agent: how `run_turn`
+and `agent-bridge run` drive a warm protocol.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from .agent_io import STDERR_TAIL_BYTES, _Reader
+from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
+from .dialects.events import AgentInput
+from .errors import LaunchError
+from .launch import plan_launch
+from .log import get_logger
+from .process import AgentProcess, collect_orphans, spawn
+from .profile import Profile
+from .questions import Questions
+from .result import Ending, TurnRecorder, TurnResult
+from .supervisor import Emit, _TurnLoop
+from .turn import Turn
+
+# After the process exits, what is still in its pipes is read for at most this long.
+DRAIN_SECS = 1.0
+
+
+class WarmStartError(Exception):
+    """The agent could not be started, or its session not set up; `exit_code` as for a spawn failure."""
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.message = message
+
+
+class WarmAgent:
+    """One long-lived agent: its process, its dialect, and the turn in progress (at most one)."""
+
+    def __init__(self, profile: Profile, *, session_id: str = "", session_name: str = "default",
+                 log: Any = None) -> None:
+        self.profile = profile
+        self.session_name = session_name
+        self.session_id = session_id  # the stored one, until the agent says which it is (`Ready`)
+        self.log = log if log is not None else get_logger(profile=profile.label, agent="warm")
+        self.last_used = trio.current_time()
+        self.turns = 0
+        self.returncode: int | None = None
+        self._process: AgentProcess | None = None
+        self._dialect: Any = None
+        self._outgoing: trio.MemorySendChannel[bytes] | None = None
+        self._ready = trio.Event()
+        self._dead = trio.Event()
+        self._reaped = trio.Event()
+        self._start_error = ""
+        self._stderr_tail = bytearray()
+        self._stderr_total = 0
+        # The turn in progress.
+        self._loop: _TurnLoop | None = None
+        self._wake: trio.Event | None = None  # set when the turn is over, failed in a callback, or the agent died
+        self._turn_over = False
+        self._turn_error: BaseException | None = None  # a host callback raised while the pumps ran the turn
+        self._turn_wait: trio.CancelScope | None = None
+        self._idle_secs: float | None = None
+        self._wall_deadline = math.inf
+        self._on_stderr: Callable[[bytes], None] | None = None
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def alive(self) -> bool:
+        """The process runs: it takes turns (now, or once the current one is over)."""
+        return self._process is not None and not self._dead.is_set()
+
+    @property
+    def busy(self) -> bool:
+        return self._loop is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Spawn the agent and set its session up; raises `WarmStartError` when either fails."""
+        profile = self.profile
+        try:
+            plan = plan_launch(profile, Turn("", session_id=self.session_id, session_name=self.session_name),
+                               os.environ)
+            self._process = spawn(plan, kill_grace_secs=profile.kill_grace_secs)
+        except LaunchError as err:
+            raise WarmStartError(err.exit_code, err.message) from None
+        self._dialect = profile.dialect(profile.dialect_context, session_id=self.session_id,
+                                        cwd=plan.cwd or os.getcwd())
+        self.log = self.log.bind(pid=self._process.pid)
+        self.log.info("warm agent started", program=plan.argv[0], resuming=bool(self.session_id))
+        self._outgoing, outgoing = trio.open_memory_channel[bytes](math.inf)
+        await nursery.start(self._run, outgoing)
+        self._send(self._dialect.open())
+        with trio.move_on_after(profile.start_timeout_secs):
+            await _first_of(self._ready, self._dead)
+        if self._ready.is_set():
+            return
+        if self._dead.is_set():
+            await self._reaped.wait()
+            reason = self._start_error or f"it exited ({self._exit_text()}) while setting its session up"
+        else:
+            reason = self._start_error or f"it did not set its session up within {profile.start_timeout_secs:g} s"
+        await self.close(grace=0)
+        raise WarmStartError(126, f"the agent could not start its session: {reason}")
+
+    async def close(self, grace: float | None = None) -> None:
+        """Say goodbye, give the agent `grace` (default `kill_grace_secs`) to exit, then kill its group."""
+        process = self._process
+        if process is None:
+            return
+        grace = self.profile.kill_grace_secs if grace is None else grace
+        with trio.CancelScope(shield=True):
+            if not self._dead.is_set():
+                if grace > 0 and self._dialect is not None:
+                    self._send(self._dialect.shutdown())
+                if self._outgoing is not None:
+                    self._outgoing.close()  # end of file on its stdin, once what was queued is written
+                with trio.move_on_after(grace):
+                    await self._dead.wait()
+                if not self._dead.is_set():
+                    self.log.info("warm agent did not leave in time; killing it", grace_secs=grace)
+                    process.signal_group(signal.SIGKILL)
+            await self._reaped.wait()
+
+    async def _run(self, outgoing: trio.MemoryReceiveChannel[bytes],
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The agent's pumps until it is gone; then it is reaped (whatever ends this task, the group is killed)."""
+        process = self._process
+        assert process is not None
+        try:
+            async with trio.open_nursery() as pumps:
+                pumps.start_soon(self._pump_stdout, _Reader(process.stdout))
+                pumps.start_soon(self._pump_stderr, _Reader(process.stderr))
+                pumps.start_soon(self._feed_stdin, outgoing)
+                task_status.started()
+                await process.wait_exited()
+                self._dead.set()
+                self._wake_turn()
+                if self._outgoing is not None:
+                    self._outgoing.close()
+                # What is still in the pipes is read, for a bounded time (a stray process may hold them).
+                pumps.cancel_scope.deadline = trio.current_time() + DRAIN_SECS
+        finally:
+            with trio.CancelScope(shield=True):
+                self._dead.set()
+                self.returncode = process.reap()  # kills whatever is left in its group first
+                await collect_orphans(trio.current_time() + 1.0)
+                process.close()
+                self.log.info("warm agent ended", returncode=self.returncode, turns=self.turns)
+                self._reaped.set()
+                self._wake_turn()
+
+    # ------------------------------------------------------------------ pipes
+
+    def _send(self, data: bytes) -> None:
+        if data and self._outgoing is not None:
+            try:
+                self._outgoing.send_nowait(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    async def _feed_stdin(self, outgoing: trio.MemoryReceiveChannel[bytes]) -> None:
+        process = self._process
+        assert process is not None and process.stdin is not None
+        stream = process.stdin
+        try:
+            async for data in outgoing:
+                await stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.log.info("the warm agent closed its stdin")
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _pump_stdout(self, reader: _Reader) -> None:
+        with reader.scope:
+            while data := await reader.receive():
+                if self._turn_wait is not None and self._idle_secs is not None:
+                    self._turn_wait.deadline = min(self._wall_deadline, trio.current_time() + self._idle_secs)
+                await self._route(self._dialect.feed(data))
+        await self._route(self._dialect.close())
+
+    async def _pump_stderr(self, reader: _Reader) -> None:
+        tail = self._stderr_tail
+        with reader.scope:
+            while data := await reader.receive():
+                if self._on_stderr is not None:
+                    self._on_stderr(data)
+                self._stderr_total += len(data)
+                tail += data
+                if len(tail) > 2 * STDERR_TAIL_BYTES:
+                    del tail[:-STDERR_TAIL_BYTES]
+
+    async def _route(self, events: list[Event]) -> None:
+        """The turn gets its events; the session keeps its own (ready, input to write); the rest is dropped."""
+        batch: list[Event] = []
+        for event in events:
+            kind = type(event)
+            if kind is Ready:
+                self.session_id = event.session_id  # type: ignore[union-attr]
+                self._ready.set()
+            elif kind is AgentInput:
+                self._send(event.data)  # type: ignore[union-attr]
+            elif kind is TurnEnd:
+                await self._hand_over(batch)
+                batch = []
+                if self._wake is not None:  # a turn is in progress (its loop may be gone: a callback raised)
+                    self._turn_over = True
+                    self._wake_turn()
+            elif self._loop is not None:
+                batch.append(event)
+            elif kind is ProtocolWarning:
+                self.log.warning(event.message)  # type: ignore[union-attr]
+            elif kind is ErrorEvent and not self._ready.is_set():
+                self._start_error = event.text  # type: ignore[union-attr]
+        if batch:
+            await self._hand_over(batch)
+
+    async def _hand_over(self, events: list[Event]) -> None:
+        """Events to the turn's loop. A host callback that raises ends the turn for the host (it runs in the
+        pumps' task, not the host's): the error is kept for `turn()` to raise where the host awaits it."""
+        loop = self._loop
+        if loop is None or not events:
+            return
+        try:
+            await loop.handle(events)
+        except Exception as err:
+            self._turn_error = err
+            self._loop = None  # the turn takes no more events
+            self._wake_turn()
+
+    def _wake_turn(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _stderr_text(self) -> str:
+        tail = bytes(self._stderr_tail[-STDERR_TAIL_BYTES:])
+        text = tail.decode("utf-8", "replace")
+        return ("…" + text) if self._stderr_total > len(tail) else text
+
+    def _exit_text(self) -> str:
+        code = self.returncode
+        if code is None:
+            return "exit status unknown"
+        return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+    # ------------------------------------------------------------------ turns
+
+    async def turn(self, turn: Turn, emit: Emit | None = None, *, cancel: trio.Event | None = None,
+                   questions: Questions | None = None, log: Any = None,
+                   on_stderr: Callable[[bytes], None] | None = None) -> TurnResult:
+        """One turn on this agent; its result as for any turn. One at a time; the agent must have started."""
+        if self.busy or self._wake is not None:
+            raise RuntimeError("a warm agent takes one turn at a time")
+        profile = self.profile
+        log = log if log is not None else self.log
+        started = trio.current_time()
+        recorder = TurnRecorder(profile)
+        questions = questions if questions is not None else Questions()
+        loop = _TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, self._send, questions)
+        self._stderr_tail.clear()
+        self._stderr_total = 0
+        self.turns += 1
+        self._wake = trio.Event()
+        self._turn_over = False
+        self._turn_error = None
+        self._wall_deadline = started + profile.timeout_secs
+        self._idle_secs = profile.idle_timeout_secs
+        self._on_stderr = on_stderr
+        try:
+            if not self.alive:
+                ending = Ending(spawn_failure=(126, "the warm agent is not running"))
+            else:
+                if self.session_id:
+                    await loop.handle([SessionEvent(self.session_id)])
+                self._loop = loop
+                self._send(self._dialect.prompt(turn))
+                ending = await self._wait_for_turn(questions, cancel, log)
+        finally:
+            self._loop = None
+            self._wake = None
+            self._turn_wait = None
+            self._on_stderr = None
+            questions.close()
+            self.last_used = trio.current_time()
+        if self._turn_error is not None:
+            error, self._turn_error = self._turn_error, None
+            raise error
+        duration_ms = round((trio.current_time() - started) * 1000)
+        result = recorder.finish(ending, stderr_tail=self._stderr_text(), duration_ms=duration_ms)
+        log.info("turn finished", outcome=result.outcome.value, exit_code=result.exit_code,
+                 duration_ms=duration_ms, partials=result.partials, warm=True)
+        if emit is not None and (pending := emit(result)) is not None:
+            await pending
+        return result
+
+    async def _wait_for_turn(self, questions: Questions, cancel: trio.Event | None, log: Any) -> Ending:
+        wake = self._wake
+        assert wake is not None
+        idle = self._idle_secs
+        deadline = self._wall_deadline if idle is None else min(self._wall_deadline, trio.current_time() + idle)
+        try:
+            with trio.CancelScope(deadline=deadline) as waiting:
+                self._turn_wait = waiting
+                await _first_of(wake, cancel)
+        except BaseException:  # the host's task is cancelled: stop the turn as a host cancel, then let it go
+            with trio.CancelScope(shield=True):
+                await self._stop_turn(questions, log, "the host went away")
+            raise
+        finally:
+            self._turn_wait = None
+        if self._turn_over:
+            return Ending(returncode=0)
+        if self._turn_error is not None:
+            await self._stop_turn(questions, log, "a host callback raised")
+            return Ending(returncode=0, cancelled=True)
+        if self._dead.is_set():
+            await self._reaped.wait()
+            log.warning("the warm agent ended during the turn", returncode=self.returncode)
+            return Ending(returncode=self.returncode if self.returncode else 1)
+        if waiting.cancelled_caught:
+            timeout = "wall" if trio.current_time() >= self._wall_deadline else "idle"
+            log.warning("turn timed out; asking the warm agent to stop it", timeout=timeout)
+            await self._stop_turn(questions, log, "timed out")
+            return Ending(returncode=0, timeout=timeout)
+        log.info("turn cancelled by the host; asking the warm agent to stop it")
+        await self._stop_turn(questions, log, "cancelled")
+        return Ending(returncode=0, cancelled=True)
+
+    async def _stop_turn(self, questions: Questions, log: Any, why: str) -> None:
+        """The protocol's cancel; after `kill_grace_secs` without the turn over, the group is killed."""
+        questions.close()  # whatever waits for the host stops waiting
+        if self._dead.is_set() or self._turn_over:
+            return
+        self._send(self._dialect.cancel())
+        wake = trio.Event()
+        self._wake = wake
+        with trio.move_on_after(self.profile.kill_grace_secs):
+            while not (self._turn_over or self._dead.is_set()):
+                await wake.wait()
+                wake = self._wake = trio.Event()
+        if not (self._turn_over or self._dead.is_set()):
+            log.warning("the warm agent did not stop the turn in time; killing it", why=why,
+                        grace_secs=self.profile.kill_grace_secs)
+            if self._process is not None:
+                self._process.signal_group(signal.SIGKILL)
+            await self._reaped.wait()
+
+
+async def _first_of(*events: trio.Event | None) -> None:
+    """Return once any of `events` is set (None stands for one that never is)."""
+    present = [event for event in events if event is not None]
+    if any(event.is_set() for event in present):
+        return
+    if len(present) == 1:
+        await present[0].wait()
+        return
+    async with trio.open_nursery() as waiters:
+        for event in present:
+            waiters.start_soon(_wait_then_cancel, event, waiters.cancel_scope)
+
+
+async def _wait_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def run_warm_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *, cancel: trio.Event | None = None,
+                        turn_id: str | None = None, questions: Questions | None = None,
+                        on_stderr: Callable[[bytes], None] | None = None) -> TurnResult:
+    """One turn of a warm protocol on a fresh agent that resumes `turn.session_id`; then goodbye."""
+    log = get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
+    agent = WarmAgent(profile, session_id=turn.session_id, session_name=turn.session_name, log=log)
+    async with trio.open_nursery() as nursery:
+        try:
+            try:
+                await agent.start(nursery)
+            except WarmStartError as err:
+                log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code)
+                result = TurnRecorder(profile).finish(Ending(spawn_failure=(err.exit_code, err.message)),
+                                                      stderr_tail=agent._stderr_text())
+                if emit is not None and (pending := emit(result)) is not None:
+                    await pending
+                return result
+            return await agent.turn(turn, emit, cancel=cancel, questions=questions, log=log, on_stderr=on_stderr)
+        finally:
+            await agent.close()
