@@ -87,7 +87,6 @@ async def test_the_sdk_agent_gets_the_profiles_mcp_servers(tmp_path):
 
 
 @pytest.mark.parametrize(("decision", "reply"), [
-    (Decision(allow=True), "ran rm -rf build (allow_once-id)"),
     (Decision(allow=True, always=True), "ran rm -rf build (allow_always-id)"),
     (Decision(allow=False), "did not run rm -rf build (reject_once-id)"),
 ])
@@ -128,7 +127,6 @@ async def test_a_turn_waiting_on_the_model_is_cancelled(tmp_path):
 
 @pytest.mark.parametrize(("message", "error", "stop"), [
     ("refuse", "the agent refused to continue (refusal)", "refusal"),
-    ("max_tokens", "the agent stopped: the reply reached the model's token limit (max_tokens)", "max_tokens"),
     ("fail the model is down", "the model is down", "error"),
 ])
 async def test_a_turn_the_sdk_agent_fails_is_an_error_and_the_next_turn_works(tmp_path, message, error, stop):
@@ -183,7 +181,7 @@ async def test_without_the_grant_a_file_request_is_refused(tmp_path):
         assert events[-2:] == [ErrorEvent("agent-bridge does not offer fs/read_text_file"), TurnEnd("error")]
 
 
-@pytest.mark.parametrize("flags", [("--load",), ("--resume",), ("--load", "--resume")])
+@pytest.mark.parametrize("flags", [("--load",), ("--resume",)])
 async def test_a_new_process_picks_the_session_up_and_shows_nothing_of_its_history(tmp_path, flags):
     store = tmp_path / "s"
     async with AcpProcess.start(sample(*flags, store=store), cwd=str(tmp_path)) as agent:

@@ -120,7 +120,6 @@ async def test_a_warm_agent_killed_between_turns_is_replaced_by_one_that_loads_t
 
 PERMISSIONS = {
     "allow": "permissions: {default: allow}\n",
-    "deny": "permissions: {default: deny}\n",
     "deny Bash by name": "permissions: {default: allow, deny: [Bash]}\n",
     "allow exec by kind": "permissions: {default: deny, allow: [exec]}\n",
     "ask": "permissions: {default: ask, timeout_secs: 5}\n",
@@ -129,7 +128,6 @@ PERMISSIONS = {
 
 @pytest.mark.parametrize(("policy", "answer", "reply"), [
     ("allow", None, "ran rm -rf build (allow_once-id)"),
-    ("deny", None, "did not run rm -rf build (reject_once-id)"),
     ("deny Bash by name", None, "did not run rm -rf build (reject_once-id)"),
     ("allow exec by kind", None, "ran rm -rf build (allow_once-id)"),
     ("ask", Decision(allow=True, always=True), "ran rm -rf build (allow_always-id)"),

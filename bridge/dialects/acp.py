@@ -100,12 +100,11 @@ class Acp:
         self._next_id = 0
         self._calls: dict[int, str] = {}  # our requests awaiting a response: id → method
         self._session_id = ""
-        self._capabilities: Mapping[str, Any] = {}
         self._ready = False
         self._closed = False
         self._prompt_id: int | None = None  # the turn in progress: its session/prompt's id
         self._cancelling = False
-        self._denied = ""  # the title of the last tool this turn was denied, for the agent that then stops
+        self._denied = ""  # "<tool> was denied…" this turn, for the agent that then stops the turn
         self._pieces: list[str] = []
         self._reply_chars = 0
         self._tools: dict[str, tuple[str, str, str]] = {}  # call id → (tool, kind, title), this turn
@@ -286,13 +285,13 @@ class Acp:
             return [ErrorEvent(f"the agent speaks ACP version {version!r}; agent-bridge speaks version "
                                f"{PROTOCOL_VERSION}: use a version of the agent that supports it")]
         capabilities = result.get("agentCapabilities")
-        self._capabilities = capabilities if isinstance(capabilities, Mapping) else {}
+        capabilities = capabilities if isinstance(capabilities, Mapping) else {}
         if not self._stored_session:
             return [AgentInput(self._new_session())]
         params = {"sessionId": self._stored_session, **self._session_params()}
-        if self._capabilities.get("loadSession") is True:
+        if capabilities.get("loadSession") is True:
             return [AgentInput(self._request("session/load", params))]
-        session_capabilities = self._capabilities.get("sessionCapabilities")
+        session_capabilities = capabilities.get("sessionCapabilities")
         if isinstance(session_capabilities, Mapping) and session_capabilities.get("resume") is not None:
             return [AgentInput(self._request("session/resume", params))]
         return [ProtocolWarning("the agent can neither load nor resume a session (it advertises neither "
