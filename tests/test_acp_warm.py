@@ -152,6 +152,34 @@ async def test_the_profiles_policy_or_the_host_answers_the_agents_permission_req
     assert [event.status for event in finished][-1] == ("failed" if "did not" in reply else "completed")
 
 
+async def test_an_open_turn_sees_the_agents_question_and_decides_it(tmp_path):
+    profile = bridge.load_profile(acp_profile(tmp_path, permissions=PERMISSIONS["ask"]), cache=False)
+    seen: list[Any] = []
+    with trio.fail_after(DEADLINE):
+        async with bridge.open_turn(profile, Turn("ask make deploy")) as events:
+            async for event in events:
+                seen.append(event)
+                if isinstance(event, PermissionRequest):
+                    assert events.decide(event.request_id, Decision(allow=False, message="not today"))
+    assert events.result.reply == "did not run make deploy (reject_once-id)"
+    assert [(event.tool, event.status) for event in seen if isinstance(event, ActivityEvent)] == [
+        ("execute", "started"), ("Bash", "denied"), ("Bash", "failed")]
+
+
+async def test_cancelling_a_turn_that_waits_for_an_answer_answers_it_cancelled(tmp_path):
+    profile = bridge.load_profile(acp_profile(tmp_path, "--load", permissions=PERMISSIONS["ask"]), cache=False)
+    with trio.fail_after(DEADLINE):
+        async with bridge.open_turn(profile, Turn("ask make deploy")) as events:
+            async for event in events:
+                if isinstance(event, PermissionRequest):
+                    events.cancel()
+    result = events.result
+    assert (result.outcome, result.exit_code, result.reply) == ("cancelled", 130, "")
+    assert result.duration_ms < 2000  # the agent stopped at once: no kill after kill_grace_secs
+    after = await run(profile, "history", result.session_id)
+    assert (after.ok, after.reply) == (True, "(no history)")  # the cancelled turn left nothing in the session
+
+
 def test_agent_bridge_run_takes_an_acp_turn_and_resumes_the_conversations_session(tmp_path):
     profile = acp_profile(tmp_path, "--resume")
     state = str(tmp_path / "state.sqlite3")

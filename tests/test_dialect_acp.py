@@ -520,6 +520,13 @@ def test_cancel_answers_every_pending_question_cancelled():
     assert ready().cancel() == b""
 
 
+def test_a_question_the_engine_closes_for_a_cancel_is_answered_cancelled():
+    acp = in_turn()
+    request = asked(acp, permission())
+    assert chosen(acp.answer(request, bridge.permissions.CANCELLED)) == "cancelled"
+    assert sent(acp.cancel()) == [{"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}}]
+
+
 def test_a_cancelled_turn_the_agent_answers_with_an_error_is_cancelled_all_the_same():
     acp = in_turn()
     acp.cancel()

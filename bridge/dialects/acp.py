@@ -26,7 +26,8 @@ holds one session for many turns:
   become `FileRequest`s when the profile granted them; anything else is
   answered "method not found", so the agent never waits for an answer;
 - `cancel()`: `session/cancel`, and every permission still pending answered
-  `cancelled`, as the spec requires. Closing stdin is the goodbye.
+  `cancelled`, as the spec requires (so is a question the engine closes with
+  `permissions.CANCELLED`). Closing stdin is the goodbye.
 
 Preference when an agent can both load and resume: load (the older,
 universally implemented method, whose replay is dropped here). Unknown
@@ -41,7 +42,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .. import __version__
-from ..permissions import TOOL_KINDS, Decision, PermissionRequest
+from ..permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, number, shorten, text_of
@@ -153,6 +154,8 @@ class Acp:
         if asked is None or self._closed:
             return b""  # answered already (cancelled, say), or never asked
         rpc_id, options = asked
+        if decision == CANCELLED:  # the engine closed the question because the turn is being cancelled
+            return _result(rpc_id, {"outcome": {"outcome": "cancelled"}})
         if not decision.allow:
             self._denied = f"{request.title or request.tool} was denied" + (f": {decision.message}"
                                                                              if decision.message else "")
