@@ -76,7 +76,7 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
         if name not in PROTOCOL_VARIABLES:
             env[name] = _render(template, values, environ, profile.env_allowlist, notes, name)
     env.update(_protocol_variables(profile, turn))
-    if PROTOCOLS[profile.protocol].warm:  # a long-lived agent: its dialect writes to stdin for the whole session
+    if profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
         handover = Handover(keep_open=True)
     else:
         handover = profile.dialect.handover(turn, profile.dialect_context)

@@ -22,11 +22,12 @@ from .permissions import CANCELLED, UNANSWERED, Decision
 class Question:
     """One open question: `decision` once answered."""
 
-    __slots__ = ("scope", "answered", "decision")
+    __slots__ = ("scope", "answered", "settled", "decision")
 
     def __init__(self, timeout_secs: float) -> None:
         self.scope = trio.CancelScope(deadline=trio.current_time() + timeout_secs)
         self.answered = trio.Event()
+        self.settled = trio.Event()  # the question is closed: answered, timed out, or its turn ended
         self.decision: Decision | None = None
 
     async def answer(self) -> None:
@@ -37,11 +38,12 @@ class Question:
 class Questions:
     """Open questions by request id; one object per turn, shared by the engine and whoever answers."""
 
-    __slots__ = ("_open", "_closed")
+    __slots__ = ("_open", "_closed", "listening")
 
-    def __init__(self) -> None:
+    def __init__(self, *, listening: bool = True) -> None:
         self._open: dict[str, Question] = {}
         self._closed = False
+        self.listening = listening  # False: nobody hears the questions, so each is denied at once
 
     @property
     def waiting(self) -> list[str]:
@@ -67,6 +69,13 @@ class Questions:
         finally:
             if self._open.get(request_id) is question:
                 del self._open[request_id]
+            question.settled.set()
+
+    async def settled(self, request_id: str) -> None:
+        """Return once `request_id` waits for no answer: answered, unanswered in time, or its turn ended."""
+        question = self._open.get(request_id)
+        if question is not None:
+            await question.settled.wait()
 
     @staticmethod
     def result(question: Question) -> Decision:

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -17,6 +17,9 @@ from .questions import Questions
 from .result import TurnResult
 from .supervisor import Emit, HostEvent, drive_turn
 from .turn import Turn
+
+if TYPE_CHECKING:
+    from .warm import WarmAgent
 
 # Events a slow consumer of `open_turn` may fall behind by before the agent's
 # output is back-pressured (bounded memory instead of an unbounded queue).
@@ -40,7 +43,7 @@ async def run_turn(profile: Profile, turn: Turn, *, on_partial: PartialCallback 
     Cancelling the calling task stops the agent (SIGINT, grace, SIGKILL)
     before `Cancelled` propagates.
     """
-    questions = Questions()
+    questions = Questions(listening=on_permission is not None)
     with _ungrouped():
         return await drive_turn(profile, turn, _emitter(on_partial, on_event, on_permission, questions),
                                 questions=questions)
@@ -86,6 +89,10 @@ class TurnStream:
         """Answer the agent's `PermissionRequest` `request_id`; False when it waits for no answer (any more)."""
         return self._questions.decide(request_id, _decision(answer))
 
+    async def settled(self, request_id: str) -> None:
+        """Return once `request_id` waits for no answer (answered, timed out, or the turn ended)."""
+        await self._questions.settled(request_id)
+
     @property
     def result(self) -> TurnResult:
         """The turn's result, once the stream has delivered it."""
@@ -95,13 +102,15 @@ class TurnStream:
 
 
 @asynccontextmanager
-async def open_turn(profile: Profile, turn: Turn, *,
-                    on_stderr: Callable[[bytes], None] | None = None) -> AsyncIterator[TurnStream]:
+async def open_turn(profile: Profile, turn: Turn, *, on_stderr: Callable[[bytes], None] | None = None,
+                    agent: WarmAgent | None = None) -> AsyncIterator[TurnStream]:
     """Run a turn in the background and iterate its events.
 
     Leaving the block before the result arrives cancels the turn; the agent is
     stopped and reaped before the block is left. `on_stderr(data)`, if given,
     sees each chunk of the agent's stderr as it is read (e.g. to show it live).
+    `agent`, a started `WarmAgent` of a warm profile, takes the turn instead of
+    a new process (chat keeps one for its conversation).
     """
     send, receive = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
     cancel = trio.Event()
@@ -116,7 +125,10 @@ async def open_turn(profile: Profile, turn: Turn, *,
 
     async def produce() -> None:
         async with send:
-            await drive_turn(profile, turn, deliver, cancel=cancel, on_stderr=on_stderr, questions=questions)
+            if agent is not None:
+                await agent.turn(turn, deliver, cancel=cancel, questions=questions, on_stderr=on_stderr)
+            else:
+                await drive_turn(profile, turn, deliver, cancel=cancel, on_stderr=on_stderr, questions=questions)
 
     with _ungrouped():
         async with trio.open_nursery() as nursery:

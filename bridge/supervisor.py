@@ -18,7 +18,6 @@ import trio
 
 from .agent_io import DRAIN_SECS, REAP_SECS, AgentIO
 from .dialects import (
-    PROTOCOLS,
     ActivityEvent,
     AgentInput,
     ErrorEvent,
@@ -58,7 +57,7 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     When the profile's `permissions` say ask, `emit` gets the `PermissionRequest`
     and the host answers it through `questions` (see `bridge.questions`).
     """
-    if PROTOCOLS[profile.protocol].warm:  # a long-lived agent, started for this one turn
+    if profile.warm:  # a long-lived agent, started for this one turn
         from .warm import run_warm_turn
 
         return await run_warm_turn(profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions,
@@ -166,7 +165,7 @@ class _TurnLoop:
                 await pending
 
     async def _ask(self, request: PermissionRequest) -> Decision:
-        if self.emit is None:  # nobody listens for questions: the answer cannot come
+        if self.emit is None or not self.questions.listening:  # nobody hears questions: no answer can come
             return Decision(allow=False, message="nobody is there to answer")
         with self.questions.asking(request.request_id, self.policy.timeout_secs) as question:
             if (pending := self.emit(request)) is not None:

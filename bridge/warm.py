@@ -36,7 +36,7 @@ import trio
 from .agent_io import STDERR_TAIL_BYTES, _Reader
 from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
 from .dialects.events import AgentInput
-from .errors import LaunchError
+from .errors import BridgeError, LaunchError
 from .launch import plan_launch
 from .log import get_logger
 from .process import AgentProcess, collect_orphans, spawn
@@ -50,13 +50,20 @@ from .turn import Turn
 DRAIN_SECS = 1.0
 
 
-class WarmStartError(Exception):
+class WarmStartError(BridgeError):
     """The agent could not be started, or its session not set up; `exit_code` as for a spawn failure."""
 
-    def __init__(self, exit_code: int, message: str) -> None:
+    def __init__(self, exit_code: int, message: str, stderr_tail: str = "") -> None:
         super().__init__(message)
         self.exit_code = exit_code
         self.message = message
+        self.stderr_tail = stderr_tail
+
+    def result(self, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
+        """The turn that could not run, as its result (a spawn failure)."""
+        log.warning("agent could not be started", reason=self.message, exit_code=self.exit_code)
+        return TurnRecorder(profile).finish(Ending(spawn_failure=(self.exit_code, self.message)),
+                                            stderr_tail=self.stderr_tail, duration_ms=duration_ms)
 
 
 class WarmAgent:
@@ -70,6 +77,7 @@ class WarmAgent:
         self.log = log if log is not None else get_logger(profile=profile.label, agent="warm")
         self.last_used = trio.current_time()
         self.turns = 0
+        self.stamp = ""  # what the session store said when it recorded this agent's last turn ("": cannot tell)
         self.returncode: int | None = None
         self._process: AgentProcess | None = None
         self._dialect: Any = None
@@ -105,6 +113,20 @@ class WarmAgent:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    def unfit_for(self, profile: Profile, session_id: str, stamp: str = "") -> str | None:
+        """Why this agent cannot take a turn of `profile` that resumes `session_id` as if it had just resumed it;
+        None when it can. `stamp` is the session store's now (see `SessionStore.lookup`): another one than
+        `self.stamp` means some other process took a turn of the conversation, which this agent missed."""
+        if not self.alive:
+            return "its process is gone"
+        if self.profile != profile:
+            return "its profile changed"
+        if self.session_id != session_id:
+            return "the turn resumes another session"
+        if self.stamp and stamp != self.stamp:
+            return "another process took a turn of the conversation since"
+        return None
+
     # ------------------------------------------------------------------ lifetime
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -123,8 +145,12 @@ class WarmAgent:
         self._outgoing, outgoing = trio.open_memory_channel[bytes](math.inf)
         await nursery.start(self._run, outgoing)
         self._send(self._dialect.open())
-        with trio.move_on_after(profile.start_timeout_secs):
-            await _first_of(self._ready, self._dead)
+        try:
+            with trio.move_on_after(profile.start_timeout_secs):
+                await _first_of(self._ready, self._dead)
+        except BaseException:  # the caller went away while the session was being set up
+            await self.close(grace=0)
+            raise
         if self._ready.is_set():
             return
         if self._dead.is_set():
@@ -133,7 +159,7 @@ class WarmAgent:
         else:
             reason = self._start_error or f"it did not set its session up within {profile.start_timeout_secs:g} s"
         await self.close(grace=0)
-        raise WarmStartError(126, f"the agent could not start its session: {reason}")
+        raise WarmStartError(126, f"the agent could not start its session: {reason}", self._stderr_text())
 
     async def close(self, grace: float | None = None) -> None:
         """Say goodbye, give the agent `grace` (default `kill_grace_secs`) to exit, then kill its group."""
@@ -172,6 +198,11 @@ class WarmAgent:
                     self._outgoing.close()
                 # What is still in the pipes is read, for a bounded time (a stray process may hold them).
                 pumps.cancel_scope.deadline = trio.current_time() + DRAIN_SECS
+        except Exception as err:  # a dialect's bug: what the agent says cannot be read any more
+            self.log.error("the warm agent's output could not be read; killing it", error=repr(err))
+            if self._wake is not None:
+                self._turn_error = err.exceptions[0] if isinstance(err, ExceptionGroup) and \
+                    len(err.exceptions) == 1 else err
         finally:
             with trio.CancelScope(shield=True):
                 self._dead.set()
@@ -408,9 +439,7 @@ async def run_warm_turn(profile: Profile, turn: Turn, emit: Emit | None = None, 
             try:
                 await agent.start(nursery)
             except WarmStartError as err:
-                log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code)
-                result = TurnRecorder(profile).finish(Ending(spawn_failure=(err.exit_code, err.message)),
-                                                      stderr_tail=agent._stderr_text())
+                result = err.result(profile, log)
                 if emit is not None and (pending := emit(result)) is not None:
                     await pending
                 return result

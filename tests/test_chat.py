@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PROFILES, PYTHON, assert_no_live_process, read_pids, write_agent, write_profile
+from conftest import PROFILES, PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent, write_profile
 from terminal import AGENT_BRIDGE, Terminal
 
 from bridge import SessionStore
@@ -255,3 +255,81 @@ def test_a_piped_line_over_the_limit_is_refused_and_the_chat_goes_on(env: dict[s
     assert done.returncode == 0, done.stderr
     assert done.stdout == "echo: hello\n"
     assert "not sent: the line is longer than 1048576 bytes" in done.stderr
+
+
+def ante_profile(tmp_path: Path, permissions: str = "{default: deny, allow: [read]}") -> str:
+    """The make-believe Ante (a warm protocol), each of its processes' pid written to `pids`."""
+    return str(write_profile(tmp_path, f"""\
+        protocol: ante
+        command: [sh, -c, 'echo $$ >> {tmp_path / "pids"}; exec {PYTHON} {SAMPLE_AGENTS / "ante_like.py"} serve --stdio']
+        env: {{HOME: {str(tmp_path)!r}}}
+        permissions: {permissions}
+        kill_grace_secs: 2
+    """, "ante.yaml"))
+
+
+def test_a_warm_profile_keeps_one_agent_for_the_chat_and_new_starts_another(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    terminal = chat(ante_profile(tmp_path))
+    terminal.send(b"hello\n")
+    assert b"You said: hello." in terminal.expect(PROMPT)
+    terminal.send(b"again\n")
+    assert b"I remember 1 earlier message(s); the last was: hello." in terminal.expect(PROMPT)
+    assert len(read_pids(tmp_path / "pids")) == 1  # both turns on one process
+
+    terminal.send(b"/new\n")
+    terminal.expect(PROMPT)
+    terminal.send(b"fresh\n")
+    shown = terminal.expect(PROMPT)
+    assert b"You said: fresh." in shown and b"remember" not in shown
+    assert len(read_pids(tmp_path / "pids")) == 2  # a new session, a new process
+    terminal.send(b"/exit\n")
+    assert terminal.exit_code() == 0
+    assert_no_live_process(read_pids(tmp_path / "pids"))  # goodbye to the agent before the chat ends
+
+
+def test_a_tool_the_profile_asks_about_is_asked_at_the_prompt(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    terminal = chat(ante_profile(tmp_path, "{default: deny, ask: [exec]}"))
+    terminal.send(b"use the tool\n")
+    assert b"the agent asks to run Bash: ls -la. Allow? [y]es / [a]lways / [N]o " in terminal.expect(b"[N]o ")
+    terminal.send(b"y\n")
+    assert b"Bash: ran." in terminal.expect(PROMPT)
+    terminal.send(b"the tool again\n")
+    terminal.expect(b"[N]o ")
+    terminal.send(b"\n")  # Enter alone is no
+    assert b"Bash: skipped." in terminal.expect(PROMPT)
+    terminal.send(b"/exit\n")
+    assert terminal.exit_code() == 0
+
+
+def test_run_asks_the_person_at_the_terminal_and_piped_chat_denies_saying_why(env: dict[str, str],
+                                                                              tmp_path: Path) -> None:
+    profile = ante_profile(tmp_path, "{default: deny, ask: [exec]}")
+    terminal = Terminal("run", profile, "use the tool", env=env)
+    try:
+        terminal.expect(b"Allow? [y]es / [a]lways / [N]o ")
+        terminal.send(b"a\n")
+        assert b"Bash: ran." in terminal.expect(b"Bash: ran.")
+        assert terminal.exit_code() == 0
+    finally:
+        terminal.close()
+    done = subprocess.run([AGENT_BRIDGE, "chat", profile], input="use the tool\n", capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Bash: skipped." in done.stdout and "denied Bash: ls -la (nobody at a terminal to ask)" in done.stderr
+
+
+async def test_lines_typed_before_a_question_are_no_answer_and_come_back_after_it() -> None:
+    from bridge.cli.terminal import LineReader
+
+    read_end, write_end = os.pipe()
+    try:
+        reader = LineReader(read_end)
+        os.write(write_end, b"my next message\n")  # typed while the agent worked
+        earlier = reader.set_aside()
+        os.write(write_end, b"y\n")  # typed once the question showed
+        assert await reader.readline() == ("y", False)
+        reader.put_back(earlier)
+        assert await reader.readline() == ("my next message", False)
+    finally:
+        os.close(read_end)
+        os.close(write_end)

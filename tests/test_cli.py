@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import PROFILES, PYTHON, REPO, assert_no_live_process, process_state, read_pids, write_agent, write_profile
+from conftest import (
+    PROFILES,
+    PYTHON,
+    REPO,
+    assert_no_live_process,
+    process_state,
+    read_pids,
+    write_agent,
+    write_profile,
+)
 from terminal import Terminal, screen_lines
 
 import bridge

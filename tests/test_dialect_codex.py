@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 import trio
+from agents_cache import npm_binary
+from conftest import CLI_PROFILES
+from fakes.openai_responses import OpenAIResponses, write_codex_home
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bridge
-from agents_cache import npm_binary
 from bridge.dialects import (
     ActivityEvent,
     DialectContext,
@@ -40,8 +42,6 @@ from bridge.dialects import (
     dialect_class,
 )
 from bridge.result import Outcome
-from conftest import CLI_PROFILES
-from fakes.openai_responses import OpenAIResponses, write_codex_home
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts" / "codex"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")

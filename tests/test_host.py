@@ -18,8 +18,8 @@ from hostkit import Lab, Started, max_overlap
 import bridge
 import bridge.host.registry
 from bridge import DuplicateTurn, HostClosed, QueueFull, Turn, TurnResult, UnknownProfile
-from bridge.host.runtime import Host
 from bridge.host.registry import ProfileRegistry
+from bridge.host.runtime import Host
 from bridge.host.scheduler import Ticket, TurnQueue
 from bridge.host.store import SessionStore, StoreError
 

@@ -15,7 +15,16 @@ import subprocess
 import sys
 
 import trio
-from conftest import PROFILES, PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, read_pids, write_agent, write_profile
+from conftest import (
+    PROFILES,
+    PYTHON,
+    TURN_DEADLINE,
+    assert_no_live_process,
+    process_state,
+    read_pids,
+    write_agent,
+    write_profile,
+)
 
 import bridge
 from bridge import Turn

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import PROFILES, write_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,8 +15,6 @@ import bridge
 import bridge.profile.cache
 from bridge import Profile, ProfileError, load_profile, parse_profile
 from bridge.profile import FIELD_NAMES
-
-from conftest import PROFILES, write_profile
 
 
 def problems(text: str) -> list[str]:

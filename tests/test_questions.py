@@ -61,7 +61,7 @@ async def test_an_open_turn_sees_the_question_as_an_event_and_decides_it(tmp_pat
 async def test_a_question_nobody_answers_is_denied_after_the_timeout(tmp_path: Path) -> None:
     profile = asking_profile(tmp_path, timeout_secs=0.3)
     with trio.fail_after(TURN_DEADLINE):
-        result = await bridge.run_turn(profile, Turn("hi"), on_event=lambda event: None)
+        result = await bridge.run_turn(profile, Turn("hi"), on_permission=lambda request: trio.sleep_forever())
     assert result.ok and "(Bash was denied: nobody answered in time)" in result.reply
     assert 300 <= result.duration_ms < TURN_DEADLINE * 1000
 
@@ -70,7 +70,9 @@ async def test_with_nobody_listening_the_answer_is_deny_at_once(tmp_path: Path) 
     profile = asking_profile(tmp_path, timeout_secs=60)
     with trio.fail_after(TURN_DEADLINE):
         result = await bridge.run_turn(profile, Turn("hi"))
+        seen_only = await bridge.run_turn(profile, Turn("hi"), on_event=lambda event: None)  # sees, cannot answer
     assert "(Bash was denied: nobody is there to answer)" in result.reply
+    assert "(Bash was denied: nobody is there to answer)" in seen_only.reply
 
 
 async def test_allow_deny_and_ask_lists_decide_before_the_default(tmp_path: Path) -> None:

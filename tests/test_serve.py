@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from hostkit import Lab
 
 import bridge
 from bridge.cli.serve import RequestError, Server, decode_request, parse_turn
+
 
 def turn(request_id: Any, message: str, conversation: str = "chat", **fields: Any) -> dict[str, Any]:
     return {"type": "turn", "id": request_id, "profile": "rec", "conversation": conversation, "message": message,
@@ -197,6 +198,35 @@ async def test_what_the_agent_does_is_answered_as_activity_and_the_result_carrie
     assert responses[-1]["reply"] == ("You said: again\n(Bash was denied: Bash is not in the profile's allow list)\n"
                                       "(last time you said: hi tool=Read)")
     assert responses[-1]["session_id"] == session_id
+
+
+async def test_a_tool_the_profile_asks_about_is_a_permission_the_bot_answers_with_decide(serve: Any, lab: Lab) -> None:
+    (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+        protocol: agentproc-0.4
+        command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
+        env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
+        permissions: {{ask: [Read], timeout_secs: 5}}
+    """))
+    client, _ = await serve()
+    await client.send(turn("p1", "hi tool=Read", profile="ap4"))
+    asked = (await client.until("permission", "p1"))[-1]
+    assert (asked["tool"], asked["title"]) == ("Read", "count the 2 word(s) of your message")
+    question = asked["request_id"]
+    for bad, code in [({"id": "nope", "request_id": question, "allow": True}, "unknown_turn"),
+                      ({"id": "p1", "request_id": "q-nope", "allow": True}, "unknown_request"),
+                      ({"id": "p1", "request_id": question}, "invalid_request"),
+                      ({"id": "p1", "request_id": question, "allow": "yes"}, "invalid_request"),
+                      ({"id": "p1", "request_id": question, "allow": True, "why": 1}, "invalid_request")]:
+        await client.send({"type": "decide", **bad})
+        error = await client.receive()
+        assert (error["type"], error["code"]) == ("error", code), bad
+    await client.send({"type": "decide", "id": "p1", "request_id": question, "allow": True})
+    responses = await client.until("result", "p1")
+    tool = next(r for r in responses if r["type"] == "activity" and r["activity"] == "tool")
+    assert (tool["tool"], tool["status"]) == ("Read", "allowed")
+    assert responses[-1]["outcome"] == "ok"
+    await client.send({"type": "decide", "id": "p1", "request_id": question, "allow": False})
+    assert (await client.receive())["code"] == "unknown_turn"  # the turn is over
 
 
 async def test_malformed_requests_get_an_error_and_serve_carries_on(serve: Any) -> None:

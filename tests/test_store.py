@@ -23,8 +23,8 @@ from conftest import PYTHON, REPO
 from hostkit import Lab, Started
 
 import bridge
-import bridge.log
 import bridge.host.store
+import bridge.log
 from bridge import Outcome, SessionRecord, SessionStore, StoreError, Turn, TurnResult
 from bridge.host.store import default_store_path, disk_full_reason
 

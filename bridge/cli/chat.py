@@ -7,26 +7,19 @@ with `agent-bridge run`. The session id each turn prints is sent with the
 next turn; with `--conversation KEY` it is also kept in the session store, so
 a restarted chat picks the conversation up again.
 
-How lines are read. From fd 0 with `trio.lowlevel.wait_readable` then
-`os.read`, rather than `input()` in a worker thread:
+Lines are read from fd 0 by `terminal.LineReader` (no thread, nothing changed
+on the terminal: see `bridge.cli.terminal`). When the profile's `permissions`
+say ask, the question is put to the person at the prompt (`terminal.ask`).
 
-- waiting for a line is an ordinary trio checkpoint, so Ctrl-C at the prompt
-  simply cancels it; a thread blocked in `input()` cannot be cancelled, and
-  would hold on to (and later swallow) the next line typed;
-- nothing is changed on the terminal: no `O_NONBLOCK` (that flag belongs to
-  the open file shared with the shell, which would be left non-blocking if
-  this process died), no raw mode. The kernel's line discipline does the
-  editing (Backspace, Ctrl-U, Ctrl-W), only hands over complete lines, drops
-  the half-typed line on Ctrl-C, and keeps lines typed while an agent runs
-  for the next prompt;
-- the same code reads a pipe or a file (`agent-bridge chat P < script.txt`).
-
-The price is no history or arrow keys; `rlwrap agent-bridge chat …` adds them.
+A warm profile (ACP, aionrs, Ante) keeps one agent process for the chat: each
+line is a turn on it; it is replaced by one that resumes the session when the
+session changes (/new, another process moved the conversation on), and says
+goodbye when the chat ends.
 
 Signals. One trio signal receiver lives as long as the REPL. SIGINT while a
-turn runs is a host cancel (`TurnStream.cancel()`: SIGINT to the agent,
-grace, SIGKILL; the turn ends with exit 130 and the REPL carries on); at the
-prompt it abandons the line. SIGTERM and SIGHUP (the terminal went away)
+turn runs is a host cancel (`TurnStream.cancel()`: SIGINT to the agent, or
+the warm protocol's cancel; grace; SIGKILL; the turn ends with exit 130 and
+the REPL carries on); at the prompt it abandons the line. SIGTERM and SIGHUP (the terminal went away)
 stop a running turn the same way and end the chat with 128+N.
 """
 
@@ -36,20 +29,22 @@ import dataclasses
 import os
 import signal
 import sys
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from ..dialects import MAX_LINE_BYTES, LineSplitter
+from ..dialects import MAX_LINE_BYTES
 from ..errors import BridgeError
-from ..log import wants_color
+from ..log import get_logger, wants_color
+from ..permissions import PermissionRequest
 from ..profile import Profile
 from ..result import TurnResult
 from ..runner import TurnStream, open_turn
 from ..turn import Turn
+from ..warm import WarmAgent, WarmStartError
 from .printer import DIM, WARNING, HumanPrinter, paint
+from .terminal import LineReader, ask
 
 if TYPE_CHECKING:
     from ..host.turnlock import Place
@@ -62,7 +57,6 @@ HELP = """\
   /help      this list
   /exit      leave (so does Ctrl-D at an empty prompt)
 Ctrl-C stops a running turn. To send a message that starts with /, type // instead."""
-READ_CHUNK = 64 * 1024
 
 
 def run_chat(profile: Profile, conversation: Conversation | None, *, session_id: str | None = None,
@@ -104,19 +98,26 @@ class Chat:
         self.color = wants_color(self.err)
         self._failed_code = 0  # the exit code of the last turn that failed: piped input ends with it
         self._stream: TurnStream | None = None
-        self._idle: trio.CancelScope | None = None  # waiting for a line or for our place: a signal cancels it
+        self._idle: trio.CancelScope | None = None  # waiting for a line, our place, an answer: a signal cancels it
         self._quit: int | None = None  # the exit code, once a signal asked us to leave
+        self._reader = LineReader(stdin_fd)
+        self._nursery: trio.Nursery | None = None
+        self._warm: WarmAgent | None = None  # a warm profile's agent, kept for the chat
+        self._stamp = ""  # the store's stamp of the conversation, read with its session id
 
     async def run(self) -> int:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             await nursery.start(self._watch_signals)
             try:
-                return await self._loop(LineReader(self.stdin_fd))
+                return await self._loop(self._reader)
             except OSError:
                 if self._quit is None:
                     raise
                 return self._quit  # SIGHUP: the terminal is gone, and writing to it fails
             finally:
+                if self._warm is not None:
+                    await self._warm.close()  # shielded: goodbye, grace, then its group is killed
                 nursery.cancel_scope.cancel()
 
     async def _loop(self, reader: LineReader) -> int:
@@ -190,7 +191,8 @@ class Chat:
         try:
             try:
                 if conversation is not None and not self._pinned:
-                    self.session_id = conversation.session_id  # read only now that the turn before is over
+                    # read only now that the turn before is over
+                    self.session_id, self._stamp = conversation.lookup()
                 self._pinned = False
                 turn = dataclasses.replace(turn, session_id=self.session_id)
             except BridgeError as error:
@@ -235,27 +237,82 @@ class Chat:
 
     async def _run(self, turn: Turn) -> None:
         printer = HumanPrinter(self.out, self.err, self.profile, status=self.spin)
-        async with open_turn(self.profile, turn) as stream:
+        agent = None
+        if self.profile.warm:
+            agent = await self._warm_agent(turn, printer)
+            if agent is None:
+                return
+        async with open_turn(self.profile, turn, agent=agent) as stream:
             self._stream = stream
             if self._quit is not None:  # a signal came between the line and the turn
                 stream.cancel()
             try:
                 async with printer.live():
                     async for event in stream:
-                        printer.show(event)
+                        if type(event) is PermissionRequest:
+                            await self._ask(event, stream, printer)
+                        else:
+                            printer.show(event)
             finally:
                 self._stream = None
         self._finished(stream.result)
+
+    async def _warm_agent(self, turn: Turn, printer: HumanPrinter) -> WarmAgent | None:
+        """The chat's live agent if it can take `turn`, else a new one that resumes the turn's session;
+        None when it could not start (the failure is shown as the turn's) or a signal stopped it."""
+        agent = self._warm
+        if agent is not None:
+            if agent.unfit_for(self.profile, turn.session_id, self._stamp) is None:
+                return agent
+            self._warm = None
+            await agent.close()
+        assert self._nursery is not None
+        agent = WarmAgent(self.profile, session_id=turn.session_id, session_name=self.session_name,
+                          log=get_logger(profile=self.profile.label, agent="warm"))
+        with trio.CancelScope() as scope:
+            self._idle = scope
+            try:
+                async with printer.live():
+                    await agent.start(self._nursery)
+            except WarmStartError as error:
+                result = error.result(self.profile, agent.log)
+                printer.show(result)
+                self._finished(result)
+                return None
+            finally:
+                self._idle = None
+        if scope.cancelled_caught or self._quit is not None:
+            await agent.close(grace=0)
+            self._say("not sent: stopped while the agent started", WARNING)
+            return None
+        self._warm = agent
+        return agent
+
+    async def _ask(self, request: PermissionRequest, stream: TurnStream, printer: HumanPrinter) -> None:
+        """The agent asks to run a tool and the profile says ask: the person at the prompt answers."""
+        with trio.CancelScope() as scope:
+            self._idle = scope  # Ctrl-C withdraws the question (and cancels the turn)
+            try:
+                await ask(request, stream, printer, self._reader if self.interactive else None)
+            finally:
+                self._idle = None
+        if scope.cancelled_caught:
+            self._reader.discard()
 
     def _finished(self, result: TurnResult) -> None:
         if result.session_id:
             self.session_id = result.session_id
         if self.conversation is not None:
             conversation = self.conversation
-            self._store(lambda: conversation.record(result))
+            self._store(lambda: self._recorded(conversation.record(result)))
         if not result.ok:
             self._failed_code = result.exit_code
             self._say(f"[exit {result.exit_code}: {result.outcome}, after {result.duration_ms / 1000:.1f} s]", DIM)
+
+    def _recorded(self, stamp: str) -> None:
+        self._stamp = stamp
+        if self._warm is not None:
+            self._warm.stamp = stamp  # the agent took that turn: it is up to date with the store
 
     def _store(self, operation: Callable[[], object]) -> None:
         """A store that fails is reported, and the chat goes on with the session in memory."""
@@ -272,7 +329,7 @@ class Chat:
                     self._quit = 128 + signum
                 if self._stream is not None:
                     self._stream.cancel()
-                elif self._idle is not None:
+                if self._idle is not None:
                     self._idle.cancel()
 
     def _session_text(self) -> str:
@@ -286,45 +343,3 @@ class Chat:
     def _write_err(self, text: str) -> None:
         self.err.write(text)
         self.err.flush()
-
-
-class LineReader:
-    """Lines from a file descriptor, waiting in trio; see the module docstring for why.
-
-    Framed by `LineSplitter`, so a line is held to `MAX_LINE_BYTES` whatever is piped in.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.lines = LineSplitter(MAX_LINE_BYTES)
-        self.ready: deque[tuple[str, bool]] = deque()  # (line, cut at the limit)
-        self.eof = False
-        self.pollable = True
-
-    async def readline(self) -> tuple[str, bool] | None:
-        """The next line without its line ending, and whether it was cut; None at end of input."""
-        while not self.ready:
-            if self.eof:
-                return None
-            await self._readable()
-            chunk = os.read(self.fd, READ_CHUNK)
-            if chunk:
-                batch = self.lines.feed(chunk)
-            else:  # Ctrl-D after some text: that text is a line
-                self.eof = True
-                batch = self.lines.close()
-            self.ready.extend((line, index in batch.cut) for index, line in enumerate(batch.text))
-        return self.ready.popleft()
-
-    def discard(self) -> None:
-        """Forget a partial line (the terminal dropped it on Ctrl-C)."""
-        self.lines.discard()
-
-    async def _readable(self) -> None:
-        if self.pollable:
-            try:
-                await trio.lowlevel.wait_readable(self.fd)
-                return
-            except PermissionError:  # epoll refuses regular files and /dev/null: reading them never blocks
-                self.pollable = False
-        await trio.lowlevel.checkpoint()

@@ -24,11 +24,13 @@ from .. import __version__
 from ..dialects import session_id_problem
 from ..errors import BridgeError, ProfileError
 from ..log import LEVELS, configure_logging, get_logger, wants_color
+from ..permissions import PermissionRequest
 from ..profile import Profile, json_schema, load_profile
 from ..result import TurnResult
 from ..runner import TurnStream, open_turn
 from ..turn import Attachment, Turn
 from .printer import ERROR, WARNING, HumanPrinter, JsonPrinter, paint
+from .terminal import LineReader, ask
 
 if TYPE_CHECKING:
     from .sessions import Conversation
@@ -431,11 +433,18 @@ def _read_message(message: str | None) -> str:
 async def _run_turn(profile: Profile, turn: Turn, printer: HumanPrinter | JsonPrinter,
                     show_stderr: bool = False) -> TurnResult:
     on_stderr = printer.agent_stderr if show_stderr else None
+    # The person at the terminal answers the agent's questions; with no terminal on stdin, nobody can.
+    reader = LineReader(0) if isinstance(printer, HumanPrinter) and sys.stdin.isatty() else None
     async with open_turn(profile, turn, on_stderr=on_stderr) as stream, printer.live(), \
             trio.open_nursery() as nursery:
         nursery.start_soon(_cancel_on_signals, stream)
         async for event in stream:
-            printer.show(event)
+            if type(event) is PermissionRequest:
+                if isinstance(printer, JsonPrinter):
+                    printer.show(event)
+                await ask(event, stream, printer, reader)
+            else:
+                printer.show(event)
         nursery.cancel_scope.cancel()
     return stream.result
 

@@ -142,6 +142,19 @@ class HumanPrinter:
             self._write_err("\n")
         self._write_err(paint(text, style, self.color) + "\n")
 
+    def prompt(self, text: str) -> None:
+        """A question on stderr, the cursor left after it; the status line stays away until `answered()`."""
+        if self._err_open:
+            self._write_err("\n")
+        self._write_err(paint(text, WARNING, self.color))  # stderr's line stays open: no status line over it
+
+    def answered(self, *, typed: bool) -> None:
+        """The question is over: the person's Enter ended its line (`typed`), else it is ended here."""
+        if typed:
+            self._err_open = False
+        else:
+            self._write_err("\n")
+
     # ------------------------------------------------------------------ what is on screen
 
     @property

@@ -38,6 +38,7 @@ from ..host.runtime import (
 from ..host.scheduler import QueueFull
 from ..host.store import StoreError
 from ..log import get_logger
+from ..permissions import Decision, PermissionRequest
 from ..process import sweep_orphans_on_sigchld
 from ..supervisor import HostEvent
 from ..turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
@@ -66,12 +67,15 @@ PROFILE_INVALID = "profile_invalid"
 QUEUE_FULL = "queue_full"
 SHUTTING_DOWN = "shutting_down"
 UNKNOWN_TURN = "unknown_turn"
+UNKNOWN_REQUEST = "unknown_request"
 STORE_ERROR = "store_error"
 INTERNAL_ERROR = "internal_error"
 
 _TURN_FIELDS = {"type", "id", "profile", "conversation", "message", "from_user", "session_name", "session_id",
                 "attachments"}
 _ATTACHMENT_FIELDS = {"type", "url", "name"}
+_DECIDE_FIELDS = {"type", "id", "request_id", "allow", "always", "message"}
+MAX_DECIDE_MESSAGE_CHARS = 4096
 
 
 class RequestError(Exception):
@@ -159,7 +163,7 @@ def _string(request: dict[str, Any], field: str, *, required: bool = False, non_
             max_chars: int | None = None, check_text: bool = True) -> str:
     if field not in request:
         if required:
-            raise RequestError(INVALID_REQUEST, f"a turn request needs {field!r}")
+            raise RequestError(INVALID_REQUEST, f"a {request.get('type')} request needs {field!r}")
         return ""
     value = request[field]
     if not isinstance(value, str):
@@ -373,14 +377,17 @@ class Server:
                 await self._start_turn(parse_turn(request))
             elif kind == "cancel":
                 self._cancel(request)
+            elif kind == "decide":
+                self._decide(request)
             elif kind == "stats":
                 _only_fields(request, {"type", "id"})
                 _request_id(request, required=False)
                 await self.output.send({"type": "stats", "id": request_id, **self.host.stats().to_dict()})
             elif kind is None:
-                raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel or stats')
+                raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel, decide or stats')
             else:
-                raise RequestError(UNKNOWN_TYPE, f"unknown request type {_shown(kind)}; expected turn, cancel or stats")
+                raise RequestError(UNKNOWN_TYPE, f"unknown request type {_shown(kind)}; expected turn, cancel, "
+                                   "decide or stats")
         except RequestError as err:
             await self._error(request_id, err.code, err.message)
         except Exception as err:  # a bug must not take every other conversation down with it
@@ -394,6 +401,24 @@ class Server:
         assert request_id is not None
         if not self.host.cancel(_turn_key(request_id)):
             raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
+
+    def _decide(self, request: dict[str, Any]) -> None:
+        """Answer a `permission` a turn's agent asked: allowed or not (and `always`, to remember it)."""
+        _only_fields(request, _DECIDE_FIELDS)
+        request_id = _request_id(request, required=True)
+        assert request_id is not None
+        question = _string(request, "request_id", required=True, non_empty=True, max_chars=MAX_ID_CHARS)
+        allow, always = request.get("allow"), request.get("always", False)
+        if not isinstance(allow, bool) or not isinstance(always, bool):
+            raise RequestError(INVALID_REQUEST, "a decide request needs allow: true or false (and always, if "
+                               "given, true or false)")
+        message = _string(request, "message", max_chars=MAX_DECIDE_MESSAGE_CHARS)
+        turn_id = _turn_key(request_id)
+        if not self.host.in_flight(turn_id):
+            raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
+        if not self.host.decide(turn_id, question, Decision(allow=allow, always=always, message=message)):
+            raise RequestError(UNKNOWN_REQUEST, f"turn {request_id!r} waits for no answer to {_shown(question)}: "
+                               "it was answered already, nobody answered in time, or it never asked")
 
     async def _start_turn(self, request: TurnRequest) -> None:
         accepted = trio.Event()  # nothing of a turn is written before its `accepted`
@@ -431,10 +456,10 @@ class Server:
                 await send({"type": "partial", "id": request_id, "text": event.text})
             elif type(event) is SessionEvent:
                 await send({"type": "session", "id": request_id, "session_id": event.session_id})
-            elif type(event) is ActivityEvent:
+            elif type(event) is ActivityEvent or type(event) is PermissionRequest:
                 record = event.to_dict()
-                del record["event"]
-                await send({"type": "activity", "id": request_id, **record})
+                kind = record.pop("event")
+                await send({"type": kind, "id": request_id, **record})
 
         try:
             result = await self.host.submit(request.profile, request.conversation, request.turn, on_event=forward,

@@ -49,8 +49,13 @@ class Conversation:
     def session_id(self) -> str:
         return self.store.get(self.profile, self.key, self.session_name)
 
-    def record(self, result: TurnResult) -> None:
-        self.store.record(self.profile, self.key, self.session_name, result)
+    def lookup(self) -> tuple[str, str]:
+        """The stored session id and its record's stamp (see `SessionStore.lookup`)."""
+        return self.store.lookup(self.profile, self.key, self.session_name)
+
+    def record(self, result: TurnResult) -> str:
+        """Store how the turn ended; the record's stamp."""
+        return self.store.record(self.profile, self.key, self.session_name, result)
 
     def forget(self) -> int:
         return self.store.forget(self.profile, self.key, self.session_name)

@@ -41,7 +41,7 @@ from .events import (
     UsageEvent,
 )
 from .framing import LineSplitter
-from .settings import AcpSettings, ClaudeStreamSettings, JsonSettings, NoSettings
+from .settings import AcpSettings, AnteSettings, ClaudeStreamSettings, JsonSettings, NoSettings
 
 
 class ProtocolInfo(NamedTuple):
@@ -101,6 +101,10 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
                         "gemini --acp): one process per conversation; session/new, load or resume; message "
                         "chunks are the reply; thoughts, tool calls and plans are activity; permission requests "
                         "answered by the profile's permissions"),
+    "ante": ProtocolInfo("ante", "Ante", AnteSettings, warm=True,
+                         summary="Ante's `serve --stdio`, kept warm per conversation: StartSession/ResumeSession, "
+                         "UserInput → MessageDelta… → TurnEnd; tool approvals (TurnPause ↔ ApprovalResponse), "
+                         "Interrupt, Shutdown; a resumed session's replayed history is dropped"),
 }
 
 
@@ -119,13 +123,13 @@ __all__ = [
     "MAX_SESSION_ID_CHARS",
     "PARTIAL_PREFIX",
     "PROTOCOLS",
+    "AnteSettings",
     "ClaudeStreamSettings",
     "JsonSettings",
     "NoSettings",
     "ProtocolInfo",
     "SESSION_PREFIX",
     "ActivityEvent",
-    "AgentInput",
     "AgentInput",
     "AgentProc01",
     "BodyLine",

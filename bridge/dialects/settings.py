@@ -13,7 +13,7 @@ refuses values out of range with a message that says what is allowed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,3 +77,47 @@ class AcpSettings(JsonSettings):
         for index, server in enumerate(servers):
             if not isinstance(server.get("name"), str) or not server.get("name"):
                 raise ValueError(f"mcp_servers[{index}] needs a name (a non-empty string)")
+
+
+THINKING_LEVELS = ("Disabled", "Enabled", "Deep", "Max")
+"""Ante's `Thinking` values: how hard its model reasons."""
+
+
+@dataclass(frozen=True, slots=True)
+class AnteSettings(JsonSettings):
+    """ante (`ante serve --stdio`): the session the bridge asks Ante to start (its StartSession fields).
+
+    Left out (null), a field is Ante's own default. `model` and `provider` name
+    the model as Ante's catalog does ("claude-sonnet-4-6", "anthropic");
+    `policy` is Ante's tool approval mode; `system_prompt` replaces Ante's
+    system prompt, `append_system_prompt` adds to it; `allowed_tools` keeps
+    only these tools, `disallowed_tools` removes these; `thinking` is one of
+    Disabled, Enabled, Deep, Max; `streaming: false` makes Ante send each
+    message whole instead of in pieces. The working directory is the
+    profile's `cwd`.
+    """
+
+    model: str | None = None
+    provider: str | None = None
+    policy: str | None = None
+    streaming: bool = True
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    allowed_tools: Sequence[str] | None = None
+    disallowed_tools: Sequence[str] | None = None
+    thinking: str | None = None
+
+    def __post_init__(self) -> None:
+        JsonSettings.__post_init__(self)  # zero-argument super() does not work in a slots dataclass
+        for name in ("model", "provider", "policy"):
+            if getattr(self, name) == "":
+                raise ValueError(f"{name} is empty; name one, or leave it out for Ante's default")
+        for name in ("allowed_tools", "disallowed_tools"):
+            tools = getattr(self, name)
+            if tools is None:
+                continue
+            if isinstance(tools, str) or not all(isinstance(tool, str) and tool for tool in tools):
+                raise ValueError(f"{name} must be a list of tool names (e.g. [Read, Grep])")
+            object.__setattr__(self, name, tuple(tools))  # frozen all the way down
+        if self.thinking is not None and self.thinking not in THINKING_LEVELS:
+            raise ValueError(f"thinking must be one of {', '.join(THINKING_LEVELS)} (or left out for Ante's default)")

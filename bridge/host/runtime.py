@@ -21,7 +21,7 @@ import dataclasses
 import itertools
 import os
 from collections import Counter
-from collections.abc import Awaitable, Hashable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -30,11 +30,15 @@ import trio
 
 from ..errors import BridgeError, TurnError
 from ..log import get_logger
+from ..permissions import Decision
 from ..profile import Profile
+from ..questions import Questions
 from ..result import Ending, Outcome, TurnRecorder, TurnResult
-from ..runner import EventCallback, PartialCallback, _emitter, _ungrouped
+from ..runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter, _ungrouped
 from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from ..turn import Turn, text_problem
+from ..warm import WarmAgent, WarmStartError
+from .pool import Key, WarmPool
 from .registry import ProfileRegistry
 from .scheduler import QueueFull, Ticket, TurnQueue
 from .turnlock import Place, TurnLocks
@@ -80,20 +84,22 @@ class HostStats:
     max_concurrent: int
     max_queued: int
     closing: bool
+    warm: int = 0  # warm agents alive (between turns or taking one)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 class _Flight(Ticket):
-    """A ticket plus what the host needs to stop its turn."""
+    """A ticket plus what the host needs to stop its turn and answer its questions."""
 
-    __slots__ = ("turn_id", "cancel", "wake", "profile")
+    __slots__ = ("turn_id", "cancel", "wake", "profile", "questions")
 
-    def __init__(self, key: Hashable, seq: int, turn_id: str, profile: Profile) -> None:
+    def __init__(self, key: Key, seq: int, turn_id: str, profile: Profile, questions: Questions) -> None:
         super().__init__(key, seq)
         self.turn_id = turn_id
         self.profile = profile
+        self.questions = questions  # the agent's requests to run a tool that wait for the host
         self.cancel = trio.Event()  # set: stop the agent as a host cancel; the result says 130
         self.wake = trio.Event()  # set: the ticket left the queue (started, or withdrawn)
 
@@ -165,12 +171,14 @@ class Host:
         self._refused = 0
         self._store_errors = 0
         self._log = get_logger(component="host")
+        self._pool: WarmPool | None = None  # warm agents by conversation, while `async with` runs it
+        self._pool_tasks: Any = None  # the pool's nursery manager, entered by __aenter__
 
     # ------------------------------------------------------------------ turns
 
     async def submit(self, profile: str, conversation: str, turn: Turn, *,
                      on_partial: PartialCallback | None = None, on_event: EventCallback | None = None,
-                     turn_id: str | None = None,
+                     on_permission: PermissionCallback | None = None, turn_id: str | None = None,
                      task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> TurnResult:
         """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
 
@@ -184,7 +192,16 @@ class Host:
 
         `on_partial(text)` / `on_event(event)` see the turn's events as in
         `run_turn`; the `TurnResult` reaches `on_event` last, once the session
-        is stored and the next turn of the conversation may start.
+        is stored and the next turn of the conversation may start. When the
+        profile's `permissions` say ask, `on_permission(request)` answers the
+        agent's request to run a tool, as in `run_turn`; without it, the
+        `PermissionRequest` reaches `on_event` and `decide(turn_id, ...)`
+        answers it (with neither, the answer is deny).
+
+        A warm profile's turn runs on its conversation's live agent when
+        there is one that fits (see `bridge.host.pool`) — only inside
+        `async with`, which runs the pool; otherwise a fresh agent resumes
+        the stored session for the turn.
 
         Refused at once, before anything runs: `HostClosed`, `QueueFull`,
         `UnknownProfile` / `ProfileError` (the profile is missing or does not
@@ -211,7 +228,9 @@ class Host:
         elif turn_id in self._flights:
             raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
         loaded = self.registry.get(profile)
-        flight = _Flight((profile, conversation, turn.session_name), next(self._arrivals), turn_id, loaded)
+        questions = Questions(listening=on_event is not None or on_permission is not None)
+        flight = _Flight((profile, conversation, turn.session_name), next(self._arrivals), turn_id, loaded,
+                         questions)
         log = self._log.bind(turn_id=turn_id, profile=profile, conversation=conversation)
         try:
             runs_now = self._queue.admit(flight)
@@ -224,7 +243,7 @@ class Host:
             log.info("turn queued", queued=self._queue.waiting)
         task_status.started(turn_id)
 
-        emit = _emitter(on_partial, on_event)
+        emit = _emitter(on_partial, on_event, on_permission, questions)
         started = trio.current_time()
         try:
             if not runs_now:
@@ -254,6 +273,17 @@ class Host:
         self._stop(flight)
         return True
 
+    def in_flight(self, turn_id: str) -> bool:
+        """True while turn `turn_id` is queued or running."""
+        return turn_id in self._flights
+
+    def decide(self, turn_id: str, request_id: str, answer: Decision | bool) -> bool:
+        """Answer request `request_id` of turn `turn_id` (a `PermissionRequest` its `on_event` saw):
+        a `Decision`, or True/False. Returns False when that question waits for nothing (unknown turn or
+        request, answered already, timed out, or its turn ended)."""
+        flight = self._flights.get(turn_id)
+        return flight is not None and flight.questions.decide(request_id, _decision(answer))
+
     def stats(self) -> HostStats:
         return HostStats(
             running=self._queue.running,
@@ -266,6 +296,7 @@ class Host:
             max_concurrent=self._queue.max_running,
             max_queued=self._queue.max_waiting,
             closing=self._closing,
+            warm=self._pool.size if self._pool is not None else 0,
         )
 
     def profile(self, name: str) -> Profile:
@@ -326,14 +357,19 @@ class Host:
         # store's busy timeout), for a WAL checkpoint's fsync, or for another record of this store
         # (reads have a connection of their own and never wait). None of that may freeze every
         # other conversation's output.
-        if not turn.session_id:
+        key: Key = (name, conversation, turn.session_name)
+        pool = self._pool if profile.warm else None
+        if self._pool is not None and pool is None:
+            self._pool.discard(key)  # the profile stopped being warm: its old agent would miss this turn
+        stamp = ""
+        if not turn.session_id or pool is not None:
             try:
-                stored = await trio.to_thread.run_sync(self.store.get, name, conversation, turn.session_name)
+                stored, stamp = await trio.to_thread.run_sync(self._lookup, key)
             except BridgeError as err:
                 self._store_errors += 1
                 log.error("the stored session cannot be read; the turn does not run", error=str(err))
                 raise
-            if stored:
+            if stored and not turn.session_id:
                 turn = dataclasses.replace(turn, session_id=stored)
         if flight.cancel.is_set():  # cancelled before the agent started: do not start it
             return _cancelled_result(profile, trio.current_time())
@@ -343,16 +379,40 @@ class Host:
             return emit(event) if emit is not None and type(event) is not TurnResult else None
 
         log.debug("turn started", resumed=bool(turn.session_id))
-        with _ungrouped():  # a callback's exception reaches the submitter as itself
-            result = await drive_turn(profile, turn, forward, cancel=flight.cancel, turn_id=flight.turn_id)
+        agent: WarmAgent | None = None
         try:
-            await trio.to_thread.run_sync(self.store.record, name, conversation, turn.session_name, result)
-        except BridgeError as err:
-            # The turn happened and its result stands; only the session link is lost.
-            self._store_errors += 1
-            log.error("the turn's session could not be stored; the next turn may start a new session",
-                      error=str(err))
+            with _ungrouped():  # a callback's exception reaches the submitter as itself
+                if pool is None:
+                    result = await drive_turn(profile, turn, forward, cancel=flight.cancel, turn_id=flight.turn_id,
+                                              questions=flight.questions)
+                else:
+                    started = trio.current_time()
+                    try:
+                        agent = await pool.checkout(key, profile, turn.session_id, stamp, log)
+                    except WarmStartError as err:
+                        result = err.result(profile, log, round((trio.current_time() - started) * 1000))
+                    else:
+                        result = await agent.turn(turn, forward, cancel=flight.cancel, questions=flight.questions,
+                                                  log=log)
+            try:
+                stamp = await trio.to_thread.run_sync(self.store.record, name, conversation, turn.session_name,
+                                                      result) or ""
+            except BridgeError as err:
+                # The turn happened and its result stands; only the session link is lost.
+                self._store_errors += 1
+                log.error("the turn's session could not be stored; the next turn may start a new session",
+                          error=str(err))
+        finally:
+            if agent is not None:
+                pool.checkin(key, stamp)  # type: ignore[union-attr]
         return result
+
+    def _lookup(self, key: Key) -> tuple[str, str]:
+        """The stored session id and its record's stamp ("" when the store cannot tell: see `pool`)."""
+        lookup = getattr(self.store, "lookup", None)
+        if lookup is not None:
+            return lookup(*key)  # type: ignore[no-any-return]
+        return self.store.get(*key), ""
 
     def _land(self, flight: _Flight) -> None:
         """The flight is over: free its place and wake whoever may start now."""
@@ -403,6 +463,8 @@ class Host:
             await self._drained()
         if self._flights:
             self._log.error("turns outlived the shutdown; their callbacks may be stuck", left=len(self._flights))
+        if self._pool is not None:
+            await self._pool.aclose()  # goodbye to every warm agent; each is reaped before this returns
         if self._owns_store and not self._closed.is_set():
             close = getattr(self.store, "close", None)
             if close is not None:
@@ -418,11 +480,19 @@ class Host:
             await self._idle.wait()
 
     async def __aenter__(self) -> Host:
+        if self._pool_tasks is not None or self._closed.is_set():
+            raise RuntimeError("a Host is entered once (`async with open_host(...) as host`)")
+        self._pool_tasks = trio.open_nursery()
+        self._pool = WarmPool(await self._pool_tasks.__aenter__(), self._log)
         return self
 
     async def __aexit__(self, kind: type[BaseException] | None, value: BaseException | None,
                         traceback: TracebackType | None) -> None:
-        await self.aclose()
+        try:
+            await self.aclose()
+        finally:
+            # The pool's tasks end with its agents; the body's own exception, if any, propagates as itself.
+            await self._pool_tasks.__aexit__(None, None, None)
 
 
 def _cancelled_result(profile: Profile, started: float) -> TurnResult:

@@ -162,11 +162,30 @@ class SessionStore:
         )
         return rows[0][0] if rows else ""
 
-    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> None:
-        """Remember how a turn ended; a turn without a valid session line keeps the stored id."""
-        values = (*_key(profile, conversation, session_name), result.session_id, _now(),
+    def lookup(self, profile: str, conversation: str, session_name: str = "default") -> tuple[str, str]:
+        """The stored session id and the stamp of its last record (`record` returns it); `("", "")` when none.
+
+        A changed stamp says another turn of the conversation was recorded
+        since: the host's warm agent for it missed that turn and is not reused.
+        """
+        rows = self._run(
+            self._reader,
+            lambda db: db.execute(
+                f"SELECT session_id, last_used FROM {_TABLE} WHERE profile = ? AND conversation = ? "
+                "AND session_name = ?",
+                _key(profile, conversation, session_name),
+            ).fetchall(),
+        )
+        return (rows[0][0], rows[0][1]) if rows else ("", "")
+
+    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> str:
+        """Remember how a turn ended; a turn without a valid session line keeps the stored id. Returns the
+        record's stamp (its `last_used`, as `lookup` reads it)."""
+        stamp = _now()
+        values = (*_key(profile, conversation, session_name), result.session_id, stamp,
                   str(result.outcome), int(result.exit_code))
         self._write(lambda db: db.execute(_RECORD, values))
+        return stamp
 
     def forget(self, profile: str, conversation: str, session_name: str | None = None) -> int:
         """Drop a stored session (every session name of the conversation when None); rows removed."""

@@ -118,6 +118,11 @@ class Profile:
         object.__setattr__(self, "permission_policy", PermissionPolicy.from_mapping(self.permissions))
         object.__setattr__(self, "profile_dir", profile_dir)
 
+    @property
+    def warm(self) -> bool:
+        """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.warm`."""
+        return PROTOCOLS[self.protocol].warm
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a Profile is immutable; use profile.replace({name}=...)")
 

@@ -1,0 +1,137 @@
+"""The person at the terminal: lines they type (`chat`), and their answer when an agent asks to run a tool.
+
+How lines are read. From a file descriptor with `trio.lowlevel.wait_readable`
+then `os.read`, rather than `input()` in a worker thread:
+
+- waiting for a line is an ordinary trio checkpoint, so Ctrl-C simply cancels
+  it; a thread blocked in `input()` cannot be cancelled, and would hold on to
+  (and later swallow) the next line typed;
+- nothing is changed on the terminal: no `O_NONBLOCK` (that flag belongs to
+  the open file shared with the shell, which would be left non-blocking if
+  this process died), no raw mode. The kernel's line discipline does the
+  editing (Backspace, Ctrl-U, Ctrl-W), only hands over complete lines, drops
+  the half-typed line on Ctrl-C, and keeps lines typed while an agent runs
+  for the next prompt;
+- the same code reads a pipe or a file (`agent-bridge chat P < script.txt`).
+
+The price is no history or arrow keys; `rlwrap agent-bridge chat …` adds them.
+
+Asking. When a profile's `permissions` say ask, `run` and `chat` put the
+question to the person at the terminal (`ask`): y allows once, a allows and
+asks the agent to remember it, anything else denies. Without a terminal to
+ask — piped input, `run --json` — the answer is deny at once, and a notice
+says so; a program that wants to answer uses `serve` or the Python host.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from collections import deque
+
+import trio
+
+from ..dialects import MAX_LINE_BYTES, LineSplitter
+from ..permissions import Decision, PermissionRequest
+from ..runner import TurnStream
+from .printer import DIM, HumanPrinter, JsonPrinter
+
+READ_CHUNK = 64 * 1024
+
+
+async def ask(request: PermissionRequest, stream: TurnStream, printer: HumanPrinter | JsonPrinter,
+              reader: LineReader | None) -> None:
+    """Ask whether the agent may run `request`'s tool, and answer the turn; deny when nobody can be asked.
+
+    The question is withdrawn when the turn stops waiting for it: the
+    profile's `permissions.timeout_secs` passed (the turn answered deny), or
+    the turn ended (Ctrl-C cancelled it, the agent exited).
+    """
+    what = f"{request.tool}: {request.title}" if request.title and request.title != request.tool else \
+        (request.tool or request.title or "a tool")
+    if reader is None or not isinstance(printer, HumanPrinter):
+        if isinstance(printer, HumanPrinter):
+            printer.notice(f"denied {what} (nobody at a terminal to ask)", DIM)
+        stream.decide(request.request_id, False)
+        return
+    earlier = reader.set_aside()  # lines typed before the question are no answer to it
+    printer.prompt(f"the agent asks to run {what}. Allow? [y]es / [a]lways / [N]o ")
+    answered = False
+
+    async def read_answer(scope: trio.CancelScope) -> None:
+        nonlocal answered
+        line = await reader.readline()  # None: end of input, a deny
+        answered = True
+        scope.cancel()
+        text = line[0].strip().lower() if line is not None else ""
+        stream.decide(request.request_id, Decision(allow=text in ("y", "yes", "a", "always"),
+                                                   always=text in ("a", "always")))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_answer, nursery.cancel_scope)
+            await stream.settled(request.request_id)
+            nursery.cancel_scope.cancel()
+    finally:
+        reader.put_back(earlier)
+        printer.answered(typed=answered)
+    if not answered:
+        printer.notice("the agent no longer waits for an answer: denied", DIM)
+
+
+class LineReader:
+    """Lines from a file descriptor, waiting in trio (see the module docstring for why).
+
+    Framed by `LineSplitter`, so a line is held to `MAX_LINE_BYTES` whatever is piped in.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lines = LineSplitter(MAX_LINE_BYTES)
+        self.ready: deque[tuple[str, bool]] = deque()  # (line, cut at the limit)
+        self.eof = False
+        self.pollable = True
+
+    async def readline(self) -> tuple[str, bool] | None:
+        """The next line without its line ending, and whether it was cut; None at end of input."""
+        while not self.ready:
+            if self.eof:
+                return None
+            await self._readable()
+            self._read()
+        return self.ready.popleft()
+
+    def set_aside(self) -> list[tuple[str, bool]]:
+        """Take every complete line typed so far out of the way (the next message, typed while the agent
+        worked), so that `readline` waits for a line typed from now on; `put_back` returns them."""
+        while not self.eof and select.select([self.fd], [], [], 0)[0]:
+            self._read()
+        earlier = list(self.ready)
+        self.ready.clear()
+        return earlier
+
+    def put_back(self, lines: list[tuple[str, bool]]) -> None:
+        """Lines `set_aside` took, back in front of whatever was typed since."""
+        self.ready.extendleft(reversed(lines))
+
+    def _read(self) -> None:
+        chunk = os.read(self.fd, READ_CHUNK)
+        if chunk:
+            batch = self.lines.feed(chunk)
+        else:  # Ctrl-D after some text: that text is a line
+            self.eof = True
+            batch = self.lines.close()
+        self.ready.extend((line, index in batch.cut) for index, line in enumerate(batch.text))
+
+    def discard(self) -> None:
+        """Forget a partial line (the terminal dropped it on Ctrl-C)."""
+        self.lines.discard()
+
+    async def _readable(self) -> None:
+        if self.pollable:
+            try:
+                await trio.lowlevel.wait_readable(self.fd)
+                return
+            except PermissionError:  # epoll refuses regular files and /dev/null: reading them never blocks
+                self.pollable = False
+        await trio.lowlevel.checkpoint()
