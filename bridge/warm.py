@@ -33,9 +33,10 @@ from typing import Any
 
 import trio
 
+from .agent_files import FileRefused, serve_file_request
 from .agent_io import STDERR_TAIL_BYTES, _Reader
 from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
-from .dialects.events import AgentInput
+from .dialects.events import AgentInput, FileRequest
 from .errors import BridgeError, LaunchError
 from .launch import plan_launch
 from .log import get_logger
@@ -81,6 +82,7 @@ class WarmAgent:
         self.returncode: int | None = None
         self._process: AgentProcess | None = None
         self._dialect: Any = None
+        self._cwd = ""
         self._outgoing: trio.MemorySendChannel[bytes] | None = None
         self._ready = trio.Event()
         self._dead = trio.Event()
@@ -138,8 +140,8 @@ class WarmAgent:
             self._process = spawn(plan, kill_grace_secs=profile.kill_grace_secs)
         except LaunchError as err:
             raise WarmStartError(err.exit_code, err.message) from None
-        self._dialect = profile.dialect(profile.dialect_context, session_id=self.session_id,
-                                        cwd=plan.cwd or os.getcwd())
+        self._cwd = plan.cwd or os.getcwd()
+        self._dialect = profile.dialect(profile.dialect_context, session_id=self.session_id, cwd=self._cwd)
         self.log = self.log.bind(pid=self._process.pid)
         self.log.info("warm agent started", program=plan.argv[0], resuming=bool(self.session_id))
         self._outgoing, outgoing = trio.open_memory_channel[bytes](math.inf)
@@ -238,9 +240,14 @@ class WarmAgent:
     async def _pump_stdout(self, reader: _Reader) -> None:
         with reader.scope:
             while data := await reader.receive():
-                if self._turn_wait is not None and self._idle_secs is not None:
-                    self._turn_wait.deadline = min(self._wall_deadline, trio.current_time() + self._idle_secs)
+                waiting = self._turn_wait
+                if waiting is None or self._idle_secs is None:
+                    await self._route(self._dialect.feed(data))
+                    continue
+                # Time spent in host callbacks (a question waiting for its answer) is not the agent's silence.
+                waiting.deadline = self._wall_deadline
                 await self._route(self._dialect.feed(data))
+                waiting.deadline = min(self._wall_deadline, trio.current_time() + self._idle_secs)
         await self._route(self._dialect.close())
 
     async def _pump_stderr(self, reader: _Reader) -> None:
@@ -264,6 +271,8 @@ class WarmAgent:
                 self._ready.set()
             elif kind is AgentInput:
                 self._send(event.data)  # type: ignore[union-attr]
+            elif kind is FileRequest:
+                await self._serve_file(event)  # type: ignore[arg-type]
             elif kind is TurnEnd:
                 await self._hand_over(batch)
                 batch = []
@@ -278,6 +287,16 @@ class WarmAgent:
                 self._start_error = event.text  # type: ignore[union-attr]
         if batch:
             await self._hand_over(batch)
+
+    async def _serve_file(self, request: FileRequest) -> None:
+        """A file the agent asks the bridge to read or write (the profile granted it), inside its cwd."""
+        try:
+            content = await trio.to_thread.run_sync(serve_file_request, request, self._cwd)
+        except FileRefused as refused:
+            self.log.info("a file request of the agent was refused", operation=request.operation)
+            self._send(self._dialect.file_reply(request.request_id, error=str(refused)))
+        else:
+            self._send(self._dialect.file_reply(request.request_id, content=content))
 
     async def _hand_over(self, events: list[Event]) -> None:
         """Events to the turn's loop. A host callback that raises ends the turn for the host (it runs in the

@@ -208,3 +208,23 @@ def test_a_warm_profile_refuses_the_message_in_argv_and_per_turn_profiles_refuse
     with pytest.raises(bridge.ProfileError, match="keep_warm_secs is for the warm protocols"):
         bridge.Profile(command="agent", keep_warm_secs=5)
     assert warm_profile(resume_args=["--resume", "{{SESSION_ID}}"])  # a CLI that resumes by flag
+
+
+async def test_a_question_waiting_for_the_host_is_not_the_agents_silence(warm_profile) -> None:  # type: ignore[no-untyped-def]
+    profile = warm_profile(idle_timeout_secs=0.2, permissions={"default": "ask"})
+    questions = bridge.questions.Questions()
+
+    async def on_event(event: object) -> None:
+        if isinstance(event, bridge.PermissionRequest):
+            await trio.sleep(0.5)  # the person thinks it over for longer than the idle timeout
+            questions.decide(event.request_id, bridge.Decision(allow=True))
+
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile)
+            await agent.start(nursery)
+            result = await agent.turn(Turn("ask Read"), on_event, questions=questions)
+            silent = await agent.turn(Turn("hang"))  # the idle timeout itself still holds
+            await agent.close()
+    assert result.ok and result.reply.startswith("allowed")
+    assert silent.outcome == "timeout" and "without output" in silent.error_reply

@@ -41,7 +41,7 @@ from .events import (
     UsageEvent,
 )
 from .framing import LineSplitter
-from .settings import AnteSettings, ClaudeStreamSettings, JsonSettings, NoSettings
+from .settings import AcpSettings, AnteSettings, ClaudeStreamSettings, JsonSettings, NoSettings
 
 
 class ProtocolInfo(NamedTuple):
@@ -96,6 +96,11 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
     "codex-exec": ProtocolInfo("codex_exec", "CodexExec", JsonSettings,
                                summary="`codex exec --json`: the message in argv, stdin closed at once; thread id, "
                                "agent messages, reasoning, commands, file changes, plan, usage and errors out"),
+    "acp": ProtocolInfo("acp", "Acp", AcpSettings, warm=True,
+                        summary="the Agent Client Protocol (JSON-RPC over stdio; codex-acp, claude-agent-acp, "
+                        "gemini --acp): one process per conversation; session/new, load or resume; message "
+                        "chunks are the reply; thoughts, tool calls and plans are activity; permission requests "
+                        "answered by the profile's permissions"),
     "aionrs": ProtocolInfo("aionrs", "Aionrs", JsonSettings, warm=True,
                            summary="`aionrs --json-stream`, one process per conversation: ready → message → "
                            "stream_start, text_delta, thinking, tool_request ↔ tool_approve/tool_deny, tool "

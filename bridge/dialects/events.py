@@ -12,6 +12,8 @@ Claude Code's JSON — its dialect says it with these events:
 - `UsageEvent`: tokens and cost, reported on the result;
 - `PermissionRequest` (from `bridge.permissions`): the agent asks before a tool;
 - `AgentInput`: bytes the dialect writes back to the agent on its own;
+- `Ready`, `TurnEnd`, `FileRequest`: what long-lived (warm) agents add: the
+  session takes turns, a turn is over, the agent asks to read or write a file;
 - `ProtocolWarning`: something the dialect had to ignore or cut; logged.
 
 `PartialEvent`, `SessionEvent`, `ErrorEvent` and `ActivityEvent` are also what
@@ -190,6 +192,25 @@ class TurnEnd:
 
 
 @dataclass(slots=True)
+class FileRequest:
+    """A warm agent asks the bridge to read or write a text file (ACP `fs/read_text_file`, `fs/write_text_file`).
+
+    Only when the profile granted it (`acp: {fs_read: true}` / `fs_write`); the
+    engine executes it confined to the session's working directory and answers
+    with the dialect's `file_reply(request_id, content=…)` or `(…, error=…)`.
+    `operation` is `read` (`line`: the first line, 1-based, and `limit`: how
+    many lines, each None for all) or `write` (`content`: the whole new text).
+    """
+
+    request_id: str
+    operation: Literal["read", "write"]
+    path: str
+    content: str | None = None
+    line: int | None = None
+    limit: int | None = None
+
+
+@dataclass(slots=True)
 class ProtocolWarning:
     """Something the agent wrote that the bridge had to ignore or cut; logged, never fatal."""
 
@@ -202,4 +223,4 @@ class LineCut(ProtocolWarning):
 
 
 Event = (PartialEvent | SessionEvent | ErrorEvent | BodyLine | ReplyEvent | ActivityEvent | UsageEvent
-         | PermissionRequest | AgentInput | Ready | TurnEnd | ProtocolWarning)
+         | PermissionRequest | AgentInput | Ready | TurnEnd | FileRequest | ProtocolWarning)

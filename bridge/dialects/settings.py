@@ -13,8 +13,9 @@ refuses values out of range with a message that says what is allowed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # JSON agents put whole tool inputs and outputs on one line: their lines may be
 # megabytes. Bounded all the same, so memory is too whatever an agent writes.
@@ -45,6 +46,37 @@ class ClaudeStreamSettings(JsonSettings):
     then repeat it whole (cursor's `agent --stream-partial-output`): a repeat is not shown a second time."""
 
     repeats_streamed_text: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AcpSettings(JsonSettings):
+    """acp: what the bridge offers the agent besides the conversation.
+
+    `mcp_servers`: MCP servers the agent connects to, each a mapping passed as
+    is in ACP's own shape (`{name, command, args, env: [{name, value}]}` for
+    stdio; `{type: http, name, url, headers: [...]}` where the agent supports
+    it). `fs_read` / `fs_write`: the agent may ask the bridge to read / write
+    text files (ACP `fs/read_text_file` / `fs/write_text_file`), confined to
+    its working directory. Off by default: the agent uses its own tools, and
+    the bridge's permission policy sees those. ACP's terminal capability is
+    never offered: the bridge runs no commands on an agent's behalf.
+    """
+
+    mcp_servers: list[dict[str, Any]] | None = None
+    fs_read: bool = False
+    fs_write: bool = False
+
+    def __post_init__(self) -> None:
+        JsonSettings.__post_init__(self)
+        servers = self.mcp_servers
+        if servers is None:
+            return
+        if not isinstance(servers, list) or not all(isinstance(server, Mapping) for server in servers):
+            raise ValueError("mcp_servers must be a list of mappings (each an MCP server in ACP's shape: name, "
+                             "command, args, env)")
+        for index, server in enumerate(servers):
+            if not isinstance(server.get("name"), str) or not server.get("name"):
+                raise ValueError(f"mcp_servers[{index}] needs a name (a non-empty string)")
 
 
 THINKING_LEVELS = ("Disabled", "Enabled", "Deep", "Max")
