@@ -914,5 +914,5 @@ def test_piped_chat_carries_the_conversation_and_denies_what_nobody_can_be_asked
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "You said: hello", "Let me use Write.", "", "You said: save tool=Write",
-        "(Write was denied: denied by the host)", "(last time you said: hello)"]
+        "(Write was denied: nobody was at a terminal to answer)", "(last time you said: hello)"]
     assert "denied Write: Write notes.txt (nobody at a terminal to ask)" in done.stderr

@@ -84,7 +84,7 @@ class HumanPrinter:
         self.err = err
         self.open_line = False  # partials left stdout mid-line
         self._err_open = False  # the agent's own stderr left stderr mid-line
-        self._shared = _isatty(out) and _isatty(err)  # one screen: one stream's open line is the other's too
+        self._shared = _shared(out, err)  # one screen or one file: one stream's open line is the other's too
         self.color = wants_color(err)
         self._tail_in_reply = profile is not None and profile.include_stderr_in_reply
         self._stdin_message = profile is not None and profile.stdin == "message"
@@ -312,6 +312,17 @@ class Spinner:
             self.err.write("\r" + " " * self.drawn + "\r")
             self.err.flush()
             self.drawn = 0
+
+
+def _shared(out: TextIO, err: TextIO) -> bool:
+    """stdout and stderr end up together: two terminals (one screen), or one file or pipe (`2>&1`)."""
+    if _isatty(out) and _isatty(err):
+        return True
+    try:
+        mine, theirs = os.fstat(out.fileno()), os.fstat(err.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -52,7 +52,7 @@ async def ask(request: PermissionRequest, stream: TurnStream, printer: HumanPrin
     if reader is None or not isinstance(printer, HumanPrinter):
         if isinstance(printer, HumanPrinter):
             printer.notice(f"denied {what} (nobody at a terminal to ask)", DIM)
-        stream.decide(request.request_id, False)
+        stream.decide(request.request_id, Decision(allow=False, message="nobody was at a terminal to answer"))
         return
     earlier = reader.set_aside()  # lines typed before the question are no answer to it
     printer.prompt(f"the agent asks to run {what}. Allow? [y]es / [a]lways / [N]o ")
