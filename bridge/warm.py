@@ -76,7 +76,6 @@ class WarmAgent:
         self.session_name = session_name
         self.session_id = session_id  # the stored one, until the agent says which it is (`Ready`)
         self.log = log if log is not None else get_logger(profile=profile.label, agent="warm")
-        self.last_used = trio.current_time()
         self.turns = 0
         self.stamp = ""  # what the session store said when it recorded this agent's last turn ("": cannot tell)
         self.returncode: int | None = None
@@ -106,10 +105,6 @@ class WarmAgent:
     def alive(self) -> bool:
         """The process runs: it takes turns (now, or once the current one is over)."""
         return self._process is not None and not self._dead.is_set()
-
-    @property
-    def busy(self) -> bool:
-        return self._loop is not None
 
     @property
     def pid(self) -> int | None:
@@ -332,7 +327,7 @@ class WarmAgent:
                    questions: Questions | None = None, log: Any = None,
                    on_stderr: Callable[[bytes], None] | None = None) -> TurnResult:
         """One turn on this agent; its result as for any turn. One at a time; the agent must have started."""
-        if self.busy or self._wake is not None:
+        if self._wake is not None:
             raise RuntimeError("a warm agent takes one turn at a time")
         profile = self.profile
         log = log if log is not None else self.log
@@ -364,7 +359,6 @@ class WarmAgent:
             self._turn_wait = None
             self._on_stderr = None
             questions.close()
-            self.last_used = trio.current_time()
         if self._turn_error is not None:
             error, self._turn_error = self._turn_error, None
             raise error

@@ -220,3 +220,18 @@ async def test_an_error_in_the_body_leaves_as_itself_and_the_agents_are_gone(lab
             pids.append(served_by(await host.submit("warm", "chat", Turn("one")))[1])
             raise KeyError("the bot's own bug")
     assert_no_live_process(pids)
+
+
+async def test_an_agent_that_dies_between_turns_is_not_counted_and_the_next_turn_resumes(lab: Lab) -> None:
+    import os
+    import signal
+
+    with trio.fail_after(TURN_DEADLINE):
+        async with lab.host() as host:
+            first = await host.submit("warm", "chat", Turn("one"))
+            os.kill(served_by(first)[1], signal.SIGKILL)
+            await wait_gone(served_by(first)[1])
+            while host.stats().warm:  # its pipes' task notices the exit and reaps it
+                await trio.sleep(0.01)
+            after = await host.submit("warm", "chat", Turn("two"))
+    assert served_by(after)[0] == 2 and served_by(after)[1] != served_by(first)[1]

@@ -56,11 +56,8 @@ class WarmPool:
     @property
     def size(self) -> int:
         """Agents alive in the pool (between turns or taking one)."""
-        return sum(map(len, self._idle.values())) + len(self._busy)
-
-    def warm(self, key: Key) -> bool:
-        """True when `key` has an agent waiting between turns."""
-        return key in self._idle.get(key[0], ())
+        idle = sum(entry.agent.alive for entries in self._idle.values() for entry in entries.values())
+        return idle + len(self._busy)
 
     async def checkout(self, key: Key, profile: Profile, session_id: str, stamp: str, log: Any) -> WarmAgent:
         """The agent for `key`'s next turn: the warm one if it fits, else a new one that resumes `session_id`.
@@ -132,6 +129,10 @@ class WarmPool:
     def _make_room(self, profile_name: str, max_warm: int) -> None:
         """At most `max_warm` agents of `profile_name` alive: the least recently used idle ones go."""
         idle = self._idle.get(profile_name)
+        if not idle:
+            return
+        for key in [key for key, entry in idle.items() if not entry.agent.alive]:  # died between turns
+            self._take_idle(key)
         while idle and len(idle) + self._busy_by_profile[profile_name] > max_warm:
             _, entry = idle.popitem(last=False)
             if entry.expiry is not None:
