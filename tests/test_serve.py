@@ -229,6 +229,31 @@ async def test_a_tool_the_profile_asks_about_is_a_permission_the_bot_answers_wit
     assert (await client.receive())["code"] == "unknown_turn"  # the turn is over
 
 
+async def test_a_warm_conversation_keeps_its_agent_and_its_questions_are_answered_by_decide(serve: Any,
+                                                                                             lab: Lab) -> None:
+    (lab.profiles / "aionrs.yaml").write_text(textwrap.dedent(f"""\
+        protocol: aionrs
+        command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "aionrs_like.py")!r}, --json-stream]
+        resume_args: ["--resume={{{{SESSION_ID}}}}"]
+        cwd: {str(lab.root)!r}
+        env: {{STREAM_DELAY: "0", HOME: {str(lab.root)!r}}}
+        permissions: {{default: deny, ask: [edit], timeout_secs: 5}}
+    """))
+    client, _ = await serve()
+    await client.send(turn("w1", "please tool=Write", profile="aionrs"))
+    asked = (await client.until("permission", "w1"))[-1]
+    assert (asked["tool"], asked["kind"]) == ("Write", "edit")
+    await client.send({"type": "decide", "id": "w1", "request_id": asked["request_id"], "allow": False,
+                       "message": "not today"})
+    first = (await client.until("result", "w1"))[-1]
+    assert first["outcome"] == "ok" and "(Write was denied: not today)" in first["reply"]
+    await client.send(turn("w2", "again think", profile="aionrs"))
+    second = (await client.until("result", "w2"))[-1]
+    assert second["session_id"] == first["session_id"] and "last time you said: please tool=Write" in second["reply"]
+    await client.send({"type": "stats", "id": "s"})
+    assert (await client.until("stats", "s"))[-1]["warm"] == 1  # one live agent took both turns
+
+
 async def test_malformed_requests_get_an_error_and_serve_carries_on(serve: Any) -> None:
     client, _ = await serve(max_request_bytes=1024)
     bad: list[tuple[bytes | str | dict[str, Any], Any, str]] = [
