@@ -93,20 +93,56 @@ class _Reader:
             self._waiting_since = None
 
 
+class StderrTail:
+    """An agent's stderr as it is read: each chunk to `on_chunk` (if any), the last few KiB kept for the result."""
+
+    __slots__ = ("on_chunk", "_tail", "_total")
+
+    def __init__(self, on_chunk: Callable[[bytes], None] | None = None) -> None:
+        self.on_chunk = on_chunk
+        self._tail = bytearray()
+        self._total = 0
+
+    async def pump(self, reader: _Reader) -> None:
+        """Read `reader` to its end (or its scope's cancel)."""
+        tail = self._tail
+        with reader.scope:
+            while data := await reader.receive():
+                if self.on_chunk is not None:
+                    self.on_chunk(data)
+                self._total += len(data)
+                tail += data
+                if len(tail) > 2 * STDERR_TAIL_BYTES:
+                    del tail[:-STDERR_TAIL_BYTES]
+
+    def clear(self) -> None:
+        """Start over (a warm agent's next turn)."""
+        self._tail.clear()
+        self._total = 0
+
+    def text(self) -> str:
+        """The last few KiB; when stderr was longer, from a line boundary on, after "…"."""
+        tail = bytes(self._tail[-STDERR_TAIL_BYTES:])
+        if self._total > len(tail):
+            newline = tail.find(b"\n")
+            if 0 <= newline < len(tail) - 1:
+                tail = tail[newline + 1:]
+            return "…" + tail.decode("utf-8", "replace")
+        return tail.decode("utf-8", "replace")
+
+
 class AgentIO:
     """One running agent's I/O and lifetime; `run()` drives it to a reaped end."""
 
     def __init__(self, profile: Profile, plan: LaunchPlan, agent: AgentProcess, log: Any, started: float,
                  on_stderr: Callable[[bytes], None] | None = None) -> None:
         self.profile = profile
-        self.on_stderr = on_stderr
         self.plan = plan
         self.agent = agent
         self.log = log
         self.stdout = _Reader(agent.stdout)
         self.stderr = _Reader(agent.stderr)
-        self._stderr_tail = bytearray()
-        self._stderr_total = 0
+        self.stderr_tail = StderrTail(on_stderr)
         # Only an agent whose stdin stays open is answered later (a channel costs a turn ~10 us).
         self._outgoing: trio.MemorySendChannel[bytes] | None = None
         self._outgoing_queue: trio.MemoryReceiveChannel[bytes] | None = None
@@ -220,30 +256,13 @@ class AgentIO:
             reader.done.set()
 
     async def pump_stderr(self) -> None:
-        reader = self.stderr
-        tail = self._stderr_tail
-        on_stderr = self.on_stderr
         try:
-            with reader.scope:
-                while data := await reader.receive():
-                    if on_stderr is not None:
-                        on_stderr(data)
-                    self._stderr_total += len(data)
-                    tail += data
-                    if len(tail) > 2 * STDERR_TAIL_BYTES:
-                        del tail[:-STDERR_TAIL_BYTES]
+            await self.stderr_tail.pump(self.stderr)
         finally:
-            reader.done.set()
+            self.stderr.done.set()
 
     def stderr_text(self) -> str:
-        """The last few KiB of stderr; when it was cut, starting at a line boundary."""
-        tail = bytes(self._stderr_tail[-STDERR_TAIL_BYTES:])
-        if self._stderr_total > len(tail):
-            newline = tail.find(b"\n")
-            if 0 <= newline < len(tail) - 1:
-                tail = tail[newline + 1:]
-            return "…" + tail.decode("utf-8", "replace")
-        return tail.decode("utf-8", "replace")
+        return self.stderr_tail.text()
 
     async def feed_stdin(self) -> None:
         """Write the handover, then (with `stdin_open`) whatever `send` queues until the agent exits; then EOF.

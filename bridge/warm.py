@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 from .agent_files import FileRefused, serve_file_request
-from .agent_io import STDERR_TAIL_BYTES, _Reader
+from .agent_io import StderrTail, _Reader
 from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
 from .dialects.events import AgentInput, FileRequest
 from .errors import BridgeError, LaunchError
@@ -87,8 +87,7 @@ class WarmAgent:
         self._dead = trio.Event()
         self._reaped = trio.Event()
         self._start_error = ""
-        self._stderr_tail = bytearray()
-        self._stderr_total = 0
+        self._stderr = StderrTail()  # this turn's (or, before the first, the start-up's)
         # The turn in progress.
         self._loop: _TurnLoop | None = None
         self._wake: trio.Event | None = None  # set when the turn is over, failed in a callback, or the agent died
@@ -97,7 +96,6 @@ class WarmAgent:
         self._turn_wait: trio.CancelScope | None = None
         self._idle_secs: float | None = None
         self._wall_deadline = math.inf
-        self._on_stderr: Callable[[bytes], None] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -156,7 +154,7 @@ class WarmAgent:
         else:
             reason = self._start_error or f"it did not set its session up within {profile.start_timeout_secs:g} s"
         await self.close(grace=0)
-        raise WarmStartError(126, f"the agent could not start its session: {reason}", self._stderr_text())
+        raise WarmStartError(126, f"the agent could not start its session: {reason}", self._stderr.text())
 
     async def close(self, grace: float | None = None) -> None:
         """Say goodbye, give the agent `grace` (default `kill_grace_secs`) to exit, then kill its group."""
@@ -185,7 +183,7 @@ class WarmAgent:
         try:
             async with trio.open_nursery() as pumps:
                 pumps.start_soon(self._pump_stdout, _Reader(process.stdout))
-                pumps.start_soon(self._pump_stderr, _Reader(process.stderr))
+                pumps.start_soon(self._stderr.pump, _Reader(process.stderr))
                 pumps.start_soon(self._feed_stdin, outgoing)
                 task_status.started()
                 await process.wait_exited()
@@ -245,17 +243,6 @@ class WarmAgent:
                 waiting.deadline = min(self._wall_deadline, trio.current_time() + self._idle_secs)
         await self._route(self._dialect.close())
 
-    async def _pump_stderr(self, reader: _Reader) -> None:
-        tail = self._stderr_tail
-        with reader.scope:
-            while data := await reader.receive():
-                if self._on_stderr is not None:
-                    self._on_stderr(data)
-                self._stderr_total += len(data)
-                tail += data
-                if len(tail) > 2 * STDERR_TAIL_BYTES:
-                    del tail[:-STDERR_TAIL_BYTES]
-
     async def _route(self, events: list[Event]) -> None:
         """The turn gets its events; the session keeps its own (ready, input to write); the rest is dropped."""
         batch: list[Event] = []
@@ -310,11 +297,6 @@ class WarmAgent:
         if self._wake is not None:
             self._wake.set()
 
-    def _stderr_text(self) -> str:
-        tail = bytes(self._stderr_tail[-STDERR_TAIL_BYTES:])
-        text = tail.decode("utf-8", "replace")
-        return ("…" + text) if self._stderr_total > len(tail) else text
-
     def _exit_text(self) -> str:
         code = self.returncode
         if code is None:
@@ -335,15 +317,14 @@ class WarmAgent:
         recorder = TurnRecorder(profile)
         questions = questions if questions is not None else Questions()
         loop = _TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, self._send, questions)
-        self._stderr_tail.clear()
-        self._stderr_total = 0
+        self._stderr.clear()
+        self._stderr.on_chunk = on_stderr
         self.turns += 1
         self._wake = trio.Event()
         self._turn_over = False
         self._turn_error = None
         self._wall_deadline = started + profile.timeout_secs
         self._idle_secs = profile.idle_timeout_secs
-        self._on_stderr = on_stderr
         try:
             if not self.alive:
                 ending = Ending(spawn_failure=(126, "the warm agent is not running"))
@@ -357,13 +338,13 @@ class WarmAgent:
             self._loop = None
             self._wake = None
             self._turn_wait = None
-            self._on_stderr = None
+            self._stderr.on_chunk = None
             questions.close()
         if self._turn_error is not None:
             error, self._turn_error = self._turn_error, None
             raise error
         duration_ms = round((trio.current_time() - started) * 1000)
-        result = recorder.finish(ending, stderr_tail=self._stderr_text(), duration_ms=duration_ms)
+        result = recorder.finish(ending, stderr_tail=self._stderr.text(), duration_ms=duration_ms)
         log.info("turn finished", outcome=result.outcome.value, exit_code=result.exit_code,
                  duration_ms=duration_ms, partials=result.partials, warm=True)
         if emit is not None and (pending := emit(result)) is not None:

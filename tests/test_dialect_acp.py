@@ -607,8 +607,15 @@ def test_garbage_is_ignored_with_one_warning_and_counted_at_the_end():
     assert events == [ProtocolWarning("the agent wrote a stdout line that is no JSON-RPC message; ignored (so are "
                                       "any more: their number is logged at the end)"), PartialEvent("ok")]
     acp.feed(line(response(PROMPT_ID, {"stopReason": "end_turn"})))
-    assert acp.close() == [ProtocolWarning("ignored 4 stdout line(s) that were no JSON-RPC message the bridge was "
-                                           "waiting for")]
+    assert acp.close() == [ProtocolWarning("ignored 1 JSON-RPC message(s) the bridge was not waiting for"),
+                           ProtocolWarning("ignored 3 stdout line(s) that were not JSON objects")]
+
+
+def test_a_lone_surrogate_the_agent_escapes_becomes_a_replacement_character():
+    acp = in_turn()
+    assert acp.feed(b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"' + SESSION.encode()
+                    + b'","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
+                    b'"a\\ud800b"}}}}\n') == [PartialEvent("a\ufffdb")]
 
 
 def test_a_line_over_the_limit_is_cut_and_the_next_one_read():

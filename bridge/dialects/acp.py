@@ -45,7 +45,7 @@ from .. import __version__
 from ..permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, number, shorten, text_of
+from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
 from .coding_agents import OUTPUT_CHARS, TEXT_BOUND, THINKING_CHARS, TITLE_CHARS, tool_title
 from .events import (
     ActivityEvent,
@@ -53,7 +53,6 @@ from .events import (
     ErrorEvent,
     Event,
     FileRequest,
-    LineCut,
     PartialEvent,
     PlanStep,
     ProtocolWarning,
@@ -63,7 +62,6 @@ from .events import (
     Usage,
     UsageEvent,
 )
-from .framing import LineSplitter
 from .settings import AcpSettings
 
 PROTOCOL_VERSION = 1
@@ -84,7 +82,7 @@ _PLAN_STATUSES = ("pending", "in_progress", "completed")
 _OPEN_CALLS = 10_000  # tool calls remembered per turn; more than any agent keeps in flight
 
 
-class Acp:
+class Acp(JsonLinesDialect):
     """One ACP agent process: its session and its turns, one at a time (see the module docstring)."""
 
     name: ClassVar[str] = "acp"
@@ -93,16 +91,14 @@ class Acp:
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         if not posixpath.isabs(cwd):
             raise ValueError(f"an ACP session's cwd must be an absolute path, not {cwd!r}")
-        settings = context.settings if isinstance(context.settings, AcpSettings) else AcpSettings()
-        self._settings = settings
+        super().__init__(context, Turn())
+        self._settings = context.settings if isinstance(context.settings, AcpSettings) else AcpSettings()
         self._stored_session = session_id
         self._cwd = cwd
-        self._lines = LineSplitter(settings.max_line_bytes)
         self._next_id = 0
         self._calls: dict[int, str] = {}  # our requests awaiting a response: id → method
         self._session_id = ""
         self._ready = False
-        self._closed = False
         self._prompt_id: int | None = None  # the turn in progress: its session/prompt's id
         self._cancelling = False
         self._denied = ""  # "<tool> was denied…" this turn, for the agent that then stops the turn
@@ -111,7 +107,7 @@ class Acp:
         self._tools: dict[str, tuple[str, str, str]] = {}  # call id → (tool, kind, title), this turn
         self._asked: dict[str, tuple[Any, tuple[Mapping[str, Any], ...]]] = {}  # request id → (JSON-RPC id, options)
         self._files: dict[str, tuple[Any, str]] = {}  # request id → (JSON-RPC id, read | write)
-        self._ignored_lines = 0
+        self._stray = 0  # JSON-RPC messages the bridge was not waiting for
         self._foreign_updates = 0
 
     # ------------------------------------------------------------------ what the engine writes
@@ -179,20 +175,8 @@ class Acp:
 
     # ------------------------------------------------------------------ what the agent writes
 
-    def feed(self, data: bytes) -> list[Event]:
-        if self._closed:
-            raise RuntimeError("feed() after close()")
-        lines = self._lines.feed(data)
-        if not lines.text:
-            return []
-        return self._decode(lines.text, lines.cut)
-
-    def close(self) -> list[Event]:
-        if self._closed:
-            return []
-        lines = self._lines.close()
-        events = self._decode(lines.text, lines.cut)
-        self._closed = True
+    def finish(self) -> list[Event]:
+        events: list[Event] = []
         if self._prompt_id is not None:
             self._prompt_id = None
             events.append(ErrorEvent("the agent's output ended in the middle of the turn (the agent exited or "
@@ -200,30 +184,22 @@ class Acp:
         elif not self._ready:
             events.append(ErrorEvent("the agent's output ended before its ACP session was ready; its stderr may "
                                      "say why", unfinished=True))
-        events.extend(self._warnings())
+        if self._stray:
+            events.append(ProtocolWarning(f"ignored {self._stray} JSON-RPC message(s) the bridge was not waiting "
+                                          "for"))
+        if self._foreign_updates:
+            events.append(ProtocolWarning(f"ignored {self._foreign_updates} session/update(s) of another session"))
         return events
 
-    def _decode(self, text: list[str], cut: frozenset[int]) -> list[Event]:
-        events: list[Event] = []
-        for index, line in enumerate(text):
-            if index in cut:
-                events.append(LineCut(f"an ACP message was longer than {self._lines.max_line_bytes} bytes; it was "
-                                      "ignored (acp: max_line_bytes raises the limit)"))
-                continue
-            if not line.strip():
-                continue
-            try:
-                message = json.loads(line)
-            except (ValueError, RecursionError):
-                message = None
-            if not isinstance(message, dict):
-                self._ignored_lines += 1
-                if self._ignored_lines == 1:
-                    events.append(ProtocolWarning("the agent wrote a stdout line that is no JSON-RPC message; "
-                                                  "ignored (so are any more: their number is logged at the end)"))
-                continue
-            events.extend(self._on_message(message))
-        return events
+    def on_other_line(self, line: str) -> list[Event]:
+        super().on_other_line(line)  # counted: one warning at the end says how many
+        if self._ignored == 1:
+            return [ProtocolWarning("the agent wrote a stdout line that is no JSON-RPC message; ignored (so are any "
+                                    "more: their number is logged at the end)")]
+        return []
+
+    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
+        return self._on_message(message)
 
     def _on_message(self, message: Mapping[str, Any]) -> list[Event]:
         method = message.get("method")
@@ -236,7 +212,7 @@ class Acp:
         rpc_id = message.get("id")
         method = self._calls.pop(rpc_id, None) if isinstance(rpc_id, int) and not isinstance(rpc_id, bool) else None
         if method is None:
-            self._ignored_lines += 1
+            self._stray += 1
             return []
         error = message.get("error")
         if isinstance(error, Mapping) or "result" not in message:
@@ -400,7 +376,7 @@ class Acp:
 
     def _on_request(self, rpc_id: Any, method: str, params: Any) -> list[Event]:
         if not _valid_id(rpc_id):
-            self._ignored_lines += 1
+            self._stray += 1
             return []  # no id to answer to
         params = params if isinstance(params, Mapping) else {}
         if method == "session/request_permission":
@@ -457,16 +433,6 @@ class Acp:
         self._next_id += 1
         self._calls[rpc_id] = method
         return _encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-
-    def _warnings(self) -> list[Event]:
-        events: list[Event] = []
-        if self._ignored_lines:
-            events.append(ProtocolWarning(f"ignored {self._ignored_lines} stdout line(s) that were no JSON-RPC "
-                                          "message the bridge was waiting for"))
-        if self._foreign_updates:
-            events.append(ProtocolWarning(f"ignored {self._foreign_updates} session/update(s) of another session"))
-        return events
-
 
 # ---------------------------------------------------------------------- JSON-RPC in ACP's words
 
