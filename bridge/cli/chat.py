@@ -19,8 +19,9 @@ goodbye when the chat ends.
 Signals. One trio signal receiver lives as long as the REPL. SIGINT while a
 turn runs is a host cancel (`TurnStream.cancel()`: SIGINT to the agent, or
 the warm protocol's cancel; grace; SIGKILL; the turn ends with exit 130 and
-the REPL carries on); at the prompt it abandons the line. SIGTERM and SIGHUP (the terminal went away)
-stop a running turn the same way and end the chat with 128+N.
+the REPL carries on); at the prompt it abandons the line. SIGTERM and SIGHUP
+(the terminal went away) stop a running turn the same way and end the chat
+with 128+N.
 """
 
 from __future__ import annotations
