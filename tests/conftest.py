@@ -14,6 +14,8 @@ import pytest
 
 import bridge
 
+pytest_plugins = ["pgserver"]  # postgres_server, pg_dsn: a throwaway PostgreSQL cluster
+
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "profiles"
 CLI_PROFILES = PROFILES / "clis"  # ready profiles of coding CLIs

@@ -1,0 +1,312 @@
+"""Connections to PostgreSQL, the schema, and LISTEN without a thread.
+
+psycopg's async API needs asyncio; the bridge is trio. Measured on loopback
+(bench/PROFILING.md): a statement costs ~22 µs on psycopg's blocking API and
+~105 µs through `trio.to_thread.run_sync`. So every *transaction* is one
+thread hop (`Database.run`: a function that runs whole in a worker thread on
+a pooled connection), and notifications are read without any thread: the
+listening connection's socket is watched with `trio.lowlevel.wait_readable`
+and drained with libpq's own `consume_input`/`notifies`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+
+from ...errors import BridgeError
+
+if TYPE_CHECKING:
+    import psycopg
+
+T = TypeVar("T")
+SCHEMA_VERSION = 1
+CONNECT_TIMEOUT_SECS = 5
+# Channels: workers tell gateways what a turn does; gateways and workers tell workers there is work.
+EVENTS_CHANNEL = "bridge_events"
+WORK_CHANNEL = "bridge_work"
+CONTROL_CHANNEL = "bridge_control"
+MAX_NOTIFY_BYTES = 7900  # PostgreSQL refuses payloads of 8000 bytes or more
+_SCHEMA_LOCK = 0x61_67_62_72  # an advisory lock id ("agbr"): processes racing to create the schema take turns
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS bridge_meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS bridge_sessions (
+    profile        text        NOT NULL,
+    conversation   text        NOT NULL,
+    session_name   text        NOT NULL,
+    session_id     text        NOT NULL DEFAULT '',
+    last_used      timestamptz NOT NULL,
+    last_outcome   text        NOT NULL,
+    last_exit_code integer     NOT NULL,
+    stamp          text        NOT NULL,  -- changes with every record: a warm agent that missed one is retired
+    PRIMARY KEY (profile, conversation, session_name)
+);
+CREATE TABLE IF NOT EXISTS bridge_workers (
+    id             text        PRIMARY KEY,
+    host           text        NOT NULL,
+    pid            integer     NOT NULL,
+    backend_pid    integer     NOT NULL,  -- its registration connection: gone while the server runs = dead
+    backend_start  timestamptz NOT NULL,
+    max_concurrent integer     NOT NULL,
+    started_at     timestamptz NOT NULL DEFAULT now(),
+    seen_at        timestamptz NOT NULL DEFAULT now(),
+    draining       boolean     NOT NULL DEFAULT false
+);
+CREATE TABLE IF NOT EXISTS bridge_turns (
+    id               text        PRIMARY KEY,  -- the gateway's key of the client's id
+    seq              bigint      GENERATED ALWAYS AS IDENTITY,  -- arrival order; a retried turn keeps its place
+    gateway          text        NOT NULL,
+    request_id       jsonb       NOT NULL,  -- the client's id as sent (a string or a number)
+    profile          text        NOT NULL,
+    conversation     text        NOT NULL,
+    session_name     text        NOT NULL,
+    turn             jsonb       NOT NULL,
+    state            text        NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done')),
+    attempt          integer     NOT NULL DEFAULT 0,  -- fences a lost worker's late result off a newer attempt
+    worker           text,
+    lease_until      timestamptz,
+    kill_grace_secs  double precision NOT NULL DEFAULT 0,
+    on_worker_lost   text        NOT NULL DEFAULT 'retry',
+    cancel_requested boolean     NOT NULL DEFAULT false,
+    result           jsonb,
+    error            jsonb,
+    enqueued_at      timestamptz NOT NULL DEFAULT now(),
+    started_at       timestamptz,
+    finished_at      timestamptz,
+    delivered_at     timestamptz
+);
+-- Never two running turns of one conversation, whatever a worker does: PostgreSQL refuses the second.
+CREATE UNIQUE INDEX IF NOT EXISTS bridge_turns_one_running
+    ON bridge_turns (profile, conversation, session_name) WHERE state = 'running';
+CREATE INDEX IF NOT EXISTS bridge_turns_queued
+    ON bridge_turns (profile, conversation, session_name, seq) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS bridge_turns_by_worker ON bridge_turns (worker) WHERE state = 'running';
+CREATE INDEX IF NOT EXISTS bridge_turns_undelivered ON bridge_turns (gateway) WHERE delivered_at IS NULL;
+CREATE INDEX IF NOT EXISTS bridge_turns_done ON bridge_turns (finished_at) WHERE state = 'done';
+"""
+
+
+class PostgresError(BridgeError):
+    """PostgreSQL refused or could not be reached; the message says which server and what to do."""
+
+
+class PostgresUnavailable(PostgresError):
+    """The server cannot be reached right now (down, restarting, network): worth trying again."""
+
+
+def require_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise PostgresError("PostgreSQL needs psycopg 3: pip install 'agent-bridge[postgres]'") from None
+    return psycopg
+
+
+def is_postgres_url(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
+
+
+def shown_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages and logs."""
+    psycopg = require_psycopg()
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(an unreadable DSN)"
+    host, port, name = params.get("host", "localhost"), params.get("port", "5432"), params.get("dbname", "")
+    return f"postgresql://{params.get('user', '')}@{host}:{port}/{name}"
+
+
+def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+    """A connection with the schema in place; `PostgresUnavailable` / `PostgresError` say what went wrong."""
+    psycopg = require_psycopg()
+    try:
+        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_SECS,
+                               application_name="agent-bridge")
+    except psycopg.OperationalError as err:
+        raise PostgresUnavailable(f"cannot connect to {shown_dsn(dsn)}: {_first_line(err)}; check that the "
+                                  "server runs and the DSN (host, port, user, database) is right") from None
+    except psycopg.ProgrammingError as err:
+        raise PostgresError(f"the PostgreSQL DSN is not valid: {_first_line(err)}") from None
+    try:
+        _ensure_schema(conn, dsn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
+    psycopg = require_psycopg()
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            exists = conn.execute("SELECT to_regclass('bridge_meta') IS NOT NULL").fetchone()
+            version = None
+            if exists and exists[0]:
+                row = conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row else None
+            if version is not None and version > SCHEMA_VERSION:
+                raise PostgresError(f"database {shown_dsn(dsn)} was set up by a newer agent-bridge (schema "
+                                    f"{version}); upgrade agent-bridge on this machine")
+            if version != SCHEMA_VERSION:
+                conn.execute(SCHEMA)
+                conn.execute("INSERT INTO bridge_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
+                             "SET value = excluded.value", (str(SCHEMA_VERSION),))
+    except psycopg.OperationalError as err:
+        raise PostgresUnavailable(f"{shown_dsn(dsn)}: {_first_line(err)}") from None
+    except psycopg.Error as err:
+        raise PostgresError(f"cannot set up agent-bridge's tables in {shown_dsn(dsn)}: {_first_line(err)} "
+                            "(the user needs CREATE on the database's public schema)") from None
+    if not conn.autocommit:
+        conn.rollback()
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+class Database:
+    """A few pooled connections; `run(operation)` is one transaction in a worker thread.
+
+    A connection that breaks is dropped, and the call raises
+    `PostgresUnavailable`; the next call connects again. Callers decide
+    whether to retry (every operation of the queue is safe to retry).
+    """
+
+    def __init__(self, dsn: str, *, size: int = 4) -> None:
+        require_psycopg()
+        self.dsn = dsn
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+        self._slots = trio.Semaphore(size)
+        self._closed = False
+
+    def check(self) -> None:
+        """Connect once now (creating the tables if needed): a bad DSN fails here, before any work."""
+        conn = connect(self.dsn)
+        with self._lock:
+            self._idle.append(conn)
+
+    async def run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
+        async with self._slots:
+            return await trio.to_thread.run_sync(self._run, operation)
+
+    async def run_retrying(self, operation: Callable[[psycopg.Connection[Any]], T], *,
+                           log: Any = None, what: str = "") -> T:
+        """`run`, again and again while the server cannot be reached (backing off up to 2 s)."""
+        delay = 0.05
+        while True:
+            try:
+                return await self.run(operation)
+            except PostgresUnavailable as err:
+                if log is not None:
+                    log.warning("PostgreSQL unavailable; trying again", doing=what, error=str(err))
+                await trio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 2.0)
+
+    def _run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
+        psycopg = require_psycopg()
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None or conn.closed:
+            conn = connect(self.dsn)
+        try:
+            with conn.transaction():
+                value = operation(conn)
+        except psycopg.OperationalError as err:
+            conn.close()
+            raise PostgresUnavailable(f"{shown_dsn(self.dsn)}: {_first_line(err)}") from None
+        except BaseException:
+            if conn.broken:
+                conn.close()
+            else:
+                with self._lock:
+                    self._idle.append(conn)
+            raise
+        with self._lock:
+            if self._closed:
+                conn.close()
+            else:
+                self._idle.append(conn)
+        return value
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    channel: str
+    payload: str
+    sender: int  # the backend pid of the connection that notified
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnected:
+    """The listener lost its connection and has a new one: notifications in between were lost."""
+
+
+async def listen(dsn: str, channels: tuple[str, ...], deliver: Callable[[Notification | Reconnected], None], *,
+                 log: Any, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Hand every notification of `channels` to `deliver`, forever; when the connection breaks, connect again
+    and deliver `Reconnected` (what was notified in between is lost: the caller reads the tables again).
+
+    Reported started once the first LISTEN is in place.
+    """
+    psycopg = require_psycopg()
+    delay = 0.05
+    first = True
+    while True:
+        try:
+            conn = await trio.to_thread.run_sync(lambda: connect(dsn, autocommit=True))
+        except PostgresUnavailable as err:
+            log.warning("PostgreSQL unavailable; listening again soon", error=str(err))
+            await trio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 2.0)
+            continue
+        try:
+            for channel in channels:
+                conn.execute(f"LISTEN {channel}")
+            delay = 0.05
+            if first:
+                first = False
+                task_status.started()
+            else:
+                deliver(Reconnected())
+            pgconn = conn.pgconn
+            while True:
+                await trio.lowlevel.wait_readable(conn.fileno())
+                pgconn.consume_input()  # raises OperationalError once the server is gone
+                while (note := pgconn.notifies()) is not None:
+                    deliver(Notification(note.relname.decode(), note.extra.decode(), note.be_pid))
+        except (psycopg.OperationalError, OSError) as err:
+            log.warning("the listening connection to PostgreSQL broke; reconnecting", error=_first_line(err))
+        finally:
+            conn.close()
+
+
+def notify_payloads(record: dict[str, Any], text_field: str | None = None) -> list[str]:
+    """`record` as one or more NOTIFY payloads: a long `text_field` is cut into pieces that each fit."""
+    payload = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    if len(payload.encode()) <= MAX_NOTIFY_BYTES or text_field is None:
+        return [payload]
+    text = record[text_field]
+    # A character takes at most 6 bytes in the payload (a \uXXXX escape, or up to 4 bytes of UTF-8).
+    room = max(1, (MAX_NOTIFY_BYTES - len(json.dumps({**record, text_field: ""}).encode())) // 6)
+    return [json.dumps({**record, text_field: text[start:start + room]}, ensure_ascii=False, separators=(",", ":"))
+            for start in range(0, len(text), room)]
