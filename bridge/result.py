@@ -44,6 +44,7 @@ class Outcome(str, enum.Enum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     SPAWN_FAILED = "spawn_failed"
+    WORKER_LOST = "worker_lost"  # only through PostgreSQL: the worker running the turn died (bridge.host.postgres)
 
     def __str__(self) -> str:
         return self.value

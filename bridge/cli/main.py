@@ -109,11 +109,22 @@ examples:
   agent-bridge serve --profiles profiles/ --state bot.sqlite3 --max-concurrent 8
   echo '{"type": "turn", "id": 1, "profile": "echo", "conversation": "c", "message": "hi"}' \\
     | agent-bridge serve --profiles profiles/
+  agent-bridge serve --postgres postgresql://bridge@db/bridge --name bot1   # a gateway to workers
 
 exit codes:
   0        shut down (EOF on stdin, SIGTERM or SIGINT) once every accepted turn had its result
   1        whoever read stdout went away; the turns still running were cancelled
   2        bad arguments, or the profiles directory or the session store cannot be used
+"""
+
+WORKER_EPILOG = """\
+examples:
+  agent-bridge worker --postgres postgresql://bridge@db/bridge --profiles profiles/
+  agent-bridge worker --postgres "$DSN" --profiles profiles/ --max-concurrent 8 --lease-secs 5
+
+exit codes:
+  0        drained after SIGTERM or SIGINT (turns still running went back to the queue)
+  2        bad arguments, the profiles directory cannot be read, or PostgreSQL cannot be used
 """
 
 INIT_EPILOG = """\
@@ -231,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="The host runtime as a sidecar: one JSON request per line on stdin, one\n"
                                 "JSON response per line on stdout (see the README). EOF, SIGTERM or SIGINT\n"
                                 "shut down gracefully; a second signal cancels every turn at once.")
-    serve.add_argument("--profiles", metavar="DIR", required=True,
-                       help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns")
+    serve.add_argument("--profiles", metavar="DIR",
+                       help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns "
+                       "(required, but for a gateway: --postgres)")
     serve.add_argument("--state", metavar="PATH",
                        help="session store file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3)")
     # Defaults live in bridge.host (not imported here: other commands must not pay for it).
@@ -243,7 +255,32 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True),
                        help="on shutdown, how long turns in flight may finish before they are cancelled "
                        "(default: 10)")
+    serve.add_argument("--postgres", metavar="DSN",
+                       help="be a gateway: queue turns in this PostgreSQL database for `agent-bridge worker`s "
+                       "(postgresql://user@host/db); results not yet delivered are sent again at start")
+    serve.add_argument("--name", metavar="NAME", default="serve",
+                       help="with --postgres: this gateway's name; the next serve of that name sends the results "
+                       "this one could not (default: serve)")
     serve.set_defaults(handler=_serve_command, command_parser=serve)
+
+    worker = commands.add_parser(
+        "worker", parents=[common], help="run turns from a PostgreSQL queue (many workers, many machines)",
+        formatter_class=explained, epilog=WORKER_EPILOG,
+        description="Claims turns that `serve --postgres` gateways queued, runs them with the profiles in DIR,\n"
+        "and writes their results back. SIGTERM or SIGINT drain: no new turns; those in flight finish\n"
+        "within the shutdown grace, the rest go back to the queue in their place.")
+    worker.add_argument("--postgres", metavar="DSN", required=True, help="the queue's database (postgresql://…)")
+    worker.add_argument("--profiles", metavar="DIR", required=True, help="directory of profiles, as for serve")
+    worker.add_argument("--max-concurrent", metavar="N", type=_count(1), default=32,
+                        help="turns this worker runs at once (default: 32)")
+    worker.add_argument("--lease-secs", metavar="SECS", type=_seconds(zero_ok=False), default=10.0,
+                        help="a turn's lease: renewed every third of it; a worker silent this long (plus the "
+                        "agent's kill grace) is taken for lost and its turns go to others (default: 10)")
+    worker.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True), default=10.0,
+                        help="on SIGTERM, how long turns in flight may finish before they go back to the queue "
+                        "(default: 10)")
+    worker.add_argument("--name", metavar="NAME", help="this worker's id in stats and logs (default: host:pid:random)")
+    worker.set_defaults(handler=_worker_command, command_parser=worker)
     return parser
 
 
@@ -537,9 +574,18 @@ def _init_command(args: argparse.Namespace) -> int:
 def _serve_command(args: argparse.Namespace) -> int:
     from .serve import run_serve  # lazily: the other commands never pay for the host runtime
 
+    if args.profiles is None and args.postgres is None:
+        args.command_parser.error("serve needs --profiles DIR (or --postgres DSN, to be a gateway to workers)")
     limits = {name: value for name in ("max_concurrent", "max_queued", "shutdown_grace")
               if (value := getattr(args, name)) is not None}
-    return run_serve(args.profiles, state=args.state, **limits)
+    return run_serve(args.profiles, state=args.state, postgres=args.postgres, name=args.name, **limits)
+
+
+def _worker_command(args: argparse.Namespace) -> int:
+    from ..host.postgres.worker import run_worker
+
+    return run_worker(args.postgres, args.profiles, max_concurrent=args.max_concurrent, lease_secs=args.lease_secs,
+                      shutdown_grace=args.shutdown_grace, name=args.name)
 
 
 def _schema_command(args: argparse.Namespace) -> int:

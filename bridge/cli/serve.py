@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from ..dialects import MAX_SESSION_ID_CHARS, ActivityEvent, LineSplitter, PartialEvent, SessionEvent, session_id_problem
-from ..errors import ProfileError, TurnError
+from ..errors import BridgeError, ProfileError, TurnError
 from ..host.registry import UnknownProfile
 from ..host.runtime import (
     DEFAULT_MAX_CONCURRENT,
@@ -69,6 +69,7 @@ SHUTTING_DOWN = "shutting_down"
 UNKNOWN_TURN = "unknown_turn"
 UNKNOWN_REQUEST = "unknown_request"
 STORE_ERROR = "store_error"
+DETACHED = "detached"  # serve --postgres stopped before the result came; the next one sends it
 INTERNAL_ERROR = "internal_error"
 
 _TURN_FIELDS = {"type", "id", "profile", "conversation", "message", "from_user", "session_name", "session_id",
@@ -303,6 +304,8 @@ class Server:
             self._system = system
             async with trio.open_nursery() as turns:
                 self._turns = turns
+                for turn_id, request_id in await self.host.undelivered():  # accepted by a serve that stopped
+                    turns.start_soon(self._follow, turn_id, request_id)
                 await self._read_requests()
                 self._begin_shutdown()
                 await self._shutdown_done.wait()
@@ -382,7 +385,8 @@ class Server:
             elif kind == "stats":
                 _only_fields(request, {"type", "id"})
                 _request_id(request, required=False)
-                await self.output.send({"type": "stats", "id": request_id, **self.host.stats().to_dict()})
+                stats = await self.host.current_stats()
+                await self.output.send({"type": "stats", "id": request_id, **stats.to_dict()})
             elif kind is None:
                 raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel, decide or stats')
             else:
@@ -438,6 +442,10 @@ class Server:
             raise RequestError(PROFILE_INVALID, f"profile {request.profile!r} does not load: {err}") from None
         except TurnError as err:
             raise RequestError(INVALID_REQUEST, str(err)) from None
+        except BridgeError as err:
+            if not isinstance(code := getattr(err, "code", None), str):  # the PostgreSQL gateway's refusals
+                raise
+            raise RequestError(code, str(err)) from None
         try:
             await self.output.send({"type": "accepted", "id": request.id})
         finally:
@@ -461,21 +469,39 @@ class Server:
                 kind = record.pop("event")
                 await send({"type": kind, "id": request_id, **record})
 
+        remote = {"client_id": request_id} if getattr(self.host, "remote", False) else {}
         try:
             result = await self.host.submit(request.profile, request.conversation, request.turn, on_event=forward,
-                                            turn_id=_turn_key(request_id), task_status=status)
+                                            turn_id=_turn_key(request_id), task_status=status, **remote)
         except Exception as err:
             if not status.started_once:
                 raise  # refused: the reader answers with an error
             await accepted.wait()
-            # The stored session could not be read (the host logged why): an error instead of a result.
-            code = STORE_ERROR if isinstance(err, StoreError) else INTERNAL_ERROR
-            if code == INTERNAL_ERROR:
-                self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
-            await self._error(request_id, code, str(err))
+            await self._turn_failed(request_id, err)
             return
         await accepted.wait()
         await send({"type": "result", "id": request_id, **result.to_dict()})
+        await self.host.delivered(_turn_key(request_id))
+
+    async def _follow(self, turn_id: str, request_id: Any) -> None:
+        """Send the result of a turn an earlier serve accepted (with PostgreSQL: at-least-once results)."""
+        try:
+            result = await self.host.follow(turn_id)  # type: ignore[union-attr]
+        except Exception as err:
+            await self._turn_failed(request_id, err)
+            return
+        await self.output.send({"type": "result", "id": request_id, **result.to_dict()})
+        await self.host.delivered(turn_id)
+
+    async def _turn_failed(self, request_id: Any, err: Exception) -> None:
+        """An accepted turn ended without a result: the stored session could not be read (the host logged
+        why), or, through PostgreSQL, no worker could run it or serve stopped waiting for it."""
+        code = getattr(err, "code", None)  # the PostgreSQL gateway's errors carry their code
+        if not isinstance(code, str):
+            code = STORE_ERROR if isinstance(err, StoreError) else INTERNAL_ERROR
+        if code == INTERNAL_ERROR:
+            self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
+        await self._error(request_id, code, str(err))
 
     async def _error(self, request_id: Any, code: str, message: str) -> None:
         await self.output.send({"type": "error", "id": request_id, "code": code, "message": message})
@@ -563,13 +589,15 @@ async def _shut_down_on_signals(server: Server, task_status: trio.TaskStatus[Non
             server.request_shutdown()
 
 
-def run_serve(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str] | None = None,
+def run_serve(profiles: str | os.PathLike[str] | None, *, state: str | os.PathLike[str] | None = None,
               max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
-              shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> int:
+              shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
+              name: str = "serve") -> int:
     """`agent-bridge serve`: returns the exit code (0 after a graceful shutdown).
 
     A profiles directory that cannot be read or a store that cannot be opened
-    raises a `BridgeError` before anything is read.
+    raises a `BridgeError` before anything is read. With `postgres`, serve is
+    a gateway to the workers of that database (`name`: see `RemoteHost`).
     """
     from ..process import become_subreaper
 
@@ -577,8 +605,8 @@ def run_serve(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str]
 
     async def main() -> int:
         host = open_host(profiles, state=state, max_concurrent=max_concurrent, max_queued=max_queued,
-                         shutdown_grace=shutdown_grace)
+                         shutdown_grace=shutdown_grace, postgres=postgres, gateway_name=name)
         async with host:
-            return await serve_stdio(host)
+            return await serve_stdio(host)  # type: ignore[arg-type]
 
     return trio.run(main)

@@ -22,9 +22,8 @@ import itertools
 import os
 from collections import Counter
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -38,22 +37,18 @@ from ..runner import EventCallback, PartialCallback, PermissionCallback, _decisi
 from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from ..turn import Turn, text_problem
 from ..warm import WarmAgent, WarmStartError
+from .common import DuplicateTurn, HostClosed, HostStats
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
 from .scheduler import QueueFull, Ticket, TurnQueue
 from .turnlock import Place, TurnLocks
 
+if TYPE_CHECKING:
+    from .postgres.gateway import RemoteHost
+
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
 DEFAULT_SHUTDOWN_GRACE = 10.0
-
-
-class HostClosed(BridgeError):
-    """The host is shutting down (or shut down) and takes no new turns."""
-
-
-class DuplicateTurn(BridgeError, ValueError):
-    """A turn with this id is already queued or running; ids must be unique among turns in flight."""
 
 
 class SessionStoreLike(Protocol):
@@ -62,32 +57,6 @@ class SessionStoreLike(Protocol):
     def get(self, profile: str, conversation: str, session_name: str = "default") -> str: ...
 
     def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class HostStats:
-    """A snapshot of the host's load and history since it opened.
-
-    `completed` counts every turn that produced a result (whatever its
-    outcome), `failed` those of them whose exit code was not 0, `outcomes` the
-    results by outcome. `refused` counts submits turned away because the queue
-    was full; `store_errors` sessions that could not be read or recorded.
-    """
-
-    running: int
-    queued: int
-    completed: int
-    failed: int
-    refused: int
-    store_errors: int
-    outcomes: dict[str, int]
-    max_concurrent: int
-    max_queued: int
-    closing: bool
-    warm: int = 0  # warm agents alive (between turns or taking one)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 class _Flight(Ticket):
@@ -104,9 +73,11 @@ class _Flight(Ticket):
         self.wake = trio.Event()  # set: the ticket left the queue (started, or withdrawn)
 
 
-def open_host(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str] | SessionStoreLike | None = None,
+def open_host(profiles: str | os.PathLike[str] | None = None, *,
+              state: str | os.PathLike[str] | SessionStoreLike | None = None,
               max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
-              shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> Host:
+              shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
+              gateway_name: str = "serve") -> Host | RemoteHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
     `state` is the session store: a file path, `None` for the default
@@ -118,7 +89,19 @@ def open_host(profiles: str | os.PathLike[str], *, state: str | os.PathLike[str]
     once; `max_queued` more may wait, then `submit` raises `QueueFull`. On
     shutdown, turns in flight get `shutdown_grace` seconds to finish before
     they are cancelled.
+
+    With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`):
+    turns go to the PostgreSQL queue and run on `agent-bridge worker`s, which
+    have the profiles (`profiles` and `state` are not used; `max_concurrent`
+    is the workers'). `gateway_name` names this gateway's turns: results not
+    yet delivered are sent again by the next gateway of that name.
     """
+    if postgres is not None:
+        from .postgres.gateway import RemoteHost
+
+        return RemoteHost(postgres, name=gateway_name, max_queued=max_queued, shutdown_grace=shutdown_grace)
+    if profiles is None:
+        raise TypeError("open_host() needs a profiles directory (or postgres= for a gateway)")
     registry = ProfileRegistry(profiles)
     log = get_logger(component="host")
     for error in registry.broken():
@@ -298,6 +281,17 @@ class Host:
             closing=self._closing,
             warm=self._pool.size if self._pool is not None else 0,
         )
+
+    async def current_stats(self) -> HostStats:
+        """`stats()`, as the PostgreSQL gateway gives them (it has to ask the database)."""
+        return self.stats()
+
+    async def undelivered(self) -> list[tuple[str, Any]]:
+        """Turns an earlier process accepted whose result no client has: none for a host in memory."""
+        return []
+
+    async def delivered(self, turn_id: str) -> None:
+        """The client has the turn's result (the PostgreSQL gateway remembers it; nothing to do here)."""
 
     def profile(self, name: str) -> Profile:
         """The current profile called `name` (re-read if its file changed); raises like `submit`."""

@@ -10,7 +10,7 @@ NEW_SESSION_ID = "{{NEW_SESSION_ID}}"
 PLACEHOLDER_PATTERN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 FIELD_NAMES = (
     "command", "args", "protocol", "resume_args", "new_session_args", "permissions", "keep_warm_secs", "max_warm",
-    "start_timeout_secs", "stdin", "cwd", "env",
+    "start_timeout_secs", "on_worker_lost", "stdin", "cwd", "env",
     "env_allowlist", "env_inherit", "timeout_secs", "idle_timeout_secs", "kill_grace_secs", "max_reply_chars",
     "truncation_suffix", "include_stderr_in_reply", "send_error_reply", "streaming", "session_line_prefix", "name",
     "description",

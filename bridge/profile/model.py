@@ -43,6 +43,7 @@ class Profile:
     keep_warm_secs: float
     max_warm: int
     start_timeout_secs: float
+    on_worker_lost: Literal["retry", "fail"]
     stdin: Literal["none", "message", "line"]
     cwd: str | None
     env: Mapping[str, str]

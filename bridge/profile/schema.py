@@ -107,6 +107,11 @@ class ProfileModel(BaseModel):
     start_timeout_secs: Annotated[float, Field(gt=0)] = Field(
         default=60.0, description="Warm protocols: how long starting the agent and its session may take.",
     )
+    on_worker_lost: Literal["retry", "fail"] = Field(
+        default="retry", description="Workers sharing a PostgreSQL queue: when the worker running a turn dies, "
+        "retry puts the turn back in its place in the queue (the agent may run twice: at-least-once); fail ends it "
+        "with a worker_lost result (at-most-once).",
+    )
     stdin: Literal["none", "message", "line"] = Field(
         default="none",
         description="none: stdin is empty (EOF at once). message: the message is written to stdin, then EOF. "

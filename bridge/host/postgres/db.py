@@ -99,6 +99,10 @@ CREATE INDEX IF NOT EXISTS bridge_turns_done ON bridge_turns (finished_at) WHERE
 class PostgresError(BridgeError):
     """PostgreSQL refused or could not be reached; the message says which server and what to do."""
 
+    def __init__(self, message: str, *, code: str = "store_error") -> None:
+        super().__init__(message)
+        self.code = code  # serve's error code
+
 
 class PostgresUnavailable(PostgresError):
     """The server cannot be reached right now (down, restarting, network): worth trying again."""
@@ -131,8 +135,10 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     """A connection with the schema in place; `PostgresUnavailable` / `PostgresError` say what went wrong."""
     psycopg = require_psycopg()
     try:
+        # Keepalives: a server that vanished without closing the connection is noticed in seconds, not hours.
         conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_SECS,
-                               application_name="agent-bridge")
+                               application_name="agent-bridge", keepalives=1, keepalives_idle=5,
+                               keepalives_interval=2, keepalives_count=3)
     except psycopg.OperationalError as err:
         raise PostgresUnavailable(f"cannot connect to {shown_dsn(dsn)}: {_first_line(err)}; check that the "
                                   "server runs and the DSN (host, port, user, database) is right") from None

@@ -1,0 +1,511 @@
+"""`agent-bridge worker`: runs turns from the PostgreSQL queue on this machine with the host runtime.
+
+A worker claims a turn only when it has a free slot (`max_concurrent`) and
+the turn's conversation has no turn running anywhere; it runs it through a
+local `Host` (profiles, warm agents, limits, kill escalation), streams its
+events to the gateways with NOTIFY, and writes the result, the session and
+the "done" notification in one transaction.
+
+Its turns are leased. A renewal every third of the lease says which turns
+this worker still holds; a turn it no longer holds (another worker took it
+after this one was presumed lost) is stopped at once, and its result is
+never written. When no renewal succeeds for a whole lease (the server is
+unreachable), every agent is stopped: the others may take its turns once the
+lease and the agents' kill grace have passed. SIGTERM drains: no new claims,
+turns in flight finish within the shutdown grace, the rest go back to the
+queue in their place.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import trio
+
+from ...errors import BridgeError, ProfileError, TurnError
+from ...log import get_logger
+from ...result import TurnResult
+from ...supervisor import HostEvent
+from ..registry import ProfileRegistry, UnknownProfile
+from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host, _cancelled_result
+from . import queue
+from .db import (
+    CONTROL_CHANNEL,
+    EVENTS_CHANNEL,
+    WORK_CHANNEL,
+    Database,
+    Notification,
+    PostgresUnavailable,
+    Reconnected,
+    connect,
+    listen,
+    notify_payloads,
+    require_psycopg,
+)
+from .records import turn_from_dict
+
+DEFAULT_LEASE_SECS = 10.0
+POLL_SECS = 1.0  # claims are also tried this often, in case a notification was lost
+PURGE_EVERY_SECS = 60.0
+KEEP_DELIVERED_SECS = 3600.0  # a resent id within this long is a resend, not a new turn
+MAX_PENDING_EVENT_BYTES = 8 * 1024 * 1024  # past this, partials wait no more for a slow server: they are dropped
+
+
+@dataclass(slots=True)
+class _Held:
+    """A turn this worker runs."""
+
+    claimed: queue.ClaimedTurn
+    lost: bool = False  # another worker may have it now: its result must not be written
+    handed_back: bool = False  # draining: it goes back to the queue instead of getting a result
+
+
+def record_session(conn: Any, profile: str, conversation: str, session_name: str, result: TurnResult,
+                   stamp: str) -> None:
+    conn.execute(
+        """
+        INSERT INTO bridge_sessions (profile, conversation, session_name, session_id, last_used, last_outcome,
+                                     last_exit_code, stamp)
+        VALUES (%s, %s, %s, %s, now(), %s, %s, %s)
+        ON CONFLICT (profile, conversation, session_name) DO UPDATE SET
+            session_id = CASE WHEN excluded.session_id <> '' THEN excluded.session_id
+                         ELSE bridge_sessions.session_id END,
+            last_used = excluded.last_used, last_outcome = excluded.last_outcome,
+            last_exit_code = excluded.last_exit_code, stamp = excluded.stamp
+        """, (profile, conversation, session_name, result.session_id, str(result.outcome), result.exit_code, stamp))
+
+
+class _ClaimedSessions:
+    """The session store as the worker's host sees it: reads from PostgreSQL, writes nothing.
+
+    The worker writes a turn's session in the transaction that writes its
+    result (`queue.finish`); `record` only returns the stamp that transaction
+    will write, so the warm pool knows its agent saw the latest turn.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._conn: Any = None
+        self._lock = threading.Lock()
+        self.stamps: dict[tuple[str, str, str], str] = {}
+
+    def lookup(self, profile: str, conversation: str, session_name: str = "default") -> tuple[str, str]:
+        psycopg = require_psycopg()
+        with self._lock:
+            for attempt in (1, 2):
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect(self._dsn, autocommit=True)
+                try:
+                    row = self._conn.execute(
+                        "SELECT session_id, stamp FROM bridge_sessions WHERE profile = %s AND conversation = %s "
+                        "AND session_name = %s", (profile, conversation, session_name)).fetchone()
+                    return (row[0], row[1]) if row else ("", "")
+                except psycopg.OperationalError as err:
+                    self._conn.close()
+                    if attempt == 2:
+                        raise PostgresUnavailable(f"cannot read the stored session: {err}") from None
+        raise AssertionError("unreachable")
+
+    def get(self, profile: str, conversation: str, session_name: str = "default") -> str:
+        return self.lookup(profile, conversation, session_name)[0]
+
+    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> str:
+        return self.stamps.get((profile, conversation, session_name), "")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+
+
+class _Publisher:
+    """Events of the running turns, sent to the gateways in order, many per statement."""
+
+    def __init__(self, db: Database, log: Any) -> None:
+        self._db = db
+        self._log = log
+        self._pending: deque[str] = deque()
+        self._pending_bytes = 0
+        self._wake = trio.Event()
+        self._queued = itertools.count(1)
+        self._last_queued = 0
+        self._sent = 0
+        self._sent_changed = trio.Event()
+        self.dropped = 0
+
+    def publish(self, key: str, attempt: int, record: dict[str, Any]) -> None:
+        text_field = "text" if record.get("event") == "partial" else None
+        payloads = notify_payloads({"t": key, "a": attempt, **record}, text_field)
+        size = sum(len(payload) for payload in payloads)
+        if text_field is not None and self._pending_bytes + size > MAX_PENDING_EVENT_BYTES:
+            self.dropped += 1  # the result carries the whole reply; a partial is only a preview
+            return
+        for payload in payloads:
+            self._pending.append(payload)
+            self._last_queued = next(self._queued)
+        self._pending_bytes += size
+        self._wake.set()
+
+    async def flushed(self) -> None:
+        """Returns once everything published before the call was sent (or could not be)."""
+        target = self._last_queued
+        while self._sent < target:
+            await self._sent_changed.wait()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            while self._pending:
+                batch = list(self._pending)
+                self._pending.clear()
+                self._pending_bytes = 0
+                try:
+                    await self._db.run_retrying(
+                        lambda conn, batch=batch: conn.execute(
+                            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) WITH ORDINALITY AS p(payload, n) "
+                            "ORDER BY n", (EVENTS_CHANNEL, batch)).fetchall(),
+                        log=self._log, what="streaming events")
+                except Exception as err:  # events are a preview: never let them stop the worker
+                    self._log.warning("events could not be sent to the gateways", error=str(err), lost=len(batch))
+                self._sent += len(batch)
+                self._sent_changed.set()
+                self._sent_changed = trio.Event()
+
+
+class Worker:
+    """One worker process's engine; `await Worker(...).run()` until `drain()` (SIGTERM) completes."""
+
+    def __init__(self, dsn: str, profiles: str | os.PathLike[str], *, max_concurrent: int = 32,
+                 lease_secs: float = DEFAULT_LEASE_SECS, shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+                 name: str | None = None) -> None:
+        if not lease_secs > 0:
+            raise ValueError("lease_secs must be more than 0")
+        self.dsn = dsn
+        self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.max_concurrent = max_concurrent
+        self.lease_secs = lease_secs
+        self.shutdown_grace = shutdown_grace
+        self.registry = ProfileRegistry(profiles)
+        self._db = Database(dsn, size=8)
+        self._sessions = _ClaimedSessions(dsn)
+        self._held: dict[str, _Held] = {}
+        self._slots = trio.Semaphore(max_concurrent)
+        self._work = trio.Event()  # set by a notification: there may be a turn to claim
+        self._draining = False
+        self._drain_requested = trio.Event()
+        self._last_renewal = 0.0
+        self._renewed = trio.Event()
+        self._log = get_logger(component="worker", worker=self.id)
+        self._publisher = _Publisher(self._db, self._log)
+        self._host: Host | None = None
+        self._idle = trio.Event()  # set whenever no turn is held
+        self._idle.set()
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await trio.to_thread.run_sync(self._db.check)
+        presence = await trio.to_thread.run_sync(lambda: connect(self.dsn, autocommit=True))
+        try:
+            await trio.to_thread.run_sync(lambda: queue.register(presence, worker=self.id, host=socket.gethostname(),
+                                                                 pid=os.getpid(),
+                                                                 max_concurrent=self.max_concurrent))
+            self._last_renewal = trio.current_time()
+            host = Host(self.registry, self._sessions, max_concurrent=self.max_concurrent,
+                        max_queued=self.max_concurrent, shutdown_grace=self.shutdown_grace)
+            self._host = host
+            async with host, trio.open_nursery() as nursery:
+                await nursery.start(partial(listen, self.dsn, (WORK_CHANNEL, CONTROL_CHANNEL), self._notified,
+                                            log=self._log))
+                nursery.start_soon(self._publisher.run)
+                nursery.start_soon(self._keep_leases, presence)
+                nursery.start_soon(self._watch_lease)
+                nursery.start_soon(self._reap)
+                async with trio.open_nursery() as turns:
+                    task_status.started()
+                    self._log.info("worker ready", max_concurrent=self.max_concurrent, lease_secs=self.lease_secs)
+                    await self._claim_until_drained(turns)
+                    await self._drain(turns)
+                await self._publisher.flushed()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.to_thread.run_sync(lambda: queue.unregister(presence, worker=self.id))
+                except Exception as err:
+                    self._log.warning("could not unregister; the others will find this worker gone", error=str(err))
+                presence.close()
+                self._sessions.close()
+                self._db.close()
+
+    def drain(self) -> None:
+        """Stop claiming; turns in flight finish within the shutdown grace, then go back to the queue."""
+        self._drain_requested.set()
+
+    # ------------------------------------------------------------------ claiming
+
+    async def _claim_until_drained(self, turns: trio.Nursery) -> None:
+        psycopg = require_psycopg()
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(self._stop_claiming_on_drain, waiting.cancel_scope)
+            while True:
+                await self._slots.acquire()
+                claimed = None
+                try:
+                    while claimed is None:
+                        self._work = trio.Event()
+                        try:
+                            claimed = await self._db.run(
+                                lambda conn: queue.claim_cancelled(conn, worker=self.id, lease_secs=self.lease_secs)
+                                or queue.claim(conn, worker=self.id, lease_secs=self.lease_secs,
+                                               kill_grace_of=self._kill_grace_of))
+                        except psycopg.IntegrityError:
+                            continue  # another worker's claim raced this one to the conversation: look again
+                        except PostgresUnavailable as err:
+                            self._log.warning("cannot claim turns: PostgreSQL unavailable", error=str(err))
+                        if claimed is None:
+                            with trio.move_on_after(POLL_SECS):
+                                await self._work.wait()
+                except BaseException:
+                    self._slots.release()
+                    raise
+                self._held[claimed.key] = _Held(claimed)
+                if self._idle.is_set():
+                    self._idle = trio.Event()
+                turns.start_soon(self._run_claimed, claimed)
+
+    async def _stop_claiming_on_drain(self, scope: trio.CancelScope) -> None:
+        await self._drain_requested.wait()
+        scope.cancel()
+
+    def _kill_grace_of(self, name: str) -> tuple[float, str]:
+        try:
+            profile = self.registry.get(name)
+        except BridgeError:
+            return 0.0, "retry"
+        return profile.kill_grace_secs, profile.on_worker_lost
+
+    # ------------------------------------------------------------------ one turn
+
+    async def _run_claimed(self, claimed: queue.ClaimedTurn) -> None:
+        held = self._held[claimed.key]
+        log = self._log.bind(turn_id=claimed.key, profile=claimed.profile, conversation=claimed.conversation,
+                             attempt=claimed.attempt)
+        try:
+            result, error = await self._outcome(claimed, log)
+            await self._publisher.flushed()  # the gateways see every event before the result
+            await self._record(held, result, error, log)
+        finally:
+            del self._held[claimed.key]
+            if not self._held:
+                self._idle.set()
+            self._sessions.stamps.pop((claimed.profile, claimed.conversation, claimed.session_name), None)
+            self._slots.release()
+
+    async def _outcome(self, claimed: queue.ClaimedTurn, log: Any) -> tuple[TurnResult | None, dict[str, Any] | None]:
+        assert self._host is not None
+        try:
+            profile = self._host.profile(claimed.profile)
+        except UnknownProfile as err:
+            return None, {"code": "unknown_profile", "message": str(err)}
+        except ProfileError as err:
+            return None, {"code": "profile_invalid", "message": f"profile {claimed.profile!r} does not load: {err}"}
+        if claimed.cancel_requested and claimed.attempt == 0:  # cancelled while queued: it never runs
+            return _cancelled_result(profile, trio.current_time()), None
+        try:
+            turn = turn_from_dict(claimed.turn)
+        except (TurnError, KeyError, TypeError) as err:
+            return None, {"code": "invalid_request", "message": f"the queued turn cannot be read: {err}"}
+        self._sessions.stamps[(claimed.profile, claimed.conversation, claimed.session_name)] = claimed.stamp
+        key, attempt = claimed.key, claimed.attempt
+
+        def forward(event: HostEvent) -> None:
+            if type(event) is not TurnResult:
+                self._publisher.publish(key, attempt, event.to_dict())  # type: ignore[union-attr]
+
+        try:
+            result = await self._host.submit(claimed.profile, claimed.conversation, turn, on_event=forward,
+                                             turn_id=key)
+        except BridgeError as err:
+            log.error("the turn could not run", error=str(err))
+            return None, {"code": "store_error", "message": str(err)}
+        return result, None
+
+    async def _record(self, held: _Held, result: TurnResult | None, error: dict[str, Any] | None, log: Any) -> None:
+        claimed = held.claimed
+        stamp = claimed.stamp
+
+        def write(conn: Any) -> bool:
+            if held.handed_back:
+                return queue.hand_back(conn, key=claimed.key, attempt=claimed.attempt, worker=self.id)
+            if claimed.attempt == 0:
+                return queue.finish_cancelled(conn, key=claimed.key, result=result, error=error)
+            return queue.finish(conn, key=claimed.key, attempt=claimed.attempt, worker=self.id, result=result,
+                                error=error,
+                                record_session=lambda c, *row: record_session(c, *row, stamp))
+
+        while not held.lost:
+            try:
+                written = await self._db.run(write)
+            except PostgresUnavailable as err:
+                log.warning("cannot write the turn's result yet: PostgreSQL unavailable", error=str(err))
+                await trio.sleep(min(1.0, self.lease_secs / 4))
+                continue
+            if not written:
+                log.warning("the turn's result was not written: another worker holds the turn now")
+            elif held.handed_back:
+                log.info("turn handed back to the queue")
+            return
+        log.warning("the turn's result was dropped: this worker lost its lease")
+
+    # ------------------------------------------------------------------ leases, the lost, notifications
+
+    async def _keep_leases(self, presence: Any) -> None:
+        """Renew every third of the lease; stop what this worker no longer holds, or everything once the lease
+        lapsed without a renewal."""
+        psycopg = require_psycopg()
+        interval = self.lease_secs / 3
+        while True:
+            sent = trio.current_time()
+            try:
+                holding = await trio.to_thread.run_sync(
+                    lambda: queue.renew(presence, worker=self.id, lease_secs=self.lease_secs))
+            except (psycopg.OperationalError, PostgresUnavailable) as err:
+                self._log.warning("cannot renew the leases: PostgreSQL unavailable", error=str(err).strip())
+                presence = await self._reconnect(presence)
+                holding = None
+            if holding is not None:
+                self._last_renewal = sent
+                self._renewed.set()
+                for key, held in list(self._held.items()):
+                    if held.claimed.attempt == 0:
+                        continue  # a queued turn that was cancelled: never leased
+                    mine = holding.get(key)
+                    if mine is None or mine[0] != held.claimed.attempt:
+                        self._lose(held, "another worker took the turn")
+                    elif mine[1]:
+                        self._host.cancel(key)  # type: ignore[union-attr]
+            await trio.sleep(interval)
+
+    async def _watch_lease(self) -> None:
+        """Stop every agent once a whole lease passed without a renewal, even while a renewal hangs."""
+        while True:
+            self._renewed = trio.Event()
+            with trio.move_on_at(self._last_renewal + self.lease_secs):
+                await self._renewed.wait()
+                continue
+            for held in list(self._held.values()):
+                self._lose(held, "the lease lapsed: PostgreSQL could not be reached")
+            await self._renewed.wait()
+
+    async def _reconnect(self, presence: Any) -> Any:
+        presence.close()
+        try:
+            fresh = await trio.to_thread.run_sync(lambda: connect(self.dsn, autocommit=True))
+            await trio.to_thread.run_sync(lambda: queue.register(fresh, worker=self.id, host=socket.gethostname(),
+                                                                 pid=os.getpid(),
+                                                                 max_concurrent=self.max_concurrent))
+            return fresh
+        except BridgeError:
+            return presence  # closed: the next renewal fails fast and tries again
+
+    def _lose(self, held: _Held, why: str) -> None:
+        if held.lost:
+            return
+        held.lost = True
+        self._log.warning("stopping a turn this worker no longer holds", turn_id=held.claimed.key, why=why)
+        self._host.cancel(held.claimed.key)  # type: ignore[union-attr]
+
+    async def _reap(self) -> None:
+        last_purge = trio.current_time()
+        while True:
+            try:
+                touched = await self._db.run(queue.reap)
+                if touched:
+                    self._log.warning("turns of a lost worker were taken back", turns=len(touched))
+                    self._work.set()
+                if trio.current_time() - last_purge > PURGE_EVERY_SECS:
+                    await self._db.run(lambda conn: queue.purge(conn, keep_secs=KEEP_DELIVERED_SECS))
+                    last_purge = trio.current_time()
+            except PostgresUnavailable:
+                pass  # the lease keeper says so already
+            await trio.sleep(max(0.2, self.lease_secs / 4))
+
+    def _notified(self, note: Notification | Reconnected) -> None:
+        if isinstance(note, Reconnected) or note.channel == WORK_CHANNEL:
+            self._work.set()
+            return
+        try:
+            order = json.loads(note.payload)
+        except ValueError:
+            return
+        key = order.get("cancel") or order.get("decide")
+        if not isinstance(key, str) or key not in self._held or self._host is None:
+            return
+        if "cancel" in order:
+            self._host.cancel(key)
+        else:
+            from ...permissions import Decision
+
+            decision = Decision(allow=bool(order.get("allow")), always=bool(order.get("always")),
+                                message=str(order.get("message") or ""))
+            if not self._host.decide(key, str(order.get("request_id")), decision):
+                self._publisher.publish(key, self._held[key].claimed.attempt,
+                                        {"event": "decide_failed", "request_id": order.get("request_id")})
+
+    # ------------------------------------------------------------------ draining
+
+    async def _drain(self, turns: trio.Nursery) -> None:
+        self._draining = True
+        self._log.info("draining: no new turns; finishing those in flight", running=len(self._held),
+                       grace_secs=self.shutdown_grace)
+        try:
+            await self._db.run(lambda conn: queue.set_draining(conn, worker=self.id))
+        except PostgresUnavailable:
+            pass
+        with trio.move_on_after(self.shutdown_grace):
+            await self._idle.wait()
+        for held in list(self._held.values()):
+            held.handed_back = True
+            self._host.cancel(held.claimed.key)  # type: ignore[union-attr]
+        if self._held:
+            self._log.warning("shutdown grace over; handing the turns still running back to the queue",
+                              turns=len(self._held))
+
+
+def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> int:
+    """`agent-bridge worker`: returns the exit code (0 after a drain)."""
+    import signal
+
+    from ...process import become_subreaper, sweep_orphans_on_sigchld
+
+    become_subreaper()
+    worker = Worker(dsn, profiles, **options)
+
+    async def main() -> int:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sweep_orphans_on_sigchld)
+
+            async def on_signals(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    task_status.started()
+                    async for signum in signals:
+                        worker._log.info("signal received; draining", signal=signal.Signals(signum).name)
+                        if worker._drain_requested.is_set():
+                            worker.shutdown_grace = 0
+                        worker.drain()
+
+            await nursery.start(on_signals)
+            await worker.run()
+            nursery.cancel_scope.cancel()
+        return 0
+
+    return trio.run(main)

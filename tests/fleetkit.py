@@ -1,0 +1,147 @@
+"""Workers and gateways as real processes on one PostgreSQL database, for the scale-out tests.
+
+`Fleet(lab, dsn)` starts `agent-bridge worker` processes on the lab's
+profiles and `agent-bridge serve --postgres` gateways; a `Gateway` is a
+JSON Lines client whose responses are read by a thread into a queue, so a
+test waits for a response with a deadline and never blocks forever.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from hostkit import Lab
+
+WAIT_SECS = 20.0
+
+
+def eventually(check: Callable[[], Any], what: str, within: float = WAIT_SECS) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class Gateway:
+    def __init__(self, argv: list[str], log: Path) -> None:
+        with open(log, "ab") as err:
+            self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        self.responses: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.responses.put(json.loads(line))
+        self.responses.put(None)
+
+    def send(self, request: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def next(self, within: float = WAIT_SECS) -> dict[str, Any]:
+        try:
+            response = self.responses.get(timeout=within)
+        except queue.Empty:
+            raise AssertionError(f"no response within {within} s; seen so far: {self.seen[-5:]}") from None
+        assert response is not None, "the gateway closed its output"
+        self.seen.append(response)
+        return response
+
+    def until(self, kind: str, request_id: Any, within: float = WAIT_SECS) -> list[dict[str, Any]]:
+        got = []
+        deadline = time.monotonic() + within
+        while True:
+            got.append(self.next(max(0.01, deadline - time.monotonic())))
+            if got[-1]["type"] == kind and got[-1].get("id") == request_id:
+                return got
+
+    def results(self, ids: set[Any], within: float = WAIT_SECS) -> dict[Any, dict[str, Any]]:
+        """The first result of each of `ids` (errors count as results here), waiting for all of them."""
+        found = {r["id"]: r for r in self.seen if r["type"] in ("result", "error") and r.get("id") in ids}
+        deadline = time.monotonic() + within
+        while set(found) != ids:
+            response = self.next(max(0.01, deadline - time.monotonic()))
+            if response["type"] in ("result", "error") and response.get("id") in ids:
+                found.setdefault(response["id"], response)
+        return found
+
+    def close(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        return self.process.wait(timeout=WAIT_SECS)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=WAIT_SECS)
+
+
+class Fleet:
+    def __init__(self, lab: Lab, dsn: str) -> None:
+        self.lab = lab
+        self.dsn = dsn
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.gateways: list[Gateway] = []
+        self._names = iter(range(1, 1000))
+
+    def worker(self, *options: str, lease_secs: float = 1.0, max_concurrent: int = 8) -> subprocess.Popen[bytes]:
+        name = f"w{next(self._names)}"
+        with open(self.lab.root / f"{name}.log", "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "bridge", "worker", "--postgres", self.dsn, "--profiles",
+                 str(self.lab.profiles), "--lease-secs", str(lease_secs), "--max-concurrent", str(max_concurrent),
+                 "--name", name, "--log-level", "info", *options],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        self.workers.append(process)
+        eventually(lambda: self.query("SELECT 1 FROM bridge_workers WHERE id = %s", name), f"worker {name} to start")
+        return process
+
+    def gateway(self, *options: str) -> Gateway:
+        gateway = Gateway([sys.executable, "-m", "bridge", "serve", "--postgres", self.dsn, *options],
+                          self.lab.root / "gateway.log")
+        self.gateways.append(gateway)
+        return gateway
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=2) as conn:
+                return conn.execute(sql, params).fetchall()
+        except psycopg.Error:  # not up yet, or its tables not made yet
+            return []
+
+    def log(self, name: str) -> str:
+        path = self.lab.root / f"{name}.log"
+        return path.read_text() if path.exists() else ""
+
+    def stop(self) -> None:
+        for gateway in self.gateways:
+            gateway.kill()
+        for process in self.workers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+            process.wait(timeout=WAIT_SECS)
+
+
+def turn(request_id: Any, message: str, conversation: str = "chat", profile: str = "rec",
+         **fields: Any) -> dict[str, Any]:
+    return {"type": "turn", "id": request_id, "profile": profile, "conversation": conversation, "message": message,
+            **fields}
