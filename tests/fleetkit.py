@@ -8,7 +8,9 @@ test waits for a response with a deadline and never blocks forever.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -36,6 +38,21 @@ def eventually(check: Callable[[], Any], what: str, within: float = WAIT_SECS) -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def release(gate: Path) -> None:
+    """Let the agent waiting on FIFO `gate` go on (`hostkit.Lab.release`, for tests without trio)."""
+
+    def opened() -> bool:
+        try:
+            os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as err:
+            if err.errno == errno.ENXIO:  # nobody reads it yet
+                return False
+            raise
+        return True
+
+    eventually(opened, f"an agent to wait on {gate.name}")
 
 
 class Gateway:

@@ -7,12 +7,14 @@ of `hostkit`, whose diary shows when each agent started and ended.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fleetkit import Fleet, eventually, turn
+from conftest import process_state
+from fleetkit import Fleet, eventually, release, turn
 from hostkit import Lab, max_overlap
 
 
@@ -82,3 +84,173 @@ def test_stats_count_every_worker(fleet: Fleet) -> None:
     stats = gateway.until("stats", "s")[-1]
     assert stats["max_concurrent"] == 8 and len(stats["workers"]) == 2
     assert {"running", "queued", "completed", "failed", "outcomes"} <= set(stats)
+
+
+def started(lab: Lab, tag: str) -> list[int]:
+    """Process ids of the agents tagged `tag` that started, in order."""
+    return [int(words[3]) for words in lab.lines() if words[:2] == ["start", tag]]
+
+
+def test_a_killed_worker_s_agents_die_with_it_and_its_turns_run_again_in_order_elsewhere(fleet: Fleet,
+                                                                                        lab: Lab) -> None:
+    doomed = fleet.worker()
+    gateway = fleet.gateway()
+    gate = lab.gate()
+    gateway.send(turn("a", f"tag=a gate={gate}"))
+    gateway.until("partial", "a")
+    gateway.send(turn("b", "tag=b"))  # queued behind a, in the same conversation
+    first = started(lab, "a")[0]
+    fleet.worker()  # a second worker, idle: b must wait for a, wherever a runs
+    doomed.kill()
+    eventually(lambda: process_state(first) in (None, "Z"), "the killed worker's agent to die")
+    eventually(lambda: len(started(lab, "a")) == 2, "turn a to run again on the other worker")
+    release(gate)
+    results = gateway.results({"a", "b"})
+    assert results["a"]["outcome"] == results["b"]["outcome"] == "ok"
+    assert [words[1] for words in lab.lines() if words[0] == "start"] == ["a", "a", "b"]
+    assert fleet.query("SELECT attempt FROM bridge_turns WHERE id = 'a'") == [(2,)]
+
+
+def test_with_on_worker_lost_fail_a_killed_worker_s_turn_ends_visibly_and_the_next_one_runs(fleet: Fleet,
+                                                                                           lab: Lab) -> None:
+    lab.profile("once", extra="on_worker_lost: fail\n")
+    doomed = fleet.worker()
+    gateway = fleet.gateway()
+    gate = lab.gate()
+    gateway.send(turn("a", f"tag=a gate={gate}", profile="once"))
+    gateway.until("partial", "a")
+    gateway.send(turn("b", "tag=b", profile="once"))
+    doomed.kill()
+    fleet.worker()
+    results = gateway.results({"a", "b"})
+    assert (results["a"]["outcome"], results["a"]["exit_code"]) == ("worker_lost", 1)
+    assert results["a"]["error_reply"]
+    assert results["b"]["outcome"] == "ok"
+    assert [words[1] for words in lab.lines() if words[0] == "start"] == ["a", "b"]  # a ran once: at most once
+
+
+def test_two_of_three_workers_killed_lose_nothing(fleet: Fleet, lab: Lab) -> None:
+    doomed = [fleet.worker(max_concurrent=2), fleet.worker(max_concurrent=2)]
+    gateway = fleet.gateway()
+    gates = {f"c{index}": lab.gate() for index in range(4)}
+    for conversation, gate in gates.items():
+        gateway.send(turn(f"{conversation}-1", f"tag={conversation}-1 gate={gate}", conversation=conversation))
+        gateway.send(turn(f"{conversation}-2", f"tag={conversation}-2", conversation=conversation))
+    eventually(lambda: len([w for w in lab.lines() if w[0] == "start"]) == 4, "four agents to run")
+    survivor = fleet.worker(max_concurrent=4)
+    for process in doomed:
+        process.kill()
+    eventually(lambda: len([w for w in lab.lines() if w[0] == "start"]) == 8, "the four turns to run again")
+    for gate in gates.values():
+        release(gate)
+    ids = {f"{conversation}-{n}" for conversation in gates for n in (1, 2)}
+    results = gateway.results(ids)
+    assert all(result["outcome"] == "ok" for result in results.values()), results
+    lines = lab.lines()
+    for conversation in gates:
+        tags = [words[1] for words in lines if words[0] == "start" and words[1].startswith(conversation)]
+        assert tags == [f"{conversation}-1", f"{conversation}-1", f"{conversation}-2"]
+    assert survivor.poll() is None
+
+
+def test_a_resent_turn_id_runs_nothing_new_and_a_second_wait_for_it_is_refused(fleet: Fleet, lab: Lab) -> None:
+    fleet.worker()
+    gateway = fleet.gateway()
+    gate = lab.gate()
+    gateway.send(turn("a", f"tag=a gate={gate}"))
+    gateway.until("partial", "a")
+    gateway.send(turn("a", "tag=again"))  # this gateway already waits for it
+    assert gateway.until("error", "a")[-1]["code"] == "duplicate_id"
+    release(gate)
+    assert gateway.until("result", "a")[-1]["reply"] == "reply a one"
+    gateway.close()
+    # A bot that lost track resends the id through a new gateway: the same turn's result, nothing runs again.
+    again = fleet.gateway()
+    again.send(turn("a", "tag=again"))
+    responses = again.until("result", "a")
+    assert [r["type"] for r in responses] == ["accepted", "result"] and responses[-1]["reply"] == "reply a one"
+    assert [words[1] for words in lab.lines() if words[0] == "start"] == ["a"]
+
+
+def test_past_max_queued_turns_are_refused_with_queue_full(fleet: Fleet) -> None:
+    gateway = fleet.gateway("--max-queued", "2")  # no worker: everything stays queued
+    for request_id in ("q1", "q2"):
+        gateway.send(turn(request_id, "tag=x", conversation=request_id))
+        gateway.until("accepted", request_id)
+    gateway.send(turn("q3", "tag=x", conversation="q3"))
+    assert gateway.until("error", "q3")[-1]["code"] == "queue_full"
+    gateway.send({"type": "stats", "id": "s"})
+    stats = gateway.until("stats", "s")[-1]
+    assert (stats["queued"], stats["refused"]) == (2, 1)
+
+
+def test_cancel_ends_a_queued_turn_without_running_it_and_stops_a_running_one(fleet: Fleet, lab: Lab) -> None:
+    fleet.worker()
+    gateway = fleet.gateway()
+    gate = lab.gate()
+    gateway.send(turn("running", f"tag=running gate={gate}"))
+    gateway.until("partial", "running")
+    gateway.send(turn("queued", "tag=queued"))  # behind "running", same conversation
+    gateway.until("accepted", "queued")
+    gateway.send({"type": "cancel", "id": "queued"})
+    queued = gateway.until("result", "queued")[-1]
+    assert (queued["outcome"], queued["exit_code"]) == ("cancelled", 130)
+    gateway.send({"type": "cancel", "id": "running"})
+    running = gateway.until("result", "running")[-1]
+    assert (running["outcome"], running["exit_code"]) == ("cancelled", 130)
+    assert lab.events("sigint") == ["running"] and "queued" not in lab.events("start")
+    gateway.send({"type": "cancel", "id": "nothing"})
+    assert gateway.until("error", "nothing")[-1]["code"] == "unknown_turn"
+
+
+def test_results_a_killed_gateway_could_not_send_are_sent_by_the_next_one_with_the_client_s_ids(
+        fleet: Fleet, lab: Lab) -> None:
+    fleet.worker()
+    gateway = fleet.gateway("--name", "bot1")
+    gate = lab.gate()
+    gateway.send(turn(7, f"tag=a gate={gate}"))
+    gateway.send(turn("b", "tag=b", conversation="other"))
+    gateway.until("partial", 7)
+    gateway.results({"b"})
+    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE id = 'b' AND delivered_at IS NOT NULL"),
+               "b to be marked delivered")  # right after the result was written: at-least-once, not exactly
+    gateway.kill()  # kill -9: turn 7 runs on, and nobody is there for its result
+    release(gate)
+    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE id = '7' AND state = 'done'"),
+               "turn 7 to finish")
+    other = fleet.gateway("--name", "someone-else")
+    successor = fleet.gateway("--name", "bot1")
+    result = successor.until("result", 7)[-1]  # the number it was sent as
+    assert result["reply"] == "reply a one"
+    assert not [r for r in successor.seen if r.get("id") == "b"]  # delivered already: not sent twice
+    other.send({"type": "stats", "id": "s"})
+    assert [r["type"] for r in other.until("stats", "s")] == ["stats"]  # another gateway's results are not its own
+    assert fleet.query("SELECT delivered_at IS NOT NULL FROM bridge_turns WHERE id = '7'") == [(True,)]
+
+
+def test_sigterm_drains_a_worker_turns_that_finish_in_the_grace_end_there_the_others_go_back_to_the_queue(
+        fleet: Fleet, lab: Lab) -> None:
+    draining = fleet.worker("--shutdown-grace", "1")
+    gateway = fleet.gateway()
+    quick, slow = lab.gate(), lab.gate()
+    gateway.send(turn("quick", f"tag=quick gate={quick}", conversation="c1"))
+    gateway.send(turn("slow", f"tag=slow gate={slow}", conversation="c2"))
+    eventually(lambda: set(lab.events("start")) == {"quick", "slow"}, "both turns to run")
+    draining.send_signal(signal.SIGTERM)
+    eventually(lambda: fleet.query("SELECT 1 FROM bridge_workers WHERE draining"), "the worker to drain")
+    release(quick)
+    assert gateway.results({"quick"})["quick"]["outcome"] == "ok"
+    assert draining.wait(timeout=20) == 0  # "slow" went back to the queue after the grace
+    assert fleet.query("SELECT state FROM bridge_turns WHERE id = 'slow'") == [("queued",)]
+    fleet.worker()
+    eventually(lambda: lab.events("start").count("slow") == 2, "slow to run again on the next worker")
+    release(slow)
+    assert gateway.results({"slow"})["slow"]["outcome"] == "ok"
+
+
+def test_a_profile_no_worker_has_is_an_error_after_accepted(fleet: Fleet) -> None:
+    fleet.worker()
+    gateway = fleet.gateway()
+    gateway.send(turn("x", "hello", profile="nope"))
+    responses = gateway.until("error", "x")
+    assert [r["type"] for r in responses] == ["accepted", "error"] and responses[-1]["code"] == "unknown_profile"

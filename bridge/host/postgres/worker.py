@@ -508,4 +508,7 @@ def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> in
             nursery.cancel_scope.cancel()
         return 0
 
-    return trio.run(main)
+    from ...runner import _ungrouped
+
+    with _ungrouped():  # a BridgeError (PostgreSQL unreachable at start…) reaches the CLI as itself
+        return trio.run(main)
