@@ -8,14 +8,21 @@ of `hostkit`, whose diary shows when each agent started and ended.
 from __future__ import annotations
 
 import signal
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
-from conftest import process_state
+import bridge
+from bridge.host.postgres.worker import Worker
+
+from conftest import SAMPLE_AGENTS, process_state
 from fleetkit import Fleet, eventually, release, turn
 from hostkit import Lab, max_overlap
+from pgserver import PostgresServer
 
 
 @pytest.fixture
@@ -254,3 +261,77 @@ def test_a_profile_no_worker_has_is_an_error_after_accepted(fleet: Fleet) -> Non
     gateway.send(turn("x", "hello", profile="nope"))
     responses = gateway.until("error", "x")
     assert [r["type"] for r in responses] == ["accepted", "error"] and responses[-1]["code"] == "unknown_profile"
+
+
+def test_the_server_restarted_under_load_loses_and_repeats_nothing(fleet: Fleet, lab: Lab,
+                                                                   postgres_server: PostgresServer) -> None:
+    for _ in range(2):
+        fleet.worker(lease_secs=8.0)  # longer than the restart: the workers keep their turns through it
+    gateway = fleet.gateway()
+    conversations = [f"c{index}" for index in range(6)]
+
+    def send(round_: int) -> set[str]:
+        ids = set()
+        for conversation in conversations:
+            request_id = f"{conversation}-{round_}"
+            gateway.send(turn(request_id, f"tag={request_id}", conversation=conversation))
+            ids.add(request_id)
+        return ids
+
+    early = send(0) | send(1)
+    gateway.results(set(list(early)[:4]))
+    postgres_server.restart()
+    late = send(2) | send(3)
+    results = gateway.results(early | late, within=40)
+    assert all(result.get("outcome") == "ok" for result in results.values()), [
+        result for result in results.values() if result.get("outcome") != "ok"]
+    assert fleet.query("SELECT count(*), count(DISTINCT id) FROM bridge_turns WHERE state = 'done'") == [(24, 24)]
+    lines = lab.lines()
+    for conversation in conversations:
+        tags = [words[1] for words in lines if words[0] == "start" and words[1].startswith(conversation + "-")]
+        assert tags == [f"{conversation}-{n}" for n in range(4)]  # each ran once, in order
+        assert max_overlap(lines, set(tags)) == 1
+    assert all(process.poll() is None for process in fleet.workers)
+
+
+def test_an_agent_s_question_reaches_the_bot_and_its_decide_reaches_the_worker(fleet: Fleet, lab: Lab) -> None:
+    (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+        protocol: agentproc-0.4
+        command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
+        env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
+        permissions: {{ask: [Read], timeout_secs: 10}}
+    """))
+    fleet.worker()
+    gateway = fleet.gateway()
+    gateway.send(turn("p1", "hi tool=Read", profile="ap4"))
+    asked = gateway.until("permission", "p1")[-1]
+    assert (asked["tool"], asked["title"]) == ("Read", "count the 2 word(s) of your message")
+    gateway.send({"type": "decide", "id": "p1", "request_id": "q-nope", "allow": True})
+    assert gateway.until("error", "p1")[-1]["code"] == "unknown_request"
+    gateway.send({"type": "decide", "id": "p1", "request_id": asked["request_id"], "allow": True})
+    responses = gateway.until("result", "p1")
+    tool = next(r for r in responses if r["type"] == "activity" and r["activity"] == "tool")
+    assert (tool["tool"], tool["status"]) == ("Read", "allowed")
+    assert responses[-1]["outcome"] == "ok"
+
+
+async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: Lab) -> None:
+    (lab.profiles / "long.yaml").write_text(textwrap.dedent(f"""\
+        command: [{sys.executable!r}, "-c", "import json; print('AGENT_PARTIAL:' + json.dumps('é' * 20000)); print('done')"]
+        max_reply_chars: null
+    """))
+    worker = Worker(pg_dsn, lab.profiles, max_concurrent=2, lease_secs=2.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        async with bridge.open_host(postgres=pg_dsn) as host:
+            partials: list[str] = []
+            result = await host.submit("long", "c", bridge.Turn("hi"), on_partial=partials.append)
+            assert (result.outcome, result.reply) == (bridge.Outcome.OK, "done")
+            assert "".join(partials) == "é" * 20000 and len(partials) > 1  # cut to fit NOTIFY, nothing lost
+            result = await host.submit("rec", "c", bridge.Turn("tag=x session=s-9"))
+            again = await host.submit("rec", "c", bridge.Turn("tag=y"))
+            assert (result.session_id, again.exit_code) == ("s-9", 0)
+            stats = await host.current_stats()
+            assert (stats.completed, stats.max_concurrent, len(stats.workers)) == (3, 2, 1)
+        worker.drain()
+    assert [words[2] for words in lab.lines() if words[0] == "start"] == ["-", "s-9"]

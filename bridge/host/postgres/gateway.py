@@ -341,6 +341,7 @@ class RemoteHost:
         if waiter is None:
             return
         record.pop("a", None)
+        record.pop("n", None)
         if not record.pop("done", False):
             waiter.events.append(record)
         waiter.changed.set()

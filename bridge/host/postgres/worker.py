@@ -144,14 +144,15 @@ class _Publisher:
 
     def publish(self, key: str, attempt: int, record: dict[str, Any]) -> None:
         text_field = "text" if record.get("event") == "partial" else None
-        payloads = notify_payloads({"t": key, "a": attempt, **record}, text_field)
+        payloads = notify_payloads({"t": key, "a": attempt, "n": 0, **record}, text_field)
         size = sum(len(payload) for payload in payloads)
         if text_field is not None and self._pending_bytes + size > MAX_PENDING_EVENT_BYTES:
             self.dropped += 1  # the result carries the whole reply; a partial is only a preview
             return
         for payload in payloads:
-            self._pending.append(payload)
+            # PostgreSQL delivers identical notifications of one transaction once: a number makes each unique.
             self._last_queued = next(self._queued)
+            self._pending.append(payload.replace('"n":0,', f'"n":{self._last_queued},', 1))
         self._pending_bytes += size
         self._wake.set()
 
@@ -300,7 +301,7 @@ class Worker:
         log = self._log.bind(turn_id=claimed.key, profile=claimed.profile, conversation=claimed.conversation,
                              attempt=claimed.attempt)
         try:
-            result, error = await self._outcome(claimed, log)
+            result, error = await self._outcome(held, log)
             await self._publisher.flushed()  # the gateways see every event before the result
             await self._record(held, result, error, log)
         finally:
@@ -310,8 +311,9 @@ class Worker:
             self._sessions.stamps.pop((claimed.profile, claimed.conversation, claimed.session_name), None)
             self._slots.release()
 
-    async def _outcome(self, claimed: queue.ClaimedTurn, log: Any) -> tuple[TurnResult | None, dict[str, Any] | None]:
+    async def _outcome(self, held: _Held, log: Any) -> tuple[TurnResult | None, dict[str, Any] | None]:
         assert self._host is not None
+        claimed = held.claimed
         try:
             profile = self._host.profile(claimed.profile)
         except UnknownProfile as err:
@@ -334,6 +336,11 @@ class Worker:
         try:
             result = await self._host.submit(claimed.profile, claimed.conversation, turn, on_event=forward,
                                              turn_id=key)
+        except PostgresUnavailable as err:
+            # The stored session could not be read, so the agent did not start: the turn goes back to the queue.
+            log.warning("the turn could not start: PostgreSQL unavailable; handing it back", error=str(err))
+            held.handed_back = True
+            return None, None
         except BridgeError as err:
             log.error("the turn could not run", error=str(err))
             return None, {"code": "store_error", "message": str(err)}
