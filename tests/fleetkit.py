@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-
 from hostkit import Lab
 
 WAIT_SECS = 20.0

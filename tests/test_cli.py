@@ -34,7 +34,7 @@ AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
                  "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
 SPEC_FIELDS = {"command", "args", "protocol", "resume_args", "new_session_args", "permissions", "keep_warm_secs",
-               "max_warm", "start_timeout_secs", "stdin", "cwd", "env",
+               "max_warm", "start_timeout_secs", "on_worker_lost", "stdin", "cwd", "env",
                "env_allowlist", "env_inherit", "timeout_secs",
                "idle_timeout_secs", "kill_grace_secs", "max_reply_chars", "truncation_suffix",
                "include_stderr_in_reply", "send_error_reply", "streaming", "session_line_prefix", "name",

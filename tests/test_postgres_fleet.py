@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 import trio
-
-import bridge
-from bridge.host.postgres.worker import Worker
-
 from conftest import SAMPLE_AGENTS, process_state
 from fleetkit import Fleet, eventually, release, turn
 from hostkit import Lab, max_overlap
 from pgserver import PostgresServer
+
+import bridge
+from bridge.host.postgres.worker import Worker
 
 
 @pytest.fixture
@@ -335,3 +334,19 @@ async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: L
             assert (stats.completed, stats.max_concurrent, len(stats.workers)) == (3, 2, 1)
         worker.drain()
     assert [words[2] for words in lab.lines() if words[0] == "start"] == ["-", "s-9"]
+
+
+def test_a_worker_that_cannot_renew_its_lease_stops_its_agents_before_anyone_may_take_the_turn(
+        fleet: Fleet, lab: Lab, postgres_server: PostgresServer) -> None:
+    fleet.worker(lease_secs=1.0)
+    gateway = fleet.gateway()
+    gate = lab.gate()
+    gateway.send(turn("a", f"tag=a gate={gate}"))
+    gateway.until("partial", "a")
+    postgres_server.stop()  # longer than the lease: the worker cannot prove the turn is still its own
+    eventually(lambda: lab.events("sigint") == ["a"], "the worker to stop its agent")
+    postgres_server.start()
+    eventually(lambda: lab.events("start") == ["a", "a"], "the turn to run again")
+    release(gate)
+    assert gateway.results({"a"}, within=30)["a"]["outcome"] == "ok"
+    assert fleet.query("SELECT attempt FROM bridge_turns WHERE id = 'a'") == [(2,)]

@@ -27,7 +27,7 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
     profile = load_profile(write_profile(tmp_path, "command: ./agent\n", name="helper.yaml"))
     assert profile.to_dict() == {
         "command": "./agent", "args": [], "protocol": "agentproc-0.1", "resume_args": [], "new_session_args": [],
-        "permissions": None, "keep_warm_secs": 600, "max_warm": 16, "start_timeout_secs": 60, "stdin": "none", "cwd": None, "env": {}, "env_allowlist": None,
+        "permissions": None, "keep_warm_secs": 600, "max_warm": 16, "start_timeout_secs": 60, "on_worker_lost": "retry", "stdin": "none", "cwd": None, "env": {}, "env_allowlist": None,
         "env_inherit": "minimal", "timeout_secs": 1800, "idle_timeout_secs": None, "kill_grace_secs": 5,
         "max_reply_chars": 8000, "truncation_suffix": "\n\n…(truncated)", "include_stderr_in_reply": False,
         "send_error_reply": True, "streaming": True, "session_line_prefix": "AGENT_SESSION:",

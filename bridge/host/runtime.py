@@ -275,7 +275,8 @@ class Host:
             failed=self._failed,
             refused=self._refused,
             store_errors=self._store_errors,
-            outcomes={outcome.value: self._outcomes[outcome.value] for outcome in Outcome},
+            outcomes={outcome.value: self._outcomes[outcome.value] for outcome in Outcome
+                      if outcome is not Outcome.WORKER_LOST},  # only workers of a PostgreSQL queue lose turns
             max_concurrent=self._queue.max_running,
             max_queued=self._queue.max_waiting,
             closing=self._closing,

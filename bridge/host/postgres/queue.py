@@ -173,15 +173,16 @@ def set_draining(conn: Conn, *, worker: str) -> None:
     conn.execute("UPDATE bridge_workers SET draining = true WHERE id = %s", (worker,))
 
 
-def renew(conn: Conn, *, worker: str, lease_secs: float) -> dict[str, tuple[int, bool]]:
-    """Extend the leases of the turns this worker runs: {key: (attempt, cancel requested)} of those it holds."""
+def renew(conn: Conn, *, worker: str, lease_secs: float, running: list[str]) -> dict[str, tuple[int, bool]]:
+    """Extend the leases of the turns this worker still runs (`running`: a turn it gave up on must lapse);
+    {key: (attempt, cancel requested)} of those it holds."""
     conn.execute("UPDATE bridge_workers SET seen_at = now() WHERE id = %s", (worker,))
     rows = conn.execute(
         """
         UPDATE bridge_turns SET lease_until = now() + make_interval(secs => %s)
-        WHERE worker = %s AND state = 'running'
+        WHERE worker = %s AND state = 'running' AND id = ANY(%s)
         RETURNING id, attempt, cancel_requested
-        """, (lease_secs, worker)).fetchall()
+        """, (lease_secs, worker, running)).fetchall()
     return {key: (attempt, cancel) for key, attempt, cancel in rows}
 
 

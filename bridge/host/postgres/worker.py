@@ -382,9 +382,10 @@ class Worker:
         interval = self.lease_secs / 3
         while True:
             sent = trio.current_time()
+            running = [key for key, held in self._held.items() if not held.lost and held.claimed.attempt]
             try:
                 holding = await trio.to_thread.run_sync(
-                    lambda: queue.renew(presence, worker=self.id, lease_secs=self.lease_secs))
+                    lambda: queue.renew(presence, worker=self.id, lease_secs=self.lease_secs, running=running))
             except (psycopg.OperationalError, PostgresUnavailable) as err:
                 self._log.warning("cannot renew the leases: PostgreSQL unavailable", error=str(err).strip())
                 presence = await self._reconnect(presence)
@@ -393,8 +394,8 @@ class Worker:
                 self._last_renewal = sent
                 self._renewed.set()
                 for key, held in list(self._held.items()):
-                    if held.claimed.attempt == 0:
-                        continue  # a queued turn that was cancelled: never leased
+                    if key not in running:
+                        continue  # claimed since the renewal was sent, or never leased
                     mine = holding.get(key)
                     if mine is None or mine[0] != held.claimed.attempt:
                         self._lose(held, "another worker took the turn")

@@ -1,0 +1,168 @@
+"""The turn queue's statements against a real PostgreSQL: ordering, exclusivity, fencing, the lost and the found."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from bridge.host.postgres import queue
+from bridge.host.postgres.db import connect
+from bridge.result import Outcome, TurnResult
+
+TURN = {"message": "hi", "session_id": "", "session_name": "default", "from_user": "", "attachments": []}
+
+
+@pytest.fixture
+def conn(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with connect(pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+def enqueue(conn: Any, key: str, conversation: str = "c", max_queued: int = 100) -> str:
+    return queue.enqueue(conn, key=key, request_id=key, gateway="g", profile="p", conversation=conversation,
+                         session_name="default", turn=TURN, max_queued=max_queued)
+
+
+def claim(conn: Any, worker: str = "w", grace: float = 0.0, on_lost: str = "retry") -> queue.ClaimedTurn | None:
+    return queue.claim(conn, worker=worker, lease_secs=30, kill_grace_of=lambda name: (grace, on_lost))
+
+
+def ok(reply: str) -> TurnResult:
+    return TurnResult(reply=reply, session_id="s", error="", error_reply="", exit_code=0, timed_out=False,
+                      outcome=Outcome.OK, stderr_tail="", duration_ms=1, partials=0, truncated=False)
+
+
+def state(conn: Any, key: str) -> tuple[Any, ...]:
+    return conn.execute("SELECT state, attempt, worker FROM bridge_turns WHERE id = %s", (key,)).fetchone()
+
+
+def test_enqueue_is_idempotent_by_id_and_refuses_past_max_queued(conn: Any) -> None:
+    assert enqueue(conn, "a", max_queued=2) == "queued"
+    assert enqueue(conn, "a", max_queued=2) == "resent"
+    assert enqueue(conn, "b", max_queued=2) == "queued"
+    assert enqueue(conn, "c", max_queued=2) == "full"
+    assert enqueue(conn, "a", max_queued=2) == "resent"  # a resend is never refused as full
+    assert conn.execute("SELECT count(*) FROM bridge_turns").fetchone() == (2,)
+
+
+def test_claims_take_the_oldest_turn_of_conversations_with_nothing_running(conn: Any) -> None:
+    for key, conversation in [("a1", "a"), ("a2", "a"), ("b1", "b")]:
+        enqueue(conn, key, conversation)
+    first, second = claim(conn), claim(conn)
+    assert (first.key, second.key) == ("a1", "b1")  # a2 waits for a1, though older than nothing else
+    assert claim(conn) is None
+    assert queue.finish(conn, key="a1", attempt=1, worker="w", result=ok("one"))
+    assert claim(conn).key == "a2"
+
+
+def test_two_workers_claiming_at_once_never_take_the_same_conversation(pg_dsn: str, conn: Any) -> None:
+    for key, conversation in [("a1", "a"), ("a2", "a"), ("b1", "b")]:
+        enqueue(conn, key, conversation)
+    with connect(pg_dsn) as one, connect(pg_dsn) as two:
+        first = claim(one, "w1")  # its transaction still open: a1 is locked, not yet running
+        second = claim(two, "w2")
+        one.commit()
+        two.commit()
+    assert (first.key, second.key) == ("a1", "b1")  # w2 skipped a1 and did not take a2 instead
+
+
+def test_postgresql_itself_refuses_a_second_running_turn_of_a_conversation(conn: Any) -> None:
+    enqueue(conn, "a1")
+    enqueue(conn, "a2")
+    claim(conn)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        conn.execute("UPDATE bridge_turns SET state = 'running' WHERE id = 'a2'")
+
+
+def test_a_late_result_of_an_older_attempt_is_fenced_off(conn: Any) -> None:
+    enqueue(conn, "t")
+    claim(conn, "w1")
+    conn.execute("UPDATE bridge_turns SET state = 'queued', worker = NULL WHERE id = 't'")  # w1 was taken for lost
+    assert claim(conn, "w2").attempt == 2
+    assert not queue.finish(conn, key="t", attempt=1, worker="w1", result=ok("late"))
+    assert queue.finish(conn, key="t", attempt=2, worker="w2", result=ok("newer"))
+    assert not queue.finish(conn, key="t", attempt=1, worker="w1", result=ok("later still"))
+    assert conn.execute("SELECT result->>'reply' FROM bridge_turns WHERE id = 't'").fetchone() == ("newer",)
+
+
+def test_the_result_and_the_session_are_one_transaction(conn: Any) -> None:
+    enqueue(conn, "t")
+    claimed = claim(conn)
+    written = []
+
+    def record_session(c: Any, profile: str, conversation: str, session_name: str, result: TurnResult) -> None:
+        written.append((profile, conversation, session_name, result.reply))
+        raise RuntimeError("the session write fails")
+
+    with pytest.raises(RuntimeError), conn.transaction():
+        queue.finish(conn, key="t", attempt=claimed.attempt, worker="w", result=ok("r"), record_session=record_session)
+    assert written == [("p", "c", "default", "r")]
+    assert state(conn, "t") == ("running", 1, "w")  # rolled back together
+
+
+def test_a_handed_back_turn_keeps_its_place_in_its_conversation(conn: Any) -> None:
+    enqueue(conn, "a1")
+    enqueue(conn, "a2")
+    claimed = claim(conn)
+    assert queue.hand_back(conn, key="a1", attempt=claimed.attempt, worker="w")
+    assert claim(conn).key == "a1"
+
+
+def register_dead_worker(conn: Any, worker: str, *, before_server_start: bool = False) -> None:
+    """A worker row whose registration connection does not exist (a pid no backend has)."""
+    started = "pg_postmaster_start_time() - interval '1 hour'" if before_server_start else "now()"
+    conn.execute(f"INSERT INTO bridge_workers (id, host, pid, backend_pid, backend_start, max_concurrent) "
+                 f"VALUES (%s, 'h', 1, 2147483647, {started}, 1)", (worker,))
+
+
+def test_a_worker_whose_connection_is_gone_is_lost_and_its_turn_goes_back_in_its_place(conn: Any) -> None:
+    enqueue(conn, "a1")
+    enqueue(conn, "a2")
+    claim(conn, "dead")
+    register_dead_worker(conn, "dead")
+    queue.reap(conn)
+    assert conn.execute("SELECT count(*) FROM bridge_workers").fetchone() == (0,)
+    # its agents get their kill grace (and a margin) before anyone may run the turn again
+    assert state(conn, "a1") == ("running", 1, "dead")
+    conn.execute("UPDATE bridge_turns SET lease_until = now() - interval '5 seconds' WHERE id = 'a1'")
+    assert queue.reap(conn) == ["a1"]
+    assert state(conn, "a1") == ("queued", 1, None)
+    assert claim(conn, "alive").key == "a1"
+
+
+def test_a_server_restart_is_not_taken_for_every_worker_dying(conn: Any) -> None:
+    enqueue(conn, "t")
+    claim(conn, "w")
+    register_dead_worker(conn, "w", before_server_start=True)  # its connection died with the old server
+    assert queue.reap(conn) == []
+    assert conn.execute("SELECT id FROM bridge_workers").fetchall() == [("w",)]
+    assert state(conn, "t") == ("running", 1, "w")
+
+
+@pytest.mark.parametrize(("on_lost", "attempts", "expected"), [("fail", 1, "done"), ("retry", 1, "queued"),
+                                                              ("retry", queue.MAX_ATTEMPTS, "done")])
+def test_a_lapsed_lease_retries_or_fails_as_the_profile_says_and_never_forever(conn: Any, on_lost: str,
+                                                                               attempts: int, expected: str) -> None:
+    enqueue(conn, "t")
+    claim(conn, "w", on_lost=on_lost)
+    conn.execute("UPDATE bridge_turns SET attempt = %s, lease_until = now() - interval '5 seconds'", (attempts,))
+    assert queue.reap(conn) == ["t"]
+    assert state(conn, "t")[0] == expected
+    if expected == "done":
+        result = json.loads(conn.execute("SELECT result::text FROM bridge_turns").fetchone()[0])
+        assert (result["outcome"], result["exit_code"]) == ("worker_lost", 1) and result["error_reply"]
+
+
+def test_only_delivered_results_are_purged(conn: Any) -> None:
+    for key in ("delivered", "undelivered"):
+        enqueue(conn, key, conversation=key)
+        claimed = claim(conn)
+        queue.finish(conn, key=claimed.key, attempt=1, worker="w", result=ok(key))
+    queue.mark_delivered(conn, key="delivered")
+    assert queue.undelivered(conn, gateway="g") == [("undelivered", "undelivered")]
+    assert queue.purge(conn, keep_secs=0) == 1
+    assert [key for (key,) in conn.execute("SELECT id FROM bridge_turns").fetchall()] == ["undelivered"]
