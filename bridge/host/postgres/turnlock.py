@@ -17,7 +17,9 @@ thread waits on the server for as long as another process's turn runs.
 Unlike the file queue, the waiters of several processes are not served in
 arrival order: whichever asks first once the holder is done goes next.
 Releasing never waits for the server in a trio run (the unlock is sent from
-a worker thread), so a slow network cannot stall the host's other turns.
+a worker thread), so a slow network cannot stall the host's other turns; the
+next try of the same conversation in this process waits for that unlock first,
+so it does not find its own process in the way.
 
 A connection that breaks while its place holds the lock loses the lock (the
 server drops it with the session): that turn runs on unprotected, and a
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
 
 # Idle connections kept for the next places; a host that ran more turns at once connects again for the extra ones.
 MAX_IDLE = 4
+# A try waits this long at most for an unlock of its conversation this process sent: one statement's round trip.
+UNLOCK_WAIT_SECS = 5.0
 
 
 def advisory_key(profile: str, conversation: str, session_name: str) -> int:
@@ -66,6 +70,7 @@ class PgTurnLocks:
         self._lock = threading.Lock()
         self._idle: list[psycopg.Connection[Any]] = []
         self._closed = False
+        self._unlocking: dict[int, threading.Event] = {}  # keys whose unlock a worker thread is sending
         self._give_back(self._connect())  # now: a server out of reach stops the caller before any agent runs
 
     def join(self, profile: str, conversation: str, session_name: str) -> PgPlace:
@@ -173,7 +178,20 @@ class PgPlace:
         if not held:
             self._locks._give_back(db)
         elif trio.lowlevel.in_trio_run():
-            trio.lowlevel.start_thread_soon(lambda: self._unlock(db), _ignore)
+            sent = threading.Event()
+            with self._locks._lock:
+                self._locks._unlocking[self.key] = sent
+
+            def unlock() -> None:
+                try:
+                    self._unlock(db)
+                finally:
+                    with self._locks._lock:
+                        if self._locks._unlocking.get(self.key) is sent:
+                            del self._locks._unlocking[self.key]
+                    sent.set()
+
+            trio.lowlevel.start_thread_soon(unlock, _ignore)
         else:
             self._unlock(db)
 
@@ -182,6 +200,10 @@ class PgPlace:
         psycopg = require_psycopg()
         if self._held:
             return True
+        with self._locks._lock:
+            unlocking = self._locks._unlocking.get(self.key)
+        if unlocking is not None:
+            unlocking.wait(UNLOCK_WAIT_SECS)
         for attempt in (1, 2):
             if self._db is None:
                 # Once the server dropped a connection, the idle ones are likely gone too.
@@ -226,4 +248,4 @@ class PgPlace:
 
 
 def _ignore(result: outcome.Outcome[None]) -> None:
-    """`_unlock` never raises; this is where `start_thread_soon` hands its outcome."""
+    """The unlock never raises; this is where `start_thread_soon` hands its outcome."""
