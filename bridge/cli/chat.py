@@ -48,6 +48,7 @@ from .printer import DIM, WARNING, HumanPrinter, paint
 from .terminal import LineReader, ask
 
 if TYPE_CHECKING:
+    from ..host.postgres.turnlock import PgPlace
     from ..host.turnlock import Place
     from .sessions import Conversation
 
@@ -170,7 +171,7 @@ class Chat:
             self._say(f"session: {self.session_id or 'none yet (the next message starts one)'}")
             if self.conversation is not None:
                 self._say(f"conversation {self.conversation.key!r} of {self.conversation.profile}, "
-                          f"stored in {self.conversation.store.path}")
+                          f"stored in {self.conversation.store.location}")
         elif name in ("/help", "/?"):
             self._say(HELP)
         else:
@@ -204,7 +205,7 @@ class Chat:
             if place is not None:
                 place.release()
 
-    async def _take_place(self, conversation: Conversation) -> Place | None:
+    async def _take_place(self, conversation: Conversation) -> Place | PgPlace | None:
         """Our place in the conversation's queue, once every earlier turn (in any process) is over;
         None when it cannot be had, or a signal gave up waiting."""
         try:

@@ -245,8 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--profiles", metavar="DIR",
                        help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns "
                        "(required, but for a gateway: --postgres)")
-    serve.add_argument("--state", metavar="PATH",
-                       help="session store file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3)")
+    serve.add_argument("--state", metavar="PATH", help=_STATE_HELP)
     # Defaults live in bridge.host (not imported here: other commands must not pay for it).
     serve.add_argument("--max-concurrent", metavar="N", type=_count(1),
                        help="turns that may run at once (default: 32)")
@@ -334,7 +333,8 @@ def _seconds(*, zero_ok: bool) -> Any:
     return parse
 
 
-_STATE_HELP = "session store file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3)"
+_STATE_HELP = ("session store: a file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3), or a PostgreSQL "
+               "database as postgresql://USER@HOST/DB (needs agent-bridge[postgres])")
 
 
 def _add_conversation_options(parser: argparse.ArgumentParser) -> None:
@@ -429,7 +429,7 @@ def _load_for_turns(args: argparse.Namespace) -> Profile:
 
 
 def _open_conversation(args: argparse.Namespace, profile: Profile) -> Conversation | None:
-    """The stored session of --conversation KEY, if given (only then is the store, and SQLite, loaded)."""
+    """The stored session of --conversation KEY, if given (only then is the store, SQLite or psycopg, loaded)."""
     if args.conversation is None:
         if args.new:
             raise BridgeError("--new needs --conversation KEY (without one, every run starts a new session)")

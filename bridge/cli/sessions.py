@@ -1,7 +1,8 @@
 """The CLI's side of the session store: `run/chat --conversation` and `agent-bridge sessions`.
 
 Imported only by commands that use the store, so a plain `agent-bridge run`
-never loads SQLite.
+never loads SQLite. `--state` names an SQLite file or a PostgreSQL database
+(`bridge.host.state`).
 """
 
 from __future__ import annotations
@@ -10,27 +11,35 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import BridgeError
-from ..host.store import SessionRecord, SessionStore, store_path
-from ..host.turnlock import Place, TurnLocks
+from ..host.state import open_store, open_turn_locks, store_exists
+from ..host.store import SessionRecord, store_path
 from ..profile import load_profile
 from ..result import TurnResult
+
+if TYPE_CHECKING:
+    from ..host.postgres.turnlock import PgPlace, PgTurnLocks
+    from ..host.state import Store
+    from ..host.turnlock import Place, TurnLocks
 
 
 class Conversation:
     """One stored session, as a CLI command uses it: a place in its queue, then read before a turn, written after.
 
-    The store (and its queue directory) is opened once, so a corrupt or
-    unwritable file stops the command before any agent runs.
+    The store (and its queues) is opened once, so a corrupt or unwritable
+    file, or a database out of reach, stops the command before any agent runs.
     """
 
     def __init__(self, state: str | None, profile: str, key: str, session_name: str) -> None:
         if not key:
             raise BridgeError("--conversation needs a non-empty KEY")
-        self.store = SessionStore(state)
+        self.store: Store = open_store(state)
         try:
-            self.queue = TurnLocks(self.store.path)
+            queue = open_turn_locks(self.store)
+            assert queue is not None, "every store open_store makes is shared with other processes"
+            self.queue: TurnLocks | PgTurnLocks = queue
         except BaseException:
             self.store.close()
             raise
@@ -38,11 +47,11 @@ class Conversation:
         self.key = key
         self.session_name = session_name
 
-    def join(self) -> Place:
+    def join(self) -> Place | PgPlace:
         """A place behind every turn of this conversation already waiting or running, in any process."""
         return self.queue.join(self.profile, self.key, self.session_name)
 
-    async def join_async(self) -> Place:
+    async def join_async(self) -> Place | PgPlace:
         return await self.queue.join_async(self.profile, self.key, self.session_name)
 
     @property
@@ -67,10 +76,9 @@ class Conversation:
 
 def sessions_command(args: argparse.Namespace) -> int:
     """`agent-bridge sessions list|show|forget`."""
-    path = store_path(args.state)
-    if not path.exists():
-        return _no_store(args, path)  # reading a store that is not there creates nothing
-    with SessionStore(args.state) as store:
+    if not store_exists(args.state):
+        return _no_store(args, store_path(args.state))  # reading a store that is not there creates nothing
+    with open_store(args.state) as store:
         if args.action == "list":
             return _list(store, _profile_key(args.profile) if args.profile else None, args.json)
         profile = _profile_key(args.profile)
@@ -106,7 +114,7 @@ def _profile_key(text: str) -> str:
     return text
 
 
-def _list(store: SessionStore, profile: str | None, as_json: bool) -> int:
+def _list(store: Store, profile: str | None, as_json: bool) -> int:
     records = store.list(profile)
     if as_json:
         for record in records:
@@ -114,7 +122,7 @@ def _list(store: SessionStore, profile: str | None, as_json: bool) -> int:
         return 0
     if not records:
         where = f" for profile {profile}" if profile else ""
-        print(f"no stored sessions{where} in {store.path}", file=sys.stderr)
+        print(f"no stored sessions{where} in {store.location}", file=sys.stderr)
         return 0
     header = ("PROFILE", "CONVERSATION", "SESSION NAME", "SESSION ID", "LAST USED (UTC)", "LAST OUTCOME")
     rows = [header, *(_row(record) for record in records)]
@@ -129,12 +137,12 @@ def _row(record: SessionRecord) -> tuple[str, ...]:
             record.session_id or "-", record.last_used.strftime("%Y-%m-%d %H:%M:%S"), _outcome(record))
 
 
-def _show(store: SessionStore, profile: str, conversation: str, session_name: str | None, as_json: bool) -> int:
+def _show(store: Store, profile: str, conversation: str, session_name: str | None, as_json: bool) -> int:
     records = [record for record in store.list(profile, conversation)
                if session_name is None or record.session_name == session_name]
     if not records:
         which = f"session {session_name!r} of " if session_name else ""
-        print(f"no stored {which}conversation {conversation!r} for profile {profile} in {store.path}",
+        print(f"no stored {which}conversation {conversation!r} for profile {profile} in {store.location}",
               file=sys.stderr)
         return 1
     for record in sorted(records, key=lambda record: record.session_name):

@@ -3,7 +3,9 @@
 - `runtime`: `Host` and `open_host` (ordering, limits, sessions, shutdown);
 - `scheduler`: which waiting turn may start (pure);
 - `registry`: profiles by name from a directory, re-read when edited;
-- `store`: the SQLite session store; `turnlock`: the cross-process queue next to it.
+- `store`: the SQLite session store; `turnlock`: the cross-process queue next to it;
+- `postgres`: the session store (and the queue) in a PostgreSQL database, for many machines;
+- `state`: which of them `--state` / `state=` names (`open_store`).
 
 Names load on first use, so importing the store does not import the runtime.
 """
@@ -14,9 +16,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .postgres.store import PostgresSessionStore
     from .registry import ProfileRegistry, UnknownProfile
     from .runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionStoreLike, open_host
     from .scheduler import QueueFull
+    from .state import open_store
     from .store import SessionRecord, SessionStore, StoreError
     from .turnlock import TurnLockError
 
@@ -24,7 +28,8 @@ _WHERE = {
     "DuplicateTurn": "runtime", "Host": "runtime", "HostClosed": "runtime", "HostStats": "runtime",
     "SessionStoreLike": "runtime", "open_host": "runtime", "ProfileRegistry": "registry",
     "UnknownProfile": "registry", "QueueFull": "scheduler", "SessionRecord": "store", "SessionStore": "store",
-    "StoreError": "store", "TurnLockError": "turnlock",
+    "StoreError": "store", "TurnLockError": "turnlock", "PostgresSessionStore": "postgres.store",
+    "open_store": "state",
 }
 
 
@@ -38,6 +43,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DuplicateTurn", "Host", "HostClosed", "HostStats", "ProfileRegistry", "QueueFull", "SessionRecord",
-    "SessionStore", "SessionStoreLike", "StoreError", "TurnLockError", "UnknownProfile", "open_host",
+    "DuplicateTurn", "Host", "HostClosed", "HostStats", "PostgresSessionStore", "ProfileRegistry", "QueueFull",
+    "SessionRecord", "SessionStore", "SessionStoreLike", "StoreError", "TurnLockError", "UnknownProfile", "open_host",
+    "open_store",
 ]

@@ -87,6 +87,12 @@ class ProfileRegistry:
         raise UnknownProfile([Problem(f"no profile named {name!r} (available: {available}); add {name}.yaml "
                                       "there, or use one of the available names", str(self.directory))])
 
+    def loaded(self) -> dict[str, Profile]:
+        """Every profile that loads, by name, as of a refresh now (immutable: safe to hand to other threads)."""
+        self.refresh()
+        return {name: claims[0].profile for name, claims in self._by_name.items()
+                if len(claims) == 1 and claims[0].profile is not None}
+
     def names(self) -> list[str]:
         """The names profiles can be asked for, as of the last refresh, sorted."""
         return sorted(self._by_name)

@@ -45,6 +45,7 @@ from .turnlock import Place, TurnLocks
 
 if TYPE_CHECKING:
     from .postgres.gateway import RemoteHost
+    from .postgres.turnlock import PgPlace, PgTurnLocks
 
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
@@ -52,7 +53,7 @@ DEFAULT_SHUTDOWN_GRACE = 10.0
 
 
 class SessionStoreLike(Protocol):
-    """What the host needs of a session store (`bridge.host.store.SessionStore` is the real one)."""
+    """What the host needs of a session store (`SessionStore` and `PostgresSessionStore` are the real ones)."""
 
     def get(self, profile: str, conversation: str, session_name: str = "default") -> str: ...
 
@@ -80,15 +81,18 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
               gateway_name: str = "serve") -> Host | RemoteHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
-    `state` is the session store: a file path, `None` for the default
+    `state` is the session store: a file path, a `postgresql://` URL (a
+    database that hosts on many machines may share; needs the postgres
+    extra), `None` for the default file
     (`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`), or a store object the
     caller owns (anything with `get` and `record`, such as a `SessionStore`).
-    With a `SessionStore` (a path, or one given), turns also queue with those
-    of other processes on the same file (CLI runs, another host) in
-    `<store file>.turns/` (see `turnlock`). `max_concurrent` turns run at
-    once; `max_queued` more may wait, then `submit` raises `QueueFull`. On
-    shutdown, turns in flight get `shutdown_grace` seconds to finish before
-    they are cancelled.
+    With a `SessionStore` or a `PostgresSessionStore` (named, or given),
+    turns also queue with those of other processes using the same store (CLI
+    runs, other hosts): in `<store file>.turns/` (see `turnlock`), or with
+    the database's advisory locks (see `postgres.turnlock`).
+    `max_concurrent` turns run at once; `max_queued` more may wait, then
+    `submit` raises `QueueFull`. On shutdown, turns in flight get
+    `shutdown_grace` seconds to finish before they are cancelled.
 
     With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`):
     turns go to the PostgreSQL queue and run on `agent-bridge worker`s, which
@@ -106,21 +110,19 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
     log = get_logger(component="host")
     for error in registry.broken():
         log.warning("a profile does not load; turns asking for it will fail until it is fixed", problem=str(error))
-    from .store import SessionStore
+    from .state import open_store, open_turn_locks
 
     owned = state is None or isinstance(state, (str, os.PathLike))
     if owned:
-        store: SessionStoreLike = SessionStore(state)  # type: ignore[arg-type]
+        store: SessionStoreLike = open_store(state)  # type: ignore[arg-type]
     else:
         store = state  # type: ignore[assignment]
-    turn_locks = None
-    if isinstance(store, SessionStore):  # a file other processes may share: queue with their turns too
-        try:
-            turn_locks = TurnLocks(store.path)
-        except BaseException:
-            if owned:
-                store.close()
-            raise
+    try:
+        turn_locks = open_turn_locks(store)  # a store other processes may share: queue with their turns too
+    except BaseException:
+        if owned:
+            store.close()  # type: ignore[attr-defined]
+        raise
     return Host(registry, store, owns_store=owned, turn_locks=turn_locks, max_concurrent=max_concurrent,
                 max_queued=max_queued, shutdown_grace=shutdown_grace)
 
@@ -132,7 +134,7 @@ class Host:
     """
 
     def __init__(self, registry: ProfileRegistry, store: SessionStoreLike, *, owns_store: bool = False,
-                 turn_locks: TurnLocks | None = None,
+                 turn_locks: TurnLocks | PgTurnLocks | None = None,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
                  shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> None:
         if not shutdown_grace >= 0:
@@ -141,7 +143,7 @@ class Host:
         self.store = store
         self.shutdown_grace = shutdown_grace
         self._owns_store = owns_store
-        self._turn_locks = turn_locks  # the store file's queues, shared with other processes (CLI runs…)
+        self._turn_locks = turn_locks  # the store's queues, shared with other processes (CLI runs…)
         self._queue = TurnQueue(max_concurrent, max_queued)
         self._flights: dict[str, _Flight] = {}
         self._arrivals = itertools.count()  # arrival order of admitted turns
@@ -166,9 +168,9 @@ class Host:
         """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
 
         Turns of the same (profile, conversation, session name) run one at a
-        time in the order they were submitted; with a store file, a turn
-        that may start also waits for the conversation's turns in other
-        processes sharing the file (it counts as running meanwhile). When
+        time in the order they were submitted; with a store file or
+        database, a turn that may start also waits for the conversation's
+        turns in other processes sharing it (it counts as running meanwhile). When
         `turn.session_id` is empty, the stored session id is used, and the
         result's id is stored for the next turn (no valid session line keeps
         the stored one).
@@ -191,7 +193,7 @@ class Host:
         load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`.
         `nursery.start(host.submit, ...)` returns the turn id once the turn
         was accepted. `StoreError` when the stored session cannot be read, and
-        `TurnLockError` when the conversation's queue file cannot be used (the
+        `TurnLockError` when the conversation's queue cannot be used (the
         turn does not run: resuming the wrong session would be worse).
         """
         if self._closing:
@@ -323,8 +325,8 @@ class Host:
         finally:
             place.release()
 
-    async def _take_place(self, turn_locks: TurnLocks, flight: _Flight, name: str, conversation: str,
-                          session_name: str, log: Any) -> Place | None:
+    async def _take_place(self, turn_locks: TurnLocks | PgTurnLocks, flight: _Flight, name: str, conversation: str,
+                          session_name: str, log: Any) -> Place | PgPlace | None:
         """The conversation's place across processes, once our own queue let the turn start; None if the
         turn was cancelled while waiting. Waiting polls (no thread to abandon), and only while another
         process runs a turn of the conversation."""

@@ -228,6 +228,11 @@ class SessionStore:
     def __repr__(self) -> str:
         return f"SessionStore({str(self.path)!r})"
 
+    @property
+    def location(self) -> str:
+        """Where the sessions are, for messages: the file's path."""
+        return str(self.path)
+
     # ------------------------------------------------------------------ internals
 
     def _create_file(self) -> int:

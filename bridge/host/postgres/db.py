@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,7 +144,8 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
         raise PostgresUnavailable(f"cannot connect to {shown_dsn(dsn)}: {_first_line(err)}; check that the "
                                   "server runs and the DSN (host, port, user, database) is right") from None
     except psycopg.ProgrammingError as err:
-        raise PostgresError(f"the PostgreSQL DSN is not valid: {_first_line(err)}") from None
+        raise PostgresError(f"the PostgreSQL DSN is not valid: {_without_password(_first_line(err))}; write it "
+                            "as postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE") from None
     try:
         _ensure_schema(conn, dsn)
     except BaseException:
@@ -180,6 +182,15 @@ def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
 
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+# libpq quotes a URI it cannot parse whole, password included.
+_URI_PASSWORD = re.compile(r"(://[^:/@\s\"]*):[^\s\"/]*@")
+_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def _without_password(text: str) -> str:
+    return _KEYWORD_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1:***@", text))
 
 
 class Database:

@@ -39,7 +39,6 @@ class ClaimedTurn:
     session_name: str
     turn: dict[str, Any]
     attempt: int
-    cancel_requested: bool
 
     @property
     def stamp(self) -> str:
@@ -86,7 +85,7 @@ def claim(conn: Conn, *, worker: str, lease_secs: float, kill_grace_of: Any) -> 
     """
     row = conn.execute(
         """
-        SELECT t.id, t.request_id, t.profile, t.conversation, t.session_name, t.turn, t.attempt, t.cancel_requested
+        SELECT t.id, t.request_id, t.profile, t.conversation, t.session_name, t.turn, t.attempt
         FROM bridge_turns t
         WHERE t.state = 'queued' AND NOT t.cancel_requested
           AND NOT EXISTS (SELECT 1 FROM bridge_turns r WHERE r.state = 'running' AND r.profile = t.profile
@@ -100,7 +99,7 @@ def claim(conn: Conn, *, worker: str, lease_secs: float, kill_grace_of: Any) -> 
     ).fetchone()
     if row is None:
         return None
-    key, request_id, profile, conversation, session_name, turn, attempt, cancel_requested = row
+    key, request_id, profile, conversation, session_name, turn, attempt = row
     grace, on_lost = kill_grace_of(profile)
     conn.execute(
         """
@@ -111,7 +110,7 @@ def claim(conn: Conn, *, worker: str, lease_secs: float, kill_grace_of: Any) -> 
         """,
         (worker, lease_secs, grace, on_lost, key),
     )
-    return ClaimedTurn(key, request_id, profile, conversation, session_name, turn, attempt + 1, cancel_requested)
+    return ClaimedTurn(key, request_id, profile, conversation, session_name, turn, attempt + 1)
 
 
 def finish(conn: Conn, *, key: str, attempt: int, worker: str, result: TurnResult | None = None,
@@ -241,34 +240,21 @@ def request_cancel(conn: Conn, *, key: str) -> str | None:
     return row[0] if row else None
 
 
-def claim_cancelled(conn: Conn, *, worker: str, lease_secs: float) -> ClaimedTurn | None:
-    """A queued turn that was cancelled, whatever runs in its conversation: it ends without running.
-
-    Taken like any claim (the worker writes its 130 result), but without the
-    unique index's slot: it becomes `done` straight from `queued`.
-    """
+def end_cancelled(conn: Conn, *, ending_of: Any) -> str | None:
+    """End one queued turn that was cancelled, whatever runs in its conversation (it never runs): its key,
+    or None. `ending_of(profile name)` gives its (result, error)."""
     row = conn.execute(
-        """
-        SELECT id, request_id, profile, conversation, session_name, turn, attempt
-        FROM bridge_turns WHERE state = 'queued' AND cancel_requested
-        ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED
-        """).fetchone()
+        "SELECT id, profile FROM bridge_turns WHERE state = 'queued' AND cancel_requested "
+        "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED").fetchone()
     if row is None:
         return None
-    key, request_id, profile, conversation, session_name, turn, _ = row
-    return ClaimedTurn(key, request_id, profile, conversation, session_name, turn, 0, True)  # attempt 0: not leased
-
-
-def finish_cancelled(conn: Conn, *, key: str, result: TurnResult | None, error: dict[str, Any] | None) -> bool:
-    row = conn.execute(
-        """
-        UPDATE bridge_turns SET state = 'done', result = %s, error = %s, finished_at = now()
-        WHERE id = %s AND state = 'queued' RETURNING id
-        """, (json.dumps(result.to_dict()) if result is not None else None, json.dumps(error) if error else None,
-              key)).fetchone()
-    if row is not None:
-        _notify_done(conn, key)
-    return row is not None
+    key, profile = row
+    result, error = ending_of(profile)
+    conn.execute("UPDATE bridge_turns SET state = 'done', result = %s, error = %s, finished_at = now() WHERE id = %s",
+                 (json.dumps(result.to_dict()) if result is not None else None, json.dumps(error) if error else None,
+                  key))
+    _notify_done(conn, key)
+    return key  # type: ignore[no-any-return]
 
 
 def ending(conn: Conn, *, key: str) -> TurnEnding | None:

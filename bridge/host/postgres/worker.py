@@ -22,7 +22,6 @@ import itertools
 import json
 import os
 import socket
-import threading
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -33,10 +32,12 @@ import trio
 
 from ...errors import BridgeError, ProfileError, TurnError
 from ...log import get_logger
-from ...result import TurnResult
+from ...profile import Profile
+from ...result import Ending, TurnRecorder, TurnResult
 from ...supervisor import HostEvent
 from ..registry import ProfileRegistry, UnknownProfile
-from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host, _cancelled_result
+from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
+from ..store import StoreError
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
@@ -52,6 +53,7 @@ from .db import (
     require_psycopg,
 )
 from .records import turn_from_dict
+from .store import PostgresSessionStore, record_session
 
 DEFAULT_LEASE_SECS = 10.0
 POLL_SECS = 1.0  # claims are also tried this often, in case a notification was lost
@@ -69,21 +71,6 @@ class _Held:
     handed_back: bool = False  # draining: it goes back to the queue instead of getting a result
 
 
-def record_session(conn: Any, profile: str, conversation: str, session_name: str, result: TurnResult,
-                   stamp: str) -> None:
-    conn.execute(
-        """
-        INSERT INTO bridge_sessions (profile, conversation, session_name, session_id, last_used, last_outcome,
-                                     last_exit_code, stamp)
-        VALUES (%s, %s, %s, %s, now(), %s, %s, %s)
-        ON CONFLICT (profile, conversation, session_name) DO UPDATE SET
-            session_id = CASE WHEN excluded.session_id <> '' THEN excluded.session_id
-                         ELSE bridge_sessions.session_id END,
-            last_used = excluded.last_used, last_outcome = excluded.last_outcome,
-            last_exit_code = excluded.last_exit_code, stamp = excluded.stamp
-        """, (profile, conversation, session_name, result.session_id, str(result.outcome), result.exit_code, stamp))
-
-
 class _ClaimedSessions:
     """The session store as the worker's host sees it: reads from PostgreSQL, writes nothing.
 
@@ -93,27 +80,14 @@ class _ClaimedSessions:
     """
 
     def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
-        self._conn: Any = None
-        self._lock = threading.Lock()
+        self._store = PostgresSessionStore(dsn)
         self.stamps: dict[tuple[str, str, str], str] = {}
 
     def lookup(self, profile: str, conversation: str, session_name: str = "default") -> tuple[str, str]:
-        psycopg = require_psycopg()
-        with self._lock:
-            for attempt in (1, 2):
-                if self._conn is None or self._conn.closed:
-                    self._conn = connect(self._dsn, autocommit=True)
-                try:
-                    row = self._conn.execute(
-                        "SELECT session_id, stamp FROM bridge_sessions WHERE profile = %s AND conversation = %s "
-                        "AND session_name = %s", (profile, conversation, session_name)).fetchone()
-                    return (row[0], row[1]) if row else ("", "")
-                except psycopg.OperationalError as err:
-                    self._conn.close()
-                    if attempt == 2:
-                        raise PostgresUnavailable(f"cannot read the stored session: {err}") from None
-        raise AssertionError("unreachable")
+        try:
+            return self._store.lookup(profile, conversation, session_name)
+        except StoreError as err:
+            raise PostgresUnavailable(str(err)) from None  # the turn goes back to the queue
 
     def get(self, profile: str, conversation: str, session_name: str = "default") -> str:
         return self.lookup(profile, conversation, session_name)[0]
@@ -122,9 +96,7 @@ class _ClaimedSessions:
         return self.stamps.get((profile, conversation, session_name), "")
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
+        self._store.close()
 
 
 class _Publisher:
@@ -263,11 +235,10 @@ class Worker:
                 try:
                     while claimed is None:
                         self._work = trio.Event()
+                        # The registry is not thread-safe: the statements get a snapshot of its immutable profiles.
+                        profiles = self.registry.loaded()
                         try:
-                            claimed = await self._db.run(
-                                lambda conn: queue.claim_cancelled(conn, worker=self.id, lease_secs=self.lease_secs)
-                                or queue.claim(conn, worker=self.id, lease_secs=self.lease_secs,
-                                               kill_grace_of=self._kill_grace_of))
+                            claimed = await self._db.run(partial(self._end_cancelled_then_claim, profiles))
                         except psycopg.IntegrityError:
                             continue  # another worker's claim raced this one to the conversation: look again
                         except PostgresUnavailable as err:
@@ -283,16 +254,14 @@ class Worker:
                     self._idle = trio.Event()
                 turns.start_soon(self._run_claimed, claimed)
 
+    def _end_cancelled_then_claim(self, profiles: dict[str, Profile], conn: Any) -> queue.ClaimedTurn | None:
+        _end_cancelled(profiles, conn)
+        return queue.claim(conn, worker=self.id, lease_secs=self.lease_secs,
+                           kill_grace_of=partial(_lost_turn_settings, profiles))
+
     async def _stop_claiming_on_drain(self, scope: trio.CancelScope) -> None:
         await self._drain_requested.wait()
         scope.cancel()
-
-    def _kill_grace_of(self, name: str) -> tuple[float, str]:
-        try:
-            profile = self.registry.get(name)
-        except BridgeError:
-            return 0.0, "retry"
-        return profile.kill_grace_secs, profile.on_worker_lost
 
     # ------------------------------------------------------------------ one turn
 
@@ -315,13 +284,11 @@ class Worker:
         assert self._host is not None
         claimed = held.claimed
         try:
-            profile = self._host.profile(claimed.profile)
+            self._host.profile(claimed.profile)
         except UnknownProfile as err:
             return None, {"code": "unknown_profile", "message": str(err)}
         except ProfileError as err:
             return None, {"code": "profile_invalid", "message": f"profile {claimed.profile!r} does not load: {err}"}
-        if claimed.cancel_requested and claimed.attempt == 0:  # cancelled while queued: it never runs
-            return _cancelled_result(profile, trio.current_time()), None
         try:
             turn = turn_from_dict(claimed.turn)
         except (TurnError, KeyError, TypeError) as err:
@@ -353,8 +320,6 @@ class Worker:
         def write(conn: Any) -> bool:
             if held.handed_back:
                 return queue.hand_back(conn, key=claimed.key, attempt=claimed.attempt, worker=self.id)
-            if claimed.attempt == 0:
-                return queue.finish_cancelled(conn, key=claimed.key, result=result, error=error)
             return queue.finish(conn, key=claimed.key, attempt=claimed.attempt, worker=self.id, result=result,
                                 error=error,
                                 record_session=lambda c, *row: record_session(c, *row, stamp))
@@ -382,7 +347,7 @@ class Worker:
         interval = self.lease_secs / 3
         while True:
             sent = trio.current_time()
-            running = [key for key, held in self._held.items() if not held.lost and held.claimed.attempt]
+            running = [key for key, held in self._held.items() if not held.lost]
             try:
                 holding = await trio.to_thread.run_sync(
                     lambda: queue.renew(presence, worker=self.id, lease_secs=self.lease_secs, running=running))
@@ -395,7 +360,7 @@ class Worker:
                 self._renewed.set()
                 for key, held in list(self._held.items()):
                     if key not in running:
-                        continue  # claimed since the renewal was sent, or never leased
+                        continue  # claimed since the renewal was sent
                     mine = holding.get(key)
                     if mine is None or mine[0] != held.claimed.attempt:
                         self._lose(held, "another worker took the turn")
@@ -437,6 +402,7 @@ class Worker:
         while True:
             try:
                 touched = await self._db.run(queue.reap)
+                await self._db.run(partial(_end_cancelled, self.registry.loaded()))  # even with every slot taken
                 if touched:
                     self._log.warning("turns of a lost worker were taken back", turns=len(touched))
                     self._work.set()
@@ -487,6 +453,26 @@ class Worker:
         if self._held:
             self._log.warning("shutdown grace over; handing the turns still running back to the queue",
                               turns=len(self._held))
+
+
+def _lost_turn_settings(profiles: dict[str, Profile], name: str) -> tuple[float, str]:
+    """What the reaper needs of a claimed turn's profile: its agents' kill grace, and retry or fail."""
+    profile = profiles.get(name)
+    return (profile.kill_grace_secs, profile.on_worker_lost) if profile is not None else (0.0, "retry")
+
+
+def _end_cancelled(profiles: dict[str, Profile], conn: Any) -> None:
+    """End every queued turn that was cancelled (they never run), whatever runs in their conversations."""
+    while queue.end_cancelled(conn, ending_of=partial(_cancelled_ending, profiles)):
+        pass
+
+
+def _cancelled_ending(profiles: dict[str, Profile], name: str) -> tuple[TurnResult | None, dict[str, Any] | None]:
+    """The end of a turn cancelled while queued: the 130 result its profile gives, as a host's would."""
+    profile = profiles.get(name)
+    if profile is None:
+        return None, {"code": "unknown_profile", "message": f"no profile named {name!r} loads on this worker"}
+    return TurnRecorder(profile).finish(Ending(cancelled=True), duration_ms=0), None
 
 
 def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> int:

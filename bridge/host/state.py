@@ -1,0 +1,50 @@
+"""What `--state` (or `open_host(state=...)`) names: the session store, and the queue across processes that goes with it.
+
+A `postgresql://` or `postgres://` URL is a PostgreSQL database
+(`bridge.host.postgres`, which needs psycopg); anything else is the path of
+an SQLite file, `None` the default file. Every command and the host open
+their store here, so they all read `--state` the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from .postgres.db import is_postgres_url
+from .store import SessionStore, store_path
+from .turnlock import TurnLocks
+
+if TYPE_CHECKING:
+    from .postgres.store import PostgresSessionStore
+    from .postgres.turnlock import PgTurnLocks
+
+    Store = SessionStore | PostgresSessionStore
+
+
+def open_store(state: str | os.PathLike[str] | None = None) -> Store:
+    """The session store `state` names: a PostgreSQL URL, a file path (`~` expanded), or None for the default file."""
+    if is_postgres_url(state):
+        from .postgres.store import PostgresSessionStore
+
+        return PostgresSessionStore(str(state))
+    return SessionStore(state)
+
+
+def store_exists(state: str | os.PathLike[str] | None = None) -> bool:
+    """Whether there is something to read: a database always may hold sessions; a file must exist."""
+    return is_postgres_url(state) or store_path(state).exists()
+
+
+def open_turn_locks(store: object) -> TurnLocks | PgTurnLocks | None:
+    """The queues shared with other processes using `store`; None for a store of the caller's own kind
+    (anything with `get` and `record`), which only this process knows."""
+    if isinstance(store, SessionStore):
+        return TurnLocks(store.path)
+    from .postgres.store import PostgresSessionStore
+
+    if isinstance(store, PostgresSessionStore):
+        from .postgres.turnlock import PgTurnLocks
+
+        return PgTurnLocks(store.dsn)
+    return None
