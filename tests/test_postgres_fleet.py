@@ -8,6 +8,7 @@ of `hostkit`, whose diary shows when each agent started and ended.
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -260,6 +261,35 @@ def test_a_profile_no_worker_has_is_an_error_after_accepted(fleet: Fleet) -> Non
     gateway.send(turn("x", "hello", profile="nope"))
     responses = gateway.until("error", "x")
     assert [r["type"] for r in responses] == ["accepted", "error"] and responses[-1]["code"] == "unknown_profile"
+    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE id = 'x' AND delivered_at IS NOT NULL"),
+               "the error to count as delivered")
+    gateway.close()
+    successor = fleet.gateway()
+    successor.send({"type": "stats", "id": "s"})
+    assert [r["type"] for r in successor.until("stats", "s")] == ["stats"]  # the error is not sent again
+
+
+def test_a_second_sigterm_hands_the_turns_back_at_once(fleet: Fleet, lab: Lab) -> None:
+    draining = fleet.worker("--shutdown-grace", "60")
+    gateway = fleet.gateway()
+    gate = lab.gate()
+    gateway.send(turn("slow", f"tag=slow gate={gate}"))
+    gateway.until("partial", "slow")
+    draining.send_signal(signal.SIGTERM)
+    eventually(lambda: fleet.query("SELECT 1 FROM bridge_workers WHERE draining"), "the worker to drain")
+    draining.send_signal(signal.SIGTERM)
+    assert draining.wait(timeout=10) == 0
+    assert lab.events("sigint") == ["slow"]
+    assert fleet.query("SELECT state FROM bridge_turns WHERE id = 'slow'") == [("queued",)]
+
+
+@pytest.mark.parametrize("command", [["worker", "--profiles", "."], ["serve"]])
+def test_a_database_out_of_reach_at_start_is_exit_2_naming_it_without_the_password(command: list[str]) -> None:
+    dsn = "postgresql://bot:s3cret@127.0.0.1:1/bridge"
+    done = subprocess.run([sys.executable, "-m", "bridge", *command[:1], "--postgres", dsn, *command[1:]],
+                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert "127.0.0.1" in done.stderr and "s3cret" not in done.stderr and "Traceback" not in done.stderr
 
 
 def test_the_server_restarted_under_load_loses_and_repeats_nothing(fleet: Fleet, lab: Lab,

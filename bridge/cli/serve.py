@@ -477,7 +477,7 @@ class Server:
             if not status.started_once:
                 raise  # refused: the reader answers with an error
             await accepted.wait()
-            await self._turn_failed(request_id, err)
+            await self._turn_failed(_turn_key(request_id), request_id, err)
             return
         await accepted.wait()
         await send({"type": "result", "id": request_id, **result.to_dict()})
@@ -488,12 +488,12 @@ class Server:
         try:
             result = await self.host.follow(turn_id)  # type: ignore[union-attr]
         except Exception as err:
-            await self._turn_failed(request_id, err)
+            await self._turn_failed(turn_id, request_id, err)
             return
         await self.output.send({"type": "result", "id": request_id, **result.to_dict()})
         await self.host.delivered(turn_id)
 
-    async def _turn_failed(self, request_id: Any, err: Exception) -> None:
+    async def _turn_failed(self, turn_id: str, request_id: Any, err: Exception) -> None:
         """An accepted turn ended without a result: the stored session could not be read (the host logged
         why), or, through PostgreSQL, no worker could run it or serve stopped waiting for it."""
         code = getattr(err, "code", None)  # the PostgreSQL gateway's errors carry their code
@@ -502,6 +502,8 @@ class Server:
         if code == INTERNAL_ERROR:
             self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
         await self._error(request_id, code, str(err))
+        if code != DETACHED:  # the turn's end reached the client: a later serve --postgres need not send it
+            await self.host.delivered(turn_id)
 
     async def _error(self, request_id: Any, code: str, message: str) -> None:
         await self.output.send({"type": "error", "id": request_id, "code": code, "message": message})

@@ -176,6 +176,7 @@ class Worker:
         self._work = trio.Event()  # set by a notification: there may be a turn to claim
         self._draining = False
         self._drain_requested = trio.Event()
+        self._grace = trio.CancelScope()  # the shutdown grace, once draining
         self._last_renewal = 0.0
         self._renewed = trio.Event()
         self._log = get_logger(component="worker", worker=self.id)
@@ -220,7 +221,10 @@ class Worker:
                 self._db.close()
 
     def drain(self) -> None:
-        """Stop claiming; turns in flight finish within the shutdown grace, then go back to the queue."""
+        """Stop claiming; turns in flight finish within the shutdown grace, then go back to the queue.
+        Called again: the grace is over now."""
+        if self._drain_requested.is_set():
+            self._grace.cancel()
         self._drain_requested.set()
 
     # ------------------------------------------------------------------ claiming
@@ -445,7 +449,8 @@ class Worker:
             await self._db.run(lambda conn: queue.set_draining(conn, worker=self.id))
         except PostgresUnavailable:
             pass
-        with trio.move_on_after(self.shutdown_grace):
+        with self._grace:
+            self._grace.deadline = trio.current_time() + self.shutdown_grace
             await self._idle.wait()
         for held in list(self._held.values()):
             held.handed_back = True
@@ -493,8 +498,6 @@ def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> in
                     task_status.started()
                     async for signum in signals:
                         worker._log.info("signal received; draining", signal=signal.Signals(signum).name)
-                        if worker._drain_requested.is_set():
-                            worker.shutdown_grace = 0
                         worker.drain()
 
             await nursery.start(on_signals)
