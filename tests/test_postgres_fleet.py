@@ -357,11 +357,13 @@ async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: L
             result = await host.submit("long", "c", bridge.Turn("hi"), on_partial=partials.append)
             assert (result.outcome, result.reply) == (bridge.Outcome.OK, "done")
             assert "".join(partials) == "é" * 20000 and len(partials) > 1  # cut to fit NOTIFY, nothing lost
+            (lab.profiles / "nul.yaml").write_text(f"command: [{sys.executable!r}, -c, 'print(\"a\\x00b\")']\n")
+            assert (await host.submit("nul", "c", bridge.Turn("hi"))).reply == "a\x00b"  # jsonb would refuse it
             result = await host.submit("rec", "c", bridge.Turn("tag=x session=s-9"))
             again = await host.submit("rec", "c", bridge.Turn("tag=y"))
             assert (result.session_id, again.exit_code) == ("s-9", 0)
             stats = await host.current_stats()
-            assert (stats.completed, stats.max_concurrent, len(stats.workers)) == (3, 2, 1)
+            assert (stats.completed, stats.max_concurrent, len(stats.workers)) == (4, 2, 1)
         worker.drain()
     assert [words[2] for words in lab.lines() if words[0] == "start"] == ["-", "s-9"]
 

@@ -79,8 +79,10 @@ CREATE TABLE IF NOT EXISTS bridge_turns (
     kill_grace_secs  double precision NOT NULL DEFAULT 0,
     on_worker_lost   text        NOT NULL DEFAULT 'retry',
     cancel_requested boolean     NOT NULL DEFAULT false,
-    result           jsonb,
-    error            jsonb,
+    result           json,  -- json, not jsonb: a reply may hold a NUL character, which jsonb refuses
+    error            json,
+    outcome          text,  -- the result's, apart: PostgreSQL cannot read fields of a json value with a NUL
+    exit_code        integer,
     enqueued_at      timestamptz NOT NULL DEFAULT now(),
     started_at       timestamptz,
     finished_at      timestamptz,

@@ -120,13 +120,12 @@ def finish(conn: Conn, *, key: str, attempt: int, worker: str, result: TurnResul
     False when the turn is no longer this attempt's (the worker lost it): nothing is written.
     """
     row = conn.execute(
-        """
-        UPDATE bridge_turns SET state = 'done', result = %s, error = %s, finished_at = now(), lease_until = NULL
+        f"""
+        UPDATE bridge_turns SET state = 'done', {_ENDING}, finished_at = now(), lease_until = NULL
         WHERE id = %s AND attempt = %s AND worker = %s AND state = 'running'
         RETURNING profile, conversation, session_name
         """,
-        (json.dumps(result.to_dict()) if result is not None else None, json.dumps(error) if error else None,
-         key, attempt, worker),
+        (*_ending(result.to_dict() if result is not None else None, error), key, attempt, worker),
     ).fetchone()
     if row is None:
         return False
@@ -134,6 +133,16 @@ def finish(conn: Conn, *, key: str, attempt: int, worker: str, result: TurnResul
         record_session(conn, *row, result)
     _notify_done(conn, key)
     return True
+
+
+_ENDING = "result = %s, error = %s, outcome = %s, exit_code = %s"
+
+
+def _ending(result: dict[str, Any] | None, error: dict[str, Any] | None) -> tuple[Any, ...]:
+    """The values of `_ENDING`: outcome and exit code have columns of their own, as PostgreSQL cannot read a
+    field of a json value holding a NUL character (an agent's reply may)."""
+    return (json.dumps(result) if result is not None else None, json.dumps(error) if error else None,
+            result["outcome"] if result is not None else None, result["exit_code"] if result is not None else None)
 
 
 def _notify_done(conn: Conn, key: str) -> None:
@@ -223,8 +232,8 @@ def reap(conn: Conn) -> list[str]:
             why = (f"its worker was lost {attempt} times" if on_lost == "retry"
                    else "its worker stopped before the turn finished, and the profile says on_worker_lost: fail")
             conn.execute(
-                "UPDATE bridge_turns SET state = 'done', result = %s, finished_at = now(), lease_until = NULL "
-                "WHERE id = %s", (json.dumps(worker_lost_result(int(elapsed_ms or 0), why)), key))
+                f"UPDATE bridge_turns SET state = 'done', {_ENDING}, finished_at = now(), lease_until = NULL "
+                "WHERE id = %s", (*_ending(worker_lost_result(int(elapsed_ms or 0), why), None), key))
             _notify_done(conn, key)
         touched.append(key)
     if touched:
@@ -250,9 +259,8 @@ def end_cancelled(conn: Conn, *, ending_of: Any) -> str | None:
         return None
     key, profile = row
     result, error = ending_of(profile)
-    conn.execute("UPDATE bridge_turns SET state = 'done', result = %s, error = %s, finished_at = now() WHERE id = %s",
-                 (json.dumps(result.to_dict()) if result is not None else None, json.dumps(error) if error else None,
-                  key))
+    conn.execute(f"UPDATE bridge_turns SET state = 'done', {_ENDING}, finished_at = now() WHERE id = %s",
+                 (*_ending(result.to_dict() if result is not None else None, error), key))
     _notify_done(conn, key)
     return key  # type: ignore[no-any-return]
 
@@ -284,11 +292,11 @@ def purge(conn: Conn, *, keep_secs: float) -> int:
 def stats(conn: Conn) -> dict[str, Any]:
     counts = dict(conn.execute("SELECT state, count(*) FROM bridge_turns GROUP BY state").fetchall())
     outcomes = dict(conn.execute(
-        "SELECT result->>'outcome', count(*) FROM bridge_turns WHERE state = 'done' AND result IS NOT NULL "
+        "SELECT outcome, count(*) FROM bridge_turns WHERE state = 'done' AND outcome IS NOT NULL "
         "GROUP BY 1").fetchall())
     failed = conn.execute(
-        "SELECT count(*) FROM bridge_turns WHERE state = 'done' AND (error IS NOT NULL "
-        "OR (result->>'exit_code')::int <> 0)").fetchone()[0]
+        "SELECT count(*) FROM bridge_turns WHERE state = 'done' AND (error IS NOT NULL OR exit_code <> 0)"
+    ).fetchone()[0]
     workers = [
         {"id": worker, "host": host, "pid": pid, "max_concurrent": limit, "draining": draining,
          "running": running}

@@ -22,6 +22,7 @@ import itertools
 import json
 import os
 import socket
+import traceback
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -174,7 +175,6 @@ class Worker:
         self._held: dict[str, _Held] = {}
         self._slots = trio.Semaphore(max_concurrent)
         self._work = trio.Event()  # set by a notification: there may be a turn to claim
-        self._draining = False
         self._drain_requested = trio.Event()
         self._grace = trio.CancelScope()  # the shutdown grace, once draining
         self._last_renewal = 0.0
@@ -274,9 +274,17 @@ class Worker:
         log = self._log.bind(turn_id=claimed.key, profile=claimed.profile, conversation=claimed.conversation,
                              attempt=claimed.attempt)
         try:
-            result, error = await self._outcome(held, log)
+            try:
+                result, error = await self._outcome(held, log)
+            except Exception as err:  # a bug must not take the worker and every other turn down with it
+                log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
+                result, error = None, {"code": "internal_error", "message": f"internal error: {err}"}
             await self._publisher.flushed()  # the gateways see every event before the result
-            await self._record(held, result, error, log)
+            try:
+                await self._record(held, result, error, log)
+            except Exception as err:  # left to its lease: the reaper ends or retries it
+                log.error("the turn's result could not be written", error=repr(err),
+                          traceback=traceback.format_exc())
         finally:
             del self._held[claimed.key]
             if not self._held:
@@ -442,7 +450,6 @@ class Worker:
     # ------------------------------------------------------------------ draining
 
     async def _drain(self, turns: trio.Nursery) -> None:
-        self._draining = True
         self._log.info("draining: no new turns; finishing those in flight", running=len(self._held),
                        grace_secs=self.shutdown_grace)
         try:
