@@ -13,6 +13,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -364,6 +365,19 @@ async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: L
             assert (result.session_id, again.exit_code) == ("s-9", 0)
             stats = await host.current_stats()
             assert (stats.completed, stats.max_concurrent, len(stats.workers)) == (4, 2, 1)
+            (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+                protocol: agentproc-0.4
+                command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
+                env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
+                permissions: {{ask: [Read], timeout_secs: 20}}
+            """))
+            for answer, status in [(lambda request: True, "allowed"), (None, "denied")]:
+                events: list[Any] = []
+                with trio.fail_after(10):  # no callback: denied at once, not after the 20 s timeout
+                    await host.submit("ap4", f"ask-{status}", bridge.Turn("hi tool=Read"), on_permission=answer,
+                                      on_event=events.append if answer else None)
+                tools = [e for e in events if isinstance(e, bridge.ActivityEvent) and e.activity == "tool"]
+                assert not answer or [e.status for e in tools][-1] == status
         worker.drain()
     assert [words[2] for words in lab.lines() if words[0] == "start"] == ["-", "s-9"]
 

@@ -15,6 +15,7 @@ dedupe by turn id.
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -47,7 +48,7 @@ from .db import (
 from .records import event_from_dict, result_from_dict, turn_to_dict
 
 DEFAULT_GATEWAY_NAME = "serve"
-POLL_SECS = 2.0  # a waiting turn reads its row this often too, in case its notification was lost
+POLL_SECS = 30.0  # a waiting turn reads its row this often too, in case its notification was lost unnoticed
 ENQUEUE_PATIENCE_SECS = 10.0  # a submit waits this long for an unreachable server before it is refused
 
 
@@ -185,12 +186,15 @@ class RemoteHost:
         if key in self._waiters:
             raise DuplicateTurn(f"turn {key!r} is already in flight; give each turn its own id")
         waiter = self._wait_for(key, on_partial, on_event, on_permission)
+        # With nobody to answer the agent's questions here, the worker denies them at once (as a local host does).
+        record = {**turn_to_dict(turn), "answered": on_event is not None or on_permission is not None}
         try:
             with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
                 outcome = await self._db.run_retrying(
-                    lambda conn: queue.enqueue(conn, key=key, request_id=key if client_id is None else client_id, gateway=self.name, profile=profile,
-                                               conversation=conversation, session_name=turn.session_name,
-                                               turn=turn_to_dict(turn), max_queued=self.max_queued),
+                    lambda conn: queue.enqueue(conn, key=key, request_id=key if client_id is None else client_id,
+                                               gateway=self.name, profile=profile, conversation=conversation,
+                                               session_name=turn.session_name, turn=record,
+                                               max_queued=self.max_queued),
                     log=self._log, what="queueing a turn")
             if patience.cancelled_caught:
                 raise PostgresError("PostgreSQL stayed unreachable; the turn was not queued", code="store_error")
@@ -303,14 +307,14 @@ class RemoteHost:
         if event is None:
             return
         if isinstance(event, PermissionRequest):
-            if waiter.on_permission is not None:
-                answer = await waiter.on_permission(event)
-                waiter.asked.add(event.request_id)
-                self.decide(waiter.key, event.request_id, answer)
-                return
             waiter.asked.add(event.request_id)
         if waiter.on_event is not None and (pending := waiter.on_event(event)) is not None:
             await pending
+        if isinstance(event, PermissionRequest) and waiter.on_permission is not None:
+            answer = waiter.on_permission(event)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            self.decide(waiter.key, event.request_id, answer)  # type: ignore[arg-type]
 
     async def _send_cancel(self, key: str) -> None:
         try:

@@ -33,6 +33,7 @@ import trio
 
 from ...errors import BridgeError, ProfileError, TurnError
 from ...log import get_logger
+from ...permissions import Decision
 from ...profile import Profile
 from ...result import Ending, TurnRecorder, TurnResult
 from ...supervisor import HostEvent
@@ -312,9 +313,10 @@ class Worker:
             if type(event) is not TurnResult:
                 self._publisher.publish(key, attempt, event.to_dict())  # type: ignore[union-attr]
 
+        nobody_answers = None if claimed.turn.get("answered", True) else _deny
         try:
             result = await self._host.submit(claimed.profile, claimed.conversation, turn, on_event=forward,
-                                             turn_id=key)
+                                             on_permission=nobody_answers, turn_id=key)
         except PostgresUnavailable as err:
             # The stored session could not be read, so the agent did not start: the turn goes back to the queue.
             log.warning("the turn could not start: PostgreSQL unavailable; handing it back", error=str(err))
@@ -439,8 +441,6 @@ class Worker:
         if "cancel" in order:
             self._host.cancel(key)
         else:
-            from ...permissions import Decision
-
             decision = Decision(allow=bool(order.get("allow")), always=bool(order.get("always")),
                                 message=str(order.get("message") or ""))
             if not self._host.decide(key, str(order.get("request_id")), decision):
@@ -465,6 +465,10 @@ class Worker:
         if self._held:
             self._log.warning("shutdown grace over; handing the turns still running back to the queue",
                               turns=len(self._held))
+
+
+def _deny(request: Any) -> Decision:
+    return Decision(allow=False, message="nobody is there to answer")
 
 
 def _lost_turn_settings(profiles: dict[str, Profile], name: str) -> tuple[float, str]:
