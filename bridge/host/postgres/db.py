@@ -260,6 +260,13 @@ class Database:
                 self._idle.append(conn)
         return value
 
+    def drop_idle(self) -> None:
+        """Close the idle connections (the next calls connect afresh)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -286,10 +286,8 @@ class RemoteHost:
             if waiter.detached:
                 raise TurnDetached(f"turn {waiter.key!r} runs on; its result waits in the queue for the next "
                                    f"gateway named {self.name!r}")
-            try:
-                ending = await self._db.run(lambda conn: queue.ending(conn, key=waiter.key))
-            except PostgresError:
-                ending = None  # the server is away: keep waiting
+            ending = await self._db.run_retrying(lambda conn: queue.ending(conn, key=waiter.key), log=self._log,
+                                                 what="reading a turn's result")
             if ending is not None and ending.state == "done":
                 for record in waiter.events:  # events that arrived while the row was read
                     await self._deliver_event(waiter, record)
@@ -334,6 +332,7 @@ class RemoteHost:
 
     def _notified(self, note: Notification | Reconnected) -> None:
         if isinstance(note, Reconnected):
+            self._db.drop_idle()  # the server went away: the pooled connections are most likely dead too
             for waiter in self._waiters.values():
                 waiter.changed.set()  # read the rows again: a result may have been missed
             return

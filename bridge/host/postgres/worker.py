@@ -428,6 +428,8 @@ class Worker:
             await trio.sleep(max(0.2, self.lease_secs / 4))
 
     def _notified(self, note: Notification | Reconnected) -> None:
+        if isinstance(note, Reconnected):
+            self._db.drop_idle()  # the server went away: the pooled connections are most likely dead too
         if isinstance(note, Reconnected) or note.channel == WORK_CHANNEL:
             self._work.set()
             return
