@@ -347,7 +347,8 @@ def test_an_agent_s_question_reaches_the_bot_and_its_decide_reaches_the_worker(f
 
 async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: Lab) -> None:
     (lab.profiles / "long.yaml").write_text(textwrap.dedent(f"""\
-        command: [{sys.executable!r}, "-c", "import json; print('AGENT_PARTIAL:' + json.dumps('é' * 20000)); print('done')"]
+        command: [{sys.executable!r}, "-c",
+                  "import json; print('AGENT_PARTIAL:' + json.dumps('é' * 20000)); print('done')"]
         max_reply_chars: null
     """))
     worker = Worker(pg_dsn, lab.profiles, max_concurrent=2, lease_secs=2.0)

@@ -28,7 +28,7 @@ def enqueue(conn: Any, key: str, conversation: str = "c", max_queued: int = 100)
 
 
 def claim(conn: Any, worker: str = "w", grace: float = 0.0, on_lost: str = "retry") -> queue.ClaimedTurn | None:
-    return queue.claim(conn, worker=worker, lease_secs=30, kill_grace_of=lambda name: (grace, on_lost))
+    return queue.claim(conn, worker=worker, lease_secs=30, settings={"p": (grace, on_lost)})
 
 
 def ok(reply: str) -> TurnResult:
@@ -63,7 +63,7 @@ def test_two_workers_claiming_at_once_never_take_the_same_conversation(pg_dsn: s
     for key, conversation in [("a1", "a"), ("a2", "a"), ("b1", "b")]:
         enqueue(conn, key, conversation)
     with connect(pg_dsn) as one, connect(pg_dsn) as two:
-        first = claim(one, "w1")  # its transaction still open: a1 is locked, not yet running
+        first = claim(one, "w1")  # its transaction still open: a1 is locked and running, not yet committed
         second = claim(two, "w2")
         one.commit()
         two.commit()

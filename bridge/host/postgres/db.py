@@ -213,35 +213,40 @@ class Database:
 
     def check(self) -> None:
         """Connect once now (creating the tables if needed): a bad DSN fails here, before any work."""
-        conn = connect(self.dsn)
+        conn = connect(self.dsn, autocommit=True)
         with self._lock:
             self._idle.append(conn)
 
-    async def run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
+    async def run(self, operation: Callable[[psycopg.Connection[Any]], T], *, atomic: bool = True) -> T:
+        """`operation(conn)` in a worker thread: in one transaction, or, with `atomic=False` (one statement,
+        or statements that need not commit together), each statement on its own: a round trip less."""
         async with self._slots:
-            return await trio.to_thread.run_sync(self._run, operation)
+            return await trio.to_thread.run_sync(self._run, operation, atomic)
 
     async def run_retrying(self, operation: Callable[[psycopg.Connection[Any]], T], *,
-                           log: Any = None, what: str = "") -> T:
+                           log: Any = None, what: str = "", atomic: bool = True) -> T:
         """`run`, again and again while the server cannot be reached (backing off up to 2 s)."""
         delay = 0.05
         while True:
             try:
-                return await self.run(operation)
+                return await self.run(operation, atomic=atomic)
             except PostgresUnavailable as err:
                 if log is not None:
                     log.warning("PostgreSQL unavailable; trying again", doing=what, error=str(err))
                 await trio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 2.0)
 
-    def _run(self, operation: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def _run(self, operation: Callable[[psycopg.Connection[Any]], T], atomic: bool) -> T:
         psycopg = require_psycopg()
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         if conn is None or conn.closed:
-            conn = connect(self.dsn)
+            conn = connect(self.dsn, autocommit=True)
         try:
-            with conn.transaction():
+            if atomic:
+                with conn.transaction():
+                    value = operation(conn)
+            else:
                 value = operation(conn)
         except psycopg.OperationalError as err:
             conn.close()

@@ -86,6 +86,7 @@ class _Waiter:
     changed: trio.Event = field(default_factory=trio.Event)
     events: list[dict[str, Any]] = field(default_factory=list)
     asked: set[str] = field(default_factory=set)  # permission requests still waiting for an answer
+    look: bool = True  # read the turn's row (not for a turn just queued: nothing can have happened yet)
     detached: bool = False
 
 
@@ -191,16 +192,16 @@ class RemoteHost:
         try:
             with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
                 outcome = await self._db.run_retrying(
-                    lambda conn: queue.enqueue(conn, key=key, request_id=key if client_id is None else client_id,
-                                               gateway=self.name, profile=profile, conversation=conversation,
-                                               session_name=turn.session_name, turn=record,
-                                               max_queued=self.max_queued),
-                    log=self._log, what="queueing a turn")
+                    partial(queue.enqueue, key=key, request_id=key if client_id is None else client_id,
+                            gateway=self.name, profile=profile, conversation=conversation,
+                            session_name=turn.session_name, turn=record, max_queued=self.max_queued),
+                    log=self._log, what="queueing a turn", atomic=False)
             if patience.cancelled_caught:
                 raise PostgresError("PostgreSQL stayed unreachable; the turn was not queued", code="store_error")
             if outcome == "full":
                 self._refused += 1
                 raise QueueFull(f"the queue is full ({self.max_queued} turns wait); try again later")
+            waiter.look = outcome == "resent"
             task_status.started(key)
             return await self._await_result(waiter)
         finally:
@@ -222,7 +223,7 @@ class RemoteHost:
     async def delivered(self, key: str) -> None:
         """The client has the turn's result: a later gateway will not send it again."""
         try:
-            await self._db.run(lambda conn: queue.mark_delivered(conn, key=key))
+            await self._db.run(lambda conn: queue.mark_delivered(conn, key=key), atomic=False)
         except PostgresError as err:
             self._log.warning("could not mark a result delivered; it may be sent again", error=str(err))
 
@@ -252,7 +253,7 @@ class RemoteHost:
         raise TypeError("a RemoteHost's stats come from the database: await host.current_stats()")
 
     async def current_stats(self) -> FleetStats:
-        numbers = await self._db.run(queue.stats)
+        numbers = await self._db.run(queue.stats, atomic=False)
         return FleetStats(running=numbers["running"], queued=numbers["queued"], completed=numbers["completed"],
                           failed=numbers["failed"], refused=self._refused, store_errors=0,
                           outcomes=numbers["outcomes"], max_concurrent=numbers["max_concurrent"],
@@ -286,16 +287,21 @@ class RemoteHost:
             if waiter.detached:
                 raise TurnDetached(f"turn {waiter.key!r} runs on; its result waits in the queue for the next "
                                    f"gateway named {self.name!r}")
-            ending = await self._db.run_retrying(lambda conn: queue.ending(conn, key=waiter.key), log=self._log,
-                                                 what="reading a turn's result")
+            ending = None
+            if waiter.look:
+                ending = await self._db.run_retrying(lambda conn: queue.ending(conn, key=waiter.key),
+                                                     log=self._log, what="reading a turn's result", atomic=False)
+            waiter.look = False
             if ending is not None and ending.state == "done":
                 for record in waiter.events:  # events that arrived while the row was read
                     await self._deliver_event(waiter, record)
                 if ending.error:
                     raise RemoteTurnError(ending.error.get("code", "internal_error"), ending.error.get("message", ""))
                 return result_from_dict(ending.result)
-            with trio.move_on_after(POLL_SECS):
+            with trio.move_on_after(POLL_SECS) as poll:
                 await waiter.changed.wait()
+            if poll.cancelled_caught:
+                waiter.look = True
 
     async def _deliver_event(self, waiter: _Waiter, record: dict[str, Any]) -> None:
         if record.get("event") == "decide_failed":
@@ -334,7 +340,8 @@ class RemoteHost:
         if isinstance(note, Reconnected):
             self._db.drop_idle()  # the server went away: the pooled connections are most likely dead too
             for waiter in self._waiters.values():
-                waiter.changed.set()  # read the rows again: a result may have been missed
+                waiter.look = True  # read the rows again: a result may have been missed
+                waiter.changed.set()
             return
         try:
             record = json.loads(note.payload)
@@ -345,6 +352,8 @@ class RemoteHost:
             return
         record.pop("a", None)
         record.pop("n", None)
-        if not record.pop("done", False):
+        if record.pop("done", False):
+            waiter.look = True
+        else:
             waiter.events.append(record)
         waiter.changed.set()

@@ -56,61 +56,64 @@ class TurnEnding:
 
 def enqueue(conn: Conn, *, key: str, request_id: Any, gateway: str, profile: str, conversation: str,
             session_name: str, turn: dict[str, Any], max_queued: int) -> Literal["queued", "resent", "full"]:
-    """Queue a turn; a key already known is a resend (nothing changes), and a full queue refuses it."""
+    """Queue a turn; a key already known is a resend (nothing changes), and a full queue refuses it.
+
+    One statement (queued and notified together), so it needs no transaction of its own."""
     row = conn.execute(
         """
-        INSERT INTO bridge_turns (id, gateway, request_id, profile, conversation, session_name, turn)
-        SELECT %s, %s, %s, %s, %s, %s, %s
-        WHERE (SELECT count(*) FROM bridge_turns WHERE state = 'queued') < %s
-        ON CONFLICT (id) DO NOTHING
-        RETURNING seq
+        WITH queued AS (
+            INSERT INTO bridge_turns (id, gateway, request_id, profile, conversation, session_name, turn)
+            SELECT %s, %s, %s, %s, %s, %s, %s
+            WHERE (SELECT count(*) FROM bridge_turns WHERE state = 'queued') < %s
+            ON CONFLICT (id) DO NOTHING
+            RETURNING seq)
+        SELECT pg_notify(%s, '') FROM queued
         """,
-        (key, gateway, json.dumps(request_id), profile, conversation, session_name, json.dumps(turn), max_queued),
+        (key, gateway, json.dumps(request_id), profile, conversation, session_name, json.dumps(turn), max_queued,
+         WORK_CHANNEL),
     ).fetchone()
     if row is not None:
-        conn.execute("SELECT pg_notify(%s, '')", (WORK_CHANNEL,))
         return "queued"
     if conn.execute("SELECT 1 FROM bridge_turns WHERE id = %s", (key,)).fetchone() is not None:
         return "resent"
     return "full"
 
 
-def claim(conn: Conn, *, worker: str, lease_secs: float, kill_grace_of: Any) -> ClaimedTurn | None:
-    """Take the oldest queued turn of a conversation that has no turn running, or None.
+def claim(conn: Conn, *, worker: str, lease_secs: float,
+          settings: dict[str, tuple[float, str]]) -> ClaimedTurn | None:
+    """Take the oldest queued turn of a conversation that has no turn running, or None. One statement.
 
     Turns locked by another worker's claim are skipped; so is every later
     turn of their conversation (the oldest one is still queued). Should two
     claims race past that anyway, the unique index on running turns refuses
-    the second (an IntegrityError: the caller tries again).
+    the second (an IntegrityError: the caller tries again). `settings` has,
+    by profile name, what the reaper needs should this worker be lost: the
+    agent's kill grace, and `retry` or `fail`.
     """
     row = conn.execute(
         """
-        SELECT t.id, t.request_id, t.profile, t.conversation, t.session_name, t.turn, t.attempt
-        FROM bridge_turns t
-        WHERE t.state = 'queued' AND NOT t.cancel_requested
-          AND NOT EXISTS (SELECT 1 FROM bridge_turns r WHERE r.state = 'running' AND r.profile = t.profile
-                          AND r.conversation = t.conversation AND r.session_name = t.session_name)
-          AND NOT EXISTS (SELECT 1 FROM bridge_turns e WHERE e.state = 'queued' AND e.profile = t.profile
-                          AND e.conversation = t.conversation AND e.session_name = t.session_name AND e.seq < t.seq)
-        ORDER BY t.seq
-        LIMIT 1
-        FOR UPDATE OF t SKIP LOCKED
-        """
-    ).fetchone()
-    if row is None:
-        return None
-    key, request_id, profile, conversation, session_name, turn, attempt = row
-    grace, on_lost = kill_grace_of(profile)
-    conn.execute(
-        """
-        UPDATE bridge_turns SET state = 'running', attempt = attempt + 1, worker = %s,
-            lease_until = now() + make_interval(secs => %s), kill_grace_secs = %s, on_worker_lost = %s,
+        WITH candidate AS (
+            SELECT t.id FROM bridge_turns t
+            WHERE t.state = 'queued' AND NOT t.cancel_requested
+              AND NOT EXISTS (SELECT 1 FROM bridge_turns r WHERE r.state = 'running' AND r.profile = t.profile
+                              AND r.conversation = t.conversation AND r.session_name = t.session_name)
+              AND NOT EXISTS (SELECT 1 FROM bridge_turns e WHERE e.state = 'queued' AND e.profile = t.profile
+                              AND e.conversation = t.conversation AND e.session_name = t.session_name
+                              AND e.seq < t.seq)
+            ORDER BY t.seq
+            LIMIT 1
+            FOR UPDATE OF t SKIP LOCKED)
+        UPDATE bridge_turns u SET state = 'running', attempt = u.attempt + 1, worker = %(worker)s,
+            lease_until = now() + make_interval(secs => %(lease)s),
+            kill_grace_secs = COALESCE((%(settings)s::jsonb -> u.profile ->> 0)::float8, 0),
+            on_worker_lost = COALESCE(%(settings)s::jsonb -> u.profile ->> 1, 'retry'),
             started_at = now()
-        WHERE id = %s
+        FROM candidate WHERE u.id = candidate.id
+        RETURNING u.id, u.request_id, u.profile, u.conversation, u.session_name, u.turn, u.attempt
         """,
-        (worker, lease_secs, grace, on_lost, key),
-    )
-    return ClaimedTurn(key, request_id, profile, conversation, session_name, turn, attempt + 1)
+        {"worker": worker, "lease": lease_secs, "settings": json.dumps(settings)},
+    ).fetchone()
+    return ClaimedTurn(*row) if row is not None else None
 
 
 def finish(conn: Conn, *, key: str, attempt: int, worker: str, result: TurnResult | None = None,

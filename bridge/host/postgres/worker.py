@@ -146,7 +146,7 @@ class _Publisher:
                 self._pending_bytes = 0
                 try:
                     await self._db.run_retrying(
-                        lambda conn, batch=batch: conn.execute(
+                        atomic=False, operation=lambda conn, batch=batch: conn.execute(
                             "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) WITH ORDINALITY AS p(payload, n) "
                             "ORDER BY n", (EVENTS_CHANNEL, batch)).fetchall(),
                         log=self._log, what="streaming events")
@@ -176,6 +176,7 @@ class Worker:
         self._held: dict[str, _Held] = {}
         self._slots = trio.Semaphore(max_concurrent)
         self._work = trio.Event()  # set by a notification: there may be a turn to claim
+        self._cancels_seen = True  # a turn was cancelled: queued ones are ended before the next claim
         self._drain_requested = trio.Event()
         self._grace = trio.CancelScope()  # the shutdown grace, once draining
         self._last_renewal = 0.0
@@ -242,8 +243,15 @@ class Worker:
                         self._work = trio.Event()
                         # The registry is not thread-safe: the statements get a snapshot of its immutable profiles.
                         profiles = self.registry.loaded()
+                        settings = {name: (profile.kill_grace_secs, profile.on_worker_lost)
+                                    for name, profile in profiles.items()}
                         try:
-                            claimed = await self._db.run(partial(self._end_cancelled_then_claim, profiles))
+                            if self._cancels_seen:
+                                self._cancels_seen = False
+                                await self._db.run(partial(_end_cancelled, profiles))
+                            claimed = await self._db.run(partial(queue.claim, worker=self.id,
+                                                                 lease_secs=self.lease_secs, settings=settings),
+                                                         atomic=False)
                         except psycopg.IntegrityError:
                             continue  # another worker's claim raced this one to the conversation: look again
                         except PostgresUnavailable as err:
@@ -258,11 +266,6 @@ class Worker:
                 if self._idle.is_set():
                     self._idle = trio.Event()
                 turns.start_soon(self._run_claimed, claimed)
-
-    def _end_cancelled_then_claim(self, profiles: dict[str, Profile], conn: Any) -> queue.ClaimedTurn | None:
-        _end_cancelled(profiles, conn)
-        return queue.claim(conn, worker=self.id, lease_secs=self.lease_secs,
-                           kill_grace_of=partial(_lost_turn_settings, profiles))
 
     async def _stop_claiming_on_drain(self, scope: trio.CancelScope) -> None:
         await self._drain_requested.wait()
@@ -437,6 +440,9 @@ class Worker:
             order = json.loads(note.payload)
         except ValueError:
             return
+        if "cancel" in order:
+            self._cancels_seen = True
+            self._work.set()
         key = order.get("cancel") or order.get("decide")
         if not isinstance(key, str) or key not in self._held or self._host is None:
             return
@@ -471,12 +477,6 @@ class Worker:
 
 def _deny(request: Any) -> Decision:
     return Decision(allow=False, message="nobody is there to answer")
-
-
-def _lost_turn_settings(profiles: dict[str, Profile], name: str) -> tuple[float, str]:
-    """What the reaper needs of a claimed turn's profile: its agents' kill grace, and retry or fail."""
-    profile = profiles.get(name)
-    return (profile.kill_grace_secs, profile.on_worker_lost) if profile is not None else (0.0, "retry")
 
 
 def _end_cancelled(profiles: dict[str, Profile], conn: Any) -> None:
