@@ -34,7 +34,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 
 import trio
@@ -46,6 +46,26 @@ JOIN_LOCK = "join.lock"
 # process holds the conversation: a handoff is seen within POLL_MAX_SECS.
 POLL_FIRST_SECS = 0.002
 POLL_MAX_SECS = 0.05
+
+
+async def poll_until(ready: Callable[[], bool | Awaitable[bool]], abandon: trio.Event | None = None) -> bool:
+    """Ask `ready()` until it says True, backing off from POLL_FIRST_SECS to POLL_MAX_SECS between tries;
+    False as soon as `abandon` is set. A place's wait polls: no thread is left blocked when it is abandoned."""
+    delay = POLL_FIRST_SECS
+    while True:
+        answer = ready()
+        if not isinstance(answer, bool):
+            answer = await answer
+        if answer:
+            return True
+        if abandon is None:
+            await trio.sleep(delay)
+        else:
+            with trio.move_on_after(delay):
+                await abandon.wait()
+            if abandon.is_set():
+                return False
+        delay = min(delay * 2, POLL_MAX_SECS)
 
 
 class TurnLockError(BridgeError):
@@ -186,17 +206,7 @@ class Place:
 
     async def wait_async(self, abandon: trio.Event | None = None) -> bool:
         """`wait` without blocking the trio loop; False (still waiting) as soon as `abandon` is set."""
-        delay = POLL_FIRST_SECS
-        while not self.try_wait():
-            if abandon is None:
-                await trio.sleep(delay)
-            else:
-                with trio.move_on_after(delay):
-                    await abandon.wait()
-                if abandon.is_set():
-                    return False
-            delay = min(delay * 2, POLL_MAX_SECS)
-        return True
+        return await poll_until(self.try_wait, abandon)
 
     def release(self) -> None:
         """Leave the queue (the turn is over, or will not run): the next turn may start. Never raises."""

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ...log import get_logger
-from ..turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, TurnLockError, conversation_hash
+from ..turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, TurnLockError, conversation_hash, poll_until
 from .db import PostgresError, _first_line, connect, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
@@ -157,17 +158,7 @@ class PgPlace:
     async def wait_async(self, abandon: trio.Event | None = None) -> bool:
         """`wait` without blocking the trio loop; False (still waiting) as soon as `abandon` is set."""
         self._joined = False
-        delay = POLL_FIRST_SECS
-        while not await trio.to_thread.run_sync(self._try):
-            if abandon is None:
-                await trio.sleep(delay)
-            else:
-                with trio.move_on_after(delay):
-                    await abandon.wait()
-                if abandon.is_set():
-                    return False
-            delay = min(delay * 2, POLL_MAX_SECS)
-        return True
+        return await poll_until(partial(trio.to_thread.run_sync, self._try), abandon)
 
     def release(self) -> None:
         """Leave the queue (the turn is over, or will not run): the next turn may start. Never raises."""
