@@ -382,6 +382,9 @@ class Worker:
         interval = self.lease_secs / 3
         while True:
             sent = trio.current_time()
+            # A turn claimed while the renewal is under way is missing from its answer, yet this worker's: only
+            # turns held before it was sent are judged by it.
+            judged = list(self._held.items())
             try:
                 holding = await trio.to_thread.run_sync(
                     lambda: queue.renew(presence, worker=self.id, lease_secs=self.lease_secs))
@@ -392,9 +395,9 @@ class Worker:
             if holding is not None:
                 self._last_renewal = sent
                 self._renewed.set()
-                for key, held in list(self._held.items()):
-                    if held.claimed.attempt == 0:
-                        continue  # a queued turn that was cancelled: never leased
+                for key, held in judged:
+                    if self._held.get(key) is not held or held.claimed.attempt == 0:
+                        continue  # finished meanwhile, or a queued turn that was cancelled: never leased
                     mine = holding.get(key)
                     if mine is None or mine[0] != held.claimed.attempt:
                         self._lose(held, "another worker took the turn")
