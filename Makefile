@@ -63,7 +63,8 @@ test: $(VENV)/.installed-dev $(NPM_STAMP)
 	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q
 
 # `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it
-# (re-installed whenever bridge/ changes), plus the comparison and plotting tools of bench/requirements.txt.
+# (re-installed whenever bridge/ changes) with the postgres extra (the scale-out cases), plus the comparison
+# and plotting tools of bench/requirements.txt. The scale-out cases need PostgreSQL's server (as `make test`).
 BENCH_VENV := bench/.venv
 BENCH_BIN  := $(BENCH_VENV)/bin
 
@@ -71,8 +72,8 @@ $(BENCH_BIN)/python:
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_BIN)/python -m pip install -q --upgrade pip
 
-$(BENCH_VENV)/.tools: bench/requirements.txt pyproject.toml | $(BENCH_BIN)/python
-	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt .
+$(BENCH_VENV)/.tools: bench/requirements.txt pyproject.toml Makefile | $(BENCH_BIN)/python
+	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt '.[postgres]'
 	touch $@
 
 $(BENCH_VENV)/.bridge: pyproject.toml $(shell find bridge -name '*.py' -o -name py.typed) | $(BENCH_VENV)/.tools

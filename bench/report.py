@@ -78,9 +78,37 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                        "pool": stats(pooled(runs.get("pool", []), "latency_ms")),
                        "pool_rss": stats(pooled(runs.get("pool", []), "peak_rss_mb")),
                        "conversations": raw["plan"]["warm"]["variants"].get("pool", {}).get("conversations", 0)}
+    if "fleet" in samples:
+        out["fleet"] = {label: stats(pooled(s, "latency_ms")) for label, s in samples["fleet"].items()}
+    if "fleet-burst" in samples:
+        out["fleet_burst"] = {label: {**stats(pooled(s, "turns_per_s")),
+                                      "turns": raw["plan"]["fleet-burst"]["variants"][label]["turns"]}
+                              for label, s in samples["fleet-burst"].items()}
+    work = {f"{case} / {label}": postgres_work(s) for case in ("fleet", "fleet-burst") if case in samples
+            for label, s in samples[case].items() if pooled(s, "statements_per_turn")}
+    if work:
+        out["postgres_work"] = work
+    if "pg-statement" in samples:
+        runs = samples["pg-statement"]["all"]
+        out["pg_statement"] = {name: stats(pooled(runs, f"{name}_us"))
+                               for name in ("blocking", "to_thread", "hop", "blocking_txn", "database_run")}
     out["per_round_ratios"] = per_round_ratios(samples)
     out["rows"] = rows(out)
     return out
+
+
+def postgres_work(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Statements and commits per turn, and each statement's calls per turn, averaged over the samples."""
+    valid = [s for s in samples if "invalid" not in s and "statements" in s]
+    queries: dict[str, float] = {}
+    for sample in valid:
+        for query, calls in sample["statements"].items():
+            queries[query] = queries.get(query, 0.0) + calls / len(valid)
+    return {"statements": stats(pooled(samples, "statements_per_turn")),
+            "commits": stats(pooled(samples, "commits_per_turn")),
+            "rollbacks": stats(pooled(samples, "rollbacks_per_turn")),
+            "begin_commit": queries.get("BEGIN", 0.0) + queries.get("COMMIT", 0.0),
+            "queries": dict(sorted(queries.items(), key=lambda item: -item[1]))}
 
 
 def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
@@ -185,6 +213,35 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
                 f"{n} turns at once")
             row(f"10 peak RSS, {n} warm conversations", f"{w['pool_rss']['max']:.1f} MB", "", "", "",
                 f"< {PEAK_RSS_MB:g} MB", _verdict(w["pool_rss"]["max"] < PEAK_RSS_MB))
+    if "fleet" in s:
+        f = s["fleet"]
+        alone = f.get("serve alone", {})
+        for label, name in (("gateway + worker", "11 fleet turn, enqueue→result, p99 (p50)"),
+                            ("durable commits", "11 fleet turn, durable commits, p99 (p50)")):
+            if f.get(label, {}).get("n"):
+                row(name, f"{_ms(f[label]['p99'])} ({_ms(f[label]['p50'])})",
+                    f"{_ms(alone['p99'])} ({_ms(alone['p50'])}) serve alone" if alone.get("n") else "")
+    if "fleet_burst" in s:
+        b = s["fleet_burst"]
+        alone = b.get("serve alone", {})
+        for label, burst in b.items():
+            if label != "serve alone" and burst.get("n"):
+                row(f"12 fleet, {burst['turns']} turns at once, {label}", f"{burst['median']:.0f} turns/s",
+                    f"{alone['median']:.0f} turns/s serve alone" if alone.get("n") else "")
+    for key, work in s.get("postgres_work", {}).items():
+        where = "sequential turns" if key.startswith("fleet /") else f"burst, {key.split(' / ')[1]}"
+        row(f"13 PostgreSQL per turn, {where}",
+            f"{work['statements']['median']:.1f} statements, {work['commits']['median']:.1f} commits",
+            f"{work['begin_commit']:.1f} of them BEGIN/COMMIT")
+    if "pg_statement" in s:
+        st = s["pg_statement"]
+        if st["to_thread"].get("n"):
+            row("14 SELECT 1 via trio.to_thread, median", f"{st['to_thread']['median']:.0f} µs",
+                f"{st['blocking']['median']:.0f} µs blocking", "",
+                f"{st['to_thread']['median'] / st['blocking']['median']:.1f}× blocking")
+            row("14 transaction via Database.run, median", f"{st['database_run']['median']:.0f} µs",
+                f"{st['blocking_txn']['median']:.0f} µs blocking", "",
+                f"{st['database_run']['median'] / st['blocking_txn']['median']:.1f}× blocking")
     return table
 
 
@@ -244,6 +301,26 @@ def _spread(summary: dict[str, Any]) -> list[str]:
             lines.append(f"| {measure} | {key if key != 'pool' else 'bridge'} | {st['n']} | {st['median']:.2f} | "
                          f"{st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | "
                          f"ms (p99 {st['p99']:.2f}) |")
+    for name, st in summary.get("fleet", {}).items():
+        if st.get("n"):
+            lines.append(f"| fleet turn latency | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+                         f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |")
+    for name, st in summary.get("fleet_burst", {}).items():
+        if st.get("n"):
+            lines.append(f"| fleet burst | {name} | {st['n']} | {st['median']:.1f} | {st['p25']:.1f} – "
+                         f"{st['p75']:.1f} | {st['min']:.1f} – {st['max']:.1f} | turns/s |")
+    for name, work in summary.get("postgres_work", {}).items():
+        for measure in ("statements", "commits"):
+            st = work[measure]
+            lines.append(f"| PostgreSQL {measure} per turn | {name} | {st['n']} | {st['median']:.2f} | "
+                         f"{st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | per turn |")
+    names = {"blocking": "SELECT 1, blocking", "to_thread": "SELECT 1, trio.to_thread", "hop": "trio.to_thread alone",
+             "blocking_txn": "BEGIN, SELECT 1, COMMIT, blocking", "database_run": "the same, Database.run"}
+    for name, st in summary.get("pg_statement", {}).items():
+        if st.get("n"):
+            lines.append(f"| PostgreSQL call from trio | {names[name]} | {st['n']} | {st['median']:.1f} | "
+                         f"{st['p25']:.1f} – {st['p75']:.1f} | {st['min']:.1f} – {st['max']:.1f} | "
+                         f"µs (p99 {st['p99']:.1f}) |")
     for name, st in summary.get("concurrency", {}).items():
         lines.append(f"| 300 × 1 s wall | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
                      f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | s |")
@@ -272,7 +349,8 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "",
         f"Machine: {machine_line(about)}. Load average after each round: "
         f"{', '.join(str(x[0]) for x in about.get('load_after_each_round', []))}. "
-        f"Whole run: {about.get('bench_seconds', '?')} s.",
+        f"Whole run: {about.get('bench_seconds', '?')} s."
+        + (f" PostgreSQL (cases 11–14): {about['postgres']}." if about.get("postgres") else ""),
         "",
         "![benchmark results](results.png)",
         "",
@@ -327,5 +405,25 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "turn after the first round (which starts the agents), so it includes the queue of 100 turns on 2 "
         "cores; a conversation whose agent was replaced fails the sample. Peak RSS is the bridge process's "
         "(each agent is a process of its own).",
+        "11. **Fleet turn latency**: real processes on a throwaway PostgreSQL cluster (a database per sample): "
+        "`agent-bridge serve --postgres` and one `agent-bridge worker`, driven over JSON Lines by the sample "
+        "like a bot would; the agent is `sample_agents/echo.sh`. 300 sequential turns of one conversation, each "
+        "timed from writing the request to reading its `result` line. The queue's database sets "
+        "`synchronous_commit = off` (commits do not wait for the disk; fsync stays on); *durable commits* keeps "
+        "PostgreSQL's default (`on`), so each commit waits for this machine's disk. Serve alone: the same client "
+        "and agent through one `agent-bridge serve --profiles` (no PostgreSQL).",
+        "12. **Fleet turns per second**: 300 turns of 100 conversations written at once to one gateway, with "
+        "1, 2 or 3 workers (32 turns each at most, the default); turns / wall time until the last result. "
+        "Serve alone as in 11.",
+        "13. **PostgreSQL work per turn**, read on the server around the timed turns of 11 and 12 (after a "
+        "settle of 10.5 s, since PostgreSQL publishes a backend's counters up to 10 s late; the fleet stops "
+        "before the second reading): top-level statements from `pg_stat_statements` (BEGIN and COMMIT count), "
+        "commits from `pg_stat_database.xact_commit` (a listening connection commits once per notification it "
+        "reads), both divided by the turns. Everything the fleet's database did in the window counts: the "
+        "workers' idle polls, lease renewals and reaping too.",
+        "14. **A statement from trio**: `SELECT 1` on loopback from a trio program, in rotating order call by "
+        "call: on psycopg's blocking API, through `trio.to_thread.run_sync`, and the thread hop alone; and one "
+        "transaction (BEGIN, SELECT 1, COMMIT) blocking and through the bridge's `Database.run` (its pooled "
+        "connection, one thread hop per transaction).",
         "",
     ])

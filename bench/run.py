@@ -1,6 +1,7 @@
-"""Run the six benchmarks of issue 4 and the JSON-dialect one (codex-exec); report medians, ratios and targets.
+"""Run the benchmarks: issue 4's six, the JSON dialect (codex-exec), warm agents (issue 10) and the scale-out
+through PostgreSQL (issue 11); report medians, ratios and targets.
 
-    make bench            # full run, 3-5 minutes: rewrites bench/RESULTS.md, bench/results.png, README's table
+    make bench            # full run, 6-8 minutes: rewrites bench/RESULTS.md, bench/results.png, README's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
     bench/.venv/bin/python bench/run.py --help
 
@@ -10,11 +11,15 @@ the contenders' order rotating from round to round, so drift of a shared
 machine (other jobs, thermal, page cache) lands on all contenders alike.
 Raw numbers and the machine's description go to bench/results/ (not
 committed); the summary table and the plot are committed under bench/.
+The scale-out cases start one throwaway PostgreSQL cluster for the run
+(tests/pgcluster.py; PostgreSQL's server must be installed, as for the
+tests), and each of their samples works in a database of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -24,6 +29,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +40,15 @@ WORKER = os.path.join(HERE, "worker.py")
 sys.path.insert(0, HERE)
 
 import report  # noqa: E402  (bench/ is a directory of scripts, not a package)
+
+# The fleet cases' cluster has PostgreSQL's own defaults (fsync, full-page writes, synchronous commits), plus
+# pg_stat_statements; each sample's database turns synchronous_commit off but for the "durable commits" variant.
+POSTGRES_CASES = {"fleet", "fleet-burst", "pg-statement"}
+POSTGRES_SETTINGS = {"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on", "shared_buffers": "128MB",
+                     "shared_preload_libraries": "pg_stat_statements"}
+POSTGRES_ENV = "BENCH_POSTGRES"  # how workers find the cluster (worker.py reads it)
+# PostgreSQL 15 keeps a backend's counters up to 10 s (PGSTAT_IDLE_INTERVAL) before pg_stat_database shows them.
+STATS_SETTLE_SECS = 10.5
 
 
 @dataclass
@@ -60,6 +75,10 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
     conc = {"turns": 300, "seconds": 1}
     lat = {"seconds": 1 if q else 4, "interval_ms": 5, "skip": 10}
     flood_mib = 64 if q else 1024
+    # QUICK does not wait for PostgreSQL to publish its counters: its commits per turn are only roughly right.
+    settle = 0 if q else STATS_SETTLE_SECS
+    fleet = {"turns": 50 if q else 300, "warmup": 5 if q else 20, "settle_secs": settle}
+    burst = {"turns": 300, "conversations": 100, "warmup": 5 if q else 20, "settle_secs": settle}
     size = f"{flood_mib} MiB" if flood_mib < 1024 else f"{flood_mib // 1024} GiB"
     memory = [Variant("idle (one turn)", "idle")] + [
         Variant(f"{size} {what}", "bridge", {"mode": mode, "capped": capped, "bytes": flood_mib * 1024 * 1024})
@@ -81,6 +100,14 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
                        Variant("latency", "latency", lat)], 2 if q else 5),
         Case("warm", [Variant("turn", "turn", {"turns": 10 if q else 30, "warmup": 2}),
                       Variant("pool", "pool", {"conversations": 100, "rounds": 3 if q else 10})], 2 if q else 4),
+        Case("fleet", [Variant("gateway + worker", "latency", {**fleet, "workers": 1, "count": True}),
+                       Variant("durable commits", "latency", {**fleet, "workers": 1, "durable": True}),
+                       Variant("serve alone", "latency", {**fleet, "workers": 0})], 2 if q else 3),
+        Case("fleet-burst", [Variant(f"{n} worker{'s' * (n > 1)}", "burst", {**burst, "workers": n, "count": True})
+                             for n in (1, 2, 3)] + [Variant("serve alone", "burst", {**burst, "workers": 0})],
+             2 if q else 3),
+        Case("pg-statement", [Variant("all", "all", {"calls": 500 if q else 3000, "warmup": 100 if q else 300})],
+             2 if q else 3),
     ]
 
 
@@ -175,7 +202,7 @@ def machine() -> dict[str, Any]:
             return "?"
 
     versions = {}
-    for dist in ("agent-bridge", "agentproc", "trio", "pydantic", "structlog", "PyYAML"):
+    for dist in ("agent-bridge", "agentproc", "trio", "pydantic", "structlog", "PyYAML", "psycopg"):
         try:
             from importlib.metadata import version
             versions[dist] = version(dist)
@@ -222,6 +249,35 @@ def installed_matches_tree() -> bool:
         digest(installed) == digest(os.path.join(ROOT, "bridge"))
 
 
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+@contextlib.contextmanager
+def postgres_cluster(plan: list[Case], about: dict[str, Any]) -> Iterator[None]:
+    """One throwaway cluster (tests/pgcluster.py) for the run's PostgreSQL cases; each sample makes a database."""
+    if not any(case.name in POSTGRES_CASES for case in plan):
+        yield
+        return
+    import psycopg
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from pgcluster import PostgresServer
+
+    server = PostgresServer(POSTGRES_SETTINGS)
+    try:
+        server.start()
+        with psycopg.connect(server.dsn("postgres"), autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION pg_stat_statements")
+            version = admin.execute("SHOW server_version").fetchone()[0]
+        about["postgres"] = f"PostgreSQL {version} on loopback, " + ", ".join(
+            f"{name}={value}" for name, value in server.settings.items() if name != "listen_addresses")
+        os.environ[POSTGRES_ENV] = server.dsn("postgres")
+        yield
+    finally:
+        os.environ.pop(POSTGRES_ENV, None)
+        server.remove()
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -255,6 +311,8 @@ def default_signals() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(signum) == signal.SIG_IGN:
             signal.signal(signum, signal.SIG_DFL)
+    # A run stopped by SIGTERM still stops its PostgreSQL cluster (workers get SIG_DFL again at exec).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def run_sample(case: Case, variant: Variant, round_no: int, log: Any) -> dict[str, Any]:
@@ -277,7 +335,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, two rounds: a smoke run for development")
     parser.add_argument("--only", nargs="+", metavar="CASE", help="run only these cases "
-                        "(turn throughput concurrency latency memory cli codex)")
+                        "(turn throughput concurrency latency memory cli codex warm fleet fleet-burst pg-statement)")
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument("--no-summary", action="store_true",
                         help="do not rewrite bench/RESULTS.md and bench/results.png (implied by --quick and --only)")
@@ -309,7 +367,7 @@ def main() -> int:
     loads = []
     rounds = max(c.rounds for c in plan)
     log_path = os.path.join(RESULTS, "worker.log")
-    with open(log_path, "w") as log:
+    with open(log_path, "w") as log, postgres_cluster(plan, about):
         for round_no in range(rounds):
             print(f"bench: round {round_no + 1}/{rounds} ", end="", file=sys.stderr, flush=True)
             for case in plan:

@@ -573,6 +573,300 @@ def warm_pool(p: dict[str, Any]) -> dict[str, Any]:
     return {"latency_ms": delays, "peak_rss_mb": [peak_rss_mb()]}
 
 
+# --------------------------------------------------------------------------- 11-14. scale-out through PostgreSQL
+
+POSTGRES_ENV = "BENCH_POSTGRES"  # run.py's throwaway cluster: the DSN of its `postgres` database
+ECHO_AGENT = os.path.join(os.path.dirname(HERE), "sample_agents", "echo.sh")
+
+
+def die_with_parent() -> None:
+    """In a fleet process before exec: it ends when the sample's process does, however (run.py kills on timeout)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def admin_dsn() -> str:
+    dsn = os.environ.get(POSTGRES_ENV)
+    expect(dsn is not None, f"no PostgreSQL cluster: run.py sets {POSTGRES_ENV} for the fleet cases")
+    return str(dsn)
+
+
+def database_dsn(admin: str, name: str) -> str:
+    return admin.rsplit("/", 1)[0] + "/" + name
+
+
+class JsonLines:
+    """A JSON Lines client of `agent-bridge serve` (a gateway, or one process running the turns itself).
+
+    Reads with a deadline, so a turn that never ends fails the sample instead of hanging the run.
+    """
+
+    def __init__(self, argv: list[str]) -> None:
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr,
+                                        preexec_fn=die_with_parent)
+        assert self.process.stdout is not None
+        self._in, self._fd = self.process.stdin, self.process.stdout.fileno()
+        self._buffer = bytearray()
+
+    def send(self, request: dict[str, Any]) -> None:
+        assert self._in is not None
+        self._in.write(json.dumps(request).encode() + b"\n")
+        self._in.flush()
+
+    def response(self, deadline: float) -> dict[str, Any]:
+        import select
+
+        while (end := self._buffer.find(b"\n")) < 0:
+            ready, _, _ = select.select([self._fd], [], [], max(0.0, deadline - time.monotonic()))
+            expect(bool(ready), "serve sent nothing more before the deadline: a turn never ended")
+            chunk = os.read(self._fd, 65536)
+            expect(bool(chunk), f"serve closed its output; exit {self.process.poll()}")
+            self._buffer += chunk
+        response: dict[str, Any] = json.loads(self._buffer[:end])
+        del self._buffer[:end + 1]
+        expect(response["type"] != "error", f"serve answered an error: {response}")
+        return response
+
+    def until_result(self, request_id: str, within: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + within
+        while True:
+            response = self.response(deadline)
+            if response["type"] == "result" and response["id"] == request_id:
+                return response
+
+    def results(self, count: int, within: float = 300.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + within
+        found = []
+        while len(found) < count:
+            response = self.response(deadline)
+            if response["type"] == "result":
+                found.append(response)
+        return found
+
+    def close(self) -> int:
+        assert self._in is not None
+        self._in.close()
+        return self.process.wait(timeout=60)
+
+
+def echo_turn(request_id: str, conversation: str) -> dict[str, Any]:
+    return {"type": "turn", "id": request_id, "profile": "noop", "conversation": conversation, "message": request_id}
+
+
+def check_echo(result: dict[str, Any]) -> None:
+    expect(result["outcome"] == "ok" and result["reply"] == f"echo: {result['id']}", f"wrong result: {result}")
+
+
+class Fleet:
+    """`workers` × `agent-bridge worker` and one `agent-bridge serve --postgres` on a database of their own,
+    or (`workers` 0) one plain `agent-bridge serve --profiles`: real processes, as deployed.
+
+    `counters()` reads, from the server, what the fleet's database did: commits (pg_stat_database) and every
+    top-level statement's calls (pg_stat_statements).
+    """
+
+    def __init__(self, p: dict[str, Any], directory: str) -> None:
+        import psycopg
+
+        self.workers: list[subprocess.Popen[bytes]] = []
+        profiles = os.path.join(directory, "profiles")
+        os.mkdir(profiles)
+        with open(os.path.join(profiles, "noop.yaml"), "w") as file:
+            json.dump({"command": [ECHO_AGENT], "timeout_secs": 30}, file)  # JSON is YAML
+        serve = [sys.executable, "-m", "bridge", "serve", "--max-queued", "100000"]
+        self.database = ""
+        if not p["workers"]:
+            self.client = JsonLines([*serve, "--profiles", profiles, "--state", os.path.join(directory, "s.sqlite3")])
+            return
+        self.admin = psycopg.connect(admin_dsn(), autocommit=True)
+        self.database = f"bench_{os.getpid()}"
+        self.admin.execute(f"CREATE DATABASE {self.database}")
+        if not p.get("durable"):
+            # Commits do not wait for the disk (the WAL writer flushes within 200 ms): the queue's own cost.
+            self.admin.execute(f"ALTER DATABASE {self.database} SET synchronous_commit = off")
+        dsn = database_dsn(admin_dsn(), self.database)
+        for index in range(p["workers"]):
+            self.workers.append(subprocess.Popen(
+                [sys.executable, "-m", "bridge", "worker", "--postgres", dsn, "--profiles", profiles,
+                 "--name", f"w{index}"], stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
+                preexec_fn=die_with_parent))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if conn.execute("SELECT count(*) FROM bridge_workers").fetchone()[0] == p["workers"]:
+                        break
+                except psycopg.errors.UndefinedTable:
+                    pass
+                expect(time.monotonic() < deadline, "the workers did not register within 30 s")
+                time.sleep(0.05)
+        self.client = JsonLines([*serve, "--postgres", dsn])
+
+    def counters(self) -> dict[str, Any]:
+        commits, rollbacks = self.admin.execute(
+            "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = %s", (self.database,)).fetchone()
+        calls = {str(queryid): (query, calls) for queryid, query, calls in self.admin.execute(
+            "SELECT queryid, query, calls FROM pg_stat_statements WHERE toplevel "
+            "AND dbid = (SELECT oid FROM pg_database WHERE datname = %s)", (self.database,)).fetchall()}
+        return {"commits": commits, "rollbacks": rollbacks, "calls": calls}
+
+    def stop(self) -> None:
+        """The gateway (EOF) and then every worker (SIGTERM: a drain) end; their backends publish their counters."""
+        code = self.client.close()
+        expect(code == 0, f"serve exited {code}")
+        for worker in self.workers:
+            worker.terminate()
+        for worker in self.workers:
+            code = worker.wait(timeout=60)
+            expect(code == 0, f"a worker exited {code}")
+        self.workers = []
+
+    def remove(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+            worker.wait()
+        if self.client.process.poll() is None:
+            self.client.process.kill()
+            self.client.process.wait()
+        if self.database:
+            self.admin.execute(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
+            self.admin.close()
+
+
+def fleet_work(before: dict[str, Any], after: dict[str, Any], turns: int) -> dict[str, Any]:
+    """PostgreSQL's work between two readings, per turn, and the statements that made it (most calls first)."""
+    calls = {}
+    for queryid, (query, count) in after["calls"].items():
+        delta = count - before["calls"].get(queryid, (query, 0))[1]
+        if delta:
+            calls[" ".join(query.split())] = calls.get(" ".join(query.split()), 0) + delta
+    return {"statements_per_turn": [sum(calls.values()) / turns],
+            "commits_per_turn": [(after["commits"] - before["commits"]) / turns],
+            "rollbacks_per_turn": [(after["rollbacks"] - before["rollbacks"]) / turns],
+            "statements": dict(sorted(((q, round(n / turns, 3)) for q, n in calls.items()), key=lambda x: -x[1]))}
+
+
+def run_fleet(p: dict[str, Any], timed: Callable[[JsonLines], dict[str, Any]]) -> dict[str, Any]:
+    """Start the fleet, warm it up, run `timed`, and (with `count`) read what PostgreSQL did meanwhile."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        fleet = Fleet(p, directory)
+        try:
+            for index in range(p["warmup"]):
+                fleet.client.send(echo_turn(f"warm-{index}", "warm"))
+                check_echo(fleet.client.until_result(f"warm-{index}"))
+            counting = p["workers"] and p.get("count")
+            if counting:
+                time.sleep(p["settle_secs"])
+                before = fleet.counters()
+            values = timed(fleet.client)
+            fleet.stop()
+            if counting:
+                values.update(fleet_work(before, fleet.counters(), p["turns"]))
+        finally:
+            fleet.remove()
+    return values
+
+
+def fleet_latency(p: dict[str, Any]) -> dict[str, Any]:
+    """Sequential turns of one conversation, each timed by the client from sending it to reading its result."""
+
+    def timed(client: JsonLines) -> dict[str, Any]:
+        delays = []
+        for index in range(p["turns"]):
+            request_id = f"t{index}"
+            began = clock_ns()
+            client.send(echo_turn(request_id, "chat"))
+            result = client.until_result(request_id)
+            delays.append((clock_ns() - began) / 1e6)
+            check_echo(result)
+        return {"latency_ms": delays}
+
+    return run_fleet(p, timed)
+
+
+def fleet_burst(p: dict[str, Any]) -> dict[str, Any]:
+    """`turns` turns of `conversations` conversations sent at once; wall time until the last result."""
+    import threading
+
+    def timed(client: JsonLines) -> dict[str, Any]:
+        requests = [echo_turn(f"t{index}", f"c{index % p['conversations']}") for index in range(p["turns"])]
+        writer = threading.Thread(target=lambda: [client.send(request) for request in requests])
+        began = clock_ns()
+        writer.start()
+        results = client.results(len(requests))
+        wall = (clock_ns() - began) / 1e9
+        writer.join()
+        for result in results:
+            check_echo(result)
+        expect(len({r["id"] for r in results}) == len(requests), "a turn's result came twice")
+        return {"turns_per_s": [len(requests) / wall], "wall_s": [wall]}
+
+    return run_fleet(p, timed)
+
+
+def pg_statement(p: dict[str, Any]) -> dict[str, Any]:
+    """What a statement costs a trio program, turn by turn in rotating order (as the per-turn case):
+    `SELECT 1` on psycopg's blocking API, the same through `trio.to_thread.run_sync`, the thread hop alone,
+    and one transaction (BEGIN, SELECT 1, COMMIT) blocking and through the bridge's `Database.run`."""
+    import psycopg
+    import trio
+
+    from bridge.host.postgres.db import Database
+
+    dsn = admin_dsn()
+    conn = psycopg.connect(dsn, autocommit=True)
+    txn_conn = psycopg.connect(dsn)
+    db = Database(dsn, size=1)
+
+    def statement() -> Any:
+        return conn.execute("SELECT 1").fetchone()
+
+    def transaction(c: Any = txn_conn) -> Any:
+        with c.transaction():
+            return c.execute("SELECT 1").fetchone()
+
+    def nothing() -> None:
+        return None
+
+    run_sync = trio.to_thread.run_sync
+
+    async def main() -> dict[str, list[float]]:
+        calls: dict[str, Callable[[], Any]] = {
+            "blocking": statement,
+            "to_thread": lambda: run_sync(statement),
+            "hop": lambda: run_sync(nothing),
+            "blocking_txn": transaction,
+            "database_run": lambda: db.run(lambda c: c.execute("SELECT 1").fetchone()),
+        }
+        names = list(calls)
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for index in range(p["warmup"] + p["calls"]):
+            shift = (index + p["round"]) % len(names)
+            for name in names[shift:] + names[:shift]:
+                call = calls[name]
+                began = clock_ns()
+                value = call()
+                if not isinstance(value, tuple) and value is not None:
+                    value = await value
+                elapsed = clock_ns() - began
+                expect(value is None if name == "hop" else value == (1,), f"{name} returned {value!r}")
+                if index >= p["warmup"]:
+                    times[name].append(elapsed / 1e3)
+        return times
+
+    try:
+        times = trio.run(main)
+    finally:
+        db.close()
+        conn.close()
+        txn_conn.close()
+    return {f"{name}_us": values for name, values in times.items()}
+
+
 # --------------------------------------------------------------------------- entry point
 
 WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -592,6 +886,9 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("codex", "latency"): codex_latency,
     ("warm", "turn"): warm_turn,
     ("warm", "pool"): warm_pool,
+    ("fleet", "latency"): fleet_latency,
+    ("fleet-burst", "burst"): fleet_burst,
+    ("pg-statement", "all"): pg_statement,
 }
 
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 import trio
 from conftest import SAMPLE_AGENTS, process_state
 from fleetkit import Fleet, eventually, release, turn
-from hostkit import Lab, max_overlap
+from hostkit import Lab, Started, max_overlap
 from pgserver import PostgresServer
 
 import bridge
@@ -397,3 +398,43 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_agents_before_anyone_may
     release(gate)
     assert gateway.results({"a"}, within=30)["a"]["outcome"] == "ok"
     assert fleet.query("SELECT attempt FROM bridge_turns WHERE id = 'a'") == [(2,)]
+
+
+async def test_a_turn_claimed_while_a_lease_renewal_is_under_way_stays_this_workers(
+        pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The renewal's answer cannot list a turn claimed after it read the leases; that turn is not lost."""
+    from bridge.host.postgres import queue
+
+    worker = Worker(pg_dsn, lab.profiles, max_concurrent=2, lease_secs=10.0)
+    may_return, returned = threading.Event(), threading.Event()
+    renew = queue.renew
+
+    def slow_first_renewal(conn: Any, **options: Any) -> dict[str, tuple[int, bool]]:
+        holding = renew(conn, **options)
+        if not returned.is_set():
+            may_return.wait(10)
+            returned.set()
+        return holding
+
+    monkeypatch.setattr(queue, "renew", slow_first_renewal)
+    gate = lab.gate()
+    started = Started()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        async with bridge.open_host(postgres=pg_dsn) as host:
+            async with trio.open_nursery() as turns:
+                async def submit() -> None:
+                    with trio.fail_after(10):
+                        result = await host.submit("rec", "c", bridge.Turn(f"tag=a gate={gate}"),
+                                                   on_partial=started.callback("a"))
+                    assert (result.outcome, result.reply) == (bridge.Outcome.OK, "reply a one")
+
+                turns.start_soon(submit)
+                with trio.fail_after(10):
+                    await started["a"].wait()  # claimed after the first renewal read the leases
+                may_return.set()
+                await trio.to_thread.run_sync(returned.wait)
+                await trio.sleep(0.2)  # the worker judges the renewal's answer
+                await lab.release(gate)
+        worker.drain()
+    assert lab.events("sigint") == []

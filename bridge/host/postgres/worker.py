@@ -364,7 +364,10 @@ class Worker:
         interval = self.lease_secs / 3
         while True:
             sent = trio.current_time()
-            running = [key for key, held in self._held.items() if not held.lost]
+            # A turn claimed while the renewal is under way is missing from its answer, yet this worker's: only
+            # turns held before it was sent are judged by it. A turn given up on is not renewed: it must lapse.
+            judged = [(key, held) for key, held in self._held.items() if not held.lost]
+            running = [key for key, _ in judged]
             try:
                 holding = await trio.to_thread.run_sync(
                     lambda: queue.renew(presence, worker=self.id, lease_secs=self.lease_secs, running=running))
@@ -375,9 +378,9 @@ class Worker:
             if holding is not None:
                 self._last_renewal = sent
                 self._renewed.set()
-                for key, held in list(self._held.items()):
-                    if key not in running:
-                        continue  # claimed since the renewal was sent
+                for key, held in judged:
+                    if self._held.get(key) is not held:
+                        continue  # finished meanwhile
                     mine = holding.get(key)
                     if mine is None or mine[0] != held.claimed.attempt:
                         self._lose(held, "another worker took the turn")
