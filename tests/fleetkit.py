@@ -100,6 +100,14 @@ class Gateway:
                 found.setdefault(response["id"], response)
         return found
 
+    def rest(self) -> list[dict[str, Any]]:
+        """Every response still to come, once the gateway closed its output."""
+        rest = []
+        while (response := self.responses.get(timeout=WAIT_SECS)) is not None:
+            self.seen.append(response)
+            rest.append(response)
+        return rest
+
     def close(self) -> int:
         assert self.process.stdin is not None
         self.process.stdin.close()

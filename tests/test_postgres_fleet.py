@@ -438,3 +438,16 @@ async def test_a_turn_claimed_while_a_lease_renewal_is_under_way_stays_this_work
                 await lab.release(gate)
         worker.drain()
     assert lab.events("sigint") == []
+
+
+def test_a_gateway_shutting_down_detaches_turns_still_running_and_the_next_one_sends_their_results(
+        fleet: Fleet, lab: Lab) -> None:
+    fleet.worker()
+    gateway = fleet.gateway("--shutdown-grace", "0.2")
+    gate = lab.gate()
+    gateway.send(turn("long", f"tag=long gate={gate}"))
+    gateway.until("partial", "long")
+    assert gateway.close() == 0  # EOF: serve stops waiting after its grace; the turn runs on
+    assert [(r["type"], r.get("code")) for r in gateway.rest()] == [("error", "detached")]
+    release(gate)
+    assert fleet.gateway().until("result", "long")[-1]["reply"] == "reply long one"

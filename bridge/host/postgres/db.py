@@ -1,12 +1,17 @@
 """Connections to PostgreSQL, the schema, and LISTEN without a thread.
 
-psycopg's async API needs asyncio; the bridge is trio. Measured on loopback
-(bench/PROFILING.md): a statement costs ~22 µs on psycopg's blocking API and
-~105 µs through `trio.to_thread.run_sync`. So every *transaction* is one
-thread hop (`Database.run`: a function that runs whole in a worker thread on
-a pooled connection), and notifications are read without any thread: the
-listening connection's socket is watched with `trio.lowlevel.wait_readable`
-and drained with libpq's own `consume_input`/`notifies`.
+psycopg's async API needs asyncio; the bridge is trio. So psycopg's blocking
+API runs in trio's worker threads, and what that costs was measured (`make
+bench`, row 14, and bench/PROFILING.md): a loopback `SELECT 1` takes 30–160 µs
+blocking (by whether client and server share a CPU), and the thread hop adds
+55–250 µs on top — more than the statement itself. Hence one hop per
+*transaction* (`Database.run`: a function that runs whole in a worker thread
+on a pooled connection), single statements where one suffices, and
+notifications read without any thread: the listening connection's socket is
+watched with `trio.lowlevel.wait_readable` and drained with libpq's own
+`consume_input`/`notifies`. Driving every statement that way too would save
+the hop, but only by re-implementing psycopg's protocol handling; a turn
+costs a handful of hops, next to an agent's start-up of milliseconds.
 """
 
 from __future__ import annotations

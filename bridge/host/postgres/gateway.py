@@ -87,7 +87,7 @@ class _Waiter:
     events: list[dict[str, Any]] = field(default_factory=list)
     asked: set[str] = field(default_factory=set)  # permission requests still waiting for an answer
     look: bool = True  # read the turn's row (not for a turn just queued: nothing can have happened yet)
-    detached: bool = False
+    waiting: trio.CancelScope = field(default_factory=trio.CancelScope)  # cancelled: the gateway stops waiting
 
 
 class RemoteHost:
@@ -151,10 +151,9 @@ class RemoteHost:
         with trio.move_on_after(self.shutdown_grace if grace is None else grace):
             await self._idle.wait()
         for waiter in self._waiters.values():
-            waiter.detached = True
-            waiter.changed.set()
+            waiter.waiting.cancel()
         with trio.CancelScope(shield=True):
-            await self._idle.wait()
+            await self._idle.wait()  # each submit returns at once (or once its turn is queued: 10 s at most)
 
     def cancel_all(self) -> None:
         for key in list(self._waiters):
@@ -279,29 +278,30 @@ class RemoteHost:
             self._idle.set()
 
     async def _await_result(self, waiter: _Waiter) -> TurnResult:
-        while True:
-            waiter.changed = trio.Event()
-            for record in waiter.events:
-                await self._deliver_event(waiter, record)
-            waiter.events.clear()
-            if waiter.detached:
-                raise TurnDetached(f"turn {waiter.key!r} runs on; its result waits in the queue for the next "
-                                   f"gateway named {self.name!r}")
-            ending = None
-            if waiter.look:
-                ending = await self._db.run_retrying(lambda conn: queue.ending(conn, key=waiter.key),
-                                                     log=self._log, what="reading a turn's result", atomic=False)
-            waiter.look = False
-            if ending is not None and ending.state == "done":
-                for record in waiter.events:  # events that arrived while the row was read
+        with waiter.waiting:
+            while True:
+                waiter.changed = trio.Event()
+                for record in waiter.events:
                     await self._deliver_event(waiter, record)
-                if ending.error:
-                    raise RemoteTurnError(ending.error.get("code", "internal_error"), ending.error.get("message", ""))
-                return result_from_dict(ending.result)
-            with trio.move_on_after(POLL_SECS) as poll:
-                await waiter.changed.wait()
-            if poll.cancelled_caught:
-                waiter.look = True
+                waiter.events.clear()
+                ending = None
+                if waiter.look:
+                    ending = await self._db.run_retrying(lambda conn: queue.ending(conn, key=waiter.key),
+                                                         log=self._log, what="reading a turn's result", atomic=False)
+                waiter.look = False
+                if ending is not None and ending.state == "done":
+                    for record in waiter.events:  # events that arrived while the row was read
+                        await self._deliver_event(waiter, record)
+                    if ending.error:
+                        raise RemoteTurnError(ending.error.get("code", "internal_error"),
+                                              ending.error.get("message", ""))
+                    return result_from_dict(ending.result)
+                with trio.move_on_after(POLL_SECS) as poll:
+                    await waiter.changed.wait()
+                if poll.cancelled_caught:
+                    waiter.look = True
+        raise TurnDetached(f"turn {waiter.key!r} runs on; its result waits in the queue for the next gateway "
+                           f"named {self.name!r}")
 
     async def _deliver_event(self, waiter: _Waiter, record: dict[str, Any]) -> None:
         if record.get("event") == "decide_failed":
