@@ -4,7 +4,8 @@
 - `scheduler`: which waiting turn may start (pure);
 - `registry`: profiles by name from a directory, re-read when edited;
 - `store`: the SQLite session store; `turnlock`: the cross-process queue next to it;
-- `postgres`: the session store (and the queue) in a PostgreSQL database, for many machines;
+- `postgres`: the session store and the turn queue in a PostgreSQL database, for many machines:
+  `RemoteHost` (the gateway `open_host(postgres=…)` returns) and `Worker` (`agent-bridge worker`);
 - `state`: which of them `--state` / `state=` names (`open_store`).
 
 Names load on first use, so importing the store does not import the runtime.
@@ -16,7 +17,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .postgres.gateway import FleetStats, RemoteHost, RemoteTurnError, TurnDetached
     from .postgres.store import PostgresSessionStore
+    from .postgres.worker import Worker
     from .registry import ProfileRegistry, UnknownProfile
     from .runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionStoreLike, open_host
     from .scheduler import QueueFull
@@ -29,7 +32,8 @@ _WHERE = {
     "SessionStoreLike": "runtime", "open_host": "runtime", "ProfileRegistry": "registry",
     "UnknownProfile": "registry", "QueueFull": "scheduler", "SessionRecord": "store", "SessionStore": "store",
     "StoreError": "store", "TurnLockError": "turnlock", "PostgresSessionStore": "postgres.store",
-    "open_store": "state",
+    "open_store": "state", "RemoteHost": "postgres.gateway", "FleetStats": "postgres.gateway",
+    "RemoteTurnError": "postgres.gateway", "TurnDetached": "postgres.gateway", "Worker": "postgres.worker",
 }
 
 
@@ -43,7 +47,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DuplicateTurn", "Host", "HostClosed", "HostStats", "PostgresSessionStore", "ProfileRegistry", "QueueFull",
-    "SessionRecord", "SessionStore", "SessionStoreLike", "StoreError", "TurnLockError", "UnknownProfile", "open_host",
-    "open_store",
+    "DuplicateTurn", "FleetStats", "Host", "HostClosed", "HostStats", "PostgresSessionStore", "ProfileRegistry",
+    "QueueFull", "RemoteHost", "RemoteTurnError", "SessionRecord", "SessionStore", "SessionStoreLike", "StoreError",
+    "TurnDetached", "TurnLockError", "UnknownProfile", "Worker", "open_host", "open_store",
 ]
