@@ -256,6 +256,8 @@ class Worker:
                             continue  # another worker's claim raced this one to the conversation: look again
                         except PostgresUnavailable as err:
                             self._log.warning("cannot claim turns: PostgreSQL unavailable", error=str(err))
+                        except psycopg.Error as err:  # refused, not unreachable: say so, and try again later
+                            self._log.error("claiming a turn failed", error=repr(err))
                         if claimed is None:
                             with trio.move_on_after(POLL_SECS):
                                 await self._work.wait()
@@ -431,6 +433,8 @@ class Worker:
                     last_purge = trio.current_time()
             except PostgresUnavailable:
                 pass  # the lease keeper says so already
+            except Exception as err:  # a bug here must not stop this worker's turns: the others reap too
+                self._log.error("reaping lost workers failed", error=repr(err), traceback=traceback.format_exc())
             await trio.sleep(max(0.2, self.lease_secs / 4))
 
     def _notified(self, note: Notification | Reconnected) -> None:
