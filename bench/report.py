@@ -14,6 +14,8 @@ CONCURRENCY_WALL_S = 1.6
 LATENCY_P99_MS = 2.0
 PEAK_RSS_MB = 80.0
 CLI_VS_FLOOR = 1.2
+# Issue 12's: `agent-bridge run profiles/echo.yaml hello`, median.
+CLI_RUN_MS = 150.0
 # Issue 10's: a warm turn costs under a tenth of a cold one of the same agent.
 WARM_VS_COLD = 0.1
 
@@ -192,6 +194,8 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
         b, f, a = (s["cli"][c]["median"] for c in ("bridge", "floor", "agentproc"))
         row("6 CLI cold start, median", _ms(b), f"{_ms(f)} imports + agent", _ms(a), f"{b / f:.2f}× floor",
             f"≤ {CLI_VS_FLOOR}× floor", _verdict(b / f <= CLI_VS_FLOOR))
+        row("6 CLI `run` on echo, median", _ms(b), "", _ms(a), f"{b / a:.2f}× agentproc", f"≤ {CLI_RUN_MS:g} ms",
+            _verdict(b <= CLI_RUN_MS))
     if "codex" in s:
         c = s["codex"]
         if c["throughput"].get("n"):
