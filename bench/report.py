@@ -14,6 +14,8 @@ CONCURRENCY_WALL_S = 1.6
 LATENCY_P99_MS = 2.0
 PEAK_RSS_MB = 80.0
 CLI_VS_FLOOR = 1.2
+# Issue 12's: `agent-bridge run profiles/echo.yaml hello`, median.
+CLI_RUN_MS = 150.0
 # Issue 10's: a warm turn costs under a tenth of a cold one of the same agent.
 WARM_VS_COLD = 0.1
 
@@ -64,7 +66,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                          for c, s in samples["memory"].items()}
     if "cli" in samples:
         runs = samples["cli"]["all"]
-        out["cli"] = {c: stats(pooled(runs, f"{c}_ms")) for c in ("bridge", "floor", "agentproc")}
+        out["cli"] = {c: stats(pooled(runs, f"{c}_ms")) for c in ("bridge", "floor", "agentproc", "trio")}
     if "codex" in samples:
         runs = samples["codex"]
         out["codex"] = {"throughput": stats(pooled(runs["throughput"], "mb_per_s")),
@@ -192,6 +194,10 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
         b, f, a = (s["cli"][c]["median"] for c in ("bridge", "floor", "agentproc"))
         row("6 CLI cold start, median", _ms(b), f"{_ms(f)} imports + agent", _ms(a), f"{b / f:.2f}× floor",
             f"≤ {CLI_VS_FLOOR}× floor", _verdict(b / f <= CLI_VS_FLOOR))
+        trio = s["cli"].get("trio", {})
+        trio_floor = f"{_ms(trio['median'])} import trio + agent" if trio.get("n") else ""
+        row("6 CLI `run` on echo, median", _ms(b), trio_floor, _ms(a), f"{b / a:.2f}× agentproc",
+            f"≤ {CLI_RUN_MS:g} ms", _verdict(b <= CLI_RUN_MS))
     if "codex" in s:
         c = s["codex"]
         if c["throughput"].get("n"):
@@ -358,7 +364,8 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "",
         "Floor: what the work costs with no bridge at all (per-turn: `subprocess.run` of the same agent with the "
         "same argv, env and cwd; throughput: `subprocess.run` collecting the same `cat` output unparsed; "
-        "CLI: `python -c \"import trio, pydantic, structlog, yaml\"` then the echo agent). "
+        "CLI: `python -c \"import trio, pydantic, structlog, yaml\"` then the echo agent; for the 150 ms row, "
+        "`python -c \"import trio\"` then the echo agent, the only library a run imports). "
         "Ratios are of medians. Peak RSS is the worst sample (VmHWM of a process that ran only that case). "
         "Where the misses come from: [PROFILING.md](PROFILING.md).",
         "",
@@ -386,8 +393,8 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "(1 KiB body lines with the default cap and with `max_reply_chars: null`; 1 KiB partials uncapped; "
         "one line with no newline), and of the concurrency run (300 turns in flight). "
         "`idle` is a process that imported the bridge and ran one small turn: the floor.",
-        "6. **CLI cold start**: `agent-bridge run profiles/echo.yaml hello` against its floor, and agentproc's "
-        "CLI on the same agent (reference), hyperfine-style: the three interleaved, stdout to /dev/null, "
+        "6. **CLI cold start**: `agent-bridge run profiles/echo.yaml hello` against its two floors (see above), and "
+        "agentproc's CLI on the same agent (reference), hyperfine-style: the four interleaved, stdout to /dev/null, "
         "bench venv with the bridge installed non-editable (as users get it).",
         "7. **codex-exec throughput**: `cat` of one long turn in `codex exec --json`'s shapes, written once by "
         "`agents/codex_like.py` (reasoning items, commands started and completed with up to 2 KB of output, "

@@ -398,6 +398,8 @@ def cli_commands(p: dict[str, Any]) -> dict[str, tuple[list[tuple[list[str], dic
         "bridge": ([([os.path.join(bin_dir, "agent-bridge"), "run", profile, TURN_MESSAGE], None)], b"echo: hello\n"),
         "floor": ([([sys.executable, "-c", "import trio, pydantic, structlog, yaml"], floor_env),
                    ([echo], agent_env)], b"echo: hello\n"),
+        # The only library a `run` needs: the floor of issue 12's absolute target.
+        "trio": ([([sys.executable, "-c", "import trio"], floor_env), ([echo], agent_env)], b"echo: hello\n"),
         "agentproc": ([([os.path.join(bin_dir, "agentproc"), "--profile", os.path.join(AGENTS, "agentproc-echo.yaml"),
                          "--prompt", TURN_MESSAGE, "--quiet"], None)], b"echo: hello\n"),
     }

@@ -8,21 +8,25 @@ A record that carries `in_result=True` says something the turn's result also
 says to whoever ran the turn (its error reply: the agent could not be started,
 it timed out). A command that shows the result to a person may leave such
 records out (`configure_logging(hide_in_result=True)`), so a thing is said once.
+
+structlog is imported only when a record is emitted at or above the active level
+(~50 ms of the CLI's start-up): until then `get_logger` hands out a small
+stand-in that drops the records below the level with one comparison. Once
+structlog is imported (by a record, or by a host), every record goes through it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TextIO
 
-import structlog
-
 LogFormat = Literal["auto", "console", "json"]
 LEVELS = ("debug", "info", "warning", "error")
+# The numbers of the standard library's levels, which structlog's filtering loggers use.
+_NUMBERS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "exception": 40, "critical": 50}
 IN_RESULT = "in_result"
 
 
@@ -40,7 +44,25 @@ def configure_logging(level: str = "warning", log_format: LogFormat = "auto", *,
     """Send the bridge's logs to stderr: human-readable on a terminal, JSON lines otherwise.
 
     With `hide_in_result`, records marked `in_result=True` are left out (see the module docstring).
+    structlog is configured now if it is already imported, else when the first record is emitted.
     """
+    global _level, _pending
+    _level = _NUMBERS[level.lower()]
+    _pending = (level, log_format, hide_in_result)
+    if "structlog" in sys.modules:
+        _apply(*_pending)
+
+
+_level = _NUMBERS["warning"]
+# What `configure_logging` asked for, until structlog is configured with it.
+_pending: tuple[str, LogFormat, bool] | None = None
+
+
+def _apply(level: str, log_format: LogFormat, hide_in_result: bool) -> None:
+    global _pending
+    import structlog
+
+    _pending = None
     if log_format == "auto":
         log_format = "console" if sys.stderr.isatty() else "json"
     renderer: Any = (
@@ -61,7 +83,7 @@ def configure_logging(level: str = "warning", log_format: LogFormat = "auto", *,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        wrapper_class=structlog.make_filtering_bound_logger(_NUMBERS[level.lower()]),
         # One write per record (PrintLogger writes the newline separately): whoever
         # receives it (see `records_to`) gets whole lines.
         logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
@@ -104,8 +126,57 @@ class _CurrentStderr:
             sys.stderr.flush()
 
 
+def _structlog_logger(context: dict[str, Any]) -> Any:
+    import structlog
+
+    if not structlog.is_configured():
+        _apply(*(_pending or ("warning", "auto", False)))
+    return structlog.get_logger("bridge").bind(**context)
+
+
+class _Logger:
+    """Stands in for a structlog bound logger until structlog is needed (see the module docstring)."""
+
+    __slots__ = ("_context", "_real")
+
+    def __init__(self, context: dict[str, Any]) -> None:
+        self._context = context
+        self._real: Any = None
+
+    def _logger(self) -> Any:
+        if self._real is None:
+            self._real = _structlog_logger(self._context)
+        return self._real
+
+    def _below(self, number: int) -> bool:
+        return number < _level and self._real is None and "structlog" not in sys.modules
+
+    def bind(self, **context: Any) -> Any:
+        if self._real is not None:
+            return self._real.bind(**context)
+        return _Logger({**self._context, **context})
+
+    def debug(self, event: str, *args: Any, **kw: Any) -> Any:
+        return None if self._below(10) else self._logger().debug(event, *args, **kw)
+
+    def info(self, event: str, *args: Any, **kw: Any) -> Any:
+        return None if self._below(20) else self._logger().info(event, *args, **kw)
+
+    def warning(self, event: str, *args: Any, **kw: Any) -> Any:
+        return None if self._below(30) else self._logger().warning(event, *args, **kw)
+
+    def error(self, event: str, *args: Any, **kw: Any) -> Any:
+        return None if self._below(40) else self._logger().error(event, *args, **kw)
+
+    def exception(self, event: str, *args: Any, **kw: Any) -> Any:
+        return None if self._below(40) else self._logger().exception(event, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger(), name)
+
+
 def get_logger(**context: Any) -> Any:
     """The bridge's logger, bound to `context` (turn id, profile name…)."""
-    if not structlog.is_configured():
-        configure_logging()
-    return structlog.get_logger("bridge").bind(**context)
+    if "structlog" in sys.modules:
+        return _structlog_logger(context)
+    return _Logger(context)

@@ -391,6 +391,21 @@ def test_log_options_work_before_and_after_the_command_and_the_later_one_wins():
     assert any("turn finished" in line for line in console) and not any(line.startswith("{") for line in console)
 
 
+def test_a_run_that_logs_nothing_does_not_import_structlog(tmp_path):
+    probe = ("import sys\nfrom bridge.cli import main\ncode = main(sys.argv[1:])\n"
+             "print('structlog' in sys.modules)\nraise SystemExit(code)")
+    echo, missing = str(PROFILES / "echo.yaml"), str(write_profile(tmp_path, "command: [/nonexistent/agent]"))
+    quiet, louder, warned = (subprocess.run([PYTHON, "-c", probe, *args], stdin=subprocess.DEVNULL,
+                                            capture_output=True, text=True, timeout=60)
+                             for args in (("run", echo, "hi"), ("run", echo, "hi", "--log-level", "info"),
+                                          ("run", missing, "x", "--json")))
+    assert quiet.stdout.splitlines() == ["echo: hi", "False"] and quiet.stderr == ""
+    assert louder.stdout.splitlines()[-1] == "True" and "turn finished" in louder.stderr
+    # A record at the active level still comes out, bound context and all.
+    record = json.loads(warned.stderr.splitlines()[0])
+    assert warned.stdout.splitlines()[-1] == "True" and record["level"] == "warning" and record["profile"] == "agent"
+
+
 def test_logs_go_to_stderr_so_json_stdout_parses_even_at_debug(tmp_path):
     profile = agent_profile(tmp_path, """
         print("AGENT_SESSION:has a space")
