@@ -124,9 +124,10 @@ class AgentProc04(JsonLinesDialect):
         return events
 
     def _partial(self, message: Mapping[str, Any]) -> list[Event]:
-        events = self._session(message)
-        text = text_of(message.get("text"))
-        if not text:
+        session_id = message.get("session_id")
+        events = [] if session_id == self._session_id else self._session(session_id)  # the same id on every line
+        text = message.get("text")
+        if not text or not isinstance(text, str):
             return events
         if message.get("role") == "thinking":
             if not self._error_seen:  # the reference forwards no partial of any role after an error
@@ -144,7 +145,7 @@ class AgentProc04(JsonLinesDialect):
             return self._usage(message) if self._error_seen and not self._usage_seen else []
         self._result_seen = True
         self._pieces = []
-        events = self._session(message)
+        events = self._session(message.get("session_id"))
         events.append(ReplyEvent(text_of(message.get("text"))))
         events.extend(self._usage(message))
         return events
@@ -152,13 +153,13 @@ class AgentProc04(JsonLinesDialect):
     def _error(self, message: Mapping[str, Any]) -> list[Event]:
         self._error_seen = True
         self._pieces = []
-        events = self._session(message)
+        events = self._session(message.get("session_id"))
         events.append(ErrorEvent(text_of(message.get("message"))))
         events.extend(self._usage(message))  # an error's usage replaces the result's, as the reference keeps it
         return events
 
     def _permission_request(self, message: Mapping[str, Any]) -> list[Event]:
-        events = self._session(message)
+        events = self._session(message.get("session_id"))
         if not self.context.permissions:
             self._unanswerable += 1
             if self._unanswerable == 1:
@@ -182,9 +183,8 @@ class AgentProc04(JsonLinesDialect):
         events.append(PermissionRequest(request_id=request_id, tool=tool, title=title, input=tool_input))
         return events
 
-    def _session(self, message: Mapping[str, Any]) -> list[Event]:
-        """The event of `message`'s session id: the first valid one is the session, later different ones warned."""
-        session_id = message.get("session_id")
+    def _session(self, session_id: Any) -> list[Event]:
+        """The event of a line's session id: the first valid one is the session, later different ones warned."""
         if not isinstance(session_id, str) or not session_id or session_id == self._session_id:
             return []
         problem = _session_id_problem(session_id)
