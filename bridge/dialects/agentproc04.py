@@ -52,6 +52,9 @@ PROTOCOL_VERSION = "0.4"
 # The reference's rule (runner.is_valid_session_id): the SDK stores a session as <id>.jsonl.
 _UNSAFE_SESSION_ID = re.compile(r"[/\\\x00-\x1f]")
 _UNSAFE_REQUEST_ID = re.compile(r"[\s\x00-\x1f]")
+_PARTIAL_HEAD = '{"type":"partial","text":"'
+_scanstring = json.decoder.scanstring  # C, strict: what json.loads decodes a string with
+_MAX_LINE_ENDS = 64
 # Output partials are kept for the reply only until a result arrives, and only this much of them.
 _MAX_JOINED_CHARS = 8 * 1024 * 1024
 
@@ -62,7 +65,7 @@ class AgentProc04(JsonLinesDialect):
     name: ClassVar[str] = "agentproc-0.4"
     Settings: ClassVar[type] = JsonSettings
     __slots__ = ("_session_id", "_session_warned", "_result_seen", "_error_seen", "_usage_seen", "_pieces",
-                 "_joined_chars", "_unknown", "_unanswerable", "_malformed_requests")
+                 "_joined_chars", "_unknown", "_unanswerable", "_malformed_requests", "_line_ends")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
@@ -76,6 +79,7 @@ class AgentProc04(JsonLinesDialect):
         self._unknown = 0  # JSON objects that are no 0.4 event
         self._unanswerable = 0  # permission requests while nobody answers
         self._malformed_requests = 0
+        self._line_ends: dict[str, tuple[Any, Any]] = {}  # see fast_line
 
     @classmethod
     def handover(cls, turn: Turn, context: DialectContext) -> Handover:
@@ -99,7 +103,7 @@ class AgentProc04(JsonLinesDialect):
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         kind = message.get("type")
         if kind == "partial":
-            return self._partial(message)
+            return self._partial(message.get("text"), message.get("role"), message.get("session_id"))
         if kind == "result":
             return self._result(message)
         if kind == "error":
@@ -123,13 +127,35 @@ class AgentProc04(JsonLinesDialect):
                                           "input object"))
         return events
 
-    def _partial(self, message: Mapping[str, Any]) -> list[Event]:
-        session_id = message.get("session_id")
+    def fast_line(self, line: str) -> list[Event] | None:
+        """A partial line as agents write them, read without decoding the whole object: the bulk of a stream.
+
+        `{"type":"partial","text":"…"` and then members other than `type` and `text`: the text is decoded on its
+        own, and the members after it are looked up among the line ends seen before (an agent ends its lines
+        alike: the same role, the same session id). The events are those of the line decoded as JSON; None for
+        any other line, which is decoded as JSON.
+        """
+        if not line.startswith(_PARTIAL_HEAD) or "\\u" in line and ("\\ud" in line or "\\uD" in line):
+            return None  # a lone surrogate's escape: the general path cleans it
+        try:
+            text, end = _scanstring(line, len(_PARTIAL_HEAD))
+        except ValueError:
+            return None
+        tail = line[end:]
+        members = self._line_ends.get(tail)
+        if members is None:
+            members = _partial_members(tail)
+            if members is None:
+                return None
+            if len(self._line_ends) < _MAX_LINE_ENDS:
+                self._line_ends[tail] = members
+        return self._partial(text, *members)
+
+    def _partial(self, text: Any, role: Any, session_id: Any) -> list[Event]:
         events = [] if session_id == self._session_id else self._session(session_id)  # the same id on every line
-        text = message.get("text")
         if not text or not isinstance(text, str):
             return events
-        if message.get("role") == "thinking":
+        if role == "thinking":
             if not self._error_seen:  # the reference forwards no partial of any role after an error
                 events.append(ActivityEvent("thinking", text=text))
             return events
@@ -214,6 +240,23 @@ class AgentProc04(JsonLinesDialect):
             return []
         self._usage_seen = True
         return [UsageEvent(values)]
+
+
+def _partial_members(tail: str) -> tuple[Any, Any] | None:
+    """(role, session_id) of the members that end a partial line after its text; None unless exactly JSON's."""
+    if tail.startswith(","):
+        try:
+            members = json.loads("{" + tail[1:])
+        except (ValueError, RecursionError):
+            return None
+        # Empty: a trailing comma, which JSON refuses. A later `type` or `text` would replace the line's own.
+        if not isinstance(members, dict) or not members or "type" in members or "text" in members:
+            return None
+    elif not tail.startswith("}") or tail[1:].strip(" \t\n\r"):
+        return None
+    else:
+        members = {}
+    return members.get("role"), members.get("session_id")
 
 
 def _attachment(attachment: Any) -> dict[str, str]:
