@@ -54,7 +54,9 @@ _UNSAFE_SESSION_ID = re.compile(r"[/\\\x00-\x1f]")
 _UNSAFE_REQUEST_ID = re.compile(r"[\s\x00-\x1f]")
 _PARTIAL_HEAD = '{"type":"partial","text":"'
 _scanstring = json.decoder.scanstring  # C, strict: what json.loads decodes a string with
+# The line ends kept: an agent has a few; a hostile one cannot make them hold more than 64 Ki characters.
 _MAX_LINE_ENDS = 64
+_MAX_LINE_END_CHARS = 1024
 # Output partials are kept for the reply only until a result arrives, and only this much of them.
 _MAX_JOINED_CHARS = 8 * 1024 * 1024
 
@@ -147,7 +149,7 @@ class AgentProc04(JsonLinesDialect):
             members = _partial_members(tail)
             if members is None:
                 return None
-            if len(self._line_ends) < _MAX_LINE_ENDS:
+            if len(self._line_ends) < _MAX_LINE_ENDS and len(tail) <= _MAX_LINE_END_CHARS:
                 self._line_ends[tail] = members
         return self._partial(text, *members)
 
