@@ -159,7 +159,7 @@ class AgentProc04(JsonLinesDialect):
             return events
         if role == "thinking":
             if not self._error_seen:  # the reference forwards no partial of any role after an error
-                events.append(ActivityEvent("thinking", text=text))
+                events.append(ActivityEvent("thinking", text))
             return events
         if not (self._result_seen or self._error_seen) and self._joined_chars < _MAX_JOINED_CHARS:
             self._pieces.append(text)
