@@ -880,6 +880,7 @@ def wire04_profile(command: list[str]) -> dict[str, Any]:
 def wire04_throughput(p: dict[str, Any]) -> dict[str, Any]:
     """`cat` of one long wire-0.4 turn through the agentproc-0.4 dialect; the host takes every event (`on_event`)."""
     import trio
+
     from bridge import Turn, run_turn
     from bridge.dialects import ActivityEvent
 
