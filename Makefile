@@ -80,7 +80,16 @@ $(BENCH_VENV)/.bridge: pyproject.toml $(shell find bridge -name '*.py' -o -name 
 	$(BENCH_BIN)/python -m pip install -q --no-deps --force-reinstall .
 	touch $@
 
-bench: $(BENCH_VENV)/.bridge
+# agentproc 0.20, the wire-0.4 peer (case 15), in a venv of its own: bench/.venv holds agentproc 0.4.2 for the
+# wire-0.1 comparisons, and one venv cannot hold both.
+AP020_VENV := bench/.venv-ap020
+
+$(AP020_VENV)/.installed:
+	$(PYTHON) -m venv $(AP020_VENV)
+	$(AP020_VENV)/bin/python -m pip install -q agentproc==0.20.0
+	touch $@
+
+bench: $(BENCH_VENV)/.bridge $(AP020_VENV)/.installed
 	$(BENCH_BIN)/python bench/run.py $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:

@@ -18,6 +18,10 @@ CLI_VS_FLOOR = 1.2
 CLI_RUN_MS = 150.0
 # Issue 10's: a warm turn costs under a tenth of a cold one of the same agent.
 WARM_VS_COLD = 0.1
+# Issue 12's, for every JSON dialect: a wire-0.4 stream at twice agentproc 0.20's runner (the wire-0.4 peer), and
+# partials within 1 ms.
+WIRE04_VS_AGENTPROC020 = 2.0
+JSON_LATENCY_P99_MS = 1.0
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -73,6 +77,11 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                         "pipe only": stats(pooled(runs["pipe only"], "mb_per_s")),
                         "latency": stats(pooled(runs["latency"], "delay_ms"))}
         out["codex_mb"] = raw["codex_input"]["bytes"] / 1e6
+    if "wire04" in samples:
+        runs = samples["wire04"]
+        out["wire04"] = {label: stats(pooled(runs.get(label, []), "delay_ms" if "latency" in label else "mb_per_s"))
+                         for label in ("bridge", "agentproc 0.20", "pipe only", "latency", "latency, agentproc 0.20")}
+        out["wire04_mb"] = raw["wire04_input"]["bytes"] / 1e6
     if "warm" in samples:
         runs = samples["warm"]
         out["warm"] = {"warm": stats(pooled(runs.get("turn", []), "warm_ms")),
@@ -133,6 +142,8 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
         result["throughput bridge / agentproc"] = ratios("throughput", "bridge", "agentproc", "mb_per_s")
     if "cli" in samples:
         result["CLI bridge / floor"] = ratios("cli", "all", "all", "bridge_ms", "floor_ms")
+    if "agentproc 0.20" in samples.get("wire04", {}):
+        result["wire-0.4 throughput bridge / agentproc 0.20"] = ratios("wire04", "bridge", "agentproc 0.20", "mb_per_s")
     if "turn" in samples.get("warm", {}):
         result["warm ACP turn / cold"] = ratios("warm", "turn", "turn", "warm_ms", "cold_ms")
     return result
@@ -206,7 +217,7 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
         if c["latency"].get("n"):
             lat = c["latency"]
             row("8 codex-exec partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "", "", "",
-                f"p99 ≤ {LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= LATENCY_P99_MS))
+                f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= JSON_LATENCY_P99_MS))
     if "warm" in s:
         w = s["warm"]
         if w["warm"].get("n"):
@@ -248,6 +259,20 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             row("14 transaction via Database.run, median", f"{st['database_run']['median']:.0f} µs",
                 f"{st['blocking_txn']['median']:.0f} µs blocking", "",
                 f"{st['database_run']['median'] / st['blocking_txn']['median']:.1f}× blocking")
+    if "wire04" in s:
+        w = s["wire04"]
+        b, a, f = w["bridge"], w["agentproc 0.20"], w["pipe only"]
+        if b.get("n") and a.get("n"):
+            ratio = b["median"] / a["median"]
+            row(f"15 wire-0.4 throughput, {s['wire04_mb']:.0f} MB events", f"{b['median']:.1f} MB/s",
+                f"{f['median']:.0f} MB/s pipe only" if f.get("n") else "", f"{a['median']:.1f} MB/s (0.20)",
+                f"{ratio:.2f}× agentproc 0.20", f"≥ {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20",
+                _verdict(ratio >= WIRE04_VS_AGENTPROC020))
+        lat, peer = w["latency"], w["latency, agentproc 0.20"]
+        if lat.get("n"):
+            row("16 wire-0.4 partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "",
+                f"{peer['p99']:.3f} ms ({peer['p50']:.3f}) (0.20)" if peer.get("n") else "", "",
+                f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= JSON_LATENCY_P99_MS))
     return table
 
 
@@ -294,9 +319,18 @@ def _spread(summary: dict[str, Any]) -> list[str]:
             lines.append(f"| codex-exec throughput | {'bridge' if name == 'throughput' else name} | {st['n']} | "
                          f"{st['median']:.2f} | {st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – "
                          f"{st['max']:.2f} | MB/s |")
+    wire04 = summary.get("wire04", {})
+    for name in ("bridge", "agentproc 0.20", "pipe only"):
+        st = wire04.get(name, {})
+        if st.get("n"):
+            lines.append(f"| wire-0.4 throughput | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+                         f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | MB/s |")
     latencies = [*summary.get("latency", {}).items()]
     if codex.get("latency", {}).get("n"):
         latencies.append(("bridge, codex-exec", codex["latency"]))
+    for name, label in (("latency", "bridge, agentproc-0.4"), ("latency, agentproc 0.20", "agentproc 0.20, wire 0.4")):
+        if wire04.get(name, {}).get("n"):
+            latencies.append((label, wire04[name]))
     for name, st in latencies:
         lines.append(f"| partial delay | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
                      f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |")
@@ -432,5 +466,16 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "call: on psycopg's blocking API, through `trio.to_thread.run_sync`, and the thread hop alone; and one "
         "transaction (BEGIN, SELECT 1, COMMIT) blocking and through the bridge's `Database.run` (its pooled "
         "connection, one thread hop per transaction).",
+        "15. **wire-0.4 throughput**: `cat` of one long turn in agentproc wire 0.4, written once by "
+        "`agents/wire04_like.py` as the agentproc 0.20 SDK writes lines (thinking partials, the reply as output "
+        "partials of a few words, tool steps as `tool` partials with up to 2 KB of output, every line with the "
+        "session id, one `result` with usage), through `protocol: agentproc-0.4`, reply cap off, the host taking "
+        "every event with `on_event`; against agentproc 0.20's own runner (`agentproc.runner.run`, a partial "
+        "callback taking text and role) in bench/.venv-ap020, started by the worker as a subprocess sample "
+        "(`agentproc020.py`). Counts, reply, session and usage are checked on an untimed turn. Pipe only: the "
+        "same `cat`, unparsed.",
+        "16. **wire-0.4 partial latency**: `agents/wire04_like.py tick` writes a thinking partial and then an "
+        "output partial whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4, for the bridge and for "
+        "agentproc 0.20's runner.",
         "",
     ])

@@ -67,11 +67,13 @@ class Case:
     rounds: int
 
 
-def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[str, Any]) -> list[Case]:
+def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[str, Any],
+               wire04_file: dict[str, Any] | None = None) -> list[Case]:
     q = quick
     turn = {"turns": 20 if q else 60, "warmup": 3 if q else 5}
     tput = {**throughput_file, "turns": 1 if q else 2}
     codex_tput = {**codex_file, "turns": 1 if q else 2}
+    wire04_tput = {**(wire04_file or {}), "turns": 1 if q else 2}
     conc = {"turns": 300, "seconds": 1}
     lat = {"seconds": 1 if q else 4, "interval_ms": 5, "skip": 10}
     flood_mib = 64 if q else 1024
@@ -108,6 +110,8 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
              2 if q else 3),
         Case("pg-statement", [Variant("all", "all", {"calls": 500 if q else 3000, "warmup": 100 if q else 300})],
              2 if q else 3),
+        Case("wire04", [Variant(c, c, wire04_tput) for c in ("bridge", "agentproc 0.20", "pipe only")]
+             + [Variant(c, c, lat) for c in ("latency", "latency, agentproc 0.20")], 2 if q else 5),
     ]
 
 
@@ -175,6 +179,25 @@ def codex_input(megabytes: float) -> dict[str, Any]:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     done = subprocess.run([sys.executable, os.path.join(HERE, "agents", "codex_like.py"), "file", str(megabytes), path],
                           capture_output=True, text=True, check=True)
+    meta = json.loads(done.stdout)
+    with open(meta_path, "w") as meta_file:
+        json.dump(meta, meta_file)
+    return meta
+
+
+def wire04_input(megabytes: float) -> dict[str, Any]:
+    """Write (once, cached) one long wire-0.4 turn with agents/wire04_like.py; returns what a correct run yields."""
+    target = int(megabytes * 1_000_000)
+    path = os.path.join(RESULTS, "data", f"wire04-{target}.jsonl")
+    meta_path = path + ".json"
+    if os.path.exists(path) and os.path.exists(meta_path):
+        with open(meta_path) as meta_file:
+            meta: dict[str, Any] = json.load(meta_file)
+        if os.path.getsize(path) == meta["bytes"]:
+            return meta
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    done = subprocess.run([sys.executable, os.path.join(HERE, "agents", "wire04_like.py"), "file", str(megabytes),
+                           path], capture_output=True, text=True, check=True)
     meta = json.loads(done.stdout)
     with open(meta_path, "w") as meta_file:
         json.dump(meta, meta_file)
@@ -334,8 +357,8 @@ def run_sample(case: Case, variant: Variant, round_no: int, log: Any) -> dict[st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, two rounds: a smoke run for development")
-    parser.add_argument("--only", nargs="+", metavar="CASE", help="run only these cases "
-                        "(turn throughput concurrency latency memory cli codex warm fleet fleet-burst pg-statement)")
+    parser.add_argument("--only", nargs="+", metavar="CASE", help="run only these cases (turn throughput "
+                        "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04)")
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument("--no-summary", action="store_true",
                         help="do not rewrite bench/RESULTS.md and bench/results.png (implied by --quick and --only)")
@@ -350,7 +373,8 @@ def main() -> int:
     started = time.monotonic()
     tput_file = throughput_input(4 if args.quick else 23)
     codex_file = codex_input(4 if args.quick else 23)
-    plan = build_plan(args.quick, tput_file, codex_file)
+    wire04_file = wire04_input(4 if args.quick else 20)
+    plan = build_plan(args.quick, tput_file, codex_file, wire04_file)
     if args.only:
         unknown = set(args.only) - {c.name for c in plan}
         if unknown:
@@ -384,6 +408,7 @@ def main() -> int:
     about["load_after_each_round"] = loads
     about["bench_seconds"] = round(time.monotonic() - started)
     raw = {"machine": about, "quick": args.quick, "throughput_input": tput_file, "codex_input": codex_file,
+           "wire04_input": wire04_file,
            "plan": {c.name: {"rounds": c.rounds, "variants": {v.label: v.params for v in c.variants}} for c in plan},
            "samples": samples}
     summary = report.summarize(raw)

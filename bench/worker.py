@@ -869,6 +869,86 @@ def pg_statement(p: dict[str, Any]) -> dict[str, Any]:
     return {f"{name}_us": values for name, values in times.items()}
 
 
+# --------------------------------------------------------------------------- 15, 16. wire 0.4 (agentproc-0.4)
+
+# agentproc 0.20, the wire-0.4 peer, lives in a venv of its own (bench/agentproc020.py says why).
+AP020_PYTHON = os.path.join(HERE, ".venv-ap020", "bin", "python")
+
+
+def wire04_profile(command: list[str]) -> dict[str, Any]:
+    return {"command": command, "protocol": "agentproc-0.4", "max_reply_chars": None, "timeout_secs": 600}
+
+
+def wire04_throughput(p: dict[str, Any]) -> dict[str, Any]:
+    """`cat` of one long wire-0.4 turn through the agentproc-0.4 dialect; the host takes every event (`on_event`)."""
+    import trio
+
+    from bridge import Turn, run_turn
+    from bridge.dialects import ActivityEvent
+
+    profile = bridge_profile(wire04_profile(["cat", p["file"]]))
+    turn = Turn(TURN_MESSAGE)
+
+    def ignore(event: Any) -> None:
+        """The timed turns' host: takes each event and does nothing with it."""
+
+    async def main() -> list[int]:
+        partials, activities = Counter(), Counter()
+
+        def count(event: Any) -> None:
+            if isinstance(event, ActivityEvent):
+                activities(event.activity)
+
+        result = await run_turn(profile, turn, on_partial=partials, on_event=count)
+        expect(result.ok and not result.truncated, f"wire-0.4 throughput turn failed: {result.outcome} {result.error}")
+        expect(result.reply == p["reply"], "the reply is not the result's text")
+        expect(partials.count == result.partials == p["outputs"], f"{partials.count} partials, expected {p['outputs']}")
+        expect(activities.count == p["thinking"], f"{activities.count} activities, expected {p['thinking']}")
+        expect(result.session_id == p["session_id"], "wrong session id")
+        expect(result.usage is not None and result.usage.input_tokens == p["input_tokens"], "wrong usage")
+        times = []
+        for _ in range(p["turns"]):
+            began = clock_ns()
+            result = await run_turn(profile, turn, on_event=ignore)
+            times.append(clock_ns() - began)
+            expect(result.ok and result.reply == p["reply"], "wire-0.4 throughput turn failed")
+        return times
+
+    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
+
+
+def wire04_latency(p: dict[str, Any]) -> dict[str, Any]:
+    """From wire04_like.py writing an output partial (after a thinking one) to the host's partial callback."""
+    import trio
+
+    delays, on_partial = latency_callback()
+    command = [sys.executable, "-S", "{{PROFILE_DIR}}/wire04_like.py", "tick", str(p["seconds"]), str(p["interval_ms"])]
+    run = bridge_turn_runner(wire04_profile(command), on_partial)
+
+    async def main() -> None:
+        result = await run()
+        expect(result.ok and result.reply == "ticked" and result.partials == len(delays),
+               f"wire-0.4 ticker turn failed: {result!r}")
+
+    trio.run(main)
+    return latency_result(delays, p)
+
+
+def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A sample of agentproc 0.20's runner: bench/agentproc020.py in its own venv, its JSON relayed."""
+
+    def sample(p: dict[str, Any]) -> dict[str, Any]:
+        expect(os.path.exists(AP020_PYTHON), f"no {AP020_PYTHON}: run `make bench`, which builds it")
+        done = subprocess.run([AP020_PYTHON, os.path.join(HERE, "agentproc020.py"), contender, json.dumps(p)],
+                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=1200)
+        lines = done.stdout.strip().splitlines()
+        values: dict[str, Any] = json.loads(lines[-1]) if lines else {"invalid": f"exit {done.returncode}"}
+        expect("invalid" not in values, str(values.get("invalid")))
+        return values
+
+    return sample
+
+
 # --------------------------------------------------------------------------- entry point
 
 WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -891,6 +971,11 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("fleet", "latency"): fleet_latency,
     ("fleet-burst", "burst"): fleet_burst,
     ("pg-statement", "all"): pg_statement,
+    ("wire04", "bridge"): wire04_throughput,
+    ("wire04", "agentproc 0.20"): agentproc020("throughput"),
+    ("wire04", "pipe only"): throughput_pipe,
+    ("wire04", "latency"): wire04_latency,
+    ("wire04", "latency, agentproc 0.20"): agentproc020("latency"),
 }
 
 

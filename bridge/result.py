@@ -98,7 +98,7 @@ class TurnRecorder:
 
     __slots__ = ("_profile", "_body", "_body_runs", "_body_lines", "_body_length", "_body_cap", "_body_tail",
                  "_body_full", "_partial_room", "_partials_cut", "_line_cut", "session_id", "error", "error_seen",
-                 "partials", "usage", "_unfinished")
+                 "partials", "usage", "_unfinished", "_streaming")
 
     def __init__(self, profile: Profile) -> None:
         self._profile = profile
@@ -112,6 +112,7 @@ class TurnRecorder:
         self._body_full = False
         self._partial_room: int | None = cap  # characters of partials still allowed; None = no cap
         self._partials_cut = False
+        self._streaming = profile.streaming
         self._line_cut = False  # the decoder cut an over-long line
         self.session_id = ""
         self.error = ""
@@ -131,7 +132,10 @@ class TurnRecorder:
         lines = self._body_lines
         for event in events:
             kind = type(event)
-            if kind is BodyLine:
+            if kind is PartialEvent and self._partial_room is None and not self.error_seen and self._streaming:
+                self.partials += 1  # uncapped and forwarded as it is: _forward_partial's common case, inline
+                forward.append(event)  # type: ignore[arg-type]
+            elif kind is BodyLine:
                 if self._body_full:
                     continue
                 grown = length + len(event) + (1 if lines else 0)  # type: ignore[arg-type]

@@ -113,6 +113,10 @@ async def _finish(recorder: TurnRecorder, ending: Ending, stderr_tail: str, star
     return result
 
 
+# Events that go to the host as they are (every other kind is acted on here first).
+_FOR_THE_HOST = frozenset({PartialEvent, ActivityEvent, SessionEvent, ErrorEvent})
+
+
 class _TurnLoop:
     """Feeds the agent's output to its dialect and carries out the events, in order.
 
@@ -139,7 +143,10 @@ class _TurnLoop:
     async def handle(self, events: list[Event]) -> None:
         emit = self.emit
         for event in self.recorder.record(events):
-            if isinstance(event, ProtocolWarning):
+            if type(event) in _FOR_THE_HOST:  # the bulk of a stream, first
+                if emit is not None and (pending := emit(event)) is not None:
+                    await pending
+            elif isinstance(event, ProtocolWarning):
                 self.log.warning(event.message)
             elif isinstance(event, PermissionRequest):
                 await self.answer(event)

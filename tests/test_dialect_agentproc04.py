@@ -376,6 +376,32 @@ def test_lone_surrogates_spelled_in_json_cannot_reach_the_host() -> None:
     assert events == [PartialEvent("a\ufffdb"), ReplyEvent("\ufffdé")]
 
 
+class _DecodedAsJson(AgentProc04):
+    """The dialect with every line decoded as JSON: what its fast reading of partial lines must equal."""
+
+    __slots__ = ()
+    fast_line = None
+
+
+_MEMBERS = st.sampled_from([("role", "thinking"), ("role", "output"), ("role", None), ("role", 3), ("session_id", "s1"),
+                            ("session_id", "s/2"), ("session_id", ""), ("session_id", "s\ud800"), ("type", "result"),
+                            ("text", "again"), ("usage", {"type": "x"}), ("x", [1, {"text": 2}])])
+
+
+@given(text=st.sampled_from(["a", "é\ud800", "\n", "", 'x"y\\', "\u2028"]), members=st.lists(_MEMBERS, max_size=4),
+       ascii_only=st.booleans(), ending=st.sampled_from(["", " ", "\t", "x", "}", ",", "\x0c"]),
+       other_session=st.booleans())
+def test_partial_lines_read_without_decoding_them_give_the_events_of_the_decoded_lines(
+        text: str, members: list[tuple[str, Any]], ascii_only: bool, ending: str, other_session: bool) -> None:
+    tail = "".join("," + json.dumps(key) + ":" + json.dumps(value, ensure_ascii=ascii_only) for key, value in members)
+    line = '{"type":"partial","text":' + json.dumps(text, ensure_ascii=ascii_only) + tail + "}"
+    line = line[:-1] + ending + "}" if ending == "," else line + ending
+    second = line.replace('"s1"', '"s4"') if other_session else line
+    data = "\n".join([line, second, line]).encode("utf-8", "surrogatepass") + b"\n"
+    fast, decoded = AgentProc04(ASKS, Turn("hi")), _DecodedAsJson(ASKS, Turn("hi"))
+    assert fast.feed(data) + fast.close() == decoded.feed(data) + decoded.close()
+
+
 # --------------------------------------------------------------------------- real agents
 
 

@@ -52,6 +52,11 @@ PROTOCOL_VERSION = "0.4"
 # The reference's rule (runner.is_valid_session_id): the SDK stores a session as <id>.jsonl.
 _UNSAFE_SESSION_ID = re.compile(r"[/\\\x00-\x1f]")
 _UNSAFE_REQUEST_ID = re.compile(r"[\s\x00-\x1f]")
+_PARTIAL_HEAD = '{"type":"partial","text":"'
+_scanstring = json.decoder.scanstring  # C, strict: what json.loads decodes a string with
+# The line ends kept: an agent has a few; a hostile one cannot make them hold more than 64 Ki characters.
+_MAX_LINE_ENDS = 64
+_MAX_LINE_END_CHARS = 1024
 # Output partials are kept for the reply only until a result arrives, and only this much of them.
 _MAX_JOINED_CHARS = 8 * 1024 * 1024
 
@@ -62,7 +67,7 @@ class AgentProc04(JsonLinesDialect):
     name: ClassVar[str] = "agentproc-0.4"
     Settings: ClassVar[type] = JsonSettings
     __slots__ = ("_session_id", "_session_warned", "_result_seen", "_error_seen", "_usage_seen", "_pieces",
-                 "_joined_chars", "_unknown", "_unanswerable", "_malformed_requests")
+                 "_joined_chars", "_unknown", "_unanswerable", "_malformed_requests", "_line_ends")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
@@ -76,6 +81,7 @@ class AgentProc04(JsonLinesDialect):
         self._unknown = 0  # JSON objects that are no 0.4 event
         self._unanswerable = 0  # permission requests while nobody answers
         self._malformed_requests = 0
+        self._line_ends: dict[str, tuple[Any, Any]] = {}  # see fast_line
 
     @classmethod
     def handover(cls, turn: Turn, context: DialectContext) -> Handover:
@@ -99,7 +105,7 @@ class AgentProc04(JsonLinesDialect):
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         kind = message.get("type")
         if kind == "partial":
-            return self._partial(message)
+            return self._partial(message.get("text"), message.get("role"), message.get("session_id"))
         if kind == "result":
             return self._result(message)
         if kind == "error":
@@ -123,14 +129,37 @@ class AgentProc04(JsonLinesDialect):
                                           "input object"))
         return events
 
-    def _partial(self, message: Mapping[str, Any]) -> list[Event]:
-        events = self._session(message)
-        text = text_of(message.get("text"))
-        if not text:
+    def fast_line(self, line: str) -> list[Event] | None:
+        """A partial line as agents write them, read without decoding the whole object: the bulk of a stream.
+
+        `{"type":"partial","text":"…"` and then members other than `type` and `text`: the text is decoded on its
+        own, and the members after it are looked up among the line ends seen before (an agent ends its lines
+        alike: the same role, the same session id). The events are those of the line decoded as JSON; None for
+        any other line, which is decoded as JSON.
+        """
+        if not line.startswith(_PARTIAL_HEAD) or "\\u" in line and ("\\ud" in line or "\\uD" in line):
+            return None  # a lone surrogate's escape: the general path cleans it
+        try:
+            text, end = _scanstring(line, len(_PARTIAL_HEAD))
+        except ValueError:
+            return None
+        tail = line[end:]
+        members = self._line_ends.get(tail)
+        if members is None:
+            members = _partial_members(tail)
+            if members is None:
+                return None
+            if len(self._line_ends) < _MAX_LINE_ENDS and len(tail) <= _MAX_LINE_END_CHARS:
+                self._line_ends[tail] = members
+        return self._partial(text, *members)
+
+    def _partial(self, text: Any, role: Any, session_id: Any) -> list[Event]:
+        events = [] if session_id == self._session_id else self._session(session_id)  # the same id on every line
+        if not text or not isinstance(text, str):
             return events
-        if message.get("role") == "thinking":
+        if role == "thinking":
             if not self._error_seen:  # the reference forwards no partial of any role after an error
-                events.append(ActivityEvent("thinking", text=text))
+                events.append(ActivityEvent("thinking", text))
             return events
         if not (self._result_seen or self._error_seen) and self._joined_chars < _MAX_JOINED_CHARS:
             self._pieces.append(text)
@@ -144,7 +173,7 @@ class AgentProc04(JsonLinesDialect):
             return self._usage(message) if self._error_seen and not self._usage_seen else []
         self._result_seen = True
         self._pieces = []
-        events = self._session(message)
+        events = self._session(message.get("session_id"))
         events.append(ReplyEvent(text_of(message.get("text"))))
         events.extend(self._usage(message))
         return events
@@ -152,13 +181,13 @@ class AgentProc04(JsonLinesDialect):
     def _error(self, message: Mapping[str, Any]) -> list[Event]:
         self._error_seen = True
         self._pieces = []
-        events = self._session(message)
+        events = self._session(message.get("session_id"))
         events.append(ErrorEvent(text_of(message.get("message"))))
         events.extend(self._usage(message))  # an error's usage replaces the result's, as the reference keeps it
         return events
 
     def _permission_request(self, message: Mapping[str, Any]) -> list[Event]:
-        events = self._session(message)
+        events = self._session(message.get("session_id"))
         if not self.context.permissions:
             self._unanswerable += 1
             if self._unanswerable == 1:
@@ -182,9 +211,8 @@ class AgentProc04(JsonLinesDialect):
         events.append(PermissionRequest(request_id=request_id, tool=tool, title=title, input=tool_input))
         return events
 
-    def _session(self, message: Mapping[str, Any]) -> list[Event]:
-        """The event of `message`'s session id: the first valid one is the session, later different ones warned."""
-        session_id = message.get("session_id")
+    def _session(self, session_id: Any) -> list[Event]:
+        """The event of a line's session id: the first valid one is the session, later different ones warned."""
         if not isinstance(session_id, str) or not session_id or session_id == self._session_id:
             return []
         problem = _session_id_problem(session_id)
@@ -214,6 +242,23 @@ class AgentProc04(JsonLinesDialect):
             return []
         self._usage_seen = True
         return [UsageEvent(values)]
+
+
+def _partial_members(tail: str) -> tuple[Any, Any] | None:
+    """(role, session_id) of the members that end a partial line after its text; None unless exactly JSON's."""
+    if tail.startswith(","):
+        try:
+            members = json.loads("{" + tail[1:])
+        except (ValueError, RecursionError):
+            return None
+        # Empty: a trailing comma, which JSON refuses. A later `type` or `text` would replace the line's own.
+        if not isinstance(members, dict) or not members or "type" in members or "text" in members:
+            return None
+    elif not tail.startswith("}") or tail[1:].strip(" \t\n\r"):
+        return None
+    else:
+        members = {}
+    return members.get("role"), members.get("session_id")
 
 
 def _attachment(attachment: Any) -> dict[str, str]:
