@@ -52,7 +52,8 @@ def main() -> int:
             print(f"{cumulative:>13}  {self_us:>7}  {name}")
         return 0
 
-    plan = {c.name: c for c in run.build_plan(False, run.throughput_input(23))}
+    inputs = (run.throughput_input(23), run.codex_input(23), run.wire04_input(20))
+    plan = {c.name: c for c in run.build_plan(False, *inputs)}
     case = plan[args.case]
     variant = next((v for v in case.variants if v.label == (args.variant or "bridge")), case.variants[0])
     params = {**variant.params, "round": 0}
