@@ -1,7 +1,7 @@
-"""Run the benchmarks: issue 4's six, the JSON dialect (codex-exec), warm agents (issue 10) and the scale-out
-through PostgreSQL (issue 11); report medians, ratios and targets.
+"""Run the benchmarks: issue 4's six, the JSON dialects (codex-exec, wire 0.4), warm agents (issue 10) and the
+scale-out through PostgreSQL (issue 11); report medians, ratios and targets.
 
-    make bench            # full run, 6-8 minutes: rewrites bench/RESULTS.md, bench/results.png, README's table
+    make bench            # full run, ~12 minutes: rewrites bench/RESULTS.md, bench/results.png, README's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
     bench/.venv/bin/python bench/run.py --help
 
