@@ -167,9 +167,18 @@ def throughput_input(megabytes: float) -> dict[str, Any]:
 
 
 def codex_input(megabytes: float) -> dict[str, Any]:
-    """Write (once, cached) one long codex-exec turn with agents/codex_like.py; returns what a correct run yields."""
-    target = int(megabytes * 1_000_000)
-    path = os.path.join(RESULTS, "data", f"codex-{target}.jsonl")
+    """One long codex-exec turn, written by agents/codex_like.py; returns what a correct run yields."""
+    return agent_written_input("codex_like.py", f"codex-{int(megabytes * 1_000_000)}.jsonl", megabytes)
+
+
+def wire04_input(megabytes: float) -> dict[str, Any]:
+    """One long wire-0.4 turn, written by agents/wire04_like.py; returns what a correct run yields."""
+    return agent_written_input("wire04_like.py", f"wire04-{int(megabytes * 1_000_000)}.jsonl", megabytes)
+
+
+def agent_written_input(agent: str, name: str, megabytes: float) -> dict[str, Any]:
+    """Write (once, cached) the file `agents/<agent> file MB PATH` writes; its meta says what a run must yield."""
+    path = os.path.join(RESULTS, "data", name)
     meta_path = path + ".json"
     if os.path.exists(path) and os.path.exists(meta_path):
         with open(meta_path) as meta_file:
@@ -177,24 +186,12 @@ def codex_input(megabytes: float) -> dict[str, Any]:
         if os.path.getsize(path) == meta["bytes"]:
             return meta
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    done = subprocess.run([sys.executable, os.path.join(HERE, "agents", "codex_like.py"), "file", str(megabytes), path],
+    done = subprocess.run([sys.executable, os.path.join(HERE, "agents", agent), "file", str(megabytes), path],
                           capture_output=True, text=True, check=True)
     meta = json.loads(done.stdout)
     with open(meta_path, "w") as meta_file:
         json.dump(meta, meta_file)
     return meta
-
-
-def wire04_input(megabytes: float) -> dict[str, Any]:
-    """Write (once, cached) one long wire-0.4 turn with agents/wire04_like.py; returns what a correct run yields."""
-    target = int(megabytes * 1_000_000)
-    path = os.path.join(RESULTS, "data", f"wire04-{target}.jsonl")
-    meta_path = path + ".json"
-    if os.path.exists(path) and os.path.exists(meta_path):
-        with open(meta_path) as meta_file:
-            meta: dict[str, Any] = json.load(meta_file)
-        if os.path.getsize(path) == meta["bytes"]:
-            return meta
     os.makedirs(os.path.dirname(path), exist_ok=True)
     done = subprocess.run([sys.executable, os.path.join(HERE, "agents", "wire04_like.py"), "file", str(megabytes),
                            path], capture_output=True, text=True, check=True)

@@ -430,6 +430,22 @@ def cli_all(p: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 7. a JSON dialect: codex-exec
 
 
+async def timed_json_turns(profile: Any, turn: Any, count: int, reply: str, what: str) -> list[int]:
+    """`count` turns timed, each checked for its reply; the host takes each event and does nothing with it."""
+    from bridge import run_turn
+
+    def ignore(event: Any) -> None:
+        pass
+
+    times = []
+    for _ in range(count):
+        began = clock_ns()
+        result = await run_turn(profile, turn, on_event=ignore)
+        times.append(clock_ns() - began)
+        expect(result.ok and result.reply == reply, f"{what} throughput turn failed")
+    return times
+
+
 def codex_profile(command: list[str]) -> dict[str, Any]:
     return {"command": command, "protocol": "codex-exec", "max_reply_chars": None, "timeout_secs": 600}
 
@@ -442,9 +458,6 @@ def codex_throughput(p: dict[str, Any]) -> dict[str, Any]:
 
     profile = bridge_profile(codex_profile(["cat", p["file"]]))
     turn = Turn(TURN_MESSAGE)
-
-    def ignore(event: Any) -> None:
-        """The timed turns' host: takes each event and does nothing with it."""
 
     async def main() -> list[int]:
         partials, activities = Counter(), Counter()
@@ -461,13 +474,7 @@ def codex_throughput(p: dict[str, Any]) -> dict[str, Any]:
         expect(activities.count == p["activities"], f"{activities.count} activities, expected {p['activities']}")
         expect(result.session_id == p["thread_id"], "wrong session id")
         expect(result.usage is not None and result.usage.input_tokens == p["input_tokens"], "wrong usage")
-        times = []
-        for _ in range(p["turns"]):
-            began = clock_ns()
-            result = await run_turn(profile, turn, on_event=ignore)
-            times.append(clock_ns() - began)
-            expect(result.ok and result.reply == p["last_message"], "codex throughput turn failed")
-        return times
+        return await timed_json_turns(profile, turn, p["turns"], p["last_message"], "codex")
 
     return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
 
@@ -889,9 +896,6 @@ def wire04_throughput(p: dict[str, Any]) -> dict[str, Any]:
     profile = bridge_profile(wire04_profile(["cat", p["file"]]))
     turn = Turn(TURN_MESSAGE)
 
-    def ignore(event: Any) -> None:
-        """The timed turns' host: takes each event and does nothing with it."""
-
     async def main() -> list[int]:
         partials, activities = Counter(), Counter()
 
@@ -906,13 +910,7 @@ def wire04_throughput(p: dict[str, Any]) -> dict[str, Any]:
         expect(activities.count == p["thinking"], f"{activities.count} activities, expected {p['thinking']}")
         expect(result.session_id == p["session_id"], "wrong session id")
         expect(result.usage is not None and result.usage.input_tokens == p["input_tokens"], "wrong usage")
-        times = []
-        for _ in range(p["turns"]):
-            began = clock_ns()
-            result = await run_turn(profile, turn, on_event=ignore)
-            times.append(clock_ns() - began)
-            expect(result.ok and result.reply == p["reply"], "wire-0.4 throughput turn failed")
-        return times
+        return await timed_json_turns(profile, turn, p["turns"], p["reply"], "wire-0.4")
 
     return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
 
