@@ -402,15 +402,20 @@ class Worker:
             await self._renewed.wait()
 
     async def _reconnect(self, presence: Any) -> Any:
+        psycopg = require_psycopg()
         presence.close()
         try:
             fresh = await trio.to_thread.run_sync(lambda: connect(self.dsn, autocommit=True))
+        except BridgeError:
+            return presence  # closed: the next renewal fails fast and tries again
+        try:
             await trio.to_thread.run_sync(lambda: queue.register(fresh, worker=self.id, host=socket.gethostname(),
                                                                  pid=os.getpid(),
                                                                  max_concurrent=self.max_concurrent))
-            return fresh
-        except BridgeError:
-            return presence  # closed: the next renewal fails fast and tries again
+        except psycopg.Error:
+            fresh.close()
+            return presence
+        return fresh
 
     def _lose(self, held: _Held, why: str) -> None:
         if held.lost:
