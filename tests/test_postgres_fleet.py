@@ -362,7 +362,11 @@ async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: L
             assert "".join(partials) == "é" * 20000 and len(partials) > 1  # cut to fit NOTIFY, nothing lost
             (lab.profiles / "nul.yaml").write_text(f"command: [{sys.executable!r}, -c, 'print(\"a\\x00b\")']\n")
             assert (await host.submit("nul", "c", bridge.Turn("hi"))).reply == "a\x00b"  # jsonb would refuse it
-            result = await host.submit("rec", "c", bridge.Turn("tag=x session=s-9"))
+            shown: list[str] = []
+            seen: list[Any] = []
+            result = await host.submit("rec", "c", bridge.Turn("tag=x session=s-9"), on_partial=shown.append,
+                                       on_event=seen.append)
+            assert shown == ["started"] and seen[-1] == result  # both callbacks, the result last: as a local host
             again = await host.submit("rec", "c", bridge.Turn("tag=y"))
             assert (result.session_id, again.exit_code) == ("s-9", 0)
             stats = await host.current_stats()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import inspect
 import json
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
@@ -30,7 +29,8 @@ from ...errors import BridgeError, TurnError
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
 from ...result import TurnResult
-from ...runner import EventCallback, PartialCallback, PermissionCallback, _decision
+from ...runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter
+from ...supervisor import Emit
 from ...turn import Turn, text_problem
 from ..common import DuplicateTurn, HostClosed, HostStats
 from ..scheduler import QueueFull
@@ -81,7 +81,7 @@ class FleetStats(HostStats):
 @dataclass(slots=True)
 class _Waiter:
     key: str
-    on_event: Callable[[Any], Awaitable[None] | None] | None
+    emit: Emit | None  # the submitter's on_partial and on_event, as a local host calls them
     on_permission: PermissionCallback | None
     changed: trio.Event = field(default_factory=trio.Event)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -263,10 +263,7 @@ class RemoteHost:
 
     def _wait_for(self, key: str, on_partial: PartialCallback | None, on_event: EventCallback | None,
                   on_permission: PermissionCallback | None) -> _Waiter:
-        if on_event is None and on_partial is not None:
-            def on_event(event: Any, on_partial: PartialCallback = on_partial) -> Awaitable[None] | None:
-                return on_partial(event.text) if getattr(event, "kind", "") == "partial" else None
-        waiter = _Waiter(key, on_event, on_permission)
+        waiter = _Waiter(key, _emitter(on_partial, on_event), on_permission)
         self._waiters[key] = waiter
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         return waiter
@@ -295,7 +292,10 @@ class RemoteHost:
                     if ending.error:
                         raise RemoteTurnError(ending.error.get("code", "internal_error"),
                                               ending.error.get("message", ""))
-                    return result_from_dict(ending.result)
+                    result = result_from_dict(ending.result)
+                    if waiter.emit is not None and (pending := waiter.emit(result)) is not None:
+                        await pending  # the result reaches on_event last, as from a local host
+                    return result
                 with trio.move_on_after(POLL_SECS) as poll:
                     await waiter.changed.wait()
                 if poll.cancelled_caught:
@@ -312,7 +312,7 @@ class RemoteHost:
             return
         if isinstance(event, PermissionRequest):
             waiter.asked.add(event.request_id)
-        if waiter.on_event is not None and (pending := waiter.on_event(event)) is not None:
+        if waiter.emit is not None and (pending := waiter.emit(event)) is not None:
             await pending
         if isinstance(event, PermissionRequest) and waiter.on_permission is not None:
             answer = waiter.on_permission(event)
