@@ -270,6 +270,11 @@ class TurnRecorder:
         return 0, Outcome.OK, ""
 
 
+def cancelled_result(profile: Profile, duration_ms: int = 0) -> TurnResult:
+    """The result of a turn cancelled before its agent started: exit 130, like any host cancel."""
+    return TurnRecorder(profile).finish(Ending(cancelled=True), duration_ms=duration_ms)
+
+
 def _signal_name(number: int) -> str:
     try:
         return f"signal {number} ({signal.Signals(number).name})"

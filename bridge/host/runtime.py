@@ -32,7 +32,7 @@ from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
 from ..questions import Questions
-from ..result import Ending, Outcome, TurnRecorder, TurnResult
+from ..result import Outcome, TurnResult, cancelled_result
 from ..runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter, _ungrouped
 from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from ..turn import Turn, text_problem
@@ -493,9 +493,7 @@ class Host:
 
 
 def _cancelled_result(profile: Profile, started: float) -> TurnResult:
-    """The result of a turn cancelled before its agent started: exit 130, like any host cancel."""
-    duration_ms = max(0, round((trio.current_time() - started) * 1000))
-    return TurnRecorder(profile).finish(Ending(cancelled=True), duration_ms=duration_ms)
+    return cancelled_result(profile, max(0, round((trio.current_time() - started) * 1000)))
 
 
 __all__ = ["DuplicateTurn", "Host", "HostClosed", "HostStats", "QueueFull", "SessionStoreLike", "open_host"]

@@ -20,7 +20,7 @@ import json
 import random
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -200,6 +200,15 @@ def _without_password(text: str) -> str:
     return _KEYWORD_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1:***@", text))
 
 
+def backoff() -> Iterator[float]:
+    """Pauses between tries at a server that cannot be reached: from 50 ms, doubling up to 2 s, jittered so
+    that many processes which lost it together do not all come back at the same instant."""
+    delay = 0.05
+    while True:
+        yield delay * (0.5 + random.random())
+        delay = min(delay * 2, 2.0)
+
+
 class Database:
     """A few pooled connections; `run(operation)` is one transaction in a worker thread.
 
@@ -231,15 +240,14 @@ class Database:
     async def run_retrying(self, operation: Callable[[psycopg.Connection[Any]], T], *,
                            log: Any = None, what: str = "", atomic: bool = True) -> T:
         """`run`, again and again while the server cannot be reached (backing off up to 2 s)."""
-        delay = 0.05
+        pauses = backoff()
         while True:
             try:
                 return await self.run(operation, atomic=atomic)
             except PostgresUnavailable as err:
                 if log is not None:
                     log.warning("PostgreSQL unavailable; trying again", doing=what, error=str(err))
-                await trio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 2.0)
+                await trio.sleep(next(pauses))
 
     def _run(self, operation: Callable[[psycopg.Connection[Any]], T], atomic: bool) -> T:
         psycopg = require_psycopg()
@@ -305,20 +313,19 @@ async def listen(dsn: str, channels: tuple[str, ...], deliver: Callable[[Notific
     Reported started once the first LISTEN is in place.
     """
     psycopg = require_psycopg()
-    delay = 0.05
+    pauses = backoff()
     first = True
     while True:
         try:
             conn = await trio.to_thread.run_sync(lambda: connect(dsn, autocommit=True))
         except PostgresUnavailable as err:
             log.warning("PostgreSQL unavailable; listening again soon", error=str(err))
-            await trio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 2.0)
+            await trio.sleep(next(pauses))
             continue
         try:
             for channel in channels:
                 conn.execute(f"LISTEN {channel}")
-            delay = 0.05
+            pauses = backoff()
             if first:
                 first = False
                 task_status.started()

@@ -35,7 +35,7 @@ from ...errors import BridgeError, ProfileError, TurnError
 from ...log import get_logger
 from ...permissions import Decision
 from ...profile import Profile
-from ...result import Ending, TurnRecorder, TurnResult
+from ...result import TurnResult, cancelled_result
 from ...supervisor import HostEvent
 from ..registry import ProfileRegistry, UnknownProfile
 from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
@@ -428,8 +428,7 @@ class Worker:
         last_purge = trio.current_time()
         while True:
             try:
-                touched = await self._db.run(queue.reap)
-                await self._db.run(partial(_end_cancelled, self.registry.loaded()))  # even with every slot taken
+                touched = await self._db.run(partial(_reap_and_end_cancelled, self.registry.loaded()))
                 if touched:
                     self._log.warning("turns of a lost worker were taken back", turns=len(touched))
                     self._work.set()
@@ -491,6 +490,14 @@ def _deny(request: Any) -> Decision:
     return Decision(allow=False, message="nobody is there to answer")
 
 
+def _reap_and_end_cancelled(profiles: dict[str, Profile], conn: Any) -> list[str]:
+    """The reaper's round, one transaction: lost workers' turns taken back, and queued turns that were cancelled
+    ended even while every slot of this worker is taken."""
+    touched = queue.reap(conn)
+    _end_cancelled(profiles, conn)
+    return touched
+
+
 def _end_cancelled(profiles: dict[str, Profile], conn: Any) -> None:
     """End every queued turn that was cancelled (they never run), whatever runs in their conversations."""
     while queue.end_cancelled(conn, ending_of=partial(_cancelled_ending, profiles)):
@@ -502,7 +509,7 @@ def _cancelled_ending(profiles: dict[str, Profile], name: str) -> tuple[TurnResu
     profile = profiles.get(name)
     if profile is None:
         return None, {"code": "unknown_profile", "message": f"no profile named {name!r} loads on this worker"}
-    return TurnRecorder(profile).finish(Ending(cancelled=True), duration_ms=0), None
+    return cancelled_result(profile), None
 
 
 def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> int:
