@@ -430,20 +430,44 @@ def cli_all(p: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 7. a JSON dialect: codex-exec
 
 
-async def timed_json_turns(profile: Any, turn: Any, count: int, reply: str, what: str) -> list[int]:
-    """`count` turns timed, each checked for its reply; the host takes each event and does nothing with it."""
-    from bridge import run_turn
+def json_throughput(p: dict[str, Any], fields: dict[str, Any], what: str, *, reply: str, partials: int,
+                    activities: int, session_id: str) -> dict[str, Any]:
+    """MB/s of a JSON dialect's turn over the input file: one turn checked against what the input's writer says a
+    correct run yields, then `turns` timed, the host taking each event and doing nothing with it."""
+    import trio
+    from bridge import Turn, run_turn
+    from bridge.dialects import ActivityEvent
+
+    profile = bridge_profile(fields)
+    turn = Turn(TURN_MESSAGE)
 
     def ignore(event: Any) -> None:
         pass
 
-    times = []
-    for _ in range(count):
-        began = clock_ns()
-        result = await run_turn(profile, turn, on_event=ignore)
-        times.append(clock_ns() - began)
-        expect(result.ok and result.reply == reply, f"{what} throughput turn failed")
-    return times
+    async def main() -> list[int]:
+        partial_count, activity_count = Counter(), Counter()
+
+        def count(event: Any) -> None:
+            if isinstance(event, ActivityEvent):
+                activity_count(event.activity)
+
+        result = await run_turn(profile, turn, on_partial=partial_count, on_event=count)
+        expect(result.ok and not result.truncated, f"{what} throughput turn failed: {result.outcome} {result.error}")
+        expect(result.reply == reply, "the reply is not the one the input ends with")
+        expect(partial_count.count == result.partials == partials,
+               f"{partial_count.count} partials, expected {partials}")
+        expect(activity_count.count == activities, f"{activity_count.count} activities, expected {activities}")
+        expect(result.session_id == session_id, "wrong session id")
+        expect(result.usage is not None and result.usage.input_tokens == p["input_tokens"], "wrong usage")
+        times = []
+        for _ in range(p["turns"]):
+            began = clock_ns()
+            result = await run_turn(profile, turn, on_event=ignore)
+            times.append(clock_ns() - began)
+            expect(result.ok and result.reply == reply, f"{what} throughput turn failed")
+        return times
+
+    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
 
 
 def codex_profile(command: list[str]) -> dict[str, Any]:
@@ -452,31 +476,8 @@ def codex_profile(command: list[str]) -> dict[str, Any]:
 
 def codex_throughput(p: dict[str, Any]) -> dict[str, Any]:
     """`cat` of one long codex turn through the codex-exec dialect; the host takes every event (`on_event`)."""
-    import trio
-    from bridge import Turn, run_turn
-    from bridge.dialects import ActivityEvent
-
-    profile = bridge_profile(codex_profile(["cat", p["file"]]))
-    turn = Turn(TURN_MESSAGE)
-
-    async def main() -> list[int]:
-        partials, activities = Counter(), Counter()
-
-        def count(event: Any) -> None:
-            if isinstance(event, ActivityEvent):
-                activities(event.activity)
-
-        result = await run_turn(profile, turn, on_partial=partials, on_event=count)
-        expect(result.ok and not result.truncated, f"codex throughput turn failed: {result.outcome} {result.error}")
-        expect(result.reply == p["last_message"], "the reply is not the last agent message")
-        expect(partials.count == result.partials == p["agent_messages"],
-               f"{partials.count} partials, expected {p['agent_messages']}")
-        expect(activities.count == p["activities"], f"{activities.count} activities, expected {p['activities']}")
-        expect(result.session_id == p["thread_id"], "wrong session id")
-        expect(result.usage is not None and result.usage.input_tokens == p["input_tokens"], "wrong usage")
-        return await timed_json_turns(profile, turn, p["turns"], p["last_message"], "codex")
-
-    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
+    return json_throughput(p, codex_profile(["cat", p["file"]]), "codex", reply=p["last_message"],
+                           partials=p["agent_messages"], activities=p["activities"], session_id=p["thread_id"])
 
 
 def codex_latency(p: dict[str, Any]) -> dict[str, Any]:
@@ -888,31 +889,8 @@ def wire04_profile(command: list[str]) -> dict[str, Any]:
 
 def wire04_throughput(p: dict[str, Any]) -> dict[str, Any]:
     """`cat` of one long wire-0.4 turn through the agentproc-0.4 dialect; the host takes every event (`on_event`)."""
-    import trio
-
-    from bridge import Turn, run_turn
-    from bridge.dialects import ActivityEvent
-
-    profile = bridge_profile(wire04_profile(["cat", p["file"]]))
-    turn = Turn(TURN_MESSAGE)
-
-    async def main() -> list[int]:
-        partials, activities = Counter(), Counter()
-
-        def count(event: Any) -> None:
-            if isinstance(event, ActivityEvent):
-                activities(event.activity)
-
-        result = await run_turn(profile, turn, on_partial=partials, on_event=count)
-        expect(result.ok and not result.truncated, f"wire-0.4 throughput turn failed: {result.outcome} {result.error}")
-        expect(result.reply == p["reply"], "the reply is not the result's text")
-        expect(partials.count == result.partials == p["outputs"], f"{partials.count} partials, expected {p['outputs']}")
-        expect(activities.count == p["thinking"], f"{activities.count} activities, expected {p['thinking']}")
-        expect(result.session_id == p["session_id"], "wrong session id")
-        expect(result.usage is not None and result.usage.input_tokens == p["input_tokens"], "wrong usage")
-        return await timed_json_turns(profile, turn, p["turns"], p["reply"], "wire-0.4")
-
-    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
+    return json_throughput(p, wire04_profile(["cat", p["file"]]), "wire-0.4", reply=p["reply"],
+                           partials=p["outputs"], activities=p["thinking"], session_id=p["session_id"])
 
 
 def wire04_latency(p: dict[str, Any]) -> dict[str, Any]:
