@@ -118,6 +118,25 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
 # --------------------------------------------------------------------------- the throughput input
 
 
+def cached_input(path: str) -> dict[str, Any] | None:
+    """What a correct run of the input at `path` yields, if that file was written whole before (its meta beside it
+    says its size); else None, with its directory made for writing it."""
+    meta_path = path + ".json"
+    if os.path.exists(path) and os.path.exists(meta_path):
+        with open(meta_path) as meta_file:
+            meta: dict[str, Any] = json.load(meta_file)
+        if os.path.getsize(path) == meta["bytes"]:
+            return meta
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return None
+
+
+def remember_input(path: str, meta: dict[str, Any]) -> dict[str, Any]:
+    with open(path + ".json", "w") as meta_file:
+        json.dump(meta, meta_file)
+    return meta
+
+
 def throughput_input(megabytes: float) -> dict[str, Any]:
     """Write (once, cached) a file of mixed protocol lines: a third partials, a third body, a third session lines.
 
@@ -126,13 +145,8 @@ def throughput_input(megabytes: float) -> dict[str, Any]:
     """
     target = int(megabytes * 1_000_000)
     path = os.path.join(RESULTS, "data", f"mixed-{target}.txt")
-    meta_path = path + ".json"
-    if os.path.exists(path) and os.path.exists(meta_path):
-        with open(meta_path) as meta_file:
-            meta: dict[str, Any] = json.load(meta_file)
-        if os.path.getsize(path) == meta["bytes"]:
-            return meta
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if (meta := cached_input(path)) is not None:
+        return meta
     rng = random.Random(4)
     words = ("the agent answers with a short line of text about lorem ipsum dolor sit amet and "
              "caf\u00e9 na\u00efve \u201cquoted\u201d \u00fcber tokens stream one by one").split()
@@ -161,9 +175,7 @@ def throughput_input(megabytes: float) -> dict[str, Any]:
         out.write(data)
     meta = {"file": path, "bytes": len(data), "lines": len(lines), "partials": partials, "body_lines": bodies,
             "body_chars": body_chars, "last_session": last_session}
-    with open(meta_path, "w") as meta_file:
-        json.dump(meta, meta_file)
-    return meta
+    return remember_input(path, meta)
 
 
 def codex_input(megabytes: float) -> dict[str, Any]:
@@ -179,26 +191,11 @@ def wire04_input(megabytes: float) -> dict[str, Any]:
 def agent_written_input(agent: str, name: str, megabytes: float) -> dict[str, Any]:
     """Write (once, cached) the file `agents/<agent> file MB PATH` writes; its meta says what a run must yield."""
     path = os.path.join(RESULTS, "data", name)
-    meta_path = path + ".json"
-    if os.path.exists(path) and os.path.exists(meta_path):
-        with open(meta_path) as meta_file:
-            meta: dict[str, Any] = json.load(meta_file)
-        if os.path.getsize(path) == meta["bytes"]:
-            return meta
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if (meta := cached_input(path)) is not None:
+        return meta
     done = subprocess.run([sys.executable, os.path.join(HERE, "agents", agent), "file", str(megabytes), path],
                           capture_output=True, text=True, check=True)
-    meta = json.loads(done.stdout)
-    with open(meta_path, "w") as meta_file:
-        json.dump(meta, meta_file)
-    return meta
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    done = subprocess.run([sys.executable, os.path.join(HERE, "agents", "wire04_like.py"), "file", str(megabytes),
-                           path], capture_output=True, text=True, check=True)
-    meta = json.loads(done.stdout)
-    with open(meta_path, "w") as meta_file:
-        json.dump(meta, meta_file)
-    return meta
+    return remember_input(path, json.loads(done.stdout))
 
 
 # --------------------------------------------------------------------------- the machine
