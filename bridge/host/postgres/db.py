@@ -287,10 +287,8 @@ class Database:
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+            self._closed = True  # a connection in use now is closed when its call returns
+        self.drop_idle()
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,10 @@ class _Publisher:
                 except Exception as err:  # events are a preview: never let them stop the worker
                     self._log.warning("events could not be sent to the gateways", error=str(err), lost=len(batch))
                 self._sent += len(batch)
+                if self.dropped:
+                    self._log.warning("partials were dropped: PostgreSQL took them slower than the agents wrote them",
+                                      dropped=self.dropped)
+                    self.dropped = 0
                 self._sent_changed.set()
                 self._sent_changed = trio.Event()
 
