@@ -127,16 +127,24 @@ class TurnRecorder:
         Called once per chunk of output, so the per-line work stays inside one loop.
         """
         forward: list[Forwarded] = []
+        pass_on = forward.append
         body = self._body
         length = self._body_length
         lines = self._body_lines
+        body_full = self._body_full
+        # A partial is passed on as it is unless a cap, an error or `streaming: false` says otherwise.
+        plain_partials = self._partial_room is None and not self.error_seen and self._streaming
+        plain_partials_seen = 0
         for event in events:
             kind = type(event)
-            if kind is PartialEvent and self._partial_room is None and not self.error_seen and self._streaming:
-                self.partials += 1  # uncapped and forwarded as it is: _forward_partial's common case, inline
-                forward.append(event)  # type: ignore[arg-type]
+            if kind is PartialEvent:
+                if plain_partials:
+                    plain_partials_seen += 1
+                    pass_on(event)  # type: ignore[arg-type]
+                elif (partial := self._forward_partial(event)) is not None:  # type: ignore[arg-type]
+                    pass_on(partial)
             elif kind is BodyLine:
-                if self._body_full:
+                if body_full:
                     continue
                 grown = length + len(event) + (1 if lines else 0)  # type: ignore[arg-type]
                 if grown <= self._body_cap:
@@ -146,25 +154,22 @@ class TurnRecorder:
                 else:
                     joined = ("\n" + event) if lines else event  # type: ignore[operator]
                     self._body_tail = joined[:self._body_cap - length]
-                    self._body_full = True
-            elif kind is PartialEvent:
-                partial = self._forward_partial(event)  # type: ignore[arg-type]
-                if partial is not None:
-                    forward.append(partial)
+                    body_full = True
             elif kind is SessionEvent:
                 self.session_id = event.session_id  # type: ignore[union-attr]
-                forward.append(event)  # type: ignore[arg-type]
+                pass_on(event)  # type: ignore[arg-type]
             elif kind is ErrorEvent:
                 if event.unfinished:  # type: ignore[union-attr]
                     self._unfinished = event.text  # type: ignore[union-attr]
                     continue  # its weight depends on how the process ended (see finish)
                 self.error_seen = True
+                plain_partials = False
                 self.error = event.text  # type: ignore[union-attr]
-                forward.append(event)  # type: ignore[arg-type]
+                pass_on(event)  # type: ignore[arg-type]
             elif kind is ReplyEvent:
                 body.clear()
                 self._body_runs.clear()
-                self._body_full = False
+                body_full = False
                 self._body_tail = ""
                 length = lines = 0
                 text = event.text  # type: ignore[union-attr]
@@ -173,14 +178,16 @@ class TurnRecorder:
                     length, lines = len(text), 1
                 else:
                     self._body_tail = text[:self._body_cap]
-                    self._body_full = True
+                    body_full = True
             elif kind is UsageEvent:
                 usage = event.usage  # type: ignore[union-attr]
                 self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)  # type: ignore[union-attr]
             else:  # activity, permission requests, input for the agent, warnings
                 if kind is LineCut:
                     self._line_cut = True
-                forward.append(event)  # type: ignore[arg-type]
+                pass_on(event)  # type: ignore[arg-type]
+        self.partials += plain_partials_seen
+        self._body_full = body_full
         self._body_length = length
         self._body_lines = lines
         if len(body) > _BODY_RUN:

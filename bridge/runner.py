@@ -189,6 +189,8 @@ def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None,
         on_event = _answering(on_event, on_permission, questions)
     if on_partial is None and on_event is None:
         return None
+    if on_event is None:  # the common case for a chat bot, and a call less per partial
+        return partial(_emit_partial, on_partial)
 
     def emit(event: HostEvent) -> Awaitable[None] | None:
         if on_event is not None:
@@ -202,6 +204,14 @@ def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None,
         return None
 
     return emit
+
+
+def _emit_partial(on_partial: PartialCallback, event: HostEvent) -> Awaitable[None] | None:
+    if type(event) is PartialEvent:
+        pending = on_partial(event.text)
+        if pending is not None and inspect.isawaitable(pending):
+            return pending  # type: ignore[return-value]
+    return None
 
 
 def _answering(on_event: EventCallback | None, on_permission: PermissionCallback,

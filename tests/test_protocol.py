@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bridge.dialects import (
@@ -270,3 +270,20 @@ def test_payload_rule_on_arbitrary_payloads(payload: str) -> None:
         assert decode_payload(payload) == "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in value)
     else:
         assert decode_payload(payload) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(
+    st.sampled_from(["AGENT_PARTIAL:", 'AGENT_PARTIAL: "', "AGENT_PARTIAL:  ", "AGENT_SESSION:", "AGENT_ERROR:", "",
+                     "AGENT_", "x"]),
+    st.lists(st.sampled_from(['"', "\\", "\\u", "\\ud83d", "\\ude00", "\\uD800", "00e9", "é", " ", "\t", "a", "\x01",
+                              "\r"]), max_size=8).map("".join),
+    st.sampled_from(['"', "", '" ']),
+), max_size=30), st.sampled_from(["AGENT_SESSION:", "SID=", "AGENT_", "AGENT_PARTIAL: "]))
+@example([('AGENT_PARTIAL: "', "\\ud83d\\ude00 \\uD800", '"')], "AGENT_SESSION:")
+def test_the_fast_path_classifies_every_line_as_classify_does(lines: list[tuple[str, str, str]], prefix: str) -> None:
+    """A feed decodes its lines in one inlined loop; `classify` is the rule it must agree with, line by line."""
+    text = ["".join(parts) for parts in lines]
+    decoder = LineDecoder(prefix)
+    expected = [decoder.classify(line.removesuffix("\r")) for line in text]
+    assert decoder.feed("\n".join(text + [""]).encode()) == expected

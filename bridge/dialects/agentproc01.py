@@ -27,6 +27,10 @@ MAX_LINE_BYTES = 1024 * 1024
 MAX_SESSION_ID_CHARS = 512
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_PARTIAL_PAYLOAD = len(PARTIAL_PREFIX)
+_ERROR_PAYLOAD = len(ERROR_PREFIX)
+_QUOTED_PARTIAL = PARTIAL_PREFIX + ' "'
+_QUOTED_PAYLOAD = len(_QUOTED_PARTIAL)  # where the JSON string's text starts
 
 
 def decode_payload(raw: str, start: int = 0) -> str:
@@ -69,13 +73,16 @@ class LineDecoder:
     the order their lines ended. `close()` flushes a final unterminated line.
     """
 
-    __slots__ = ("_session_prefix", "_prefixes", "_lines", "_closed")
+    __slots__ = ("_session_prefix", "_prefixes", "_lines", "_closed", "_prefixes_overlap")
 
     def __init__(self, session_prefix: str = SESSION_PREFIX, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         if not session_prefix:
             raise ValueError("session_prefix must not be empty")
         self._session_prefix = session_prefix
         self._prefixes = (session_prefix, PARTIAL_PREFIX, ERROR_PREFIX)
+        # A custom session prefix that one of the others starts with (or the reverse) makes the order matter.
+        self._prefixes_overlap = any(session_prefix.startswith(other) or other.startswith(session_prefix)
+                                     for other in (PARTIAL_PREFIX, ERROR_PREFIX))
         self._lines = LineSplitter(max_line_bytes)
         self._closed = False
 
@@ -100,6 +107,40 @@ class LineDecoder:
         return self._decode(self._lines.close())
 
     def _decode(self, lines: Lines) -> list[Event]:
+        if lines.cut or self._prefixes_overlap:
+            return self._decode_line_by_line(lines)
+        # classify() inlined: this loop is most of the bridge's work per byte of a chatty agent.
+        session_prefix = self._session_prefix
+        session_at = len(session_prefix)
+        starts = self._prefixes
+        events: list[Event] = []
+        add = events.append
+        for line in lines.text:
+            if not line.startswith(starts):
+                add(line)
+            elif line.startswith(_QUOTED_PARTIAL):  # the common spelling, `AGENT_PARTIAL: "…"`, decoded here
+                try:
+                    text, end = scanstring(line, _QUOTED_PAYLOAD)
+                except ValueError:
+                    end = -1
+                if end != len(line):
+                    text = decode_payload(line, _PARTIAL_PAYLOAD)
+                elif len(text) != end - _QUOTED_PAYLOAD - 1 and ("\\ud" in line or "\\uD" in line):
+                    text = _LONE_SURROGATE.sub("\ufffd", text)  # as decode_payload does
+                add(PartialEvent(text))
+            elif line.startswith(session_prefix):
+                session_id = line[session_at:].strip()
+                if 0 < len(session_id) <= MAX_SESSION_ID_CHARS and session_id.isprintable() and " " not in session_id:
+                    add(SessionEvent(session_id))
+                else:
+                    add(ProtocolWarning(f"ignored a session line because {session_id_problem(session_id)}"))
+            elif line.startswith(PARTIAL_PREFIX):
+                add(PartialEvent(decode_payload(line, _PARTIAL_PAYLOAD)))
+            else:
+                add(ErrorEvent(decode_payload(line, _ERROR_PAYLOAD)))
+        return events
+
+    def _decode_line_by_line(self, lines: Lines) -> list[Event]:
         classify = self.classify
         protocol = self._prefixes
         events = [classify(line) if line.startswith(protocol) else line for line in lines.text]
