@@ -93,7 +93,8 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
     ]
     return [
         Case("turn", [Variant("all", "all", turn)], 2 if q else 6),
-        Case("throughput", [Variant(c, c, tput) for c in ("bridge", "agentproc", "pipe only")], 2 if q else 5),
+        Case("throughput", [Variant(c, c, tput) for c in ("bridge", "agentproc", "pipe only", "python floor")],
+             2 if q else 5),
         Case("concurrency", [Variant(c, c, conc) for c in ("bridge", "agentproc")], 2 if q else 5),
         Case("latency", [Variant(c, c, lat) for c in ("bridge", "agentproc")], 2 if q else 4),
         Case("memory", memory, 1 if q else 2),

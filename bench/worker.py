@@ -233,6 +233,48 @@ def throughput_agentproc(p: dict[str, Any]) -> dict[str, Any]:
     return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in times]}
 
 
+def throughput_python_floor(p: dict[str, Any]) -> dict[str, Any]:
+    """Issue 12's Python floor, in memory (the file is read first, untimed): split each decoded 64 KiB chunk on
+    newlines, one prefix check per line, an event object for every partial and session line, the JSON string
+    payload decoded with `scanstring`, a callback per partial, body lines collected."""
+    from json.decoder import scanstring
+
+    from bridge.dialects import PartialEvent, SessionEvent
+
+    with open(p["file"], "rb") as source:
+        data = source.read()
+    chunks = [data[i:i + 65536] for i in range(0, len(data), 65536)]
+    counter = Counter()
+
+    def loop(on_partial: Callable[[str], None]) -> tuple[str, str]:
+        body: list[str] = []
+        session: SessionEvent | None = None
+        rest = b""
+        for chunk in chunks:
+            block = rest + chunk
+            end = block.rfind(b"\n") + 1
+            rest = block[end:]
+            for line in block[:end].decode("utf-8", "replace").split("\n")[:-1]:
+                if line.startswith("AGENT_"):
+                    if line.startswith("AGENT_PARTIAL:"):
+                        on_partial(PartialEvent(scanstring(line, 16)[0]).text)  # the input's `AGENT_PARTIAL: "…"`
+                    elif line.startswith("AGENT_SESSION:"):
+                        session = SessionEvent(line[14:].strip())
+                else:
+                    body.append(line)
+        return "\n".join(body), session.session_id if session else ""
+
+    reply, session_id = loop(counter)
+    expect(len(reply) == p["body_chars"] and counter.count == p["partials"] and session_id == p["last_session"],
+           "the Python floor loop decoded the input wrongly")
+    times = []
+    for _ in range(p["turns"]):
+        began = clock_ns()
+        loop(noop)
+        times.append(clock_ns() - began)
+    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in times]}
+
+
 def throughput_pipe(p: dict[str, Any]) -> dict[str, Any]:
     """Reference ceiling: `subprocess.run` of the same `cat`, output collected, nothing parsed."""
     argv = ["cat", p["file"]]
@@ -932,6 +974,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("throughput", "bridge"): throughput_bridge,
     ("throughput", "agentproc"): throughput_agentproc,
     ("throughput", "pipe only"): throughput_pipe,
+    ("throughput", "python floor"): throughput_python_floor,
     ("concurrency", "bridge"): concurrency_bridge,
     ("concurrency", "agentproc"): concurrency_agentproc,
     ("latency", "bridge"): latency_bridge,
