@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
@@ -371,7 +370,7 @@ def _run_command(args: argparse.Namespace) -> int:
         if args.new:
             conversation.forget()
         if args.session_id is None:
-            turn = dataclasses.replace(turn, session_id=conversation.session_id)
+            turn = turn.replace(session_id=conversation.session_id)
         result = _run_now(args, profile, turn)
         conversation.record(result)
         return result.exit_code
