@@ -7,20 +7,25 @@ fix the problem: they say what is wrong and, where possible, what to do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .records import FrozenRecord
 
 
 class BridgeError(Exception):
     """Root of every error agent-bridge raises."""
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
+class Problem(FrozenRecord):
     """One thing wrong with a profile, located as precisely as the input allows."""
 
+    __slots__ = ("message", "file", "line")
     message: str
-    file: str | None = None
-    line: int | None = None
+    file: str | None
+    line: int | None
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None) -> None:
+        object.__setattr__(self, "message", message)
+        object.__setattr__(self, "file", file)
+        object.__setattr__(self, "line", line)
 
     def __str__(self) -> str:
         if self.file is None:

@@ -11,12 +11,12 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from .dialects import PROTOCOLS, Handover
 from .errors import LaunchError
 from .profile import PLACEHOLDER_PATTERN, Profile
 from .profile.fields import NEW_SESSION_ID
+from .records import FrozenRecord
 from .turn import Turn
 
 PROTOCOL_VERSION = "0.1"
@@ -34,19 +34,29 @@ MAX_ARG_STRLEN = 32 * 4096
 _TEMPLATE = re.compile(PLACEHOLDER_PATTERN.pattern + r"|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchPlan:
+class LaunchPlan(FrozenRecord):
     """What to execute for one turn. `notes` are warnings for the log (they never hold values)."""
 
+    __slots__ = ("argv", "env", "cwd", "stdin", "notes", "stdin_open", "new_session_id")
     argv: tuple[str, ...]
     env: dict[str, str]
     cwd: str | None
     stdin: bytes | None
-    notes: tuple[str, ...] = ()
-    stdin_open: bool = False
+    notes: tuple[str, ...]
+    stdin_open: bool
     """stdin stays a pipe after `stdin` was written, for answers to the agent (its dialect's handover)."""
-    new_session_id: str = ""
+    new_session_id: str
     """The id the bridge made up for this new session (`{{NEW_SESSION_ID}}`); it is the turn's session id."""
+
+    def __init__(self, argv: tuple[str, ...], env: dict[str, str], cwd: str | None, stdin: bytes | None,
+                 notes: tuple[str, ...] = (), stdin_open: bool = False, new_session_id: str = "") -> None:
+        object.__setattr__(self, "argv", argv)
+        object.__setattr__(self, "env", env)
+        object.__setattr__(self, "cwd", cwd)
+        object.__setattr__(self, "stdin", stdin)
+        object.__setattr__(self, "notes", notes)
+        object.__setattr__(self, "stdin_open", stdin_open)
+        object.__setattr__(self, "new_session_id", new_session_id)
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:

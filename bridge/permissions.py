@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
+
+from .records import FrozenRecord
 
 TOOL_KINDS = ("read", "edit", "delete", "move", "search", "exec", "think", "fetch", "other")
 
 
-@dataclass(frozen=True, slots=True)
-class PermissionRequest:
+class PermissionRequest(FrozenRecord):
     """An agent asks whether it may run a tool.
 
     `request_id` is the dialect's handle for its answer; `tool` the tool's name
@@ -40,41 +40,63 @@ class PermissionRequest:
     `input` the tool's arguments, as the agent sent them.
     """
 
+    __slots__ = ("request_id", "tool", "kind", "title", "input")
     request_id: str
     tool: str
-    kind: str = ""
-    title: str = ""
-    input: Mapping[str, Any] = field(default_factory=dict)
+    kind: str
+    title: str
+    input: Mapping[str, Any]
 
     kind_of_event: ClassVar[str] = "permission"
+
+    def __init__(self, request_id: str, tool: str, kind: str = "", title: str = "",
+                 input: Mapping[str, Any] | None = None) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "tool", tool)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "title", title)
+        object.__setattr__(self, "input", {} if input is None else input)
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind_of_event, "request_id": self.request_id, "tool": self.tool, "kind": self.kind,
                 "title": self.title, "input": dict(self.input)}
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(FrozenRecord):
     """The answer to a `PermissionRequest`. `always` asks the agent to remember it (where it can)."""
 
+    __slots__ = ("allow", "always", "message")
     allow: bool
-    always: bool = False
-    message: str = ""
+    always: bool
+    message: str
+
+    def __init__(self, allow: bool, always: bool = False, message: str = "") -> None:
+        object.__setattr__(self, "allow", allow)
+        object.__setattr__(self, "always", always)
+        object.__setattr__(self, "message", message)
 
 
 DENIED = Decision(allow=False)
 ALLOWED = Decision(allow=True)
 
 
-@dataclass(frozen=True, slots=True)
-class PermissionPolicy:
+class PermissionPolicy(FrozenRecord):
     """A profile's `permissions:` section."""
 
-    default: Literal["allow", "deny", "ask"] = "deny"
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    ask: tuple[str, ...] = ()
-    timeout_secs: float = 120.0
+    __slots__ = ("default", "allow", "deny", "ask", "timeout_secs")
+    default: Literal["allow", "deny", "ask"]
+    allow: tuple[str, ...]
+    deny: tuple[str, ...]
+    ask: tuple[str, ...]
+    timeout_secs: float
+
+    def __init__(self, default: Literal["allow", "deny", "ask"] = "deny", allow: tuple[str, ...] = (),
+                 deny: tuple[str, ...] = (), ask: tuple[str, ...] = (), timeout_secs: float = 120.0) -> None:
+        object.__setattr__(self, "default", default)
+        object.__setattr__(self, "allow", allow)
+        object.__setattr__(self, "deny", deny)
+        object.__setattr__(self, "ask", ask)
+        object.__setattr__(self, "timeout_secs", timeout_secs)
 
     def decide(self, request: PermissionRequest) -> Decision | None:
         """The profile's answer, or None when the host is to be asked."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import signal
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from .dialects import (
@@ -28,6 +27,7 @@ from .dialects import (
 )
 from .permissions import PermissionRequest
 from .profile import Profile
+from .records import FrozenRecord
 
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 130
@@ -50,10 +50,11 @@ class Outcome(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True, slots=True)
-class TurnResult:
+class TurnResult(FrozenRecord):
     """Everything a host needs after a turn (SPEC §5)."""
 
+    __slots__ = ("reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome", "stderr_tail",
+                 "duration_ms", "partials", "truncated", "usage")
     reply: str
     session_id: str
     error: str
@@ -65,28 +66,51 @@ class TurnResult:
     duration_ms: int
     partials: int
     truncated: bool
-    usage: Usage | None = None
+    usage: Usage | None
     """Tokens and cost, when the agent reported them (JSON families do)."""
+
+    def __init__(self, reply: str, session_id: str, error: str, error_reply: str, exit_code: int, timed_out: bool,
+                 outcome: Outcome, stderr_tail: str, duration_ms: int, partials: int, truncated: bool,
+                 usage: Usage | None = None) -> None:
+        object.__setattr__(self, "reply", reply)
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "error_reply", error_reply)
+        object.__setattr__(self, "exit_code", exit_code)
+        object.__setattr__(self, "timed_out", timed_out)
+        object.__setattr__(self, "outcome", outcome)
+        object.__setattr__(self, "stderr_tail", stderr_tail)
+        object.__setattr__(self, "duration_ms", duration_ms)
+        object.__setattr__(self, "partials", partials)
+        object.__setattr__(self, "truncated", truncated)
+        object.__setattr__(self, "usage", usage)
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
     def to_dict(self) -> dict[str, Any]:
-        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        fields = {name: getattr(self, name) for name in self._fields}
         fields["outcome"] = self.outcome.value
         fields["usage"] = self.usage.to_dict() if self.usage is not None else None
         return fields
 
 
-@dataclass(frozen=True, slots=True)
-class Ending:
+class Ending(FrozenRecord):
     """How the agent's process ended, as the supervisor saw it."""
 
-    returncode: int | None = None  # as from waitpid: -N when killed by signal N
-    timeout: Literal["wall", "idle"] | None = None
-    cancelled: bool = False
-    spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
+    __slots__ = ("returncode", "timeout", "cancelled", "spawn_failure")
+    returncode: int | None  # as from waitpid: -N when killed by signal N
+    timeout: Literal["wall", "idle"] | None
+    cancelled: bool
+    spawn_failure: tuple[int, str] | None  # (exit code, what is wrong)
+
+    def __init__(self, returncode: int | None = None, timeout: Literal["wall", "idle"] | None = None,
+                 cancelled: bool = False, spawn_failure: tuple[int, str] | None = None) -> None:
+        object.__setattr__(self, "returncode", returncode)
+        object.__setattr__(self, "timeout", timeout)
+        object.__setattr__(self, "cancelled", cancelled)
+        object.__setattr__(self, "spawn_failure", spawn_failure)
 
 
 Forwarded = (PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | AgentInput

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import posixpath
 import urllib.parse
-from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from .errors import TurnError
+from .records import FrozenRecord
 
 
 def text_problem(value: str) -> str | None:
@@ -34,15 +34,21 @@ AttachmentType = Literal["image", "file", "audio", "video"]
 ATTACHMENT_TYPES: tuple[str, ...] = get_args(AttachmentType)
 
 
-@dataclass(frozen=True, slots=True)
-class Attachment:
+class Attachment(FrozenRecord):
     """A file the user sent with the message, passed to the agent by URL."""
 
+    __slots__ = ("type", "url", "name")
     type: AttachmentType
     url: str
-    name: str = ""
+    name: str
 
-    def __post_init__(self) -> None:
+    def __init__(self, type: AttachmentType, url: str, name: str = "") -> None:
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "url", url)
+        object.__setattr__(self, "name", name)
+        self._check()
+
+    def _check(self) -> None:
         if self.type not in ATTACHMENT_TYPES:
             raise TurnError(
                 f"attachment type {self.type!r} is not one of {', '.join(ATTACHMENT_TYPES)}"
@@ -71,21 +77,27 @@ class Attachment:
         return {"type": self.type, "url": self.url, "name": self.name}
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
+class Turn(FrozenRecord):
     """One user message for one agent run.
 
     `session_id` is the id the agent printed last time (`""` starts a new
-    session); the bridge treats it as opaque.
+    session); the bridge treats it as opaque. `replace()` makes a changed copy.
     """
 
-    message: str = ""
-    session_id: str = ""
-    session_name: str = "default"
-    from_user: str = ""
-    attachments: tuple[Attachment, ...] = field(default_factory=tuple)
+    __slots__ = ("message", "session_id", "session_name", "from_user", "attachments")
+    message: str
+    session_id: str
+    session_name: str
+    from_user: str
+    attachments: tuple[Attachment, ...]
 
-    def __post_init__(self) -> None:
+    def __init__(self, message: str = "", session_id: str = "", session_name: str = "default", from_user: str = "",
+                 attachments: tuple[Attachment, ...] = ()) -> None:
+        object.__setattr__(self, "message", message)
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "session_name", session_name)
+        object.__setattr__(self, "from_user", from_user)
+        object.__setattr__(self, "attachments", attachments)
         # NUL and lone surrogates cannot travel in argv, the environment or the store; refusing
         # them here gives the host a clear error instead of a confusing spawn or store failure.
         for name in ("message", "session_id", "session_name", "from_user"):
@@ -99,3 +111,7 @@ class Turn:
         for attachment in self.attachments:
             if not isinstance(attachment, Attachment):
                 raise TurnError(f"attachments must be Attachment objects, not {type(attachment).__name__}")
+
+    def replace(self, **changes: Any) -> Turn:
+        """A copy with `changes` applied, checked as a new turn is."""
+        return Turn(**{**{name: getattr(self, name) for name in self._fields}, **changes})

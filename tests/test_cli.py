@@ -918,3 +918,23 @@ def test_init_never_overwrites_and_refuses_a_bad_name(tmp_path):
     assert (tmp_path / "taken.yaml").read_text() == "mine\n" and not (tmp_path / "taken.sh").exists()
     assert bad.returncode == 2 and "cannot name an agent" in bad.stderr
     assert fine.returncode == 0 and (tmp_path / "here.yaml").exists() and (tmp_path / "here.sh").exists()
+
+
+def test_a_command_line_that_starts_with_its_command_gets_the_same_parser_alone():
+    from bridge.cli.main import COMMANDS, build_parser
+
+    def subparsers(parser: Any) -> Any:
+        return next(action for action in parser._actions if action.dest == "command")
+
+    whole = build_parser()
+    assert tuple(subparsers(whole).choices) == COMMANDS
+    for command in COMMANDS:
+        alone = build_parser(command)
+        assert tuple(subparsers(alone).choices) == (command,)
+        assert alone.format_usage() == whole.format_usage()
+        assert (subparsers(alone).choices[command].format_help()
+                == subparsers(whole).choices[command].format_help())
+    run = cli("run", str(PROFILES / "echo.yaml"), "--bogus")
+    assert run.returncode == 2 and run.stderr.startswith("usage: agent-bridge run ") and "--bogus" in run.stderr
+    listing = cli("--help")
+    assert listing.returncode == 0 and all(command in listing.stdout for command in COMMANDS)

@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bridge"
 LAYERS = {
-    "errors": 0, "turn": 0, "log": 0, "permissions": 0,
+    "errors": 0, "turn": 0, "log": 0, "permissions": 0, "records": 0,
     "dialects": 1,
     "profile": 2,
     "agent_files": 3, "launch": 3, "keeper": 3, "agent_io": 3, "questions": 3, "warm": 3, "process": 3, "result": 3, "supervisor": 3, "runner": 3,

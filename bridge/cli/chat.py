@@ -26,7 +26,6 @@ with 128+N.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sys
@@ -196,7 +195,7 @@ class Chat:
                     # read only now that the turn before is over
                     self.session_id, self._stamp = conversation.lookup()
                 self._pinned = False
-                turn = dataclasses.replace(turn, session_id=self.session_id)
+                turn = turn.replace(session_id=self.session_id)
             except BridgeError as error:
                 self._say(f"not sent: {error}", WARNING)
                 return

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
@@ -39,7 +38,12 @@ EXIT_USAGE = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # A command line that starts with its command is parsed by that command's parser alone, so the others
+    # are not made: argparse looks up its gettext translations for every parser it makes, and all of them
+    # cost a `run` ~15 M instructions, as much as the turn. Options before the command, --help, --version
+    # or a mistyped command get the whole parser.
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args, extra = parser.parse_known_args(argv)
     # argparse binds an optional positional (run's MESSAGE) as soon as it meets
     # the first one, so in `run PROFILE --json "hi"` the message is left over.
@@ -145,7 +149,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "worker")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; given a `command`, with that command's parser only (see `main`)."""
     parser = _Parser(
         prog="agent-bridge", description="Run any agent executable from a YAML profile, one process per message.",
     )
@@ -159,127 +167,137 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     explained = argparse.RawDescriptionHelpFormatter  # keeps the epilog's examples as they are written
 
-    run = commands.add_parser("run", parents=[common], help="run one turn of an agent",
-                              formatter_class=explained, epilog=RUN_EPILOG,
-                              description="Run one turn: MESSAGE from the argument, or from stdin when it is '-'\n"
-                              "or omitted and stdin is not a terminal. A message that starts with '-' goes\n"
-                              "after --: agent-bridge run PROFILE -- -la")
-    run.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
-    run.add_argument("message", metavar="MESSAGE", nargs="?",
-                     help="the user's message ('-': read stdin; one that starts with '-': put -- before it)")
-    run.add_argument("--session-id", type=_session_id, help="resume this session (default: a new session, or the "
-                     "stored one with --conversation)")
-    run.add_argument("--session-name", default="default", help="the session's name (default: default)")
-    run.add_argument("--from-user", default="", help="who sent the message")
-    run.add_argument("--attach", metavar="TYPE=URL", action="append", default=[], type=_attachment,
-                     help="an attachment, TYPE one of image, file, audio, video (repeatable)")
-    run.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
-                     help="override the profile's timeout_secs")
-    run.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
-    run.add_argument("--json", action="store_true", help="print NDJSON events on stdout, the result last")
-    run.add_argument("--show-stderr", action="store_true",
-                     help="show the agent's stderr as it writes it (by default only its last lines, under a "
-                     "failed turn's error)")
-    _add_conversation_options(run)
-    run.set_defaults(handler=_run_command, command_parser=run)
+    if command in (None, "run"):
+        run = commands.add_parser("run", parents=[common], help="run one turn of an agent",
+                                  formatter_class=explained, epilog=RUN_EPILOG,
+                                  description="Run one turn: MESSAGE from the argument, or from stdin when it is '-'\n"
+                                  "or omitted and stdin is not a terminal. A message that starts with '-' goes\n"
+                                  "after --: agent-bridge run PROFILE -- -la")
+        run.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
+        run.add_argument("message", metavar="MESSAGE", nargs="?",
+                         help="the user's message ('-': read stdin; one that starts with '-': put -- before it)")
+        run.add_argument("--session-id", type=_session_id, help="resume this session (default: a new session, or the "
+                         "stored one with --conversation)")
+        run.add_argument("--session-name", default="default", help="the session's name (default: default)")
+        run.add_argument("--from-user", default="", help="who sent the message")
+        run.add_argument("--attach", metavar="TYPE=URL", action="append", default=[], type=_attachment,
+                         help="an attachment, TYPE one of image, file, audio, video (repeatable)")
+        run.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
+                         help="override the profile's timeout_secs")
+        run.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
+        run.add_argument("--json", action="store_true", help="print NDJSON events on stdout, the result last")
+        run.add_argument("--show-stderr", action="store_true",
+                         help="show the agent's stderr as it writes it (by default only its last lines, under a "
+                         "failed turn's error)")
+        _add_conversation_options(run)
+        run.set_defaults(handler=_run_command, command_parser=run)
 
-    chat = commands.add_parser("chat", parents=[common], help="talk to an agent, one turn per line",
-                               formatter_class=explained, epilog=CHAT_EPILOG,
-                               description="An interactive session with an agent: one turn per line, the session\n"
-                               "kept across turns. /help lists the commands; Ctrl-C stops a running turn,\n"
-                               "Ctrl-D leaves.")
-    chat.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
-    chat.add_argument("--session-id", type=_session_id,
-                      help="resume this session (default: a new one, or the stored one)")
-    chat.add_argument("--session-name", default="default", help="the session's name (default: default)")
-    chat.add_argument("--from-user", default="", help="who sends the messages")
-    chat.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
-                      help="override the profile's timeout_secs")
-    chat.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
-    _add_conversation_options(chat)
-    chat.set_defaults(handler=_chat_command, command_parser=chat)
+    if command in (None, "chat"):
+        chat = commands.add_parser("chat", parents=[common], help="talk to an agent, one turn per line",
+                                   formatter_class=explained, epilog=CHAT_EPILOG,
+                                   description="An interactive session with an agent: one turn per line, the session\n"
+                                   "kept across turns. /help lists the commands; Ctrl-C stops a running turn,\n"
+                                   "Ctrl-D leaves.")
+        chat.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
+        chat.add_argument("--session-id", type=_session_id,
+                          help="resume this session (default: a new one, or the stored one)")
+        chat.add_argument("--session-name", default="default", help="the session's name (default: default)")
+        chat.add_argument("--from-user", default="", help="who sends the messages")
+        chat.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
+                          help="override the profile's timeout_secs")
+        chat.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
+        _add_conversation_options(chat)
+        chat.set_defaults(handler=_chat_command, command_parser=chat)
 
-    init = commands.add_parser("init", parents=[common], help="write a starter agent and its profile",
-                               formatter_class=explained, epilog=INIT_EPILOG,
-                               description="Write NAME.sh (or NAME.py) — a commented agent that answers — and\n"
-                               "NAME.yaml, its profile. Existing files are never overwritten.")
-    init.add_argument("name", metavar="NAME", help="the agent's name: letters, digits, '.', '_' and '-'")
-    init.add_argument("--lang", choices=("sh", "python"), default="sh",
-                      help="write the agent as a shell script (default) or in Python")
-    init.add_argument("--dir", metavar="DIR", default=".", help="where to write the files (default: here)")
-    init.set_defaults(handler=_init_command, command_parser=init)
+    if command in (None, "init"):
+        init = commands.add_parser("init", parents=[common], help="write a starter agent and its profile",
+                                   formatter_class=explained, epilog=INIT_EPILOG,
+                                   description="Write NAME.sh (or NAME.py) — a commented agent that answers — and\n"
+                                   "NAME.yaml, its profile. Existing files are never overwritten.")
+        init.add_argument("name", metavar="NAME", help="the agent's name: letters, digits, '.', '_' and '-'")
+        init.add_argument("--lang", choices=("sh", "python"), default="sh",
+                          help="write the agent as a shell script (default) or in Python")
+        init.add_argument("--dir", metavar="DIR", default=".", help="where to write the files (default: here)")
+        init.set_defaults(handler=_init_command, command_parser=init)
 
-    sessions = commands.add_parser("sessions", parents=[common], help="inspect and reset stored sessions",
-                                   description="The session store: what --conversation remembers between runs.")
-    actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
-    state = argparse.ArgumentParser(add_help=False)
-    state.add_argument("--state", metavar="PATH", help=_STATE_HELP)
-    listing = actions.add_parser("list", parents=[common, state], help="list stored sessions, latest first")
-    listing.add_argument("--profile", metavar="NAME", help="only this profile's sessions")
-    listing.add_argument("--json", action="store_true", help="one JSON object per line")
-    listing.set_defaults(command_parser=listing)
-    for action, text in (("show", "show a conversation's stored sessions"),
-                         ("forget", "forget a conversation's sessions: its next turn starts afresh")):
-        sub = actions.add_parser(action, parents=[common, state], help=text)
-        sub.add_argument("profile", metavar="PROFILE", help="the profile's name (or its YAML file)")
-        sub.add_argument("conversation", metavar="CONVERSATION", help="the conversation key")
-        sub.add_argument("--session-name", help="only this session name (default: all of them)")
-        if action == "show":
-            sub.add_argument("--json", action="store_true", help="one JSON object per line")
-        sub.set_defaults(command_parser=sub)
-    sessions.set_defaults(handler=_sessions_command)
+    if command in (None, "sessions"):
+        sessions = commands.add_parser("sessions", parents=[common], help="inspect and reset stored sessions",
+                                       description="The session store: what --conversation remembers between runs.")
+        actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
+        state = argparse.ArgumentParser(add_help=False)
+        state.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+        listing = actions.add_parser("list", parents=[common, state], help="list stored sessions, latest first")
+        listing.add_argument("--profile", metavar="NAME", help="only this profile's sessions")
+        listing.add_argument("--json", action="store_true", help="one JSON object per line")
+        listing.set_defaults(command_parser=listing)
+        for action, text in (("show", "show a conversation's stored sessions"),
+                             ("forget", "forget a conversation's sessions: its next turn starts afresh")):
+            sub = actions.add_parser(action, parents=[common, state], help=text)
+            sub.add_argument("profile", metavar="PROFILE", help="the profile's name (or its YAML file)")
+            sub.add_argument("conversation", metavar="CONVERSATION", help="the conversation key")
+            sub.add_argument("--session-name", help="only this session name (default: all of them)")
+            if action == "show":
+                sub.add_argument("--json", action="store_true", help="one JSON object per line")
+            sub.set_defaults(command_parser=sub)
+        sessions.set_defaults(handler=_sessions_command)
 
-    check = commands.add_parser("check", parents=[common], help="validate profiles",
-                                description="Validate profiles; exit 0 if all are valid, else 2.")
-    check.add_argument("profiles", metavar="PROFILE", nargs="+")
-    check.set_defaults(handler=_check_command, command_parser=check)
+    if command in (None, "check"):
+        check = commands.add_parser("check", parents=[common], help="validate profiles",
+                                    description="Validate profiles; exit 0 if all are valid, else 2.")
+        check.add_argument("profiles", metavar="PROFILE", nargs="+")
+        check.set_defaults(handler=_check_command, command_parser=check)
 
-    schema = commands.add_parser("schema", parents=[common], help="print the profile JSON Schema, for editors")
-    schema.set_defaults(handler=_schema_command, command_parser=schema)
+    if command in (None, "schema"):
+        schema = commands.add_parser("schema", parents=[common], help="print the profile JSON Schema, for editors")
+        schema.set_defaults(handler=_schema_command, command_parser=schema)
 
-    serve = commands.add_parser("serve", parents=[common], help="run turns for a bot over JSON Lines on stdin/stdout",
-                                formatter_class=explained, epilog=SERVE_EPILOG,
-                                description="The host runtime as a sidecar: one JSON request per line on stdin, one\n"
-                                "JSON response per line on stdout (see the README). EOF, SIGTERM or SIGINT\n"
-                                "shut down gracefully; a second signal cancels every turn at once.")
-    serve.add_argument("--profiles", metavar="DIR",
-                       help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns "
-                       "(required, but for a gateway: --postgres)")
-    serve.add_argument("--state", metavar="PATH", help=_STATE_HELP)
-    # Defaults live in bridge.host (not imported here: other commands must not pay for it).
-    serve.add_argument("--max-concurrent", metavar="N", type=_count(1),
-                       help="turns that may run at once (default: 32)")
-    serve.add_argument("--max-queued", metavar="N", type=_count(0),
-                       help="turns that may wait for a slot; more are refused with queue_full (default: 256)")
-    serve.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True),
-                       help="on shutdown, how long turns in flight may finish before they are cancelled "
-                       "(default: 10)")
-    serve.add_argument("--postgres", metavar="DSN",
-                       help="be a gateway: queue turns in this PostgreSQL database for `agent-bridge worker`s "
-                       "(postgresql://user@host/db); results not yet delivered are sent again at start")
-    serve.add_argument("--name", metavar="NAME", default="serve",
-                       help="with --postgres: this gateway's name; the next serve of that name sends the results "
-                       "this one could not (default: serve)")
-    serve.set_defaults(handler=_serve_command, command_parser=serve)
+    if command in (None, "serve"):
+        serve = commands.add_parser(
+            "serve", parents=[common], help="run turns for a bot over JSON Lines on stdin/stdout",
+            formatter_class=explained, epilog=SERVE_EPILOG,
+            description="The host runtime as a sidecar: one JSON request per line on stdin, one\n"
+            "JSON response per line on stdout (see the README). EOF, SIGTERM or SIGINT\n"
+            "shut down gracefully; a second signal cancels every turn at once.")
+        serve.add_argument("--profiles", metavar="DIR",
+                           help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns "
+                           "(required, but for a gateway: --postgres)")
+        serve.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+        # Defaults live in bridge.host (not imported here: other commands must not pay for it).
+        serve.add_argument("--max-concurrent", metavar="N", type=_count(1),
+                           help="turns that may run at once (default: 32)")
+        serve.add_argument("--max-queued", metavar="N", type=_count(0),
+                           help="turns that may wait for a slot; more are refused with queue_full (default: 256)")
+        serve.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True),
+                           help="on shutdown, how long turns in flight may finish before they are cancelled "
+                           "(default: 10)")
+        serve.add_argument("--postgres", metavar="DSN",
+                           help="be a gateway: queue turns in this PostgreSQL database for `agent-bridge worker`s "
+                           "(postgresql://user@host/db); results not yet delivered are sent again at start")
+        serve.add_argument("--name", metavar="NAME", default="serve",
+                           help="with --postgres: this gateway's name; the next serve of that name sends the results "
+                           "this one could not (default: serve)")
+        serve.set_defaults(handler=_serve_command, command_parser=serve)
 
-    worker = commands.add_parser(
-        "worker", parents=[common], help="run turns from a PostgreSQL queue (many workers, many machines)",
-        formatter_class=explained, epilog=WORKER_EPILOG,
-        description="Claims turns that `serve --postgres` gateways queued, runs them with the profiles in DIR,\n"
-        "and writes their results back. SIGTERM or SIGINT drain: no new turns; those in flight finish\n"
-        "within the shutdown grace, the rest go back to the queue in their place.")
-    worker.add_argument("--postgres", metavar="DSN", required=True, help="the queue's database (postgresql://…)")
-    worker.add_argument("--profiles", metavar="DIR", required=True, help="directory of profiles, as for serve")
-    worker.add_argument("--max-concurrent", metavar="N", type=_count(1), default=32,
-                        help="turns this worker runs at once (default: 32)")
-    worker.add_argument("--lease-secs", metavar="SECS", type=_seconds(zero_ok=False), default=10.0,
-                        help="a turn's lease: renewed every third of it; a worker silent this long (plus the "
-                        "agent's kill grace) is taken for lost and its turns go to others (default: 10)")
-    worker.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True), default=10.0,
-                        help="on SIGTERM, how long turns in flight may finish before they go back to the queue "
-                        "(default: 10)")
-    worker.add_argument("--name", metavar="NAME", help="this worker's id in stats and logs (default: host:pid:random)")
-    worker.set_defaults(handler=_worker_command, command_parser=worker)
+    if command in (None, "worker"):
+        worker = commands.add_parser(
+            "worker", parents=[common], help="run turns from a PostgreSQL queue (many workers, many machines)",
+            formatter_class=explained, epilog=WORKER_EPILOG,
+            description="Claims turns that `serve --postgres` gateways queued, runs them with the profiles in DIR,\n"
+            "and writes their results back. SIGTERM or SIGINT drain: no new turns; those in flight finish\n"
+            "within the shutdown grace, the rest go back to the queue in their place.")
+        worker.add_argument("--postgres", metavar="DSN", required=True, help="the queue's database (postgresql://…)")
+        worker.add_argument("--profiles", metavar="DIR", required=True, help="directory of profiles, as for serve")
+        worker.add_argument("--max-concurrent", metavar="N", type=_count(1), default=32,
+                            help="turns this worker runs at once (default: 32)")
+        worker.add_argument("--lease-secs", metavar="SECS", type=_seconds(zero_ok=False), default=10.0,
+                            help="a turn's lease: renewed every third of it; a worker silent this long (plus the "
+                            "agent's kill grace) is taken for lost and its turns go to others (default: 10)")
+        worker.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True), default=10.0,
+                            help="on SIGTERM, how long turns in flight may finish before they go back to the queue "
+                            "(default: 10)")
+        worker.add_argument("--name", metavar="NAME",
+                            help="this worker's id in stats and logs (default: host:pid:random)")
+        worker.set_defaults(handler=_worker_command, command_parser=worker)
     return parser
 
 
@@ -371,7 +389,7 @@ def _run_command(args: argparse.Namespace) -> int:
         if args.new:
             conversation.forget()
         if args.session_id is None:
-            turn = dataclasses.replace(turn, session_id=conversation.session_id)
+            turn = turn.replace(session_id=conversation.session_id)
         result = _run_now(args, profile, turn)
         conversation.record(result)
         return result.exit_code

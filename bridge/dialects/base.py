@@ -18,18 +18,17 @@ import json
 import json.scanner
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from ..permissions import Decision, PermissionRequest
+from ..records import FrozenRecord
 from ..turn import Turn
 from .events import Event, LineCut, ProtocolWarning
 from .framing import Lines, LineSplitter
 from .settings import JSON_MAX_LINE_BYTES, JsonSettings
 
 
-@dataclass(frozen=True, slots=True)
-class Handover:
+class Handover(FrozenRecord):
     """How a turn reaches the agent besides argv and the environment.
 
     `stdin` is written to the agent's stdin (None: stdin is /dev/null, at end of
@@ -37,12 +36,16 @@ class Handover:
     answers to the agent's questions; it is closed when the agent exits.
     """
 
-    stdin: bytes | None = None
-    keep_open: bool = False
+    __slots__ = ("stdin", "keep_open")
+    stdin: bytes | None
+    keep_open: bool
+
+    def __init__(self, stdin: bytes | None = None, keep_open: bool = False) -> None:
+        object.__setattr__(self, "stdin", stdin)
+        object.__setattr__(self, "keep_open", keep_open)
 
 
-@dataclass(frozen=True, slots=True)
-class DialectContext:
+class DialectContext(FrozenRecord):
     """What a dialect needs to know of the profile; the turn engine builds it (dialects never see a Profile).
 
     `settings` is the dialect's own settings object (its `Settings` class,
@@ -53,11 +56,20 @@ class DialectContext:
     or `line`); `stdin_line`: followed by a newline (`stdin: line`).
     """
 
-    settings: Any = None
-    session_line_prefix: str = "AGENT_SESSION:"
-    stdin_message: bool = False
-    permissions: bool = False
-    stdin_line: bool = False
+    __slots__ = ("settings", "session_line_prefix", "stdin_message", "permissions", "stdin_line")
+    settings: Any
+    session_line_prefix: str
+    stdin_message: bool
+    permissions: bool
+    stdin_line: bool
+
+    def __init__(self, settings: Any = None, session_line_prefix: str = "AGENT_SESSION:", stdin_message: bool = False,
+                 permissions: bool = False, stdin_line: bool = False) -> None:
+        object.__setattr__(self, "settings", settings)
+        object.__setattr__(self, "session_line_prefix", session_line_prefix)
+        object.__setattr__(self, "stdin_message", stdin_message)
+        object.__setattr__(self, "permissions", permissions)
+        object.__setattr__(self, "stdin_line", stdin_line)
 
 
 class Dialect(Protocol):

@@ -27,36 +27,39 @@ thirds of a chatty agent's lines are events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from ..permissions import PermissionRequest
+from ..records import FrozenRecord, Record
 
 
-@dataclass(slots=True)
-class PartialEvent:
+class PartialEvent(Record):
     """A streamed chunk of the reply, to show the user at once."""
 
+    __slots__ = ("text",)
     kind: ClassVar[str] = "partial"
-    text: str
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "text": self.text}
 
 
-@dataclass(slots=True)
-class SessionEvent:
+class SessionEvent(Record):
     """A valid session id; the last one of a turn is the one to resume with."""
 
+    __slots__ = ("session_id",)
     kind: ClassVar[str] = "session"
-    session_id: str
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "session_id": self.session_id}
 
 
-@dataclass(slots=True)
-class ErrorEvent:
+class ErrorEvent(Record):
     """The agent's user-readable error; the turn fails whatever its exit code.
 
     `unfinished`: not the agent's words but the dialect's — the agent's stream
@@ -64,9 +67,12 @@ class ErrorEvent:
     on its own: after a timeout or a cancel, that is the cause the host is told.
     """
 
+    __slots__ = ("text", "unfinished")
     kind: ClassVar[str] = "error"
-    text: str
-    unfinished: bool = False
+
+    def __init__(self, text: str, unfinished: bool = False) -> None:
+        self.text = text
+        self.unfinished = unfinished
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "text": self.text}
@@ -77,19 +83,25 @@ BodyLine = str
 write, never reach a host one by one, and need nothing but the text."""
 
 
-@dataclass(slots=True)
-class ReplyEvent:
+class ReplyEvent(Record):
     """The reply as the agent gives it whole (a JSON family's final answer); it replaces any earlier one."""
 
-    text: str
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
-@dataclass(frozen=True, slots=True)
-class PlanStep:
+class PlanStep(FrozenRecord):
     """One entry of an agent's plan: what, and `pending` | `in_progress` | `completed`."""
 
+    __slots__ = ("text", "status")
     text: str
-    status: str = "pending"
+    status: str
+
+    def __init__(self, text: str, status: str = "pending") -> None:
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "status", status)
 
     def to_dict(self) -> dict[str, str]:
         return {"text": self.text, "status": self.status}
@@ -98,8 +110,7 @@ class PlanStep:
 ActivityKind = Literal["thinking", "tool", "plan"]
 
 
-@dataclass(slots=True)
-class ActivityEvent:
+class ActivityEvent(Record):
     """What the agent is doing, for a status line; never part of the reply.
 
     - `thinking`: `text` is (a piece of) its reasoning;
@@ -110,14 +121,18 @@ class ActivityEvent:
     - `plan`: `plan` holds every step as the agent sees them now.
     """
 
+    __slots__ = ("activity", "text", "tool", "title", "status", "call_id", "plan")
     kind: ClassVar[str] = "activity"
-    activity: ActivityKind
-    text: str = ""
-    tool: str = ""
-    title: str = ""
-    status: str = ""
-    call_id: str = ""
-    plan: tuple[PlanStep, ...] = ()
+
+    def __init__(self, activity: ActivityKind, text: str = "", tool: str = "", title: str = "", status: str = "",
+                 call_id: str = "", plan: tuple[PlanStep, ...] = ()) -> None:
+        self.activity = activity
+        self.text = text
+        self.tool = tool
+        self.title = title
+        self.status = status
+        self.call_id = call_id
+        self.plan = plan
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {"event": self.kind, "activity": self.activity}
@@ -130,16 +145,27 @@ class ActivityEvent:
         return record
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(FrozenRecord):
     """What a turn cost, as far as the agent said: tokens (None where it did not say) and money."""
 
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cached_input_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    total_tokens: int | None = None
-    cost_usd: float | None = None
+    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens", "total_tokens",
+                 "cost_usd")
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_input_tokens: int | None
+    reasoning_tokens: int | None
+    total_tokens: int | None
+    cost_usd: float | None
+
+    def __init__(self, input_tokens: int | None = None, output_tokens: int | None = None,
+                 cached_input_tokens: int | None = None, reasoning_tokens: int | None = None,
+                 total_tokens: int | None = None, cost_usd: float | None = None) -> None:
+        object.__setattr__(self, "input_tokens", input_tokens)
+        object.__setattr__(self, "output_tokens", output_tokens)
+        object.__setattr__(self, "cached_input_tokens", cached_input_tokens)
+        object.__setattr__(self, "reasoning_tokens", reasoning_tokens)
+        object.__setattr__(self, "total_tokens", total_tokens)
+        object.__setattr__(self, "cost_usd", cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}
@@ -153,16 +179,17 @@ class Usage:
         return Usage(**values)
 
 
-@dataclass(slots=True)
-class UsageEvent:
+class UsageEvent(Record):
     """Usage the agent reported; the turn's result carries the last one (`replace`) or their sum."""
 
-    usage: Usage
-    replace: bool = True
+    __slots__ = ("usage", "replace")
+
+    def __init__(self, usage: Usage, replace: bool = True) -> None:
+        self.usage = usage
+        self.replace = replace
 
 
-@dataclass(slots=True)
-class AgentInput:
+class AgentInput(Record):
     """Bytes the dialect itself must write to the agent's stdin: a protocol-level answer no policy decides.
 
     agentproc-0.4 refuses a malformed permission request this way, so the agent
@@ -170,29 +197,35 @@ class AgentInput:
     queued before; dropped once stdin is closed.
     """
 
-    data: bytes
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
 
-@dataclass(slots=True)
-class Ready:
+class Ready(Record):
     """A long-lived agent's session is set up (new, or resumed) and takes turns; `session_id` is its id."""
 
-    session_id: str
+    __slots__ = ("session_id",)
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
 
 
-@dataclass(slots=True)
-class TurnEnd:
+class TurnEnd(Record):
     """A long-lived agent finished the turn and stays alive for the next one.
 
     `stop_reason` is the family's own word (`end_turn`, `cancelled`, `refusal`…);
     a dialect that sees the turn fail reports an `ErrorEvent` before this.
     """
 
-    stop_reason: str = "end_turn"
+    __slots__ = ("stop_reason",)
+
+    def __init__(self, stop_reason: str = "end_turn") -> None:
+        self.stop_reason = stop_reason
 
 
-@dataclass(slots=True)
-class FileRequest:
+class FileRequest(Record):
     """A warm agent asks the bridge to read or write a text file (ACP `fs/read_text_file`, `fs/write_text_file`).
 
     Only when the profile granted it (`acp: {fs_read: true}` / `fs_write`); the
@@ -202,24 +235,31 @@ class FileRequest:
     many lines, each None for all) or `write` (`content`: the whole new text).
     """
 
-    request_id: str
-    operation: Literal["read", "write"]
-    path: str
-    content: str | None = None
-    line: int | None = None
-    limit: int | None = None
+    __slots__ = ("request_id", "operation", "path", "content", "line", "limit")
+
+    def __init__(self, request_id: str, operation: Literal["read", "write"], path: str, content: str | None = None,
+                 line: int | None = None, limit: int | None = None) -> None:
+        self.request_id = request_id
+        self.operation = operation
+        self.path = path
+        self.content = content
+        self.line = line
+        self.limit = limit
 
 
-@dataclass(slots=True)
-class ProtocolWarning:
+class ProtocolWarning(Record):
     """Something the agent wrote that the bridge had to ignore or cut; logged, never fatal."""
 
-    message: str
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
-@dataclass(slots=True)
 class LineCut(ProtocolWarning):
     """A line over the length limit was cut there; the turn's output is no longer whole."""
+
+    __slots__ = ()
 
 
 Event = (PartialEvent | SessionEvent | ErrorEvent | BodyLine | ReplyEvent | ActivityEvent | UsageEvent

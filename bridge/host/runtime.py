@@ -17,7 +17,6 @@ its result (exit 130), which is what a bot relaying a user's "stop" wants.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 from collections import Counter
@@ -367,7 +366,7 @@ class Host:
                 log.error("the stored session cannot be read; the turn does not run", error=str(err))
                 raise
             if stored and not turn.session_id:
-                turn = dataclasses.replace(turn, session_id=stored)
+                turn = turn.replace(session_id=stored)
         if flight.cancel.is_set():  # cancelled before the agent started: do not start it
             return _cancelled_result(profile, trio.current_time())
 
