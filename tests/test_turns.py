@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_stat
 
 import bridge
 import bridge.agent_io
+import bridge.process
 from bridge import ErrorEvent, PartialEvent, SessionEvent, Turn, TurnResult
+from bridge.keeper import KEEPER
 
 SUFFIX = "\n\n…(truncated)"
 RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
@@ -804,6 +807,7 @@ HOST_IGNORING_SIGINT = """
 import signal, sys
 import bridge
 import bridge.agent_io
+import bridge.process
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 profile = bridge.Profile.from_mapping({"command": ["grep", "^SigIgn:", "/proc/self/status"]})
 print(bridge.run_turn_sync(profile, bridge.Turn("x")).reply.split()[1])
@@ -895,6 +899,92 @@ async def test_the_agent_inherits_only_stdin_stdout_and_stderr(make_agent):
             break  # the other turn is running, its pipes open
         result = await run(lister)
     assert result.reply == "[]"
+
+
+# Prints the descriptors it inherited beyond stdin, stdout and stderr.
+FD_LISTER = """
+import os
+inherited = []
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    inherited.append(fd)
+print(inherited)
+"""
+
+
+async def test_turns_started_together_spawn_from_threads_each_guarded_and_inheriting_nothing(make_agent,
+                                                                                                monkeypatch):
+    """A burst of turns spawns its agents from worker threads, side by side; each agent is guarded by the keeper
+    as before, inherits no pipe of the turns spawned beside it, and no descriptor is left open after."""
+    spawns: list[tuple[int, int, bool]] = []  # (thread, pid, guarded)
+    real_spawn = bridge.process.spawn
+
+    def spawn(plan: Any, **options: Any) -> Any:
+        agent = real_spawn(plan, **options)
+        spawns.append((threading.get_ident(), agent.pid, agent.pid in KEEPER._slots))
+        return agent
+
+    monkeypatch.setattr(bridge.process, "spawn", spawn)
+    lister = make_agent(FD_LISTER)
+    before = set(os.listdir("/proc/self/fd"))
+    results: list[TurnResult] = []
+
+    async def one() -> None:
+        results.append(await run(lister))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(12):
+            nursery.start_soon(one)
+    assert [result.reply for result in results] == ["[]"] * 12
+    assert len(spawns) == 12 and all(guarded for _, _, guarded in spawns)
+    assert {thread for thread, _, _ in spawns} - {threading.get_ident()}, "no spawn ran in a worker thread"
+    assert set(os.listdir("/proc/self/fd")) == before
+
+
+async def test_a_turn_alone_spawns_in_the_event_loops_thread(make_agent, monkeypatch):
+    """No thread hop for a single turn."""
+    threads: list[int] = []
+    real_spawn = bridge.process.spawn
+
+    def spawn(plan: Any, **options: Any) -> Any:
+        threads.append(threading.get_ident())
+        return real_spawn(plan, **options)
+
+    monkeypatch.setattr(bridge.process, "spawn", spawn)
+    assert (await run(make_agent('print("ok")'))).reply == "ok"
+    assert threads == [threading.get_ident()]
+
+
+def test_a_sweep_for_orphans_waits_for_the_spawns_under_way_and_holds_new_ones_off():
+    gate = bridge.process._ChildrenGate()
+    gate.spawn_begins()
+    gate.spawn_begins()
+    swept = threading.Event()
+    sweep_may_end = threading.Event()
+
+    def sweep() -> None:
+        with gate.sweeping():
+            swept.set()
+            sweep_may_end.wait(TURN_DEADLINE)
+
+    sweeper = threading.Thread(target=sweep)
+    sweeper.start()
+    gate.spawn_ends()
+    assert not swept.wait(0.1), "the sweep ran while a spawn was under way"
+    gate.spawn_ends()
+    assert swept.wait(TURN_DEADLINE)
+    spawn_began = threading.Event()
+    spawner = threading.Thread(target=lambda: (gate.spawn_begins(), spawn_began.set()))
+    spawner.start()
+    assert not spawn_began.wait(0.1), "a spawn began during the sweep"
+    sweep_may_end.set()
+    assert spawn_began.wait(TURN_DEADLINE)
+    sweeper.join()
+    spawner.join()
+    gate.spawn_ends()
 
 
 async def test_turns_leak_no_file_descriptors(make_agent, tmp_path):
