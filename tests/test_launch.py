@@ -205,3 +205,18 @@ def test_over_long_message_with_stdin_truncates_the_variable_only() -> None:
 def test_over_long_argument_is_a_clear_error() -> None:
     with pytest.raises(LaunchError, match="argument 1 .* over the OS limit"):
         plan(Turn("m" * MAX_ARG_STRLEN), args=["{{MESSAGE}}"], stdin="message")
+
+
+@pytest.mark.parametrize("env_inherit", ["minimal", "all"])
+def test_a_change_to_os_environ_reaches_the_next_turn(monkeypatch: pytest.MonkeyPatch, env_inherit: str) -> None:
+    """What was inherited from os.environ is reused while os.environ is unchanged; every change is seen."""
+    profile = Profile.from_mapping({"command": "agent", "env_inherit": env_inherit}, profile_dir="/profiles")
+    monkeypatch.setenv("LC_PAPER", "first")
+    first = plan_launch(profile, Turn("hi"), os.environ).env
+    first["LC_PAPER"] = "changed by the caller"
+    assert plan_launch(profile, Turn("hi"), os.environ).env["LC_PAPER"] == "first"
+    monkeypatch.setenv("LC_PAPER", "second")
+    assert plan_launch(profile, Turn("hi"), os.environ).env["LC_PAPER"] == "second"
+    monkeypatch.delenv("LC_PAPER")
+    assert "LC_PAPER" not in plan_launch(profile, Turn("hi"), os.environ).env
+    assert plan_launch(profile, Turn("hi"), {"LC_PAPER": "a mapping"}).env["LC_PAPER"] == "a mapping"
