@@ -20,11 +20,10 @@ from typing import Any
 import trio
 
 from .launch import LaunchPlan
-from .process import AgentProcess, collect_orphans
+from .process import READ_CHUNK, AgentProcess, collect_orphans
 from .profile import Profile
 from .result import Ending
 
-READ_CHUNK = 64 * 1024
 STDERR_TAIL_BYTES = 4096
 # After the agent exits and its group is killed, output still in the pipes is
 # read for at most this long. Only a process that left the group (setsid) can
@@ -105,15 +104,18 @@ class StderrTail:
 
     async def pump(self, reader: _Reader) -> None:
         """Read `reader` to its end (or its scope's cancel)."""
-        tail = self._tail
         with reader.scope:
             while data := await reader.receive():
-                if self.on_chunk is not None:
-                    self.on_chunk(data)
-                self._total += len(data)
-                tail += data
-                if len(tail) > 2 * STDERR_TAIL_BYTES:
-                    del tail[:-STDERR_TAIL_BYTES]
+                self.take(data)
+
+    def take(self, data: bytes) -> None:
+        if self.on_chunk is not None:
+            self.on_chunk(data)
+        self._total += len(data)
+        tail = self._tail
+        tail += data
+        if len(tail) > 2 * STDERR_TAIL_BYTES:
+            del tail[:-STDERR_TAIL_BYTES]
 
     def clear(self) -> None:
         """Start over (a warm agent's next turn)."""
@@ -143,6 +145,8 @@ class AgentIO:
         self.stdout = _Reader(agent.stdout)
         self.stderr = _Reader(agent.stderr)
         self.stderr_tail = StderrTail(on_stderr)
+        # With a pidfd, stderr is read by the wait for the agent's exit, not by a task of its own.
+        self._on_stderr = self._stderr_while_waiting if agent.reads_stderr_while_waiting else None
         # Only an agent whose stdin stays open is answered later (a channel costs a turn ~10 us).
         self._outgoing: trio.MemorySendChannel[bytes] | None = None
         self._outgoing_queue: trio.MemoryReceiveChannel[bytes] | None = None
@@ -162,9 +166,11 @@ class AgentIO:
         `on_stopping` is called once the agent exited or is being stopped (a
         timeout, a cancel): whatever waits on the host for this turn stops waiting.
         """
+        others = self.agent.stdin is not None or cancel is not None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.pump_stdout, on_output)
-            nursery.start_soon(self.pump_stderr)
+            if self._on_stderr is None:
+                nursery.start_soon(self.pump_stderr)
             if self.agent.stdin is not None:
                 nursery.start_soon(self.feed_stdin)
             if cancel is not None:
@@ -172,13 +178,16 @@ class AgentIO:
             ending = await self.wait_for_exit(on_stopping)
             self.stdout.start_draining(DRAIN_SECS)
             self.stderr.start_draining(DRAIN_SECS)
+            if self._on_stderr is not None and not self.stderr.done.is_set():  # the rest of stderr
+                await self.pump_stderr()
             for reader in (self.stdout, self.stderr):
                 if not reader.done.is_set():  # waiting on a set event would still cost a schedule point
                     await reader.done.wait()
             if self.stdout.cut or self.stderr.cut:
                 self.log.warning("a process outside the agent's group still holds its output open; stopped reading",
                                  drain_secs=DRAIN_SECS)
-            nursery.cancel_scope.cancel()
+            if others:  # stdin, the host's cancel: the pipes are done, so these are no longer needed
+                nursery.cancel_scope.cancel()
         return ending
 
     def send(self, data: bytes) -> None:
@@ -191,7 +200,7 @@ class AgentIO:
 
     async def wait_for_exit(self, on_stopping: Callable[[], None] | None = None) -> Ending:
         with self.exit_wait:
-            await self.agent.wait_exited()
+            await self.agent.wait_exited(self._on_stderr)
         if on_stopping is not None:
             on_stopping()
         timeout = None
@@ -213,12 +222,12 @@ class AgentIO:
         """`signum` to the group; after `kill_grace_secs`, SIGKILL."""
         self.agent.signal_group(signum)
         with trio.move_on_after(self.profile.kill_grace_secs):
-            await self.agent.wait_exited()
+            await self.agent.wait_exited(self._on_stderr)
             return
         self.log.warning("agent still running after the grace period; killing it",
                          signal=signal.Signals(signum).name, grace_secs=self.profile.kill_grace_secs)
         self.agent.signal_group(signal.SIGKILL)
-        await self.agent.wait_exited()
+        await self.agent.wait_exited(self._on_stderr)
 
     async def reap_leftovers(self) -> None:
         """Kill and reap what the agent left behind and was handed to us (only a subreaper is)."""
@@ -259,6 +268,12 @@ class AgentIO:
         try:
             await self.stderr_tail.pump(self.stderr)
         finally:
+            self.stderr.done.set()
+
+    def _stderr_while_waiting(self, data: bytes) -> None:
+        if data:
+            self.stderr_tail.take(data)
+        else:
             self.stderr.done.set()
 
     def stderr_text(self) -> str:

@@ -22,6 +22,7 @@ import _signal
 import contextlib
 import errno
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -36,6 +37,7 @@ from .launch import LaunchPlan
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
+READ_CHUNK = 64 * 1024
 
 # How many threads spawn agents at once when several turns of a trio run start together (see `start`).
 SPAWN_THREADS = 4
@@ -105,22 +107,56 @@ class AgentProcess:
             self._pidfd: int | None = os.pidfd_open(popen.pid)
         except (AttributeError, OSError):  # not Linux ≥ 5.3: fall back to a waiting thread
             self._pidfd = None
+        self._exit_or_stderr: select.epoll | None = None  # made by the first `wait_exited(on_stderr)`
 
     @property
     def reaped(self) -> bool:
         return self._popen.returncode is not None
 
-    async def wait_exited(self) -> None:
-        """Return once the agent has exited, without reaping it."""
+    @property
+    def reads_stderr_while_waiting(self) -> bool:
+        """Whether `wait_exited(on_stderr)` can read stderr (it needs a pidfd); else stderr needs a task of its own."""
+        return self._pidfd is not None
+
+    async def wait_exited(self, on_stderr: Callable[[bytes], None] | None = None) -> None:
+        """Return once the agent has exited, without reaping it.
+
+        With `on_stderr` (see `reads_stderr_while_waiting`), stderr is read meanwhile: each chunk is handed
+        to it, and b"" at the end of stderr. One wait for both saves a turn a task. It reads one chunk per
+        wake-up, so an agent flooding stderr cannot starve the event loop.
+        """
         if self._exited:
             return
-        if self._pidfd is not None:
+        if on_stderr is not None and self._pidfd is not None and self.stderr >= 0:
+            await self._wait_exited_reading_stderr(on_stderr)
+        elif self._pidfd is not None:
             await trio.lowlevel.wait_readable(self._pidfd)
         else:
             await trio.to_thread.run_sync(
                 partial(os.waitid, os.P_PID, self.pid, os.WEXITED | os.WNOWAIT), abandon_on_cancel=True
             )
         self._exited = True
+
+    async def _wait_exited_reading_stderr(self, on_stderr: Callable[[bytes], None]) -> None:
+        ready = self._exit_or_stderr
+        if ready is None:  # an epoll of our own, which trio waits on like any descriptor
+            ready = self._exit_or_stderr = select.epoll(2)
+            ready.register(self._pidfd, select.EPOLLIN)  # type: ignore[arg-type]
+            ready.register(self.stderr, select.EPOLLIN)
+        while True:
+            for fd, _ in ready.poll(0):
+                if fd == self._pidfd:
+                    return
+                try:
+                    data = os.read(fd, READ_CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    ready.unregister(fd)
+                on_stderr(data)
+            await trio.lowlevel.wait_readable(ready.fileno())
 
     def signal_group(self, signum: int) -> None:
         """Send `signum` to every process in the agent's group (it leads a session of its own)."""
@@ -160,6 +196,10 @@ class AgentProcess:
         if self.stdin is not None:
             self.stdin.close()
         self.close_output()
+        if self._exit_or_stderr is not None:
+            trio.lowlevel.notify_closing(self._exit_or_stderr.fileno())
+            self._exit_or_stderr.close()
+            self._exit_or_stderr = None
         if self._pidfd is not None:
             _close_fd(self._pidfd)
             self._pidfd = None

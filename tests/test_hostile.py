@@ -174,6 +174,57 @@ async def test_stderr_flood_keeps_a_bounded_tail(make_recorded_agent, pid_file):
     assert_all_gone(pid_file)
 
 
+async def test_an_endless_stderr_flood_still_times_out(make_recorded_agent, pid_file):
+    """stderr is read by the wait for the agent's exit: reading it must not starve the deadline."""
+    profile = make_recorded_agent("""
+        import os
+        chunk = b"e" * 65536
+        while True:
+            os.write(2, chunk)
+    """, timeout_secs=0.5, kill_grace_secs=0.5)
+    result = await run(profile)
+    assert result.timed_out and result.exit_code == 124
+    assert result.duration_ms < LOUD_BOUND_MS
+    assert_all_gone(pid_file)
+
+
+async def test_stderr_written_while_the_agent_is_being_stopped_is_read(make_recorded_agent, pid_file):
+    """More stderr than a pipe holds, written after SIGTERM: the agent is not left blocked until the SIGKILL."""
+    profile = make_recorded_agent("""
+        import signal, sys, time
+        def goodbye(signum, frame):
+            sys.stderr.write("x" * 300_000 + "\\nlast words\\n")
+            sys.stderr.flush()
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, goodbye)
+        print('AGENT_PARTIAL:"up"', flush=True)
+        time.sleep(60)
+    """, timeout_secs=0.5, kill_grace_secs=TURN_DEADLINE * 2)
+    result = await run(profile)
+    assert result.timed_out and result.stderr_tail.endswith("last words\n")
+    assert result.duration_ms < LOUD_BOUND_MS
+    assert_all_gone(pid_file)
+
+
+async def test_without_pidfds_stderr_has_a_reader_of_its_own(make_recorded_agent, pid_file, monkeypatch):
+    """Where the kernel has no pidfd_open, the exit is awaited in a thread, and stderr is read by a task."""
+
+    def no_pidfds(pid: int, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfds)
+    profile = make_recorded_agent("""
+        import sys
+        sys.stderr.write("e" * 300_000 + "\\nthe last stderr line\\n")
+        print("done")
+    """)
+    result = await run(profile)
+    monkeypatch.undo()  # the check below uses pidfds
+    assert result.outcome == "ok" and result.reply == "done"
+    assert result.stderr_tail.endswith("the last stderr line\n")
+    assert_all_gone(pid_file)
+
+
 async def test_invalid_utf8_becomes_replacement_characters(make_agent):
     profile = make_agent(r"""
         import sys
