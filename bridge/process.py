@@ -19,7 +19,6 @@ touched: that is the host's own.
 from __future__ import annotations
 
 import _signal
-import contextlib
 import errno
 import os
 import select
@@ -39,50 +38,14 @@ EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
 READ_CHUNK = 64 * 1024
 
-# How many threads spawn agents at once when several turns of a trio run start together (see `start`).
-SPAWN_THREADS = 4
-
-# Pids of spawned agents not yet reaped.
+# Pids of spawned agents not yet reaped. Spawning, and reaping anything that is
+# not an agent, happen under `_CHILDREN_LOCK`: a child listed under the lock
+# stays this process's unreaped child until the lock is released, so its pid
+# cannot be reused by a stranger while the lock is held.
 _LIVE_AGENTS: set[int] = set()
+_CHILDREN_LOCK = threading.Lock()
 _subreaper = False
 _children_listed: bool | None = None
-
-
-class _ChildrenGate:
-    """Spawns run side by side (from several threads); a sweep for orphans runs while none does.
-
-    So a sweep never takes an agent still being spawned (not yet in `_LIVE_AGENTS`)
-    for an orphan, and a child it lists stays this process's unreaped child until
-    the sweep ends: its pid cannot be reused by a stranger meanwhile.
-    """
-
-    __slots__ = ("_lock", "_no_spawns", "_spawning")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._no_spawns = threading.Condition(self._lock)
-        self._spawning = 0
-
-    def spawn_begins(self) -> None:
-        with self._lock:  # waits for a sweep under way
-            self._spawning += 1
-
-    def spawn_ends(self) -> None:
-        with self._lock:
-            self._spawning -= 1
-            if not self._spawning:
-                self._no_spawns.notify_all()
-
-    @contextlib.contextmanager
-    def sweeping(self) -> Iterator[None]:
-        """For a sweep: waits for the spawns under way, and holds new ones off until it ends."""
-        with self._no_spawns:
-            while self._spawning:
-                self._no_spawns.wait()
-            yield
-
-
-_CHILDREN = _ChildrenGate()
 
 
 class AgentProcess:
@@ -246,7 +209,7 @@ def sweep_orphans() -> list[int]:
     if not _subreaper:
         return []
     killed = []
-    with _CHILDREN.sweeping():
+    with _CHILDREN_LOCK:
         own_session = os.getsid(0)
         keeper = KEEPER.pid
         for pid in _children():
@@ -357,41 +320,19 @@ def _kill_quietly(kill: Callable[[int, int], None], target: int) -> None:
         pass
 
 
-class _Spawns:
-    """The spawns a trio run has asked for and not finished, and the threads that run them in a burst."""
-
-    __slots__ = ("pending", "threads")
-
-    def __init__(self) -> None:
-        self.pending = 0
-        self.threads = trio.CapacityLimiter(SPAWN_THREADS)
-
-
-_SPAWNS: trio.lowlevel.RunVar[_Spawns] = trio.lowlevel.RunVar("bridge_spawns")
-
-
 async def start(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
-    """`spawn` for a trio task: when turns start together, their agents are spawned from a few threads at once.
+    """`spawn` for a trio task: of turns started together, every agent is spawned before any turn sets up the rest.
 
-    `Popen` blocks its thread until the agent has exec'd, so agents spawned one after
-    another in the event loop's thread start late (300 take 0.3 s here). A turn spawning
-    alone does it in the event loop's thread: a thread hop would cost it more than it saves.
-    It yields once first, so that the turns started in the same batch all count themselves
-    before any of them decides.
+    `Popen` blocks the event loop until the agent has exec'd, and whatever a turn does
+    after its spawn delays the spawns of the turns started with it (300 at once: the last
+    agent started 0.4 s after the first). So while other agents run, a turn yields right
+    after spawning, and the others spawn first. A turn alone does not yield here.
     """
-    spawns = _SPAWNS.get(None)
-    if spawns is None:
-        spawns = _Spawns()
-        _SPAWNS.set(spawns)
-    spawns.pending += 1
-    try:
-        await trio.lowlevel.checkpoint()
-        if spawns.pending == 1:
-            return spawn(plan, kill_grace_secs=kill_grace_secs)
-        return await trio.to_thread.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs),
-                                             limiter=spawns.threads)
-    finally:
-        spawns.pending -= 1
+    others_run = bool(_LIVE_AGENTS)
+    agent = spawn(plan, kill_grace_secs=kill_grace_secs)
+    if others_run:
+        await trio.lowlevel.cancel_shielded_checkpoint()  # shielded: the agent must reach its caller
+    return agent
 
 
 def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
@@ -422,24 +363,22 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
             child_fds.append(stdin_arg)
             parent_fds.append(stdin_write)
         KEEPER.start()  # before the agent: there is no moment when it runs unguarded
-        _CHILDREN.spawn_begins()
         try:
-            popen = subprocess.Popen(
-                plan.argv,
-                stdin=stdin_arg,
-                stdout=stdout_write,
-                stderr=stderr_write,
-                cwd=plan.cwd,
-                env=plan.env,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=_signal_reset(),
-            )
-            _LIVE_AGENTS.add(popen.pid)
+            with _CHILDREN_LOCK:
+                popen = subprocess.Popen(
+                    plan.argv,
+                    stdin=stdin_arg,
+                    stdout=stdout_write,
+                    stderr=stderr_write,
+                    cwd=plan.cwd,
+                    env=plan.env,
+                    start_new_session=True,
+                    close_fds=True,
+                    preexec_fn=_signal_reset(),
+                )
+                _LIVE_AGENTS.add(popen.pid)
         except (OSError, ValueError, UnicodeError) as err:
             raise _explain_spawn_failure(err, plan) from None
-        finally:
-            _CHILDREN.spawn_ends()
         KEEPER.guard(popen.pid, kill_grace_secs)
     except BaseException:
         for fd in parent_fds:

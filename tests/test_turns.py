@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_stat
 import bridge
 import bridge.agent_io
 import bridge.process
+import bridge.supervisor
 from bridge import ErrorEvent, PartialEvent, SessionEvent, Turn, TurnResult
 from bridge.keeper import KEEPER
 
@@ -808,6 +808,7 @@ import signal, sys
 import bridge
 import bridge.agent_io
 import bridge.process
+import bridge.supervisor
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 profile = bridge.Profile.from_mapping({"command": ["grep", "^SigIgn:", "/proc/self/status"]})
 print(bridge.run_turn_sync(profile, bridge.Turn("x")).reply.split()[1])
@@ -915,19 +916,27 @@ print(inherited)
 """
 
 
-async def test_turns_started_together_spawn_from_threads_each_guarded_and_inheriting_nothing(make_agent,
-                                                                                                monkeypatch):
-    """A burst of turns spawns its agents from worker threads, side by side; each agent is guarded by the keeper
-    as before, inherits no pipe of the turns spawned beside it, and no descriptor is left open after."""
-    spawns: list[tuple[int, int, bool]] = []  # (thread, pid, guarded)
-    real_spawn = bridge.process.spawn
+async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_inheriting_nothing(make_agent,
+                                                                                                   monkeypatch):
+    """Of turns started at once, the first sets up right after its spawn, the others only once every agent is
+    spawned; each agent is guarded by the keeper, inherits no pipe of the turns spawned beside it, and no
+    descriptor is left open after."""
+    steps: list[str] = []
+    guarded: list[bool] = []
+    real_spawn, real_agent_io = bridge.process.spawn, bridge.supervisor.AgentIO
 
     def spawn(plan: Any, **options: Any) -> Any:
         agent = real_spawn(plan, **options)
-        spawns.append((threading.get_ident(), agent.pid, agent.pid in KEEPER._slots))
+        steps.append("spawn")
+        guarded.append(agent.pid in KEEPER._slots)
         return agent
 
+    def agent_io(*args: Any, **options: Any) -> Any:
+        steps.append("set up")
+        return real_agent_io(*args, **options)
+
     monkeypatch.setattr(bridge.process, "spawn", spawn)
+    monkeypatch.setattr(bridge.supervisor, "AgentIO", agent_io)
     lister = make_agent(FD_LISTER)
     before = set(os.listdir("/proc/self/fd"))
     results: list[TurnResult] = []
@@ -939,52 +948,9 @@ async def test_turns_started_together_spawn_from_threads_each_guarded_and_inheri
         for _ in range(12):
             nursery.start_soon(one)
     assert [result.reply for result in results] == ["[]"] * 12
-    assert len(spawns) == 12 and all(guarded for _, _, guarded in spawns)
-    assert {thread for thread, _, _ in spawns} - {threading.get_ident()}, "no spawn ran in a worker thread"
+    assert steps == ["spawn", "set up"] + ["spawn"] * 11 + ["set up"] * 11
+    assert guarded == [True] * 12
     assert set(os.listdir("/proc/self/fd")) == before
-
-
-async def test_a_turn_alone_spawns_in_the_event_loops_thread(make_agent, monkeypatch):
-    """No thread hop for a single turn."""
-    threads: list[int] = []
-    real_spawn = bridge.process.spawn
-
-    def spawn(plan: Any, **options: Any) -> Any:
-        threads.append(threading.get_ident())
-        return real_spawn(plan, **options)
-
-    monkeypatch.setattr(bridge.process, "spawn", spawn)
-    assert (await run(make_agent('print("ok")'))).reply == "ok"
-    assert threads == [threading.get_ident()]
-
-
-def test_a_sweep_for_orphans_waits_for_the_spawns_under_way_and_holds_new_ones_off():
-    gate = bridge.process._ChildrenGate()
-    gate.spawn_begins()
-    gate.spawn_begins()
-    swept = threading.Event()
-    sweep_may_end = threading.Event()
-
-    def sweep() -> None:
-        with gate.sweeping():
-            swept.set()
-            sweep_may_end.wait(TURN_DEADLINE)
-
-    sweeper = threading.Thread(target=sweep)
-    sweeper.start()
-    gate.spawn_ends()
-    assert not swept.wait(0.1), "the sweep ran while a spawn was under way"
-    gate.spawn_ends()
-    assert swept.wait(TURN_DEADLINE)
-    spawn_began = threading.Event()
-    spawner = threading.Thread(target=lambda: (gate.spawn_begins(), spawn_began.set()))
-    spawner.start()
-    assert not spawn_began.wait(0.1), "a spawn began during the sweep"
-    sweep_may_end.set()
-    assert spawn_began.wait(TURN_DEADLINE)
-    sweeper.join()
-    spawner.join()
-    gate.spawn_ends()
 
 
 async def test_turns_leak_no_file_descriptors(make_agent, tmp_path):
