@@ -107,9 +107,11 @@ class AgentProcess:
             ready.register(self._pidfd, select.EPOLLIN)  # type: ignore[arg-type]
             ready.register(self.stderr, select.EPOLLIN)
         while True:
+            exited = False
             for fd, _ in ready.poll(0):
                 if fd == self._pidfd:
-                    return
+                    exited = True  # and the end of stderr, when it came with the exit, is read first
+                    continue
                 try:
                     data = os.read(fd, READ_CHUNK)
                 except BlockingIOError:
@@ -119,6 +121,8 @@ class AgentProcess:
                 if not data:
                     ready.unregister(fd)
                 on_stderr(data)
+            if exited:
+                return
             await trio.lowlevel.wait_readable(ready.fileno())
 
     def signal_group(self, signum: int) -> None:
@@ -155,17 +159,22 @@ class AgentProcess:
         self.stderr = _close_fd(self.stderr)
 
     def close(self) -> None:
-        """Close the pipes and the pidfd (idempotent). The process must have been reaped."""
+        """Close the pipes and the pidfd (idempotent).
+
+        The process must have been reaped, and nothing may wait on its descriptors any
+        more (its readers have ended). So they are closed without `notify_closing`, which
+        only wakes a task waiting on one, and costs a system call or an exception each.
+        """
         if self.stdin is not None:
             self.stdin.close()
-        self.close_output()
+        for fd in (self.stdout, self.stderr, self._pidfd):
+            if fd is not None and fd >= 0:
+                os.close(fd)
+        self.stdout = self.stderr = -1
+        self._pidfd = None
         if self._exit_or_stderr is not None:
-            trio.lowlevel.notify_closing(self._exit_or_stderr.fileno())
             self._exit_or_stderr.close()
             self._exit_or_stderr = None
-        if self._pidfd is not None:
-            _close_fd(self._pidfd)
-            self._pidfd = None
 
 
 def _close_fd(fd: int) -> int:

@@ -953,6 +953,23 @@ async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_i
     assert set(os.listdir("/proc/self/fd")) == before
 
 
+async def test_many_turns_in_one_run_reuse_descriptors_cleanly(make_agent):
+    """A turn closes its descriptors without telling trio (nothing waits on them by then): the next turns, which
+    get the same numbers, must still be woken for their own pipes."""
+    before = set(os.listdir("/proc/self/fd"))
+    profile = make_agent("""
+        import sys
+        print('AGENT_PARTIAL:"p"', flush=True)
+        sys.stderr.write("e" * 70_000 + "\\nend of stderr\\n")
+        print("reply")
+    """)
+    for _ in range(30):
+        result = await run(profile)
+        assert (result.reply, result.partials) == ("reply", 1)
+        assert result.stderr_tail.endswith("end of stderr\n")
+    assert set(os.listdir("/proc/self/fd")) == before
+
+
 async def test_turns_leak_no_file_descriptors(make_agent, tmp_path):
     before = set(os.listdir("/proc/self/fd"))
     profiles = [
