@@ -8,7 +8,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
 import report  # noqa: E402
 
 BRIDGE, FLOOR, AGENTPROC, REF = "#2b7bba", "#9e9e9e", "#e08a2b", "#c7c7c7"

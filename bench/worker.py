@@ -136,6 +136,7 @@ def turn_all(p: dict[str, Any]) -> dict[str, Any]:
     blocking contenders run inside the trio task (nothing else is scheduled, so they block nothing).
     """
     import trio
+
     from bridge import Turn, plan_launch
 
     bridge_run = bridge_turn_runner(TURN_PROFILE)
@@ -477,6 +478,7 @@ def json_throughput(p: dict[str, Any], fields: dict[str, Any], what: str, *, rep
     """MB/s of a JSON dialect's turn over the input file: one turn checked against what the input's writer says a
     correct run yields, then `turns` timed, the host taking each event and doing nothing with it."""
     import trio
+
     from bridge import Turn, run_turn
     from bridge.dialects import ActivityEvent
 
@@ -550,6 +552,7 @@ def warm_turn(p: dict[str, Any]) -> dict[str, Any]:
     """A turn on a live ACP agent against a cold one of the same agent (`run_turn`: start, initialize,
     session/new, the turn, goodbye and reaping), alternating turn by turn; only the call is timed."""
     import trio
+
     from bridge import Turn, run_turn
     from bridge.warm import WarmAgent
 
@@ -587,8 +590,9 @@ def warm_pool(p: dict[str, Any]) -> dict[str, Any]:
     the bridge's (the agents are processes of their own)."""
     import tempfile
 
-    import bridge
     import trio
+
+    import bridge
 
     count = p["conversations"]
     with tempfile.TemporaryDirectory() as directory:

@@ -121,7 +121,7 @@ _inherited: dict[str, tuple[dict[bytes, bytes], dict[str, str]]] = {}
 def _base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:
     # os.environ decodes every name and value it yields (~19 us for 36 variables); comparing its encoded
     # contents with those of the last turn is done in C, so an unchanged environment is not decoded again.
-    encoded = environ._data if environ is os.environ else None  # type: ignore[attr-defined]
+    encoded = getattr(environ, "_data", None) if environ is os.environ else None
     if encoded is not None and (last := _inherited.get(profile.env_inherit)) is not None and last[0] == encoded:
         return dict(last[1])
     if profile.env_inherit == "all":
