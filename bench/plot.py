@@ -12,7 +12,7 @@ import report  # noqa: E402
 
 BRIDGE, FLOOR, AGENTPROC, REF = "#2b7bba", "#9e9e9e", "#e08a2b", "#c7c7c7"
 COLOURS = {"bridge": BRIDGE, "subprocess.run": FLOOR, "floor": FLOOR, "pipe only": FLOOR, "agentproc": AGENTPROC,
-           "idle (one turn)": FLOOR}
+           "idle (one turn)": FLOOR, "python floor": FLOOR, "popen": FLOOR}
 
 
 def _bars(ax: Any, labels: list[str], values: list[float], fmt: str, colours: list[str] | None = None) -> None:
@@ -66,7 +66,7 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
     ax = axes[0][1]
     if "throughput" in summary:
         t = summary["throughput"]
-        names = ["bridge", "agentproc"]
+        names = [n for n in ("bridge", "agentproc", "python floor") if n in t]
         _bars(ax, names, [t[n]["median"] for n in names], "{:.1f}")
         _target(ax, report.THROUGHPUT_VS_AGENTPROC * t["agentproc"]["median"],
                 f"{report.THROUGHPUT_VS_AGENTPROC:g}× agentproc")
@@ -81,7 +81,7 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
     ax = axes[0][2]
     if "concurrency" in summary:
         c = summary["concurrency"]
-        names = [n for n in ("bridge", "agentproc") if n in c]
+        names = [n for n in ("bridge", "agentproc", "popen") if n in c]
         _bars(ax, names, [c[n]["median"] for n in names], "{:.2f} s")
         for i, n in enumerate(names):
             ax.annotate(f"{c[n]['failed']} failed", (i, 0), ha="center", va="bottom", fontsize=8, color="white",

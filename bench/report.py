@@ -184,9 +184,10 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
                 f"{b / p:.2f}× floor, floor {p / a:.2f}× agentproc")
     if "concurrency" in s:
         b, a = s["concurrency"]["bridge"], s["concurrency"].get("agentproc")
+        popen = s["concurrency"].get("popen", {})
         n = b["turns"]
         row(f"3 {n} × 1 s turns at once, wall", f"{b['median']:.2f} s (max {b['max']:.2f}), {b['failed']} failed",
-            "1.00 s the agent", f"{a['median']:.2f} s, {a['failed']} failed" if a else "", "",
+            f"{popen['median']:.2f} s {n} bare Popens" if popen.get("n") else "1.00 s the agent", f"{a['median']:.2f} s, {a['failed']} failed" if a else "", "",
             f"≤ {CONCURRENCY_WALL_S} s, 0 failed", _verdict(b["median"] <= CONCURRENCY_WALL_S and b["failed"] == 0))
     if "latency" in s:
         b, a = s["latency"]["bridge"], s["latency"].get("agentproc")

@@ -95,7 +95,7 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
         Case("turn", [Variant("all", "all", turn)], 2 if q else 6),
         Case("throughput", [Variant(c, c, tput) for c in ("bridge", "agentproc", "pipe only", "python floor")],
              2 if q else 5),
-        Case("concurrency", [Variant(c, c, conc) for c in ("bridge", "agentproc")], 2 if q else 5),
+        Case("concurrency", [Variant(c, c, conc) for c in ("bridge", "agentproc", "popen")], 2 if q else 5),
         Case("latency", [Variant(c, c, lat) for c in ("bridge", "agentproc")], 2 if q else 4),
         Case("memory", memory, 1 if q else 2),
         Case("cli", [Variant("all", "all", {"reps": 3 if q else 6})], 2 if q else 6),

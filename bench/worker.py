@@ -323,6 +323,26 @@ def concurrency_bridge(p: dict[str, Any]) -> dict[str, Any]:
             "failures": sorted(set(o for o in outcomes if o != "ok"))}
 
 
+def concurrency_popen(p: dict[str, Any]) -> dict[str, Any]:
+    """The floor of any spawner: the same agents started by bare `subprocess.Popen`s, one after another (as
+    fast as one thread can), then all waited for; nothing read or checked but the exit codes."""
+    from bridge import Turn, plan_launch
+
+    plan = plan_launch(bridge_profile(sleep_profile(p)), Turn(TURN_MESSAGE), os.environ)
+    n = p["turns"]
+    began = clock_ns()
+    agents = [subprocess.Popen(plan.argv, env=plan.env, cwd=plan.cwd, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+              for _ in range(n)]
+    codes = [agent.wait() for agent in agents]
+    wall = clock_ns() - began
+    for agent in agents:
+        agent.stdout.close()  # type: ignore[union-attr]
+        agent.stderr.close()  # type: ignore[union-attr]
+    return {"wall_s": [wall / 1e9], "failed": [sum(1 for code in codes if code != 0)], "peak_rss_mb": [peak_rss_mb()],
+            "failures": []}
+
+
 def concurrency_agentproc(p: dict[str, Any]) -> dict[str, Any]:
     """agentproc's `run` blocks, so a host runs turns concurrently on a thread each."""
     from concurrent.futures import ThreadPoolExecutor
@@ -981,6 +1001,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("throughput", "python floor"): throughput_python_floor,
     ("concurrency", "bridge"): concurrency_bridge,
     ("concurrency", "agentproc"): concurrency_agentproc,
+    ("concurrency", "popen"): concurrency_popen,
     ("latency", "bridge"): latency_bridge,
     ("latency", "agentproc"): latency_agentproc,
     ("memory", "bridge"): memory_bridge,
