@@ -882,26 +882,6 @@ async def test_an_exception_inside_the_open_turn_block_propagates_and_the_agent_
 # --------------------------------------------------------------------------- resources
 
 
-async def test_the_agent_inherits_only_stdin_stdout_and_stderr(make_agent):
-    """Not the pipes of another running turn (they would hold its EOF back), nor the bridge's own fds."""
-    lister = make_agent("""
-        import os
-        inherited = []
-        for fd in range(3, 1024):
-            try:
-                os.fstat(fd)
-            except OSError:
-                continue
-            inherited.append(fd)
-        print(inherited)
-    """)
-    async with bridge.open_turn(make_agent(HANGS, kill_grace_secs=0), Turn("x")) as events:
-        async for _ in events:
-            break  # the other turn is running, its pipes open
-        result = await run(lister)
-    assert result.reply == "[]"
-
-
 # Prints the descriptors it inherited beyond stdin, stdout and stderr.
 FD_LISTER = """
 import os
@@ -914,6 +894,16 @@ for fd in range(3, 1024):
     inherited.append(fd)
 print(inherited)
 """
+
+
+async def test_the_agent_inherits_only_stdin_stdout_and_stderr(make_agent):
+    """Not the pipes of another running turn (they would hold its EOF back), nor the bridge's own fds."""
+    lister = make_agent(FD_LISTER)
+    async with bridge.open_turn(make_agent(HANGS, kill_grace_secs=0), Turn("x")) as events:
+        async for _ in events:
+            break  # the other turn is running, its pipes open
+        result = await run(lister)
+    assert result.reply == "[]"
 
 
 async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_inheriting_nothing(make_agent,
