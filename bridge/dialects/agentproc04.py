@@ -105,7 +105,9 @@ class AgentProc04(JsonLinesDialect):
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         kind = message.get("type")
         if kind == "partial":
-            return self._partial(message.get("text"), message.get("role"), message.get("session_id"))
+            events: list[Event] = []
+            self._partial(events, message.get("text"), message.get("role"), message.get("session_id"))
+            return events
         if kind == "result":
             return self._result(message)
         if kind == "error":
@@ -129,43 +131,45 @@ class AgentProc04(JsonLinesDialect):
                                           "input object"))
         return events
 
-    def fast_line(self, line: str) -> list[Event] | None:
+    def fast_line(self, line: str, events: list[Event]) -> bool:
         """A partial line as agents write them, read without decoding the whole object: the bulk of a stream.
 
         `{"type":"partial","text":"…"` and then members other than `type` and `text`: the text is decoded on its
         own, and the members after it are looked up among the line ends seen before (an agent ends its lines
-        alike: the same role, the same session id). The events are those of the line decoded as JSON; None for
+        alike: the same role, the same session id). Appends the events of the line decoded as JSON; False for
         any other line, which is decoded as JSON.
         """
         if not line.startswith(_PARTIAL_HEAD) or "\\u" in line and ("\\ud" in line or "\\uD" in line):
-            return None  # a lone surrogate's escape: the general path cleans it
+            return False  # a lone surrogate's escape: the general path cleans it
         try:
             text, end = _scanstring(line, len(_PARTIAL_HEAD))
         except ValueError:
-            return None
+            return False
         tail = line[end:]
         members = self._line_ends.get(tail)
         if members is None:
             members = _partial_members(tail)
             if members is None:
-                return None
+                return False
             if len(self._line_ends) < _MAX_LINE_ENDS and len(tail) <= _MAX_LINE_END_CHARS:
                 self._line_ends[tail] = members
-        return self._partial(text, *members)
+        self._partial(events, text, *members)
+        return True
 
-    def _partial(self, text: Any, role: Any, session_id: Any) -> list[Event]:
-        events = [] if session_id == self._session_id else self._session(session_id)  # the same id on every line
+    def _partial(self, events: list[Event], text: Any, role: Any, session_id: Any) -> None:
+        """Append a partial line's events to `events`."""
+        if session_id != self._session_id:  # the same id on every line: rarely a new one
+            events.extend(self._session(session_id))
         if not text or not isinstance(text, str):
-            return events
+            return
         if role == "thinking":
             if not self._error_seen:  # the reference forwards no partial of any role after an error
                 events.append(ActivityEvent("thinking", text))
-            return events
+            return
         if not (self._result_seen or self._error_seen) and self._joined_chars < _MAX_JOINED_CHARS:
             self._pieces.append(text)
             self._joined_chars += len(text)
         events.append(PartialEvent(text))
-        return events
 
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         if self._result_seen or self._error_seen:

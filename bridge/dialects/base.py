@@ -127,9 +127,10 @@ class JsonLinesDialect:
     def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
         raise NotImplementedError(f"{self.name} agents do not ask for permission")
 
-    # A family may read its most common line without decoding it as JSON: a method returning that line's
-    # events, exactly those `on_object` would give for the decoded line, or None to have the line decoded.
-    fast_line: Callable[[str], list[Event] | None] | None = None
+    # A family may read its most common line without decoding it as JSON: a method that appends to `events`
+    # exactly the events `on_object` would give for the decoded line and returns True, or adds nothing and
+    # returns False to have the line decoded.
+    fast_line: Callable[[str, list[Event]], bool] | None = None
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         """The events one JSON object of the agent's stream stands for."""
@@ -157,8 +158,7 @@ class JsonLinesDialect:
                 events.append(LineCut(f"a stdout line was longer than {self._lines.max_line_bytes} bytes; "
                                       "it was ignored"))
                 continue
-            if fast_line is not None and (found := fast_line(line)) is not None:
-                events.extend(found)
+            if fast_line is not None and fast_line(line, events):
                 continue
             message = _object_of(line)
             if message is None:
