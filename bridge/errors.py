@@ -23,9 +23,7 @@ class Problem(FrozenRecord):
     line: int | None
 
     def __init__(self, message: str, file: str | None = None, line: int | None = None) -> None:
-        object.__setattr__(self, "message", message)
-        object.__setattr__(self, "file", file)
-        object.__setattr__(self, "line", line)
+        self._assign(message=message, file=file, line=line)
 
     def __str__(self) -> str:
         if self.file is None:

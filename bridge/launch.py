@@ -50,13 +50,8 @@ class LaunchPlan(FrozenRecord):
 
     def __init__(self, argv: tuple[str, ...], env: dict[str, str], cwd: str | None, stdin: bytes | None,
                  notes: tuple[str, ...] = (), stdin_open: bool = False, new_session_id: str = "") -> None:
-        object.__setattr__(self, "argv", argv)
-        object.__setattr__(self, "env", env)
-        object.__setattr__(self, "cwd", cwd)
-        object.__setattr__(self, "stdin", stdin)
-        object.__setattr__(self, "notes", notes)
-        object.__setattr__(self, "stdin_open", stdin_open)
-        object.__setattr__(self, "new_session_id", new_session_id)
+        self._assign(argv=argv, env=env, cwd=cwd, stdin=stdin, notes=notes, stdin_open=stdin_open,
+                     new_session_id=new_session_id)
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:

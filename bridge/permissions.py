@@ -51,11 +51,7 @@ class PermissionRequest(FrozenRecord):
 
     def __init__(self, request_id: str, tool: str, kind: str = "", title: str = "",
                  input: Mapping[str, Any] | None = None) -> None:
-        object.__setattr__(self, "request_id", request_id)
-        object.__setattr__(self, "tool", tool)
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "title", title)
-        object.__setattr__(self, "input", {} if input is None else input)
+        self._assign(request_id=request_id, tool=tool, kind=kind, title=title, input={} if input is None else input)
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind_of_event, "request_id": self.request_id, "tool": self.tool, "kind": self.kind,
@@ -71,9 +67,7 @@ class Decision(FrozenRecord):
     message: str
 
     def __init__(self, allow: bool, always: bool = False, message: str = "") -> None:
-        object.__setattr__(self, "allow", allow)
-        object.__setattr__(self, "always", always)
-        object.__setattr__(self, "message", message)
+        self._assign(allow=allow, always=always, message=message)
 
 
 DENIED = Decision(allow=False)
@@ -92,11 +86,7 @@ class PermissionPolicy(FrozenRecord):
 
     def __init__(self, default: Literal["allow", "deny", "ask"] = "deny", allow: tuple[str, ...] = (),
                  deny: tuple[str, ...] = (), ask: tuple[str, ...] = (), timeout_secs: float = 120.0) -> None:
-        object.__setattr__(self, "default", default)
-        object.__setattr__(self, "allow", allow)
-        object.__setattr__(self, "deny", deny)
-        object.__setattr__(self, "ask", ask)
-        object.__setattr__(self, "timeout_secs", timeout_secs)
+        self._assign(default=default, allow=allow, deny=deny, ask=ask, timeout_secs=timeout_secs)
 
     def decide(self, request: PermissionRequest) -> Decision | None:
         """The profile's answer, or None when the host is to be asked."""

@@ -43,12 +43,17 @@ class Record:
 
 
 class FrozenRecord(Record):
-    """An immutable, hashable record: its `__init__` sets the fields with `object.__setattr__`."""
+    """An immutable, hashable record: its `__init__` sets the fields with `_assign`."""
 
     __slots__ = ()
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"cannot assign to field {name!r}")
+
+    def _assign(self, **fields: Any) -> None:
+        """Set fields from `__init__`, past the `__setattr__` that refuses it to everyone else."""
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete field {name!r}")

@@ -72,18 +72,9 @@ class TurnResult(FrozenRecord):
     def __init__(self, reply: str, session_id: str, error: str, error_reply: str, exit_code: int, timed_out: bool,
                  outcome: Outcome, stderr_tail: str, duration_ms: int, partials: int, truncated: bool,
                  usage: Usage | None = None) -> None:
-        object.__setattr__(self, "reply", reply)
-        object.__setattr__(self, "session_id", session_id)
-        object.__setattr__(self, "error", error)
-        object.__setattr__(self, "error_reply", error_reply)
-        object.__setattr__(self, "exit_code", exit_code)
-        object.__setattr__(self, "timed_out", timed_out)
-        object.__setattr__(self, "outcome", outcome)
-        object.__setattr__(self, "stderr_tail", stderr_tail)
-        object.__setattr__(self, "duration_ms", duration_ms)
-        object.__setattr__(self, "partials", partials)
-        object.__setattr__(self, "truncated", truncated)
-        object.__setattr__(self, "usage", usage)
+        self._assign(reply=reply, session_id=session_id, error=error, error_reply=error_reply, exit_code=exit_code,
+                     timed_out=timed_out, outcome=outcome, stderr_tail=stderr_tail, duration_ms=duration_ms,
+                     partials=partials, truncated=truncated, usage=usage)
 
     @property
     def ok(self) -> bool:
@@ -107,10 +98,7 @@ class Ending(FrozenRecord):
 
     def __init__(self, returncode: int | None = None, timeout: Literal["wall", "idle"] | None = None,
                  cancelled: bool = False, spawn_failure: tuple[int, str] | None = None) -> None:
-        object.__setattr__(self, "returncode", returncode)
-        object.__setattr__(self, "timeout", timeout)
-        object.__setattr__(self, "cancelled", cancelled)
-        object.__setattr__(self, "spawn_failure", spawn_failure)
+        self._assign(returncode=returncode, timeout=timeout, cancelled=cancelled, spawn_failure=spawn_failure)
 
 
 Forwarded = (PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | AgentInput

@@ -66,7 +66,7 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     plan: LaunchPlan | None = None
     try:
         plan = plan_launch(profile, turn, os.environ)
-        agent = await start(plan, kill_grace_secs=profile.kill_grace_secs)  # first: the work below overlaps its start-up
+        agent = await start(plan, kill_grace_secs=profile.kill_grace_secs)  # first: what follows overlaps its start
     except LaunchError as err:
         log = _turn_logger(profile, turn_id, plan)
         log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)

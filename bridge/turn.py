@@ -43,9 +43,7 @@ class Attachment(FrozenRecord):
     name: str
 
     def __init__(self, type: AttachmentType, url: str, name: str = "") -> None:
-        object.__setattr__(self, "type", type)
-        object.__setattr__(self, "url", url)
-        object.__setattr__(self, "name", name)
+        self._assign(type=type, url=url, name=name)
         self._check()
 
     def _check(self) -> None:
@@ -93,11 +91,8 @@ class Turn(FrozenRecord):
 
     def __init__(self, message: str = "", session_id: str = "", session_name: str = "default", from_user: str = "",
                  attachments: tuple[Attachment, ...] = ()) -> None:
-        object.__setattr__(self, "message", message)
-        object.__setattr__(self, "session_id", session_id)
-        object.__setattr__(self, "session_name", session_name)
-        object.__setattr__(self, "from_user", from_user)
-        object.__setattr__(self, "attachments", attachments)
+        self._assign(message=message, session_id=session_id, session_name=session_name, from_user=from_user,
+                     attachments=attachments)
         # NUL and lone surrogates cannot travel in argv, the environment or the store; refusing
         # them here gives the host a clear error instead of a confusing spawn or store failure.
         for name in ("message", "session_id", "session_name", "from_user"):

@@ -41,8 +41,7 @@ class Handover(FrozenRecord):
     keep_open: bool
 
     def __init__(self, stdin: bytes | None = None, keep_open: bool = False) -> None:
-        object.__setattr__(self, "stdin", stdin)
-        object.__setattr__(self, "keep_open", keep_open)
+        self._assign(stdin=stdin, keep_open=keep_open)
 
 
 class DialectContext(FrozenRecord):
@@ -65,11 +64,8 @@ class DialectContext(FrozenRecord):
 
     def __init__(self, settings: Any = None, session_line_prefix: str = "AGENT_SESSION:", stdin_message: bool = False,
                  permissions: bool = False, stdin_line: bool = False) -> None:
-        object.__setattr__(self, "settings", settings)
-        object.__setattr__(self, "session_line_prefix", session_line_prefix)
-        object.__setattr__(self, "stdin_message", stdin_message)
-        object.__setattr__(self, "permissions", permissions)
-        object.__setattr__(self, "stdin_line", stdin_line)
+        self._assign(settings=settings, session_line_prefix=session_line_prefix, stdin_message=stdin_message,
+                     permissions=permissions, stdin_line=stdin_line)
 
 
 class Dialect(Protocol):

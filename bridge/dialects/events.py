@@ -100,8 +100,7 @@ class PlanStep(FrozenRecord):
     status: str
 
     def __init__(self, text: str, status: str = "pending") -> None:
-        object.__setattr__(self, "text", text)
-        object.__setattr__(self, "status", status)
+        self._assign(text=text, status=status)
 
     def to_dict(self) -> dict[str, str]:
         return {"text": self.text, "status": self.status}
@@ -160,12 +159,8 @@ class Usage(FrozenRecord):
     def __init__(self, input_tokens: int | None = None, output_tokens: int | None = None,
                  cached_input_tokens: int | None = None, reasoning_tokens: int | None = None,
                  total_tokens: int | None = None, cost_usd: float | None = None) -> None:
-        object.__setattr__(self, "input_tokens", input_tokens)
-        object.__setattr__(self, "output_tokens", output_tokens)
-        object.__setattr__(self, "cached_input_tokens", cached_input_tokens)
-        object.__setattr__(self, "reasoning_tokens", reasoning_tokens)
-        object.__setattr__(self, "total_tokens", total_tokens)
-        object.__setattr__(self, "cost_usd", cost_usd)
+        self._assign(input_tokens=input_tokens, output_tokens=output_tokens, cached_input_tokens=cached_input_tokens,
+                     reasoning_tokens=reasoning_tokens, total_tokens=total_tokens, cost_usd=cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}

@@ -76,9 +76,7 @@ class AcpSettings(JsonSettings):
     def __init__(self, max_line_bytes: int = JSON_MAX_LINE_BYTES, mcp_servers: list[dict[str, Any]] | None = None,
                  fs_read: bool = False, fs_write: bool = False) -> None:
         JsonSettings.__init__(self, max_line_bytes)
-        object.__setattr__(self, "mcp_servers", mcp_servers)
-        object.__setattr__(self, "fs_read", fs_read)
-        object.__setattr__(self, "fs_write", fs_write)
+        self._assign(mcp_servers=mcp_servers, fs_read=fs_read, fs_write=fs_write)
         servers = self.mcp_servers
         if servers is None:
             return
@@ -125,15 +123,9 @@ class AnteSettings(JsonSettings):
                  allowed_tools: Sequence[str] | None = None, disallowed_tools: Sequence[str] | None = None,
                  thinking: str | None = None) -> None:
         JsonSettings.__init__(self, max_line_bytes)
-        object.__setattr__(self, "model", model)
-        object.__setattr__(self, "provider", provider)
-        object.__setattr__(self, "policy", policy)
-        object.__setattr__(self, "streaming", streaming)
-        object.__setattr__(self, "system_prompt", system_prompt)
-        object.__setattr__(self, "append_system_prompt", append_system_prompt)
-        object.__setattr__(self, "allowed_tools", allowed_tools)
-        object.__setattr__(self, "disallowed_tools", disallowed_tools)
-        object.__setattr__(self, "thinking", thinking)
+        self._assign(model=model, provider=provider, policy=policy, streaming=streaming, system_prompt=system_prompt,
+                     append_system_prompt=append_system_prompt, allowed_tools=allowed_tools,
+                     disallowed_tools=disallowed_tools, thinking=thinking)
         for name in ("model", "provider", "policy"):
             if getattr(self, name) == "":
                 raise ValueError(f"{name} is empty; name one, or leave it out for Ante's default")
