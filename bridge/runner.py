@@ -193,20 +193,16 @@ def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None,
         return partial(_emit_partial, on_partial)
 
     def emit(event: HostEvent) -> Awaitable[None] | None:
-        if on_event is not None:
-            pending = on_event(event)
-            if pending is not None and inspect.isawaitable(pending):
-                return _then_partial(pending, on_partial, event)
-        if on_partial is not None and type(event) is PartialEvent:
-            pending = on_partial(event.text)
-            if pending is not None and inspect.isawaitable(pending):
-                return pending  # type: ignore[return-value]
-        return None
+        pending = on_event(event)
+        if pending is not None and inspect.isawaitable(pending):
+            return _then_partial(pending, on_partial, event)
+        return _emit_partial(on_partial, event) if on_partial is not None else None
 
     return emit
 
 
 def _emit_partial(on_partial: PartialCallback, event: HostEvent) -> Awaitable[None] | None:
+    """`on_partial` with a partial's text; what it returns only when that must be awaited."""
     if type(event) is PartialEvent:
         pending = on_partial(event.text)
         if pending is not None and inspect.isawaitable(pending):
