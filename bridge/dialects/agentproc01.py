@@ -47,12 +47,19 @@ def decode_payload(raw: str, start: int = 0) -> str:
             pass
         else:
             if end == len(raw) or raw[end:].isspace():
-                # JSON can spell lone surrogates, which no encoder will accept later. Only
-                # escapes can, and without escapes the value is as long as the quoted text.
-                if len(value) != end - quote - 2 and ("\\ud" in raw or "\\uD" in raw):
-                    value = _LONE_SURROGATE.sub("\ufffd", value)
-                return value
+                # Without escapes the value is as long as the quoted text.
+                return value if len(value) == end - quote - 2 else _escaped_text(value, raw)
     return raw[start:].strip()
+
+
+def _escaped_text(value: str, raw: str) -> str:
+    """A JSON string's `value`, decoded from `raw` with escapes in it: any lone surrogate one spelled is U+FFFD.
+
+    JSON can spell lone surrogates, which no encoder will accept later; only an escape can.
+    """
+    if "\\ud" in raw or "\\uD" in raw:
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    return value
 
 
 def session_id_problem(session_id: str) -> str | None:
@@ -125,8 +132,8 @@ class LineDecoder:
                     end = -1
                 if end != len(line):
                     text = decode_payload(line, _PARTIAL_PAYLOAD)
-                elif len(text) != end - _QUOTED_PAYLOAD - 1 and ("\\ud" in line or "\\uD" in line):
-                    text = _LONE_SURROGATE.sub("\ufffd", text)  # as decode_payload does
+                elif len(text) != end - _QUOTED_PAYLOAD - 1:
+                    text = _escaped_text(text, line)
                 add(PartialEvent(text))
             elif line.startswith(session_prefix):
                 session_id = line[session_at:].strip()
