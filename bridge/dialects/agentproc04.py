@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..permissions import Decision, PermissionRequest
@@ -53,6 +53,7 @@ PROTOCOL_VERSION = "0.4"
 _UNSAFE_SESSION_ID = re.compile(r"[/\\\x00-\x1f]")
 _UNSAFE_REQUEST_ID = re.compile(r"[\s\x00-\x1f]")
 _PARTIAL_HEAD = '{"type":"partial","text":"'
+_PARTIAL_HEAD_CHARS = len(_PARTIAL_HEAD)
 _scanstring = json.decoder.scanstring  # C, strict: what json.loads decodes a string with
 # The line ends kept: an agent has a few; a hostile one cannot make them hold more than 64 Ki characters.
 _MAX_LINE_ENDS = 64
@@ -81,7 +82,7 @@ class AgentProc04(JsonLinesDialect):
         self._unknown = 0  # JSON objects that are no 0.4 event
         self._unanswerable = 0  # permission requests while nobody answers
         self._malformed_requests = 0
-        self._line_ends: dict[str, tuple[Any, Any]] = {}  # see fast_line
+        self._line_ends: dict[str, tuple[Any, Any]] = {}  # see read_lines
 
     @classmethod
     def handover(cls, turn: Turn, context: DialectContext) -> Handover:
@@ -103,11 +104,8 @@ class AgentProc04(JsonLinesDialect):
         return _permission_response(request.request_id, decision.allow, decision.message)
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
+        """The events of a line other than a partial (`read_lines` reads those)."""
         kind = message.get("type")
-        if kind == "partial":
-            events: list[Event] = []
-            self._partial(events, message.get("text"), message.get("role"), message.get("session_id"))
-            return events
         if kind == "result":
             return self._result(message)
         if kind == "error":
@@ -131,45 +129,52 @@ class AgentProc04(JsonLinesDialect):
                                           "input object"))
         return events
 
-    def fast_line(self, line: str, events: list[Event]) -> bool:
-        """A partial line as agents write them, read without decoding the whole object: the bulk of a stream.
+    def read_lines(self, lines: Sequence[str], events: list[Event]) -> None:
+        """Every line of the stream, partial lines (the bulk of it) read here, the rest by `on_object`.
 
-        `{"type":"partial","text":"…"` and then members other than `type` and `text`: the text is decoded on its
-        own, and the members after it are looked up among the line ends seen before (an agent ends its lines
-        alike: the same role, the same session id). Appends the events of the line decoded as JSON; False for
-        any other line, which is decoded as JSON.
+        A partial line as agents write it, `{"type":"partial","text":"…"` and then members other than `type`
+        and `text`, is read without decoding the whole object: the text is decoded on its own, and the members
+        after it are looked up among the line ends seen before (an agent ends its lines alike: the same role,
+        the same session id). Any other line is decoded as JSON. The partial's events are made here, not in a
+        method per line: a call per line is a tenth of the stream's cost.
         """
-        if not line.startswith(_PARTIAL_HEAD) or "\\u" in line and ("\\ud" in line or "\\uD" in line):
-            return False  # a lone surrogate's escape: the general path cleans it
-        try:
-            text, end = _scanstring(line, len(_PARTIAL_HEAD))
-        except ValueError:
-            return False
-        tail = line[end:]
-        members = self._line_ends.get(tail)
-        if members is None:
-            members = _partial_members(tail)
-            if members is None:
-                return False
-            if len(self._line_ends) < _MAX_LINE_ENDS and len(tail) <= _MAX_LINE_END_CHARS:
-                self._line_ends[tail] = members
-        self._partial(events, text, *members)
-        return True
-
-    def _partial(self, events: list[Event], text: Any, role: Any, session_id: Any) -> None:
-        """Append a partial line's events to `events`."""
-        if session_id != self._session_id:  # the same id on every line: rarely a new one
-            events.extend(self._session(session_id))
-        if not text or not isinstance(text, str):
-            return
-        if role == "thinking":
-            if not self._error_seen:  # the reference forwards no partial of any role after an error
-                events.append(ActivityEvent("thinking", text))
-            return
-        if not (self._result_seen or self._error_seen) and self._joined_chars < _MAX_JOINED_CHARS:
-            self._pieces.append(text)
-            self._joined_chars += len(text)
-        events.append(PartialEvent(text))
+        line_ends = self._line_ends
+        for line in lines:
+            members = None
+            # A lone surrogate's escape is left to decoding, which cleans it.
+            if line.startswith(_PARTIAL_HEAD) and not ("\\u" in line and ("\\ud" in line or "\\uD" in line)):
+                try:
+                    text, end = _scanstring(line, _PARTIAL_HEAD_CHARS)
+                except ValueError:
+                    pass
+                else:
+                    tail = line[end:]
+                    members = line_ends.get(tail)
+                    if members is None and (members := _partial_members(tail)) is not None \
+                            and len(line_ends) < _MAX_LINE_ENDS and len(tail) <= _MAX_LINE_END_CHARS:
+                        line_ends[tail] = members
+            if members is not None:
+                role, session_id = members
+            else:
+                message = self.json_object(line, events)
+                if message is None:
+                    continue
+                if message.get("type") != "partial":
+                    events.extend(self.on_object(message))
+                    continue
+                text, role, session_id = message.get("text"), message.get("role"), message.get("session_id")
+            if session_id != self._session_id:  # the same id on every line: rarely a new one
+                events.extend(self._session(session_id))
+            if not text or not isinstance(text, str):
+                continue
+            if role == "thinking":
+                if not self._error_seen:  # the reference forwards no partial of any role after an error
+                    events.append(ActivityEvent("thinking", text))
+                continue
+            if not (self._result_seen or self._error_seen) and self._joined_chars < _MAX_JOINED_CHARS:
+                self._pieces.append(text)
+                self._joined_chars += len(text)
+            events.append(PartialEvent(text))
 
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         if self._result_seen or self._error_seen:

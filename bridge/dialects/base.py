@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from ..permissions import Decision, PermissionRequest
@@ -123,11 +123,6 @@ class JsonLinesDialect:
     def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
         raise NotImplementedError(f"{self.name} agents do not ask for permission")
 
-    # A family may read its most common line without decoding it as JSON: a method that appends to `events`
-    # exactly the events `on_object` would give for the decoded line and returns True, or adds nothing and
-    # returns False to have the line decoded.
-    fast_line: Callable[[str, list[Event]], bool] | None = None
-
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         """The events one JSON object of the agent's stream stands for."""
         raise NotImplementedError
@@ -148,23 +143,38 @@ class JsonLinesDialect:
     def _decode(self, lines: Lines) -> list[Event]:
         events: list[Event] = []
         cut = lines.cut
-        fast_line = self.fast_line
-        for index, line in enumerate(lines.text):
-            if cut and index in cut:
-                events.append(LineCut(f"a stdout line was longer than {self._lines.max_line_bytes} bytes; "
-                                      "it was ignored"))
-                continue
-            if fast_line is not None and fast_line(line, events):
-                continue
-            message = _object_of(line)
-            if message is None:
-                if line.strip():
-                    events.extend(self.on_other_line(line))
-                continue
-            if "\\u" in line and ("\\ud" in line or "\\uD" in line):  # only an escape can spell a lone surrogate
-                message = _without_lone_surrogates(message)
-            events.extend(self.on_object(message))
+        if not cut:
+            self.read_lines(lines.text, events)
+            return events
+        start = 0
+        for index in sorted(cut):
+            self.read_lines(lines.text[start:index], events)
+            events.append(LineCut(f"a stdout line was longer than {self._lines.max_line_bytes} bytes; it was ignored"))
+            start = index + 1
+        self.read_lines(lines.text[start:], events)
         return events
+
+    def read_lines(self, lines: Sequence[str], events: list[Event]) -> None:
+        """Append the events of whole lines, each decoded as JSON.
+
+        A family may override it to read its most common line without decoding it as JSON; what it appends
+        must be exactly what decoding would give.
+        """
+        for line in lines:
+            message = self.json_object(line, events)
+            if message is not None:
+                events.extend(self.on_object(message))
+
+    def json_object(self, line: str, events: list[Event]) -> dict[str, Any] | None:
+        """`line` decoded as a JSON object, lone surrogates cleaned; None for any other line (see `on_other_line`)."""
+        message = _object_of(line)
+        if message is None:
+            if line.strip():
+                events.extend(self.on_other_line(line))
+            return None
+        if "\\u" in line and ("\\ud" in line or "\\uD" in line):  # only an escape can spell a lone surrogate
+            return _without_lone_surrogates(message)  # type: ignore[no-any-return]
+        return message
 
 
 # The C scanner json.loads ends up in, called directly: json.loads's three Python frames around it cost as much as
