@@ -9,13 +9,12 @@ whatever the agent writes: at most one line of `max_line_bytes` is buffered
 
 from __future__ import annotations
 
-import re
 from json.decoder import scanstring
 from typing import ClassVar
 
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
-from .base import DialectContext, Handover
+from .base import DialectContext, Handover, replace_lone_surrogates
 from .events import ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 from .framing import Lines, LineSplitter
 from .settings import NoSettings
@@ -26,7 +25,6 @@ ERROR_PREFIX = "AGENT_ERROR:"
 MAX_LINE_BYTES = 1024 * 1024
 MAX_SESSION_ID_CHARS = 512
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _PARTIAL_PAYLOAD = len(PARTIAL_PREFIX)
 _ERROR_PAYLOAD = len(ERROR_PREFIX)
 _QUOTED_PARTIAL = PARTIAL_PREFIX + ' "'
@@ -58,7 +56,7 @@ def _escaped_text(value: str, raw: str) -> str:
     JSON can spell lone surrogates, which no encoder will accept later; only an escape can.
     """
     if "\\ud" in raw or "\\uD" in raw:
-        return _LONE_SURROGATE.sub("\ufffd", value)
+        return replace_lone_surrogates(value)
     return value
 
 

@@ -197,13 +197,16 @@ def _object_of(line: str) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+def replace_lone_surrogates(text: str) -> str:
+    """`text` with every lone surrogate as U+FFFD. JSON can spell them (only an escape can), and no host could
+    encode them; a stream seldom does, so the pattern is compiled on first use (by `re`'s cache)."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def _without_lone_surrogates(value: Any) -> Any:
-    """JSON can spell lone surrogates, which no host could encode: every one in a decoded object becomes U+FFFD."""
+    """Every lone surrogate in a decoded object, as U+FFFD (see `replace_lone_surrogates`)."""
     if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
+        return replace_lone_surrogates(value)
     if isinstance(value, dict):
         return {_without_lone_surrogates(key): _without_lone_surrogates(item) for key, item in value.items()}
     if isinstance(value, list):
