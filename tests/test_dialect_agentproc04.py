@@ -353,12 +353,13 @@ def test_garbage_lines_are_ignored_and_counted_in_one_warning() -> None:
     assert not any("legacy" in message for message in warnings(events))  # the agent's text stays out of logs
 
 
-def test_a_line_over_the_limit_is_cut_and_the_lines_after_it_still_count() -> None:
+def test_a_line_over_the_limit_is_cut_and_the_lines_around_it_still_count_in_order() -> None:
     context = DialectContext(settings=JsonSettings(max_line_bytes=4096), permissions=True)
     long_result = b'{"type":"result","text":"' + b"x" * 5000 + b'"}\n'
-    events = decode(long_result + b'{"type":"partial","text":"after","session_id":"s"}\n', context)
-    assert isinstance(events[0], LineCut)
-    assert events[1:] == [SessionEvent("s"), PartialEvent("after"), ReplyEvent("after")]
+    events = decode(b'{"type":"partial","text":"before "}\n' + long_result
+                    + b'{"type":"partial","text":"after","session_id":"s"}\n', context)
+    assert events[0] == PartialEvent("before ") and isinstance(events[1], LineCut)
+    assert events[2:] == [SessionEvent("s"), PartialEvent("after"), ReplyEvent("before after")]
 
 
 def test_an_unterminated_last_line_still_counts_and_crlf_is_a_line_end() -> None:
