@@ -14,6 +14,7 @@ that are not JSON objects. A family module only maps objects to events.
 
 from __future__ import annotations
 
+import functools
 import json
 import json.scanner
 import re
@@ -199,8 +200,14 @@ def _object_of(line: str) -> dict[str, Any] | None:
 
 def replace_lone_surrogates(text: str) -> str:
     """`text` with every lone surrogate as U+FFFD. JSON can spell them (only an escape can), and no host could
-    encode them; a stream seldom does, so the pattern is compiled on first use (by `re`'s cache)."""
-    return re.sub("[\ud800-\udfff]", "\ufffd", text)
+    encode them."""
+    return _lone_surrogate().sub("\ufffd", text)
+
+
+@functools.cache
+def _lone_surrogate() -> re.Pattern[str]:
+    """Compiled on first use (~1 ms): a stream seldom spells a lone surrogate, and a run should not pay for it."""
+    return re.compile("[\ud800-\udfff]")
 
 
 def _without_lone_surrogates(value: Any) -> Any:
