@@ -88,6 +88,14 @@ class AcpProcess:
                     raise AssertionError(f"the agent's output ended before a {kind.__name__}: {self._taken}")
                 await self._read()
 
+    async def until_output(self, needle: bytes, *, deadline: float = DEADLINE) -> None:
+        """Read until the agent has written `needle`; what the dialect reported meanwhile waits for `until`."""
+        with trio.fail_after(deadline):
+            while needle not in self.stdout:
+                if self.eof:
+                    raise AssertionError(f"the agent's output ended before it wrote {needle!r}")
+                await self._read()
+
     async def _read(self) -> None:
         assert self.process.stdout is not None
         data = await self.process.stdout.receive_some(65536)

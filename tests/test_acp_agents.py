@@ -285,7 +285,11 @@ async def test_gemini_in_acp_mode_goes_on_after_a_kill_whether_or_not_it_loads_i
     """Gemini CLI 0.61.0 advertises loadSession, but on session/load a new process first records the session
     afresh and then reads it back: when the new record wins, it answers "No previous sessions found for this
     project" (the usual outcome here), when the old one does, it loads (seen in CI). Either way the
-    conversation goes on, in the loaded session or, with a warning, in a new one."""
+    conversation goes on, in the loaded session or, with a warning, in a new one.
+
+    When it loads, it answers before its replay of the history is written (its loadSession does not wait for
+    it), so the test waits for the replayed answer before the next prompt, which would take the rest of the
+    replay for its own output."""
     argv, env, work = gemini_acp(tmp_path)
     with fake_gemini("text") as api:
         env = {**env, **gemini_env(api, str(tmp_path / "home"))}
@@ -298,6 +302,7 @@ async def test_gemini_in_acp_mode_goes_on_after_a_kill_whether_or_not_it_loads_i
             *warnings, resumed = await agent.until(Ready, deadline=GEMINI_DEADLINE)
             if resumed.session_id == ready.session_id:
                 assert warnings == []
+                await agent.until_output(TEXT_REPLY.encode(), deadline=GEMINI_DEADLINE)
             else:
                 assert [warning.message for warning in warnings] == [
                     "the agent could not load the stored session (JSON-RPC error -32603); a new session was started"]
