@@ -546,16 +546,23 @@ def codex_throughput(p: dict[str, Any]) -> dict[str, Any]:
 
 def codex_latency(p: dict[str, Any]) -> dict[str, Any]:
     """From codex_like.py writing an agent_message line to the host's partial callback."""
+    return ticker_latency(p, "codex_like.py", codex_profile, "codex", lambda reply: reply.isdigit())
+
+
+def ticker_latency(p: dict[str, Any], agent: str, profile: Callable[[list[str]], dict[str, Any]], what: str,
+                   reply_ok: Callable[[str], bool]) -> dict[str, Any]:
+    """The partial delays of one turn of `agent tick` (a bench agent writing a partial whose text is
+    CLOCK_MONOTONIC ns every `interval_ms`), run through `profile(command)`; `reply_ok` checks its reply."""
     import trio
 
     delays, on_partial = latency_callback()
-    command = [sys.executable, "-S", "{{PROFILE_DIR}}/codex_like.py", "tick", str(p["seconds"]), str(p["interval_ms"])]
-    run = bridge_turn_runner(codex_profile(command), on_partial)
+    command = [sys.executable, "-S", "{{PROFILE_DIR}}/" + agent, "tick", str(p["seconds"]), str(p["interval_ms"])]
+    run = bridge_turn_runner(profile(command), on_partial)
 
     async def main() -> None:
         result = await run()
-        expect(result.ok and result.reply.isdigit() and result.partials == len(delays),
-               f"codex ticker turn failed: {result!r}")
+        expect(result.ok and reply_ok(result.reply) and result.partials == len(delays),
+               f"{what} ticker turn failed: {result!r}")
 
     trio.run(main)
     return latency_result(delays, p)
@@ -961,19 +968,7 @@ def wire04_throughput(p: dict[str, Any]) -> dict[str, Any]:
 
 def wire04_latency(p: dict[str, Any]) -> dict[str, Any]:
     """From wire04_like.py writing an output partial (after a thinking one) to the host's partial callback."""
-    import trio
-
-    delays, on_partial = latency_callback()
-    command = [sys.executable, "-S", "{{PROFILE_DIR}}/wire04_like.py", "tick", str(p["seconds"]), str(p["interval_ms"])]
-    run = bridge_turn_runner(wire04_profile(command), on_partial)
-
-    async def main() -> None:
-        result = await run()
-        expect(result.ok and result.reply == "ticked" and result.partials == len(delays),
-               f"wire-0.4 ticker turn failed: {result!r}")
-
-    trio.run(main)
-    return latency_result(delays, p)
+    return ticker_latency(p, "wire04_like.py", wire04_profile, "wire-0.4", lambda reply: reply == "ticked")
 
 
 def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
