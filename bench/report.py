@@ -82,6 +82,16 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         out["wire04"] = {label: stats(pooled(runs.get(label, []), "delay_ms" if "latency" in label else "mb_per_s"))
                          for label in ("bridge", "agentproc 0.20", "pipe only", "latency", "latency, agentproc 0.20")}
         out["wire04_mb"] = raw["wire04_input"]["bytes"] / 1e6
+    if "dialects" in samples:
+        runs = samples["dialects"]
+        peer = runs.get("agentproc 0.20", [])
+        out["dialects"] = {"agentproc 0.20": stats(pooled(peer, "seconds")),
+                           **{protocol: {"seconds": stats(pooled(runs.get(protocol, []), "seconds")),
+                                         "hub": stats(pooled(runs.get(f"{protocol}, agentproc 0.20", []), "seconds")),
+                                         "mb_per_s": stats(pooled(runs.get(protocol, []), "mb_per_s")),
+                                         "latency": stats(pooled(runs.get(f"{protocol} latency", []), "delay_ms")),
+                                         "mb": meta["bytes"] / 1e6}
+                              for protocol, meta in raw.get("dialect_inputs", {}).items()}}
     if "warm" in samples:
         runs = samples["warm"]
         out["warm"] = {"warm": stats(pooled(runs.get("turn", []), "warm_ms")),
@@ -144,6 +154,15 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
         result["CLI bridge / floor"] = ratios("cli", "all", "all", "bridge_ms", "floor_ms")
     if "agentproc 0.20" in samples.get("wire04", {}):
         result["wire-0.4 throughput bridge / agentproc 0.20"] = ratios("wire04", "bridge", "agentproc 0.20", "mb_per_s")
+    for protocol in samples.get("dialects", {}):
+        if protocol == "agentproc 0.20" or protocol.endswith((" latency", ", agentproc 0.20")):
+            continue
+        if f"{protocol}, agentproc 0.20" in samples["dialects"]:
+            result[f"{protocol}: agentproc 0.20 (its hub profile) / the bridge"] = ratios(
+                "dialects", f"{protocol}, agentproc 0.20", protocol, "seconds")
+        else:
+            result[f"{protocol}: agentproc 0.20 on the wire-0.4 form / the bridge"] = ratios(
+                "dialects", "agentproc 0.20", protocol, "seconds")
     if "turn" in samples.get("warm", {}):
         result["warm ACP turn / cold"] = ratios("warm", "turn", "turn", "warm_ms", "cold_ms")
     return result
@@ -279,6 +298,28 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             row("16 wire-0.4 partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "",
                 f"{peer['p99']:.3f} ms ({peer['p50']:.3f}) (0.20)" if peer.get("n") else "", "",
                 f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= JSON_LATENCY_P99_MS))
+    if "dialects" in s:
+        d = s["dialects"]
+        peer = d["agentproc 0.20"]
+        for protocol, m in d.items():
+            if protocol == "agentproc 0.20" or not m["seconds"].get("n"):
+                continue
+            b = m["seconds"]["median"]
+            bridge = f"{_ms(b * 1000)} ({m['mb_per_s']['median']:.0f} MB/s)"
+            if m["hub"].get("n"):  # agentproc 0.20 reads this protocol: the target applies
+                hub = m["hub"]["median"]
+                row(f"17 {protocol}, row 15's turn", bridge, f"{m['mb']:.1f} MB",
+                    f"{_ms(hub * 1000)} (0.20, its hub profile)", f"{hub / b:.2f}× agentproc 0.20",
+                    f"≥ {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20", _verdict(hub / b >= WIRE04_VS_AGENTPROC020))
+            else:  # it does not: the same turn in wire 0.4, for scale
+                row(f"17 {protocol}, row 15's turn", bridge, f"{m['mb']:.1f} MB",
+                    f"{_ms(peer['median'] * 1000)} (0.20, the wire-0.4 form)" if peer.get("n") else "",
+                    f"{peer['median'] / b:.2f}× agentproc 0.20 on wire 0.4" if peer.get("n") else "")
+        for protocol, m in d.items():
+            if protocol != "agentproc 0.20" and m["latency"].get("n"):
+                lat = m["latency"]
+                row(f"18 {protocol} partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "", "",
+                    "", f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= JSON_LATENCY_P99_MS))
     return table
 
 
@@ -331,12 +372,22 @@ def _spread(summary: dict[str, Any]) -> list[str]:
         if st.get("n"):
             lines.append(f"| wire-0.4 throughput | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
                          f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | MB/s |")
+    for protocol, m in summary.get("dialects", {}).items():
+        measured = [("agentproc 0.20, wire 0.4", m)] if protocol == "agentproc 0.20" else [
+            (f"bridge, {protocol}", m["seconds"]), (f"agentproc 0.20, {protocol}", m["hub"])]
+        for name, st in measured:
+            if st.get("n"):
+                lines.append(f"| row 15's turn | {name} | {st['n']} | {st['median'] * 1000:.0f} | "
+                             f"{st['p25'] * 1000:.0f} – {st['p75'] * 1000:.0f} | {st['min'] * 1000:.0f} – "
+                             f"{st['max'] * 1000:.0f} | ms |")
     latencies = [*summary.get("latency", {}).items()]
     if codex.get("latency", {}).get("n"):
         latencies.append(("bridge, codex-exec", codex["latency"]))
     for name, label in (("latency", "bridge, agentproc-0.4"), ("latency, agentproc 0.20", "agentproc 0.20, wire 0.4")):
         if wire04.get(name, {}).get("n"):
             latencies.append((label, wire04[name]))
+    latencies += [(f"bridge, {protocol}", m["latency"]) for protocol, m in summary.get("dialects", {}).items()
+                  if protocol != "agentproc 0.20" and m["latency"].get("n")]
     for name, st in latencies:
         lines.append(f"| partial delay | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
                      f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |")
@@ -473,15 +524,29 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "transaction (BEGIN, SELECT 1, COMMIT) blocking and through the bridge's `Database.run` (its pooled "
         "connection, one thread hop per transaction).",
         "15. **wire-0.4 throughput**: `cat` of one long turn in agentproc wire 0.4, written once by "
-        "`agents/wire04_like.py` as the agentproc 0.20 SDK writes lines (thinking partials, the reply as output "
+        "`agents/dialect_like.py` as the agentproc 0.20 SDK writes lines (thinking partials, the reply as output "
         "partials of a few words, tool steps as `tool` partials with up to 2 KB of output, every line with the "
         "session id, one `result` with usage), through `protocol: agentproc-0.4`, reply cap off, the host taking "
         "every event with `on_event`; against agentproc 0.20's own runner (`agentproc.runner.run`, a partial "
         "callback taking text and role) in bench/.venv-ap020, started by the worker as a subprocess sample "
         "(`agentproc020.py`). Counts, reply, session and usage are checked on an untimed turn. Pipe only: the "
         "same `cat`, unparsed.",
-        "16. **wire-0.4 partial latency**: `agents/wire04_like.py tick` writes a thinking partial and then an "
-        "output partial whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4, for the bridge and for "
-        "agentproc 0.20's runner.",
+        "16. **wire-0.4 partial latency**: `agents/dialect_like.py tick agentproc-0.4` writes a thinking partial "
+        "and then an output partial whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4, for the bridge "
+        "and for agentproc 0.20's runner.",
+        "17. **Every other one-shot JSON dialect, row 15's turn**: the same steps as row 15's file (reasoning, "
+        "the reply as deltas of a few words, tool steps with up to 2 KB of output, the final answer and its "
+        "usage), written once by `agents/dialect_like.py` in each protocol's own shapes — what a protocol has no "
+        "line for (grok's tools, gemini's and deepseek's reasoning) left out — and `cat` through that protocol, "
+        "reply cap off, the host taking every event with `on_event`. Time per turn, against agentproc 0.20 on "
+        "the same file the way it reads that CLI: the CLI's hub profile shipped in its wheel (a bridge script, a "
+        "second process, runs the CLI — here a stand-in that prints the file — and translates its JSON into wire "
+        "0.4 for the runner). agentproc 0.20 reads pi and deepseek only in their plain-text modes and has no "
+        "aictrl profile: those rows compare with its runner on the wire-0.4 form of the turn, for scale, with no "
+        "target. Reply, partial and activity counts, session and usage are checked on an untimed turn; "
+        "agentproc's, that its turn exits 0 with partials.",
+        "18. **Every other one-shot JSON dialect, partial latency**: `agents/dialect_like.py tick PROTOCOL` "
+        "writes a thinking step (where the protocol has one) and then a text step whose text is CLOCK_MONOTONIC "
+        "ns every 5 ms, in the protocol's shapes, for 2 s; measured as in 4.",
         "",
     ])

@@ -38,8 +38,10 @@ ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 WORKER = os.path.join(HERE, "worker.py")
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "agents"))
 
-import report  # noqa: E402  (bench/ is a directory of scripts, not a package)
+import dialect_like  # noqa: E402  (bench/ and bench/agents/ are directories of scripts, not packages)
+import report  # noqa: E402
 
 # The fleet cases' cluster has PostgreSQL's own defaults (fsync, full-page writes, synchronous commits), plus
 # pg_stat_statements; each sample's database turns synchronous_commit off but for the "durable commits" variant.
@@ -68,7 +70,8 @@ class Case:
 
 
 def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[str, Any],
-               wire04_file: dict[str, Any] | None = None) -> list[Case]:
+               wire04_file: dict[str, Any] | None = None,
+               dialect_files: dict[str, dict[str, Any]] | None = None) -> list[Case]:
     q = quick
     turn = {"turns": 20 if q else 60, "warmup": 3 if q else 5}
     tput = {**throughput_file, "turns": 1 if q else 2}
@@ -76,6 +79,7 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
     wire04_tput = {**(wire04_file or {}), "turns": 1 if q else 2}
     conc = {"turns": 300, "seconds": 1}
     lat = {"seconds": 1 if q else 4, "interval_ms": 5, "skip": 10}
+    dialect_lat = {**lat, "seconds": 1 if q else 2}
     flood_mib = 64 if q else 1024
     # QUICK does not wait for PostgreSQL to publish its counters: its commits per turn are only roughly right.
     settle = 0 if q else STATS_SETTLE_SECS
@@ -113,6 +117,14 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
              2 if q else 3),
         Case("wire04", [Variant(c, c, wire04_tput) for c in ("bridge", "agentproc 0.20", "pipe only")]
              + [Variant(c, c, lat) for c in ("latency", "latency, agentproc 0.20")], 2 if q else 5),
+        Case("dialects", [Variant("agentproc 0.20", "agentproc 0.20", wire04_tput)]
+             + [Variant(protocol, "throughput", {"file": meta["file"], "turns": 1 if q else 2})
+                for protocol, meta in (dialect_files or {}).items()]  # the worker reads the rest: replies are long
+             + [Variant(f"{protocol}, agentproc 0.20", "agentproc 0.20 hub",
+                        {"file": meta["file"], "hub_profile": meta["hub_profile"], "turns": 1 if q else 2})
+                for protocol, meta in (dialect_files or {}).items() if meta["hub_profile"]]
+             + [Variant(f"{protocol} latency", "latency", {**dialect_lat, "protocol": protocol})
+                for protocol in (dialect_files or {})], 1 if q else 3),
     ]
 
 
@@ -184,17 +196,24 @@ def codex_input(megabytes: float) -> dict[str, Any]:
     return agent_written_input("codex_like.py", f"codex-{int(megabytes * 1_000_000)}.jsonl", megabytes)
 
 
-def wire04_input(megabytes: float) -> dict[str, Any]:
-    """One long wire-0.4 turn, written by agents/wire04_like.py; returns what a correct run yields."""
-    return agent_written_input("wire04_like.py", f"wire04-{int(megabytes * 1_000_000)}.jsonl", megabytes)
+def dialect_input(protocol: str, megabytes: float) -> dict[str, Any]:
+    """One long turn in `protocol`'s shapes, written by agents/dialect_like.py (the same steps for every protocol:
+    as many as make `megabytes` of wire 0.4); returns what a correct run yields."""
+    return agent_written_input("dialect_like.py", f"{protocol}-{int(megabytes * 1_000_000)}.jsonl", megabytes,
+                               protocol)
 
 
-def agent_written_input(agent: str, name: str, megabytes: float) -> dict[str, Any]:
-    """Write (once, cached) the file `agents/<agent> file MB PATH` writes; its meta says what a run must yield."""
-    path = os.path.join(RESULTS, "data", name)
+def agent_written_input(agent: str, name: str, megabytes: float, *args: str) -> dict[str, Any]:
+    """Write (once, cached) the file `agents/<agent> file [ARGS] MB PATH` writes; its meta says what a run must
+    yield. The cached file is named after the writer's source too, so a changed writer writes it anew."""
+    script = os.path.join(HERE, "agents", agent)
+    with open(script, "rb") as source:
+        version = hashlib.sha256(source.read()).hexdigest()[:12]
+    stem, extension = os.path.splitext(name)
+    path = os.path.join(RESULTS, "data", f"{stem}-{version}{extension}")
     if (meta := cached_input(path)) is not None:
         return meta
-    done = subprocess.run([sys.executable, os.path.join(HERE, "agents", agent), "file", str(megabytes), path],
+    done = subprocess.run([sys.executable, script, "file", *args, str(megabytes), path],
                           capture_output=True, text=True, check=True)
     return remember_input(path, json.loads(done.stdout))
 
@@ -353,7 +372,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, two rounds: a smoke run for development")
     parser.add_argument("--only", nargs="+", metavar="CASE", help="run only these cases (turn throughput "
-                        "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04)")
+                        "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects)")
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument("--no-summary", action="store_true",
                         help="do not rewrite bench/RESULTS.md and bench/results.png (implied by --quick and --only)")
@@ -368,8 +387,11 @@ def main() -> int:
     started = time.monotonic()
     tput_file = throughput_input(4 if args.quick else 23)
     codex_file = codex_input(4 if args.quick else 23)
-    wire04_file = wire04_input(4 if args.quick else 20)
-    plan = build_plan(args.quick, tput_file, codex_file, wire04_file)
+    wire04_megabytes = 4 if args.quick else 20
+    wire04_file = dialect_input("agentproc-0.4", wire04_megabytes)
+    dialect_files = {protocol: dialect_input(protocol, wire04_megabytes) for protocol in dialect_like.STREAMS
+                     if protocol != "agentproc-0.4"}  # wire 0.4 is cases 15 and 16
+    plan = build_plan(args.quick, tput_file, codex_file, wire04_file, dialect_files)
     if args.only:
         unknown = set(args.only) - {c.name for c in plan}
         if unknown:
@@ -404,6 +426,8 @@ def main() -> int:
     about["bench_seconds"] = round(time.monotonic() - started)
     raw = {"machine": about, "quick": args.quick, "throughput_input": tput_file, "codex_input": codex_file,
            "wire04_input": wire04_file,
+           "dialect_inputs": {protocol: {key: value for key, value in meta.items() if key != "reply"}
+                              for protocol, meta in dialect_files.items()},
            "plan": {c.name: {"rounds": c.rounds, "variants": {v.label: v.params for v in c.variants}} for c in plan},
            "samples": samples}
     summary = report.summarize(raw)

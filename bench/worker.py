@@ -521,8 +521,9 @@ def json_throughput(p: dict[str, Any], fields: dict[str, Any], what: str, *, rep
         expect(partial_count.count == result.partials == partials,
                f"{partial_count.count} partials, expected {partials}")
         expect(activity_count.count == activities, f"{activity_count.count} activities, expected {activities}")
-        expect(result.session_id == session_id, "wrong session id")
-        expect(result.usage is not None and result.usage.input_tokens == p["input_tokens"], "wrong usage")
+        expect(result.session_id == session_id, f"wrong session id {result.session_id!r}")
+        expect((result.usage.input_tokens if result.usage is not None else None) == p["input_tokens"],
+               f"wrong usage {result.usage!r}")
         times = []
         for _ in range(p["turns"]):
             began = clock_ns()
@@ -531,7 +532,8 @@ def json_throughput(p: dict[str, Any], fields: dict[str, Any], what: str, *, rep
             expect(result.ok and result.reply == reply, f"{what} throughput turn failed")
         return times
 
-    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in trio.run(main)]}
+    times = trio.run(main)
+    return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in times], "seconds": [t / 1e9 for t in times]}
 
 
 def codex_profile(command: list[str]) -> dict[str, Any]:
@@ -550,13 +552,14 @@ def codex_latency(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def ticker_latency(p: dict[str, Any], agent: str, profile: Callable[[list[str]], dict[str, Any]], what: str,
-                   reply_ok: Callable[[str], bool]) -> dict[str, Any]:
-    """The partial delays of one turn of `agent tick` (a bench agent writing a partial whose text is
+                   reply_ok: Callable[[str], bool], tick_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The partial delays of one turn of `agent tick [TICK_ARGS]` (a bench agent writing a partial whose text is
     CLOCK_MONOTONIC ns every `interval_ms`), run through `profile(command)`; `reply_ok` checks its reply."""
     import trio
 
     delays, on_partial = latency_callback()
-    command = [sys.executable, "-S", "{{PROFILE_DIR}}/" + agent, "tick", str(p["seconds"]), str(p["interval_ms"])]
+    command = [sys.executable, "-S", "{{PROFILE_DIR}}/" + agent, "tick", *tick_args, str(p["seconds"]),
+               str(p["interval_ms"])]
     run = bridge_turn_runner(profile(command), on_partial)
 
     async def main() -> None:
@@ -962,13 +965,37 @@ def wire04_profile(command: list[str]) -> dict[str, Any]:
 
 def wire04_throughput(p: dict[str, Any]) -> dict[str, Any]:
     """`cat` of one long wire-0.4 turn through the agentproc-0.4 dialect; the host takes every event (`on_event`)."""
-    return json_throughput(p, wire04_profile(["cat", p["file"]]), "wire-0.4", reply=p["reply"],
-                           partials=p["outputs"], activities=p["thinking"], session_id=p["session_id"])
+    return dialect_throughput(p)
 
 
 def wire04_latency(p: dict[str, Any]) -> dict[str, Any]:
-    """From wire04_like.py writing an output partial (after a thinking one) to the host's partial callback."""
-    return ticker_latency(p, "wire04_like.py", wire04_profile, "wire-0.4", lambda reply: reply == "ticked")
+    """From dialect_like.py writing an output partial (after a thinking one) to the host's partial callback."""
+    return dialect_latency({**p, "protocol": "agentproc-0.4"})
+
+
+# --------------------------------------------------------------------------- 17, 18. every one-shot JSON dialect
+
+
+def dialect_profile(protocol: str) -> Callable[[list[str]], dict[str, Any]]:
+    return lambda command: {"command": command, "protocol": protocol, "max_reply_chars": None, "timeout_secs": 600}
+
+
+def dialect_throughput(p: dict[str, Any]) -> dict[str, Any]:
+    """`cat` of the turn dialect_like.py wrote in its protocol's shapes; the host takes every event. What a
+    correct run yields is read from the file's meta beside it (a reply of the whole stream is too long for argv)."""
+    with open(p["file"] + ".json") as meta:
+        p = {**json.load(meta), **p}
+    protocol = p["protocol"]
+    return json_throughput(p, dialect_profile(protocol)(["cat", p["file"]]), protocol, reply=p["reply"],
+                           partials=p["partials"], activities=p["activities"], session_id=p["session_id"])
+
+
+def dialect_latency(p: dict[str, Any]) -> dict[str, Any]:
+    """From dialect_like.py writing a text step (after a thinking one, where the protocol has them) in
+    `p["protocol"]`'s shapes to the host's partial callback."""
+    protocol = p["protocol"]
+    return ticker_latency(p, "dialect_like.py", dialect_profile(protocol), protocol, lambda reply: reply != "",
+                          (protocol,))
 
 
 def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -1015,6 +1042,10 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("wire04", "pipe only"): throughput_pipe,
     ("wire04", "latency"): wire04_latency,
     ("wire04", "latency, agentproc 0.20"): agentproc020("latency"),
+    ("dialects", "throughput"): dialect_throughput,
+    ("dialects", "latency"): dialect_latency,
+    ("dialects", "agentproc 0.20"): agentproc020("throughput"),
+    ("dialects", "agentproc 0.20 hub"): agentproc020("hub"),
 }
 
 
