@@ -21,6 +21,8 @@ import json
 
 import pytest
 from fake_clis import TRANSCRIPTS, decode, of_type
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from bridge import Turn
 from bridge.dialects import (
@@ -33,6 +35,7 @@ from bridge.dialects import (
     Usage,
     UsageEvent,
 )
+from bridge.dialects.base import shorten
 
 
 def lines(*objects: object) -> bytes:
@@ -322,3 +325,13 @@ def test_garbage_and_unknown_types_are_ignored_and_an_invalid_session_id_is_not_
     assert not of_type(events, ReplyEvent) and not of_type(events, PartialEvent)
     refused = [event for event in of_type(events, ProtocolWarning) if "session id" in event.message]
     assert len(refused) <= 1  # said once, however often the CLI repeats the id
+
+
+@given(st.lists(st.sampled_from(["a", "bc", " ", "  ", "\n", "\t", "\u3000", "\x1c", "é"]), max_size=60).map("".join),
+       st.integers(min_value=1, max_value=12))
+@example("ab" + " " * 9, 2)  # a prefix that collapses to exactly `limit` characters, then only whitespace
+def test_a_status_line_of_a_long_text_is_the_whole_text_collapsed_and_cut(text: str, limit: int) -> None:
+    """Tool output and reasoning are shortened from a prefix when that is enough; it must give what collapsing the
+    whole text gives, whatever whitespace the prefix ends in."""
+    line = " ".join(text.split())
+    assert shorten(text, limit) == (line if len(line) <= limit else line[:limit - 1] + "…")

@@ -215,14 +215,14 @@ class Acp(JsonLinesDialect):
             self._stray += 1
             return []
         error = message.get("error")
-        if isinstance(error, Mapping) or "result" not in message:
-            return self._on_error(method, error if isinstance(error, Mapping) else {})
+        if isinstance(error, dict) or "result" not in message:
+            return self._on_error(method, error if isinstance(error, dict) else {})
         return self._on_result(method, message.get("result"))
 
     # ------------------------------------------------------------------ responses to our requests
 
     def _on_result(self, method: str, result: Any) -> list[Event]:
-        result = result if isinstance(result, Mapping) else {}
+        result = result if isinstance(result, dict) else {}
         if method == "initialize":
             return self._initialized(result)
         if method == "session/new":
@@ -264,14 +264,14 @@ class Acp(JsonLinesDialect):
             return [ErrorEvent(f"the agent speaks ACP version {version!r}; agent-bridge speaks version "
                                f"{PROTOCOL_VERSION}: use a version of the agent that supports it")]
         capabilities = result.get("agentCapabilities")
-        capabilities = capabilities if isinstance(capabilities, Mapping) else {}
+        capabilities = capabilities if isinstance(capabilities, dict) else {}
         if not self._stored_session:
             return [AgentInput(self._new_session())]
         params = {"sessionId": self._stored_session, **self._session_params()}
         if capabilities.get("loadSession") is True:
             return [AgentInput(self._request("session/load", params))]
         session_capabilities = capabilities.get("sessionCapabilities")
-        if isinstance(session_capabilities, Mapping) and session_capabilities.get("resume") is not None:
+        if isinstance(session_capabilities, dict) and session_capabilities.get("resume") is not None:
             return [AgentInput(self._request("session/resume", params))]
         return [ProtocolWarning("the agent can neither load nor resume a session (it advertises neither "
                                 "loadSession nor sessionCapabilities.resume); a new session was started"),
@@ -312,13 +312,13 @@ class Acp(JsonLinesDialect):
     # ------------------------------------------------------------------ the agent's notifications
 
     def _on_update(self, params: Any) -> list[Event]:
-        if self._prompt_id is None or not isinstance(params, Mapping):
+        if self._prompt_id is None or not isinstance(params, dict):
             return []  # outside a turn: a load's replayed history, or late news of a finished turn
         if params.get("sessionId") != self._session_id:
             self._foreign_updates += 1
             return []
         update = params.get("update")
-        kind = update.get("sessionUpdate") if isinstance(update, Mapping) else None
+        kind = update.get("sessionUpdate") if isinstance(update, dict) else None
         if kind == "agent_message_chunk":
             text = _text(update.get("content"))
             if not text:
@@ -369,7 +369,7 @@ class Acp(JsonLinesDialect):
         steps = tuple(PlanStep(shorten(entry["content"], TITLE_CHARS),
                                entry.get("status") if entry.get("status") in _PLAN_STATUSES else "pending")
                       for entry in entries
-                      if isinstance(entry, Mapping) and isinstance(entry.get("content"), str))
+                      if isinstance(entry, dict) and isinstance(entry.get("content"), str))
         return [ActivityEvent("plan", plan=steps)]
 
     # ------------------------------------------------------------------ the agent's requests
@@ -378,7 +378,7 @@ class Acp(JsonLinesDialect):
         if not _valid_id(rpc_id):
             self._stray += 1
             return []  # no id to answer to
-        params = params if isinstance(params, Mapping) else {}
+        params = params if isinstance(params, dict) else {}
         if method == "session/request_permission":
             return self._permission(rpc_id, params)
         operation = {"fs/read_text_file": "read", "fs/write_text_file": "write"}.get(method)
@@ -392,7 +392,7 @@ class Acp(JsonLinesDialect):
             return [AgentInput(_result(rpc_id, {"outcome": {"outcome": "cancelled"}}))]
         tool_call = params.get("toolCall")
         options = params.get("options")
-        if not isinstance(tool_call, Mapping) or not isinstance(options, list) or not options:
+        if not isinstance(tool_call, dict) or not isinstance(options, list) or not options:
             return [AgentInput(_error(rpc_id, INVALID_PARAMS, "a permission request needs a toolCall and options"))]
         request_id = _request_key(rpc_id)
         call_id = text_of(tool_call.get("toolCallId"))
@@ -400,9 +400,9 @@ class Acp(JsonLinesDialect):
         if call_id in self._tools:
             self._tools[call_id] = (tool, kind, title)  # its end is reported with the name the question gave
         raw_input = tool_call.get("rawInput")
-        self._asked[request_id] = (rpc_id, tuple(option for option in options if isinstance(option, Mapping)))
+        self._asked[request_id] = (rpc_id, tuple(option for option in options if isinstance(option, dict)))
         return [PermissionRequest(request_id=request_id, tool=tool, kind=kind, title=title,
-                                  input=raw_input if isinstance(raw_input, Mapping) else {})]
+                                  input=raw_input if isinstance(raw_input, dict) else {})]
 
     def _file(self, rpc_id: Any, operation: str, params: Mapping[str, Any]) -> list[Event]:
         path = params.get("path")
@@ -482,7 +482,7 @@ def _error_text(error: Mapping[str, Any]) -> str:
     message = text_of(error.get("message")).strip()
     data = error.get("data")
     detail = data if isinstance(data, str) else \
-        text_of(data.get("message")) or text_of(data.get("details")) if isinstance(data, Mapping) else ""
+        text_of(data.get("message")) or text_of(data.get("details")) if isinstance(data, dict) else ""
     detail = detail.strip()
     return shorten(f"{message}: {detail}" if message and detail else message or detail, 500)
 
@@ -493,7 +493,7 @@ def _resource_link(attachment: Attachment) -> dict[str, Any]:
 
 def _text(content: Any) -> str:
     """The text of a content block (images, audio and resources in a reply are not text: nothing)."""
-    if isinstance(content, Mapping) and content.get("type") == "text":
+    if isinstance(content, dict) and content.get("type") == "text":
         return text_of(content.get("text"))
     return ""
 
@@ -502,23 +502,23 @@ def _tool_output(content: Any) -> str:
     if not isinstance(content, list):
         return ""
     texts = [_text(item.get("content")) for item in content
-             if isinstance(item, Mapping) and item.get("type") == "content"]
+             if isinstance(item, dict) and item.get("type") == "content"]
     return shorten(" ".join(text for text in texts if text), OUTPUT_CHARS)
 
 
 def _tool_name(meta: Any) -> str:
     """The tool's own name where the agent puts one in `_meta` (Claude Code's adapter: `claudeCode.toolName`)."""
-    if not isinstance(meta, Mapping):
+    if not isinstance(meta, dict):
         return ""
     for value in meta.values():
-        if isinstance(value, Mapping) and isinstance(value.get("toolName"), str) and value["toolName"]:
+        if isinstance(value, dict) and isinstance(value.get("toolName"), str) and value["toolName"]:
             return shorten(value["toolName"], TITLE_CHARS)
     return ""
 
 
 def _usage(usage: Any) -> Usage | None:
     """ACP's (unstable) per-turn `usage` of a prompt response."""
-    if not isinstance(usage, Mapping):
+    if not isinstance(usage, dict):
         return None
     values = Usage(input_tokens=number(usage.get("inputTokens")), output_tokens=number(usage.get("outputTokens")),
                    cached_input_tokens=number(usage.get("cachedReadTokens")),

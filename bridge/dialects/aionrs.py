@@ -237,7 +237,7 @@ class Aionrs(JsonLinesDialect):
         self._text.pause()
         call_id = message.get("call_id")
         tool = message.get("tool")
-        if not isinstance(call_id, str) or not call_id or not isinstance(tool, Mapping):
+        if not isinstance(call_id, str) or not call_id or not isinstance(tool, dict):
             return [ProtocolWarning("ignored a tool_request without a call_id or a tool object; the agent may "
                                     "wait for its answer until the turn times out")]
         if call_id in self._calls:
@@ -246,7 +246,7 @@ class Aionrs(JsonLinesDialect):
             return [AgentInput(_deny_line(call_id, _CANCELLED))]
         name = text_of(tool.get("name"))
         arguments = tool.get("args")
-        arguments = arguments if isinstance(arguments, Mapping) else {}
+        arguments = arguments if isinstance(arguments, dict) else {}
         category = tool.get("category")
         description = text_of(tool.get("description"))
         title = shorten(description, TITLE_CHARS) if description.strip() else tool_title(arguments, or_json=True)
@@ -303,7 +303,7 @@ class Aionrs(JsonLinesDialect):
         error = message.get("error")
         if not self._began:  # refused before its stream began: no stream follows (seed 4.1)
             return self._end_turn([ErrorEvent(text)], "refused")
-        if isinstance(error, Mapping) and error.get("retryable") is True:
+        if isinstance(error, dict) and error.get("retryable") is True:
             self._held_error = text
             return [ProtocolWarning(f"aionrs reported a retryable error ({_error_code(message) or 'no code'}); "
                                     "the turn goes on, and fails if no text follows")]
@@ -351,7 +351,7 @@ def _deny_line(call_id: str, reason: str) -> bytes:
 
 def _error_text(message: Mapping[str, Any]) -> str:
     error = message.get("error")
-    text = text_of(error.get("message")) if isinstance(error, Mapping) else ""
+    text = text_of(error.get("message")) if isinstance(error, dict) else ""
     if text.strip():
         return text
     code = _error_code(message)
@@ -360,12 +360,12 @@ def _error_text(message: Mapping[str, Any]) -> str:
 
 def _error_code(message: Mapping[str, Any]) -> str:
     error = message.get("error")
-    return shorten(text_of(error.get("code")), 40) if isinstance(error, Mapping) else ""
+    return shorten(text_of(error.get("code")), 40) if isinstance(error, dict) else ""
 
 
 def _usage(usage: Any) -> Usage | None:
     """aionrs's `input_tokens` already counts the cache's reads and writes (aion-providers adds them in)."""
-    if not isinstance(usage, Mapping):
+    if not isinstance(usage, dict):
         return None
     input_tokens, output_tokens = number(usage.get("input_tokens")), number(usage.get("output_tokens"))
     total = input_tokens + output_tokens if input_tokens is not None and output_tokens is not None else None

@@ -228,6 +228,12 @@ def text_of(value: Any) -> str:
 
 def shorten(text: str, limit: int = 200) -> str:
     """One line of at most `limit` characters, for a status line."""
+    if len(text) > limit:
+        # Collapsing the whitespace of a prefix gives a prefix of the whole text collapsed: a tool's output costs
+        # no more than its first few hundred characters (unless they are mostly whitespace).
+        head = " ".join(text[:limit + limit // 4 + 8].split())
+        if len(head) > limit:
+            return head[:limit - 1] + "…"
     line = " ".join(text.split())
     return line if len(line) <= limit else line[:limit - 1] + "…"
 

@@ -93,12 +93,12 @@ class ClaudeStream(JsonLinesDialect):
 
     def _stream_event(self, message: Mapping[str, Any]) -> list[Event]:
         event = message.get("event")
-        if message.get("parent_tool_use_id") or not isinstance(event, Mapping):
+        if message.get("parent_tool_use_id") or not isinstance(event, dict):
             return []
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event.get("delta")
-            if not isinstance(delta, Mapping):
+            if not isinstance(delta, dict):
                 return []
             if delta.get("type") == "text_delta" and (text := text_of(delta.get("text"))):
                 self._streamed_text = True
@@ -116,14 +116,14 @@ class ClaudeStream(JsonLinesDialect):
 
     def _assistant(self, message: Mapping[str, Any]) -> list[Event]:
         body = message.get("message")
-        content = body.get("content") if isinstance(body, Mapping) else None
+        content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, list):
             return []
         # A synthetic message holding an API error: the result line says it again, as the error.
         speaks = not message.get("parent_tool_use_id") and not message.get("error")
         events: list[Event] = []
         for block in content:
-            if not isinstance(block, Mapping):
+            if not isinstance(block, dict):
                 continue
             kind = block.get("type")
             if kind == "tool_use":
@@ -172,12 +172,12 @@ class ClaudeStream(JsonLinesDialect):
 
     def _tool_results(self, message: Mapping[str, Any]) -> list[Event]:
         body = message.get("message")
-        content = body.get("content") if isinstance(body, Mapping) else None
+        content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, list):
             return []
         events: list[Event] = []
         for block in content:
-            if isinstance(block, Mapping) and block.get("type") == "tool_result":
+            if isinstance(block, dict) and block.get("type") == "tool_result":
                 events.append(self._tools.ended(text_of(block.get("tool_use_id")), failed=bool(block.get("is_error")),
                                                 output=block.get("content")))
         return events
@@ -186,10 +186,10 @@ class ClaudeStream(JsonLinesDialect):
         """cursor's `tool_call` lines: `{"subtype": "started"|"completed", "call_id", "tool_call": {"<kind>ToolCall":
         {"args", "result": {"success"|"error"|…}}}}`."""
         call = message.get("tool_call")
-        if not isinstance(call, Mapping) or len(call) != 1:
+        if not isinstance(call, dict) or len(call) != 1:
             return []
         [(kind, detail)] = call.items()
-        if not isinstance(kind, str) or not isinstance(detail, Mapping):
+        if not isinstance(kind, str) or not isinstance(detail, dict):
             return []
         tool = kind.removesuffix("ToolCall")
         call_id = text_of(message.get("call_id"))
@@ -198,7 +198,7 @@ class ClaudeStream(JsonLinesDialect):
             return self._tool_started(tool, detail.get("args"), call_id)
         if subtype == "completed":
             result = detail.get("result")
-            failed = not (isinstance(result, Mapping) and "success" in result)
+            failed = not (isinstance(result, dict) and "success" in result)
             return [self._tools.ended(call_id, failed=failed, tool=tool, arguments=detail.get("args"))]
         return []
 
@@ -228,7 +228,7 @@ def _error_text(message: Mapping[str, Any], subtype: str) -> str:
         if text:
             return text
     error = message.get("error")
-    if isinstance(error, Mapping) and (text := text_of(error.get("message")).strip()):
+    if isinstance(error, dict) and (text := text_of(error.get("message")).strip()):
         return text
     if subtype.startswith("error_"):
         return f"the agent stopped: {subtype.removeprefix('error_').replace('_', ' ')}"
@@ -241,7 +241,7 @@ def _usage(message: Mapping[str, Any], cache_in_input: bool) -> Usage | None:
     usage = message.get("usage")
     cost = message.get("total_cost_usd")
     cost_usd = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
-    if not isinstance(usage, Mapping):
+    if not isinstance(usage, dict):
         return Usage(cost_usd=cost_usd) if cost_usd is not None else None
     fresh, read, written = (number(usage.get(key)) for key in
                             ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))

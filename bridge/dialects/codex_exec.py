@@ -161,8 +161,7 @@ class CodexExec(JsonLinesDialect):
         text = ""
         exit_code = number(item.get("exit_code"))
         if exit_code is not None:
-            # Commands print megabytes; only the start can be in an excerpt (whitespace runs collapse).
-            output = shorten(text_of(item.get("aggregated_output"))[:4 * OUTPUT_CHARS], OUTPUT_CHARS)
+            output = shorten(text_of(item.get("aggregated_output")), OUTPUT_CHARS)
             text = f"exit code {exit_code}" + (f": {output}" if output else "")
         return [_tool(item, "command_execution", _command_title(text_of(item.get("command"))), text)]
 

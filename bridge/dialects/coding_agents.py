@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from .agentproc01 import session_id_problem
@@ -58,7 +57,7 @@ def tool_title(arguments: Any, *, or_json: bool = False) -> str:
             arguments = json.loads(arguments)
         except (ValueError, RecursionError):
             return ""
-    if not isinstance(arguments, Mapping):
+    if not isinstance(arguments, dict):
         return ""
     for key in _TITLE_KEYS:
         value = arguments.get(key)
@@ -75,18 +74,18 @@ def output_excerpt(output: Any) -> str:
     """The start of a tool's output on one line: a string, or the text of a list of content blocks."""
     if isinstance(output, list):
         output = " ".join(block["text"] for block in output
-                          if isinstance(block, Mapping) and isinstance(block.get("text"), str))
+                          if isinstance(block, dict) and isinstance(block.get("text"), str))
     return shorten(output, OUTPUT_CHARS) if isinstance(output, str) else ""
 
 
 def plan_of(arguments: Any) -> tuple[PlanStep, ...]:
     """The steps of a to-do tool's input (`{"todos": [{"content" or "description", "status"}]}`), else ()."""
-    todos = arguments.get("todos") if isinstance(arguments, Mapping) else None
+    todos = arguments.get("todos") if isinstance(arguments, dict) else None
     if not isinstance(todos, list):
         return ()
     steps = []
     for todo in todos:
-        if not isinstance(todo, Mapping):
+        if not isinstance(todo, dict):
             continue
         text = todo.get("content")
         if not isinstance(text, str):
@@ -148,7 +147,7 @@ def money(value: Any) -> float | None:
         except OverflowError:  # an integer beyond any float
             return None
         return amount if math.isfinite(amount) else None
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         parts = [money(item) for item in value.values()]
         known = [part for part in parts if part is not None]
         return sum(known) if known else None

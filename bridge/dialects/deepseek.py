@@ -82,7 +82,7 @@ class DeepseekStreamJson(JsonLinesDialect):
         return []
 
     def on_metadata(self, meta: Any) -> list[Event]:
-        if not isinstance(meta, Mapping):
+        if not isinstance(meta, dict):
             return []
         events = self.session.see(meta.get("session_id"))
         usage = token_usage(fresh_input=meta.get("input_tokens"), output=meta.get("output_tokens"))

@@ -50,7 +50,7 @@ class DshJson(JsonLinesDialect):
             return [PartialEvent(text)] if text else []
         if kind == "status":
             usage = message.get("usage")
-            if message.get("phase") != "step_end" or not isinstance(usage, Mapping):
+            if message.get("phase") != "step_end" or not isinstance(usage, dict):
                 return []
             counted = token_usage(
                 fresh_input=usage.get("inputTokens"), cache_read=usage.get("cacheReadTokens"),

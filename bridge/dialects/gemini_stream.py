@@ -77,7 +77,7 @@ class GeminiStream(JsonLinesDialect):
         failed = message.get("status") == "error"
         error = message.get("error")
         output = message.get("output")
-        if failed and isinstance(error, Mapping) and isinstance(error.get("message"), str):
+        if failed and isinstance(error, dict) and isinstance(error.get("message"), str):
             output = error["message"]
         return self._tools.ended(text_of(message.get("tool_id")), failed=failed, output=output)
 
@@ -85,14 +85,14 @@ class GeminiStream(JsonLinesDialect):
         self._finished = True
         events: list[Event] = []
         stats = message.get("stats")
-        if isinstance(stats, Mapping):
+        if isinstance(stats, dict):
             events.append(UsageEvent(Usage(
                 input_tokens=number(stats.get("input_tokens")), output_tokens=number(stats.get("output_tokens")),
                 cached_input_tokens=number(stats.get("cached")), total_tokens=number(stats.get("total_tokens")),
             )))
         if message.get("status") == "error":
             error = message.get("error")
-            text = text_of(error.get("message")).strip() if isinstance(error, Mapping) else ""
+            text = text_of(error.get("message")).strip() if isinstance(error, dict) else ""
             events.append(ErrorEvent(text or self._error or "the agent reported an error"))
         else:
             events.append(ReplyEvent(self._text.text))

@@ -99,7 +99,7 @@ class GrokStreamingJson(JsonLinesDialect):
 
 
 def _usage(usage: Any, cost: Any) -> UsageEvent | None:
-    if not isinstance(usage, Mapping):
+    if not isinstance(usage, dict):
         return None
     counted = token_usage(
         fresh_input=usage.get("input_tokens"), cache_read=usage.get("cache_read_input_tokens"),

@@ -63,7 +63,7 @@ class KimiStreamJson(JsonLinesDialect):
             texts.append(content)
         elif isinstance(content, list):
             for part in content:
-                if not isinstance(part, Mapping):
+                if not isinstance(part, dict):
                     continue
                 if part.get("type") == "text":
                     texts.append(text_of(part.get("text")))
@@ -76,10 +76,10 @@ class KimiStreamJson(JsonLinesDialect):
             self.shown = True
         calls = message.get("tool_calls")
         for call in calls if isinstance(calls, list) else ():
-            if not isinstance(call, Mapping):
+            if not isinstance(call, dict):
                 continue
             function = call.get("function")
-            function = function if isinstance(function, Mapping) else {}
+            function = function if isinstance(function, dict) else {}
             call_id, tool = text_of(call.get("id")), text_of(function.get("name"))
             if call_id and len(self.tool_names) < _MAX_TRACKED_CALLS:
                 self.tool_names[call_id] = tool
@@ -92,7 +92,7 @@ class KimiStreamJson(JsonLinesDialect):
         content = message.get("content")
         if isinstance(content, list):
             text = "".join(text_of(part.get("text")) for part in content
-                           if isinstance(part, Mapping) and part.get("type") == "text")
+                           if isinstance(part, dict) and part.get("type") == "text")
         else:
             text = text_of(content)
         failed = text.lstrip().startswith("<system>ERROR:")

@@ -40,14 +40,14 @@ _TOOL_STATUS = {"completed": "completed", "error": "failed", "running": "started
 
 def part_of(message: Mapping[str, Any]) -> Mapping[str, Any]:
     part = message.get("part")
-    return part if isinstance(part, Mapping) else {}
+    return part if isinstance(part, dict) else {}
 
 
 def parts_usage(tokens: Any, cost: Any) -> UsageEvent | None:
     """Usage of one opencode-family step or message: `tokens` may be missing or null (not reported)."""
-    tokens = tokens if isinstance(tokens, Mapping) else {}
+    tokens = tokens if isinstance(tokens, dict) else {}
     cache = tokens.get("cache")
-    cache = cache if isinstance(cache, Mapping) else {}
+    cache = cache if isinstance(cache, dict) else {}
     usage = token_usage(
         fresh_input=tokens.get("input"), cache_read=cache.get("read"), cache_write=cache.get("write"),
         output=add(tokens.get("output"), tokens.get("reasoning")), reasoning=tokens.get("reasoning"),
@@ -60,10 +60,10 @@ def error_text(error: Any) -> str:
     """The message of an opencode-family error object (`{name, data: {message}}`), or of a plain string."""
     if isinstance(error, str):
         return error
-    if not isinstance(error, Mapping):
+    if not isinstance(error, dict):
         return ""
     data = error.get("data")
-    if isinstance(data, Mapping) and text_of(data.get("message")):
+    if isinstance(data, dict) and text_of(data.get("message")):
         return text_of(data.get("message"))
     return text_of(error.get("message")) or text_of(error.get("name"))
 
@@ -115,14 +115,14 @@ class OpencodeJson(JsonLinesDialect):
     def on_tool_use(self, message: Mapping[str, Any]) -> list[Event]:
         part = part_of(message)
         state = part.get("state")
-        state = state if isinstance(state, Mapping) else {}
+        state = state if isinstance(state, dict) else {}
         status = _TOOL_STATUS.get(text_of(state.get("status")), "completed")
         if status == "failed":
             detail = text_of(state.get("error"))
         else:
             metadata = state.get("metadata")
             detail = text_of(state.get("output")) or (
-                text_of(metadata.get("output")) if isinstance(metadata, Mapping) else "")
+                text_of(metadata.get("output")) if isinstance(metadata, dict) else "")
         tool = text_of(part.get("tool"))
         title = shorten(text_of(state.get("title")), 120) or tool_title(state.get("input"))
         return [ActivityEvent("tool", text=shorten(detail, OUTPUT_CHARS), tool=tool, title=title, status=status,

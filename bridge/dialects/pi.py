@@ -74,7 +74,7 @@ class PiJson(JsonLinesDialect):
         return []
 
     def on_update(self, update: Any) -> list[Event]:
-        if not isinstance(update, Mapping):
+        if not isinstance(update, dict):
             return []
         kind = update.get("type")
         if kind == "text_delta":
@@ -92,16 +92,16 @@ class PiJson(JsonLinesDialect):
         return []
 
     def on_message_end(self, message: Any) -> list[Event]:
-        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+        if not isinstance(message, dict) or message.get("role") != "assistant":
             return []
         events: list[Event] = []
         usage = message.get("usage")
-        if isinstance(usage, Mapping):
+        if isinstance(usage, dict):
             cost = usage.get("cost")
             counted = token_usage(
                 fresh_input=usage.get("input"), cache_read=usage.get("cacheRead"),
                 cache_write=usage.get("cacheWrite"), output=usage.get("output"), total=usage.get("totalTokens"),
-                cost=cost.get("total") if isinstance(cost, Mapping) else cost,
+                cost=cost.get("total") if isinstance(cost, dict) else cost,
             )
             if counted is not None:
                 events.append(UsageEvent(counted, replace=False))
@@ -123,7 +123,7 @@ class PiJson(JsonLinesDialect):
 
 def _content_text(holder: Any) -> str:
     """The text parts of a message or tool result (`{content: [{type: "text", text}, …]}`) joined."""
-    if not isinstance(holder, Mapping):
+    if not isinstance(holder, dict):
         return ""
     content = holder.get("content")
     if isinstance(content, str):
@@ -131,4 +131,4 @@ def _content_text(holder: Any) -> str:
     if not isinstance(content, list):
         return ""
     return "".join(text_of(part.get("text")) for part in content
-                   if isinstance(part, Mapping) and part.get("type") == "text")
+                   if isinstance(part, dict) and part.get("type") == "text")
