@@ -175,8 +175,14 @@ class ClaudeStream(Stream):
                      "uuid": f"4b6a1f0e-0c7d-4e7a-9d55-{self.partials + self.activities:012d}"})
 
     def assistant(self, block: dict[str, Any]) -> bytes:
-        return self.envelope(type="assistant", message={"id": "msg_01", "type": "message", "role": "assistant",
-                                                        "model": "claude-sonnet-4-5", "content": [block]})
+        """A block of the model's message, spelled as Claude Code 2.1 writes it (tests/transcripts/claude-*)."""
+        step = self.partials + self.activities
+        usage = {"input_tokens": 12 + step % 7, "output_tokens": 1 + step % 50, "cache_read_input_tokens": 150112,
+                 "cache_creation_input_tokens": 0}
+        return self.envelope(type="assistant", message={
+            "id": f"msg_01{step // 8:022d}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [block], "stop_reason": None, "stop_sequence": None, "usage": usage,
+            "context_management": None})
 
     def head(self) -> bytes:
         return line({"type": "system", "subtype": "init", "session_id": SESSION_ID, "model": "claude-sonnet-4-5",
