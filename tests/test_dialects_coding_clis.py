@@ -335,3 +335,13 @@ def test_a_status_line_of_a_long_text_is_the_whole_text_collapsed_and_cut(text: 
     whole text gives, whatever whitespace the prefix ends in."""
     line = " ".join(text.split())
     assert shorten(text, limit) == (line if len(line) <= limit else line[:limit - 1] + "…")
+
+
+def test_a_json_line_is_one_object_alone_on_its_line_and_its_lone_surrogates_are_replaced():
+    """What every JSON dialect's decoding loop must keep (agentproc-0.4's own loop has its test): JSON whitespace may
+    follow the object, anything else makes the line not JSON; an escape spelling a lone surrogate becomes U+FFFD."""
+    data = (b'{"type":"content","content":"a\\ud800b"}\n{"type":"content","content":"c"} \t\n'
+            b'{"type":"content","content":"d"} x\n{"type":"content","content":"e"}{}\n{"type":"content",\n')
+    events = decode("deepseek-stream-json", data)
+    assert of_type(events, PartialEvent) == [PartialEvent("a\ufffdb"), PartialEvent("c")]
+    assert ProtocolWarning("ignored 3 stdout line(s) that were not JSON objects") in events

@@ -161,10 +161,20 @@ class JsonLinesDialect:
         A family may override it to read its most common line without decoding it as JSON; what it appends
         must be exactly what decoding would give.
         """
+        scan, on_object, extend = _scan, self.on_object, events.extend
         for line in lines:
+            if line.startswith("{") and "\\u" not in line:  # the usual line, read as `json_object` would read it
+                try:
+                    message, end = scan(line, 0)
+                except (StopIteration, ValueError, RecursionError):
+                    pass
+                else:
+                    if end == len(line) or not line[end:].strip(_JSON_SPACE):
+                        extend(on_object(message))
+                        continue
             message = self.json_object(line, events)
             if message is not None:
-                events.extend(self.on_object(message))
+                extend(on_object(message))
 
     def json_object(self, line: str, events: list[Event]) -> dict[str, Any] | None:
         """`line` decoded as a JSON object, lone surrogates cleaned; None for any other line (see `on_other_line`)."""
