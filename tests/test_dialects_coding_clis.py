@@ -327,7 +327,8 @@ def test_garbage_and_unknown_types_are_ignored_and_an_invalid_session_id_is_not_
     assert len(refused) <= 1  # said once, however often the CLI repeats the id
 
 
-@given(st.lists(st.sampled_from(["a", "bc", " ", "  ", "\n", "\t", "\u3000", "\x1c", "é"]), max_size=60).map("".join),
+@given(st.lists(st.sampled_from(["a", "bc", " ", "  ", "\n", "\t", "\r", "\u3000", "\x1c", "\x85", "\xa0", "é", "“"]),
+                max_size=60).map("".join),
        st.integers(min_value=1, max_value=12))
 @example("ab" + " " * 9, 2)  # a prefix that collapses to exactly `limit` characters, then only whitespace
 def test_a_status_line_of_a_long_text_is_the_whole_text_collapsed_and_cut(text: str, limit: int) -> None:
