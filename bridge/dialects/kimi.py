@@ -57,24 +57,27 @@ class KimiStreamJson(JsonLinesDialect):
 
     def on_assistant(self, message: Mapping[str, Any]) -> list[Event]:
         events: list[Event] = []
-        texts: list[str] = []
         content = message.get("content")
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            for part in content:
+        if type(content) is str:  # most messages: one text part
+            text = content
+        else:
+            texts: list[str] = []
+            for part in content if isinstance(content, list) else ():
                 if not isinstance(part, dict):
                     continue
-                if part.get("type") == "text":
+                kind = part.get("type")
+                if kind == "text":
                     texts.append(text_of(part.get("text")))
-                elif part.get("type") == "think" and text_of(part.get("think")).strip():
-                    events.append(ActivityEvent("thinking", text=shorten(text_of(part.get("think")), THINKING_CHARS)))
-        text = "".join(texts)
+                elif kind == "think" and (thought := text_of(part.get("think"))).strip():
+                    events.append(ActivityEvent("thinking", text=shorten(thought, THINKING_CHARS)))
+            text = "".join(texts)
         if text.strip():
             events.append(PartialEvent("\n\n" + text if self.shown else text))
             events.append(ReplyEvent(text))
             self.shown = True
         calls = message.get("tool_calls")
+        if calls is None:
+            return events
         for call in calls if isinstance(calls, list) else ():
             if not isinstance(call, dict):
                 continue
