@@ -199,7 +199,8 @@ class ToolCalls:
     def ended(self, call_id: str, *, failed: bool, output: Any = None, tool: str = "", arguments: Any = None
               ) -> ActivityEvent:
         """The end of a call; `tool` and `arguments` stand in when its start was not seen."""
-        known_tool, title = self._open.pop(call_id, (tool, tool_title(arguments)))
+        started = self._open.pop(call_id, None)
+        known_tool, title = started if started is not None else (tool, tool_title(arguments))
         return ActivityEvent("tool", tool=known_tool, title=title, status="failed" if failed else "completed",
                              call_id=call_id, text=output_excerpt(output))
 
