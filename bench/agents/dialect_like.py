@@ -8,7 +8,8 @@
 
 Every protocol's file holds the same steps: they are drawn until their agentproc wire-0.4 form (as the agentproc 0.20
 SDK writes lines, each stamped with the session id) reaches MEGABYTES, so a turn in any dialect can be compared with
-agentproc 0.20's runner reading the wire-0.4 file. The steps: reasoning, the reply streamed as deltas of a few words,
+agentproc 0.20 reading the same file through its hub profile for that CLI (`hub_profile`), or its runner reading the
+wire-0.4 file. The steps: reasoning, the reply streamed as deltas of a few words,
 and tool steps (a command, then up to 2 KB of its output); the turn ends with the whole answer and its usage. Each
 protocol says what it can say of them in its own lines (a few have no reasoning or no tools, and leave them out).
 Lines are compact JSON with `ensure_ascii=False`. No permission requests: they need a stdin exchange, which `cat` of a
