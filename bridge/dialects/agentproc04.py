@@ -141,8 +141,10 @@ class AgentProc04(JsonLinesDialect):
         line_ends = self._line_ends
         for line in lines:
             members = None
-            # A lone surrogate's escape is left to decoding, which cleans it.
-            if line.startswith(_PARTIAL_HEAD) and not ("\\u" in line and ("\\ud" in line or "\\uD" in line)):
+            # A lone surrogate's escape is left to decoding, which cleans it (a backslash is looked for first:
+            # memchr, where looking for an escape costs ~1 ns a character).
+            if line.startswith(_PARTIAL_HEAD) and ("\\" not in line
+                                                   or not ("\\u" in line and ("\\ud" in line or "\\uD" in line))):
                 try:
                     text, end = _scanstring(line, _PARTIAL_HEAD_CHARS)
                 except ValueError:
