@@ -92,6 +92,11 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                                          "latency": stats(pooled(runs.get(f"{protocol} latency", []), "delay_ms")),
                                          "mb": meta["bytes"] / 1e6}
                               for protocol, meta in raw.get("dialect_inputs", {}).items()}}
+        for label, samples_of in runs.items():  # the warm dialects: latency only
+            protocol = label.removesuffix(" latency")
+            if label.endswith(" latency") and protocol not in out["dialects"]:
+                out["dialects"][protocol] = {"seconds": {"n": 0}, "hub": {"n": 0}, "mb_per_s": {"n": 0},
+                                             "latency": stats(pooled(samples_of, "delay_ms")), "mb": 0.0}
     if "warm" in samples:
         runs = samples["warm"]
         out["warm"] = {"warm": stats(pooled(runs.get("turn", []), "warm_ms")),
@@ -545,8 +550,10 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "aictrl profile: those rows compare with its runner on the wire-0.4 form of the turn, for scale, with no "
         "target. Reply, partial and activity counts, session and usage are checked on an untimed turn; "
         "agentproc's, that its turn exits 0 with partials.",
-        "18. **Every other one-shot JSON dialect, partial latency**: `agents/dialect_like.py tick PROTOCOL` "
-        "writes a thinking step (where the protocol has one) and then a text step whose text is CLOCK_MONOTONIC "
-        "ns every 5 ms, in the protocol's shapes, for 2 s; measured as in 4.",
+        "18. **Every other JSON dialect, partial latency**: `agents/dialect_like.py tick PROTOCOL` writes a "
+        "thinking step (where the protocol has one) and then a text step whose text is CLOCK_MONOTONIC ns every "
+        "5 ms, in the protocol's shapes, for 2 s; for the warm dialects (acp, aionrs, ante), "
+        "`agents/warm_ticker.py PROTOCOL` holds a session and answers the prompt with such pieces, in a turn "
+        "that starts it, sets its session up and prompts it. Measured as in 4.",
         "",
     ])

@@ -46,6 +46,8 @@ import report  # noqa: E402
 # The fleet cases' cluster has PostgreSQL's own defaults (fsync, full-page writes, synchronous commits), plus
 # pg_stat_statements; each sample's database turns synchronous_commit off but for the "durable commits" variant.
 POSTGRES_CASES = {"fleet", "fleet-burst", "pg-statement"}
+# The JSON dialects of agents kept warm: rows 18 measure their partial latency (agents/warm_ticker.py).
+WARM_JSON_PROTOCOLS = ("acp", "aionrs", "ante")
 POSTGRES_SETTINGS = {"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on", "shared_buffers": "128MB",
                      "shared_preload_libraries": "pg_stat_statements"}
 POSTGRES_ENV = "BENCH_POSTGRES"  # how workers find the cluster (worker.py reads it)
@@ -124,7 +126,9 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
                         {"file": meta["file"], "hub_profile": meta["hub_profile"], "turns": 1 if q else 2})
                 for protocol, meta in (dialect_files or {}).items() if meta["hub_profile"]]
              + [Variant(f"{protocol} latency", "latency", {**dialect_lat, "protocol": protocol})
-                for protocol in (dialect_files or {})], 1 if q else 3),
+                for protocol in (dialect_files or {})]
+             + [Variant(f"{protocol} latency", "warm latency", {**dialect_lat, "protocol": protocol})
+                for protocol in WARM_JSON_PROTOCOLS], 1 if q else 3),
     ]
 
 

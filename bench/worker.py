@@ -973,7 +973,7 @@ def wire04_latency(p: dict[str, Any]) -> dict[str, Any]:
     return dialect_latency({**p, "protocol": "agentproc-0.4"})
 
 
-# --------------------------------------------------------------------------- 17, 18. every one-shot JSON dialect
+# --------------------------------------------------------------------------- 17, 18. every JSON dialect
 
 
 def dialect_profile(protocol: str) -> Callable[[list[str]], dict[str, Any]]:
@@ -996,6 +996,27 @@ def dialect_latency(p: dict[str, Any]) -> dict[str, Any]:
     protocol = p["protocol"]
     return ticker_latency(p, "dialect_like.py", dialect_profile(protocol), protocol, lambda reply: reply != "",
                           (protocol,))
+
+
+def warm_dialect_latency(p: dict[str, Any]) -> dict[str, Any]:
+    """From warm_ticker.py writing a piece of its answer in `p["protocol"]` (ACP, aionrs, Ante) to the host's
+    partial callback, in a turn that starts the agent, sets its session up and prompts it."""
+    import trio
+
+    from bridge import Turn, run_turn
+
+    protocol = p["protocol"]
+    delays, on_partial = latency_callback()
+    profile = bridge_profile({"command": [sys.executable, "-S", "{{PROFILE_DIR}}/warm_ticker.py", protocol,
+                                          str(p["seconds"]), str(p["interval_ms"])],
+                              "protocol": protocol, "timeout_secs": 60, "kill_grace_secs": 2})
+
+    async def main() -> None:
+        result = await run_turn(profile, Turn(TURN_MESSAGE), on_partial=on_partial)
+        expect(result.ok and result.partials == len(delays), f"{protocol} ticker turn failed: {result!r}")
+
+    trio.run(main)
+    return latency_result(delays, p)
 
 
 def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -1046,6 +1067,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("dialects", "latency"): dialect_latency,
     ("dialects", "agentproc 0.20"): agentproc020("throughput"),
     ("dialects", "agentproc 0.20 hub"): agentproc020("hub"),
+    ("dialects", "warm latency"): warm_dialect_latency,
 }
 
 
