@@ -553,7 +553,7 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
         "18. **Every other JSON dialect, partial latency**: `agents/dialect_like.py tick PROTOCOL` writes a "
         "thinking step (where the protocol has one) and then a text step whose text is CLOCK_MONOTONIC ns every "
         "5 ms, in the protocol's shapes, for 2 s; for the warm dialects (acp, aionrs, ante), "
-        "`agents/warm_ticker.py PROTOCOL` holds a session and answers the prompt with such pieces, in a turn "
+        "`agents/warm_ticker.py tick PROTOCOL` holds a session and answers the prompt with such pieces, in a turn "
         "that starts it, sets its session up and prompts it. Measured as in 4.",
         "",
     ])

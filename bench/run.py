@@ -127,7 +127,7 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
                 for protocol, meta in (dialect_files or {}).items() if meta["hub_profile"]]
              + [Variant(f"{protocol} latency", "latency", {**dialect_lat, "protocol": protocol})
                 for protocol in (dialect_files or {})]
-             + [Variant(f"{protocol} latency", "warm latency", {**dialect_lat, "protocol": protocol})
+             + [Variant(f"{protocol} latency", "latency", {**dialect_lat, "protocol": protocol})
                 for protocol in WARM_JSON_PROTOCOLS], 1 if q else 3),
     ]
 

@@ -959,15 +959,6 @@ def pg_statement(p: dict[str, Any]) -> dict[str, Any]:
 AP020_PYTHON = os.path.join(HERE, ".venv-ap020", "bin", "python")
 
 
-def wire04_profile(command: list[str]) -> dict[str, Any]:
-    return {"command": command, "protocol": "agentproc-0.4", "max_reply_chars": None, "timeout_secs": 600}
-
-
-def wire04_throughput(p: dict[str, Any]) -> dict[str, Any]:
-    """`cat` of one long wire-0.4 turn through the agentproc-0.4 dialect; the host takes every event (`on_event`)."""
-    return dialect_throughput(p)
-
-
 def wire04_latency(p: dict[str, Any]) -> dict[str, Any]:
     """From dialect_like.py writing an output partial (after a thinking one) to the host's partial callback."""
     return dialect_latency({**p, "protocol": "agentproc-0.4"})
@@ -991,32 +982,14 @@ def dialect_throughput(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def dialect_latency(p: dict[str, Any]) -> dict[str, Any]:
-    """From dialect_like.py writing a text step (after a thinking one, where the protocol has them) in
-    `p["protocol"]`'s shapes to the host's partial callback."""
-    protocol = p["protocol"]
-    return ticker_latency(p, "dialect_like.py", dialect_profile(protocol), protocol, lambda reply: reply != "",
-                          (protocol,))
-
-
-def warm_dialect_latency(p: dict[str, Any]) -> dict[str, Any]:
-    """From warm_ticker.py writing a piece of its answer in `p["protocol"]` (ACP, aionrs, Ante) to the host's
-    partial callback, in a turn that starts the agent, sets its session up and prompts it."""
-    import trio
-
-    from bridge import Turn, run_turn
+    """From a bench agent writing a text step in `p["protocol"]`'s shapes to the host's partial callback: dialect_like.py
+    (after a thinking step, where the protocol has them), or for a warm protocol warm_ticker.py, in a turn that starts
+    it, sets its session up and prompts it."""
+    from bridge.dialects import PROTOCOLS
 
     protocol = p["protocol"]
-    delays, on_partial = latency_callback()
-    profile = bridge_profile({"command": [sys.executable, "-S", "{{PROFILE_DIR}}/warm_ticker.py", protocol,
-                                          str(p["seconds"]), str(p["interval_ms"])],
-                              "protocol": protocol, "timeout_secs": 60, "kill_grace_secs": 2})
-
-    async def main() -> None:
-        result = await run_turn(profile, Turn(TURN_MESSAGE), on_partial=on_partial)
-        expect(result.ok and result.partials == len(delays), f"{protocol} ticker turn failed: {result!r}")
-
-    trio.run(main)
-    return latency_result(delays, p)
+    agent = "warm_ticker.py" if PROTOCOLS[protocol].warm else "dialect_like.py"
+    return ticker_latency(p, agent, dialect_profile(protocol), protocol, lambda reply: reply != "", (protocol,))
 
 
 def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -1058,7 +1031,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("fleet", "latency"): fleet_latency,
     ("fleet-burst", "burst"): fleet_burst,
     ("pg-statement", "all"): pg_statement,
-    ("wire04", "bridge"): wire04_throughput,
+    ("wire04", "bridge"): dialect_throughput,
     ("wire04", "agentproc 0.20"): agentproc020("throughput"),
     ("wire04", "pipe only"): throughput_pipe,
     ("wire04", "latency"): wire04_latency,
@@ -1067,7 +1040,6 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("dialects", "latency"): dialect_latency,
     ("dialects", "agentproc 0.20"): agentproc020("throughput"),
     ("dialects", "agentproc 0.20 hub"): agentproc020("hub"),
-    ("dialects", "warm latency"): warm_dialect_latency,
 }
 
 

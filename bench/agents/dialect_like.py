@@ -533,23 +533,29 @@ def write_file(protocol: str, megabytes: float, path: str) -> dict[str, Any]:
             "input_tokens": INPUT_TOKENS if stream.has_usage else None, "hub_profile": stream.hub_profile}
 
 
-def tick(protocol: str, seconds: float, interval_ms: float) -> None:
-    """Absolute schedule (no drift), each step's lines straight to fd 1 (no buffering)."""
-    stream = STREAMS[protocol]()
-    rng = random.Random(5)
-    write, clock = os.write, time.monotonic_ns
-    interval_ns = int(interval_ms * 1_000_000)
-    write(1, stream.head())
-    start = clock()
-    end, due = start + int(seconds * 1e9), start
+def ticks(seconds: float, interval_ms: float) -> Iterator[None]:
+    """Every `interval_ms` for `seconds`, on an absolute schedule (no drift)."""
+    clock, interval_ns = time.monotonic_ns, int(interval_ms * 1_000_000)
+    due = clock()
+    end = due + int(seconds * 1e9)
     while due < end:
         wait = due - clock()
         if wait > 0:
             time.sleep(wait / 1e9)
+        yield
+        due += interval_ns
+
+
+def tick(protocol: str, seconds: float, interval_ms: float) -> None:
+    """Each step's lines straight to fd 1 (no buffering); a text step's text is CLOCK_MONOTONIC ns as it is written."""
+    stream = STREAMS[protocol]()
+    rng = random.Random(5)
+    write, clock = os.write, time.monotonic_ns
+    write(1, stream.head())
+    for _ in ticks(seconds, interval_ms):
         if thought := stream.thinking(prose(rng, 4, 12)):
             write(1, thought)
         write(1, stream.output(str(clock())))
-        due += interval_ns
     write(1, stream.end("ticked"))
 
 

@@ -1,4 +1,4 @@
-"""A warm agent for the partial-latency benchmark of the warm JSON dialects: `warm_ticker.py PROTOCOL SECONDS INTERVAL_MS`.
+"""A warm agent for the partial-latency benchmark of the warm JSON dialects: `warm_ticker.py tick PROTOCOL SECONDS INTERVAL_MS`.
 
 It speaks just enough of its protocol to hold a session — ACP (JSON-RPC: initialize, session/new, session/prompt),
 aionrs's `--json-stream` (ready, then message → stream_start … stream_end) or Ante's `serve --stdio` (StartSession
@@ -17,24 +17,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from dialect_like import ticks  # beside this script
+
 SESSION = f"bench-{os.getpid()}"
 
 
 def write(message: dict[str, Any]) -> None:
     os.write(1, (json.dumps(message, separators=(",", ":")) + "\n").encode())
-
-
-def ticks(seconds: float, interval_ms: float) -> Iterator[str]:
-    """CLOCK_MONOTONIC ns as text, every `interval_ms` on an absolute schedule (no drift), for `seconds`."""
-    clock, interval_ns = time.monotonic_ns, int(interval_ms * 1_000_000)
-    due = clock()
-    end = due + int(seconds * 1e9)
-    while due < end:
-        wait = due - clock()
-        if wait > 0:
-            time.sleep(wait / 1e9)
-        yield str(clock())
-        due += interval_ns
 
 
 def acp(message: dict[str, Any], tick: Callable[[], Iterator[str]]) -> None:
@@ -89,12 +78,17 @@ def ante(message: dict[str, Any], tick: Callable[[], Iterator[str]]) -> None:
 
 
 def main() -> None:
-    protocol, seconds, interval_ms = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+    protocol, seconds, interval_ms = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])  # after "tick"
     answer = {"acp": acp, "aionrs": aionrs, "ante": ante}[protocol]
     if protocol == "aionrs":
         write({"type": "ready", "version": "0.2.10", "session_id": SESSION, "capabilities": {"tool_approval": True}})
+
+    def stamps() -> Iterator[str]:
+        for _ in ticks(seconds, interval_ms):
+            yield str(time.monotonic_ns())
+
     for line in sys.stdin:
-        answer(json.loads(line), lambda: ticks(seconds, interval_ms))
+        answer(json.loads(line), stamps)
 
 
 if __name__ == "__main__":
