@@ -85,18 +85,17 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     if "dialects" in samples:
         runs = samples["dialects"]
         peer = runs.get("agentproc 0.20", [])
+        inputs = raw.get("dialect_inputs", {})
+        # The one-shot dialects have an input file; the warm ones only a latency.
+        measured = [*inputs, *(label.removesuffix(" latency") for label in runs
+                               if label.endswith(" latency") and label.removesuffix(" latency") not in inputs)]
         out["dialects"] = {"agentproc 0.20": stats(pooled(peer, "seconds")),
                            **{protocol: {"seconds": stats(pooled(runs.get(protocol, []), "seconds")),
                                          "hub": stats(pooled(runs.get(f"{protocol}, agentproc 0.20", []), "seconds")),
                                          "mb_per_s": stats(pooled(runs.get(protocol, []), "mb_per_s")),
                                          "latency": stats(pooled(runs.get(f"{protocol} latency", []), "delay_ms")),
-                                         "mb": meta["bytes"] / 1e6}
-                              for protocol, meta in raw.get("dialect_inputs", {}).items()}}
-        for label, samples_of in runs.items():  # the warm dialects: latency only
-            protocol = label.removesuffix(" latency")
-            if label.endswith(" latency") and protocol not in out["dialects"]:
-                out["dialects"][protocol] = {"seconds": {"n": 0}, "hub": {"n": 0}, "mb_per_s": {"n": 0},
-                                             "latency": stats(pooled(samples_of, "delay_ms")), "mb": 0.0}
+                                         "mb": inputs[protocol]["bytes"] / 1e6 if protocol in inputs else 0.0}
+                              for protocol in measured}}
     if "warm" in samples:
         runs = samples["warm"]
         out["warm"] = {"warm": stats(pooled(runs.get("turn", []), "warm_ms")),
