@@ -45,9 +45,9 @@ def test_a_text_turn_gives_the_session_the_text_as_partial_and_reply_and_the_mes
     assert events == [
         SessionEvent(SESSION),
         PartialEvent("Hello there."),
-        ReplyEvent("Hello there."),
         UsageEvent(Usage(input_tokens=120, output_tokens=6, cached_input_tokens=0, reasoning_tokens=0,
                          total_tokens=126, cost_usd=0.0004), replace=False),  # step_finish is not counted again
+        ReplyEvent("Hello there."),  # the last text part, when the stream ends
     ]
 
 

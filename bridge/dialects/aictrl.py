@@ -93,9 +93,11 @@ class AictrlNdjson(OpencodeJson):
         return []
 
     def finish(self) -> list[Event]:
-        if self.finished or self.failed:
-            return []
-        return [ErrorEvent("aictrl ended without finishing its turn (no session_complete event)", unfinished=True)]
+        events = super().finish()
+        if not self.finished and not self.failed:
+            events.append(ErrorEvent("aictrl ended without finishing its turn (no session_complete event)",
+                                     unfinished=True))
+        return events
 
 
 AictrlNdjson.handlers = {

@@ -65,7 +65,7 @@ class CodexExec(JsonLinesDialect):
     """A turn of `codex exec --json` (see the module docstring for what maps to what)."""
 
     name = "codex-exec"
-    __slots__ = ("_session_id", "_started", "_finished", "_messages", "_plan_text", "_last_notice")
+    __slots__ = ("_session_id", "_started", "_finished", "_messages", "_reply", "_plan_text", "_last_notice")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
@@ -73,6 +73,7 @@ class CodexExec(JsonLinesDialect):
         self._started = False  # thread.started was seen
         self._finished = False  # turn.completed or turn.failed was seen
         self._messages = 0  # agent messages so far
+        self._reply = ""  # the last agent message: the reply, given with turn.completed
         self._plan_text = ""  # the last `plan` item: the reply when there is no agent message
         self._last_notice = ""  # the last `error` line: said when the stream ends unfinished
 
@@ -108,8 +109,8 @@ class CodexExec(JsonLinesDialect):
     def _turn_completed(self, message: Mapping[str, Any]) -> list[Event]:
         self._finished = True
         events: list[Event] = []
-        if not self._messages and self._plan_text:
-            events.append(ReplyEvent(self._plan_text))
+        if self._messages or self._plan_text:
+            events.append(ReplyEvent(self._reply if self._messages else self._plan_text))
         usage = message.get("usage")
         if isinstance(usage, dict):
             events.append(UsageEvent(_usage(usage)))
@@ -142,11 +143,9 @@ class CodexExec(JsonLinesDialect):
     def _agent_message(self, item: Mapping[str, Any], completed: bool) -> list[Event]:
         if not completed:
             return []
-        text = text_of(item.get("text"))
+        text = self._reply = text_of(item.get("text"))
         self._messages += 1
-        if not text:
-            return [ReplyEvent(text)]
-        return [PartialEvent(text if self._messages == 1 else "\n\n" + text), ReplyEvent(text)]
+        return [PartialEvent(text if self._messages == 1 else "\n\n" + text)] if text else []
 
     def _plan(self, item: Mapping[str, Any], completed: bool) -> list[Event]:
         if completed:

@@ -39,12 +39,13 @@ class KimiStreamJson(JsonLinesDialect):
     """The dialect; see the module docstring for the mapping."""
 
     name: ClassVar[str] = "kimi-stream-json"
-    __slots__ = ("tool_names", "shown", "error_line")
+    __slots__ = ("tool_names", "shown", "reply", "error_line")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self.tool_names: dict[str, str] = {}  # tool call id -> tool name, to name the result
         self.shown = False
+        self.reply = ""  # the last message's text, given as the reply when the stream ends
         self.error_line = ""
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
@@ -73,7 +74,7 @@ class KimiStreamJson(JsonLinesDialect):
             text = "".join(texts)
         if text.strip():
             events.append(PartialEvent("\n\n" + text if self.shown else text))
-            events.append(ReplyEvent(text))
+            self.reply = text
             self.shown = True
         calls = message.get("tool_calls")
         if calls is None:
@@ -108,4 +109,7 @@ class KimiStreamJson(JsonLinesDialect):
         return []
 
     def finish(self) -> list[Event]:
-        return [ErrorEvent(self.error_line)] if self.error_line else []
+        events: list[Event] = [ReplyEvent(self.reply)] if self.shown else []
+        if self.error_line:
+            events.append(ErrorEvent(self.error_line))
+        return events

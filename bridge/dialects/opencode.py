@@ -73,13 +73,14 @@ class OpencodeJson(JsonLinesDialect):
 
     name: ClassVar[str] = "opencode-json"
     family: ClassVar[str] = "opencode"
-    __slots__ = ("session", "shown", "failed", "finished")
+    __slots__ = ("session", "shown", "reply", "failed", "finished")
     handlers: ClassVar[dict[str, Callable[[Any, Mapping[str, Any]], list[Event]]]]
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self.session = FirstSession()
         self.shown = False  # a text part was shown: the next one starts a new paragraph
+        self.reply = ""  # the last text part: the reply, given when the stream ends
         self.failed = ""  # the last error reported, so a repeat of it is not reported again
         self.finished = False
 
@@ -103,7 +104,8 @@ class OpencodeJson(JsonLinesDialect):
             return []
         partial = PartialEvent("\n\n" + text if self.shown else text)
         self.shown = True
-        return [partial, ReplyEvent(text)]
+        self.reply = text
+        return [partial]
 
     def on_reasoning(self, message: Mapping[str, Any]) -> list[Event]:
         part = part_of(message)
@@ -143,6 +145,9 @@ class OpencodeJson(JsonLinesDialect):
             return []
         return [ActivityEvent("tool", tool=permission, status="denied")
                 for permission in rejected if isinstance(permission, str) and permission]
+
+    def finish(self) -> list[Event]:
+        return [ReplyEvent(self.reply)] if self.shown else []
 
     def fail(self, text: str) -> list[Event]:
         """The turn failed with `text` (a generic one when the agent gave none); a repeat is not reported twice."""
