@@ -210,22 +210,23 @@ class Paragraphs:
     after a tool call (so "Let me look." and "Found it." do not run together), and, with `keep`, the whole
     text for the reply (bounded by `TEXT_BOUND`)."""
 
-    __slots__ = ("_keep", "_pieces", "_length", "_shown", "_paused")
+    __slots__ = ("_room", "_pieces", "_length", "_shown", "_paused")
 
     def __init__(self, *, keep: bool) -> None:
-        self._keep = keep
+        self._room = TEXT_BOUND if keep else 0  # how much text is kept
         self._pieces: list[str] = []
         self._length = 0
         self._shown = False
         self._paused = False
 
     def add(self, text: str) -> PartialEvent:
-        if self._paused and self._shown:
-            text = "\n\n" + text
-        self._paused = False
+        if self._paused:
+            self._paused = False
+            if self._shown:
+                text = "\n\n" + text
         self._shown = True
-        if self._keep and self._length < TEXT_BOUND:
-            kept = text[:TEXT_BOUND - self._length]
+        if self._length < self._room:
+            kept = text[:self._room - self._length]
             self._pieces.append(kept)
             self._length += len(kept)
         return PartialEvent(text)

@@ -49,7 +49,8 @@ class GeminiStream(JsonLinesDialect):
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         kind = message.get("type")
         if kind == "message":
-            if message.get("role") == "assistant" and (text := text_of(message.get("content"))):
+            text = message.get("content")
+            if type(text) is str and text and message.get("role") == "assistant":
                 return [self._text.add(text)]
             return []
         if kind == "tool_use":
