@@ -50,13 +50,8 @@ class KimiStreamJson(JsonLinesDialect):
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         role = message.get("role")
-        if role == "assistant":
-            return self.on_assistant(message)
-        if role == "tool":
-            return self.on_tool_result(message)
-        return []
-
-    def on_assistant(self, message: Mapping[str, Any]) -> list[Event]:
+        if role != "assistant":  # read inline: an assistant message is almost every line
+            return self.on_tool_result(message) if role == "tool" else []
         events: list[Event] = []
         content = message.get("content")
         if type(content) is str:  # most messages: one text part
