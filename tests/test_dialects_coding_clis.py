@@ -94,7 +94,8 @@ def test_kimi_each_assistant_message_is_shown_the_last_is_the_reply_and_tools_ar
     events = decode("kimi-stream-json", KIMI_TOOL_TURN)
     assert [event.text for event in of_type(events, PartialEvent)] == [
         "Let me check the current directory.", "\n\nThere are two Python files in the current directory."]
-    assert of_type(events, ReplyEvent)[-1] == ReplyEvent("There are two Python files in the current directory.")
+    # once, the last message
+    assert of_type(events, ReplyEvent) == [ReplyEvent("There are two Python files in the current directory.")]
     assert of_type(events, ActivityEvent) == [
         ActivityEvent("tool", tool="Shell", title="ls", status="started", call_id="tc_1"),
         ActivityEvent("tool", text="file1.py file2.py", tool="Shell", status="completed", call_id="tc_1"),
@@ -114,7 +115,7 @@ def test_kimi_thinking_models_write_a_list_of_parts_and_failed_tools_say_error()
     ))
     assert of_type(events, ActivityEvent)[0] == ActivityEvent("thinking", text="Hmm.")
     assert of_type(events, ActivityEvent)[-1].status == "failed"
-    assert of_type(events, ReplyEvent)[-1] == ReplyEvent("It is gone.")
+    assert of_type(events, ReplyEvent) == [ReplyEvent("It is gone.")]  # once, the last message
 
 
 def test_kimi_prints_its_error_as_a_plain_line_which_is_the_turns_error():
@@ -168,6 +169,17 @@ def test_opencode_errors_fail_the_turn_and_an_older_build_without_done_is_fine()
     no_done = decode("opencode-json", lines(
         opencode_event("text", part={"type": "text", "text": "Hi.", "time": {"start": 1, "end": 2}})))
     assert no_done == [SessionEvent("ses_abc"), PartialEvent("Hi."), ReplyEvent("Hi.")]
+
+
+def test_opencode_shows_every_text_part_and_replies_once_with_the_last():
+    def text(words: str) -> dict[str, object]:
+        return opencode_event("text", part={"type": "text", "text": words, "time": {"start": 1, "end": 2}})
+
+    tool = opencode_event("tool_use", part={"type": "tool", "tool": "bash", "callID": "c1", "sessionID": "ses_abc",
+                                            "state": {"status": "completed", "input": {"command": "ls"}}})
+    events = decode("opencode-json", lines(text("Let me look."), tool, text("Found it.")))
+    assert [partial.text for partial in of_type(events, PartialEvent)] == ["Let me look.", "\n\nFound it."]
+    assert of_type(events, ReplyEvent) == [ReplyEvent("Found it.")]
 
 
 # --------------------------------------------------------------------------- pi
