@@ -5,9 +5,9 @@ nothing and made only the events the turn must have (PROFILING §17–18, round 
 
 FILE is `agents/dialect_like.py file PROTOCOL MB FILE`'s output. The trusting dialect indexes where the real one
 tests (`[]` for `.get`, no type checks) and hands every line it has no shortcut for to the real one; it makes the
-same partials, the same activities with the same titles and shortened texts, and the same reply, so the difference
-is the price of the checks that keep a malformed field from failing a turn. Not a dialect anyone should run: it raises on
-the first line that is not shaped as the bench writes it.
+same partials, the same activities with the same titles and shortened texts, and the same reply (it refuses to
+measure otherwise), so the difference is the price of the checks that keep a malformed field from failing a turn. Not
+a dialect anyone should run: it raises on the first line that is not shaped as the bench writes it.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def trusting_codex(real: type) -> type:
                 if item_kind == "reasoning":
                     return [ActivityEvent("thinking", text=shorten(item["text"], THINKING_CHARS))]
                 if item_kind == "command_execution":
-                    code = item["exit_code"]
-                    text = f"exit code {code}: {shorten(item['aggregated_output'], OUTPUT_CHARS)}" if code is not None else ""
+                    code, output = item["exit_code"], item["aggregated_output"]
+                    text = f"exit code {code}: {shorten(output, OUTPUT_CHARS)}" if code is not None else ""
                     return [ActivityEvent("tool", tool="command_execution", title=_command_title(item["command"]),
                                           status=_STATUS[item["status"]], text=text, call_id=item["id"])]
             return real.on_object(self, message)  # type: ignore[no-any-return]
