@@ -78,9 +78,8 @@ def trusting_kimi(real: type) -> type:
                 if type(content) is list:
                     return [ActivityEvent("thinking", text=shorten(content[0]["think"], THINKING_CHARS))]
                 if content:
-                    partial = PartialEvent("\n\n" + content if self.shown else content)
+                    partial = PartialEvent("\n\n" + content if self.reply else content)
                     self.reply = content
-                    self.shown = True
                     return [partial]
                 call = message["tool_calls"][0]
                 function = call["function"]

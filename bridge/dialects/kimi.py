@@ -39,13 +39,12 @@ class KimiStreamJson(JsonLinesDialect):
     """The dialect; see the module docstring for the mapping."""
 
     name: ClassVar[str] = "kimi-stream-json"
-    __slots__ = ("tool_names", "shown", "reply", "error_line")
+    __slots__ = ("tool_names", "reply", "error_line")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self.tool_names: dict[str, str] = {}  # tool call id -> tool name, to name the result
-        self.shown = False
-        self.reply = ""  # the last message's text, given as the reply when the stream ends
+        self.reply = ""  # the last message's text (never blank), given as the reply when the stream ends
         self.error_line = ""
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
@@ -68,9 +67,8 @@ class KimiStreamJson(JsonLinesDialect):
                     events.append(ActivityEvent("thinking", text=shorten(thought, THINKING_CHARS)))
             text = "".join(texts)
         if text.strip():
-            events.append(PartialEvent("\n\n" + text if self.shown else text))
+            events.append(PartialEvent("\n\n" + text if self.reply else text))  # a paragraph after the last
             self.reply = text
-            self.shown = True
         calls = message.get("tool_calls")
         if calls is None:
             return events
@@ -104,7 +102,7 @@ class KimiStreamJson(JsonLinesDialect):
         return []
 
     def finish(self) -> list[Event]:
-        events: list[Event] = [ReplyEvent(self.reply)] if self.shown else []
+        events: list[Event] = [ReplyEvent(self.reply)] if self.reply else []
         if self.error_line:
             events.append(ErrorEvent(self.error_line))
         return events

@@ -73,14 +73,13 @@ class OpencodeJson(JsonLinesDialect):
 
     name: ClassVar[str] = "opencode-json"
     family: ClassVar[str] = "opencode"
-    __slots__ = ("session", "shown", "reply", "failed", "finished")
+    __slots__ = ("session", "reply", "failed", "finished")
     handlers: ClassVar[dict[str, Callable[[Any, Mapping[str, Any]], list[Event]]]]
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self.session = FirstSession()
-        self.shown = False  # a text part was shown: the next one starts a new paragraph
-        self.reply = ""  # the last text part: the reply, given when the stream ends
+        self.reply = ""  # the last text part shown (never blank): the reply, given when the stream ends
         self.failed = ""  # the last error reported, so a repeat of it is not reported again
         self.finished = False
 
@@ -102,8 +101,7 @@ class OpencodeJson(JsonLinesDialect):
         text = text_of(part.get("text"))
         if not text.strip() or not self.is_ours(part):
             return []
-        partial = PartialEvent("\n\n" + text if self.shown else text)
-        self.shown = True
+        partial = PartialEvent("\n\n" + text if self.reply else text)  # a paragraph after the last one
         self.reply = text
         return [partial]
 
@@ -147,7 +145,7 @@ class OpencodeJson(JsonLinesDialect):
                 for permission in rejected if isinstance(permission, str) and permission]
 
     def finish(self) -> list[Event]:
-        return [ReplyEvent(self.reply)] if self.shown else []
+        return [ReplyEvent(self.reply)] if self.reply else []
 
     def fail(self, text: str) -> list[Event]:
         """The turn failed with `text` (a generic one when the agent gave none); a repeat is not reported twice."""
