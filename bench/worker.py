@@ -536,19 +536,20 @@ def json_throughput(p: dict[str, Any], fields: dict[str, Any], what: str, *, rep
     return {"mb_per_s": [p["bytes"] / 1e6 / (t / 1e9) for t in times], "seconds": [t / 1e9 for t in times]}
 
 
-def codex_profile(command: list[str]) -> dict[str, Any]:
-    return {"command": command, "protocol": "codex-exec", "max_reply_chars": None, "timeout_secs": 600}
+def dialect_profile(protocol: str) -> Callable[[list[str]], dict[str, Any]]:
+    """The bench's profile of a JSON agent run with `command`: reply cap off, a timeout no turn here reaches."""
+    return lambda command: {"command": command, "protocol": protocol, "max_reply_chars": None, "timeout_secs": 600}
 
 
 def codex_throughput(p: dict[str, Any]) -> dict[str, Any]:
     """`cat` of one long codex turn through the codex-exec dialect; the host takes every event (`on_event`)."""
-    return json_throughput(p, codex_profile(["cat", p["file"]]), "codex", reply=p["last_message"],
+    return json_throughput(p, dialect_profile("codex-exec")(["cat", p["file"]]), "codex", reply=p["last_message"],
                            partials=p["agent_messages"], activities=p["activities"], session_id=p["thread_id"])
 
 
 def codex_latency(p: dict[str, Any]) -> dict[str, Any]:
     """From codex_like.py writing an agent_message line to the host's partial callback."""
-    return ticker_latency(p, "codex_like.py", codex_profile, "codex", lambda reply: reply.isdigit())
+    return ticker_latency(p, "codex_like.py", dialect_profile("codex-exec"), "codex", lambda reply: reply.isdigit())
 
 
 def ticker_latency(p: dict[str, Any], agent: str, profile: Callable[[list[str]], dict[str, Any]], what: str,
@@ -967,10 +968,6 @@ def wire04_latency(p: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 17, 18. every JSON dialect
 
 
-def dialect_profile(protocol: str) -> Callable[[list[str]], dict[str, Any]]:
-    return lambda command: {"command": command, "protocol": protocol, "max_reply_chars": None, "timeout_secs": 600}
-
-
 def dialect_throughput(p: dict[str, Any]) -> dict[str, Any]:
     """`cat` of the turn dialect_like.py wrote in its protocol's shapes; the host takes every event. What a
     correct run yields is read from the file's meta beside it (a reply of the whole stream is too long for argv)."""
@@ -982,9 +979,9 @@ def dialect_throughput(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def dialect_latency(p: dict[str, Any]) -> dict[str, Any]:
-    """From a bench agent writing a text step in `p["protocol"]`'s shapes to the host's partial callback: dialect_like.py
-    (after a thinking step, where the protocol has them), or for a warm protocol warm_ticker.py, in a turn that starts
-    it, sets its session up and prompts it."""
+    """From a bench agent writing a text step in `p["protocol"]`'s shapes to the host's partial callback:
+    dialect_like.py (after a thinking step, where the protocol has them), or for a warm protocol warm_ticker.py, in a
+    turn that starts it, sets its session up and prompts it."""
     from bridge.dialects import PROTOCOLS
 
     protocol = p["protocol"]
