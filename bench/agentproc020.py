@@ -98,8 +98,8 @@ def latency(p: dict[str, Any]) -> dict[str, Any]:
         if role == "output":
             delays.append(arrived - int(text))
 
-    profile = {"command": sys.executable, "args": ["-S", os.path.join(AGENTS, "dialect_like.py"), "tick",
-                                                   "agentproc-0.4", str(p["seconds"]), str(p["interval_ms"])], "timeout_secs": 60}
+    ticker = [os.path.join(AGENTS, "dialect_like.py"), "tick", "agentproc-0.4", str(p["seconds"]), str(p["interval_ms"])]
+    profile = {"command": sys.executable, "args": ["-S", *ticker], "timeout_secs": 60}
     result = run(profile, RunOptions(message="hello", on_partial=on_partial))
     expected = int(p["seconds"] * 1000 / p["interval_ms"])
     if result.exit_code != 0 or len(delays) < expected * 0.9:

@@ -387,8 +387,9 @@ class DshJson(Stream):
                 + line({"type": "tool_result", "id": call, "output": output}))
 
     def end(self, answer: str) -> bytes:
-        usage = {"inputTokens": INPUT_TOKENS, "outputTokens": OUTPUT_TOKENS, "totalTokens": INPUT_TOKENS + OUTPUT_TOKENS,
-                 "cacheReadTokens": 0, "cacheWriteTokens": 0, "reasoningTokens": 0}
+        usage = {"inputTokens": INPUT_TOKENS, "outputTokens": OUTPUT_TOKENS,
+                 "totalTokens": INPUT_TOKENS + OUTPUT_TOKENS, "cacheReadTokens": 0, "cacheWriteTokens": 0,
+                 "reasoningTokens": 0}
         return line({"type": "status", "phase": "step_end", "usage": usage}) + line({"type": "final", "text": answer})
 
 

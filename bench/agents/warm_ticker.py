@@ -1,4 +1,6 @@
-"""A warm agent for the partial-latency benchmark of the warm JSON dialects: `warm_ticker.py tick PROTOCOL SECONDS INTERVAL_MS`.
+"""A warm agent for the partial-latency benchmark of the warm JSON dialects.
+
+    warm_ticker.py tick PROTOCOL SECONDS INTERVAL_MS
 
 It speaks just enough of its protocol to hold a session — ACP (JSON-RPC: initialize, session/new, session/prompt),
 aionrs's `--json-stream` (ready, then message → stream_start … stream_end) or Ante's `serve --stdio` (StartSession
