@@ -17,8 +17,11 @@ It holds two things from the bridge:
 
 At the end of file the keeper reads the registry, sends SIGTERM to every
 group in it, and SIGKILL to each one still alive after its own grace — what a
-timeout does. When the bridge ends normally the registry is empty and the
-keeper exits at once.
+timeout does. Where agents have cgroups of their own (`bridge.cgroups`), the
+registry's first line names the bridge's directory of them: the keeper then
+kills every process left in it with `cgroup.kill` — whatever left its agent's
+group (`setsid`) included — and removes the directory. When the bridge ends
+normally the registry holds no group and the keeper only tidies up.
 
 A group's slot is cleared only after the supervisor has SIGKILLed the group
 while its leader is still an unreaped zombie, so the registry never holds the
@@ -34,30 +37,42 @@ import subprocess
 import threading
 
 NAME = "agent-bridge-keeper"
-_SLOT = 32  # bytes per registry slot: "PGID GRACE_MS", space-padded, then a newline
+_HEADER = 4096  # the registry's first line: the agents' cgroup directory (or nothing), padded with newlines
+_SLOT = 32  # bytes per registry slot after it: "PGID GRACE_MS", space-padded, then a newline
 _FREE = b" " * (_SLOT - 1) + b"\n"
 _SCRIPT = r"""
 trap '' INT HUP
 while read -r _; do :; done
 groups=
-while read -r group grace; do
-  case $group$grace in ''|*[!0-9]*) continue ;; esac
-  groups="$groups $group:$grace"
-done < "/proc/self/fd/$1"
-[ -n "$groups" ] || exit 0
+{
+  IFS= read -r cgroup
+  while read -r group grace; do
+    case $group$grace in ''|*[!0-9]*) continue ;; esac
+    groups="$groups $group:$grace"
+  done
+} < "/proc/self/fd/$1"
 for entry in $groups; do kill -s TERM -- "-${entry%%:*}" 2>/dev/null; done
 waited=0
-while :; do
+while [ -n "$groups" ]; do
   left=
   for entry in $groups; do
     group=${entry%%:*}
     kill -s 0 -- "-$group" 2>/dev/null || continue
     if [ "$waited" -ge "${entry#*:}" ]; then kill -s KILL -- "-$group" 2>/dev/null; else left="$left $entry"; fi
   done
-  [ -n "$left" ] || exit 0
   groups=$left
+  [ -n "$groups" ] || break
   sleep 0.05
   waited=$((waited + 50))
+done
+case $cgroup in /*) ;; *) exit 0 ;; esac
+echo 1 > "$cgroup/cgroup.kill" 2>/dev/null
+tries=0
+while [ -d "$cgroup" ] && [ "$tries" -lt 100 ]; do
+  for agent in "$cgroup"/*/; do rmdir "$agent" 2>/dev/null; done
+  rmdir "$cgroup" 2>/dev/null && break
+  sleep 0.05
+  tries=$((tries + 1))
 done
 """
 _ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
@@ -75,6 +90,7 @@ class Keeper:
         self._process: subprocess.Popen[bytes] | None = None
         self._pipe = -1  # our end of the keeper's stdin; closed only by our death (or a fork's child)
         self._registry = -1
+        self._cgroups = ""  # the directory of agent cgroups named in the registry's header
         self._slots: dict[int, int] = {}  # pgid -> slot
         self._free: list[int] = []  # slots cleared for reuse
         self._used = 0  # slots ever used
@@ -86,37 +102,59 @@ class Keeper:
         return process.pid if process is not None else None
 
     def start(self) -> None:
-        """Make sure a keeper runs: start one, or replace one that died. Call before spawning an agent."""
+        """Make sure a keeper runs: start one, or replace one that died. Call before spawning an agent, under
+        `bridge.cgroups.SPAWN_LOCK` (the keeper must not be born in an agent's cgroup)."""
         with self._lock:
+            self._open_registry()
             if self._process is None or self._process.poll() is not None:
                 self._spawn()
+
+    def contain(self, directory: str) -> None:
+        """Should this process die, kill every process in the cgroup `directory` (after the groups' grace)."""
+        with self._lock:
+            if directory == self._cgroups:
+                return
+            self._open_registry()
+            header = directory.encode() + b"\n"
+            if len(header) > _HEADER:
+                raise ValueError(f"a cgroup path of over {_HEADER - 1} bytes: {directory!r}")
+            os.pwrite(self._registry, header.ljust(_HEADER, b"\n"), 0)
+            self._cgroups = directory
 
     def guard(self, pgid: int, grace_secs: float) -> None:
         """Kill group `pgid` (SIGTERM, then SIGKILL after `grace_secs`) if this process dies."""
         record = f"{pgid} {max(0, round(grace_secs * 1000))}".encode()
         with self._lock:
-            if self._registry < 0:
-                self._spawn()
+            self._open_registry()
             slot = self._free.pop() if self._free else self._next_slot()
             self._slots[pgid] = slot
-            os.pwrite(self._registry, record.ljust(_SLOT - 1) + b"\n", slot * _SLOT)
+            os.pwrite(self._registry, record.ljust(_SLOT - 1) + b"\n", _HEADER + slot * _SLOT)
 
     def release(self, pgid: int) -> None:
         """Group `pgid` is dead (or about to be, SIGKILLed): stop guarding it."""
         with self._lock:
             slot = self._slots.pop(pgid, None)
             if slot is not None:
-                os.pwrite(self._registry, _FREE, slot * _SLOT)
+                os.pwrite(self._registry, _FREE, _HEADER + slot * _SLOT)
                 self._free.append(slot)
+
+    def registry(self) -> bytes:
+        """The registry as the keeper reads it: the header line, then one slot per group ever guarded."""
+        with self._lock:
+            self._open_registry()
+            return os.pread(self._registry, _HEADER + self._used * _SLOT, 0)
 
     def _next_slot(self) -> int:
         self._used += 1
         return self._used - 1
 
-    def _spawn(self) -> None:
-        """Start a keeper; a replacement inherits the registry, so it guards every group already in it."""
+    def _open_registry(self) -> None:
         if self._registry < 0:
             self._registry = os.memfd_create(NAME, os.MFD_CLOEXEC)
+            os.pwrite(self._registry, b"\n" * _HEADER, 0)
+
+    def _spawn(self) -> None:
+        """Start a keeper; a replacement inherits the registry, so it guards every group already in it."""
         if self._process is not None:  # it died: collect it, and let its pipe go
             self._process.wait()
             os.close(self._pipe)
@@ -143,6 +181,7 @@ class Keeper:
                 os.close(fd)
         self._pipe = self._registry = -1
         self._process = None
+        self._cgroups = ""
         self._slots, self._free, self._used = {}, [], 0
 
 

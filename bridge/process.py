@@ -6,6 +6,9 @@ group id cannot be reused, so `signal_group()` can never hit a stranger.
 
 Every agent's group is guarded by the keeper (`bridge.keeper`) from spawn
 until it has been killed, so the group dies even if this process is killed.
+Where the kernel lets the bridge make cgroups, each agent is also born in a
+cgroup of its own (`bridge.cgroups`), and its end kills everything left in
+it: what left the agent's group and session included.
 
 Orphans. A process that is a child subreaper (`become_subreaper()`: the CLI
 and `serve` are) is handed the orphaned descendants of its agents: a child
@@ -24,12 +27,13 @@ import os
 import select
 import signal
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 from functools import partial
 
 import trio
 
+from .cgroups import CONTAINMENT, SPAWN_LOCK, AgentCgroup
 from .errors import LaunchError
 from .keeper import KEEPER
 from .launch import LaunchPlan
@@ -39,11 +43,10 @@ EXIT_CANNOT_RUN = 126
 READ_CHUNK = 64 * 1024
 
 # Pids of spawned agents not yet reaped. Spawning, and reaping anything that is
-# not an agent, happen under `_CHILDREN_LOCK`: a child listed under the lock
+# not an agent, happen under `SPAWN_LOCK`: a child listed under the lock
 # stays this process's unreaped child until the lock is released, so its pid
 # cannot be reused by a stranger while the lock is held.
 _LIVE_AGENTS: set[int] = set()
-_CHILDREN_LOCK = threading.Lock()
 _subreaper = False
 _children_listed: bool | None = None
 
@@ -57,9 +60,10 @@ class AgentProcess:
     """
 
     def __init__(self, popen: subprocess.Popen[bytes], stdin: trio.lowlevel.FdStream | None,
-                 stdout: int, stderr: int) -> None:
+                 stdout: int, stderr: int, cgroup: AgentCgroup | None = None) -> None:
         self._popen = popen
         self.pid = popen.pid
+        self.cgroup = cgroup  # the agent's own cgroup, where the bridge may make them
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr
@@ -143,13 +147,16 @@ class AgentProcess:
         """Collect the exited agent's status (negative: killed by that signal).
 
         Anything else still in its group is killed first, while the zombie
-        keeps the group id ours.
+        keeps the group id ours; then everything left in its cgroup, wherever
+        it went.
         """
         if not self.reaped:
             self.signal_group(signal.SIGKILL)
             KEEPER.release(self.pid)
             self._popen.wait()
             _LIVE_AGENTS.discard(self.pid)
+            if self.cgroup is not None:
+                CONTAINMENT.end(self.cgroup)
         assert self._popen.returncode is not None
         return self._popen.returncode
 
@@ -208,6 +215,17 @@ def become_subreaper() -> bool:
     return _subreaper
 
 
+def log_containment(log: Any) -> None:
+    """Say once, at start-up, whether this process's agents get cgroups of their own, and why not."""
+    status = CONTAINMENT.status()
+    if status.available:
+        log.info("each agent runs in a cgroup of its own", below=status.where)
+    else:
+        log.info("agents are not contained in cgroups", reason=status.reason,
+                 effect="a process that leaves its agent's group is stopped only by this subreaper, and outlives "
+                        "this process if it is killed with SIGKILL")
+
+
 def sweep_orphans() -> list[int]:
     """Reap dead orphans and SIGKILL live ones; returns the pids killed, which are still to be reaped.
 
@@ -215,31 +233,46 @@ def sweep_orphans() -> list[int]:
     process outside its own session and outside the sessions of live agents
     (an agent leads a session of its own, so its session id is its pid).
     """
+    with SPAWN_LOCK:
+        return _sweep()
+
+
+def _sweep_unless_spawning() -> list[int] | None:
+    """`sweep_orphans()`, or None at once when a spawn holds the lock (a worker thread's may wait for the
+    kernel while it joins a cgroup: the event loop must not wait with it)."""
+    if not SPAWN_LOCK.acquire(blocking=False):
+        return None
+    try:
+        return _sweep()
+    finally:
+        SPAWN_LOCK.release()
+
+
+def _sweep() -> list[int]:
     if not _subreaper:
         return []
     killed = []
-    with _CHILDREN_LOCK:
-        own_session = os.getsid(0)
-        keeper = KEEPER.pid
-        for pid in _children():
-            if pid in _LIVE_AGENTS or pid == keeper:
-                continue
-            status = _status(pid)
-            if status is None:
-                continue
-            state, group, session = status
-            if session == own_session or session in _LIVE_AGENTS:
-                continue
-            if state == "Z":
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-                continue
-            if group == pid:
-                _kill_quietly(os.killpg, pid)  # its group cannot be reused while it is our unreaped child
-            _kill_quietly(os.kill, pid)
-            killed.append(pid)
+    own_session = os.getsid(0)
+    keeper = KEEPER.pid
+    for pid in _children():
+        if pid in _LIVE_AGENTS or pid == keeper:
+            continue
+        status = _status(pid)
+        if status is None:
+            continue
+        state, group, session = status
+        if session == own_session or session in _LIVE_AGENTS:
+            continue
+        if state == "Z":
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            continue
+        if group == pid:
+            _kill_quietly(os.killpg, pid)  # its group cannot be reused while it is our unreaped child
+        _kill_quietly(os.kill, pid)
+        killed.append(pid)
     return killed
 
 
@@ -249,7 +282,12 @@ async def collect_orphans(deadline: float) -> None:
     Each orphan killed hands its own children to this process when it dies,
     so the sweep repeats until a round kills nothing.
     """
-    while killed := sweep_orphans():
+    while True:
+        killed = _sweep_unless_spawning()
+        if killed is None:
+            killed = await trio.to_thread.run_sync(sweep_orphans)
+        if not killed:
+            return
         with trio.move_on_at(deadline) as scope:
             for pid in killed:
                 await _exited(pid)
@@ -259,11 +297,12 @@ async def collect_orphans(deadline: float) -> None:
 
 async def sweep_orphans_on_sigchld(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Sweep whenever a child changes state, for a long-lived subreaper (`serve`): orphans that die
-    between turns are reaped at once, not at the next turn's end. Run it in a nursery."""
+    between turns are reaped at once, not at the next turn's end. Run it in a nursery. A change seen while
+    a spawn holds the lock is left to the next sweep (the next change, or the end of a turn)."""
     with trio.open_signal_receiver(signal.SIGCHLD) as changes:
         task_status.started()
         async for _ in changes:
-            sweep_orphans()
+            _sweep_unless_spawning()
 
 
 async def _exited(pid: int) -> None:
@@ -336,7 +375,12 @@ async def start(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProce
     after its spawn delays the spawns of the turns started with it (300 at once: the last
     agent started 0.4 s after the first). So while other agents run, a turn yields right
     after spawning, and the others spawn first. A turn alone does not yield here.
+
+    An agent born in a cgroup of its own is spawned in a worker thread instead: joining
+    the cgroup may wait for the kernel (see `Containment.joined`), and the event loop must not.
     """
+    if CONTAINMENT.status().available:
+        return await trio.to_thread.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
     others_run = bool(_LIVE_AGENTS)
     agent = spawn(plan, kill_grace_secs=kill_grace_secs)
     if others_run:
@@ -371,23 +415,32 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
             stdin_arg, stdin_write = pipe()
             child_fds.append(stdin_arg)
             parent_fds.append(stdin_write)
-        KEEPER.start()  # before the agent: there is no moment when it runs unguarded
-        try:
-            with _CHILDREN_LOCK:
-                popen = subprocess.Popen(
-                    plan.argv,
-                    stdin=stdin_arg,
-                    stdout=stdout_write,
-                    stderr=stderr_write,
-                    cwd=plan.cwd,
-                    env=plan.env,
-                    start_new_session=True,
-                    close_fds=True,
-                    preexec_fn=_signal_reset(),
-                )
-                _LIVE_AGENTS.add(popen.pid)
-        except (OSError, ValueError, UnicodeError) as err:
-            raise _explain_spawn_failure(err, plan) from None
+        with SPAWN_LOCK:
+            KEEPER.start()  # before the agent: there is no moment when it runs unguarded
+            cgroup = CONTAINMENT.create()
+            try:
+                if cgroup is not None:
+                    KEEPER.contain(CONTAINMENT.directory)
+                with CONTAINMENT.joined(cgroup):
+                    try:
+                        popen = subprocess.Popen(
+                            plan.argv,
+                            stdin=stdin_arg,
+                            stdout=stdout_write,
+                            stderr=stderr_write,
+                            cwd=plan.cwd,
+                            env=plan.env,
+                            start_new_session=True,
+                            close_fds=True,
+                            preexec_fn=_signal_reset(),
+                        )
+                    except (OSError, ValueError, UnicodeError) as err:
+                        raise _explain_spawn_failure(err, plan) from None
+            except BaseException:
+                if cgroup is not None:
+                    CONTAINMENT.end(cgroup)
+                raise
+            _LIVE_AGENTS.add(popen.pid)
         KEEPER.guard(popen.pid, kill_grace_secs)
     except BaseException:
         for fd in parent_fds:
@@ -401,6 +454,7 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
         stdin=trio.lowlevel.FdStream(stdin_write) if wants_stdin else None,
         stdout=stdout_read,
         stderr=stderr_read,
+        cgroup=cgroup,
     )
 
 

@@ -40,7 +40,7 @@ from .dialects.events import AgentInput, FileRequest
 from .errors import BridgeError, LaunchError
 from .launch import plan_launch
 from .log import get_logger
-from .process import AgentProcess, collect_orphans, spawn
+from .process import AgentProcess, collect_orphans, start
 from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
@@ -130,7 +130,7 @@ class WarmAgent:
         try:
             plan = plan_launch(profile, Turn("", session_id=self.session_id, session_name=self.session_name),
                                os.environ)
-            self._process = spawn(plan, kill_grace_secs=profile.kill_grace_secs)
+            self._process = await start(plan, kill_grace_secs=profile.kill_grace_secs)
         except LaunchError as err:
             raise WarmStartError(err.exit_code, err.message) from None
         self._cwd = plan.cwd or os.getcwd()

@@ -15,7 +15,7 @@ LAYERS = {
     "errors": 0, "turn": 0, "log": 0, "permissions": 0, "records": 0,
     "dialects": 1,
     "profile": 2,
-    "agent_files": 3, "launch": 3, "keeper": 3, "agent_io": 3, "questions": 3, "warm": 3, "process": 3, "result": 3, "supervisor": 3, "runner": 3,
+    "agent_files": 3, "launch": 3, "cgroups": 3, "keeper": 3, "agent_io": 3, "questions": 3, "warm": 3, "process": 3, "result": 3, "supervisor": 3, "runner": 3,
     "host": 4,
     "cli": 5,
 }

@@ -21,7 +21,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, assert_no_live_process, process_state, read_pids, write_agent, write_profile
+from conftest import (
+    PYTHON,
+    assert_no_live_process,
+    process_state,
+    read_pids,
+    without_cgroups,
+    write_agent,
+    write_profile,
+)
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 
@@ -301,11 +309,13 @@ own.kill(); apart.kill()
 """
 
 
-@pytest.mark.parametrize("kind", ["subreaper", "plain"])
+@pytest.mark.parametrize("kind", ["subreaper", "plain", "plain, without cgroups"])
 def test_what_a_library_host_gets(tmp_path: Path, kind: str) -> None:
     """A host that called become_subreaper(): escapees are killed, its own children in its session are not
-    (one in a session of its own counts as an orphan). A plain host: escapees run on, adopted elsewhere."""
-    done = subprocess.run([PYTHON, "-c", LIBRARY_HOST, str(escaping_profile(tmp_path)), kind],
+    (one in a session of its own counts as an orphan). A plain host: escapees are killed with the agent's cgroup;
+    where it cannot have cgroups, they run on, adopted elsewhere."""
+    argv = [PYTHON, "-c", LIBRARY_HOST, str(escaping_profile(tmp_path)), kind.split(",")[0]]
+    done = subprocess.run(without_cgroups(argv) if "without cgroups" in kind else argv,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -316,6 +326,9 @@ def test_what_a_library_host_gets(tmp_path: Path, kind: str) -> None:
     try:
         if kind == "subreaper":
             assert not report["apart_alive"]
+            assert_no_live_process(escapees)
+        elif kind == "plain":
+            assert report["apart_alive"]  # the host's own child in a session apart is not an agent's
             assert_no_live_process(escapees)
         else:
             assert report["apart_alive"]
@@ -332,16 +345,16 @@ def test_the_keepers_registry_holds_exactly_the_guarded_groups_and_reuses_freed_
     from bridge.keeper import Keeper
 
     keeper = Keeper()
-    try:
-        keeper.guard(101, 5.0)
-        keeper.guard(202, 0.25)
-        keeper.guard(303, 0)
-        keeper.release(202)
-        keeper.guard(404, 1.5)  # takes the slot 202 freed
-        keeper.release(999)  # not guarded: nothing happens
-        lines = os.pread(keeper._registry, 4096, 0).decode().splitlines()
-        assert [line.split() for line in lines] == [["101", "5000"], ["404", "1500"], ["303", "0"]]
-        assert all(len(line) == 31 for line in lines)
-    finally:
-        keeper._process.kill()
-        keeper._process.wait()
+    keeper.guard(101, 5.0)
+    keeper.guard(202, 0.25)
+    keeper.guard(303, 0)
+    keeper.release(202)
+    keeper.guard(404, 1.5)  # takes the slot 202 freed
+    keeper.release(999)  # not guarded: nothing happens
+    keeper.contain("/sys/fs/cgroup/agent-bridge-1-abc")
+    registry = keeper.registry()
+    header, slots = registry[:4096], registry[4096:].decode().splitlines()
+    assert header == b"/sys/fs/cgroup/agent-bridge-1-abc" + b"\n" * (4096 - 33)
+    assert [line.split() for line in slots] == [["101", "5000"], ["404", "1500"], ["303", "0"]]
+    assert all(len(line) == 31 for line in slots)
+    assert keeper.pid is None  # guarding needs no keeper process yet: the next start() guards them all

@@ -515,6 +515,8 @@ async def _cancel_on_signals(stream: TurnStream) -> None:
 
 
 def _check_command(args: argparse.Namespace) -> int:
+    from ..cgroups import CONTAINMENT
+
     color = wants_color(sys.stderr)
     status = 0
     for path in args.profiles:
@@ -529,6 +531,9 @@ def _check_command(args: argparse.Namespace) -> int:
                         *_option_injection_warnings(profile)):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         print(f"{path}: ok")
+    containment = CONTAINMENT.status()
+    if not containment.available:
+        print(paint(f"note: {containment.describe()}", WARNING, color), file=sys.stderr)
     return status
 
 

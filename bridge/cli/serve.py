@@ -601,9 +601,10 @@ def run_serve(profiles: str | os.PathLike[str] | None, *, state: str | os.PathLi
     raises a `BridgeError` before anything is read. With `postgres`, serve is
     a gateway to the workers of that database (`name`: see `RemoteHost`).
     """
-    from ..process import become_subreaper
+    from ..process import become_subreaper, log_containment
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
+    log_containment(get_logger(component="serve"))
 
     async def main() -> int:
         host = open_host(profiles, state=state, max_concurrent=max_concurrent, max_queued=max_queued,

@@ -520,10 +520,11 @@ def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> in
     """`agent-bridge worker`: returns the exit code (0 after a drain)."""
     import signal
 
-    from ...process import become_subreaper, sweep_orphans_on_sigchld
+    from ...process import become_subreaper, log_containment, sweep_orphans_on_sigchld
 
     become_subreaper()
     worker = Worker(dsn, profiles, **options)
+    log_containment(worker._log)
 
     async def main() -> int:
         async with trio.open_nursery() as nursery:

@@ -1,0 +1,274 @@
+"""Agents in cgroups of their own, ended with `cgroup.kill`: no `setsid` escapes it.
+
+A process that leaves its agent's process group (`setsid`, a daemon's double
+fork) is out of reach of a signal to the group. It is not out of its cgroup:
+every process an agent starts stays in the agent's cgroup whatever it does
+with sessions and groups, and writing 1 to the cgroup's `cgroup.kill`
+SIGKILLs all of them at once (cgroup v2, Linux 5.14 and later).
+
+Where the bridge may make cgroups — as root, or in a subtree systemd delegated
+to its user (`Delegate=yes`) — each bridge process gets one directory below
+its own cgroup, and each agent a cgroup in it:
+
+    <the bridge's cgroup>/agent-bridge-<pid>-<random>/<n>
+
+The end of a turn, or of a warm agent, kills and removes its agent's cgroup
+(`AgentCgroup.end`); when the bridge dies, its keeper kills the whole
+directory (`bridge.keeper`). Where no cgroup can be had (no cgroup v2, not
+root and nothing delegated, a read-only /sys/fs/cgroup), `status()` says why
+and agents run as before: their process groups are killed, and escapees are
+caught only by a subreaper (`bridge.process.become_subreaper`).
+
+Born inside. Python 3.11 cannot fork straight into a cgroup (`clone3` with
+`CLONE_INTO_CGROUP`), and an agent moved there after its exec could fork
+before the move lands. So for the instant of the fork the spawning process
+itself joins the agent's cgroup (`joined`) and leaves it as soon as the
+agent exists. Every child the bridge starts, the keeper included, is started
+under `SPAWN_LOCK`, so no other child is born in an agent's cgroup; a host's
+own threads that start processes of their own during that instant would put
+them there too (see the README's Process hygiene).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .errors import LaunchError
+
+# Every child this process starts (agents, the keeper) is started under this lock: while it is held by a spawn,
+# the whole process may stand in an agent's cgroup.
+SPAWN_LOCK = threading.Lock()
+DIRECTORY_PREFIX = "agent-bridge-"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainmentStatus:
+    """Whether agents get cgroups of their own; `where` is the cgroup they go below, `reason` why not."""
+
+    available: bool
+    where: str = ""
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.available:
+            return f"each agent in a cgroup of its own below {self.where} (ended with cgroup.kill)"
+        return (f"agents are not contained in cgroups: {self.reason}; a process that leaves its agent's process "
+                "group is stopped only by a subreaper bridge, and outlives a bridge killed with SIGKILL")
+
+
+def cgroup2_mount(mountinfo: str) -> tuple[str, str] | None:
+    """(mount point, root of the mounted subtree) of the first cgroup v2 file system in `mountinfo`, or None.
+
+    A line of /proc/self/mountinfo: ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [TAGS…] - FSTYPE SOURCE SUPEROPTS.
+    """
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        words = fields.split()
+        if rest.split()[:1] == ["cgroup2"] and len(words) >= 5:
+            return _unescape(words[4]), _unescape(words[3])
+    return None
+
+
+def own_cgroup(proc_cgroup: str) -> str | None:
+    """The process's cgroup v2 path (`0::/path` in /proc/self/cgroup), or None."""
+    for line in proc_cgroup.splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return None
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for escaped, character in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(escaped, character)
+    return field
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as file:
+        return file.read()
+
+
+def _write(path: str, text: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(descriptor, text.encode())
+    finally:
+        os.close(descriptor)
+
+
+class AgentCgroup:
+    """One agent's cgroup."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def kill(self) -> None:
+        """SIGKILL every process in the cgroup, wherever its session or group — never this process: should it
+        still stand in the cgroup (it could not leave after a spawn), nothing is killed."""
+        try:
+            if str(os.getpid()) in _read(os.path.join(self.path, "cgroup.procs")).split():
+                return
+            _write(os.path.join(self.path, "cgroup.kill"), "1")
+        except FileNotFoundError:
+            pass
+
+    def remove(self) -> bool:
+        """Remove the cgroup; False while a process is still in it."""
+        try:
+            os.rmdir(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            if err.errno == errno.EBUSY:
+                return False
+            raise
+        return True
+
+
+class Containment:
+    """This process's agent cgroups: found once, made as agents start, removed as they end. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._status: ContainmentStatus | None = None
+        self._home = ""  # the cgroup this process lives in, which it returns to after each spawn
+        self._directory = ""  # this process's directory of agent cgroups, once made
+        self._made = 0
+        self._leftovers: list[AgentCgroup] = []  # ended, but still held a dying process when last tried
+        self._lock = threading.Lock()
+
+    @property
+    def directory(self) -> str:
+        """This process's directory of agent cgroups; "" until the first agent, or without cgroups."""
+        return self._directory
+
+    def status(self) -> ContainmentStatus:
+        """Whether agents get cgroups here, and why not (found once per process; creates nothing)."""
+        if self._status is None:
+            self._status, self._home = _probe()
+        return self._status
+
+    def turn_off(self, reason: str = "turned off by the host") -> None:
+        """No cgroups for agents in this process from now on (a host whose process must not move between
+        cgroups, even for the instant of a fork); call before the first agent starts."""
+        with self._lock:
+            self._status = ContainmentStatus(False, reason=reason)
+
+    def create(self) -> AgentCgroup | None:
+        """A new, empty cgroup for the next agent; None without cgroups. Call under `SPAWN_LOCK`.
+
+        Raises `LaunchError` when it cannot be made (the cgroup file system is out of room, or was taken away).
+        """
+        if not self.status().available:
+            return None
+        with self._lock:
+            self._remove_leftovers()
+            self._made += 1
+            try:
+                if not self._directory:
+                    self._directory = _make_directory(self._home)
+                path = os.path.join(self._directory, str(self._made))
+                os.mkdir(path)
+            except OSError as err:
+                raise LaunchError(126, f"no cgroup can be made for the agent in {self._directory or self._home}: "
+                                  f"{err.strerror}") from None
+        return AgentCgroup(path)
+
+    @contextmanager
+    def joined(self, group: AgentCgroup | None) -> Iterator[None]:
+        """This whole process stands in `group` while the block runs (it forks the agent); then back home.
+
+        Call under `SPAWN_LOCK`. The first move after a quiet spell waits for
+        the kernel (an RCU grace period, ~5–20 ms); later ones take microseconds.
+        """
+        if group is None:
+            yield
+            return
+        try:
+            _write(os.path.join(group.path, "cgroup.procs"), "0")
+        except OSError as err:
+            raise LaunchError(126, f"the agent's cgroup {group.path} cannot be entered: {err.strerror}") from None
+        try:
+            yield
+        finally:
+            _write(os.path.join(self._home, "cgroup.procs"), "0")
+
+    def end(self, group: AgentCgroup) -> None:
+        """The agent is reaped: kill whatever is left in its cgroup, and remove the cgroup (now, or later)."""
+        if group.remove():
+            return
+        group.kill()
+        if not group.remove():
+            with self._lock:
+                self._leftovers.append(group)
+
+    def _remove_leftovers(self) -> None:
+        self._leftovers = [group for group in self._leftovers if not group.remove()]
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's directory and cgroups are the parent's."""
+        self._lock = threading.Lock()
+        self._status = None
+        self._home = self._directory = ""
+        self._made = 0
+        self._leftovers = []
+
+
+def _probe() -> tuple[ContainmentStatus, str]:
+    """(status, the cgroup directory this process lives in)."""
+    try:
+        mount = cgroup2_mount(_read("/proc/self/mountinfo"))
+        path = own_cgroup(_read("/proc/self/cgroup"))
+    except OSError as err:
+        return ContainmentStatus(False, reason=f"/proc cannot be read ({err.strerror})"), ""
+    if mount is None:
+        return ContainmentStatus(False, reason="no cgroup v2 file system is mounted"), ""
+    if path is None:
+        return ContainmentStatus(False, reason="this process has no cgroup v2 path in /proc/self/cgroup"), ""
+    mount_point, mounted_root = mount
+    if mounted_root != "/":
+        if path != mounted_root and not path.startswith(mounted_root.rstrip("/") + "/"):
+            return ContainmentStatus(False, reason=f"this process's cgroup {path} is outside the mounted one"), ""
+        path = path[len(mounted_root.rstrip("/")):]
+    home = os.path.join(mount_point, path.lstrip("/")).rstrip("/") or "/"
+    if "\n" in home:  # the keeper reads the directory's path as one line
+        return ContainmentStatus(False, reason=f"this process's cgroup path {home!r} holds a newline"), ""
+    if not os.path.exists(os.path.join(home, "cgroup.procs")):
+        return ContainmentStatus(False, reason=f"this process's cgroup {home} cannot be found"), ""
+    try:
+        trial = _make_directory(home)
+    except OSError as err:
+        why = ("it is not writable: run the bridge as root, or under systemd with Delegate=yes"
+               if err.errno in (errno.EACCES, errno.EPERM) else
+               "the cgroup file system is read-only" if err.errno == errno.EROFS else err.strerror)
+        return ContainmentStatus(False, where=home, reason=f"no cgroup can be made in {home}: {why}"), ""
+    try:
+        killable = os.path.exists(os.path.join(trial, "cgroup.kill"))
+    finally:
+        os.rmdir(trial)
+    if not killable:
+        return ContainmentStatus(False, where=home, reason="the kernel has no cgroup.kill (Linux 5.14 or later "
+                                 "has)"), ""
+    return ContainmentStatus(True, where=home), home
+
+
+def _make_directory(home: str) -> str:
+    while True:
+        path = os.path.join(home, f"{DIRECTORY_PREFIX}{os.getpid()}-{secrets.token_hex(3)}")
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        return path
+
+
+CONTAINMENT = Containment()
+os.register_at_fork(after_in_child=CONTAINMENT.forget_after_fork)

@@ -1,0 +1,282 @@
+"""Agents in cgroups of their own (issue 19, item 4): what leaves an agent's group still ends with it.
+
+An agent here starts a child that leaves its process group and session
+(`setsid`) and records its pid, then runs on. A signal to the agent's group
+cannot reach that child; the agent's cgroup can. So:
+
+- a bridge killed with SIGKILL (serve, a worker, a warm agent's host) leaves
+  nothing: its keeper kills the bridge's whole cgroup directory;
+- the end of a turn or of a warm agent kills what its agent left, even in a
+  host that is not a subreaper;
+- where the bridge cannot make cgroups (here: a mount namespace without a
+  cgroup v2 file system), it says so and behaves as before — the escapee
+  outlives a killed bridge, which is what the other cases rule out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from conftest import (
+    PYTHON,
+    SAMPLE_AGENTS,
+    assert_no_live_process,
+    process_state,
+    read_pids,
+    without_cgroups,
+    write_agent,
+    write_profile,
+)
+from fleetkit import Fleet, eventually, turn
+from hostkit import Lab
+
+import bridge
+from bridge.cgroups import CONTAINMENT, cgroup2_mount, own_cgroup
+
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+CONTAINED = CONTAINMENT.status()
+needs_cgroups = pytest.mark.skipif(not CONTAINED.available,
+                                   reason=f"this machine cannot give agents cgroups: {CONTAINED.reason}")
+
+# Leaves a sleeper in a session of its own (the background job is not a group leader, so `setsid` needs no
+# fork and $! is the sleeper), records its pid and its own (one line, one write), says it is ready, and runs
+# until killed.
+ESCAPING_AGENT = """#!/bin/sh
+setsid sleep 600 < /dev/null > /dev/null 2>&1 &
+echo "$! $$" >> "$PID_FILE"
+echo 'AGENT_PARTIAL:"ready"'
+exec sleep 600
+"""
+
+# The official SDK's ACP agent, after leaving such a sleeper behind.
+ESCAPING_ACP_AGENT = f"""#!/bin/sh
+setsid sleep 600 < /dev/null > /dev/null 2>&1 &
+echo $! >> "$PID_FILE"
+exec {PYTHON} {SAMPLE_AGENTS / "acp_agent.py"} --store "$STORE"
+"""
+
+
+def escaping_profile(directory: Path, name: str = "escape", timeout_secs: float = 60) -> Path:
+    write_agent(directory, f"{name}.sh", ESCAPING_AGENT)
+    return write_profile(directory, f"""
+        command: ["{{{{PROFILE_DIR}}}}/{name}.sh"]
+        kill_grace_secs: 0.3
+        timeout_secs: {timeout_secs}
+        env:
+          PID_FILE: "{directory / 'pids'}"
+    """, f"{name}.yaml")
+
+
+def escaping_acp_profile(directory: Path) -> Path:
+    write_agent(directory, "escape-acp.sh", ESCAPING_ACP_AGENT)
+    return write_profile(directory, f"""
+        command: ["{{{{PROFILE_DIR}}}}/escape-acp.sh"]
+        protocol: acp
+        kill_grace_secs: 0.3
+        env:
+          PID_FILE: "{directory / 'pids'}"
+          STORE: "{directory / 'sessions'}"
+    """, "escape-acp.yaml")
+
+
+def escaped(pids: list[int]) -> bool:
+    """Each of `pids` runs in a session of its own (once `setsid` got there): no signal to its agent's group
+    reaches it."""
+    return bool(eventually(lambda: all(os.getsid(pid) == pid for pid in pids), "the escapes", within=5.0))
+
+
+def read_json_until(stream, predicate, what: str) -> dict:
+    while True:
+        line = stream.readline()
+        assert line, f"the bridge ended before {what}"
+        record = json.loads(line)
+        if predicate(record):
+            return record
+
+
+@pytest.fixture
+def strays() -> Iterator[list[int]]:
+    """Pids a test may leave running on purpose (the uncontained cases): killed at the end."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# --------------------------------------------------------------------------- a bridge killed with SIGKILL
+
+
+@needs_cgroups
+@pytest.mark.parametrize("cgroups", [True, False], ids=["contained", "without cgroups"])
+def test_a_sigkilled_serve_leaves_nothing_its_agents_started(tmp_path: Path, cgroups: bool,
+                                                             strays: list[int]) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    escaping_profile(profiles)
+    argv = [AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state", str(tmp_path / "sessions.sqlite3")]
+    serve = subprocess.Popen(argv if cgroups else without_cgroups(argv), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        for index in range(5):
+            serve.stdin.write(json.dumps({"type": "turn", "id": index, "profile": "escape",
+                                          "conversation": f"c{index}", "message": "hi"}) + "\n")
+        serve.stdin.flush()
+        for _ in range(5):
+            record = read_json_until(serve.stdout, lambda r: r["type"] in ("partial", "result", "error"), "ready")
+            assert record["type"] == "partial", record
+        pids = read_pids(profiles / "pids")
+        escapees = pids[0::2]
+        strays.extend(escapees)
+        assert len(pids) == 10 and escaped(escapees)
+        serve.kill()
+        serve.wait(timeout=5)
+        if cgroups:
+            assert_no_live_process(pids, within=4.0)
+        else:  # the agents' groups are killed; what left them runs on
+            assert_no_live_process(pids[1::2], within=4.0)
+            assert all(process_state(pid) not in (None, "Z", "X") for pid in escapees)
+    finally:
+        serve.kill()
+
+
+@needs_cgroups
+def test_a_sigkilled_serve_leaves_nothing_its_warm_agents_started(tmp_path: Path) -> None:
+    """A warm agent lives between turns, and so would what it left behind."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    escaping_acp_profile(profiles)
+    serve = subprocess.Popen([AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state",
+                              str(tmp_path / "sessions.sqlite3")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for index in range(3):
+            serve.stdin.write(json.dumps({"type": "turn", "id": index, "profile": "escape-acp",
+                                          "conversation": f"c{index}", "message": "hello"}) + "\n")
+        serve.stdin.flush()
+        for _ in range(3):
+            record = read_json_until(serve.stdout, lambda r: r["type"] in ("result", "error"), "the results")
+            assert record["type"] == "result" and record["reply"] == "echo: hello", record
+        escapees = read_pids(profiles / "pids")
+        assert len(escapees) == 3 and escaped(escapees)
+        assert all(process_state(pid) not in (None, "Z", "X") for pid in escapees)  # warm: alive between turns
+        serve.kill()
+        serve.wait(timeout=5)
+        assert_no_live_process(escapees, within=4.0)
+    finally:
+        serve.kill()
+
+
+@needs_cgroups
+def test_a_sigkilled_worker_leaves_nothing_its_agents_started(tmp_path: Path, pg_dsn: str) -> None:
+    lab = Lab(tmp_path)
+    escaping_profile(lab.profiles)
+    fleet = Fleet(lab, pg_dsn)
+    try:
+        worker = fleet.worker()
+        gateway = fleet.gateway()
+        gateway.send(turn("a", "hi", profile="escape"))
+        gateway.until("partial", "a")
+        escapee, agent = read_pids(lab.profiles / "pids")
+        assert escaped([escapee])
+        worker.kill()
+        worker.wait(timeout=5)
+        assert_no_live_process([agent, escapee], within=4.0)
+    finally:
+        fleet.stop()
+
+
+# --------------------------------------------------------------------------- the end of a turn, of a warm agent
+
+
+@needs_cgroups
+async def test_the_end_of_a_warm_agent_ends_what_it_left_behind_in_a_plain_host(tmp_path: Path) -> None:
+    """This test's process is not a subreaper: only the agent's cgroup reaches the escapee."""
+    profile = bridge.load_profile(escaping_acp_profile(tmp_path))
+    with trio.fail_after(30):
+        result = await bridge.run_turn(profile, bridge.Turn("hello"))
+    assert result.reply == "echo: hello"
+    [escapee] = read_pids(tmp_path / "pids")
+    assert_no_live_process([escapee])
+
+
+@needs_cgroups
+def test_no_cgroup_is_left_behind(tmp_path: Path) -> None:
+    mine = {path.name for path in Path(CONTAINED.where).glob("agent-bridge-*")}
+    host = subprocess.Popen([PYTHON, "-c", """
+import sys, bridge
+from bridge.cgroups import CONTAINMENT
+profile = bridge.load_profile(sys.argv[1])
+for _ in range(3):
+    bridge.run_turn_sync(profile, bridge.Turn("hi"))
+print(CONTAINMENT.directory, flush=True)
+sys.stdin.readline()
+""", str(escaping_profile(tmp_path, timeout_secs=0.2))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        directory = Path(host.stdout.readline().strip())
+        assert directory.parent == Path(CONTAINED.where) and directory.name.startswith(f"agent-bridge-{host.pid}-")
+        eventually(lambda: not [path for path in directory.iterdir() if path.is_dir()],
+                   "the agents' cgroups to be removed", within=3.0)
+        assert_no_live_process(read_pids(tmp_path / "pids"))
+        host.stdin.close()
+        assert host.wait(timeout=5) == 0
+        eventually(lambda: not directory.exists(), "the keeper to remove the host's directory", within=3.0)
+    finally:
+        host.kill()
+    assert {path.name for path in Path(CONTAINED.where).glob("agent-bridge-*")} <= mine
+
+
+# --------------------------------------------------------------------------- saying which
+
+
+def test_check_and_serve_say_when_agents_cannot_be_contained(tmp_path: Path) -> None:
+    profile = escaping_profile(tmp_path)
+    done = subprocess.run(without_cgroups([AGENT_BRIDGE, "check", str(profile)]), capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{profile}: ok\n"
+    assert ("note: agents are not contained in cgroups: no cgroup v2 file system is mounted; a process that leaves "
+            "its agent's process group is stopped only by a subreaper bridge") in done.stderr
+    served = subprocess.run(without_cgroups([AGENT_BRIDGE, "serve", "--profiles", str(tmp_path), "--log-level",
+                                             "info", "--log-format", "json"]),
+                            input="", capture_output=True, text=True, timeout=30)
+    said = [json.loads(line) for line in served.stderr.splitlines() if "contain" in line]
+    assert [(record["event"], record["reason"]) for record in said] == [
+        ("agents are not contained in cgroups", "no cgroup v2 file system is mounted")]
+
+
+@needs_cgroups
+def test_serve_says_where_its_agents_cgroups_are(tmp_path: Path) -> None:
+    served = subprocess.run([AGENT_BRIDGE, "serve", "--profiles", str(tmp_path), "--log-level", "info",
+                             "--log-format", "json"], input="", capture_output=True, text=True, timeout=30)
+    said = [json.loads(line) for line in served.stderr.splitlines() if "cgroup" in line]
+    assert [(record["event"], record["below"]) for record in said] == [
+        ("each agent runs in a cgroup of its own", CONTAINED.where)]
+    checked = subprocess.run([AGENT_BRIDGE, "check", str(escaping_profile(tmp_path))], capture_output=True,
+                             text=True, timeout=30)
+    assert checked.stderr == ""  # contained: nothing to warn about
+
+
+# --------------------------------------------------------------------------- the pure parts
+
+
+def test_the_cgroup2_mount_and_the_process_s_cgroup_are_read_from_proc() -> None:
+    hybrid = ("25 30 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755\n"
+              "26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw\n"
+              "27 25 0:24 / /sys/fs/cgroup/memory rw shared:11 - cgroup cgroup rw,memory\n")
+    assert cgroup2_mount(hybrid) == ("/sys/fs/cgroup/unified", "/")
+    delegated = "40 1 0:30 /system.slice/bot.service /mnt/my\\040cgroups rw master:3 - cgroup2 cgroup2 rw\n"
+    assert cgroup2_mount(delegated) == ("/mnt/my cgroups", "/system.slice/bot.service")
+    assert cgroup2_mount(hybrid.splitlines()[2]) is None
+    assert own_cgroup("9:name=systemd:/\n4:memory:/x\n0::/system.slice/bot.service\n") == "/system.slice/bot.service"
+    assert own_cgroup("4:memory:/x\n") is None
