@@ -84,6 +84,8 @@ class WarmAgent:
         self._dialect: Any = None
         self._cwd = ""
         self._files: FileRoot | None = None  # the working directory, held open while the agent lives
+        self._file_request: trio.CancelScope | None = None  # the file request being served
+        self._file_threads = trio.CapacityLimiter(1)  # an abandoned request's thread keeps its token until it ends
         self._outgoing: trio.MemorySendChannel[bytes] | None = None
         self._ready = trio.Event()
         self._dead = trio.Event()
@@ -280,14 +282,34 @@ class WarmAgent:
             await self._hand_over(batch)
 
     async def _serve_file(self, request: FileRequest) -> None:
-        """A file the agent asks the bridge to read or write (the profile granted it), beneath its cwd."""
-        try:
-            if self._files is None:
-                raise FileRefused(f"the bridge could not open the session's working directory ({self._cwd})")
-            content = await trio.to_thread.run_sync(serve_file_request, request, self._files)
-        except FileRefused as refused:
+        """A file the agent asks the bridge to read or write (the profile granted it), beneath its cwd.
+
+        A request never holds the turn up: when the turn stops (its deadline, a cancel) or the request takes longer
+        than the agent may stay silent, the agent is told it failed, and its worker thread is abandoned."""
+        content: str | None = None
+        error: str | None = None
+        deadline = self._wall_deadline
+        if self._idle_secs is not None:
+            deadline = min(deadline, trio.current_time() + self._idle_secs)
+        with trio.CancelScope(deadline=deadline) as scope:
+            self._file_request = scope
+            try:
+                if self._files is None:
+                    raise FileRefused(f"the bridge could not open the session's working directory ({self._cwd})")
+                content = await trio.to_thread.run_sync(serve_file_request, request, self._files,
+                                                        abandon_on_cancel=True, limiter=self._file_threads)
+            except FileRefused as refused:
+                error = str(refused)
+            finally:
+                self._file_request = None
+        if scope.cancelled_caught:
+            error = (f"the bridge stopped waiting for this {request.operation}: the turn stopped, or it took longer "
+                     "than the agent may stay silent")
+            if request.operation == "write":
+                error += " (the write may still happen)"
+        if error is not None:
             self.log.info("a file request of the agent was refused", operation=request.operation)
-            self._send(self._dialect.file_reply(request.request_id, error=str(refused)))
+            self._send(self._dialect.file_reply(request.request_id, error=error))
         else:
             self._send(self._dialect.file_reply(request.request_id, content=content))
 
@@ -398,6 +420,8 @@ class WarmAgent:
     async def _stop_turn(self, questions: Questions, log: Any, why: str) -> None:
         """The protocol's cancel; after `kill_grace_secs` without the turn over, the group is killed."""
         questions.close()  # whatever waits for the host stops waiting
+        if self._file_request is not None:
+            self._file_request.cancel()
         if self._dead.is_set() or self._turn_over:
             return
         self._send(self._dialect.cancel())

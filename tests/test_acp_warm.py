@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -370,6 +371,58 @@ async def test_a_fifo_or_a_socket_is_refused_at_once_and_the_agent_goes_on(tmp_p
     assert ["it is a FIFO;" in reply for reply in replies[:2]] == [True, True], replies
     assert ["it is a socket;" in reply for reply in replies[2:4]] == [True, True], replies
     assert replies[-1] == "notes"
+    assert pid is not None
+    assert_no_live_process([pid])
+
+
+BLOCKED_SECS = 10.0  # how long the stand-in for a stuck file system holds a request, at most
+
+
+@pytest.mark.parametrize("stop", ["cancel", "timeout", "idle"])
+async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_the_agent(tmp_path, monkeypatch, stop):
+    """A read stuck in the kernel (a hung network or FUSE mount; a FIFO, before) is given up when the turn is
+    cancelled or times out, or when it takes longer than the agent may stay silent; the agent takes the next turn."""
+    entered = trio.Event()
+    release = threading.Event()
+
+    def stuck(request: Any, root: Any) -> str:
+        trio.from_thread.run_sync(entered.set)
+        release.wait(BLOCKED_SECS)  # bounded: a turn that waits for it fails the test rather than hanging it
+        return "read after all"
+
+    monkeypatch.setattr("bridge.warm.serve_file_request", stuck)
+    work = tmp_path / "work"
+    work.mkdir()
+    limits = {"cancel": "", "timeout": "timeout_secs: 1\n", "idle": "idle_timeout_secs: 0.5\n"}[stop]
+    cancel = trio.Event()
+
+    async def cancel_once_the_request_is_stuck() -> None:
+        await entered.wait()
+        cancel.set()
+
+    try:
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                agent = WarmAgent(files_profile(tmp_path, work, limits))
+                await agent.start(nursery)
+                if stop == "cancel":
+                    nursery.start_soon(cancel_once_the_request_is_stuck)
+                started = trio.current_time()
+                stuck_turn = await agent.turn(Turn(f"try-read {work / 'notes.txt'}"), cancel=cancel)
+                took = trio.current_time() - started
+                pid = agent.pid
+                after = await agent.turn(Turn("hello"))
+                assert agent.pid == pid
+                await agent.close()
+    finally:
+        release.set()
+    assert took < BLOCKED_SECS / 2, took
+    if stop == "idle":
+        assert stuck_turn.ok and stuck_turn.reply.startswith("refused: "), (stuck_turn.error, stuck_turn.reply)
+        assert "the bridge stopped waiting for this read" in stuck_turn.reply
+    else:
+        assert stuck_turn.outcome == ("cancelled" if stop == "cancel" else "timeout"), stuck_turn.error
+    assert (after.ok, after.reply) == (True, "echo: hello"), after.error  # the same agent, not killed
     assert pid is not None
     assert_no_live_process([pid])
 
