@@ -6,6 +6,8 @@ a directory outside, a path through A names, from one moment to the next, a
 file inside or the same-named file outside. `renameat2(RENAME_EXCHANGE)`, so
 A and B always both exist. Writes "swapping" on stdout once the first
 exchange is done, then swaps until it is killed.
+
+`RaceTree` builds such a pair of trees for a test and runs the swapper on it.
 """
 
 from __future__ import annotations

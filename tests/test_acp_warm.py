@@ -393,7 +393,7 @@ async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_t
     monkeypatch.setattr("bridge.warm.serve_file_request", stuck)
     work = tmp_path / "work"
     work.mkdir()
-    limits = {"cancel": "", "timeout": "timeout_secs: 1\n", "idle": "idle_timeout_secs: 0.5\n"}[stop]
+    limits = {"cancel": "", "timeout": "timeout_secs: 2\n", "idle": "idle_timeout_secs: 1\n"}[stop]
     cancel = trio.Event()
 
     async def cancel_once_the_request_is_stuck() -> None:
