@@ -378,10 +378,11 @@ async def test_a_fifo_or_a_socket_is_refused_at_once_and_the_agent_goes_on(tmp_p
 BLOCKED_SECS = 10.0  # how long the stand-in for a stuck file system holds a request, at most
 
 
-@pytest.mark.parametrize("stop", ["cancel", "timeout", "idle"])
+@pytest.mark.parametrize("stop", ["cancel", "timeout", "idle", "agent killed"])
 async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_the_agent(tmp_path, monkeypatch, stop):
     """A read stuck in the kernel (a hung network or FUSE mount; a FIFO, before) is given up when the turn is
-    cancelled or times out, or when it takes longer than the agent may stay silent; the agent takes the next turn."""
+    cancelled or times out, or when it takes longer than the agent may stay silent: the agent takes the next turn.
+    An agent killed meanwhile is reaped at once."""
     entered = trio.Event()
     release = threading.Event()
 
@@ -393,38 +394,43 @@ async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_t
     monkeypatch.setattr("bridge.warm.serve_file_request", stuck)
     work = tmp_path / "work"
     work.mkdir()
-    limits = {"cancel": "", "timeout": "timeout_secs: 2\n", "idle": "idle_timeout_secs: 1\n"}[stop]
+    limits = {"timeout": "timeout_secs: 2\n", "idle": "idle_timeout_secs: 1\n"}.get(stop, "")
     cancel = trio.Event()
 
-    async def cancel_once_the_request_is_stuck() -> None:
+    async def stop_once_the_request_is_stuck(pid: int) -> None:
         await entered.wait()
-        cancel.set()
+        if stop == "cancel":
+            cancel.set()
+        else:
+            os.killpg(pid, signal.SIGKILL)
 
     try:
         with trio.fail_after(DEADLINE):
             async with trio.open_nursery() as nursery:
                 agent = WarmAgent(files_profile(tmp_path, work, limits))
                 await agent.start(nursery)
-                if stop == "cancel":
-                    nursery.start_soon(cancel_once_the_request_is_stuck)
+                pid = agent.pid
+                assert pid is not None
+                if stop in ("cancel", "agent killed"):
+                    nursery.start_soon(stop_once_the_request_is_stuck, pid)
                 started = trio.current_time()
                 stuck_turn = await agent.turn(Turn(f"try-read {work / 'notes.txt'}"), cancel=cancel)
                 took = trio.current_time() - started
-                pid = agent.pid
                 after = await agent.turn(Turn("hello"))
-                assert agent.pid == pid
                 await agent.close()
     finally:
         release.set()
     assert took < BLOCKED_SECS / 2, took
+    assert_no_live_process([pid])
+    if stop == "agent killed":
+        assert not stuck_turn.ok and not after.ok
+        return
     if stop == "idle":
         assert stuck_turn.ok and stuck_turn.reply.startswith("refused: "), (stuck_turn.error, stuck_turn.reply)
         assert "the bridge stopped waiting for this read" in stuck_turn.reply
     else:
         assert stuck_turn.outcome == ("cancelled" if stop == "cancel" else "timeout"), stuck_turn.error
-    assert (after.ok, after.reply) == (True, "echo: hello"), after.error  # the same agent, not killed
-    assert pid is not None
-    assert_no_live_process([pid])
+    assert (after.ok, after.reply) == (True, "echo: hello"), after.error  # the same agent: it was not killed
 
 
 async def test_without_the_grant_the_agent_is_told_the_bridge_has_no_file_system(tmp_path):
