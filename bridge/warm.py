@@ -25,6 +25,7 @@ and `agent-bridge run` drive a warm protocol.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -33,7 +34,7 @@ from typing import Any
 
 import trio
 
-from .agent_files import FileRefused, serve_file_request
+from .agent_files import FileRefused, FileRoot, serve_file_request
 from .agent_io import StderrTail, _Reader
 from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
 from .dialects.events import AgentInput, FileRequest
@@ -82,6 +83,9 @@ class WarmAgent:
         self._process: AgentProcess | None = None
         self._dialect: Any = None
         self._cwd = ""
+        self._files: FileRoot | None = None  # the working directory, held open while the agent lives
+        self._file_request: trio.CancelScope | None = None  # the file request being served
+        self._file_threads = trio.CapacityLimiter(1)  # an abandoned request's thread keeps its token until it ends
         self._outgoing: trio.MemorySendChannel[bytes] | None = None
         self._ready = trio.Event()
         self._dead = trio.Event()
@@ -130,10 +134,15 @@ class WarmAgent:
         try:
             plan = plan_launch(profile, Turn("", session_id=self.session_id, session_name=self.session_name),
                                os.environ)
+            self._cwd = plan.cwd or os.getcwd()
+            with contextlib.suppress(OSError):  # then spawn says what is wrong with the directory
+                self._files = FileRoot(self._cwd)  # held before the agent runs: it has moved nothing yet
             self._process = await start(plan, kill_grace_secs=profile.kill_grace_secs)
         except LaunchError as err:
             raise WarmStartError(err.exit_code, err.message) from None
-        self._cwd = plan.cwd or os.getcwd()
+        finally:
+            if self._process is None and self._files is not None:
+                self._files.close()
         self._dialect = profile.dialect(profile.dialect_context, session_id=self.session_id, cwd=self._cwd)
         self.log = self.log.bind(pid=self._process.pid)
         self.log.info("warm agent started", program=plan.argv[0], resuming=bool(self.session_id))
@@ -204,6 +213,8 @@ class WarmAgent:
                 self.returncode = process.reap()  # kills whatever is left in its group first
                 await collect_orphans(trio.current_time() + 1.0)
                 process.close()
+                if self._files is not None:
+                    self._files.close()
                 self.log.info("warm agent ended", returncode=self.returncode, turns=self.turns)
                 self._reaped.set()
                 self._wake_turn()
@@ -271,12 +282,34 @@ class WarmAgent:
             await self._hand_over(batch)
 
     async def _serve_file(self, request: FileRequest) -> None:
-        """A file the agent asks the bridge to read or write (the profile granted it), inside its cwd."""
-        try:
-            content = await trio.to_thread.run_sync(serve_file_request, request, self._cwd)
-        except FileRefused as refused:
+        """A file the agent asks the bridge to read or write (the profile granted it), beneath its cwd.
+
+        A request never holds the turn up: when the turn stops (its deadline, a cancel) or the request takes longer
+        than the agent may stay silent, the agent is told it failed, and its worker thread is abandoned."""
+        content: str | None = None
+        error: str | None = None
+        deadline = self._wall_deadline
+        if self._idle_secs is not None:
+            deadline = min(deadline, trio.current_time() + self._idle_secs)
+        with trio.CancelScope(deadline=deadline) as scope:
+            self._file_request = scope
+            try:
+                if self._files is None:
+                    raise FileRefused(f"the bridge could not open the session's working directory ({self._cwd})")
+                content = await trio.to_thread.run_sync(serve_file_request, request, self._files,
+                                                        abandon_on_cancel=True, limiter=self._file_threads)
+            except FileRefused as refused:
+                error = str(refused)
+            finally:
+                self._file_request = None
+        if scope.cancelled_caught:
+            error = (f"the bridge stopped waiting for this {request.operation}: the turn stopped, or it took longer "
+                     "than the agent may stay silent")
+            if request.operation == "write":
+                error += " (the write may still happen)"
+        if error is not None:
             self.log.info("a file request of the agent was refused", operation=request.operation)
-            self._send(self._dialect.file_reply(request.request_id, error=str(refused)))
+            self._send(self._dialect.file_reply(request.request_id, error=error))
         else:
             self._send(self._dialect.file_reply(request.request_id, content=content))
 
@@ -387,6 +420,8 @@ class WarmAgent:
     async def _stop_turn(self, questions: Questions, log: Any, why: str) -> None:
         """The protocol's cancel; after `kill_grace_secs` without the turn over, the group is killed."""
         questions.close()  # whatever waits for the host stops waiting
+        if self._file_request is not None:
+            self._file_request.cancel()
         if self._dead.is_set() or self._turn_over:
             return
         self._send(self._dialect.cancel())

@@ -19,6 +19,10 @@ servers of the tests:
     mcp              answers with the names of the MCP servers the session was given, joined by ","
     read PATH        reads PATH through the client (fs/read_text_file) and answers with its text
     write PATH TEXT  writes TEXT to PATH through the client (fs/write_text_file), answers "wrote PATH"
+    try-read PATH, try-write PATH TEXT   the same, but a refusal is the answer: "refused: " and the client's error
+    read-many N PATH        reads PATH N times (a few requests at a time); answers, as JSON, how many times each
+                            text came back ("texts") and how many reads were refused ("refused")
+    write-many N PATH TEXT  writes TEXT to PATH N times; answers {"wrote": …, "refused": …} as JSON
     terminal         asks the client for a terminal (which the bridge never grants): answers with the error
     crash            streams a word, then exits at once with status 3, mid-turn
     hang             streams a word, then waits until the turn is cancelled (stop reason cancelled)
@@ -36,6 +40,8 @@ import json
 import os
 import sys
 import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +75,7 @@ from acp.schema import (
 )
 
 CHUNK = 4  # characters per streamed chunk
+WINDOW = 16  # file requests in flight at once, for read-many and write-many
 
 
 class SampleAgent(Agent):
@@ -143,13 +150,19 @@ class SampleAgent(Agent):
             reply = " | ".join(user for user, _ in session["turns"]) or "(no history)"
         elif word == "mcp":
             reply = ",".join(session["mcp_servers"]) or "(none)"
-        elif word == "read":
-            response = await self.conn.read_text_file(path=argument, session_id=session_id)
-            reply = response.content
-        elif word == "write":
-            path, _, content = argument.partition(" ")
-            await self.conn.write_text_file(path=path, content=content, session_id=session_id)
-            reply = f"wrote {path}"
+        elif word in ("read", "write"):
+            reply = await self._file(session_id, word, argument)
+        elif word in ("try-read", "try-write"):
+            try:
+                reply = await self._file(session_id, word.removeprefix("try-"), argument)
+            except RequestError as err:
+                reply = f"refused: {err}"
+        elif word in ("read-many", "write-many"):
+            count, _, rest = argument.partition(" ")
+            outcomes = await _many(int(count), lambda: self._file(session_id, word.removesuffix("-many"), rest))
+            refused = outcomes.pop(None, 0)
+            reply = json.dumps({"texts": outcomes, "refused": refused} if word == "read-many"
+                               else {"wrote": sum(outcomes.values()), "refused": refused})
         elif word == "terminal":
             try:
                 await self.conn.create_terminal(command="true", session_id=session_id)
@@ -183,6 +196,13 @@ class SampleAgent(Agent):
         session["turns"].append([text, reply])
         self._save(session_id, session)
         return PromptResponse(stop_reason=stop)
+
+    async def _file(self, session_id: str, operation: str, argument: str) -> str:
+        if operation == "read":
+            return (await self.conn.read_text_file(path=argument, session_id=session_id)).content
+        path, _, content = argument.partition(" ")
+        await self.conn.write_text_file(path=path, content=content, session_id=session_id)
+        return f"wrote {path}"
 
     async def _work(self, session_id: str, argument: str) -> None:
         await self.conn.session_update(session_id, update_agent_thought(text_block(f"Thinking about {argument}")))
@@ -235,6 +255,21 @@ class SampleAgent(Agent):
         path = self._path(session_id)
         path.with_suffix(".tmp").write_text(json.dumps(session))
         path.with_suffix(".tmp").replace(path)
+
+
+async def _many(count: int, request: Callable[[], Awaitable[str]]) -> Counter[str | None]:
+    """`request` made `count` times, `WINDOW` at a time: how many times each answer came back (None: refused)."""
+    outcomes: Counter[str | None] = Counter()
+
+    async def one() -> None:
+        try:
+            outcomes[await request()] += 1
+        except RequestError:
+            outcomes[None] += 1
+
+    for start in range(0, count, WINDOW):
+        await asyncio.gather(*(one() for _ in range(min(WINDOW, count - start))))
+    return outcomes
 
 
 def _names(servers: Any) -> list[str]:

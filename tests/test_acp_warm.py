@@ -7,11 +7,15 @@ codex-acp against the fake OpenAI server. Every turn has a deadline.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ import pytest
 import trio
 from agents_cache import npm_binary
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, assert_no_live_process
+from dir_swapper import INSIDE, OUTSIDE, RaceTree
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 
 import bridge
@@ -40,6 +45,12 @@ def acp_profile(tmp_path: Path, *flags: str, permissions: str = "", name: str = 
     path = directory / f"{name}.yaml"
     path.write_text(f"command: {command!r}\nprotocol: acp\nkill_grace_secs: 2\n" + textwrap.dedent(permissions))
     return path
+
+
+def files_profile(tmp_path: Path, work: Path, more: str = "") -> bridge.Profile:
+    """The sample agent working in `work`, which the profile lets it read and write through the bridge."""
+    permissions = f"cwd: {str(work)!r}\nacp: {{fs_read: true, fs_write: true}}\n{more}"
+    return bridge.load_profile(acp_profile(tmp_path, permissions=permissions), cache=False)
 
 
 async def run(profile: bridge.Profile, message: str, session_id: str = "", **callbacks: Any) -> bridge.TurnResult:
@@ -266,8 +277,7 @@ async def test_files_the_profile_grants_are_served_inside_the_working_directory_
     (work / "notes.txt").write_text("one\ntwo\nthree\n")
     (tmp_path / "secret.txt").write_text("not for agents")
     (work / "escape").symlink_to(tmp_path / "secret.txt")
-    path = acp_profile(tmp_path, permissions=f"cwd: {str(work)!r}\nacp: {{fs_read: true, fs_write: true}}\n")
-    profile = bridge.load_profile(path, cache=False)
+    profile = files_profile(tmp_path, work)
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             agent = WarmAgent(profile)
@@ -284,6 +294,143 @@ async def test_files_the_profile_grants_are_served_inside_the_working_directory_
         assert not refused.ok and "outside the session's working directory" in refused.error, refused
         assert "not for agents" not in refused.error + refused.reply
     assert not missing.ok and "no such file" in missing.error
+
+
+async def test_an_agent_swapping_a_directory_for_a_symlink_out_never_gets_the_bridge_outside(tmp_path):
+    tree = RaceTree(tmp_path)
+    profile = files_profile(tmp_path, tree.work)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile)
+            await agent.start(nursery)
+            with tree.swapping():
+                reads = await agent.turn(Turn(f"read-many 1200 {tree.path}"))
+                writes = await agent.turn(Turn(f"write-many 400 {tree.path} owned"))
+            await agent.close()
+    assert tree.outside_file.read_text() == OUTSIDE
+    assert reads.ok and writes.ok, (reads.error, writes.error)  # every failure was the agent's error: turns go on
+    read = json.loads(reads.reply)
+    assert OUTSIDE not in read["texts"], read
+    assert read["texts"][INSIDE] and read["refused"], read  # the race ran: both sides were met
+    assert json.loads(writes.reply)["wrote"], writes.reply
+
+
+def descriptors_of(directory: Path) -> int:
+    """How many of this process's file descriptors are open on `directory`."""
+    count = 0
+    for descriptor in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{descriptor}") == str(directory)
+        except OSError:
+            pass  # closed since the listing
+    return count
+
+
+async def test_the_working_directory_is_held_while_the_agent_lives_so_moving_it_redirects_nothing(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("notes")
+    (tmp_path / "secret.txt").write_text("not for agents")
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(files_profile(tmp_path, work))
+            await agent.start(nursery)
+            held = descriptors_of(work)
+            work.rename(tmp_path / "moved")
+            work.symlink_to(tmp_path)  # the directory's path now leads to its parent, where secret.txt is
+            secret = await agent.turn(Turn(f"try-read {work / 'secret.txt'}"))
+            notes = await agent.turn(Turn(f"try-read {work / 'notes.txt'}"))
+            await agent.close()
+    assert secret.ok and secret.reply.startswith("refused: ") and "no such file" in secret.reply, secret.reply
+    assert (notes.ok, notes.reply) == (True, "notes")
+    assert held == 1 and descriptors_of(tmp_path / "moved") == 0  # held from the start, closed at the end
+
+
+async def test_a_fifo_or_a_socket_is_refused_at_once_and_the_agent_goes_on(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("notes")
+    os.mkfifo(work / "fifo")  # opened as the old bridge did, it blocked the turn for ever
+    short = tempfile.mkdtemp()  # a socket's path must fit in 108 bytes: bound there, then moved in
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(f"{short}/s")
+        os.rename(f"{short}/s", work / "socket")
+        os.rmdir(short)
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                agent = WarmAgent(files_profile(tmp_path, work))
+                await agent.start(nursery)
+                results = [await agent.turn(Turn(message)) for message in (
+                    f"try-read {work / 'fifo'}", f"try-write {work / 'fifo'} text", f"try-read {work / 'socket'}",
+                    f"try-write {work / 'socket'} text", f"read {work / 'notes.txt'}")]
+                pid = agent.pid
+                await agent.close()
+    assert all(result.ok for result in results), [result.error for result in results]
+    replies = [result.reply for result in results]
+    assert [reply.startswith("refused: ") for reply in replies] == [True] * 4 + [False], replies
+    assert ["it is a FIFO;" in reply for reply in replies[:2]] == [True, True], replies
+    assert ["it is a socket;" in reply for reply in replies[2:4]] == [True, True], replies
+    assert replies[-1] == "notes"
+    assert pid is not None
+    assert_no_live_process([pid])
+
+
+BLOCKED_SECS = 10.0  # how long the stand-in for a stuck file system holds a request, at most
+
+
+@pytest.mark.parametrize("stop", ["cancel", "timeout", "idle", "agent killed"])
+async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_the_agent(tmp_path, monkeypatch, stop):
+    """A read stuck in the kernel (a hung network or FUSE mount; a FIFO, before) is given up when the turn is
+    cancelled or times out, or when it takes longer than the agent may stay silent: the agent takes the next turn.
+    An agent killed meanwhile is reaped at once."""
+    entered = trio.Event()
+    release = threading.Event()
+
+    def stuck(request: Any, root: Any) -> str:
+        trio.from_thread.run_sync(entered.set)
+        release.wait(BLOCKED_SECS)  # bounded: a turn that waits for it fails the test rather than hanging it
+        return "read after all"
+
+    monkeypatch.setattr("bridge.warm.serve_file_request", stuck)
+    work = tmp_path / "work"
+    work.mkdir()
+    limits = {"timeout": "timeout_secs: 2\n", "idle": "idle_timeout_secs: 1\n"}.get(stop, "")
+    cancel = trio.Event()
+
+    async def stop_once_the_request_is_stuck(pid: int) -> None:
+        await entered.wait()
+        if stop == "cancel":
+            cancel.set()
+        else:
+            os.killpg(pid, signal.SIGKILL)
+
+    try:
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                agent = WarmAgent(files_profile(tmp_path, work, limits))
+                await agent.start(nursery)
+                pid = agent.pid
+                assert pid is not None
+                if stop in ("cancel", "agent killed"):
+                    nursery.start_soon(stop_once_the_request_is_stuck, pid)
+                started = trio.current_time()
+                stuck_turn = await agent.turn(Turn(f"try-read {work / 'notes.txt'}"), cancel=cancel)
+                took = trio.current_time() - started
+                after = await agent.turn(Turn("hello"))
+                await agent.close()
+    finally:
+        release.set()
+    assert took < BLOCKED_SECS / 2, took
+    assert_no_live_process([pid])
+    if stop == "agent killed":
+        assert not stuck_turn.ok and not after.ok
+        return
+    if stop == "idle":
+        assert stuck_turn.ok and stuck_turn.reply.startswith("refused: "), (stuck_turn.error, stuck_turn.reply)
+        assert "the bridge stopped waiting for this read" in stuck_turn.reply
+    else:
+        assert stuck_turn.outcome == ("cancelled" if stop == "cancel" else "timeout"), stuck_turn.error
+    assert (after.ok, after.reply) == (True, "echo: hello"), after.error  # the same agent: it was not killed
 
 
 async def test_without_the_grant_the_agent_is_told_the_bridge_has_no_file_system(tmp_path):
