@@ -2,7 +2,8 @@
 
 What the bridge writes to an agent waits in an `Outbox` bounded by bytes: an
 agent that asks for work and does not read the answers is killed and fails its
-turn (`not_reading`), and what waited for it is released. `serve` holds no
+turn (`not_reading`), and what waited for it is released. What a dialect keeps
+of the calls in flight is bounded in size, not only in number. `serve` holds no
 queue toward its client: a client that stops reading stalls serve, it does not
 grow it. The agents here are real processes; each test would fail (on an
 assertion, before any deadline) with the bound removed.
@@ -10,22 +11,32 @@ assertion, before any deadline) with the bound removed.
 
 from __future__ import annotations
 
+import gc
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, write_agent, write_profile
+from test_dialect_acp import in_turn
+from test_dialect_acp import line as acp_line
+from test_dialect_acp import update as acp_update
+from test_dialect_aionrs import started as aionrs_in_turn
+from test_dialect_ante import event_line as ante_event_line
+from test_dialect_ante import op_id as ante_op_id
+from test_dialect_ante import ready as ante_ready
 
 import bridge
-from bridge import Turn
+from bridge import PermissionRequest, Turn
 from bridge.agent_io import OUTBOX_LIMIT_BYTES, Outbox
+from bridge.dialects import AgentInput
+from bridge.dialects.coding_agents import ToolCalls
 from bridge.warm import WarmAgent
 
 MIB = 1024 * 1024
@@ -171,6 +182,84 @@ async def test_a_one_process_agent_that_asks_and_does_not_read_is_killed_and_fai
     assert result.error_reply.startswith("The agent stopped reading its stdin")
     assert watch.most_waiting <= OUTBOX_LIMIT_BYTES, watch.most_waiting
     assert [outbox.waiting for outbox in watch.outboxes] == [0]
+
+
+# --------------------------------------------------------------------------- what dialects keep of calls in flight
+
+CALLS = 200
+LONG = 100_000  # characters of a long id or name: CALLS of them kept would be 20 MB
+
+
+def kept_bytes(feed: Callable[[int], object]) -> int:
+    """What calling `feed(0)` … `feed(CALLS - 1)` leaves allocated (what it returns is dropped)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for number in range(CALLS):
+            feed(number)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def long_id(number: int) -> str:
+    return f"{number}-" + "x" * LONG
+
+
+def test_acp_keeps_little_of_tool_calls_with_long_ids_or_long_kinds() -> None:
+    by_id, by_kind = in_turn(), in_turn()
+    kept_for_ids = kept_bytes(lambda number: by_id.feed(acp_line(acp_update(
+        "tool_call", toolCallId=long_id(number), title="t", kind="read", status="pending"))))
+    kept_for_kinds = kept_bytes(lambda number: by_kind.feed(acp_line(acp_update(
+        "tool_call", toolCallId=f"call-{number}", title="t", kind=long_id(number), status="pending"))))
+    assert kept_for_ids < 2 * MIB and kept_for_kinds < 2 * MIB, (kept_for_ids, kept_for_kinds)
+
+
+def test_tool_calls_of_the_json_families_keep_little_of_long_ids_or_long_names() -> None:
+    by_id, by_name = ToolCalls(), ToolCalls()
+    kept_for_ids = kept_bytes(lambda number: by_id.started("Read", {"path": "/a"}, long_id(number)))
+    kept_for_names = kept_bytes(lambda number: by_name.started(long_id(number), {"path": "/a"}, f"call-{number}"))
+    assert kept_for_ids < 2 * MIB and kept_for_names < 2 * MIB, (kept_for_ids, kept_for_names)
+
+
+def test_ante_keeps_little_of_tool_calls_with_long_ids_or_long_names() -> None:
+    by_id, by_name = ante_ready(), ante_ready()
+    parents = [ante_op_id(ante.prompt(Turn("go"))) for ante in (by_id, by_name)]
+    for ante, parent in zip((by_id, by_name), parents):
+        ante.feed(ante_event_line({"TurnStart": {"turn_id": "step_01"}}, parent))
+    kept_for_ids = kept_bytes(lambda number: by_id.feed(ante_event_line(
+        {"ToolStart": {"id": long_id(number), "name": "Read", "input": {}}}, parents[0])))
+    kept_for_names = kept_bytes(lambda number: by_name.feed(ante_event_line(
+        {"ToolStart": {"id": f"t{number}", "name": long_id(number), "input": {}}}, parents[1])))
+    assert kept_for_ids < 2 * MIB and kept_for_names < 2 * MIB, (kept_for_ids, kept_for_names)
+
+
+def test_aionrs_keeps_what_a_tool_requests_arguments_say_not_the_arguments() -> None:
+    aionrs = aionrs_in_turn()
+
+    def ask(number: int) -> None:
+        events = aionrs.feed(json.dumps({"type": "tool_request", "msg_id": "bridge-1", "call_id": f"c{number}",
+                                         "tool": {"name": "Write", "args": {"file_path": f"/src/{number}.py",
+                                                                            "content": "x" * LONG}}}).encode()
+                             + b"\n")
+        [request] = [event for event in events if isinstance(event, PermissionRequest)]
+        assert request.title == f"/src/{number}.py"
+
+    assert kept_bytes(ask) < 2 * MIB
+    [*_, started] = aionrs.feed(b'{"type":"tool_running","msg_id":"bridge-1","call_id":"c7","tool_name":"Write"}\n')
+    assert (started.tool, started.title, started.status) == ("Write", "/src/7.py", "started")
+
+
+def test_aionrs_denies_at_once_a_tool_request_whose_answer_it_could_not_match() -> None:
+    aionrs = aionrs_in_turn()
+    call_id = long_id(1)
+    events = aionrs.feed(json.dumps({"type": "tool_request", "msg_id": "bridge-1", "call_id": call_id,
+                                     "tool": {"name": "Read", "args": {}}}).encode() + b"\n")
+    answers = [json.loads(event.data) for event in events if isinstance(event, AgentInput)]
+    assert answers == [{"type": "tool_deny", "call_id": call_id, "reason": "the bridge cannot keep track of this call"}]
+    assert not [event for event in events if isinstance(event, PermissionRequest)]
 
 
 # --------------------------------------------------------------------------- serve, and a client that never reads
