@@ -198,7 +198,7 @@ class Outbox:
                     await self._wakeup.park()
                 data = queue[0]
                 await stream.send_all(data)
-                if queue:  # empty only if dropped meanwhile (a write that completes is not cancelled)
+                if queue:  # else it was dropped while the write completed
                     queue.popleft()
                     self.waiting -= len(data)
 
