@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,6 +32,11 @@ STDERR_TAIL_BYTES = 4096
 DRAIN_SECS = 1.0
 # Orphans killed with the group, or that escaped it, are reaped within this bound (see become_subreaper).
 REAP_SECS = 1.0
+# What may wait unwritten on an agent's stdin: mostly the bridge's answers to what the agent asked. A
+# normal text file the bridge reads for it (at most 16 MiB) takes at most 32 MiB as a JSON line, so two such
+# answers fit; one larger message (16 MiB of control characters, escaped) still gets through while nothing
+# else waits.
+OUTBOX_LIMIT_BYTES = 64 * 1024 * 1024
 
 
 class _Reader:
@@ -133,6 +139,70 @@ class StderrTail:
         return tail.decode("utf-8", "replace")
 
 
+class Outbox:
+    """What the bridge writes to an agent's stdin, in order, bounded by bytes; `write_to` writes it.
+
+    `put` never waits: it is called while the agent's output is being handled. What waits unwritten
+    (queued, or being written) may exceed `limit` bytes only by one message put while nothing waited,
+    so the largest answer reaches an agent that reads. Past that, the agent is not reading what it
+    asked for: the outbox drops all it holds at once, takes nothing more, and calls `on_overflow`
+    (once), whose engine kills the agent. Shared by the one-process and the warm engine.
+    """
+
+    __slots__ = ("limit", "waiting", "overflowed", "_queue", "_closed", "_on_overflow", "_wakeup", "_writing")
+
+    def __init__(self, on_overflow: Callable[[], None], limit: int = OUTBOX_LIMIT_BYTES) -> None:
+        self.limit = limit
+        self.waiting = 0  # bytes put and not yet written
+        self.overflowed = 0  # when the agent was failed: the bytes that would have waited (0: never)
+        self._queue: deque[bytes] = deque()
+        self._closed = False
+        self._on_overflow = on_overflow
+        self._wakeup = trio.lowlevel.ParkingLot()
+        self._writing = trio.CancelScope()
+
+    def put(self, data: bytes) -> None:
+        """Queue `data` after what waits (a no-op once closed); past the limit the agent is failed instead."""
+        if not data or self._closed:
+            return
+        waiting = self.waiting + len(data)
+        if waiting > self.limit and self.waiting:
+            self.overflowed = waiting
+            self.drop()
+            self._on_overflow()
+            return
+        self.waiting = waiting
+        self._queue.append(data)
+        self._wakeup.unpark_all()
+
+    def close(self) -> None:
+        """Nothing more will be put: `write_to` returns once what waits is written (the agent then gets EOF)."""
+        self._closed = True
+        self._wakeup.unpark_all()
+
+    def drop(self) -> None:
+        """Release what waits unwritten, at once, and take nothing more (the agent is gone, or going)."""
+        self._closed = True
+        self._queue.clear()
+        self.waiting = 0
+        self._writing.cancel()
+
+    async def write_to(self, stream: trio.abc.SendStream) -> None:
+        """Write what is put, in order, until closed and written, or dropped; raises what `stream` raises."""
+        queue = self._queue
+        with self._writing:
+            while True:
+                while not queue:
+                    if self._closed:
+                        return
+                    await self._wakeup.park()
+                data = queue[0]
+                await stream.send_all(data)
+                if queue:  # else it was dropped while the write completed
+                    queue.popleft()
+                    self.waiting -= len(data)
+
+
 class AgentIO:
     """One running agent's I/O and lifetime; `run()` drives it to a reaped end."""
 
@@ -147,11 +217,8 @@ class AgentIO:
         self.stderr_tail = StderrTail(on_stderr)
         # With a pidfd, stderr is read by the wait for the agent's exit, not by a task of its own.
         self._on_stderr = self._stderr_while_waiting if agent.reads_stderr_while_waiting else None
-        # Only an agent whose stdin stays open is answered later (a channel costs a turn ~10 us).
-        self._outgoing: trio.MemorySendChannel[bytes] | None = None
-        self._outgoing_queue: trio.MemoryReceiveChannel[bytes] | None = None
-        if plan.stdin_open:
-            self._outgoing, self._outgoing_queue = trio.open_memory_channel(math.inf)
+        # Only an agent whose stdin stays open is answered later.
+        self.outbox = Outbox(self._not_reading) if plan.stdin_open else None
         self.wall_deadline = started + profile.timeout_secs
         idle = profile.idle_timeout_secs
         self.exit_wait = trio.CancelScope(
@@ -192,11 +259,15 @@ class AgentIO:
 
     def send(self, data: bytes) -> None:
         """Write `data` to the agent's stdin after what was queued before (a no-op once stdin is closed)."""
-        if data and self._outgoing is not None:
-            try:
-                self._outgoing.send_nowait(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+        if self.outbox is not None:
+            self.outbox.put(data)
+
+    def _not_reading(self) -> None:
+        """The agent let more than the outbox's limit wait unread on its stdin: it is killed, and fails the turn."""
+        assert self.outbox is not None
+        self.log.warning("the agent stopped reading its stdin; killing it", unread_bytes=self.outbox.overflowed,
+                         limit_bytes=self.outbox.limit, in_result=True)
+        self.agent.signal_group(signal.SIGKILL)
 
     async def wait_for_exit(self, on_stopping: Callable[[], None] | None = None) -> Ending:
         with self.exit_wait:
@@ -216,7 +287,8 @@ class AgentIO:
                 await self.stop(signal.SIGTERM)
         returncode = self.agent.reap()
         await self.reap_leftovers()
-        return Ending(returncode=returncode, timeout=timeout, cancelled=self.cancel_requested and timeout is None)
+        return Ending(returncode=returncode, timeout=timeout, cancelled=self.cancel_requested and timeout is None,
+                      unread=self.outbox.overflowed if self.outbox is not None else 0)
 
     async def stop(self, signum: int) -> None:
         """`signum` to the group; after `kill_grace_secs`, SIGKILL."""
@@ -289,12 +361,11 @@ class AgentIO:
         try:
             if self.plan.stdin:
                 await stream.send_all(self.plan.stdin)
-            if self._outgoing_queue is not None:
-                async for data in self._outgoing_queue:
-                    await stream.send_all(data)
+            if self.outbox is not None:
+                await self.outbox.write_to(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.log.info("agent closed stdin before reading all that was written to it")
         finally:
-            if self._outgoing is not None:
-                self._outgoing.close()
+            if self.outbox is not None:
+                self.outbox.drop()
             await stream.aclose()

@@ -44,6 +44,7 @@ class Outcome(str, enum.Enum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     SPAWN_FAILED = "spawn_failed"
+    NOT_READING = "not_reading"  # the agent left too much of what the bridge wrote to it unread: it was killed
     WORKER_LOST = "worker_lost"  # only through PostgreSQL: the worker running the turn died (bridge.host.postgres)
 
     def __str__(self) -> str:
@@ -90,15 +91,17 @@ class TurnResult(FrozenRecord):
 class Ending(FrozenRecord):
     """How the agent's process ended, as the supervisor saw it."""
 
-    __slots__ = ("returncode", "timeout", "cancelled", "spawn_failure")
+    __slots__ = ("returncode", "timeout", "cancelled", "spawn_failure", "unread")
     returncode: int | None  # as from waitpid: -N when killed by signal N
     timeout: Literal["wall", "idle"] | None
     cancelled: bool
     spawn_failure: tuple[int, str] | None  # (exit code, what is wrong)
+    unread: int  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
 
     def __init__(self, returncode: int | None = None, timeout: Literal["wall", "idle"] | None = None,
-                 cancelled: bool = False, spawn_failure: tuple[int, str] | None = None) -> None:
-        self._assign(returncode=returncode, timeout=timeout, cancelled=cancelled, spawn_failure=spawn_failure)
+                 cancelled: bool = False, spawn_failure: tuple[int, str] | None = None, unread: int = 0) -> None:
+        self._assign(returncode=returncode, timeout=timeout, cancelled=cancelled, spawn_failure=spawn_failure,
+                     unread=unread)
 
 
 Forwarded = (PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | AgentInput
@@ -240,9 +243,13 @@ class TurnRecorder:
             if self._body_full:
                 reply += profile.truncation_suffix
                 truncated = True
+        error = self.error
+        agent_said_why = self.error_seen and bool(error)
+        if outcome is Outcome.NOT_READING:  # the bridge stopped the agent: its reason, not what the agent said
+            error, agent_said_why = f"the agent {cause}", False
         error_reply = ""
         if not succeeded and profile.send_error_reply:
-            error_reply = self.error if self.error_seen and self.error else f"The agent {cause}."
+            error_reply = error if agent_said_why else f"The agent {cause}."
             if profile.max_reply_chars is not None and len(error_reply) > profile.max_reply_chars:
                 error_reply = error_reply[:profile.max_reply_chars] + profile.truncation_suffix
         if profile.include_stderr_in_reply and stderr_tail:
@@ -253,7 +260,7 @@ class TurnRecorder:
         return TurnResult(
             reply=reply,
             session_id=self.session_id,
-            error=self.error,
+            error=error,
             error_reply=error_reply,
             exit_code=exit_code,
             timed_out=ending.timeout is not None,
@@ -274,6 +281,9 @@ class TurnRecorder:
             return EXIT_TIMEOUT, Outcome.TIMEOUT, f"timed out after {profile.idle_timeout_secs:g} s without output"
         if ending.cancelled:
             return EXIT_CANCELLED, Outcome.CANCELLED, "was cancelled"
+        if ending.unread:
+            return 1, Outcome.NOT_READING, (f"stopped reading its stdin ({_mib(ending.unread)} written to it would "
+                                            "have waited unread, over the bridge's limit), so it was killed")
         if ending.spawn_failure is not None:
             code, reason = ending.spawn_failure
             return code, Outcome.SPAWN_FAILED, f"could not be started: {reason}"
@@ -292,6 +302,10 @@ class TurnRecorder:
 def cancelled_result(profile: Profile, duration_ms: int = 0) -> TurnResult:
     """The result of a turn cancelled before its agent started: exit 130, like any host cancel."""
     return TurnRecorder(profile).finish(Ending(cancelled=True), duration_ms=duration_ms)
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB"
 
 
 def _signal_name(number: int) -> str:

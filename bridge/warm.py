@@ -35,7 +35,7 @@ from typing import Any
 import trio
 
 from .agent_files import FileRefused, FileRoot, serve_file_request
-from .agent_io import StderrTail, _Reader
+from .agent_io import Outbox, StderrTail, _Reader
 from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
 from .dialects.events import AgentInput, FileRequest
 from .errors import BridgeError, LaunchError
@@ -86,7 +86,7 @@ class WarmAgent:
         self._files: FileRoot | None = None  # the working directory, held open while the agent lives
         self._file_request: trio.CancelScope | None = None  # the file request being served
         self._file_threads = trio.CapacityLimiter(1)  # an abandoned request's thread keeps its token until it ends
-        self._outgoing: trio.MemorySendChannel[bytes] | None = None
+        self._outbox: Outbox | None = None
         self._ready = trio.Event()
         self._dead = trio.Event()
         self._reaped = trio.Event()
@@ -146,8 +146,8 @@ class WarmAgent:
         self._dialect = profile.dialect(profile.dialect_context, session_id=self.session_id, cwd=self._cwd)
         self.log = self.log.bind(pid=self._process.pid)
         self.log.info("warm agent started", program=plan.argv[0], resuming=bool(self.session_id))
-        self._outgoing, outgoing = trio.open_memory_channel[bytes](math.inf)
-        await nursery.start(self._run, outgoing)
+        self._outbox = outbox = Outbox(self._not_reading)
+        await nursery.start(self._run)
         self._send(self._dialect.open())
         try:
             with trio.move_on_after(profile.start_timeout_secs):
@@ -160,6 +160,8 @@ class WarmAgent:
         if self._dead.is_set():
             await self._reaped.wait()
             reason = self._start_error or f"it exited ({self._exit_text()}) while setting its session up"
+            if outbox.overflowed:
+                reason = "it stopped reading its stdin, so it was killed"
         else:
             reason = self._start_error or f"it did not set its session up within {profile.start_timeout_secs:g} s"
         await self.close(grace=0)
@@ -175,8 +177,8 @@ class WarmAgent:
             if not self._dead.is_set():
                 if grace > 0 and self._dialect is not None:
                     self._send(self._dialect.shutdown())
-                if self._outgoing is not None:
-                    self._outgoing.close()  # end of file on its stdin, once what was queued is written
+                if self._outbox is not None:
+                    self._outbox.close()  # end of file on its stdin, once what was queued is written
                 with trio.move_on_after(grace):
                     await self._dead.wait()
                 if not self._dead.is_set():
@@ -184,8 +186,7 @@ class WarmAgent:
                     process.signal_group(signal.SIGKILL)
             await self._reaped.wait()
 
-    async def _run(self, outgoing: trio.MemoryReceiveChannel[bytes],
-                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The agent's pumps until it is gone; then it is reaped (whatever ends this task, the group is killed)."""
         process = self._process
         assert process is not None
@@ -193,13 +194,13 @@ class WarmAgent:
             async with trio.open_nursery() as pumps:
                 pumps.start_soon(self._pump_stdout, _Reader(process.stdout))
                 pumps.start_soon(self._stderr.pump, _Reader(process.stderr))
-                pumps.start_soon(self._feed_stdin, outgoing)
+                pumps.start_soon(self._feed_stdin)
                 task_status.started()
                 await process.wait_exited()
                 self._dead.set()
                 self._wake_turn()
-                if self._outgoing is not None:
-                    self._outgoing.close()
+                if self._outbox is not None:
+                    self._outbox.drop()  # nobody will read it
                 # What is still in the pipes is read, for a bounded time (a stray process may hold them).
                 pumps.cancel_scope.deadline = trio.current_time() + DRAIN_SECS
         except Exception as err:  # a dialect's bug: what the agent says cannot be read any more
@@ -222,22 +223,28 @@ class WarmAgent:
     # ------------------------------------------------------------------ pipes
 
     def _send(self, data: bytes) -> None:
-        if data and self._outgoing is not None:
-            try:
-                self._outgoing.send_nowait(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+        if self._outbox is not None:
+            self._outbox.put(data)
 
-    async def _feed_stdin(self, outgoing: trio.MemoryReceiveChannel[bytes]) -> None:
-        process = self._process
-        assert process is not None and process.stdin is not None
+    def _not_reading(self) -> None:
+        """More than the outbox's limit waited unread on the agent's stdin: the agent is killed, its turn fails."""
+        assert self._outbox is not None and self._process is not None
+        self.log.warning("the warm agent stopped reading its stdin; killing it", unread_bytes=self._outbox.overflowed,
+                         limit_bytes=self._outbox.limit)
+        self._process.signal_group(signal.SIGKILL)
+        self._loop = None  # the turn takes no more events
+        self._wake_turn()
+
+    async def _feed_stdin(self) -> None:
+        process, outbox = self._process, self._outbox
+        assert process is not None and process.stdin is not None and outbox is not None
         stream = process.stdin
         try:
-            async for data in outgoing:
-                await stream.send_all(data)
+            await outbox.write_to(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.log.info("the warm agent closed its stdin")
         finally:
+            outbox.drop()
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
@@ -399,6 +406,10 @@ class WarmAgent:
             raise
         finally:
             self._turn_wait = None
+        unread = self._outbox.overflowed if self._outbox is not None else 0
+        if unread:  # whatever else the agent said: it was killed
+            await self._reaped.wait()
+            return Ending(returncode=self.returncode, unread=unread)
         if self._turn_over:
             return Ending(returncode=0)
         if self._turn_error is not None:

@@ -59,11 +59,32 @@ async def test_an_open_turn_sees_the_question_as_an_event_and_decides_it(tmp_pat
 
 
 async def test_a_question_nobody_answers_is_denied_after_the_timeout(tmp_path: Path) -> None:
-    profile = asking_profile(tmp_path, timeout_secs=0.3)
+    """`permissions: timeout_secs`, timed from the question: a question left waiting fails fast, not at a deadline."""
+    timeout_secs, leeway_secs = 0.2, 1.5
+    profile = asking_profile(tmp_path, timeout_secs=timeout_secs)
+    asked, finished = trio.Event(), trio.Event()
+    results: list[bridge.TurnResult] = []
+
+    async def never_answer(request: PermissionRequest) -> bool:
+        asked.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def take_turn() -> None:
+        results.append(await bridge.run_turn(profile, Turn("hi"), on_permission=never_answer))
+        finished.set()
+
     with trio.fail_after(TURN_DEADLINE):
-        result = await bridge.run_turn(profile, Turn("hi"), on_permission=lambda request: trio.sleep_forever())
-    assert result.ok and "(Bash was denied: nobody answered in time)" in result.reply
-    assert 300 <= result.duration_ms < TURN_DEADLINE * 1000
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(take_turn)
+            await asked.wait()
+            with trio.move_on_after(timeout_secs + leeway_secs):
+                await finished.wait()
+            nursery.cancel_scope.cancel()  # a question left waiting: end the turn, then fail below
+    assert finished.is_set(), (f"the question still waited {timeout_secs + leeway_secs} s after it was asked; "
+                               f"permissions: timeout_secs ({timeout_secs} s) was not applied")
+    assert results[0].ok and "(Bash was denied: nobody answered in time)" in results[0].reply
+    assert results[0].duration_ms >= timeout_secs * 1000  # it waited for the host first
 
 
 async def test_with_nobody_listening_the_answer_is_deny_at_once(tmp_path: Path) -> None:

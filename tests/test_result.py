@@ -61,6 +61,8 @@ def test_warnings_are_passed_on_in_order_to_be_logged() -> None:
     (Ending(returncode=-9), 137, Outcome.AGENT_ERROR),
     (Ending(returncode=0, cancelled=True), 130, Outcome.CANCELLED),
     (Ending(returncode=-15, timeout="wall", cancelled=True), 124, Outcome.TIMEOUT),
+    (Ending(returncode=-9, timeout="wall", unread=70 << 20), 124, Outcome.TIMEOUT),
+    (Ending(returncode=-9, cancelled=True, unread=70 << 20), 130, Outcome.CANCELLED),
 ])
 def test_error_precedence(ending: Ending, code: int, outcome: Outcome) -> None:
     turn = recorder()
@@ -68,6 +70,15 @@ def test_error_precedence(ending: Ending, code: int, outcome: Outcome) -> None:
     result = turn.finish(ending)
     assert (result.exit_code, result.outcome, result.reply) == (code, outcome, "")
     assert result.error == "Rate limited." and result.error_reply == "Rate limited."
+
+
+def test_an_agent_killed_for_not_reading_fails_with_the_bridges_reason_not_its_own_error() -> None:
+    turn = recorder()
+    feed(turn, BodyLine("discarded"), ErrorEvent("Rate limited."))
+    result = turn.finish(Ending(returncode=-9, unread=65 << 20))
+    assert (result.exit_code, result.outcome, result.reply) == (1, Outcome.NOT_READING, "")
+    assert result.error.startswith("the agent stopped reading its stdin (65.0 MiB written to it")
+    assert result.error_reply == "The" + result.error[3:] + "."
 
 
 @pytest.mark.parametrize(("ending", "code", "outcome", "error_reply"), [
@@ -81,6 +92,8 @@ def test_error_precedence(ending: Ending, code: int, outcome: Outcome) -> None:
     (Ending(returncode=-2, cancelled=True), 130, Outcome.CANCELLED, "The agent was cancelled."),
     (Ending(spawn_failure=(127, "command 'x' not found on PATH")), 127, Outcome.SPAWN_FAILED,
      "The agent could not be started: command 'x' not found on PATH."),
+    (Ending(returncode=-9, unread=70 << 20), 1, Outcome.NOT_READING, "The agent stopped reading its stdin (70.0 MiB "
+     "written to it would have waited unread, over the bridge's limit), so it was killed."),
 ])
 def test_failures_and_their_generic_messages(ending: Ending, code: int, outcome: Outcome, error_reply: str) -> None:
     turn = recorder(timeout_secs=600, idle_timeout_secs=0.25)

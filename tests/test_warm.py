@@ -228,3 +228,28 @@ async def test_a_question_waiting_for_the_host_is_not_the_agents_silence(warm_pr
             await agent.close()
     assert result.ok and result.reply.startswith("allowed")
     assert silent.outcome == "timeout" and "without output" in silent.error_reply
+
+
+async def test_output_rearms_the_idle_deadline_so_an_agent_writing_often_is_not_idle(
+        warm_profile) -> None:  # type: ignore[no-untyped-def]
+    profile = warm_profile(idle_timeout_secs=0.3, timeout_secs=5)
+    with trio.fail_after(TURN_DEADLINE):
+        result = await bridge.run_turn(profile, Turn("trickle 6 0.1"))  # 0.6 s, never 0.3 s silent
+    assert result.ok, f"an agent writing every 0.1 s timed out on idle_timeout_secs 0.3: {result.error_reply}"
+    assert result.reply == "0 1 2 3 4 5 "
+
+
+async def test_silence_after_output_times_out_on_idle_before_the_wall(
+        warm_profile) -> None:  # type: ignore[no-untyped-def]
+    profile = warm_profile(idle_timeout_secs=0.3, timeout_secs=1.5)
+    partials: list[str] = []
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile)
+            await agent.start(nursery)
+            silent = await agent.turn(Turn("talk then hang"), lambda event: partials.append(event.text)
+                                      if isinstance(event, bridge.PartialEvent) else None)
+            await agent.close()
+    assert partials == ["talking "]  # it did write before it went silent
+    assert (silent.outcome, silent.error_reply) == ("timeout", "The agent timed out after 0.3 s without output."), \
+        f"silence after output did not time out on idle_timeout_secs: {silent.error_reply}"

@@ -7,7 +7,9 @@ process took a turn and whether it knew the conversation.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,9 +57,32 @@ def served_by(result: bridge.TurnResult) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-async def wait_gone(pid: int) -> None:
-    while process_state(pid) not in (None, "Z", "X"):
-        await trio.sleep(0.01)
+async def wait_gone(pid: int, within: float = 2.0) -> None:
+    """Return once `pid` has exited; fail on an assertion if it still runs `within` seconds later.
+
+    A process still running is killed first, so the host's shutdown does not wait for it and the test
+    fails at once.
+    """
+    try:
+        exited = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        with trio.move_on_after(within):
+            await trio.lowlevel.wait_readable(exited)
+            return
+    finally:
+        os.close(exited)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"process {pid} still ran {within} s after it should have been shut down")
+
+
+async def wait_for_live_agents(host: bridge.Host, count: int, within: float = 2.0) -> None:
+    """Until the pool counts `count` live agents (it notices a death when it reaps the process)."""
+    with trio.move_on_after(within):
+        while host.stats().warm != count:
+            await trio.sleep(0.01)
+    assert host.stats().warm == count, f"the pool counts {host.stats().warm} live agents, not {count}"
 
 
 async def test_turns_of_a_conversation_run_on_one_live_agent_and_the_host_says_goodbye(lab: Lab) -> None:
@@ -223,15 +248,37 @@ async def test_an_error_in_the_body_leaves_as_itself_and_the_agents_are_gone(lab
 
 
 async def test_an_agent_that_dies_between_turns_is_not_counted_and_the_next_turn_resumes(lab: Lab) -> None:
-    import os
-    import signal
-
     with trio.fail_after(TURN_DEADLINE):
         async with lab.host() as host:
             first = await host.submit("warm", "chat", Turn("one"))
             os.kill(served_by(first)[1], signal.SIGKILL)
             await wait_gone(served_by(first)[1])
-            while host.stats().warm:  # its pipes' task notices the exit and reaps it
-                await trio.sleep(0.01)
+            await wait_for_live_agents(host, 0)  # its pipes' task notices the exit and reaps it
             after = await host.submit("warm", "chat", Turn("two"))
     assert served_by(after)[0] == 2 and served_by(after)[1] != served_by(first)[1]
+
+
+async def test_an_agent_dead_between_turns_does_not_count_against_max_warm_a_live_one_stays(lab: Lab) -> None:
+    lab.profile(max_warm=2)
+    with trio.fail_after(TURN_DEADLINE):
+        async with lab.host() as host:
+            a = await host.submit("warm", "a", Turn("hi"))
+            b = await host.submit("warm", "b", Turn("hi"))  # b is the most recently used, a the least
+            os.kill(served_by(b)[1], signal.SIGKILL)
+            await wait_gone(served_by(b)[1])
+            await wait_for_live_agents(host, 1)
+            await host.submit("warm", "c", Turn("hi"))  # room for c: b's dead agent goes, not a's live one
+            again_a = await host.submit("warm", "a", Turn("hi"))
+    assert served_by(again_a) == (2, served_by(a)[1]), "a live conversation's agent was shut down for max_warm"
+
+
+async def test_a_turn_that_names_another_session_runs_on_an_agent_that_resumes_it(lab: Lab) -> None:
+    with trio.fail_after(TURN_DEADLINE):
+        async with lab.host() as host:
+            other = await host.submit("warm", "elsewhere", Turn("one"))
+            first = await host.submit("warm", "chat", Turn("one"))
+            named = await host.submit("warm", "chat", Turn("two", session_id=other.session_id))
+    assert named.session_id == other.session_id != first.session_id, \
+        "the conversation's warm agent took a turn that names another session"
+    assert served_by(named)[0] == 2  # the second turn of the session it named
+    assert served_by(named)[1] not in (served_by(first)[1], served_by(other)[1])

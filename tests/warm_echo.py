@@ -63,6 +63,15 @@ for line in sys.stdin:
             if answer["op"] == "cancel":
                 say(ev="done", reason="cancelled"); continue
             text = "allowed" if answer["allow"] else "denied"
+        if text == "talk then hang":  # output, then silence until the cancel
+            say(ev="delta", text="talking ")
+            sys.stdin.readline()
+            say(ev="done", reason="cancelled"); continue
+        if text.startswith("trickle"):  # "trickle COUNT PAUSE": a word every PAUSE seconds
+            _, count, pause = text.split()
+            for number in range(int(count)):
+                time.sleep(float(pause)); say(ev="delta", text=f"{{number}} ")
+            say(ev="done", reason="end_turn"); continue
         if text.startswith("hang"):
             if text == "hang hard":
                 while True: time.sleep(1)

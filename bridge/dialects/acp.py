@@ -46,7 +46,7 @@ from ..permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import OUTPUT_CHARS, TEXT_BOUND, THINKING_CHARS, TITLE_CHARS, tool_title
+from .coding_agents import CALL_ID_CHARS, OUTPUT_CHARS, TEXT_BOUND, THINKING_CHARS, TITLE_CHARS, tool_title
 from .events import (
     ActivityEvent,
     AgentInput,
@@ -348,7 +348,7 @@ class Acp(JsonLinesDialect):
         if known is not None:
             self._tools[call_id] = (tool, kind, title)  # a later update may name it better
             return []  # pending → in_progress: shown once, as started
-        if len(self._tools) < _OPEN_CALLS:
+        if len(call_id) <= CALL_ID_CHARS and len(self._tools) < _OPEN_CALLS:
             self._tools[call_id] = (tool, kind, title)
         return [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
 
@@ -358,7 +358,7 @@ class Acp(JsonLinesDialect):
         old_tool, old_kind, old_title = known or ("", "", "")
         acp_kind = text_of(tool_call.get("kind"))
         kind = _KINDS.get(acp_kind, "other" if acp_kind else old_kind)
-        tool = _tool_name(tool_call.get("_meta")) or old_tool or acp_kind or "tool"
+        tool = _tool_name(tool_call.get("_meta")) or old_tool or shorten(acp_kind, TITLE_CHARS) or "tool"
         title = shorten(text_of(tool_call.get("title")), TITLE_CHARS) or old_title \
             or tool_title(tool_call.get("rawInput"))
         return tool, kind, title

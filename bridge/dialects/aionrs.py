@@ -55,12 +55,13 @@ from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCalls, tool_title
+from .coding_agents import CALL_ID_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCalls, plan_of, tool_title
 from .events import (
     ActivityEvent,
     AgentInput,
     ErrorEvent,
     Event,
+    PlanStep,
     ProtocolWarning,
     Ready,
     ReplyEvent,
@@ -80,13 +81,15 @@ NOT_READY = ("aionrs ended before it was ready (no ready event); its stderr says
 
 
 class _Call:
-    """A tool call the agent asked about: its name and arguments, and the bridge's answer (None: not yet)."""
+    """A tool call the agent asked about: what its arguments say (not the arguments: they may be megabytes),
+    and the bridge's answer (None: not yet)."""
 
-    __slots__ = ("tool", "arguments", "allowed")
+    __slots__ = ("tool", "title", "plan", "allowed")
 
     def __init__(self, tool: str, arguments: Mapping[str, Any]) -> None:
-        self.tool = tool
-        self.arguments = arguments
+        self.tool = shorten(tool, TITLE_CHARS)
+        self.title = tool_title(arguments)
+        self.plan: tuple[PlanStep, ...] = plan_of(arguments)
         self.allowed: bool | None = None
 
 
@@ -244,14 +247,17 @@ class Aionrs(JsonLinesDialect):
             return []  # asked twice: the first question stands
         if self._stopping:  # asked after the bridge said stop: nobody will answer, so the dialect does
             return [AgentInput(_deny_line(call_id, _CANCELLED))]
+        if len(call_id) > CALL_ID_CHARS or len(self._calls) >= _REMEMBERED_CALLS:  # its answer could not be matched
+            return [ProtocolWarning(f"denied a tool_request whose call_id is over {CALL_ID_CHARS} characters, or "
+                                    f"one over {_REMEMBERED_CALLS} in a turn: its answer could not be matched"),
+                    AgentInput(_deny_line(call_id, "the bridge cannot keep track of this call"))]
         name = text_of(tool.get("name"))
         arguments = tool.get("args")
         arguments = arguments if isinstance(arguments, dict) else {}
         category = tool.get("category")
         description = text_of(tool.get("description"))
         title = shorten(description, TITLE_CHARS) if description.strip() else tool_title(arguments, or_json=True)
-        if len(self._calls) < _REMEMBERED_CALLS:
-            self._calls[call_id] = _Call(name, arguments)
+        self._calls[call_id] = _Call(name, arguments)
         return [PermissionRequest(request_id=call_id, tool=name,
                                   kind=_KINDS.get(category, "") if isinstance(category, str) else "",
                                   title=title, input=arguments)]
@@ -264,7 +270,9 @@ class Aionrs(JsonLinesDialect):
         name = text_of(message.get("tool_name")) or (call.tool if call else "")
         if call is not None and call.allowed is None:
             call.allowed = True  # it runs: whoever decided, nothing is pending any more
-        return self._tools.started(name, call.arguments if call else None, call_id)
+        if call is None:
+            return self._tools.started(name, None, call_id)
+        return self._tools.started_as(name, call.title, call.plan, call_id)
 
     def _on_tool_result(self, message: Mapping[str, Any]) -> list[Event]:
         self._began = True
@@ -274,7 +282,7 @@ class Aionrs(JsonLinesDialect):
         output = message.get("output") if message.get("output_type") != "image" else None  # base64 says nothing
         return [self._tools.ended(call_id, failed=message.get("status") == "error", output=output,
                                   tool=text_of(message.get("tool_name")) or (call.tool if call else ""),
-                                  arguments=call.arguments if call else None)]
+                                  title=call.title if call else "")]
 
     def _on_tool_cancelled(self, message: Mapping[str, Any]) -> list[Event]:
         self._began = True
@@ -286,7 +294,7 @@ class Aionrs(JsonLinesDialect):
         if call is not None:
             call.allowed = False
         return [self._tools.ended(call_id, failed=True, output=message.get("reason"),
-                                  tool=call.tool if call else "", arguments=call.arguments if call else None)]
+                                  tool=call.tool if call else "", title=call.title if call else "")]
 
     def _on_stream_end(self, message: Mapping[str, Any]) -> list[Event]:
         events: list[Event] = []

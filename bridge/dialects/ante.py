@@ -62,7 +62,7 @@ from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import THINKING_CHARS, TITLE_CHARS, Paragraphs, output_excerpt, tool_title
+from .coding_agents import CALL_ID_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, output_excerpt, tool_title
 from .events import (
     ActivityEvent,
     AgentInput,
@@ -335,8 +335,8 @@ class Ante(JsonLinesDialect):
     def _tool_start(self, body: Mapping[str, Any]) -> list[Event]:
         call_id, tool, arguments = text_of(body.get("id")), text_of(body.get("name")), _arguments(body)
         title = tool_title(arguments)
-        if call_id and len(self._tools) < _OPEN_CALLS:
-            self._tools[call_id] = (tool, title)
+        if call_id and len(call_id) <= CALL_ID_CHARS and len(self._tools) < _OPEN_CALLS:
+            self._tools[call_id] = (shorten(tool, TITLE_CHARS), title)
         self._text.pause()
         return [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
 

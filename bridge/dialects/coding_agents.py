@@ -43,6 +43,11 @@ _PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed
 # kept so the recorder still sees it must cut. Bounds a dialect's memory whatever the agent writes.
 TEXT_BOUND = 8 * 1024 * 1024 + 1
 _OPEN_CALLS = 10_000  # calls remembered until they end; more than any agent keeps in flight
+CALL_ID_CHARS = 256
+"""A call id longer than this (real ones are tens of characters) is not remembered: with `_OPEN_CALLS`, what a
+dialect keeps of calls in flight stays a few MiB whatever an agent sends."""
+PLAN_STEPS = 200
+"""The steps of a plan that are shown (a status line, not a project tracker)."""
 UNFINISHED = "the agent ended without finishing its turn (its output has no result line)"
 
 
@@ -85,6 +90,8 @@ def plan_of(arguments: Any) -> tuple[PlanStep, ...]:
         return ()
     steps = []
     for todo in todos:
+        if len(steps) == PLAN_STEPS:
+            break
         if not isinstance(todo, dict):
             continue
         text = todo.get("content")
@@ -188,19 +195,22 @@ class ToolCalls:
         self._open: dict[str, tuple[str, str]] = {}  # call id → (tool, title)
 
     def started(self, tool: str, arguments: Any, call_id: str) -> list[Event]:
-        title = tool_title(arguments)
-        if call_id and len(self._open) < _OPEN_CALLS:
-            self._open[call_id] = (tool, title)
+        return self.started_as(tool, tool_title(arguments), plan_of(arguments), call_id)
+
+    def started_as(self, tool: str, title: str, plan: tuple[PlanStep, ...], call_id: str) -> list[Event]:
+        """A call's start, described already (its title and, for a to-do tool, its plan)."""
+        if call_id and len(call_id) <= CALL_ID_CHARS and len(self._open) < _OPEN_CALLS:
+            self._open[call_id] = (shorten(tool, TITLE_CHARS), title)
         events: list[Event] = [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
-        if plan := plan_of(arguments):
+        if plan:
             events.append(ActivityEvent("plan", plan=plan))
         return events
 
-    def ended(self, call_id: str, *, failed: bool, output: Any = None, tool: str = "", arguments: Any = None
-              ) -> ActivityEvent:
-        """The end of a call; `tool` and `arguments` stand in when its start was not seen."""
+    def ended(self, call_id: str, *, failed: bool, output: Any = None, tool: str = "", arguments: Any = None,
+              title: str = "") -> ActivityEvent:
+        """The end of a call; `tool` and `title` (or `arguments`) stand in when its start was not seen."""
         started = self._open.pop(call_id, None)
-        known_tool, title = started if started is not None else (tool, tool_title(arguments))
+        known_tool, title = started if started is not None else (tool, title or tool_title(arguments))
         return ActivityEvent("tool", tool=known_tool, title=title, status="failed" if failed else "completed",
                              call_id=call_id, text=output_excerpt(output))
 
