@@ -216,11 +216,12 @@ def codex(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Open
 
 
 def codex_profile(home: Path, work: Path, **changes: Any) -> bridge.Profile:
-    """profiles/clis/codex-acp.yaml as shipped, run by the cached codex-acp in `work`, against the fake server."""
+    """profiles/clis/codex-acp.yaml as shipped, run by the cached codex-acp in `work`, against the fake server.
+    HOME is the test's too: the login shell codex runs commands in reads no profile of this machine's."""
     work.mkdir(exist_ok=True)
     profile = bridge.load_profile(CLI_PROFILES / "codex-acp.yaml", cache=False)
     return profile.replace(command=[str(npm_binary("codex-acp"))], cwd=str(work), kill_grace_secs=0.5,
-                           env={"CODEX_HOME": str(home)}, **changes)
+                           env={"CODEX_HOME": str(home), "HOME": str(home.parent)}, **changes)
 
 
 async def test_codex_acp_streams_its_reply_through_the_ready_profile(codex, tmp_path):
