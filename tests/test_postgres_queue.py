@@ -89,6 +89,18 @@ def test_a_late_result_of_an_older_attempt_is_fenced_off(conn: Any) -> None:
     assert conn.execute("SELECT result->>'reply' FROM bridge_turns WHERE id = 't'").fetchone() == ("newer",)
 
 
+def test_a_worker_presumed_lost_that_reclaims_its_own_turn_cannot_finish_the_older_attempt(conn: Any) -> None:
+    """The attempt alone fences: the same worker holds the turn again, so its id cannot tell the attempts apart."""
+    enqueue(conn, "t")
+    assert claim(conn, "w").attempt == 1
+    conn.execute("UPDATE bridge_turns SET state = 'queued', worker = NULL WHERE id = 't'")  # w was taken for lost
+    assert claim(conn, "w").attempt == 2  # and claimed it again
+    assert not queue.finish(conn, key="t", attempt=1, worker="w", result=ok("stale"))
+    assert state(conn, "t") == ("running", 2, "w")
+    assert queue.finish(conn, key="t", attempt=2, worker="w", result=ok("current"))
+    assert conn.execute("SELECT result->>'reply' FROM bridge_turns WHERE id = 't'").fetchone() == ("current",)
+
+
 def test_the_result_and_the_session_are_one_transaction(conn: Any) -> None:
     enqueue(conn, "t")
     claimed = claim(conn)
