@@ -250,13 +250,13 @@ def test_record_session_writes_inside_the_callers_transaction(store: PostgresSes
     store.record("p", "c", "default", result("before"))
     with psycopg.connect(pg_dsn) as db:
         with db.transaction(force_rollback=True):
-            record_session(db, "p", "c", "default", result("rolled back"), new_stamp())
+            record_session(db, store.namespace, "p", "c", "default", result("rolled back"), new_stamp())
             assert store.get("p", "c") == "before", "not visible before the caller commits"
         assert store.get("p", "c") == "before"
         stamp = new_stamp()
         with db.transaction():
-            record_session(db, "p", "c", "default", result(""), stamp)  # no session line: the id stays
-            record_session(db, "p", "new", "default", result("n"), stamp)
+            record_session(db, store.namespace, "p", "c", "default", result(""), stamp)  # no session line: the id stays
+            record_session(db, store.namespace, "p", "new", "default", result("n"), stamp)
     assert store.lookup("p", "c") == ("before", stamp)
     assert store.get("p", "new") == "n"
 
@@ -315,11 +315,11 @@ def test_a_bad_dsn_is_a_store_error_that_shows_the_form_without_the_password(dsn
 
 
 def test_advisory_keys_are_signed_64_bit_and_keep_conversations_apart() -> None:
-    keys = {advisory_key(profile, conversation, name)
+    keys = {advisory_key(namespace, profile, conversation, name) for namespace in ("serve", "bot2")
             for profile in ("p", "q") for conversation in ("a", "b", "a\0b") for name in ("default", "x")}
-    assert len(keys) == 12
+    assert len(keys) == 24
     assert all(-(1 << 63) <= key < 1 << 63 for key in keys)
-    assert advisory_key("p", "a", "default") == advisory_key("p", "a", "default")
+    assert advisory_key("serve", "p", "a", "default") == advisory_key("serve", "p", "a", "default")
 
 
 def test_a_place_held_elsewhere_waits_until_it_is_released(pg_dsn: str) -> None:

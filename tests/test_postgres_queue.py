@@ -23,12 +23,13 @@ def conn(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 def enqueue(conn: Any, key: str, conversation: str = "c", max_queued: int = 100) -> str:
-    return queue.enqueue(conn, key=key, request_id=key, gateway="g", profile="p", conversation=conversation,
-                         session_name="default", turn=TURN, max_queued=max_queued)
+    """Queue turn `key` (its key and the bot's id alike) of gateway "g"."""
+    return queue.enqueue(conn, key=key, turn_id=key, request_id=key, gateway="g", profile="p",
+                         conversation=conversation, session_name="default", turn=TURN, max_queued=max_queued).outcome
 
 
 def claim(conn: Any, worker: str = "w", grace: float = 0.0, on_lost: str = "retry") -> queue.ClaimedTurn | None:
-    return queue.claim(conn, worker=worker, lease_secs=30, settings={"p": (grace, on_lost)})
+    return queue.claim(conn, worker=worker, lease_secs=30, settings={"p": (grace, on_lost, "sha")})
 
 
 def ok(reply: str) -> TurnResult:
@@ -37,7 +38,7 @@ def ok(reply: str) -> TurnResult:
 
 
 def state(conn: Any, key: str) -> tuple[Any, ...]:
-    return conn.execute("SELECT state, attempt, worker FROM bridge_turns WHERE id = %s", (key,)).fetchone()
+    return conn.execute("SELECT state, attempt, worker FROM bridge_turns WHERE key = %s", (key,)).fetchone()
 
 
 def test_enqueue_is_idempotent_by_id_and_refuses_past_max_queued(conn: Any) -> None:
@@ -75,30 +76,30 @@ def test_postgresql_itself_refuses_a_second_running_turn_of_a_conversation(conn:
     enqueue(conn, "a2")
     claim(conn)
     with pytest.raises(psycopg.errors.UniqueViolation):
-        conn.execute("UPDATE bridge_turns SET state = 'running' WHERE id = 'a2'")
+        conn.execute("UPDATE bridge_turns SET state = 'running' WHERE key = 'a2'")
 
 
 def test_a_late_result_of_an_older_attempt_is_fenced_off(conn: Any) -> None:
     enqueue(conn, "t")
     claim(conn, "w1")
-    conn.execute("UPDATE bridge_turns SET state = 'queued', worker = NULL WHERE id = 't'")  # w1 was taken for lost
+    conn.execute("UPDATE bridge_turns SET state = 'queued', worker = NULL WHERE key = 't'")  # w1 was taken for lost
     assert claim(conn, "w2").attempt == 2
     assert not queue.finish(conn, key="t", attempt=1, worker="w1", result=ok("late"))
     assert queue.finish(conn, key="t", attempt=2, worker="w2", result=ok("newer"))
     assert not queue.finish(conn, key="t", attempt=1, worker="w1", result=ok("later still"))
-    assert conn.execute("SELECT result->>'reply' FROM bridge_turns WHERE id = 't'").fetchone() == ("newer",)
+    assert conn.execute("SELECT result->>'reply' FROM bridge_turns WHERE key = 't'").fetchone() == ("newer",)
 
 
 def test_a_worker_presumed_lost_that_reclaims_its_own_turn_cannot_finish_the_older_attempt(conn: Any) -> None:
     """The attempt alone fences: the same worker holds the turn again, so its id cannot tell the attempts apart."""
     enqueue(conn, "t")
     assert claim(conn, "w").attempt == 1
-    conn.execute("UPDATE bridge_turns SET state = 'queued', worker = NULL WHERE id = 't'")  # w was taken for lost
+    conn.execute("UPDATE bridge_turns SET state = 'queued', worker = NULL WHERE key = 't'")  # w was taken for lost
     assert claim(conn, "w").attempt == 2  # and claimed it again
     assert not queue.finish(conn, key="t", attempt=1, worker="w", result=ok("stale"))
     assert state(conn, "t") == ("running", 2, "w")
     assert queue.finish(conn, key="t", attempt=2, worker="w", result=ok("current"))
-    assert conn.execute("SELECT result->>'reply' FROM bridge_turns WHERE id = 't'").fetchone() == ("current",)
+    assert conn.execute("SELECT result->>'reply' FROM bridge_turns WHERE key = 't'").fetchone() == ("current",)
 
 
 def test_the_result_and_the_session_are_one_transaction(conn: Any) -> None:
@@ -106,13 +107,14 @@ def test_the_result_and_the_session_are_one_transaction(conn: Any) -> None:
     claimed = claim(conn)
     written = []
 
-    def record_session(c: Any, profile: str, conversation: str, session_name: str, result: TurnResult) -> None:
-        written.append((profile, conversation, session_name, result.reply))
+    def record_session(c: Any, namespace: str, profile: str, conversation: str, session_name: str,
+                       result: TurnResult) -> None:
+        written.append((namespace, profile, conversation, session_name, result.reply))
         raise RuntimeError("the session write fails")
 
     with pytest.raises(RuntimeError), conn.transaction():
         queue.finish(conn, key="t", attempt=claimed.attempt, worker="w", result=ok("r"), record_session=record_session)
-    assert written == [("p", "c", "default", "r")]
+    assert written == [("g", "p", "c", "default", "r")]  # in its gateway's namespace
     assert state(conn, "t") == ("running", 1, "w")  # rolled back together
 
 
@@ -140,7 +142,7 @@ def test_a_worker_whose_connection_is_gone_is_lost_and_its_turn_goes_back_in_its
     assert conn.execute("SELECT count(*) FROM bridge_workers").fetchone() == (0,)
     # its agents get their kill grace (and a margin) before anyone may run the turn again
     assert state(conn, "a1") == ("running", 1, "dead")
-    conn.execute("UPDATE bridge_turns SET lease_until = now() - interval '5 seconds' WHERE id = 'a1'")
+    conn.execute("UPDATE bridge_turns SET lease_until = now() - interval '5 seconds' WHERE key = 'a1'")
     assert queue.reap(conn) == ["a1"]
     assert state(conn, "a1") == ("queued", 1, None)
     assert claim(conn, "alive").key == "a1"
@@ -174,7 +176,7 @@ def test_only_delivered_results_are_purged(conn: Any) -> None:
         enqueue(conn, key, conversation=key)
         claimed = claim(conn)
         queue.finish(conn, key=claimed.key, attempt=1, worker="w", result=ok(key))
-    queue.mark_delivered(conn, key="delivered")
-    assert queue.undelivered(conn, gateway="g") == [("undelivered", "undelivered")]
+    queue.mark_delivered(conn, gateway="g", turn_id="delivered")
+    assert queue.undelivered(conn, gateway="g") == [("undelivered", "undelivered", "undelivered")]
     assert queue.purge(conn, keep_secs=0) == 1
-    assert [key for (key,) in conn.execute("SELECT id FROM bridge_turns").fetchall()] == ["undelivered"]
+    assert [key for (key,) in conn.execute("SELECT key FROM bridge_turns").fetchall()] == ["undelivered"]
