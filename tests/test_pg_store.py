@@ -546,6 +546,13 @@ def test_run_with_a_database_resumes_the_conversation_run_after_run(pg_dsn: str,
     assert not (tmp_path / "xdg-state").exists(), "no SQLite file was made"
 
 
+def test_run_with_a_namespace_keeps_the_session_in_that_bot_s_namespace(pg_dsn: str, env: dict[str, str]) -> None:
+    done = cli(env, "run", STREAM, "--conversation", "c", "--state", pg_dsn, "--namespace", "alice", "hi")
+    assert done.returncode == 0, done.stderr
+    with PostgresSessionStore(pg_dsn, namespace="alice") as alice, PostgresSessionStore(pg_dsn) as default:
+        assert (alice.get("stream", "c"), default.get("stream", "c")) == (session_of(done.stdout), "")
+
+
 def test_run_with_a_database_out_of_reach_stops_before_the_agent_starts(tmp_path: Path, env: dict[str, str]) -> None:
     marker = tmp_path / "ran"
     agent = write_agent(tmp_path, "agent.sh", f"#!/bin/sh\ntouch {marker}\necho ran\n")
@@ -590,6 +597,40 @@ def test_sessions_list_show_and_forget_on_a_database(pg_dsn: str, capsys: pytest
     assert "(1 stored)" in capsys.readouterr().out
     with PostgresSessionStore(pg_dsn) as store:
         assert [(r.profile, r.conversation) for r in store.list()] == [("stream", "chat-2"), ("echo", "chat-1")]
+
+
+def test_bots_with_the_same_profiles_and_conversation_keys_share_nothing_in_their_namespaces(
+        pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with PostgresSessionStore(pg_dsn, namespace="alice") as alice, PostgresSessionStore(pg_dsn, namespace="bob") as bob:
+        alice.record("stream", "tg:42", "default", result("a-1"))
+        assert (alice.get("stream", "tg:42"), bob.get("stream", "tg:42")) == ("a-1", "")
+        bob.record("stream", "tg:42", "default", result("b-1"))
+        assert bob.forget("stream", "tg:42") == 1 and alice.get("stream", "tg:42") == "a-1"
+        assert [record.session_id for record in alice.list()] == ["a-1"] and bob.list() == []
+        assert alice.lookup_in("bob", "stream", "tg:42") == ("", "")  # what a worker reads for bob's turns
+        assert repr(alice).endswith("namespace='alice')")
+    with pytest.raises(StoreError, match="namespace must be a non-empty string"):
+        PostgresSessionStore(pg_dsn, namespace="")
+    # the commands: --namespace picks the bot; without it, the default namespace ("serve")
+    assert main(["sessions", "list", "--state", pg_dsn, "--namespace", "alice", "--json"]) == 0
+    assert [json.loads(line)["session_id"] for line in capsys.readouterr().out.splitlines()] == ["a-1"]
+    assert main(["sessions", "list", "--state", pg_dsn, "--json"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["sessions", "list", "--namespace", "alice"]) == 2  # a file is one bot's already
+    assert "a namespace applies to a PostgreSQL session store" in capsys.readouterr().err
+
+
+def test_conversations_of_different_namespaces_never_wait_for_each_other(pg_dsn: str) -> None:
+    alice, bob, alice_too = (PgTurnLocks(pg_dsn, namespace="alice"), PgTurnLocks(pg_dsn, namespace="bob"),
+                             PgTurnLocks(pg_dsn, namespace="alice"))
+    try:
+        with alice.join("p", "k", "default") as held, bob.join("p", "k", "default") as other:
+            assert held.try_wait() and other.try_wait()
+            with alice_too.join("p", "k", "default") as waiting:
+                assert not waiting.try_wait()  # the same bot's conversation, from another process: it waits
+    finally:
+        for locks in (alice, bob, alice_too):
+            locks.close()
 
 
 def test_sessions_on_a_database_out_of_reach_exit_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
