@@ -427,3 +427,40 @@ async def test_a_worker_whose_events_wait_past_its_bound_drops_partials_and_fail
                     await host.submit("ap4", "c", bridge.Turn("hi tool=Read"), on_event=seen.append)
         runner.drain()
     assert caught.value.code == "events_overflow" and "could not be sent to its gateway" in str(caught.value)
+
+
+async def test_an_event_larger_than_a_notification_arrives_in_pieces_or_fails_its_turn_never_lost_in_silence(
+        pg_dsn: str, lab: Lab) -> None:
+    agent = lab.root / "big_agent.py"
+    agent.write_text(textwrap.dedent("""\
+        import json, sys
+        turn = json.loads(sys.stdin.readline())
+        def send(event):
+            print(json.dumps({**event, "session_id": "s1"}), flush=True)
+        send({"type": "partial", "text": "é" * 5000, "role": "thinking"})
+        send({"type": "permission_request", "request_id": "r1", "tool_name": "Read",
+              "input": {"path": "x" * 9000}, "description": "read a long path"})
+        sys.stdin.readline()
+        send({"type": "result", "text": "done"})
+    """))
+    (lab.profiles / "big.yaml").write_text(textwrap.dedent(f"""\
+        protocol: agentproc-0.4
+        command: [{sys.executable!r}, {str(agent)!r}]
+        permissions: {{ask: [Read], timeout_secs: 10}}
+    """))
+    thoughts: list[str] = []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, bridge.ActivityEvent) and event.activity == "thinking":
+            thoughts.append(event.text)
+
+    async with trio.open_nursery() as nursery:
+        runner = Worker(pg_dsn, lab.profiles, max_concurrent=1, lease_secs=2.0)
+        await nursery.start(runner.run)
+        async with RemoteHost(pg_dsn, name="bot") as host:
+            with trio.fail_after(DEADLINE), pytest.raises(RemoteTurnError) as caught:
+                await host.submit("big", "c", bridge.Turn("hi"), on_event=on_event)
+        runner.drain()
+    assert "".join(thoughts) == "é" * 5000 and len(thoughts) > 1
+    assert caught.value.code == "events_overflow"
+    assert "(permission) is larger than a PostgreSQL notification carries" in str(caught.value)

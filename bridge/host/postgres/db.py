@@ -432,7 +432,10 @@ def notify_payloads(record: dict[str, Any], text_field: str | None = None) -> li
     if len(payload.encode()) <= MAX_NOTIFY_BYTES or text_field is None:
         return [payload]
     text = record[text_field]
+    rest = len(json.dumps({**record, text_field: ""}).encode())
+    if rest >= MAX_NOTIFY_BYTES:
+        return [payload]  # no piece of the text would fit: the caller finds it too large
     # A character takes at most 6 bytes in the payload (a \uXXXX escape, or up to 4 bytes of UTF-8).
-    room = max(1, (MAX_NOTIFY_BYTES - len(json.dumps({**record, text_field: ""}).encode())) // 6)
+    room = max(1, (MAX_NOTIFY_BYTES - rest) // 6)
     return [json.dumps({**record, text_field: text[start:start + room]}, ensure_ascii=False, separators=(",", ":"))
             for start in range(0, len(text), room)]

@@ -51,6 +51,7 @@ from . import queue
 from .db import (
     CONTROL_CHANNEL,
     WORK_CHANNEL,
+    MAX_NOTIFY_BYTES,
     Database,
     Notification,
     PostgresUnavailable,
@@ -71,7 +72,8 @@ POLL_SECS = 1.0  # claims are also tried this often, in case a notification was 
 PURGE_EVERY_SECS = 60.0
 KEEP_DELIVERED_SECS = 3600.0  # a resent id within this long is a resend, not a new turn
 # Events not yet sent, in bytes: past this, partials are dropped, and a turn whose question or activity does
-# not fit any more is stopped and ends with the error events_overflow (PostgreSQL takes them too slowly).
+# not fit any more is stopped and ends with the error events_overflow (PostgreSQL takes them too slowly), as
+# is one whose question does not fit in a notification.
 MAX_PENDING_EVENT_BYTES = 8 * 1024 * 1024
 EVENTS_OVERFLOW = "events_overflow"
 
@@ -83,7 +85,7 @@ class _Held:
     claimed: queue.ClaimedTurn
     lost: bool = False  # another worker may have it now: its result must not be written
     handed_back: bool = False  # draining: it goes back to the queue instead of getting a result
-    overflowed: bool = False  # an event of its found no room: it was stopped and ends with events_overflow
+    overflowed: str = ""  # why an event of its could not be sent: it was stopped and ends with events_overflow
 
 
 def local_conversation(namespace: str, conversation: str) -> str:
@@ -134,11 +136,12 @@ class _Publisher:
 
     What waits to be sent is bounded by `MAX_PENDING_EVENT_BYTES`: a partial
     past it is dropped (the result carries the whole reply), and any other
-    event past it (a question, activity: never silently lost) makes
-    `overflowed(key)` stop its turn, which then ends with an error.
+    event past it (a question, activity: never silently lost), or too large
+    for a notification, makes `overflowed(key, why)` stop its turn, which
+    then ends with an error.
     """
 
-    def __init__(self, db: Database, log: Any, overflowed: Callable[[str], None]) -> None:
+    def __init__(self, db: Database, log: Any, overflowed: Callable[[str, str], None]) -> None:
         self._db = db
         self._log = log
         self._overflowed = overflowed
@@ -152,21 +155,27 @@ class _Publisher:
         self.dropped = 0
 
     def publish(self, gateway: str, key: str, attempt: int, record: dict[str, Any]) -> None:
-        text_field = "text" if record.get("event") == "partial" else None
+        kind = record.get("event")
+        # A partial's or an activity's text may travel in pieces (an activity's is a piece of the agent's anyway).
+        text_field = "text" if kind in ("partial", "activity") and record.get("text") else None
         payloads = notify_payloads({"t": key, "a": attempt, "n": 0, **record}, text_field)
-        size = sum(len(payload.encode()) for payload in payloads)
-        if self._pending_bytes + size > MAX_PENDING_EVENT_BYTES:
-            if text_field is not None:
+        sizes = [len(payload.encode()) for payload in payloads]
+        if max(sizes) > MAX_NOTIFY_BYTES:
+            self._overflowed(key, f"one of its events ({kind}) is larger than a PostgreSQL notification carries "
+                                  f"({MAX_NOTIFY_BYTES} bytes)")
+            return
+        if self._pending_bytes + sum(sizes) > MAX_PENDING_EVENT_BYTES:
+            if kind == "partial":
                 self.dropped += 1
             else:
-                self._overflowed(key)
+                self._overflowed(key, f"more than {MAX_PENDING_EVENT_BYTES} bytes of events waited for PostgreSQL")
             return
         channel = events_channel(gateway)
         for payload in payloads:
             # PostgreSQL delivers identical notifications of one transaction once: a number makes each unique.
             self._last_queued = next(self._queued)
             self._pending.append((channel, payload.replace('"n":0,', f'"n":{self._last_queued},', 1)))
-        self._pending_bytes += size
+        self._pending_bytes += sum(sizes)
         self._wake.set()
 
     async def flushed(self) -> None:
@@ -336,8 +345,8 @@ class Worker:
                 result, error = None, {"code": "internal_error", "message": f"internal error: {err}"}
             if held.overflowed and not held.handed_back:
                 result, error = None, {"code": EVENTS_OVERFLOW, "message": (
-                    "the turn was stopped: its questions and activity could not be sent to its gateway as fast as "
-                    f"the agent made them (more than {MAX_PENDING_EVENT_BYTES} bytes waited for PostgreSQL)")}
+                    f"the turn was stopped, as its questions and activity could not be sent to its gateway: "
+                    f"{held.overflowed}")}
             await self._publisher.flushed()  # the gateways see every event before the result
             try:
                 await self._record(held, result, error, log)
@@ -497,13 +506,13 @@ class Worker:
                 profile=profile, queued_sha256=wanted[:shown], this_worker_sha256=mine[:shown],
                 profiles=str(self.registry.directory))
 
-    def _events_overflowed(self, key: str) -> None:
+    def _events_overflowed(self, key: str, why: str) -> None:
         held = self._held.get(key)
         if held is None or held.overflowed or self._host is None:
             return
-        held.overflowed = True
-        self._log.error("a turn's question or activity found no room among the events waiting for PostgreSQL; "
-                        "stopping the turn", turn_id=key, limit_bytes=MAX_PENDING_EVENT_BYTES)
+        held.overflowed = why
+        self._log.error("a turn's question or activity cannot be sent to its gateway; stopping the turn",
+                        turn_id=key, why=why)
         self._host.cancel(key)
 
     def _lose(self, held: _Held, why: str) -> None:
