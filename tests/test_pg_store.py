@@ -250,13 +250,13 @@ def test_record_session_writes_inside_the_callers_transaction(store: PostgresSes
     store.record("p", "c", "default", result("before"))
     with psycopg.connect(pg_dsn) as db:
         with db.transaction(force_rollback=True):
-            record_session(db, "p", "c", "default", result("rolled back"), new_stamp())
+            record_session(db, store.namespace, "p", "c", "default", result("rolled back"), new_stamp())
             assert store.get("p", "c") == "before", "not visible before the caller commits"
         assert store.get("p", "c") == "before"
         stamp = new_stamp()
         with db.transaction():
-            record_session(db, "p", "c", "default", result(""), stamp)  # no session line: the id stays
-            record_session(db, "p", "new", "default", result("n"), stamp)
+            record_session(db, store.namespace, "p", "c", "default", result(""), stamp)  # no session line: the id stays
+            record_session(db, store.namespace, "p", "new", "default", result("n"), stamp)
     assert store.lookup("p", "c") == ("before", stamp)
     assert store.get("p", "new") == "n"
 
@@ -315,11 +315,11 @@ def test_a_bad_dsn_is_a_store_error_that_shows_the_form_without_the_password(dsn
 
 
 def test_advisory_keys_are_signed_64_bit_and_keep_conversations_apart() -> None:
-    keys = {advisory_key(profile, conversation, name)
+    keys = {advisory_key(namespace, profile, conversation, name) for namespace in ("serve", "bot2")
             for profile in ("p", "q") for conversation in ("a", "b", "a\0b") for name in ("default", "x")}
-    assert len(keys) == 12
+    assert len(keys) == 24
     assert all(-(1 << 63) <= key < 1 << 63 for key in keys)
-    assert advisory_key("p", "a", "default") == advisory_key("p", "a", "default")
+    assert advisory_key("serve", "p", "a", "default") == advisory_key("serve", "p", "a", "default")
 
 
 def test_a_place_held_elsewhere_waits_until_it_is_released(pg_dsn: str) -> None:
@@ -546,6 +546,13 @@ def test_run_with_a_database_resumes_the_conversation_run_after_run(pg_dsn: str,
     assert not (tmp_path / "xdg-state").exists(), "no SQLite file was made"
 
 
+def test_run_with_a_namespace_keeps_the_session_in_that_bot_s_namespace(pg_dsn: str, env: dict[str, str]) -> None:
+    done = cli(env, "run", STREAM, "--conversation", "c", "--state", pg_dsn, "--namespace", "alice", "hi")
+    assert done.returncode == 0, done.stderr
+    with PostgresSessionStore(pg_dsn, namespace="alice") as alice, PostgresSessionStore(pg_dsn) as default:
+        assert (alice.get("stream", "c"), default.get("stream", "c")) == (session_of(done.stdout), "")
+
+
 def test_run_with_a_database_out_of_reach_stops_before_the_agent_starts(tmp_path: Path, env: dict[str, str]) -> None:
     marker = tmp_path / "ran"
     agent = write_agent(tmp_path, "agent.sh", f"#!/bin/sh\ntouch {marker}\necho ran\n")
@@ -590,6 +597,40 @@ def test_sessions_list_show_and_forget_on_a_database(pg_dsn: str, capsys: pytest
     assert "(1 stored)" in capsys.readouterr().out
     with PostgresSessionStore(pg_dsn) as store:
         assert [(r.profile, r.conversation) for r in store.list()] == [("stream", "chat-2"), ("echo", "chat-1")]
+
+
+def test_bots_with_the_same_profiles_and_conversation_keys_share_nothing_in_their_namespaces(
+        pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with PostgresSessionStore(pg_dsn, namespace="alice") as alice, PostgresSessionStore(pg_dsn, namespace="bob") as bob:
+        alice.record("stream", "tg:42", "default", result("a-1"))
+        assert (alice.get("stream", "tg:42"), bob.get("stream", "tg:42")) == ("a-1", "")
+        bob.record("stream", "tg:42", "default", result("b-1"))
+        assert bob.forget("stream", "tg:42") == 1 and alice.get("stream", "tg:42") == "a-1"
+        assert [record.session_id for record in alice.list()] == ["a-1"] and bob.list() == []
+        assert alice.lookup_in("bob", "stream", "tg:42") == ("", "")  # what a worker reads for bob's turns
+        assert repr(alice).endswith("namespace='alice')")
+    with pytest.raises(StoreError, match="namespace must be a non-empty string"):
+        PostgresSessionStore(pg_dsn, namespace="")
+    # the commands: --namespace picks the bot; without it, the default namespace ("serve")
+    assert main(["sessions", "list", "--state", pg_dsn, "--namespace", "alice", "--json"]) == 0
+    assert [json.loads(line)["session_id"] for line in capsys.readouterr().out.splitlines()] == ["a-1"]
+    assert main(["sessions", "list", "--state", pg_dsn, "--json"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["sessions", "list", "--namespace", "alice"]) == 2  # a file is one bot's already
+    assert "a namespace applies to a PostgreSQL session store" in capsys.readouterr().err
+
+
+def test_conversations_of_different_namespaces_never_wait_for_each_other(pg_dsn: str) -> None:
+    alice, bob, alice_too = (PgTurnLocks(pg_dsn, namespace="alice"), PgTurnLocks(pg_dsn, namespace="bob"),
+                             PgTurnLocks(pg_dsn, namespace="alice"))
+    try:
+        with alice.join("p", "k", "default") as held, bob.join("p", "k", "default") as other:
+            assert held.try_wait() and other.try_wait()
+            with alice_too.join("p", "k", "default") as waiting:
+                assert not waiting.try_wait()  # the same bot's conversation, from another process: it waits
+    finally:
+        for locks in (alice, bob, alice_too):
+            locks.close()
 
 
 def test_sessions_on_a_database_out_of_reach_exit_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:

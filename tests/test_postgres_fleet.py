@@ -117,7 +117,7 @@ def test_a_killed_worker_s_agents_die_with_it_and_its_turns_run_again_in_order_e
     results = gateway.results({"a", "b"})
     assert results["a"]["outcome"] == results["b"]["outcome"] == "ok"
     assert [words[1] for words in lab.lines() if words[0] == "start"] == ["a", "a", "b"]
-    assert fleet.query("SELECT attempt FROM bridge_turns WHERE id = 'a'") == [(2,)]
+    assert fleet.query("SELECT attempt FROM bridge_turns WHERE turn_id = 'a'") == [(2,)]
 
 
 def test_with_on_worker_lost_fail_a_killed_worker_s_turn_ends_visibly_and_the_next_one_runs(fleet: Fleet,
@@ -221,11 +221,11 @@ def test_results_a_killed_gateway_could_not_send_are_sent_by_the_next_one_with_t
     gateway.send(turn("b", "tag=b", conversation="other"))
     gateway.until("partial", 7)
     gateway.results({"b"})
-    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE id = 'b' AND delivered_at IS NOT NULL"),
+    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = 'b' AND delivered_at IS NOT NULL"),
                "b to be marked delivered")  # right after the result was written: at-least-once, not exactly
     gateway.kill()  # kill -9: turn 7 runs on, and nobody is there for its result
     release(gate)
-    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE id = '7' AND state = 'done'"),
+    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = '7' AND state = 'done'"),
                "turn 7 to finish")
     other = fleet.gateway("--name", "someone-else")
     successor = fleet.gateway("--name", "bot1")
@@ -234,7 +234,7 @@ def test_results_a_killed_gateway_could_not_send_are_sent_by_the_next_one_with_t
     assert not [r for r in successor.seen if r.get("id") == "b"]  # delivered already: not sent twice
     other.send({"type": "stats", "id": "s"})
     assert [r["type"] for r in other.until("stats", "s")] == ["stats"]  # another gateway's results are not its own
-    assert fleet.query("SELECT delivered_at IS NOT NULL FROM bridge_turns WHERE id = '7'") == [(True,)]
+    assert fleet.query("SELECT delivered_at IS NOT NULL FROM bridge_turns WHERE turn_id = '7'") == [(True,)]
 
 
 def test_sigterm_drains_a_worker_turns_that_finish_in_the_grace_end_there_the_others_go_back_to_the_queue(
@@ -250,7 +250,7 @@ def test_sigterm_drains_a_worker_turns_that_finish_in_the_grace_end_there_the_ot
     release(quick)
     assert gateway.results({"quick"})["quick"]["outcome"] == "ok"
     assert draining.wait(timeout=20) == 0  # "slow" went back to the queue after the grace
-    assert fleet.query("SELECT state FROM bridge_turns WHERE id = 'slow'") == [("queued",)]
+    assert fleet.query("SELECT state FROM bridge_turns WHERE turn_id = 'slow'") == [("queued",)]
     fleet.worker()
     eventually(lambda: lab.events("start").count("slow") == 2, "slow to run again on the next worker")
     release(slow)
@@ -258,12 +258,12 @@ def test_sigterm_drains_a_worker_turns_that_finish_in_the_grace_end_there_the_ot
 
 
 def test_a_profile_no_worker_has_is_an_error_after_accepted(fleet: Fleet) -> None:
-    fleet.worker()
+    fleet.worker("--profile-wait-secs", "0.3")  # it ends once no live worker had it for this long
     gateway = fleet.gateway()
     gateway.send(turn("x", "hello", profile="nope"))
     responses = gateway.until("error", "x")
     assert [r["type"] for r in responses] == ["accepted", "error"] and responses[-1]["code"] == "unknown_profile"
-    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE id = 'x' AND delivered_at IS NOT NULL"),
+    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = 'x' AND delivered_at IS NOT NULL"),
                "the error to count as delivered")
     gateway.close()
     successor = fleet.gateway()
@@ -282,7 +282,7 @@ def test_a_second_sigterm_hands_the_turns_back_at_once(fleet: Fleet, lab: Lab) -
     draining.send_signal(signal.SIGTERM)
     assert draining.wait(timeout=10) == 0
     assert lab.events("sigint") == ["slow"]
-    assert fleet.query("SELECT state FROM bridge_turns WHERE id = 'slow'") == [("queued",)]
+    assert fleet.query("SELECT state FROM bridge_turns WHERE turn_id = 'slow'") == [("queued",)]
 
 
 @pytest.mark.parametrize("command", [["worker", "--profiles", "."], ["serve"]])
@@ -316,7 +316,7 @@ def test_the_server_restarted_under_load_loses_and_repeats_nothing(fleet: Fleet,
     results = gateway.results(early | late, within=40)
     assert all(result.get("outcome") == "ok" for result in results.values()), [
         result for result in results.values() if result.get("outcome") != "ok"]
-    assert fleet.query("SELECT count(*), count(DISTINCT id) FROM bridge_turns WHERE state = 'done'") == [(24, 24)]
+    assert fleet.query("SELECT count(*), count(DISTINCT turn_id) FROM bridge_turns WHERE state = 'done'") == [(24, 24)]
     lines = lab.lines()
     for conversation in conversations:
         tags = [words[1] for words in lines if words[0] == "start" and words[1].startswith(conversation + "-")]
@@ -401,7 +401,7 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_agents_before_anyone_may
     eventually(lambda: lab.events("start") == ["a", "a"], "the turn to run again")
     release(gate)
     assert gateway.results({"a"}, within=30)["a"]["outcome"] == "ok"
-    assert fleet.query("SELECT attempt FROM bridge_turns WHERE id = 'a'") == [(2,)]
+    assert fleet.query("SELECT attempt FROM bridge_turns WHERE turn_id = 'a'") == [(2,)]
 
 
 async def test_a_turn_claimed_while_a_lease_renewal_is_under_way_stays_this_workers(

@@ -226,6 +226,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
         state = argparse.ArgumentParser(add_help=False)
         state.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+        state.add_argument("--namespace", metavar="NAME", help=_NAMESPACE_HELP)
         listing = actions.add_parser("list", parents=[common, state], help="list stored sessions, latest first")
         listing.add_argument("--profile", metavar="NAME", help="only this profile's sessions")
         listing.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -262,6 +263,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                            help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns "
                            "(required, but for a gateway: --postgres)")
         serve.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+        serve.add_argument("--namespace", metavar="NAME", help=_NAMESPACE_HELP + "; with --postgres it is --name")
         # Defaults live in bridge.host (not imported here: other commands must not pay for it).
         serve.add_argument("--max-concurrent", metavar="N", type=_count(1),
                            help="turns that may run at once (default: 32)")
@@ -274,8 +276,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                            help="be a gateway: queue turns in this PostgreSQL database for `agent-bridge worker`s "
                            "(postgresql://user@host/db); results not yet delivered are sent again at start")
         serve.add_argument("--name", metavar="NAME", default="serve",
-                           help="with --postgres: this gateway's name; the next serve of that name sends the results "
-                           "this one could not (default: serve)")
+                           help="with --postgres: this gateway's name, its bot's namespace (its turn ids and "
+                           "sessions are apart from other gateways'); one live gateway per name; the next serve of "
+                           "that name sends the results this one could not (default: serve)")
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
@@ -297,6 +300,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             "(default: 10)")
         worker.add_argument("--name", metavar="NAME",
                             help="this worker's id in stats and logs (default: host:pid:random)")
+        worker.add_argument("--profile-wait-secs", metavar="SECS", type=_seconds(zero_ok=True), default=30.0,
+                            help="how long a queued turn waits while no live worker has its profile as it was "
+                            "queued (that name, the same file); then it ends with unknown_profile or "
+                            "profile_mismatch (default: 30)")
         worker.set_defaults(handler=_worker_command, command_parser=worker)
     return parser
 
@@ -353,6 +360,8 @@ def _seconds(*, zero_ok: bool) -> Any:
 
 _STATE_HELP = ("session store: a file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3), or a PostgreSQL "
                "database as postgresql://USER@HOST/DB (needs agent-bridge[postgres])")
+_NAMESPACE_HELP = ("with a PostgreSQL --state: the bot whose sessions these are; bots sharing a database need a "
+                   "namespace each (default: serve, as the default gateway name)")
 
 
 def _add_conversation_options(parser: argparse.ArgumentParser) -> None:
@@ -360,6 +369,7 @@ def _add_conversation_options(parser: argparse.ArgumentParser) -> None:
                         help="keep the session in the store under this key: resumed next time, with this profile")
     parser.add_argument("--new", action="store_true", help="with --conversation: forget the stored session first")
     parser.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+    parser.add_argument("--namespace", metavar="NAME", help=_NAMESPACE_HELP)
 
 
 # --------------------------------------------------------------------------- run
@@ -454,7 +464,7 @@ def _open_conversation(args: argparse.Namespace, profile: Profile) -> Conversati
         return None
     from .sessions import Conversation
 
-    return Conversation(args.state, profile.label, args.conversation, args.session_name)
+    return Conversation(args.state, profile.label, args.conversation, args.session_name, namespace=args.namespace)
 
 
 def _chat_command(args: argparse.Namespace) -> int:
@@ -599,16 +609,19 @@ def _serve_command(args: argparse.Namespace) -> int:
 
     if args.profiles is None and args.postgres is None:
         args.command_parser.error("serve needs --profiles DIR (or --postgres DSN, to be a gateway to workers)")
+    if args.postgres is not None and args.namespace is not None:
+        args.command_parser.error("a gateway's namespace is its --name: use --name instead of --namespace")
     limits = {name: value for name in ("max_concurrent", "max_queued", "shutdown_grace")
               if (value := getattr(args, name)) is not None}
-    return run_serve(args.profiles, state=args.state, postgres=args.postgres, name=args.name, **limits)
+    return run_serve(args.profiles, state=args.state, postgres=args.postgres, name=args.name,
+                     namespace=args.namespace, **limits)
 
 
 def _worker_command(args: argparse.Namespace) -> int:
     from ..host.postgres.worker import run_worker
 
     return run_worker(args.postgres, args.profiles, max_concurrent=args.max_concurrent, lease_secs=args.lease_secs,
-                      shutdown_grace=args.shutdown_grace, name=args.name)
+                      shutdown_grace=args.shutdown_grace, name=args.name, profile_wait_secs=args.profile_wait_secs)
 
 
 def _schema_command(args: argparse.Namespace) -> int:

@@ -594,12 +594,13 @@ async def _shut_down_on_signals(server: Server, task_status: trio.TaskStatus[Non
 def run_serve(profiles: str | os.PathLike[str] | None, *, state: str | os.PathLike[str] | None = None,
               max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
               shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
-              name: str = "serve") -> int:
+              name: str = "serve", namespace: str | None = None) -> int:
     """`agent-bridge serve`: returns the exit code (0 after a graceful shutdown).
 
     A profiles directory that cannot be read or a store that cannot be opened
     raises a `BridgeError` before anything is read. With `postgres`, serve is
-    a gateway to the workers of that database (`name`: see `RemoteHost`).
+    a gateway to the workers of that database (`name`: see `RemoteHost`);
+    else `namespace` is that of a PostgreSQL `state`.
     """
     from ..process import become_subreaper, log_containment
 
@@ -608,7 +609,7 @@ def run_serve(profiles: str | os.PathLike[str] | None, *, state: str | os.PathLi
 
     async def main() -> int:
         host = open_host(profiles, state=state, max_concurrent=max_concurrent, max_queued=max_queued,
-                         shutdown_grace=shutdown_grace, postgres=postgres, gateway_name=name)
+                         shutdown_grace=shutdown_grace, postgres=postgres, gateway_name=name, namespace=namespace)
         async with host:
             return await serve_stdio(host)  # type: ignore[arg-type]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BridgeError
-from ..host.state import open_store, open_turn_locks, store_exists
+from ..host.state import check_namespace_applies, open_store, open_turn_locks, store_exists
 from ..host.store import SessionRecord, store_path
 from ..profile import load_profile
 from ..result import TurnResult
@@ -32,10 +32,11 @@ class Conversation:
     file, or a database out of reach, stops the command before any agent runs.
     """
 
-    def __init__(self, state: str | None, profile: str, key: str, session_name: str) -> None:
+    def __init__(self, state: str | None, profile: str, key: str, session_name: str, *,
+                 namespace: str | None = None) -> None:
         if not key:
             raise BridgeError("--conversation needs a non-empty KEY")
-        self.store: Store = open_store(state)
+        self.store: Store = open_store(state, namespace=namespace)
         try:
             queue = open_turn_locks(self.store)
             assert queue is not None, "every store open_store makes is shared with other processes"
@@ -76,9 +77,10 @@ class Conversation:
 
 def sessions_command(args: argparse.Namespace) -> int:
     """`agent-bridge sessions list|show|forget`."""
+    check_namespace_applies(args.state, args.namespace)
     if not store_exists(args.state):
         return _no_store(args, store_path(args.state))  # reading a store that is not there creates nothing
-    with open_store(args.state) as store:
+    with open_store(args.state, namespace=args.namespace) as store:
         if args.action == "list":
             return _list(store, _profile_key(args.profile) if args.profile else None, args.json)
         profile = _profile_key(args.profile)

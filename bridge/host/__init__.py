@@ -17,7 +17,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .postgres.gateway import FleetStats, RemoteHost, RemoteTurnError, TurnDetached
+    from .postgres.gateway import FleetStats, GatewayNameTaken, RemoteHost, RemoteTurnError, TurnDetached
     from .postgres.store import PostgresSessionStore
     from .postgres.worker import Worker
     from .registry import ProfileRegistry, UnknownProfile
@@ -34,6 +34,7 @@ _WHERE = {
     "StoreError": "store", "TurnLockError": "turnlock", "PostgresSessionStore": "postgres.store",
     "open_store": "state", "RemoteHost": "postgres.gateway", "FleetStats": "postgres.gateway",
     "RemoteTurnError": "postgres.gateway", "TurnDetached": "postgres.gateway", "Worker": "postgres.worker",
+    "GatewayNameTaken": "postgres.gateway",
 }
 
 
@@ -47,7 +48,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DuplicateTurn", "FleetStats", "Host", "HostClosed", "HostStats", "PostgresSessionStore", "ProfileRegistry",
-    "QueueFull", "RemoteHost", "RemoteTurnError", "SessionRecord", "SessionStore", "SessionStoreLike", "StoreError",
-    "TurnDetached", "TurnLockError", "UnknownProfile", "Worker", "open_host", "open_store",
+    "DuplicateTurn", "FleetStats", "GatewayNameTaken", "Host", "HostClosed", "HostStats", "PostgresSessionStore",
+    "ProfileRegistry", "QueueFull", "RemoteHost", "RemoteTurnError", "SessionRecord", "SessionStore",
+    "SessionStoreLike", "StoreError", "TurnDetached", "TurnLockError", "UnknownProfile", "Worker", "open_host",
+    "open_store",
 ]

@@ -15,6 +15,7 @@ rule).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ class _Entry:
     trusted: bool
     profile: Profile | None
     error: ProfileError | None
+    digest: str = ""  # sha256 of the file's bytes as read, when it loads: which definition of the profile this is
 
     @property
     def name(self) -> str:
@@ -91,6 +93,12 @@ class ProfileRegistry:
         """Every profile that loads, by name, as of a refresh now (immutable: safe to hand to other threads)."""
         self.refresh()
         return {name: claims[0].profile for name, claims in self._by_name.items()
+                if len(claims) == 1 and claims[0].profile is not None}
+
+    def digests(self) -> dict[str, str]:
+        """{name: sha256 of its file's bytes} of the profiles `loaded()` gives, as of the last refresh: what a
+        queue worker advertises, so that it runs only turns queued for the same definition."""
+        return {name: claims[0].digest for name, claims in self._by_name.items()
                 if len(claims) == 1 and claims[0].profile is not None}
 
     def names(self) -> list[str]:
@@ -152,8 +160,13 @@ class ProfileRegistry:
 
 
 def _load(path: Path, file: str, stamp: _Stamp, trusted: bool) -> _Entry:
+    # Read before the profile: a change in between leaves a new stamp, so the next refresh reads both again.
     try:
-        return _Entry(file, stamp, trusted, load_profile(path), None)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        digest, trusted = "", False  # load_profile says what is wrong; should it load after all, read it again
+    try:
+        return _Entry(file, stamp, trusted, load_profile(path), None, digest)
     except ProfileError as err:
         return _Entry(file, stamp, trusted, None, err)
 

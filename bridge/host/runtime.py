@@ -77,7 +77,7 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
               state: str | os.PathLike[str] | SessionStoreLike | None = None,
               max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
               shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
-              gateway_name: str = "serve") -> Host | RemoteHost:
+              gateway_name: str = "serve", namespace: str | None = None) -> Host | RemoteHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
     `state` is the session store: a file path, a `postgresql://` URL (a
@@ -88,7 +88,9 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
     With a `SessionStore` or a `PostgresSessionStore` (named, or given),
     turns also queue with those of other processes using the same store (CLI
     runs, other hosts): in `<store file>.turns/` (see `turnlock`), or with
-    the database's advisory locks (see `postgres.turnlock`).
+    the database's advisory locks (see `postgres.turnlock`). `namespace` is
+    the bot whose sessions a `postgresql://` `state` holds (default: "serve",
+    as the default gateway name): bots sharing a database need one each.
     `max_concurrent` turns run at once; `max_queued` more may wait, then
     `submit` raises `QueueFull`. On shutdown, turns in flight get
     `shutdown_grace` seconds to finish before they are cancelled.
@@ -96,12 +98,15 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
     With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`):
     turns go to the PostgreSQL queue and run on `agent-bridge worker`s, which
     have the profiles (`profiles` and `state` are not used; `max_concurrent`
-    is the workers'). `gateway_name` names this gateway's turns: results not
-    yet delivered are sent again by the next gateway of that name.
+    is the workers'). `gateway_name` names this gateway's turns and is its
+    bot's namespace: one live gateway per name; results not yet delivered
+    are sent again by the next gateway of that name.
     """
     if postgres is not None:
         from .postgres.gateway import RemoteHost
 
+        if namespace is not None and namespace != gateway_name:
+            raise TypeError("a gateway's namespace is its name: pass gateway_name= instead of namespace=")
         return RemoteHost(postgres, name=gateway_name, max_queued=max_queued, shutdown_grace=shutdown_grace)
     if profiles is None:
         raise TypeError("open_host() needs a profiles directory (or postgres= for a gateway)")
@@ -113,8 +118,11 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
 
     owned = state is None or isinstance(state, (str, os.PathLike))
     if owned:
-        store: SessionStoreLike = open_store(state)  # type: ignore[arg-type]
+        store: SessionStoreLike = open_store(state, namespace=namespace)  # type: ignore[arg-type]
     else:
+        if namespace is not None:
+            raise TypeError("namespace= is for a store open_host opens (state= a postgresql:// URL); a store "
+                            "object has its own")
         store = state  # type: ignore[assignment]
     try:
         turn_locks = open_turn_locks(store)  # a store other processes may share: queue with their turns too

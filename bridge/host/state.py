@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from .postgres.db import is_postgres_url
-from .store import SessionStore, store_path
+from .store import SessionStore, StoreError, store_path
 from .turnlock import TurnLocks
 
 if TYPE_CHECKING:
@@ -22,13 +22,27 @@ if TYPE_CHECKING:
     Store = SessionStore | PostgresSessionStore
 
 
-def open_store(state: str | os.PathLike[str] | None = None) -> Store:
-    """The session store `state` names: a PostgreSQL URL, a file path (`~` expanded), or None for the default file."""
+def open_store(state: str | os.PathLike[str] | None = None, *, namespace: str | None = None) -> Store:
+    """The session store `state` names: a PostgreSQL URL, a file path (`~` expanded), or None for the default file.
+
+    `namespace` is the bot whose sessions a PostgreSQL store holds (default: `postgres.db.DEFAULT_NAMESPACE`);
+    a file is one bot's already, so a namespace with a file is a `StoreError`.
+    """
+    check_namespace_applies(state, namespace)
     if is_postgres_url(state):
         from .postgres.store import PostgresSessionStore
 
-        return PostgresSessionStore(str(state))
+        if namespace is None:
+            return PostgresSessionStore(str(state))
+        return PostgresSessionStore(str(state), namespace=namespace)
     return SessionStore(state)
+
+
+def check_namespace_applies(state: object, namespace: str | None) -> None:
+    """A namespace names a bot's sessions in a shared database; a file is one bot's already: a `StoreError`."""
+    if namespace is not None and not is_postgres_url(state):
+        raise StoreError("a namespace applies to a PostgreSQL session store (--state postgresql://…) only; a "
+                         "file holds one bot's sessions: give each bot a file of its own instead")
 
 
 def store_exists(state: str | os.PathLike[str] | None = None) -> bool:
@@ -46,5 +60,5 @@ def open_turn_locks(store: object) -> TurnLocks | PgTurnLocks | None:
     if isinstance(store, PostgresSessionStore):
         from .postgres.turnlock import PgTurnLocks
 
-        return PgTurnLocks(store.dsn)
+        return PgTurnLocks(store.dsn, namespace=store.namespace)
     return None

@@ -16,6 +16,7 @@ costs a handful of hops, next to an agent's start-up of milliseconds.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -27,19 +28,25 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from ...errors import BridgeError
+from ...log import get_logger
 
 if TYPE_CHECKING:
     import psycopg
 
 T = TypeVar("T")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CONNECT_TIMEOUT_SECS = 5
-# Channels: workers tell gateways what a turn does; gateways and workers tell workers there is work.
-EVENTS_CHANNEL = "bridge_events"
+# Workers tell each gateway what its turns do on a channel of its own (`events_channel`); gateways and
+# workers tell workers there is work, and gateways tell them to cancel a turn or answer its question.
 WORK_CHANNEL = "bridge_work"
 CONTROL_CHANNEL = "bridge_control"
 MAX_NOTIFY_BYTES = 7900  # PostgreSQL refuses payloads of 8000 bytes or more
 _SCHEMA_LOCK = 0x61_67_62_72  # an advisory lock id ("agbr"): processes racing to create the schema take turns
+# A bot's sessions and turns are kept apart from other bots' by its namespace: a gateway's is its name, and
+# this is both the default gateway name and the session store's default namespace, so a bot that moves
+# from `serve --profiles --state DSN` to a gateway (or `sessions list --state DSN` beside one) sees the same
+# sessions; version 1's sessions migrate into it.
+DEFAULT_NAMESPACE = "serve"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS bridge_meta (
@@ -47,6 +54,7 @@ CREATE TABLE IF NOT EXISTS bridge_meta (
     value text NOT NULL
 );
 CREATE TABLE IF NOT EXISTS bridge_sessions (
+    namespace      text        NOT NULL,  -- the bot's: its gateway's name, or the session store's namespace
     profile        text        NOT NULL,
     conversation   text        NOT NULL,
     session_name   text        NOT NULL,
@@ -55,7 +63,7 @@ CREATE TABLE IF NOT EXISTS bridge_sessions (
     last_outcome   text        NOT NULL,
     last_exit_code integer     NOT NULL,
     stamp          text        NOT NULL,  -- changes with every record: a warm agent that missed one is retired
-    PRIMARY KEY (profile, conversation, session_name)
+    PRIMARY KEY (namespace, profile, conversation, session_name)
 );
 CREATE TABLE IF NOT EXISTS bridge_workers (
     id             text        PRIMARY KEY,
@@ -66,14 +74,27 @@ CREATE TABLE IF NOT EXISTS bridge_workers (
     max_concurrent integer     NOT NULL,
     started_at     timestamptz NOT NULL DEFAULT now(),
     seen_at        timestamptz NOT NULL DEFAULT now(),
-    draining       boolean     NOT NULL DEFAULT false
+    draining       boolean     NOT NULL DEFAULT false,
+    profiles       jsonb       NOT NULL DEFAULT '{}',  -- {name: sha256 of its file} of the profiles that load
+    profiles_at    timestamptz NOT NULL DEFAULT now()  -- when `profiles` last changed
+);
+CREATE TABLE IF NOT EXISTS bridge_gateways (
+    name          text        PRIMARY KEY,  -- held by a live gateway's advisory lock (queue.gateway_lock_key)
+    host          text        NOT NULL,
+    pid           integer     NOT NULL,
+    backend_pid   integer     NOT NULL,  -- the connection holding the lock
+    backend_start timestamptz NOT NULL,
+    since         timestamptz NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS bridge_turns (
-    id               text        PRIMARY KEY,  -- the gateway's key of the client's id
+    key              text        PRIMARY KEY,  -- the turn's own: events, orders and results name it
     seq              bigint      GENERATED ALWAYS AS IDENTITY,  -- arrival order; a retried turn keeps its place
-    gateway          text        NOT NULL,
+    gateway          text        NOT NULL,  -- the gateway's name, which is also the namespace of its sessions
+    turn_id          text        NOT NULL,  -- the gateway's key of the client's id: unique per gateway only
     request_id       jsonb       NOT NULL,  -- the client's id as sent (a string or a number)
     profile          text        NOT NULL,
+    profile_hash     text,  -- the definition the live workers advertised at enqueue; only it may run the turn
+    unmatched_since  timestamptz,  -- queued, and no live worker has the profile as queued: since when
     conversation     text        NOT NULL,
     session_name     text        NOT NULL,
     turn             jsonb       NOT NULL,
@@ -91,17 +112,57 @@ CREATE TABLE IF NOT EXISTS bridge_turns (
     enqueued_at      timestamptz NOT NULL DEFAULT now(),
     started_at       timestamptz,
     finished_at      timestamptz,
-    delivered_at     timestamptz
+    delivered_at     timestamptz,
+    CONSTRAINT bridge_turns_gateway_turn_id_key UNIQUE (gateway, turn_id)
 );
 -- Never two running turns of one conversation, whatever a worker does: PostgreSQL refuses the second.
 CREATE UNIQUE INDEX IF NOT EXISTS bridge_turns_one_running
-    ON bridge_turns (profile, conversation, session_name) WHERE state = 'running';
+    ON bridge_turns (gateway, profile, conversation, session_name) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS bridge_turns_queued
-    ON bridge_turns (profile, conversation, session_name, seq) WHERE state = 'queued';
+    ON bridge_turns (gateway, profile, conversation, session_name, seq) WHERE state = 'queued';
 CREATE INDEX IF NOT EXISTS bridge_turns_by_worker ON bridge_turns (worker) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS bridge_turns_undelivered ON bridge_turns (gateway) WHERE delivered_at IS NULL;
 CREATE INDEX IF NOT EXISTS bridge_turns_done ON bridge_turns (finished_at) WHERE state = 'done';
 """
+
+
+def _migrate_1_to_2(conn: psycopg.Connection[Any]) -> None:
+    """Version 1 keyed turns by the bot's id alone and sessions by (profile, conversation, session name) for
+    every bot. Every row is kept: a turn's key becomes `v1-<seq>` (unique, as seq is); each session is kept
+    in the default namespace and copied into the namespace of every gateway the turns name, since version 1
+    shared it with all of them."""
+    conn.execute("ALTER TABLE bridge_turns RENAME COLUMN id TO turn_id")
+    conn.execute("ALTER TABLE bridge_turns DROP CONSTRAINT bridge_turns_pkey")
+    conn.execute("ALTER TABLE bridge_turns ADD COLUMN key text, ADD COLUMN profile_hash text, "
+                 "ADD COLUMN unmatched_since timestamptz")
+    conn.execute("UPDATE bridge_turns SET key = 'v1-' || seq")
+    conn.execute("ALTER TABLE bridge_turns ALTER COLUMN key SET NOT NULL, ADD PRIMARY KEY (key), "
+                 "ADD CONSTRAINT bridge_turns_gateway_turn_id_key UNIQUE (gateway, turn_id)")
+    conn.execute("DROP INDEX bridge_turns_one_running, bridge_turns_queued")  # SCHEMA makes them per gateway
+    conn.execute("ALTER TABLE bridge_sessions DROP CONSTRAINT bridge_sessions_pkey, ADD COLUMN namespace text")
+    conn.execute(
+        """
+        INSERT INTO bridge_sessions (namespace, profile, conversation, session_name, session_id, last_used,
+                                     last_outcome, last_exit_code, stamp)
+        SELECT g.gateway, s.profile, s.conversation, s.session_name, s.session_id, s.last_used, s.last_outcome,
+               s.last_exit_code, s.stamp
+        FROM bridge_sessions s CROSS JOIN (SELECT DISTINCT gateway FROM bridge_turns WHERE gateway <> %s) g
+        """, (DEFAULT_NAMESPACE,))
+    conn.execute("UPDATE bridge_sessions SET namespace = %s WHERE namespace IS NULL", (DEFAULT_NAMESPACE,))
+    conn.execute("ALTER TABLE bridge_sessions ALTER COLUMN namespace SET NOT NULL, "
+                 "ADD PRIMARY KEY (namespace, profile, conversation, session_name)")
+    conn.execute("ALTER TABLE bridge_workers ADD COLUMN profiles jsonb NOT NULL DEFAULT '{}', "
+                 "ADD COLUMN profiles_at timestamptz NOT NULL DEFAULT now()")
+
+
+# Each takes the tables from its version to the next, inside the transaction that creates the schema.
+MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any]], None]] = {1: _migrate_1_to_2}
+
+
+def events_channel(gateway: str) -> str:
+    """The channel a gateway LISTENs on for its own turns' events: one per name, so one bot's partials are never
+    sent to another bot's gateway. A hash, as a channel is an identifier of at most 63 bytes."""
+    return "bridge_events_" + hashlib.sha256(gateway.encode()).hexdigest()[:32]
 
 
 class PostgresError(BridgeError):
@@ -175,9 +236,15 @@ def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
                 raise PostgresError(f"database {shown_dsn(dsn)} was set up by a newer agent-bridge (schema "
                                     f"{version}); upgrade agent-bridge on this machine")
             if version != SCHEMA_VERSION:
+                for step in range(version or SCHEMA_VERSION, SCHEMA_VERSION):
+                    MIGRATIONS[step](conn)
                 conn.execute(SCHEMA)
                 conn.execute("INSERT INTO bridge_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
                              "SET value = excluded.value", (str(SCHEMA_VERSION),))
+                if version is not None:
+                    get_logger(component="postgres").warning(
+                        "agent-bridge's tables were upgraded in place", database=shown_dsn(dsn),
+                        from_version=version, to_version=SCHEMA_VERSION)
     except psycopg.OperationalError as err:
         raise PostgresUnavailable(f"{shown_dsn(dsn)}: {_first_line(err)}") from None
     except psycopg.Error as err:
@@ -300,13 +367,23 @@ class Notification:
 
 @dataclass(frozen=True, slots=True)
 class Reconnected:
-    """The listener lost its connection and has a new one: notifications in between were lost."""
+    """The listener lost its connection and has a new one: notifications in between were lost. `problem`: what
+    `listen`'s `prepare` refused on the new connection (the listening goes on without it)."""
+
+    problem: BridgeError | None = None
 
 
 async def listen(dsn: str, channels: tuple[str, ...], deliver: Callable[[Notification | Reconnected], None], *,
-                 log: Any, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                 log: Any, prepare: Callable[[psycopg.Connection[Any]], None] | None = None,
+                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Hand every notification of `channels` to `deliver`, forever; when the connection breaks, connect again
     and deliver `Reconnected` (what was notified in between is lost: the caller reads the tables again).
+
+    `prepare(conn)` runs in a worker thread on every new connection, before
+    its LISTEN: what it takes on the connection (a session-level advisory
+    lock) is held for as long as the connection lives. A `BridgeError` it
+    raises on the first connection ends `listen`, so `nursery.start` raises
+    it; on a later one it is delivered as `Reconnected(problem)`.
 
     Reported started once the first LISTEN is in place.
     """
@@ -321,6 +398,14 @@ async def listen(dsn: str, channels: tuple[str, ...], deliver: Callable[[Notific
             await trio.sleep(next(pauses))
             continue
         try:
+            problem = None
+            if prepare is not None:
+                try:
+                    await trio.to_thread.run_sync(prepare, conn)
+                except BridgeError as err:
+                    if first:
+                        raise
+                    problem = err
             for channel in channels:
                 conn.execute(f"LISTEN {channel}")
             pauses = backoff()
@@ -328,7 +413,7 @@ async def listen(dsn: str, channels: tuple[str, ...], deliver: Callable[[Notific
                 first = False
                 task_status.started()
             else:
-                deliver(Reconnected())
+                deliver(Reconnected(problem))
             pgconn = conn.pgconn
             while True:
                 await trio.lowlevel.wait_readable(conn.fileno())
@@ -347,7 +432,10 @@ def notify_payloads(record: dict[str, Any], text_field: str | None = None) -> li
     if len(payload.encode()) <= MAX_NOTIFY_BYTES or text_field is None:
         return [payload]
     text = record[text_field]
+    rest = len(json.dumps({**record, text_field: ""}).encode())
+    if rest >= MAX_NOTIFY_BYTES:
+        return [payload]  # no piece of the text would fit: the caller finds it too large
     # A character takes at most 6 bytes in the payload (a \uXXXX escape, or up to 4 bytes of UTF-8).
-    room = max(1, (MAX_NOTIFY_BYTES - len(json.dumps({**record, text_field: ""}).encode())) // 6)
+    room = max(1, (MAX_NOTIFY_BYTES - rest) // 6)
     return [json.dumps({**record, text_field: text[start:start + room]}, ensure_ascii=False, separators=(",", ":"))
             for start in range(0, len(text), room)]

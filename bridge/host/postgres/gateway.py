@@ -3,21 +3,38 @@
 `RemoteHost` has the `Host` interface `serve` and bots use (`submit`,
 `cancel`, `decide`, stats, shutdown), so `serve --postgres` speaks the same
 JSON Lines protocol. A submit commits the turn to the queue, then waits for
-it: events arrive by LISTEN (`bridge_events`), the result is read from the
-table once a worker says it is done — or, should that notification be lost
-(a reconnect), at the next poll.
+it: events arrive by LISTEN on this gateway's own channel
+(`db.events_channel(name)`), the result is read from the table once a worker
+says it is done — or, should that notification be lost (a reconnect), at the
+next poll.
+
+A gateway's name is its bot's namespace: the bot's turn ids, conversations
+and sessions are apart from every other gateway's. One gateway per name: it
+holds the name's advisory lock on its listening connection for its whole
+life, and a second one with a name in use refuses to start
+(`GatewayNameTaken`). Should the lock be lost with the connection and taken
+by another gateway before this one is back, this one takes no new turns.
 
 Results are at-least-once: a turn's `delivered_at` is set only after its
 result was handed to the client, so a gateway that stops in between sends it
 again when the next one with the same `name` starts (`undelivered`). Clients
 dedupe by turn id.
+
+What waits for the client is bounded (`MAX_BUFFERED_EVENT_BYTES`): past it,
+partials are dropped (a preview: the result has the whole reply), and a turn
+whose question or activity does not fit is cancelled and ends with the
+error `events_overflow`.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
+import socket
+import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
@@ -37,19 +54,26 @@ from ..scheduler import QueueFull
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
-    EVENTS_CHANNEL,
+    DEFAULT_NAMESPACE,
+    WORK_CHANNEL,
     Database,
     Notification,
     PostgresError,
     Reconnected,
+    events_channel,
     listen,
     notify_payloads,
 )
 from .records import event_from_dict, result_from_dict, turn_to_dict
 
-DEFAULT_GATEWAY_NAME = "serve"
+DEFAULT_GATEWAY_NAME = DEFAULT_NAMESPACE
 POLL_SECS = 30.0  # a waiting turn reads its row this often too, in case its notification was lost unnoticed
 ENQUEUE_PATIENCE_SECS = 10.0  # a submit waits this long for an unreachable server before it is refused
+# Events a client has not taken yet (its stdout not read, a slow callback), across every turn, in bytes.
+MAX_BUFFERED_EVENT_BYTES = 8 * 1024 * 1024
+# After a reconnect, how long the name's lock may still be held by this gateway's own broken connection.
+NAME_RETAKE_SECS = 10.0
+EVENTS_OVERFLOW = "events_overflow"
 
 
 class TurnDetached(BridgeError):
@@ -66,6 +90,28 @@ class RemoteTurnError(BridgeError):
         self.code = code
 
 
+class GatewayNameTaken(PostgresError):
+    """Another live gateway holds this gateway's name; the message names it and says what to do."""
+
+    def __init__(self, name: str, holder: queue.NameHolder | None, *, lost: bool = False) -> None:
+        if holder is not None and holder.pid is not None:
+            since = f", since {holder.since:%Y-%m-%d %H:%M:%S %Z}" if holder.since is not None else ""
+            who = f"a live gateway: pid {holder.pid} on host {holder.host}{since}"
+        elif holder is not None:
+            who = f"another connection (PostgreSQL backend pid {holder.backend_pid}) that recorded nothing of itself"
+        else:
+            who = "another gateway"
+        if lost:
+            message = (f"this gateway lost its name {name!r} while its connection to PostgreSQL was down, and it "
+                       f"is held now by {who}; this gateway takes no new turns. Stop one of the two")
+        else:
+            message = (f"gateway name {name!r} is held by {who}. A name is one bot's (its turns, results and "
+                       "sessions): stop that gateway first, or give this one another --name")
+        super().__init__(message, code="shutting_down")  # serve refuses turns with this code once it is lost
+        self.name = name
+        self.holder = holder
+
+
 @dataclass(frozen=True, slots=True)
 class FleetStats(HostStats):
     """`HostStats` across every worker: `workers` lists each live one (id, host, pid, running, draining)."""
@@ -80,14 +126,17 @@ class FleetStats(HostStats):
 
 @dataclass(slots=True)
 class _Waiter:
-    key: str
+    turn_id: str  # the bot's id, this gateway's only
+    key: str  # the turn's key in the queue: what its events and orders name
     emit: Emit | None  # the submitter's on_partial and on_event, as a local host calls them
     on_permission: PermissionCallback | None
     changed: trio.Event = field(default_factory=trio.Event)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: deque[tuple[int, dict[str, Any]]] = field(default_factory=deque)  # (bytes, event) not yet delivered
     asked: set[str] = field(default_factory=set)  # permission requests still waiting for an answer
-    look: bool = True  # read the turn's row (not for a turn just queued: nothing can have happened yet)
+    look: bool = True  # read the turn's row: it may have changed without a notification reaching this gateway
     waiting: trio.CancelScope = field(default_factory=trio.CancelScope)  # cancelled: the gateway stops waiting
+    dropped: int = 0  # partials dropped: the client took events slower than the turn made them
+    overflowed: bool = False  # a question or activity did not fit: the turn was cancelled and fails
 
 
 class RemoteHost:
@@ -97,14 +146,20 @@ class RemoteHost:
 
     def __init__(self, dsn: str, *, name: str = DEFAULT_GATEWAY_NAME, max_queued: int = 256,
                  shutdown_grace: float = 10.0) -> None:
-        if not name or text_problem(name):
+        if not isinstance(name, str) or not name or text_problem(name):
             raise ValueError("a gateway name must be a non-empty string")
         self.dsn = dsn
-        self.name = name
+        self.name = name  # also the namespace of its turns' sessions
         self.max_queued = max_queued
         self.shutdown_grace = shutdown_grace
         self._db = Database(dsn, size=8)
-        self._waiters: dict[str, _Waiter] = {}
+        self._waiters: dict[str, _Waiter] = {}  # by the bot's turn id
+        self._by_key: dict[str, _Waiter] = {}  # the same, by the turn's key
+        self._resumable: dict[str, str] = {}  # key by turn id, of the turns `undelivered` listed
+        self._buffered_bytes = 0  # of every waiter's `events`
+        self._definitions_logged: set[tuple[str, str | None]] = set()
+        self._name_holder: queue.NameHolder | None = None  # this gateway, holding its name's lock
+        self._name_lost: GatewayNameTaken | None = None
         self._closing = False
         self._refused = 0
         self._tasks: trio.Nursery | None = None
@@ -120,10 +175,12 @@ class RemoteHost:
         self._tasks_manager = trio.open_nursery()
         self._tasks = await self._tasks_manager.__aenter__()
         try:
-            await self._tasks.start(partial(listen, self.dsn, (EVENTS_CHANNEL,), self._notified, log=self._log))
+            await self._tasks.start(partial(listen, self.dsn, (events_channel(self.name),), self._notified,
+                                            log=self._log, prepare=self._hold_name))
         except BaseException:
             self._tasks.cancel_scope.cancel()
             await self._tasks_manager.__aexit__(None, None, None)
+            self._db.close()
             raise
         return self
 
@@ -156,8 +213,8 @@ class RemoteHost:
             await self._idle.wait()  # each submit returns at once (or once its turn is queued: 10 s at most)
 
     def cancel_all(self) -> None:
-        for key in list(self._waiters):
-            self.cancel(key)
+        for turn_id in list(self._waiters):
+            self.cancel(turn_id)
 
     # ------------------------------------------------------------------ turns
 
@@ -168,69 +225,92 @@ class RemoteHost:
                      client_id: Any = None) -> TurnResult:
         """Queue the turn and wait for its result, as `Host.submit` (events stream from the worker).
 
-        A `turn_id` the queue already knows is a resend: nothing new runs, and
-        the submit returns that turn's result (at once, if it has one). Raises
-        `QueueFull`, `HostClosed`, `DuplicateTurn` (the id is being waited for
-        here already), `TurnError`, `PostgresError` (the server stayed
-        unreachable); `RemoteTurnError` when no worker could run it.
-        `client_id` is the id a client used for the turn (serve's request
-        id), sent back with the result by a later gateway.
+        A `turn_id` this gateway's name already queued is a resend: nothing
+        new runs, and the submit returns that turn's result (at once, if it
+        has one). Ids are the bot's: another gateway's turn of the same id is
+        another turn. Raises `QueueFull`, `HostClosed`, `DuplicateTurn` (the
+        id is being waited for here already), `TurnError`, `PostgresError`
+        (the server stayed unreachable, or this gateway lost its name);
+        `RemoteTurnError` when no worker could run it. `client_id` is the id
+        a client used for the turn (serve's request id), sent back with the
+        result by a later gateway.
         """
+        if self._name_lost is not None:
+            raise self._name_lost
         if self._closing:
             raise HostClosed("the gateway is shutting down and takes no new turns")
         if not isinstance(turn, Turn):
             raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
         if not isinstance(conversation, str) or not conversation or text_problem(conversation):
             raise TurnError(f"the conversation key must be a non-empty string of text, not {conversation!r}")
-        key = turn_id if turn_id is not None else f"turn-{uuid.uuid4().hex}"
-        if key in self._waiters:
-            raise DuplicateTurn(f"turn {key!r} is already in flight; give each turn its own id")
-        waiter = self._wait_for(key, on_partial, on_event, on_permission)
+        turn_id = turn_id if turn_id is not None else f"turn-{uuid.uuid4().hex}"
+        if turn_id in self._waiters:
+            raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
+        # Waited for under its key before it is queued: a worker may start it before the insert returns here.
+        waiter = self._wait_for(turn_id, uuid.uuid4().hex, on_partial, on_event, on_permission)
+        waiter.look = False  # nothing can have happened to a turn not queued yet: until a notification says so
         # With nobody to answer the agent's questions here, the worker denies them at once (as a local host does).
         record = {**turn_to_dict(turn), "answered": on_event is not None or on_permission is not None}
         try:
             with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
-                outcome = await self._db.run_retrying(
-                    partial(queue.enqueue, key=key, request_id=key if client_id is None else client_id,
-                            gateway=self.name, profile=profile, conversation=conversation,
-                            session_name=turn.session_name, turn=record, max_queued=self.max_queued),
+                enqueued = await self._db.run_retrying(
+                    partial(queue.enqueue, key=waiter.key, turn_id=turn_id,
+                            request_id=turn_id if client_id is None else client_id, gateway=self.name,
+                            profile=profile, conversation=conversation, session_name=turn.session_name,
+                            turn=record, max_queued=self.max_queued),
                     log=self._log, what="queueing a turn", atomic=False)
             if patience.cancelled_caught:
                 raise PostgresError("PostgreSQL stayed unreachable; the turn was not queued", code="store_error")
-            if outcome == "full":
+            if enqueued.outcome == "full":
                 self._refused += 1
-                raise QueueFull(f"the queue is full ({self.max_queued} turns wait); try again later")
-            waiter.look = outcome == "resent"
-            task_status.started(key)
+                raise QueueFull(f"this gateway's queue is full ({self.max_queued} turns wait); try again later")
+            if enqueued.outcome == "resent":
+                assert enqueued.key is not None
+                self._rekey(waiter, enqueued.key)
+            else:
+                self._note_definitions(profile, enqueued)
+            if enqueued.outcome == "resent":
+                waiter.look = True  # not `look = False` otherwise: the turn may have ended while the insert returned
+            task_status.started(turn_id)
             return await self._await_result(waiter)
         finally:
             self._forget(waiter)
 
-    async def follow(self, key: str, *, on_event: EventCallback | None = None) -> TurnResult:
-        """Wait for the result of a turn queued earlier (by a gateway that stopped): see `undelivered`."""
-        waiter = self._wait_for(key, None, on_event, None)
+    async def follow(self, turn_id: str, *, on_event: EventCallback | None = None) -> TurnResult:
+        """Wait for the result of a turn queued earlier under this gateway's name (by a gateway that stopped):
+        see `undelivered`."""
+        key = self._resumable.pop(turn_id, None)
+        if key is None:
+            key = await self._db.run_retrying(partial(queue.key_of, gateway=self.name, turn_id=turn_id),
+                                              log=self._log, what="finding a turn", atomic=False)
+        if key is None:
+            raise RemoteTurnError("unknown_turn", f"the queue knows no turn {turn_id!r} of gateway {self.name!r}")
+        waiter = self._wait_for(turn_id, key, None, on_event, None)
         try:
             return await self._await_result(waiter)
         finally:
             self._forget(waiter)
 
     async def undelivered(self) -> list[tuple[str, Any]]:
-        """(key, client's id) of this gateway name's turns whose result no client was sent yet."""
-        return await self._db.run_retrying(lambda conn: queue.undelivered(conn, gateway=self.name),
+        """(turn id, client's id) of this gateway name's turns whose result no client was sent yet."""
+        rows = await self._db.run_retrying(partial(queue.undelivered, gateway=self.name),
                                            log=self._log, what="reading undelivered results")
+        self._resumable.update((turn_id, key) for turn_id, key, _ in rows)
+        return [(turn_id, request_id) for turn_id, _, request_id in rows]
 
-    async def delivered(self, key: str) -> None:
+    async def delivered(self, turn_id: str) -> None:
         """The client has the turn's result: a later gateway will not send it again."""
         try:
-            await self._db.run(lambda conn: queue.mark_delivered(conn, key=key), atomic=False)
+            await self._db.run(partial(queue.mark_delivered, gateway=self.name, turn_id=turn_id), atomic=False)
         except PostgresError as err:
             self._log.warning("could not mark a result delivered; it may be sent again", error=str(err))
 
     def cancel(self, turn_id: str) -> bool:
         """Stop a turn this gateway waits for, queued or running on any worker; False when it waits for none."""
-        if turn_id not in self._waiters or self._tasks is None:
+        waiter = self._waiters.get(turn_id)
+        if waiter is None or self._tasks is None:
             return False
-        self._tasks.start_soon(self._send_cancel, turn_id)
+        self._tasks.start_soon(self._send_cancel, waiter.key, turn_id)
         return True
 
     def in_flight(self, turn_id: str) -> bool:
@@ -243,8 +323,8 @@ class RemoteHost:
             return False
         waiter.asked.discard(request_id)
         decision = _decision(answer)
-        order = {"decide": turn_id, "request_id": request_id, "allow": decision.allow, "always": decision.always,
-                 "message": decision.message}
+        order = {"decide": waiter.key, "request_id": request_id, "allow": decision.allow,
+                 "always": decision.always, "message": decision.message}
         self._tasks.start_soon(self._notify_control, order)
         return True
 
@@ -261,34 +341,55 @@ class RemoteHost:
 
     # ------------------------------------------------------------------ internals
 
-    def _wait_for(self, key: str, on_partial: PartialCallback | None, on_event: EventCallback | None,
+    def _wait_for(self, turn_id: str, key: str, on_partial: PartialCallback | None, on_event: EventCallback | None,
                   on_permission: PermissionCallback | None) -> _Waiter:
-        waiter = _Waiter(key, _emitter(on_partial, on_event), on_permission)
-        self._waiters[key] = waiter
+        waiter = _Waiter(turn_id, key, _emitter(on_partial, on_event), on_permission)
+        self._waiters[turn_id] = waiter
+        self._by_key[key] = waiter
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         return waiter
 
+    def _rekey(self, waiter: _Waiter, key: str) -> None:
+        """The turn was queued before under another key (a resend): wait for that one."""
+        self._by_key.pop(waiter.key, None)
+        waiter.key = key
+        self._by_key[key] = waiter
+
     def _forget(self, waiter: _Waiter) -> None:
-        if self._waiters.get(waiter.key) is waiter:
-            del self._waiters[waiter.key]
+        if self._waiters.get(waiter.turn_id) is waiter:
+            del self._waiters[waiter.turn_id]
+        if self._by_key.get(waiter.key) is waiter:
+            del self._by_key[waiter.key]
+        self._buffered_bytes -= sum(size for size, _ in waiter.events)
+        waiter.events.clear()
         if not self._waiters:
             self._idle.set()
+
+    def _note_definitions(self, profile: str, enqueued: queue.Enqueued) -> None:
+        """Say, once per profile and choice, that the live workers disagree about a profile's file."""
+        if enqueued.definitions <= 1 or (profile, enqueued.profile_hash) in self._definitions_logged:
+            return
+        self._definitions_logged.add((profile, enqueued.profile_hash))
+        self._log.warning("the live workers have different files for a profile; its turns go to the workers with "
+                          "the file most of them have (a tie: the one advertised last) — give every worker the "
+                          "same file", profile=profile, definitions=enqueued.definitions,
+                          chosen=(enqueued.profile_hash or "")[:queue.SHOWN_HASH_CHARS])
 
     async def _await_result(self, waiter: _Waiter) -> TurnResult:
         with waiter.waiting:
             while True:
                 waiter.changed = trio.Event()
-                for record in waiter.events:
-                    await self._deliver_event(waiter, record)
-                waiter.events.clear()
+                await self._deliver_events(waiter)
                 ending = None
                 if waiter.look:
-                    ending = await self._db.run_retrying(lambda conn: queue.ending(conn, key=waiter.key),
-                                                         log=self._log, what="reading a turn's result", atomic=False)
+                    ending = await self._db.run_retrying(
+                        partial(queue.ending, gateway=self.name, key=waiter.key),
+                        log=self._log, what="reading a turn's result", atomic=False)
                 waiter.look = False
                 if ending is not None and ending.state == "done":
-                    for record in waiter.events:  # events that arrived while the row was read
-                        await self._deliver_event(waiter, record)
+                    await self._deliver_events(waiter)  # events that arrived while the row was read
+                    if waiter.overflowed:
+                        raise RemoteTurnError(EVENTS_OVERFLOW, self._overflow_message(waiter))
                     if ending.error:
                         raise RemoteTurnError(ending.error.get("code", "internal_error"),
                                               ending.error.get("message", ""))
@@ -300,8 +401,25 @@ class RemoteHost:
                     await waiter.changed.wait()
                 if poll.cancelled_caught:
                     waiter.look = True
-        raise TurnDetached(f"turn {waiter.key!r} runs on; its result waits in the queue for the next gateway "
+        raise TurnDetached(f"turn {waiter.turn_id!r} runs on; its result waits in the queue for the next gateway "
                            f"named {self.name!r}")
+
+    async def _deliver_events(self, waiter: _Waiter) -> None:
+        while waiter.events:
+            size, record = waiter.events.popleft()
+            self._buffered_bytes -= size
+            if not waiter.overflowed:
+                await self._deliver_event(waiter, record)
+        if waiter.dropped:
+            self._log.warning("partials were dropped: the client took this gateway's events slower than the "
+                              "turns made them", turn_id=waiter.turn_id, dropped=waiter.dropped,
+                              limit_bytes=MAX_BUFFERED_EVENT_BYTES)
+            waiter.dropped = 0
+
+    def _overflow_message(self, waiter: _Waiter) -> str:
+        return (f"turn {waiter.turn_id!r} was cancelled: its questions and activity outran their reader (the bot "
+                f"reading this gateway's responses, or its callbacks) by more than {MAX_BUFFERED_EVENT_BYTES} "
+                "bytes; read responses as they come")
 
     async def _deliver_event(self, waiter: _Waiter, record: dict[str, Any]) -> None:
         if record.get("event") == "decide_failed":
@@ -318,34 +436,59 @@ class RemoteHost:
             answer = waiter.on_permission(event)
             if inspect.isawaitable(answer):
                 answer = await answer
-            self.decide(waiter.key, event.request_id, answer)  # type: ignore[arg-type]
+            self.decide(waiter.turn_id, event.request_id, answer)  # type: ignore[arg-type]
 
-    async def _send_cancel(self, key: str) -> None:
+    async def _send_cancel(self, key: str, turn_id: str) -> None:
         try:
-            state = await self._db.run_retrying(lambda conn: queue.request_cancel(conn, key=key), log=self._log,
-                                                what="cancelling a turn")
+            state = await self._db.run_retrying(partial(queue.request_cancel, gateway=self.name, key=key),
+                                                log=self._log, what="cancelling a turn")
             if state is not None:
                 await self._notify_control({"cancel": key})
         except Exception as err:
-            self._log.warning("the turn could not be cancelled", turn_id=key, error=str(err))
+            self._log.warning("the turn could not be cancelled", turn_id=turn_id, error=str(err))
 
     async def _notify_control(self, order: dict[str, Any]) -> None:
         payload = notify_payloads(order, "message")[0]  # a decide's message is cut to what NOTIFY carries
         await self._db.run_retrying(
-            lambda conn: conn.execute("SELECT pg_notify(%s, %s), pg_notify('bridge_work', '')",
-                                      (CONTROL_CHANNEL, payload)).fetchall(),
+            lambda conn: conn.execute("SELECT pg_notify(%s, %s), pg_notify(%s, '')",
+                                      (CONTROL_CHANNEL, payload, WORK_CHANNEL)).fetchall(),
             log=self._log, what="telling the workers")
+
+    def _hold_name(self, conn: Any) -> None:
+        """`listen`'s `prepare`, in a worker thread: take this gateway's name on the listening connection, for
+        as long as it lives. After a reconnect the server may not have noticed yet that this gateway's old
+        connection broke: that one is ended, and the lock taken again."""
+        deadline = time.monotonic() + NAME_RETAKE_SECS
+        while True:
+            taken, holder = queue.take_gateway_name(conn, name=self.name, host=socket.gethostname(),
+                                                    pid=os.getpid())
+            if taken:
+                self._name_holder = holder
+                return
+            mine = self._name_holder
+            ours = (holder is None or mine is not None and (holder.backend_pid, holder.backend_start)
+                    == (mine.backend_pid, mine.backend_start))
+            if not ours or time.monotonic() > deadline:
+                raise GatewayNameTaken(self.name, holder, lost=mine is not None)
+            if holder is not None:
+                conn.execute("SELECT pg_terminate_backend(%s)", (holder.backend_pid,))
+            time.sleep(0.05)  # until the server has let go of the lock
 
     def _notified(self, note: Notification | Reconnected) -> None:
         if isinstance(note, Reconnected):
             self._db.drop_idle()  # the server went away: the pooled connections are most likely dead too
+            if isinstance(note.problem, GatewayNameTaken) and self._name_lost is None:
+                self._name_lost = note.problem
+                self.stop_accepting()
+                self._log.error("this gateway lost its name to another gateway and takes no new turns; stop one "
+                                "of them", problem=str(note.problem))
             for waiter in self._waiters.values():
                 waiter.look = True  # read the rows again: a result may have been missed
                 waiter.changed.set()
             return
         try:
             record = json.loads(note.payload)
-            waiter = self._waiters.get(record.pop("t"))
+            waiter = self._by_key.get(record.pop("t"))
         except (ValueError, KeyError, TypeError, AttributeError):
             return
         if waiter is None:
@@ -354,6 +497,20 @@ class RemoteHost:
         record.pop("n", None)
         if record.pop("done", False):
             waiter.look = True
-        else:
-            waiter.events.append(record)
+        elif not waiter.overflowed:
+            self._buffer(waiter, record, len(note.payload.encode()))
         waiter.changed.set()
+
+    def _buffer(self, waiter: _Waiter, record: dict[str, Any], size: int) -> None:
+        """Keep an event for the waiter until its client takes it, within `MAX_BUFFERED_EVENT_BYTES`."""
+        if self._buffered_bytes + size <= MAX_BUFFERED_EVENT_BYTES:
+            waiter.events.append((size, record))
+            self._buffered_bytes += size
+        elif record.get("event") == "partial":
+            waiter.dropped += 1  # a preview: the result has the whole reply
+        else:
+            waiter.overflowed = True
+            self._log.error("a turn's question or activity found no room: the client takes events too slowly; "
+                            "cancelling the turn", turn_id=waiter.turn_id, limit_bytes=MAX_BUFFERED_EVENT_BYTES)
+            if self._tasks is not None:
+                self._tasks.start_soon(self._send_cancel, waiter.key, waiter.turn_id)

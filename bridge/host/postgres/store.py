@@ -6,6 +6,11 @@ back until the next record. The rows live in `bridge_sessions` (`db.SCHEMA`),
 next to the turn queue's tables, so a queue worker can record a turn's
 session in the transaction that writes its result (`record_session`).
 
+Every key also has a namespace, the bot's: two bots using the same profile
+names and conversation keys on one database share nothing. A store sees its
+own namespace only; a gateway's is its name (`db.DEFAULT_NAMESPACE` says why
+both default to "serve").
+
 - reads and writes use two connections, each behind its own lock, as the
   SQLite store does: a `get` never queues behind a `record` that waits for a
   row another transaction holds;
@@ -30,8 +35,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...result import TurnResult
+from ...turn import text_problem
 from ..store import SessionRecord, StoreError, _key, _now
-from .db import PostgresError, _first_line, connect, require_psycopg, shown_dsn
+from .db import DEFAULT_NAMESPACE, PostgresError, _first_line, connect, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
     import psycopg
@@ -41,17 +47,17 @@ _TABLE = "bridge_sessions"
 _COLUMNS = "profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code"
 # An empty new id keeps the stored one (SPEC §6); everything else is the latest turn's.
 _RECORD = f"""
-INSERT INTO {_TABLE} AS stored (profile, conversation, session_name, session_id, last_used, last_outcome,
-                                last_exit_code, stamp)
-VALUES (%s, %s, %s, %s, clock_timestamp(), %s, %s, %s)
-ON CONFLICT (profile, conversation, session_name) DO UPDATE SET
+INSERT INTO {_TABLE} AS stored (namespace, profile, conversation, session_name, session_id, last_used,
+                                last_outcome, last_exit_code, stamp)
+VALUES (%s, %s, %s, %s, %s, clock_timestamp(), %s, %s, %s)
+ON CONFLICT (namespace, profile, conversation, session_name) DO UPDATE SET
     session_id = CASE WHEN excluded.session_id <> '' THEN excluded.session_id ELSE stored.session_id END,
     last_used = excluded.last_used,
     last_outcome = excluded.last_outcome,
     last_exit_code = excluded.last_exit_code,
     stamp = excluded.stamp
 """
-_WHERE_KEY = "WHERE profile = %s AND conversation = %s AND session_name = %s"
+_WHERE_KEY = "WHERE namespace = %s AND profile = %s AND conversation = %s AND session_name = %s"
 # Ties sort by bytes, as SQLite sorts them, whatever the database's collation.
 _ORDER = 'ORDER BY last_used DESC, profile COLLATE "C", conversation COLLATE "C", session_name COLLATE "C"'
 
@@ -62,17 +68,28 @@ def new_stamp() -> str:
     return f"{_now()}~{secrets.token_hex(4)}"
 
 
-def record_session(conn: psycopg.Connection[Any], profile: str, conversation: str, session_name: str,
-                   result: TurnResult, stamp: str) -> None:
+def record_session(conn: psycopg.Connection[Any], namespace: str, profile: str, conversation: str,
+                   session_name: str, result: TurnResult, stamp: str) -> None:
     """Remember how a turn ended, on `conn` and inside its caller's transaction (a queue worker writes a turn's
     result and its session together); a turn without a valid session line keeps the stored id. `stamp` is what
     `lookup` returns until the next record (`new_stamp()`)."""
-    conn.execute(_RECORD, (*_key(profile, conversation, session_name), result.session_id, str(result.outcome),
-                           int(result.exit_code), stamp))
+    conn.execute(_RECORD, (*_key(namespace, profile, conversation, session_name), result.session_id,
+                           str(result.outcome), int(result.exit_code), stamp))
+
+
+def check_namespace(namespace: object) -> str:
+    """`namespace` if it can name a bot's sessions; else a `StoreError` saying what it must be."""
+    if not isinstance(namespace, str) or not namespace or text_problem(namespace):
+        raise StoreError(f"a session namespace must be a non-empty string of text (a bot's name), not {namespace!r}")
+    return namespace
 
 
 class PostgresSessionStore:
     """The session store in a PostgreSQL database. Methods are synchronous (each is one statement).
+
+    It reads and writes the sessions of `namespace` only (a bot's name: see
+    the module's docstring); `lookup_in` reads another's, for queue workers,
+    which serve every bot.
 
     One object may be shared by several threads (a trio host calls it through
     `trio.to_thread.run_sync`): it holds a connection for reads and one for
@@ -84,9 +101,10 @@ class PostgresSessionStore:
             store.record("stream", "chat-42", "default", await run_turn(profile, turn))
     """
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
         require_psycopg()
         self.dsn = dsn
+        self.namespace = check_namespace(namespace)
         self.location = shown_dsn(dsn)  # the server and database, without the password
         # Both connect now: a bad DSN or a server out of reach stops the caller before any agent runs.
         self._writer = _Connection(dsn, self.location)
@@ -108,7 +126,12 @@ class PostgresSessionStore:
         A changed stamp says another turn of the conversation was recorded
         since: the host's warm agent for it missed that turn and is not reused.
         """
-        key = _key(profile, conversation, session_name)
+        return self.lookup_in(self.namespace, profile, conversation, session_name)
+
+    def lookup_in(self, namespace: str, profile: str, conversation: str,
+                  session_name: str = "default") -> tuple[str, str]:
+        """`lookup` in another namespace (a queue worker reads the session of each turn's bot)."""
+        key = _key(namespace, profile, conversation, session_name)
         row = self._reader.run(
             lambda db: db.execute(f"SELECT session_id, stamp FROM {_TABLE} {_WHERE_KEY}", key).fetchone())
         return (row[0], row[1]) if row else ("", "")
@@ -117,22 +140,23 @@ class PostgresSessionStore:
         """Remember how a turn ended; a turn without a valid session line keeps the stored id. Returns the
         record's stamp (as `lookup` reads it)."""
         stamp = new_stamp()
-        self._writer.run(lambda db: record_session(db, profile, conversation, session_name, result, stamp))
+        self._writer.run(
+            lambda db: record_session(db, self.namespace, profile, conversation, session_name, result, stamp))
         return stamp
 
     def forget(self, profile: str, conversation: str, session_name: str | None = None) -> int:
         """Drop a stored session (every session name of the conversation when None); rows removed."""
         if session_name is None:
-            sql = f"DELETE FROM {_TABLE} WHERE profile = %s AND conversation = %s"
-            params: tuple[str, ...] = _key(profile, conversation)
+            sql = f"DELETE FROM {_TABLE} WHERE namespace = %s AND profile = %s AND conversation = %s"
+            params: tuple[str, ...] = _key(self.namespace, profile, conversation)
         else:
             sql = f"DELETE FROM {_TABLE} {_WHERE_KEY}"
-            params = _key(profile, conversation, session_name)
+            params = _key(self.namespace, profile, conversation, session_name)
         return self._writer.run(lambda db: db.execute(sql, params).rowcount)
 
     def list(self, profile: str | None = None, conversation: str | None = None) -> builtins.list[SessionRecord]:
         """Stored sessions, most recently used first; only `profile`'s (and `conversation`'s) when given."""
-        filters = {"profile": profile, "conversation": conversation}
+        filters = {"namespace": self.namespace, "profile": profile, "conversation": conversation}
         used = [(column, value) for column, value in filters.items() if value is not None]
         where = ("WHERE " + " AND ".join(f"{column} = %s" for column, _ in used)) if used else ""
         params = tuple(value for _, value in used)
@@ -155,7 +179,9 @@ class PostgresSessionStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"PostgresSessionStore({self.location!r})"
+        if self.namespace == DEFAULT_NAMESPACE:
+            return f"PostgresSessionStore({self.location!r})"
+        return f"PostgresSessionStore({self.location!r}, namespace={self.namespace!r})"
 
 
 class _Connection:

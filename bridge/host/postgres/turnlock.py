@@ -3,7 +3,8 @@
 What `bridge.host.turnlock` does with files next to an SQLite store, for
 processes on any machines that share a database: a turn holds its
 conversation's session-level advisory lock, keyed by a 64-bit hash of
-(profile, conversation, session name), for as long as it runs. The server
+(namespace, profile, conversation, session name), for as long as it runs:
+the conversations of different bots (namespaces) never wait for each other. The server
 drops a session's locks when its connection ends, so a process that dies —
 SIGKILL, a lost machine — frees its conversations at once.
 
@@ -28,6 +29,8 @@ warning says so when it ends.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import time
 from functools import partial
@@ -36,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ...log import get_logger
-from ..turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, TurnLockError, conversation_hash, poll_until
-from .db import PostgresError, _first_line, connect, require_psycopg, shown_dsn
+from ..turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, TurnLockError, poll_until
+from .db import DEFAULT_NAMESPACE, PostgresError, _first_line, connect, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -51,22 +54,23 @@ MAX_IDLE = 4
 UNLOCK_WAIT_SECS = 5.0
 
 
-def advisory_key(profile: str, conversation: str, session_name: str) -> int:
+def advisory_key(namespace: str, profile: str, conversation: str, session_name: str) -> int:
     """The conversation's advisory lock: a signed 64-bit integer, as `pg_try_advisory_lock(bigint)` takes."""
-    key = int(conversation_hash(profile, conversation, session_name)[:16], 16)
-    return key - (1 << 64) if key >= 1 << 63 else key
+    text = json.dumps([namespace, profile, conversation, session_name])  # unambiguous whatever the strings hold
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
 class PgTurnLocks:
-    """The conversations' queues of one PostgreSQL store; `join` one to get a `PgPlace`.
+    """The conversations' queues of one PostgreSQL store's namespace; `join` one to get a `PgPlace`.
 
     One object serves a whole process (a host) or a single turn (a CLI run);
     it may be used from several threads.
     """
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
         require_psycopg()
         self.dsn = dsn
+        self.namespace = namespace
         self.location = shown_dsn(dsn)
         self._lock = threading.Lock()
         self._idle: list[psycopg.Connection[Any]] = []
@@ -76,7 +80,7 @@ class PgTurnLocks:
 
     def join(self, profile: str, conversation: str, session_name: str) -> PgPlace:
         """A place in the conversation's queue; already ours when no other process holds it (one statement)."""
-        place = PgPlace(self, advisory_key(profile, conversation, session_name))
+        place = PgPlace(self, advisory_key(self.namespace, profile, conversation, session_name))
         try:
             place._joined = not place._try()
         except BaseException:
@@ -86,7 +90,7 @@ class PgTurnLocks:
 
     async def join_async(self, profile: str, conversation: str, session_name: str) -> PgPlace:
         """`join` with its statement in a worker thread."""
-        place = PgPlace(self, advisory_key(profile, conversation, session_name))
+        place = PgPlace(self, advisory_key(self.namespace, profile, conversation, session_name))
         try:
             place._joined = not await trio.to_thread.run_sync(place._try)
         except BaseException:

@@ -1,10 +1,16 @@
 """`agent-bridge worker`: runs turns from the PostgreSQL queue on this machine with the host runtime.
 
-A worker claims a turn only when it has a free slot (`max_concurrent`) and
-the turn's conversation has no turn running anywhere; it runs it through a
-local `Host` (profiles, warm agents, limits, kill escalation), streams its
-events to the gateways with NOTIFY, and writes the result, the session and
-the "done" notification in one transaction.
+A worker claims a turn only when it has a free slot (`max_concurrent`), the
+turn's conversation has no turn running anywhere, and it has the turn's
+profile as the turn was queued: under that name, with the same file (the
+sha256 of its bytes, which each worker advertises in `bridge_workers` and a
+gateway records with each turn). A turn of a profile no live worker has as
+queued waits `profile_wait_secs`, then ends with `unknown_profile` or
+`profile_mismatch`. The worker runs the turn through a local `Host`
+(profiles, warm agents, limits, kill escalation), streams its events to the
+turn's gateway with NOTIFY (on that gateway's channel only), and writes the
+result, the session (in the gateway's namespace) and the "done" notification
+in one transaction. Workers serve every gateway's turns.
 
 Its turns are leased. A renewal every third of the lease says which turns
 this worker still holds; a turn it no longer holds (another worker took it
@@ -25,6 +31,7 @@ import socket
 import traceback
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -43,13 +50,14 @@ from ..store import StoreError
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
-    EVENTS_CHANNEL,
     WORK_CHANNEL,
+    MAX_NOTIFY_BYTES,
     Database,
     Notification,
     PostgresUnavailable,
     Reconnected,
     connect,
+    events_channel,
     listen,
     notify_payloads,
     require_psycopg,
@@ -58,10 +66,16 @@ from .records import turn_from_dict
 from .store import PostgresSessionStore, record_session
 
 DEFAULT_LEASE_SECS = 10.0
+# A queued turn that no live worker can run (its profile missing, or another file) waits this long, then ends.
+DEFAULT_PROFILE_WAIT_SECS = 30.0
 POLL_SECS = 1.0  # claims are also tried this often, in case a notification was lost
 PURGE_EVERY_SECS = 60.0
 KEEP_DELIVERED_SECS = 3600.0  # a resent id within this long is a resend, not a new turn
-MAX_PENDING_EVENT_BYTES = 8 * 1024 * 1024  # past this, partials wait no more for a slow server: they are dropped
+# Events not yet sent, in bytes: past this, partials are dropped, and a turn whose question or activity does
+# not fit any more is stopped and ends with the error events_overflow (PostgreSQL takes them too slowly), as
+# is one whose question does not fit in a notification.
+MAX_PENDING_EVENT_BYTES = 8 * 1024 * 1024
+EVENTS_OVERFLOW = "events_overflow"
 
 
 @dataclass(slots=True)
@@ -71,6 +85,19 @@ class _Held:
     claimed: queue.ClaimedTurn
     lost: bool = False  # another worker may have it now: its result must not be written
     handed_back: bool = False  # draining: it goes back to the queue instead of getting a result
+    overflowed: str = ""  # why an event of its could not be sent: it was stopped and ends with events_overflow
+
+
+def local_conversation(namespace: str, conversation: str) -> str:
+    """The conversation key the worker's own host uses: the bot's namespace is part of it, so two bots'
+    conversations of the same key never share a warm agent, a place in line or a session."""
+    return json.dumps([namespace, conversation], ensure_ascii=False)
+
+
+def split_local_conversation(key: str) -> tuple[str, str]:
+    """(namespace, conversation) of a `local_conversation` key."""
+    namespace, conversation = json.loads(key)
+    return namespace, conversation
 
 
 class _ClaimedSessions:
@@ -78,7 +105,9 @@ class _ClaimedSessions:
 
     The worker writes a turn's session in the transaction that writes its
     result (`queue.finish`); `record` only returns the stamp that transaction
-    will write, so the warm pool knows its agent saw the latest turn.
+    will write, so the warm pool knows its agent saw the latest turn. The
+    host's conversation keys are `local_conversation`s: each turn's session
+    is read in its bot's namespace.
     """
 
     def __init__(self, dsn: str) -> None:
@@ -86,8 +115,9 @@ class _ClaimedSessions:
         self.stamps: dict[tuple[str, str, str], str] = {}
 
     def lookup(self, profile: str, conversation: str, session_name: str = "default") -> tuple[str, str]:
+        namespace, key = split_local_conversation(conversation)
         try:
-            return self._store.lookup(profile, conversation, session_name)
+            return self._store.lookup_in(namespace, profile, key, session_name)
         except StoreError as err:
             raise PostgresUnavailable(str(err)) from None  # the turn goes back to the queue
 
@@ -102,13 +132,21 @@ class _ClaimedSessions:
 
 
 class _Publisher:
-    """Events of the running turns, sent to the gateways in order, many per statement."""
+    """Events of the running turns, sent to their gateways in order, many per statement.
 
-    def __init__(self, db: Database, log: Any) -> None:
+    What waits to be sent is bounded by `MAX_PENDING_EVENT_BYTES`: a partial
+    past it is dropped (the result carries the whole reply), and any other
+    event past it (a question, activity: never silently lost), or too large
+    for a notification, makes `overflowed(key, why)` stop its turn, which
+    then ends with an error.
+    """
+
+    def __init__(self, db: Database, log: Any, overflowed: Callable[[str, str], None]) -> None:
         self._db = db
         self._log = log
-        self._pending: deque[str] = deque()
-        self._pending_bytes = 0
+        self._overflowed = overflowed
+        self._pending: deque[tuple[str, str]] = deque()  # (channel, payload)
+        self._pending_bytes = 0  # of the payloads queued or being sent
         self._wake = trio.Event()
         self._queued = itertools.count(1)
         self._last_queued = 0
@@ -116,18 +154,28 @@ class _Publisher:
         self._sent_changed = trio.Event()
         self.dropped = 0
 
-    def publish(self, key: str, attempt: int, record: dict[str, Any]) -> None:
-        text_field = "text" if record.get("event") == "partial" else None
+    def publish(self, gateway: str, key: str, attempt: int, record: dict[str, Any]) -> None:
+        kind = record.get("event")
+        # A partial's or an activity's text may travel in pieces (an activity's is a piece of the agent's anyway).
+        text_field = "text" if kind in ("partial", "activity") and record.get("text") else None
         payloads = notify_payloads({"t": key, "a": attempt, "n": 0, **record}, text_field)
-        size = sum(len(payload) for payload in payloads)
-        if text_field is not None and self._pending_bytes + size > MAX_PENDING_EVENT_BYTES:
-            self.dropped += 1  # the result carries the whole reply; a partial is only a preview
+        sizes = [len(payload.encode()) for payload in payloads]
+        if max(sizes) > MAX_NOTIFY_BYTES:
+            self._overflowed(key, f"one of its events ({kind}) is larger than a PostgreSQL notification carries "
+                                  f"({MAX_NOTIFY_BYTES} bytes)")
             return
+        if self._pending_bytes + sum(sizes) > MAX_PENDING_EVENT_BYTES:
+            if kind == "partial":
+                self.dropped += 1
+            else:
+                self._overflowed(key, f"more than {MAX_PENDING_EVENT_BYTES} bytes of events waited for PostgreSQL")
+            return
+        channel = events_channel(gateway)
         for payload in payloads:
             # PostgreSQL delivers identical notifications of one transaction once: a number makes each unique.
             self._last_queued = next(self._queued)
-            self._pending.append(payload.replace('"n":0,', f'"n":{self._last_queued},', 1))
-        self._pending_bytes += size
+            self._pending.append((channel, payload.replace('"n":0,', f'"n":{self._last_queued},', 1)))
+        self._pending_bytes += sum(sizes)
         self._wake.set()
 
     async def flushed(self) -> None:
@@ -143,15 +191,17 @@ class _Publisher:
             while self._pending:
                 batch = list(self._pending)
                 self._pending.clear()
-                self._pending_bytes = 0
+                channels = [channel for channel, _ in batch]
+                payloads = [payload for _, payload in batch]
                 try:
                     await self._db.run_retrying(
-                        atomic=False, operation=lambda conn, batch=batch: conn.execute(
-                            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) WITH ORDINALITY AS p(payload, n) "
-                            "ORDER BY n", (EVENTS_CHANNEL, batch)).fetchall(),
+                        atomic=False, operation=lambda conn, channels=channels, payloads=payloads: conn.execute(
+                            "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(c, p, n) "
+                            "ORDER BY n", (channels, payloads)).fetchall(),
                         log=self._log, what="streaming events")
-                except Exception as err:  # events are a preview: never let them stop the worker
+                except Exception as err:  # never let events stop the worker
                     self._log.warning("events could not be sent to the gateways", error=str(err), lost=len(batch))
+                self._pending_bytes -= sum(len(payload.encode()) for payload in payloads)
                 self._sent += len(batch)
                 if self.dropped:
                     self._log.warning("partials were dropped: PostgreSQL took them slower than the agents wrote them",
@@ -166,15 +216,20 @@ class Worker:
 
     def __init__(self, dsn: str, profiles: str | os.PathLike[str], *, max_concurrent: int = 32,
                  lease_secs: float = DEFAULT_LEASE_SECS, shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
-                 name: str | None = None) -> None:
+                 name: str | None = None, profile_wait_secs: float = DEFAULT_PROFILE_WAIT_SECS) -> None:
         if not lease_secs > 0:
             raise ValueError("lease_secs must be more than 0")
+        if not profile_wait_secs >= 0:
+            raise ValueError("profile_wait_secs must be 0 or more")
         self.dsn = dsn
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.max_concurrent = max_concurrent
         self.lease_secs = lease_secs
         self.shutdown_grace = shutdown_grace
+        self.profile_wait_secs = profile_wait_secs
         self.registry = ProfileRegistry(profiles)
+        self._advertised: dict[str, str] = {}  # the profiles' hashes bridge_workers has of this worker
+        self._skips_logged: set[tuple[str, str, str]] = set()  # (profile, queued hash, this worker's hash)
         self._db = Database(dsn, size=8)
         self._sessions = _ClaimedSessions(dsn)
         self._held: dict[str, _Held] = {}
@@ -186,7 +241,7 @@ class Worker:
         self._last_renewal = 0.0
         self._renewed = trio.Event()
         self._log = get_logger(component="worker", worker=self.id)
-        self._publisher = _Publisher(self._db, self._log)
+        self._publisher = _Publisher(self._db, self._log, self._events_overflowed)
         self._host: Host | None = None
         self._idle = trio.Event()  # set whenever no turn is held
         self._idle.set()
@@ -195,9 +250,7 @@ class Worker:
         await trio.to_thread.run_sync(self._db.check)
         presence = await trio.to_thread.run_sync(lambda: connect(self.dsn, autocommit=True))
         try:
-            await trio.to_thread.run_sync(lambda: queue.register(presence, worker=self.id, host=socket.gethostname(),
-                                                                 pid=os.getpid(),
-                                                                 max_concurrent=self.max_concurrent))
+            await trio.to_thread.run_sync(self._register, presence, self._profile_digests())
             self._last_renewal = trio.current_time()
             host = Host(self.registry, self._sessions, max_concurrent=self.max_concurrent,
                         max_queued=self.max_concurrent, shutdown_grace=self.shutdown_grace)
@@ -247,7 +300,8 @@ class Worker:
                         self._work = trio.Event()
                         # The registry is not thread-safe: the statements get a snapshot of its immutable profiles.
                         profiles = self.registry.loaded()
-                        settings = {name: (profile.kill_grace_secs, profile.on_worker_lost)
+                        digests = self.registry.digests()
+                        settings = {name: (profile.kill_grace_secs, profile.on_worker_lost, digests[name])
                                     for name, profile in profiles.items()}
                         try:
                             if self._cancels_seen:
@@ -268,10 +322,10 @@ class Worker:
                 except BaseException:
                     self._slots.release()
                     raise
-                self._held[claimed.key] = _Held(claimed)
+                held = self._held[claimed.key] = _Held(claimed)
                 if self._idle.is_set():
                     self._idle = trio.Event()
-                turns.start_soon(self._run_claimed, claimed)
+                turns.start_soon(self._run_claimed, held)
 
     async def _stop_claiming_on_drain(self, scope: trio.CancelScope) -> None:
         await self._drain_requested.wait()
@@ -279,16 +333,20 @@ class Worker:
 
     # ------------------------------------------------------------------ one turn
 
-    async def _run_claimed(self, claimed: queue.ClaimedTurn) -> None:
-        held = self._held[claimed.key]
-        log = self._log.bind(turn_id=claimed.key, profile=claimed.profile, conversation=claimed.conversation,
-                             attempt=claimed.attempt)
+    async def _run_claimed(self, held: _Held) -> None:
+        claimed = held.claimed
+        log = self._log.bind(turn_id=claimed.key, gateway=claimed.gateway, profile=claimed.profile,
+                             conversation=claimed.conversation, attempt=claimed.attempt)
         try:
             try:
                 result, error = await self._outcome(held, log)
             except Exception as err:  # a bug must not take the worker and every other turn down with it
                 log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
                 result, error = None, {"code": "internal_error", "message": f"internal error: {err}"}
+            if held.overflowed and not held.handed_back:
+                result, error = None, {"code": EVENTS_OVERFLOW, "message": (
+                    f"the turn was stopped, as its questions and activity could not be sent to its gateway: "
+                    f"{held.overflowed}")}
             await self._publisher.flushed()  # the gateways see every event before the result
             try:
                 await self._record(held, result, error, log)
@@ -296,10 +354,14 @@ class Worker:
                 log.error("the turn's result could not be written", error=repr(err),
                           traceback=traceback.format_exc())
         finally:
-            del self._held[claimed.key]
+            # A turn handed back may be claimed again by this worker before this attempt is over here.
+            if self._held.get(claimed.key) is held:
+                del self._held[claimed.key]
             if not self._held:
                 self._idle.set()
-            self._sessions.stamps.pop((claimed.profile, claimed.conversation, claimed.session_name), None)
+            stamp_key = (claimed.profile, _local(claimed), claimed.session_name)
+            if self._sessions.stamps.get(stamp_key) == claimed.stamp:
+                del self._sessions.stamps[stamp_key]
             self._slots.release()
 
     async def _outcome(self, held: _Held, log: Any) -> tuple[TurnResult | None, dict[str, Any] | None]:
@@ -315,16 +377,17 @@ class Worker:
             turn = turn_from_dict(claimed.turn)
         except (TurnError, KeyError, TypeError) as err:
             return None, {"code": "invalid_request", "message": f"the queued turn cannot be read: {err}"}
-        self._sessions.stamps[(claimed.profile, claimed.conversation, claimed.session_name)] = claimed.stamp
-        key, attempt = claimed.key, claimed.attempt
+        conversation = _local(claimed)
+        self._sessions.stamps[(claimed.profile, conversation, claimed.session_name)] = claimed.stamp
+        gateway, key, attempt = claimed.gateway, claimed.key, claimed.attempt
 
         def forward(event: HostEvent) -> None:
             if type(event) is not TurnResult:
-                self._publisher.publish(key, attempt, event.to_dict())  # type: ignore[union-attr]
+                self._publisher.publish(gateway, key, attempt, event.to_dict())  # type: ignore[union-attr]
 
         nobody_answers = None if claimed.turn.get("answered", True) else _deny
         try:
-            result = await self._host.submit(claimed.profile, claimed.conversation, turn, on_event=forward,
+            result = await self._host.submit(claimed.profile, conversation, turn, on_event=forward,
                                              on_permission=nobody_answers, turn_id=key)
         except PostgresUnavailable as err:
             # The stored session could not be read, so the agent did not start: the turn goes back to the queue.
@@ -413,13 +476,44 @@ class Worker:
         except BridgeError:
             return presence  # closed: the next renewal fails fast and tries again
         try:
-            await trio.to_thread.run_sync(lambda: queue.register(fresh, worker=self.id, host=socket.gethostname(),
-                                                                 pid=os.getpid(),
-                                                                 max_concurrent=self.max_concurrent))
+            await trio.to_thread.run_sync(self._register, fresh, self._profile_digests())
         except psycopg.Error:
             fresh.close()
             return presence
         return fresh
+
+    def _register(self, presence: Any, digests: dict[str, str]) -> None:
+        queue.register(presence, worker=self.id, host=socket.gethostname(), pid=os.getpid(),
+                       max_concurrent=self.max_concurrent, profiles=digests)
+        self._advertised = digests
+
+    def _profile_digests(self) -> dict[str, str]:
+        """{name: sha256 of its file} of the profiles that load now (the registry re-reads edited files)."""
+        self.registry.loaded()
+        return self.registry.digests()
+
+    def _say_skipped(self, mismatched: list[tuple[str, str]], digests: dict[str, str]) -> None:
+        """Log once per (profile, queued file, own file) that this worker leaves such turns to others."""
+        for profile, wanted in mismatched:
+            mine = digests.get(profile, "")
+            if (profile, wanted, mine) in self._skips_logged:
+                continue
+            self._skips_logged.add((profile, wanted, mine))
+            shown = queue.SHOWN_HASH_CHARS
+            self._log.warning(
+                "skipping queued turns of a profile: they were queued for another file of it than this worker "
+                f"has; they wait for a worker with that file, or end after {self.profile_wait_secs:g} s",
+                profile=profile, queued_sha256=wanted[:shown], this_worker_sha256=mine[:shown],
+                profiles=str(self.registry.directory))
+
+    def _events_overflowed(self, key: str, why: str) -> None:
+        held = self._held.get(key)
+        if held is None or held.overflowed or self._host is None:
+            return
+        held.overflowed = why
+        self._log.error("a turn's question or activity cannot be sent to its gateway; stopping the turn",
+                        turn_id=key, why=why)
+        self._host.cancel(key)
 
     def _lose(self, held: _Held, why: str) -> None:
         if held.lost:
@@ -432,10 +526,20 @@ class Worker:
         last_purge = trio.current_time()
         while True:
             try:
-                touched = await self._db.run(partial(_reap_and_end_cancelled, self.registry.loaded()))
-                if touched:
-                    self._log.warning("turns of a lost worker were taken back", turns=len(touched))
+                profiles = self.registry.loaded()
+                digests = self.registry.digests()
+                changed = digests != self._advertised
+                round_ = await self._db.run(partial(_reaper_round, profiles, digests, changed, self.profile_wait_secs,
+                                                    self.id))
+                if changed:
+                    self._advertised = digests
+                if round_.taken_back:
+                    self._log.warning("turns of a lost worker were taken back", turns=len(round_.taken_back))
                     self._work.set()
+                if round_.unrunnable:
+                    self._log.warning("turns no live worker could run ended after the profile wait",
+                                      turns=len(round_.unrunnable), wait_secs=self.profile_wait_secs)
+                self._say_skipped(round_.mismatched, digests)
                 if trio.current_time() - last_purge > PURGE_EVERY_SECS:
                     await self._db.run(lambda conn: queue.purge(conn, keep_secs=KEEP_DELIVERED_SECS))
                     last_purge = trio.current_time()
@@ -467,7 +571,8 @@ class Worker:
             decision = Decision(allow=bool(order.get("allow")), always=bool(order.get("always")),
                                 message=str(order.get("message") or ""))
             if not self._host.decide(key, str(order.get("request_id")), decision):
-                self._publisher.publish(key, self._held[key].claimed.attempt,
+                claimed = self._held[key].claimed
+                self._publisher.publish(claimed.gateway, key, claimed.attempt,
                                         {"event": "decide_failed", "request_id": order.get("request_id")})
 
     # ------------------------------------------------------------------ draining
@@ -494,12 +599,30 @@ def _deny(request: Any) -> Decision:
     return Decision(allow=False, message="nobody is there to answer")
 
 
-def _reap_and_end_cancelled(profiles: dict[str, Profile], conn: Any) -> list[str]:
-    """The reaper's round, one transaction: lost workers' turns taken back, and queued turns that were cancelled
-    ended even while every slot of this worker is taken."""
-    touched = queue.reap(conn)
+@dataclass(frozen=True, slots=True)
+class _ReaperRound:
+    taken_back: list[str]  # keys of lost workers' turns
+    unrunnable: list[str]  # keys of turns ended as no live worker could run them
+    mismatched: list[tuple[str, str]]  # (profile, hash) of queued turns this worker skips for its other file
+
+
+def _reaper_round(profiles: dict[str, Profile], digests: dict[str, str], advertise: bool, wait_secs: float,
+                  worker: str, conn: Any) -> _ReaperRound:
+    """The reaper's round, one transaction: this worker's profiles' hashes advertised (when they changed),
+    lost workers' turns taken back, queued turns that were cancelled ended even while every slot of this
+    worker is taken, turns no live worker could run for `wait_secs` ended, and the turns this worker skips for
+    having another file of their profile found."""
+    if advertise:
+        queue.advertise(conn, worker=worker, profiles=digests)
+    taken_back = queue.reap(conn)
     _end_cancelled(profiles, conn)
-    return touched
+    unrunnable = queue.end_unrunnable(conn, wait_secs=wait_secs)
+    mismatched = queue.mismatched(conn, profiles=digests) if digests else []
+    return _ReaperRound(taken_back, unrunnable, mismatched)
+
+
+def _local(claimed: queue.ClaimedTurn) -> str:
+    return local_conversation(claimed.gateway, claimed.conversation)
 
 
 def _end_cancelled(profiles: dict[str, Profile], conn: Any) -> None:
