@@ -212,7 +212,6 @@ async def test_the_end_of_a_warm_agent_ends_what_it_left_behind_in_a_plain_host(
 
 @needs_cgroups
 def test_no_cgroup_is_left_behind(tmp_path: Path) -> None:
-    mine = {path.name for path in Path(CONTAINED.where).glob("agent-bridge-*")}
     host = subprocess.Popen([PYTHON, "-c", """
 import sys, bridge
 from bridge.cgroups import CONTAINMENT
@@ -233,7 +232,6 @@ sys.stdin.readline()
         eventually(lambda: not directory.exists(), "the keeper to remove the host's directory", within=3.0)
     finally:
         host.kill()
-    assert {path.name for path in Path(CONTAINED.where).glob("agent-bridge-*")} <= mine
 
 
 # --------------------------------------------------------------------------- saying which
