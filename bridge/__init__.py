@@ -21,7 +21,7 @@ from .turn import Attachment, Turn
 
 if TYPE_CHECKING:
     from .host.registry import UnknownProfile
-    from .host.runtime import DuplicateTurn, Host, HostClosed, HostStats, open_host
+    from .host.runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionIdRefused, open_host
     from .host.scheduler import QueueFull
     from .host.store import SessionRecord, SessionStore, StoreError
     from .host.turnlock import TurnLockError
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _HOST_NAMES = frozenset({"DuplicateTurn", "Host", "HostClosed", "HostStats", "open_host", "QueueFull",
-                         "UnknownProfile",
+                         "UnknownProfile", "SessionIdRefused",
     "Usage", "SessionRecord", "SessionStore", "StoreError", "TurnLockError"})
 
 
@@ -67,6 +67,7 @@ __all__ = [
     "ProfileError",
     "QueueFull",
     "SessionEvent",
+    "SessionIdRefused",
     "SessionRecord",
     "SessionStore",
     "StoreError",

@@ -276,6 +276,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         serve.add_argument("--name", metavar="NAME", default="serve",
                            help="with --postgres: this gateway's name; the next serve of that name sends the results "
                            "this one could not (default: serve)")
+        serve.add_argument("--session-ids", choices=("stored", "any"),
+                           help="stored: refuse a turn whose session_id is not its conversation's stored session "
+                           "(session_id_refused); any: resume whatever session a turn names (default: stored; "
+                           "with --postgres, any, the only one it takes)")
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
@@ -594,9 +598,14 @@ def _serve_command(args: argparse.Namespace) -> int:
 
     if args.profiles is None and args.postgres is None:
         args.command_parser.error("serve needs --profiles DIR (or --postgres DSN, to be a gateway to workers)")
+    if args.postgres is not None and args.session_ids == "stored":
+        args.command_parser.error("--session-ids stored needs serve's own store: a gateway (--postgres) takes any "
+                                  "session id a turn names")
     limits = {name: value for name in ("max_concurrent", "max_queued", "shutdown_grace")
               if (value := getattr(args, name)) is not None}
-    return run_serve(args.profiles, state=args.state, postgres=args.postgres, name=args.name, **limits)
+    session_ids = args.session_ids or ("any" if args.postgres is not None else "stored")
+    return run_serve(args.profiles, state=args.state, postgres=args.postgres, name=args.name,
+                     session_ids=session_ids, **limits)
 
 
 def _worker_command(args: argparse.Namespace) -> int:

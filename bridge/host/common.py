@@ -17,6 +17,11 @@ class DuplicateTurn(BridgeError, ValueError):
     """A turn with this id is already queued or running; ids must be unique among turns in flight."""
 
 
+class SessionIdRefused(BridgeError):
+    """The turn names a session id that is not its conversation's stored one, and the host takes only that one
+    (`client_session_ids="stored"`): a session id resumes whichever conversation's history it belongs to."""
+
+
 @dataclass(frozen=True, slots=True)
 class HostStats:
     """A snapshot of the host's load and history since it opened.

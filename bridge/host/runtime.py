@@ -17,12 +17,13 @@ its result (exit 130), which is what a bot relaying a user's "stop" wants.
 
 from __future__ import annotations
 
+import hmac
 import itertools
 import os
 from collections import Counter
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import trio
 
@@ -36,7 +37,7 @@ from ..runner import EventCallback, PartialCallback, PermissionCallback, _decisi
 from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from ..turn import Turn, text_problem
 from ..warm import WarmAgent, WarmStartError
-from .common import DuplicateTurn, HostClosed, HostStats
+from .common import DuplicateTurn, HostClosed, HostStats, SessionIdRefused
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
 from .scheduler import QueueFull, Ticket, TurnQueue
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
 DEFAULT_SHUTDOWN_GRACE = 10.0
+_CLOSED = "the host is shutting down and takes no new turns"
+ClientSessionIds = Literal["any", "stored"]
+CLIENT_SESSION_IDS: tuple[ClientSessionIds, ...] = ("any", "stored")
 
 
 class SessionStoreLike(Protocol):
@@ -77,7 +81,7 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
               state: str | os.PathLike[str] | SessionStoreLike | None = None,
               max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
               shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
-              gateway_name: str = "serve") -> Host | RemoteHost:
+              gateway_name: str = "serve", client_session_ids: ClientSessionIds = "any") -> Host | RemoteHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
     `state` is the session store: a file path, a `postgresql://` URL (a
@@ -92,6 +96,9 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
     `max_concurrent` turns run at once; `max_queued` more may wait, then
     `submit` raises `QueueFull`. On shutdown, turns in flight get
     `shutdown_grace` seconds to finish before they are cancelled.
+    `client_session_ids="stored"` refuses a turn whose `session_id` is set
+    and is not its conversation's stored one (`SessionIdRefused`); "any"
+    (the default) runs a turn on whatever session it names.
 
     With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`):
     turns go to the PostgreSQL queue and run on `agent-bridge worker`s, which
@@ -101,6 +108,10 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
     """
     if postgres is not None:
         from .postgres.gateway import RemoteHost
+
+        if client_session_ids != "any":
+            raise ValueError("the PostgreSQL gateway takes any session id a turn names: "
+                             "client_session_ids='stored' is for a host with its own store")
 
         return RemoteHost(postgres, name=gateway_name, max_queued=max_queued, shutdown_grace=shutdown_grace)
     if profiles is None:
@@ -123,7 +134,7 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
             store.close()  # type: ignore[attr-defined]
         raise
     return Host(registry, store, owns_store=owned, turn_locks=turn_locks, max_concurrent=max_concurrent,
-                max_queued=max_queued, shutdown_grace=shutdown_grace)
+                max_queued=max_queued, shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
 
 
 class Host:
@@ -135,12 +146,15 @@ class Host:
     def __init__(self, registry: ProfileRegistry, store: SessionStoreLike, *, owns_store: bool = False,
                  turn_locks: TurnLocks | PgTurnLocks | None = None,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
-                 shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> None:
+                 shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, client_session_ids: ClientSessionIds = "any") -> None:
         if not shutdown_grace >= 0:
             raise ValueError("shutdown_grace must be at least 0 seconds")
+        if client_session_ids not in CLIENT_SESSION_IDS:
+            raise ValueError(f"client_session_ids must be 'any' or 'stored', not {client_session_ids!r}")
         self.registry = registry
         self.store = store
         self.shutdown_grace = shutdown_grace
+        self.client_session_ids = client_session_ids
         self._owns_store = owns_store
         self._turn_locks = turn_locks  # the store's queues, shared with other processes (CLI runs…)
         self._queue = TurnQueue(max_concurrent, max_queued)
@@ -189,14 +203,16 @@ class Host:
 
         Refused at once, before anything runs: `HostClosed`, `QueueFull`,
         `UnknownProfile` / `ProfileError` (the profile is missing or does not
-        load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`.
+        load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`, and with
+        `client_session_ids="stored"` `SessionIdRefused` (`turn.session_id` is
+        set and is not the conversation's stored one, as read at submit).
         `nursery.start(host.submit, ...)` returns the turn id once the turn
         was accepted. `StoreError` when the stored session cannot be read, and
         `TurnLockError` when the conversation's queue cannot be used (the
         turn does not run: resuming the wrong session would be worse).
         """
         if self._closing:
-            raise HostClosed("the host is shutting down and takes no new turns")
+            raise HostClosed(_CLOSED)
         if not isinstance(turn, Turn):
             raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
         if not isinstance(conversation, str) or not conversation:
@@ -205,6 +221,12 @@ class Host:
             raise TurnError(f"the conversation key {problem}")
         if not turn.session_name:
             raise TurnError("the turn's session_name must not be empty (the default is 'default')")
+        key: Key = (profile, conversation, turn.session_name)
+        if turn.session_id and self.client_session_ids == "stored":
+            self.registry.get(profile)  # an unknown profile is refused as such, before the store is read
+            await self._refuse_a_session_id_not_stored(key, turn.session_id)
+            if self._closing:  # shutdown began while the store was read
+                raise HostClosed(_CLOSED)
         if turn_id is None:
             turn_id = f"turn-{next(self._ids)}"
             while turn_id in self._flights:  # the caller chose an id of this shape
@@ -212,10 +234,9 @@ class Host:
         elif turn_id in self._flights:
             raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
         loaded = self.registry.get(profile)
-        questions = Questions(listening=on_event is not None or on_permission is not None)
-        flight = _Flight((profile, conversation, turn.session_name), next(self._arrivals), turn_id, loaded,
-                         questions)
         log = self._log.bind(turn_id=turn_id, profile=profile, conversation=conversation)
+        questions = Questions(listening=on_event is not None or on_permission is not None)
+        flight = _Flight(key, next(self._arrivals), turn_id, loaded, questions)
         try:
             runs_now = self._queue.admit(flight)
         except QueueFull:
@@ -403,6 +424,24 @@ class Host:
                 pool.checkin(key, stamp)  # type: ignore[union-attr]
         return result
 
+    async def _refuse_a_session_id_not_stored(self, key: Key, session_id: str) -> None:
+        """Raise `SessionIdRefused` unless `session_id` is the one stored for the turn's conversation."""
+        log = self._log.bind(profile=key[0], conversation=key[1])
+        try:
+            stored, _ = await trio.to_thread.run_sync(self._lookup, key)
+        except BridgeError as err:
+            self._store_errors += 1
+            log.error("the stored session cannot be read to check the turn's session_id; the turn does not run",
+                      error=str(err))
+            raise
+        # The id is a bearer secret: compare in constant time, and never say what is stored.
+        if not hmac.compare_digest(session_id.encode(), stored.encode()):
+            log.warning("turn refused: its session_id is not the conversation's stored one")
+            raise SessionIdRefused(
+                f"the turn's session_id is not the session stored for conversation {key[1]!r} (profile {key[0]!r}, "
+                f"session name {key[2]!r}), and this host takes no other: leave session_id empty to resume the "
+                "conversation's own session (a session id resumes whichever conversation's history it belongs to)")
+
     def _lookup(self, key: Key) -> tuple[str, str]:
         """The stored session id and its record's stamp ("" when the store cannot tell: see `pool`)."""
         lookup = getattr(self.store, "lookup", None)
@@ -495,4 +534,5 @@ def _cancelled_result(profile: Profile, started: float) -> TurnResult:
     return cancelled_result(profile, max(0, round((trio.current_time() - started) * 1000)))
 
 
-__all__ = ["DuplicateTurn", "Host", "HostClosed", "HostStats", "QueueFull", "SessionStoreLike", "open_host"]
+__all__ = ["DuplicateTurn", "Host", "HostClosed", "HostStats", "QueueFull", "SessionIdRefused", "SessionStoreLike",
+           "open_host"]
