@@ -7,40 +7,54 @@
     print(result.reply)
 """
 
+from importlib import import_module
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-from .dialects import ActivityEvent, ErrorEvent, PartialEvent, PlanStep, SessionEvent, Usage
-from .errors import BridgeError, LaunchError, Problem, ProfileError, TurnError
-from .launch import LaunchPlan, plan_launch
-from .permissions import Decision, PermissionRequest
-from .profile import Profile, json_schema, load_profile, parse_profile
-from .result import Outcome, TurnResult
-from .runner import TurnStream, open_turn, run_turn, run_turn_sync
-from .supervisor import HostEvent
-from .turn import Attachment, Turn
-
 if TYPE_CHECKING:
+    from .dialects import ActivityEvent, ErrorEvent, PartialEvent, PlanStep, SessionEvent, Usage
+    from .errors import BridgeError, LaunchError, Problem, ProfileError, TurnError
     from .host.registry import UnknownProfile
-    from .host.runtime import DuplicateTurn, Host, HostClosed, HostStats, open_host
+    from .host.runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionIdRefused, open_host
     from .host.scheduler import QueueFull
     from .host.store import SessionRecord, SessionStore, StoreError
     from .host.turnlock import TurnLockError
+    from .launch import LaunchPlan, plan_launch
+    from .permissions import Decision, PermissionRequest
+    from .profile import Profile, json_schema, load_profile, parse_profile
+    from .result import Outcome, TurnResult
+    from .runner import TurnStream, open_turn, run_turn, run_turn_sync
+    from .supervisor import HostEvent
+    from .turn import Attachment, Turn
 
 __version__ = "0.1.0"
 
-_HOST_NAMES = frozenset({"DuplicateTurn", "Host", "HostClosed", "HostStats", "open_host", "QueueFull",
-                         "UnknownProfile",
-    "Usage", "SessionRecord", "SessionStore", "StoreError", "TurnLockError"})
+# Every name loads on first use: `import bridge` costs nothing, and the `agent-bridge` command takes a
+# conversation's place in its queue before the turn engine (trio, the dialects) is imported.
+_WHERE = {
+    **dict.fromkeys(("ActivityEvent", "ErrorEvent", "PartialEvent", "PlanStep", "SessionEvent", "Usage"), "dialects"),
+    **dict.fromkeys(("BridgeError", "LaunchError", "Problem", "ProfileError", "TurnError"), "errors"),
+    **dict.fromkeys(("LaunchPlan", "plan_launch"), "launch"),
+    **dict.fromkeys(("Decision", "PermissionRequest"), "permissions"),
+    **dict.fromkeys(("Profile", "json_schema", "load_profile", "parse_profile"), "profile"),
+    **dict.fromkeys(("Outcome", "TurnResult"), "result"),
+    **dict.fromkeys(("TurnStream", "open_turn", "run_turn", "run_turn_sync"), "runner"),
+    "HostEvent": "supervisor",
+    **dict.fromkeys(("Attachment", "Turn"), "turn"),
+    # the host runtime's names, through `bridge.host`
+    **dict.fromkeys(("DuplicateTurn", "Host", "HostClosed", "HostStats", "open_host", "QueueFull", "UnknownProfile",
+                     "SessionIdRefused", "SessionRecord", "SessionStore", "StoreError", "TurnLockError"), "host"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    """The host runtime's names, loaded on first use (by `bridge.host`), so `run`, `check` and `schema`
-    never pay for importing it."""
-    if name not in _HOST_NAMES:
+    module = _WHERE.get(name)
+    if module is not None:
+        value = getattr(import_module(f".{module}", __name__), name)
+    elif not name.startswith("_") and find_spec(f"{__name__}.{name}") is not None:
+        value = import_module(f".{name}", __name__)  # `import bridge`, then `bridge.dialects.PROTOCOLS`
+    else:
         raise AttributeError(f"module 'bridge' has no attribute {name!r}")
-    from . import host
-
-    value = getattr(host, name)
     globals()[name] = value
     return value
 
@@ -67,6 +81,7 @@ __all__ = [
     "ProfileError",
     "QueueFull",
     "SessionEvent",
+    "SessionIdRefused",
     "SessionRecord",
     "SessionStore",
     "StoreError",

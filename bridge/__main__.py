@@ -1,5 +1,5 @@
 """`python -m bridge` is the `agent-bridge` command."""
 
-from .cli import main
+from .command import main
 
 raise SystemExit(main())

@@ -12,7 +12,8 @@ is the same for all of them: the profile's `permissions:` section.
       ask: [Edit, edit]        # the host decides (a chat user, a bot); unanswered after timeout_secs: deny
       timeout_secs: 120
 
-An entry is a tool name as the agent calls it (shell-style wildcards allowed)
+An entry is a tool name as the agent calls it (shell-style wildcards allowed;
+names compare case-insensitively, so `deny: [bash]` stops `Bash` and `BASH`)
 or a tool kind (`read`, `edit`, `delete`, `move`, `search`, `exec`, `think`,
 `fetch`, `other`) when the agent says what kind its tool is. `deny` wins over
 `allow`, `allow` over `ask`; no list matching, `default` decides. Asking means
@@ -114,9 +115,12 @@ CANCELLED = Decision(allow=False, message="the turn was cancelled")
 
 
 def _matches(patterns: tuple[str, ...], request: PermissionRequest) -> bool:
+    # An agent's tool names differ in case from the names an operator writes (bash, Bash, BASH are one tool to
+    # a person): a deny list that compared them exactly let a differently cased name through.
+    tool = request.tool.casefold()
     for pattern in patterns:
         if pattern in TOOL_KINDS and request.kind == pattern:
             return True
-        if request.tool and fnmatch.fnmatchcase(request.tool, pattern):
+        if tool and fnmatch.fnmatchcase(tool, pattern.casefold()):
             return True
     return False

@@ -134,6 +134,11 @@ PERMISSIONS = {
     "deny Bash by name": "permissions: {default: allow, deny: [Bash]}\n",
     "allow exec by kind": "permissions: {default: deny, allow: [exec]}\n",
     "ask": "permissions: {default: ask, timeout_secs: 5}\n",
+    # The agent calls its tool Bash: a list names a tool in any case, wildcards included.
+    "deny bash in lower case": "permissions: {default: allow, deny: [bash]}\n",
+    "deny B?SH, a wildcard in upper case": "permissions: {default: allow, deny: [B?SH]}\n",
+    "allow BASH in upper case": "permissions: {default: deny, allow: [BASH]}\n",
+    "deny wins over allow whatever the case": "permissions: {default: allow, allow: [Bash], deny: [bASH]}\n",
 }
 
 
@@ -141,6 +146,10 @@ PERMISSIONS = {
     ("allow", None, "ran rm -rf build (allow_once-id)"),
     ("deny Bash by name", None, "did not run rm -rf build (reject_once-id)"),
     ("allow exec by kind", None, "ran rm -rf build (allow_once-id)"),
+    ("deny bash in lower case", None, "did not run rm -rf build (reject_once-id)"),
+    ("deny B?SH, a wildcard in upper case", None, "did not run rm -rf build (reject_once-id)"),
+    ("allow BASH in upper case", None, "ran rm -rf build (allow_once-id)"),
+    ("deny wins over allow whatever the case", None, "did not run rm -rf build (reject_once-id)"),
     ("ask", Decision(allow=True, always=True), "ran rm -rf build (allow_always-id)"),
     ("ask", False, "did not run rm -rf build (reject_once-id)"),
 ])

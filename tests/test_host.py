@@ -17,7 +17,7 @@ from hostkit import Lab, Started, max_overlap
 
 import bridge
 import bridge.host.registry
-from bridge import DuplicateTurn, HostClosed, QueueFull, Turn, TurnResult, UnknownProfile
+from bridge import DuplicateTurn, HostClosed, QueueFull, SessionIdRefused, Turn, TurnResult, UnknownProfile
 from bridge.host.registry import ProfileRegistry
 from bridge.host.runtime import Host
 from bridge.host.scheduler import Ticket, TurnQueue
@@ -188,6 +188,30 @@ async def test_the_stored_session_id_is_read_into_the_next_turn_of_the_conversat
     with SessionStore(lab.state) as store:
         assert store.get("rec", "chat") == "s-1"  # a turn without a session line kept it
         assert store.get("rec", "another chat") == ""
+
+
+async def test_client_session_ids_stored_refuses_any_session_but_the_conversations_own(lab: Lab) -> None:
+    async with host_for(lab) as host:  # the default, "any": a turn resumes whatever session it names
+        await host.submit("rec", "alice", Turn("tag=a1 session=s-alice"))
+        await host.submit("rec", "bob", Turn("tag=b1 session=s-bob"))
+        assert (await host.submit("rec", "bob", Turn("tag=b-any", session_id="s-alice"))).ok
+    async with host_for(lab, client_session_ids="stored") as host:
+        for conversation in ("bob", "carol"):  # carol has no stored session
+            with pytest.raises(SessionIdRefused, match="leave session_id empty to resume"):
+                await host.submit("rec", conversation, Turn("tag=refused", session_id="s-alice"))
+        with pytest.raises(UnknownProfile):  # refused as such, not by the session check
+            await host.submit("nope", "bob", Turn("tag=refused", session_id="s-bob"))
+        own = await host.submit("rec", "alice", Turn("tag=a2", session_id="s-alice"))
+        stored = await host.submit("rec", "bob", Turn("tag=b2"))
+        assert host.stats().running == 0
+    assert own.ok and stored.ok
+    sessions = [(words[1], words[2]) for words in lab.lines() if words[0] == "start"]
+    assert sessions == [("a1", "-"), ("b1", "-"), ("b-any", "s-alice"), ("a2", "s-alice"), ("b2", "s-bob")]
+
+
+def test_client_session_ids_is_any_or_stored(lab: Lab) -> None:
+    with pytest.raises(ValueError, match="'any' or 'stored'"):
+        host_for(lab, client_session_ids="mine")
 
 
 class BrokenStore:

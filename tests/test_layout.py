@@ -17,7 +17,7 @@ LAYERS = {
     "profile": 2,
     "agent_files": 3, "launch": 3, "cgroups": 3, "keeper": 3, "agent_io": 3, "questions": 3, "warm": 3, "process": 3, "result": 3, "supervisor": 3, "runner": 3,
     "host": 4,
-    "cli": 5,
+    "cli": 5, "command": 5,
 }
 TOP = 6  # bridge/__init__.py and __main__.py re-export from every layer
 

@@ -151,6 +151,26 @@ async def test_two_bots_with_the_same_turn_ids_and_keys_get_only_their_own_resul
         assert store.list() == []  # the default namespace ("serve") is a third bot's
 
 
+async def test_a_gateway_with_client_session_ids_stored_takes_only_the_conversations_own_session(
+        pg_dsn: str, lab: Lab) -> None:
+    async with trio.open_nursery() as nursery:
+        runner = Worker(pg_dsn, lab.profiles, max_concurrent=2, lease_secs=2.0)
+        await nursery.start(runner.run)
+        async with RemoteHost(pg_dsn, name="bot", client_session_ids="stored") as host:
+            with trio.fail_after(DEADLINE):
+                alice = await host.submit("rec", "alice", bridge.Turn("tag=a1 session=s-alice"))
+                with pytest.raises(bridge.SessionIdRefused, match="leave session_id empty"):
+                    await host.submit("rec", "bob", bridge.Turn("tag=b1", session_id=alice.session_id))
+                with pytest.raises(bridge.SessionIdRefused):  # nothing stored for bob: no id is his
+                    await host.submit("rec", "bob", bridge.Turn("tag=b2", session_id="s-bob"))
+                own = await host.submit("rec", "alice", bridge.Turn("tag=a2", session_id=alice.session_id))
+        runner.drain()
+    assert alice.session_id == "s-alice" and own.ok
+    assert [words[:3] for words in lab.lines() if words[0] == "start"] == [["start", "a1", "-"],
+                                                                           ["start", "a2", "s-alice"]]
+    assert query(pg_dsn, "SELECT count(*) FROM bridge_turns WHERE conversation = 'bob'") == [(0,)]  # never queued
+
+
 async def test_one_bot_s_questions_decisions_and_cancels_never_reach_another_bot_s_turn(pg_dsn: str,
                                                                                        lab: Lab) -> None:
     ask_profile(lab)

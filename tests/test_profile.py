@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROFILES, write_profile
+from conftest import PROFILES, write_agent, write_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -325,6 +328,122 @@ def test_placeholders_where_the_program_takes_data_are_fine(command: list[str]) 
     assert parse_profile(json.dumps({"command": command})).argv_template == tuple(command)
 
 
+# Issue 19: the wrappers an operator reaches for to limit an agent, and find and make. For each wrapper, the
+# message where the program would run it (refused) and where it is data after the wrapped command (loads).
+WRAPPED_REFUSED = [
+    ("prlimit --nofile=64 -- sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("prlimit -n64 {{MESSAGE}}", "is the command prlimit runs"),
+    ("systemd-run --user --pipe --wait sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("systemd-run -p {{MESSAGE}} mycli", "is the value of systemd-run -p"),  # ExecStartPre=…
+    ("systemd-run --setenv={{MESSAGE}} mycli", "is the value of systemd-run --setenv"),  # LD_PRELOAD=…
+    ("bwrap --ro-bind / / --dev /dev sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("bwrap --setenv LD_PRELOAD {{MESSAGE}} mycli", "is the value of bwrap --setenv"),
+    ("bwrap --args {{MESSAGE}} mycli", "is the value of bwrap --args"),
+    ("firejail --quiet sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("firejail --profile={{MESSAGE}} mycli", "is the value of firejail --profile"),
+    ("firejail --env={{MESSAGE}} mycli", "is the value of firejail --env"),
+    ("nice -n 5 python3 {{MESSAGE}}", "is the script python3 runs"),
+    ("nice -5 {{MESSAGE}}", "is the command nice runs"),
+    ("ionice -c2 -n0 sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("taskset -c 0 sh -c {{MESSAGE}}", "is the code sh -c runs"),  # -c is a flag: 0 is the CPU list
+    ("chrt --other sh -c {{MESSAGE}}", "is the code sh -c runs"),  # no priority: sh is the command
+    ("chrt -i 0 node -e {{MESSAGE}}", "is the value of node -e"),
+    ("setpriv --reuid 1000 --nnp sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("runuser -u bob -- sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("runuser -u bob mycli {{MESSAGE}}", "where runuser reads its options"),  # runuser permutes its options
+    ("unshare --setgroups deny -U sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("unshare --load-interp {{MESSAGE}} mycli", "is the value of unshare --load-interp"),
+    ("nsenter -N 3 -t 1 sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("nsenter -W /srv -t 1 sh -c {{MESSAGE}}", "is the code sh -c runs"),  # -W DIR in util-linux 2.38
+    ("stdbuf -oL sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("flock --start 0 --length 1 /tmp/lock sh -c {{MESSAGE}}", "is the code sh -c runs"),
+    ("flock --fd 3 perl -e 'print @ARGV' {{MESSAGE}}", "where perl reads its options"),  # --fd: no file
+    ("find . -exec {{MESSAGE}} ;", "is the command find -exec runs"),
+    ("find . -execdir sh -c {{MESSAGE}} ;", "is the code sh -c runs"),
+    ("find . -ok python3 -- {{MESSAGE}} ;", "is the script python3 runs"),
+    ("find . -okdir {{MESSAGE}} {} ;", "is the command find -okdir runs"),
+    ("find . -name x -exec grep -l x {} + -exec {{MESSAGE}} ;", "is the command find -exec runs"),
+    ("find -- {{MESSAGE}}", "where find reads its options"),  # find -- -delete deletes
+    ("make --eval={{MESSAGE}}", "is the value of make --eval"),
+    ("make -E {{MESSAGE}}", "is the value of make -E"),
+    ("make -f {{MESSAGE}}", "is the value of make -f"),
+    ("make -C {{MESSAGE}} reply", "is the value of make -C"),
+    ("make reply -- {{MESSAGE}}", "is a goal or NAME=VALUE for make"),  # CC=… runs in the recipes
+    # An option the table does not know is read both as a flag and as taking the next word.
+    ("prlimit --some-new-option 5 sh -c {{MESSAGE}}", "this reads prlimit --some-new-option as taking"),
+    ("taskset --some-new-option 5 0x3 sh -c {{MESSAGE}}", "this reads taskset --some-new-option as taking"),
+    ("setpriv --some-new-option 5 {{MESSAGE}}", "is the command setpriv runs"),
+]
+
+
+@pytest.mark.parametrize(("command", "reason"), WRAPPED_REFUSED, ids=[command for command, _ in WRAPPED_REFUSED])
+def test_the_rule_looks_through_the_wrappers_that_limit_an_agent(command: str, reason: str) -> None:
+    [message] = problems(f"command: {json.dumps(command)}\n")
+    assert message.startswith("p.yaml:1: command: {{MESSAGE}}")
+    assert reason in message
+
+
+WRAPPED_ACCEPTED = [
+    "prlimit --nofile=64 -- mycli --prompt {{MESSAGE}}",
+    "prlimit -n64 --as=1000000000 mycli -- {{MESSAGE}}",
+    "systemd-run --user --pipe --wait -q -p MemoryMax=1G -E LANG=C mycli -- {{MESSAGE}}",
+    "bwrap --ro-bind / / --dev /dev --unshare-all --die-with-parent --setenv LANG C mycli -- {{MESSAGE}}",
+    "bwrap --overlay-src /a --overlay /rw /work /mnt mycli {{MESSAGE}}",
+    "firejail --quiet --noprofile --net=none mycli -- {{MESSAGE}}",
+    "nice -n 5 mycli -- {{MESSAGE}}",
+    "nice -10 mycli -- {{MESSAGE}}",
+    "ionice -c2 -n0 mycli -- {{MESSAGE}}",
+    "taskset -c 0 mycli -- {{MESSAGE}}",
+    "chrt --idle 0 mycli -- {{MESSAGE}}",
+    "chrt --other mycli -- {{MESSAGE}}",
+    "setpriv --reuid 1000 --regid 1000 --clear-groups --nnp mycli -- {{MESSAGE}}",
+    "runuser -u bob -- mycli --prompt {{MESSAGE}}",
+    "unshare -r --setgroups deny -n mycli -- {{MESSAGE}}",
+    "nsenter -t 1 -n -W /srv mycli -- {{MESSAGE}}",
+    "stdbuf -oL -eL mycli -- {{MESSAGE}}",
+    "flock -w 10 /tmp/agent.lock mycli -- {{MESSAGE}}",
+    "find . -type f -name {{MESSAGE}} -exec wc -c {} +",
+    "find . -newermt {{SESSION_NAME}} -fprintf /tmp/found {{MESSAGE}}",
+    "make -C /srv/agent -f agent.mk -j 4 reply",
+]
+
+
+@pytest.mark.parametrize("command", WRAPPED_ACCEPTED)
+def test_the_message_as_data_after_a_wrapped_command_still_loads(command: str) -> None:
+    assert parse_profile(json.dumps({"command": command})).argv_template == tuple(shlex.split(command))
+
+
+# The accepted forms, run through the real programs where installed: the message reaches the agent as one
+# argument, whatever it looks like. Checks the table's reading of each program's options against the program.
+REAL_WRAPPERS = {
+    "prlimit": ["prlimit", "--nofile=64", "--"],
+    "nice": ["nice", "-n", "5"],
+    "ionice": ["ionice", "-c", "3", "-t"],
+    "taskset": ["taskset", "-c", "0"],
+    "chrt": ["chrt", "--other", "0"],
+    "setpriv": ["setpriv", "--nnp"],
+    "stdbuf": ["stdbuf", "-oL"],
+    "flock": ["flock", "-w", "5", "{{PROFILE_DIR}}/lock"],
+    "find": ["find", "{{PROFILE_DIR}}/lock", "-exec"],
+}
+
+
+@pytest.mark.parametrize("wrapper", REAL_WRAPPERS)
+def test_a_wrapped_agent_gets_the_message_as_one_argument(tmp_path: Path, wrapper: str) -> None:
+    if shutil.which(wrapper) is None:
+        pytest.skip(f"{wrapper} is not installed")
+    (tmp_path / "lock").touch()
+    write_agent(tmp_path, "args.py", f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    ending = ["{}", ";"] if wrapper == "find" else []
+    argv = [*REAL_WRAPPERS[wrapper], "{{PROFILE_DIR}}/args.py", "--", "{{MESSAGE}}", *ending]
+    profile = bridge.Profile.from_mapping({"command": argv, "cwd": str(tmp_path)}, profile_dir=tmp_path)
+    message = "-cimport os; os.system('touch pwned') $(touch pwned) --eval=x"
+    result = bridge.run_turn_sync(profile, bridge.Turn(message))
+    assert result.ok, (result.error, result.stderr_tail)
+    assert json.loads(result.reply)[:2] == ["--", message]
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_cwd_and_env_values_may_embed_placeholders() -> None:
     profile = parse_profile(json.dumps({
         "command": "agent", "cwd": "{{PROFILE_DIR}}/work/{{SESSION_ID}}",
@@ -388,6 +507,8 @@ def test_no_warning_where_the_message_cannot_become_options(command: list[str]) 
 @pytest.mark.parametrize("command", [
     "sh", "bash -s", "/bin/bash -e", "python3", "python3 -", "python3.11 -u", "node", "perl -w", "ruby -",
     "env LC_ALL=C python3", "timeout 5 bash", "ssh host", "su bob", "sudo -s",
+    # no command: they run the user's shell; make -f - reads its makefile from stdin
+    "unshare -r", "nsenter -t 1 -m", "firejail --quiet", "chroot /srv/root", "systemd-run --shell --pipe", "make -f -",
 ])
 def test_the_message_on_the_stdin_of_a_program_that_reads_its_code_there_is_refused(command: str) -> None:
     for mode in ("message", "line"):
@@ -400,6 +521,7 @@ def test_the_message_on_the_stdin_of_a_program_that_reads_its_code_there_is_refu
 @pytest.mark.parametrize("command", [
     "python3 agent.py", "python3 -c 'import sys; print(sys.stdin.read())'", "sh -c 'cat'", "cat", "bc -l",
     "python3 -m agent", "node agent.js", "perl -e 'print <STDIN>'", "ssh host cat", "awk '{print}'",
+    "unshare -r cat", "firejail --quiet cat", "make -f agent.mk reply",
 ])
 def test_a_program_that_only_reads_the_message_as_data_may_have_it_on_stdin(command: str) -> None:
     parse_profile(f"command: {command}\nstdin: message\n")
@@ -525,7 +647,9 @@ def _argv_vocabulary() -> list[str]:
     words = {"--", "-", "x", "a=b", "agent", "{{MESSAGE}}", "{{SESSION_ID}}", "--prompt={{MESSAGE}}", "-c{{MESSAGE}}",
              "'unclosed", "{{PROFILE_DIR}}/agent.py"}
     for name, rules in PROGRAMS.items():
-        words |= {name, *rules.code, *rules.values, *rules.attached, *rules.modes, *rules.subcommands}
+        words |= {name, *rules.code, *rules.values, *rules.attached, *rules.modes, *rules.subcommands,
+                  *(rules.flags or ()), *rules.command_options}
+    words |= {";", "{}", "+", "--some-new-option"}
     return sorted(words - {""})
 
 

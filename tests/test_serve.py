@@ -229,8 +229,8 @@ async def test_a_tool_the_profile_asks_about_is_a_permission_the_bot_answers_wit
     assert (await client.receive())["code"] == "unknown_turn"  # the turn is over
 
 
-async def test_a_warm_conversation_keeps_its_agent_and_its_questions_are_answered_by_decide(serve: Any,
-                                                                                             lab: Lab) -> None:
+def write_warm_profile(lab: Lab) -> None:
+    """Profile `aionrs`: the sample aionrs agent, warm, its sessions under the lab."""
     (lab.profiles / "aionrs.yaml").write_text(textwrap.dedent(f"""\
         protocol: aionrs
         command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "aionrs_like.py")!r}, --json-stream]
@@ -239,6 +239,11 @@ async def test_a_warm_conversation_keeps_its_agent_and_its_questions_are_answere
         env: {{STREAM_DELAY: "0", HOME: {str(lab.root)!r}}}
         permissions: {{default: deny, ask: [edit], timeout_secs: 5}}
     """))
+
+
+async def test_a_warm_conversation_keeps_its_agent_and_its_questions_are_answered_by_decide(serve: Any,
+                                                                                             lab: Lab) -> None:
+    write_warm_profile(lab)
     client, _ = await serve()
     await client.send(turn("w1", "please tool=Write", profile="aionrs"))
     asked = (await client.until("permission", "w1"))[-1]
@@ -546,6 +551,47 @@ def test_serve_process_answers_every_turn_then_exits_0_at_eof(lab: Lab) -> None:
     assert proc.returncode == 0, (lab.root / "serve.log").read_text()
 
 
+def finish(proc: subprocess.Popen[bytes], lab: Lab) -> None:
+    """EOF on serve's stdin; it exits 0 once every turn is answered."""
+    proc.stdin.close()  # type: ignore[union-attr]
+    proc.stdout.read()  # type: ignore[union-attr]
+    assert proc.wait(timeout=30) == 0, (lab.root / "serve.log").read_text()
+
+
+@pytest.mark.parametrize("profile", ["rec", "aionrs"])
+def test_serve_takes_only_the_conversations_own_session_id_unless_started_with_any(lab: Lab, profile: str) -> None:
+    write_warm_profile(lab)
+    proc = start_serve(lab)
+    try:
+        send(proc, turn("a1", "tag=a1 session=s-alice", conversation="alice", profile=profile))
+        alice = read_until(proc, "result", "a1")[-1]["session_id"]
+        assert alice
+        send(proc, turn("b1", "tag=b1", conversation="bob", profile=profile))
+        bob = read_until(proc, "result", "b1")[-1]["session_id"]
+        send(proc, turn("b2", "tag=b2", conversation="bob", profile=profile, session_id=alice))
+        refused = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+        assert (refused["type"], refused["id"], refused["code"]) == ("error", "b2", "session_id_refused")  # no run
+        assert "leave session_id empty" in refused["message"] and "--session-ids any" in refused["message"]
+        send(proc, turn("a2", "tag=a2", conversation="alice", profile=profile, session_id=alice))
+        own = read_until(proc, "result", "a2")[-1]  # its own id: taken
+        finish(proc, lab)
+    finally:
+        proc.kill()
+    proc = start_serve(lab, "--session-ids", "any")
+    try:
+        send(proc, turn("b3", "tag=b3", conversation="bob", profile=profile, session_id=alice))
+        foreign = read_until(proc, "result", "b3")[-1]  # any: bob's turn resumes alice's session
+        finish(proc, lab)
+    finally:
+        proc.kill()
+    assert own["outcome"] == foreign["outcome"] == "ok"
+    if profile == "rec":  # the recorder notes the session each agent started in
+        assert [(words[1], words[2]) for words in lab.lines() if words[0] == "start"] == [
+            ("a1", "-"), ("b1", "-"), ("a2", "s-alice"), ("b3", "s-alice")]
+    else:
+        assert own["session_id"] == foreign["session_id"] == alice != bob
+
+
 def test_serve_process_sigterm_cancels_turns_past_the_grace_and_exits_0(lab: Lab) -> None:
     gate = lab.gate()
     proc = start_serve(lab, "--shutdown-grace", "0.2")
@@ -650,4 +696,3 @@ def test_serve_with_a_missing_profiles_directory_exits_2(tmp_path: Path) -> None
                            "--state", str(tmp_path / "s")], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and b"profiles directory cannot be read" in proc.stderr
     assert proc.stdout == b""
-

@@ -26,7 +26,8 @@ import bridge
 import bridge.host.store
 import bridge.log
 from bridge import Outcome, SessionRecord, SessionStore, StoreError, Turn, TurnResult
-from bridge.host.store import default_store_path, disk_full_reason
+from bridge.host.location import default_store_path
+from bridge.host.store import disk_full_reason
 
 
 def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:

@@ -36,9 +36,9 @@ QUEUED = b"waits for an earlier turn"  # the info record of a turn that found it
 class Proc:
     """An `agent-bridge` subprocess whose stdout and stderr are read as they come, with a deadline."""
 
-    def __init__(self, *args: str, stdin: Any = subprocess.DEVNULL) -> None:
+    def __init__(self, *args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None) -> None:
         self.popen = subprocess.Popen([AGENT_BRIDGE, *args], stdin=stdin, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE)
+                                      stderr=subprocess.PIPE, env=env)
         self.output = {"out": b"", "err": b""}
         self._open = {self.popen.stdout.fileno(): "out", self.popen.stderr.fileno(): "err"}  # type: ignore[union-attr]
 
@@ -97,8 +97,8 @@ class Bench:
         return self.start("run", str(self.profile), message, "--conversation", conversation,
                           "--state", str(self.lab.state), "--log-level", "info", "--log-format", "json", *options)
 
-    def start(self, *args: str, stdin: Any = subprocess.DEVNULL) -> Proc:
-        proc = Proc(*args, stdin=stdin)
+    def start(self, *args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None) -> Proc:
+        proc = Proc(*args, stdin=stdin, env=env)
         self.procs.append(proc)
         return proc
 
@@ -285,6 +285,96 @@ def test_a_burst_of_runs_never_overlaps_and_chains_its_sessions(bench: Bench, tm
     assert [session for _, session in starts] == ["-", *(tag for tag, _ in starts[:-1])]
 
 
+def test_runs_started_50_ms_apart_on_a_busy_machine_are_served_in_the_order_they_started(bench: Bench,
+                                                                                          tmp_path: Path) -> None:
+    """Every other run loads its profile slowly (a cache of its own, empty: it validates the profile), and all
+    of them share one CPU, as busy as a machine gets: a run that joined its queue only once loaded fell behind
+    the fast one started 50 ms after it. The scheduler shares the CPU fairly, so the order shows what a run does
+    before it joins."""
+    served = tmp_path / "served"
+    write_agent(tmp_path, "note.sh", f"#!/bin/sh\necho \"$AGENT_MESSAGE\" >> {served}\necho noted\n")
+    profile = write_profile(tmp_path, "command: '{{PROFILE_DIR}}/note.sh'\n", "note.yaml")
+    warm = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "warm-cache")}
+    subprocess.run([sys.executable, "-c", f"import bridge; bridge.load_profile({str(profile)!r})"], env=warm,
+                   check=True, timeout=60)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {max(cpus)})  # the runs inherit it
+    try:
+        runs = []
+        for index in range(6):
+            slow = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / f"cold-cache-{index}")}
+            runs.append(bench.start("run", str(profile), f"m{index}", "--conversation", "k", "--state",
+                                    str(bench.lab.state), env=slow if index % 2 == 0 else warm))
+            time.sleep(0.05)  # the scenario: a bot starting one run per message as messages come
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert [run.finish() for run in runs] == [0] * 6, [run.err for run in runs]
+    assert served.read_text().split() == [f"m{index}" for index in range(6)]
+
+
+def test_a_run_joins_its_queue_before_it_loads_the_bridge(tmp_path: Path) -> None:
+    code = ("import sys, bridge.command; place = bridge.command.early_place(sys.argv[1:]); "
+            "print(place is not None, sorted({'trio', 'pydantic', 'yaml', 'sqlite3', 'structlog'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, "run", str(PROFILES / "echo.yaml"), "hi", "--conversation", "k",
+                           "--state", str(tmp_path / "state.sqlite3")], capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines() == ["True []"], done.stderr
+
+
+@pytest.mark.parametrize(("arguments", "queue"), [
+    (["run", "{profile}", "hi", "--conversation", "k", "--state", "{state}"], ("note", "k", "default")),
+    (["run", "--json", "--conversation=k", "--session-name", "side", "--state={state}", "{profile}", "--", "-la"],
+     ("note", "k", "side")),
+    (["run", "{named}", "--conversation", "k", "--state", "{state}", "--log-level", "info"],
+     ("bot one", "k", "default")),
+    (["run", "{profile}", "hi", "--state", "{state}"], None),  # no conversation: no queue
+    (["run", "{profile}", "hi", "--conv", "k", "--state", "{state}"], None),  # an abbreviation: `run` reads it
+    (["run", "{profile}", "hi", "--conversation", "k", "--some-new-option", "x", "--state", "{state}"], None),
+    (["run", "{profile}", "hi", "--conversation", "k", "--state", "postgresql://bot@db/bridge"], None),
+    (["chat", "{profile}", "--conversation", "k", "--state", "{state}"], None),
+])
+def test_the_place_taken_before_loading_is_in_the_queue_the_command_line_names(
+        tmp_path: Path, arguments: list[str], queue: tuple[str, str, str] | None) -> None:
+    from bridge.command import early_place
+
+    profile = write_profile(tmp_path, "command: agent\n", "note.yaml")
+    named = write_profile(tmp_path, "command: agent\nname: 'bot one'  # as the store knows it\n", "named.yaml")
+    state = tmp_path / "state.sqlite3"
+    place = early_place([word.format(profile=profile, named=named, state=state) for word in arguments])
+    if queue is None:
+        assert place is None
+        return
+    assert place is not None
+    try:
+        locks = TurnLocks(state)
+        assert locks.holds(place, *queue)
+        locks.close()
+    finally:
+        place.release()
+
+
+def test_a_wrong_guess_of_the_profiles_name_is_put_right_once_the_profile_is_loaded(tmp_path: Path) -> None:
+    from bridge.cli.sessions import Conversation
+    from bridge.command import early_place
+
+    profile = write_profile(tmp_path, "command: agent\nname: >-\n  folded\n", "note.yaml")  # guessed as '>-'
+    state = str(tmp_path / "state.sqlite3")
+    guessed = early_place(["run", str(profile), "hi", "--conversation", "k", "--state", state])
+    right = early_place(["run", str(profile), "hi", "--conversation", "k", "--state", state])
+    assert guessed is not None and right is not None
+    conversation = Conversation(state, "folded", "k", "default")
+    try:
+        place = conversation.join(guessed)
+        assert place is not guessed and not os.path.exists(guessed.path)  # left the wrong queue
+        assert conversation.queue.holds(place, "folded", "k", "default")  # type: ignore[union-attr]
+        place.release()
+        right_conversation = Conversation(state, ">-", "k", "default")
+        assert right_conversation.join(right) is right  # a right guess is the place itself
+        right_conversation.close()
+    finally:
+        right.release()
+        conversation.close()
+
+
 def test_a_run_killed_while_its_agent_runs_does_not_block_the_next(bench: Bench) -> None:
     gate = bench.gate()
     holder = bench.run(f"tag=0 session=s0 gate={gate}")
@@ -355,8 +445,9 @@ def test_other_conversations_and_session_names_do_not_wait(bench: Bench) -> None
     assert holder.finish() == 0
 
 
-def test_a_run_without_a_conversation_loads_neither_the_store_nor_the_queue() -> None:
-    code = ("import sys; from bridge.cli import main; code = main(['run', sys.argv[1], 'hi']); "
+@pytest.mark.parametrize("entry", ["bridge.cli", "bridge.command"])  # the function, and the installed command
+def test_a_run_without_a_conversation_loads_neither_the_store_nor_the_queue(entry: str) -> None:
+    code = (f"import sys; from {entry} import main; code = main(['run', sys.argv[1], 'hi']); "
             "print(code, sorted({'sqlite3', 'bridge.host.store', 'bridge.host.turnlock'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code, str(PROFILES / "echo.yaml")], capture_output=True,
                           text=True, timeout=60)

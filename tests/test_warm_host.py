@@ -101,6 +101,20 @@ async def test_turns_of_a_conversation_run_on_one_live_agent_and_the_host_says_g
     assert_no_live_process([pid1, pid3])  # shutdown ended them
 
 
+async def test_with_client_session_ids_stored_a_live_conversation_refuses_another_ones_session(lab: Lab) -> None:
+    with trio.fail_after(TURN_DEADLINE):
+        async with bridge.open_host(lab.profiles, state=lab.state, client_session_ids="stored") as host:
+            alice = await host.submit("warm", "alice", Turn("one"))
+            bob = await host.submit("warm", "bob", Turn("one"))
+            with pytest.raises(bridge.SessionIdRefused):
+                await host.submit("warm", "bob", Turn("two", session_id=alice.session_id))
+            again = await host.submit("warm", "bob", Turn("two", session_id=bob.session_id))
+        async with lab.host() as host:  # "any": bob's turn takes alice's session, history and all
+            foreign = await host.submit("warm", "bob", Turn("three", session_id=alice.session_id))
+    assert served_by(again)[0] == 2 and again.session_id == bob.session_id != alice.session_id
+    assert served_by(foreign)[0] == 2 and foreign.session_id == alice.session_id
+
+
 async def test_an_idle_agent_leaves_after_keep_warm_secs_and_the_next_turn_resumes_the_session(lab: Lab) -> None:
     lab.profile(keep_warm_secs=0.2)
     with trio.fail_after(TURN_DEADLINE):

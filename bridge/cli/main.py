@@ -32,12 +32,14 @@ from .printer import ERROR, WARNING, HumanPrinter, JsonPrinter, paint
 from .terminal import LineReader, ask
 
 if TYPE_CHECKING:
+    from ..host.turnlock import Place
     from .sessions import Conversation
 
 EXIT_USAGE = 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, early_place: Place | None = None) -> int:
+    """The `agent-bridge` command; `early_place`: the queue place `run` took before loading (`bridge.command`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # A command line that starts with its command is parsed by that command's parser alone, so the others
     # are not made: argparse looks up its gettext translations for every parser it makes, and all of them
@@ -62,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hide_in_result = (args.command in ("run", "chat") and not getattr(args, "json", False)
                       and args.log_level not in ("debug", "info"))
     configure_logging(args.log_level, args.log_format, hide_in_result=hide_in_result)
+    args.early_place = early_place
     try:
         return int(args.handler(args))
     except BridgeError as err:
@@ -279,6 +282,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                            help="with --postgres: this gateway's name, its bot's namespace (its turn ids and "
                            "sessions are apart from other gateways'); one live gateway per name; the next serve of "
                            "that name sends the results this one could not (default: serve)")
+        serve.add_argument("--session-ids", choices=("stored", "any"), default="stored",
+                           help="stored: refuse a turn whose session_id is not its conversation's stored session "
+                           "(session_id_refused); any: resume whatever session a turn names (default: stored)")
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
@@ -390,7 +396,7 @@ def _run_command(args: argparse.Namespace) -> int:
     place = None
     try:
         with _signals_end_the_command():  # no agent runs yet: Ctrl-C or SIGTERM simply ends the command
-            place = conversation.join()
+            place = conversation.join(args.early_place)
             if not place.try_wait():
                 get_logger(profile=profile.label, conversation=conversation.key).info(
                     "turn waits for an earlier turn of its conversation")
@@ -614,7 +620,7 @@ def _serve_command(args: argparse.Namespace) -> int:
     limits = {name: value for name in ("max_concurrent", "max_queued", "shutdown_grace")
               if (value := getattr(args, name)) is not None}
     return run_serve(args.profiles, state=args.state, postgres=args.postgres, name=args.name,
-                     namespace=args.namespace, **limits)
+                     namespace=args.namespace, session_ids=args.session_ids, **limits)
 
 
 def _worker_command(args: argparse.Namespace) -> int:

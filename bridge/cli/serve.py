@@ -25,6 +25,7 @@ import trio
 
 from ..dialects import MAX_SESSION_ID_CHARS, ActivityEvent, LineSplitter, PartialEvent, SessionEvent, session_id_problem
 from ..errors import BridgeError, ProfileError, TurnError
+from ..host.common import ClientSessionIds
 from ..host.registry import UnknownProfile
 from ..host.runtime import (
     DEFAULT_MAX_CONCURRENT,
@@ -33,6 +34,7 @@ from ..host.runtime import (
     DuplicateTurn,
     Host,
     HostClosed,
+    SessionIdRefused,
     open_host,
 )
 from ..host.scheduler import QueueFull
@@ -69,6 +71,7 @@ SHUTTING_DOWN = "shutting_down"
 UNKNOWN_TURN = "unknown_turn"
 UNKNOWN_REQUEST = "unknown_request"
 STORE_ERROR = "store_error"
+SESSION_ID_REFUSED = "session_id_refused"  # --session-ids stored: not the conversation's stored session
 DETACHED = "detached"  # serve --postgres stopped before the result came; the next one sends it
 INTERNAL_ERROR = "internal_error"
 
@@ -442,6 +445,10 @@ class Server:
             raise RequestError(PROFILE_INVALID, f"profile {request.profile!r} does not load: {err}") from None
         except TurnError as err:
             raise RequestError(INVALID_REQUEST, str(err)) from None
+        except SessionIdRefused as err:
+            raise RequestError(SESSION_ID_REFUSED, f"{err}; or start serve with --session-ids any") from None
+        except StoreError as err:  # read to check the turn's session_id
+            raise RequestError(STORE_ERROR, str(err)) from None
         except BridgeError as err:
             if not isinstance(code := getattr(err, "code", None), str):  # the PostgreSQL gateway's refusals
                 raise
@@ -594,13 +601,14 @@ async def _shut_down_on_signals(server: Server, task_status: trio.TaskStatus[Non
 def run_serve(profiles: str | os.PathLike[str] | None, *, state: str | os.PathLike[str] | None = None,
               max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
               shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
-              name: str = "serve", namespace: str | None = None) -> int:
+              name: str = "serve", namespace: str | None = None, session_ids: ClientSessionIds = "stored") -> int:
     """`agent-bridge serve`: returns the exit code (0 after a graceful shutdown).
 
     A profiles directory that cannot be read or a store that cannot be opened
     raises a `BridgeError` before anything is read. With `postgres`, serve is
     a gateway to the workers of that database (`name`: see `RemoteHost`);
-    else `namespace` is that of a PostgreSQL `state`.
+    else `namespace` is that of a PostgreSQL `state`. `session_ids`: the
+    host's `client_session_ids`.
     """
     from ..process import become_subreaper, log_containment
 
@@ -609,7 +617,8 @@ def run_serve(profiles: str | os.PathLike[str] | None, *, state: str | os.PathLi
 
     async def main() -> int:
         host = open_host(profiles, state=state, max_concurrent=max_concurrent, max_queued=max_queued,
-                         shutdown_grace=shutdown_grace, postgres=postgres, gateway_name=name, namespace=namespace)
+                         shutdown_grace=shutdown_grace, postgres=postgres, gateway_name=name, namespace=namespace,
+                         client_session_ids=session_ids)
         async with host:
             return await serve_stdio(host)  # type: ignore[arg-type]
 

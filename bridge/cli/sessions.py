@@ -14,15 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BridgeError
+from ..host.location import store_path
 from ..host.state import check_namespace_applies, open_store, open_turn_locks, store_exists
-from ..host.store import SessionRecord, store_path
+from ..host.store import SessionRecord
+from ..host.turnlock import TurnLocks
 from ..profile import load_profile
 from ..result import TurnResult
 
 if TYPE_CHECKING:
     from ..host.postgres.turnlock import PgPlace, PgTurnLocks
     from ..host.state import Store
-    from ..host.turnlock import Place, TurnLocks
+    from ..host.turnlock import Place
 
 
 class Conversation:
@@ -48,8 +50,14 @@ class Conversation:
         self.key = key
         self.session_name = session_name
 
-    def join(self) -> Place | PgPlace:
-        """A place behind every turn of this conversation already waiting or running, in any process."""
+    def join(self, early: Place | None = None) -> Place | PgPlace:
+        """A place behind every turn of this conversation already waiting or running, in any process: `early`,
+        the place the command took before it loaded (`bridge.command`), when it is in this conversation's queue."""
+        if early is not None:
+            if isinstance(self.queue, TurnLocks) and self.queue.holds(early, self.profile, self.key,
+                                                                      self.session_name):
+                return early
+            early.release()
         return self.queue.join(self.profile, self.key, self.session_name)
 
     async def join_async(self) -> Place | PgPlace:

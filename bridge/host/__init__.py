@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .postgres.store import PostgresSessionStore
     from .postgres.worker import Worker
     from .registry import ProfileRegistry, UnknownProfile
-    from .runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionStoreLike, open_host
+    from .runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionIdRefused, SessionStoreLike, open_host
     from .scheduler import QueueFull
     from .state import open_store
     from .store import SessionRecord, SessionStore, StoreError
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "DuplicateTurn": "runtime", "Host": "runtime", "HostClosed": "runtime", "HostStats": "runtime",
-    "SessionStoreLike": "runtime", "open_host": "runtime", "ProfileRegistry": "registry",
+    "SessionStoreLike": "runtime", "SessionIdRefused": "runtime", "open_host": "runtime", "ProfileRegistry": "registry",
     "UnknownProfile": "registry", "QueueFull": "scheduler", "SessionRecord": "store", "SessionStore": "store",
     "StoreError": "store", "TurnLockError": "turnlock", "PostgresSessionStore": "postgres.store",
     "open_store": "state", "RemoteHost": "postgres.gateway", "FleetStats": "postgres.gateway",
@@ -49,7 +49,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DuplicateTurn", "FleetStats", "GatewayNameTaken", "Host", "HostClosed", "HostStats", "PostgresSessionStore",
-    "ProfileRegistry", "QueueFull", "RemoteHost", "RemoteTurnError", "SessionRecord", "SessionStore",
+    "ProfileRegistry", "QueueFull", "RemoteHost", "RemoteTurnError", "SessionIdRefused", "SessionRecord",
+    "SessionStore",
     "SessionStoreLike", "StoreError", "TurnDetached", "TurnLockError", "UnknownProfile", "Worker", "open_host",
     "open_store",
 ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hmac
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import BridgeError
 
@@ -15,6 +16,35 @@ class HostClosed(BridgeError):
 
 class DuplicateTurn(BridgeError, ValueError):
     """A turn with this id is already queued or running; ids must be unique among turns in flight."""
+
+
+class SessionIdRefused(BridgeError):
+    """The turn names a session id that is not its conversation's stored one, and the host takes only that one
+    (`client_session_ids="stored"`): a session id resumes whichever conversation's history it belongs to."""
+
+
+# What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.
+ClientSessionIds = Literal["any", "stored"]
+CLIENT_SESSION_IDS: tuple[ClientSessionIds, ...] = ("any", "stored")
+
+
+def check_client_session_ids(value: object) -> ClientSessionIds:
+    if value not in CLIENT_SESSION_IDS:
+        raise ValueError(f"client_session_ids must be 'any' or 'stored', not {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def refuse_unless_stored(session_id: str, stored: str, profile: str, conversation: str, session_name: str) -> None:
+    """Raise `SessionIdRefused` unless `session_id` is `stored`, the conversation's own session.
+
+    The id is a bearer secret: compared in constant time, and what is stored is never said.
+    """
+    if not hmac.compare_digest(session_id.encode(), stored.encode()):
+        raise SessionIdRefused(
+            f"the turn's session_id is not the session stored for conversation {conversation!r} (profile "
+            f"{profile!r}, session name {session_name!r}), and this host takes no other: leave session_id empty to "
+            "resume the conversation's own session (a session id resumes whichever conversation's history it "
+            "belongs to)")
 
 
 @dataclass(frozen=True, slots=True)

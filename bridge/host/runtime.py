@@ -36,7 +36,15 @@ from ..runner import EventCallback, PartialCallback, PermissionCallback, _decisi
 from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from ..turn import Turn, text_problem
 from ..warm import WarmAgent, WarmStartError
-from .common import DuplicateTurn, HostClosed, HostStats
+from .common import (
+    ClientSessionIds,
+    DuplicateTurn,
+    HostClosed,
+    HostStats,
+    SessionIdRefused,
+    check_client_session_ids,
+    refuse_unless_stored,
+)
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
 from .scheduler import QueueFull, Ticket, TurnQueue
@@ -49,6 +57,7 @@ if TYPE_CHECKING:
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
 DEFAULT_SHUTDOWN_GRACE = 10.0
+_CLOSED = "the host is shutting down and takes no new turns"
 
 
 class SessionStoreLike(Protocol):
@@ -77,7 +86,8 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
               state: str | os.PathLike[str] | SessionStoreLike | None = None,
               max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
               shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
-              gateway_name: str = "serve", namespace: str | None = None) -> Host | RemoteHost:
+              gateway_name: str = "serve", namespace: str | None = None,
+              client_session_ids: ClientSessionIds = "any") -> Host | RemoteHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
     `state` is the session store: a file path, a `postgresql://` URL (a
@@ -94,6 +104,9 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
     `max_concurrent` turns run at once; `max_queued` more may wait, then
     `submit` raises `QueueFull`. On shutdown, turns in flight get
     `shutdown_grace` seconds to finish before they are cancelled.
+    `client_session_ids="stored"` refuses a turn whose `session_id` is set
+    and is not its conversation's stored one (`SessionIdRefused`); "any"
+    (the default) runs a turn on whatever session it names.
 
     With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`):
     turns go to the PostgreSQL queue and run on `agent-bridge worker`s, which
@@ -107,7 +120,8 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
 
         if namespace is not None and namespace != gateway_name:
             raise TypeError("a gateway's namespace is its name: pass gateway_name= instead of namespace=")
-        return RemoteHost(postgres, name=gateway_name, max_queued=max_queued, shutdown_grace=shutdown_grace)
+        return RemoteHost(postgres, name=gateway_name, max_queued=max_queued, shutdown_grace=shutdown_grace,
+                          client_session_ids=client_session_ids)
     if profiles is None:
         raise TypeError("open_host() needs a profiles directory (or postgres= for a gateway)")
     registry = ProfileRegistry(profiles)
@@ -131,7 +145,7 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
             store.close()  # type: ignore[attr-defined]
         raise
     return Host(registry, store, owns_store=owned, turn_locks=turn_locks, max_concurrent=max_concurrent,
-                max_queued=max_queued, shutdown_grace=shutdown_grace)
+                max_queued=max_queued, shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
 
 
 class Host:
@@ -143,12 +157,13 @@ class Host:
     def __init__(self, registry: ProfileRegistry, store: SessionStoreLike, *, owns_store: bool = False,
                  turn_locks: TurnLocks | PgTurnLocks | None = None,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
-                 shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE) -> None:
+                 shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, client_session_ids: ClientSessionIds = "any") -> None:
         if not shutdown_grace >= 0:
             raise ValueError("shutdown_grace must be at least 0 seconds")
         self.registry = registry
         self.store = store
         self.shutdown_grace = shutdown_grace
+        self.client_session_ids = check_client_session_ids(client_session_ids)
         self._owns_store = owns_store
         self._turn_locks = turn_locks  # the store's queues, shared with other processes (CLI runs…)
         self._queue = TurnQueue(max_concurrent, max_queued)
@@ -197,14 +212,16 @@ class Host:
 
         Refused at once, before anything runs: `HostClosed`, `QueueFull`,
         `UnknownProfile` / `ProfileError` (the profile is missing or does not
-        load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`.
+        load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`, and with
+        `client_session_ids="stored"` `SessionIdRefused` (`turn.session_id` is
+        set and is not the conversation's stored one, as read at submit).
         `nursery.start(host.submit, ...)` returns the turn id once the turn
         was accepted. `StoreError` when the stored session cannot be read, and
         `TurnLockError` when the conversation's queue cannot be used (the
         turn does not run: resuming the wrong session would be worse).
         """
         if self._closing:
-            raise HostClosed("the host is shutting down and takes no new turns")
+            raise HostClosed(_CLOSED)
         if not isinstance(turn, Turn):
             raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
         if not isinstance(conversation, str) or not conversation:
@@ -213,6 +230,12 @@ class Host:
             raise TurnError(f"the conversation key {problem}")
         if not turn.session_name:
             raise TurnError("the turn's session_name must not be empty (the default is 'default')")
+        key: Key = (profile, conversation, turn.session_name)
+        if turn.session_id and self.client_session_ids == "stored":
+            self.registry.get(profile)  # an unknown profile is refused as such, before the store is read
+            await self._refuse_a_session_id_not_stored(key, turn.session_id)
+            if self._closing:  # shutdown began while the store was read
+                raise HostClosed(_CLOSED)
         if turn_id is None:
             turn_id = f"turn-{next(self._ids)}"
             while turn_id in self._flights:  # the caller chose an id of this shape
@@ -220,10 +243,9 @@ class Host:
         elif turn_id in self._flights:
             raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
         loaded = self.registry.get(profile)
-        questions = Questions(listening=on_event is not None or on_permission is not None)
-        flight = _Flight((profile, conversation, turn.session_name), next(self._arrivals), turn_id, loaded,
-                         questions)
         log = self._log.bind(turn_id=turn_id, profile=profile, conversation=conversation)
+        questions = Questions(listening=on_event is not None or on_permission is not None)
+        flight = _Flight(key, next(self._arrivals), turn_id, loaded, questions)
         try:
             runs_now = self._queue.admit(flight)
         except QueueFull:
@@ -411,6 +433,22 @@ class Host:
                 pool.checkin(key, stamp)  # type: ignore[union-attr]
         return result
 
+    async def _refuse_a_session_id_not_stored(self, key: Key, session_id: str) -> None:
+        """Raise `SessionIdRefused` unless `session_id` is the one stored for the turn's conversation."""
+        log = self._log.bind(profile=key[0], conversation=key[1])
+        try:
+            stored, _ = await trio.to_thread.run_sync(self._lookup, key)
+        except BridgeError as err:
+            self._store_errors += 1
+            log.error("the stored session cannot be read to check the turn's session_id; the turn does not run",
+                      error=str(err))
+            raise
+        try:
+            refuse_unless_stored(session_id, stored, *key)
+        except SessionIdRefused:
+            log.warning("turn refused: its session_id is not the conversation's stored one")
+            raise
+
     def _lookup(self, key: Key) -> tuple[str, str]:
         """The stored session id and its record's stamp ("" when the store cannot tell: see `pool`)."""
         lookup = getattr(self.store, "lookup", None)
@@ -503,4 +541,5 @@ def _cancelled_result(profile: Profile, started: float) -> TurnResult:
     return cancelled_result(profile, max(0, round((trio.current_time() - started) * 1000)))
 
 
-__all__ = ["DuplicateTurn", "Host", "HostClosed", "HostStats", "QueueFull", "SessionStoreLike", "open_host"]
+__all__ = ["DuplicateTurn", "Host", "HostClosed", "HostStats", "QueueFull", "SessionIdRefused", "SessionStoreLike",
+           "open_host"]

@@ -12,7 +12,8 @@ import os
 from typing import TYPE_CHECKING
 
 from .postgres.db import is_postgres_url
-from .store import SessionStore, StoreError, store_path
+from .location import store_path
+from .store import SessionStore, StoreError
 from .turnlock import TurnLocks
 
 if TYPE_CHECKING:

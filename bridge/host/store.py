@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from ..errors import BridgeError
 from ..log import get_logger
 from ..result import TurnResult
+from .location import store_path
 
 # How long a writer waits for another process's transaction before giving up.
 # Transactions last well under a millisecond; only a stuck process holds one this long.
@@ -103,21 +104,6 @@ class SessionRecord:
             "last_outcome": self.last_outcome,
             "last_exit_code": self.last_exit_code,
         }
-
-
-def default_store_path() -> Path:
-    """`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`, else `~/.local/state/agent-bridge/…`.
-
-    Per the XDG spec an unset, empty or relative `XDG_STATE_HOME` is ignored.
-    """
-    state_home = os.environ.get("XDG_STATE_HOME", "")
-    base = Path(state_home) if os.path.isabs(state_home) else Path.home() / ".local" / "state"
-    return base / "agent-bridge" / "sessions.sqlite3"
-
-
-def store_path(path: str | os.PathLike[str] | None = None) -> Path:
-    """The file a `SessionStore(path)` uses: `path` (`~` expanded), else the default."""
-    return Path(os.path.expanduser(path)) if path is not None else default_store_path()
 
 
 class SessionStore:

@@ -36,10 +36,15 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-
-import trio
+from typing import TYPE_CHECKING
 
 from ..errors import BridgeError
+
+if TYPE_CHECKING:
+    import trio
+
+# trio is imported by the functions that wait in it: `agent-bridge run --conversation` joins its queue
+# before the rest of the bridge loads (bridge.command), and trio alone takes longer to import than that.
 
 JOIN_LOCK = "join.lock"
 # Waiting without a thread means polling, which only happens while another
@@ -51,6 +56,8 @@ POLL_MAX_SECS = 0.05
 async def poll_until(ready: Callable[[], bool | Awaitable[bool]], abandon: trio.Event | None = None) -> bool:
     """Ask `ready()` until it says True, backing off from POLL_FIRST_SECS to POLL_MAX_SECS between tries;
     False as soon as `abandon` is set. A place's wait polls: no thread is left blocked when it is abandoned."""
+    import trio
+
     delay = POLL_FIRST_SECS
     while True:
         answer = ready()
@@ -140,6 +147,8 @@ class TurnLocks:
 
     async def join_async(self, profile: str, conversation: str, session_name: str) -> Place:
         """`join` without blocking the trio loop: while another process is joining, poll."""
+        import trio
+
         key_hash = conversation_hash(profile, conversation, session_name)
         delay = POLL_FIRST_SECS
         while (place := self._join(key_hash, block=False)) is None:
@@ -168,6 +177,12 @@ class TurnLocks:
         except OSError as err:
             raise self._error(err) from None
         return Place(path, fd, [os.path.join(self.directory, name) for name in ahead])
+
+    def holds(self, place: Place, profile: str, conversation: str, session_name: str) -> bool:
+        """Whether `place` is in this store's queue of (profile, conversation, session name)."""
+        ticket = parse_ticket(os.path.basename(place.path))
+        return (os.path.dirname(place.path) == self.directory and ticket is not None
+                and ticket[0] == conversation_hash(profile, conversation, session_name))
 
     def close(self) -> None:
         if self._join_fd >= 0:

@@ -8,8 +8,10 @@ them: as the program itself, as the value of a code option (`sh -c`,
 `node --eval=`), as an operand that is code (awk's program, ssh's remote
 command), or where a program that can run code from an option reads options
 (`python3 {{MESSAGE}}` with the message `-cimport os`). To know where that is,
-argv is walked through wrapper commands (`timeout -s KILL 5 sh -c …`) with one
-table of programs, `PROGRAMS`.
+argv is walked through wrapper commands (`timeout -s KILL 5 sh -c …`,
+`find . -exec … ;`) with one table of programs, `PROGRAMS`. Where the table
+does not know one of a wrapper's options, the walk reads argv each way that
+option could be read, and a placeholder is refused if any reading refuses it.
 
 Pure: no I/O. `bridge.profile.schema` refuses what `argv_problem` and
 `environment_problem` find; `agent-bridge check` prints `option_injection_warnings`.
@@ -22,7 +24,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 UNTRUSTED_PLACEHOLDERS = ("MESSAGE", "SESSION_ID", "SESSION_NAME")
 # The variable that carries each one, for the advice "read $AGENT_MESSAGE instead".
@@ -49,6 +51,8 @@ class Operand(enum.Enum):
     COMMAND = "command"        # it and all after it are a command line to run (timeout 5 COMMAND…)
     SHELL_WORDS = "shell words"  # it and all after it are joined into a command for a shell (ssh, watch)
     SUBCOMMAND = "subcommand"  # picks the rules for the rest (git, docker)
+    NUMBER = "number"          # data when it is a number; any other word is the next operand (chrt's priority)
+    ASSIGNMENT = "assignment"  # a goal, or NAME=VALUE setting a variable its code runs (make)
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,12 @@ class Program:
     """How one program reads its argv: the options that matter and what its operands are.
 
     Options are written as the program spells them (`-c`, `--eval`, `-ex`).
-    An option not listed is taken as a flag without a value, which errs on the
-    strict side: the word after it is then read as an option or an operand.
+    Without `flags`, an option not listed is taken as a flag without a value.
+    With `flags`, an option in no list is one the table does not know (a newer
+    version's, a misspelling): the walk reads it both ways, as a flag and as
+    taking the next word, and a placeholder is refused if either reading
+    refuses it. Wrappers list their flags, since reading an unknown option's
+    value as the command would make the real command look like data.
     """
 
     code: frozenset[str] = frozenset()      # options whose value is code, or names code to load or run
@@ -76,25 +84,36 @@ class Program:
     late: frozenset[str] = frozenset()      # options still read where the command would start (flock FILE -c)
     stdin_code: frozenset[str] = frozenset()  # options that make it read its program from stdin (sh -s)
     subcommands: Mapping[str, Program] = field(default_factory=dict)  # "": any other (default _ANY_SUBCOMMAND)
+    flags: frozenset[str] | None = None     # options without a value, when the table knows them all
+    arity: Mapping[str, int] = field(default_factory=dict)  # options taking several words (bwrap --bind SRC DEST)
+    command_options: frozenset[str] = frozenset()  # followed by a command up to `;` (find -exec CMD … ;)
+    dash_dash_ends_options: bool = True     # `--` ends its options (find reads its expression after one)
+    shell_without_command: bool = False     # given no command, it runs the user's shell (unshare, nsenter)
 
     def option_kind(self, name: str) -> tuple[str, str]:
-        """(the option's canonical name, "code" | "value" | "attached" | "flag")."""
+        """(the option's canonical name, "code" | "value" | "attached" | "command" | "flag" | "unknown")."""
         if name in self.code:
             return name, "code"
         if name in self.values:
             return name, "value"
         if name in self.attached:
             return name, "attached"
-        if name in self.modes or not name.startswith("--") and not self.single_dash_long:
+        if name in self.command_options:
+            return name, "command"
+        known_flags = self.flags or frozenset()
+        if name in self.modes or name in known_flags:
             return name, "flag"
+        unlisted = "flag" if self.flags is None else "unknown"
+        if not name.startswith("--") and not self.single_dash_long:
+            return name, unlisted
         # Long options may be abbreviated (GNU getopt_long, gdb, pwsh): --eval-c, -comm.
         for candidate in sorted(self.code):
             if candidate.startswith(name):
                 return candidate, "code"
-        candidates = [option for option in (*self.values, *self.modes) if option.startswith(name)]
+        candidates = [option for option in (*self.values, *self.modes, *known_flags) if option.startswith(name)]
         if len(candidates) == 1:
             return candidates[0], ("value" if candidates[0] in self.values else "flag")
-        return name, "flag"
+        return name, unlisted
 
 
 def _words(text: str) -> frozenset[str]:
@@ -186,6 +205,27 @@ _UVX = Program(
                   "--directory --project --cache-dir --python-preference --color"),
     operands=(_P, _A),
 )
+_BWRAP_PAIRS = ("--bind --bind-try --ro-bind --ro-bind-try --dev-bind --dev-bind-try --bind-fd --ro-bind-fd --file "
+                "--bind-data --ro-bind-data --symlink --chmod")  # bwrap options taking two words: SRC DEST
+_FIND = Program(
+    values=_words("-D -amin -anewer -atime -cmin -cnewer -ctime -fstype -gid -group -ilname -iname -inum -ipath "
+                  "-iregex -iwholename -links -lname -mmin -mtime -name -newer -path -perm -regex -samefile "
+                  "-size -type -uid -used -user -wholename -xtype -context -maxdepth -mindepth -files0-from "
+                  "-fprint -fprint0 -fls -printf -fprintf -regextype -Bmin -Bnewer -Btime")
+    | frozenset(f"-newer{x}{y}" for x in "aBcm" for y in "aBcmt"),
+    attached=_words("-O"), arity={"-fprintf": 2},  # -fprintf FILE FORMAT
+    command_options=_words("-exec -execdir -ok -okdir"),
+    # A path it starts from is where its expression may start too (find -- -delete deletes): a message
+    # there would be read as a test or an action, `--` or not.
+    operands=(_D,), permutes=True, dash_dash_ends_options=False,
+)
+_MAKE = Program(
+    code=_words("-f --file --makefile -C --directory -I --include-dir -E --eval"),  # a makefile, or where to find one
+    values=_words("-o --old-file --assume-old -W --what-if --new-file --assume-new --jobserver-auth "
+                  "--jobserver-fds --jobserver-style"),
+    attached=_words("-j -l -O"),  # make -j 4 takes a number as -j's value, anything else as a goal
+    operands=(Operand.ASSIGNMENT,), permutes=True,
+)
 
 # Every program whose argv can carry code, by the name it is run as (a path and a
 # version suffix are ignored). A program not in the table gets only the
@@ -255,6 +295,7 @@ PROGRAMS: dict[str, Program] = {
                       "-geometry -ib -bw -lsp -parent-id -dump-file -seccomp"),
         single_dash_long=True, permutes=True, operands=(_D,),
     ),
+    "find": _FIND, "make": _MAKE, "gmake": _MAKE,
     "git": Program(
         code=_words("-c --config-env --exec-path -C --git-dir --work-tree"),
         values=_words("--namespace --super-prefix --list-cmds --attr-source"),
@@ -270,10 +311,58 @@ PROGRAMS: dict[str, Program] = {
                    splits=_words("-S --split-string"), dash_is_option=True, assignments=True,
                    operands=(_CMD,)),
     "timeout": Program(values=_words("-s --signal -k --kill-after"), operands=(_D, _CMD)),
+    # nice -5 COMMAND: -NUM is an adjustment, read here as flags -5 (-1 -0 for -10); no flags list for that
     "nice": Program(values=_words("-n --adjustment"), operands=(_CMD,)),
     "nohup": Program(operands=(_CMD,)),
     "setsid": Program(operands=(_CMD,)),
-    "stdbuf": Program(values=_words("-i -o -e --input --output --error"), operands=(_CMD,)),
+    "stdbuf": Program(values=_words("-i -o -e --input --output --error"), flags=_words("--help --version"),
+                      operands=(_CMD,)),
+    # prlimit --nofile=64 COMMAND: a resource's limit is attached (-n64, --nofile=64), never the next word
+    "prlimit": Program(
+        values=_words("-p --pid -o --output"), attached=_words("-c -d -e -f -i -l -m -n -q -r -s -t -u -v -x -y"),
+        flags=_words("--noheadings --raw --verbose -h --help -V --version --as --core --cpu --data --fsize --locks "
+                     "--memlock --msgqueue --nice --nofile --nproc --rss --rtprio --rttime --sigpending --stack"),
+        operands=(_CMD,),
+    ),
+    "setpriv": Program(
+        values=_words("--inh-caps --ambient-caps --ruid --euid --rgid --egid --reuid --regid --groups "
+                      "--bounding-set --securebits --pdeathsig --ptracer --selinux-label --apparmor-profile "
+                      "--landlock-access --landlock-rule --list-landlock-rights --seccomp-filter"),
+        flags=_words("-d --dump --nnp --no-new-privs --list-caps --clear-groups --keep-groups --init-groups "
+                     "--landlock-support --list-landlock-access --reset-env -h --help -V --version"),
+        operands=(_CMD,),
+    ),
+    # A property can be ExecStartPre=, an environment variable LD_PRELOAD: both are code.
+    "systemd-run": Program(
+        code=_words("-p --property -E --setenv --path-property --socket-property --timer-property"),
+        values=_words("-C --capsule -u --unit --description --slice --expand-environment -H --host -M --machine "
+                      "--service-type --uid --gid --nice --on-active --on-boot --on-startup --on-unit-active "
+                      "--on-unit-inactive --on-calendar --working-directory --job-mode --background --json"),
+        flags=_words("-h --help --version --user --system --scope --slice-inherit -r --remain-after-exit "
+                     "--send-sighup --wait -t --tty --pty -P --pipe -q --quiet --on-timezone-change "
+                     "--on-clock-change --no-block --no-ask-password -G --collect -d --same-dir -S --shell "
+                     "--ignore-failure"),
+        stdin_code=_words("-S --shell"), operands=(_CMD,),
+    ),
+    # bwrap reads each option's values as separate words, and stops at the first word not starting with '-'.
+    "bwrap": Program(
+        code=_words("--args --setenv"),  # --args FD: more options from a file descriptor
+        values=_words(_BWRAP_PAIRS + " --overlay --argv0 --chdir --remount-ro --overlay-src --tmp-overlay "
+                      "--ro-overlay --proc --exec-label --file-label --dev --tmpfs --mqueue --dir --lock-file "
+                      "--sync-fd --block-fd --userns-block-fd --info-fd --json-status-fd --seccomp "
+                      "--add-seccomp-fd --userns --userns2 --pidns --unsetenv --uid --gid --hostname --cap-add "
+                      "--cap-drop --perms --size"),
+        arity={**dict.fromkeys(_words(_BWRAP_PAIRS + " --setenv"), 2), "--overlay": 3},
+        flags=_words("--help --version --level-prefix --unshare-all --unshare-user --unshare-user-try "
+                     "--unshare-ipc --unshare-pid --unshare-net --unshare-uts --unshare-cgroup "
+                     "--unshare-cgroup-try --share-net --disable-userns --assert-userns-disabled --clearenv "
+                     "--new-session --die-with-parent --as-pid-1"),
+        operands=(_CMD,),
+    ),
+    # firejail's options are single words (--profile=FILE); no option takes the next word. Before 0.9.72 it
+    # ran the command through --shell=PROGRAM (quoting the arguments).
+    "firejail": Program(code=_words("--shell --profile --include --env --audit"), operands=(_CMD,),
+                        shell_without_command=True),
     "time": Program(values=_words("-f --format -o --output"), operands=(_CMD,)),
     "sudo": Program(
         values=_words("-u --user -g --group --host -p --prompt -C --close-from -D --chdir -r --role -t --type "
@@ -286,6 +375,8 @@ PROGRAMS: dict[str, Program] = {
     "su": _SU,
     "runuser": Program(
         code=_SU.code, values=_SU.values | _words("-u --user"), dash_is_option=True, permutes=True,
+        flags=_words("-f --fast -l --login -m -p --preserve-environment -P --pty -T --no-pty -h --help "
+                     "-V --version"),
         operands=_SU.operands, modes={**_SU.modes, **dict.fromkeys(("-u", "--user"), (_CMD,))},
     ),
     "sg": Program(code=_words("-c"), dash_is_option=True, operands=(_D, _SH)),
@@ -295,9 +386,12 @@ PROGRAMS: dict[str, Program] = {
                       "--process-slot-var"),
         attached=_words("-e -i -l"), operands=(_CMD,),
     ),
-    "flock": Program(code=_words("-c --command"), values=_words("-w --wait --timeout -E --conflict-exit-code"),
+    "flock": Program(code=_words("-c --command"),
+                     values=_words("-w --wait --timeout -E --conflict-exit-code --start --length --fd"),
+                     flags=_words("-s --shared -x -e --exclusive -u --unlock -n --nb --nonblock --nonblocking -o "
+                                  "--close -F --no-fork --verbose --fcntl -h --help -V --version"),
                      late=_words("-c --command"), operands=(_D, _CMD),
-                     modes=dict.fromkeys(("-c", "--command"), (_D,))),
+                     modes={**dict.fromkeys(("-c", "--command"), (_D,)), "--fd": (_CMD,)}),  # --fd N: no file
     "script": Program(code=_words("-c --command"),
                       values=_words("-E --echo -I --log-in -O --log-out -B --log-io -T --log-timing "
                                     "-m --logging-format"),
@@ -305,16 +399,38 @@ PROGRAMS: dict[str, Program] = {
     "busybox": Program(operands=(_CMD,)),
     "watch": Program(values=_words("-n --interval -q --equexit"), attached=_words("-d"), operands=(_SH,),
                      modes=dict.fromkeys(("-x", "--exec"), (_CMD,))),
-    "chroot": Program(values=_words("--userspec --groups"), operands=(_D, _CMD)),
-    "unshare": Program(values=_words("--map-user --map-group --map-users --map-groups --propagation -S "
-                                     "--setuid -G --setgid -R --root -w --wd"),
-                       attached=_words("-m -u -i -n -p -U -C -T"), operands=(_CMD,)),
-    "nsenter": Program(values=_words("-t --target -S --setuid -G --setgid"),
-                       attached=_words("-m -u -i -n -p -U -C -T -r -w"), operands=(_CMD,)),
-    "ionice": Program(values=_words("-c --class -n --classdata -p --pid -P --pgid -u --uid"), operands=(_CMD,)),
-    "taskset": Program(operands=(_D, _CMD), modes=dict.fromkeys(("-p", "--pid"), (_D,))),
-    "chrt": Program(values=_words("-T --sched-runtime -P --sched-period -D --sched-deadline"),
-                    operands=(_D, _CMD), modes=dict.fromkeys(("-p", "--pid"), (_D,))),
+    "chroot": Program(values=_words("--userspec --groups"), operands=(_D, _CMD), shell_without_command=True),
+    "unshare": Program(
+        code=_words("-l --load-interp"),  # a binfmt_misc rule naming the interpreter to run
+        values=_words("--map-user --map-group --map-users --map-groups --owner --propagation --setgroups -S "
+                      "--setuid -G --setgid -R --root -w --wd --monotonic --boottime --whitelist-env"),
+        attached=_words("-m -u -i -n -p -U -C -T"),
+        flags=_words("-f --fork -h --help -V --version -r --map-root-user -c --map-current-user --map-auto "
+                     "--map-subids --keep-caps --clear-env --forward-signals --mount --uts --ipc --net --pid "
+                     "--user --cgroup --time --kill-child --mount-proc --mount-binfmt"),
+        operands=(_CMD,), shell_without_command=True,
+    ),
+    "nsenter": Program(  # -W DIR until util-linux 2.38, -WDIR since: left unknown, so read both ways
+        values=_words("-t --target -N --net-socket -S --setuid -G --setgid"),
+        attached=_words("-m -u -i -n -p -C -U -T -r -w"),
+        flags=_words("-a --all -h --help -V --version -e --env -c --join-cgroup -F --no-fork -Z --follow-context "
+                     "--preserve-credentials --keep-caps --user-parent --mount --uts --ipc --net --pid --user "
+                     "--cgroup --time --root --wd --wdns"),
+        operands=(_CMD,), shell_without_command=True,
+    ),
+    "ionice": Program(values=_words("-c --class -n --classdata -p --pid -P --pgid -u --uid"),
+                      flags=_words("-t --ignore -h --help -V --version"), operands=(_CMD,),
+                      modes=dict.fromkeys(("-p", "--pid", "-P", "--pgid", "-u", "--uid"), (_D,))),
+    "taskset": Program(flags=_words("-a --all-tasks -c --cpu-list -h --help -V --version"), operands=(_D, _CMD),
+                       modes=dict.fromkeys(("-p", "--pid"), (_D,))),
+    # chrt [POLICY] [PRIORITY] COMMAND: since util-linux 2.41 the priority may be left out
+    "chrt": Program(
+        values=_words("-T --sched-runtime -P --sched-period -D --sched-deadline -U --clamp-min -X --clamp-max"),
+        flags=_words("-a --all-tasks -b --batch -d --deadline -O --deadline-overrun -e --ext -f --fifo -i --idle "
+                     "-m --max -o --other -r --rr -R --reset-on-fork -G --reclaim-grub -v --verbose -h --help "
+                     "-V --version"),
+        operands=(Operand.NUMBER, _CMD), modes=dict.fromkeys(("-p", "--pid"), (_D,)),
+    ),
     "strace": Program(code=_words("-o --output"),
                       values=_words("-a -b -e -E -I -O -p -P -s -S -u -U -X --trace --signal --status "
                                     "--trace-path --string-limit --user --env --columns --detach-on"),
@@ -374,10 +490,11 @@ class Role(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Use:
     role: Role
-    what: str = ""         # for messages: "the code sh -c runs", "the command env runs"
+    what: str = ""         # for messages: "the code sh -c runs", "the command env runs"; OPTION: where data goes
     owner: str = ""        # the program that reads the word
     region: int = -1       # ARGUMENT: index of the word that starts the owner's arguments
     guarded: bool = False  # ARGUMENT: a `--` came before it in the owner's arguments
+    assuming: str = ""     # the unknown options this reading took as having a value ("prlimit --foo")
 
 
 _Words = list[tuple[int | None, str]]  # (index in argv, or None for words split out of env -S; word)
@@ -389,15 +506,53 @@ def classify(argv: Sequence[str]) -> dict[int, Use]:
 
 
 def _walk(argv: Sequence[str]) -> _Walk:
-    walk = _Walk()
-    walk.command(list(enumerate(argv)), 0, via="")
-    return walk
+    """Every reading of `argv`, one per way of reading the unknown options met, merged: each word's strictest use."""
+    merged: _Walk | None = None
+    readings: list[tuple[bool, ...]] = [()]
+    while readings:
+        choices = readings.pop()
+        walk = _Walk(choices)
+        walk.command(list(enumerate(argv)), 0, via="")
+        for point in range(len(choices), walk.ambiguities):
+            readings.append((*choices, *(False,) * (point - len(choices)), True))
+        merged = walk if merged is None else merged.stricter(walk)
+    assert merged is not None
+    return merged
+
+
+_MOST_AMBIGUITIES = 8  # unknown options read both ways per argv (2**8 readings at most); any more are flags
+
+
+def _strictness(use: Use) -> int:
+    if use.role in (Role.PROGRAM, Role.CODE, Role.OPTION):
+        return 3
+    if use.role is Role.ARGUMENT:
+        return 1 if use.guarded else 2
+    return 0
+
+
+def _ends_command(words: _Words, position: int, start: int) -> bool:
+    word = words[position][1]
+    return word == ";" or word == "+" and position > start and words[position - 1][1] == "{}"
 
 
 class _Walk:
-    def __init__(self) -> None:
+    def __init__(self, choices: tuple[bool, ...] = ()) -> None:
         self.uses: dict[int, Use] = {}
         self.stdin_code: list[str] = []  # programs that read the code they run from stdin
+        self.choices = choices  # for each unknown option met, in order: does this reading give it a value?
+        self.ambiguities = 0    # unknown options met
+        self.assumed: list[str] = []  # the unknown options this reading gave a value
+
+    def stricter(self, other: _Walk) -> _Walk:
+        """This reading, where `other` refuses or warns about more, taking `other`'s word (and saying why)."""
+        assumption = ", ".join(other.assumed)
+        for index, use in other.uses.items():
+            mine = self.uses.get(index)
+            if mine is None or _strictness(use) > _strictness(mine):
+                self.uses[index] = replace(use, assuming=assumption)
+        self.stdin_code.extend(owner for owner in other.stdin_code if owner not in self.stdin_code)
+        return self
 
     def note(self, index: int | None, use: Use) -> None:
         if index is not None:
@@ -434,16 +589,24 @@ class _Walk:
         while position < len(words):
             index, word = words[position]
             role = operands[min(count, len(operands) - 1)]
-            if reading_options and word == "--":
+            if reading_options and word == "--" and rules.dash_dash_ends_options:
                 reading_options = False
                 position += 1
                 continue
             late = role is Operand.COMMAND and word in rules.late  # flock FILE -c COMMAND
             if reading_options and _is_option(rules, word) or late:
                 options, position = _read_option(rules, words, position)
+                last = options[-1] if options else None
+                if last is not None and last.kind == "command":  # find -exec CMD … ;
+                    position = self.command_up_to_its_end(words, position, f"{owner} {last.name}")
+                    continue
+                if (last is not None and last.kind == "unknown" and last.value_at is None
+                        and position < len(words) and self.reads_a_value(f"{owner} {last.name}")):
+                    options[-1] = _Option(last.name, "value", position, words[position][1])
+                    position += 1
                 for option in options:
-                    if option.name in rules.stdin_code:
-                        self.stdin_code.append(owner)
+                    if option.name in rules.stdin_code or option.kind == "code" and option.value == "-":
+                        self.stdin_code.append(owner)  # sh -s, make -f -: the code is read from stdin
                     if option.kind == "code" or option.name in rules.modes:
                         has_code = True
                     if option.name in rules.modes:
@@ -452,12 +615,13 @@ class _Walk:
                         reading_options = False
                     if option.value_at is None:
                         continue
-                    if option.kind == "code":
-                        self.note(words[option.value_at][0], Use(
-                            Role.CODE, f"the value of {owner} {option.name}, which {owner} runs or loads as code",
-                            owner))
-                    else:
-                        self.note(words[option.value_at][0], Use(Role.DATA))
+                    for value_at in range(option.value_at, option.value_at + option.span):
+                        if option.kind == "code":
+                            self.note(words[value_at][0], Use(
+                                Role.CODE, f"the value of {owner} {option.name}, which {owner} runs or loads as code",
+                                owner))
+                        else:
+                            self.note(words[value_at][0], Use(Role.DATA))
                     if option.name in rules.splits and not _is_whole(option.value):
                         try:  # env -S 'sh -c …': the words it splits into are read in its place
                             words = [*words[:position], *((None, part) for part in shlex.split(option.value)),
@@ -471,13 +635,17 @@ class _Walk:
                 reading_options = False
                 position += 1
                 continue
+            if role is Operand.NUMBER and not word.isdigit() and count + 1 < len(operands):
+                count += 1  # chrt --other COMMAND: no priority, so this word is the next operand
+                continue
             options_were_open = reading_options
             if not rules.permutes:
                 reading_options = False
             count += 1
             if options_were_open and role in (Operand.DATA, Operand.ARGUMENTS) and _is_whole(word):
                 # Where an option could stand: a message starting with '-' would be one.
-                self.note(index, Use(Role.OPTION, owner=owner))
+                advice = "" if rules.dash_dash_ends_options else f"as the value of one of {owner}'s options"
+                self.note(index, Use(Role.OPTION, advice, owner=owner))
                 if role is Operand.ARGUMENTS:
                     self.arguments(words, position + 1, owner)
                     self.shadow(rules, owner, words, position, options_were_open)
@@ -487,6 +655,9 @@ class _Walk:
             elif role is Operand.CODE:
                 self.note(index, Use(Role.CODE, f"the code {owner}{' ' + mode_option if mode_option else ''} runs",
                                      owner))
+            elif role is Operand.ASSIGNMENT:
+                self.note(index, Use(Role.CODE, f"a goal or NAME=VALUE for {owner}, and a variable set there is "
+                                     f"run by {owner}'s recipes", owner))
             elif role is Operand.PROGRAM:
                 self.note(index, Use(Role.PROGRAM, f"the program {owner} runs", owner))
             elif role is Operand.SCRIPT:
@@ -520,6 +691,28 @@ class _Walk:
             self.stdin_code.append(owner)  # no script and no code: it reads them from stdin
         elif operands[min(count, len(operands) - 1)] is Operand.SHELL_WORDS and count < len(operands):
             self.stdin_code.append(owner)  # ssh HOST, su USER: a shell that reads its commands from stdin
+        elif operands[min(count, len(operands) - 1)] is Operand.COMMAND and rules.shell_without_command:
+            self.stdin_code.append(owner)  # unshare, chroot DIR: no command, so the user's shell reads stdin
+
+    def command_up_to_its_end(self, words: _Words, start: int, via: str) -> int:
+        """find -exec CMD … ; (or … {} +): walk the command; the position after its end."""
+        end = start
+        while end < len(words) and not _ends_command(words, end, start):
+            end += 1
+        if end > start:
+            self.command(words[:end], start, via)
+        return end + 1
+
+    def reads_a_value(self, option: str) -> bool:
+        """At an option the table does not know: whether this reading takes the next word as its value."""
+        if self.ambiguities >= _MOST_AMBIGUITIES:
+            return False
+        point = self.ambiguities
+        self.ambiguities += 1
+        takes = point < len(self.choices) and self.choices[point]
+        if takes:
+            self.assumed.append(option)
+        return takes
 
     def code_rest(self, words: _Words, start: int, owner: str) -> None:
         for index, _ in words[start:]:
@@ -551,24 +744,27 @@ def _is_option(rules: Program, word: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class _Option:
     name: str                    # as the table spells it (an abbreviation resolved)
-    kind: str                    # "code", "value", "attached" or "flag"
+    kind: str                    # as `Program.option_kind` says
     value_at: int | None = None  # the position of the word holding its value, if it has one
     value: str = ""
+    span: int = 1                # the words holding its value, from value_at (bwrap --bind SRC DEST: 2)
 
 
 def _read_option(rules: Program, words: _Words, position: int) -> tuple[list[_Option], int]:
     """The option at `words[position]` (several when bundled, as in `-lc`), and the position after its value."""
     word = words[position][1]
     long = word.startswith("--") or rules.single_dash_long and word != "-"
-    if long or (word.lower() if rules.case_insensitive else word) in rules.code | rules.values:
+    if long or (word.lower() if rules.case_insensitive else word) in rules.code | rules.values | rules.command_options:
         name, equals, value = word.partition("=") if long else (word, "", "")
         if rules.single_dash_long and name.startswith("--"):
             name = name[1:]
         name, kind = rules.option_kind(name.lower() if rules.case_insensitive else name)
-        if equals:
-            return [_Option(name, kind, position, value)], position + 1  # --eval=CODE
+        if equals:  # --eval=CODE
+            span = min(rules.arity.get(name, 1), len(words) - position)
+            return [_Option(name, kind, position, value, span)], position + span
         if kind in ("code", "value") and position + 1 < len(words):
-            return [_Option(name, kind, position + 1, words[position + 1][1])], position + 2
+            span = min(rules.arity.get(name, 1), len(words) - position - 1)
+            return [_Option(name, kind, position + 1, words[position + 1][1], span)], position + 1 + span
         return [_Option(name, kind)], position + 1
     options = []
     for offset in range(1, len(word)):
@@ -673,14 +869,21 @@ def _embedded_message(word: str, found: str, variable: str, use: Use) -> str:
 
 
 def _refusal_message(found: str, variable: str, use: Use) -> str:
+    return _refusal(found, variable, use) + (
+        f" (this reads {use.assuming} as taking the next word as its value: an option the rule does not know "
+        "may, so both readings are checked; write its value attached, --option=VALUE, or leave it out)"
+        if use.assuming else "")
+
+
+def _refusal(found: str, variable: str, use: Use) -> str:
     if use.role is Role.PROGRAM:
         return (f"{found} is {use.what}; a message must never choose what runs. Name the program in the "
                 f"profile and pass {found} to it as an argument, or read ${variable}")
     if use.role is Role.OPTION:
+        where = use.what or f"where {use.owner} takes data: after the script or code it runs, or after `--`"
         return (f"{found} stands where {use.owner} reads its options: a message starting with '-' would become an "
                 f"option of {use.owner}, and {use.owner} can run code from its options (e.g. '-c…', '--eval=…'). "
-                f"Pass it where {use.owner} takes data: after the script or code it runs, or after `--`; "
-                f"or read ${variable}")
+                f"Pass it {where}; or read ${variable}")
     return (f"{found} is {use.what}, so a message there would run code. Pass it as its own argument after the "
             f"code (e.g. sh -c 'echo \"$1\"' sh {found}), or read ${variable}")
 

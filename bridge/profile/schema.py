@@ -49,8 +49,8 @@ class PermissionsModel(BaseModel):
         "(the host decides: a chat user, a bot through serve's decide request, a Python callback).",
     )
     allow: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=[], description="Tools to allow: names as the agent calls them (wildcards * ? [...] allowed), "
-        f"or kinds ({', '.join(TOOL_KINDS)})."
+        default=[], description="Tools to allow: names as the agent calls them, in any case (wildcards * ? [...] "
+        f"allowed), or kinds ({', '.join(TOOL_KINDS)})."
     )
     deny: list[Annotated[str, Field(min_length=1)]] = Field(
         default=[], description="Tools to deny, written like allow; deny wins over allow."

@@ -49,7 +49,15 @@ from ...result import TurnResult
 from ...runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter
 from ...supervisor import Emit
 from ...turn import Turn, text_problem
-from ..common import DuplicateTurn, HostClosed, HostStats
+from ..common import (
+    ClientSessionIds,
+    DuplicateTurn,
+    HostClosed,
+    HostStats,
+    SessionIdRefused,
+    check_client_session_ids,
+    refuse_unless_stored,
+)
 from ..scheduler import QueueFull
 from . import queue
 from .db import (
@@ -65,6 +73,7 @@ from .db import (
     notify_payloads,
 )
 from .records import event_from_dict, result_from_dict, turn_to_dict
+from .store import stored_session_id
 
 DEFAULT_GATEWAY_NAME = DEFAULT_NAMESPACE
 POLL_SECS = 30.0  # a waiting turn reads its row this often too, in case its notification was lost unnoticed
@@ -145,13 +154,14 @@ class RemoteHost:
     remote = True  # serve passes the client's own ids along (`client_id`)
 
     def __init__(self, dsn: str, *, name: str = DEFAULT_GATEWAY_NAME, max_queued: int = 256,
-                 shutdown_grace: float = 10.0) -> None:
+                 shutdown_grace: float = 10.0, client_session_ids: ClientSessionIds = "any") -> None:
         if not isinstance(name, str) or not name or text_problem(name):
             raise ValueError("a gateway name must be a non-empty string")
         self.dsn = dsn
         self.name = name  # also the namespace of its turns' sessions
         self.max_queued = max_queued
         self.shutdown_grace = shutdown_grace
+        self.client_session_ids = check_client_session_ids(client_session_ids)
         self._db = Database(dsn, size=8)
         self._waiters: dict[str, _Waiter] = {}  # by the bot's turn id
         self._by_key: dict[str, _Waiter] = {}  # the same, by the turn's key
@@ -243,6 +253,8 @@ class RemoteHost:
             raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
         if not isinstance(conversation, str) or not conversation or text_problem(conversation):
             raise TurnError(f"the conversation key must be a non-empty string of text, not {conversation!r}")
+        if turn.session_id and self.client_session_ids == "stored":
+            await self._refuse_a_session_id_not_stored(profile, conversation, turn)
         turn_id = turn_id if turn_id is not None else f"turn-{uuid.uuid4().hex}"
         if turn_id in self._waiters:
             raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
@@ -275,6 +287,22 @@ class RemoteHost:
             return await self._await_result(waiter)
         finally:
             self._forget(waiter)
+
+    async def _refuse_a_session_id_not_stored(self, profile: str, conversation: str, turn: Turn) -> None:
+        """Raise `SessionIdRefused` unless the turn's session id is its conversation's stored one (in this
+        gateway's namespace, as the workers would resume it)."""
+        with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
+            stored = await self._db.run_retrying(
+                partial(stored_session_id, namespace=self.name, profile=profile, conversation=conversation,
+                        session_name=turn.session_name), log=self._log, what="reading a stored session", atomic=False)
+        if patience.cancelled_caught:
+            raise PostgresError("PostgreSQL stayed unreachable; the turn's session_id could not be checked, and the "
+                                "turn was not queued", code="store_error")
+        try:
+            refuse_unless_stored(turn.session_id, stored, profile, conversation, turn.session_name)
+        except SessionIdRefused:
+            self._log.warning("turn refused: its session_id is not the conversation's stored one", profile=profile)
+            raise
 
     async def follow(self, turn_id: str, *, on_event: EventCallback | None = None) -> TurnResult:
         """Wait for the result of a turn queued earlier under this gateway's name (by a gateway that stopped):

@@ -77,6 +77,14 @@ def record_session(conn: psycopg.Connection[Any], namespace: str, profile: str, 
                            str(result.outcome), int(result.exit_code), stamp))
 
 
+def stored_session_id(conn: psycopg.Connection[Any], namespace: str, profile: str, conversation: str,
+                      session_name: str) -> str:
+    """The session id stored for the conversation, on `conn`; "" when there is none."""
+    row = conn.execute(f"SELECT session_id FROM {_TABLE} {_WHERE_KEY}",
+                       _key(namespace, profile, conversation, session_name)).fetchone()
+    return row[0] if row else ""
+
+
 def check_namespace(namespace: object) -> str:
     """`namespace` if it can name a bot's sessions; else a `StoreError` saying what it must be."""
     if not isinstance(namespace, str) or not namespace or text_problem(namespace):
