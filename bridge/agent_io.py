@@ -303,7 +303,7 @@ class AgentIO:
 
     async def reap_leftovers(self) -> None:
         """Kill and reap what the agent left behind and was handed to us (only a subreaper is)."""
-        await collect_orphans(trio.current_time() + REAP_SECS)
+        await collect_orphans(trio.current_time() + REAP_SECS, self.agent.cgroup)
 
     async def abandon(self) -> None:
         """The host went away mid-turn: stop the agent as a host cancel, without reading further."""

@@ -37,7 +37,6 @@ import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from .errors import LaunchError
 
@@ -47,13 +46,18 @@ SPAWN_LOCK = threading.Lock()
 DIRECTORY_PREFIX = "agent-bridge-"
 
 
-@dataclass(frozen=True, slots=True)
 class ContainmentStatus:
     """Whether agents get cgroups of their own; `where` is the cgroup they go below, `reason` why not."""
 
-    available: bool
-    where: str = ""
-    reason: str = ""
+    __slots__ = ("available", "where", "reason")
+
+    def __init__(self, available: bool, where: str = "", reason: str = "") -> None:
+        self.available = available
+        self.where = where
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"ContainmentStatus(available={self.available}, where={self.where!r}, reason={self.reason!r})"
 
     def describe(self) -> str:
         if self.available:
@@ -120,6 +124,13 @@ class AgentCgroup:
             _write(os.path.join(self.path, "cgroup.kill"), "1")
         except FileNotFoundError:
             pass
+
+    def pids(self) -> list[int]:
+        """The processes in the cgroup (none once it is removed)."""
+        try:
+            return [int(word) for word in _read(os.path.join(self.path, "cgroup.procs")).split()]
+        except FileNotFoundError:
+            return []
 
     def remove(self) -> bool:
         """Remove the cgroup; False while a process is still in it."""
@@ -209,6 +220,13 @@ class Containment:
         if not group.remove():
             with self._lock:
                 self._leftovers.append(group)
+
+    def still_in(self, group: AgentCgroup) -> list[int]:
+        """The processes keeping an ended agent's cgroup from being removed (wait for them to exit, then ask
+        again); [] once it is removed. Every other such cgroup that can be removed now is."""
+        with self._lock:
+            self._remove_leftovers()
+            return group.pids() if group in self._leftovers else []
 
     def _remove_leftovers(self) -> None:
         self._leftovers = [group for group in self._leftovers if not group.remove()]

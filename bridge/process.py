@@ -276,8 +276,9 @@ def _sweep() -> list[int]:
     return killed
 
 
-async def collect_orphans(deadline: float) -> None:
-    """Sweep until no orphan is left alive or unreaped, or until `deadline` (trio time).
+async def collect_orphans(deadline: float, cgroup: AgentCgroup | None = None) -> None:
+    """Sweep until no orphan is left alive or unreaped, or until `deadline` (trio time); then remove the
+    ended agent's `cgroup` once what was killed in it has exited.
 
     Each orphan killed hands its own children to this process when it dies,
     so the sweep repeats until a round kills nothing.
@@ -287,12 +288,16 @@ async def collect_orphans(deadline: float) -> None:
         if killed is None:
             killed = await trio.to_thread.run_sync(sweep_orphans)
         if not killed:
-            return
+            break
         with trio.move_on_at(deadline) as scope:
             for pid in killed:
                 await _exited(pid)
         if scope.cancelled_caught:
             return
+    if cgroup is not None:
+        with trio.move_on_at(deadline):
+            while dying := CONTAINMENT.still_in(cgroup):
+                await _exited(dying[0])
 
 
 async def sweep_orphans_on_sigchld(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -212,7 +212,7 @@ class WarmAgent:
             with trio.CancelScope(shield=True):
                 self._dead.set()
                 self.returncode = process.reap()  # kills whatever is left in its group first
-                await collect_orphans(trio.current_time() + 1.0)
+                await collect_orphans(trio.current_time() + 1.0, process.cgroup)
                 process.close()
                 if self._files is not None:
                     self._files.close()
