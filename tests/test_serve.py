@@ -25,7 +25,7 @@ from conftest import SAMPLE_AGENTS
 from hostkit import Lab
 
 import bridge
-from bridge.cli.serve import RequestError, Server, decode_request, parse_turn
+from bridge.cli.serve import Output, RequestError, Server, decode_request, parse_turn
 
 
 def turn(request_id: Any, message: str, conversation: str = "chat", **fields: Any) -> dict[str, Any]:
@@ -696,3 +696,36 @@ def test_serve_with_a_missing_profiles_directory_exits_2(tmp_path: Path) -> None
                            "--state", str(tmp_path / "s")], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and b"profiles directory cannot be read" in proc.stderr
     assert proc.stdout == b""
+
+
+async def test_a_response_whose_sender_is_cancelled_mid_write_is_still_written_whole_before_the_next() -> None:
+    """A turn's deadline or cancel can fire while its line is half written to a slow client: the line is finished
+    before any other, never cut (the next response would run into it and neither would parse)."""
+    read_end, write_end = os.pipe()
+    output = Output(trio.lowlevel.FdStream(write_end), on_broken=lambda: None)
+    client = trio.lowlevel.FdStream(read_end)
+    text = "x" * 300_000  # more than a pipe holds: the write waits for the client
+    first = trio.CancelScope()
+
+    async def send_first() -> None:
+        with first:
+            await output.send({"type": "partial", "id": "a", "text": text})
+
+    async def send_second() -> None:
+        assert await output.send({"type": "result", "id": "b", "reply": "done"})
+
+    with trio.fail_after(10):
+        async with client, trio.open_nursery() as nursery:
+            await nursery.start(output.run)
+            nursery.start_soon(send_first)
+            await trio.testing.wait_all_tasks_blocked()  # the pipe is full: the first line is half written
+            first.cancel()
+            nursery.start_soon(send_second)
+            received = b""
+            while received.count(b"\n") < 2:
+                received += await client.receive_some(65536)
+            await output.close()
+    assert first.cancelled_caught
+    first_line, second_line = received.decode().splitlines()
+    assert json.loads(first_line) == {"type": "partial", "id": "a", "text": text}
+    assert json.loads(second_line) == {"type": "result", "id": "b", "reply": "done"}

@@ -247,8 +247,24 @@ def _turn_key(request_id: str | int) -> str:
     return request_id if isinstance(request_id, str) else str(request_id)
 
 
+class _Line:
+    __slots__ = ("data", "done", "written")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.done = trio.Event()
+        self.written = False
+
+
 class Output:
     """Writes responses, one JSON line each, whole and in order, whoever sends them.
+
+    One writer task (`run`) writes every line. `send` hands it a line and
+    waits until it is written; a sender cancelled before the writer took its
+    line sends nothing, and one cancelled after leaves the writer to finish it.
+    So a turn's deadline or cancel never cuts a line in two (the next
+    response would run into it), and a client that stops reading makes
+    senders wait with their one line each: nothing piles up.
 
     When the client stops reading (its end of the pipe closed), responses are
     dropped and `on_broken` is called once: nobody is left to answer. A failed
@@ -257,22 +273,46 @@ class Output:
 
     def __init__(self, stream: trio.abc.SendStream, on_broken: Callable[[], None]) -> None:
         self._stream = stream
-        self._lock = trio.Lock()
         self._on_broken = on_broken
+        self._handoff, self._taken = trio.open_memory_channel[_Line](0)
+        self._ended = trio.Event()
         self.broken = False
 
-    async def send(self, response: dict[str, Any]) -> None:
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write the lines handed over until `close()`; run it in a nursery of its own lifetime."""
+        try:
+            task_status.started()
+            async for line in self._taken:
+                if not self.broken:
+                    try:
+                        await self._stream.send_all(line.data)
+                        line.written = True
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        self.hung_up()
+                line.done.set()
+        finally:
+            self._ended.set()
+
+    async def send(self, response: dict[str, Any]) -> bool:
+        """Write `response` as one line; whether it reached the client's pipe (False: the client is gone)."""
         try:
             data = (json.dumps(response, ensure_ascii=False) + "\n").encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate in a client's string: escape it rather than fail
             data = (json.dumps(response) + "\n").encode("ascii")
-        async with self._lock:
-            if self.broken:
-                return
-            try:
-                await self._stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                self.hung_up()
+        if self.broken:
+            return False
+        line = _Line(data)
+        try:
+            await self._handoff.send(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False  # the writer has stopped: serve is ending
+        await line.done.wait()
+        return line.written
+
+    async def close(self) -> None:
+        """No more lines: returns once the writer has written every line it took."""
+        await self._handoff.aclose()
+        await self._ended.wait()
 
     def hung_up(self) -> None:
         """The client closed its end: drop every later response and call `on_broken` (once)."""
@@ -305,6 +345,7 @@ class Server:
         """
         async with trio.open_nursery() as system:
             self._system = system
+            await system.start(self.output.run)
             async with trio.open_nursery() as turns:
                 self._turns = turns
                 for turn_id, request_id in await self.host.undelivered():  # accepted by a serve that stopped
@@ -312,6 +353,7 @@ class Server:
                 await self._read_requests()
                 self._begin_shutdown()
                 await self._shutdown_done.wait()
+            await self.output.close()
             system.cancel_scope.cancel()
 
     def request_shutdown(self) -> None:
@@ -487,8 +529,8 @@ class Server:
             await self._turn_failed(_turn_key(request_id), request_id, err)
             return
         await accepted.wait()
-        await send({"type": "result", "id": request_id, **result.to_dict()})
-        await self.host.delivered(_turn_key(request_id))
+        if await send({"type": "result", "id": request_id, **result.to_dict()}):
+            await self.host.delivered(_turn_key(request_id))
 
     async def _follow(self, turn_id: str, request_id: Any) -> None:
         """Send the result of a turn an earlier serve accepted (with PostgreSQL: at-least-once results)."""
@@ -497,8 +539,8 @@ class Server:
         except Exception as err:
             await self._turn_failed(turn_id, request_id, err)
             return
-        await self.output.send({"type": "result", "id": request_id, **result.to_dict()})
-        await self.host.delivered(turn_id)
+        if await self.output.send({"type": "result", "id": request_id, **result.to_dict()}):
+            await self.host.delivered(turn_id)
 
     async def _turn_failed(self, turn_id: str, request_id: Any, err: Exception) -> None:
         """An accepted turn ended without a result: the stored session could not be read (the host logged
@@ -508,12 +550,11 @@ class Server:
             code = STORE_ERROR if isinstance(err, StoreError) else INTERNAL_ERROR
         if code == INTERNAL_ERROR:
             self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
-        await self._error(request_id, code, str(err))
-        if code != DETACHED:  # the turn's end reached the client: a later serve --postgres need not send it
-            await self.host.delivered(turn_id)
+        if await self._error(request_id, code, str(err)) and code != DETACHED:
+            await self.host.delivered(turn_id)  # the turn's end reached the client: a later serve need not send it
 
-    async def _error(self, request_id: Any, code: str, message: str) -> None:
-        await self.output.send({"type": "error", "id": request_id, "code": code, "message": message})
+    async def _error(self, request_id: Any, code: str, message: str) -> bool:
+        return await self.output.send({"type": "error", "id": request_id, "code": code, "message": message})
 
 
 class _StartedFlag(trio.TaskStatus[str]):
