@@ -37,6 +37,7 @@ from conftest import (
 )
 from fleetkit import Fleet, eventually, turn
 from hostkit import Lab
+from test_lifetime import read_json_until
 
 import bridge
 from bridge.cgroups import CONTAINMENT, cgroup2_mount, own_cgroup
@@ -91,15 +92,6 @@ def escaped(pids: list[int]) -> bool:
     """Each of `pids` runs in a session of its own (once `setsid` got there): no signal to its agent's group
     reaches it."""
     return bool(eventually(lambda: all(os.getsid(pid) == pid for pid in pids), "the escapes", within=5.0))
-
-
-def read_json_until(stream, predicate, what: str) -> dict:
-    while True:
-        line = stream.readline()
-        assert line, f"the bridge ended before {what}"
-        record = json.loads(line)
-        if predicate(record):
-            return record
 
 
 @pytest.fixture
