@@ -28,8 +28,8 @@ import select
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
-from typing import Any
 from functools import partial
+from typing import Any
 
 import trio
 

@@ -92,14 +92,16 @@ class ProfileRegistry:
     def loaded(self) -> dict[str, Profile]:
         """Every profile that loads, by name, as of a refresh now (immutable: safe to hand to other threads)."""
         self.refresh()
-        return {name: claims[0].profile for name, claims in self._by_name.items()
-                if len(claims) == 1 and claims[0].profile is not None}
+        return {entry.name: entry.profile for entry in self._loading()}  # type: ignore[misc]
 
     def digests(self) -> dict[str, str]:
         """{name: sha256 of its file's bytes} of the profiles `loaded()` gives, as of the last refresh: what a
         queue worker advertises, so that it runs only turns queued for the same definition."""
-        return {name: claims[0].digest for name, claims in self._by_name.items()
-                if len(claims) == 1 and claims[0].profile is not None}
+        return {entry.name: entry.digest for entry in self._loading()}
+
+    def _loading(self) -> list[_Entry]:
+        """The entry of each name that one file alone claims and that loads."""
+        return [claims[0] for claims in self._by_name.values() if len(claims) == 1 and claims[0].profile is not None]
 
     def names(self) -> list[str]:
         """The names profiles can be asked for, as of the last refresh, sorted."""

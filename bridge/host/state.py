@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .postgres.db import is_postgres_url
 from .location import store_path
+from .postgres.db import is_postgres_url
 from .store import SessionStore, StoreError
 from .turnlock import TurnLocks
 

@@ -73,7 +73,7 @@ from .db import (
     notify_payloads,
 )
 from .records import event_from_dict, result_from_dict, turn_to_dict
-from .store import stored_session_id
+from .store import stored_session
 
 DEFAULT_GATEWAY_NAME = DEFAULT_NAMESPACE
 POLL_SECS = 30.0  # a waiting turn reads its row this often too, in case its notification was lost unnoticed
@@ -279,10 +279,9 @@ class RemoteHost:
             if enqueued.outcome == "resent":
                 assert enqueued.key is not None
                 self._rekey(waiter, enqueued.key)
+                waiter.look = True  # not `look = False` otherwise: the turn may have ended while the insert returned
             else:
                 self._note_definitions(profile, enqueued)
-            if enqueued.outcome == "resent":
-                waiter.look = True  # not `look = False` otherwise: the turn may have ended while the insert returned
             task_status.started(turn_id)
             return await self._await_result(waiter)
         finally:
@@ -292,8 +291,8 @@ class RemoteHost:
         """Raise `SessionIdRefused` unless the turn's session id is its conversation's stored one (in this
         gateway's namespace, as the workers would resume it)."""
         with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
-            stored = await self._db.run_retrying(
-                partial(stored_session_id, namespace=self.name, profile=profile, conversation=conversation,
+            stored, _ = await self._db.run_retrying(
+                partial(stored_session, namespace=self.name, profile=profile, conversation=conversation,
                         session_name=turn.session_name), log=self._log, what="reading a stored session", atomic=False)
         if patience.cancelled_caught:
             raise PostgresError("PostgreSQL stayed unreachable; the turn's session_id could not be checked, and the "

@@ -77,12 +77,12 @@ def record_session(conn: psycopg.Connection[Any], namespace: str, profile: str, 
                            str(result.outcome), int(result.exit_code), stamp))
 
 
-def stored_session_id(conn: psycopg.Connection[Any], namespace: str, profile: str, conversation: str,
-                      session_name: str) -> str:
-    """The session id stored for the conversation, on `conn`; "" when there is none."""
-    row = conn.execute(f"SELECT session_id FROM {_TABLE} {_WHERE_KEY}",
+def stored_session(conn: psycopg.Connection[Any], namespace: str, profile: str, conversation: str,
+                   session_name: str) -> tuple[str, str]:
+    """The session id stored for the conversation and its record's stamp, on `conn`; `("", "")` when none."""
+    row = conn.execute(f"SELECT session_id, stamp FROM {_TABLE} {_WHERE_KEY}",
                        _key(namespace, profile, conversation, session_name)).fetchone()
-    return row[0] if row else ""
+    return (row[0], row[1]) if row else ("", "")
 
 
 def check_namespace(namespace: object) -> str:
@@ -139,10 +139,7 @@ class PostgresSessionStore:
     def lookup_in(self, namespace: str, profile: str, conversation: str,
                   session_name: str = "default") -> tuple[str, str]:
         """`lookup` in another namespace (a queue worker reads the session of each turn's bot)."""
-        key = _key(namespace, profile, conversation, session_name)
-        row = self._reader.run(
-            lambda db: db.execute(f"SELECT session_id, stamp FROM {_TABLE} {_WHERE_KEY}", key).fetchone())
-        return (row[0], row[1]) if row else ("", "")
+        return self._reader.run(lambda db: stored_session(db, namespace, profile, conversation, session_name))
 
     def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> str:
         """Remember how a turn ended; a turn without a valid session line keeps the stored id. Returns the

@@ -50,8 +50,8 @@ from ..store import StoreError
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
-    WORK_CHANNEL,
     MAX_NOTIFY_BYTES,
+    WORK_CHANNEL,
     Database,
     Notification,
     PostgresUnavailable,
@@ -489,7 +489,7 @@ class Worker:
 
     def _profile_digests(self) -> dict[str, str]:
         """{name: sha256 of its file} of the profiles that load now (the registry re-reads edited files)."""
-        self.registry.loaded()
+        self.registry.refresh()
         return self.registry.digests()
 
     def _say_skipped(self, mismatched: list[tuple[str, str]], digests: dict[str, str]) -> None:
