@@ -94,6 +94,20 @@ def escaped(pids: list[int]) -> bool:
     return bool(eventually(lambda: all(os.getsid(pid) == pid for pid in pids), "the escapes", within=5.0))
 
 
+def serve_turns(tmp_path: Path, profile: str, count: int, message: str, *, cgroups: bool = True
+                ) -> subprocess.Popen[str]:
+    """`serve` on `tmp_path/profiles`, sent `count` turns of `profile`, one conversation each."""
+    argv = [AGENT_BRIDGE, "serve", "--profiles", str(tmp_path / "profiles"), "--state",
+            str(tmp_path / "sessions.sqlite3")]
+    serve = subprocess.Popen(argv if cgroups else without_cgroups(argv), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    for index in range(count):
+        serve.stdin.write(json.dumps({"type": "turn", "id": index, "profile": profile, "conversation": f"c{index}",
+                                      "message": message}) + "\n")
+    serve.stdin.flush()
+    return serve
+
+
 @pytest.fixture
 def strays() -> Iterator[list[int]]:
     """Pids a test may leave running on purpose (the uncontained cases): killed at the end."""
@@ -116,14 +130,8 @@ def test_a_sigkilled_serve_leaves_nothing_its_agents_started(tmp_path: Path, cgr
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     escaping_profile(profiles)
-    argv = [AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state", str(tmp_path / "sessions.sqlite3")]
-    serve = subprocess.Popen(argv if cgroups else without_cgroups(argv), stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    serve = serve_turns(tmp_path, "escape", 5, "hi", cgroups=cgroups)
     try:
-        for index in range(5):
-            serve.stdin.write(json.dumps({"type": "turn", "id": index, "profile": "escape",
-                                          "conversation": f"c{index}", "message": "hi"}) + "\n")
-        serve.stdin.flush()
         for _ in range(5):
             record = read_json_until(serve.stdout, lambda r: r["type"] in ("partial", "result", "error"), "ready")
             assert record["type"] == "partial", record
@@ -148,14 +156,8 @@ def test_a_sigkilled_serve_leaves_nothing_its_warm_agents_started(tmp_path: Path
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     escaping_acp_profile(profiles)
-    serve = subprocess.Popen([AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state",
-                              str(tmp_path / "sessions.sqlite3")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    serve = serve_turns(tmp_path, "escape-acp", 3, "hello")
     try:
-        for index in range(3):
-            serve.stdin.write(json.dumps({"type": "turn", "id": index, "profile": "escape-acp",
-                                          "conversation": f"c{index}", "message": "hello"}) + "\n")
-        serve.stdin.flush()
         for _ in range(3):
             record = read_json_until(serve.stdout, lambda r: r["type"] in ("result", "error"), "the results")
             assert record["type"] == "result" and record["reply"] == "echo: hello", record
