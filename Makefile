@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # Where `make install` links the command: the per-user directory pip --user and pipx use, on PATH in most logins.
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: run install uninstall test test-agents bench clean
+.PHONY: run install uninstall lint test test-agents bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ $(NPM_STAMP):
 	touch $@
 
 test-agents: $(NPM_STAMP)
+
+# Lint, format and types: the quick loop, and the first step of `make test` (so CI keeps them).
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: $(VENV)/.installed-dev $(NPM_STAMP)
 	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q

@@ -34,11 +34,18 @@ def throughput(p: dict[str, Any]) -> dict[str, Any]:
         pass
 
     result = run(profile, RunOptions(message="hello", on_partial=count))
-    if result.exit_code != 0 or result.session_id != p["session_id"] or roles.get("thinking") != p["activities"] \
-            or sum(roles.values()) != p["activities"] + p["partials"] or result.usage is None \
-            or result.usage.get("input_tokens") != p["input_tokens"]:
-        return {"invalid": f"agentproc 0.20 throughput turn is wrong: exit {result.exit_code}, partials {roles}, "
-                           f"session {result.session_id!r}"}
+    if (
+        result.exit_code != 0
+        or result.session_id != p["session_id"]
+        or roles.get("thinking") != p["activities"]
+        or sum(roles.values()) != p["activities"] + p["partials"]
+        or result.usage is None
+        or result.usage.get("input_tokens") != p["input_tokens"]
+    ):
+        return {
+            "invalid": f"agentproc 0.20 throughput turn is wrong: exit {result.exit_code}, partials {roles}, "
+            f"session {result.session_id!r}"
+        }
     times = []
     for _ in range(p["turns"]):
         began = time.perf_counter_ns()
@@ -61,8 +68,10 @@ def hub(p: dict[str, Any]) -> dict[str, Any]:
     bin_dir = tempfile.mkdtemp(prefix="bench-hub-")
     stand_in = os.path.join(bin_dir, command)
     with open(stand_in, "w") as f:
-        f.write(f'#!/bin/sh\ncase " $* " in *" --help "*) echo "usage: {command} [--json] [--session-id ID]";; '
-                f'*) exec cat {p["file"]};; esac\n')
+        f.write(
+            f'#!/bin/sh\ncase " $* " in *" --help "*) echo "usage: {command} [--json] [--session-id ID]";; '
+            f"*) exec cat {p['file']};; esac\n"
+        )
     os.chmod(stand_in, 0o755)
     os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
     partials = 0
@@ -76,8 +85,10 @@ def hub(p: dict[str, Any]) -> dict[str, Any]:
 
     result = run(profile, RunOptions(message="hello", profile_dir=profile_dir, on_partial=count))
     if result.exit_code != 0 or not (partials or result.reply):
-        return {"invalid": f"agentproc 0.20's {name} profile read nothing: exit {result.exit_code}, {partials} "
-                           f"partials, error {result.error!r}"}
+        return {
+            "invalid": f"agentproc 0.20's {name} profile read nothing: exit {result.exit_code}, {partials} "
+            f"partials, error {result.error!r}"
+        }
     times = []
     for _ in range(p["turns"]):
         began = time.perf_counter_ns()
@@ -98,13 +109,19 @@ def latency(p: dict[str, Any]) -> dict[str, Any]:
         if role == "output":
             delays.append(arrived - int(text))
 
-    ticker = [os.path.join(AGENTS, "dialect_like.py"), "tick", "agentproc-0.4", str(p["seconds"]), str(p["interval_ms"])]
+    ticker = [
+        os.path.join(AGENTS, "dialect_like.py"),
+        "tick",
+        "agentproc-0.4",
+        str(p["seconds"]),
+        str(p["interval_ms"]),
+    ]
     profile = {"command": sys.executable, "args": ["-S", *ticker], "timeout_secs": 60}
     result = run(profile, RunOptions(message="hello", on_partial=on_partial))
     expected = int(p["seconds"] * 1000 / p["interval_ms"])
     if result.exit_code != 0 or len(delays) < expected * 0.9:
         return {"invalid": f"agentproc 0.20 ticker turn failed: exit {result.exit_code}, {len(delays)} partials"}
-    return {"delay_ms": [d / 1e6 for d in delays[p["skip"]:]]}
+    return {"delay_ms": [d / 1e6 for d in delays[p["skip"] :]]}
 
 
 if __name__ == "__main__":

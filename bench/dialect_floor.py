@@ -43,9 +43,18 @@ def trusting_codex(real: type) -> type:
                 if item_kind == "command_execution":
                     code, output = item["exit_code"], item["aggregated_output"]
                     text = f"exit code {code}: {shorten(output, OUTPUT_CHARS)}" if code is not None else ""
-                    return [ActivityEvent("tool", tool="command_execution", title=_command_title(item["command"]),
-                                          status=_STATUS[item["status"]], text=text, call_id=item["id"])]
+                    return [
+                        ActivityEvent(
+                            "tool",
+                            tool="command_execution",
+                            title=_command_title(item["command"]),
+                            status=_STATUS[item["status"]],
+                            text=text,
+                            call_id=item["id"],
+                        )
+                    ]
             return real.on_object(self, message)  # type: ignore[no-any-return]
+
     return Trusting
 
 
@@ -61,9 +70,11 @@ def trusting_gemini(real: type) -> type:
                 self._text.pause()
                 return self._tools.started(message["tool_name"], message["parameters"], message["tool_id"])
             if kind == "tool_result":
-                return [self._tools.ended(message["tool_id"], failed=message["status"] == "error",
-                                          output=message["output"])]
+                return [
+                    self._tools.ended(message["tool_id"], failed=message["status"] == "error", output=message["output"])
+                ]
             return real.on_object(self, message)  # type: ignore[no-any-return]
+
     return Trusting
 
 
@@ -85,19 +96,36 @@ def trusting_kimi(real: type) -> type:
                 function = call["function"]
                 call_id = call["id"]
                 self.tool_names[call_id] = function["name"]
-                return [ActivityEvent("tool", tool=function["name"], title=tool_title(function["arguments"]),
-                                      status="started", call_id=call_id)]
+                return [
+                    ActivityEvent(
+                        "tool",
+                        tool=function["name"],
+                        title=tool_title(function["arguments"]),
+                        status="started",
+                        call_id=call_id,
+                    )
+                ]
             if role == "tool":
                 text, call_id = message["content"], message["tool_call_id"]
                 failed = text.lstrip().startswith("<system>ERROR:")
-                return [ActivityEvent("tool", text=shorten(text, OUTPUT_CHARS), tool=self.tool_names.pop(call_id),
-                                      status="failed" if failed else "completed", call_id=call_id)]
+                return [
+                    ActivityEvent(
+                        "tool",
+                        text=shorten(text, OUTPUT_CHARS),
+                        tool=self.tool_names.pop(call_id),
+                        status="failed" if failed else "completed",
+                        call_id=call_id,
+                    )
+                ]
             return real.on_object(self, message)  # type: ignore[no-any-return]
+
     return Trusting
 
 
 TRUSTING: dict[str, Callable[[type], type]] = {
-    "codex-exec": trusting_codex, "gemini-stream-json": trusting_gemini, "kimi-stream-json": trusting_kimi,
+    "codex-exec": trusting_codex,
+    "gemini-stream-json": trusting_gemini,
+    "kimi-stream-json": trusting_kimi,
 }
 
 

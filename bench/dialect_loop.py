@@ -42,10 +42,17 @@ def one_turn(profile: Profile, data: bytes, dialect_class: Any = None) -> float:
     began = time.process_time()
     dialect = (dialect_class or profile.dialect)(profile.dialect_context, Turn("hello"))
     recorder = TurnRecorder(profile)
-    loop = _TurnLoop(dialect, recorder, profile.permission_policy, _emitter(None, ignore), get_logger(),
-                     lambda data: None, Questions())
+    loop = _TurnLoop(
+        dialect,
+        recorder,
+        profile.permission_policy,
+        _emitter(None, ignore),
+        get_logger(),
+        lambda data: None,
+        Questions(),
+    )
     for start in range(0, len(data), CHUNK):
-        run_sync(loop.on_output(data[start:start + CHUNK]))
+        run_sync(loop.on_output(data[start : start + CHUNK]))
     run_sync(loop.handle(dialect.close()))
     result = recorder.finish(Ending(returncode=0))
     elapsed = time.process_time() - began

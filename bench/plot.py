@@ -7,28 +7,52 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import report  # noqa: E402
+import matplotlib.pyplot as plt
+import report
 
 BRIDGE, FLOOR, AGENTPROC, REF = "#2b7bba", "#9e9e9e", "#e08a2b", "#c7c7c7"
-COLOURS = {"bridge": BRIDGE, "subprocess.run": FLOOR, "floor": FLOOR, "pipe only": FLOOR, "agentproc": AGENTPROC,
-           "idle (one turn)": FLOOR, "python floor": FLOOR, "popen": FLOOR}
+COLOURS = {
+    "bridge": BRIDGE,
+    "subprocess.run": FLOOR,
+    "floor": FLOOR,
+    "pipe only": FLOOR,
+    "agentproc": AGENTPROC,
+    "idle (one turn)": FLOOR,
+    "python floor": FLOOR,
+    "popen": FLOOR,
+}
 
 
 def _bars(ax: Any, labels: list[str], values: list[float], fmt: str, colours: list[str] | None = None) -> None:
     colours = colours or [COLOURS.get(label, BRIDGE) for label in labels]
     bars = ax.bar(labels, values, color=colours)
     for bar, value in zip(bars, values):
-        ax.annotate(fmt.format(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+        ax.annotate(
+            fmt.format(value),
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
     ax.margins(y=0.18)
     ax.tick_params(axis="x", labelsize=8)
 
 
 def _target(ax: Any, y: float, text: str, left: bool = False) -> None:
     ax.axhline(y, color="#c0392b", linestyle="--", linewidth=1)
-    ax.annotate(text, (0 if left else 1, y), xycoords=("axes fraction", "data"), ha="left" if left else "right",
-                va="bottom", fontsize=7, color="#c0392b", xytext=(2 if left else -2, 1), textcoords="offset points")
+    ax.annotate(
+        text,
+        (0 if left else 1, y),
+        xycoords=("axes fraction", "data"),
+        ha="left" if left else "right",
+        va="bottom",
+        fontsize=7,
+        color="#c0392b",
+        xytext=(2 if left else -2, 1),
+        textcoords="offset points",
+    )
 
 
 def _verdicts(summary: dict[str, Any], prefix: str) -> str:
@@ -56,8 +80,9 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
         names = ["subprocess.run", "bridge", "agentproc"]
         _bars(ax, names, [t[n]["median"] for n in names], "{:.2f}")
         _target(ax, report.TURN_VS_FLOOR * t["subprocess.run"]["median"], f"{report.TURN_VS_FLOOR}× floor")
-        _target(ax, report.TURN_VS_AGENTPROC * t["agentproc"]["median"], f"{report.TURN_VS_AGENTPROC}× agentproc",
-                left=True)
+        _target(
+            ax, report.TURN_VS_AGENTPROC * t["agentproc"]["median"], f"{report.TURN_VS_AGENTPROC}× agentproc", left=True
+        )
         ax.set_ylabel("ms per turn (median)")
         _title(ax, "1 per-turn overhead (lower is better)", _verdicts(summary, "1 "))
     else:
@@ -68,13 +93,24 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
         t = summary["throughput"]
         names = [n for n in ("bridge", "agentproc", "python floor") if n in t]
         _bars(ax, names, [t[n]["median"] for n in names], "{:.1f}")
-        _target(ax, report.THROUGHPUT_VS_AGENTPROC * t["agentproc"]["median"],
-                f"{report.THROUGHPUT_VS_AGENTPROC:g}× agentproc")
+        _target(
+            ax,
+            report.THROUGHPUT_VS_AGENTPROC * t["agentproc"]["median"],
+            f"{report.THROUGHPUT_VS_AGENTPROC:g}× agentproc",
+        )
         ax.set_ylabel("MB/s (median)")
-        ax.text(0.02, 0.97, f"pipe only (no parsing): {t['pipe only']['median']:.0f} MB/s", transform=ax.transAxes,
-                fontsize=7, va="top", color="gray")
-        _title(ax, f"2 throughput, {summary['throughput_mb']:.0f} MB mixed (higher is better)",
-               _verdicts(summary, "2 "))
+        ax.text(
+            0.02,
+            0.97,
+            f"pipe only (no parsing): {t['pipe only']['median']:.0f} MB/s",
+            transform=ax.transAxes,
+            fontsize=7,
+            va="top",
+            color="gray",
+        )
+        _title(
+            ax, f"2 throughput, {summary['throughput_mb']:.0f} MB mixed (higher is better)", _verdicts(summary, "2 ")
+        )
     else:
         _empty(ax, "2 throughput")
 
@@ -84,8 +120,16 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
         names = [n for n in ("bridge", "agentproc", "popen") if n in c]
         _bars(ax, names, [c[n]["median"] for n in names], "{:.2f} s")
         for i, n in enumerate(names):
-            ax.annotate(f"{c[n]['failed']} failed", (i, 0), ha="center", va="bottom", fontsize=8, color="white",
-                        xytext=(0, 3), textcoords="offset points")
+            ax.annotate(
+                f"{c[n]['failed']} failed",
+                (i, 0),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="white",
+                xytext=(0, 3),
+                textcoords="offset points",
+            )
         _target(ax, report.CONCURRENCY_WALL_S, f"{report.CONCURRENCY_WALL_S} s")
         ax.axhline(1.0, color="gray", linestyle=":", linewidth=1)
         ax.set_ylabel("wall seconds (median)")
@@ -99,14 +143,32 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
         names = [n for n in ("bridge", "agentproc") if n in lat]
         x = range(len(names))
         width = 0.38
-        p50 = ax.bar([i - width / 2 for i in x], [lat[n]["p50"] for n in names], width, label="p50",
-                     color=[COLOURS[n] for n in names], alpha=0.55)
-        p99 = ax.bar([i + width / 2 for i in x], [lat[n]["p99"] for n in names], width, label="p99",
-                     color=[COLOURS[n] for n in names])
+        p50 = ax.bar(
+            [i - width / 2 for i in x],
+            [lat[n]["p50"] for n in names],
+            width,
+            label="p50",
+            color=[COLOURS[n] for n in names],
+            alpha=0.55,
+        )
+        p99 = ax.bar(
+            [i + width / 2 for i in x],
+            [lat[n]["p99"] for n in names],
+            width,
+            label="p99",
+            color=[COLOURS[n] for n in names],
+        )
         for bars in (p50, p99):
             for bar in bars:
-                ax.annotate(f"{bar.get_height():.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+                ax.annotate(
+                    f"{bar.get_height():.2f}",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
         ax.set_xticks(list(x), [f"{n}\n(p50 | p99)" for n in names], fontsize=8)
         _target(ax, report.LATENCY_P99_MS, f"p99 {report.LATENCY_P99_MS:g} ms")
         ax.margins(y=0.18)
@@ -118,8 +180,10 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
     ax = axes[1][1]
     if "memory" in summary or "concurrency" in summary:
         m = summary.get("memory", {})
-        labels = [label.split(" ", 2)[-1].replace(", ", "\n") if label[0].isdigit() else label.replace(" (", "\n(")
-                  for label in m]
+        labels = [
+            label.split(" ", 2)[-1].replace(", ", "\n") if label[0].isdigit() else label.replace(" (", "\n(")
+            for label in m
+        ]
         values = [v["max"] for v in m.values()]
         colours = [FLOOR if label.startswith("idle") else BRIDGE for label in m]
         if "concurrency" in summary:
@@ -131,8 +195,11 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
         _target(ax, report.PEAK_RSS_MB, f"{report.PEAK_RSS_MB:g} MB")
         ax.set_ylabel("bridge peak RSS, MB (worst sample)")
         flood = next((label.split(" ", 2) for label in m if label[0].isdigit()), None)
-        _title(ax, f"5 memory: {flood[0]} {flood[1]} through one turn; turns in flight" if flood else "5 memory",
-               _verdicts(summary, "5 "))
+        _title(
+            ax,
+            f"5 memory: {flood[0]} {flood[1]} through one turn; turns in flight" if flood else "5 memory",
+            _verdicts(summary, "5 "),
+        )
     else:
         _empty(ax, "5 memory")
 
@@ -149,11 +216,18 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
         _empty(ax, "6 CLI cold start")
 
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (BRIDGE, FLOOR, AGENTPROC)]
-    fig.legend(handles, ["agent-bridge", "floor / reference", "agentproc 0.4.2"], loc="lower center", ncol=3,
-               fontsize=9, frameon=False)
+    fig.legend(
+        handles,
+        ["agent-bridge", "floor / reference", "agentproc 0.4.2"],
+        loc="lower center",
+        ncol=3,
+        fontsize=9,
+        frameon=False,
+    )
     quick = "  —  QUICK run, not for comparison" if summary.get("quick") else ""
-    fig.suptitle(f"agent-bridge benchmarks (dashed red: issue-4 target){quick}\n{report.machine_line(about)}",
-                 fontsize=10)
+    fig.suptitle(
+        f"agent-bridge benchmarks (dashed red: issue-4 target){quick}\n{report.machine_line(about)}", fontsize=10
+    )
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
     fig.savefig(path, dpi=100)
     plt.close(fig)

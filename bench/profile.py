@@ -37,12 +37,15 @@ def main() -> int:
 
     if args.case == "cli":
         echo = os.path.join(run.ROOT, "profiles", "echo.yaml")
-        done = subprocess.run([sys.executable, "-X", "importtime", os.path.join(BIN, "agent-bridge"), "run", echo,
-                               "hello"], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", os.path.join(BIN, "agent-bridge"), "run", echo, "hello"],
+            capture_output=True,
+            text=True,
+        )
         rows = []
         for line in done.stderr.splitlines():
             if line.startswith("import time:") and "|" in line:
-                self_us, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
+                self_us, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
                 if self_us.isdigit():
                     rows.append((int(cumulative), int(self_us), name))
         with open(out + ".importtime.txt", "w") as f:
@@ -61,14 +64,37 @@ def main() -> int:
         params["turns"] = int(params["turns"] * args.scale)
     worker = [os.path.join(HERE, "worker.py"), args.case, variant.contender, json.dumps(params)]
     if args.tool == "pyinstrument":
-        argv = [sys.executable, "-m", "pyinstrument", "-i", "0.0005", "-r", "text", "--show-all",
-                "-o", out + ".pyinstrument.txt", *worker]
+        argv = [
+            sys.executable,
+            "-m",
+            "pyinstrument",
+            "-i",
+            "0.0005",
+            "-r",
+            "text",
+            "--show-all",
+            "-o",
+            out + ".pyinstrument.txt",
+            *worker,
+        ]
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         with open(out + ".pyinstrument.txt") as f:
             print(f.read())
     else:
-        argv = [os.path.join(BIN, "py-spy"), "record", "-r", "1000", "-F", "-f", "raw", "-o", out + ".py-spy.txt",
-                "--", sys.executable, *worker]
+        argv = [
+            os.path.join(BIN, "py-spy"),
+            "record",
+            "-r",
+            "1000",
+            "-F",
+            "-f",
+            "raw",
+            "-o",
+            out + ".py-spy.txt",
+            "--",
+            sys.executable,
+            *worker,
+        ]
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         print(top_functions(out + ".py-spy.txt"))
     return 0

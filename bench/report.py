@@ -33,9 +33,16 @@ def percentile(values: list[float], p: float) -> float:
 def stats(values: list[float]) -> dict[str, Any]:
     if not values:
         return {"n": 0}
-    return {"n": len(values), "median": statistics.median(values), "p25": percentile(values, 25),
-            "p75": percentile(values, 75), "p50": percentile(values, 50), "p99": percentile(values, 99),
-            "min": min(values), "max": max(values)}
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "p25": percentile(values, 25),
+        "p75": percentile(values, 75),
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+        "min": min(values),
+        "max": max(values),
+    }
 
 
 def pooled(samples: list[dict[str, Any]], metric: str) -> list[float]:
@@ -43,8 +50,13 @@ def pooled(samples: list[dict[str, Any]], metric: str) -> list[float]:
 
 
 def invalid_samples(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
-    return [f"{case} / {label}: {s['invalid']}"
-            for case, variants in samples.items() for label, runs in variants.items() for s in runs if "invalid" in s]
+    return [
+        f"{case} / {label}: {s['invalid']}"
+        for case, variants in samples.items()
+        for label, runs in variants.items()
+        for s in runs
+        if "invalid" in s
+    ]
 
 
 def summarize(raw: dict[str, Any]) -> dict[str, Any]:
@@ -52,71 +64,105 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     samples = raw["samples"]
     out: dict[str, Any] = {"quick": raw.get("quick", False)}
     if "turn" in samples:
-        out["turn"] = {c: stats(pooled(samples["turn"]["all"], f"{c}_ms"))
-                       for c in ("bridge", "subprocess.run", "agentproc")}
+        out["turn"] = {
+            c: stats(pooled(samples["turn"]["all"], f"{c}_ms")) for c in ("bridge", "subprocess.run", "agentproc")
+        }
     if "throughput" in samples:
         out["throughput"] = {c: stats(pooled(s, "mb_per_s")) for c, s in samples["throughput"].items()}
         out["throughput_mb"] = raw["throughput_input"]["bytes"] / 1e6
     if "concurrency" in samples:
-        out["concurrency"] = {c: {**stats(pooled(s, "wall_s")), "failed": sum(pooled(s, "failed")),
-                                  "turns": raw["plan"]["concurrency"]["variants"][c]["turns"],
-                                  "rss": stats(pooled(s, "peak_rss_mb")),
-                                  "failures": sorted({f for x in s for f in x.get("failures", [])})}
-                              for c, s in samples["concurrency"].items()}
+        out["concurrency"] = {
+            c: {
+                **stats(pooled(s, "wall_s")),
+                "failed": sum(pooled(s, "failed")),
+                "turns": raw["plan"]["concurrency"]["variants"][c]["turns"],
+                "rss": stats(pooled(s, "peak_rss_mb")),
+                "failures": sorted({f for x in s for f in x.get("failures", [])}),
+            }
+            for c, s in samples["concurrency"].items()
+        }
     if "latency" in samples:
         out["latency"] = {c: stats(pooled(s, "delay_ms")) for c, s in samples["latency"].items()}
     if "memory" in samples:
-        out["memory"] = {c: {**stats(pooled(s, "peak_rss_mb")), "seconds": stats(pooled(s, "seconds"))}
-                         for c, s in samples["memory"].items()}
+        out["memory"] = {
+            c: {**stats(pooled(s, "peak_rss_mb")), "seconds": stats(pooled(s, "seconds"))}
+            for c, s in samples["memory"].items()
+        }
     if "cli" in samples:
         runs = samples["cli"]["all"]
         out["cli"] = {c: stats(pooled(runs, f"{c}_ms")) for c in ("bridge", "floor", "agentproc", "trio")}
     if "codex" in samples:
         runs = samples["codex"]
-        out["codex"] = {"throughput": stats(pooled(runs["throughput"], "mb_per_s")),
-                        "pipe only": stats(pooled(runs["pipe only"], "mb_per_s")),
-                        "latency": stats(pooled(runs["latency"], "delay_ms"))}
+        out["codex"] = {
+            "throughput": stats(pooled(runs["throughput"], "mb_per_s")),
+            "pipe only": stats(pooled(runs["pipe only"], "mb_per_s")),
+            "latency": stats(pooled(runs["latency"], "delay_ms")),
+        }
         out["codex_mb"] = raw["codex_input"]["bytes"] / 1e6
     if "wire04" in samples:
         runs = samples["wire04"]
-        out["wire04"] = {label: stats(pooled(runs.get(label, []), "delay_ms" if "latency" in label else "mb_per_s"))
-                         for label in ("bridge", "agentproc 0.20", "pipe only", "latency", "latency, agentproc 0.20")}
+        out["wire04"] = {
+            label: stats(pooled(runs.get(label, []), "delay_ms" if "latency" in label else "mb_per_s"))
+            for label in ("bridge", "agentproc 0.20", "pipe only", "latency", "latency, agentproc 0.20")
+        }
         out["wire04_mb"] = raw["wire04_input"]["bytes"] / 1e6
     if "dialects" in samples:
         runs = samples["dialects"]
         peer = runs.get("agentproc 0.20", [])
         inputs = raw.get("dialect_inputs", {})
         # The one-shot dialects have an input file; the warm ones only a latency.
-        measured = [*inputs, *(label.removesuffix(" latency") for label in runs
-                               if label.endswith(" latency") and label.removesuffix(" latency") not in inputs)]
-        out["dialects"] = {"agentproc 0.20": stats(pooled(peer, "seconds")),
-                           **{protocol: {"seconds": stats(pooled(runs.get(protocol, []), "seconds")),
-                                         "hub": stats(pooled(runs.get(f"{protocol}, agentproc 0.20", []), "seconds")),
-                                         "mb_per_s": stats(pooled(runs.get(protocol, []), "mb_per_s")),
-                                         "latency": stats(pooled(runs.get(f"{protocol} latency", []), "delay_ms")),
-                                         "mb": inputs[protocol]["bytes"] / 1e6 if protocol in inputs else 0.0}
-                              for protocol in measured}}
+        measured = [
+            *inputs,
+            *(
+                label.removesuffix(" latency")
+                for label in runs
+                if label.endswith(" latency") and label.removesuffix(" latency") not in inputs
+            ),
+        ]
+        out["dialects"] = {
+            "agentproc 0.20": stats(pooled(peer, "seconds")),
+            **{
+                protocol: {
+                    "seconds": stats(pooled(runs.get(protocol, []), "seconds")),
+                    "hub": stats(pooled(runs.get(f"{protocol}, agentproc 0.20", []), "seconds")),
+                    "mb_per_s": stats(pooled(runs.get(protocol, []), "mb_per_s")),
+                    "latency": stats(pooled(runs.get(f"{protocol} latency", []), "delay_ms")),
+                    "mb": inputs[protocol]["bytes"] / 1e6 if protocol in inputs else 0.0,
+                }
+                for protocol in measured
+            },
+        }
     if "warm" in samples:
         runs = samples["warm"]
-        out["warm"] = {"warm": stats(pooled(runs.get("turn", []), "warm_ms")),
-                       "cold": stats(pooled(runs.get("turn", []), "cold_ms")),
-                       "pool": stats(pooled(runs.get("pool", []), "latency_ms")),
-                       "pool_rss": stats(pooled(runs.get("pool", []), "peak_rss_mb")),
-                       "conversations": raw["plan"]["warm"]["variants"].get("pool", {}).get("conversations", 0)}
+        out["warm"] = {
+            "warm": stats(pooled(runs.get("turn", []), "warm_ms")),
+            "cold": stats(pooled(runs.get("turn", []), "cold_ms")),
+            "pool": stats(pooled(runs.get("pool", []), "latency_ms")),
+            "pool_rss": stats(pooled(runs.get("pool", []), "peak_rss_mb")),
+            "conversations": raw["plan"]["warm"]["variants"].get("pool", {}).get("conversations", 0),
+        }
     if "fleet" in samples:
         out["fleet"] = {label: stats(pooled(s, "latency_ms")) for label, s in samples["fleet"].items()}
     if "fleet-burst" in samples:
-        out["fleet_burst"] = {label: {**stats(pooled(s, "turns_per_s")),
-                                      "turns": raw["plan"]["fleet-burst"]["variants"][label]["turns"]}
-                              for label, s in samples["fleet-burst"].items()}
-    work = {f"{case} / {label}": postgres_work(s) for case in ("fleet", "fleet-burst") if case in samples
-            for label, s in samples[case].items() if pooled(s, "statements_per_turn")}
+        out["fleet_burst"] = {
+            label: {**stats(pooled(s, "turns_per_s")), "turns": raw["plan"]["fleet-burst"]["variants"][label]["turns"]}
+            for label, s in samples["fleet-burst"].items()
+        }
+    work = {
+        f"{case} / {label}": postgres_work(s)
+        for case in ("fleet", "fleet-burst")
+        if case in samples
+        for label, s in samples[case].items()
+        if pooled(s, "statements_per_turn")
+    }
     if work:
         out["postgres_work"] = work
     if "pg-statement" in samples:
         runs = samples["pg-statement"]["all"]
-        out["pg_statement"] = {name: stats(pooled(runs, f"{name}_us"))
-                               for name in ("blocking", "to_thread", "hop", "blocking_txn", "database_run")}
+        out["pg_statement"] = {
+            name: stats(pooled(runs, f"{name}_us"))
+            for name in ("blocking", "to_thread", "hop", "blocking_txn", "database_run")
+        }
     out["per_round_ratios"] = per_round_ratios(samples)
     out["rows"] = rows(out)
     return out
@@ -129,15 +175,18 @@ def postgres_work(samples: list[dict[str, Any]]) -> dict[str, Any]:
     for sample in valid:
         for query, calls in sample["statements"].items():
             queries[query] = queries.get(query, 0.0) + calls / len(valid)
-    return {"statements": stats(pooled(samples, "statements_per_turn")),
-            "commits": stats(pooled(samples, "commits_per_turn")),
-            "rollbacks": stats(pooled(samples, "rollbacks_per_turn")),
-            "begin_commit": queries.get("BEGIN", 0.0) + queries.get("COMMIT", 0.0),
-            "queries": dict(sorted(queries.items(), key=lambda item: -item[1]))}
+    return {
+        "statements": stats(pooled(samples, "statements_per_turn")),
+        "commits": stats(pooled(samples, "commits_per_turn")),
+        "rollbacks": stats(pooled(samples, "rollbacks_per_turn")),
+        "begin_commit": queries.get("BEGIN", 0.0) + queries.get("COMMIT", 0.0),
+        "queries": dict(sorted(queries.items(), key=lambda item: -item[1])),
+    }
 
 
 def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
     """Ratios of medians within each round: contenders measured seconds apart, so drift cancels best here."""
+
     def ratios(case: str, a: str, b: str, metric_a: str, metric_b: str | None = None) -> list[float]:
         runs = samples[case]
         pairs = zip(runs[a], runs[b]) if a in runs else zip(runs["all"], runs["all"])
@@ -163,10 +212,12 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
             continue
         if f"{protocol}, agentproc 0.20" in samples["dialects"]:
             result[f"{protocol}: agentproc 0.20 (its hub profile) / the bridge"] = ratios(
-                "dialects", f"{protocol}, agentproc 0.20", protocol, "seconds")
+                "dialects", f"{protocol}, agentproc 0.20", protocol, "seconds"
+            )
         else:
             result[f"{protocol}: agentproc 0.20 on the wire-0.4 form / the bridge"] = ratios(
-                "dialects", "agentproc 0.20", protocol, "seconds")
+                "dialects", "agentproc 0.20", protocol, "seconds"
+            )
     if "turn" in samples.get("warm", {}):
         result["warm ACP turn / cold"] = ratios("warm", "turn", "turn", "warm_ms", "cold_ms")
     return result
@@ -184,124 +235,260 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
     """One row per target (plus reference rows without a target): the table's content."""
     table: list[dict[str, str]] = []
 
-    def row(bench: str, bridge: str, floor: str = "", agentproc: str = "", ratio: str = "", target: str = "",
-            verdict: str = "") -> None:
-        table.append({"benchmark": bench, "bridge": bridge, "floor": floor, "agentproc": agentproc,
-                      "ratio": ratio, "target": target, "result": verdict})
+    def row(
+        bench: str,
+        bridge: str,
+        floor: str = "",
+        agentproc: str = "",
+        ratio: str = "",
+        target: str = "",
+        verdict: str = "",
+    ) -> None:
+        table.append(
+            {
+                "benchmark": bench,
+                "bridge": bridge,
+                "floor": floor,
+                "agentproc": agentproc,
+                "ratio": ratio,
+                "target": target,
+                "result": verdict,
+            }
+        )
 
     if "turn" in s:
         b, f, a = (s["turn"][c]["median"] for c in ("bridge", "subprocess.run", "agentproc"))
-        row("1 per-turn, median", _ms(b), f"{_ms(f)} subprocess.run", _ms(a), f"{b / f:.2f}× floor",
-            f"≤ {TURN_VS_FLOOR}× floor", _verdict(b / f <= TURN_VS_FLOOR))
-        row("1 per-turn, median", "", "", "", f"{b / a:.2f}× agentproc", f"≤ {TURN_VS_AGENTPROC}× agentproc",
-            _verdict(b / a <= TURN_VS_AGENTPROC))
+        row(
+            "1 per-turn, median",
+            _ms(b),
+            f"{_ms(f)} subprocess.run",
+            _ms(a),
+            f"{b / f:.2f}× floor",
+            f"≤ {TURN_VS_FLOOR}× floor",
+            _verdict(b / f <= TURN_VS_FLOOR),
+        )
+        row(
+            "1 per-turn, median",
+            "",
+            "",
+            "",
+            f"{b / a:.2f}× agentproc",
+            f"≤ {TURN_VS_AGENTPROC}× agentproc",
+            _verdict(b / a <= TURN_VS_AGENTPROC),
+        )
     if "throughput" in s:
         b, a, f = (s["throughput"][c]["median"] for c in ("bridge", "agentproc", "pipe only"))
-        row(f"2 throughput, {s['throughput_mb']:.0f} MB mixed", f"{b:.1f} MB/s", f"{f:.0f} MB/s pipe only",
-            f"{a:.1f} MB/s", f"{b / a:.2f}× agentproc", f"≥ {THROUGHPUT_VS_AGENTPROC}× agentproc",
-            _verdict(b / a >= THROUGHPUT_VS_AGENTPROC))
+        row(
+            f"2 throughput, {s['throughput_mb']:.0f} MB mixed",
+            f"{b:.1f} MB/s",
+            f"{f:.0f} MB/s pipe only",
+            f"{a:.1f} MB/s",
+            f"{b / a:.2f}× agentproc",
+            f"≥ {THROUGHPUT_VS_AGENTPROC}× agentproc",
+            _verdict(b / a >= THROUGHPUT_VS_AGENTPROC),
+        )
         python_floor = s["throughput"].get("python floor", {})
         if python_floor.get("n"):
             p = python_floor["median"]
-            row("2 throughput, Python floor", "", f"{p:.1f} MB/s in-memory loop", "",
-                f"{b / p:.2f}× floor, floor {p / a:.2f}× agentproc")
+            row(
+                "2 throughput, Python floor",
+                "",
+                f"{p:.1f} MB/s in-memory loop",
+                "",
+                f"{b / p:.2f}× floor, floor {p / a:.2f}× agentproc",
+            )
     if "concurrency" in s:
         b, a = s["concurrency"]["bridge"], s["concurrency"].get("agentproc")
         popen = s["concurrency"].get("popen", {})
         n = b["turns"]
-        row(f"3 {n} × 1 s turns at once, wall", f"{b['median']:.2f} s (max {b['max']:.2f}), {b['failed']} failed",
-            f"{popen['median']:.2f} s {n} bare Popens" if popen.get("n") else "1.00 s the agent", f"{a['median']:.2f} s, {a['failed']} failed" if a else "", "",
-            f"≤ {CONCURRENCY_WALL_S} s, 0 failed", _verdict(b["median"] <= CONCURRENCY_WALL_S and b["failed"] == 0))
+        row(
+            f"3 {n} × 1 s turns at once, wall",
+            f"{b['median']:.2f} s (max {b['max']:.2f}), {b['failed']} failed",
+            f"{popen['median']:.2f} s {n} bare Popens" if popen.get("n") else "1.00 s the agent",
+            f"{a['median']:.2f} s, {a['failed']} failed" if a else "",
+            "",
+            f"≤ {CONCURRENCY_WALL_S} s, 0 failed",
+            _verdict(b["median"] <= CONCURRENCY_WALL_S and b["failed"] == 0),
+        )
     if "latency" in s:
         b, a = s["latency"]["bridge"], s["latency"].get("agentproc")
-        row("4 partial latency, p99 (p50)", f"{b['p99']:.3f} ms ({b['p50']:.3f})", "",
-            f"{a['p99']:.3f} ms ({a['p50']:.3f})" if a else "", "", f"p99 ≤ {LATENCY_P99_MS:g} ms",
-            _verdict(b["p99"] <= LATENCY_P99_MS))
+        row(
+            "4 partial latency, p99 (p50)",
+            f"{b['p99']:.3f} ms ({b['p50']:.3f})",
+            "",
+            f"{a['p99']:.3f} ms ({a['p50']:.3f})" if a else "",
+            "",
+            f"p99 ≤ {LATENCY_P99_MS:g} ms",
+            _verdict(b["p99"] <= LATENCY_P99_MS),
+        )
     if "memory" in s:
         m = s["memory"]
         idle = m.get("idle (one turn)")
         for label, value in m.items():
             if label == "idle (one turn)":
                 continue
-            row(f"5 peak RSS, {label}", f"{value['max']:.1f} MB", f"{idle['max']:.1f} MB idle" if idle else "", "",
-                "", f"< {PEAK_RSS_MB:g} MB", _verdict(value["max"] < PEAK_RSS_MB))
+            row(
+                f"5 peak RSS, {label}",
+                f"{value['max']:.1f} MB",
+                f"{idle['max']:.1f} MB idle" if idle else "",
+                "",
+                "",
+                f"< {PEAK_RSS_MB:g} MB",
+                _verdict(value["max"] < PEAK_RSS_MB),
+            )
     if "concurrency" in s:
         b, a = s["concurrency"]["bridge"], s["concurrency"].get("agentproc")
-        row(f"5 peak RSS, {b['turns']} turns in flight", f"{b['rss']['max']:.1f} MB", "",
-            f"{a['rss']['max']:.1f} MB" if a else "", "", f"< {PEAK_RSS_MB:g} MB",
-            _verdict(b["rss"]["max"] < PEAK_RSS_MB))
+        row(
+            f"5 peak RSS, {b['turns']} turns in flight",
+            f"{b['rss']['max']:.1f} MB",
+            "",
+            f"{a['rss']['max']:.1f} MB" if a else "",
+            "",
+            f"< {PEAK_RSS_MB:g} MB",
+            _verdict(b["rss"]["max"] < PEAK_RSS_MB),
+        )
     if "cli" in s:
         b, f, a = (s["cli"][c]["median"] for c in ("bridge", "floor", "agentproc"))
-        row("6 CLI cold start, median", _ms(b), f"{_ms(f)} imports + agent", _ms(a), f"{b / f:.2f}× floor",
-            f"≤ {CLI_VS_FLOOR}× floor", _verdict(b / f <= CLI_VS_FLOOR))
+        row(
+            "6 CLI cold start, median",
+            _ms(b),
+            f"{_ms(f)} imports + agent",
+            _ms(a),
+            f"{b / f:.2f}× floor",
+            f"≤ {CLI_VS_FLOOR}× floor",
+            _verdict(b / f <= CLI_VS_FLOOR),
+        )
         trio = s["cli"].get("trio", {})
         trio_floor = f"{_ms(trio['median'])} import trio + agent" if trio.get("n") else ""
-        row("6 CLI `run` on echo, median", _ms(b), trio_floor, _ms(a), f"{b / a:.2f}× agentproc",
-            f"≤ {CLI_RUN_MS:g} ms", _verdict(b <= CLI_RUN_MS))
+        row(
+            "6 CLI `run` on echo, median",
+            _ms(b),
+            trio_floor,
+            _ms(a),
+            f"{b / a:.2f}× agentproc",
+            f"≤ {CLI_RUN_MS:g} ms",
+            _verdict(b <= CLI_RUN_MS),
+        )
     if "codex" in s:
         c = s["codex"]
         if c["throughput"].get("n"):
-            row(f"7 codex-exec throughput, {s['codex_mb']:.0f} MB events", f"{c['throughput']['median']:.1f} MB/s",
-                f"{c['pipe only']['median']:.0f} MB/s pipe only" if c["pipe only"].get("n") else "")
+            row(
+                f"7 codex-exec throughput, {s['codex_mb']:.0f} MB events",
+                f"{c['throughput']['median']:.1f} MB/s",
+                f"{c['pipe only']['median']:.0f} MB/s pipe only" if c["pipe only"].get("n") else "",
+            )
         if c["latency"].get("n"):
             lat = c["latency"]
-            row("8 codex-exec partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "", "", "",
-                f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= JSON_LATENCY_P99_MS))
+            row(
+                "8 codex-exec partial latency, p99 (p50)",
+                f"{lat['p99']:.3f} ms ({lat['p50']:.3f})",
+                "",
+                "",
+                "",
+                f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms",
+                _verdict(lat["p99"] <= JSON_LATENCY_P99_MS),
+            )
     if "warm" in s:
         w = s["warm"]
         if w["warm"].get("n"):
             warm, cold = w["warm"]["median"], w["cold"]["median"]
-            row("9 warm ACP turn, median", _ms(warm), f"{_ms(cold)} cold (start, session, turn, goodbye)", "",
-                f"{warm / cold:.3f}× cold", f"< {WARM_VS_COLD:g}× cold", _verdict(warm / cold < WARM_VS_COLD))
+            row(
+                "9 warm ACP turn, median",
+                _ms(warm),
+                f"{_ms(cold)} cold (start, session, turn, goodbye)",
+                "",
+                f"{warm / cold:.3f}× cold",
+                f"< {WARM_VS_COLD:g}× cold",
+                _verdict(warm / cold < WARM_VS_COLD),
+            )
         if w["pool"].get("n"):
             n = w["conversations"]
-            row(f"10 {n} warm conversations, turn p99 (p50)", f"{_ms(w['pool']['p99'])} ({_ms(w['pool']['p50'])})",
-                f"{n} turns at once")
-            row(f"10 peak RSS, {n} warm conversations", f"{w['pool_rss']['max']:.1f} MB", "", "", "",
-                f"< {PEAK_RSS_MB:g} MB", _verdict(w["pool_rss"]["max"] < PEAK_RSS_MB))
+            row(
+                f"10 {n} warm conversations, turn p99 (p50)",
+                f"{_ms(w['pool']['p99'])} ({_ms(w['pool']['p50'])})",
+                f"{n} turns at once",
+            )
+            row(
+                f"10 peak RSS, {n} warm conversations",
+                f"{w['pool_rss']['max']:.1f} MB",
+                "",
+                "",
+                "",
+                f"< {PEAK_RSS_MB:g} MB",
+                _verdict(w["pool_rss"]["max"] < PEAK_RSS_MB),
+            )
     if "fleet" in s:
         f = s["fleet"]
         alone = f.get("serve alone", {})
-        for label, name in (("gateway + worker", "11 fleet turn, enqueue→result, p99 (p50)"),
-                            ("durable commits", "11 fleet turn, durable commits, p99 (p50)")):
+        for label, name in (
+            ("gateway + worker", "11 fleet turn, enqueue→result, p99 (p50)"),
+            ("durable commits", "11 fleet turn, durable commits, p99 (p50)"),
+        ):
             if f.get(label, {}).get("n"):
-                row(name, f"{_ms(f[label]['p99'])} ({_ms(f[label]['p50'])})",
-                    f"{_ms(alone['p99'])} ({_ms(alone['p50'])}) serve alone" if alone.get("n") else "")
+                row(
+                    name,
+                    f"{_ms(f[label]['p99'])} ({_ms(f[label]['p50'])})",
+                    f"{_ms(alone['p99'])} ({_ms(alone['p50'])}) serve alone" if alone.get("n") else "",
+                )
     if "fleet_burst" in s:
         b = s["fleet_burst"]
         alone = b.get("serve alone", {})
         for label, burst in b.items():
             if label != "serve alone" and burst.get("n"):
-                row(f"12 fleet, {burst['turns']} turns at once, {label}", f"{burst['median']:.0f} turns/s",
-                    f"{alone['median']:.0f} turns/s serve alone" if alone.get("n") else "")
+                row(
+                    f"12 fleet, {burst['turns']} turns at once, {label}",
+                    f"{burst['median']:.0f} turns/s",
+                    f"{alone['median']:.0f} turns/s serve alone" if alone.get("n") else "",
+                )
     for key, work in s.get("postgres_work", {}).items():
         where = "sequential turns" if key.startswith("fleet /") else f"burst, {key.split(' / ')[1]}"
-        row(f"13 PostgreSQL per turn, {where}",
+        row(
+            f"13 PostgreSQL per turn, {where}",
             f"{work['statements']['median']:.1f} statements, {work['commits']['median']:.1f} commits",
-            f"{work['begin_commit']:.1f} of them BEGIN/COMMIT")
+            f"{work['begin_commit']:.1f} of them BEGIN/COMMIT",
+        )
     if "pg_statement" in s:
         st = s["pg_statement"]
         if st["to_thread"].get("n"):
-            row("14 SELECT 1 via trio.to_thread, median", f"{st['to_thread']['median']:.0f} µs",
-                f"{st['blocking']['median']:.0f} µs blocking", "",
-                f"{st['to_thread']['median'] / st['blocking']['median']:.1f}× blocking")
-            row("14 transaction via Database.run, median", f"{st['database_run']['median']:.0f} µs",
-                f"{st['blocking_txn']['median']:.0f} µs blocking", "",
-                f"{st['database_run']['median'] / st['blocking_txn']['median']:.1f}× blocking")
+            row(
+                "14 SELECT 1 via trio.to_thread, median",
+                f"{st['to_thread']['median']:.0f} µs",
+                f"{st['blocking']['median']:.0f} µs blocking",
+                "",
+                f"{st['to_thread']['median'] / st['blocking']['median']:.1f}× blocking",
+            )
+            row(
+                "14 transaction via Database.run, median",
+                f"{st['database_run']['median']:.0f} µs",
+                f"{st['blocking_txn']['median']:.0f} µs blocking",
+                "",
+                f"{st['database_run']['median'] / st['blocking_txn']['median']:.1f}× blocking",
+            )
     if "wire04" in s:
         w = s["wire04"]
         b, a, f = w["bridge"], w["agentproc 0.20"], w["pipe only"]
         if b.get("n") and a.get("n"):
             ratio = b["median"] / a["median"]
-            row(f"15 wire-0.4 throughput, {s['wire04_mb']:.0f} MB events", f"{b['median']:.1f} MB/s",
-                f"{f['median']:.0f} MB/s pipe only" if f.get("n") else "", f"{a['median']:.1f} MB/s (0.20)",
-                f"{ratio:.2f}× agentproc 0.20", f"≥ {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20",
-                _verdict(ratio >= WIRE04_VS_AGENTPROC020))
+            row(
+                f"15 wire-0.4 throughput, {s['wire04_mb']:.0f} MB events",
+                f"{b['median']:.1f} MB/s",
+                f"{f['median']:.0f} MB/s pipe only" if f.get("n") else "",
+                f"{a['median']:.1f} MB/s (0.20)",
+                f"{ratio:.2f}× agentproc 0.20",
+                f"≥ {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20",
+                _verdict(ratio >= WIRE04_VS_AGENTPROC020),
+            )
         lat, peer = w["latency"], w["latency, agentproc 0.20"]
         if lat.get("n"):
-            row("16 wire-0.4 partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "",
-                f"{peer['p99']:.3f} ms ({peer['p50']:.3f}) (0.20)" if peer.get("n") else "", "",
-                f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= JSON_LATENCY_P99_MS))
+            row(
+                "16 wire-0.4 partial latency, p99 (p50)",
+                f"{lat['p99']:.3f} ms ({lat['p50']:.3f})",
+                "",
+                f"{peer['p99']:.3f} ms ({peer['p50']:.3f}) (0.20)" if peer.get("n") else "",
+                "",
+                f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms",
+                _verdict(lat["p99"] <= JSON_LATENCY_P99_MS),
+            )
     if "dialects" in s:
         d = s["dialects"]
         peer = d["agentproc 0.20"]
@@ -312,18 +499,35 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             bridge = f"{_ms(b * 1000)} ({m['mb_per_s']['median']:.0f} MB/s)"
             if m["hub"].get("n"):  # agentproc 0.20 reads this protocol: the target applies
                 hub = m["hub"]["median"]
-                row(f"17 {protocol}, row 15's turn", bridge, f"{m['mb']:.1f} MB",
-                    f"{_ms(hub * 1000)} (0.20, its hub profile)", f"{hub / b:.2f}× agentproc 0.20",
-                    f"≥ {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20", _verdict(hub / b >= WIRE04_VS_AGENTPROC020))
+                row(
+                    f"17 {protocol}, row 15's turn",
+                    bridge,
+                    f"{m['mb']:.1f} MB",
+                    f"{_ms(hub * 1000)} (0.20, its hub profile)",
+                    f"{hub / b:.2f}× agentproc 0.20",
+                    f"≥ {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20",
+                    _verdict(hub / b >= WIRE04_VS_AGENTPROC020),
+                )
             else:  # it does not: the same turn in wire 0.4, for scale
-                row(f"17 {protocol}, row 15's turn", bridge, f"{m['mb']:.1f} MB",
+                row(
+                    f"17 {protocol}, row 15's turn",
+                    bridge,
+                    f"{m['mb']:.1f} MB",
                     f"{_ms(peer['median'] * 1000)} (0.20, the wire-0.4 form)" if peer.get("n") else "",
-                    f"{peer['median'] / b:.2f}× agentproc 0.20 on wire 0.4" if peer.get("n") else "")
+                    f"{peer['median'] / b:.2f}× agentproc 0.20 on wire 0.4" if peer.get("n") else "",
+                )
         for protocol, m in d.items():
             if protocol != "agentproc 0.20" and m["latency"].get("n"):
                 lat = m["latency"]
-                row(f"18 {protocol} partial latency, p99 (p50)", f"{lat['p99']:.3f} ms ({lat['p50']:.3f})", "", "",
-                    "", f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms", _verdict(lat["p99"] <= JSON_LATENCY_P99_MS))
+                row(
+                    f"18 {protocol} partial latency, p99 (p50)",
+                    f"{lat['p99']:.3f} ms ({lat['p50']:.3f})",
+                    "",
+                    "",
+                    "",
+                    f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms",
+                    _verdict(lat["p99"] <= JSON_LATENCY_P99_MS),
+                )
     return table
 
 
@@ -337,8 +541,10 @@ def console_table(summary: dict[str, Any]) -> str:
     lines += ["  ".join(r[c].ljust(widths[c]) for c in COLUMNS) for r in table]
     passed = sum(r["result"] == "PASS" for r in table)
     failed = sum(r["result"] == "FAIL" for r in table)
-    lines.append(f"\n{passed} targets met, {failed} missed" + (" (QUICK run: small sizes, few rounds)"
-                                                               if summary.get("quick") else ""))
+    lines.append(
+        f"\n{passed} targets met, {failed} missed"
+        + (" (QUICK run: small sizes, few rounds)" if summary.get("quick") else "")
+    )
     return "\n".join(lines)
 
 
@@ -351,208 +557,257 @@ def markdown_table(summary: dict[str, Any]) -> str:
 
 
 def machine_line(m: dict[str, Any]) -> str:
-    return (f"{m['cpu']}, {m['usable_cores']} cores, {m['ram_gib']} GiB RAM, {m['kernel']}, Python {m['python']}, "
-            f"{m['date']}, commit {m['commit']}; load average before {m['load_before'][0]}")
+    return (
+        f"{m['cpu']}, {m['usable_cores']} cores, {m['ram_gib']} GiB RAM, {m['kernel']}, Python {m['python']}, "
+        f"{m['date']}, commit {m['commit']}; load average before {m['load_before'][0]}"
+    )
 
 
 def _spread(summary: dict[str, Any]) -> list[str]:
     lines = []
-    for case, metric, unit in (("turn", "per-turn time", "ms"), ("throughput", "throughput", "MB/s"),
-                               ("cli", "CLI cold start", "ms")):
+    for case, metric, unit in (
+        ("turn", "per-turn time", "ms"),
+        ("throughput", "throughput", "MB/s"),
+        ("cli", "CLI cold start", "ms"),
+    ):
         for name, st in summary.get(case, {}).items():
             if st.get("n"):
-                lines.append(f"| {metric} | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
-                             f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | {unit} |")
+                lines.append(
+                    f"| {metric} | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+                    f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | {unit} |"
+                )
     codex = summary.get("codex", {})
     for name in ("throughput", "pipe only"):
         st = codex.get(name, {})
         if st.get("n"):
-            lines.append(f"| codex-exec throughput | {'bridge' if name == 'throughput' else name} | {st['n']} | "
-                         f"{st['median']:.2f} | {st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – "
-                         f"{st['max']:.2f} | MB/s |")
+            lines.append(
+                f"| codex-exec throughput | {'bridge' if name == 'throughput' else name} | {st['n']} | "
+                f"{st['median']:.2f} | {st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – "
+                f"{st['max']:.2f} | MB/s |"
+            )
     wire04 = summary.get("wire04", {})
     for name in ("bridge", "agentproc 0.20", "pipe only"):
         st = wire04.get(name, {})
         if st.get("n"):
-            lines.append(f"| wire-0.4 throughput | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
-                         f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | MB/s |")
+            lines.append(
+                f"| wire-0.4 throughput | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+                f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | MB/s |"
+            )
     for protocol, m in summary.get("dialects", {}).items():
-        measured = [("agentproc 0.20, wire 0.4", m)] if protocol == "agentproc 0.20" else [
-            (f"bridge, {protocol}", m["seconds"]), (f"agentproc 0.20, {protocol}", m["hub"])]
+        measured = (
+            [("agentproc 0.20, wire 0.4", m)]
+            if protocol == "agentproc 0.20"
+            else [(f"bridge, {protocol}", m["seconds"]), (f"agentproc 0.20, {protocol}", m["hub"])]
+        )
         for name, st in measured:
             if st.get("n"):
-                lines.append(f"| row 15's turn | {name} | {st['n']} | {st['median'] * 1000:.0f} | "
-                             f"{st['p25'] * 1000:.0f} – {st['p75'] * 1000:.0f} | {st['min'] * 1000:.0f} – "
-                             f"{st['max'] * 1000:.0f} | ms |")
+                lines.append(
+                    f"| row 15's turn | {name} | {st['n']} | {st['median'] * 1000:.0f} | "
+                    f"{st['p25'] * 1000:.0f} – {st['p75'] * 1000:.0f} | {st['min'] * 1000:.0f} – "
+                    f"{st['max'] * 1000:.0f} | ms |"
+                )
     latencies = [*summary.get("latency", {}).items()]
     if codex.get("latency", {}).get("n"):
         latencies.append(("bridge, codex-exec", codex["latency"]))
     for name, label in (("latency", "bridge, agentproc-0.4"), ("latency, agentproc 0.20", "agentproc 0.20, wire 0.4")):
         if wire04.get(name, {}).get("n"):
             latencies.append((label, wire04[name]))
-    latencies += [(f"bridge, {protocol}", m["latency"]) for protocol, m in summary.get("dialects", {}).items()
-                  if protocol != "agentproc 0.20" and m["latency"].get("n")]
+    latencies += [
+        (f"bridge, {protocol}", m["latency"])
+        for protocol, m in summary.get("dialects", {}).items()
+        if protocol != "agentproc 0.20" and m["latency"].get("n")
+    ]
     for name, st in latencies:
-        lines.append(f"| partial delay | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
-                     f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |")
+        lines.append(
+            f"| partial delay | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
+            f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |"
+        )
     warm = summary.get("warm", {})
     for measure, key in (("ACP turn", "warm"), ("ACP turn", "cold"), ("pooled turn latency", "pool")):
         st = warm.get(key, {})
         if st.get("n"):
-            lines.append(f"| {measure} | {key if key != 'pool' else 'bridge'} | {st['n']} | {st['median']:.2f} | "
-                         f"{st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | "
-                         f"ms (p99 {st['p99']:.2f}) |")
+            lines.append(
+                f"| {measure} | {key if key != 'pool' else 'bridge'} | {st['n']} | {st['median']:.2f} | "
+                f"{st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | "
+                f"ms (p99 {st['p99']:.2f}) |"
+            )
     for name, st in summary.get("fleet", {}).items():
         if st.get("n"):
-            lines.append(f"| fleet turn latency | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
-                         f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |")
+            lines.append(
+                f"| fleet turn latency | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+                f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |"
+            )
     for name, st in summary.get("fleet_burst", {}).items():
         if st.get("n"):
-            lines.append(f"| fleet burst | {name} | {st['n']} | {st['median']:.1f} | {st['p25']:.1f} – "
-                         f"{st['p75']:.1f} | {st['min']:.1f} – {st['max']:.1f} | turns/s |")
+            lines.append(
+                f"| fleet burst | {name} | {st['n']} | {st['median']:.1f} | {st['p25']:.1f} – "
+                f"{st['p75']:.1f} | {st['min']:.1f} – {st['max']:.1f} | turns/s |"
+            )
     for name, work in summary.get("postgres_work", {}).items():
         for measure in ("statements", "commits"):
             st = work[measure]
-            lines.append(f"| PostgreSQL {measure} per turn | {name} | {st['n']} | {st['median']:.2f} | "
-                         f"{st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | per turn |")
-    names = {"blocking": "SELECT 1, blocking", "to_thread": "SELECT 1, trio.to_thread", "hop": "trio.to_thread alone",
-             "blocking_txn": "BEGIN, SELECT 1, COMMIT, blocking", "database_run": "the same, Database.run"}
+            lines.append(
+                f"| PostgreSQL {measure} per turn | {name} | {st['n']} | {st['median']:.2f} | "
+                f"{st['p25']:.2f} – {st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | per turn |"
+            )
+    names = {
+        "blocking": "SELECT 1, blocking",
+        "to_thread": "SELECT 1, trio.to_thread",
+        "hop": "trio.to_thread alone",
+        "blocking_txn": "BEGIN, SELECT 1, COMMIT, blocking",
+        "database_run": "the same, Database.run",
+    }
     for name, st in summary.get("pg_statement", {}).items():
         if st.get("n"):
-            lines.append(f"| PostgreSQL call from trio | {names[name]} | {st['n']} | {st['median']:.1f} | "
-                         f"{st['p25']:.1f} – {st['p75']:.1f} | {st['min']:.1f} – {st['max']:.1f} | "
-                         f"µs (p99 {st['p99']:.1f}) |")
+            lines.append(
+                f"| PostgreSQL call from trio | {names[name]} | {st['n']} | {st['median']:.1f} | "
+                f"{st['p25']:.1f} – {st['p75']:.1f} | {st['min']:.1f} – {st['max']:.1f} | "
+                f"µs (p99 {st['p99']:.1f}) |"
+            )
     for name, st in summary.get("concurrency", {}).items():
-        lines.append(f"| 300 × 1 s wall | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
-                     f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | s |")
+        lines.append(
+            f"| 300 × 1 s wall | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+            f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | s |"
+        )
     for name, st in summary.get("memory", {}).items():
         secs = st["seconds"]
         extra = f" (turn {secs['median']:.1f} s)" if secs.get("n") else ""
-        lines.append(f"| peak RSS | {name} | {st['n']} | {st['median']:.1f} | | {st['min']:.1f} – "
-                     f"{st['max']:.1f} | MB{extra} |")
+        lines.append(
+            f"| peak RSS | {name} | {st['n']} | {st['median']:.1f} | | {st['min']:.1f} – {st['max']:.1f} | MB{extra} |"
+        )
     if not lines:
         return []
-    paired = [f"- {name}: {', '.join(f'{r:.2f}' for r in values)}"
-              for name, values in summary.get("per_round_ratios", {}).items() if values]
-    return ["| measure | contender | samples | median | p25 – p75 | min – max | unit |",
-            "|---|---|---|---|---|---|---|", *lines,
-            "", "Ratios within each round (contenders measured back to back; their spread shows the machine's noise):",
-            "", *paired]
+    paired = [
+        f"- {name}: {', '.join(f'{r:.2f}' for r in values)}"
+        for name, values in summary.get("per_round_ratios", {}).items()
+        if values
+    ]
+    return [
+        "| measure | contender | samples | median | p25 – p75 | min – max | unit |",
+        "|---|---|---|---|---|---|---|",
+        *lines,
+        "",
+        "Ratios within each round (contenders measured back to back; their spread shows the machine's noise):",
+        "",
+        *paired,
+    ]
 
 
 def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> str:
     spread = _spread(summary)
-    return "\n".join([
-        "# Benchmark results",
-        "",
-        "Written by `make bench` (bench/run.py); do not edit by hand."
-        + (" **QUICK run: small sizes, few rounds — not for comparison.**" if quick else ""),
-        "",
-        f"Machine: {machine_line(about)}. Load average after each round: "
-        f"{', '.join(str(x[0]) for x in about.get('load_after_each_round', []))}. "
-        f"Whole run: {about.get('bench_seconds', '?')} s."
-        + (f" PostgreSQL (cases 11–14): {about['postgres']}." if about.get("postgres") else ""),
-        "",
-        "![benchmark results](results.png)",
-        "",
-        markdown_table(summary),
-        "",
-        "Floor: what the work costs with no bridge at all (per-turn: `subprocess.run` of the same agent with the "
-        "same argv, env and cwd; throughput: `subprocess.run` collecting the same `cat` output unparsed; "
-        "CLI: `python -c \"import trio, pydantic, structlog, yaml\"` then the echo agent; for the 150 ms row, "
-        "`python -c \"import trio\"` then the echo agent, the only library a run imports). "
-        "Ratios are of medians. Peak RSS is the worst sample (VmHWM of a process that ran only that case). "
-        "Where the misses come from: [PROFILING.md](PROFILING.md).",
-        "",
-        "## Spread",
-        "",
-        *spread,
-        "",
-        "## What each benchmark does",
-        "",
-        "1. **Per-turn overhead**: `agents/turn.sh` (a session line, a partial, a body line; sh builtins only), "
-        "many sequential turns in one trio loop per round: `bridge.run_turn`, `subprocess.run` and "
-        "`agentproc.runner.run` take turns one turn at a time, in rotating order, so a burst of load hits all "
-        "three alike. Only the call is timed; the result is checked after the clock stops.",
-        "2. **Throughput**: `cat` of a generated file of mixed protocol lines (a third each of JSON-string "
-        "partials, body lines and session lines, generated once outside the timing), reply cap off, "
-        "partial callback doing nothing. MB/s = file size / turn time. Every contender's reply, partial count "
-        "and session id are checked on an untimed turn.",
-        "3. **Concurrency**: 300 turns of `agents/sleep.sh 1` started at once — bridge: one trio nursery; "
-        "agentproc: a thread per turn (its `run` blocks). Wall time until all are done; a turn fails unless "
-        "exit 0 with the right reply.",
-        "4. **Partial latency**: `agents/ticker.py` writes `AGENT_PARTIAL: <CLOCK_MONOTONIC ns>` every 5 ms "
-        "(a system-wide clock on Linux); the callback subtracts it from its own reading on arrival. "
-        "The first 10 partials of each run are dropped (start-up).",
-        "5. **Memory**: peak RSS (VmHWM) of a fresh process that ran one turn of `agents/flood.sh` writing 1 GiB "
-        "(1 KiB body lines with the default cap and with `max_reply_chars: null`; 1 KiB partials uncapped; "
-        "one line with no newline), and of the concurrency run (300 turns in flight). "
-        "`idle` is a process that imported the bridge and ran one small turn: the floor.",
-        "6. **CLI cold start**: `agent-bridge run profiles/echo.yaml hello` against its two floors (see above), and "
-        "agentproc's CLI on the same agent (reference), hyperfine-style: the four interleaved, stdout to /dev/null, "
-        "bench venv with the bridge installed non-editable (as users get it).",
-        "7. **codex-exec throughput**: `cat` of one long turn in `codex exec --json`'s shapes, written once by "
-        "`agents/codex_like.py` (reasoning items, commands started and completed with up to 2 KB of output, "
-        "agent messages, todo-list updates; as much as the 0.1 mix), through `protocol: codex-exec`, reply cap "
-        "off, the host taking every event with `on_event`. Reply, partial and activity counts, session and usage "
-        "are checked on an untimed turn. Pipe only: the same `cat`, unparsed.",
-        "8. **codex-exec partial latency**: `agents/codex_like.py tick` writes a command_execution item and then "
-        "an agent_message whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4.",
-        "9. **Warm ACP turn**: `agents/acp_echo.py`, a hand-written ACP agent (initialize, session/new, one "
-        "`agent_message_chunk` per prompt), through `protocol: acp`. Warm: a turn on a live `WarmAgent`. Cold: "
-        "`run_turn` of the same profile, which starts the agent, sets its session up, takes the turn, says "
-        "goodbye and reaps it. The two alternate turn by turn; replies and session ids are checked.",
-        "10. **100 warm conversations**: one host (`open_host`, `max_concurrent` 100) holds 100 ACP "
-        "conversations warm; each round, all 100 submit a turn at once. Latency is submit → result of every "
-        "turn after the first round (which starts the agents), so it includes the queue of 100 turns on 2 "
-        "cores; a conversation whose agent was replaced fails the sample. Peak RSS is the bridge process's "
-        "(each agent is a process of its own).",
-        "11. **Fleet turn latency**: real processes on a throwaway PostgreSQL cluster (a database per sample): "
-        "`agent-bridge serve --postgres` and one `agent-bridge worker`, driven over JSON Lines by the sample "
-        "like a bot would; the agent is `sample_agents/echo.sh`. 300 sequential turns of one conversation, each "
-        "timed from writing the request to reading its `result` line. The queue's database sets "
-        "`synchronous_commit = off` (commits do not wait for the disk; fsync stays on); *durable commits* keeps "
-        "PostgreSQL's default (`on`), so each commit waits for this machine's disk. Serve alone: the same client "
-        "and agent through one `agent-bridge serve --profiles` (no PostgreSQL).",
-        "12. **Fleet turns per second**: 300 turns of 100 conversations written at once to one gateway, with "
-        "1, 2 or 3 workers (32 turns each at most, the default); turns / wall time until the last result. "
-        "Serve alone as in 11.",
-        "13. **PostgreSQL work per turn**, read on the server around the timed turns of 11 and 12 (after a "
-        "settle of 10.5 s, since PostgreSQL publishes a backend's counters up to 10 s late; the fleet stops "
-        "before the second reading): top-level statements from `pg_stat_statements` (BEGIN and COMMIT count), "
-        "commits from `pg_stat_database.xact_commit` (a listening connection commits once per notification it "
-        "reads), both divided by the turns. Everything the fleet's database did in the window counts: the "
-        "workers' idle polls, lease renewals and reaping too.",
-        "14. **A statement from trio**: `SELECT 1` on loopback from a trio program, in rotating order call by "
-        "call: on psycopg's blocking API, through `trio.to_thread.run_sync`, and the thread hop alone; and one "
-        "transaction (BEGIN, SELECT 1, COMMIT) blocking and through the bridge's `Database.run` (its pooled "
-        "connection, one thread hop per transaction).",
-        "15. **wire-0.4 throughput**: `cat` of one long turn in agentproc wire 0.4, written once by "
-        "`agents/dialect_like.py` as the agentproc 0.20 SDK writes lines (thinking partials, the reply as output "
-        "partials of a few words, tool steps as `tool` partials with up to 2 KB of output, every line with the "
-        "session id, one `result` with usage), through `protocol: agentproc-0.4`, reply cap off, the host taking "
-        "every event with `on_event`; against agentproc 0.20's own runner (`agentproc.runner.run`, a partial "
-        "callback taking text and role) in bench/.venv-ap020, started by the worker as a subprocess sample "
-        "(`agentproc020.py`). Counts, reply, session and usage are checked on an untimed turn. Pipe only: the "
-        "same `cat`, unparsed.",
-        "16. **wire-0.4 partial latency**: `agents/dialect_like.py tick agentproc-0.4` writes a thinking partial "
-        "and then an output partial whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4, for the bridge "
-        "and for agentproc 0.20's runner.",
-        "17. **Every other one-shot JSON dialect, row 15's turn**: the same steps as row 15's file (reasoning, "
-        "the reply as deltas of a few words, tool steps with up to 2 KB of output, the final answer and its "
-        "usage), written once by `agents/dialect_like.py` in each protocol's own shapes — what a protocol has no "
-        "line for (grok's tools, gemini's and deepseek's reasoning) left out — and `cat` through that protocol, "
-        "reply cap off, the host taking every event with `on_event`. Time per turn, against agentproc 0.20 on "
-        "the same file the way it reads that CLI: the CLI's hub profile shipped in its wheel (a bridge script, a "
-        "second process, runs the CLI — here a stand-in that prints the file — and translates its JSON into wire "
-        "0.4 for the runner). agentproc 0.20 reads pi and deepseek only in their plain-text modes and has no "
-        "aictrl profile: those rows compare with its runner on the wire-0.4 form of the turn, for scale, with no "
-        "target. Reply, partial and activity counts, session and usage are checked on an untimed turn; "
-        "agentproc's, that its turn exits 0 with partials.",
-        "18. **Every other JSON dialect, partial latency**: `agents/dialect_like.py tick PROTOCOL` writes a "
-        "thinking step (where the protocol has one) and then a text step whose text is CLOCK_MONOTONIC ns every "
-        "5 ms, in the protocol's shapes, for 2 s; for the warm dialects (acp, aionrs, ante), "
-        "`agents/warm_ticker.py tick PROTOCOL` holds a session and answers the prompt with such pieces, in a turn "
-        "that starts it, sets its session up and prompts it. Measured as in 4.",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Benchmark results",
+            "",
+            "Written by `make bench` (bench/run.py); do not edit by hand."
+            + (" **QUICK run: small sizes, few rounds — not for comparison.**" if quick else ""),
+            "",
+            f"Machine: {machine_line(about)}. Load average after each round: "
+            f"{', '.join(str(x[0]) for x in about.get('load_after_each_round', []))}. "
+            f"Whole run: {about.get('bench_seconds', '?')} s."
+            + (f" PostgreSQL (cases 11–14): {about['postgres']}." if about.get("postgres") else ""),
+            "",
+            "![benchmark results](results.png)",
+            "",
+            markdown_table(summary),
+            "",
+            "Floor: what the work costs with no bridge at all (per-turn: `subprocess.run` of the same agent with the "
+            "same argv, env and cwd; throughput: `subprocess.run` collecting the same `cat` output unparsed; "
+            'CLI: `python -c "import trio, pydantic, structlog, yaml"` then the echo agent; for the 150 ms row, '
+            '`python -c "import trio"` then the echo agent, the only library a run imports). '
+            "Ratios are of medians. Peak RSS is the worst sample (VmHWM of a process that ran only that case). "
+            "Where the misses come from: [PROFILING.md](PROFILING.md).",
+            "",
+            "## Spread",
+            "",
+            *spread,
+            "",
+            "## What each benchmark does",
+            "",
+            "1. **Per-turn overhead**: `agents/turn.sh` (a session line, a partial, a body line; sh builtins only), "
+            "many sequential turns in one trio loop per round: `bridge.run_turn`, `subprocess.run` and "
+            "`agentproc.runner.run` take turns one turn at a time, in rotating order, so a burst of load hits all "
+            "three alike. Only the call is timed; the result is checked after the clock stops.",
+            "2. **Throughput**: `cat` of a generated file of mixed protocol lines (a third each of JSON-string "
+            "partials, body lines and session lines, generated once outside the timing), reply cap off, "
+            "partial callback doing nothing. MB/s = file size / turn time. Every contender's reply, partial count "
+            "and session id are checked on an untimed turn.",
+            "3. **Concurrency**: 300 turns of `agents/sleep.sh 1` started at once — bridge: one trio nursery; "
+            "agentproc: a thread per turn (its `run` blocks). Wall time until all are done; a turn fails unless "
+            "exit 0 with the right reply.",
+            "4. **Partial latency**: `agents/ticker.py` writes `AGENT_PARTIAL: <CLOCK_MONOTONIC ns>` every 5 ms "
+            "(a system-wide clock on Linux); the callback subtracts it from its own reading on arrival. "
+            "The first 10 partials of each run are dropped (start-up).",
+            "5. **Memory**: peak RSS (VmHWM) of a fresh process that ran one turn of `agents/flood.sh` writing 1 GiB "
+            "(1 KiB body lines with the default cap and with `max_reply_chars: null`; 1 KiB partials uncapped; "
+            "one line with no newline), and of the concurrency run (300 turns in flight). "
+            "`idle` is a process that imported the bridge and ran one small turn: the floor.",
+            "6. **CLI cold start**: `agent-bridge run profiles/echo.yaml hello` against its two floors (see above), and "
+            "agentproc's CLI on the same agent (reference), hyperfine-style: the four interleaved, stdout to /dev/null, "
+            "bench venv with the bridge installed non-editable (as users get it).",
+            "7. **codex-exec throughput**: `cat` of one long turn in `codex exec --json`'s shapes, written once by "
+            "`agents/codex_like.py` (reasoning items, commands started and completed with up to 2 KB of output, "
+            "agent messages, todo-list updates; as much as the 0.1 mix), through `protocol: codex-exec`, reply cap "
+            "off, the host taking every event with `on_event`. Reply, partial and activity counts, session and usage "
+            "are checked on an untimed turn. Pipe only: the same `cat`, unparsed.",
+            "8. **codex-exec partial latency**: `agents/codex_like.py tick` writes a command_execution item and then "
+            "an agent_message whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4.",
+            "9. **Warm ACP turn**: `agents/acp_echo.py`, a hand-written ACP agent (initialize, session/new, one "
+            "`agent_message_chunk` per prompt), through `protocol: acp`. Warm: a turn on a live `WarmAgent`. Cold: "
+            "`run_turn` of the same profile, which starts the agent, sets its session up, takes the turn, says "
+            "goodbye and reaps it. The two alternate turn by turn; replies and session ids are checked.",
+            "10. **100 warm conversations**: one host (`open_host`, `max_concurrent` 100) holds 100 ACP "
+            "conversations warm; each round, all 100 submit a turn at once. Latency is submit → result of every "
+            "turn after the first round (which starts the agents), so it includes the queue of 100 turns on 2 "
+            "cores; a conversation whose agent was replaced fails the sample. Peak RSS is the bridge process's "
+            "(each agent is a process of its own).",
+            "11. **Fleet turn latency**: real processes on a throwaway PostgreSQL cluster (a database per sample): "
+            "`agent-bridge serve --postgres` and one `agent-bridge worker`, driven over JSON Lines by the sample "
+            "like a bot would; the agent is `sample_agents/echo.sh`. 300 sequential turns of one conversation, each "
+            "timed from writing the request to reading its `result` line. The queue's database sets "
+            "`synchronous_commit = off` (commits do not wait for the disk; fsync stays on); *durable commits* keeps "
+            "PostgreSQL's default (`on`), so each commit waits for this machine's disk. Serve alone: the same client "
+            "and agent through one `agent-bridge serve --profiles` (no PostgreSQL).",
+            "12. **Fleet turns per second**: 300 turns of 100 conversations written at once to one gateway, with "
+            "1, 2 or 3 workers (32 turns each at most, the default); turns / wall time until the last result. "
+            "Serve alone as in 11.",
+            "13. **PostgreSQL work per turn**, read on the server around the timed turns of 11 and 12 (after a "
+            "settle of 10.5 s, since PostgreSQL publishes a backend's counters up to 10 s late; the fleet stops "
+            "before the second reading): top-level statements from `pg_stat_statements` (BEGIN and COMMIT count), "
+            "commits from `pg_stat_database.xact_commit` (a listening connection commits once per notification it "
+            "reads), both divided by the turns. Everything the fleet's database did in the window counts: the "
+            "workers' idle polls, lease renewals and reaping too.",
+            "14. **A statement from trio**: `SELECT 1` on loopback from a trio program, in rotating order call by "
+            "call: on psycopg's blocking API, through `trio.to_thread.run_sync`, and the thread hop alone; and one "
+            "transaction (BEGIN, SELECT 1, COMMIT) blocking and through the bridge's `Database.run` (its pooled "
+            "connection, one thread hop per transaction).",
+            "15. **wire-0.4 throughput**: `cat` of one long turn in agentproc wire 0.4, written once by "
+            "`agents/dialect_like.py` as the agentproc 0.20 SDK writes lines (thinking partials, the reply as output "
+            "partials of a few words, tool steps as `tool` partials with up to 2 KB of output, every line with the "
+            "session id, one `result` with usage), through `protocol: agentproc-0.4`, reply cap off, the host taking "
+            "every event with `on_event`; against agentproc 0.20's own runner (`agentproc.runner.run`, a partial "
+            "callback taking text and role) in bench/.venv-ap020, started by the worker as a subprocess sample "
+            "(`agentproc020.py`). Counts, reply, session and usage are checked on an untimed turn. Pipe only: the "
+            "same `cat`, unparsed.",
+            "16. **wire-0.4 partial latency**: `agents/dialect_like.py tick agentproc-0.4` writes a thinking partial "
+            "and then an output partial whose text is CLOCK_MONOTONIC ns every 5 ms; measured as in 4, for the bridge "
+            "and for agentproc 0.20's runner.",
+            "17. **Every other one-shot JSON dialect, row 15's turn**: the same steps as row 15's file (reasoning, "
+            "the reply as deltas of a few words, tool steps with up to 2 KB of output, the final answer and its "
+            "usage), written once by `agents/dialect_like.py` in each protocol's own shapes — what a protocol has no "
+            "line for (grok's tools, gemini's and deepseek's reasoning) left out — and `cat` through that protocol, "
+            "reply cap off, the host taking every event with `on_event`. Time per turn, against agentproc 0.20 on "
+            "the same file the way it reads that CLI: the CLI's hub profile shipped in its wheel (a bridge script, a "
+            "second process, runs the CLI — here a stand-in that prints the file — and translates its JSON into wire "
+            "0.4 for the runner). agentproc 0.20 reads pi and deepseek only in their plain-text modes and has no "
+            "aictrl profile: those rows compare with its runner on the wire-0.4 form of the turn, for scale, with no "
+            "target. Reply, partial and activity counts, session and usage are checked on an untimed turn; "
+            "agentproc's, that its turn exits 0 with partials.",
+            "18. **Every other JSON dialect, partial latency**: `agents/dialect_like.py tick PROTOCOL` writes a "
+            "thinking step (where the protocol has one) and then a text step whose text is CLOCK_MONOTONIC ns every "
+            "5 ms, in the protocol's shapes, for 2 s; for the warm dialects (acp, aionrs, ante), "
+            "`agents/warm_ticker.py tick PROTOCOL` holds a session and answers the prompt with such pieces, in a turn "
+            "that starts it, sets its session up and prompts it. Measured as in 4.",
+            "",
+        ]
+    )

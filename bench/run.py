@@ -48,8 +48,13 @@ import report  # noqa: E402
 POSTGRES_CASES = {"fleet", "fleet-burst", "pg-statement"}
 # The JSON dialects of agents kept warm: rows 18 measure their partial latency (agents/warm_ticker.py).
 WARM_JSON_PROTOCOLS = ("acp", "aionrs", "ante")
-POSTGRES_SETTINGS = {"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on", "shared_buffers": "128MB",
-                     "shared_preload_libraries": "pg_stat_statements"}
+POSTGRES_SETTINGS = {
+    "fsync": "on",
+    "full_page_writes": "on",
+    "synchronous_commit": "on",
+    "shared_buffers": "128MB",
+    "shared_preload_libraries": "pg_stat_statements",
+}
 POSTGRES_ENV = "BENCH_POSTGRES"  # how workers find the cluster (worker.py reads it)
 # PostgreSQL 15 keeps a backend's counters up to 10 s (PGSTAT_IDLE_INTERVAL) before pg_stat_database shows them.
 STATS_SETTLE_SECS = 10.5
@@ -71,9 +76,13 @@ class Case:
     rounds: int
 
 
-def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[str, Any],
-               wire04_file: dict[str, Any] | None = None,
-               dialect_files: dict[str, dict[str, Any]] | None = None) -> list[Case]:
+def build_plan(
+    quick: bool,
+    throughput_file: dict[str, Any],
+    codex_file: dict[str, Any],
+    wire04_file: dict[str, Any] | None = None,
+    dialect_files: dict[str, dict[str, Any]] | None = None,
+) -> list[Case]:
     q = quick
     turn = {"turns": 20 if q else 60, "warmup": 3 if q else 5}
     tput = {**throughput_file, "turns": 1 if q else 2}
@@ -99,36 +108,84 @@ def build_plan(quick: bool, throughput_file: dict[str, Any], codex_file: dict[st
     ]
     return [
         Case("turn", [Variant("all", "all", turn)], 2 if q else 6),
-        Case("throughput", [Variant(c, c, tput) for c in ("bridge", "agentproc", "pipe only", "python floor")],
-             2 if q else 5),
+        Case(
+            "throughput",
+            [Variant(c, c, tput) for c in ("bridge", "agentproc", "pipe only", "python floor")],
+            2 if q else 5,
+        ),
         Case("concurrency", [Variant(c, c, conc) for c in ("bridge", "agentproc", "popen")], 2 if q else 5),
         Case("latency", [Variant(c, c, lat) for c in ("bridge", "agentproc")], 2 if q else 4),
         Case("memory", memory, 1 if q else 2),
         Case("cli", [Variant("all", "all", {"reps": 3 if q else 6})], 2 if q else 6),
-        Case("codex", [Variant("throughput", "throughput", codex_tput), Variant("pipe only", "pipe only", codex_tput),
-                       Variant("latency", "latency", lat)], 2 if q else 5),
-        Case("warm", [Variant("turn", "turn", {"turns": 10 if q else 30, "warmup": 2}),
-                      Variant("pool", "pool", {"conversations": 100, "rounds": 3 if q else 10})], 2 if q else 4),
-        Case("fleet", [Variant("gateway + worker", "latency", {**fleet, "workers": 1, "count": True}),
-                       Variant("durable commits", "latency", {**fleet, "workers": 1, "durable": True}),
-                       Variant("serve alone", "latency", {**fleet, "workers": 0})], 2 if q else 3),
-        Case("fleet-burst", [Variant(f"{n} worker{'s' * (n > 1)}", "burst", {**burst, "workers": n, "count": True})
-                             for n in (1, 2, 3)] + [Variant("serve alone", "burst", {**burst, "workers": 0})],
-             2 if q else 3),
-        Case("pg-statement", [Variant("all", "all", {"calls": 500 if q else 3000, "warmup": 100 if q else 300})],
-             2 if q else 3),
-        Case("wire04", [Variant(c, c, wire04_tput) for c in ("bridge", "agentproc 0.20", "pipe only")]
-             + [Variant(c, c, lat) for c in ("latency", "latency, agentproc 0.20")], 2 if q else 5),
-        Case("dialects", [Variant("agentproc 0.20", "agentproc 0.20", wire04_tput)]
-             + [Variant(protocol, "throughput", {"file": meta["file"], "turns": 1 if q else 2})
-                for protocol, meta in (dialect_files or {}).items()]  # the worker reads the rest: replies are long
-             + [Variant(f"{protocol}, agentproc 0.20", "agentproc 0.20 hub",
-                        {"file": meta["file"], "hub_profile": meta["hub_profile"], "turns": 1 if q else 2})
-                for protocol, meta in (dialect_files or {}).items() if meta["hub_profile"]]
-             + [Variant(f"{protocol} latency", "latency", {**dialect_lat, "protocol": protocol})
-                for protocol in (dialect_files or {})]
-             + [Variant(f"{protocol} latency", "latency", {**dialect_lat, "protocol": protocol})
-                for protocol in WARM_JSON_PROTOCOLS], 1 if q else 3),
+        Case(
+            "codex",
+            [
+                Variant("throughput", "throughput", codex_tput),
+                Variant("pipe only", "pipe only", codex_tput),
+                Variant("latency", "latency", lat),
+            ],
+            2 if q else 5,
+        ),
+        Case(
+            "warm",
+            [
+                Variant("turn", "turn", {"turns": 10 if q else 30, "warmup": 2}),
+                Variant("pool", "pool", {"conversations": 100, "rounds": 3 if q else 10}),
+            ],
+            2 if q else 4,
+        ),
+        Case(
+            "fleet",
+            [
+                Variant("gateway + worker", "latency", {**fleet, "workers": 1, "count": True}),
+                Variant("durable commits", "latency", {**fleet, "workers": 1, "durable": True}),
+                Variant("serve alone", "latency", {**fleet, "workers": 0}),
+            ],
+            2 if q else 3,
+        ),
+        Case(
+            "fleet-burst",
+            [Variant(f"{n} worker{'s' * (n > 1)}", "burst", {**burst, "workers": n, "count": True}) for n in (1, 2, 3)]
+            + [Variant("serve alone", "burst", {**burst, "workers": 0})],
+            2 if q else 3,
+        ),
+        Case(
+            "pg-statement",
+            [Variant("all", "all", {"calls": 500 if q else 3000, "warmup": 100 if q else 300})],
+            2 if q else 3,
+        ),
+        Case(
+            "wire04",
+            [Variant(c, c, wire04_tput) for c in ("bridge", "agentproc 0.20", "pipe only")]
+            + [Variant(c, c, lat) for c in ("latency", "latency, agentproc 0.20")],
+            2 if q else 5,
+        ),
+        Case(
+            "dialects",
+            [Variant("agentproc 0.20", "agentproc 0.20", wire04_tput)]
+            + [
+                Variant(protocol, "throughput", {"file": meta["file"], "turns": 1 if q else 2})
+                for protocol, meta in (dialect_files or {}).items()
+            ]  # the worker reads the rest: replies are long
+            + [
+                Variant(
+                    f"{protocol}, agentproc 0.20",
+                    "agentproc 0.20 hub",
+                    {"file": meta["file"], "hub_profile": meta["hub_profile"], "turns": 1 if q else 2},
+                )
+                for protocol, meta in (dialect_files or {}).items()
+                if meta["hub_profile"]
+            ]
+            + [
+                Variant(f"{protocol} latency", "latency", {**dialect_lat, "protocol": protocol})
+                for protocol in (dialect_files or {})
+            ]
+            + [
+                Variant(f"{protocol} latency", "latency", {**dialect_lat, "protocol": protocol})
+                for protocol in WARM_JSON_PROTOCOLS
+            ],
+            1 if q else 3,
+        ),
     ]
 
 
@@ -165,8 +222,33 @@ def throughput_input(megabytes: float) -> dict[str, Any]:
     if (meta := cached_input(path)) is not None:
         return meta
     rng = random.Random(4)
-    words = ("the agent answers with a short line of text about lorem ipsum dolor sit amet and "
-             "caf\u00e9 na\u00efve \u201cquoted\u201d \u00fcber tokens stream one by one").split()
+    words = [
+        "the",
+        "agent",
+        "answers",
+        "with",
+        "a",
+        "short",
+        "line",
+        "of",
+        "text",
+        "about",
+        "lorem",
+        "ipsum",
+        "dolor",
+        "sit",
+        "amet",
+        "and",
+        "café",
+        "naïve",
+        "“quoted”",
+        "über",
+        "tokens",
+        "stream",
+        "one",
+        "by",
+        "one",
+    ]
     lines: list[str] = []
     size = body_chars = partials = bodies = 0
     last_session = ""
@@ -190,8 +272,15 @@ def throughput_input(megabytes: float) -> dict[str, Any]:
     data = ("\n".join(lines) + "\n").encode()
     with open(path, "wb") as out:
         out.write(data)
-    meta = {"file": path, "bytes": len(data), "lines": len(lines), "partials": partials, "body_lines": bodies,
-            "body_chars": body_chars, "last_session": last_session}
+    meta = {
+        "file": path,
+        "bytes": len(data),
+        "lines": len(lines),
+        "partials": partials,
+        "body_lines": bodies,
+        "body_chars": body_chars,
+        "last_session": last_session,
+    }
     return remember_input(path, meta)
 
 
@@ -203,8 +292,7 @@ def codex_input(megabytes: float) -> dict[str, Any]:
 def dialect_input(protocol: str, megabytes: float) -> dict[str, Any]:
     """One long turn in `protocol`'s shapes, written by agents/dialect_like.py (the same steps for every protocol:
     as many as make `megabytes` of wire 0.4); returns what a correct run yields."""
-    return agent_written_input("dialect_like.py", f"{protocol}-{int(megabytes * 1_000_000)}.jsonl", megabytes,
-                               protocol)
+    return agent_written_input("dialect_like.py", f"{protocol}-{int(megabytes * 1_000_000)}.jsonl", megabytes, protocol)
 
 
 def agent_written_input(agent: str, name: str, megabytes: float, *args: str) -> dict[str, Any]:
@@ -217,8 +305,9 @@ def agent_written_input(agent: str, name: str, megabytes: float, *args: str) -> 
     path = os.path.join(RESULTS, "data", f"{stem}-{version}{extension}")
     if (meta := cached_input(path)) is not None:
         return meta
-    done = subprocess.run([sys.executable, script, "file", *args, str(megabytes), path],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, script, "file", *args, str(megabytes), path], capture_output=True, text=True, check=True
+    )
     return remember_input(path, json.loads(done.stdout))
 
 
@@ -246,6 +335,7 @@ def machine() -> dict[str, Any]:
     for dist in ("agent-bridge", "agentproc", "trio", "pydantic", "structlog", "PyYAML", "psycopg"):
         try:
             from importlib.metadata import version
+
             versions[dist] = version(dist)
         except Exception:
             versions[dist] = "?"
@@ -257,9 +347,9 @@ def machine() -> dict[str, Any]:
         "ram_gib": round(int(mem_kb) / 1024 / 1024, 1) if mem_kb.isdigit() else "?",
         "kernel": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": run("git", "rev-parse", "--short", "HEAD") + (" (bridge/ modified)" if run(
-            "git", "status", "--porcelain", "--", "bridge") else ""),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": run("git", "rev-parse", "--short", "HEAD")
+        + (" (bridge/ modified)" if run("git", "status", "--porcelain", "--", "bridge") else ""),
         "versions": versions,
         "load_before": [round(x, 2) for x in os.getloadavg()],
     }
@@ -286,8 +376,9 @@ def installed_matches_tree() -> bool:
                         h.update(f.read())
         return h.hexdigest()
 
-    return os.path.realpath(installed) != os.path.realpath(os.path.join(ROOT, "bridge")) and \
-        digest(installed) == digest(os.path.join(ROOT, "bridge"))
+    return os.path.realpath(installed) != os.path.realpath(os.path.join(ROOT, "bridge")) and digest(
+        installed
+    ) == digest(os.path.join(ROOT, "bridge"))
 
 
 # --------------------------------------------------------------------------- PostgreSQL
@@ -311,7 +402,8 @@ def postgres_cluster(plan: list[Case], about: dict[str, Any]) -> Iterator[None]:
             admin.execute("CREATE EXTENSION pg_stat_statements")
             version = admin.execute("SHOW server_version").fetchone()[0]
         about["postgres"] = f"PostgreSQL {version} on loopback, " + ", ".join(
-            f"{name}={value}" for name, value in server.settings.items() if name != "listen_addresses")
+            f"{name}={value}" for name, value in server.settings.items() if name != "listen_addresses"
+        )
         os.environ[POSTGRES_ENV] = server.dsn("postgres")
         yield
     finally:
@@ -361,8 +453,9 @@ def run_sample(case: Case, variant: Variant, round_no: int, log: Any) -> dict[st
     argv = [sys.executable, WORKER, case.name, variant.contender, json.dumps(params)]
     log.write(f"\n=== round {round_no} {case.name} / {variant.label}\n")
     log.flush()
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
-                          cwd=ROOT, timeout=1800)
+    done = subprocess.run(
+        argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=ROOT, timeout=1800
+    )
     try:
         values = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -375,26 +468,40 @@ def run_sample(case: Case, variant: Variant, round_no: int, log: Any) -> dict[st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, two rounds: a smoke run for development")
-    parser.add_argument("--only", nargs="+", metavar="CASE", help="run only these cases (turn throughput "
-                        "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="CASE",
+        help="run only these cases (turn throughput "
+        "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects)",
+    )
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
-    parser.add_argument("--no-summary", action="store_true",
-                        help="do not rewrite bench/RESULTS.md and bench/results.png (implied by --quick and --only)")
+    parser.add_argument(
+        "--no-summary",
+        action="store_true",
+        help="do not rewrite bench/RESULTS.md and bench/results.png (implied by --quick and --only)",
+    )
     args = parser.parse_args()
 
     os.makedirs(RESULTS, exist_ok=True)
     default_signals()
     if not installed_matches_tree():
-        print("bench: the bridge installed in this venv is not the working tree's bridge/; "
-              "run `make bench` (it re-installs)", file=sys.stderr)
+        print(
+            "bench: the bridge installed in this venv is not the working tree's bridge/; "
+            "run `make bench` (it re-installs)",
+            file=sys.stderr,
+        )
         return 2
     started = time.monotonic()
     tput_file = throughput_input(4 if args.quick else 23)
     codex_file = codex_input(4 if args.quick else 23)
     wire04_megabytes = 4 if args.quick else 20
     wire04_file = dialect_input("agentproc-0.4", wire04_megabytes)
-    dialect_files = {protocol: dialect_input(protocol, wire04_megabytes) for protocol in dialect_like.STREAMS
-                     if protocol != "agentproc-0.4"}  # wire 0.4 is cases 15 and 16
+    dialect_files = {
+        protocol: dialect_input(protocol, wire04_megabytes)
+        for protocol in dialect_like.STREAMS
+        if protocol != "agentproc-0.4"
+    }  # wire 0.4 is cases 15 and 16
     plan = build_plan(args.quick, tput_file, codex_file, wire04_file, dialect_files)
     if args.only:
         unknown = set(args.only) - {c.name for c in plan}
@@ -405,8 +512,11 @@ def main() -> int:
         for case in plan:
             case.rounds = args.rounds
     about = machine()
-    print(f"bench: {about['cpu']}, {about['usable_cores']} cores, {about['ram_gib']} GiB, {about['kernel']}, "
-          f"Python {about['python']}, load {about['load_before']}", file=sys.stderr)
+    print(
+        f"bench: {about['cpu']}, {about['usable_cores']} cores, {about['ram_gib']} GiB, {about['kernel']}, "
+        f"Python {about['python']}, load {about['load_before']}",
+        file=sys.stderr,
+    )
 
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {c.name: {v.label: [] for v in c.variants} for c in plan}
     loads = []
@@ -428,12 +538,19 @@ def main() -> int:
 
     about["load_after_each_round"] = loads
     about["bench_seconds"] = round(time.monotonic() - started)
-    raw = {"machine": about, "quick": args.quick, "throughput_input": tput_file, "codex_input": codex_file,
-           "wire04_input": wire04_file,
-           "dialect_inputs": {protocol: {key: value for key, value in meta.items() if key != "reply"}
-                              for protocol, meta in dialect_files.items()},
-           "plan": {c.name: {"rounds": c.rounds, "variants": {v.label: v.params for v in c.variants}} for c in plan},
-           "samples": samples}
+    raw = {
+        "machine": about,
+        "quick": args.quick,
+        "throughput_input": tput_file,
+        "codex_input": codex_file,
+        "wire04_input": wire04_file,
+        "dialect_inputs": {
+            protocol: {key: value for key, value in meta.items() if key != "reply"}
+            for protocol, meta in dialect_files.items()
+        },
+        "plan": {c.name: {"rounds": c.rounds, "variants": {v.label: v.params for v in c.variants}} for c in plan},
+        "samples": samples,
+    }
     summary = report.summarize(raw)
     raw["summary"] = summary
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -454,15 +571,17 @@ def main() -> int:
     markdown = report.markdown(summary, about, quick=args.quick)
     png = os.path.join(RESULTS, "results.png") if partial else os.path.join(HERE, "results.png")
     md = os.path.join(RESULTS, "RESULTS.md") if partial else os.path.join(HERE, "RESULTS.md")
-    import plot  # noqa: E402  (matplotlib loads only now, after every measurement)
+    import plot
 
     plot.draw(summary, about, png)
     with open(md, "w") as out:
         out.write(markdown)
     if not partial and update_readme(summary, about):
         print("README.md: Performance table updated", file=sys.stderr)
-    print(f"raw: {os.path.relpath(os.path.join(RESULTS, 'latest.json'), ROOT)}; "
-          f"summary: {os.path.relpath(md, ROOT)}; plot: {os.path.relpath(png, ROOT)}")
+    print(
+        f"raw: {os.path.relpath(os.path.join(RESULTS, 'latest.json'), ROOT)}; "
+        f"summary: {os.path.relpath(md, ROOT)}; plot: {os.path.relpath(png, ROOT)}"
+    )
     return 1 if problems else 0
 
 

@@ -117,15 +117,19 @@ TURN_PROFILE = {"command": ["{{PROFILE_DIR}}/turn.sh"], "timeout_secs": 30}
 
 
 def check_turn_bridge(result: Any, counter: Counter | None = None) -> None:
-    expect(result.ok and result.reply == TURN_REPLY and result.session_id == TURN_SESSION and result.partials == 1,
-           f"bridge turn result is wrong: {result!r}")
+    expect(
+        result.ok and result.reply == TURN_REPLY and result.session_id == TURN_SESSION and result.partials == 1,
+        f"bridge turn result is wrong: {result!r}",
+    )
     if counter is not None:
         expect(counter.count == 1 and counter.last == "working", "bridge did not deliver the partial")
 
 
 def check_turn_agentproc(result: Any) -> None:
-    expect(result.exit_code == 0 and result.reply == TURN_REPLY and result.session_id == TURN_SESSION,
-           f"agentproc turn result is wrong: {result!r}")
+    expect(
+        result.exit_code == 0 and result.reply == TURN_REPLY and result.session_id == TURN_SESSION,
+        f"agentproc turn result is wrong: {result!r}",
+    )
 
 
 def turn_all(p: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +148,7 @@ def turn_all(p: dict[str, Any]) -> dict[str, Any]:
     plan = plan_launch(bridge_profile(TURN_PROFILE), Turn(TURN_MESSAGE), os.environ)
     argv, env, cwd = plan.argv, plan.env, plan.cwd
     run, DEVNULL = subprocess.run, subprocess.DEVNULL
-    expected = f"AGENT_SESSION: {TURN_SESSION}\nAGENT_PARTIAL: \"working\"\n{TURN_REPLY}\n".encode()
+    expected = f'AGENT_SESSION: {TURN_SESSION}\nAGENT_PARTIAL: "working"\n{TURN_REPLY}\n'.encode()
 
     def floor() -> subprocess.CompletedProcess[bytes]:
         return run(argv, env=env, cwd=cwd, stdin=DEVNULL, capture_output=True)
@@ -244,7 +248,7 @@ def throughput_python_floor(p: dict[str, Any]) -> dict[str, Any]:
 
     with open(p["file"], "rb") as source:
         data = source.read()
-    chunks = [data[i:i + 65536] for i in range(0, len(data), 65536)]
+    chunks = [data[i : i + 65536] for i in range(0, len(data), 65536)]
     counter = Counter()
 
     def loop(on_partial: Callable[[str], None]) -> tuple[str, str]:
@@ -266,8 +270,10 @@ def throughput_python_floor(p: dict[str, Any]) -> dict[str, Any]:
         return "\n".join(body), session.session_id if session else ""
 
     reply, session_id = loop(counter)
-    expect(len(reply) == p["body_chars"] and counter.count == p["partials"] and session_id == p["last_session"],
-           "the Python floor loop decoded the input wrongly")
+    expect(
+        len(reply) == p["body_chars"] and counter.count == p["partials"] and session_id == p["last_session"],
+        "the Python floor loop decoded the input wrongly",
+    )
     times = []
     for _ in range(p["turns"]):
         began = clock_ns()
@@ -319,8 +325,12 @@ def concurrency_bridge(p: dict[str, Any]) -> dict[str, Any]:
         return clock_ns() - began
 
     wall = trio.run(main)
-    return {"wall_s": [wall / 1e9], "failed": [n - outcomes.count("ok")], "peak_rss_mb": [peak_rss_mb()],
-            "failures": sorted(set(o for o in outcomes if o != "ok"))}
+    return {
+        "wall_s": [wall / 1e9],
+        "failed": [n - outcomes.count("ok")],
+        "peak_rss_mb": [peak_rss_mb()],
+        "failures": sorted(set(o for o in outcomes if o != "ok")),
+    }
 
 
 def concurrency_popen(p: dict[str, Any]) -> dict[str, Any]:
@@ -331,16 +341,29 @@ def concurrency_popen(p: dict[str, Any]) -> dict[str, Any]:
     plan = plan_launch(bridge_profile(sleep_profile(p)), Turn(TURN_MESSAGE), os.environ)
     n = p["turns"]
     began = clock_ns()
-    agents = [subprocess.Popen(plan.argv, env=plan.env, cwd=plan.cwd, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-              for _ in range(n)]
+    agents = [
+        subprocess.Popen(
+            plan.argv,
+            env=plan.env,
+            cwd=plan.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        for _ in range(n)
+    ]
     codes = [agent.wait() for agent in agents]
     wall = clock_ns() - began
     for agent in agents:
         agent.stdout.close()  # type: ignore[union-attr]
         agent.stderr.close()  # type: ignore[union-attr]
-    return {"wall_s": [wall / 1e9], "failed": [sum(1 for code in codes if code != 0)], "peak_rss_mb": [peak_rss_mb()],
-            "failures": []}
+    return {
+        "wall_s": [wall / 1e9],
+        "failed": [sum(1 for code in codes if code != 0)],
+        "peak_rss_mb": [peak_rss_mb()],
+        "failures": [],
+    }
 
 
 def concurrency_agentproc(p: dict[str, Any]) -> dict[str, Any]:
@@ -361,16 +384,23 @@ def concurrency_agentproc(p: dict[str, Any]) -> dict[str, Any]:
         began = clock_ns()
         outcomes = list(pool.map(one, range(n)))
         wall = clock_ns() - began
-    return {"wall_s": [wall / 1e9], "failed": [n - outcomes.count("ok")], "peak_rss_mb": [peak_rss_mb()],
-            "failures": sorted(set(o for o in outcomes if o != "ok"))}
+    return {
+        "wall_s": [wall / 1e9],
+        "failed": [n - outcomes.count("ok")],
+        "peak_rss_mb": [peak_rss_mb()],
+        "failures": sorted(set(o for o in outcomes if o != "ok")),
+    }
 
 
 # --------------------------------------------------------------------------- 4. partial latency
 
 
 def latency_profile(p: dict[str, Any]) -> dict[str, Any]:
-    return {"command": [sys.executable, "-S", "{{PROFILE_DIR}}/ticker.py", str(p["seconds"]), str(p["interval_ms"])],
-            "max_reply_chars": None, "timeout_secs": 60}
+    return {
+        "command": [sys.executable, "-S", "{{PROFILE_DIR}}/ticker.py", str(p["seconds"]), str(p["interval_ms"])],
+        "max_reply_chars": None,
+        "timeout_secs": 60,
+    }
 
 
 def latency_callback() -> tuple[list[int], Callable[[str], None]]:
@@ -388,7 +418,7 @@ def latency_callback() -> tuple[list[int], Callable[[str], None]]:
 def latency_result(delays: list[int], p: dict[str, Any]) -> dict[str, Any]:
     expected = int(p["seconds"] * 1000 / p["interval_ms"])
     expect(len(delays) >= expected * 0.9, f"only {len(delays)} partials arrived, expected ~{expected}")
-    return {"delay_ms": [d / 1e6 for d in delays[p["skip"]:]]}
+    return {"delay_ms": [d / 1e6 for d in delays[p["skip"] :]]}
 
 
 def latency_bridge(p: dict[str, Any]) -> dict[str, Any]:
@@ -419,8 +449,7 @@ def memory_bridge(p: dict[str, Any]) -> dict[str, Any]:
     """Peak RSS of a process whose only work was one turn of `flood.sh MODE BYTES`."""
     import trio
 
-    mapping: dict[str, Any] = {"command": ["{{PROFILE_DIR}}/flood.sh", p["mode"], str(p["bytes"])],
-                               "timeout_secs": 600}
+    mapping: dict[str, Any] = {"command": ["{{PROFILE_DIR}}/flood.sh", p["mode"], str(p["bytes"])], "timeout_secs": 600}
     if not p["capped"]:
         mapping["max_reply_chars"] = None
     run = bridge_turn_runner(mapping)
@@ -434,8 +463,12 @@ def memory_bridge(p: dict[str, Any]) -> dict[str, Any]:
     expect(result.ok, f"flood turn failed: {result.outcome} {result.error_reply}")
     if p["mode"] != "partials":
         expect(result.truncated or not p["capped"], "a capped reply was not truncated")
-    return {"peak_rss_mb": [peak_rss_mb()], "seconds": [elapsed / 1e9], "reply_chars": [len(result.reply)],
-            "partials": [result.partials]}
+    return {
+        "peak_rss_mb": [peak_rss_mb()],
+        "seconds": [elapsed / 1e9],
+        "reply_chars": [len(result.reply)],
+        "partials": [result.partials],
+    }
 
 
 def memory_idle(p: dict[str, Any]) -> dict[str, Any]:
@@ -459,12 +492,28 @@ def cli_commands(p: dict[str, Any]) -> dict[str, tuple[list[tuple[list[str], dic
     floor_env = dict(os.environ)
     return {
         "bridge": ([([os.path.join(bin_dir, "agent-bridge"), "run", profile, TURN_MESSAGE], None)], b"echo: hello\n"),
-        "floor": ([([sys.executable, "-c", "import trio, pydantic, structlog, yaml"], floor_env),
-                   ([echo], agent_env)], b"echo: hello\n"),
+        "floor": (
+            [([sys.executable, "-c", "import trio, pydantic, structlog, yaml"], floor_env), ([echo], agent_env)],
+            b"echo: hello\n",
+        ),
         # The only library a `run` needs: the floor of issue 12's absolute target.
         "trio": ([([sys.executable, "-c", "import trio"], floor_env), ([echo], agent_env)], b"echo: hello\n"),
-        "agentproc": ([([os.path.join(bin_dir, "agentproc"), "--profile", os.path.join(AGENTS, "agentproc-echo.yaml"),
-                         "--prompt", TURN_MESSAGE, "--quiet"], None)], b"echo: hello\n"),
+        "agentproc": (
+            [
+                (
+                    [
+                        os.path.join(bin_dir, "agentproc"),
+                        "--profile",
+                        os.path.join(AGENTS, "agentproc-echo.yaml"),
+                        "--prompt",
+                        TURN_MESSAGE,
+                        "--quiet",
+                    ],
+                    None,
+                )
+            ],
+            b"echo: hello\n",
+        ),
     }
 
 
@@ -473,8 +522,10 @@ def cli_all(p: dict[str, Any]) -> dict[str, Any]:
     commands = cli_commands(p)
     names = list(commands)
     for name, (steps, expected) in commands.items():  # validate, and warm the page cache
-        out = b"".join(subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True).stdout
-                       for argv, env in steps)
+        out = b"".join(
+            subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True).stdout
+            for argv, env in steps
+        )
         expect(out == expected, f"{name}: unexpected output {out!r}")
     times: dict[str, list[float]] = {name: [] for name in names}
     run, DEVNULL = subprocess.run, subprocess.DEVNULL
@@ -493,8 +544,9 @@ def cli_all(p: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 7. a JSON dialect: codex-exec
 
 
-def json_throughput(p: dict[str, Any], fields: dict[str, Any], what: str, *, reply: str, partials: int,
-                    activities: int, session_id: str) -> dict[str, Any]:
+def json_throughput(
+    p: dict[str, Any], fields: dict[str, Any], what: str, *, reply: str, partials: int, activities: int, session_id: str
+) -> dict[str, Any]:
     """MB/s of a JSON dialect's turn over the input file: one turn checked against what the input's writer says a
     correct run yields, then `turns` timed, the host taking each event and doing nothing with it."""
     import trio
@@ -518,12 +570,15 @@ def json_throughput(p: dict[str, Any], fields: dict[str, Any], what: str, *, rep
         result = await run_turn(profile, turn, on_partial=partial_count, on_event=count)
         expect(result.ok and not result.truncated, f"{what} throughput turn failed: {result.outcome} {result.error}")
         expect(result.reply == reply, "the reply is not the one the input ends with")
-        expect(partial_count.count == result.partials == partials,
-               f"{partial_count.count} partials, expected {partials}")
+        expect(
+            partial_count.count == result.partials == partials, f"{partial_count.count} partials, expected {partials}"
+        )
         expect(activity_count.count == activities, f"{activity_count.count} activities, expected {activities}")
         expect(result.session_id == session_id, f"wrong session id {result.session_id!r}")
-        expect((result.usage.input_tokens if result.usage is not None else None) == p["input_tokens"],
-               f"wrong usage {result.usage!r}")
+        expect(
+            (result.usage.input_tokens if result.usage is not None else None) == p["input_tokens"],
+            f"wrong usage {result.usage!r}",
+        )
         times = []
         for _ in range(p["turns"]):
             began = clock_ns()
@@ -543,8 +598,15 @@ def dialect_profile(protocol: str) -> Callable[[list[str]], dict[str, Any]]:
 
 def codex_throughput(p: dict[str, Any]) -> dict[str, Any]:
     """`cat` of one long codex turn through the codex-exec dialect; the host takes every event (`on_event`)."""
-    return json_throughput(p, dialect_profile("codex-exec")(["cat", p["file"]]), "codex", reply=p["last_message"],
-                           partials=p["agent_messages"], activities=p["activities"], session_id=p["thread_id"])
+    return json_throughput(
+        p,
+        dialect_profile("codex-exec")(["cat", p["file"]]),
+        "codex",
+        reply=p["last_message"],
+        partials=p["agent_messages"],
+        activities=p["activities"],
+        session_id=p["thread_id"],
+    )
 
 
 def codex_latency(p: dict[str, Any]) -> dict[str, Any]:
@@ -552,21 +614,36 @@ def codex_latency(p: dict[str, Any]) -> dict[str, Any]:
     return ticker_latency(p, "codex_like.py", dialect_profile("codex-exec"), "codex", lambda reply: reply.isdigit())
 
 
-def ticker_latency(p: dict[str, Any], agent: str, profile: Callable[[list[str]], dict[str, Any]], what: str,
-                   reply_ok: Callable[[str], bool], tick_args: tuple[str, ...] = ()) -> dict[str, Any]:
+def ticker_latency(
+    p: dict[str, Any],
+    agent: str,
+    profile: Callable[[list[str]], dict[str, Any]],
+    what: str,
+    reply_ok: Callable[[str], bool],
+    tick_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """The partial delays of one turn of `agent tick [TICK_ARGS]` (a bench agent writing a partial whose text is
     CLOCK_MONOTONIC ns every `interval_ms`), run through `profile(command)`; `reply_ok` checks its reply."""
     import trio
 
     delays, on_partial = latency_callback()
-    command = [sys.executable, "-S", "{{PROFILE_DIR}}/" + agent, "tick", *tick_args, str(p["seconds"]),
-               str(p["interval_ms"])]
+    command = [
+        sys.executable,
+        "-S",
+        "{{PROFILE_DIR}}/" + agent,
+        "tick",
+        *tick_args,
+        str(p["seconds"]),
+        str(p["interval_ms"]),
+    ]
     run = bridge_turn_runner(profile(command), on_partial)
 
     async def main() -> None:
         result = await run()
-        expect(result.ok and reply_ok(result.reply) and result.partials == len(delays),
-               f"{what} ticker turn failed: {result!r}")
+        expect(
+            result.ok and reply_ok(result.reply) and result.partials == len(delays),
+            f"{what} ticker turn failed: {result!r}",
+        )
 
     trio.run(main)
     return latency_result(delays, p)
@@ -574,8 +651,12 @@ def ticker_latency(p: dict[str, Any], agent: str, profile: Callable[[list[str]],
 
 # --------------------------------------------------------------------------- 9, 10. warm agents (ACP)
 
-ACP_ECHO = {"command": [sys.executable, "-S", "{{PROFILE_DIR}}/acp_echo.py"], "protocol": "acp", "timeout_secs": 30,
-            "kill_grace_secs": 2}
+ACP_ECHO = {
+    "command": [sys.executable, "-S", "{{PROFILE_DIR}}/acp_echo.py"],
+    "protocol": "acp",
+    "timeout_secs": 30,
+    "kill_grace_secs": 2,
+}
 ACP_REPLY = "reply: " + TURN_MESSAGE
 
 
@@ -585,7 +666,7 @@ def warm_turn(p: dict[str, Any]) -> dict[str, Any]:
     import trio
 
     from bridge import Turn, run_turn
-    from bridge.warm import WarmAgent
+    from bridge.warm_agent import WarmAgent
 
     profile = bridge_profile(ACP_ECHO)
     turn = Turn(TURN_MESSAGE)
@@ -602,10 +683,14 @@ def warm_turn(p: dict[str, Any]) -> dict[str, Any]:
                 began = clock_ns()
                 cold = await run_turn(profile, turn)
                 cold_ns = clock_ns() - began
-                expect(warm.ok and warm.reply == ACP_REPLY and warm.session_id == agent.session_id,
-                       f"warm ACP turn is wrong: {warm!r}")
-                expect(cold.ok and cold.reply == ACP_REPLY and cold.session_id != agent.session_id,
-                       f"cold ACP turn is wrong: {cold!r}")
+                expect(
+                    warm.ok and warm.reply == ACP_REPLY and warm.session_id == agent.session_id,
+                    f"warm ACP turn is wrong: {warm!r}",
+                )
+                expect(
+                    cold.ok and cold.reply == ACP_REPLY and cold.session_id != agent.session_id,
+                    f"cold ACP turn is wrong: {cold!r}",
+                )
                 if index >= p["warmup"]:
                     times["warm_ms"].append(warm_ns / 1e6)
                     times["cold_ms"].append(cold_ns / 1e6)
@@ -630,13 +715,21 @@ def warm_pool(p: dict[str, Any]) -> dict[str, Any]:
         profiles = os.path.join(directory, "profiles")
         os.mkdir(profiles)
         with open(os.path.join(profiles, "acp-echo.yaml"), "w") as file:
-            json.dump({**ACP_ECHO, "command": [sys.executable, "-S", os.path.join(AGENTS, "acp_echo.py")],
-                       "max_warm": count, "keep_warm_secs": 600}, file)  # JSON is YAML
+            json.dump(
+                {
+                    **ACP_ECHO,
+                    "command": [sys.executable, "-S", os.path.join(AGENTS, "acp_echo.py")],
+                    "max_warm": count,
+                    "keep_warm_secs": 600,
+                },
+                file,
+            )  # JSON is YAML
         turn = bridge.Turn(TURN_MESSAGE)
 
         async def main() -> list[float]:
-            async with bridge.open_host(profiles, state=os.path.join(directory, "sessions.sqlite3"),
-                                        max_concurrent=count) as host:
+            async with bridge.open_host(
+                profiles, state=os.path.join(directory, "sessions.sqlite3"), max_concurrent=count
+            ) as host:
                 sessions: dict[str, str] = {}
                 delays: list[float] = []
 
@@ -646,8 +739,10 @@ def warm_pool(p: dict[str, Any]) -> dict[str, Any]:
                     if timed:
                         delays.append((clock_ns() - began) / 1e6)
                     expect(result.ok and result.reply == ACP_REPLY, f"pooled ACP turn is wrong: {result!r}")
-                    expect(sessions.setdefault(conversation, result.session_id) == result.session_id,
-                           "a conversation's agent was replaced while held warm")
+                    expect(
+                        sessions.setdefault(conversation, result.session_id) == result.session_id,
+                        "a conversation's agent was replaced while held warm",
+                    )
 
                 for round_no in range(1 + p["rounds"]):
                     async with trio.open_nursery() as nursery:
@@ -691,8 +786,9 @@ class JsonLines:
     """
 
     def __init__(self, argv: list[str]) -> None:
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr,
-                                        preexec_fn=die_with_parent)
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr, preexec_fn=die_with_parent
+        )
         assert self.process.stdout is not None
         self._in, self._fd = self.process.stdin, self.process.stdout.fileno()
         self._buffer = bytearray()
@@ -712,7 +808,7 @@ class JsonLines:
             expect(bool(chunk), f"serve closed its output; exit {self.process.poll()}")
             self._buffer += chunk
         response: dict[str, Any] = json.loads(self._buffer[:end])
-        del self._buffer[:end + 1]
+        del self._buffer[: end + 1]
         expect(response["type"] != "error", f"serve answered an error: {response}")
         return response
 
@@ -775,10 +871,26 @@ class Fleet:
             self.admin.execute(f"ALTER DATABASE {self.database} SET synchronous_commit = off")
         dsn = database_dsn(admin_dsn(), self.database)
         for index in range(p["workers"]):
-            self.workers.append(subprocess.Popen(
-                [sys.executable, "-m", "bridge", "worker", "--postgres", dsn, "--profiles", profiles,
-                 "--name", f"w{index}"], stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
-                preexec_fn=die_with_parent))
+            self.workers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "bridge",
+                        "worker",
+                        "--postgres",
+                        dsn,
+                        "--profiles",
+                        profiles,
+                        "--name",
+                        f"w{index}",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=sys.stderr,
+                    stderr=sys.stderr,
+                    preexec_fn=die_with_parent,
+                )
+            )
         with psycopg.connect(dsn, autocommit=True) as conn:
             deadline = time.monotonic() + 30
             while True:
@@ -793,10 +905,16 @@ class Fleet:
 
     def counters(self) -> dict[str, Any]:
         commits, rollbacks = self.admin.execute(
-            "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = %s", (self.database,)).fetchone()
-        calls = {str(queryid): (query, calls) for queryid, query, calls in self.admin.execute(
-            "SELECT queryid, query, calls FROM pg_stat_statements WHERE toplevel "
-            "AND dbid = (SELECT oid FROM pg_database WHERE datname = %s)", (self.database,)).fetchall()}
+            "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = %s", (self.database,)
+        ).fetchone()
+        calls = {
+            str(queryid): (query, calls)
+            for queryid, query, calls in self.admin.execute(
+                "SELECT queryid, query, calls FROM pg_stat_statements WHERE toplevel "
+                "AND dbid = (SELECT oid FROM pg_database WHERE datname = %s)",
+                (self.database,),
+            ).fetchall()
+        }
         return {"commits": commits, "rollbacks": rollbacks, "calls": calls}
 
     def stop(self) -> None:
@@ -829,10 +947,12 @@ def fleet_work(before: dict[str, Any], after: dict[str, Any], turns: int) -> dic
         delta = count - before["calls"].get(queryid, (query, 0))[1]
         if delta:
             calls[" ".join(query.split())] = calls.get(" ".join(query.split()), 0) + delta
-    return {"statements_per_turn": [sum(calls.values()) / turns],
-            "commits_per_turn": [(after["commits"] - before["commits"]) / turns],
-            "rollbacks_per_turn": [(after["rollbacks"] - before["rollbacks"]) / turns],
-            "statements": dict(sorted(((q, round(n / turns, 3)) for q, n in calls.items()), key=lambda x: -x[1]))}
+    return {
+        "statements_per_turn": [sum(calls.values()) / turns],
+        "commits_per_turn": [(after["commits"] - before["commits"]) / turns],
+        "rollbacks_per_turn": [(after["rollbacks"] - before["rollbacks"]) / turns],
+        "statements": dict(sorted(((q, round(n / turns, 3)) for q, n in calls.items()), key=lambda x: -x[1])),
+    }
 
 
 def run_fleet(p: dict[str, Any], timed: Callable[[JsonLines], dict[str, Any]]) -> dict[str, Any]:
@@ -974,8 +1094,15 @@ def dialect_throughput(p: dict[str, Any]) -> dict[str, Any]:
     with open(p["file"] + ".json") as meta:
         p = {**json.load(meta), **p}
     protocol = p["protocol"]
-    return json_throughput(p, dialect_profile(protocol)(["cat", p["file"]]), protocol, reply=p["reply"],
-                           partials=p["partials"], activities=p["activities"], session_id=p["session_id"])
+    return json_throughput(
+        p,
+        dialect_profile(protocol)(["cat", p["file"]]),
+        protocol,
+        reply=p["reply"],
+        partials=p["partials"],
+        activities=p["activities"],
+        session_id=p["session_id"],
+    )
 
 
 def dialect_latency(p: dict[str, Any]) -> dict[str, Any]:
@@ -994,8 +1121,13 @@ def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
     def sample(p: dict[str, Any]) -> dict[str, Any]:
         expect(os.path.exists(AP020_PYTHON), f"no {AP020_PYTHON}: run `make bench`, which builds it")
-        done = subprocess.run([AP020_PYTHON, os.path.join(HERE, "agentproc020.py"), contender, json.dumps(p)],
-                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=1200)
+        done = subprocess.run(
+            [AP020_PYTHON, os.path.join(HERE, "agentproc020.py"), contender, json.dumps(p)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            timeout=1200,
+        )
         lines = done.stdout.strip().splitlines()
         values: dict[str, Any] = json.loads(lines[-1]) if lines else {"invalid": f"exit {done.returncode}"}
         expect("invalid" not in values, str(values.get("invalid")))

@@ -1,10 +1,10 @@
 """agent-bridge: run any agent executable from a small YAML profile, one process per message.
 
-    import bridge
+import bridge
 
-    profile = bridge.load_profile("profiles/echo.yaml")
-    result = await bridge.run_turn(profile, bridge.Turn("hello"), on_partial=print)
-    print(result.reply)
+profile = bridge.load_profile("profiles/echo.yaml")
+result = await bridge.run_turn(profile, bridge.Turn("hello"), on_partial=print)
+print(result.reply)
 """
 
 from importlib import import_module
@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .dialects import ActivityEvent, ErrorEvent, PartialEvent, PlanStep, SessionEvent, Usage
     from .errors import BridgeError, LaunchError, Problem, ProfileError, TurnError
+    from .host.file_turnlock import TurnLockError
     from .host.registry import UnknownProfile
     from .host.runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionIdRefused, open_host
     from .host.scheduler import QueueFull
-    from .host.store import SessionRecord, SessionStore, StoreError
-    from .host.turnlock import TurnLockError
+    from .host.sqlite_store import SessionRecord, SessionStore, StoreError
     from .launch import LaunchPlan, plan_launch
     from .permissions import Decision, PermissionRequest
     from .profile import Profile, json_schema, load_profile, parse_profile
@@ -42,8 +42,23 @@ _WHERE = {
     "HostEvent": "supervisor",
     **dict.fromkeys(("Attachment", "Turn"), "turn"),
     # the host runtime's names, through `bridge.host`
-    **dict.fromkeys(("DuplicateTurn", "Host", "HostClosed", "HostStats", "open_host", "QueueFull", "UnknownProfile",
-                     "SessionIdRefused", "SessionRecord", "SessionStore", "StoreError", "TurnLockError"), "host"),
+    **dict.fromkeys(
+        (
+            "DuplicateTurn",
+            "Host",
+            "HostClosed",
+            "HostStats",
+            "open_host",
+            "QueueFull",
+            "UnknownProfile",
+            "SessionIdRefused",
+            "SessionRecord",
+            "SessionStore",
+            "StoreError",
+            "TurnLockError",
+        ),
+        "host",
+    ),
 }
 
 

@@ -54,9 +54,20 @@ _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 # Kernel pseudo file systems (their `f_type`): their regular-looking files are kernel state, not an agent's work —
 # `/proc/self/environ` would be the bridge's own environment.
 _PSEUDO_FILE_SYSTEMS = {
-    0x9FA0: "proc", 0x62656572: "sysfs", 0x64626720: "debugfs", 0x74726163: "tracefs", 0x73636673: "securityfs",
-    0x27E0EB: "cgroup", 0x63677270: "cgroup2", 0x62656570: "configfs", 0xCAFE4A11: "bpf", 0xDE5E81E4: "efivarfs",
-    0x6165676C: "pstore", 0xF97CFF8C: "selinuxfs", 0x42494E4D: "binfmt_misc", 0x65735543: "fusectl",
+    0x9FA0: "proc",
+    0x62656572: "sysfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0x73636673: "securityfs",
+    0x27E0EB: "cgroup",
+    0x63677270: "cgroup2",
+    0x62656570: "configfs",
+    0xCAFE4A11: "bpf",
+    0xDE5E81E4: "efivarfs",
+    0x6165676C: "pstore",
+    0xF97CFF8C: "selinuxfs",
+    0x42494E4D: "binfmt_misc",
+    0x65735543: "fusectl",
 }
 
 
@@ -120,7 +131,7 @@ class FileRoot:
             os.ftruncate(descriptor, 0)
             view = memoryview(data)
             while view:
-                view = view[os.write(descriptor, view):]
+                view = view[os.write(descriptor, view) :]
         finally:
             os.close(descriptor)
 
@@ -216,8 +227,11 @@ class FileRoot:
         pending.extend(reversed(rest))
 
     def _outside(self, how: str = "") -> str:
-        return (f"it is outside the session's working directory ({self.path})" + (f": {how}" if how else "")
-                + "; the bridge serves files there only")
+        return (
+            f"it is outside the session's working directory ({self.path})"
+            + (f": {how}" if how else "")
+            + "; the bridge serves files there only"
+        )
 
 
 def serve_file_request(request: FileRequest, root: FileRoot) -> str | None:
@@ -289,21 +303,32 @@ def _check_opened(descriptor: int, writing: bool) -> None:
     _regular_only(status.st_mode)
     pseudo = _PSEUDO_FILE_SYSTEMS.get(_file_system_type(descriptor))
     if pseudo is not None:
-        raise FileRefused(f"it is a file of {pseudo}, a kernel pseudo file system; the bridge reads and writes "
-                          "regular files only")
+        raise FileRefused(
+            f"it is a file of {pseudo}, a kernel pseudo file system; the bridge reads and writes regular files only"
+        )
     if not writing and status.st_size > MAX_FILE_BYTES:
         raise FileRefused(f"it is over {_MIB} MiB; the bridge reads files up to that size")
     if writing and status.st_nlink > 1:
-        raise FileRefused("it has other hard links, which may be outside the working directory; the bridge "
-                          "writes only a file that has one name")
+        raise FileRefused(
+            "it has other hard links, which may be outside the working directory; the bridge "
+            "writes only a file that has one name"
+        )
 
 
 def _regular_only(mode: int) -> None:
     if stat.S_ISREG(mode):
         return
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file")
+    kind = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "not a regular file"
+    )
     raise FileRefused(f"it is {kind}; the bridge reads and writes regular files only")
 
 
@@ -341,4 +366,3 @@ def _file_system_type(descriptor: int) -> int:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
     return ctypes.c_ulong.from_buffer(buffer).value & 0xFFFFFFFF
-

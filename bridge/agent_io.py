@@ -134,7 +134,7 @@ class StderrTail:
         if self._total > len(tail):
             newline = tail.find(b"\n")
             if 0 <= newline < len(tail) - 1:
-                tail = tail[newline + 1:]
+                tail = tail[newline + 1 :]
             return "…" + tail.decode("utf-8", "replace")
         return tail.decode("utf-8", "replace")
 
@@ -206,8 +206,15 @@ class Outbox:
 class AgentIO:
     """One running agent's I/O and lifetime; `run()` drives it to a reaped end."""
 
-    def __init__(self, profile: Profile, plan: LaunchPlan, agent: AgentProcess, log: Any, started: float,
-                 on_stderr: Callable[[bytes], None] | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        plan: LaunchPlan,
+        agent: AgentProcess,
+        log: Any,
+        started: float,
+        on_stderr: Callable[[bytes], None] | None = None,
+    ) -> None:
         self.profile = profile
         self.plan = plan
         self.agent = agent
@@ -226,8 +233,12 @@ class AgentIO:
         )
         self.cancel_requested = False
 
-    async def run(self, on_output: Callable[[bytes], Awaitable[None]], cancel: trio.Event | None,
-                  on_stopping: Callable[[], None] | None = None) -> Ending:
+    async def run(
+        self,
+        on_output: Callable[[bytes], Awaitable[None]],
+        cancel: trio.Event | None,
+        on_stopping: Callable[[], None] | None = None,
+    ) -> Ending:
         """Pump the pipes until the agent has exited and its output is drained; `on_output` gets each stdout chunk.
 
         `on_stopping` is called once the agent exited or is being stopped (a
@@ -251,8 +262,10 @@ class AgentIO:
                 if not reader.done.is_set():  # waiting on a set event would still cost a schedule point
                     await reader.done.wait()
             if self.stdout.cut or self.stderr.cut:
-                self.log.warning("a process outside the agent's group still holds its output open; stopped reading",
-                                 drain_secs=DRAIN_SECS)
+                self.log.warning(
+                    "a process outside the agent's group still holds its output open; stopped reading",
+                    drain_secs=DRAIN_SECS,
+                )
             if others:  # stdin, the host's cancel: the pipes are done, so these are no longer needed
                 nursery.cancel_scope.cancel()
         return ending
@@ -265,8 +278,12 @@ class AgentIO:
     def _not_reading(self) -> None:
         """The agent let more than the outbox's limit wait unread on its stdin: it is killed, and fails the turn."""
         assert self.outbox is not None
-        self.log.warning("the agent stopped reading its stdin; killing it", unread_bytes=self.outbox.overflowed,
-                         limit_bytes=self.outbox.limit, in_result=True)
+        self.log.warning(
+            "the agent stopped reading its stdin; killing it",
+            unread_bytes=self.outbox.overflowed,
+            limit_bytes=self.outbox.limit,
+            in_result=True,
+        )
         self.agent.signal_group(signal.SIGKILL)
 
     async def wait_for_exit(self, on_stopping: Callable[[], None] | None = None) -> Ending:
@@ -281,14 +298,21 @@ class AgentIO:
                 await self.stop(signal.SIGINT)
             else:
                 timeout = "wall" if trio.current_time() >= self.wall_deadline else "idle"
-                self.log.warning("turn timed out; terminating the agent", timeout=timeout,
-                                 limit_secs=self.profile.timeout_secs if timeout == "wall"
-                                 else self.profile.idle_timeout_secs, in_result=True)
+                self.log.warning(
+                    "turn timed out; terminating the agent",
+                    timeout=timeout,
+                    limit_secs=self.profile.timeout_secs if timeout == "wall" else self.profile.idle_timeout_secs,
+                    in_result=True,
+                )
                 await self.stop(signal.SIGTERM)
         returncode = self.agent.reap()
         await self.reap_leftovers()
-        return Ending(returncode=returncode, timeout=timeout, cancelled=self.cancel_requested and timeout is None,
-                      unread=self.outbox.overflowed if self.outbox is not None else 0)
+        return Ending(
+            returncode=returncode,
+            timeout=timeout,
+            cancelled=self.cancel_requested and timeout is None,
+            unread=self.outbox.overflowed if self.outbox is not None else 0,
+        )
 
     async def stop(self, signum: int) -> None:
         """`signum` to the group; after `kill_grace_secs`, SIGKILL."""
@@ -296,8 +320,11 @@ class AgentIO:
         with trio.move_on_after(self.profile.kill_grace_secs):
             await self.agent.wait_exited(self._on_stderr)
             return
-        self.log.warning("agent still running after the grace period; killing it",
-                         signal=signal.Signals(signum).name, grace_secs=self.profile.kill_grace_secs)
+        self.log.warning(
+            "agent still running after the grace period; killing it",
+            signal=signal.Signals(signum).name,
+            grace_secs=self.profile.kill_grace_secs,
+        )
         self.agent.signal_group(signal.SIGKILL)
         await self.agent.wait_exited(self._on_stderr)
 

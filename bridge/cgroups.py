@@ -62,8 +62,10 @@ class ContainmentStatus:
     def describe(self) -> str:
         if self.available:
             return f"each agent in a cgroup of its own below {self.where} (ended with cgroup.kill)"
-        return (f"agents are not contained in cgroups: {self.reason}; a process that leaves its agent's process "
-                "group is stopped only by a subreaper bridge, and outlives a bridge killed with SIGKILL")
+        return (
+            f"agents are not contained in cgroups: {self.reason}; a process that leaves its agent's process "
+            "group is stopped only by a subreaper bridge, and outlives a bridge killed with SIGKILL"
+        )
 
 
 def cgroup2_mount(mountinfo: str) -> tuple[str, str] | None:
@@ -189,8 +191,9 @@ class Containment:
                 path = os.path.join(self._directory, str(self._made))
                 os.mkdir(path)
             except OSError as err:
-                raise LaunchError(126, f"no cgroup can be made for the agent in {self._directory or self._home}: "
-                                  f"{err.strerror}") from None
+                raise LaunchError(
+                    126, f"no cgroup can be made for the agent in {self._directory or self._home}: {err.strerror}"
+                ) from None
         return AgentCgroup(path)
 
     @contextmanager
@@ -255,7 +258,7 @@ def _probe() -> tuple[ContainmentStatus, str]:
     if mounted_root != "/":
         if path != mounted_root and not path.startswith(mounted_root.rstrip("/") + "/"):
             return ContainmentStatus(False, reason=f"this process's cgroup {path} is outside the mounted one"), ""
-        path = path[len(mounted_root.rstrip("/")):]
+        path = path[len(mounted_root.rstrip("/")) :]
     home = os.path.join(mount_point, path.lstrip("/")).rstrip("/") or "/"
     if "\n" in home:  # the keeper reads the directory's path as one line
         return ContainmentStatus(False, reason=f"this process's cgroup path {home!r} holds a newline"), ""
@@ -264,17 +267,22 @@ def _probe() -> tuple[ContainmentStatus, str]:
     try:
         trial = _make_directory(home)
     except OSError as err:
-        why = ("it is not writable: run the bridge as root, or under systemd with Delegate=yes"
-               if err.errno in (errno.EACCES, errno.EPERM) else
-               "the cgroup file system is read-only" if err.errno == errno.EROFS else err.strerror)
+        why = (
+            "it is not writable: run the bridge as root, or under systemd with Delegate=yes"
+            if err.errno in (errno.EACCES, errno.EPERM)
+            else "the cgroup file system is read-only"
+            if err.errno == errno.EROFS
+            else err.strerror
+        )
         return ContainmentStatus(False, where=home, reason=f"no cgroup can be made in {home}: {why}"), ""
     try:
         killable = os.path.exists(os.path.join(trial, "cgroup.kill"))
     finally:
         os.rmdir(trial)
     if not killable:
-        return ContainmentStatus(False, where=home, reason="the kernel has no cgroup.kill (Linux 5.14 or later "
-                                 "has)"), ""
+        return ContainmentStatus(
+            False, where=home, reason="the kernel has no cgroup.kill (Linux 5.14 or later has)"
+        ), ""
     return ContainmentStatus(True, where=home), home
 
 

@@ -1,7 +1,7 @@
 """The `agent-bridge` command's entry point: `run --conversation` takes its place in line before the bridge loads.
 
 Turns of one conversation are served in the order their runs joined its queue
-(`bridge.host.turnlock`). Before it could join, a run used to import the bridge
+(`bridge.host.file_turnlock`). Before it could join, a run used to import the bridge
 (trio, the dialects), read its profile and open the session store: ~0.2 s, which
 on a busy machine varies by more than the gap between two runs a bot starts one
 per message. So a run joins first. From the command line alone it works out the
@@ -22,11 +22,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .host.turnlock import Place
+    from .host.file_turnlock import Place
 
 # `run`'s options, as far as finding its queue goes; any other option means "let `run` read it".
-_RUN_OPTIONS_WITH_VALUES = frozenset({"--session-id", "--session-name", "--from-user", "--attach", "--timeout",
-                                      "--conversation", "--state", "--log-level", "--log-format"})
+_RUN_OPTIONS_WITH_VALUES = frozenset(
+    {
+        "--session-id",
+        "--session-name",
+        "--from-user",
+        "--attach",
+        "--timeout",
+        "--conversation",
+        "--state",
+        "--log-level",
+        "--log-format",
+    }
+)
 _RUN_FLAGS = frozenset({"--new", "--no-stream", "--json", "--show-stderr"})
 _NAME_LINE = re.compile(r"^name[ \t]*:[ \t]*(?P<value>[^#\n]*?)[ \t]*(?:#.*)?$", re.MULTILINE)
 
@@ -51,11 +62,11 @@ def early_place(arguments: Sequence[str]) -> Place | None:
     if request is None:
         return None
     profile_file, conversation, session_name, state = request
-    if not conversation or state is not None and "://" in state:
+    if not conversation or (state is not None and "://" in state):
         return None  # no queue, or a database's (PostgreSQL: advisory locks)
     from .errors import BridgeError
+    from .host.file_turnlock import TurnLocks
     from .host.location import store_path
-    from .host.turnlock import TurnLocks
 
     try:
         store = store_path(state)

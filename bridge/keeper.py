@@ -162,8 +162,14 @@ class Keeper:
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
             self._process = subprocess.Popen(
-                ["/bin/sh", "-c", _SCRIPT, NAME, str(self._registry)], stdin=read_end, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, cwd="/", env=_ENVIRONMENT, start_new_session=True, close_fds=True,
+                ["/bin/sh", "-c", _SCRIPT, NAME, str(self._registry)],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                env=_ENVIRONMENT,
+                start_new_session=True,
+                close_fds=True,
                 pass_fds=(self._registry,),
             )
         except BaseException:

@@ -23,10 +23,19 @@ PROTOCOL_VERSION = "0.1"
 INFRA_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ"})
 # The protocol's own variables: never inherited and never set by a profile, so
 # they always describe this turn and nothing else.
-PROTOCOL_VARIABLES = frozenset({
-    "AGENT_MESSAGE", "AGENT_SESSION_ID", "AGENT_SESSION_NAME", "AGENT_FROM_USER", "AGENT_STREAMING",
-    "AGENT_PROTOCOL_VERSION", "AGENT_ATTACHMENTS", "AGENT_IMAGE_URL", "AGENT_FILE_URL",
-})
+PROTOCOL_VARIABLES = frozenset(
+    {
+        "AGENT_MESSAGE",
+        "AGENT_SESSION_ID",
+        "AGENT_SESSION_NAME",
+        "AGENT_FROM_USER",
+        "AGENT_STREAMING",
+        "AGENT_PROTOCOL_VERSION",
+        "AGENT_ATTACHMENTS",
+        "AGENT_IMAGE_URL",
+        "AGENT_FILE_URL",
+    }
+)
 # Linux refuses any single argv or environment string longer than this
 # (MAX_ARG_STRLEN, 32 pages), counting "NAME=" and the terminating NUL.
 MAX_ARG_STRLEN = 32 * 4096
@@ -48,10 +57,19 @@ class LaunchPlan(FrozenRecord):
     new_session_id: str
     """The id the bridge made up for this new session (`{{NEW_SESSION_ID}}`); it is the turn's session id."""
 
-    def __init__(self, argv: tuple[str, ...], env: dict[str, str], cwd: str | None, stdin: bytes | None,
-                 notes: tuple[str, ...] = (), stdin_open: bool = False, new_session_id: str = "") -> None:
-        self._assign(argv=argv, env=env, cwd=cwd, stdin=stdin, notes=notes, stdin_open=stdin_open,
-                     new_session_id=new_session_id)
+    def __init__(
+        self,
+        argv: tuple[str, ...],
+        env: dict[str, str],
+        cwd: str | None,
+        stdin: bytes | None,
+        notes: tuple[str, ...] = (),
+        stdin_open: bool = False,
+        new_session_id: str = "",
+    ) -> None:
+        self._assign(
+            argv=argv, env=env, cwd=cwd, stdin=stdin, notes=notes, stdin_open=stdin_open, new_session_id=new_session_id
+        )
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
@@ -73,8 +91,11 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
     argv = tuple(_render(word, values) for word in template)
     for index, word in enumerate(argv):
         if _too_long(word):
-            raise LaunchError(126, f"argument {index} is {_size(word)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
-                              "bytes for one argument; pass the message in AGENT_MESSAGE or with `stdin: message`")
+            raise LaunchError(
+                126,
+                f"argument {index} is {_size(word)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
+                "bytes for one argument; pass the message in AGENT_MESSAGE or with `stdin: message`",
+            )
 
     env = _base_environment(profile, environ)
     for name, template in profile.env.items():
@@ -88,15 +109,21 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
     message = env["AGENT_MESSAGE"]
     if _too_long("AGENT_MESSAGE=" + message):
         if not (profile.stdin != "none" or PROTOCOLS[profile.protocol].message_on_stdin):
-            raise LaunchError(126, f"the message is {_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
-                              "bytes for one environment variable; set `stdin: message` in the profile so long "
-                              "messages reach the agent on stdin")
+            raise LaunchError(
+                126,
+                f"the message is {_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
+                "bytes for one environment variable; set `stdin: message` in the profile so long "
+                "messages reach the agent on stdin",
+            )
         env["AGENT_MESSAGE"] = _cut_to_bytes(message, MAX_ARG_STRLEN - len("AGENT_MESSAGE=") - 1)
         notes.append("the message is too long for AGENT_MESSAGE; it holds a truncated copy, stdin has all of it")
     for name, value in env.items():
         if (len(name) + len(value)) * 4 + 2 > MAX_ARG_STRLEN and _too_long(f"{name}={value}"):
-            raise LaunchError(126, f"environment variable {name} is {_size(value)} bytes, over the OS limit of "
-                              f"{MAX_ARG_STRLEN} bytes for one variable")
+            raise LaunchError(
+                126,
+                f"environment variable {name} is {_size(value)} bytes, over the OS limit of "
+                f"{MAX_ARG_STRLEN} bytes for one variable",
+            )
 
     return LaunchPlan(
         argv=argv,
@@ -174,8 +201,11 @@ def _check_path_component(placeholder: str, value: str) -> None:
         return
     shown = f"the {noun}" if placeholder == "MESSAGE" else f"the {noun} {value!r}"  # message text stays out of logs
     why = "it contains '/'" if "/" in value else f"it is {value!r}"
-    raise LaunchError(126, f"{shown} cannot be used in cwd: {why}; a value put into cwd must be a single path "
-                      "component (no '/', not '.' or '..'), so that it cannot move the agent to another directory")
+    raise LaunchError(
+        126,
+        f"{shown} cannot be used in cwd: {why}; a value put into cwd must be a single path "
+        "component (no '/', not '.' or '..'), so that it cannot move the agent to another directory",
+    )
 
 
 def _render(
@@ -205,7 +235,9 @@ def _render(
             notes.append(f"env {variable}: ${{{reference}}} is not in env_allowlist; it expands to empty")
             return ""
         if reference not in environ:
-            notes.append(f"env {variable}: ${{{reference}}} is not set in the bridge's environment; it expands to empty")
+            notes.append(
+                f"env {variable}: ${{{reference}}} is not set in the bridge's environment; it expands to empty"
+            )
             return ""
         return environ[reference]
 

@@ -50,13 +50,20 @@ class PermissionRequest(FrozenRecord):
 
     kind_of_event: ClassVar[str] = "permission"
 
-    def __init__(self, request_id: str, tool: str, kind: str = "", title: str = "",
-                 input: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, request_id: str, tool: str, kind: str = "", title: str = "", input: Mapping[str, Any] | None = None
+    ) -> None:
         self._assign(request_id=request_id, tool=tool, kind=kind, title=title, input={} if input is None else input)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event": self.kind_of_event, "request_id": self.request_id, "tool": self.tool, "kind": self.kind,
-                "title": self.title, "input": dict(self.input)}
+        return {
+            "event": self.kind_of_event,
+            "request_id": self.request_id,
+            "tool": self.tool,
+            "kind": self.kind,
+            "title": self.title,
+            "input": dict(self.input),
+        }
 
 
 class Decision(FrozenRecord):
@@ -85,8 +92,14 @@ class PermissionPolicy(FrozenRecord):
     ask: tuple[str, ...]
     timeout_secs: float
 
-    def __init__(self, default: Literal["allow", "deny", "ask"] = "deny", allow: tuple[str, ...] = (),
-                 deny: tuple[str, ...] = (), ask: tuple[str, ...] = (), timeout_secs: float = 120.0) -> None:
+    def __init__(
+        self,
+        default: Literal["allow", "deny", "ask"] = "deny",
+        allow: tuple[str, ...] = (),
+        deny: tuple[str, ...] = (),
+        ask: tuple[str, ...] = (),
+        timeout_secs: float = 120.0,
+    ) -> None:
         self._assign(default=default, allow=allow, deny=deny, ask=ask, timeout_secs=timeout_secs)
 
     def decide(self, request: PermissionRequest) -> Decision | None:
@@ -105,9 +118,13 @@ class PermissionPolicy(FrozenRecord):
     def from_mapping(cls, values: Mapping[str, Any] | None) -> PermissionPolicy:
         if not values:
             return cls()
-        return cls(default=values.get("default", "deny"), allow=tuple(values.get("allow", ())),
-                   deny=tuple(values.get("deny", ())), ask=tuple(values.get("ask", ())),
-                   timeout_secs=float(values.get("timeout_secs", 120.0)))
+        return cls(
+            default=values.get("default", "deny"),
+            allow=tuple(values.get("allow", ())),
+            deny=tuple(values.get("deny", ())),
+            ask=tuple(values.get("ask", ())),
+            timeout_secs=float(values.get("timeout_secs", 120.0)),
+        )
 
 
 UNANSWERED = Decision(allow=False, message="nobody answered in time")

@@ -59,8 +59,14 @@ class AgentProcess:
     object (see `supervisor._Reader`).
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes], stdin: trio.lowlevel.FdStream | None,
-                 stdout: int, stderr: int, cgroup: AgentCgroup | None = None) -> None:
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdin: trio.lowlevel.FdStream | None,
+        stdout: int,
+        stderr: int,
+        cgroup: AgentCgroup | None = None,
+    ) -> None:
         self._popen = popen
         self.pid = popen.pid
         self.cgroup = cgroup  # the agent's own cgroup, where the bridge may make them
@@ -221,9 +227,12 @@ def log_containment(log: Any) -> None:
     if status.available:
         log.info("each agent runs in a cgroup of its own", below=status.where)
     else:
-        log.info("agents are not contained in cgroups", reason=status.reason,
-                 effect="a process that leaves its agent's group is stopped only by this subreaper, and outlives "
-                        "this process if it is killed with SIGKILL")
+        log.info(
+            "agents are not contained in cgroups",
+            reason=status.reason,
+            effect="a process that leaves its agent's group is stopped only by this subreaper, and outlives "
+            "this process if it is killed with SIGKILL",
+        )
 
 
 def sweep_orphans() -> list[int]:
@@ -501,17 +510,24 @@ def _explain_spawn_failure(err: BaseException, plan: LaunchPlan) -> LaunchError:
     if isinstance(err, FileNotFoundError):
         return _explain_not_found(program, plan)
     if isinstance(err, PermissionError):
-        return LaunchError(EXIT_CANNOT_RUN, f"{program!r} is not executable (permission denied); "
-                           f"try chmod +x {program}" if os.path.isfile(_resolve(program, plan) or "")
-                           else f"{program!r} cannot be executed: permission denied")
+        return LaunchError(
+            EXIT_CANNOT_RUN,
+            f"{program!r} is not executable (permission denied); try chmod +x {program}"
+            if os.path.isfile(_resolve(program, plan) or "")
+            else f"{program!r} cannot be executed: permission denied",
+        )
     if isinstance(err, IsADirectoryError):
         return LaunchError(EXIT_CANNOT_RUN, f"{program!r} is a directory, not a program")
     if isinstance(err, OSError) and err.errno == errno.E2BIG:
-        return LaunchError(EXIT_CANNOT_RUN, "the arguments and environment are too large for the OS (E2BIG); "
-                           "shorten them or pass the message with `stdin: message`")
+        return LaunchError(
+            EXIT_CANNOT_RUN,
+            "the arguments and environment are too large for the OS (E2BIG); "
+            "shorten them or pass the message with `stdin: message`",
+        )
     if isinstance(err, OSError) and err.errno == errno.ENOEXEC:
-        return LaunchError(EXIT_CANNOT_RUN, f"{program!r} is not a program the OS can run; a script needs a "
-                           "#! line such as #!/bin/sh")
+        return LaunchError(
+            EXIT_CANNOT_RUN, f"{program!r} is not a program the OS can run; a script needs a #! line such as #!/bin/sh"
+        )
     if isinstance(err, OSError):
         return LaunchError(EXIT_CANNOT_RUN, f"{program!r} cannot be executed: {err.strerror or err}")
     return LaunchError(EXIT_CANNOT_RUN, f"the command line cannot be passed to the OS: {err}")
@@ -528,7 +544,9 @@ def _explain_not_found(program: str, plan: LaunchPlan) -> LaunchError:
             first_line = b""
         if first_line.startswith(b"#!"):
             interpreter = first_line[2:].decode("utf-8", "replace").strip()
-            return LaunchError(EXIT_CANNOT_RUN, f"{program!r} names an interpreter that does not exist: #!{interpreter}")
+            return LaunchError(
+                EXIT_CANNOT_RUN, f"{program!r} names an interpreter that does not exist: #!{interpreter}"
+            )
     if "/" in program:
         where = f" (relative to {plan.cwd or os.getcwd()})" if not os.path.isabs(program) else ""
         return LaunchError(EXIT_NOT_FOUND, f"command {program!r} not found{where}")

@@ -66,7 +66,7 @@ class FrozenRecord(Record):
         return list(self._values())
 
     def __setstate__(self, state: list[Any]) -> None:
-        for name, value in zip(self._fields, state):
+        for name, value in zip(self._fields, state, strict=True):
             object.__setattr__(self, name, value)
 
 

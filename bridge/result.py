@@ -37,7 +37,7 @@ HARD_REPLY_LIMIT = 8 * 1024 * 1024
 _BODY_RUN = 1024  # body lines kept as separate strings before they are joined
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     OK = "ok"
     AGENT_ERROR = "agent_error"
     EXIT_NONZERO = "exit_nonzero"
@@ -54,8 +54,20 @@ class Outcome(str, enum.Enum):
 class TurnResult(FrozenRecord):
     """Everything a host needs after a turn (SPEC §5)."""
 
-    __slots__ = ("reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome", "stderr_tail",
-                 "duration_ms", "partials", "truncated", "usage")
+    __slots__ = (
+        "reply",
+        "session_id",
+        "error",
+        "error_reply",
+        "exit_code",
+        "timed_out",
+        "outcome",
+        "stderr_tail",
+        "duration_ms",
+        "partials",
+        "truncated",
+        "usage",
+    )
     reply: str
     session_id: str
     error: str
@@ -70,12 +82,35 @@ class TurnResult(FrozenRecord):
     usage: Usage | None
     """Tokens and cost, when the agent reported them (JSON families do)."""
 
-    def __init__(self, reply: str, session_id: str, error: str, error_reply: str, exit_code: int, timed_out: bool,
-                 outcome: Outcome, stderr_tail: str, duration_ms: int, partials: int, truncated: bool,
-                 usage: Usage | None = None) -> None:
-        self._assign(reply=reply, session_id=session_id, error=error, error_reply=error_reply, exit_code=exit_code,
-                     timed_out=timed_out, outcome=outcome, stderr_tail=stderr_tail, duration_ms=duration_ms,
-                     partials=partials, truncated=truncated, usage=usage)
+    def __init__(
+        self,
+        reply: str,
+        session_id: str,
+        error: str,
+        error_reply: str,
+        exit_code: int,
+        timed_out: bool,
+        outcome: Outcome,
+        stderr_tail: str,
+        duration_ms: int,
+        partials: int,
+        truncated: bool,
+        usage: Usage | None = None,
+    ) -> None:
+        self._assign(
+            reply=reply,
+            session_id=session_id,
+            error=error,
+            error_reply=error_reply,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            outcome=outcome,
+            stderr_tail=stderr_tail,
+            duration_ms=duration_ms,
+            partials=partials,
+            truncated=truncated,
+            usage=usage,
+        )
 
     @property
     def ok(self) -> bool:
@@ -98,22 +133,45 @@ class Ending(FrozenRecord):
     spawn_failure: tuple[int, str] | None  # (exit code, what is wrong)
     unread: int  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
 
-    def __init__(self, returncode: int | None = None, timeout: Literal["wall", "idle"] | None = None,
-                 cancelled: bool = False, spawn_failure: tuple[int, str] | None = None, unread: int = 0) -> None:
-        self._assign(returncode=returncode, timeout=timeout, cancelled=cancelled, spawn_failure=spawn_failure,
-                     unread=unread)
+    def __init__(
+        self,
+        returncode: int | None = None,
+        timeout: Literal["wall", "idle"] | None = None,
+        cancelled: bool = False,
+        spawn_failure: tuple[int, str] | None = None,
+        unread: int = 0,
+    ) -> None:
+        self._assign(
+            returncode=returncode, timeout=timeout, cancelled=cancelled, spawn_failure=spawn_failure, unread=unread
+        )
 
 
-Forwarded = (PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | AgentInput
-             | ProtocolWarning)
+Forwarded = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | AgentInput | ProtocolWarning
 
 
 class TurnRecorder:
     """The turn's state while it runs. Give it each batch of decoded events with `record()`."""
 
-    __slots__ = ("_profile", "_body", "_body_runs", "_body_lines", "_body_length", "_body_cap", "_body_tail",
-                 "_body_full", "_partial_room", "_partials_cut", "_line_cut", "session_id", "error", "error_seen",
-                 "partials", "usage", "_unfinished", "_streaming")
+    __slots__ = (
+        "_profile",
+        "_body",
+        "_body_runs",
+        "_body_lines",
+        "_body_length",
+        "_body_cap",
+        "_body_tail",
+        "_body_full",
+        "_partial_room",
+        "_partials_cut",
+        "_line_cut",
+        "session_id",
+        "error",
+        "error_seen",
+        "partials",
+        "usage",
+        "_unfinished",
+        "_streaming",
+    )
 
     def __init__(self, profile: Profile) -> None:
         self._profile = profile
@@ -168,7 +226,7 @@ class TurnRecorder:
                     lines += 1
                 else:
                     joined = ("\n" + event) if lines else event  # type: ignore[operator]
-                    self._body_tail = joined[:self._body_cap - length]
+                    self._body_tail = joined[: self._body_cap - length]
                     body_full = True
             elif kind is SessionEvent:
                 self.session_id = event.session_id  # type: ignore[union-attr]
@@ -192,7 +250,7 @@ class TurnRecorder:
                     body.append(text)
                     length, lines = len(text), 1
                 else:
-                    self._body_tail = text[:self._body_cap]
+                    self._body_tail = text[: self._body_cap]
                     body_full = True
             elif kind is UsageEvent:
                 usage = event.usage  # type: ignore[union-attr]
@@ -238,7 +296,7 @@ class TurnRecorder:
         reply = ""
         truncated = self._partials_cut or self._line_cut
         if succeeded:
-            runs = self._body_runs + ["\n".join(self._body)] if self._body else self._body_runs
+            runs = [*self._body_runs, "\n".join(self._body)] if self._body else self._body_runs
             reply = "\n".join(runs) + self._body_tail
             if self._body_full:
                 reply += profile.truncation_suffix
@@ -251,7 +309,7 @@ class TurnRecorder:
         if not succeeded and profile.send_error_reply:
             error_reply = error if agent_said_why else f"The agent {cause}."
             if profile.max_reply_chars is not None and len(error_reply) > profile.max_reply_chars:
-                error_reply = error_reply[:profile.max_reply_chars] + profile.truncation_suffix
+                error_reply = error_reply[: profile.max_reply_chars] + profile.truncation_suffix
         if profile.include_stderr_in_reply and stderr_tail:
             if succeeded:
                 reply = _with_stderr(reply, stderr_tail)
@@ -282,8 +340,14 @@ class TurnRecorder:
         if ending.cancelled:
             return EXIT_CANCELLED, Outcome.CANCELLED, "was cancelled"
         if ending.unread:
-            return 1, Outcome.NOT_READING, (f"stopped reading its stdin ({_mib(ending.unread)} written to it would "
-                                            "have waited unread, over the bridge's limit), so it was killed")
+            return (
+                1,
+                Outcome.NOT_READING,
+                (
+                    f"stopped reading its stdin ({_mib(ending.unread)} written to it would "
+                    "have waited unread, over the bridge's limit), so it was killed"
+                ),
+            )
         if ending.spawn_failure is not None:
             code, reason = ending.spawn_failure
             return code, Outcome.SPAWN_FAILED, f"could not be started: {reason}"

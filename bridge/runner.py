@@ -19,7 +19,7 @@ from .supervisor import Emit, HostEvent, drive_turn
 from .turn import Turn
 
 if TYPE_CHECKING:
-    from .warm import WarmAgent
+    from .warm_agent import WarmAgent
 
 # Events a slow consumer of `open_turn` may fall behind by before the agent's
 # output is back-pressured (bounded memory instead of an unbounded queue).
@@ -30,9 +30,14 @@ EventCallback = Callable[[HostEvent], Awaitable[None] | None]
 PermissionCallback = Callable[[PermissionRequest], "Decision | bool | Awaitable[Decision | bool]"]
 
 
-async def run_turn(profile: Profile, turn: Turn, *, on_partial: PartialCallback | None = None,
-                   on_event: EventCallback | None = None,
-                   on_permission: PermissionCallback | None = None) -> TurnResult:
+async def run_turn(
+    profile: Profile,
+    turn: Turn,
+    *,
+    on_partial: PartialCallback | None = None,
+    on_event: EventCallback | None = None,
+    on_permission: PermissionCallback | None = None,
+) -> TurnResult:
     """Run one turn and return its result.
 
     `on_partial(text)` is called for each forwarded chunk as it arrives;
@@ -45,23 +50,31 @@ async def run_turn(profile: Profile, turn: Turn, *, on_partial: PartialCallback 
     """
     questions = Questions(listening=on_permission is not None)
     with _ungrouped():
-        return await drive_turn(profile, turn, _emitter(on_partial, on_event, on_permission, questions),
-                                questions=questions)
+        return await drive_turn(
+            profile, turn, _emitter(on_partial, on_event, on_permission, questions), questions=questions
+        )
 
 
-def run_turn_sync(profile: Profile, turn: Turn, *, on_partial: Callable[[str], None] | None = None,
-                  on_event: Callable[[HostEvent], None] | None = None,
-                  on_permission: Callable[[PermissionRequest], Decision | bool] | None = None) -> TurnResult:
+def run_turn_sync(
+    profile: Profile,
+    turn: Turn,
+    *,
+    on_partial: Callable[[str], None] | None = None,
+    on_event: Callable[[HostEvent], None] | None = None,
+    on_permission: Callable[[PermissionRequest], Decision | bool] | None = None,
+) -> TurnResult:
     """`run_turn` for code that does not run trio; blocks until the turn ends."""
-    return trio.run(partial(run_turn, profile, turn, on_partial=on_partial, on_event=on_event,
-                            on_permission=on_permission))
+    return trio.run(
+        partial(run_turn, profile, turn, on_partial=on_partial, on_event=on_event, on_permission=on_permission)
+    )
 
 
 class TurnStream:
     """The events of one running turn, in order, ending with its `TurnResult`."""
 
-    def __init__(self, receive: trio.MemoryReceiveChannel[HostEvent], cancel: trio.Event,
-                 questions: Questions | None = None) -> None:
+    def __init__(
+        self, receive: trio.MemoryReceiveChannel[HostEvent], cancel: trio.Event, questions: Questions | None = None
+    ) -> None:
         self._receive = receive
         self._cancel = cancel
         self._questions = questions if questions is not None else Questions()
@@ -102,8 +115,9 @@ class TurnStream:
 
 
 @asynccontextmanager
-async def open_turn(profile: Profile, turn: Turn, *, on_stderr: Callable[[bytes], None] | None = None,
-                    agent: WarmAgent | None = None) -> AsyncIterator[TurnStream]:
+async def open_turn(
+    profile: Profile, turn: Turn, *, on_stderr: Callable[[bytes], None] | None = None, agent: WarmAgent | None = None
+) -> AsyncIterator[TurnStream]:
     """Run a turn in the background and iterate its events.
 
     Leaving the block before the result arrives cancels the turn; the agent is
@@ -181,8 +195,12 @@ def _decision(answer: Decision | bool) -> Decision:
     return answer if isinstance(answer, Decision) else Decision(allow=bool(answer))
 
 
-def _emitter(on_partial: PartialCallback | None, on_event: EventCallback | None,
-             on_permission: PermissionCallback | None = None, questions: Questions | None = None) -> Emit | None:
+def _emitter(
+    on_partial: PartialCallback | None,
+    on_event: EventCallback | None,
+    on_permission: PermissionCallback | None = None,
+    questions: Questions | None = None,
+) -> Emit | None:
     """One `Emit` for the callbacks. Sync callbacks cost a plain call per event; only an
     awaitable a callback returns is handed back to be awaited, so events stay in order."""
     if on_permission is not None and questions is not None:
@@ -210,8 +228,9 @@ def _emit_partial(on_partial: PartialCallback, event: HostEvent) -> Awaitable[No
     return None
 
 
-def _answering(on_event: EventCallback | None, on_permission: PermissionCallback,
-               questions: Questions) -> EventCallback:
+def _answering(
+    on_event: EventCallback | None, on_permission: PermissionCallback, questions: Questions
+) -> EventCallback:
     """`on_event`, and `on_permission` answering each `PermissionRequest`."""
 
     def event_and_answer(event: HostEvent) -> Awaitable[None] | None:
@@ -223,8 +242,9 @@ def _answering(on_event: EventCallback | None, on_permission: PermissionCallback
     return event_and_answer
 
 
-async def _answer(pending: Awaitable[None] | None, on_permission: PermissionCallback, request: PermissionRequest,
-                  questions: Questions) -> None:
+async def _answer(
+    pending: Awaitable[None] | None, on_permission: PermissionCallback, request: PermissionRequest, questions: Questions
+) -> None:
     if pending is not None and inspect.isawaitable(pending):
         await pending
     answer = on_permission(request)

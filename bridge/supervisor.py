@@ -43,10 +43,16 @@ Emit = Callable[[HostEvent], Awaitable[None] | None]
 __all__ = ["DRAIN_SECS", "REAP_SECS", "Emit", "HostEvent", "drive_turn"]
 
 
-async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
-                     cancel: trio.Event | None = None, turn_id: str | None = None,
-                     on_stderr: Callable[[bytes], None] | None = None,
-                     questions: Questions | None = None) -> TurnResult:
+async def drive_turn(
+    profile: Profile,
+    turn: Turn,
+    emit: Emit | None = None,
+    *,
+    cancel: trio.Event | None = None,
+    turn_id: str | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+    questions: Questions | None = None,
+) -> TurnResult:
     """Run one turn to its end and return the result; `emit` sees every host event, the result last.
 
     Setting `cancel` stops the agent the way a host cancel must (SIGINT, grace,
@@ -58,10 +64,11 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     and the host answers it through `questions` (see `bridge.questions`).
     """
     if profile.warm:  # a long-lived agent, started for this one turn
-        from .warm import run_warm_turn
+        from .warm_agent import run_warm_turn
 
-        return await run_warm_turn(profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions,
-                                   on_stderr=on_stderr)
+        return await run_warm_turn(
+            profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions, on_stderr=on_stderr
+        )
     started = trio.current_time()
     plan: LaunchPlan | None = None
     try:
@@ -77,8 +84,15 @@ async def drive_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *,
     recorder = TurnRecorder(profile)
     io = AgentIO(profile, plan, agent, log, started, on_stderr)
     questions = questions if questions is not None else Questions()
-    loop = _TurnLoop(profile.dialect(profile.dialect_context, turn), recorder,
-                     profile.permission_policy, emit, log, io.send, questions)
+    loop = _TurnLoop(
+        profile.dialect(profile.dialect_context, turn),
+        recorder,
+        profile.permission_policy,
+        emit,
+        log,
+        io.send,
+        questions,
+    )
     log.info("agent started", pid=agent.pid, program=plan.argv[0])
     try:
         if plan.new_session_id:  # the profile let the bridge name the new session: that is the turn's session
@@ -102,12 +116,18 @@ def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None)
     return log
 
 
-async def _finish(recorder: TurnRecorder, ending: Ending, stderr_tail: str, started: float,
-                  emit: Emit | None, log: Any) -> TurnResult:
+async def _finish(
+    recorder: TurnRecorder, ending: Ending, stderr_tail: str, started: float, emit: Emit | None, log: Any
+) -> TurnResult:
     duration_ms = round((trio.current_time() - started) * 1000)
     result = recorder.finish(ending, stderr_tail=stderr_tail, duration_ms=duration_ms)
-    log.info("turn finished", outcome=result.outcome.value, exit_code=result.exit_code,
-             duration_ms=duration_ms, partials=result.partials)
+    log.info(
+        "turn finished",
+        outcome=result.outcome.value,
+        exit_code=result.exit_code,
+        duration_ms=duration_ms,
+        partials=result.partials,
+    )
     if emit is not None and (pending := emit(result)) is not None:
         await pending
     return result
@@ -126,8 +146,16 @@ class _TurnLoop:
 
     __slots__ = ("dialect", "recorder", "policy", "emit", "log", "send", "questions", "feed")
 
-    def __init__(self, dialect: Any, recorder: TurnRecorder, policy: PermissionPolicy, emit: Emit | None,
-                 log: Any, send: Callable[[bytes], None], questions: Questions) -> None:
+    def __init__(
+        self,
+        dialect: Any,
+        recorder: TurnRecorder,
+        policy: PermissionPolicy,
+        emit: Emit | None,
+        log: Any,
+        send: Callable[[bytes], None],
+        questions: Questions,
+    ) -> None:
         self.dialect = dialect
         self.recorder = recorder
         self.policy = policy
@@ -161,13 +189,15 @@ class _TurnLoop:
         asked = decision is None
         if decision is None:
             decision = await self._ask(request)
-        self.log.info("the agent asked to run a tool", tool=request.tool, kind=request.kind, allowed=decision.allow,
-                      asked=asked)
+        self.log.info(
+            "the agent asked to run a tool", tool=request.tool, kind=request.kind, allowed=decision.allow, asked=asked
+        )
         self.send(self.dialect.answer(request, decision))
         if self.emit is not None:
             status = "allowed" if decision.allow else "denied"
-            activity = ActivityEvent("tool", tool=request.tool, title=request.title, status=status,
-                                     call_id=request.request_id)
+            activity = ActivityEvent(
+                "tool", tool=request.tool, title=request.title, status=status, call_id=request.request_id
+            )
             if (pending := self.emit(activity)) is not None:
                 await pending
 

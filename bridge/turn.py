@@ -25,8 +25,10 @@ def text_problem(value: str) -> str | None:
             if b"\0" not in value.encode("utf-8"):
                 return None
         except UnicodeEncodeError:
-            return ("contains a lone surrogate (a \\ud800-\\udfff escape that is not half of a pair), which is "
-                    "not text; send the character as UTF-8 or as a complete surrogate pair")
+            return (
+                "contains a lone surrogate (a \\ud800-\\udfff escape that is not half of a pair), which is "
+                "not text; send the character as UTF-8 or as a complete surrogate pair"
+            )
     return "contains a NUL character, which no process can receive; remove it"
 
 
@@ -48,9 +50,7 @@ class Attachment(FrozenRecord):
 
     def _check(self) -> None:
         if self.type not in ATTACHMENT_TYPES:
-            raise TurnError(
-                f"attachment type {self.type!r} is not one of {', '.join(ATTACHMENT_TYPES)}"
-            )
+            raise TurnError(f"attachment type {self.type!r} is not one of {', '.join(ATTACHMENT_TYPES)}")
         if not isinstance(self.url, str) or not self.url:
             raise TurnError("an attachment needs a url (a non-empty string)")
         for name in ("url", "name"):
@@ -89,10 +89,21 @@ class Turn(FrozenRecord):
     from_user: str
     attachments: tuple[Attachment, ...]
 
-    def __init__(self, message: str = "", session_id: str = "", session_name: str = "default", from_user: str = "",
-                 attachments: tuple[Attachment, ...] = ()) -> None:
-        self._assign(message=message, session_id=session_id, session_name=session_name, from_user=from_user,
-                     attachments=attachments)
+    def __init__(
+        self,
+        message: str = "",
+        session_id: str = "",
+        session_name: str = "default",
+        from_user: str = "",
+        attachments: tuple[Attachment, ...] = (),
+    ) -> None:
+        self._assign(
+            message=message,
+            session_id=session_id,
+            session_name=session_name,
+            from_user=from_user,
+            attachments=attachments,
+        )
         # NUL and lone surrogates cannot travel in argv, the environment or the store; refusing
         # them here gives the host a clear error instead of a confusing spawn or store failure.
         for name in ("message", "session_id", "session_name", "from_user"):

@@ -92,8 +92,13 @@ class SampleAgent(Agent):
 
     # ------------------------------------------------------------------ sessions
 
-    async def initialize(self, protocol_version: int, client_capabilities: ClientCapabilities | None = None,
-                         client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: ClientCapabilities | None = None,
+        client_info: Any = None,
+        **kwargs: Any,
+    ) -> InitializeResponse:
         self.client_capabilities = client_capabilities
         capabilities = AgentCapabilities(load_session=self.load)
         if self.resume:
@@ -105,8 +110,9 @@ class SampleAgent(Agent):
         self._save(session_id, {"cwd": cwd, "mcp_servers": _names(mcp_servers), "turns": []})
         return NewSessionResponse(session_id=session_id)
 
-    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
-                           **kwargs: Any) -> LoadSessionResponse | None:
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: Any = None, **kwargs: Any
+    ) -> LoadSessionResponse | None:
         if not self.load:
             raise RequestError.method_not_found("session/load")
         session = self._open(session_id)
@@ -115,8 +121,9 @@ class SampleAgent(Agent):
             await self.conn.session_update(session_id, update_agent_message(text_block(agent)))
         return LoadSessionResponse()
 
-    async def resume_session(self, session_id: str, cwd: str, mcp_servers: Any = None,
-                             **kwargs: Any) -> ResumeSessionResponse:
+    async def resume_session(
+        self, session_id: str, cwd: str, mcp_servers: Any = None, **kwargs: Any
+    ) -> ResumeSessionResponse:
         if not self.resume:
             raise RequestError.method_not_found("session/resume")
         self._open(session_id)
@@ -143,8 +150,10 @@ class SampleAgent(Agent):
         elif word == "ask":
             reply = await self._ask(session_id, argument, "call-1", cancelled)
         elif word == "ask2":
-            first, second = await asyncio.gather(self._ask(session_id, argument, "call-1", cancelled),
-                                                 self._ask(session_id, argument, "call-2", cancelled))
+            first, second = await asyncio.gather(
+                self._ask(session_id, argument, "call-1", cancelled),
+                self._ask(session_id, argument, "call-2", cancelled),
+            )
             reply = f"{first}; {second}"
         elif word == "history":
             reply = " | ".join(user for user, _ in session["turns"]) or "(no history)"
@@ -161,8 +170,11 @@ class SampleAgent(Agent):
             count, _, rest = argument.partition(" ")
             outcomes = await _many(int(count), lambda: self._file(session_id, word.removesuffix("-many"), rest))
             refused = outcomes.pop(None, 0)
-            reply = json.dumps({"texts": outcomes, "refused": refused} if word == "read-many"
-                               else {"wrote": sum(outcomes.values()), "refused": refused})
+            reply = json.dumps(
+                {"texts": outcomes, "refused": refused}
+                if word == "read-many"
+                else {"wrote": sum(outcomes.values()), "refused": refused}
+            )
         elif word == "terminal":
             try:
                 await self.conn.create_terminal(command="true", session_id=session_id)
@@ -192,7 +204,7 @@ class SampleAgent(Agent):
             return PromptResponse(stop_reason="cancelled")
         if reply:
             for start in range(0, len(reply), CHUNK):
-                await self._say(session_id, reply[start:start + CHUNK])
+                await self._say(session_id, reply[start : start + CHUNK])
         session["turns"].append([text, reply])
         self._save(session_id, session)
         return PromptResponse(stop_reason=stop)
@@ -206,32 +218,52 @@ class SampleAgent(Agent):
 
     async def _work(self, session_id: str, argument: str) -> None:
         await self.conn.session_update(session_id, update_agent_thought(text_block(f"Thinking about {argument}")))
-        await self.conn.session_update(session_id, update_plan([
-            plan_entry("Look around", priority="high", status="in_progress"),
-            plan_entry("Answer", priority="medium", status="pending"),
-        ]))
-        await self.conn.session_update(session_id, start_tool_call(
-            "tool-1", "ls -la", kind="execute", status="pending", raw_input={"command": "ls -la"}))
+        await self.conn.session_update(
+            session_id,
+            update_plan(
+                [
+                    plan_entry("Look around", priority="high", status="in_progress"),
+                    plan_entry("Answer", priority="medium", status="pending"),
+                ]
+            ),
+        )
+        await self.conn.session_update(
+            session_id,
+            start_tool_call("tool-1", "ls -la", kind="execute", status="pending", raw_input={"command": "ls -la"}),
+        )
         await self.conn.session_update(session_id, update_tool_call("tool-1", status="in_progress"))
-        await self.conn.session_update(session_id, update_tool_call(
-            "tool-1", status="completed", content=[tool_content(text_block("total 0"))]))
+        await self.conn.session_update(
+            session_id, update_tool_call("tool-1", status="completed", content=[tool_content(text_block("total 0"))])
+        )
 
     async def _ask(self, session_id: str, command: str, call_id: str, cancelled: asyncio.Event) -> str:
-        tool_call = ToolCallUpdate(tool_call_id=call_id, title=command, kind="execute", status="pending",
-                                   raw_input={"command": command}, field_meta={"sample": {"toolName": "Bash"}})
-        await self.conn.session_update(session_id, start_tool_call(call_id, command, kind="execute",
-                                                                   status="pending"))
-        options = [PermissionOption(option_id=f"{kind}-id", name=kind.replace("_", " "), kind=kind)
-                   for kind in ("allow_once", "allow_always", "reject_once", "reject_always")]
+        tool_call = ToolCallUpdate(
+            tool_call_id=call_id,
+            title=command,
+            kind="execute",
+            status="pending",
+            raw_input={"command": command},
+            field_meta={"sample": {"toolName": "Bash"}},
+        )
+        await self.conn.session_update(session_id, start_tool_call(call_id, command, kind="execute", status="pending"))
+        options = [
+            PermissionOption(option_id=f"{kind}-id", name=kind.replace("_", " "), kind=kind)
+            for kind in ("allow_once", "allow_always", "reject_once", "reject_always")
+        ]
         response = await self.conn.request_permission(session_id=session_id, tool_call=tool_call, options=options)
         outcome = response.outcome
         if getattr(outcome, "outcome", "") == "cancelled":
             return "cancelled"
         chosen = getattr(outcome, "option_id", "")
         allowed = chosen.startswith("allow")
-        await self.conn.session_update(session_id, update_tool_call(
-            call_id, status="completed" if allowed else "failed",
-            content=[tool_content(text_block("ran" if allowed else "refused"))]))
+        await self.conn.session_update(
+            session_id,
+            update_tool_call(
+                call_id,
+                status="completed" if allowed else "failed",
+                content=[tool_content(text_block("ran" if allowed else "refused"))],
+            ),
+        )
         return f"{'ran' if allowed else 'did not run'} {command} ({chosen})"
 
     async def _say(self, session_id: str, text: str) -> None:

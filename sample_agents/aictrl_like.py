@@ -30,11 +30,29 @@ import uuid
 from pathlib import Path
 
 STATE = Path(os.environ.get("HOME", "/tmp")) / ".local" / "share" / "aictrl-like"
-VALUE_OPTIONS = {"--session": "session", "-s": "session", "--model": "model", "-m": "model", "--agent": "agent",
-                 "--format": "format", "--title": "title", "--dir": "dir", "--variant": "variant",
-                 "--command": "command", "--attach": "attach", "--port": "port", "--file": "file", "-f": "file"}
-FLAG_OPTIONS = {"--continue": "continue", "-c": "continue", "--fork": "fork", "--share": "share",
-                "--thinking": "thinking"}
+VALUE_OPTIONS = {
+    "--session": "session",
+    "-s": "session",
+    "--model": "model",
+    "-m": "model",
+    "--agent": "agent",
+    "--format": "format",
+    "--title": "title",
+    "--dir": "dir",
+    "--variant": "variant",
+    "--command": "command",
+    "--attach": "attach",
+    "--port": "port",
+    "--file": "file",
+    "-f": "file",
+}
+FLAG_OPTIONS = {
+    "--continue": "continue",
+    "-c": "continue",
+    "--fork": "fork",
+    "--share": "share",
+    "--thinking": "thinking",
+}
 
 
 class Run:
@@ -47,16 +65,25 @@ class Run:
     def emit(self, kind: str, **data: object) -> None:
         if not self.json_mode:
             return
-        envelope: dict[str, object] = {"type": kind, "timestamp": int(time.time() * 1000), "schemaVersion": "1",
-                                       "invocationID": self.invocation}
+        envelope: dict[str, object] = {
+            "type": kind,
+            "timestamp": int(time.time() * 1000),
+            "schemaVersion": "1",
+            "invocationID": self.invocation,
+        }
         if self.session and not kind.startswith("invocation_"):
             envelope["sessionID"] = self.session
         print(json.dumps({**envelope, **data}, ensure_ascii=False), flush=True)
 
     def part(self, kind: str, event: str, session: str = "", **fields: object) -> None:
         self.sequence += 1
-        part = {"id": "prt_" + secrets.token_hex(8), "sessionID": session or self.session,
-                "messageID": "msg_" + secrets.token_hex(8), "type": kind, **fields}
+        part = {
+            "id": "prt_" + secrets.token_hex(8),
+            "sessionID": session or self.session,
+            "messageID": "msg_" + secrets.token_hex(8),
+            "type": kind,
+            **fields,
+        }
         self.emit(event, part=part, sequenceNum=self.sequence)
 
 
@@ -95,8 +122,12 @@ def main() -> int:
     if not sys.stdin.isatty():
         message += "\n" + sys.stdin.read()  # aictrl reads all of a non-terminal stdin, like this
     if not message.strip():
-        run.emit("invocation_error", phase="validation", code="INVOCATION_EMPTY_INPUT",
-                 message="Invocation failed during validation")
+        run.emit(
+            "invocation_error",
+            phase="validation",
+            code="INVOCATION_EMPTY_INPUT",
+            message="Invocation failed during validation",
+        )
         run.emit("invocation_complete", status="error", durationMs=1)
         print("Error: You must provide a message or a command", file=sys.stderr)
         return 1
@@ -106,8 +137,12 @@ def main() -> int:
     resumed = str(options.get("session", ""))
     if resumed:
         if not (STATE / f"{resumed}.json").exists():
-            run.emit("invocation_error", phase="session", code="INVOCATION_SESSION_CREATE_FAILED",
-                     message="Invocation failed during session")
+            run.emit(
+                "invocation_error",
+                phase="session",
+                code="INVOCATION_SESSION_CREATE_FAILED",
+                message="Invocation failed during session",
+            )
             run.emit("invocation_complete", status="error", durationMs=3)
             print("Error: Session not found", file=sys.stderr)
             return 1
@@ -117,31 +152,58 @@ def main() -> int:
     history_file = STATE / f"{run.session}.json"
     history: list[str] = json.loads(history_file.read_text()) if history_file.exists() else []
 
-    session_start: dict[str, object] = {"schemaVersion": "1", "permissions": [
-        {"permission": "question", "action": "deny", "pattern": "*"},
-        {"permission": "plan_enter", "action": "deny", "pattern": "*"},
-        {"permission": "plan_exit", "action": "deny", "pattern": "*"}]}
+    session_start: dict[str, object] = {
+        "schemaVersion": "1",
+        "permissions": [
+            {"permission": "question", "action": "deny", "pattern": "*"},
+            {"permission": "plan_enter", "action": "deny", "pattern": "*"},
+            {"permission": "plan_exit", "action": "deny", "pattern": "*"},
+        ],
+    }
     if "model" in options:
         session_start["model"] = options["model"]
     run.emit("session_start", **session_start)
-    run.emit("tool_catalog", tools=[{"name": "bash", "source": "builtin"}, {"name": "read", "source": "builtin"}],
-             skills=[])
+    run.emit(
+        "tool_catalog", tools=[{"name": "bash", "source": "builtin"}, {"name": "read", "source": "builtin"}], skills=[]
+    )
 
     def message_complete(finish: str = "stop") -> None:
-        run.emit("message_complete", messageID="msg_" + secrets.token_hex(8), modelID="fake-model",
-                 providerID="fake", agent="build", context={"used": 110, "limit": 200000, "ratio": 0.00055},
-                 cost=0.001, tokens={"total": 130, "input": 100, "output": 20, "reasoning": 0,
-                                     "cache": {"read": 10, "write": 0}},
-                 usageStatus="reported", status="completed", finish=finish)
+        run.emit(
+            "message_complete",
+            messageID="msg_" + secrets.token_hex(8),
+            modelID="fake-model",
+            providerID="fake",
+            agent="build",
+            context={"used": 110, "limit": 200000, "ratio": 0.00055},
+            cost=0.001,
+            tokens={"total": 130, "input": 100, "output": 20, "reasoning": 0, "cache": {"read": 10, "write": 0}},
+            usageStatus="reported",
+            status="completed",
+            finish=finish,
+        )
 
     if "fail" in message:
-        run.emit("message_complete", messageID="msg_" + secrets.token_hex(8), modelID="fake-model",
-                 providerID="fake", agent="build", context=None, cost=0, tokens=None, usageStatus="missing",
-                 status="error")
+        run.emit(
+            "message_complete",
+            messageID="msg_" + secrets.token_hex(8),
+            modelID="fake-model",
+            providerID="fake",
+            agent="build",
+            context=None,
+            cost=0,
+            tokens=None,
+            usageStatus="missing",
+            status="error",
+        )
         run.emit("session_error", reason="auth", code="401", message="Incorrect API key provided")
-        run.emit("error", error={"name": "ProviderAuthError",
-                                 "data": {"providerID": "fake", "message": "Incorrect API key provided"}},
-                 sourceSessionID=run.session)
+        run.emit(
+            "error",
+            error={
+                "name": "ProviderAuthError",
+                "data": {"providerID": "fake", "message": "Incorrect API key provided"},
+            },
+            sourceSessionID=run.session,
+        )
         run.emit("session_complete", durationMs=5, error="Incorrect API key provided")
         run.emit("invocation_complete", status="error", durationMs=6, sessionID=run.session)
         return 1
@@ -151,22 +213,63 @@ def main() -> int:
         if "subagent" in message:
             child = "ses_" + secrets.token_hex(13)
             run.emit("subagent_start", subagentSessionID=child, parentSessionID=run.session, title="Look around")
-            run.part("tool", "tool_use", session=child, callID="call_child", tool="read",
-                     state={"status": "completed", "input": {"filePath": "README.md"}, "output": "# readme",
-                            "title": "README.md", "metadata": {}})
+            run.part(
+                "tool",
+                "tool_use",
+                session=child,
+                callID="call_child",
+                tool="read",
+                state={
+                    "status": "completed",
+                    "input": {"filePath": "README.md"},
+                    "output": "# readme",
+                    "title": "README.md",
+                    "metadata": {},
+                },
+            )
             run.emit("subagent_complete", subagentSessionID=child, parentSessionID=run.session)
         if "denied" in message:
-            run.emit("permission_rejected", callID="call_1", tool="bash", permission="bash",
-                     patterns=["rm -rf build"], input={"command": "rm -rf build"})
-            run.part("tool", "tool_use", callID="call_1", tool="bash",
-                     state={"status": "error", "input": {"command": "rm -rf build"},
-                            "error": "The user rejected permission to use this specific tool call."})
+            run.emit(
+                "permission_rejected",
+                callID="call_1",
+                tool="bash",
+                permission="bash",
+                patterns=["rm -rf build"],
+                input={"command": "rm -rf build"},
+            )
+            run.part(
+                "tool",
+                "tool_use",
+                callID="call_1",
+                tool="bash",
+                state={
+                    "status": "error",
+                    "input": {"command": "rm -rf build"},
+                    "error": "The user rejected permission to use this specific tool call.",
+                },
+            )
         elif "tool" in message:
-            run.emit("permission_granted", callID="call_1", tool="bash", permission="bash", patterns=["ls"],
-                     input={"command": "ls"})
-            run.part("tool", "tool_use", callID="call_1", tool="bash",
-                     state={"status": "completed", "input": {"command": "ls", "description": "List files"},
-                            "output": "README.md\n", "title": "ls", "metadata": {"exit": 0, "output": "README.md\n"}})
+            run.emit(
+                "permission_granted",
+                callID="call_1",
+                tool="bash",
+                permission="bash",
+                patterns=["ls"],
+                input={"command": "ls"},
+            )
+            run.part(
+                "tool",
+                "tool_use",
+                callID="call_1",
+                tool="bash",
+                state={
+                    "status": "completed",
+                    "input": {"command": "ls", "description": "List files"},
+                    "output": "README.md\n",
+                    "title": "ls",
+                    "metadata": {"exit": 0, "output": "README.md\n"},
+                },
+            )
         run.part("step-finish", "step_finish", reason="tool-calls")
         message_complete(finish="tool-calls")
 

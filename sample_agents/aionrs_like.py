@@ -50,12 +50,26 @@ from pathlib import Path
 from typing import Any
 
 VERSION = "0.2.10"
-CATEGORIES = {"Read": "info", "Glob": "info", "Grep": "info", "Write": "edit", "Edit": "edit", "Bash": "exec",
-              "ExecCommand": "exec", "Spawn": "exec"}
-ARGUMENTS = {"Read": {"file_path": "README.md"}, "Glob": {"pattern": "**/*.py"}, "Grep": {"pattern": "TODO"},
-             "Write": {"file_path": "notes.txt", "content": "hello\n"},
-             "Edit": {"file_path": "notes.txt", "old_string": "hello", "new_string": "hi"},
-             "Bash": {"command": "ls -la"}, "ExecCommand": {"command": "ls -la"}, "Spawn": {"prompt": "look around"}}
+CATEGORIES = {
+    "Read": "info",
+    "Glob": "info",
+    "Grep": "info",
+    "Write": "edit",
+    "Edit": "edit",
+    "Bash": "exec",
+    "ExecCommand": "exec",
+    "Spawn": "exec",
+}
+ARGUMENTS = {
+    "Read": {"file_path": "README.md"},
+    "Glob": {"pattern": "**/*.py"},
+    "Grep": {"pattern": "TODO"},
+    "Write": {"file_path": "notes.txt", "content": "hello\n"},
+    "Edit": {"file_path": "notes.txt", "old_string": "hello", "new_string": "hi"},
+    "Bash": {"command": "ls -la"},
+    "ExecCommand": {"command": "ls -la"},
+    "Spawn": {"prompt": "look around"},
+}
 MODE_APPROVES = {"default": set(), "auto_edit": {"info", "edit"}, "yolo": {"info", "edit", "exec", "mcp"}}
 SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _write_lock = threading.Lock()
@@ -118,12 +132,16 @@ class Agent:
         self.sessions: Sessions | None = None
         if os.environ.get("AIONRS_LIKE_NO_SESSIONS") != "1":
             state = os.environ.get("AIONRS_LIKE_STATE_DIR") or os.path.join(
-                os.environ.get("TMPDIR", "/tmp"), "agent-bridge-aionrs-sessions")
+                os.environ.get("TMPDIR", "/tmp"), "agent-bridge-aionrs-sessions"
+            )
             self.sessions = Sessions(Path(state))
             if options.session_id is not None and not SAFE_ID.fullmatch(options.session_id):
                 raise SystemExit(f"Error: invalid session id '{options.session_id}'")
-            self.session = (self.sessions.load(options.resume) if options.resume is not None
-                            else self.sessions.create(options.session_id))
+            self.session = (
+                self.sessions.load(options.resume)
+                if options.resume is not None
+                else self.sessions.create(options.session_id)
+            )
         self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.answers: dict[str, dict[str, Any]] = {}  # call id → its tool_approve / tool_deny
         self.turns = 0  # messages this process took (its `think` says which one it is on)
@@ -171,9 +189,16 @@ class Agent:
                 self.control(command)
 
     def capabilities(self) -> dict[str, Any]:
-        return {"tool_approval": True, "image_input": "unknown", "thinking": True, "effort": False,
-                "effort_levels": [], "modes": ["default", "auto_edit", "yolo"], "current_mode": self.mode,
-                "mcp": False}
+        return {
+            "tool_approval": True,
+            "image_input": "unknown",
+            "thinking": True,
+            "effort": False,
+            "effort_levels": [],
+            "modes": ["default", "auto_edit", "yolo"],
+            "current_mode": self.mode,
+            "mcp": False,
+        }
 
     def control(self, command: dict[str, Any]) -> None:
         """The commands that are answered at once, in a turn or not."""
@@ -238,22 +263,45 @@ class Agent:
                 sys.stdout.write("this line is not JSON\n")
                 sys.stdout.flush()
         if "think" in words:
-            send({"type": "thinking", "text": f"Turn {self.turns} of this process; the user wrote {len(words)} "
-                  "word(s).", "msg_id": msg_id})
+            send(
+                {
+                    "type": "thinking",
+                    "text": f"Turn {self.turns} of this process; the user wrote {len(words)} word(s).",
+                    "msg_id": msg_id,
+                }
+            )
         if "crash" in words:
             send({"type": "text_delta", "text": "Something is wrong", "msg_id": msg_id})
             os._exit(3)
         if "fail" in words:
-            send({"type": "error", "msg_id": None, "error": {"code": "engine_error", "message": "the model is "
-                  "not available (make-believe)", "retryable": False}})
+            send(
+                {
+                    "type": "error",
+                    "msg_id": None,
+                    "error": {
+                        "code": "engine_error",
+                        "message": "the model is not available (make-believe)",
+                        "retryable": False,
+                    },
+                }
+            )
             return self.end(msg_id, "", [])
         if "rate-limit" in words or "flaky" in words:
-            send({"type": "error", "msg_id": msg_id, "error": {"code": "provider_error", "message": "Rate limit "
-                  "exceeded. Retry after 30s.", "retryable": True}})
+            send(
+                {
+                    "type": "error",
+                    "msg_id": msg_id,
+                    "error": {
+                        "code": "provider_error",
+                        "message": "Rate limit exceeded. Retry after 30s.",
+                        "retryable": True,
+                    },
+                }
+            )
             if "rate-limit" in words:
                 return self.end(msg_id, "", [])
             send({"type": "info", "msg_id": msg_id, "message": "Stream interrupted, retrying... (1/2)"})
-        notes = self.use_tools(msg_id, [word[len("tool="):] for word in words if word.startswith("tool=")])
+        notes = self.use_tools(msg_id, [word[len("tool=") :] for word in words if word.startswith("tool=")])
         if self.stopped:
             return self.stop(msg_id)
         files = command.get("files")
@@ -293,11 +341,20 @@ class Agent:
             calls.append((call_id, name, category, arguments, asks))
             if asks:
                 target = arguments.get("file_path") or arguments.get("command") or arguments.get("pattern") or ""
-                send({"type": "tool_request", "msg_id": msg_id, "call_id": call_id,
-                      "tool": {"name": name, "category": category, "args": arguments,
-                               "description": f"{name} {target}".strip()}})
-        while not self.stopped and any(asks and call_id not in self.answers
-                                       for call_id, _, _, _, asks in calls):
+                send(
+                    {
+                        "type": "tool_request",
+                        "msg_id": msg_id,
+                        "call_id": call_id,
+                        "tool": {
+                            "name": name,
+                            "category": category,
+                            "args": arguments,
+                            "description": f"{name} {target}".strip(),
+                        },
+                    }
+                )
+        while not self.stopped and any(asks and call_id not in self.answers for call_id, _, _, _, asks in calls):
             self.pump(wait=True)
         notes = []
         for call_id, name, category, arguments, asks in calls:
@@ -315,9 +372,17 @@ class Agent:
             if answer.get("scope") == "always":
                 self.always.add(category)
             send({"type": "tool_running", "msg_id": msg_id, "call_id": call_id, "tool_name": name})
-            send({"type": "tool_result", "msg_id": msg_id, "call_id": call_id, "tool_name": name,
-                  "status": "success", "output": f"{name} did nothing (make-believe): {json.dumps(arguments)}",
-                  "output_type": "text"})
+            send(
+                {
+                    "type": "tool_result",
+                    "msg_id": msg_id,
+                    "call_id": call_id,
+                    "tool_name": name,
+                    "status": "success",
+                    "output": f"{name} did nothing (make-believe): {json.dumps(arguments)}",
+                    "output_type": "text",
+                }
+            )
             notes.append(f"({name} was allowed{' for the session' if answer.get('scope') == 'always' else ''})")
         return notes
 
@@ -363,8 +428,18 @@ def options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--auto-approve", action="store_true")
     for short, long in (("-p", "--provider"), ("-k", "--api-key"), ("-b", "--base-url"), ("-m", "--model")):
         parser.add_argument(short, long)
-    for flag in ("--max-tokens", "--max-turns", "--system-prompt", "--profile", "--project-dir", "--thinking",
-                 "--thinking-budget", "--compaction", "--log-dir", "--log-level"):
+    for flag in (
+        "--max-tokens",
+        "--max-turns",
+        "--system-prompt",
+        "--profile",
+        "--project-dir",
+        "--thinking",
+        "--thinking-budget",
+        "--compaction",
+        "--log-dir",
+        "--log-level",
+    ):
         parser.add_argument(flag)
     return parser.parse_args(argv)
 

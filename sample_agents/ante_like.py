@@ -117,8 +117,12 @@ class Daemon:
                 continue
             try:
                 message = json.loads(line)
-                if not isinstance(message, dict) or not ID.fullmatch(str(message.get("id"))) \
-                        or not str(message["id"]).startswith("op_") or "op" not in message:
+                if (
+                    not isinstance(message, dict)
+                    or not ID.fullmatch(str(message.get("id")))
+                    or not str(message["id"]).startswith("op_")
+                    or "op" not in message
+                ):
                     raise ValueError("expected an OpMsg {op, id: op_<ULID>}")
             except ValueError as err:
                 self.emit({"Error": f"invalid OpMsg: {err}"}, persist=False)
@@ -168,16 +172,18 @@ class Daemon:
 
     def handle(self, message: dict[str, Any]) -> None:
         op, op_id = message["op"], message["id"]
-        name, body = (op, None) if isinstance(op, str) else next(iter(op.items())) if isinstance(op, dict) and op \
-            else ("", None)
+        name, body = (
+            (op, None) if isinstance(op, str) else next(iter(op.items())) if isinstance(op, dict) and op else ("", None)
+        )
         if name == "StartSession" and isinstance(body, dict):
             self.start(body, op_id)
         elif name == "ResumeSession" and isinstance(body, dict):
             self.resume(str(body.get("session_id")), op_id)
         elif name == "UserInput" and isinstance(body, str):
             if self.session is None:
-                self.emit({"Error": "session not initialized: send StartSession or ResumeSession first"}, op_id,
-                          persist=False)
+                self.emit(
+                    {"Error": "session not initialized: send StartSession or ResumeSession first"}, op_id, persist=False
+                )
             else:
                 self.turn(body, op_id)
         elif name == "ApprovalResponse":
@@ -222,12 +228,30 @@ class Daemon:
     def announce(self, op_id: str) -> None:
         assert self.session is not None
         config = self.session["config"]
-        self.emit({"SessionStart": {"model": {"name": config.get("model") or "make-believe-1", "max_tokens": 8192},
-                                    "provider": config.get("provider") or "local",
-                                    "session_id": self.session["session_id"],
-                                    "cwd": config.get("cwd") or os.getcwd()}}, op_id, persist=False)
-        self.emit({"ExtensionRefreshed": {"session_id": self.session["session_id"], "skills": [], "subagents": [],
-                                          "mcp_servers": []}}, op_id, persist=False)
+        self.emit(
+            {
+                "SessionStart": {
+                    "model": {"name": config.get("model") or "make-believe-1", "max_tokens": 8192},
+                    "provider": config.get("provider") or "local",
+                    "session_id": self.session["session_id"],
+                    "cwd": config.get("cwd") or os.getcwd(),
+                }
+            },
+            op_id,
+            persist=False,
+        )
+        self.emit(
+            {
+                "ExtensionRefreshed": {
+                    "session_id": self.session["session_id"],
+                    "skills": [],
+                    "subagents": [],
+                    "mcp_servers": [],
+                }
+            },
+            op_id,
+            persist=False,
+        )
 
     # ---------------------------------------------------------------- a turn
 
@@ -248,12 +272,16 @@ class Daemon:
             if "fail" in words:
                 message = "make-believe provider failure: rate limited"
                 self.emit({"Error": message}, parent)
-                self.emit({"TurnEnd": {"turn_id": turn_id, "status": {"Error": {"message": message}}, "steps": 1}},
-                          parent)
+                self.emit(
+                    {"TurnEnd": {"turn_id": turn_id, "status": {"Error": {"message": message}}, "steps": 1}}, parent
+                )
                 return
             reply: list[str] = []
-            tools = [tool for tool in (["Bash", "Read"] if "tools" in words else ["Bash"] if "tool" in words else [])
-                     if tool not in (config.get("disallowed_tools") or ())]
+            tools = [
+                tool
+                for tool in (["Bash", "Read"] if "tools" in words else ["Bash"] if "tool" in words else [])
+                if tool not in (config.get("disallowed_tools") or ())
+            ]
             if tools:
                 self.say("MessageDelta", "AgentMessage", ["Let me ", "check."], streaming, parent, repeat=False)
                 parent, outcome = self.use_tools(tools, turn_id, parent, open_tools)
@@ -274,17 +302,29 @@ class Daemon:
             self.emit({"TurnEnd": {"turn_id": turn_id, "status": "Completed", "steps": 2 if tools else 1}}, parent)
         except Interrupted as interrupt:
             for tool_id in open_tools:
-                self.emit({"ToolEnd": {"tool_use_id": tool_id, "status": "Cancelled", "result_json": None,
-                                       "is_error": True}}, interrupt.op_id)
-            self.emit({"TurnEnd": {"turn_id": turn_id, "status": {"Interrupted": {"reason": "interrupted by the user"}},
-                                   "steps": 1}}, interrupt.op_id)
+                self.emit(
+                    {"ToolEnd": {"tool_use_id": tool_id, "status": "Cancelled", "result_json": None, "is_error": True}},
+                    interrupt.op_id,
+                )
+            self.emit(
+                {
+                    "TurnEnd": {
+                        "turn_id": turn_id,
+                        "status": {"Interrupted": {"reason": "interrupted by the user"}},
+                        "steps": 1,
+                    }
+                },
+                interrupt.op_id,
+            )
         except Stop:
-            self.emit({"TurnEnd": {"turn_id": turn_id, "status": {"Interrupted": {"reason": "shutdown"}},
-                                   "steps": 1}}, parent)
+            self.emit(
+                {"TurnEnd": {"turn_id": turn_id, "status": {"Interrupted": {"reason": "shutdown"}}, "steps": 1}}, parent
+            )
             raise
 
-    def say(self, delta: str, whole: str | None, pieces: list[str], streaming: bool, parent: str, *,
-            repeat: bool = True) -> None:
+    def say(
+        self, delta: str, whole: str | None, pieces: list[str], streaming: bool, parent: str, *, repeat: bool = True
+    ) -> None:
         """Text or thinking: piece by piece, then whole at the end of the step (`repeat`); only whole when not
         streaming. Ante streams a step's text before its tool calls without repeating it (its reference flow)."""
         if streaming:
@@ -301,20 +341,38 @@ class Daemon:
             self.emit({"ToolStart": {"id": call_id, "name": tool, "input": MAKE_BELIEVE[tool][0]}}, parent)
             open_tools.append(call_id)
         decisions = {call_id: "Accept" for call_id, tool in calls}
-        asking = [(call_id, tool) for call_id, tool in calls
-                  if self.session["config"].get("policy") != "Yolo" and tool not in self.always]
+        asking = [
+            (call_id, tool)
+            for call_id, tool in calls
+            if self.session["config"].get("policy") != "Yolo" and tool not in self.always
+        ]
         if asking:
-            self.emit({"TurnPause": {"turn_id": turn_id, "reason": {"Approval": {
-                "tools": [{"id": call_id, "name": tool, "input": MAKE_BELIEVE[tool][0]} for call_id, tool in asking],
-                "message": "Allow " + " and ".join(tool for _, tool in asking) + "?"}}}}, parent)
+            self.emit(
+                {
+                    "TurnPause": {
+                        "turn_id": turn_id,
+                        "reason": {
+                            "Approval": {
+                                "tools": [
+                                    {"id": call_id, "name": tool, "input": MAKE_BELIEVE[tool][0]}
+                                    for call_id, tool in asking
+                                ],
+                                "message": "Allow " + " and ".join(tool for _, tool in asking) + "?",
+                            }
+                        },
+                    }
+                },
+                parent,
+            )
             response = self.during_turn(wait=3600.0)
             if response is None:
                 raise Stop
             answer = response["op"]["ApprovalResponse"]
             if answer.get("turn_id") != turn_id:
                 self.emit({"Error": "ApprovalResponse for another turn"}, response["id"], persist=False)
-            given = {pair[0]: pair[1] for pair in answer.get("responses", [])
-                     if isinstance(pair, list) and len(pair) == 2}
+            given = {
+                pair[0]: pair[1] for pair in answer.get("responses", []) if isinstance(pair, list) and len(pair) == 2
+            }
             for call_id, tool in asking:
                 decisions[call_id] = given.get(call_id, "Skip")
                 if decisions[call_id] == "AcceptForSession":
@@ -326,12 +384,23 @@ class Daemon:
         for call_id, tool in calls:
             if decisions[call_id] in ("Accept", "AcceptForSession"):
                 self.emit({"ToolUpdate": {"tool_use_id": call_id, "seq": 0, "message": "Running…"}}, parent)
-                self.emit({"ToolEnd": {"tool_use_id": call_id, "status": "Completed",
-                                       "result_json": {"content": MAKE_BELIEVE[tool][1]}, "is_error": False}}, parent)
+                self.emit(
+                    {
+                        "ToolEnd": {
+                            "tool_use_id": call_id,
+                            "status": "Completed",
+                            "result_json": {"content": MAKE_BELIEVE[tool][1]},
+                            "is_error": False,
+                        }
+                    },
+                    parent,
+                )
                 said.append(f"{tool}: ran.")
             else:
-                self.emit({"ToolEnd": {"tool_use_id": call_id, "status": "Denied", "result_json": None,
-                                       "is_error": True}}, parent)
+                self.emit(
+                    {"ToolEnd": {"tool_use_id": call_id, "status": "Denied", "result_json": None, "is_error": True}},
+                    parent,
+                )
                 said.append(f"{tool}: skipped.")
             open_tools.remove(call_id)
         return parent, " ".join(said)

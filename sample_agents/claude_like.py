@@ -24,8 +24,18 @@ import sys
 import uuid
 
 FLAVORS = {"claude": "claude", "codebuddy": "codebuddy", "agent": "cursor", "cursor-agent": "cursor", "qwen": "qwen"}
-VALUED = {"--output-format", "--input-format", "--resume", "-r", "--model", "--permission-mode", "--prompt",
-          "--allowedTools", "--disallowedTools", "--approval-mode"}
+VALUED = {
+    "--output-format",
+    "--input-format",
+    "--resume",
+    "-r",
+    "--model",
+    "--permission-mode",
+    "--prompt",
+    "--allowedTools",
+    "--disallowedTools",
+    "--approval-mode",
+}
 
 
 def emit(line: dict) -> None:
@@ -81,35 +91,105 @@ def main() -> int:
         if flavor == "cursor":
             if options.get("--stream-partial-output"):
                 for piece in pieces:
-                    emit({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text",
-                          "text": piece}]}, "session_id": session_id, "timestamp_ms": 1})
-            emit({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text",
-                  "text": text}]}, "session_id": session_id})
+                    emit(
+                        {
+                            "type": "assistant",
+                            "message": {"role": "assistant", "content": [{"type": "text", "text": piece}]},
+                            "session_id": session_id,
+                            "timestamp_ms": 1,
+                        }
+                    )
+            emit(
+                {
+                    "type": "assistant",
+                    "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+                    "session_id": session_id,
+                }
+            )
             return
         if partial:
-            emit({"type": "stream_event", "event": {"type": "message_start", "message": {"id": "msg", "content": []}},
-                  **where})
+            emit(
+                {
+                    "type": "stream_event",
+                    "event": {"type": "message_start", "message": {"id": "msg", "content": []}},
+                    **where,
+                }
+            )
             for piece in pieces:
-                emit({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
-                      "delta": {"type": "text_delta", "text": piece}}, **where})
-        emit({"type": "assistant", "message": {"id": "msg", "role": "assistant",
-              "content": [{"type": "text", "text": text}]}, **where})
+                emit(
+                    {
+                        "type": "stream_event",
+                        "event": {
+                            "type": "content_block_delta",
+                            "index": 0,
+                            "delta": {"type": "text_delta", "text": piece},
+                        },
+                        **where,
+                    }
+                )
+        emit(
+            {
+                "type": "assistant",
+                "message": {"id": "msg", "role": "assistant", "content": [{"type": "text", "text": text}]},
+                **where,
+            }
+        )
 
     say("Let me look.", ["Let me ", "look."])
     if flavor == "cursor":
         call = {"shellToolCall": {"args": {"command": "ls"}}}
-        emit({"type": "tool_call", "subtype": "started", "call_id": "call_1", "tool_call": call, "session_id": session_id})
+        emit(
+            {
+                "type": "tool_call",
+                "subtype": "started",
+                "call_id": "call_1",
+                "tool_call": call,
+                "session_id": session_id,
+            }
+        )
         call["shellToolCall"]["result"] = {"success": {"exitCode": 0, "stdout": "README.md\n"}}
-        emit({"type": "tool_call", "subtype": "completed", "call_id": "call_1", "tool_call": call,
-              "session_id": session_id})
+        emit(
+            {
+                "type": "tool_call",
+                "subtype": "completed",
+                "call_id": "call_1",
+                "tool_call": call,
+                "session_id": session_id,
+            }
+        )
     else:
-        emit({"type": "assistant", "message": {"id": "msg", "role": "assistant", "content": [
-              {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]}, **where})
-        emit({"type": "user", "message": {"role": "user", "content": [
-              {"type": "tool_result", "tool_use_id": "toolu_1", "content": "README.md", "is_error": False}]}, **where})
+        emit(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": "msg",
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}],
+                },
+                **where,
+            }
+        )
+        emit(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "README.md", "is_error": False}
+                    ],
+                },
+                **where,
+            }
+        )
 
-    result = {"type": "result", "subtype": "success", "is_error": False, "session_id": session_id,
-              "duration_ms": 1, "num_turns": 2}
+    result = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "session_id": session_id,
+        "duration_ms": 1,
+        "num_turns": 2,
+    }
     if message.startswith("fail:"):
         error = message.removeprefix("fail:").strip()
         if flavor == "qwen":
@@ -119,7 +199,7 @@ def main() -> int:
         emit(result)
         return 1
     answer = f"{flavor} got: {message}" + (f" (session {session_id} resumed)" if resumed else "")
-    say(answer, [answer[:len(answer) // 2], answer[len(answer) // 2:]])
+    say(answer, [answer[: len(answer) // 2], answer[len(answer) // 2 :]])
     result["result"] = answer
     if flavor != "cursor":
         result["usage"] = {"input_tokens": 10, "output_tokens": 5}

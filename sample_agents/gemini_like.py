@@ -27,8 +27,9 @@ def main() -> int:
             name, value = word.split("=", 1)
             options[name] = value
         elif word in ("-o", "--output-format", "-p", "--prompt", "-r", "--resume", "-m", "--model"):
-            options[{"-o": "--output-format", "-p": "--prompt", "-r": "--resume", "-m": "--model"}.get(word, word)] = \
+            options[{"-o": "--output-format", "-p": "--prompt", "-r": "--resume", "-m": "--model"}.get(word, word)] = (
                 next(args, "")
+            )
         else:
             options[word] = True
     if options.get("--output-format") != "stream-json":
@@ -36,12 +37,16 @@ def main() -> int:
         return 1
     message = options.get("--prompt")
     if not isinstance(message, str) or not message:
-        print("No input provided via stdin. Input can be provided by piping data into gemini or using the "
-              "--prompt option.", file=sys.stderr)
+        print(
+            "No input provided via stdin. Input can be provided by piping data into gemini or using the "
+            "--prompt option.",
+            file=sys.stderr,
+        )
         return 42
     if not options.get("--skip-trust"):
-        print("Gemini CLI is not running in a trusted directory. To proceed, either use --skip-trust, …",
-              file=sys.stderr)
+        print(
+            "Gemini CLI is not running in a trusted directory. To proceed, either use --skip-trust, …", file=sys.stderr
+        )
         return 55
     resumed = options.get("--resume")
     session_id = resumed if isinstance(resumed, str) and resumed else str(uuid.uuid4())
@@ -50,16 +55,36 @@ def main() -> int:
     emit({"type": "message", "role": "user", "content": message})
     for piece in ("Let me ", "look."):
         emit({"type": "message", "role": "assistant", "content": piece, "delta": True})
-    emit({"type": "tool_use", "tool_name": "list_directory", "tool_id": "list_directory_1", "parameters": {"dir_path": "."}})
+    emit(
+        {
+            "type": "tool_use",
+            "tool_name": "list_directory",
+            "tool_id": "list_directory_1",
+            "parameters": {"dir_path": "."},
+        }
+    )
     emit({"type": "tool_result", "tool_id": "list_directory_1", "status": "success", "output": "Listed 1 item."})
-    stats = {"total_tokens": 15, "input_tokens": 10, "output_tokens": 5, "cached": 0, "input": 10,
-             "duration_ms": 1, "tool_calls": 1}
+    stats = {
+        "total_tokens": 15,
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cached": 0,
+        "input": 10,
+        "duration_ms": 1,
+        "tool_calls": 1,
+    }
     if message.startswith("fail:"):
-        emit({"type": "result", "status": "error", "error": {"type": "unknown", "message": message[5:].strip()},
-              "stats": stats})
+        emit(
+            {
+                "type": "result",
+                "status": "error",
+                "error": {"type": "unknown", "message": message[5:].strip()},
+                "stats": stats,
+            }
+        )
         return 1
     answer = f"gemini got: {message}" + (f" (session {session_id} resumed)" if resumed else "")
-    for piece in (answer[:len(answer) // 2], answer[len(answer) // 2:]):
+    for piece in (answer[: len(answer) // 2], answer[len(answer) // 2 :]):
         emit({"type": "message", "role": "assistant", "content": piece, "delta": True})
     emit({"type": "result", "status": "success", "stats": stats})
     return 0

@@ -45,16 +45,26 @@ def string(turn: dict, key: str, default: str = "") -> str:
 def ask_permission(session_id: str, tool: str, words: int) -> tuple[bool, str]:
     """Ask to use `tool`; wait for the answer to this request (others are skipped); EOF is a deny."""
     request_id = "req-" + uuid.uuid4().hex[:8]
-    send({"type": "permission_request", "request_id": request_id, "tool_name": tool,
-          "input": {"command": "wc -w"}, "description": f"count the {words} word(s) of your message",
-          "session_id": session_id})
+    send(
+        {
+            "type": "permission_request",
+            "request_id": request_id,
+            "tool_name": tool,
+            "input": {"command": "wc -w"},
+            "description": f"count the {words} word(s) of your message",
+            "session_id": session_id,
+        }
+    )
     for line in sys.stdin:
         try:
             response = json.loads(line)
         except ValueError:
             continue
-        if isinstance(response, dict) and response.get("type") == "permission_response" \
-                and response.get("request_id") == request_id:
+        if (
+            isinstance(response, dict)
+            and response.get("type") == "permission_response"
+            and response.get("request_id") == request_id
+        ):
             return response.get("behavior") == "allow", string(response, "message")
     return False, "nobody answered"
 
@@ -72,12 +82,11 @@ def main() -> int:
 
     state = STATE_DIR / f"{session_id}.json"
     history = json.loads(state.read_text()) if state.exists() else []
-    send({"type": "partial", "text": f"reading turn {len(history) + 1}", "role": "thinking",
-          "session_id": session_id})
+    send({"type": "partial", "text": f"reading turn {len(history) + 1}", "role": "thinking", "session_id": session_id})
 
     notes = []
     if turn.get("permission") is True:
-        tool = next((word[len("tool="):] for word in message.split() if word.startswith("tool=")), "Bash")
+        tool = next((word[len("tool=") :] for word in message.split() if word.startswith("tool=")), "Bash")
         allowed, why = ask_permission(session_id, tool, len(message.split()))
         notes.append(f"({tool} was {'allowed' if allowed else 'denied'}{': ' + why if why else ''})")
 
@@ -94,8 +103,14 @@ def main() -> int:
     state.write_text(json.dumps(history))
 
     words_in, words_out = len(message.split()), len(reply.split())
-    send({"type": "result", "text": reply, "session_id": session_id,
-          "usage": {"input_tokens": words_in, "output_tokens": words_out, "total_tokens": words_in + words_out}})
+    send(
+        {
+            "type": "result",
+            "text": reply,
+            "session_id": session_id,
+            "usage": {"input_tokens": words_in, "output_tokens": words_out, "total_tokens": words_in + words_out},
+        }
+    )
     return 0
 
 

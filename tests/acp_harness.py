@@ -41,14 +41,28 @@ class AcpProcess:
 
     @classmethod
     @asynccontextmanager
-    async def start(cls, argv: Sequence[str], *, cwd: str, session_id: str = "",
-                    settings: AcpSettings | None = None, env: Mapping[str, str] | None = None,
-                    stderr: Any = None) -> AsyncIterator[AcpProcess]:
-        dialect = dialect_class("acp")(DialectContext(settings=settings or AcpSettings()),
-                                       session_id=session_id, cwd=cwd)
+    async def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        session_id: str = "",
+        settings: AcpSettings | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr: Any = None,
+    ) -> AsyncIterator[AcpProcess]:
+        dialect = dialect_class("acp")(
+            DialectContext(settings=settings or AcpSettings()), session_id=session_id, cwd=cwd
+        )
         process = await trio.lowlevel.open_process(
-            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=cwd,
-            env=dict(env) if env is not None else None, start_new_session=True)
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
         agent = cls(process, dialect)
         try:
             await agent.send(dialect.open())

@@ -112,13 +112,13 @@ def _no_inherited_agent_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 # Python agents made by `make_recorded_agent` start with this: they log their own
 # pid, and call record_pid(child.pid) for every process they start, so a test can
 # prove that none of them outlived the turn.
-RECORD_PIDS = '''
+RECORD_PIDS = """
 import os
 def record_pid(pid):
     with open(os.environ["PID_FILE"], "a") as out:
         out.write(f"{pid}\\n")
 record_pid(os.getpid())
-'''
+"""
 
 
 @pytest.fixture

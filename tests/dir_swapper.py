@@ -59,8 +59,12 @@ class RaceTree:
 
     @contextmanager
     def swapping(self) -> Iterator[None]:
-        process = subprocess.Popen([sys.executable, __file__, str(self.work / "swap"), str(self.work / "gate")],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            [sys.executable, __file__, str(self.work / "swap"), str(self.work / "gate")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert process.stdout is not None and process.stderr is not None
             started = process.stdout.readline()  # bounded: the swapper writes it, or exits

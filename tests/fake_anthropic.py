@@ -56,9 +56,24 @@ def tool_results(request: Request) -> list[dict[str, Any]]:
 def message_stream(blocks: list[tuple[str, Any]], stop_reason: str = "end_turn") -> Events:
     """The stream of one assistant message made of `blocks`: ("text", [pieces]), ("thinking", [pieces]),
     ("tool_use", {"id", "name", "input"})."""
-    events: list[tuple[str | None, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": {
-        "id": "msg_fake", "type": "message", "role": "assistant", "model": MODEL, "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": USAGE}})]
+    events: list[tuple[str | None, dict[str, Any]]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_fake",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": MODEL,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": USAGE,
+                },
+            },
+        )
+    ]
     for index, (kind, value) in enumerate(blocks):
         if kind == "tool_use":
             start = {"type": "tool_use", "id": value["id"], "name": value["name"], "input": {}}
@@ -71,12 +86,20 @@ def message_stream(blocks: list[tuple[str, Any]], stop_reason: str = "end_turn")
             start = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": piece} for piece in value]
         events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
-        events.extend(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-                      for delta in deltas)
+        events.extend(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}) for delta in deltas
+        )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason,
-                                                                         "stop_sequence": None},
-                                     "usage": {"output_tokens": 12}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": 12},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return Events(events)
 
@@ -91,32 +114,53 @@ def answer(scenario: str, command: str = "echo hi") -> Any:
         if not request.path.startswith("/v1/messages") or "count_tokens" in request.path:
             return Json(200, {"input_tokens": 10})
         if not request.body.get("stream"):  # a fallback after a broken stream: the text, whole
-            return Json(200, {"id": "msg_whole", "type": "message", "role": "assistant", "model": MODEL,
-                              "content": [{"type": "text", "text": TEXT_REPLY}], "stop_reason": "end_turn",
-                              "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 1}})
+            return Json(
+                200,
+                {
+                    "id": "msg_whole",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": MODEL,
+                    "content": [{"type": "text", "text": TEXT_REPLY}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 5, "output_tokens": 1},
+                },
+            )
         streams += 1
         if scenario == "unauthorized":
-            return Json(401, {"type": "error", "error": {"type": "authentication_error",
-                                                         "message": "invalid x-api-key"}})
+            return Json(
+                401, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
+            )
         if scenario == "overloaded":
             return Json(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
         if scenario == "retry" and streams == 1:
             broken = message_stream([("text", ["Draft that will be lost"])]).events[:3]
-            return Events([*broken, ("error", {"type": "error", "error": {"type": "overloaded_error",
-                                                                          "message": "Overloaded"}})])
+            return Events(
+                [*broken, ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})]
+            )
         if scenario == "thinking":
             return message_stream([("thinking", ["The user wants", " a number."]), ("text", ["4", "2"])])
         if scenario == "tool":
             results = tool_results(request)
             if results:
                 content = results[0].get("content")
-                output = content if isinstance(content, str) else " ".join(
-                    block.get("text", "") for block in content or [] if isinstance(block, dict))
+                output = (
+                    content
+                    if isinstance(content, str)
+                    else " ".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
+                )
                 return message_stream([("text", ["The tool said: ", output])])
-            return message_stream([("text", ["Let me run it."]),
-                                   ("tool_use", {"id": "toolu_fake1", "name": "Bash",
-                                                 "input": {"command": command, "description": "Run it"}})],
-                                  stop_reason="tool_use")
+            return message_stream(
+                [
+                    ("text", ["Let me run it."]),
+                    (
+                        "tool_use",
+                        {"id": "toolu_fake1", "name": "Bash", "input": {"command": command, "description": "Run it"}},
+                    ),
+                ],
+                stop_reason="tool_use",
+            )
         return message_stream([("text", TEXT_PIECES)])
 
     return respond

@@ -16,21 +16,23 @@ from conftest import PYTHON, SAMPLE_AGENTS
 from bridge import Turn
 from bridge.dialects import DialectContext, Event, JsonSettings, dialect_class
 
-STAND_INS = {name: SAMPLE_AGENTS / "coding_clis.py"
-             for name in ("grok", "kimi", "opencode", "pi", "dsh", "deepseek", "agy", "aider")}
+STAND_INS = dict.fromkeys(
+    ("grok", "kimi", "opencode", "pi", "dsh", "deepseek", "agy", "aider"), SAMPLE_AGENTS / "coding_clis.py"
+)
 STAND_INS["aictrl"] = SAMPLE_AGENTS / "aictrl_like.py"
 TRANSCRIPTS = Path(__file__).resolve().parent / "transcripts"
 
 
-def decode(protocol: str, data: bytes, *, chunk: int | None = None, max_line_bytes: int | None = None,
-           turn: Turn | None = None) -> list[Event]:
+def decode(
+    protocol: str, data: bytes, *, chunk: int | None = None, max_line_bytes: int | None = None, turn: Turn | None = None
+) -> list[Event]:
     """Every event `protocol`'s dialect makes of `data`, fed in `chunk`-byte pieces (all at once by default)."""
     settings = JsonSettings(max_line_bytes) if max_line_bytes is not None else None
     dialect = dialect_class(protocol)(DialectContext(settings=settings), turn or Turn("hi"))
     events: list[Event] = []
     size = chunk or max(len(data), 1)
     for start in range(0, len(data), size):
-        events.extend(dialect.feed(data[start:start + size]))
+        events.extend(dialect.feed(data[start : start + size]))
     events.extend(dialect.close())
     return events
 
@@ -46,9 +48,11 @@ def install_fake_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name, sample in STAND_INS.items():
         launcher = bin_dir / name
         # The stand-in knows which CLI to be from the name it was run as (runpy would rename it).
-        launcher.write_text(f"#!{PYTHON}\nimport sys\nsys.argv[0] = {str(launcher)!r}\n"
-                            f"source = open({str(sample)!r}).read()\n"
-                            f"exec(compile(source, {str(sample)!r}, 'exec'), {{'__name__': '__main__'}})\n")
+        launcher.write_text(
+            f"#!{PYTHON}\nimport sys\nsys.argv[0] = {str(launcher)!r}\n"
+            f"source = open({str(sample)!r}).read()\n"
+            f"exec(compile(source, {str(sample)!r}, 'exec'), {{'__name__': '__main__'}})\n"
+        )
         launcher.chmod(0o755)
     home = tmp_path / "home"
     home.mkdir()

@@ -66,21 +66,45 @@ def answer(scenario: str) -> Any:
         if path.endswith(":countTokens"):
             return Json(200, {"totalTokens": 42})
         if path.endswith(":generateContent"):  # side calls: one whole JSON answer
-            return Json(200, {"candidates": [{"content": {"role": "model", "parts": [{"text": "{}"}]},
-                                              "finishReason": "STOP", "index": 0}]})
+            return Json(
+                200,
+                {
+                    "candidates": [
+                        {"content": {"role": "model", "parts": [{"text": "{}"}]}, "finishReason": "STOP", "index": 0}
+                    ]
+                },
+            )
         if not path.endswith(":streamGenerateContent"):
             return Json(404, {"error": {"code": 404, "message": "unknown path", "status": "NOT_FOUND"}})
         if scenario == "bad_request":
-            return Json(400, {"error": {"code": 400, "message": "The fake server refuses this request.",
-                                        "status": "INVALID_ARGUMENT"}})
+            return Json(
+                400,
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "The fake server refuses this request.",
+                        "status": "INVALID_ARGUMENT",
+                    }
+                },
+            )
         if scenario == "tool":
             response = function_response(request)
             if response is not None:
                 output = json.dumps(response.get("response"))
                 return chunks([[{"text": "The tool said: "}], [{"text": output}]])
-            return chunks([[{"text": "Let me run it."}],
-                           [{"functionCall": {"name": "run_shell_command",
-                                              "args": {"command": "echo hi", "description": "Say hi"}}}]])
+            return chunks(
+                [
+                    [{"text": "Let me run it."}],
+                    [
+                        {
+                            "functionCall": {
+                                "name": "run_shell_command",
+                                "args": {"command": "echo hi", "description": "Say hi"},
+                            }
+                        }
+                    ],
+                ]
+            )
         return chunks([[{"text": piece}] for piece in TEXT_PIECES])
 
     return respond
@@ -97,8 +121,14 @@ def gemini_home(home: str) -> None:
     model (the default, "auto", first asks a router model)."""
     os.makedirs(os.path.join(home, ".gemini"), exist_ok=True)
     with open(os.path.join(home, ".gemini", "settings.json"), "w") as out:
-        json.dump({"security": {"auth": {"selectedType": "gemini-api-key"}}, "general": {"maxAttempts": 1},
-                   "model": {"name": MODEL}}, out)
+        json.dump(
+            {
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "general": {"maxAttempts": 1},
+                "model": {"name": MODEL},
+            },
+            out,
+        )
 
 
 def gemini_env(api: FakeApi, home: str) -> dict[str, str]:

@@ -131,17 +131,37 @@ class Fleet:
         name = f"w{next(self._names)}"
         with open(self.lab.root / f"{name}.log", "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "bridge", "worker", "--postgres", self.dsn, "--profiles",
-                 str(self.lab.profiles), "--lease-secs", str(lease_secs), "--max-concurrent", str(max_concurrent),
-                 "--name", name, "--log-level", "info", *options],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                [
+                    sys.executable,
+                    "-m",
+                    "bridge",
+                    "worker",
+                    "--postgres",
+                    self.dsn,
+                    "--profiles",
+                    str(self.lab.profiles),
+                    "--lease-secs",
+                    str(lease_secs),
+                    "--max-concurrent",
+                    str(max_concurrent),
+                    "--name",
+                    name,
+                    "--log-level",
+                    "info",
+                    *options,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
         self.workers.append(process)
         eventually(lambda: self.query("SELECT 1 FROM bridge_workers WHERE id = %s", name), f"worker {name} to start")
         return process
 
     def gateway(self, *options: str) -> Gateway:
-        gateway = Gateway([sys.executable, "-m", "bridge", "serve", "--postgres", self.dsn, *options],
-                          self.lab.root / "gateway.log")
+        gateway = Gateway(
+            [sys.executable, "-m", "bridge", "serve", "--postgres", self.dsn, *options], self.lab.root / "gateway.log"
+        )
         self.gateways.append(gateway)
         return gateway
 
@@ -165,7 +185,14 @@ class Fleet:
             process.wait(timeout=WAIT_SECS)
 
 
-def turn(request_id: Any, message: str, conversation: str = "chat", profile: str = "rec",
-         **fields: Any) -> dict[str, Any]:
-    return {"type": "turn", "id": request_id, "profile": profile, "conversation": conversation, "message": message,
-            **fields}
+def turn(
+    request_id: Any, message: str, conversation: str = "chat", profile: str = "rec", **fields: Any
+) -> dict[str, Any]:
+    return {
+        "type": "turn",
+        "id": request_id,
+        "profile": profile,
+        "conversation": conversation,
+        "message": message,
+        **fields,
+    }

@@ -19,8 +19,14 @@ from pathlib import Path
 
 START_SECS = 30.0
 # Nothing here needs to survive a crash of the machine: no waiting for the disk.
-FAST_SETTINGS = {"listen_addresses": "127.0.0.1", "fsync": "off", "synchronous_commit": "off",
-                 "full_page_writes": "off", "max_connections": "300", "shared_buffers": "32MB"}
+FAST_SETTINGS = {
+    "listen_addresses": "127.0.0.1",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "300",
+    "shared_buffers": "32MB",
+}
 
 
 def _server_binaries() -> Path:
@@ -29,8 +35,10 @@ def _server_binaries() -> Path:
         return Path(configured)
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parent.parent.name))
     if not candidates:
-        raise RuntimeError("PostgreSQL's server is not installed: this needs the Debian package "
-                           "postgresql (apt-get install postgresql), or PG_BIN=/path/to/bin")
+        raise RuntimeError(
+            "PostgreSQL's server is not installed: this needs the Debian package "
+            "postgresql (apt-get install postgresql), or PG_BIN=/path/to/bin"
+        )
     return candidates[-1].parent
 
 
@@ -60,8 +68,20 @@ class PostgresServer:
             directory.mkdir()
             if self._user:
                 shutil.chown(directory, self._user)
-        self._run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "bridge", "--auth=trust", "-E", "UTF8",
-                   "--no-sync", "--locale=C"])
+        self._run(
+            [
+                str(self.bin / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "bridge",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--locale=C",
+            ]
+        )
 
     def _run(self, argv: list[str]) -> None:
         done = subprocess.run(argv, user=self._user, capture_output=True, timeout=60)
@@ -71,9 +91,22 @@ class PostgresServer:
     def start(self) -> None:
         log = open(self.root / "server.log", "ab")
         self.process = subprocess.Popen(
-            [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.sockets),
-             *(arg for name, value in self.settings.items() for arg in ("-c", f"{name}={value}"))],
-            user=self._user, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.data),
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.sockets),
+                *(arg for name, value in self.settings.items() for arg in ("-c", f"{name}={value}")),
+            ],
+            user=self._user,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
         self._wait_ready()
 

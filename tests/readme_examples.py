@@ -94,7 +94,7 @@ def examples(markdown: str) -> list[Example]:
         end = index + 1
         while end < len(lines) and not lines[end].startswith(opening):
             end += 1
-        example = Example(index + 1, language, "\n".join(lines[index + 1:end]) + "\n")
+        example = Example(index + 1, language, "\n".join(lines[index + 1 : end]) + "\n")
         _read_marker(example, lines[:index])
         found.append(example)
         index = end + 1
@@ -111,7 +111,7 @@ def _read_marker(example: Example, before: list[str]) -> None:
     start = at
     while start >= 0 and "<!--" not in before[start]:
         start -= 1
-    match = MARKER.search("\n".join(before[start:at + 1]))
+    match = MARKER.search("\n".join(before[start : at + 1]))
     if match is None:
         example.problem = "the comment before it is not an <!-- example: MODE … --> marker"
         return
@@ -157,11 +157,17 @@ def text_matches(expected: str, actual: str) -> bool:
 def value_matches(expected: Any, actual: Any, vary: frozenset[str] = frozenset(), key: str = "") -> bool:
     """JSON values compared key by key; strings as `text_matches`; numbers of `vary` keys only by type."""
     if isinstance(expected, dict):
-        return (isinstance(actual, dict) and expected.keys() == actual.keys()
-                and all(value_matches(expected[name], actual[name], vary, name) for name in expected))
+        return (
+            isinstance(actual, dict)
+            and expected.keys() == actual.keys()
+            and all(value_matches(expected[name], actual[name], vary, name) for name in expected)
+        )
     if isinstance(expected, list):
-        return (isinstance(actual, list) and len(expected) == len(actual)
-                and all(value_matches(one, other, vary, key) for one, other in zip(expected, actual)))
+        return (
+            isinstance(actual, list)
+            and len(expected) == len(actual)
+            and all(value_matches(one, other, vary, key) for one, other in zip(expected, actual))
+        )
     if isinstance(expected, str):
         return isinstance(actual, str) and text_matches(expected, actual)
     if key in vary or key in ALWAYS_VARY:
@@ -188,7 +194,7 @@ def line_matches(expected: str, actual: str) -> bool:
 
 
 def lines_match(expected: list[str], actual: list[str]) -> str:
-    """"" when the lines match; else what differs, for the assertion message."""
+    """ "" when the lines match; else what differs, for the assertion message."""
     expected = _without_trailing_blank(expected)
     actual = _without_trailing_blank(actual)
     for number, (want, got) in enumerate(zip(expected, actual), 1):
@@ -211,7 +217,7 @@ def transcript_steps(text: str, prompt: str = "$ ") -> list[tuple[str, list[str]
     steps: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         if line.startswith(prompt):
-            steps.append((line[len(prompt):], []))
+            steps.append((line[len(prompt) :], []))
         elif steps:
             steps[-1][1].append(line)
     return steps

@@ -43,11 +43,13 @@ class Terminal:
                 match = pattern.search(self.output, self.seen)
                 end = match.end() if match else -1
             if end >= 0:
-                before, self.seen = self.output[self.seen:end], end
+                before, self.seen = self.output[self.seen : end], end
                 return before
             if not self._read(deadline):
-                raise AssertionError(f"{pattern!r} did not appear; the terminal shows:\n"
-                                     f"{self.output[self.seen:].decode(errors='replace')}")
+                raise AssertionError(
+                    f"{pattern!r} did not appear; the terminal shows:\n"
+                    f"{self.output[self.seen :].decode(errors='replace')}"
+                )
 
     def send(self, data: bytes) -> None:
         os.write(self.fd, data)

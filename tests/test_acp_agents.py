@@ -68,34 +68,48 @@ async def test_the_sdk_agent_streams_thinks_plans_and_runs_a_tool(tmp_path):
             ActivityEvent("thinking", text="Thinking about the plan"),
             ActivityEvent("plan", plan=(PlanStep("Look around", "in_progress"), PlanStep("Answer", "pending"))),
             ActivityEvent("tool", tool="execute", title="ls -la", status="started", call_id="tool-1"),
-            ActivityEvent("tool", text="total 0", tool="execute", title="ls -la", status="completed",
-                          call_id="tool-1"),
-            PartialEvent("did:"), PartialEvent(" the"), PartialEvent(" pla"), PartialEvent("n"),
-            ReplyEvent("did: the plan"), TurnEnd("end_turn")]
+            ActivityEvent("tool", text="total 0", tool="execute", title="ls -la", status="completed", call_id="tool-1"),
+            PartialEvent("did:"),
+            PartialEvent(" the"),
+            PartialEvent(" pla"),
+            PartialEvent("n"),
+            ReplyEvent("did: the plan"),
+            TurnEnd("end_turn"),
+        ]
         events = await turn(agent, "look", attachments=(Attachment("file", "https://x.test/notes.txt"),))
         assert of(ReplyEvent, events) == [ReplyEvent("echo: look [https://x.test/notes.txt]")]
 
 
 async def test_the_sdk_agent_gets_the_profiles_mcp_servers(tmp_path):
-    servers = [{"name": "docs", "command": "/bin/true", "args": [], "env": []},
-               {"name": "other", "command": "/bin/true", "args": ["--x"], "env": [{"name": "A", "value": "1"}]}]
-    async with AcpProcess.start(sample(store=tmp_path / "s"), cwd=str(tmp_path),
-                                settings=AcpSettings(mcp_servers=servers)) as agent:
+    servers = [
+        {"name": "docs", "command": "/bin/true", "args": [], "env": []},
+        {"name": "other", "command": "/bin/true", "args": ["--x"], "env": [{"name": "A", "value": "1"}]},
+    ]
+    async with AcpProcess.start(
+        sample(store=tmp_path / "s"), cwd=str(tmp_path), settings=AcpSettings(mcp_servers=servers)
+    ) as agent:
         await agent.until(Ready)
         assert of(ReplyEvent, await turn(agent, "mcp")) == [ReplyEvent("docs,other")]
 
 
-@pytest.mark.parametrize(("decision", "reply"), [
-    (Decision(allow=True, always=True), "ran rm -rf build (allow_always-id)"),
-    (Decision(allow=False), "did not run rm -rf build (reject_once-id)"),
-])
+@pytest.mark.parametrize(
+    ("decision", "reply"),
+    [
+        (Decision(allow=True, always=True), "ran rm -rf build (allow_always-id)"),
+        (Decision(allow=False), "did not run rm -rf build (reject_once-id)"),
+    ],
+)
 async def test_the_sdk_agent_asks_permission_and_hears_the_answer(tmp_path, decision, reply):
     async with AcpProcess.start(sample(store=tmp_path / "s"), cwd=str(tmp_path)) as agent:
         await agent.until(Ready)
         await agent.send(agent.dialect.prompt(Turn("ask rm -rf build")))
         request = (await agent.until(PermissionRequest))[-1]
         assert (request.tool, request.kind, request.title, dict(request.input)) == (
-            "Bash", "exec", "rm -rf build", {"command": "rm -rf build"})
+            "Bash",
+            "exec",
+            "rm -rf build",
+            {"command": "rm -rf build"},
+        )
         await agent.send(agent.dialect.answer(request, decision))
         events = await agent.until(TurnEnd)
         assert events[-2:] == [ReplyEvent(reply), TurnEnd("end_turn")]
@@ -124,10 +138,13 @@ async def test_a_turn_waiting_on_the_model_is_cancelled(tmp_path):
         assert await agent.until(TurnEnd) == [TurnEnd("cancelled")]
 
 
-@pytest.mark.parametrize(("message", "error", "stop"), [
-    ("refuse", "the agent refused to continue (refusal)", "refusal"),
-    ("fail the model is down", "the model is down", "error"),
-])
+@pytest.mark.parametrize(
+    ("message", "error", "stop"),
+    [
+        ("refuse", "the agent refused to continue (refusal)", "refusal"),
+        ("fail the model is down", "the model is down", "error"),
+    ],
+)
 async def test_a_turn_the_sdk_agent_fails_is_an_error_and_the_next_turn_works(tmp_path, message, error, stop):
     async with AcpProcess.start(sample(store=tmp_path / "s"), cwd=str(tmp_path)) as agent:
         await agent.until(Ready)
@@ -149,16 +166,18 @@ async def test_an_agent_that_dies_mid_turn_leaves_an_unfinished_turn(tmp_path):
 
 
 async def test_a_request_for_a_terminal_is_refused_and_the_agent_carries_on(tmp_path):
-    async with AcpProcess.start(sample(store=tmp_path / "s"), cwd=str(tmp_path),
-                                settings=AcpSettings(fs_read=True, fs_write=True)) as agent:
+    async with AcpProcess.start(
+        sample(store=tmp_path / "s"), cwd=str(tmp_path), settings=AcpSettings(fs_read=True, fs_write=True)
+    ) as agent:
         await agent.until(Ready)
         assert of(ReplyEvent, await turn(agent, "terminal")) == [ReplyEvent("no terminal: -32601")]
 
 
 async def test_file_requests_the_profile_grants_are_served_by_whoever_plays_the_engine(tmp_path):
     (tmp_path / "notes.txt").write_text("remember the milk\n")
-    async with AcpProcess.start(sample(store=tmp_path / "s"), cwd=str(tmp_path),
-                                settings=AcpSettings(fs_read=True, fs_write=True)) as agent:
+    async with AcpProcess.start(
+        sample(store=tmp_path / "s"), cwd=str(tmp_path), settings=AcpSettings(fs_read=True, fs_write=True)
+    ) as agent:
         await agent.until(Ready)
         await agent.send(agent.dialect.prompt(Turn(f"read {tmp_path}/notes.txt")))
         [read] = of(FileRequest, await agent.until(FileRequest))
@@ -188,18 +207,20 @@ async def test_a_new_process_picks_the_session_up_and_shows_nothing_of_its_histo
         await turn(agent, "first question")
         await turn(agent, "second question")
         agent.process.send_signal(signal.SIGKILL)
-    async with AcpProcess.start(sample(*flags, store=store), cwd=str(tmp_path),
-                                session_id=ready.session_id) as agent:
+    async with AcpProcess.start(sample(*flags, store=store), cwd=str(tmp_path), session_id=ready.session_id) as agent:
         assert await agent.until(Ready) == [Ready(ready.session_id)]
         events = await turn(agent, "history")
-        assert events == [*(PartialEvent(piece) for piece in ("firs", "t qu", "esti", "on |", " sec", "ond ",
-                                                               "ques", "tion")),
-                          ReplyEvent("first question | second question"), TurnEnd("end_turn")]
+        assert events == [
+            *(PartialEvent(piece) for piece in ("firs", "t qu", "esti", "on |", " sec", "ond ", "ques", "tion")),
+            ReplyEvent("first question | second question"),
+            TurnEnd("end_turn"),
+        ]
 
 
 async def test_a_session_the_agent_no_longer_has_starts_afresh(tmp_path):
-    async with AcpProcess.start(sample("--load", store=tmp_path / "s"), cwd=str(tmp_path),
-                                session_id="sess-forgotten") as agent:
+    async with AcpProcess.start(
+        sample("--load", store=tmp_path / "s"), cwd=str(tmp_path), session_id="sess-forgotten"
+    ) as agent:
         warning, ready = await agent.until(Ready)
         assert "could not load the stored session (JSON-RPC error -32002)" in warning.message
         assert ready.session_id.startswith("sess-") and ready.session_id != "sess-forgotten"
@@ -245,11 +266,11 @@ async def test_codex_acp_loads_its_session_in_a_new_process_after_the_old_one_wa
         [ready] = await agent.until(Ready)
         await turn(agent, "say remember the number 42")
         agent.kill()
-    async with AcpProcess.start(argv, cwd=str(tmp_path), env=env, session_id=ready.session_id,
-                                stderr=subprocess.DEVNULL) as agent:
+    async with AcpProcess.start(
+        argv, cwd=str(tmp_path), env=env, session_id=ready.session_id, stderr=subprocess.DEVNULL
+    ) as agent:
         assert await agent.until(Ready) == [Ready(ready.session_id)]
-        assert b'"method":"session/load"' in b"".join(
-            event.data for event in agent.events if hasattr(event, "data"))
+        assert b'"method":"session/load"' in b"".join(event.data for event in agent.events if hasattr(event, "data"))
         events = await turn(agent, "say what was it")
         assert events == [PartialEvent("what was it"), ReplyEvent("what was it"), TurnEnd("end_turn")]
     last = api.responses_requests()[-1]
@@ -268,14 +289,17 @@ async def test_gemini_in_acp_mode_streams_and_a_session_it_cannot_load_goes_on_i
         async with AcpProcess.start(argv, cwd=str(work), env=env, stderr=subprocess.DEVNULL) as agent:
             [ready] = await agent.until(Ready, deadline=GEMINI_DEADLINE)
             events = await agent_turn(agent, "first question")
-            assert events == [*(PartialEvent(piece) for piece in TEXT_PIECES), ReplyEvent(TEXT_REPLY),
-                              TurnEnd("end_turn")]
+            assert events == [
+                *(PartialEvent(piece) for piece in TEXT_PIECES),
+                ReplyEvent(TEXT_REPLY),
+                TurnEnd("end_turn"),
+            ]
         lost = "0b9a6c1e-5d2f-4c3a-9e8b-7f6a5d4c3b2a"
-        async with AcpProcess.start(argv, cwd=str(work), env=env, session_id=lost,
-                                    stderr=subprocess.DEVNULL) as agent:
+        async with AcpProcess.start(argv, cwd=str(work), env=env, session_id=lost, stderr=subprocess.DEVNULL) as agent:
             warning, fresh = await agent.until(Ready, deadline=GEMINI_DEADLINE)
-            assert warning.message == ("the agent could not load the stored session (JSON-RPC error -32603); a new "
-                                       "session was started")
+            assert warning.message == (
+                "the agent could not load the stored session (JSON-RPC error -32603); a new session was started"
+            )
             assert fresh.session_id not in (lost, ready.session_id)
             assert of(ReplyEvent, await agent_turn(agent, "second question")) == [ReplyEvent(TEXT_REPLY)]
         assert prompts(api.posts("streamGenerateContent")[-1])[-1] == "second question"
@@ -297,15 +321,17 @@ async def test_gemini_in_acp_mode_goes_on_after_a_kill_whether_or_not_it_loads_i
             [ready] = await agent.until(Ready, deadline=GEMINI_DEADLINE)
             await agent_turn(agent, "first question")
             agent.kill()
-        async with AcpProcess.start(argv, cwd=str(work), env=env, session_id=ready.session_id,
-                                    stderr=subprocess.DEVNULL) as agent:
+        async with AcpProcess.start(
+            argv, cwd=str(work), env=env, session_id=ready.session_id, stderr=subprocess.DEVNULL
+        ) as agent:
             *warnings, resumed = await agent.until(Ready, deadline=GEMINI_DEADLINE)
             if resumed.session_id == ready.session_id:
                 assert warnings == []
                 await agent.until_output(TEXT_REPLY.encode(), deadline=GEMINI_DEADLINE)
             else:
                 assert [warning.message for warning in warnings] == [
-                    "the agent could not load the stored session (JSON-RPC error -32603); a new session was started"]
+                    "the agent could not load the stored session (JSON-RPC error -32603); a new session was started"
+                ]
             assert of(ReplyEvent, await agent_turn(agent, "second question")) == [ReplyEvent(TEXT_REPLY)]
         assert prompts(api.posts("streamGenerateContent")[-1])[-1] == "second question"
 

@@ -31,7 +31,7 @@ import bridge
 from bridge import Turn
 from bridge.dialects import ActivityEvent
 from bridge.permissions import Decision, PermissionRequest
-from bridge.warm import WarmAgent
+from bridge.warm_agent import WarmAgent
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 DEADLINE = 20  # a turn here starts a Python agent that imports the SDK (~1 s), or codex-acp
@@ -68,7 +68,11 @@ async def test_run_turn_streams_shows_activity_and_the_next_turn_reopens_the_ses
     assert first.reply == "did: the plan" and "".join(partials) == first.reply
     assert first.session_id.startswith("sess-")
     assert [(event.activity, event.status) for event in events if isinstance(event, ActivityEvent)] == [
-        ("thinking", ""), ("plan", ""), ("tool", "started"), ("tool", "completed")]
+        ("thinking", ""),
+        ("plan", ""),
+        ("tool", "started"),
+        ("tool", "completed"),
+    ]
     second = await run(profile, "history", first.session_id)
     assert (second.ok, second.reply, second.session_id) == (True, "work the plan", first.session_id)
 
@@ -84,8 +88,7 @@ async def test_many_conversations_at_once_each_keep_their_own_session(tmp_path):
 
     names = [f"chat-{number}" for number in range(6)]
     with trio.fail_after(3 * DEADLINE):
-        async with bridge.open_host(tmp_path / "profiles", state=tmp_path / "state.sqlite3",
-                                    max_concurrent=6) as host:
+        async with bridge.open_host(tmp_path / "profiles", state=tmp_path / "state.sqlite3", max_concurrent=6) as host:
             async with trio.open_nursery() as nursery:
                 for name in names:
                     nursery.start_soon(conversation, host, name)
@@ -142,19 +145,21 @@ PERMISSIONS = {
 }
 
 
-@pytest.mark.parametrize(("policy", "answer", "reply"), [
-    ("allow", None, "ran rm -rf build (allow_once-id)"),
-    ("deny Bash by name", None, "did not run rm -rf build (reject_once-id)"),
-    ("allow exec by kind", None, "ran rm -rf build (allow_once-id)"),
-    ("deny bash in lower case", None, "did not run rm -rf build (reject_once-id)"),
-    ("deny B?SH, a wildcard in upper case", None, "did not run rm -rf build (reject_once-id)"),
-    ("allow BASH in upper case", None, "ran rm -rf build (allow_once-id)"),
-    ("deny wins over allow whatever the case", None, "did not run rm -rf build (reject_once-id)"),
-    ("ask", Decision(allow=True, always=True), "ran rm -rf build (allow_always-id)"),
-    ("ask", False, "did not run rm -rf build (reject_once-id)"),
-])
-async def test_the_profiles_policy_or_the_host_answers_the_agents_permission_request(tmp_path, policy, answer,
-                                                                                      reply):
+@pytest.mark.parametrize(
+    ("policy", "answer", "reply"),
+    [
+        ("allow", None, "ran rm -rf build (allow_once-id)"),
+        ("deny Bash by name", None, "did not run rm -rf build (reject_once-id)"),
+        ("allow exec by kind", None, "ran rm -rf build (allow_once-id)"),
+        ("deny bash in lower case", None, "did not run rm -rf build (reject_once-id)"),
+        ("deny B?SH, a wildcard in upper case", None, "did not run rm -rf build (reject_once-id)"),
+        ("allow BASH in upper case", None, "ran rm -rf build (allow_once-id)"),
+        ("deny wins over allow whatever the case", None, "did not run rm -rf build (reject_once-id)"),
+        ("ask", Decision(allow=True, always=True), "ran rm -rf build (allow_always-id)"),
+        ("ask", False, "did not run rm -rf build (reject_once-id)"),
+    ],
+)
+async def test_the_profiles_policy_or_the_host_answers_the_agents_permission_request(tmp_path, policy, answer, reply):
     profile = bridge.load_profile(acp_profile(tmp_path, permissions=PERMISSIONS[policy]), cache=False)
     asked: list[PermissionRequest] = []
 
@@ -163,8 +168,9 @@ async def test_the_profiles_policy_or_the_host_answers_the_agents_permission_req
         return answer
 
     events: list[Any] = []
-    result = await run(profile, "ask rm -rf build", on_event=events.append,
-                       on_permission=on_permission if answer is not None else None)
+    result = await run(
+        profile, "ask rm -rf build", on_event=events.append, on_permission=on_permission if answer is not None else None
+    )
     assert (result.ok, result.reply) == (True, reply), (result.error, result.stderr_tail)
     if answer is not None:
         assert [(request.tool, request.kind, request.title) for request in asked] == [("Bash", "exec", "rm -rf build")]
@@ -183,7 +189,10 @@ async def test_an_open_turn_sees_the_agents_question_and_decides_it(tmp_path):
                     assert events.decide(event.request_id, Decision(allow=False, message="not today"))
     assert events.result.reply == "did not run make deploy (reject_once-id)"
     assert [(event.tool, event.status) for event in seen if isinstance(event, ActivityEvent)] == [
-        ("execute", "started"), ("Bash", "denied"), ("Bash", "failed")]
+        ("execute", "started"),
+        ("Bash", "denied"),
+        ("Bash", "failed"),
+    ]
 
 
 async def test_cancelling_a_turn_that_waits_for_an_answer_answers_it_cancelled(tmp_path):
@@ -205,8 +214,13 @@ def test_agent_bridge_run_takes_an_acp_turn_and_resumes_the_conversations_sessio
     state = str(tmp_path / "state.sqlite3")
 
     def agent_bridge_run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([AGENT_BRIDGE, "run", "--conversation", "c1", "--state", state, str(profile), *args],
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [AGENT_BRIDGE, "run", "--conversation", "c1", "--state", state, str(profile), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
 
     first = agent_bridge_run("hello there")
     assert (first.returncode, first.stdout) == (0, "echo: hello there\n"), first.stderr
@@ -229,15 +243,21 @@ def codex_profile(home: Path, work: Path, **changes: Any) -> bridge.Profile:
     HOME is the test's too: the login shell codex runs commands in reads no profile of this machine's."""
     work.mkdir(exist_ok=True)
     profile = bridge.load_profile(CLI_PROFILES / "codex-acp.yaml", cache=False)
-    return profile.replace(command=[str(npm_binary("codex-acp"))], cwd=str(work), kill_grace_secs=0.5,
-                           env={"CODEX_HOME": str(home), "HOME": str(home.parent)}, **changes)
+    return profile.replace(
+        command=[str(npm_binary("codex-acp"))],
+        cwd=str(work),
+        kill_grace_secs=0.5,
+        env={"CODEX_HOME": str(home), "HOME": str(home.parent)},
+        **changes,
+    )
 
 
 async def test_codex_acp_streams_its_reply_through_the_ready_profile(codex, tmp_path):
     home, _ = codex
     partials: list[str] = []
-    result = await run(codex_profile(home, tmp_path / "work"), "say one two three four five",
-                       on_partial=partials.append)
+    result = await run(
+        codex_profile(home, tmp_path / "work"), "say one two three four five", on_partial=partials.append
+    )
     assert (result.ok, result.reply) == (True, "one two three four five"), (result.error, result.stderr_tail)
     assert partials == ["one two three ", "four five"]
 
@@ -257,8 +277,10 @@ async def test_codex_acp_asks_before_a_command_which_runs_when_allowed_and_ends_
     denied = await run(profile, "escalate touch denied-file", allowed.session_id, on_permission=allow_first)
     assert not denied.ok and "touch denied-file was denied" in denied.error
     assert not (tmp_path / "work" / "denied-file").exists()
-    assert [(request.kind, request.title) for request in asked] == [("exec", "touch allowed-file"),
-                                                                     ("exec", "touch denied-file")]
+    assert [(request.kind, request.title) for request in asked] == [
+        ("exec", "touch allowed-file"),
+        ("exec", "touch denied-file"),
+    ]
 
 
 async def test_codex_acp_loads_its_session_after_its_process_was_killed(codex, tmp_path):
@@ -370,9 +392,16 @@ async def test_a_fifo_or_a_socket_is_refused_at_once_and_the_agent_goes_on(tmp_p
             async with trio.open_nursery() as nursery:
                 agent = WarmAgent(files_profile(tmp_path, work))
                 await agent.start(nursery)
-                results = [await agent.turn(Turn(message)) for message in (
-                    f"try-read {work / 'fifo'}", f"try-write {work / 'fifo'} text", f"try-read {work / 'socket'}",
-                    f"try-write {work / 'socket'} text", f"read {work / 'notes.txt'}")]
+                results = [
+                    await agent.turn(Turn(message))
+                    for message in (
+                        f"try-read {work / 'fifo'}",
+                        f"try-write {work / 'fifo'} text",
+                        f"try-read {work / 'socket'}",
+                        f"try-write {work / 'socket'} text",
+                        f"read {work / 'notes.txt'}",
+                    )
+                ]
                 pid = agent.pid
                 await agent.close()
     assert all(result.ok for result in results), [result.error for result in results]
@@ -401,7 +430,7 @@ async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_t
         release.wait(BLOCKED_SECS)  # bounded: a turn that waits for it fails the test rather than hanging it
         return "read after all"
 
-    monkeypatch.setattr("bridge.warm.serve_file_request", stuck)
+    monkeypatch.setattr("bridge.warm_agent.serve_file_request", stuck)
     work = tmp_path / "work"
     work.mkdir()
     limits = {"timeout": "timeout_secs: 2\n", "idle": "idle_timeout_secs: 1\n"}.get(stop, "")

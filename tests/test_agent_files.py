@@ -38,7 +38,7 @@ def root(tmp_path: Path) -> Iterator[Path]:
 def serve(operation: str, path: Path | str, root: Path | FileRoot, **fields: object) -> str | None:
     """One request, in a thread that must finish within BOUND."""
     request = FileRequest("r1", operation, str(path), **fields)  # type: ignore[arg-type]
-    outcome: list[str | None | BaseException] = []
+    outcome: list[str | BaseException | None] = []
 
     def run(held: FileRoot) -> None:
         try:
@@ -156,8 +156,13 @@ def test_a_fifo_a_socket_a_device_or_a_proc_file_is_refused_at_once(root: Path) 
         os.rename(f"{short}/s", root / "socket")
         os.rmdir(short)
         for operation in ("read", "write"):
-            refused(operation, root / "fifo", root, "it is a FIFO; the bridge reads and writes regular files only",
-                    content="x")
+            refused(
+                operation,
+                root / "fifo",
+                root,
+                "it is a FIFO; the bridge reads and writes regular files only",
+                content="x",
+            )
             refused(operation, root / "socket", root, "it is a socket", content="x")
             refused(operation, root / "sub", root, "it is a directory", content="x")
             refused(operation, root, root, "it is a directory", content="x")
@@ -207,8 +212,11 @@ def test_a_directory_swapped_for_a_symlink_out_mid_request_never_leads_out(tmp_p
         # 2000 requests, and on until both sides of the race were met: a swapper the machine starves only delays it.
         while number < 2000 or not (texts[INSIDE] and texts["refused"]):
             assert number < 100_000, texts
-            request = (FileRequest("w", "write", str(tree.path), content=INSIDE) if number % 4 == 3
-                       else FileRequest("r", "read", str(tree.path)))
+            request = (
+                FileRequest("w", "write", str(tree.path), content=INSIDE)
+                if number % 4 == 3
+                else FileRequest("r", "read", str(tree.path))
+            )
             try:
                 texts[serve_file_request(request, held)] += 1
             except FileRefused:

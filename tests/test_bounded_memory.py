@@ -37,7 +37,7 @@ from bridge import PermissionRequest, Turn
 from bridge.agent_io import OUTBOX_LIMIT_BYTES, Outbox
 from bridge.dialects import AgentInput
 from bridge.dialects.coding_agents import ToolCalls
-from bridge.warm import WarmAgent
+from bridge.warm_agent import WarmAgent
 
 MIB = 1024 * 1024
 
@@ -127,16 +127,24 @@ time.sleep(60)
 def flooding_acp_profile(tmp_path: Path, mode: str, count: int) -> bridge.Profile:
     agent = write_agent(tmp_path, "flooding-acp-agent", FLOODING_ACP_AGENT)
     target = tmp_path / "big.txt"
-    target.write_text(("a line of text a model might want to read\n" * 100_000)[:4 * MIB])
-    return bridge.Profile.from_mapping({
-        "command": [str(agent), mode, str(target), str(count)], "protocol": "acp", "cwd": str(tmp_path),
-        "acp": {"fs_read": mode == "read"}, "timeout_secs": 5, "kill_grace_secs": 0.5,
-    }, profile_dir=tmp_path)
+    target.write_text(("a line of text a model might want to read\n" * 100_000)[: 4 * MIB])
+    return bridge.Profile.from_mapping(
+        {
+            "command": [str(agent), mode, str(target), str(count)],
+            "protocol": "acp",
+            "cwd": str(tmp_path),
+            "acp": {"fs_read": mode == "read"},
+            "timeout_secs": 5,
+            "kill_grace_secs": 0.5,
+        },
+        profile_dir=tmp_path,
+    )
 
 
 @pytest.mark.parametrize("mode", ["unknown-methods", "read"])
 async def test_a_warm_agent_that_asks_and_does_not_read_is_killed_and_fails_its_turn(
-        tmp_path: Path, watch: OutboxWatch, mode: str) -> None:
+    tmp_path: Path, watch: OutboxWatch, mode: str
+) -> None:
     count = OUTBOX_LIMIT_BYTES // MIB + 36  # ~100 MiB of answers, ~1 or 4 MiB each
     profile = flooding_acp_profile(tmp_path, mode, count if mode != "read" else count // 4)
     with trio.fail_after(TURN_DEADLINE):
@@ -171,11 +179,13 @@ time.sleep(60)
 
 
 async def test_a_one_process_agent_that_asks_and_does_not_read_is_killed_and_fails_its_turn(
-        tmp_path: Path, watch: OutboxWatch) -> None:
+    tmp_path: Path, watch: OutboxWatch
+) -> None:
     agent = write_agent(tmp_path, "flooding-agentproc-agent", FLOODING_AGENTPROC_AGENT)
-    profile = bridge.Profile.from_mapping({"command": [str(agent)], "protocol": "agentproc-0.4",
-                                           "permissions": {"default": "allow"}, "timeout_secs": 5},
-                                          profile_dir=tmp_path)
+    profile = bridge.Profile.from_mapping(
+        {"command": [str(agent)], "protocol": "agentproc-0.4", "permissions": {"default": "allow"}, "timeout_secs": 5},
+        profile_dir=tmp_path,
+    )
     with trio.fail_after(TURN_DEADLINE):
         result = await bridge.run_turn(profile, Turn("flood me"))
     assert (result.outcome, result.exit_code, result.reply) == ("not_reading", 1, ""), result
@@ -210,10 +220,18 @@ def long_id(number: int) -> str:
 
 def test_acp_keeps_little_of_tool_calls_with_long_ids_or_long_kinds() -> None:
     by_id, by_kind = in_turn(), in_turn()
-    kept_for_ids = kept_bytes(lambda number: by_id.feed(acp_line(acp_update(
-        "tool_call", toolCallId=long_id(number), title="t", kind="read", status="pending"))))
-    kept_for_kinds = kept_bytes(lambda number: by_kind.feed(acp_line(acp_update(
-        "tool_call", toolCallId=f"call-{number}", title="t", kind=long_id(number), status="pending"))))
+    kept_for_ids = kept_bytes(
+        lambda number: by_id.feed(
+            acp_line(acp_update("tool_call", toolCallId=long_id(number), title="t", kind="read", status="pending"))
+        )
+    )
+    kept_for_kinds = kept_bytes(
+        lambda number: by_kind.feed(
+            acp_line(
+                acp_update("tool_call", toolCallId=f"call-{number}", title="t", kind=long_id(number), status="pending")
+            )
+        )
+    )
     assert kept_for_ids < 2 * MIB and kept_for_kinds < 2 * MIB, (kept_for_ids, kept_for_kinds)
 
 
@@ -229,10 +247,16 @@ def test_ante_keeps_little_of_tool_calls_with_long_ids_or_long_names() -> None:
     parents = [ante_op_id(ante.prompt(Turn("go"))) for ante in (by_id, by_name)]
     for ante, parent in zip((by_id, by_name), parents):
         ante.feed(ante_event_line({"TurnStart": {"turn_id": "step_01"}}, parent))
-    kept_for_ids = kept_bytes(lambda number: by_id.feed(ante_event_line(
-        {"ToolStart": {"id": long_id(number), "name": "Read", "input": {}}}, parents[0])))
-    kept_for_names = kept_bytes(lambda number: by_name.feed(ante_event_line(
-        {"ToolStart": {"id": f"t{number}", "name": long_id(number), "input": {}}}, parents[1])))
+    kept_for_ids = kept_bytes(
+        lambda number: by_id.feed(
+            ante_event_line({"ToolStart": {"id": long_id(number), "name": "Read", "input": {}}}, parents[0])
+        )
+    )
+    kept_for_names = kept_bytes(
+        lambda number: by_name.feed(
+            ante_event_line({"ToolStart": {"id": f"t{number}", "name": long_id(number), "input": {}}}, parents[1])
+        )
+    )
     assert kept_for_ids < 2 * MIB and kept_for_names < 2 * MIB, (kept_for_ids, kept_for_names)
 
 
@@ -240,10 +264,17 @@ def test_aionrs_keeps_what_a_tool_requests_arguments_say_not_the_arguments() -> 
     aionrs = aionrs_in_turn()
 
     def ask(number: int) -> None:
-        events = aionrs.feed(json.dumps({"type": "tool_request", "msg_id": "bridge-1", "call_id": f"c{number}",
-                                         "tool": {"name": "Write", "args": {"file_path": f"/src/{number}.py",
-                                                                            "content": "x" * LONG}}}).encode()
-                             + b"\n")
+        events = aionrs.feed(
+            json.dumps(
+                {
+                    "type": "tool_request",
+                    "msg_id": "bridge-1",
+                    "call_id": f"c{number}",
+                    "tool": {"name": "Write", "args": {"file_path": f"/src/{number}.py", "content": "x" * LONG}},
+                }
+            ).encode()
+            + b"\n"
+        )
         [request] = [event for event in events if isinstance(event, PermissionRequest)]
         assert request.title == f"/src/{number}.py"
 
@@ -255,8 +286,12 @@ def test_aionrs_keeps_what_a_tool_requests_arguments_say_not_the_arguments() -> 
 def test_aionrs_denies_at_once_a_tool_request_whose_answer_it_could_not_match() -> None:
     aionrs = aionrs_in_turn()
     call_id = long_id(1)
-    events = aionrs.feed(json.dumps({"type": "tool_request", "msg_id": "bridge-1", "call_id": call_id,
-                                     "tool": {"name": "Read", "args": {}}}).encode() + b"\n")
+    events = aionrs.feed(
+        json.dumps(
+            {"type": "tool_request", "msg_id": "bridge-1", "call_id": call_id, "tool": {"name": "Read", "args": {}}}
+        ).encode()
+        + b"\n"
+    )
     answers = [json.loads(event.data) for event in events if isinstance(event, AgentInput)]
     assert answers == [{"type": "tool_deny", "call_id": call_id, "reason": "the bridge cannot keep track of this call"}]
     assert not [event for event in events if isinstance(event, PermissionRequest)]
@@ -283,18 +318,33 @@ def memory_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} for pid {pid}")
 
 
-def test_serve_with_a_client_that_never_reads_stalls_without_growing_and_exits_1_when_it_leaves(
-        tmp_path: Path) -> None:
+def test_serve_with_a_client_that_never_reads_stalls_without_growing_and_exits_1_when_it_leaves(tmp_path: Path) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     pids = tmp_path / "pids"
     write_agent(tmp_path, "loud", LOUD_AGENT)
-    write_profile(profiles, f"command: [{tmp_path / 'loud'}]\ntimeout_secs: 1.5\nkill_grace_secs: 0.2\n"
-                  f"max_reply_chars: null\nenv: {{PIDS: {pids}}}\n", "loud.yaml")  # every partial is forwarded
+    write_profile(
+        profiles,
+        f"command: [{tmp_path / 'loud'}]\ntimeout_secs: 1.5\nkill_grace_secs: 0.2\n"
+        f"max_reply_chars: null\nenv: {{PIDS: {pids}}}\n",
+        "loud.yaml",
+    )  # every partial is forwarded
     with open(tmp_path / "serve.log", "wb") as log:
-        serve = subprocess.Popen([sys.executable, "-m", "bridge", "serve", "--profiles", str(profiles),
-                                  "--state", str(tmp_path / "state.sqlite3")],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+        serve = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bridge",
+                "serve",
+                "--profiles",
+                str(profiles),
+                "--state",
+                str(tmp_path / "state.sqlite3"),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
     assert serve.stdin is not None and serve.stdout is not None
     try:
         serve.stdin.write(b'{"type": "stats", "id": "before"}\n')
@@ -302,8 +352,12 @@ def test_serve_with_a_client_that_never_reads_stalls_without_growing_and_exits_1
         assert json.loads(serve.stdout.readline())["type"] == "stats"  # the last line this client reads
         baseline_kib = memory_kib(serve.pid, "VmHWM")
         for number in range(3):
-            serve.stdin.write(json.dumps({"type": "turn", "id": number, "profile": "loud",
-                                          "conversation": f"c{number}", "message": "shout"}).encode() + b"\n")
+            serve.stdin.write(
+                json.dumps(
+                    {"type": "turn", "id": number, "profile": "loud", "conversation": f"c{number}", "message": "shout"}
+                ).encode()
+                + b"\n"
+            )
         serve.stdin.flush()
         # Each agent, unread, blocks on its stdout and is stopped at its timeout: 480 MiB never reach serve.
         deadline = time.monotonic() + TURN_DEADLINE

@@ -45,8 +45,9 @@ class Planted:
         values = entry["values"]
         values["command"] = values["argv_template"][0] = values["resume_argv_template"][0] = str(self.planted)
         self.entry.write_text(json.dumps(entry))
-        assert load_profile(self.profile).argv_template == (str(self.planted),), \
+        assert load_profile(self.profile).argv_template == (str(self.planted),), (
             "the planted entry is well-formed: trusted, it would run"
+        )
 
     @property
     def profiles(self) -> Path:
@@ -55,8 +56,13 @@ class Planted:
     def run(self) -> subprocess.CompletedProcess[str]:
         """`agent-bridge run` of the profile, in a new process (so with a new verdict on the cache)."""
         env = {**os.environ, "XDG_CACHE_HOME": str(self.cache_home)}
-        done = subprocess.run([AGENT_BRIDGE, "run", str(self.profile), "hi", "--log-format", "json"],
-                              capture_output=True, text=True, timeout=60, env=env)
+        done = subprocess.run(
+            [AGENT_BRIDGE, "run", str(self.profile), "hi", "--log-format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr
         return done
 
@@ -115,8 +121,9 @@ def test_an_entry_others_can_write_is_ignored_and_replaced(tmp_path: Path) -> No
     assert (again.stdout, warnings_in(again.stderr)) == ("own\n", []), "the private entry replacing it is used"
 
 
-def test_a_cache_owned_by_another_user_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   logged: Callable[[], list[dict[str, Any]]]) -> None:
+def test_a_cache_owned_by_another_user_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged: Callable[[], list[dict[str, Any]]]
+) -> None:
     planted = Planted(tmp_path, tmp_path / "cache")
     if os.geteuid() == 0:  # root can really hand the directory to another user
         os.chown(planted.profiles, NOBODY, NOBODY)
@@ -135,8 +142,9 @@ def test_a_cache_owned_by_another_user_is_not_used(tmp_path: Path, monkeypatch: 
     assert planted.entry_is_planted()
 
 
-def test_one_warning_per_process_and_no_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              logged: Callable[[], list[dict[str, Any]]]) -> None:
+def test_one_warning_per_process_and_no_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged: Callable[[], list[dict[str, Any]]]
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o700)
     shared.chmod(0o777)
@@ -153,8 +161,9 @@ def test_one_warning_per_process_and_no_store(tmp_path: Path, monkeypatch: pytes
 # --------------------------------------------------------------------------- what is trusted
 
 
-def test_a_cache_below_a_sticky_directory_like_tmp_is_used(tmp_path: Path,
-                                                           logged: Callable[[], list[dict[str, Any]]]) -> None:
+def test_a_cache_below_a_sticky_directory_like_tmp_is_used(
+    tmp_path: Path, logged: Callable[[], list[dict[str, Any]]]
+) -> None:
     """Others may create files in a sticky directory but not rename or remove ours: it is like /tmp."""
     sticky = tmp_path / "sticky"
     sticky.mkdir()
@@ -163,8 +172,9 @@ def test_a_cache_below_a_sticky_directory_like_tmp_is_used(tmp_path: Path,
     assert logged() == []
 
 
-def test_new_cache_directories_are_private_whatever_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              logged: Callable[[], list[dict[str, Any]]]) -> None:
+def test_new_cache_directories_are_private_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged: Callable[[], list[dict[str, Any]]]
+) -> None:
     """`mkdir -p` would make the parents group-writable under umask 002, and the next run distrust them."""
     cache_home = tmp_path / "new" / "cache"
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
@@ -183,8 +193,11 @@ def test_new_cache_directories_are_private_whatever_the_umask(tmp_path: Path, mo
 def test_the_verdict_is_taken_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     walk = bridge.profile.cache.untrusted_directory
-    monkeypatch.setattr(bridge.profile.cache, "untrusted_directory",
-                        lambda directory, euid: calls.append(str(directory)) or walk(directory, euid))
+    monkeypatch.setattr(
+        bridge.profile.cache,
+        "untrusted_directory",
+        lambda directory, euid: calls.append(str(directory)) or walk(directory, euid),
+    )
     path = write_profile(tmp_path, "command: agent\n")
     load_profile(path)  # a miss (no cache directory yet), then the validated profile is stored
     assert calls and set(calls) == {str(bridge.profile.cache.cache_directory())}
@@ -206,12 +219,17 @@ def test_who_may_own_and_write_what() -> None:
     directory, file = stat.S_IFDIR, stat.S_IFREG
     assert trust_problem(status(directory | 0o700, me), me, must_be_ours=True) is None
     assert trust_problem(status(directory | 0o755, 0), me, must_be_ours=False) is None  # /, /home: root's
-    assert trust_problem(status(directory | 0o755, 0), me, must_be_ours=True) == \
-        "owned by uid 0, not by this user (uid 1000)"
-    assert trust_problem(status(directory | 0o700, other), me, must_be_ours=False) == \
-        "owned by uid 1001, not by this user (uid 1000) or root"
-    assert trust_problem(status(directory | 0o770, me), me, must_be_ours=False) == \
-        "writable by group or others (mode 770)"
+    assert (
+        trust_problem(status(directory | 0o755, 0), me, must_be_ours=True)
+        == "owned by uid 0, not by this user (uid 1000)"
+    )
+    assert (
+        trust_problem(status(directory | 0o700, other), me, must_be_ours=False)
+        == "owned by uid 1001, not by this user (uid 1000) or root"
+    )
+    assert (
+        trust_problem(status(directory | 0o770, me), me, must_be_ours=False) == "writable by group or others (mode 770)"
+    )
     assert trust_problem(status(directory | 0o1777, 0), me, must_be_ours=False) is None  # /tmp
     assert trust_problem(status(directory | 0o1777, me), me, must_be_ours=True) is not None
     assert trust_problem(status(directory | 0o1777, other), me, must_be_ours=False) is not None
@@ -238,13 +256,17 @@ def test_the_walk_checks_every_directory_on_the_way_with_any_owner(tmp_path: Pat
     via_link = links / "cache" / "agent-bridge" / "profiles"
     assert untrusted_directory(via_link, me) is None
     links.chmod(0o777)
-    assert untrusted_directory(via_link, me) == (str(links), "writable by group or others (mode 777)",
-                                                 f"chmod go-w {links}")
+    assert untrusted_directory(via_link, me) == (
+        str(links),
+        "writable by group or others (mode 777)",
+        f"chmod go-w {links}",
+    )
     links.chmod(0o700)
     (cache.parent.parent).chmod(0o770)
     assert untrusted_directory(via_link, me).path == str(cache.parent.parent)  # type: ignore[union-attr]
     # "link/.." is the link target's parent, not the link's
-    assert untrusted_directory(links / "cache" / ".." / "home" / "agent-bridge" / "profiles", me).path == \
-        str(cache.parent.parent)  # type: ignore[union-attr]
+    assert untrusted_directory(links / "cache" / ".." / "home" / "agent-bridge" / "profiles", me).path == str(
+        cache.parent.parent
+    )  # type: ignore[union-attr]
     with pytest.raises(OSError):
         untrusted_directory(tmp_path / "missing", me)

@@ -76,13 +76,17 @@ def test_partials_show_while_the_agent_works_and_a_spinner_while_it_is_silent(ch
     go, finish = tmp_path / "go", tmp_path / "finish"
     os.mkfifo(go)
     os.mkfifo(finish)
-    agent = write_agent(tmp_path, "agent", f"""\
+    agent = write_agent(
+        tmp_path,
+        "agent",
+        f"""\
         #!{PYTHON}
         open({str(go)!r}).read()  # silent until the test says go
         print('AGENT_PARTIAL:"thinking… "', flush=True)
         open({str(finish)!r}).read()
         print("done thinking")
-    """)
+    """,
+    )
     terminal = chat(str(write_profile(tmp_path, f"command: {agent}\n")))
     terminal.send(b"think\n")
     terminal.expect(re.compile(rb"\r[|/\\-] \d+\.\d s"))  # elapsed time, since stderr is a terminal
@@ -101,7 +105,10 @@ def test_the_status_line_shows_what_the_agent_is_doing(chat, tmp_path: Path) -> 
     thought, asked = tmp_path / "thought", tmp_path / "asked"
     os.mkfifo(thought)
     os.mkfifo(asked)
-    agent = write_agent(tmp_path, "agent", f"""\
+    agent = write_agent(
+        tmp_path,
+        "agent",
+        f"""\
         #!{PYTHON}
         import json, sys
         def send(**event):
@@ -113,12 +120,16 @@ def test_the_status_line_shows_what_the_agent_is_doing(chat, tmp_path: Path) -> 
         answer = json.loads(sys.stdin.readline())
         open({str(asked)!r}).read()
         send(type="result", text="read it: " + answer["behavior"])
-    """)
-    profile = write_profile(tmp_path, f"""\
+    """,
+    )
+    profile = write_profile(
+        tmp_path,
+        f"""\
         protocol: agentproc-0.4
         command: {agent}
         permissions: {{allow: [Read]}}
-    """)
+    """,
+    )
     terminal = chat(str(profile))
     terminal.send(b"look\n")
     terminal.expect(re.compile(rb"\r[|/\\-] \d+\.\d s  thinking\xe2\x80\xa6"))
@@ -134,11 +145,14 @@ def test_the_status_line_shows_what_the_agent_is_doing(chat, tmp_path: Path) -> 
 
 
 def test_ctrl_c_cancels_the_running_turn_and_the_chat_goes_on(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    profile = write_profile(tmp_path, f"""\
+    profile = write_profile(
+        tmp_path,
+        f"""\
         command: {PROFILES.parent / "sample_agents" / "hang.sh"}
         timeout_secs: 60
         kill_grace_secs: 0.2
-    """)
+    """,
+    )
     terminal = chat(str(profile))
     terminal.send(b"wait forever\n")
     terminal.expect(b"working on it")  # the turn is running
@@ -182,10 +196,13 @@ def test_a_conversation_survives_a_restart(chat, tmp_path: Path) -> None:  # typ
 
 
 def test_sigterm_stops_the_running_turn_and_the_chat(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    profile = write_profile(tmp_path, f"""\
+    profile = write_profile(
+        tmp_path,
+        f"""\
         command: {PROFILES.parent / "sample_agents" / "hang.sh"}
         kill_grace_secs: 0.2
-    """)
+    """,
+    )
     terminal = chat(str(profile))
     terminal.send(b"wait\n")
     terminal.expect(b"working on it")
@@ -196,13 +213,17 @@ def test_sigterm_stops_the_running_turn_and_the_chat(chat, tmp_path: Path) -> No
 
 def test_closing_the_terminal_stops_the_running_agent_and_the_chat(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pid_file = tmp_path / "pids"
-    agent = write_agent(tmp_path, "agent", f"""\
+    agent = write_agent(
+        tmp_path,
+        "agent",
+        f"""\
         #!{PYTHON}
         import os, time
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
         print('AGENT_PARTIAL:"started "', flush=True)
         time.sleep(60)
-    """)
+    """,
+    )
     terminal = chat(str(write_profile(tmp_path, f"command: {agent}\nkill_grace_secs: 0.2\n")))
     terminal.send(b"go\n")
     terminal.expect(b"started")
@@ -214,8 +235,14 @@ def test_closing_the_terminal_stops_the_running_agent_and_the_chat(chat, tmp_pat
 
 
 def test_piped_input_is_a_script_of_turns(env: dict[str, str]) -> None:
-    done = subprocess.run([AGENT_BRIDGE, "chat", str(PROFILES / "echo.yaml")], input="hello\n\n//slash\n/exit\nnot sent\n",
-                          capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [AGENT_BRIDGE, "chat", str(PROFILES / "echo.yaml")],
+        input="hello\n\n//slash\n/exit\nnot sent\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "echo: hello\necho: /slash\n"
     assert "you>" not in done.stderr, "no prompt when nobody types"
@@ -223,17 +250,24 @@ def test_piped_input_is_a_script_of_turns(env: dict[str, str]) -> None:
 
 def test_piped_input_exits_with_the_code_of_the_last_turn_that_failed(env: dict[str, str], tmp_path: Path) -> None:
     """A script of turns is a script: a failure is not reported as success. (A person leaving exits 0.)"""
-    agent = write_agent(tmp_path, "agent", f"""\
+    agent = write_agent(
+        tmp_path,
+        "agent",
+        f"""\
         #!{PYTHON}
         import os, sys
         message = os.environ["AGENT_MESSAGE"]
         print(f"got {{message}}")
         sys.exit(int(message) if message.isdigit() else 0)
-    """)
+    """,
+    )
     profile = str(write_profile(tmp_path, f"command: {agent}\n"))
-    codes = {script: subprocess.run([AGENT_BRIDGE, "chat", profile], input=script, capture_output=True, text=True,
-                                    timeout=60, env=env).returncode
-             for script in ("ok\nfine\n", "3\nok\n", "3\n4\nok\n", "5\n/exit\nnot sent\n")}
+    codes = {
+        script: subprocess.run(
+            [AGENT_BRIDGE, "chat", profile], input=script, capture_output=True, text=True, timeout=60, env=env
+        ).returncode
+        for script in ("ok\nfine\n", "3\nok\n", "3\n4\nok\n", "5\n/exit\nnot sent\n")
+    }
     assert codes == {"ok\nfine\n": 0, "3\nok\n": 3, "3\n4\nok\n": 4, "5\n/exit\nnot sent\n": 5}
 
 
@@ -250,8 +284,14 @@ def test_a_failed_turn_shows_what_the_agent_said_on_stderr(chat, tmp_path: Path)
 def test_a_piped_line_over_the_limit_is_refused_and_the_chat_goes_on(env: dict[str, str]) -> None:
     """Input is framed like everything else the bridge reads: one line is held to 1 MiB, never more."""
     script = "x" * (3 * 1024 * 1024) + "\nhello\n"
-    done = subprocess.run([AGENT_BRIDGE, "chat", str(PROFILES / "echo.yaml")], input=script,
-                          capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [AGENT_BRIDGE, "chat", str(PROFILES / "echo.yaml")],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "echo: hello\n"
     assert "not sent: the line is longer than 1048576 bytes" in done.stderr
@@ -259,13 +299,19 @@ def test_a_piped_line_over_the_limit_is_refused_and_the_chat_goes_on(env: dict[s
 
 def ante_profile(tmp_path: Path, permissions: str = "{default: deny, allow: [read]}") -> str:
     """The make-believe Ante (a warm protocol), each of its processes' pid written to `pids`."""
-    return str(write_profile(tmp_path, f"""\
+    return str(
+        write_profile(
+            tmp_path,
+            f"""\
         protocol: ante
         command: [sh, -c, 'echo $$ >> {tmp_path / "pids"}; exec {PYTHON} {SAMPLE_AGENTS / "ante_like.py"} serve --stdio']
         env: {{HOME: {str(tmp_path)!r}}}
         permissions: {permissions}
         kill_grace_secs: 2
-    """, "ante.yaml"))
+    """,
+            "ante.yaml",
+        )
+    )
 
 
 def test_a_warm_profile_keeps_one_agent_for_the_chat_and_new_starts_another(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -301,8 +347,9 @@ def test_a_tool_the_profile_asks_about_is_asked_at_the_prompt(chat, tmp_path: Pa
     assert terminal.exit_code() == 0
 
 
-def test_run_asks_the_person_at_the_terminal_and_piped_chat_denies_saying_why(env: dict[str, str],
-                                                                              tmp_path: Path) -> None:
+def test_run_asks_the_person_at_the_terminal_and_piped_chat_denies_saying_why(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     profile = ante_profile(tmp_path, "{default: deny, ask: [exec]}")
     terminal = Terminal("run", profile, "use the tool", env=env)
     try:
@@ -312,8 +359,9 @@ def test_run_asks_the_person_at_the_terminal_and_piped_chat_denies_saying_why(en
         assert terminal.exit_code() == 0
     finally:
         terminal.close()
-    done = subprocess.run([AGENT_BRIDGE, "chat", profile], input="use the tool\n", capture_output=True, text=True,
-                          timeout=60, env=env)
+    done = subprocess.run(
+        [AGENT_BRIDGE, "chat", profile], input="use the tool\n", capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0, done.stderr
     assert "Bash: skipped." in done.stdout and "denied Bash: ls -la (nobody at a terminal to ask)" in done.stderr
 

@@ -31,25 +31,65 @@ import bridge
 from bridge import Turn
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
-RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
-                 "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
-SPEC_FIELDS = {"command", "args", "protocol", "resume_args", "new_session_args", "permissions", "keep_warm_secs",
-               "max_warm", "start_timeout_secs", "on_worker_lost", "stdin", "cwd", "env",
-               "env_allowlist", "env_inherit", "timeout_secs",
-               "idle_timeout_secs", "kill_grace_secs", "max_reply_chars", "truncation_suffix",
-               "include_stderr_in_reply", "send_error_reply", "streaming", "session_line_prefix", "name",
-               "description"}
+RESULT_FIELDS = {
+    "reply",
+    "session_id",
+    "error",
+    "error_reply",
+    "exit_code",
+    "timed_out",
+    "outcome",
+    "stderr_tail",
+    "duration_ms",
+    "partials",
+    "truncated",
+    "usage",
+}
+SPEC_FIELDS = {
+    "command",
+    "args",
+    "protocol",
+    "resume_args",
+    "new_session_args",
+    "permissions",
+    "keep_warm_secs",
+    "max_warm",
+    "start_timeout_secs",
+    "on_worker_lost",
+    "stdin",
+    "cwd",
+    "env",
+    "env_allowlist",
+    "env_inherit",
+    "timeout_secs",
+    "idle_timeout_secs",
+    "kill_grace_secs",
+    "max_reply_chars",
+    "truncation_suffix",
+    "include_stderr_in_reply",
+    "send_error_reply",
+    "streaming",
+    "session_line_prefix",
+    "name",
+    "description",
+}
 BUNDLED = sorted(PROFILES.rglob("*.yaml"))  # the samples and the ready profiles of coding CLIs
 
 
-def cli(*args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run([AGENT_BRIDGE, *args], stdin=stdin, capture_output=True, text=True, timeout=60, env=env)
 
 
 def cli_at_once(*invocations: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
     """Run independent CLI invocations concurrently (each costs an interpreter start-up)."""
-    procs = [subprocess.Popen([AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for args in invocations]
+    procs = [
+        subprocess.Popen(
+            [AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for args in invocations
+    ]
     done = []
     for args, proc in zip(invocations, procs):
         out, err = proc.communicate(timeout=60)
@@ -93,13 +133,16 @@ while True:
 
 
 def test_human_mode_prints_partials_then_the_reply(tmp_path):
-    profile = agent_profile(tmp_path, """
+    profile = agent_profile(
+        tmp_path,
+        """
         print('AGENT_PARTIAL:"Hel"')
         print('AGENT_PARTIAL:"lo"')
         print("AGENT_SESSION:s1")
         print("the reply")
         print("second line")
-    """)
+    """,
+    )
     done = cli("run", str(profile), "hi", "--log-level", "debug")
     assert (done.returncode, done.stdout) == (0, "Hello\nthe reply\nsecond line\n")
     assert "turn finished" in done.stderr  # logs, even at debug, only ever on stderr
@@ -124,11 +167,14 @@ else:
 """
 
 
-@pytest.mark.parametrize("message, stdout", [
-    ("streams its reply", "The answer is 42.\n"),
-    ("streams the start", "The answer is 42.\n"),
-    ("streams messages, the reply is the last", "Let me look.\n\nFound it.\n"),
-])
+@pytest.mark.parametrize(
+    "message, stdout",
+    [
+        ("streams its reply", "The answer is 42.\n"),
+        ("streams the start", "The answer is 42.\n"),
+        ("streams messages, the reply is the last", "Let me look.\n\nFound it.\n"),
+    ],
+)
 def test_human_mode_prints_a_reply_the_agent_streamed_once(tmp_path, message, stdout):
     """JSON families stream the reply itself: run shows what the partials did not already show."""
     profile = agent_profile(tmp_path, JSON_STREAMER, protocol="agentproc-0.4")
@@ -147,8 +193,9 @@ def test_human_mode_sends_the_error_reply_to_stderr_with_the_turns_exit_code():
 def test_exit_code_is_the_turns_and_the_error_reply_says_why(tmp_path):
     exits_3 = agent_profile(tmp_path, "import sys; print('body'); sys.exit(3)")
     missing = write_profile(tmp_path, "command: no-such-agent-program-xyz\n", "missing.yaml")
-    own, spawn = cli_at_once(("run", str(exits_3), "x", "--log-level", "error"),
-                             ("run", str(missing), "x", "--log-level", "error"))
+    own, spawn = cli_at_once(
+        ("run", str(exits_3), "x", "--log-level", "error"), ("run", str(missing), "x", "--log-level", "error")
+    )
     assert (own.returncode, own.stdout, own.stderr) == (3, "", "The agent exited with code 3.\n")
     assert (spawn.returncode, spawn.stdout) == (127, "")
     assert "could not be started: command 'no-such-agent-program-xyz' not found on PATH" in spawn.stderr
@@ -157,15 +204,24 @@ def test_exit_code_is_the_turns_and_the_error_reply_says_why(tmp_path):
 def test_partials_are_printed_live(tmp_path):
     fifo = tmp_path / "ack"
     os.mkfifo(fifo)
-    profile = agent_profile(tmp_path, """
+    profile = agent_profile(
+        tmp_path,
+        """
         import os, sys
         fifo = os.open(sys.argv[1], os.O_RDWR)
         print('AGENT_PARTIAL:"one"', flush=True)
         os.read(fifo, 1)  # until the test has seen "one" on the CLI's stdout
         print("reply")
-    """, args=[str(fifo)], timeout_secs=20)
-    with subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "x"], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    """,
+        args=[str(fifo)],
+        timeout_secs=20,
+    )
+    with subprocess.Popen(
+        [AGENT_BRIDGE, "run", str(profile), "x"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
         assert proc.stdout is not None
         seen = b""
         while b"one" not in seen:
@@ -180,7 +236,9 @@ def test_partials_are_printed_live(tmp_path):
 
 
 def test_json_mode_prints_one_event_per_line_and_the_result_last(tmp_path):
-    profile = agent_profile(tmp_path, r"""
+    profile = agent_profile(
+        tmp_path,
+        r"""
         import sys
         sys.stdout.buffer.write(b"AGENT_PARTIAL:\xff\nbody \xc3(\n")
         print('AGENT_PARTIAL:"p1"')
@@ -190,7 +248,8 @@ def test_json_mode_prints_one_event_per_line_and_the_result_last(tmp_path):
         print('AGENT_ERROR:"first"')
         print('AGENT_PARTIAL:"dropped after the error"')
         print('AGENT_ERROR:"second"')
-    """)
+    """,
+    )
     done = cli("run", str(profile), "x", "--json")
     events = ndjson(done.stdout)
     assert events[:-1] == [
@@ -203,9 +262,19 @@ def test_json_mode_prints_one_event_per_line_and_the_result_last(tmp_path):
     result = events[-1]
     assert result.pop("event") == "result"
     assert set(result) == RESULT_FIELDS
-    assert result == {**result, "reply": "", "session_id": "sess-1", "error": "second", "error_reply": "second",
-                      "exit_code": 1, "timed_out": False, "outcome": "agent_error", "stderr_tail": "",
-                      "partials": 2, "truncated": False}
+    assert result == {
+        **result,
+        "reply": "",
+        "session_id": "sess-1",
+        "error": "second",
+        "error_reply": "second",
+        "exit_code": 1,
+        "timed_out": False,
+        "outcome": "agent_error",
+        "stderr_tail": "",
+        "partials": 2,
+        "truncated": False,
+    }
     assert isinstance(result["duration_ms"], int)
     assert done.returncode == 1
 
@@ -214,15 +283,29 @@ def test_json_mode_prints_what_the_agent_does_as_activity_and_its_usage_on_the_r
     """agentproc-0.4 (the bundled profile): thinking and an answered tool request are activity lines."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the sample agent keeps its sessions
     asks = ("run", str(PROFILES / "agentproc-echo.yaml"), "--json", "--timeout", "20")
-    allowed, denied = (subprocess.run([AGENT_BRIDGE, *asks, message], capture_output=True, text=True, timeout=60,
-                                      env=env, stdin=subprocess.DEVNULL) for message in ("hi tool=Read", "hi"))
+    allowed, denied = (
+        subprocess.run(
+            [AGENT_BRIDGE, *asks, message],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        for message in ("hi tool=Read", "hi")
+    )
     events = ndjson(allowed.stdout)
     session, thinking, tool = events[:3]
     assert session == {"event": "session", "session_id": events[-1]["session_id"]}
     assert thinking == {"event": "activity", "activity": "thinking", "text": "reading turn 1"}
     assert tool.pop("call_id").startswith("req-")
-    assert tool == {"event": "activity", "activity": "tool", "tool": "Read", "status": "allowed",
-                    "title": "count the 2 word(s) of your message"}
+    assert tool == {
+        "event": "activity",
+        "activity": "tool",
+        "tool": "Read",
+        "status": "allowed",
+        "title": "count the 2 word(s) of your message",
+    }
     assert [event["text"] for event in events[3:-1]] == ["You", " said:", " hi", " tool=Read"]
     result = events[-1]
     assert (allowed.returncode, result["reply"]) == (0, "You said: hi tool=Read\n(Read was allowed)")
@@ -238,18 +321,26 @@ def test_json_mode_prints_what_the_agent_does_as_activity_and_its_usage_on_the_r
 
 def test_message_from_the_argument_from_dash_and_from_piped_stdin():
     echo = str(PROFILES / "echo.yaml")
-    runs = [(("run", echo, "from the argument"), None), (("run", echo, "-"), "from dash\nsecond line\n"),
-            (("run", echo), "piped")]
-    procs = [subprocess.Popen([AGENT_BRIDGE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for args, _ in runs]
+    runs = [
+        (("run", echo, "from the argument"), None),
+        (("run", echo, "-"), "from dash\nsecond line\n"),
+        (("run", echo), "piped"),
+    ]
+    procs = [
+        subprocess.Popen([AGENT_BRIDGE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for args, _ in runs
+    ]
     outputs = [proc.communicate(stdin_text, timeout=60)[0] for proc, (_, stdin_text) in zip(procs, runs)]
     assert outputs == ["echo: from the argument\n", "echo: from dash\nsecond line\n", "echo: piped\n"]
 
 
 def test_the_message_may_come_after_the_options():
     echo = str(PROFILES / "echo.yaml")
-    after, dash, two = cli_at_once(("run", echo, "--session-name", "work", "after the options"),
-                                   ("run", echo, "--json", "-"), ("run", echo, "--json", "one", "two"))
+    after, dash, two = cli_at_once(
+        ("run", echo, "--session-name", "work", "after the options"),
+        ("run", echo, "--json", "-"),
+        ("run", echo, "--json", "one", "two"),
+    )
     assert (after.returncode, after.stdout) == (0, "echo: after the options\n"), after.stderr
     assert (dash.returncode, ndjson(dash.stdout)[-1]["reply"]) == (0, "echo: "), dash.stderr
     assert two.returncode == 2 and "unrecognized arguments: one two" in two.stderr
@@ -258,8 +349,13 @@ def test_the_message_may_come_after_the_options():
 def test_stdin_none_gives_the_agent_an_empty_stdin_even_when_the_bridges_stdin_is_an_open_pipe(tmp_path):
     """The bridge's stdin is a pipe its writer keeps open: an agent inheriting it would wait forever."""
     profile = agent_profile(tmp_path, "import sys\nprint(repr(sys.stdin.buffer.read()))\n", timeout_secs=5)
-    proc = subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "hi"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [AGENT_BRIDGE, "run", str(profile), "hi"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:  # not communicate(): it would close the pipe, which is the point of the test
         out, err = proc.stdout.read(), proc.stderr.read()  # an inheriting agent ends only at the 5 s timeout
         proc.wait(timeout=20)
@@ -282,9 +378,23 @@ def test_no_message_and_a_terminal_on_stdin_is_a_usage_error():
 
 def test_every_run_option_reaches_the_agent(tmp_path):
     profile = agent_profile(tmp_path, ENV_DUMP)
-    done = cli("run", str(profile), "the message", "--json", "--session-id", "sid-1", "--session-name", "work",
-               "--from-user", "alice", "--attach", "image=https://x.test/cat.png",
-               "--attach", "file=https://x.test/doc.pdf", "--no-stream")
+    done = cli(
+        "run",
+        str(profile),
+        "the message",
+        "--json",
+        "--session-id",
+        "sid-1",
+        "--session-name",
+        "work",
+        "--from-user",
+        "alice",
+        "--attach",
+        "image=https://x.test/cat.png",
+        "--attach",
+        "file=https://x.test/doc.pdf",
+        "--no-stream",
+    )
     assert done.returncode == 0, done.stderr
     events = ndjson(done.stdout)
     assert [event["event"] for event in events] == ["result"]  # --no-stream: the partial is ignored
@@ -324,10 +434,20 @@ def test_bad_profiles_and_bad_arguments_exit_2_saying_what_is_wrong(tmp_path):
 
 def test_ctrl_c_interrupts_the_agent_and_exits_130(tmp_path):
     marker, pid_file = tmp_path / "marker", tmp_path / "pids"
-    profile = agent_profile(tmp_path, WAITS_FOR_SIGINT, kill_grace_secs=0.2, timeout_secs=60,
-                            env={"MARKER": str(marker), "PID_FILE": str(pid_file)})
-    with subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "x", "--json"], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    profile = agent_profile(
+        tmp_path,
+        WAITS_FOR_SIGINT,
+        kill_grace_secs=0.2,
+        timeout_secs=60,
+        env={"MARKER": str(marker), "PID_FILE": str(pid_file)},
+    )
+    with subprocess.Popen(
+        [AGENT_BRIDGE, "run", str(profile), "x", "--json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         assert proc.stdout is not None
         assert json.loads(proc.stdout.readline()) == {"event": "partial", "text": "ready"}
         proc.send_signal(signal.SIGINT)
@@ -344,7 +464,9 @@ def test_ctrl_c_interrupts_the_agent_and_exits_130(tmp_path):
 def test_a_reader_that_goes_away_ends_the_cli_quietly_and_stops_the_agent(tmp_path):
     fifo, pid_file = tmp_path / "ack", tmp_path / "pids"
     os.mkfifo(fifo)
-    profile = agent_profile(tmp_path, """
+    profile = agent_profile(
+        tmp_path,
+        """
         import os, subprocess, sys, time
         with open(os.environ["PID_FILE"], "a") as out:
             out.write(f"{os.getpid()}\\n{subprocess.Popen(['sleep', '600']).pid}\\n")
@@ -354,9 +476,19 @@ def test_a_reader_that_goes_away_ends_the_cli_quietly_and_stops_the_agent(tmp_pa
         print('AGENT_PARTIAL:"two"', flush=True)
         while True:
             time.sleep(3600)
-    """, args=[str(fifo)], env={"PID_FILE": str(pid_file)}, kill_grace_secs=0.2, timeout_secs=60)
-    with subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "x"], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    """,
+        args=[str(fifo)],
+        env={"PID_FILE": str(pid_file)},
+        kill_grace_secs=0.2,
+        timeout_secs=60,
+    )
+    with subprocess.Popen(
+        [AGENT_BRIDGE, "run", str(profile), "x"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdout.read(3) == "one"
         proc.stdout.close()  # like `agent-bridge run … | head -c 3`
@@ -379,8 +511,19 @@ def test_log_options_work_before_and_after_the_command_and_the_later_one_wins():
         ("--log-level", "info", "--log-format", "json", "run", echo, "hi"),
         ("run", "--log-level", "info", "--log-format", "json", echo, "hi"),
         ("--log-level", "info", "--log-format", "console", "run", "--log-level", "error", echo, "hi"),
-        ("--log-level", "error", "--log-format", "console", "run", echo, "hi", "--log-level", "info",
-         "--log-format", "json"),
+        (
+            "--log-level",
+            "error",
+            "--log-format",
+            "console",
+            "run",
+            echo,
+            "hi",
+            "--log-level",
+            "info",
+            "--log-format",
+            "json",
+        ),
         ("--log-level", "info", "--log-format", "console", "run", echo, "hi"),
     )
     assert [done.returncode for done in runs] == [0] * 5
@@ -392,13 +535,17 @@ def test_log_options_work_before_and_after_the_command_and_the_later_one_wins():
 
 
 def test_a_run_that_logs_nothing_does_not_import_structlog(tmp_path):
-    probe = ("import sys\nfrom bridge.cli import main\ncode = main(sys.argv[1:])\n"
-             "print('structlog' in sys.modules)\nraise SystemExit(code)")
+    probe = (
+        "import sys\nfrom bridge.cli import main\ncode = main(sys.argv[1:])\n"
+        "print('structlog' in sys.modules)\nraise SystemExit(code)"
+    )
     echo, missing = str(PROFILES / "echo.yaml"), str(write_profile(tmp_path, "command: [/nonexistent/agent]"))
-    quiet, louder, warned = (subprocess.run([PYTHON, "-c", probe, *args], stdin=subprocess.DEVNULL,
-                                            capture_output=True, text=True, timeout=60)
-                             for args in (("run", echo, "hi"), ("run", echo, "hi", "--log-level", "info"),
-                                          ("run", missing, "x", "--json")))
+    quiet, louder, warned = (
+        subprocess.run(
+            [PYTHON, "-c", probe, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+        )
+        for args in (("run", echo, "hi"), ("run", echo, "hi", "--log-level", "info"), ("run", missing, "x", "--json"))
+    )
     assert quiet.stdout.splitlines() == ["echo: hi", "False"] and quiet.stderr == ""
     assert louder.stdout.splitlines()[-1] == "True" and "turn finished" in louder.stderr
     # A record at the active level still comes out, bound context and all.
@@ -407,11 +554,15 @@ def test_a_run_that_logs_nothing_does_not_import_structlog(tmp_path):
 
 
 def test_logs_go_to_stderr_so_json_stdout_parses_even_at_debug(tmp_path):
-    profile = agent_profile(tmp_path, """
+    profile = agent_profile(
+        tmp_path,
+        """
         print("AGENT_SESSION:has a space")
         print("x" * (2 * 1024 * 1024))
         print('AGENT_PARTIAL:"p"')
-    """, max_reply_chars=10)
+    """,
+        max_reply_chars=10,
+    )
     done = cli("run", str(profile), "x", "--json", "--log-level", "debug")
     events = ndjson(done.stdout)  # every stdout line is an event
     assert [event["event"] for event in events] == ["partial", "result"]
@@ -425,9 +576,15 @@ def test_logs_go_to_stderr_so_json_stdout_parses_even_at_debug(tmp_path):
 def test_logs_on_a_terminal_are_for_people():
     controller, terminal = pty.openpty()
     try:
-        done = subprocess.run([AGENT_BRIDGE, "run", str(PROFILES / "echo.yaml"), "hi", "--log-level", "info"],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal, text=True,
-                              timeout=60, env={**os.environ, "NO_COLOR": "1"})
+        done = subprocess.run(
+            [AGENT_BRIDGE, "run", str(PROFILES / "echo.yaml"), "hi", "--log-level", "info"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            timeout=60,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
         os.close(terminal)
         logged = b""
         while True:
@@ -448,10 +605,14 @@ def test_logs_on_a_terminal_are_for_people():
 
 
 def test_message_text_and_env_values_stay_out_of_logs_above_debug(tmp_path):
-    profile = agent_profile(tmp_path, """
+    profile = agent_profile(
+        tmp_path,
+        """
         print("AGENT_SESSION:bad session")
         print("reply")
-    """, env={"TOKEN": "${BRIDGE_TEST_SECRET}", "OTHER": "${BRIDGE_TEST_UNSET}"})
+    """,
+        env={"TOKEN": "${BRIDGE_TEST_SECRET}", "OTHER": "${BRIDGE_TEST_UNSET}"},
+    )
     env = {**os.environ, "BRIDGE_TEST_SECRET": "value-of-the-secret"}
     env.pop("BRIDGE_TEST_UNSET", None)
     done = cli("run", str(profile), "private message text", "--json", "--log-level", "info", env=env)
@@ -472,15 +633,23 @@ def test_check_accepts_every_bundled_profile():
 
 
 def test_check_reports_every_problem_as_file_line_message(tmp_path):
-    bad = write_profile(tmp_path, """
+    bad = write_profile(
+        tmp_path,
+        """
         command: ["agent"]
         timout_secs: 3
         stdin: sometimes
         streaming: "yes"
-    """, "bad.yaml")
-    injection = write_profile(tmp_path, """
+    """,
+        "bad.yaml",
+    )
+    injection = write_profile(
+        tmp_path,
+        """
         command: sh -c 'echo {{MESSAGE}}'
-    """, "injection.yaml")
+    """,
+        "injection.yaml",
+    )
     done = cli("check", str(PROFILES / "echo.yaml"), str(bad), str(injection))
     assert done.returncode == 2
     assert f"{PROFILES / 'echo.yaml'}: ok" in done.stdout
@@ -488,14 +657,17 @@ def test_check_reports_every_problem_as_file_line_message(tmp_path):
     assert f"{bad}:2: unknown key 'timout_secs'; did you mean 'timeout_secs'?" in problems
     assert any(line.startswith(f"{bad}:3: stdin") for line in problems)
     assert any(line.startswith(f"{bad}:4: streaming") for line in problems)
-    assert any(line.startswith(f"{injection}:1: command: {{{{MESSAGE}}}} is inside the inline code run by sh")
-               for line in problems)
+    assert any(
+        line.startswith(f"{injection}:1: command: {{{{MESSAGE}}}} is inside the inline code run by sh")
+        for line in problems
+    )
 
 
 def test_check_warns_where_a_message_could_become_options_and_shows_the_fix(tmp_path):
     unguarded = write_profile(tmp_path, "command: ls -1 {{MESSAGE}}\n", "unguarded.yaml")
-    guarded = write_profile(tmp_path, "command: ls -1 -- {{MESSAGE}}\nargs: ['--color={{SESSION_NAME}}']\n",
-                            "guarded.yaml")
+    guarded = write_profile(
+        tmp_path, "command: ls -1 -- {{MESSAGE}}\nargs: ['--color={{SESSION_NAME}}']\n", "guarded.yaml"
+    )
     done = cli("check", str(unguarded), str(guarded))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"{unguarded}: ok", f"{guarded}: ok"]
@@ -507,13 +679,17 @@ def test_check_warns_where_a_message_could_become_options_and_shows_the_fix(tmp_
 
 
 def test_check_warns_about_the_argv_of_a_resumed_session_too(tmp_path):
-    both = write_profile(tmp_path, "command: some-cli\nresume_args: ['--resume={{SESSION_ID}}']\n"
-                                   "args: ['{{MESSAGE}}']\n", "both.yaml")
+    both = write_profile(
+        tmp_path, "command: some-cli\nresume_args: ['--resume={{SESSION_ID}}']\nargs: ['{{MESSAGE}}']\n", "both.yaml"
+    )
     done = cli("check", str(both))
     warnings = [line for line in done.stderr.splitlines() if "not preceded by --" in line]
     assert len(warnings) == 1 and "some-cli -- {{MESSAGE}}" in warnings[0]  # about args: said once, not twice
-    resumed_only = write_profile(tmp_path, "command: some-cli\nresume_args: [--resume, '{{SESSION_ID}}']\n"
-                                           "args: [--, '{{MESSAGE}}']\n", "resumed-only.yaml")
+    resumed_only = write_profile(
+        tmp_path,
+        "command: some-cli\nresume_args: [--resume, '{{SESSION_ID}}']\nargs: [--, '{{MESSAGE}}']\n",
+        "resumed-only.yaml",
+    )
     done = cli("check", str(resumed_only))
     [warning] = [line for line in done.stderr.splitlines() if "not preceded by --" in line]
     assert "warning: in a resumed session: {{SESSION_ID}} is not preceded by --" in warning
@@ -522,19 +698,24 @@ def test_check_warns_about_the_argv_of_a_resumed_session_too(tmp_path):
 def test_a_session_id_cannot_move_the_agent_out_of_its_cwd(tmp_path):
     (tmp_path / "work" / "s-1").mkdir(parents=True)
     ran = tmp_path / "ran"
-    profile = agent_profile(tmp_path, f"""
+    profile = agent_profile(
+        tmp_path,
+        f"""
         import os
         open({str(ran)!r}, "a").write(os.getcwd() + "\\n")
         print(os.getcwd())
-    """, cwd="{{PROFILE_DIR}}/work/{{SESSION_ID}}")
+    """,
+        cwd="{{PROFILE_DIR}}/work/{{SESSION_ID}}",
+    )
     escape, json_escape, fine = cli_at_once(
         ("run", str(profile), "hi", "--session-id", "../..", "--log-level", "error"),
         ("run", str(profile), "hi", "--session-id", "../..", "--json", "--log-level", "error"),
         ("run", str(profile), "hi", "--session-id", "s-1"),
     )
     assert (escape.returncode, escape.stdout) == (126, "")
-    assert ("could not be started: the session id '../..' cannot be used in cwd: it contains '/'"
-            in escape.stderr), escape.stderr
+    assert "could not be started: the session id '../..' cannot be used in cwd: it contains '/'" in escape.stderr, (
+        escape.stderr
+    )
     [result] = ndjson(json_escape.stdout)
     assert (result["outcome"], result["exit_code"], json_escape.returncode) == ("spawn_failed", 126, 126)
     assert (fine.returncode, fine.stdout) == (0, f"{tmp_path.resolve() / 'work' / 's-1'}\n")
@@ -561,9 +742,16 @@ def test_schema_is_a_json_schema_of_every_profile_field(tmp_path):
 
 
 def test_make_run_command_answers_and_python_dash_m_bridge_is_the_same_command():
-    script, module = (subprocess.Popen([*command, "run", "profiles/echo.yaml", "hello"], cwd=REPO, text=True,
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-                      for command in ([AGENT_BRIDGE], [sys.executable, "-m", "bridge"]))
+    script, module = (
+        subprocess.Popen(
+            [*command, "run", "profiles/echo.yaml", "hello"],
+            cwd=REPO,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+        )
+        for command in ([AGENT_BRIDGE], [sys.executable, "-m", "bridge"])
+    )
     for proc in (script, module):
         assert proc.communicate(timeout=60)[0] == "echo: hello\n"
         assert proc.returncode == 0
@@ -611,12 +799,16 @@ async def test_bundled_stream_profile_streams_and_resumes_its_session(tmp_path, 
 
 def test_a_failed_turn_shows_the_last_lines_of_the_agents_stderr_under_the_generic_error(tmp_path):
     """Wrapping a CLI (jq, ls) whose own error goes to stderr: the user sees why, not only the exit code."""
-    like_jq = agent_profile(tmp_path, """
+    like_jq = agent_profile(
+        tmp_path,
+        """
         import sys
         sys.stderr.write("reading input\\n" + "".join(f"noise {n}\\n" for n in range(10)))
         sys.stderr.write("jq: error (at <stdin>:0): Cannot index number with \\"foo\\"\\n")
         sys.exit(5)
-    """, name="like_jq")
+    """,
+        name="like_jq",
+    )
     done = cli("run", str(like_jq), "x")
     assert (done.returncode, done.stdout) == (5, "")
     assert done.stderr.splitlines() == [
@@ -626,24 +818,33 @@ def test_a_failed_turn_shows_the_last_lines_of_the_agents_stderr_under_the_gener
         "          noise 7",
         "          noise 8",
         "          noise 9",
-        "          jq: error (at <stdin>:0): Cannot index number with \"foo\"",
+        '          jq: error (at <stdin>:0): Cannot index number with "foo"',
     ]
     as_json = cli("run", str(like_jq), "x", "--json")
-    assert ndjson(as_json.stdout)[-1]["stderr_tail"].endswith("Cannot index number with \"foo\"\n")
+    assert ndjson(as_json.stdout)[-1]["stderr_tail"].endswith('Cannot index number with "foo"\n')
     assert "stderr:" not in as_json.stderr, "--json is unchanged: the tail is in the result"
 
 
 def test_the_stderr_tail_is_not_shown_when_the_agent_explained_itself_or_the_reply_has_it(tmp_path):
-    explained = agent_profile(tmp_path, """
+    explained = agent_profile(
+        tmp_path,
+        """
         import sys
         sys.stderr.write("debug noise\\n")
         print('AGENT_ERROR:"The service is down."')
-    """, name="explained")
-    in_reply = agent_profile(tmp_path, """
+    """,
+        name="explained",
+    )
+    in_reply = agent_profile(
+        tmp_path,
+        """
         import sys
         sys.stderr.write("the cause\\n")
         sys.exit(3)
-    """, name="in_reply", include_stderr_in_reply=True)
+    """,
+        name="in_reply",
+        include_stderr_in_reply=True,
+    )
     own, included = cli_at_once(("run", str(explained), "x"), ("run", str(in_reply), "x"))
     assert (own.returncode, own.stderr) == (1, "The service is down.\n")
     assert included.returncode == 3
@@ -653,11 +854,14 @@ def test_the_stderr_tail_is_not_shown_when_the_agent_explained_itself_or_the_rep
 def test_an_empty_reply_gets_a_notice_and_stdin_message_a_hint_about_stdin_line(tmp_path):
     silent = agent_profile(tmp_path, "import sys; sys.stderr.write('nothing to say\\n')", name="silent")
     reads_lines = agent_profile(tmp_path, "import sys; sys.stdin.read()", name="reads_lines", stdin="message")
-    quiet, on_stdin, as_json = cli_at_once(("run", str(silent), "x"), ("run", str(reads_lines), "2^10"),
-                                           ("run", str(silent), "x", "--json"))
+    quiet, on_stdin, as_json = cli_at_once(
+        ("run", str(silent), "x"), ("run", str(reads_lines), "2^10"), ("run", str(silent), "x", "--json")
+    )
     assert (quiet.returncode, quiet.stdout) == (0, "")
-    assert quiet.stderr.splitlines() == ["agent-bridge: the agent exited 0 without printing a reply",
-                                         "  stderr: nothing to say"]
+    assert quiet.stderr.splitlines() == [
+        "agent-bridge: the agent exited 0 without printing a reply",
+        "  stderr: nothing to say",
+    ]
     assert (on_stdin.returncode, on_stdin.stdout) == (0, "")
     assert "without printing a reply; a program that reads lines (bc, a REPL) needs `stdin: line`" in on_stdin.stderr
     assert (as_json.returncode, as_json.stderr) == (0, "")
@@ -666,16 +870,25 @@ def test_an_empty_reply_gets_a_notice_and_stdin_message_a_hint_about_stdin_line(
 def test_show_stderr_streams_the_agents_stderr_live_and_the_tail_is_not_repeated(tmp_path):
     fifo = tmp_path / "go"
     os.mkfifo(fifo)
-    profile = agent_profile(tmp_path, """
+    profile = agent_profile(
+        tmp_path,
+        """
         import sys
         sys.stderr.write("step 1: fetching\\n")
         sys.stderr.flush()
         open(sys.argv[1]).read()  # until the test has seen step 1 on the CLI's stderr
         sys.stderr.write("step 2: it broke\\n")
         sys.exit(4)
-    """, args=[str(fifo)], timeout_secs=20)
-    with subprocess.Popen([AGENT_BRIDGE, "run", str(profile), "x", "--show-stderr"], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    """,
+        args=[str(fifo)],
+        timeout_secs=20,
+    )
+    with subprocess.Popen(
+        [AGENT_BRIDGE, "run", str(profile), "x", "--show-stderr"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
         assert proc.stderr is not None
         seen = b""
         while b"step 1: fetching\n" not in seen:
@@ -686,8 +899,11 @@ def test_show_stderr_streams_the_agents_stderr_live_and_the_tail_is_not_repeated
             pass
         out, rest = proc.communicate(timeout=30)
     assert (proc.returncode, out) == (4, b"")
-    assert (seen + rest).decode().splitlines() == ["step 1: fetching", "step 2: it broke",
-                                                   "The agent exited with code 4."]
+    assert (seen + rest).decode().splitlines() == [
+        "step 1: fetching",
+        "step 2: it broke",
+        "The agent exited with code 4.",
+    ]
 
 
 def test_show_stderr_with_json_passes_the_agents_stderr_through_and_stdout_stays_ndjson(tmp_path):
@@ -702,8 +918,11 @@ def test_show_stderr_with_json_passes_the_agents_stderr_through_and_stdout_stays
 
 def test_a_spawn_failure_is_said_once_and_the_log_record_only_when_asked_for(tmp_path):
     missing = write_profile(tmp_path, "command: no-such-agent-program-xyz\n", "missing.yaml")
-    plain, louder, as_json = cli_at_once(("run", str(missing), "x"), ("run", str(missing), "x", "--log-level", "info"),
-                                         ("run", str(missing), "x", "--json"))
+    plain, louder, as_json = cli_at_once(
+        ("run", str(missing), "x"),
+        ("run", str(missing), "x", "--log-level", "info"),
+        ("run", str(missing), "x", "--json"),
+    )
     assert plain.returncode == louder.returncode == as_json.returncode == 127
     assert plain.stderr == "The agent could not be started: command 'no-such-agent-program-xyz' not found on PATH.\n"
     assert "agent could not be started" in louder.stderr  # the record too, at a higher verbosity
@@ -716,8 +935,9 @@ def terminal_env() -> dict[str, str]:
 
 
 def test_on_a_terminal_a_log_record_starts_on_a_line_of_its_own_never_inside_a_partial():
-    terminal = Terminal("run", str(PROFILES / "hang.yaml"), "x", "--timeout", "0.5", "--log-level", "info",
-                        env=terminal_env())
+    terminal = Terminal(
+        "run", str(PROFILES / "hang.yaml"), "x", "--timeout", "0.5", "--log-level", "info", env=terminal_env()
+    )
     try:
         assert terminal.exit_code() == 124
     finally:
@@ -746,11 +966,16 @@ def silent_agent(tmp_path: Path) -> tuple[Path, Path]:
     """A profile whose agent says nothing until the test writes to the FIFO it returns."""
     go = tmp_path / "go"
     os.mkfifo(go)
-    return agent_profile(tmp_path, """
+    return agent_profile(
+        tmp_path,
+        """
         import sys
         open(sys.argv[1]).read()
         print("done thinking")
-    """, args=[str(go)], timeout_secs=20), go
+    """,
+        args=[str(go)],
+        timeout_secs=20,
+    ), go
 
 
 def test_run_on_a_terminal_shows_the_elapsed_time_while_the_agent_is_silent_then_erases_it(tmp_path):
@@ -773,8 +998,13 @@ def test_run_shows_no_elapsed_time_unless_both_stdout_and_stderr_are_terminals(t
     controller, tty = pty.openpty()
     try:
         streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, terminal_stream: tty}
-        done = subprocess.run([AGENT_BRIDGE, "run", str(profile), "x"], stdin=subprocess.DEVNULL, timeout=60,
-                              env=terminal_env(), **streams)
+        done = subprocess.run(
+            [AGENT_BRIDGE, "run", str(profile), "x"],
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            env=terminal_env(),
+            **streams,
+        )
         os.close(tty)
         on_terminal = b""
         while True:
@@ -800,8 +1030,10 @@ def test_a_message_that_starts_with_a_dash_goes_after_double_dash_and_the_error_
     after, refused, helped = cli_at_once(("run", echo, "--", "-la"), ("run", echo, "-la"), ("run", "--help"))
     assert (after.returncode, after.stdout) == (0, "echo: -la\n")
     assert refused.returncode == 2
-    assert ("unrecognized arguments: -la; a message that starts with '-' goes last, after --: "
-            "agent-bridge run PROFILE [OPTIONS] -- -la") in refused.stderr
+    assert (
+        "unrecognized arguments: -la; a message that starts with '-' goes last, after --: "
+        "agent-bridge run PROFILE [OPTIONS] -- -la"
+    ) in refused.stderr
     assert "agent-bridge run PROFILE -- -la" in helped.stdout
 
 
@@ -819,20 +1051,33 @@ def test_the_examples_in_run_help_run(tmp_path):
     """Help that teaches must not teach what fails: each example of `run --help` runs from the repository."""
     help_text = cli("run", "--help").stdout
     examples = help_text.split("\nexamples:\n", 1)[1].split("\nexit codes:\n")[0]
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path), "TMPDIR": str(tmp_path),
-           "PATH": f"{Path(AGENT_BRIDGE).parent}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "PATH": f"{Path(AGENT_BRIDGE).parent}:{os.environ['PATH']}",
+    }
     for example in examples.strip().splitlines():
-        done = subprocess.run(["sh", "-c", example.strip()], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["sh", "-c", example.strip()],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert (done.returncode, done.stderr) == (0, ""), example
         assert done.stdout, example
 
 
 def test_session_ids_the_protocol_forbids_are_refused_with_the_rule():
     echo = str(PROFILES / "echo.yaml")
-    spaced, chatting, empty = cli_at_once(("run", echo, "--session-id", "a b", "hi"),
-                                          ("chat", echo, "--session-id", "x" * 513),
-                                          ("run", echo, "--session-id", "", "hi"))
+    spaced, chatting, empty = cli_at_once(
+        ("run", echo, "--session-id", "a b", "hi"),
+        ("chat", echo, "--session-id", "x" * 513),
+        ("run", echo, "--session-id", "", "hi"),
+    )
     for done in (spaced, chatting):
         assert (done.returncode, done.stdout) == (2, "")
         assert "without whitespace or control characters" in done.stderr and "512" in done.stderr
@@ -847,8 +1092,14 @@ def test_errors_and_warnings_are_in_colour_on_a_terminal_unless_no_color_is_set(
     def stderr_on_a_terminal(args: tuple[str, ...], **env: str) -> bytes:
         controller, tty = pty.openpty()
         try:
-            subprocess.run([AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=tty,
-                           timeout=60, env={**terminal_env(), "TERM": "xterm", **env})
+            subprocess.run(
+                [AGENT_BRIDGE, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=tty,
+                timeout=60,
+                env={**terminal_env(), "TERM": "xterm", **env},
+            )
             os.close(tty)
             shown = b""
             while True:
@@ -870,12 +1121,16 @@ def test_errors_and_warnings_are_in_colour_on_a_terminal_unless_no_color_is_set(
 
 
 def test_check_warns_that_the_protocols_agent_variables_cannot_be_set_in_env(tmp_path):
-    profile = write_profile(tmp_path, """
+    profile = write_profile(
+        tmp_path,
+        """
         command: echo
         env:
           AGENT_MESSAGE: overridden?
           AGENT_OWN_SETTING: fine
-    """, "env.yaml")
+    """,
+        "env.yaml",
+    )
     done = cli("check", str(profile))
     assert (done.returncode, done.stdout) == (0, f"{profile}: ok\n")
     assert done.stderr.splitlines() == [
@@ -898,8 +1153,9 @@ def test_init_writes_a_starter_agent_that_check_accepts_and_run_answers(tmp_path
     for part in ("AGENT_MESSAGE", "AGENT_SESSION_ID", "AGENT_SESSION:", "AGENT_PARTIAL:", "AGENT_ERROR:", "Exit 0"):
         assert part in agent.read_text(), f"the starter explains {part}"
 
-    checked, first, empty = cli_at_once(("check", str(profile)), ("run", str(profile), "--json", "hello"),
-                                        ("run", str(profile), ""))
+    checked, first, empty = cli_at_once(
+        ("check", str(profile)), ("run", str(profile), "--json", "hello"), ("run", str(profile), "")
+    )
     assert (checked.returncode, checked.stdout, checked.stderr) == (0, f"{profile}: ok\n", "")
     events = ndjson(first.stdout)
     assert [event["event"] for event in events] == ["session", "partial", "result"]
@@ -912,8 +1168,11 @@ def test_init_writes_a_starter_agent_that_check_accepts_and_run_answers(tmp_path
 
 def test_init_never_overwrites_and_refuses_a_bad_name(tmp_path):
     (tmp_path / "taken.yaml").write_text("mine\n")
-    taken, bad, fine = cli_at_once(("init", "taken", "--dir", str(tmp_path)), ("init", "../up", "--dir", str(tmp_path)),
-                                   ("init", "here.yaml", "--dir", str(tmp_path)))
+    taken, bad, fine = cli_at_once(
+        ("init", "taken", "--dir", str(tmp_path)),
+        ("init", "../up", "--dir", str(tmp_path)),
+        ("init", "here.yaml", "--dir", str(tmp_path)),
+    )
     assert taken.returncode == 2 and "already exists; init never overwrites" in taken.stderr
     assert (tmp_path / "taken.yaml").read_text() == "mine\n" and not (tmp_path / "taken.sh").exists()
     assert bad.returncode == 2 and "cannot name an agent" in bad.stderr
@@ -932,8 +1191,7 @@ def test_a_command_line_that_starts_with_its_command_gets_the_same_parser_alone(
         alone = build_parser(command)
         assert tuple(subparsers(alone).choices) == (command,)
         assert alone.format_usage() == whole.format_usage()
-        assert (subparsers(alone).choices[command].format_help()
-                == subparsers(whole).choices[command].format_help())
+        assert subparsers(alone).choices[command].format_help() == subparsers(whole).choices[command].format_help()
     run = cli("run", str(PROFILES / "echo.yaml"), "--bogus")
     assert run.returncode == 2 and run.stderr.startswith("usage: agent-bridge run ") and "--bogus" in run.stderr
     listing = cli("--help")

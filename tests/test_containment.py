@@ -44,8 +44,9 @@ from bridge.cgroups import CONTAINMENT, cgroup2_mount, own_cgroup
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 CONTAINED = CONTAINMENT.status()
-needs_cgroups = pytest.mark.skipif(not CONTAINED.available,
-                                   reason=f"this machine cannot give agents cgroups: {CONTAINED.reason}")
+needs_cgroups = pytest.mark.skipif(
+    not CONTAINED.available, reason=f"this machine cannot give agents cgroups: {CONTAINED.reason}"
+)
 
 # Leaves a sleeper in a session of its own (the background job is not a group leader, so `setsid` needs no
 # fork and $! is the sleeper), records its pid and its own (one line, one write), says it is ready, and runs
@@ -67,25 +68,33 @@ exec {PYTHON} {SAMPLE_AGENTS / "acp_agent.py"} --store "$STORE"
 
 def escaping_profile(directory: Path, name: str = "escape", timeout_secs: float = 60) -> Path:
     write_agent(directory, f"{name}.sh", ESCAPING_AGENT)
-    return write_profile(directory, f"""
+    return write_profile(
+        directory,
+        f"""
         command: ["{{{{PROFILE_DIR}}}}/{name}.sh"]
         kill_grace_secs: 0.3
         timeout_secs: {timeout_secs}
         env:
-          PID_FILE: "{directory / 'pids'}"
-    """, f"{name}.yaml")
+          PID_FILE: "{directory / "pids"}"
+    """,
+        f"{name}.yaml",
+    )
 
 
 def escaping_acp_profile(directory: Path) -> Path:
     write_agent(directory, "escape-acp.sh", ESCAPING_ACP_AGENT)
-    return write_profile(directory, f"""
+    return write_profile(
+        directory,
+        f"""
         command: ["{{{{PROFILE_DIR}}}}/escape-acp.sh"]
         protocol: acp
         kill_grace_secs: 0.3
         env:
-          PID_FILE: "{directory / 'pids'}"
-          STORE: "{directory / 'sessions'}"
-    """, "escape-acp.yaml")
+          PID_FILE: "{directory / "pids"}"
+          STORE: "{directory / "sessions"}"
+    """,
+        "escape-acp.yaml",
+    )
 
 
 def escaped(pids: list[int]) -> bool:
@@ -94,16 +103,28 @@ def escaped(pids: list[int]) -> bool:
     return bool(eventually(lambda: all(os.getsid(pid) == pid for pid in pids), "the escapes", within=5.0))
 
 
-def serve_turns(tmp_path: Path, profile: str, count: int, message: str, *, cgroups: bool = True
-                ) -> subprocess.Popen[str]:
+def serve_turns(
+    tmp_path: Path, profile: str, count: int, message: str, *, cgroups: bool = True
+) -> subprocess.Popen[str]:
     """`serve` on `tmp_path/profiles`, sent `count` turns of `profile`, one conversation each."""
-    argv = [AGENT_BRIDGE, "serve", "--profiles", str(tmp_path / "profiles"), "--state",
-            str(tmp_path / "sessions.sqlite3")]
-    serve = subprocess.Popen(argv if cgroups else without_cgroups(argv), stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    argv = [
+        AGENT_BRIDGE,
+        "serve",
+        "--profiles",
+        str(tmp_path / "profiles"),
+        "--state",
+        str(tmp_path / "sessions.sqlite3"),
+    ]
+    serve = subprocess.Popen(
+        argv if cgroups else without_cgroups(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     for index in range(count):
-        serve.stdin.write(json.dumps({"type": "turn", "id": index, "profile": profile, "conversation": f"c{index}",
-                                      "message": message}) + "\n")
+        serve.stdin.write(
+            json.dumps(
+                {"type": "turn", "id": index, "profile": profile, "conversation": f"c{index}", "message": message}
+            )
+            + "\n"
+        )
     serve.stdin.flush()
     return serve
 
@@ -125,8 +146,7 @@ def strays() -> Iterator[list[int]]:
 
 @needs_cgroups
 @pytest.mark.parametrize("cgroups", [True, False], ids=["contained", "without cgroups"])
-def test_a_sigkilled_serve_leaves_nothing_its_agents_started(tmp_path: Path, cgroups: bool,
-                                                             strays: list[int]) -> None:
+def test_a_sigkilled_serve_leaves_nothing_its_agents_started(tmp_path: Path, cgroups: bool, strays: list[int]) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     escaping_profile(profiles)
@@ -206,7 +226,11 @@ async def test_the_end_of_a_warm_agent_ends_what_it_left_behind_in_a_plain_host(
 
 @needs_cgroups
 def test_no_cgroup_is_left_behind(tmp_path: Path) -> None:
-    host = subprocess.Popen([PYTHON, "-c", """
+    host = subprocess.Popen(
+        [
+            PYTHON,
+            "-c",
+            """
 import sys, bridge
 from bridge.cgroups import CONTAINMENT
 profile = bridge.load_profile(sys.argv[1])
@@ -214,12 +238,21 @@ for _ in range(3):
     bridge.run_turn_sync(profile, bridge.Turn("hi"))
 print(CONTAINMENT.directory, flush=True)
 sys.stdin.readline()
-""", str(escaping_profile(tmp_path, timeout_secs=0.2))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+""",
+            str(escaping_profile(tmp_path, timeout_secs=0.2)),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         directory = Path(host.stdout.readline().strip())
         assert directory.parent == Path(CONTAINED.where) and directory.name.startswith(f"agent-bridge-{host.pid}-")
-        eventually(lambda: not [path for path in directory.iterdir() if path.is_dir()],
-                   "the agents' cgroups to be removed", within=3.0)
+        eventually(
+            lambda: not [path for path in directory.iterdir() if path.is_dir()],
+            "the agents' cgroups to be removed",
+            within=3.0,
+        )
         assert_no_live_process(read_pids(tmp_path / "pids"))
         host.stdin.close()
         assert host.wait(timeout=5) == 0
@@ -233,29 +266,46 @@ sys.stdin.readline()
 
 def test_check_and_serve_say_when_agents_cannot_be_contained(tmp_path: Path) -> None:
     profile = escaping_profile(tmp_path)
-    done = subprocess.run(without_cgroups([AGENT_BRIDGE, "check", str(profile)]), capture_output=True, text=True,
-                          timeout=30)
+    done = subprocess.run(
+        without_cgroups([AGENT_BRIDGE, "check", str(profile)]), capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{profile}: ok\n"
-    assert ("note: agents are not contained in cgroups: no cgroup v2 file system is mounted; a process that leaves "
-            "its agent's process group is stopped only by a subreaper bridge") in done.stderr
-    served = subprocess.run(without_cgroups([AGENT_BRIDGE, "serve", "--profiles", str(tmp_path), "--log-level",
-                                             "info", "--log-format", "json"]),
-                            input="", capture_output=True, text=True, timeout=30)
+    assert (
+        "note: agents are not contained in cgroups: no cgroup v2 file system is mounted; a process that leaves "
+        "its agent's process group is stopped only by a subreaper bridge"
+    ) in done.stderr
+    served = subprocess.run(
+        without_cgroups(
+            [AGENT_BRIDGE, "serve", "--profiles", str(tmp_path), "--log-level", "info", "--log-format", "json"]
+        ),
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     said = [json.loads(line) for line in served.stderr.splitlines() if "contain" in line]
     assert [(record["event"], record["reason"]) for record in said] == [
-        ("agents are not contained in cgroups", "no cgroup v2 file system is mounted")]
+        ("agents are not contained in cgroups", "no cgroup v2 file system is mounted")
+    ]
 
 
 @needs_cgroups
 def test_serve_says_where_its_agents_cgroups_are(tmp_path: Path) -> None:
-    served = subprocess.run([AGENT_BRIDGE, "serve", "--profiles", str(tmp_path), "--log-level", "info",
-                             "--log-format", "json"], input="", capture_output=True, text=True, timeout=30)
+    served = subprocess.run(
+        [AGENT_BRIDGE, "serve", "--profiles", str(tmp_path), "--log-level", "info", "--log-format", "json"],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     said = [json.loads(line) for line in served.stderr.splitlines() if "cgroup" in line]
     assert [(record["event"], record["below"]) for record in said] == [
-        ("each agent runs in a cgroup of its own", CONTAINED.where)]
-    checked = subprocess.run([AGENT_BRIDGE, "check", str(escaping_profile(tmp_path))], capture_output=True,
-                             text=True, timeout=30)
+        ("each agent runs in a cgroup of its own", CONTAINED.where)
+    ]
+    checked = subprocess.run(
+        [AGENT_BRIDGE, "check", str(escaping_profile(tmp_path))], capture_output=True, text=True, timeout=30
+    )
     assert checked.stderr == ""  # contained: nothing to warn about
 
 
@@ -263,9 +313,11 @@ def test_serve_says_where_its_agents_cgroups_are(tmp_path: Path) -> None:
 
 
 def test_the_cgroup2_mount_and_the_process_s_cgroup_are_read_from_proc() -> None:
-    hybrid = ("25 30 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755\n"
-              "26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw\n"
-              "27 25 0:24 / /sys/fs/cgroup/memory rw shared:11 - cgroup cgroup rw,memory\n")
+    hybrid = (
+        "25 30 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755\n"
+        "26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw\n"
+        "27 25 0:24 / /sys/fs/cgroup/memory rw shared:11 - cgroup cgroup rw,memory\n"
+    )
     assert cgroup2_mount(hybrid) == ("/sys/fs/cgroup/unified", "/")
     delegated = "40 1 0:30 /system.slice/bot.service /mnt/my\\040cgroups rw master:3 - cgroup2 cgroup2 rw\n"
     assert cgroup2_mount(delegated) == ("/mnt/my cgroups", "/system.slice/bot.service")

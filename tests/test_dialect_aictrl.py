@@ -45,8 +45,17 @@ def test_a_text_turn_gives_the_session_the_text_as_partial_and_reply_and_the_mes
     assert events == [
         SessionEvent(SESSION),
         PartialEvent("Hello there."),
-        UsageEvent(Usage(input_tokens=120, output_tokens=6, cached_input_tokens=0, reasoning_tokens=0,
-                         total_tokens=126, cost_usd=0.0004), replace=False),  # step_finish is not counted again
+        UsageEvent(
+            Usage(
+                input_tokens=120,
+                output_tokens=6,
+                cached_input_tokens=0,
+                reasoning_tokens=0,
+                total_tokens=126,
+                cost_usd=0.0004,
+            ),
+            replace=False,
+        ),  # step_finish is not counted again
         ReplyEvent("Hello there."),  # the last text part, when the stream ends
     ]
 
@@ -82,13 +91,20 @@ def test_the_older_seed_schema_maps_too_and_a_subagent_never_becomes_the_session
         ActivityEvent("thinking", text="Let me think about this..."),
         ActivityEvent("tool", text="src", tool="bash", title="ls", status="completed"),  # the sub-agent's call
         ActivityEvent("tool", tool="bash", title="rm -rf /", status="denied", call_id="call_01xyz"),
-        ActivityEvent("tool", text="permission rejected", tool="bash", title="rm -rf /", status="failed",
-                      call_id="call_01xyz"),
+        ActivityEvent(
+            "tool", text="permission rejected", tool="bash", title="rm -rf /", status="failed", call_id="call_01xyz"
+        ),
     ]
     assert not of_type(events, ErrorEvent)  # the sub-agent's error is not the turn's
     first, second = (event.usage for event in of_type(events, UsageEvent))
-    assert first == Usage(input_tokens=1024 + 8800 + 1024, output_tokens=512, cached_input_tokens=8800,
-                          reasoning_tokens=0, total_tokens=1024 + 8800 + 1024 + 512, cost_usd=pytest.approx(0.015))
+    assert first == Usage(
+        input_tokens=1024 + 8800 + 1024,
+        output_tokens=512,
+        cached_input_tokens=8800,
+        reasoning_tokens=0,
+        total_tokens=1024 + 8800 + 1024 + 512,
+        cost_usd=pytest.approx(0.015),
+    )
     assert (second.output_tokens, second.reasoning_tokens, second.cost_usd) == (60, 10, pytest.approx(0.003))
     assert of_type(events, ReplyEvent) == [ReplyEvent("Here is the result...")]
 
@@ -101,20 +117,28 @@ def test_any_split_of_the_stream_gives_the_same_events(name):
 
 
 def test_a_stream_without_session_complete_did_not_finish_its_turn():
-    cut = b"".join(line for line in transcript("text").splitlines(keepends=True) if b"session_complete" not in line
-                   and b"invocation_complete" not in line)
+    cut = b"".join(
+        line
+        for line in transcript("text").splitlines(keepends=True)
+        if b"session_complete" not in line and b"invocation_complete" not in line
+    )
     events = decode("aictrl-ndjson", cut)
     assert of_type(events, ReplyEvent) == [ReplyEvent("Hello there.")]
-    assert events[-1] == ErrorEvent("aictrl ended without finishing its turn (no session_complete event)", unfinished=True)
+    assert events[-1] == ErrorEvent(
+        "aictrl ended without finishing its turn (no session_complete event)", unfinished=True
+    )
 
 
 def test_garbage_is_counted_an_overlong_line_is_cut_and_the_rest_still_decoded():
     long_text = b'{"type":"text","sessionID":"s1","part":{"type":"text","text":"' + b"x" * 5000 + b'"}}\n'
-    data = (b'{"type":"session_start","sessionID":"s1","schemaVersion":"1","permissions":[]}\n'
-            b"Warning: not json\n[1, 2]\n" + long_text
-            + b'{"type":"text","sessionID":"s1","part":{"type":"text","text":"short"}}\n'
-            b'{"type":"session_complete","sessionID":"s1","durationMs":1,"error":null}\n'
-            b'{"type":"text","sessionID":"s1","part":{"type":"text","text":"cut off mid-li')
+    data = (
+        b'{"type":"session_start","sessionID":"s1","schemaVersion":"1","permissions":[]}\n'
+        b"Warning: not json\n[1, 2]\n"
+        + long_text
+        + b'{"type":"text","sessionID":"s1","part":{"type":"text","text":"short"}}\n'
+        b'{"type":"session_complete","sessionID":"s1","durationMs":1,"error":null}\n'
+        b'{"type":"text","sessionID":"s1","part":{"type":"text","text":"cut off mid-li'
+    )
     events = decode("aictrl-ndjson", data, max_line_bytes=4096)
     assert of_type(events, SessionEvent) == [SessionEvent("s1")]
     assert len(of_type(events, LineCut)) == 1
@@ -125,22 +149,26 @@ def test_garbage_is_counted_an_overlong_line_is_cut_and_the_rest_still_decoded()
 
 
 def test_a_subagents_text_is_not_the_reply_and_its_error_not_the_turns():
-    data = (b'{"type":"session_start","sessionID":"main","permissions":[]}\n'
-            b'{"type":"text","sessionID":"main","part":{"type":"text","text":"mine","sessionID":"main"}}\n'
-            b'{"type":"text","sessionID":"main","part":{"type":"text","text":"theirs","sessionID":"child"}}\n'
-            b'{"type":"error","sessionID":"main","error":{"name":"X","data":{"message":"child broke"}},'
-            b'"sourceSessionID":"child"}\n'
-            b'{"type":"session_complete","sessionID":"main","durationMs":1,"error":null}\n')
+    data = (
+        b'{"type":"session_start","sessionID":"main","permissions":[]}\n'
+        b'{"type":"text","sessionID":"main","part":{"type":"text","text":"mine","sessionID":"main"}}\n'
+        b'{"type":"text","sessionID":"main","part":{"type":"text","text":"theirs","sessionID":"child"}}\n'
+        b'{"type":"error","sessionID":"main","error":{"name":"X","data":{"message":"child broke"}},'
+        b'"sourceSessionID":"child"}\n'
+        b'{"type":"session_complete","sessionID":"main","durationMs":1,"error":null}\n'
+    )
     events = decode("aictrl-ndjson", data)
     assert of_type(events, ReplyEvent) == [ReplyEvent("mine")]
     assert not of_type(events, ErrorEvent)
 
 
 def test_unknown_types_and_fields_are_ignored():
-    data = (b'{"type":"session_start","sessionID":"s1","permissions":[],"brandNew":true}\n'
-            b'{"type":"skill_loaded","sessionID":"s1","name":"commit"}\n'
-            b'{"type":"something_new","sessionID":"s1"}\n'
-            b'{"type":"session_complete","sessionID":"s1","durationMs":1,"error":null}\n')
+    data = (
+        b'{"type":"session_start","sessionID":"s1","permissions":[],"brandNew":true}\n'
+        b'{"type":"skill_loaded","sessionID":"s1","name":"commit"}\n'
+        b'{"type":"something_new","sessionID":"s1"}\n'
+        b'{"type":"session_complete","sessionID":"s1","durationMs":1,"error":null}\n'
+    )
     assert decode("aictrl-ndjson", data) == [SessionEvent("s1")]
 
 
@@ -162,8 +190,14 @@ async def test_the_profile_runs_a_turn_and_resumes_its_session(aictrl_on_path):
     assert first.session_id.startswith("ses_")
     assert first.reply == f'turn 1 of {first.session_id}: you said: "-v run a tool"'  # aictrl quotes spaced words
     assert [event.status for event in seen if isinstance(event, ActivityEvent)] == ["allowed", "completed"]
-    assert first.usage == Usage(input_tokens=220, output_tokens=40, cached_input_tokens=20, reasoning_tokens=0,
-                                total_tokens=260, cost_usd=pytest.approx(0.002))
+    assert first.usage == Usage(
+        input_tokens=220,
+        output_tokens=40,
+        cached_input_tokens=20,
+        reasoning_tokens=0,
+        total_tokens=260,
+        cost_usd=pytest.approx(0.002),
+    )
     assert (second.exit_code, second.session_id) == (0, first.session_id)
     assert second.reply.endswith('last time you said: "-v run a tool"')
 

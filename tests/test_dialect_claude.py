@@ -95,8 +95,10 @@ def test_text_deltas_are_the_partials_and_the_whole_assistant_line_is_not_shown_
 
 def test_thinking_deltas_are_thinking_activity_never_text():
     events = decode(transcript("claude-thinking-partial.jsonl"))
-    assert of(events, ActivityEvent) == [ActivityEvent("thinking", text="The user wants"),
-                                         ActivityEvent("thinking", text=" a number.")]
+    assert of(events, ActivityEvent) == [
+        ActivityEvent("thinking", text="The user wants"),
+        ActivityEvent("thinking", text=" a number."),
+    ]
     assert of(events, PartialEvent) == [PartialEvent("4"), PartialEvent("2")]
     assert of(events, ReplyEvent) == [ReplyEvent("42")]
 
@@ -105,13 +107,25 @@ def test_thinking_deltas_are_thinking_activity_never_text():
 def test_a_tool_call_is_activity_and_the_text_after_it_starts_a_paragraph(name):
     events = [event for event in decode(transcript(name)) if not isinstance(event, (SessionEvent, UsageEvent))]
     started = ActivityEvent("tool", tool="Bash", title="echo hi", status="started", call_id="toolu_fake1")
-    completed = ActivityEvent("tool", tool="Bash", title="echo hi", status="completed", call_id="toolu_fake1",
-                              text="hi")
+    completed = ActivityEvent(
+        "tool", tool="Bash", title="echo hi", status="completed", call_id="toolu_fake1", text="hi"
+    )
     assert events in (
-        [PartialEvent("Let me run it."), started, completed, PartialEvent("\n\nThe tool said: hi"),
-         ReplyEvent("The tool said: hi")],
-        [PartialEvent("Let me run it."), started, completed, PartialEvent("\n\nThe tool said: "), PartialEvent("hi"),
-         ReplyEvent("The tool said: hi")],
+        [
+            PartialEvent("Let me run it."),
+            started,
+            completed,
+            PartialEvent("\n\nThe tool said: hi"),
+            ReplyEvent("The tool said: hi"),
+        ],
+        [
+            PartialEvent("Let me run it."),
+            started,
+            completed,
+            PartialEvent("\n\nThe tool said: "),
+            PartialEvent("hi"),
+            ReplyEvent("The tool said: hi"),
+        ],
     )
 
 
@@ -121,10 +135,13 @@ def test_a_refused_tool_call_failed_and_says_why():
     assert "was blocked" in ended.text and len(ended.text) <= 300
 
 
-@pytest.mark.parametrize(("name", "text"), [
-    ("claude-error-401.jsonl", "Invalid API key · Fix external API key"),
-    ("claude-error-529.jsonl", "API Error: 529 Overloaded."),
-])
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("claude-error-401.jsonl", "Invalid API key · Fix external API key"),
+        ("claude-error-529.jsonl", "API Error: 529 Overloaded."),
+    ],
+)
 def test_an_api_error_keeps_subtype_success_but_is_an_error_and_its_message_is_no_partial(name, text):
     events = decode(transcript(name))
     [error] = of(events, ErrorEvent)
@@ -134,7 +151,8 @@ def test_an_api_error_keeps_subtype_success_but_is_an_error_and_its_message_is_n
 
 def test_an_error_subtype_gives_its_errors_list_as_the_error():
     assert of(decode(transcript("claude-resume-unknown.jsonl")), ErrorEvent) == [
-        ErrorEvent("No conversation found with session ID: 6c1f0f5e-3b7a-4c1e-9a55-0d2b8e7f4a10")]
+        ErrorEvent("No conversation found with session ID: 6c1f0f5e-3b7a-4c1e-9a55-0d2b8e7f4a10")
+    ]
 
 
 def test_a_retried_request_cannot_take_back_what_was_streamed_and_the_reply_is_the_result():
@@ -149,7 +167,7 @@ def test_any_chunking_decodes_like_one_feed(name):
     data = transcript(name)
     whole = decode(data)
     byte_by_byte = dialect()
-    events = [event for index in range(len(data)) for event in byte_by_byte.feed(data[index:index + 1])]
+    events = [event for index in range(len(data)) for event in byte_by_byte.feed(data[index : index + 1])]
     assert events + byte_by_byte.close() == whole
 
 
@@ -167,7 +185,7 @@ def test_a_split_at_every_byte_decodes_like_one_feed():
 def test_garbage_lines_are_counted_in_one_warning_and_change_nothing():
     data = transcript("claude-text.jsonl")
     first, rest = data.split(b"\n", 1)
-    noisy = first + b"\nnot json at all\n[1, 2]\n\"a string\"\n{\"type\":\n\n" + rest
+    noisy = first + b'\nnot json at all\n[1, 2]\n"a string"\n{"type":\n\n' + rest
     events = decode(noisy)
     assert events[:-1] == decode(data)
     assert events[-1] == ProtocolWarning("ignored 4 stdout line(s) that were not JSON objects")
@@ -175,16 +193,18 @@ def test_garbage_lines_are_counted_in_one_warning_and_change_nothing():
 
 def test_a_stream_cut_in_the_middle_of_a_line_is_an_unfinished_turn():
     data = transcript("claude-text-partial.jsonl")
-    cut = data[:data.index(b'{"type":"result"') + 40]
+    cut = data[: data.index(b'{"type":"result"') + 40]
     events = decode(cut)
     assert of(events, PartialEvent) == [PartialEvent(piece) for piece in TEXT_PIECES]
-    assert events[-2:] == [ErrorEvent(UNFINISHED, unfinished=True),
-                           ProtocolWarning("ignored 1 stdout line(s) that were not JSON objects")]
+    assert events[-2:] == [
+        ErrorEvent(UNFINISHED, unfinished=True),
+        ProtocolWarning("ignored 1 stdout line(s) that were not JSON objects"),
+    ]
 
 
 def test_a_stream_without_its_result_is_an_unfinished_turn():
     data = transcript("claude-tool.jsonl")
-    events = decode(data[:data.index(b'{"type":"result"')])
+    events = decode(data[: data.index(b'{"type":"result"')])
     assert not of(events, ReplyEvent)
     assert events[-1] == ErrorEvent(UNFINISHED, unfinished=True)
     assert decode(b"") == [ErrorEvent(UNFINISHED, unfinished=True)]
@@ -192,42 +212,55 @@ def test_a_stream_without_its_result_is_an_unfinished_turn():
 
 def test_a_line_over_the_limit_is_cut_and_the_turn_goes_on():
     long_text = "x" * 5000
-    data = lines({"type": "system", "subtype": "init", "session_id": "s1"},
-                 {"type": "assistant", "message": {"content": [{"type": "text", "text": long_text}]}},
-                 {"type": "result", "subtype": "success", "is_error": False, "result": "done"})
+    data = lines(
+        {"type": "system", "subtype": "init", "session_id": "s1"},
+        {"type": "assistant", "message": {"content": [{"type": "text", "text": long_text}]}},
+        {"type": "result", "subtype": "success", "is_error": False, "result": "done"},
+    )
     events = decode(data, max_line_bytes=4096)
     assert [type(event) for event in events] == [SessionEvent, LineCut, ReplyEvent]
 
 
 def test_unknown_types_and_fields_are_ignored():
-    data = lines({"type": "rate_limit_event", "rate_limit_info": {"status": "allowed"}},
-                 {"type": "system", "subtype": "api_retry", "attempt": 1, "session_id": "other"},
-                 {"type": "stream_event", "event": {"type": "ping"}},
-                 {"type": "assistant", "message": {"content": [{"type": "server_tool_use", "id": "x"}, "odd", 7]}},
-                 {"type": "user", "message": {"content": "a string"}},
-                 {"type": "result", "subtype": "success", "is_error": False, "result": "ok", "new_field": [1]})
+    data = lines(
+        {"type": "rate_limit_event", "rate_limit_info": {"status": "allowed"}},
+        {"type": "system", "subtype": "api_retry", "attempt": 1, "session_id": "other"},
+        {"type": "stream_event", "event": {"type": "ping"}},
+        {"type": "assistant", "message": {"content": [{"type": "server_tool_use", "id": "x"}, "odd", 7]}},
+        {"type": "user", "message": {"content": "a string"}},
+        {"type": "result", "subtype": "success", "is_error": False, "result": "ok", "new_field": [1]},
+    )
     assert decode(data) == [ReplyEvent("ok")]
 
 
 def test_each_distinct_valid_session_id_is_reported_once():
-    data = lines({"type": "system", "subtype": "init", "session_id": "a"},
-                 {"type": "system", "subtype": "init", "session_id": "a"},
-                 {"type": "system", "subtype": "init", "session_id": "has space"},
-                 {"type": "result", "subtype": "success", "is_error": False, "result": "", "session_id": "b"})
-    assert decode(data) == [SessionEvent("a"), ProtocolWarning("ignored a session id because it contains whitespace "
-                                                               "or control characters"),
-                            SessionEvent("b"), ReplyEvent("")]
+    data = lines(
+        {"type": "system", "subtype": "init", "session_id": "a"},
+        {"type": "system", "subtype": "init", "session_id": "a"},
+        {"type": "system", "subtype": "init", "session_id": "has space"},
+        {"type": "result", "subtype": "success", "is_error": False, "result": "", "session_id": "b"},
+    )
+    assert decode(data) == [
+        SessionEvent("a"),
+        ProtocolWarning("ignored a session id because it contains whitespace or control characters"),
+        SessionEvent("b"),
+        ReplyEvent(""),
+    ]
 
 
 def test_codebuddy_names_its_session_on_the_result_only():
-    data = lines({"type": "system", "subtype": "init", "model": "x"},
-                 {"type": "assistant", "message": {"content": [{"type": "text", "text": "hi"}]}},
-                 {"type": "result", "subtype": "success", "is_error": False, "result": "hi", "session_id": "cb-1"})
+    data = lines(
+        {"type": "system", "subtype": "init", "model": "x"},
+        {"type": "assistant", "message": {"content": [{"type": "text", "text": "hi"}]}},
+        {"type": "result", "subtype": "success", "is_error": False, "result": "hi", "session_id": "cb-1"},
+    )
     assert decode(data) == [PartialEvent("hi"), SessionEvent("cb-1"), ReplyEvent("hi")]
 
 
 def test_qwen_error_results_carry_error_message():
-    data = lines({"type": "result", "subtype": "error_max_turns", "is_error": True, "error": {"message": "too long"}},)
+    data = lines(
+        {"type": "result", "subtype": "error_max_turns", "is_error": True, "error": {"message": "too long"}},
+    )
     assert of(decode(data), ErrorEvent) == [ErrorEvent("too long")]
     bare = lines({"type": "result", "subtype": "error_max_turns", "is_error": True})
     assert of(decode(bare), ErrorEvent) == [ErrorEvent("the agent stopped: max turns")]
@@ -235,21 +268,41 @@ def test_qwen_error_results_carry_error_message():
 
 def test_a_subagent_adds_tool_activity_but_no_text():
     inside = {"parent_tool_use_id": "toolu_task"}
-    data = lines({"type": "assistant", **inside, "message": {"content": [
-                     {"type": "text", "text": "subagent musing"},
-                     {"type": "tool_use", "id": "t2", "name": "Grep", "input": {"pattern": "TODO"}}]}},
-                 {"type": "stream_event", **inside, "event": {"type": "content_block_delta",
-                                                              "delta": {"type": "text_delta", "text": "more"}}},
-                 {"type": "result", "subtype": "success", "is_error": False, "result": "done"})
-    assert decode(data) == [ActivityEvent("tool", tool="Grep", title="TODO", status="started", call_id="t2"),
-                            ReplyEvent("done")]
+    data = lines(
+        {
+            "type": "assistant",
+            **inside,
+            "message": {
+                "content": [
+                    {"type": "text", "text": "subagent musing"},
+                    {"type": "tool_use", "id": "t2", "name": "Grep", "input": {"pattern": "TODO"}},
+                ]
+            },
+        },
+        {
+            "type": "stream_event",
+            **inside,
+            "event": {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "more"}},
+        },
+        {"type": "result", "subtype": "success", "is_error": False, "result": "done"},
+    )
+    assert decode(data) == [
+        ActivityEvent("tool", tool="Grep", title="TODO", status="started", call_id="t2"),
+        ReplyEvent("done"),
+    ]
 
 
 def test_a_todo_list_is_a_plan():
-    todos = [{"content": "Read the code", "status": "completed", "activeForm": "Reading"},
-             {"content": "Fix the bug", "status": "in_progress", "activeForm": "Fixing"}]
-    data = lines({"type": "assistant", "message": {"content": [
-        {"type": "tool_use", "id": "t1", "name": "TodoWrite", "input": {"todos": todos}}]}})
+    todos = [
+        {"content": "Read the code", "status": "completed", "activeForm": "Reading"},
+        {"content": "Fix the bug", "status": "in_progress", "activeForm": "Fixing"},
+    ]
+    data = lines(
+        {
+            "type": "assistant",
+            "message": {"content": [{"type": "tool_use", "id": "t1", "name": "TodoWrite", "input": {"todos": todos}}]},
+        }
+    )
     assert decode(data)[:2] == [
         ActivityEvent("tool", tool="TodoWrite", status="started", call_id="t1"),
         ActivityEvent("plan", plan=(PlanStep("Read the code", "completed"), PlanStep("Fix the bug", "in_progress"))),
@@ -261,16 +314,34 @@ CURSOR_STREAM = [
     {"type": "thinking", "subtype": "delta", "text": "hmm", "session_id": "chat-1"},
     {"type": "assistant", "message": {"content": [{"type": "text", "text": "Let me "}]}, "timestamp_ms": 1},
     {"type": "assistant", "message": {"content": [{"type": "text", "text": "look."}]}, "timestamp_ms": 2},
-    {"type": "assistant", "message": {"content": [{"type": "text", "text": "Let me look."}]}, "model_call_id": "m1",
-     "timestamp_ms": 3},
-    {"type": "tool_call", "subtype": "started", "call_id": "c1",
-     "tool_call": {"readToolCall": {"args": {"path": "README.md"}}}},
-    {"type": "tool_call", "subtype": "completed", "call_id": "c1",
-     "tool_call": {"readToolCall": {"args": {"path": "README.md"}, "result": {"success": {"content": "…"}}}}},
+    {
+        "type": "assistant",
+        "message": {"content": [{"type": "text", "text": "Let me look."}]},
+        "model_call_id": "m1",
+        "timestamp_ms": 3,
+    },
+    {
+        "type": "tool_call",
+        "subtype": "started",
+        "call_id": "c1",
+        "tool_call": {"readToolCall": {"args": {"path": "README.md"}}},
+    },
+    {
+        "type": "tool_call",
+        "subtype": "completed",
+        "call_id": "c1",
+        "tool_call": {"readToolCall": {"args": {"path": "README.md"}, "result": {"success": {"content": "…"}}}},
+    },
     {"type": "assistant", "message": {"content": [{"type": "text", "text": "Found "}]}, "timestamp_ms": 4},
     {"type": "assistant", "message": {"content": [{"type": "text", "text": "it."}]}, "timestamp_ms": 5},
     {"type": "assistant", "message": {"content": [{"type": "text", "text": "Found it."}]}},
-    {"type": "result", "subtype": "success", "is_error": False, "result": "Let me look.Found it.", "session_id": "chat-1"},
+    {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "result": "Let me look.Found it.",
+        "session_id": "chat-1",
+    },
 ]
 
 
@@ -278,7 +349,10 @@ def test_cursor_repeats_are_dropped_with_the_setting():
     events = decode(lines(*CURSOR_STREAM), repeats_streamed_text=True)
     assert [event.text for event in of(events, PartialEvent)] == ["Let me ", "look.", "\n\nFound ", "it."]
     assert [(event.activity, event.tool, event.title, event.status) for event in of(events, ActivityEvent)] == [
-        ("thinking", "", "", ""), ("tool", "read", "README.md", "started"), ("tool", "read", "README.md", "completed")]
+        ("thinking", "", "", ""),
+        ("tool", "read", "README.md", "started"),
+        ("tool", "read", "README.md", "completed"),
+    ]
     assert events[-1] == ReplyEvent("Let me look.Found it.")
 
 
@@ -293,11 +367,24 @@ def test_cursor_error_results_fail_the_turn():
 
 
 def test_usage_counts_cache_reads_and_writes_as_input_like_other_families():
-    data = lines({"type": "result", "subtype": "success", "is_error": False, "result": "",
-                  "usage": {"input_tokens": 3, "cache_read_input_tokens": 14000, "cache_creation_input_tokens": 90,
-                            "output_tokens": 9}, "total_cost_usd": 0.02})
-    assert of(decode(data), UsageEvent) == [UsageEvent(Usage(input_tokens=14093, output_tokens=9,
-                                                             cached_input_tokens=14000, cost_usd=0.02))]
+    data = lines(
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "result": "",
+            "usage": {
+                "input_tokens": 3,
+                "cache_read_input_tokens": 14000,
+                "cache_creation_input_tokens": 90,
+                "output_tokens": 9,
+            },
+            "total_cost_usd": 0.02,
+        }
+    )
+    assert of(decode(data), UsageEvent) == [
+        UsageEvent(Usage(input_tokens=14093, output_tokens=9, cached_input_tokens=14000, cost_usd=0.02))
+    ]
 
 
 # --------------------------------------------------------------------------- the real Claude Code
@@ -340,7 +427,9 @@ async def test_real_claude_tool_calls_are_activity(tmp_path):
     with fake_anthropic("tool") as api:
         result, events = await run(claude_profile(tmp_path, api), "run echo hi")
     assert result.ok, (result.error, result.stderr_tail)
-    tools = [(event.tool, event.title, event.status, event.text) for event in events if isinstance(event, ActivityEvent)]
+    tools = [
+        (event.tool, event.title, event.status, event.text) for event in events if isinstance(event, ActivityEvent)
+    ]
     assert tools == [("Bash", "echo hi", "started", ""), ("Bash", "echo hi", "completed", "hi")]
     assert result.reply == "The tool said: hi"
 
@@ -414,9 +503,16 @@ def test_a_json_protocol_profile_can_be_replaced_and_still_refuses_a_session_pre
 
 
 def test_qwen_usage_already_counts_the_cache_in_its_input():
-    data = lines({"type": "system", "subtype": "init", "session_id": "q1", "qwen_code_version": "0.24.4"},
-                 {"type": "result", "subtype": "success", "is_error": False, "result": "",
-                  "usage": {"input_tokens": 120, "output_tokens": 9, "cache_read_input_tokens": 100,
-                            "total_tokens": 129}})
-    assert of(decode(data), UsageEvent) == [UsageEvent(Usage(input_tokens=120, output_tokens=9,
-                                                             cached_input_tokens=100, total_tokens=129))]
+    data = lines(
+        {"type": "system", "subtype": "init", "session_id": "q1", "qwen_code_version": "0.24.4"},
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "result": "",
+            "usage": {"input_tokens": 120, "output_tokens": 9, "cache_read_input_tokens": 100, "total_tokens": 129},
+        },
+    )
+    assert of(decode(data), UsageEvent) == [
+        UsageEvent(Usage(input_tokens=120, output_tokens=9, cached_input_tokens=100, total_tokens=129))
+    ]

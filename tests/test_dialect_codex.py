@@ -62,7 +62,7 @@ def decode(data: bytes, chunk: int | None = None) -> list[Any]:
     events = []
     step = chunk or len(data) or 1
     for start in range(0, len(data), step):
-        events += codex.feed(data[start:start + step])
+        events += codex.feed(data[start : start + step])
     return events + codex.close()
 
 
@@ -79,8 +79,9 @@ def test_a_text_turn_gives_the_thread_as_session_the_message_as_partial_and_repl
         SessionEvent("01a202c2-c4ac-7001-9393-365278ff1339"),
         PartialEvent("Hello from the fake server."),
         ReplyEvent("Hello from the fake server."),
-        UsageEvent(Usage(input_tokens=100, output_tokens=20, cached_input_tokens=7, reasoning_tokens=3,
-                         total_tokens=120)),
+        UsageEvent(
+            Usage(input_tokens=100, output_tokens=20, cached_input_tokens=7, reasoning_tokens=3, total_tokens=120)
+        ),
     ]
 
 
@@ -97,25 +98,39 @@ def test_any_chunking_of_codex_output_gives_the_same_events():
 
 def test_a_command_is_tool_activity_titled_with_the_command_and_its_exit_code_and_output():
     started, finished = of(ActivityEvent, decode(transcript("codex-tool-exec-command.jsonl")))
-    assert started == ActivityEvent("tool", tool="command_execution", title="echo hi", status="started",
-                                    call_id="item_0")
-    assert finished == ActivityEvent("tool", tool="command_execution", title="echo hi", status="completed",
-                                     call_id="item_0", text="exit code 0: hi")
+    assert started == ActivityEvent(
+        "tool", tool="command_execution", title="echo hi", status="started", call_id="item_0"
+    )
+    assert finished == ActivityEvent(
+        "tool", tool="command_execution", title="echo hi", status="completed", call_id="item_0", text="exit code 0: hi"
+    )
     _, failed = of(ActivityEvent, decode(transcript("codex-tool-exec-command-exit3.jsonl")))
-    assert (failed.title, failed.status, failed.text) == ("sh -c 'echo oops >&2; exit 3'", "failed",
-                                                          "exit code 3: oops")
+    assert (failed.title, failed.status, failed.text) == (
+        "sh -c 'echo oops >&2; exit 3'",
+        "failed",
+        "exit code 3: oops",
+    )
 
 
-@pytest.mark.parametrize(("command", "title"), [
-    ("/bin/bash -lc ls", "ls"),
-    ("/bin/bash -lc 'rg -n \"x\" src/'", 'rg -n "x" src/'),
-    ('/bin/zsh -lc "echo \\"it\'s\\" \\$HOME \\\\d"', 'echo "it\'s" $HOME \\d'),  # POSIX double-quote escapes
-    ("/bin/bash -lc 'a' 'b'", "/bin/bash -lc 'a' 'b'"),  # not one script: shown as codex gave it
-    ("python3 -m pytest", "python3 -m pytest"),
-])
+@pytest.mark.parametrize(
+    ("command", "title"),
+    [
+        ("/bin/bash -lc ls", "ls"),
+        ("/bin/bash -lc 'rg -n \"x\" src/'", 'rg -n "x" src/'),
+        ('/bin/zsh -lc "echo \\"it\'s\\" \\$HOME \\\\d"', 'echo "it\'s" $HOME \\d'),  # POSIX double-quote escapes
+        ("/bin/bash -lc 'a' 'b'", "/bin/bash -lc 'a' 'b'"),  # not one script: shown as codex gave it
+        ("python3 -m pytest", "python3 -m pytest"),
+    ],
+)
 def test_a_command_is_titled_without_the_shell_codex_wraps_it_in(command, title):
-    line = item("item.started", type="command_execution", command=command, aggregated_output="", exit_code=None,
-                status="in_progress")
+    line = item(
+        "item.started",
+        type="command_execution",
+        command=command,
+        aggregated_output="",
+        exit_code=None,
+        status="in_progress",
+    )
     [activity] = of(ActivityEvent, decode(lines(THREAD, line, DONE)))
     assert activity.title == title
 
@@ -151,21 +166,31 @@ def test_warning_items_are_logged_and_do_not_fail_the_turn():
 
 
 def test_turn_failed_is_the_error_and_retry_notices_are_not():
-    assert of(ErrorEvent, decode(transcript("codex-error-http401-no-retries.jsonl"))) == [ErrorEvent(
-        "unexpected status 401 Unauthorized: Incorrect API key provided: fake, url: http://127.0.0.1:36113/v1/responses")]
+    assert of(ErrorEvent, decode(transcript("codex-error-http401-no-retries.jsonl"))) == [
+        ErrorEvent(
+            "unexpected status 401 Unauthorized: Incorrect API key provided: fake, url: http://127.0.0.1:36113/v1/responses"
+        )
+    ]
     events = decode(transcript("codex-error-http500-default-retries.jsonl"))
     assert of(ErrorEvent, events) == [
-        ErrorEvent("We’re currently experiencing high demand, which may cause temporary errors.")]
+        ErrorEvent("We’re currently experiencing high demand, which may cause temporary errors.")
+    ]
     assert len(of(ProtocolWarning, events)) == 5  # one per "Reconnecting... n/5", logged without its text
 
 
 def test_a_stream_that_ends_without_turn_completed_or_failed_fails_with_codexs_last_notice():
     [error] = of(ErrorEvent, decode(transcript("codex-error-connection-refused-unbounded.jsonl")))
     assert error.text.startswith("codex ended without finishing its turn")
-    assert error.text.endswith("its last error: Reconnecting... waiting for network "
-                               "(Connection failed: error sending request)")
-    assert decode(b"") == [ErrorEvent("codex ended before it started a thread; its stderr says why (an unknown "
-                                      "session id, a usage error, a missing login or config)", unfinished=True)]
+    assert error.text.endswith(
+        "its last error: Reconnecting... waiting for network (Connection failed: error sending request)"
+    )
+    assert decode(b"") == [
+        ErrorEvent(
+            "codex ended before it started a thread; its stderr says why (an unknown "
+            "session id, a usage error, a missing login or config)",
+            unfinished=True,
+        )
+    ]
 
 
 def test_a_turn_without_a_message_has_no_reply_and_one_that_failed_after_one_still_fails():
@@ -189,8 +214,14 @@ def item(event: str, **fields: Any) -> dict[str, Any]:
 
 
 def test_every_agent_message_streams_as_a_paragraph_and_the_last_one_is_the_reply():
-    events = decode(lines(THREAD, item("item.completed", type="agent_message", text="Let me look."),
-                          item("item.completed", type="agent_message", text="Found it."), DONE))
+    events = decode(
+        lines(
+            THREAD,
+            item("item.completed", type="agent_message", text="Let me look."),
+            item("item.completed", type="agent_message", text="Found it."),
+            DONE,
+        )
+    )
     assert [partial.text for partial in of(PartialEvent, events)] == ["Let me look.", "\n\nFound it."]
     assert of(ReplyEvent, events) == [ReplyEvent("Found it.")]  # once, the last message
 
@@ -198,18 +229,43 @@ def test_every_agent_message_streams_as_a_paragraph_and_the_last_one_is_the_repl
 def test_plans_mcp_calls_and_web_searches_are_activity():
     # Field names from codex-rs/exec/src/exec_events.rs (not captured: the fake model cannot call these).
     todo = [{"text": "read the code", "completed": True}, {"text": "fix it", "completed": False}]
-    events = of(ActivityEvent, decode(lines(
-        THREAD,
-        item("item.started", type="todo_list", items=todo[:1]),
-        item("item.updated", type="todo_list", items=todo),
-        item("item.started", type="mcp_tool_call", server="docs", tool="search", arguments={"q": "trio"},
-             status="in_progress"),
-        item("item.completed", type="mcp_tool_call", server="docs", tool="search", arguments={"q": "trio"},
-             error={"message": "server went away"}, status="failed"),
-        item("item.completed", type="web_search", query="trio cancel scopes", action={"type": "search"}),
-        item("item.completed", type="command_execution", command="rm -rf x", aggregated_output="",
-             exit_code=None, status="declined"),
-        DONE)))
+    events = of(
+        ActivityEvent,
+        decode(
+            lines(
+                THREAD,
+                item("item.started", type="todo_list", items=todo[:1]),
+                item("item.updated", type="todo_list", items=todo),
+                item(
+                    "item.started",
+                    type="mcp_tool_call",
+                    server="docs",
+                    tool="search",
+                    arguments={"q": "trio"},
+                    status="in_progress",
+                ),
+                item(
+                    "item.completed",
+                    type="mcp_tool_call",
+                    server="docs",
+                    tool="search",
+                    arguments={"q": "trio"},
+                    error={"message": "server went away"},
+                    status="failed",
+                ),
+                item("item.completed", type="web_search", query="trio cancel scopes", action={"type": "search"}),
+                item(
+                    "item.completed",
+                    type="command_execution",
+                    command="rm -rf x",
+                    aggregated_output="",
+                    exit_code=None,
+                    status="declined",
+                ),
+                DONE,
+            )
+        ),
+    )
     assert events[1] == ActivityEvent("plan", plan=(PlanStep("read the code", "completed"), PlanStep("fix it")))
     assert [(event.tool, event.title, event.status, event.text) for event in events[2:]] == [
         ("docs.search", '{"q": "trio"}', "started", ""),
@@ -229,11 +285,20 @@ def test_a_plan_item_is_the_reply_only_when_codex_sent_no_message():
 def test_garbage_a_cut_line_unknown_events_and_a_bad_thread_id_are_ignored_with_warnings():
     codex = dialect(max_line_bytes=4096)
     events = codex.feed(b"not json\n[1, 2]\n" + b'{"type": "item.completed", "x": "' + b"y" * 5000 + b'"}\n')
-    events += codex.feed(lines({"type": "thread.started", "thread_id": "has space"}, {"type": "turn.started"},
-                               {"type": "something.new", "item": {}}, item("item.completed", type="future_kind"),
-                               {"type": ["not", "a", "name"]}, item("item.completed", type={"a": 1}),
-                               {"type": "item.completed", "item": "not an object"},
-                               THREAD, THREAD, DONE))
+    events += codex.feed(
+        lines(
+            {"type": "thread.started", "thread_id": "has space"},
+            {"type": "turn.started"},
+            {"type": "something.new", "item": {}},
+            item("item.completed", type="future_kind"),
+            {"type": ["not", "a", "name"]},
+            item("item.completed", type={"a": 1}),
+            {"type": "item.completed", "item": "not an object"},
+            THREAD,
+            THREAD,
+            DONE,
+        )
+    )
     events += codex.close()
     assert [type(event) for event in events] == [LineCut, ProtocolWarning, SessionEvent, UsageEvent, ProtocolWarning]
     assert events[1].message == "ignored codex's thread_id: it contains whitespace or control characters"
@@ -241,20 +306,86 @@ def test_garbage_a_cut_line_unknown_events_and_a_bad_thread_id_are_ignored_with_
     assert events[-1].message == "ignored 2 stdout line(s) that were not JSON objects"
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-                    max_leaves=4)
-FIELDS = st.sampled_from(["thread_id", "usage", "error", "message", "text", "command", "aggregated_output",
-                          "exit_code", "status", "changes", "items", "server", "tool", "arguments", "query", "action"])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=4,
+)
+FIELDS = st.sampled_from(
+    [
+        "thread_id",
+        "usage",
+        "error",
+        "message",
+        "text",
+        "command",
+        "aggregated_output",
+        "exit_code",
+        "status",
+        "changes",
+        "items",
+        "server",
+        "tool",
+        "arguments",
+        "query",
+        "action",
+    ]
+)
 CODEX_LIKE = st.fixed_dictionaries(
-    {"type": st.sampled_from(["thread.started", "turn.completed", "turn.failed", "error", "item.started",
-                              "item.updated", "item.completed"]) | JSON},
-    optional={"item": st.fixed_dictionaries(
-        {"type": st.sampled_from(["agent_message", "plan", "reasoning", "command_execution", "file_change",
-                                  "mcp_tool_call", "collab_tool_call", "web_search", "todo_list", "error"]) | JSON},
-        optional={"id": JSON, **{name: JSON for name in ("text", "command", "aggregated_output", "exit_code",
-                                                           "status", "changes", "items", "arguments", "action")}},
-    ) | JSON}).flatmap(lambda line: st.dictionaries(FIELDS, JSON, max_size=3).map(lambda extra: {**extra, **line}))
+    {
+        "type": st.sampled_from(
+            [
+                "thread.started",
+                "turn.completed",
+                "turn.failed",
+                "error",
+                "item.started",
+                "item.updated",
+                "item.completed",
+            ]
+        )
+        | JSON
+    },
+    optional={
+        "item": st.fixed_dictionaries(
+            {
+                "type": st.sampled_from(
+                    [
+                        "agent_message",
+                        "plan",
+                        "reasoning",
+                        "command_execution",
+                        "file_change",
+                        "mcp_tool_call",
+                        "collab_tool_call",
+                        "web_search",
+                        "todo_list",
+                        "error",
+                    ]
+                )
+                | JSON
+            },
+            optional={
+                "id": JSON,
+                **dict.fromkeys(
+                    (
+                        "text",
+                        "command",
+                        "aggregated_output",
+                        "exit_code",
+                        "status",
+                        "changes",
+                        "items",
+                        "arguments",
+                        "action",
+                    ),
+                    JSON,
+                ),
+            },
+        )
+        | JSON
+    },
+).flatmap(lambda line: st.dictionaries(FIELDS, JSON, max_size=3).map(lambda extra: {**extra, **line}))
 
 
 @settings(max_examples=100, deadline=None)
@@ -262,7 +393,8 @@ CODEX_LIKE = st.fixed_dictionaries(
 def test_any_json_in_codexs_shapes_maps_to_events_without_raising(objects):
     events = decode(lines(*objects))
     assert sum(type(event) is ErrorEvent for event in events) >= 1 or any(
-        line.get("type") == "turn.completed" for line in objects)
+        line.get("type") == "turn.completed" for line in objects
+    )
 
 
 # --------------------------------------------------------------------------- the profile
@@ -272,8 +404,16 @@ def test_the_ready_profile_puts_every_user_value_after_the_end_of_codexs_options
     profile = bridge.load_profile(CLI_PROFILES / "codex.yaml", cache=False)
     new = bridge.plan_launch(profile, bridge.Turn("--last"), {}).argv
     resumed = bridge.plan_launch(profile, bridge.Turn("--last", session_id="-t"), {}).argv
-    options = ("codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only", "--disable",
-               "unbounded_connection_retries")
+    options = (
+        "codex",
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--sandbox",
+        "read-only",
+        "--disable",
+        "unbounded_connection_retries",
+    )
     assert new == (*options, "--", "--last")
     assert resumed == (*options, "resume", "--", "-t", "--last")
 
@@ -312,8 +452,9 @@ class Codex:
     async def turn(self, message: str, session_id: str = "") -> tuple[bridge.TurnResult, list[Any]]:
         events: list[Any] = []
         with trio.fail_after(CODEX_TURN_DEADLINE):
-            result = await bridge.run_turn(self.profile, bridge.Turn(message, session_id=session_id),
-                                           on_event=events.append)
+            result = await bridge.run_turn(
+                self.profile, bridge.Turn(message, session_id=session_id), on_event=events.append
+            )
         return result, events[:-1]
 
 
@@ -328,7 +469,8 @@ def codex(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Codex]:
         workspace.mkdir()
         path = f"{binary.parent}{os.pathsep}{os.environ['PATH']}"
         profile = bridge.load_profile(CLI_PROFILES / "codex.yaml", cache=False).replace(
-            env={"CODEX_HOME": str(codex_home), "PATH": path}, cwd=str(workspace))
+            env={"CODEX_HOME": str(codex_home), "PATH": path}, cwd=str(workspace)
+        )
         yield Codex(api, profile, root / "home", workspace, path)
 
 
@@ -337,9 +479,12 @@ async def test_real_codex_answers_with_its_thread_as_session_and_reports_usage(c
     assert (result.outcome, result.reply, result.error) == (Outcome.OK, "Hello from the fake model.", "")
     assert events == [SessionEvent(result.session_id), PartialEvent("Hello from the fake model.")]
     assert bridge.dialects.session_id_problem(result.session_id) is None
-    assert result.usage == Usage(input_tokens=100, output_tokens=20, cached_input_tokens=7, reasoning_tokens=3,
-                                 total_tokens=120)
-    [request] = [request for request in codex.api.responses_requests() if request.prompt == "say Hello from the fake model."]
+    assert result.usage == Usage(
+        input_tokens=100, output_tokens=20, cached_input_tokens=7, reasoning_tokens=3, total_tokens=120
+    )
+    [request] = [
+        request for request in codex.api.responses_requests() if request.prompt == "say Hello from the fake model."
+    ]
     assert json.loads(request.headers["x-codex-turn-metadata"])["sandbox_mode"] == "read-only"
 
 
@@ -353,8 +498,11 @@ async def test_real_codex_resumes_its_thread_through_resume_args(codex):
     first, _ = await codex.turn("say The first answer.")
     # A message that codex would take for its --last option were it not after `--`.
     second, _ = await codex.turn("--last what did you say?", session_id=first.session_id)
-    assert (second.outcome, second.session_id, second.reply) == (Outcome.OK, first.session_id,
-                                                                 "echo: --last what did you say?")
+    assert (second.outcome, second.session_id, second.reply) == (
+        Outcome.OK,
+        first.session_id,
+        "echo: --last what did you say?",
+    )
     request = codex.api.responses_requests()[-1]
     assert request.user_texts()[-2:] == ["say The first answer.", "--last what did you say?"]
     assert request.assistant_texts() == ["The first answer."]  # the model saw the conversation so far
@@ -373,13 +521,20 @@ def test_real_codex_runs_a_command_from_the_ready_profile_with_run_json(codex):
     """The profile as shipped: codex finds its home in $HOME/.codex; `--timeout` overrides the profile."""
     done = subprocess.run(
         [AGENT_BRIDGE, "run", "--json", "--timeout", "60", str(CLI_PROFILES / "codex.yaml"), "run echo ran-by-codex"],
-        cwd=codex.workspace, env={**os.environ, "HOME": str(codex.home), "PATH": codex.path},
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=CODEX_TURN_DEADLINE)
+        cwd=codex.workspace,
+        env={**os.environ, "HOME": str(codex.home), "PATH": codex.path},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=CODEX_TURN_DEADLINE,
+    )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     tools = [record for record in records if record["event"] == "activity"]
     assert [(tool["tool"], tool["title"], tool["status"]) for tool in tools] == [
-        ("command_execution", "echo ran-by-codex", "started"), ("command_execution", "echo ran-by-codex", "completed")]
+        ("command_execution", "echo ran-by-codex", "started"),
+        ("command_execution", "echo ran-by-codex", "completed"),
+    ]
     assert tools[1]["text"].startswith("exit code 0: ") and tools[1]["text"].endswith("ran-by-codex")
     result = records[-1]
     assert result["event"] == "result" and result["reply"].endswith("ran-by-codex")

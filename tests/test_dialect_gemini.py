@@ -88,8 +88,9 @@ def test_a_tool_call_is_activity_and_the_text_after_it_starts_a_paragraph():
     assert events[1:-2] == [
         PartialEvent("Let me run it."),
         ActivityEvent("tool", tool="run_shell_command", title="echo hi", status="started", call_id=SHELL_ID),
-        ActivityEvent("tool", tool="run_shell_command", title="echo hi", status="completed", call_id=SHELL_ID,
-                      text="hi"),
+        ActivityEvent(
+            "tool", tool="run_shell_command", title="echo hi", status="completed", call_id=SHELL_ID, text="hi"
+        ),
         PartialEvent("\n\nThe tool said: "),
         PartialEvent(output),
     ]
@@ -108,10 +109,13 @@ def test_thought_parts_never_reach_the_reply():
     assert of(decode(transcript("gemini-thought-parts-dropped.jsonl")), ReplyEvent) == [ReplyEvent("The answer is 42.")]
 
 
-@pytest.mark.parametrize(("name", "text"), [
-    ("gemini-error-http401.jsonl", '[API Error: {"error":{"code":401,"message":"API key not valid (fake)"'),
-    ("gemini-error-http500-maxAttempts1.jsonl", '[API Error: {"error":{"code":500,"message":"fake internal error"'),
-])
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("gemini-error-http401.jsonl", '[API Error: {"error":{"code":401,"message":"API key not valid (fake)"'),
+        ("gemini-error-http500-maxAttempts1.jsonl", '[API Error: {"error":{"code":500,"message":"fake internal error"'),
+    ],
+)
 def test_a_result_with_status_error_fails_the_turn_with_its_message(name, text):
     events = decode(transcript(name))
     [error] = of(events, ErrorEvent)
@@ -126,10 +130,12 @@ def test_a_result_error_without_a_message_takes_the_error_line_s():
 
 
 def test_an_error_line_alone_does_not_fail_a_turn_that_succeeds_and_warnings_never_do():
-    data = lines({"type": "error", "severity": "error", "message": "Quota exceeded, switching model"},
-                 {"type": "error", "severity": "warning", "message": "Loop detected"},
-                 {"type": "message", "role": "assistant", "content": "fine", "delta": True},
-                 {"type": "result", "status": "success"})
+    data = lines(
+        {"type": "error", "severity": "error", "message": "Quota exceeded, switching model"},
+        {"type": "error", "severity": "warning", "message": "Loop detected"},
+        {"type": "message", "role": "assistant", "content": "fine", "delta": True},
+        {"type": "result", "status": "success"},
+    )
     assert decode(data) == [PartialEvent("fine"), ReplyEvent("fine")]
 
 
@@ -138,7 +144,7 @@ def test_any_chunking_decodes_like_one_feed(name):
     data = transcript(name)
     whole = decode(data)
     byte_by_byte = dialect()
-    events = [event for index in range(len(data)) for event in byte_by_byte.feed(data[index:index + 1])]
+    events = [event for index in range(len(data)) for event in byte_by_byte.feed(data[index : index + 1])]
     assert events + byte_by_byte.close() == whole
 
 
@@ -156,7 +162,7 @@ def test_a_split_at_every_byte_decodes_like_one_feed():
 def test_garbage_lines_are_counted_in_one_warning_and_change_nothing():
     data = transcript("gemini-text.jsonl")
     first, rest = data.split(b"\n", 1)
-    noisy = first + b"\nWarning: 256-color support not detected.\nnull\n{\"type\":\"message\"\n" + rest
+    noisy = first + b'\nWarning: 256-color support not detected.\nnull\n{"type":"message"\n' + rest
     events = decode(noisy)
     assert events[:-1] == decode(data)
     assert events[-1] == ProtocolWarning("ignored 3 stdout line(s) that were not JSON objects")
@@ -164,54 +170,73 @@ def test_garbage_lines_are_counted_in_one_warning_and_change_nothing():
 
 def test_an_interrupted_gemini_ends_without_a_result_and_the_turn_did_not_finish():
     data = transcript("gemini-text.jsonl")
-    events = decode(data[:data.index(b'{"type":"result"')])  # what gemini prints when SIGINT stops it (exit 0)
+    events = decode(data[: data.index(b'{"type":"result"')])  # what gemini prints when SIGINT stops it (exit 0)
     assert of(events, PartialEvent) and not of(events, ReplyEvent)
     assert events[-1] == ErrorEvent(UNFINISHED, unfinished=True)
 
 
 def test_a_stream_cut_in_the_middle_of_a_line_did_not_finish_and_names_the_last_error():
     data = transcript("gemini-error-no-finish-reason-maxAttempts1.jsonl")
-    events = decode(data[:data.index(b'{"type":"result"') + 30])
-    assert events[-2:] == [ErrorEvent(f"{UNFINISHED}: Model stream ended without a finish reason.", unfinished=True),
-                           ProtocolWarning("ignored 1 stdout line(s) that were not JSON objects")]
+    events = decode(data[: data.index(b'{"type":"result"') + 30])
+    assert events[-2:] == [
+        ErrorEvent(f"{UNFINISHED}: Model stream ended without a finish reason.", unfinished=True),
+        ProtocolWarning("ignored 1 stdout line(s) that were not JSON objects"),
+    ]
 
 
 def test_a_line_over_the_limit_is_cut_and_the_turn_goes_on():
-    data = lines({"type": "init", "session_id": "s1"},
-                 {"type": "tool_result", "tool_id": "t", "status": "success", "output": "x" * 5000},
-                 {"type": "message", "role": "assistant", "content": "done", "delta": True},
-                 {"type": "result", "status": "success"})
+    data = lines(
+        {"type": "init", "session_id": "s1"},
+        {"type": "tool_result", "tool_id": "t", "status": "success", "output": "x" * 5000},
+        {"type": "message", "role": "assistant", "content": "done", "delta": True},
+        {"type": "result", "status": "success"},
+    )
     assert [type(event) for event in decode(data, max_line_bytes=4096)] == [
-        SessionEvent, LineCut, PartialEvent, ReplyEvent]
+        SessionEvent,
+        LineCut,
+        PartialEvent,
+        ReplyEvent,
+    ]
 
 
 def test_unknown_types_fields_and_user_messages_are_ignored():
-    data = lines({"type": "message", "role": "user", "content": "the prompt"},
-                 {"type": "compression", "ratio": 2},
-                 {"type": "message", "role": "assistant", "content": 42, "delta": True},
-                 {"type": "tool_result", "tool_id": "unknown", "status": "success"},
-                 {"type": "result", "status": "success", "stats": "not an object", "new": True})
+    data = lines(
+        {"type": "message", "role": "user", "content": "the prompt"},
+        {"type": "compression", "ratio": 2},
+        {"type": "message", "role": "assistant", "content": 42, "delta": True},
+        {"type": "tool_result", "tool_id": "unknown", "status": "success"},
+        {"type": "result", "status": "success", "stats": "not an object", "new": True},
+    )
     assert decode(data) == [ActivityEvent("tool", status="completed", call_id="unknown"), ReplyEvent("")]
 
 
 def test_a_whole_assistant_message_is_text_like_deltas():
-    data = lines({"type": "message", "role": "assistant", "content": "Whole answer."},
-                 {"type": "result", "status": "success"})
+    data = lines(
+        {"type": "message", "role": "assistant", "content": "Whole answer."}, {"type": "result", "status": "success"}
+    )
     assert decode(data) == [PartialEvent("Whole answer."), ReplyEvent("Whole answer.")]
 
 
 def test_session_ids_are_validated_and_reported_once():
-    data = lines({"type": "init", "session_id": "a"}, {"type": "init", "session_id": "a"},
-                 {"type": "init", "session_id": ""}, {"type": "result", "status": "success"})
-    assert decode(data) == [SessionEvent("a"), ProtocolWarning("ignored a session id because it is empty"),
-                            ReplyEvent("")]
+    data = lines(
+        {"type": "init", "session_id": "a"},
+        {"type": "init", "session_id": "a"},
+        {"type": "init", "session_id": ""},
+        {"type": "result", "status": "success"},
+    )
+    assert decode(data) == [
+        SessionEvent("a"),
+        ProtocolWarning("ignored a session id because it is empty"),
+        ReplyEvent(""),
+    ]
 
 
 def test_write_todos_is_a_plan():
     todos = [{"description": "Read the code", "status": "completed"}, {"description": "Fix it", "status": "pending"}]
     data = lines({"type": "tool_use", "tool_name": "write_todos", "tool_id": "w1", "parameters": {"todos": todos}})
-    assert decode(data)[1] == ActivityEvent("plan", plan=(PlanStep("Read the code", "completed"),
-                                                          PlanStep("Fix it", "pending")))
+    assert decode(data)[1] == ActivityEvent(
+        "plan", plan=(PlanStep("Read the code", "completed"), PlanStep("Fix it", "pending"))
+    )
 
 
 # --------------------------------------------------------------------------- the real Gemini CLI
@@ -223,8 +248,9 @@ def gemini_profile(tmp_path: Path, api: Any) -> bridge.Profile:
     work.mkdir(exist_ok=True)
     gemini_home(str(home))
     profile = bridge.load_profile(CLI_PROFILES / "gemini-cli.yaml", cache=False)
-    return profile.replace(command=[str(npm_binary("gemini"))], env={**profile.env, **gemini_env(api, str(home))},
-                           cwd=str(work))
+    return profile.replace(
+        command=[str(npm_binary("gemini"))], env={**profile.env, **gemini_env(api, str(home))}, cwd=str(work)
+    )
 
 
 async def run(profile: bridge.Profile, message: str, session_id: str = "") -> tuple[bridge.TurnResult, list[Any]]:
@@ -254,11 +280,18 @@ async def test_real_gemini_streams_its_reply_with_session_and_usage_and_resumes_
 async def test_real_gemini_tool_calls_are_activity(tmp_path):
     with fake_gemini("tool") as api:
         profile = gemini_profile(tmp_path, api)
-        profile = profile.replace(args=["--approval-mode=yolo", *profile.args])  # headless gemini offers no shell otherwise
+        profile = profile.replace(
+            args=["--approval-mode=yolo", *profile.args]
+        )  # headless gemini offers no shell otherwise
         result, events = await run(profile, "run echo hi")
     assert result.ok, (result.error, result.stderr_tail)
-    tools = [(event.tool, event.title, event.status, event.text) for event in events if isinstance(event, ActivityEvent)]
-    assert tools == [("run_shell_command", "echo hi", "started", ""), ("run_shell_command", "echo hi", "completed", "hi")]
+    tools = [
+        (event.tool, event.title, event.status, event.text) for event in events if isinstance(event, ActivityEvent)
+    ]
+    assert tools == [
+        ("run_shell_command", "echo hi", "started", ""),
+        ("run_shell_command", "echo hi", "completed", "hi"),
+    ]
     assert result.reply.startswith("Let me run it.\n\nThe tool said: ")
 
 
@@ -294,7 +327,9 @@ async def test_the_ready_profile_runs_gemini_and_resumes(fake_gemini_cli, tmp_pa
     assert first.reply == "Let me look.\n\ngemini got: -x marks the spot"
     assert "".join(event.text for event in events if isinstance(event, PartialEvent)) == first.reply
     assert [(event.tool, event.title, event.status) for event in events if isinstance(event, ActivityEvent)] == [
-        ("list_directory", ".", "started"), ("list_directory", ".", "completed")]
+        ("list_directory", ".", "started"),
+        ("list_directory", ".", "completed"),
+    ]
     assert second.reply.endswith(f"gemini got: again (session {first.session_id} resumed)")
     assert (failed.outcome, failed.error) == (bridge.Outcome.AGENT_ERROR, "quota")
 

@@ -56,9 +56,17 @@ def test_grok_text_deltas_stream_and_join_into_the_reply_and_end_names_the_sessi
     assert of_type(events, ReplyEvent) == [ReplyEvent("hello-from-tool")]
     assert of_type(events, SessionEvent) == [SessionEvent("sess-fixture-002")]
     # Cache reads are outside grok's input_tokens: the captured total is input + cache reads + output.
-    assert of_type(events, UsageEvent) == [UsageEvent(Usage(
-        input_tokens=21550 + 33408, output_tokens=71, cached_input_tokens=33408, reasoning_tokens=59,
-        total_tokens=55029))]
+    assert of_type(events, UsageEvent) == [
+        UsageEvent(
+            Usage(
+                input_tokens=21550 + 33408,
+                output_tokens=71,
+                cached_input_tokens=33408,
+                reasoning_tokens=59,
+                total_tokens=55029,
+            )
+        )
+    ]
     assert not of_type(events, ErrorEvent)
 
 
@@ -73,8 +81,10 @@ def test_grok_cancelled_and_error_ends_fail_the_turn():
     cancelled = decode("grok-streaming-json", lines({"type": "end", "stopReason": "Cancelled", "sessionId": "s1"}))
     assert cancelled[0] == SessionEvent("s1")
     assert [event.text.split(" (")[0] for event in of_type(cancelled, ErrorEvent)] == ["grok cancelled the turn"]
-    failed = decode("grok-streaming-json", lines(
-        {"type": "text", "data": "so"}, {"type": "error", "message": "Rate limit exceeded", "sessionId": "s2"}))
+    failed = decode(
+        "grok-streaming-json",
+        lines({"type": "text", "data": "so"}, {"type": "error", "message": "Rate limit exceeded", "sessionId": "s2"}),
+    )
     assert of_type(failed, ErrorEvent) == [ErrorEvent("Rate limit exceeded")]  # and no "did not finish" on top
     assert of_type(failed, SessionEvent) == [SessionEvent("s2")]
 
@@ -82,9 +92,13 @@ def test_grok_cancelled_and_error_ends_fail_the_turn():
 # --------------------------------------------------------------------------- kimi
 
 KIMI_TOOL_TURN = lines(
-    {"role": "assistant", "content": "Let me check the current directory.",
-     "tool_calls": [{"type": "function", "id": "tc_1",
-                     "function": {"name": "Shell", "arguments": "{\"command\":\"ls\"}"}}]},
+    {
+        "role": "assistant",
+        "content": "Let me check the current directory.",
+        "tool_calls": [
+            {"type": "function", "id": "tc_1", "function": {"name": "Shell", "arguments": '{"command":"ls"}'}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "tc_1", "content": "file1.py\nfile2.py"},
     {"role": "assistant", "content": "There are two Python files in the current directory."},
 )
@@ -93,7 +107,9 @@ KIMI_TOOL_TURN = lines(
 def test_kimi_each_assistant_message_is_shown_the_last_is_the_reply_and_tools_are_activity():
     events = decode("kimi-stream-json", KIMI_TOOL_TURN)
     assert [event.text for event in of_type(events, PartialEvent)] == [
-        "Let me check the current directory.", "\n\nThere are two Python files in the current directory."]
+        "Let me check the current directory.",
+        "\n\nThere are two Python files in the current directory.",
+    ]
     # once, the last message
     assert of_type(events, ReplyEvent) == [ReplyEvent("There are two Python files in the current directory.")]
     assert of_type(events, ActivityEvent) == [
@@ -104,23 +120,33 @@ def test_kimi_each_assistant_message_is_shown_the_last_is_the_reply_and_tools_ar
 
 
 def test_kimi_thinking_models_write_a_list_of_parts_and_failed_tools_say_error():
-    events = decode("kimi-stream-json", lines(
-        {"role": "assistant", "content": [{"type": "think", "think": "Hmm.", "encrypted": None},
-                                          {"type": "text", "text": "Trying."}],
-         "tool_calls": [{"type": "function", "id": "tc_2", "function": {"name": "ReadFile", "arguments": None}}]},
-        {"role": "tool", "tool_call_id": "tc_2",
-         "content": [{"type": "text", "text": "<system>ERROR: no such file</system>"}]},
-        {"id": "n1", "category": "task", "type": "done", "title": "t", "body": "b"},  # a notification
-        {"role": "assistant", "content": [{"type": "text", "text": "It is "}, {"type": "text", "text": "gone."}]},
-    ))
+    events = decode(
+        "kimi-stream-json",
+        lines(
+            {
+                "role": "assistant",
+                "content": [{"type": "think", "think": "Hmm.", "encrypted": None}, {"type": "text", "text": "Trying."}],
+                "tool_calls": [{"type": "function", "id": "tc_2", "function": {"name": "ReadFile", "arguments": None}}],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "tc_2",
+                "content": [{"type": "text", "text": "<system>ERROR: no such file</system>"}],
+            },
+            {"id": "n1", "category": "task", "type": "done", "title": "t", "body": "b"},  # a notification
+            {"role": "assistant", "content": [{"type": "text", "text": "It is "}, {"type": "text", "text": "gone."}]},
+        ),
+    )
     assert of_type(events, ActivityEvent)[0] == ActivityEvent("thinking", text="Hmm.")
     assert of_type(events, ActivityEvent)[-1].status == "failed"
     assert of_type(events, ReplyEvent) == [ReplyEvent("It is gone.")]  # once, the last message
 
 
 def test_kimi_prints_its_error_as_a_plain_line_which_is_the_turns_error():
-    events = decode("kimi-stream-json", b'{"role":"assistant","content":"Working on it."}\n'
-                                        b"Error code: 401 - Invalid Authentication\n")
+    events = decode(
+        "kimi-stream-json",
+        b'{"role":"assistant","content":"Working on it."}\nError code: 401 - Invalid Authentication\n',
+    )
     assert events[-1] == ErrorEvent("Error code: 401 - Invalid Authentication")
     assert not of_type(events, ProtocolWarning)
 
@@ -134,16 +160,40 @@ def opencode_event(kind: str, **data: object) -> dict[str, object]:
 
 OPENCODE_TURN = lines(
     opencode_event("step_start", part={"type": "step-start"}),
-    opencode_event("tool_use", part={"type": "tool", "tool": "read", "callID": "c1", "sessionID": "ses_abc",
-                                     "state": {"status": "completed", "input": {"filePath": "/w/README.md"},
-                                               "output": "# Title", "title": "README.md"}}),
-    opencode_event("step_finish", part={"type": "step-finish", "reason": "tool-calls", "cost": 0.01,
-                                        "tokens": {"input": 100, "output": 10, "reasoning": 4,
-                                                   "cache": {"read": 50, "write": 0}}}),
+    opencode_event(
+        "tool_use",
+        part={
+            "type": "tool",
+            "tool": "read",
+            "callID": "c1",
+            "sessionID": "ses_abc",
+            "state": {
+                "status": "completed",
+                "input": {"filePath": "/w/README.md"},
+                "output": "# Title",
+                "title": "README.md",
+            },
+        },
+    ),
+    opencode_event(
+        "step_finish",
+        part={
+            "type": "step-finish",
+            "reason": "tool-calls",
+            "cost": 0.01,
+            "tokens": {"input": 100, "output": 10, "reasoning": 4, "cache": {"read": 50, "write": 0}},
+        },
+    ),
     opencode_event("text", part={"type": "text", "text": "The README has a title.", "time": {"start": 1, "end": 2}}),
-    opencode_event("step_finish", part={"type": "step-finish", "reason": "stop", "cost": 0.02,
-                                        "tokens": {"input": 120, "output": 8, "reasoning": 0,
-                                                   "cache": {"read": 0, "write": 0}}}),
+    opencode_event(
+        "step_finish",
+        part={
+            "type": "step-finish",
+            "reason": "stop",
+            "cost": 0.02,
+            "tokens": {"input": 120, "output": 8, "reasoning": 0, "cache": {"read": 0, "write": 0}},
+        },
+    ),
     opencode_event("done", reason="idle", rejected=["external_directory"]),
 )
 
@@ -157,17 +207,22 @@ def test_opencode_maps_session_tools_text_and_each_steps_usage():
     ]
     assert of_type(events, ReplyEvent) == [ReplyEvent("The README has a title.")]
     usages = [event.usage for event in of_type(events, UsageEvent)]
-    assert usages[0] == Usage(input_tokens=150, output_tokens=14, cached_input_tokens=50, reasoning_tokens=4,
-                              total_tokens=164, cost_usd=0.01)
+    assert usages[0] == Usage(
+        input_tokens=150, output_tokens=14, cached_input_tokens=50, reasoning_tokens=4, total_tokens=164, cost_usd=0.01
+    )
     assert all(not event.replace for event in of_type(events, UsageEvent))
 
 
 def test_opencode_errors_fail_the_turn_and_an_older_build_without_done_is_fine():
-    events = decode("opencode-json", lines(
-        opencode_event("error", error={"name": "APIError", "data": {"message": "Invalid API key"}})))
+    events = decode(
+        "opencode-json",
+        lines(opencode_event("error", error={"name": "APIError", "data": {"message": "Invalid API key"}})),
+    )
     assert events == [SessionEvent("ses_abc"), ErrorEvent("Invalid API key")]
-    no_done = decode("opencode-json", lines(
-        opencode_event("text", part={"type": "text", "text": "Hi.", "time": {"start": 1, "end": 2}})))
+    no_done = decode(
+        "opencode-json",
+        lines(opencode_event("text", part={"type": "text", "text": "Hi.", "time": {"start": 1, "end": 2}})),
+    )
     assert no_done == [SessionEvent("ses_abc"), PartialEvent("Hi."), ReplyEvent("Hi.")]
 
 
@@ -175,8 +230,16 @@ def test_opencode_shows_every_text_part_and_replies_once_with_the_last():
     def text(words: str) -> dict[str, object]:
         return opencode_event("text", part={"type": "text", "text": words, "time": {"start": 1, "end": 2}})
 
-    tool = opencode_event("tool_use", part={"type": "tool", "tool": "bash", "callID": "c1", "sessionID": "ses_abc",
-                                            "state": {"status": "completed", "input": {"command": "ls"}}})
+    tool = opencode_event(
+        "tool_use",
+        part={
+            "type": "tool",
+            "tool": "bash",
+            "callID": "c1",
+            "sessionID": "ses_abc",
+            "state": {"status": "completed", "input": {"command": "ls"}},
+        },
+    )
     events = decode("opencode-json", lines(text("Let me look."), tool, text("Found it.")))
     assert [partial.text for partial in of_type(events, PartialEvent)] == ["Let me look.", "\n\nFound it."]
     assert of_type(events, ReplyEvent) == [ReplyEvent("Found it.")]
@@ -187,9 +250,18 @@ def test_opencode_shows_every_text_part_and_replies_once_with_the_last():
 
 def pi_assistant(text: str, *, stop: str = "stop", error: str = "") -> dict[str, object]:
     message: dict[str, object] = {
-        "role": "assistant", "content": [{"type": "text", "text": text}] if text else [], "stopReason": stop,
-        "usage": {"input": 10, "output": 5, "cacheRead": 20, "cacheWrite": 0, "totalTokens": 35,
-                  "cost": {"input": 0.1, "output": 0.2, "cacheRead": 0, "cacheWrite": 0, "total": 0.3}}}
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}] if text else [],
+        "stopReason": stop,
+        "usage": {
+            "input": 10,
+            "output": 5,
+            "cacheRead": 20,
+            "cacheWrite": 0,
+            "totalTokens": 35,
+            "cost": {"input": 0.1, "output": 0.2, "cacheRead": 0, "cacheWrite": 0, "total": 0.3},
+        },
+    }
     if error:
         message["errorMessage"] = error
     return message
@@ -201,8 +273,13 @@ def pi_turn(*messages: dict[str, object], end: bool = True) -> bytes:
         stream.append({"type": "message_start", "message": {**message, "content": []}})
         for part in message["content"]:  # type: ignore[union-attr]
             for word in part["text"].split(" "):
-                stream.append({"type": "message_update", "message": message,
-                               "assistantMessageEvent": {"type": "text_delta", "contentIndex": 0, "delta": word}})
+                stream.append(
+                    {
+                        "type": "message_update",
+                        "message": message,
+                        "assistantMessageEvent": {"type": "text_delta", "contentIndex": 0, "delta": word},
+                    }
+                )
         stream.append({"type": "message_end", "message": message})
     if end:
         stream.append({"type": "agent_end", "messages": []})
@@ -215,7 +292,8 @@ def test_pi_streams_deltas_replies_with_the_last_message_and_adds_up_usage():
     assert [event.text for event in of_type(events, PartialEvent)] == ["Looking", "now", "\n\nFound", "it"]
     assert of_type(events, ReplyEvent)[-1] == ReplyEvent("Found it")
     assert [event.usage for event in of_type(events, UsageEvent)] == [
-        Usage(input_tokens=30, output_tokens=5, cached_input_tokens=20, total_tokens=35, cost_usd=0.3)] * 2
+        Usage(input_tokens=30, output_tokens=5, cached_input_tokens=20, total_tokens=35, cost_usd=0.3)
+    ] * 2
     assert not of_type(events, ErrorEvent)
 
 
@@ -229,13 +307,24 @@ def test_pi_fails_when_the_last_request_failed_but_not_when_a_retry_succeeded():
 
 
 def test_pi_tool_executions_are_activity():
-    events = decode("pi-json", lines(
-        {"type": "tool_execution_start", "toolCallId": "t1", "toolName": "bash", "args": {"command": "ls -la"}},
-        {"type": "tool_execution_end", "toolCallId": "t1", "toolName": "bash", "isError": True,
-         "result": {"content": [{"type": "text", "text": "ls: cannot access"}]}},
-        {"type": "agent_end", "messages": []}))
-    assert events == [ActivityEvent("tool", tool="bash", title="ls -la", status="started", call_id="t1"),
-                      ActivityEvent("tool", text="ls: cannot access", tool="bash", status="failed", call_id="t1")]
+    events = decode(
+        "pi-json",
+        lines(
+            {"type": "tool_execution_start", "toolCallId": "t1", "toolName": "bash", "args": {"command": "ls -la"}},
+            {
+                "type": "tool_execution_end",
+                "toolCallId": "t1",
+                "toolName": "bash",
+                "isError": True,
+                "result": {"content": [{"type": "text", "text": "ls: cannot access"}]},
+            },
+            {"type": "agent_end", "messages": []},
+        ),
+    )
+    assert events == [
+        ActivityEvent("tool", tool="bash", title="ls -la", status="started", call_id="t1"),
+        ActivityEvent("tool", text="ls: cannot access", tool="bash", status="failed", call_id="t1"),
+    ]
 
 
 # --------------------------------------------------------------------------- dsh
@@ -243,9 +332,20 @@ def test_pi_tool_executions_are_activity():
 DSH_TURN = lines(
     {"type": "session", "sessionId": "session-shim-42", "cwd": "/tmp"},
     {"type": "status", "phase": "turn_start", "turn": 1},
-    {"type": "status", "phase": "step_end", "turn": 1, "step": 1,
-     "usage": {"inputTokens": 17, "outputTokens": 7, "totalTokens": 28, "cacheReadTokens": 5, "cacheWriteTokens": 4,
-               "reasoningTokens": 2}},
+    {
+        "type": "status",
+        "phase": "step_end",
+        "turn": 1,
+        "step": 1,
+        "usage": {
+            "inputTokens": 17,
+            "outputTokens": 7,
+            "totalTokens": 28,
+            "cacheReadTokens": 5,
+            "cacheWriteTokens": 4,
+            "reasoningTokens": 2,
+        },
+    },
     {"type": "text", "text": "partial one"},
     {"type": "status", "phase": "step_end", "turn": 1, "step": 2},
     {"type": "final", "text": "shim reply"},
@@ -256,16 +356,23 @@ def test_dsh_maps_the_session_frame_text_final_and_step_usage():
     events = decode("dsh-json", DSH_TURN)
     assert events == [
         SessionEvent("session-shim-42"),
-        UsageEvent(Usage(input_tokens=26, output_tokens=7, cached_input_tokens=5, reasoning_tokens=2,
-                         total_tokens=28), replace=False),
+        UsageEvent(
+            Usage(input_tokens=26, output_tokens=7, cached_input_tokens=5, reasoning_tokens=2, total_tokens=28),
+            replace=False,
+        ),
         PartialEvent("partial one"),
         ReplyEvent("shim reply"),
     ]
 
 
 def test_dsh_an_error_frame_fails_and_a_run_without_final_did_not_finish():
-    failed = decode("dsh-json", lines({"type": "session", "sessionId": "session-shim-42", "cwd": "/tmp"},
-                                      {"type": "error", "message": 'session "x" was recorded in "/a", not "/b"'}))
+    failed = decode(
+        "dsh-json",
+        lines(
+            {"type": "session", "sessionId": "session-shim-42", "cwd": "/tmp"},
+            {"type": "error", "message": 'session "x" was recorded in "/a", not "/b"'},
+        ),
+    )
     assert failed[-1] == ErrorEvent('session "x" was recorded in "/a", not "/b"')
     stopped = decode("dsh-json", lines({"type": "session", "sessionId": "session-shim-42", "cwd": "/tmp"}))
     assert stopped[-1] == ErrorEvent("dsh ended without finishing its turn (no final message)", unfinished=True)
@@ -275,16 +382,27 @@ def test_dsh_an_error_frame_fails_and_a_run_without_final_did_not_finish():
 
 
 def test_deepseek_joins_content_deltas_and_takes_the_session_and_usage_from_metadata():
-    events = decode("deepseek-stream-json", lines(
-        {"type": "tool_use", "name": "read_file", "id": "t1", "input": {"path": "README.md"}},
-        {"type": "tool_result", "id": "t1", "output": "# hi", "status": "success"},
-        {"type": "content", "content": "It says "},
-        {"type": "content", "content": "hi."},
-        {"type": "session_capture", "content": "0a1b-session"},
-        {"type": "metadata", "meta": {"model": "deepseek-v4", "input_tokens": 50, "output_tokens": 9,
-                                      "session_id": "0a1b-session", "status": "completed"}},
-        {"type": "done"},
-    ))
+    events = decode(
+        "deepseek-stream-json",
+        lines(
+            {"type": "tool_use", "name": "read_file", "id": "t1", "input": {"path": "README.md"}},
+            {"type": "tool_result", "id": "t1", "output": "# hi", "status": "success"},
+            {"type": "content", "content": "It says "},
+            {"type": "content", "content": "hi."},
+            {"type": "session_capture", "content": "0a1b-session"},
+            {
+                "type": "metadata",
+                "meta": {
+                    "model": "deepseek-v4",
+                    "input_tokens": 50,
+                    "output_tokens": 9,
+                    "session_id": "0a1b-session",
+                    "status": "completed",
+                },
+            },
+            {"type": "done"},
+        ),
+    )
     assert of_type(events, ActivityEvent) == [
         ActivityEvent("tool", tool="read_file", title="README.md", status="started", call_id="t1"),
         ActivityEvent("tool", text="# hi", tool="read_file", status="completed", call_id="t1"),
@@ -295,15 +413,27 @@ def test_deepseek_joins_content_deltas_and_takes_the_session_and_usage_from_meta
 
 
 def test_deepseek_fails_by_the_status_it_reports_not_by_an_error_it_recovered_from():
-    recovered = decode("deepseek-stream-json", lines(
-        {"type": "error", "error": "rate limited, retrying"}, {"type": "content", "content": "ok"},
-        {"type": "metadata", "meta": {"input_tokens": 1, "output_tokens": 1, "session_id": "", "status": "completed"}},
-        {"type": "done"}))
+    recovered = decode(
+        "deepseek-stream-json",
+        lines(
+            {"type": "error", "error": "rate limited, retrying"},
+            {"type": "content", "content": "ok"},
+            {
+                "type": "metadata",
+                "meta": {"input_tokens": 1, "output_tokens": 1, "session_id": "", "status": "completed"},
+            },
+            {"type": "done"},
+        ),
+    )
     assert not of_type(recovered, ErrorEvent) and of_type(recovered, ReplyEvent) == [ReplyEvent("ok")]
-    failed = decode("deepseek-stream-json", lines(
-        {"type": "error", "error": "API error 401"},
-        {"type": "metadata", "meta": {"input_tokens": 0, "output_tokens": 0, "session_id": "", "status": "failed"}},
-        {"type": "done"}))
+    failed = decode(
+        "deepseek-stream-json",
+        lines(
+            {"type": "error", "error": "API error 401"},
+            {"type": "metadata", "meta": {"input_tokens": 0, "output_tokens": 0, "session_id": "", "status": "failed"}},
+            {"type": "done"},
+        ),
+    )
     assert of_type(failed, ErrorEvent) == [ErrorEvent("API error 401")] and not of_type(failed, ReplyEvent)
     cut = decode("deepseek-stream-json", lines({"type": "content", "content": "par"}))
     assert cut[-1] == ErrorEvent("deepseek ended without finishing its turn (no done event)", unfinished=True)
@@ -329,8 +459,9 @@ def test_any_split_of_the_stream_gives_the_same_events(protocol):
 
 @pytest.mark.parametrize("protocol", sorted([*STREAMS, "deepseek-stream-json", "aictrl-ndjson"]))
 def test_garbage_and_unknown_types_are_ignored_and_an_invalid_session_id_is_not_taken(protocol):
-    junk = (b"\xff\xfe not json\n[]\n" + lines({"type": "brand_new", "role": "brand_new"}, {"type": ["odd"]},
-                                                  {"type": {"odd": 1}, "role": ["odd"]}))
+    junk = b"\xff\xfe not json\n[]\n" + lines(
+        {"type": "brand_new", "role": "brand_new"}, {"type": ["odd"]}, {"type": {"odd": 1}, "role": ["odd"]}
+    )
     bad_id = {"type": "session", "id": "bad id", "sessionId": "bad id", "sessionID": "bad id"}
     events = decode(protocol, junk + lines(bad_id, bad_id), turn=Turn("hi"))
     assert not of_type(events, SessionEvent)
@@ -339,22 +470,28 @@ def test_garbage_and_unknown_types_are_ignored_and_an_invalid_session_id_is_not_
     assert len(refused) <= 1  # said once, however often the CLI repeats the id
 
 
-@given(st.lists(st.sampled_from(["a", "bc", " ", "  ", "\n", "\t", "\r", "\u3000", "\x1c", "\x85", "\xa0", "é", "“"]),
-                max_size=60).map("".join),
-       st.integers(min_value=1, max_value=12))
+@given(
+    st.lists(
+        st.sampled_from(["a", "bc", " ", "  ", "\n", "\t", "\r", "\u3000", "\x1c", "\x85", "\xa0", "é", "“"]),
+        max_size=60,
+    ).map("".join),
+    st.integers(min_value=1, max_value=12),
+)
 @example("ab" + " " * 9, 2)  # a prefix that collapses to exactly `limit` characters, then only whitespace
 def test_a_status_line_of_a_long_text_is_the_whole_text_collapsed_and_cut(text: str, limit: int) -> None:
     """Tool output and reasoning are shortened from a prefix when that is enough; it must give what collapsing the
     whole text gives, whatever whitespace the prefix ends in."""
     line = " ".join(text.split())
-    assert shorten(text, limit) == (line if len(line) <= limit else line[:limit - 1] + "…")
+    assert shorten(text, limit) == (line if len(line) <= limit else line[: limit - 1] + "…")
 
 
 def test_a_json_line_is_one_object_alone_on_its_line_and_its_lone_surrogates_are_replaced():
     """What every JSON dialect's decoding loop must keep (agentproc-0.4's own loop has its test): JSON whitespace may
     follow the object, anything else makes the line not JSON; an escape spelling a lone surrogate becomes U+FFFD."""
-    data = (b'{"type":"content","content":"a\\ud800b"}\n{"type":"content","content":"c"} \t\n'
-            b'{"type":"content","content":"d"} x\n{"type":"content","content":"e"}{}\n{"type":"content",\n')
+    data = (
+        b'{"type":"content","content":"a\\ud800b"}\n{"type":"content","content":"c"} \t\n'
+        b'{"type":"content","content":"d"} x\n{"type":"content","content":"e"}{}\n{"type":"content",\n'
+    )
     events = decode("deepseek-stream-json", data)
     assert of_type(events, PartialEvent) == [PartialEvent("a\ufffdb"), PartialEvent("c")]
     assert ProtocolWarning("ignored 3 stdout line(s) that were not JSON objects") in events

@@ -21,7 +21,7 @@ from bridge import DuplicateTurn, HostClosed, QueueFull, SessionIdRefused, Turn,
 from bridge.host.registry import ProfileRegistry
 from bridge.host.runtime import Host
 from bridge.host.scheduler import Ticket, TurnQueue
-from bridge.host.store import SessionStore, StoreError
+from bridge.host.sqlite_store import SessionStore, StoreError
 
 
 @pytest.fixture
@@ -35,13 +35,27 @@ def host_for(lab: Lab, **options: Any) -> Host:
     return bridge.open_host(lab.profiles, state=lab.state, **options)
 
 
-async def submit_in_order(nursery: trio.Nursery, host: Host, results: dict[str, TurnResult], started: Started,
-                          conversation: str, tag: str, message: str = "", **options: Any) -> None:
+async def submit_in_order(
+    nursery: trio.Nursery,
+    host: Host,
+    results: dict[str, TurnResult],
+    started: Started,
+    conversation: str,
+    tag: str,
+    message: str = "",
+    **options: Any,
+) -> None:
     """Submit and return once the host accepted the turn, so arrival order is the order of these calls."""
 
     async def run(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        results[tag] = await host.submit("rec", conversation, Turn(f"tag={tag} {message}", **options),
-                                         on_partial=started.callback(tag), turn_id=tag, task_status=task_status)
+        results[tag] = await host.submit(
+            "rec",
+            conversation,
+            Turn(f"tag={tag} {message}", **options),
+            on_partial=started.callback(tag),
+            turn_id=tag,
+            task_status=task_status,
+        )
 
     await nursery.start(run)
 
@@ -284,8 +298,9 @@ async def test_two_files_claiming_one_name_is_an_error_for_that_name(lab: Lab) -
             await host.submit("rec", "chat", Turn("tag=x"))
 
 
-def test_registry_reuses_unchanged_profiles_and_rereads_changed_ones(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_registry_reuses_unchanged_profiles_and_rereads_changed_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(bridge.host.registry, "RACY_SECS", 0)  # every stamp is conclusive at once
     (tmp_path / "a.yaml").write_text("command: a\n")
     registry = ProfileRegistry(tmp_path)
@@ -432,8 +447,9 @@ async def test_events_reach_the_callbacks_and_the_result_comes_last(lab: Lab) ->
     seen: list[Any] = []
     partials: list[str] = []
     async with host_for(lab) as host:
-        result = await host.submit("rec", "chat", Turn("tag=x session=s"), on_event=seen.append,
-                                   on_partial=partials.append)
+        result = await host.submit(
+            "rec", "chat", Turn("tag=x session=s"), on_event=seen.append, on_partial=partials.append
+        )
     assert partials == ["started"]
     assert [type(event).__name__ for event in seen] == ["PartialEvent", "SessionEvent", "TurnResult"]
     assert seen[-1] is result
@@ -496,4 +512,3 @@ def test_scheduler_refuses_beyond_the_queue_bound() -> None:
         queue.admit(Ticket("b", 2))
     with pytest.raises(ValueError):
         TurnQueue(max_running=0, max_waiting=1)
-

@@ -46,7 +46,8 @@ def assert_all_gone(pid_file) -> None:
 
 
 async def test_agent_ignoring_sigterm_is_killed_after_the_grace(make_recorded_agent, pid_file):
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import signal, subprocess, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         child = subprocess.Popen(["sleep", "600"])  # inherits SIG_IGN: it ignores SIGTERM too
@@ -54,7 +55,10 @@ async def test_agent_ignoring_sigterm_is_killed_after_the_grace(make_recorded_ag
         print('AGENT_PARTIAL:"busy"', flush=True)
         while True:
             time.sleep(3600)
-    """, timeout_secs=0.3, kill_grace_secs=0.2)
+    """,
+        timeout_secs=0.3,
+        kill_grace_secs=0.2,
+    )
     result = await run(profile)
     assert (result.exit_code, result.outcome, result.timed_out) == (124, "timeout", True)
     assert 450 <= result.duration_ms < LOUD_BOUND_MS  # SIGKILL came only after the grace
@@ -62,11 +66,15 @@ async def test_agent_ignoring_sigterm_is_killed_after_the_grace(make_recorded_ag
 
 
 async def test_agent_that_stopped_itself_is_killed_at_the_timeout(make_recorded_agent, pid_file):
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import os, signal
         print("about to stop", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)  # SIGTERM stays pending; only SIGKILL ends it
-    """, timeout_secs=0.3, kill_grace_secs=0.2)
+    """,
+        timeout_secs=0.3,
+        kill_grace_secs=0.2,
+    )
     result = await run(profile)
     assert (result.exit_code, result.outcome) == (124, "timeout")
     assert result.duration_ms < LOUD_BOUND_MS
@@ -74,7 +82,8 @@ async def test_agent_that_stopped_itself_is_killed_at_the_timeout(make_recorded_
 
 
 async def test_grandchild_holding_stdout_neither_hangs_the_turn_nor_survives_it(make_recorded_agent, pid_file):
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import os
         child = os.fork()
         if child == 0:
@@ -86,7 +95,9 @@ async def test_grandchild_holding_stdout_neither_hangs_the_turn_nor_survives_it(
         os.waitpid(child, 0)
         record_pid(child)
         print("reply", flush=True)
-    """, timeout_secs=30)
+    """,
+        timeout_secs=30,
+    )
     result = await run(profile)
     assert (result.outcome, result.reply) == ("ok", "reply")
     assert result.duration_ms < LOUD_BOUND_MS
@@ -97,7 +108,8 @@ async def test_grandchild_holding_stdout_neither_hangs_the_turn_nor_survives_it(
 async def test_a_process_that_left_the_group_cannot_hang_the_turn(make_recorded_agent, pid_file):
     # A setsid() escapee is out of reach of the group kill (SPEC §4 kills the
     # group); the bridge stops reading its output after a short bound.
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import os
         child = os.fork()
         if child == 0:
@@ -105,7 +117,9 @@ async def test_a_process_that_left_the_group_cannot_hang_the_turn(make_recorded_
             os.execvp("sleep", ["sleep", "600"])
         record_pid(child)
         print("reply", flush=True)
-    """, timeout_secs=30)
+    """,
+        timeout_secs=30,
+    )
     try:
         result = await run(profile)
         assert (result.outcome, result.reply) == ("ok", "reply")
@@ -129,12 +143,16 @@ async def test_many_children_are_all_killed_when_the_agent_exits(make_recorded_a
 
 
 async def test_a_30_mb_line_without_newline_is_cut_at_1_mib(make_recorded_agent, pid_file):
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import sys
         chunk = b"x" * 65536
         for _ in range(480):  # 30 MiB, never a newline
             sys.stdout.buffer.write(chunk)
-    """, max_reply_chars=None, timeout_secs=30)
+    """,
+        max_reply_chars=None,
+        timeout_secs=30,
+    )
     result = await run(profile)
     assert (result.outcome, result.exit_code) == ("ok", 0)
     assert result.reply == "x" * MIB and result.truncated
@@ -143,11 +161,14 @@ async def test_a_30_mb_line_without_newline_is_cut_at_1_mib(make_recorded_agent,
 
 
 async def test_lines_after_an_over_long_line_are_decoded_normally(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import sys
         sys.stdout.buffer.write(b"AGENT_PARTIAL:" + b"p" * (3 * 1024 * 1024) + b"\\n")
         sys.stdout.buffer.write(b"AGENT_SESSION:after-the-long-line\\nthe reply\\n")
-    """, max_reply_chars=None)
+    """,
+        max_reply_chars=None,
+    )
     result = await run(profile)
     assert result.session_id == "after-the-long-line"
     assert result.reply == "the reply"
@@ -155,7 +176,8 @@ async def test_lines_after_an_over_long_line_are_decoded_normally(make_agent):
 
 
 async def test_stderr_flood_keeps_a_bounded_tail(make_recorded_agent, pid_file):
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import sys
         line = b"e" * 1023 + b"\\n"
         for n in range(20 * 1024):  # 20 MiB of stderr, with stdout lines in between
@@ -164,7 +186,10 @@ async def test_stderr_flood_keeps_a_bounded_tail(make_recorded_agent, pid_file):
                 sys.stdout.write(f"body {n}\\n")
         sys.stderr.buffer.write(b"the last stderr line\\n")
         print("done")
-    """, include_stderr_in_reply=True, timeout_secs=30)
+    """,
+        include_stderr_in_reply=True,
+        timeout_secs=30,
+    )
     result = await run(profile)
     assert result.outcome == "ok"
     assert result.reply.startswith("body 0\nbody 4096\nbody 8192\nbody 12288\nbody 16384\ndone")
@@ -176,12 +201,16 @@ async def test_stderr_flood_keeps_a_bounded_tail(make_recorded_agent, pid_file):
 
 async def test_an_endless_stderr_flood_still_times_out(make_recorded_agent, pid_file):
     """stderr is read by the wait for the agent's exit: reading it must not starve the deadline."""
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import os
         chunk = b"e" * 65536
         while True:
             os.write(2, chunk)
-    """, timeout_secs=0.5, kill_grace_secs=0.5)
+    """,
+        timeout_secs=0.5,
+        kill_grace_secs=0.5,
+    )
     result = await run(profile)
     assert result.timed_out and result.exit_code == 124
     assert result.duration_ms < LOUD_BOUND_MS
@@ -190,7 +219,8 @@ async def test_an_endless_stderr_flood_still_times_out(make_recorded_agent, pid_
 
 async def test_stderr_written_while_the_agent_is_being_stopped_is_read(make_recorded_agent, pid_file):
     """More stderr than a pipe holds, written after SIGTERM: the agent is not left blocked until the SIGKILL."""
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import signal, sys, time
         def goodbye(signum, frame):
             sys.stderr.write("x" * 300_000 + "\\nlast words\\n")
@@ -199,7 +229,10 @@ async def test_stderr_written_while_the_agent_is_being_stopped_is_read(make_reco
         signal.signal(signal.SIGTERM, goodbye)
         print('AGENT_PARTIAL:"up"', flush=True)
         time.sleep(60)
-    """, timeout_secs=0.5, kill_grace_secs=TURN_DEADLINE * 2)
+    """,
+        timeout_secs=0.5,
+        kill_grace_secs=TURN_DEADLINE * 2,
+    )
     result = await run(profile)
     assert result.timed_out and result.stderr_tail.endswith("last words\n")
     assert result.duration_ms < LOUD_BOUND_MS
@@ -249,7 +282,8 @@ async def test_invalid_utf8_becomes_replacement_characters(make_agent):
 
 
 async def test_1_mb_of_stdout_before_reading_a_1_mb_message_does_not_deadlock(make_recorded_agent, pid_file):
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import hashlib, sys
         line = "o" * 999 + "\\n"
         for _ in range(1000):  # 1 MB: far more than a pipe holds, before we read a byte
@@ -257,7 +291,11 @@ async def test_1_mb_of_stdout_before_reading_a_1_mb_message_does_not_deadlock(ma
         sys.stdout.flush()
         data = sys.stdin.buffer.read()
         print(len(data), hashlib.sha256(data).hexdigest())
-    """, stdin="message", max_reply_chars=None, timeout_secs=20)
+    """,
+        stdin="message",
+        max_reply_chars=None,
+        timeout_secs=20,
+    )
     message = "m" * 999_999 + "!"
     result = await run(profile, message)
     assert (result.outcome, result.timed_out) == ("ok", False)
@@ -288,13 +326,17 @@ async def test_agent_killed_by_a_signal_takes_its_children_with_it(make_recorded
 
 
 async def test_an_agent_that_closes_its_output_is_still_timed_out(make_recorded_agent, pid_file):
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import os, time
         os.close(1)
         os.close(2)
         while True:
             time.sleep(3600)
-    """, timeout_secs=0.3, kill_grace_secs=0.2)
+    """,
+        timeout_secs=0.3,
+        kill_grace_secs=0.2,
+    )
     result = await run(profile)
     assert (result.exit_code, result.outcome) == (124, "timeout")
     assert result.duration_ms < LOUD_BOUND_MS
@@ -302,11 +344,15 @@ async def test_an_agent_that_closes_its_output_is_still_timed_out(make_recorded_
 
 
 async def test_a_flood_of_partials_is_capped(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import sys
         sys.stdout.write("AGENT_PARTIAL:x\\n" * 200_000)
         print("end")
-    """, max_reply_chars=100, truncation_suffix="…")
+    """,
+        max_reply_chars=100,
+        truncation_suffix="…",
+    )
     count = 0
 
     def on_partial(text: str) -> None:
@@ -321,7 +367,7 @@ async def test_a_flood_of_partials_is_capped(make_agent):
 async def test_hostile_turns_in_parallel_end_independently(make_agent):
     """A hung agent next to a well-behaved one delays nothing but itself."""
     hang = make_agent("import time\nwhile True: time.sleep(3600)", timeout_secs=0.5, kill_grace_secs=0.2)
-    echo = make_agent('#!/bin/sh\necho fast')
+    echo = make_agent("#!/bin/sh\necho fast")
     finished: list[str] = []
 
     async def turn(name: str, profile: bridge.Profile) -> None:
@@ -352,30 +398,47 @@ print(json.dumps(report))
 
 
 def test_bridge_memory_stays_bounded_whatever_the_agent_prints(tmp_path):
-    write_agent(tmp_path, "line.py", f"""#!{PYTHON}
+    write_agent(
+        tmp_path,
+        "line.py",
+        f"""#!{PYTHON}
 import sys
 chunk = b"x" * 65536
 for _ in range(480):  # 30 MiB without a newline
     sys.stdout.buffer.write(chunk)
-""")
-    write_agent(tmp_path, "stderr.py", f"""#!{PYTHON}
+""",
+    )
+    write_agent(
+        tmp_path,
+        "stderr.py",
+        f"""#!{PYTHON}
 import sys
 line = b"e" * 1023 + b"\\n"
 for _ in range(30 * 1024):  # 30 MiB on stderr
     sys.stderr.buffer.write(line)
 print("done")
-""")
-    write_agent(tmp_path, "tiny.py", f"""#!{PYTHON}
+""",
+    )
+    write_agent(
+        tmp_path,
+        "tiny.py",
+        f"""#!{PYTHON}
 import sys
 for _ in range(6):  # 18 MiB of 2-character lines: millions of lines under the 8 Mi-character bound
     sys.stdout.buffer.write(b"ab\\n" * (1 << 20))
-""")
+""",
+    )
     line = write_profile(tmp_path, 'command: ["{{PROFILE_DIR}}/line.py"]\nmax_reply_chars: null\n', "line.yaml")
     flood = write_profile(tmp_path, 'command: ["{{PROFILE_DIR}}/stderr.py"]\n', "stderr.yaml")
     tiny = write_profile(tmp_path, 'command: ["{{PROFILE_DIR}}/tiny.py"]\nmax_reply_chars: null\n', "tiny.yaml")
     cli = os.path.join(os.path.dirname(sys.executable), "agent-bridge")
-    done = subprocess.run([sys.executable, "-c", RSS_WRAPPER, cli, str(PROFILES / "echo.yaml"), str(line), str(flood),
-                           str(tiny)], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_WRAPPER, cli, str(PROFILES / "echo.yaml"), str(line), str(flood), str(tiny)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     baseline, long_line, stderr_flood, tiny_lines = json.loads(done.stdout)
     assert (long_line["exit"], long_line["reply"]) == (0, MIB)
     assert (stderr_flood["exit"], stderr_flood["reply"]) == (0, 4)
@@ -393,10 +456,14 @@ for _ in range(6):  # 18 MiB of 2-character lines: millions of lines under the 8
 
 async def test_an_endless_flood_is_stopped_at_its_timeout_while_another_turn_runs(make_agent):
     """Reading never starves the event loop: the flood's deadline fires, and a quiet turn beside it finishes."""
-    flood = make_agent("""
+    flood = make_agent(
+        """
         #!/bin/sh
         exec yes "a line of body text, over and over, as fast as the pipe takes it"
-    """, timeout_secs=0.5, kill_grace_secs=0.2)
+    """,
+        timeout_secs=0.5,
+        kill_grace_secs=0.2,
+    )
     quiet = make_agent("print('quiet turn done')")
     results = {}
 

@@ -17,8 +17,13 @@ def make(*args: str, home: Path, path: str | None = None) -> subprocess.Complete
     if path is not None:
         env["PATH"] = path
     # -o: the venv is up to date (the tests run in it); never rebuild it from here.
-    return subprocess.run(["make", "-s", "-C", str(REPO), "-o", f"{VENV}/.installed", f"VENV={VENV}", *args],
-                          env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["make", "-s", "-C", str(REPO), "-o", f"{VENV}/.installed", f"VENV={VENV}", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_make_install_puts_the_command_on_path_for_a_fresh_shell(tmp_path: Path) -> None:
@@ -27,9 +32,20 @@ def test_make_install_puts_the_command_on_path_for_a_fresh_shell(tmp_path: Path)
     link = tmp_path / ".local" / "bin" / "agent-bridge"
     assert link.is_symlink() and Path(os.readlink(link)) == Path(VENV, "bin", "agent-bridge")
     assert "is not on your PATH: add it" in installed.stdout  # and says what to do when the login does not
-    fresh = subprocess.run(["env", "-i", f"HOME={tmp_path}", f"PATH={link.parent}:/usr/bin:/bin", "sh", "-c",
-                            f"cd / && agent-bridge run {PROFILES / 'echo.yaml'} hello"],
-                           capture_output=True, text=True, timeout=60)
+    fresh = subprocess.run(
+        [
+            "env",
+            "-i",
+            f"HOME={tmp_path}",
+            f"PATH={link.parent}:/usr/bin:/bin",
+            "sh",
+            "-c",
+            f"cd / && agent-bridge run {PROFILES / 'echo.yaml'} hello",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (fresh.returncode, fresh.stdout) == (0, "echo: hello\n"), fresh.stderr
     again = make("install", home=tmp_path, path=f"{link.parent}:/usr/bin:/bin")
     assert again.returncode == 0 and "not on your PATH" not in again.stdout  # idempotent

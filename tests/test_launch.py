@@ -11,9 +11,20 @@ from bridge import Attachment, LaunchError, Profile, Turn, TurnError, plan_launc
 from bridge.launch import MAX_ARG_STRLEN
 
 HOST_ENV = {
-    "PATH": "/usr/bin:/bin", "HOME": "/home/u", "USER": "u", "LOGNAME": "u", "SHELL": "/bin/sh", "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8", "LC_TIME": "en_GB", "TERM": "xterm", "TMPDIR": "/tmp", "TZ": "UTC",
-    "OPENAI_API_KEY": "sk-secret", "DATABASE_URL": "postgres://secret", "AGENT_MESSAGE": "inherited!",
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/home/u",
+    "USER": "u",
+    "LOGNAME": "u",
+    "SHELL": "/bin/sh",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "LC_TIME": "en_GB",
+    "TERM": "xterm",
+    "TMPDIR": "/tmp",
+    "TZ": "UTC",
+    "OPENAI_API_KEY": "sk-secret",
+    "DATABASE_URL": "postgres://secret",
+    "AGENT_MESSAGE": "inherited!",
     "AGENT_IMAGE_URL": "inherited!",
 }
 
@@ -26,7 +37,8 @@ def plan(turn: Turn | None = None, environ: dict[str, str] | None = None, **fiel
 def test_minimal_environment_is_the_infra_set_plus_the_agent_set() -> None:
     env = plan().env
     assert {name: env[name] for name in env if not name.startswith("AGENT_")} == {
-        name: value for name, value in HOST_ENV.items()
+        name: value
+        for name, value in HOST_ENV.items()
         if name not in ("OPENAI_API_KEY", "DATABASE_URL", "AGENT_MESSAGE", "AGENT_IMAGE_URL")
     }
     assert "OPENAI_API_KEY" not in env and "DATABASE_URL" not in env
@@ -34,18 +46,41 @@ def test_minimal_environment_is_the_infra_set_plus_the_agent_set() -> None:
 
 # Names a careless prefix or substring rule would let through: none of them is in the infra set.
 LOOKALIKES = {
-    "HOSTNAME": "box", "SECRET": "s3cr3t", "LD_PRELOAD": "/tmp/evil.so", "LD_LIBRARY_PATH": "/tmp", "LESS": "-R",
-    "LANGUAGE": "en", "LCX": "x", "LC": "x", "PATHEXT": ".X", "HOMEDIR": "/h", "USERNAME": "u", "SHELLOPTS": "xtrace",
-    "TERMINFO": "/t", "TMPDIR2": "/t", "TZDIR": "/z", "BASH_ENV": "/tmp/x", "PYTHONPATH": "/tmp", "AGENT": "x",
-    "AGENTX_MESSAGE": "x", "path": "lower", "Lc_ALL": "x",
+    "HOSTNAME": "box",
+    "SECRET": "s3cr3t",
+    "LD_PRELOAD": "/tmp/evil.so",
+    "LD_LIBRARY_PATH": "/tmp",
+    "LESS": "-R",
+    "LANGUAGE": "en",
+    "LCX": "x",
+    "LC": "x",
+    "PATHEXT": ".X",
+    "HOMEDIR": "/h",
+    "USERNAME": "u",
+    "SHELLOPTS": "xtrace",
+    "TERMINFO": "/t",
+    "TMPDIR2": "/t",
+    "TZDIR": "/z",
+    "BASH_ENV": "/tmp/x",
+    "PYTHONPATH": "/tmp",
+    "AGENT": "x",
+    "AGENTX_MESSAGE": "x",
+    "path": "lower",
+    "Lc_ALL": "x",
 }
 
 
 def test_minimal_environment_is_exactly_the_infra_set_whatever_else_the_bridge_has() -> None:
     env = plan(environ={**HOST_ENV, **LOOKALIKES}).env
     infra = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_TIME", "TERM", "TMPDIR", "TZ"}
-    agent = {"AGENT_MESSAGE", "AGENT_SESSION_ID", "AGENT_SESSION_NAME", "AGENT_FROM_USER", "AGENT_STREAMING",
-             "AGENT_PROTOCOL_VERSION"}
+    agent = {
+        "AGENT_MESSAGE",
+        "AGENT_SESSION_ID",
+        "AGENT_SESSION_NAME",
+        "AGENT_FROM_USER",
+        "AGENT_STREAMING",
+        "AGENT_PROTOCOL_VERSION",
+    }
     assert set(env) == infra | agent
     assert {name: env[name] for name in infra} == {name: HOST_ENV[name] for name in infra}
 
@@ -53,8 +88,12 @@ def test_minimal_environment_is_exactly_the_infra_set_whatever_else_the_bridge_h
 def test_agent_variables() -> None:
     env = plan(Turn("hello", session_id="s-1", session_name="work", from_user="ann")).env
     assert {name: value for name, value in env.items() if name.startswith("AGENT_")} == {
-        "AGENT_MESSAGE": "hello", "AGENT_SESSION_ID": "s-1", "AGENT_SESSION_NAME": "work",
-        "AGENT_FROM_USER": "ann", "AGENT_STREAMING": "1", "AGENT_PROTOCOL_VERSION": "0.1",
+        "AGENT_MESSAGE": "hello",
+        "AGENT_SESSION_ID": "s-1",
+        "AGENT_SESSION_NAME": "work",
+        "AGENT_FROM_USER": "ann",
+        "AGENT_STREAMING": "1",
+        "AGENT_PROTOCOL_VERSION": "0.1",
     }
     assert plan(streaming=False).env["AGENT_STREAMING"] == "0"
     assert plan().env["AGENT_SESSION_ID"] == "" and plan().env["AGENT_SESSION_NAME"] == "default"
@@ -85,9 +124,12 @@ def test_allowlist_blocks_unlisted_references() -> None:
 
 
 def test_placeholders_are_substituted_after_splitting() -> None:
-    message = "it's \"quoted\"; $(rm -rf ~) `id` {{SESSION_ID}} ${HOME} && echo"
-    result = plan(Turn(message, session_id="S", session_name="N"),
-                  command="agent --m {{MESSAGE}} --s={{SESSION_ID}}", args=["{{SESSION_NAME}}", "{{PROFILE_DIR}}/x"])
+    message = 'it\'s "quoted"; $(rm -rf ~) `id` {{SESSION_ID}} ${HOME} && echo'
+    result = plan(
+        Turn(message, session_id="S", session_name="N"),
+        command="agent --m {{MESSAGE}} --s={{SESSION_ID}}",
+        args=["{{SESSION_NAME}}", "{{PROFILE_DIR}}/x"],
+    )
     assert result.argv == ("agent", "--m", message, "--s=S", "N", "/profiles/x")
 
 
@@ -104,13 +146,19 @@ def test_cwd_is_relative_to_the_profile_and_expands_home() -> None:
     assert plan(cwd="{{PROFILE_DIR}}/..").cwd == "/profiles/.."
 
 
-@pytest.mark.parametrize(("turn", "reason"), [
-    (Turn("hi", session_id="../../../../etc"), "the session id '../../../../etc' cannot be used in cwd: it contains '/'"),
-    (Turn("hi", session_id=".."), "the session id '..' cannot be used in cwd: it is '..'"),
-    (Turn("hi", session_id="."), "the session id '.' cannot be used in cwd: it is '.'"),
-    (Turn("hi", session_name="a/b"), "the session name 'a/b' cannot be used in cwd: it contains '/'"),
-    (Turn("secret/../../text"), "the message cannot be used in cwd: it contains '/'"),
-])
+@pytest.mark.parametrize(
+    ("turn", "reason"),
+    [
+        (
+            Turn("hi", session_id="../../../../etc"),
+            "the session id '../../../../etc' cannot be used in cwd: it contains '/'",
+        ),
+        (Turn("hi", session_id=".."), "the session id '..' cannot be used in cwd: it is '..'"),
+        (Turn("hi", session_id="."), "the session id '.' cannot be used in cwd: it is '.'"),
+        (Turn("hi", session_name="a/b"), "the session name 'a/b' cannot be used in cwd: it contains '/'"),
+        (Turn("secret/../../text"), "the message cannot be used in cwd: it contains '/'"),
+    ],
+)
 def test_a_value_from_the_user_cannot_move_the_agent_out_of_its_cwd(turn: Turn, reason: str) -> None:
     with pytest.raises(LaunchError) as caught:
         plan(turn, cwd="{{PROFILE_DIR}}/work/{{SESSION_NAME}}-{{SESSION_ID}}/{{MESSAGE}}")

@@ -1,6 +1,6 @@
 """The package's layout is its architecture: lower layers never import higher ones, and nothing imports the CLI.
 
-    base (errors, turn, log) < dialects < profile < turn engine < host < cli
+base (errors, turn, log) < dialects < profile < turn engine < host < cli
 """
 
 from __future__ import annotations
@@ -12,12 +12,27 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bridge"
 LAYERS = {
-    "errors": 0, "turn": 0, "log": 0, "permissions": 0, "records": 0,
+    "errors": 0,
+    "turn": 0,
+    "log": 0,
+    "permissions": 0,
+    "records": 0,
     "dialects": 1,
     "profile": 2,
-    "agent_files": 3, "launch": 3, "cgroups": 3, "keeper": 3, "agent_io": 3, "questions": 3, "warm": 3, "process": 3, "result": 3, "supervisor": 3, "runner": 3,
+    "agent_files": 3,
+    "launch": 3,
+    "cgroups": 3,
+    "keeper": 3,
+    "agent_io": 3,
+    "questions": 3,
+    "warm_agent": 3,
+    "process": 3,
+    "result": 3,
+    "supervisor": 3,
+    "runner": 3,
     "host": 4,
-    "cli": 5, "command": 5,
+    "cli": 5,
+    "command": 5,
 }
 TOP = 6  # bridge/__init__.py and __main__.py re-export from every layer
 
@@ -35,7 +50,7 @@ def imported_modules(path: Path) -> set[tuple[str, ...]]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
-            base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
+            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
             target = (*base, *(node.module.split(".") if node.module else ()))
             if node.module is None:
                 found.update((*target, alias.name) for alias in node.names)

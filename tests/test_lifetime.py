@@ -86,22 +86,30 @@ print("left three behind")
 
 def hanging_profile(directory: Path, *, grace: float = 0.5, stubborn: bool = False) -> Path:
     write_agent(directory, "hang.sh", HANGING_AGENT)
-    return write_profile(directory, f"""
+    return write_profile(
+        directory,
+        f"""
         command: ["{{{{PROFILE_DIR}}}}/hang.sh"]
         kill_grace_secs: {grace}
         env:
-          PID_FILE: "{directory / 'pids'}"
+          PID_FILE: "{directory / "pids"}"
           STUBBORN: "{1 if stubborn else 0}"
-    """, "hang.yaml")
+    """,
+        "hang.yaml",
+    )
 
 
 def escaping_profile(directory: Path) -> Path:
     write_agent(directory, "escape.sh", ESCAPING_AGENT)
-    return write_profile(directory, f"""
+    return write_profile(
+        directory,
+        f"""
         command: ["{{{{PROFILE_DIR}}}}/escape.sh"]
         env:
-          PID_FILE: "{directory / 'pids'}"
-    """, "escape.yaml")
+          PID_FILE: "{directory / "pids"}"
+    """,
+        "escape.yaml",
+    )
 
 
 def read_json_until(stream, predicate, what: str) -> dict:
@@ -135,8 +143,9 @@ def keeper_of(pid: int) -> int:
     line for a moment, so this looks again for up to a second."""
     deadline = time.monotonic() + 1.0
     while True:
-        keepers = [child for child in children_of(pid)
-                   if b"agent-bridge-keeper" in Path(f"/proc/{child}/cmdline").read_bytes()]
+        keepers = [
+            child for child in children_of(pid) if b"agent-bridge-keeper" in Path(f"/proc/{child}/cmdline").read_bytes()
+        ]
         if keepers or time.monotonic() > deadline:
             [keeper] = keepers
             return keeper
@@ -176,13 +185,20 @@ def test_sigkilled_serve_takes_every_agent_in_flight_with_it(tmp_path: Path) -> 
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     hanging_profile(profiles, grace=0.3)
-    serve = subprocess.Popen([AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state",
-                              str(tmp_path / "sessions.sqlite3")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    serve = subprocess.Popen(
+        [AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state", str(tmp_path / "sessions.sqlite3")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         for index in range(20):
-            serve.stdin.write(json.dumps({"type": "turn", "id": index, "profile": "hang",
-                                          "conversation": f"c{index}", "message": "hi"}) + "\n")
+            serve.stdin.write(
+                json.dumps(
+                    {"type": "turn", "id": index, "profile": "hang", "conversation": f"c{index}", "message": "hi"}
+                )
+                + "\n"
+            )
         serve.stdin.flush()
         ready: set[int] = set()
         while len(ready) < 20:
@@ -215,18 +231,25 @@ exec "$(dirname "$0")/hang.sh"
 def quick_then_hanging_profile(directory: Path) -> Path:
     hanging_profile(directory)
     write_agent(directory, "agent.sh", QUICK_THEN_HANGING_AGENT)
-    return write_profile(directory, f"""
+    return write_profile(
+        directory,
+        f"""
         command: ["{{{{PROFILE_DIR}}}}/agent.sh"]
         kill_grace_secs: 0.3
         env:
-          PID_FILE: "{directory / 'pids'}"
-    """)
+          PID_FILE: "{directory / "pids"}"
+    """,
+    )
 
 
 def test_a_library_host_is_guarded_too_and_a_killed_keeper_is_replaced(tmp_path: Path) -> None:
     """A Python host (not a subreaper) killed mid-turn; its keeper had been killed before that turn."""
-    host = subprocess.Popen([PYTHON, "-c", HOST_SCRIPT, str(quick_then_hanging_profile(tmp_path))],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    host = subprocess.Popen(
+        [PYTHON, "-c", HOST_SCRIPT, str(quick_then_hanging_profile(tmp_path))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         first_keeper = int(host.stdout.readline())
         assert first_keeper == keeper_of(host.pid)
@@ -243,8 +266,12 @@ def test_a_library_host_is_guarded_too_and_a_killed_keeper_is_replaced(tmp_path:
 
 
 def test_the_keeper_leaves_when_the_bridge_ends_normally(tmp_path: Path) -> None:
-    host = subprocess.Popen([PYTHON, "-c", HOST_SCRIPT, str(quick_then_hanging_profile(tmp_path))],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    host = subprocess.Popen(
+        [PYTHON, "-c", HOST_SCRIPT, str(quick_then_hanging_profile(tmp_path))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         keeper = int(host.stdout.readline())
         host.kill()  # between turns: nothing to stop, the keeper just goes
@@ -261,14 +288,21 @@ def test_serve_kills_escapees_and_leaves_no_zombie_whatever_agents_do(tmp_path: 
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     escaping_profile(profiles)
-    serve = subprocess.Popen([AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state",
-                              str(tmp_path / "sessions.sqlite3")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    serve = subprocess.Popen(
+        [AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state", str(tmp_path / "sessions.sqlite3")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         turns = 25
         for index in range(turns):
-            serve.stdin.write(json.dumps({"type": "turn", "id": index, "profile": "escape",
-                                          "conversation": f"c{index % 5}", "message": "hi"}) + "\n")
+            serve.stdin.write(
+                json.dumps(
+                    {"type": "turn", "id": index, "profile": "escape", "conversation": f"c{index % 5}", "message": "hi"}
+                )
+                + "\n"
+            )
         serve.stdin.flush()
         for _ in range(turns):
             result = read_json_until(serve.stdout, lambda r: r["type"] in ("result", "error"), "every result")
@@ -288,8 +322,9 @@ def test_serve_kills_escapees_and_leaves_no_zombie_whatever_agents_do(tmp_path: 
 
 
 def test_cli_run_kills_what_its_agent_left_behind(tmp_path: Path) -> None:
-    done = subprocess.run([AGENT_BRIDGE, "run", str(escaping_profile(tmp_path)), "hi"], capture_output=True,
-                          text=True, timeout=30)
+    done = subprocess.run(
+        [AGENT_BRIDGE, "run", str(escaping_profile(tmp_path)), "hi"], capture_output=True, text=True, timeout=30
+    )
     assert (done.returncode, done.stdout) == (0, "left three behind\n")
     pids = read_pids(tmp_path / "pids")
     assert len(pids) == 3
@@ -315,8 +350,9 @@ def test_what_a_library_host_gets(tmp_path: Path, kind: str) -> None:
     (one in a session of its own counts as an orphan). A plain host: escapees are killed with the agent's cgroup;
     where it cannot have cgroups, they run on, adopted elsewhere."""
     argv = [PYTHON, "-c", LIBRARY_HOST, str(escaping_profile(tmp_path)), kind.split(",")[0]]
-    done = subprocess.run(without_cgroups(argv) if "without cgroups" in kind else argv,
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        without_cgroups(argv) if "without cgroups" in kind else argv, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["reply"] == "left three behind" and report["own_alive"]

@@ -20,8 +20,11 @@ from fake_clis import install_fake_clis
 import bridge
 from bridge import Profile, ProfileError, SessionEvent, Turn, plan_launch
 
-ECHO_ARGS = {"command": ["sh", "-c", 'echo "args: $*"', "sh"],
-             "new_session_args": ["--session={{NEW_SESSION_ID}}"], "resume_args": ["--session={{SESSION_ID}}"]}
+ECHO_ARGS = {
+    "command": ["sh", "-c", 'echo "args: $*"', "sh"],
+    "new_session_args": ["--session={{NEW_SESSION_ID}}"],
+    "resume_args": ["--session={{SESSION_ID}}"],
+}
 
 
 def test_a_new_session_gets_a_fresh_uuid_in_its_arguments_and_a_resumed_one_its_own_id():
@@ -38,13 +41,16 @@ def test_profiles_without_the_placeholder_name_no_session():
     assert plan_launch(Profile.from_mapping({"command": "agent"}), Turn("hi"), {}).new_session_id == ""
 
 
-@pytest.mark.parametrize("field, yaml_value", [
-    ("args", "['--session={{NEW_SESSION_ID}}']"),
-    ("resume_args", "['--session={{NEW_SESSION_ID}}']"),
-    ("command", "'agent --session={{NEW_SESSION_ID}}'"),
-    ("env", "{SESSION: '{{NEW_SESSION_ID}}'}"),
-    ("cwd", "'work/{{NEW_SESSION_ID}}'"),
-])
+@pytest.mark.parametrize(
+    "field, yaml_value",
+    [
+        ("args", "['--session={{NEW_SESSION_ID}}']"),
+        ("resume_args", "['--session={{NEW_SESSION_ID}}']"),
+        ("command", "'agent --session={{NEW_SESSION_ID}}'"),
+        ("env", "{SESSION: '{{NEW_SESSION_ID}}'}"),
+        ("cwd", "'work/{{NEW_SESSION_ID}}'"),
+    ],
+)
 def test_it_may_stand_only_in_new_session_args(tmp_path, field, yaml_value):
     text = f"command: agent\n{field}: {yaml_value}\n" if field != "command" else f"command: {yaml_value}\n"
     path = write_profile(tmp_path, text)
@@ -67,8 +73,9 @@ async def test_the_made_up_id_is_the_turns_session_and_comes_back_on_the_next_tu
 
 
 async def test_an_id_the_agent_names_itself_wins_over_the_made_up_one(make_agent):
-    profile = make_agent("print('AGENT_SESSION:its-own')\nprint('ok')",
-                         new_session_args=["--session={{NEW_SESSION_ID}}"])
+    profile = make_agent(
+        "print('AGENT_SESSION:its-own')\nprint('ok')", new_session_args=["--session={{NEW_SESSION_ID}}"]
+    )
     with trio.fail_after(TURN_DEADLINE):
         result = await bridge.run_turn(profile, Turn("hi"))
     assert result.session_id == "its-own"

@@ -18,14 +18,17 @@ def test_a_deny_entry_stops_the_tool_whatever_the_case_of_either(entry: str, too
     assert answer({"default": "allow", "deny": [entry]}, tool) == "deny"
 
 
-@pytest.mark.parametrize(("policy", "tool", "expected"), [
-    ({"default": "deny", "allow": ["read"]}, "READ", "allow"),
-    ({"default": "deny", "allow": ["mcp__docs__*"]}, "MCP__Docs__search", "allow"),
-    ({"default": "deny", "ask": ["edit"]}, "Edit", "ask"),
-    ({"default": "allow", "allow": ["BASH"], "deny": ["bash"]}, "Bash", "deny"),  # deny wins over allow
-    ({"default": "allow", "allow": ["bash"], "ask": ["Bash"]}, "BASH", "allow"),  # allow wins over ask
-    ({"default": "deny", "allow": ["Bash"]}, "Bashful", "deny"),  # a name is the whole name, not a prefix
-])
+@pytest.mark.parametrize(
+    ("policy", "tool", "expected"),
+    [
+        ({"default": "deny", "allow": ["read"]}, "READ", "allow"),
+        ({"default": "deny", "allow": ["mcp__docs__*"]}, "MCP__Docs__search", "allow"),
+        ({"default": "deny", "ask": ["edit"]}, "Edit", "ask"),
+        ({"default": "allow", "allow": ["BASH"], "deny": ["bash"]}, "Bash", "deny"),  # deny wins over allow
+        ({"default": "allow", "allow": ["bash"], "ask": ["Bash"]}, "BASH", "allow"),  # allow wins over ask
+        ({"default": "deny", "allow": ["Bash"]}, "Bashful", "deny"),  # a name is the whole name, not a prefix
+    ],
+)
 def test_every_list_compares_names_case_insensitively_and_keeps_its_precedence(policy, tool, expected) -> None:
     assert answer(policy, tool) == expected
 

@@ -17,7 +17,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,11 +31,11 @@ from test_turn_queue import Bench, Serve, queued
 import bridge
 from bridge import Outcome, SessionRecord, StoreError, Turn, TurnResult
 from bridge.cli import main
-from bridge.host.postgres.store import PostgresSessionStore, new_stamp, record_session
-from bridge.host.postgres.turnlock import PgPlace, PgTurnLocks, advisory_key
+from bridge.host.file_turnlock import TurnLockError
+from bridge.host.postgres.advisory_turnlock import PgPlace, PgTurnLocks, advisory_key
+from bridge.host.postgres.pg_store import PostgresSessionStore, new_stamp, record_session
+from bridge.host.sqlite_store import SessionStore
 from bridge.host.state import open_store
-from bridge.host.store import SessionStore
-from bridge.host.turnlock import TurnLockError
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 STREAM = str(PROFILES / "stream.yaml")
@@ -43,8 +43,19 @@ DEADLINE = 10.0
 
 
 def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:
-    return TurnResult(reply="", session_id=session_id, error="", error_reply="", exit_code=exit_code,
-                      timed_out=False, outcome=outcome, stderr_tail="", duration_ms=1, partials=0, truncated=False)
+    return TurnResult(
+        reply="",
+        session_id=session_id,
+        error="",
+        error_reply="",
+        exit_code=exit_code,
+        timed_out=False,
+        outcome=outcome,
+        stderr_tail="",
+        duration_ms=1,
+        partials=0,
+        truncated=False,
+    )
 
 
 @pytest.fixture
@@ -76,8 +87,10 @@ def test_a_postgres_url_selects_the_postgres_store_and_anything_else_a_file(pg_d
 
 
 def test_importing_bridge_never_imports_psycopg() -> None:
-    code = ("import sys, bridge, bridge.host, bridge.host.state, bridge.host.runtime, bridge.cli.main, "
-            "bridge.cli.sessions, bridge.cli.serve; print('psycopg' in sys.modules)")
+    code = (
+        "import sys, bridge, bridge.host, bridge.host.state, bridge.host.runtime, bridge.cli.main, "
+        "bridge.cli.sessions, bridge.cli.serve; print('psycopg' in sys.modules)"
+    )
     done = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
 
@@ -90,8 +103,12 @@ def test_without_psycopg_a_postgres_url_says_how_to_install_it() -> None:
         sys.exit(main(sys.argv[1:]))
     """)
     for command in (["sessions", "list"], ["run", str(PROFILES / "echo.yaml"), "--conversation", "k", "hi"]):
-        done = subprocess.run([PYTHON, "-c", code, *command, "--state", "postgresql://bridge@127.0.0.1/db"],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [PYTHON, "-c", code, *command, "--state", "postgresql://bridge@127.0.0.1/db"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 2, done.stderr
         assert "PostgreSQL needs psycopg 3: pip install 'agent-bridge[postgres]'" in done.stderr
 
@@ -106,7 +123,8 @@ def test_a_conversation_without_a_stored_session_starts_a_new_one(store: Postgre
 
 
 def test_the_last_turns_session_id_is_kept_per_profile_conversation_and_session_name(
-        store: PostgresSessionStore) -> None:
+    store: PostgresSessionStore,
+) -> None:
     store.record("stream", "chat-1", "default", result("a"))
     store.record("stream", "chat-1", "default", result("b"))
     store.record("stream", "chat-1", "work", result("w"))
@@ -120,15 +138,16 @@ def test_the_last_turns_session_id_is_kept_per_profile_conversation_and_session_
 
 
 def test_a_turn_without_a_session_line_keeps_the_stored_id_but_records_how_it_ended(
-        store: PostgresSessionStore) -> None:
-    before = datetime.now(timezone.utc)
+    store: PostgresSessionStore,
+) -> None:
+    before = datetime.now(UTC)
     store.record("stream", "chat-1", "default", result("kept"))
     store.record("stream", "chat-1", "default", result("", exit_code=124, outcome=Outcome.TIMEOUT))
     assert store.get("stream", "chat-1") == "kept"
     [record] = store.list()
     assert record == SessionRecord("stream", "chat-1", "default", "kept", record.last_used, "timeout", 124)
-    assert record.last_used.tzinfo is timezone.utc, "UTC, as the SQLite store gives it"
-    assert before - timedelta(seconds=1) <= record.last_used <= datetime.now(timezone.utc) + timedelta(seconds=1)
+    assert record.last_used.tzinfo is UTC, "UTC, as the SQLite store gives it"
+    assert before - timedelta(seconds=1) <= record.last_used <= datetime.now(UTC) + timedelta(seconds=1)
 
 
 def test_a_first_turn_without_a_session_line_is_recorded_with_no_id(store: PostgresSessionStore) -> None:
@@ -160,14 +179,18 @@ def test_list_shows_the_most_recently_used_first_and_filters_by_profile(store: P
     assert store.list("nobody") == []
     latest = store.list()[0]
     assert latest.to_dict() == {
-        "profile": "a", "conversation": "three", "session_name": "default", "session_id": "3",
-        "last_used": latest.last_used.isoformat(), "last_outcome": "ok", "last_exit_code": 0,
+        "profile": "a",
+        "conversation": "three",
+        "session_name": "default",
+        "session_id": "3",
+        "last_used": latest.last_used.isoformat(),
+        "last_outcome": "ok",
+        "last_exit_code": 0,
     }
     assert latest.to_dict()["last_used"].endswith("+00:00")
 
 
-def test_the_stamp_changes_with_every_record_and_lookup_returns_it_until_the_next(
-        store: PostgresSessionStore) -> None:
+def test_the_stamp_changes_with_every_record_and_lookup_returns_it_until_the_next(store: PostgresSessionStore) -> None:
     stamps = [store.record("p", "c", "default", result("s" if i == 0 else "")) for i in range(20)]
     assert len(set(stamps)) == 20
     assert store.lookup("p", "c") == ("s", stamps[-1])
@@ -199,8 +222,9 @@ def test_sessions_survive_closing_and_reopening_and_live_in_bridge_sessions(pg_d
     with PostgresSessionStore(pg_dsn) as store:
         assert store.get("p", "c") == "persisted"
     with psycopg.connect(pg_dsn) as db:
-        assert db.execute("SELECT profile, conversation, session_name, session_id, stamp FROM bridge_sessions"
-                          ).fetchall() == [("p", "c", "default", "persisted", stamp)]
+        assert db.execute(
+            "SELECT profile, conversation, session_name, session_id, stamp FROM bridge_sessions"
+        ).fetchall() == [("p", "c", "default", "persisted", stamp)]
 
 
 def test_a_closed_store_says_so(store: PostgresSessionStore) -> None:
@@ -232,7 +256,7 @@ def test_one_store_object_is_safe_to_share_between_threads(store: PostgresSessio
             for i in range(25):
                 store.record("p", f"t{worker}-{i}", "default", result(f"{worker}:{i}"))
                 assert store.get("p", f"t{worker}-{i}") == f"{worker}:{i}"
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=work, args=(worker,)) for worker in range(8)]
@@ -264,8 +288,9 @@ def test_record_session_writes_inside_the_callers_transaction(store: PostgresSes
 # --------------------------------------------------------------------------- a server that goes away
 
 
-def test_a_restarted_server_is_reconnected_transparently(store: PostgresSessionStore,
-                                                         postgres_server: PostgresServer) -> None:
+def test_a_restarted_server_is_reconnected_transparently(
+    store: PostgresSessionStore, postgres_server: PostgresServer
+) -> None:
     store.record("p", "c", "default", result("before restart"))
     assert store.get("p", "c") == "before restart"  # both connections are open
     postgres_server.restart()  # fast shutdown: the server drops both connections
@@ -277,8 +302,9 @@ def test_a_restarted_server_is_reconnected_transparently(store: PostgresSessionS
     assert store.list() == []
 
 
-def test_a_server_that_stays_down_is_a_store_error_naming_it(store: PostgresSessionStore,
-                                                             postgres_server: PostgresServer) -> None:
+def test_a_server_that_stays_down_is_a_store_error_naming_it(
+    store: PostgresSessionStore, postgres_server: PostgresServer
+) -> None:
     store.record("p", "c", "default", result("x"))
     postgres_server.stop()
     try:
@@ -300,9 +326,14 @@ def test_an_unreachable_server_names_host_and_port_without_the_password() -> Non
     assert "hunter2" not in message and "check that the server runs" in message
 
 
-@pytest.mark.parametrize("dsn", ["postgresql://bot:hunter2@127.0.0.1:5432/db?bogus=1",
-                                 "postgresql://bot:hunter2@[::1/db",
-                                 "postgres://bot:hunter2@host%/db"])
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://bot:hunter2@127.0.0.1:5432/db?bogus=1",
+        "postgresql://bot:hunter2@[::1/db",
+        "postgres://bot:hunter2@host%/db",
+    ],
+)
 def test_a_bad_dsn_is_a_store_error_that_shows_the_form_without_the_password(dsn: str) -> None:
     with pytest.raises(StoreError) as caught:
         PostgresSessionStore(dsn)
@@ -315,8 +346,13 @@ def test_a_bad_dsn_is_a_store_error_that_shows_the_form_without_the_password(dsn
 
 
 def test_advisory_keys_are_signed_64_bit_and_keep_conversations_apart() -> None:
-    keys = {advisory_key(namespace, profile, conversation, name) for namespace in ("serve", "bot2")
-            for profile in ("p", "q") for conversation in ("a", "b", "a\0b") for name in ("default", "x")}
+    keys = {
+        advisory_key(namespace, profile, conversation, name)
+        for namespace in ("serve", "bot2")
+        for profile in ("p", "q")
+        for conversation in ("a", "b", "a\0b")
+        for name in ("default", "x")
+    }
     assert len(keys) == 24
     assert all(-(1 << 63) <= key < 1 << 63 for key in keys)
     assert advisory_key("serve", "p", "a", "default") == advisory_key("serve", "p", "a", "default")
@@ -401,7 +437,7 @@ async def _release_when_blocked(place: PgPlace) -> None:
 HOLDER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r})
-    from bridge.host.postgres.turnlock import PgTurnLocks
+    from bridge.host.postgres.advisory_turnlock import PgTurnLocks
     place = PgTurnLocks(sys.argv[1]).join("p", "k", "default")
     print("held" if place.try_wait() else "not held", flush=True)
     time.sleep(600)
@@ -467,14 +503,18 @@ async def test_open_host_with_a_database_url_keeps_sessions_across_hosts(lab: La
         third = await host.submit("rec", "chat", Turn("tag=3"))
     assert (first.ok, second.ok, third.ok) == (True, True, True)
     assert [(words[1], words[2]) for words in lab.lines() if words[0] == "start"] == [
-        ("1", "-"), ("2", "s-1"), ("3", "s-1")]
+        ("1", "-"),
+        ("2", "s-1"),
+        ("3", "s-1"),
+    ]
     with PostgresSessionStore(pg_dsn) as store:
         [record] = store.list()
         assert (record.profile, record.conversation, record.session_id) == ("rec", "chat", "s-1")
 
 
 async def test_two_hosts_on_one_database_never_run_a_conversation_twice_at_once(
-        lab: Lab, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    lab: Lab, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     waiting = trio.Event()
     wait_async = PgPlace.wait_async
 
@@ -488,12 +528,16 @@ async def test_two_hosts_on_one_database_never_run_a_conversation_twice_at_once(
     gate = lab.gate()
 
     async def submit(host: bridge.Host, conversation: str, tag: str, message: str = "") -> None:
-        results[tag] = await host.submit("rec", conversation, Turn(f"tag={tag} {message}"),
-                                         on_partial=started.callback(tag))
+        results[tag] = await host.submit(
+            "rec", conversation, Turn(f"tag={tag} {message}"), on_partial=started.callback(tag)
+        )
 
     with trio.fail_after(DEADLINE):
-        async with bridge.open_host(lab.profiles, state=pg_dsn) as one, \
-                bridge.open_host(lab.profiles, state=pg_dsn) as two, trio.open_nursery() as nursery:
+        async with (
+            bridge.open_host(lab.profiles, state=pg_dsn) as one,
+            bridge.open_host(lab.profiles, state=pg_dsn) as two,
+            trio.open_nursery() as nursery,
+        ):
             nursery.start_soon(submit, one, "k", "a", f"session=sa gate={gate}")
             await started.wait("a")
             nursery.start_soon(submit, two, "k", "b", "session=sb")
@@ -519,8 +563,9 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        [AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def session_of(stdout: str) -> str:
@@ -528,8 +573,9 @@ def session_of(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if " of session " in line).rsplit(" ", 1)[1]
 
 
-def test_run_with_a_database_resumes_the_conversation_run_after_run(pg_dsn: str, env: dict[str, str],
-                                                                   tmp_path: Path) -> None:
+def test_run_with_a_database_resumes_the_conversation_run_after_run(
+    pg_dsn: str, env: dict[str, str], tmp_path: Path
+) -> None:
     first = cli(env, "run", STREAM, "--conversation", "c", "--state", pg_dsn, "hello there")
     assert first.returncode == 0, first.stderr
     assert "turn 1 of session" in first.stdout
@@ -558,8 +604,16 @@ def test_run_with_a_database_out_of_reach_stops_before_the_agent_starts(tmp_path
     agent = write_agent(tmp_path, "agent.sh", f"#!/bin/sh\ntouch {marker}\necho ran\n")
     profile = write_profile(tmp_path, f"command: {agent}\n")
     port = closed_port()
-    done = cli(env, "run", str(profile), "--conversation", "k", "--state",
-               f"postgresql://bot:hunter2@127.0.0.1:{port}/db", "hi")
+    done = cli(
+        env,
+        "run",
+        str(profile),
+        "--conversation",
+        "k",
+        "--state",
+        f"postgresql://bot:hunter2@127.0.0.1:{port}/db",
+        "hi",
+    )
     assert done.returncode == 2
     assert f"postgresql://bot@127.0.0.1:{port}/db" in done.stderr and "hunter2" not in done.stderr
     assert not marker.exists() and done.stdout == ""
@@ -585,7 +639,10 @@ def test_sessions_list_show_and_forget_on_a_database(pg_dsn: str, capsys: pytest
     assert main(["sessions", "list", "--state", pg_dsn, "--profile", "stream", "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["conversation"], r["session_name"]) for r in records] == [
-        ("chat-2", "default"), ("chat-1", "work"), ("chat-1", "default")]
+        ("chat-2", "default"),
+        ("chat-1", "work"),
+        ("chat-1", "default"),
+    ]
     assert main(["sessions", "show", STREAM, "chat-1", "--state", pg_dsn]) == 0
     out = capsys.readouterr().out
     assert "session id:    s-default" in out and "session id:    s-work" in out
@@ -600,7 +657,8 @@ def test_sessions_list_show_and_forget_on_a_database(pg_dsn: str, capsys: pytest
 
 
 def test_bots_with_the_same_profiles_and_conversation_keys_share_nothing_in_their_namespaces(
-        pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with PostgresSessionStore(pg_dsn, namespace="alice") as alice, PostgresSessionStore(pg_dsn, namespace="bob") as bob:
         alice.record("stream", "tg:42", "default", result("a-1"))
         assert (alice.get("stream", "tg:42"), bob.get("stream", "tg:42")) == ("a-1", "")
@@ -621,8 +679,11 @@ def test_bots_with_the_same_profiles_and_conversation_keys_share_nothing_in_thei
 
 
 def test_conversations_of_different_namespaces_never_wait_for_each_other(pg_dsn: str) -> None:
-    alice, bob, alice_too = (PgTurnLocks(pg_dsn, namespace="alice"), PgTurnLocks(pg_dsn, namespace="bob"),
-                             PgTurnLocks(pg_dsn, namespace="alice"))
+    alice, bob, alice_too = (
+        PgTurnLocks(pg_dsn, namespace="alice"),
+        PgTurnLocks(pg_dsn, namespace="bob"),
+        PgTurnLocks(pg_dsn, namespace="alice"),
+    )
     try:
         with alice.join("p", "k", "default") as held, bob.join("p", "k", "default") as other:
             assert held.try_wait() and other.try_wait()
@@ -642,8 +703,13 @@ def test_sessions_on_a_database_out_of_reach_exit_2_naming_it(capsys: pytest.Cap
 
 def test_serve_with_a_database_runs_a_turn_and_stores_its_session(lab: Lab, pg_dsn: str) -> None:
     request = {"type": "turn", "id": "t1", "profile": "rec", "conversation": "k", "message": "tag=s session=from-serve"}
-    done = subprocess.run([AGENT_BRIDGE, "serve", "--profiles", str(lab.profiles), "--state", pg_dsn],
-                          input=json.dumps(request) + "\n", capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [AGENT_BRIDGE, "serve", "--profiles", str(lab.profiles), "--state", pg_dsn],
+        input=json.dumps(request) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     [reply] = [json.loads(line) for line in done.stdout.splitlines() if json.loads(line)["type"] == "result"]
     assert (reply["id"], reply["exit_code"], reply["session_id"]) == ("t1", 0, "from-serve")
@@ -697,8 +763,9 @@ def test_a_run_waits_for_a_serve_turn_of_its_conversation_on_a_database(bench: B
 def test_a_chat_on_a_database_takes_its_place_for_each_turn(bench: Bench) -> None:
     gate = bench.gate()
     chat_input_read, chat_input = os.pipe()
-    chat = bench.start("chat", str(bench.profile), "--conversation", "k", "--state", str(bench.lab.state),
-                       stdin=chat_input_read)
+    chat = bench.start(
+        "chat", str(bench.profile), "--conversation", "k", "--state", str(bench.lab.state), stdin=chat_input_read
+    )
     os.close(chat_input_read)
     with os.fdopen(chat_input, "w") as lines:
         lines.write("tag=c1 session=c1\n")

@@ -35,7 +35,7 @@ import bridge
 from bridge.host.postgres import gateway, queue, worker
 from bridge.host.postgres.db import connect, events_channel
 from bridge.host.postgres.gateway import GatewayNameTaken, RemoteHost, RemoteTurnError
-from bridge.host.postgres.store import PostgresSessionStore
+from bridge.host.postgres.pg_store import PostgresSessionStore
 from bridge.host.postgres.worker import Worker
 
 DEADLINE = 10.0
@@ -58,12 +58,14 @@ def logged(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], str]]:
 
 def ask_profile(lab: Lab) -> None:
     """`ap4`: the wire-0.4 sample agent, which asks before it uses a tool."""
-    (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+    (lab.profiles / "ap4.yaml").write_text(
+        textwrap.dedent(f"""\
         protocol: agentproc-0.4
         command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
         env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
         permissions: {{ask: [Read], timeout_secs: 10}}
-    """))
+    """)
+    )
 
 
 async def until(check: Callable[[], Any], what: str) -> Any:
@@ -75,7 +77,7 @@ async def until(check: Callable[[], Any], what: str) -> Any:
 
 def digest(lab: Lab, name: str = "rec") -> str:
     """How log lines and errors show the hash of a lab's profile file."""
-    return hashlib.sha256((lab.profiles / f"{name}.yaml").read_bytes()).hexdigest()[:queue.SHOWN_HASH_CHARS]
+    return hashlib.sha256((lab.profiles / f"{name}.yaml").read_bytes()).hexdigest()[: queue.SHOWN_HASH_CHARS]
 
 
 def skips(log: str) -> list[dict[str, Any]]:
@@ -93,7 +95,8 @@ def query(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 async def test_two_bots_with_the_same_turn_ids_and_keys_get_only_their_own_results_partials_and_sessions(
-        pg_dsn: str, lab: Lab) -> None:
+    pg_dsn: str, lab: Lab
+) -> None:
     overheard: list[str] = []  # what reaches alice's channel: none of it may be bob's
     listener = connect(pg_dsn, autocommit=True)
     listener.add_notify_handler(lambda note: overheard.append(note.payload))
@@ -116,29 +119,45 @@ async def test_two_bots_with_the_same_turn_ids_and_keys_get_only_their_own_resul
             results: dict[str, bridge.TurnResult] = {}
 
             async def alice_seven() -> None:
-                results["a7"] = await alice.submit("rec", "tg:42", bridge.Turn(f"tag=a7 gate={gate} session=sa"),
-                                                   turn_id="7", on_partial=seen("alice", "a7"))
+                results["a7"] = await alice.submit(
+                    "rec",
+                    "tg:42",
+                    bridge.Turn(f"tag=a7 gate={gate} session=sa"),
+                    turn_id="7",
+                    on_partial=seen("alice", "a7"),
+                )
 
             async with trio.open_nursery() as turns:
                 turns.start_soon(alice_seven)
                 await started.wait("a7")
                 # bob's 7, in the same profile and conversation, while alice's 7 runs: his own turn, at once
                 with trio.fail_after(DEADLINE):
-                    results["b7"] = await bob.submit("rec", "tg:42", bridge.Turn("tag=b7 session=sb"), turn_id="7",
-                                                     on_partial=seen("bob", "b7"))
+                    results["b7"] = await bob.submit(
+                        "rec", "tg:42", bridge.Turn("tag=b7 session=sb"), turn_id="7", on_partial=seen("bob", "b7")
+                    )
                 await lab.release(gate)
             with trio.fail_after(DEADLINE):
-                results["a8"] = await alice.submit("rec", "tg:42", bridge.Turn("tag=a8"), turn_id="8",
-                                                   on_partial=seen("alice", "a8"))
-                results["b8"] = await bob.submit("rec", "tg:42", bridge.Turn("tag=b8"), turn_id="8",
-                                                 on_partial=seen("bob", "b8"))
+                results["a8"] = await alice.submit(
+                    "rec", "tg:42", bridge.Turn("tag=a8"), turn_id="8", on_partial=seen("alice", "a8")
+                )
+                results["b8"] = await bob.submit(
+                    "rec", "tg:42", bridge.Turn("tag=b8"), turn_id="8", on_partial=seen("bob", "b8")
+                )
         runner.drain()
     assert {tag: result.reply for tag, result in results.items()} == {
-        "a7": "reply a7 one", "b7": "reply b7 one", "a8": "reply a8 one", "b8": "reply b8 one"}
+        "a7": "reply a7 one",
+        "b7": "reply b7 one",
+        "a8": "reply a8 one",
+        "b8": "reply b8 one",
+    }
     assert partials == {"alice": ["started", "started"], "bob": ["started", "started"]}
     # each bot's next turn resumed its own session, never the other's
     assert [words[:3] for words in lab.lines() if words[0] == "start"] == [
-        ["start", "a7", "-"], ["start", "b7", "-"], ["start", "a8", "sa"], ["start", "b8", "sb"]]
+        ["start", "a7", "-"],
+        ["start", "b7", "-"],
+        ["start", "a8", "sa"],
+        ["start", "b8", "sb"],
+    ]
     listener.execute("SELECT 1")  # hands the notifications that arrived to the handler
     alice_keys = {key for (key,) in query(pg_dsn, "SELECT key FROM bridge_turns WHERE gateway = 'alice'")}
     assert overheard and {json.loads(payload)["t"] for payload in overheard} <= alice_keys
@@ -152,7 +171,8 @@ async def test_two_bots_with_the_same_turn_ids_and_keys_get_only_their_own_resul
 
 
 async def test_a_gateway_with_client_session_ids_stored_takes_only_the_conversations_own_session(
-        pg_dsn: str, lab: Lab) -> None:
+    pg_dsn: str, lab: Lab
+) -> None:
     async with trio.open_nursery() as nursery:
         runner = Worker(pg_dsn, lab.profiles, max_concurrent=2, lease_secs=2.0)
         await nursery.start(runner.run)
@@ -166,13 +186,14 @@ async def test_a_gateway_with_client_session_ids_stored_takes_only_the_conversat
                 own = await host.submit("rec", "alice", bridge.Turn("tag=a2", session_id=alice.session_id))
         runner.drain()
     assert alice.session_id == "s-alice" and own.ok
-    assert [words[:3] for words in lab.lines() if words[0] == "start"] == [["start", "a1", "-"],
-                                                                           ["start", "a2", "s-alice"]]
+    assert [words[:3] for words in lab.lines() if words[0] == "start"] == [
+        ["start", "a1", "-"],
+        ["start", "a2", "s-alice"],
+    ]
     assert query(pg_dsn, "SELECT count(*) FROM bridge_turns WHERE conversation = 'bob'") == [(0,)]  # never queued
 
 
-async def test_one_bot_s_questions_decisions_and_cancels_never_reach_another_bot_s_turn(pg_dsn: str,
-                                                                                       lab: Lab) -> None:
+async def test_one_bot_s_questions_decisions_and_cancels_never_reach_another_bot_s_turn(pg_dsn: str, lab: Lab) -> None:
     ask_profile(lab)
     questions: dict[str, list[bridge.PermissionRequest]] = {"alice": [], "bob": []}
     tools: dict[str, list[str]] = {"alice": [], "bob": []}
@@ -195,8 +216,9 @@ async def test_one_bot_s_questions_decisions_and_cancels_never_reach_another_bot
             results: dict[str, Any] = {}
 
             async def ask(bot: str, host: RemoteHost) -> None:
-                results[bot] = await host.submit("ap4", "tg:42", bridge.Turn("hi tool=Read"), turn_id="p1",
-                                                 on_event=on_event(bot))
+                results[bot] = await host.submit(
+                    "ap4", "tg:42", bridge.Turn("hi tool=Read"), turn_id="p1", on_event=on_event(bot)
+                )
 
             with trio.fail_after(DEADLINE):
                 async with trio.open_nursery() as turns:
@@ -217,8 +239,13 @@ async def test_one_bot_s_questions_decisions_and_cancels_never_reach_another_bot
             ended: dict[str, bridge.TurnResult] = {}
 
             async def run(bot: str, host: RemoteHost) -> None:
-                ended[bot] = await host.submit("rec", "tg:42", bridge.Turn(f"tag={bot} gate={gates[bot]}"),
-                                               turn_id="c1", on_partial=started.callback(bot))
+                ended[bot] = await host.submit(
+                    "rec",
+                    "tg:42",
+                    bridge.Turn(f"tag={bot} gate={gates[bot]}"),
+                    turn_id="c1",
+                    on_partial=started.callback(bot),
+                )
 
             with trio.fail_after(DEADLINE):
                 async with trio.open_nursery() as turns:
@@ -246,9 +273,15 @@ async def test_a_second_gateway_with_a_live_name_refuses_to_start_naming_the_hol
         async with RemoteHost(pg_dsn, name="bot2"):  # another name is another bot
             pass
         dsn = pg_dsn.replace("bridge@", "bridge:s3cret@", 1)
-        done = await trio.to_thread.run_sync(lambda: subprocess.run(
-            [sys.executable, "-m", "bridge", "serve", "--postgres", dsn, "--name", "bot1"],
-            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL))
+        done = await trio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [sys.executable, "-m", "bridge", "serve", "--postgres", dsn, "--name", "bot1"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                stdin=subprocess.DEVNULL,
+            )
+        )
         assert done.returncode == 2, done.stderr
         assert f"gateway name 'bot1' is held by a live gateway: pid {os.getpid()}" in done.stderr
         assert "Traceback" not in done.stderr and "s3cret" not in done.stderr
@@ -257,7 +290,8 @@ async def test_a_second_gateway_with_a_live_name_refuses_to_start_naming_the_hol
 
 
 async def test_a_gateway_takes_its_name_again_after_a_reconnect_and_takes_no_turns_once_another_holds_it(
-        pg_dsn: str) -> None:
+    pg_dsn: str,
+) -> None:
     def holder() -> int:
         return int(query(pg_dsn, "SELECT backend_pid FROM bridge_gateways WHERE name = 'bot'")[0][0])
 
@@ -278,8 +312,10 @@ async def test_a_gateway_takes_its_name_again_after_a_reconnect_and_takes_no_tur
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.to_thread.run_sync, wait_for_the_name)
                 await queued.wait()
-                await until(lambda: query(pg_dsn, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
-                                                  "AND NOT granted"), "the rival to wait for the lock")
+                await until(
+                    lambda: query(pg_dsn, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"),
+                    "the rival to wait for the lock",
+                )
                 query(pg_dsn, "SELECT pg_terminate_backend(%s)", second)
             await until(lambda: host.closing, "the gateway to stop taking turns")
             with pytest.raises(GatewayNameTaken, match="lost its name 'bot'"):
@@ -309,7 +345,8 @@ def test_after_a_reconnect_a_gateway_ends_its_own_stale_connection_to_take_its_n
 
 
 async def test_workers_with_different_profile_directories_run_only_turns_of_profiles_they_have(
-        pg_dsn: str, tmp_path: Path) -> None:
+    pg_dsn: str, tmp_path: Path
+) -> None:
     for directory in ("a", "b"):
         (tmp_path / directory).mkdir()
     alphas, betas = Lab(tmp_path / "a"), Lab(tmp_path / "b")
@@ -335,11 +372,14 @@ async def test_workers_with_different_profile_directories_run_only_turns_of_prof
         first.drain()
         second.drain()
     assert sorted(query(pg_dsn, "SELECT profile, worker FROM bridge_turns")) == [
-        ("alpha", "has-alpha"), ("beta", "has-beta")]
+        ("alpha", "has-alpha"),
+        ("beta", "has-beta"),
+    ]
 
 
 async def test_a_worker_with_another_file_of_a_profile_leaves_its_turns_to_one_with_the_file_and_says_so(
-        pg_dsn: str, tmp_path: Path, logged: Callable[[], str]) -> None:
+    pg_dsn: str, tmp_path: Path, logged: Callable[[], str]
+) -> None:
     for directory in ("ours", "theirs"):
         (tmp_path / directory).mkdir()
     ours, theirs = Lab(tmp_path / "ours"), Lab(tmp_path / "theirs")
@@ -357,8 +397,9 @@ async def test_a_worker_with_another_file_of_a_profile_leaves_its_turns_to_one_w
             results: dict[str, bridge.TurnResult] = {}
 
             async def submit(tag: str, message: str, conversation: str) -> None:
-                results[tag] = await host.submit("rec", conversation, bridge.Turn(message),
-                                                 on_partial=started.callback(tag))
+                results[tag] = await host.submit(
+                    "rec", conversation, bridge.Turn(message), on_partial=started.callback(tag)
+                )
 
             with trio.fail_after(DEADLINE):
                 async with trio.open_nursery() as turns:
@@ -378,7 +419,8 @@ async def test_a_worker_with_another_file_of_a_profile_leaves_its_turns_to_one_w
 
 
 async def test_a_turn_no_live_worker_can_run_as_queued_ends_after_the_profile_wait_naming_what_they_have(
-        pg_dsn: str, lab: Lab, logged: Callable[[], str]) -> None:
+    pg_dsn: str, lab: Lab, logged: Callable[[], str]
+) -> None:
     async with trio.open_nursery() as nursery:
         runner = Worker(pg_dsn, lab.profiles, max_concurrent=1, lease_secs=1.0, name="w", profile_wait_secs=0.3)
         await nursery.start(runner.run)
@@ -388,8 +430,9 @@ async def test_a_turn_no_live_worker_can_run_as_queued_ends_after_the_profile_wa
             outcome: dict[str, Any] = {}
 
             async def busy() -> None:
-                outcome["busy"] = await host.submit("rec", "c0", bridge.Turn(f"tag=busy gate={gate}"),
-                                                    on_partial=started.callback("busy"))
+                outcome["busy"] = await host.submit(
+                    "rec", "c0", bridge.Turn(f"tag=busy gate={gate}"), on_partial=started.callback("busy")
+                )
 
             async def queued(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
                 try:
@@ -418,7 +461,8 @@ async def test_a_turn_no_live_worker_can_run_as_queued_ends_after_the_profile_wa
 
 
 async def test_a_question_the_client_has_no_room_for_cancels_its_turn_clearly(
-        pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ask_profile(lab)
     monkeypatch.setattr(gateway, "MAX_BUFFERED_EVENT_BYTES", 200)  # a question takes more: it never fits
     async with trio.open_nursery() as nursery:
@@ -432,7 +476,8 @@ async def test_a_question_the_client_has_no_room_for_cancels_its_turn_clearly(
 
 
 async def test_a_worker_whose_events_wait_past_its_bound_drops_partials_and_fails_a_turn_whose_question_would_be_lost(
-        pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ask_profile(lab)
     monkeypatch.setattr(worker, "MAX_PENDING_EVENT_BYTES", 0)  # nothing fits: as if PostgreSQL took nothing
     async with trio.open_nursery() as nursery:
@@ -450,9 +495,11 @@ async def test_a_worker_whose_events_wait_past_its_bound_drops_partials_and_fail
 
 
 async def test_an_event_larger_than_a_notification_arrives_in_pieces_or_fails_its_turn_never_lost_in_silence(
-        pg_dsn: str, lab: Lab) -> None:
+    pg_dsn: str, lab: Lab
+) -> None:
     agent = lab.root / "big_agent.py"
-    agent.write_text(textwrap.dedent("""\
+    agent.write_text(
+        textwrap.dedent("""\
         import json, sys
         turn = json.loads(sys.stdin.readline())
         def send(event):
@@ -462,12 +509,15 @@ async def test_an_event_larger_than_a_notification_arrives_in_pieces_or_fails_it
               "input": {"path": "x" * 9000}, "description": "read a long path"})
         sys.stdin.readline()
         send({"type": "result", "text": "done"})
-    """))
-    (lab.profiles / "big.yaml").write_text(textwrap.dedent(f"""\
+    """)
+    )
+    (lab.profiles / "big.yaml").write_text(
+        textwrap.dedent(f"""\
         protocol: agentproc-0.4
         command: [{sys.executable!r}, {str(agent)!r}]
         permissions: {{ask: [Read], timeout_secs: 10}}
-    """))
+    """)
+    )
     thoughts: list[str] = []
 
     def on_event(event: Any) -> None:

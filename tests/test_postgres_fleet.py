@@ -43,8 +43,9 @@ def fleet(lab: Lab, pg_dsn: str) -> Iterator[Fleet]:
         fleet.stop()
 
 
-def test_a_turn_goes_through_the_gateway_to_a_worker_and_back_with_its_partials_and_session(fleet: Fleet,
-                                                                                            lab: Lab) -> None:
+def test_a_turn_goes_through_the_gateway_to_a_worker_and_back_with_its_partials_and_session(
+    fleet: Fleet, lab: Lab
+) -> None:
     fleet.worker()
     gateway = fleet.gateway()
     gateway.send(turn("t1", "tag=a session=s-1"))
@@ -60,7 +61,8 @@ def test_a_turn_goes_through_the_gateway_to_a_worker_and_back_with_its_partials_
 
 
 def test_many_conversations_on_three_workers_keep_each_conversation_in_order_and_never_overlap(
-        fleet: Fleet, lab: Lab) -> None:
+    fleet: Fleet, lab: Lab
+) -> None:
     for _ in range(3):
         fleet.worker(max_concurrent=4)
     gateway = fleet.gateway()
@@ -69,8 +71,13 @@ def test_many_conversations_on_three_workers_keep_each_conversation_in_order_and
         conversation = f"c{index % 6}"
         request_id = f"t{index}"
         ids.add(request_id)
-        gateway.send(turn(request_id, f"tag={conversation}-{index // 6} session={conversation}-{index // 6}",
-                          conversation=conversation))
+        gateway.send(
+            turn(
+                request_id,
+                f"tag={conversation}-{index // 6} session={conversation}-{index // 6}",
+                conversation=conversation,
+            )
+        )
     results = gateway.results(ids)
     assert all(result["outcome"] == "ok" for result in results.values()), results
     lines = lab.lines()
@@ -100,8 +107,9 @@ def started(lab: Lab, tag: str) -> list[int]:
     return [int(words[3]) for words in lab.lines() if words[:2] == ["start", tag]]
 
 
-def test_a_killed_worker_s_agents_die_with_it_and_its_turns_run_again_in_order_elsewhere(fleet: Fleet,
-                                                                                        lab: Lab) -> None:
+def test_a_killed_worker_s_agents_die_with_it_and_its_turns_run_again_in_order_elsewhere(
+    fleet: Fleet, lab: Lab
+) -> None:
     doomed = fleet.worker()
     gateway = fleet.gateway()
     gate = lab.gate()
@@ -120,8 +128,9 @@ def test_a_killed_worker_s_agents_die_with_it_and_its_turns_run_again_in_order_e
     assert fleet.query("SELECT attempt FROM bridge_turns WHERE turn_id = 'a'") == [(2,)]
 
 
-def test_with_on_worker_lost_fail_a_killed_worker_s_turn_ends_visibly_and_the_next_one_runs(fleet: Fleet,
-                                                                                           lab: Lab) -> None:
+def test_with_on_worker_lost_fail_a_killed_worker_s_turn_ends_visibly_and_the_next_one_runs(
+    fleet: Fleet, lab: Lab
+) -> None:
     lab.profile("once", extra="on_worker_lost: fail\n")
     doomed = fleet.worker()
     gateway = fleet.gateway()
@@ -213,7 +222,8 @@ def test_cancel_ends_a_queued_turn_without_running_it_and_stops_a_running_one(fl
 
 
 def test_results_a_killed_gateway_could_not_send_are_sent_by_the_next_one_with_the_client_s_ids(
-        fleet: Fleet, lab: Lab) -> None:
+    fleet: Fleet, lab: Lab
+) -> None:
     fleet.worker()
     gateway = fleet.gateway("--name", "bot1")
     gate = lab.gate()
@@ -221,12 +231,15 @@ def test_results_a_killed_gateway_could_not_send_are_sent_by_the_next_one_with_t
     gateway.send(turn("b", "tag=b", conversation="other"))
     gateway.until("partial", 7)
     gateway.results({"b"})
-    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = 'b' AND delivered_at IS NOT NULL"),
-               "b to be marked delivered")  # right after the result was written: at-least-once, not exactly
+    eventually(
+        lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = 'b' AND delivered_at IS NOT NULL"),
+        "b to be marked delivered",
+    )  # right after the result was written: at-least-once, not exactly
     gateway.kill()  # kill -9: turn 7 runs on, and nobody is there for its result
     release(gate)
-    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = '7' AND state = 'done'"),
-               "turn 7 to finish")
+    eventually(
+        lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = '7' AND state = 'done'"), "turn 7 to finish"
+    )
     other = fleet.gateway("--name", "someone-else")
     successor = fleet.gateway("--name", "bot1")
     result = successor.until("result", 7)[-1]  # the number it was sent as
@@ -238,7 +251,8 @@ def test_results_a_killed_gateway_could_not_send_are_sent_by_the_next_one_with_t
 
 
 def test_sigterm_drains_a_worker_turns_that_finish_in_the_grace_end_there_the_others_go_back_to_the_queue(
-        fleet: Fleet, lab: Lab) -> None:
+    fleet: Fleet, lab: Lab
+) -> None:
     draining = fleet.worker("--shutdown-grace", "1")
     gateway = fleet.gateway()
     quick, slow = lab.gate(), lab.gate()
@@ -263,8 +277,10 @@ def test_a_profile_no_worker_has_is_an_error_after_accepted(fleet: Fleet) -> Non
     gateway.send(turn("x", "hello", profile="nope"))
     responses = gateway.until("error", "x")
     assert [r["type"] for r in responses] == ["accepted", "error"] and responses[-1]["code"] == "unknown_profile"
-    eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = 'x' AND delivered_at IS NOT NULL"),
-               "the error to count as delivered")
+    eventually(
+        lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE turn_id = 'x' AND delivered_at IS NOT NULL"),
+        "the error to count as delivered",
+    )
     gateway.close()
     successor = fleet.gateway()
     successor.send({"type": "stats", "id": "s"})
@@ -288,14 +304,20 @@ def test_a_second_sigterm_hands_the_turns_back_at_once(fleet: Fleet, lab: Lab) -
 @pytest.mark.parametrize("command", [["worker", "--profiles", "."], ["serve"]])
 def test_a_database_out_of_reach_at_start_is_exit_2_naming_it_without_the_password(command: list[str]) -> None:
     dsn = "postgresql://bot:s3cret@127.0.0.1:1/bridge"
-    done = subprocess.run([sys.executable, "-m", "bridge", *command[:1], "--postgres", dsn, *command[1:]],
-                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", *command[:1], "--postgres", dsn, *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2, done.stderr
     assert "127.0.0.1" in done.stderr and "s3cret" not in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_server_restarted_under_load_loses_and_repeats_nothing(fleet: Fleet, lab: Lab,
-                                                                   postgres_server: PostgresServer) -> None:
+def test_the_server_restarted_under_load_loses_and_repeats_nothing(
+    fleet: Fleet, lab: Lab, postgres_server: PostgresServer
+) -> None:
     for _ in range(2):
         fleet.worker(lease_secs=8.0)  # longer than the restart: the workers keep their turns through it
     gateway = fleet.gateway()
@@ -315,7 +337,8 @@ def test_the_server_restarted_under_load_loses_and_repeats_nothing(fleet: Fleet,
     late = send(2) | send(3)
     results = gateway.results(early | late, within=40)
     assert all(result.get("outcome") == "ok" for result in results.values()), [
-        result for result in results.values() if result.get("outcome") != "ok"]
+        result for result in results.values() if result.get("outcome") != "ok"
+    ]
     assert fleet.query("SELECT count(*), count(DISTINCT turn_id) FROM bridge_turns WHERE state = 'done'") == [(24, 24)]
     lines = lab.lines()
     for conversation in conversations:
@@ -326,12 +349,14 @@ def test_the_server_restarted_under_load_loses_and_repeats_nothing(fleet: Fleet,
 
 
 def test_an_agent_s_question_reaches_the_bot_and_its_decide_reaches_the_worker(fleet: Fleet, lab: Lab) -> None:
-    (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+    (lab.profiles / "ap4.yaml").write_text(
+        textwrap.dedent(f"""\
         protocol: agentproc-0.4
         command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
         env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
         permissions: {{ask: [Read], timeout_secs: 10}}
-    """))
+    """)
+    )
     fleet.worker()
     gateway = fleet.gateway()
     gateway.send(turn("p1", "hi tool=Read", profile="ap4"))
@@ -347,11 +372,13 @@ def test_an_agent_s_question_reaches_the_bot_and_its_decide_reaches_the_worker(f
 
 
 async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: Lab) -> None:
-    (lab.profiles / "long.yaml").write_text(textwrap.dedent(f"""\
+    (lab.profiles / "long.yaml").write_text(
+        textwrap.dedent(f"""\
         command: [{sys.executable!r}, "-c",
                   "import json; print('AGENT_PARTIAL:' + json.dumps('é' * 20000)); print('done')"]
         max_reply_chars: null
-    """))
+    """)
+    )
     worker = Worker(pg_dsn, lab.profiles, max_concurrent=2, lease_secs=2.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
@@ -364,24 +391,32 @@ async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: L
             assert (await host.submit("nul", "c", bridge.Turn("hi"))).reply == "a\x00b"  # jsonb would refuse it
             shown: list[str] = []
             seen: list[Any] = []
-            result = await host.submit("rec", "c", bridge.Turn("tag=x session=s-9"), on_partial=shown.append,
-                                       on_event=seen.append)
+            result = await host.submit(
+                "rec", "c", bridge.Turn("tag=x session=s-9"), on_partial=shown.append, on_event=seen.append
+            )
             assert shown == ["started"] and seen[-1] == result  # both callbacks, the result last: as a local host
             again = await host.submit("rec", "c", bridge.Turn("tag=y"))
             assert (result.session_id, again.exit_code) == ("s-9", 0)
             stats = await host.current_stats()
             assert (stats.completed, stats.max_concurrent, len(stats.workers)) == (4, 2, 1)
-            (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+            (lab.profiles / "ap4.yaml").write_text(
+                textwrap.dedent(f"""\
                 protocol: agentproc-0.4
                 command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
                 env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
                 permissions: {{ask: [Read], timeout_secs: 20}}
-            """))
+            """)
+            )
             for answer, status in [(lambda request: True, "allowed"), (None, "denied")]:
                 events: list[Any] = []
                 with trio.fail_after(10):  # no callback: denied at once, not after the 20 s timeout
-                    await host.submit("ap4", f"ask-{status}", bridge.Turn("hi tool=Read"), on_permission=answer,
-                                      on_event=events.append if answer else None)
+                    await host.submit(
+                        "ap4",
+                        f"ask-{status}",
+                        bridge.Turn("hi tool=Read"),
+                        on_permission=answer,
+                        on_event=events.append if answer else None,
+                    )
                 tools = [e for e in events if isinstance(e, bridge.ActivityEvent) and e.activity == "tool"]
                 assert not answer or [e.status for e in tools][-1] == status
         worker.drain()
@@ -389,7 +424,8 @@ async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: L
 
 
 def test_a_worker_that_cannot_renew_its_lease_stops_its_agents_before_anyone_may_take_the_turn(
-        fleet: Fleet, lab: Lab, postgres_server: PostgresServer) -> None:
+    fleet: Fleet, lab: Lab, postgres_server: PostgresServer
+) -> None:
     fleet.worker(lease_secs=1.0)
     gateway = fleet.gateway()
     gate = lab.gate()
@@ -405,7 +441,8 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_agents_before_anyone_may
 
 
 async def test_a_turn_claimed_while_a_lease_renewal_is_under_way_stays_this_workers(
-        pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The renewal's answer cannot list a turn claimed after it read the leases; that turn is not lost."""
     from bridge.host.postgres import queue
 
@@ -427,10 +464,12 @@ async def test_a_turn_claimed_while_a_lease_renewal_is_under_way_stays_this_work
         await nursery.start(worker.run)
         async with bridge.open_host(postgres=pg_dsn) as host:
             async with trio.open_nursery() as turns:
+
                 async def submit() -> None:
                     with trio.fail_after(10):
-                        result = await host.submit("rec", "c", bridge.Turn(f"tag=a gate={gate}"),
-                                                   on_partial=started.callback("a"))
+                        result = await host.submit(
+                            "rec", "c", bridge.Turn(f"tag=a gate={gate}"), on_partial=started.callback("a")
+                        )
                     assert (result.outcome, result.reply) == (bridge.Outcome.OK, "reply a one")
 
                 turns.start_soon(submit)
@@ -445,7 +484,8 @@ async def test_a_turn_claimed_while_a_lease_renewal_is_under_way_stays_this_work
 
 
 def test_a_gateway_shutting_down_detaches_turns_still_running_and_the_next_one_sends_their_results(
-        fleet: Fleet, lab: Lab) -> None:
+    fleet: Fleet, lab: Lab
+) -> None:
     fleet.worker()
     gateway = fleet.gateway("--shutdown-grace", "0.2")
     gate = lab.gate()

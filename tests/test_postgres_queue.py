@@ -24,8 +24,18 @@ def conn(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
 
 def enqueue(conn: Any, key: str, conversation: str = "c", max_queued: int = 100) -> str:
     """Queue turn `key` (its key and the bot's id alike) of gateway "g"."""
-    return queue.enqueue(conn, key=key, turn_id=key, request_id=key, gateway="g", profile="p",
-                         conversation=conversation, session_name="default", turn=TURN, max_queued=max_queued).outcome
+    return queue.enqueue(
+        conn,
+        key=key,
+        turn_id=key,
+        request_id=key,
+        gateway="g",
+        profile="p",
+        conversation=conversation,
+        session_name="default",
+        turn=TURN,
+        max_queued=max_queued,
+    ).outcome
 
 
 def claim(conn: Any, worker: str = "w", grace: float = 0.0, on_lost: str = "retry") -> queue.ClaimedTurn | None:
@@ -33,8 +43,19 @@ def claim(conn: Any, worker: str = "w", grace: float = 0.0, on_lost: str = "retr
 
 
 def ok(reply: str) -> TurnResult:
-    return TurnResult(reply=reply, session_id="s", error="", error_reply="", exit_code=0, timed_out=False,
-                      outcome=Outcome.OK, stderr_tail="", duration_ms=1, partials=0, truncated=False)
+    return TurnResult(
+        reply=reply,
+        session_id="s",
+        error="",
+        error_reply="",
+        exit_code=0,
+        timed_out=False,
+        outcome=Outcome.OK,
+        stderr_tail="",
+        duration_ms=1,
+        partials=0,
+        truncated=False,
+    )
 
 
 def state(conn: Any, key: str) -> tuple[Any, ...]:
@@ -52,8 +73,18 @@ def test_enqueue_is_idempotent_by_id_and_refuses_past_max_queued(conn: Any) -> N
 
 def test_a_turn_is_its_gateway_s_the_same_id_from_another_gateway_is_another_turn(conn: Any) -> None:
     def queue_as(gateway: str, key: str, max_queued: int = 100) -> queue.Enqueued:
-        return queue.enqueue(conn, key=key, turn_id="7", request_id=7, gateway=gateway, profile="p",
-                             conversation="tg:42", session_name="default", turn=TURN, max_queued=max_queued)
+        return queue.enqueue(
+            conn,
+            key=key,
+            turn_id="7",
+            request_id=7,
+            gateway=gateway,
+            profile="p",
+            conversation="tg:42",
+            session_name="default",
+            turn=TURN,
+            max_queued=max_queued,
+        )
 
     assert queue_as("alice", "ka") == queue.Enqueued("queued", "ka", None, 0)
     assert queue_as("bob", "kb", max_queued=1).outcome == "queued"  # alice's queue is not bob's either
@@ -124,8 +155,9 @@ def test_the_result_and_the_session_are_one_transaction(conn: Any) -> None:
     claimed = claim(conn)
     written = []
 
-    def record_session(c: Any, namespace: str, profile: str, conversation: str, session_name: str,
-                       result: TurnResult) -> None:
+    def record_session(
+        c: Any, namespace: str, profile: str, conversation: str, session_name: str, result: TurnResult
+    ) -> None:
         written.append((namespace, profile, conversation, session_name, result.reply))
         raise RuntimeError("the session write fails")
 
@@ -146,8 +178,11 @@ def test_a_handed_back_turn_keeps_its_place_in_its_conversation(conn: Any) -> No
 def register_dead_worker(conn: Any, worker: str, *, before_server_start: bool = False) -> None:
     """A worker row whose registration connection does not exist (a pid no backend has)."""
     started = "pg_postmaster_start_time() - interval '1 hour'" if before_server_start else "now()"
-    conn.execute(f"INSERT INTO bridge_workers (id, host, pid, backend_pid, backend_start, max_concurrent) "
-                 f"VALUES (%s, 'h', 1, 2147483647, {started}, 1)", (worker,))
+    conn.execute(
+        f"INSERT INTO bridge_workers (id, host, pid, backend_pid, backend_start, max_concurrent) "
+        f"VALUES (%s, 'h', 1, 2147483647, {started}, 1)",
+        (worker,),
+    )
 
 
 def test_a_worker_whose_connection_is_gone_is_lost_and_its_turn_goes_back_in_its_place(conn: Any) -> None:
@@ -174,10 +209,13 @@ def test_a_server_restart_is_not_taken_for_every_worker_dying(conn: Any) -> None
     assert state(conn, "t") == ("running", 1, "w")
 
 
-@pytest.mark.parametrize(("on_lost", "attempts", "expected"), [("fail", 1, "done"), ("retry", 1, "queued"),
-                                                              ("retry", queue.MAX_ATTEMPTS, "done")])
-def test_a_lapsed_lease_retries_or_fails_as_the_profile_says_and_never_forever(conn: Any, on_lost: str,
-                                                                               attempts: int, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("on_lost", "attempts", "expected"),
+    [("fail", 1, "done"), ("retry", 1, "queued"), ("retry", queue.MAX_ATTEMPTS, "done")],
+)
+def test_a_lapsed_lease_retries_or_fails_as_the_profile_says_and_never_forever(
+    conn: Any, on_lost: str, attempts: int, expected: str
+) -> None:
     enqueue(conn, "t")
     claim(conn, "w", on_lost=on_lost)
     conn.execute("UPDATE bridge_turns SET attempt = %s, lease_until = now() - interval '5 seconds'", (attempts,))
@@ -233,30 +271,67 @@ INSERT INTO bridge_meta VALUES ('schema_version', '1');
 
 
 def test_version_1_tables_upgrade_in_place_and_lose_no_turn_result_or_session(pg_dsn: str) -> None:
-    from bridge.host.postgres.store import PostgresSessionStore
+    from bridge.host.postgres.pg_store import PostgresSessionStore
 
     with psycopg.connect(pg_dsn, autocommit=True) as old:
         old.execute(SCHEMA_V1)
         old.execute("INSERT INTO bridge_sessions VALUES ('p', 'c', 'default', 'sid-1', now(), 'ok', 0, 'st')")
         turn = json.dumps(TURN)
-        for turn_id, gateway, request_id, state in [("q1", "bot1", '"q1"', "queued"), ("d1", "bot1", "7", "done"),
-                                                    ("q1-serve", "serve", '"x"', "queued")]:
-            old.execute("INSERT INTO bridge_turns (id, gateway, request_id, profile, conversation, session_name, "
-                        "turn, state, result, outcome, exit_code) VALUES (%s, %s, %s, 'p', %s, 'default', %s, %s, "
-                        "%s, %s, %s)", (turn_id, gateway, request_id, turn_id, turn, state,
-                                        json.dumps({"reply": "kept"}) if state == "done" else None,
-                                        "ok" if state == "done" else None, 0 if state == "done" else None))
+        for turn_id, gateway, request_id, state in [
+            ("q1", "bot1", '"q1"', "queued"),
+            ("d1", "bot1", "7", "done"),
+            ("q1-serve", "serve", '"x"', "queued"),
+        ]:
+            old.execute(
+                "INSERT INTO bridge_turns (id, gateway, request_id, profile, conversation, session_name, "
+                "turn, state, result, outcome, exit_code) VALUES (%s, %s, %s, 'p', %s, 'default', %s, %s, "
+                "%s, %s, %s)",
+                (
+                    turn_id,
+                    gateway,
+                    request_id,
+                    turn_id,
+                    turn,
+                    state,
+                    json.dumps({"reply": "kept"}) if state == "done" else None,
+                    "ok" if state == "done" else None,
+                    0 if state == "done" else None,
+                ),
+            )
     with connect(pg_dsn, autocommit=True) as conn:  # the first connection of the new version upgrades
         assert conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone() == ("2",)
         # every turn kept, under a key of its own; the undelivered result is still bot1's to send, with its id
         assert queue.undelivered(conn, gateway="bot1") == [("q1", "v1-1", "q1"), ("d1", "v1-2", 7)]
         assert queue.ending(conn, gateway="bot1", key="v1-2").result == {"reply": "kept"}
         assert queue.ending(conn, gateway="serve", key="v1-2") is None  # another gateway's turn
-        resent = queue.enqueue(conn, key="new", turn_id="d1", request_id=7, gateway="bot1", profile="p",
-                               conversation="c", session_name="default", turn=TURN, max_queued=10)
+        resent = queue.enqueue(
+            conn,
+            key="new",
+            turn_id="d1",
+            request_id=7,
+            gateway="bot1",
+            profile="p",
+            conversation="c",
+            session_name="default",
+            turn=TURN,
+            max_queued=10,
+        )
         assert (resent.outcome, resent.key) == ("resent", "v1-2")
-        assert queue.enqueue(conn, key="new", turn_id="d1", request_id=7, gateway="bot2", profile="p",
-                             conversation="c", session_name="default", turn=TURN, max_queued=10).outcome == "queued"
+        assert (
+            queue.enqueue(
+                conn,
+                key="new",
+                turn_id="d1",
+                request_id=7,
+                gateway="bot2",
+                profile="p",
+                conversation="c",
+                session_name="default",
+                turn=TURN,
+                max_queued=10,
+            ).outcome
+            == "queued"
+        )
         claimed = [claim(conn, "w").key for _ in range(3)]
         assert sorted(claimed) == ["new", "v1-1", "v1-3"]  # the old queued turns run, and bot2's own "d1"
     # the session was every bot's in version 1: the default namespace and each gateway the turns name keep it

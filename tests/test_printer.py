@@ -47,12 +47,28 @@ class Screen:
         return "".join(text for _, text in self.transcript)
 
 
-def result(reply: str = "", exit_code: int = 0, error_reply: str = "", stderr_tail: str = "", partials: int = 0,
-           error: str = "") -> TurnResult:
+def result(
+    reply: str = "",
+    exit_code: int = 0,
+    error_reply: str = "",
+    stderr_tail: str = "",
+    partials: int = 0,
+    error: str = "",
+) -> TurnResult:
     outcome = Outcome.OK if exit_code == 0 else Outcome.EXIT_NONZERO
-    return TurnResult(reply=reply, session_id="", error=error, error_reply=error_reply, exit_code=exit_code,
-                      timed_out=False, outcome=outcome, stderr_tail=stderr_tail, duration_ms=1, partials=partials,
-                      truncated=False)
+    return TurnResult(
+        reply=reply,
+        session_id="",
+        error=error,
+        error_reply=error_reply,
+        exit_code=exit_code,
+        timed_out=False,
+        outcome=outcome,
+        stderr_tail=stderr_tail,
+        duration_ms=1,
+        partials=partials,
+        truncated=False,
+    )
 
 
 def test_the_stderr_excerpt_is_the_last_few_lines_bounded_in_width() -> None:
@@ -70,8 +86,7 @@ def test_on_one_terminal_what_goes_to_stderr_starts_on_a_line_of_its_own() -> No
     printer.write_log("2026-01-01T00:00:00Z [warning ] something happened\n")
     printer.show(PartialEvent("still "))
     printer.show(result(reply="done", partials=2))
-    assert screen.text() == ("working on it… \n2026-01-01T00:00:00Z [warning ] something happened\n"
-                             "still \ndone\n")
+    assert screen.text() == ("working on it… \n2026-01-01T00:00:00Z [warning ] something happened\nstill \ndone\n")
 
 
 def test_with_stdout_elsewhere_its_content_is_untouched_by_what_goes_to_the_terminal() -> None:
@@ -87,12 +102,19 @@ def test_with_stdout_elsewhere_its_content_is_untouched_by_what_goes_to_the_term
 def test_the_agents_stderr_and_stdout_do_not_tear_each_others_lines() -> None:
     screen = Screen()
     printer = HumanPrinter(screen.stream("out"), screen.stream("err"))
-    printer.agent_stderr("progress: 50%".encode())
+    printer.agent_stderr(b"progress: 50%")
     printer.show(PartialEvent("answer "))
     printer.agent_stderr(b"\xc3")  # half a character: held until the rest comes
     printer.agent_stderr(b"\xa9 done\n")
-    printer.show(result(reply="body", partials=1, exit_code=3, error_reply="The agent exited with code 3.",
-                        stderr_tail="progress: 50%é done\n"))
+    printer.show(
+        result(
+            reply="body",
+            partials=1,
+            exit_code=3,
+            error_reply="The agent exited with code 3.",
+            stderr_tail="progress: 50%é done\n",
+        )
+    )
     assert screen.text() == ("progress: 50%\nanswer \né done\nbody\nThe agent exited with code 3.\n")
 
 
@@ -119,6 +141,7 @@ def test_the_status_line_waits_for_an_empty_line_and_is_erased_before_anything_e
             drawn = len(screen.transcript)
             spinner.draw()  # mid-line: nothing is drawn over the partial
             assert len(screen.transcript) == drawn
+
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 

@@ -29,18 +29,41 @@ def problems(text: str) -> list[str]:
 def test_defaults_match_the_spec(tmp_path: Path) -> None:
     profile = load_profile(write_profile(tmp_path, "command: ./agent\n", name="helper.yaml"))
     assert profile.to_dict() == {
-        "command": "./agent", "args": [], "protocol": "agentproc-0.1", "resume_args": [], "new_session_args": [],
-        "permissions": None, "keep_warm_secs": 600, "max_warm": 16, "start_timeout_secs": 60, "on_worker_lost": "retry", "stdin": "none", "cwd": None, "env": {}, "env_allowlist": None,
-        "env_inherit": "minimal", "timeout_secs": 1800, "idle_timeout_secs": None, "kill_grace_secs": 5,
-        "max_reply_chars": 8000, "truncation_suffix": "\n\n…(truncated)", "include_stderr_in_reply": False,
-        "send_error_reply": True, "streaming": True, "session_line_prefix": "AGENT_SESSION:",
-        "name": "helper", "description": None,
+        "command": "./agent",
+        "args": [],
+        "protocol": "agentproc-0.1",
+        "resume_args": [],
+        "new_session_args": [],
+        "permissions": None,
+        "keep_warm_secs": 600,
+        "max_warm": 16,
+        "start_timeout_secs": 60,
+        "on_worker_lost": "retry",
+        "stdin": "none",
+        "cwd": None,
+        "env": {},
+        "env_allowlist": None,
+        "env_inherit": "minimal",
+        "timeout_secs": 1800,
+        "idle_timeout_secs": None,
+        "kill_grace_secs": 5,
+        "max_reply_chars": 8000,
+        "truncation_suffix": "\n\n…(truncated)",
+        "include_stderr_in_reply": False,
+        "send_error_reply": True,
+        "streaming": True,
+        "session_line_prefix": "AGENT_SESSION:",
+        "name": "helper",
+        "description": None,
     }
     assert profile.profile_dir == str(tmp_path.resolve())
 
 
 def test_every_field_can_be_set(tmp_path: Path) -> None:
-    profile = load_profile(write_profile(tmp_path, """
+    profile = load_profile(
+        write_profile(
+            tmp_path,
+            """
         name: custom
         description: all of it
         command: [python3, -u]
@@ -59,7 +82,9 @@ def test_every_field_can_be_set(tmp_path: Path) -> None:
         send_error_reply: false
         streaming: false
         session_line_prefix: "SESSION="
-    """))
+    """,
+        )
+    )
     assert profile.name == "custom"
     assert profile.argv_template == ("python3", "-u", "agent.py", "--flag")
     assert (profile.max_reply_chars, profile.kill_grace_secs, profile.idle_timeout_secs) == (None, 0, 2)
@@ -85,25 +110,28 @@ def test_unknown_key_without_a_close_match() -> None:
     assert problems("command: x\nflavour: mint\n") == ["p.yaml:2: unknown key 'flavour'"]
 
 
-@pytest.mark.parametrize(("yaml_text", "expected"), [
-    ("command: x\ntimeout_secs: soon\n", "p.yaml:2: timeout_secs: expected a number, got 'soon'"),
-    ("command: x\ntimeout_secs: -1\n", "p.yaml:2: timeout_secs: must be greater than 0"),
-    ("command: x\ntimeout_secs: 0\n", "p.yaml:2: timeout_secs: must be greater than 0"),
-    ("command: x\nkill_grace_secs: -0.5\n", "p.yaml:2: kill_grace_secs: must be at least 0"),
-    ("command: x\nmax_reply_chars: 0\n", "p.yaml:2: max_reply_chars: must be greater than 0"),
-    ("command: x\nmax_reply_chars: 1.5\n", "p.yaml:2: max_reply_chars: expected a whole number, got 1.5"),
-    ("command: x\nstreaming: maybe\n", "p.yaml:2: streaming: expected true or false, got 'maybe'"),
-    ("command: x\nstdin: file\n", "p.yaml:2: stdin: expected 'none', 'message' or 'line'"),
-    ("command: x\nenv_inherit: some\n", "p.yaml:2: env_inherit: expected 'minimal' or 'all'"),
-    ("command: x\nenv:\n  PORT: 8080\n", "p.yaml:3: env.PORT: expected a string, got 8080"),
-    ("command: x\nargs: [a, 1]\n", "p.yaml:2: args.1: expected a string, got 1"),
-    ("command: x\nsession_line_prefix: ''\n", "p.yaml:2: session_line_prefix: must not be empty"),
-    ("command: 42\n", "p.yaml:1: command: expected a string or a list of strings, got 42"),
-    ("command: ''\n", "p.yaml:1: command: it is empty; it must name the program to run"),
-    ("command: []\n", "p.yaml:1: command: it is empty; it must name the program to run"),
-    ("command: 'agent \"unclosed'\n", "p.yaml:1: command: cannot split it into words: no closing quotation"),
-    ("description: no command\n", "p.yaml:1: command: is required"),
-])
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("command: x\ntimeout_secs: soon\n", "p.yaml:2: timeout_secs: expected a number, got 'soon'"),
+        ("command: x\ntimeout_secs: -1\n", "p.yaml:2: timeout_secs: must be greater than 0"),
+        ("command: x\ntimeout_secs: 0\n", "p.yaml:2: timeout_secs: must be greater than 0"),
+        ("command: x\nkill_grace_secs: -0.5\n", "p.yaml:2: kill_grace_secs: must be at least 0"),
+        ("command: x\nmax_reply_chars: 0\n", "p.yaml:2: max_reply_chars: must be greater than 0"),
+        ("command: x\nmax_reply_chars: 1.5\n", "p.yaml:2: max_reply_chars: expected a whole number, got 1.5"),
+        ("command: x\nstreaming: maybe\n", "p.yaml:2: streaming: expected true or false, got 'maybe'"),
+        ("command: x\nstdin: file\n", "p.yaml:2: stdin: expected 'none', 'message' or 'line'"),
+        ("command: x\nenv_inherit: some\n", "p.yaml:2: env_inherit: expected 'minimal' or 'all'"),
+        ("command: x\nenv:\n  PORT: 8080\n", "p.yaml:3: env.PORT: expected a string, got 8080"),
+        ("command: x\nargs: [a, 1]\n", "p.yaml:2: args.1: expected a string, got 1"),
+        ("command: x\nsession_line_prefix: ''\n", "p.yaml:2: session_line_prefix: must not be empty"),
+        ("command: 42\n", "p.yaml:1: command: expected a string or a list of strings, got 42"),
+        ("command: ''\n", "p.yaml:1: command: it is empty; it must name the program to run"),
+        ("command: []\n", "p.yaml:1: command: it is empty; it must name the program to run"),
+        ("command: 'agent \"unclosed'\n", "p.yaml:1: command: cannot split it into words: no closing quotation"),
+        ("description: no command\n", "p.yaml:1: command: is required"),
+    ],
+)
 def test_bad_values_are_reported_at_their_line(yaml_text: str, expected: str) -> None:
     assert problems(yaml_text) == [expected]
 
@@ -203,8 +231,8 @@ def test_untrusted_placeholder_in_inline_code_is_still_refused(command: str) -> 
 NEWLY_REFUSED = [
     # embedded in a larger argument: refused wherever it is
     ("awk 'BEGIN{print \"{{MESSAGE}}\"}'", "inside the inline code run by awk"),
-    ("bash --rcfile /dev/null -c \"echo {{MESSAGE}}\"", "inside the inline code run by bash"),
-    ("bash --init-file /dev/null -c \"echo {{MESSAGE}}\"", "inside the inline code run by bash"),
+    ('bash --rcfile /dev/null -c "echo {{MESSAGE}}"', "inside the inline code run by bash"),
+    ('bash --init-file /dev/null -c "echo {{MESSAGE}}"', "inside the inline code run by bash"),
     ("perl -Mfeature=say -e 'say \"{{MESSAGE}}\"'", "inside the inline code run by perl"),
     ("python3 -Wignore::DeprecationWarning -c 'print(\"{{MESSAGE}}\")'", "inside the inline code run by python3"),
     ("python3 -Xpycache_prefix=/tmp -c 'print(\"{{MESSAGE}}\")'", "inside the inline code run by python3"),
@@ -445,25 +473,51 @@ def test_a_wrapped_agent_gets_the_message_as_one_argument(tmp_path: Path, wrappe
 
 
 def test_cwd_and_env_values_may_embed_placeholders() -> None:
-    profile = parse_profile(json.dumps({
-        "command": "agent", "cwd": "{{PROFILE_DIR}}/work/{{SESSION_ID}}",
-        "env": {"PROMPT": "Answer: {{MESSAGE}}", "WHERE": "{{SESSION_NAME}}/{{SESSION_ID}}"},
-    }))
+    profile = parse_profile(
+        json.dumps(
+            {
+                "command": "agent",
+                "cwd": "{{PROFILE_DIR}}/work/{{SESSION_ID}}",
+                "env": {"PROMPT": "Answer: {{MESSAGE}}", "WHERE": "{{SESSION_NAME}}/{{SESSION_ID}}"},
+            }
+        )
+    )
     assert profile.env["PROMPT"] == "Answer: {{MESSAGE}}"
 
 
-CODE_VARIABLES = ["BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PERL5OPT", "PERL5LIB",
-                  "NODE_OPTIONS", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PYTHONWARNINGS", "RUBYOPT",
-                  "RUBYLIB", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "PROMPT_COMMAND", "PS4", "SHELLOPTS",
-                  "BASHOPTS", "BASH_FUNC_greet%%"]
+CODE_VARIABLES = [
+    "BASH_ENV",
+    "ENV",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "PERL5OPT",
+    "PERL5LIB",
+    "NODE_OPTIONS",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONWARNINGS",
+    "RUBYOPT",
+    "RUBYLIB",
+    "GIT_SSH_COMMAND",
+    "GIT_EXTERNAL_DIFF",
+    "PROMPT_COMMAND",
+    "PS4",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "BASH_FUNC_greet%%",
+]
 
 
 @pytest.mark.parametrize("name", CODE_VARIABLES)
 def test_an_untrusted_placeholder_in_a_variable_run_as_code_is_refused(name: str) -> None:
     [message] = problems(json.dumps({"command": "agent", "env": {name: "x {{SESSION_ID}}"}}))
-    assert message == (f"p.yaml:1: env.{name}: {{{{SESSION_ID}}}} cannot be used in {name}: programs run or load "
-                       "code from that variable, so a message there would run code. Read $AGENT_SESSION_ID in the "
-                       "agent instead")
+    assert message == (
+        f"p.yaml:1: env.{name}: {{{{SESSION_ID}}}} cannot be used in {name}: programs run or load "
+        "code from that variable, so a message there would run code. Read $AGENT_SESSION_ID in the "
+        "agent instead"
+    )
     parse_profile(json.dumps({"command": "agent", "env": {name: "{{PROFILE_DIR}}/lib"}}))
 
 
@@ -492,24 +546,47 @@ def test_a_placeholder_that_could_become_options_is_warned_about_with_the_fix() 
     assert "python3 {{PROFILE_DIR}}/agent.py -- {{MESSAGE}}" in warning
 
 
-@pytest.mark.parametrize("command", [
-    ["ls", "-1", "--", "{{MESSAGE}}"],
-    ["claude", "--prompt={{MESSAGE}}"],
-    ["sh", "-c", 'echo "$1"', "sh", "{{MESSAGE}}"],
-    ["python3", "-c", "import sys; print(sys.argv[1])", "{{MESSAGE}}"],
-    ["sudo", "-u", "{{SESSION_NAME}}", "agent"],
-    ["agent", "--", "{{MESSAGE}}", "{{SESSION_ID}}"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["ls", "-1", "--", "{{MESSAGE}}"],
+        ["claude", "--prompt={{MESSAGE}}"],
+        ["sh", "-c", 'echo "$1"', "sh", "{{MESSAGE}}"],
+        ["python3", "-c", "import sys; print(sys.argv[1])", "{{MESSAGE}}"],
+        ["sudo", "-u", "{{SESSION_NAME}}", "agent"],
+        ["agent", "--", "{{MESSAGE}}", "{{SESSION_ID}}"],
+    ],
+)
 def test_no_warning_where_the_message_cannot_become_options(command: list[str]) -> None:
     assert injection_warnings(command) == []
 
 
-@pytest.mark.parametrize("command", [
-    "sh", "bash -s", "/bin/bash -e", "python3", "python3 -", "python3.11 -u", "node", "perl -w", "ruby -",
-    "env LC_ALL=C python3", "timeout 5 bash", "ssh host", "su bob", "sudo -s",
-    # no command: they run the user's shell; make -f - reads its makefile from stdin
-    "unshare -r", "nsenter -t 1 -m", "firejail --quiet", "chroot /srv/root", "systemd-run --shell --pipe", "make -f -",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sh",
+        "bash -s",
+        "/bin/bash -e",
+        "python3",
+        "python3 -",
+        "python3.11 -u",
+        "node",
+        "perl -w",
+        "ruby -",
+        "env LC_ALL=C python3",
+        "timeout 5 bash",
+        "ssh host",
+        "su bob",
+        "sudo -s",
+        # no command: they run the user's shell; make -f - reads its makefile from stdin
+        "unshare -r",
+        "nsenter -t 1 -m",
+        "firejail --quiet",
+        "chroot /srv/root",
+        "systemd-run --shell --pipe",
+        "make -f -",
+    ],
+)
 def test_the_message_on_the_stdin_of_a_program_that_reads_its_code_there_is_refused(command: str) -> None:
     for mode in ("message", "line"):
         [message] = problems(f"command: {command}\nstdin: {mode}\n")
@@ -518,11 +595,24 @@ def test_the_message_on_the_stdin_of_a_program_that_reads_its_code_there_is_refu
     parse_profile(f"command: {command}\nstdin: none\n")
 
 
-@pytest.mark.parametrize("command", [
-    "python3 agent.py", "python3 -c 'import sys; print(sys.stdin.read())'", "sh -c 'cat'", "cat", "bc -l",
-    "python3 -m agent", "node agent.js", "perl -e 'print <STDIN>'", "ssh host cat", "awk '{print}'",
-    "unshare -r cat", "firejail --quiet cat", "make -f agent.mk reply",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python3 agent.py",
+        "python3 -c 'import sys; print(sys.stdin.read())'",
+        "sh -c 'cat'",
+        "cat",
+        "bc -l",
+        "python3 -m agent",
+        "node agent.js",
+        "perl -e 'print <STDIN>'",
+        "ssh host cat",
+        "awk '{print}'",
+        "unshare -r cat",
+        "firejail --quiet cat",
+        "make -f agent.mk reply",
+    ],
+)
 def test_a_program_that_only_reads_the_message_as_data_may_have_it_on_stdin(command: str) -> None:
     parse_profile(f"command: {command}\nstdin: message\n")
     parse_profile(f"command: {command}\nstdin: line\n")
@@ -559,11 +649,16 @@ def test_profiles_are_immutable_but_copyable() -> None:
 
 def test_a_profile_of_another_protocol_is_copyable_too() -> None:
     """`run --timeout` and `--no-stream` copy the profile: agentproc-0.1's own fields must not come along."""
-    profile = parse_profile("protocol: agentproc-0.4\ncommand: x\npermissions: {allow: [Read]}\n"
-                            "agentproc-0.4: {max_line_bytes: 8192}\n")
+    profile = parse_profile(
+        "protocol: agentproc-0.4\ncommand: x\npermissions: {allow: [Read]}\nagentproc-0.4: {max_line_bytes: 8192}\n"
+    )
     quiet = profile.replace(streaming=False, timeout_secs=5.0)
     assert (quiet.protocol, quiet.streaming, quiet.timeout_secs, quiet.settings.max_line_bytes) == (
-        "agentproc-0.4", False, 5.0, 8192)
+        "agentproc-0.4",
+        False,
+        5.0,
+        8192,
+    )
     assert quiet.permission_policy == profile.permission_policy
     assert quiet.replace(streaming=True, timeout_secs=1800) == profile
 
@@ -644,11 +739,30 @@ def test_running_a_remembered_profile_does_not_load_pydantic(tmp_path: Path) -> 
 def _argv_vocabulary() -> list[str]:
     from bridge.profile.argv_rules import PROGRAMS
 
-    words = {"--", "-", "x", "a=b", "agent", "{{MESSAGE}}", "{{SESSION_ID}}", "--prompt={{MESSAGE}}", "-c{{MESSAGE}}",
-             "'unclosed", "{{PROFILE_DIR}}/agent.py"}
+    words = {
+        "--",
+        "-",
+        "x",
+        "a=b",
+        "agent",
+        "{{MESSAGE}}",
+        "{{SESSION_ID}}",
+        "--prompt={{MESSAGE}}",
+        "-c{{MESSAGE}}",
+        "'unclosed",
+        "{{PROFILE_DIR}}/agent.py",
+    }
     for name, rules in PROGRAMS.items():
-        words |= {name, *rules.code, *rules.values, *rules.attached, *rules.modes, *rules.subcommands,
-                  *(rules.flags or ()), *rules.command_options}
+        words |= {
+            name,
+            *rules.code,
+            *rules.values,
+            *rules.attached,
+            *rules.modes,
+            *rules.subcommands,
+            *(rules.flags or ()),
+            *rules.command_options,
+        }
     words |= {";", "{}", "+", "--some-new-option"}
     return sorted(words - {""})
 
@@ -662,6 +776,9 @@ def test_every_argv_is_judged_without_error_and_a_program_from_the_user_is_alway
     problem = argv_problem(argv)
     if argv[0] in ("{{MESSAGE}}", "{{SESSION_ID}}"):
         assert problem is not None and problem.index == 0
-    if any("{{" in word and word not in ("{{MESSAGE}}", "{{SESSION_ID}}", "--prompt={{MESSAGE}}",
-                                         "{{PROFILE_DIR}}/agent.py") for word in argv):
+    if any(
+        "{{" in word
+        and word not in ("{{MESSAGE}}", "{{SESSION_ID}}", "--prompt={{MESSAGE}}", "{{PROFILE_DIR}}/agent.py")
+        for word in argv
+    ):
         assert problem is not None  # -c{{MESSAGE}}: embedded

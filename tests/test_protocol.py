@@ -27,34 +27,43 @@ def decode(data: bytes, **options: object) -> list[object]:
 
 def test_each_prefix_is_classified() -> None:
     assert decode(b'AGENT_SESSION:abc\nAGENT_PARTIAL:"hi"\nAGENT_ERROR:"boom"\nplain\n') == [
-        SessionEvent("abc"), PartialEvent("hi"), ErrorEvent("boom"), BodyLine("plain"),
+        SessionEvent("abc"),
+        PartialEvent("hi"),
+        ErrorEvent("boom"),
+        BodyLine("plain"),
     ]
 
 
 def test_prefixes_are_exact_case_sensitive_and_at_column_zero() -> None:
     lines = b' AGENT_PARTIAL:"x"\nagent_partial:"x"\nAGENT_PARTIAL"x"\nxAGENT_ERROR:"y"\n'
     assert decode(lines) == [
-        BodyLine(' AGENT_PARTIAL:"x"'), BodyLine('agent_partial:"x"'),
-        BodyLine('AGENT_PARTIAL"x"'), BodyLine('xAGENT_ERROR:"y"'),
+        BodyLine(' AGENT_PARTIAL:"x"'),
+        BodyLine('agent_partial:"x"'),
+        BodyLine('AGENT_PARTIAL"x"'),
+        BodyLine('xAGENT_ERROR:"y"'),
     ]
 
 
-@pytest.mark.parametrize(("payload", "text"), [
-    ("", ""),
-    ("   ", ""),
-    ('"a \\"quoted\\" \\u00e9\\n"', 'a "quoted" é\n'),
-    ('  "padded"  ', "padded"),
-    ("42", "42"),
-    ("{\"a\": 1}", "{\"a\": 1}"),
-    ("null", "null"),
-    ('"unterminated', '"unterminated'),
-    ("  bare text  ", "bare text"),
-    ('"two" "strings"', '"two" "strings"'),
-])
+@pytest.mark.parametrize(
+    ("payload", "text"),
+    [
+        ("", ""),
+        ("   ", ""),
+        ('"a \\"quoted\\" \\u00e9\\n"', 'a "quoted" é\n'),
+        ('  "padded"  ', "padded"),
+        ("42", "42"),
+        ('{"a": 1}', '{"a": 1}'),
+        ("null", "null"),
+        ('"unterminated', '"unterminated'),
+        ("  bare text  ", "bare text"),
+        ('"two" "strings"', '"two" "strings"'),
+    ],
+)
 def test_payload_rule(payload: str, text: str) -> None:
     assert decode_payload(payload) == text
     assert decode(f"AGENT_PARTIAL:{payload}\nAGENT_ERROR:{payload}\n".encode()) == [
-        PartialEvent(text), ErrorEvent(text),
+        PartialEvent(text),
+        ErrorEvent(text),
     ]
 
 
@@ -67,15 +76,18 @@ def test_session_id_is_stripped() -> None:
     assert decode(b"AGENT_SESSION:   sess-1 \t\n") == [SessionEvent("sess-1")]
 
 
-@pytest.mark.parametrize("line", [
-    b"AGENT_SESSION:",
-    b"AGENT_SESSION:   ",
-    b"AGENT_SESSION:has space",
-    b"AGENT_SESSION:tab\there",
-    b"AGENT_SESSION:bell\x07",
-    b"AGENT_SESSION:nbsp\xc2\xa0inside",
-    b"AGENT_SESSION:" + b"x" * (MAX_SESSION_ID_CHARS + 1),
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"AGENT_SESSION:",
+        b"AGENT_SESSION:   ",
+        b"AGENT_SESSION:has space",
+        b"AGENT_SESSION:tab\there",
+        b"AGENT_SESSION:bell\x07",
+        b"AGENT_SESSION:nbsp\xc2\xa0inside",
+        b"AGENT_SESSION:" + b"x" * (MAX_SESSION_ID_CHARS + 1),
+    ],
+)
 def test_invalid_session_ids_are_warnings(line: bytes) -> None:
     [event] = decode(line + b"\n")
     assert isinstance(event, ProtocolWarning)
@@ -141,7 +153,7 @@ def test_long_line_arriving_in_pieces_is_cut_and_its_rest_dropped() -> None:
     for _ in range(50):
         events += decoder.feed(b"0123456789abcdef")
         assert decoder.buffered_bytes <= 32
-    events += decoder.feed(b"tail\nAGENT_PARTIAL:\"after\"\n")
+    events += decoder.feed(b'tail\nAGENT_PARTIAL:"after"\n')
     assert [type(event) for event in events] == [LineCut, BodyLine, PartialEvent]
     assert events[1] == BodyLine("0123456789abcdef" * 2)
     assert events[2] == PartialEvent("after")
@@ -188,9 +200,26 @@ def test_any_bytes_in_any_chunks_decode_like_one_feed(chunks: list[bytes]) -> No
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from([
-    b"AGENT_SESSION:", b"AGENT_PARTIAL:", b"AGENT_ERROR:", b"\n", b"\r", b'"', b"\\u", b"\xff", b" ", b"id", b"\x00",
-]), max_size=60))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                b"AGENT_SESSION:",
+                b"AGENT_PARTIAL:",
+                b"AGENT_ERROR:",
+                b"\n",
+                b"\r",
+                b'"',
+                b"\\u",
+                b"\xff",
+                b" ",
+                b"id",
+                b"\x00",
+            ]
+        ),
+        max_size=60,
+    )
+)
 def test_protocol_shaped_noise_never_raises(parts: list[bytes]) -> None:
     for event in decode(b"".join(parts)):
         assert isinstance(event, (BodyLine, PartialEvent, ErrorEvent, SessionEvent, ProtocolWarning))
@@ -273,13 +302,33 @@ def test_payload_rule_on_arbitrary_payloads(payload: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(
-    st.sampled_from(["AGENT_PARTIAL:", 'AGENT_PARTIAL: "', "AGENT_PARTIAL:  ", "AGENT_SESSION:", "AGENT_ERROR:", "",
-                     "AGENT_", "x"]),
-    st.lists(st.sampled_from(['"', "\\", "\\u", "\\ud83d", "\\ude00", "\\uD800", "00e9", "é", " ", "\t", "a", "\x01",
-                              "\r"]), max_size=8).map("".join),
-    st.sampled_from(['"', "", '" ']),
-), max_size=30), st.sampled_from(["AGENT_SESSION:", "SID=", "AGENT_", "AGENT_PARTIAL: "]))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "AGENT_PARTIAL:",
+                    'AGENT_PARTIAL: "',
+                    "AGENT_PARTIAL:  ",
+                    "AGENT_SESSION:",
+                    "AGENT_ERROR:",
+                    "",
+                    "AGENT_",
+                    "x",
+                ]
+            ),
+            st.lists(
+                st.sampled_from(
+                    ['"', "\\", "\\u", "\\ud83d", "\\ude00", "\\uD800", "00e9", "é", " ", "\t", "a", "\x01", "\r"]
+                ),
+                max_size=8,
+            ).map("".join),
+            st.sampled_from(['"', "", '" ']),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from(["AGENT_SESSION:", "SID=", "AGENT_", "AGENT_PARTIAL: "]),
+)
 @example([('AGENT_PARTIAL: "', "\\ud83d\\ude00 \\uD800", '"')], "AGENT_SESSION:")
 def test_the_fast_path_classifies_every_line_as_classify_does(lines: list[tuple[str, str, str]], prefix: str) -> None:
     """A feed decodes its lines in one inlined loop; `classify` is the rule it must agree with, line by line."""

@@ -22,8 +22,9 @@ from bridge.questions import Questions
 
 def asking_profile(tmp_path: Path, **permissions: object) -> bridge.Profile:
     profile = bridge.load_profile(PROFILES / "agentproc-echo.yaml")
-    return profile.replace(permissions={"default": "ask", **permissions},
-                           env={**profile.env, "STREAM_DELAY": "0", "TMPDIR": str(tmp_path)})
+    return profile.replace(
+        permissions={"default": "ask", **permissions}, env={**profile.env, "STREAM_DELAY": "0", "TMPDIR": str(tmp_path)}
+    )
 
 
 async def test_on_permission_answers_the_agents_question(tmp_path: Path) -> None:
@@ -38,8 +39,10 @@ async def test_on_permission_answers_the_agents_question(tmp_path: Path) -> None
         allowed = await bridge.run_turn(profile, Turn("hi tool=Read"), on_permission=answer)
         denied = await bridge.run_turn(profile, Turn("hi tool=Bash"), on_permission=answer)
     assert "(Read was allowed)" in allowed.reply and "(Bash was denied)" in denied.reply
-    assert [(request.tool, request.title) for request in asked] == [("Read", "count the 2 word(s) of your message"),
-                                                                    ("Bash", "count the 2 word(s) of your message")]
+    assert [(request.tool, request.title) for request in asked] == [
+        ("Read", "count the 2 word(s) of your message"),
+        ("Bash", "count the 2 word(s) of your message"),
+    ]
 
 
 async def test_an_open_turn_sees_the_question_as_an_event_and_decides_it(tmp_path: Path) -> None:
@@ -54,7 +57,12 @@ async def test_an_open_turn_sees_the_question_as_an_event_and_decides_it(tmp_pat
                     assert not events.decide(event.request_id, True)  # answered already
     assert "(Edit was denied: not today)" in events.result.reply
     assert [type(event).__name__ for event in seen if not isinstance(event, bridge.PartialEvent)] == [
-        "SessionEvent", "ActivityEvent", "PermissionRequest", "ActivityEvent", "TurnResult"]
+        "SessionEvent",
+        "ActivityEvent",
+        "PermissionRequest",
+        "ActivityEvent",
+        "TurnResult",
+    ]
     assert seen[3].status == "denied" and seen[3].tool == "Edit"
 
 
@@ -81,8 +89,10 @@ async def test_a_question_nobody_answers_is_denied_after_the_timeout(tmp_path: P
             with trio.move_on_after(timeout_secs + leeway_secs):
                 await finished.wait()
             nursery.cancel_scope.cancel()  # a question left waiting: end the turn, then fail below
-    assert finished.is_set(), (f"the question still waited {timeout_secs + leeway_secs} s after it was asked; "
-                               f"permissions: timeout_secs ({timeout_secs} s) was not applied")
+    assert finished.is_set(), (
+        f"the question still waited {timeout_secs + leeway_secs} s after it was asked; "
+        f"permissions: timeout_secs ({timeout_secs} s) was not applied"
+    )
     assert results[0].ok and "(Bash was denied: nobody answered in time)" in results[0].reply
     assert results[0].duration_ms >= timeout_secs * 1000  # it waited for the host first
 
@@ -105,8 +115,10 @@ async def test_allow_deny_and_ask_lists_decide_before_the_default(tmp_path: Path
         return True
 
     with trio.fail_after(TURN_DEADLINE):
-        replies = [(await bridge.run_turn(profile, Turn(f"hi tool={tool}"), on_permission=answer)).reply
-                   for tool in ("Read", "Bash", "Edit", "Write")]
+        replies = [
+            (await bridge.run_turn(profile, Turn(f"hi tool={tool}"), on_permission=answer)).reply
+            for tool in ("Read", "Bash", "Edit", "Write")
+        ]
     assert ["was allowed" in reply for reply in replies] == [True, False, True, True]  # Write: the default, ask
     assert asked == ["Edit", "Write"]
 

@@ -40,8 +40,13 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A user's home where `make install` has put `agent-bridge` on PATH (~/.local/bin)."""
     home = tmp_path_factory.mktemp("home")
     venv = sys.prefix
-    done = subprocess.run(["make", "-s", "-C", str(REPO), "-o", f"{venv}/.installed", f"VENV={venv}", "install"],
-                          env={**os.environ, "HOME": str(home)}, capture_output=True, text=True, timeout=DEADLINE)
+    done = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "-o", f"{venv}/.installed", f"VENV={venv}", "install"],
+        env={**os.environ, "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
     assert done.returncode == 0, done.stderr
     assert (home / ".local" / "bin" / "agent-bridge").exists()
     return home
@@ -55,24 +60,41 @@ class Place:
     env: dict[str, str]
 
     def run(self, command: str, *, cwd: Path | None = None, merged: bool = False) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["sh", "-c", command], cwd=cwd or self.dir, env=self.env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE,
-                              text=True, timeout=DEADLINE)
+        return subprocess.run(
+            ["sh", "-c", command],
+            cwd=cwd or self.dir,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+            text=True,
+            timeout=DEADLINE,
+        )
 
 
 def fresh_shell(home: Path, directory: Path) -> dict[str, str]:
     """The user's environment in a new terminal: PATH as their login made it (not the test's venv) plus ~/.local/bin."""
     venv_bin = Path(sys.prefix, "bin").resolve()
     path = [entry for entry in os.environ.get("PATH", "").split(":") if entry and Path(entry).resolve() != venv_bin]
-    environ = {name: value for name, value in os.environ.items()
-               if not name.startswith("AGENT_") and name not in ("VIRTUAL_ENV", "NO_COLOR")}
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("AGENT_") and name not in ("VIRTUAL_ENV", "NO_COLOR")
+    }
     for name in ("state", "cache", "tmp"):
         (directory / ".env" / name).mkdir(parents=True)
     # The README shows programs' messages in English (ls: cannot access …): the C locale, whatever the machine's.
-    return {**environ, "HOME": str(home), "PATH": ":".join([str(home / ".local" / "bin"), *path]), "TERM": "dumb",
-            "LC_ALL": "C", "LANG": "C",
-            "XDG_STATE_HOME": str(directory / ".env" / "state"), "XDG_CACHE_HOME": str(directory / ".env" / "cache"),
-            "TMPDIR": str(directory / ".env" / "tmp")}
+    return {
+        **environ,
+        "HOME": str(home),
+        "PATH": ":".join([str(home / ".local" / "bin"), *path]),
+        "TERM": "dumb",
+        "LC_ALL": "C",
+        "LANG": "C",
+        "XDG_STATE_HOME": str(directory / ".env" / "state"),
+        "XDG_CACHE_HOME": str(directory / ".env" / "cache"),
+        "TMPDIR": str(directory / ".env" / "tmp"),
+    }
 
 
 @pytest.fixture
@@ -148,8 +170,9 @@ def run_serve(example: Example, place: Place) -> None:
     command = shlex.split(example.options.get("command", "agent-bridge serve --profiles profiles/"))
     steps = [(line[:1], line[1:].strip()) for line in example.text.splitlines() if line[:1] in ("→", "←")]
     with open(place.dir / "serve.log", "w") as log:
-        proc = subprocess.Popen(command, cwd=place.dir, env=place.env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=log)
+        proc = subprocess.Popen(
+            command, cwd=place.dir, env=place.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
+        )
     assert proc.stdin is not None and proc.stdout is not None
     responses = _Lines(proc.stdout.fileno())
     pending: list[dict[str, object]] = []
@@ -209,8 +232,15 @@ class _Lines:
 def run_python(example: Example, place: Place) -> None:
     program = place.dir / "example.py"
     program.write_text(example.text)
-    done = subprocess.run([sys.executable, str(program)], cwd=place.dir, env=place.env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=DEADLINE)
+    done = subprocess.run(
+        [sys.executable, str(program)],
+        cwd=place.dir,
+        env=place.env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
     assert done.returncode == 0, done.stderr
     assert example.options.get("expect", "") in done.stdout, done.stdout
 
@@ -246,8 +276,14 @@ def run_synopsis(example: Example, place: Place) -> None:
 
 
 RUNNERS: dict[str, Callable[[Example, Place], None]] = {
-    "sh": run_sh, "transcript": run_transcript, "chat": run_chat, "serve": run_serve, "python": run_python,
-    "agent": run_agent, "profile": run_profile, "synopsis": run_synopsis,
+    "sh": run_sh,
+    "transcript": run_transcript,
+    "chat": run_chat,
+    "serve": run_serve,
+    "python": run_python,
+    "agent": run_agent,
+    "profile": run_profile,
+    "synopsis": run_synopsis,
 }
 
 
@@ -255,13 +291,16 @@ def test_the_rules_that_match_the_readme_to_the_output() -> None:
     from readme_examples import line_matches, text_matches
 
     assert text_matches("turn 1 of session 3dc0…", "turn 1 of session " + "a" * 32)
-    assert text_matches("stream   dev   3dc091b7ddd74f1bbda1a76c4ec25cb8  2025-05-02 09:14:03  ok",
-                        "stream   dev   " + "b" * 32 + "  2026-11-22 11:28:00  ok")
+    assert text_matches(
+        "stream   dev   3dc091b7ddd74f1bbda1a76c4ec25cb8  2025-05-02 09:14:03  ok",
+        "stream   dev   " + "b" * 32 + "  2026-11-22 11:28:00  ok",
+    )
     assert text_matches("working on it… ", "working on it… ") and not text_matches("hello", "hello there")
     assert line_matches('{"a": 1, "duration_ms": 181}', '{"a": 1, "duration_ms": 7}')
     assert not line_matches('{"a": 1}', '{"a": 1, "usage": null}'), "a field the README does not show"
     assert not line_matches('{"a": 1}', '{"a": 2}')
-    [marked, unmarked, wrong] = examples("<!-- example: sh expect='a b' -->\n```sh\nx\n```\n\n```\ny\n```\n"
-                                         "<!-- example: nonsense -->\n```\nz\n```\n")
+    [marked, unmarked, wrong] = examples(
+        "<!-- example: sh expect='a b' -->\n```sh\nx\n```\n\n```\ny\n```\n<!-- example: nonsense -->\n```\nz\n```\n"
+    )
     assert (marked.mode, marked.options, marked.text) == ("sh", {"expect": "a b"}, "x\n")
     assert "no <!-- example" in unmarked.problem and "mode must be one of" in wrong.problem

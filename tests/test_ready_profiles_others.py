@@ -43,8 +43,12 @@ class Ready:
 
 READY = [
     Ready("grok-build", "grok", "Rate limit exceeded, try again later"),
-    Ready("kimi-code", "kimi", "Error code: 401 - {'error': {'message': 'Invalid Authentication', "
-                               "'type': 'invalid_authentication_error'}}", names_session=False),
+    Ready(
+        "kimi-code",
+        "kimi",
+        "Error code: 401 - {'error': {'message': 'Invalid Authentication', 'type': 'invalid_authentication_error'}}",
+        names_session=False,
+    ),
     Ready("opencode", "opencode", "Invalid API key", quotes=True),
     Ready("pi", "pi", "401 invalid x-api-key"),
     Ready("dsh", "dsh", "missing credential: DEEPSEEK_API_KEY"),

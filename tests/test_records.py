@@ -26,8 +26,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def result(**changes: object) -> TurnResult:
-    values: dict[str, object] = dict(reply="hi", session_id="s", error="", error_reply="", exit_code=0, timed_out=False,
-                                     outcome=Outcome.OK, stderr_tail="", duration_ms=3, partials=1, truncated=False)
+    values: dict[str, object] = dict(
+        reply="hi",
+        session_id="s",
+        error="",
+        error_reply="",
+        exit_code=0,
+        timed_out=False,
+        outcome=Outcome.OK,
+        stderr_tail="",
+        duration_ms=3,
+        partials=1,
+        truncated=False,
+    )
     return TurnResult(**{**values, **changes})  # type: ignore[arg-type]
 
 
@@ -35,8 +46,9 @@ def test_repr_names_every_field_in_order() -> None:
     assert repr(PartialEvent("x")) == "PartialEvent(text='x')"
     assert repr(Decision(False, message="no")) == "Decision(allow=False, always=False, message='no')"
     assert repr(LineCut("cut")) == "LineCut(message='cut')"
-    assert repr(Turn("hi")) == ("Turn(message='hi', session_id='', session_name='default', from_user='', "
-                                "attachments=())")
+    assert repr(Turn("hi")) == (
+        "Turn(message='hi', session_id='', session_name='default', from_user='', attachments=())"
+    )
 
 
 def test_fields_take_positions_and_keywords_and_defaults() -> None:
@@ -98,9 +110,16 @@ def test_settings_still_refuse_values_out_of_range() -> None:
 
 def test_a_run_does_not_import_dataclasses() -> None:
     # @dataclass compiles each method it makes with exec: ~2-4 M instructions a class, most of a run's own cost.
-    probe = ("import sys\nfrom bridge.cli import main\ncode = main(sys.argv[1:])\n"
-             "print('dataclasses' in sys.modules)\nraise SystemExit(code)")
+    probe = (
+        "import sys\nfrom bridge.cli import main\ncode = main(sys.argv[1:])\n"
+        "print('dataclasses' in sys.modules)\nraise SystemExit(code)"
+    )
     for _ in range(2):  # the first run may validate the profile (pydantic uses dataclasses); the second does not
-        done = subprocess.run([sys.executable, "-c", probe, "run", str(ROOT / "profiles" / "echo.yaml"), "hi"],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", probe, "run", str(ROOT / "profiles" / "echo.yaml"), "hi"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert done.stdout.splitlines() == ["echo: hi", "False"], done.stderr

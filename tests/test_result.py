@@ -25,15 +25,25 @@ def test_success_joins_body_lines() -> None:
     assert feed(turn, BodyLine("one"), BodyLine(""), BodyLine("three")) == []
     result = turn.finish(Ending(returncode=0), duration_ms=12)
     assert (result.reply, result.exit_code, result.outcome, result.ok, result.duration_ms) == (
-        "one\n\nthree", 0, Outcome.OK, True, 12)
+        "one\n\nthree",
+        0,
+        Outcome.OK,
+        True,
+        12,
+    )
     assert result.error_reply == "" and not result.truncated and not result.timed_out
 
 
 def test_partials_sessions_and_errors_are_forwarded_in_order() -> None:
     turn = recorder()
     events = [SessionEvent("a"), PartialEvent("x"), ErrorEvent("bad"), SessionEvent("b"), ErrorEvent("worse")]
-    assert feed(turn, *events) == [SessionEvent("a"), PartialEvent("x"), ErrorEvent("bad"), SessionEvent("b"),
-                                   ErrorEvent("worse")]
+    assert feed(turn, *events) == [
+        SessionEvent("a"),
+        PartialEvent("x"),
+        ErrorEvent("bad"),
+        SessionEvent("b"),
+        ErrorEvent("worse"),
+    ]
     result = turn.finish(Ending(returncode=0))
     assert (result.session_id, result.error, result.partials) == ("b", "worse", 1)
 
@@ -41,7 +51,9 @@ def test_partials_sessions_and_errors_are_forwarded_in_order() -> None:
 def test_no_partial_is_forwarded_after_an_error() -> None:
     turn = recorder()
     assert feed(turn, PartialEvent("before"), ErrorEvent("e"), PartialEvent("after")) == [
-        PartialEvent("before"), ErrorEvent("e")]
+        PartialEvent("before"),
+        ErrorEvent("e"),
+    ]
 
 
 def test_streaming_off_ignores_partials() -> None:
@@ -55,15 +67,18 @@ def test_warnings_are_passed_on_in_order_to_be_logged() -> None:
     assert recorder().record([PartialEvent("a"), warning, "body"]) == [PartialEvent("a"), warning]
 
 
-@pytest.mark.parametrize(("ending", "code", "outcome"), [
-    (Ending(returncode=0), 1, Outcome.AGENT_ERROR),
-    (Ending(returncode=7), 7, Outcome.AGENT_ERROR),
-    (Ending(returncode=-9), 137, Outcome.AGENT_ERROR),
-    (Ending(returncode=0, cancelled=True), 130, Outcome.CANCELLED),
-    (Ending(returncode=-15, timeout="wall", cancelled=True), 124, Outcome.TIMEOUT),
-    (Ending(returncode=-9, timeout="wall", unread=70 << 20), 124, Outcome.TIMEOUT),
-    (Ending(returncode=-9, cancelled=True, unread=70 << 20), 130, Outcome.CANCELLED),
-])
+@pytest.mark.parametrize(
+    ("ending", "code", "outcome"),
+    [
+        (Ending(returncode=0), 1, Outcome.AGENT_ERROR),
+        (Ending(returncode=7), 7, Outcome.AGENT_ERROR),
+        (Ending(returncode=-9), 137, Outcome.AGENT_ERROR),
+        (Ending(returncode=0, cancelled=True), 130, Outcome.CANCELLED),
+        (Ending(returncode=-15, timeout="wall", cancelled=True), 124, Outcome.TIMEOUT),
+        (Ending(returncode=-9, timeout="wall", unread=70 << 20), 124, Outcome.TIMEOUT),
+        (Ending(returncode=-9, cancelled=True, unread=70 << 20), 130, Outcome.CANCELLED),
+    ],
+)
 def test_error_precedence(ending: Ending, code: int, outcome: Outcome) -> None:
     turn = recorder()
     feed(turn, BodyLine("discarded"), ErrorEvent("Rate limited."))
@@ -81,20 +96,36 @@ def test_an_agent_killed_for_not_reading_fails_with_the_bridges_reason_not_its_o
     assert result.error_reply == "The" + result.error[3:] + "."
 
 
-@pytest.mark.parametrize(("ending", "code", "outcome", "error_reply"), [
-    (Ending(returncode=3), 3, Outcome.EXIT_NONZERO, "The agent exited with code 3."),
-    (Ending(returncode=-9), 137, Outcome.EXIT_NONZERO, "The agent was killed by signal 9 (SIGKILL)."),
-    (Ending(returncode=-15), 143, Outcome.EXIT_NONZERO, "The agent was killed by signal 15 (SIGTERM)."),
-    (Ending(returncode=-2), 130, Outcome.EXIT_NONZERO, "The agent was killed by signal 2 (SIGINT)."),
-    (Ending(returncode=0, timeout="wall"), 124, Outcome.TIMEOUT, "The agent timed out after 600 s."),
-    (Ending(returncode=-9, timeout="idle"), 124, Outcome.TIMEOUT,
-     "The agent timed out after 0.25 s without output."),
-    (Ending(returncode=-2, cancelled=True), 130, Outcome.CANCELLED, "The agent was cancelled."),
-    (Ending(spawn_failure=(127, "command 'x' not found on PATH")), 127, Outcome.SPAWN_FAILED,
-     "The agent could not be started: command 'x' not found on PATH."),
-    (Ending(returncode=-9, unread=70 << 20), 1, Outcome.NOT_READING, "The agent stopped reading its stdin (70.0 MiB "
-     "written to it would have waited unread, over the bridge's limit), so it was killed."),
-])
+@pytest.mark.parametrize(
+    ("ending", "code", "outcome", "error_reply"),
+    [
+        (Ending(returncode=3), 3, Outcome.EXIT_NONZERO, "The agent exited with code 3."),
+        (Ending(returncode=-9), 137, Outcome.EXIT_NONZERO, "The agent was killed by signal 9 (SIGKILL)."),
+        (Ending(returncode=-15), 143, Outcome.EXIT_NONZERO, "The agent was killed by signal 15 (SIGTERM)."),
+        (Ending(returncode=-2), 130, Outcome.EXIT_NONZERO, "The agent was killed by signal 2 (SIGINT)."),
+        (Ending(returncode=0, timeout="wall"), 124, Outcome.TIMEOUT, "The agent timed out after 600 s."),
+        (
+            Ending(returncode=-9, timeout="idle"),
+            124,
+            Outcome.TIMEOUT,
+            "The agent timed out after 0.25 s without output.",
+        ),
+        (Ending(returncode=-2, cancelled=True), 130, Outcome.CANCELLED, "The agent was cancelled."),
+        (
+            Ending(spawn_failure=(127, "command 'x' not found on PATH")),
+            127,
+            Outcome.SPAWN_FAILED,
+            "The agent could not be started: command 'x' not found on PATH.",
+        ),
+        (
+            Ending(returncode=-9, unread=70 << 20),
+            1,
+            Outcome.NOT_READING,
+            "The agent stopped reading its stdin (70.0 MiB "
+            "written to it would have waited unread, over the bridge's limit), so it was killed.",
+        ),
+    ],
+)
 def test_failures_and_their_generic_messages(ending: Ending, code: int, outcome: Outcome, error_reply: str) -> None:
     turn = recorder(timeout_secs=600, idle_timeout_secs=0.25)
     feed(turn, BodyLine("discarded"), PartialEvent("kept"))
@@ -145,7 +176,9 @@ def test_partials_are_capped_cumulatively() -> None:
 
     turn = recorder(max_reply_chars=5)
     assert feed(turn, PartialEvent("abc"), PartialEvent("defgh"), PartialEvent("i")) == [
-        PartialEvent("abc"), PartialEvent("de" + SUFFIX)]
+        PartialEvent("abc"),
+        PartialEvent("de" + SUFFIX),
+    ]
 
 
 def test_no_cap_still_bounds_the_body_in_memory() -> None:
@@ -171,7 +204,8 @@ def test_stderr_is_appended_to_what_the_user_is_sent_only_when_asked() -> None:
     feed(turn, BodyLine("answer"))
     assert turn.finish(Ending(returncode=0), stderr_tail="warn").reply == "answer\n\n[stderr]\nwarn"
     assert turn.finish(Ending(returncode=2), stderr_tail="trace").error_reply == (
-        "The agent exited with code 2.\n\n[stderr]\ntrace")
+        "The agent exited with code 2.\n\n[stderr]\ntrace"
+    )
     plain = recorder()
     feed(plain, BodyLine("answer"))
     result = plain.finish(Ending(returncode=0), stderr_tail="warn")
@@ -180,8 +214,20 @@ def test_stderr_is_appended_to_what_the_user_is_sent_only_when_asked() -> None:
 
 def test_result_to_dict_has_every_field_of_the_spec() -> None:
     record = recorder().finish(Ending(returncode=0)).to_dict()
-    assert set(record) == {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
-                           "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
+    assert set(record) == {
+        "reply",
+        "session_id",
+        "error",
+        "error_reply",
+        "exit_code",
+        "timed_out",
+        "outcome",
+        "stderr_tail",
+        "duration_ms",
+        "partials",
+        "truncated",
+        "usage",
+    }
     assert record["outcome"] == "ok" and record["usage"] is None
 
 
@@ -197,11 +243,11 @@ def test_a_body_of_many_lines_is_joined_exactly_whatever_the_batches() -> None:
     for batch in (1, 7, 1000, 3000, len(lines)):
         turn = recorder(max_reply_chars=None)
         for start in range(0, len(lines), batch):
-            turn.record(lines[start:start + batch])
+            turn.record(lines[start : start + batch])
         assert turn.finish(Ending(returncode=0)).reply == "\n".join(lines)
     capped = recorder(max_reply_chars=20_000)
     for start in range(0, len(lines), 999):
-        capped.record(lines[start:start + 999])
+        capped.record(lines[start : start + 999])
     result = capped.finish(Ending(returncode=0))
     assert result.reply == "\n".join(lines)[:20_000] + SUFFIX and result.truncated
 
@@ -213,8 +259,10 @@ def test_an_unfinished_stream_fails_a_turn_that_ended_on_its_own_but_never_hides
     result = turn.finish(Ending(returncode=0))
     assert (result.outcome, result.exit_code, result.error) == ("agent_error", 1, unfinished.text)
     assert result.error_reply == unfinished.text
-    for ending, outcome, code, reply in ((Ending(returncode=-15, timeout="wall"), "timeout", 124, "timed out"),
-                                         (Ending(returncode=-2, cancelled=True), "cancelled", 130, "cancelled")):
+    for ending, outcome, code, reply in (
+        (Ending(returncode=-15, timeout="wall"), "timeout", 124, "timed out"),
+        (Ending(returncode=-2, cancelled=True), "cancelled", 130, "cancelled"),
+    ):
         turn = recorder()
         feed(turn, unfinished)
         result = turn.finish(ending)

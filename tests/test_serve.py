@@ -29,8 +29,14 @@ from bridge.cli.serve import Output, RequestError, Server, decode_request, parse
 
 
 def turn(request_id: Any, message: str, conversation: str = "chat", **fields: Any) -> dict[str, Any]:
-    return {"type": "turn", "id": request_id, "profile": "rec", "conversation": conversation, "message": message,
-            **fields}
+    return {
+        "type": "turn",
+        "id": request_id,
+        "profile": "rec",
+        "conversation": conversation,
+        "message": message,
+        **fields,
+    }
 
 
 def turn_request(request_id: Any = "x", **fields: Any) -> dict[str, Any]:
@@ -38,8 +44,20 @@ def turn_request(request_id: Any = "x", **fields: Any) -> dict[str, Any]:
     return {**turn(request_id, "hi"), **fields}
 
 
-RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
-                 "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
+RESULT_FIELDS = {
+    "reply",
+    "session_id",
+    "error",
+    "error_reply",
+    "exit_code",
+    "timed_out",
+    "outcome",
+    "stderr_tail",
+    "duration_ms",
+    "partials",
+    "truncated",
+    "usage",
+}
 
 
 def strict_json(line: bytes | str) -> Any:
@@ -61,25 +79,40 @@ NEAR_THE_DEPTH_LIMIT = range(sys.getrecursionlimit() - 300, sys.getrecursionlimi
 # Values nested around the parser's depth limit parse or not depending on the stack: either code is right.
 # The id is the one a response echoes when the line parsed (a bad_json response's id is null).
 HOSTILE_STRINGS: list[tuple[str, Any, set[str]]] = [
-    *((json.dumps(turn_request(f"sur-{field}", **{field: f"a{LONE_SURROGATE}b"})), f"sur-{field}",
-       {"invalid_request"})
-      for field in ("conversation", "session_name", "message", "session_id", "from_user", "profile")),
-    (json.dumps(turn_request("sur-url", attachments=[{"type": "file", "url": LONE_SURROGATE}])), "sur-url",
-     {"invalid_request"}),
+    *(
+        (
+            json.dumps(turn_request(f"sur-{field}", **{field: f"a{LONE_SURROGATE}b"})),
+            f"sur-{field}",
+            {"invalid_request"},
+        )
+        for field in ("conversation", "session_name", "message", "session_id", "from_user", "profile")
+    ),
+    (
+        json.dumps(turn_request("sur-url", attachments=[{"type": "file", "url": LONE_SURROGATE}])),
+        "sur-url",
+        {"invalid_request"},
+    ),
     (json.dumps(turn_request("nul-conversation", conversation="a\0b")), "nul-conversation", {"invalid_request"}),
     (json.dumps(turn_request("nul\0id")), "nul\0id", {"invalid_request"}),
-    (json.dumps(turn_request("huge-conversation", conversation="c" * 900_000)), "huge-conversation",
-     {"invalid_request"}),
+    (
+        json.dumps(turn_request("huge-conversation", conversation="c" * 900_000)),
+        "huge-conversation",
+        {"invalid_request"},
+    ),
     (json.dumps(turn_request(2**63)), 2**63, {"invalid_request"}),
 ]
 HOSTILE_JSON: list[tuple[str, Any, set[str]]] = [
     (nested(5000), None, {"bad_json"}),
     ('{"type": "stats", "id": ' + "7" * 5000 + "}", None, {"bad_json"}),  # over Python's 4300-digit limit
     ('{"type": "stats", "id": NaN}', None, {"invalid_request"}),
-    *((f'{{"type": "stats", "id": {nested(depth)}}}', None, {"bad_json", "invalid_request"})
-      for depth in NEAR_THE_DEPTH_LIMIT),
-    *((f'{{"type": {nested(depth)}, "id": "deep-type-{depth}"}}', f"deep-type-{depth}", {"bad_json", "unknown_type"})
-      for depth in NEAR_THE_DEPTH_LIMIT),
+    *(
+        (f'{{"type": "stats", "id": {nested(depth)}}}', None, {"bad_json", "invalid_request"})
+        for depth in NEAR_THE_DEPTH_LIMIT
+    ),
+    *(
+        (f'{{"type": {nested(depth)}, "id": "deep-type-{depth}"}}', f"deep-type-{depth}", {"bad_json", "unknown_type"})
+        for depth in NEAR_THE_DEPTH_LIMIT
+    ),
 ]
 HOSTILE = HOSTILE_STRINGS + HOSTILE_JSON
 
@@ -150,12 +183,17 @@ async def serve(lab: Lab) -> AsyncIterator[Any]:
         nursery.cancel_scope.cancel()
 
 
-
-
 async def test_a_turn_is_accepted_streams_and_ends_with_a_full_result(serve: Any, lab: Lab) -> None:
     client, _ = await serve()
-    await client.send(turn("t1", "tag=x session=s-1", from_user="ann", session_name="default",
-                           attachments=[{"type": "image", "url": "https://x/cat.png"}]))
+    await client.send(
+        turn(
+            "t1",
+            "tag=x session=s-1",
+            from_user="ann",
+            session_name="default",
+            attachments=[{"type": "image", "url": "https://x/cat.png"}],
+        )
+    )
     responses = await client.until("result", "t1")
     assert [r["type"] for r in responses] == ["accepted", "partial", "session", "result"]
     assert all(r["id"] == "t1" for r in responses)
@@ -170,53 +208,70 @@ async def test_a_turn_is_accepted_streams_and_ends_with_a_full_result(serve: Any
 
 async def test_what_the_agent_does_is_answered_as_activity_and_the_result_carries_usage(serve: Any, lab: Lab) -> None:
     """An agentproc-0.4 agent thinks and asks to use tools; the profile's policy answers, the bot sees both."""
-    (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+    (lab.profiles / "ap4.yaml").write_text(
+        textwrap.dedent(f"""\
         protocol: agentproc-0.4
         command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
         env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
         permissions: {{allow: [Read]}}
-    """))
+    """)
+    )
     client, _ = await serve()
     await client.send(turn("a1", "hi tool=Read", profile="ap4"))
     responses = await client.until("result", "a1")
-    assert [r["type"] for r in responses] == ["accepted", "session", "activity", "activity", *["partial"] * 4,
-                                              "result"]
+    assert [r["type"] for r in responses] == ["accepted", "session", "activity", "activity", *["partial"] * 4, "result"]
     session_id = responses[1]["session_id"]
     assert responses[2] == {"type": "activity", "id": "a1", "activity": "thinking", "text": "reading turn 1"}
     tool = responses[3]
     assert tool.pop("call_id").startswith("req-")
-    assert tool == {"type": "activity", "id": "a1", "activity": "tool", "tool": "Read", "status": "allowed",
-                    "title": "count the 2 word(s) of your message"}
+    assert tool == {
+        "type": "activity",
+        "id": "a1",
+        "activity": "tool",
+        "tool": "Read",
+        "status": "allowed",
+        "title": "count the 2 word(s) of your message",
+    }
     result = responses[-1]
     assert (result["outcome"], result["session_id"], result["usage"]) == (
-        "ok", session_id, {"input_tokens": 2, "output_tokens": 7, "total_tokens": 9})
+        "ok",
+        session_id,
+        {"input_tokens": 2, "output_tokens": 7, "total_tokens": 9},
+    )
 
     await client.send(turn("a2", "again", profile="ap4"))  # the conversation's session is resumed
     responses = await client.until("result", "a2")
     assert [(r["tool"], r["status"]) for r in responses if r["type"] == "activity" and r["activity"] == "tool"] == [
-        ("Bash", "denied")]
-    assert responses[-1]["reply"] == ("You said: again\n(Bash was denied: Bash is not in the profile's allow list)\n"
-                                      "(last time you said: hi tool=Read)")
+        ("Bash", "denied")
+    ]
+    assert responses[-1]["reply"] == (
+        "You said: again\n(Bash was denied: Bash is not in the profile's allow list)\n"
+        "(last time you said: hi tool=Read)"
+    )
     assert responses[-1]["session_id"] == session_id
 
 
 async def test_a_tool_the_profile_asks_about_is_a_permission_the_bot_answers_with_decide(serve: Any, lab: Lab) -> None:
-    (lab.profiles / "ap4.yaml").write_text(textwrap.dedent(f"""\
+    (lab.profiles / "ap4.yaml").write_text(
+        textwrap.dedent(f"""\
         protocol: agentproc-0.4
         command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
         env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
         permissions: {{ask: [Read], timeout_secs: 5}}
-    """))
+    """)
+    )
     client, _ = await serve()
     await client.send(turn("p1", "hi tool=Read", profile="ap4"))
     asked = (await client.until("permission", "p1"))[-1]
     assert (asked["tool"], asked["title"]) == ("Read", "count the 2 word(s) of your message")
     question = asked["request_id"]
-    for bad, code in [({"id": "nope", "request_id": question, "allow": True}, "unknown_turn"),
-                      ({"id": "p1", "request_id": "q-nope", "allow": True}, "unknown_request"),
-                      ({"id": "p1", "request_id": question}, "invalid_request"),
-                      ({"id": "p1", "request_id": question, "allow": "yes"}, "invalid_request"),
-                      ({"id": "p1", "request_id": question, "allow": True, "why": 1}, "invalid_request")]:
+    for bad, code in [
+        ({"id": "nope", "request_id": question, "allow": True}, "unknown_turn"),
+        ({"id": "p1", "request_id": "q-nope", "allow": True}, "unknown_request"),
+        ({"id": "p1", "request_id": question}, "invalid_request"),
+        ({"id": "p1", "request_id": question, "allow": "yes"}, "invalid_request"),
+        ({"id": "p1", "request_id": question, "allow": True, "why": 1}, "invalid_request"),
+    ]:
         await client.send({"type": "decide", **bad})
         error = await client.receive()
         assert (error["type"], error["code"]) == ("error", code), bad
@@ -231,25 +286,29 @@ async def test_a_tool_the_profile_asks_about_is_a_permission_the_bot_answers_wit
 
 def write_warm_profile(lab: Lab) -> None:
     """Profile `aionrs`: the sample aionrs agent, warm, its sessions under the lab."""
-    (lab.profiles / "aionrs.yaml").write_text(textwrap.dedent(f"""\
+    (lab.profiles / "aionrs.yaml").write_text(
+        textwrap.dedent(f"""\
         protocol: aionrs
         command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "aionrs_like.py")!r}, --json-stream]
         resume_args: ["--resume={{{{SESSION_ID}}}}"]
         cwd: {str(lab.root)!r}
         env: {{STREAM_DELAY: "0", HOME: {str(lab.root)!r}}}
         permissions: {{default: deny, ask: [edit], timeout_secs: 5}}
-    """))
+    """)
+    )
 
 
-async def test_a_warm_conversation_keeps_its_agent_and_its_questions_are_answered_by_decide(serve: Any,
-                                                                                             lab: Lab) -> None:
+async def test_a_warm_conversation_keeps_its_agent_and_its_questions_are_answered_by_decide(
+    serve: Any, lab: Lab
+) -> None:
     write_warm_profile(lab)
     client, _ = await serve()
     await client.send(turn("w1", "please tool=Write", profile="aionrs"))
     asked = (await client.until("permission", "w1"))[-1]
     assert (asked["tool"], asked["kind"]) == ("Write", "edit")
-    await client.send({"type": "decide", "id": "w1", "request_id": asked["request_id"], "allow": False,
-                       "message": "not today"})
+    await client.send(
+        {"type": "decide", "id": "w1", "request_id": asked["request_id"], "allow": False, "message": "not today"}
+    )
     first = (await client.until("result", "w1"))[-1]
     assert first["outcome"] == "ok" and "(Write was denied: not today)" in first["reply"]
     await client.send(turn("w2", "again think", profile="aionrs"))
@@ -384,8 +443,6 @@ async def test_when_the_client_stops_reading_every_turn_is_cancelled_and_serve_e
     assert lab.events("sigint") == ["a"]
 
 
-
-
 async def test_hostile_strings_are_refused_before_accepted(serve: Any, lab: Lab) -> None:
     client, _ = await serve(max_request_bytes=1024 * 1024)
     hostile = [
@@ -433,14 +490,31 @@ async def test_ids_7_and_quoted_7_name_the_same_turn(serve: Any, lab: Lab) -> No
 
 
 def test_parse_turn_fills_defaults() -> None:
-    request = parse_turn({"type": "turn", "id": "x", "profile": "p", "conversation": "c", "message": "m",
-                          "attachments": [{"type": "file", "url": "https://h/r.pdf"}]})
+    request = parse_turn(
+        {
+            "type": "turn",
+            "id": "x",
+            "profile": "p",
+            "conversation": "c",
+            "message": "m",
+            "attachments": [{"type": "file", "url": "https://h/r.pdf"}],
+        }
+    )
     assert (request.turn.session_name, request.turn.from_user, request.turn.session_id) == ("default", "", "")
     assert request.turn.attachments[0].name == "r.pdf"
 
 
-STRING_FIELDS = ["id", "profile", "conversation", "message", "session_name", "session_id", "from_user",
-                 "attachment url", "attachment name"]
+STRING_FIELDS = [
+    "id",
+    "profile",
+    "conversation",
+    "message",
+    "session_name",
+    "session_id",
+    "from_user",
+    "attachment url",
+    "attachment name",
+]
 
 
 def with_field(field: str, value: Any) -> dict[str, Any]:
@@ -470,8 +544,17 @@ def test_parse_turn_takes_any_valid_unicode(field: str) -> None:
     assert parse_turn(with_field(field, "ж😀é"))
 
 
-@pytest.mark.parametrize("field, limit", [("id", 256), ("profile", 256), ("conversation", 1024),
-                                          ("session_name", 256), ("from_user", 1024), ("session_id", 512)])
+@pytest.mark.parametrize(
+    "field, limit",
+    [
+        ("id", 256),
+        ("profile", 256),
+        ("conversation", 1024),
+        ("session_name", 256),
+        ("from_user", 1024),
+        ("session_id", 512),
+    ],
+)
 def test_parse_turn_takes_a_field_at_its_length_limit_and_refuses_one_character_more(field: str, limit: int) -> None:
     assert parse_turn(with_field(field, "x" * limit))
     message = refusal(with_field(field, "x" * (limit + 1)))
@@ -510,9 +593,20 @@ def test_decode_request_calls_whatever_json_cannot_parse_bad_json(line: str) -> 
 def start_serve(lab: Lab, *options: str) -> subprocess.Popen[bytes]:
     with open(lab.root / "serve.log", "wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "bridge", "serve", "--profiles", str(lab.profiles), "--state", str(lab.state),
-             *options],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "bridge",
+                "serve",
+                "--profiles",
+                str(lab.profiles),
+                "--state",
+                str(lab.state),
+                *options,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
         )
 
 
@@ -587,7 +681,11 @@ def test_serve_takes_only_the_conversations_own_session_id_unless_started_with_a
     assert own["outcome"] == foreign["outcome"] == "ok"
     if profile == "rec":  # the recorder notes the session each agent started in
         assert [(words[1], words[2]) for words in lab.lines() if words[0] == "start"] == [
-            ("a1", "-"), ("b1", "-"), ("a2", "s-alice"), ("b3", "s-alice")]
+            ("a1", "-"),
+            ("b1", "-"),
+            ("a2", "s-alice"),
+            ("b3", "s-alice"),
+        ]
     else:
         assert own["session_id"] == foreign["session_id"] == alice != bob
 
@@ -634,8 +732,12 @@ def test_serve_reads_requests_from_a_file_too(lab: Lab) -> None:
     requests = lab.root / "requests.jsonl"
     requests.write_text("".join(json.dumps(turn(f"t{i}", f"tag=t{i}")) + "\n" for i in range(2)))
     with open(requests, "rb") as stdin:
-        proc = subprocess.run([sys.executable, "-m", "bridge", "serve", "--profiles", str(lab.profiles),
-                               "--state", str(lab.state)], stdin=stdin, capture_output=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "bridge", "serve", "--profiles", str(lab.profiles), "--state", str(lab.state)],
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+        )
     results = [json.loads(line) for line in proc.stdout.splitlines() if b'"result"' in line]
     assert [(r["id"], r["outcome"]) for r in results] == [("t0", "ok"), ("t1", "ok")]
     assert proc.returncode == 0, proc.stderr
@@ -659,8 +761,16 @@ def test_serve_process_answers_hostile_input_by_the_protocol_and_stays_up(lab: L
     accepted = [r["id"] for r in responses if r["type"] == "accepted"]
     assert accepted == ["fine"]
     for request_id in accepted:  # every accepted turn ends in exactly one result (or store_error)
-        assert len([r for r in responses if r["id"] == request_id and
-                    (r["type"] == "result" or r.get("code") == "store_error")]) == 1
+        assert (
+            len(
+                [
+                    r
+                    for r in responses
+                    if r["id"] == request_id and (r["type"] == "result" or r.get("code") == "store_error")
+                ]
+            )
+            == 1
+        )
     refusals = [r for r in responses if r["id"] not in ("fine", "after")]
     assert len(refusals) == len(HOSTILE)
     for (line, request_id, codes), response in zip(HOSTILE, refusals):
@@ -692,8 +802,12 @@ def test_serve_process_notices_a_closed_stdout_without_writing_and_cancels_its_t
 
 
 def test_serve_with_a_missing_profiles_directory_exits_2(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "bridge", "serve", "--profiles", str(tmp_path / "none"),
-                           "--state", str(tmp_path / "s")], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--profiles", str(tmp_path / "none"), "--state", str(tmp_path / "s")],
+        capture_output=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2 and b"profiles directory cannot be read" in proc.stderr
     assert proc.stdout == b""
 

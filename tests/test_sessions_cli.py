@@ -26,8 +26,9 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        [AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def session_of(stdout: str) -> str:
@@ -79,17 +80,24 @@ def test_an_explicit_session_id_wins_over_the_stored_one(tmp_path: Path, env: di
 
 
 def test_a_turn_without_a_session_line_keeps_the_stored_id(tmp_path: Path, env: dict[str, str]) -> None:
-    agent = write_agent(tmp_path, "agent.sh", """\
+    agent = write_agent(
+        tmp_path,
+        "agent.sh",
+        """\
         #!/bin/sh
         echo "resumed: [$AGENT_SESSION_ID]"
         [ -n "$NEW_SESSION" ] && echo "AGENT_SESSION:$NEW_SESSION"
         exit "${EXIT_CODE:-0}"
-    """)
-    profile = write_profile(tmp_path, f"""\
+    """,
+    )
+    profile = write_profile(
+        tmp_path,
+        f"""\
         name: quiet
         command: {agent}
         env: {{NEW_SESSION: "${{NEW_SESSION}}", EXIT_CODE: "${{EXIT_CODE}}"}}
-    """)
+    """,
+    )
     state = str(tmp_path / "sessions.sqlite3")
     first = cli({**env, "NEW_SESSION": "sess-1"}, "run", str(profile), "--conversation", "k", "--state", state, "a")
     assert first.stdout == "resumed: []\n", first.stderr
@@ -127,10 +135,11 @@ def test_the_default_store_is_under_xdg_state_home(tmp_path: Path, env: dict[str
 
 
 def test_run_without_a_conversation_does_not_load_the_store() -> None:
-    code = ("import sys; from bridge.cli import main; code = main(['run', sys.argv[1], 'hi']); "
-            "print('sqlite3' in sys.modules, code)")
-    done = subprocess.run([PYTHON, "-c", code, str(PROFILES / "echo.yaml")], capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import sys; from bridge.cli import main; code = main(['run', sys.argv[1], 'hi']); "
+        "print('sqlite3' in sys.modules, code)"
+    )
+    done = subprocess.run([PYTHON, "-c", code, str(PROFILES / "echo.yaml")], capture_output=True, text=True, timeout=60)
     assert done.stdout.splitlines()[-1] == "False 0", done.stderr
 
 
@@ -152,8 +161,19 @@ def filled(tmp_path: Path) -> str:
 def test_sessions_list_shows_every_stored_session_latest_first(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sessions", "list", "--state", filled]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["PROFILE", "CONVERSATION", "SESSION", "NAME", "SESSION", "ID", "LAST", "USED",
-                                "(UTC)", "LAST", "OUTCOME"]
+    assert lines[0].split() == [
+        "PROFILE",
+        "CONVERSATION",
+        "SESSION",
+        "NAME",
+        "SESSION",
+        "ID",
+        "LAST",
+        "USED",
+        "(UTC)",
+        "LAST",
+        "OUTCOME",
+    ]
     assert [line.split()[:4] for line in lines[1:]] == [
         ["stream", "chat-2", "default", "s-two"],
         ["echo", "chat-1", "default", "-"],
@@ -167,9 +187,19 @@ def test_sessions_list_filters_by_profile_and_speaks_json(filled: str, capsys: p
     assert main(["sessions", "list", "--state", filled, "--profile", "stream", "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["conversation"], r["session_name"], r["session_id"]) for r in records] == [
-        ("chat-2", "default", "s-two"), ("chat-1", "work", "s-work"), ("chat-1", "default", "s-default")]
-    assert set(records[0]) == {"profile", "conversation", "session_name", "session_id", "last_used",
-                               "last_outcome", "last_exit_code"}
+        ("chat-2", "default", "s-two"),
+        ("chat-1", "work", "s-work"),
+        ("chat-1", "default", "s-default"),
+    ]
+    assert set(records[0]) == {
+        "profile",
+        "conversation",
+        "session_name",
+        "session_id",
+        "last_used",
+        "last_outcome",
+        "last_exit_code",
+    }
 
 
 def test_sessions_list_of_an_empty_store_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -181,14 +211,17 @@ def test_sessions_list_of_an_empty_store_says_so(tmp_path: Path, capsys: pytest.
 
 
 def test_reading_a_store_that_does_not_exist_says_so_and_creates_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     given = tmp_path / "new" / "new.sqlite3"
     default = tmp_path / "state" / "agent-bridge" / "sessions.sqlite3"
     for state, where in ((["--state", str(given)], given), ([], default)):
         assert main(["sessions", "list", *state]) == 0
-        assert capsys.readouterr().err == f"no stored sessions: there is no session store at {where} yet " \
-                                          "(`run --conversation KEY` makes one)\n"
+        assert (
+            capsys.readouterr().err == f"no stored sessions: there is no session store at {where} yet "
+            "(`run --conversation KEY` makes one)\n"
+        )
         assert main(["sessions", "list", "--json", *state]) == 0
         assert capsys.readouterr() == ("", "")
         assert main(["sessions", "show", "stream", "dev", *state]) == 1
@@ -222,14 +255,14 @@ def test_sessions_forget_resets_a_conversation(filled: str, capsys: pytest.Captu
     assert main(["sessions", "forget", "stream", "chat-1", "--state", filled]) == 0
     assert capsys.readouterr().out == "nothing to forget: no stored sessions for conversation 'chat-1' of stream\n"
     assert main(["sessions", "forget", "stream", "chat-1", "--session-name", "work", "--state", filled]) == 0
-    assert capsys.readouterr().out == ("nothing to forget: no stored session 'work' for conversation 'chat-1' "
-                                       "of stream\n")
+    assert capsys.readouterr().out == (
+        "nothing to forget: no stored session 'work' for conversation 'chat-1' of stream\n"
+    )
     with SessionStore(filled) as store:
         assert [(r.profile, r.conversation) for r in store.list()] == [("stream", "chat-2"), ("echo", "chat-1")]
 
 
-def test_sessions_on_a_corrupt_store_exit_2_naming_the_file(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_sessions_on_a_corrupt_store_exit_2_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "s.sqlite3"
     state.write_bytes(b"\0garbage" * 1000)
     assert main(["sessions", "list", "--state", str(state)]) == 2
@@ -239,6 +272,16 @@ def test_sessions_on_a_corrupt_store_exit_2_naming_the_file(tmp_path: Path,
 def _result(session_id: str, exit_code: int = 0, outcome: str = "ok"):  # type: ignore[no-untyped-def]
     from bridge import Outcome, TurnResult
 
-    return TurnResult(reply="", session_id=session_id, error="", error_reply="", exit_code=exit_code,
-                      timed_out=False, outcome=Outcome(outcome), stderr_tail="", duration_ms=1, partials=0,
-                      truncated=False)
+    return TurnResult(
+        reply="",
+        session_id=session_id,
+        error="",
+        error_reply="",
+        exit_code=exit_code,
+        timed_out=False,
+        outcome=Outcome(outcome),
+        stderr_tail="",
+        duration_ms=1,
+        partials=0,
+        truncated=False,
+    )

@@ -13,7 +13,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,27 @@ from conftest import PYTHON, REPO
 from hostkit import Lab, Started
 
 import bridge
-import bridge.host.store
+import bridge.host.sqlite_store
 import bridge.log
 from bridge import Outcome, SessionRecord, SessionStore, StoreError, Turn, TurnResult
 from bridge.host.location import default_store_path
-from bridge.host.store import disk_full_reason
+from bridge.host.sqlite_store import disk_full_reason
 
 
 def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:
-    return TurnResult(reply="", session_id=session_id, error="", error_reply="", exit_code=exit_code,
-                      timed_out=False, outcome=outcome, stderr_tail="", duration_ms=1, partials=0, truncated=False)
+    return TurnResult(
+        reply="",
+        session_id=session_id,
+        error="",
+        error_reply="",
+        exit_code=exit_code,
+        timed_out=False,
+        outcome=outcome,
+        stderr_tail="",
+        duration_ms=1,
+        partials=0,
+        truncated=False,
+    )
 
 
 @pytest.fixture
@@ -57,8 +68,9 @@ def test_default_path_follows_xdg_state_home(monkeypatch: pytest.MonkeyPatch, tm
     assert default_store_path() == tmp_path / "home" / ".local" / "state" / "agent-bridge" / "sessions.sqlite3"
 
 
-def test_no_path_opens_the_default_store_creating_its_directories(monkeypatch: pytest.MonkeyPatch,
-                                                                  tmp_path: Path) -> None:
+def test_no_path_opens_the_default_store_creating_its_directories(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "deep" / "state"))
     with SessionStore() as store:
         store.record("p", "c", "default", result("s1"))
@@ -88,14 +100,14 @@ def test_the_last_turns_session_id_is_kept_per_profile_conversation_and_session_
 
 
 def test_a_turn_without_a_session_line_keeps_the_stored_id_but_records_how_it_ended(store: SessionStore) -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     store.record("stream", "chat-1", "default", result("kept"))
     store.record("stream", "chat-1", "default", result("", exit_code=124, outcome=Outcome.TIMEOUT))
     assert store.get("stream", "chat-1") == "kept"
     [record] = store.list()
     assert record == SessionRecord("stream", "chat-1", "default", "kept", record.last_used, "timeout", 124)
     assert record.last_used.tzinfo is not None and record.last_used.utcoffset() == timedelta(0)
-    assert before - timedelta(seconds=1) <= record.last_used <= datetime.now(timezone.utc) + timedelta(seconds=1)
+    assert before - timedelta(seconds=1) <= record.last_used <= datetime.now(UTC) + timedelta(seconds=1)
 
 
 def test_a_first_turn_without_a_session_line_is_recorded_with_no_id(store: SessionStore) -> None:
@@ -126,8 +138,13 @@ def test_list_shows_the_most_recently_used_first_and_filters_by_profile(store: S
     assert [record.conversation for record in store.list("a", "one")] == ["one"]
     assert store.list("nobody") == []
     assert store.list()[0].to_dict() == {
-        "profile": "a", "conversation": "three", "session_name": "default", "session_id": "3",
-        "last_used": store.list()[0].last_used.isoformat(), "last_outcome": "ok", "last_exit_code": 0,
+        "profile": "a",
+        "conversation": "three",
+        "session_name": "default",
+        "session_id": "3",
+        "last_used": store.list()[0].last_used.isoformat(),
+        "last_outcome": "ok",
+        "last_exit_code": 0,
     }
 
 
@@ -163,7 +180,7 @@ def test_one_store_object_is_safe_to_share_between_threads(store: SessionStore) 
             for i in range(50):
                 store.record("p", f"t{worker}-{i}", "default", result(f"{worker}:{i}"))
                 assert store.get("p", f"t{worker}-{i}") == f"{worker}:{i}"
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=work, args=(worker,)) for worker in range(8)]
@@ -210,8 +227,16 @@ WRITER = textwrap.dedent("""
 def test_processes_writing_one_file_at_once_lose_no_update_and_never_see_it_locked(tmp_path: Path) -> None:
     path = tmp_path / "new" / "sessions.sqlite3"  # not there yet: both processes create it
     count = 150
-    writers = [subprocess.Popen([PYTHON, "-c", WRITER, str(path), me, str(count)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for me in ("a", "b")]
+    writers = [
+        subprocess.Popen(
+            [PYTHON, "-c", WRITER, str(path), me, str(count)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for me in ("a", "b")
+    ]
     for writer in writers:
         assert writer.stdout.readline() == "ready\n"
     for writer in writers:
@@ -314,8 +339,9 @@ def test_an_unwritable_store_is_a_clear_error(tmp_path: Path, case: str) -> None
     else:
         directory.chmod(0o555)
     try:
-        done = subprocess.run([*_without_root_powers(), PYTHON, "-c", UNWRITABLE, str(path)],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [*_without_root_powers(), PYTHON, "-c", UNWRITABLE, str(path)], capture_output=True, text=True, timeout=60
+        )
     finally:
         directory.chmod(0o755)
     assert done.returncode == 3, done.stderr
@@ -350,8 +376,9 @@ HOLDER = textwrap.dedent("""
 @contextlib.contextmanager
 def another_process_holds_the_write_lock(path: Path) -> Iterator[None]:
     """Another process holds `BEGIN IMMEDIATE` on the store (with a change not committed) until the block ends."""
-    holder = subprocess.Popen([PYTHON, "-c", HOLDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [PYTHON, "-c", HOLDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline() == "holding\n"
         yield
@@ -371,7 +398,7 @@ class StoreProbe:
         self.in_sqlite = threading.Event()
         self.recording: dict[str, threading.Event] = collections.defaultdict(threading.Event)
         self._armed = False
-        patiently, record = bridge.host.store._patiently, SessionStore.record
+        patiently, record = bridge.host.sqlite_store._patiently, SessionStore.record
 
         def watched_patiently(operation: Any) -> Any:
             if self._armed:
@@ -382,15 +409,16 @@ class StoreProbe:
             self.recording[conversation].set()
             record(store, profile, conversation, *args)
 
-        monkeypatch.setattr(bridge.host.store, "_patiently", watched_patiently)
+        monkeypatch.setattr(bridge.host.sqlite_store, "_patiently", watched_patiently)
         monkeypatch.setattr(SessionStore, "record", watched_record)
 
     def arm(self) -> None:
         self._armed = True
 
 
-def test_reads_go_on_while_a_write_waits_for_another_processs_lock(store: SessionStore,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reads_go_on_while_a_write_waits_for_another_processs_lock(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store.record("p", "a", "default", result("committed"))
     store.record("p", "b", "default", result("other"))
     probe = StoreProbe(monkeypatch)
@@ -399,7 +427,7 @@ def test_reads_go_on_while_a_write_waits_for_another_processs_lock(store: Sessio
     def record_in_the_background() -> None:
         try:
             store.record("p", "a", "default", result("new"))
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:
             failures.append(error)
 
     read: dict[str, Any] = {}
@@ -427,8 +455,9 @@ def test_reads_go_on_while_a_write_waits_for_another_processs_lock(store: Sessio
     assert failures == [] and store.get("p", "a") == "new"
 
 
-async def test_a_host_runs_other_conversations_while_one_waits_to_record(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_host_runs_other_conversations_while_one_waits_to_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A's record waits for another process's lock; B's turn still starts and runs to its end meanwhile."""
     lab = Lab(tmp_path)
     lab.profile("rec")
@@ -438,8 +467,9 @@ async def test_a_host_runs_other_conversations_while_one_waits_to_record(tmp_pat
     gate = lab.gate()
 
     async def submit(conversation: str, tag: str, message: str) -> None:
-        results[tag] = await host.submit("rec", conversation, Turn(f"tag={tag} {message}"),
-                                         on_partial=started.callback(tag))
+        results[tag] = await host.submit(
+            "rec", conversation, Turn(f"tag={tag} {message}"), on_partial=started.callback(tag)
+        )
 
     async def until(event: threading.Event) -> None:
         with trio.fail_after(2):
@@ -473,7 +503,8 @@ def logged(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], list[dic
 
 
 def test_a_store_other_users_can_read_is_opened_with_a_warning_naming_the_fix(
-        tmp_path: Path, logged: Callable[[], list[dict[str, Any]]]) -> None:
+    tmp_path: Path, logged: Callable[[], list[dict[str, Any]]]
+) -> None:
     path = tmp_path / "sessions.sqlite3"
     with SessionStore(path) as store:
         store.record("p", "c", "default", result("secret-session"))
@@ -492,8 +523,9 @@ def test_a_store_other_users_can_read_is_opened_with_a_warning_naming_the_fix(
 # --------------------------------------------------------------------------- a full disk
 
 
-def _statvfs(*, free_blocks: int, free_inodes: int = 1000, inodes: int = 1000,
-             root_free_blocks: int | None = None) -> os.statvfs_result:
+def _statvfs(
+    *, free_blocks: int, free_inodes: int = 1000, inodes: int = 1000, root_free_blocks: int | None = None
+) -> os.statvfs_result:
     # bsize, frsize, blocks, bfree, bavail, files, ffree, favail, flag, namemax
     bfree = free_blocks if root_free_blocks is None else root_free_blocks
     return os.statvfs_result((4096, 4096, 100_000, bfree, free_blocks, inodes, free_inodes, free_inodes, 0, 255))
@@ -513,7 +545,8 @@ def test_what_counts_as_a_full_disk() -> None:
 
 
 def test_an_io_error_on_a_disk_with_space_is_not_called_a_full_disk(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The statvfs check decides: the same SQLite error reads differently with and without space left."""
     with SessionStore(tmp_path / "s.sqlite3") as store:
         error = sqlite3.OperationalError("disk I/O error")
@@ -567,8 +600,12 @@ def small_file_system(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Pat
     namespace = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", SMALL_TMPFS, "sh"]
     probe_directory = tmp_path_factory.mktemp("probe")
     try:
-        usable = subprocess.run([*namespace, str(probe_directory), "true", "", ""], capture_output=True,
-                                timeout=30).returncode == 0
+        usable = (
+            subprocess.run(
+                [*namespace, str(probe_directory), "true", "", ""], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
     except OSError:
         usable = False
     if usable:
@@ -576,10 +613,10 @@ def small_file_system(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Pat
     return lambda directory, case: [PYTHON, "-c", FULL_DISK, str(directory), case, "emulated"]
 
 
-@pytest.mark.parametrize("case", ["new store", "existing store", "new store, no inodes",
-                                  "existing store, no inodes"])
-def test_a_full_disk_at_open_says_so_and_what_to_do(tmp_path: Path, case: str,
-                                                   small_file_system: Callable[[Path, str], list[str]]) -> None:
+@pytest.mark.parametrize("case", ["new store", "existing store", "new store, no inodes", "existing store, no inodes"])
+def test_a_full_disk_at_open_says_so_and_what_to_do(
+    tmp_path: Path, case: str, small_file_system: Callable[[Path, str], list[str]]
+) -> None:
     directory = tmp_path / "small"
     directory.mkdir()
     done = subprocess.run(small_file_system(directory, case), capture_output=True, text=True, timeout=60)

@@ -26,7 +26,7 @@ from conftest import PROFILES, write_agent, write_profile
 from hostkit import Lab, max_overlap
 
 from bridge import BridgeError
-from bridge.host.turnlock import TurnLocks, conversation_hash, parse_ticket, plan_join, ticket_name
+from bridge.host.file_turnlock import TurnLocks, conversation_hash, parse_ticket, plan_join, ticket_name
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 WAIT = 20.0  # an upper bound for a loaded machine; passing tests never wait for it
@@ -37,8 +37,9 @@ class Proc:
     """An `agent-bridge` subprocess whose stdout and stderr are read as they come, with a deadline."""
 
     def __init__(self, *args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None) -> None:
-        self.popen = subprocess.Popen([AGENT_BRIDGE, *args], stdin=stdin, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, env=env)
+        self.popen = subprocess.Popen(
+            [AGENT_BRIDGE, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
         self.output = {"out": b"", "err": b""}
         self._open = {self.popen.stdout.fileno(): "out", self.popen.stderr.fileno(): "err"}  # type: ignore[union-attr]
 
@@ -94,8 +95,20 @@ class Bench:
 
     def run(self, message: str, *options: str, conversation: str = "k") -> Proc:
         """`agent-bridge run rec.yaml MESSAGE --conversation KEY` on the lab's store, logging at info."""
-        return self.start("run", str(self.profile), message, "--conversation", conversation,
-                          "--state", str(self.lab.state), "--log-level", "info", "--log-format", "json", *options)
+        return self.start(
+            "run",
+            str(self.profile),
+            message,
+            "--conversation",
+            conversation,
+            "--state",
+            str(self.lab.state),
+            "--log-level",
+            "info",
+            "--log-format",
+            "json",
+            *options,
+        )
 
     def start(self, *args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None) -> Proc:
         proc = Proc(*args, stdin=stdin, env=env)
@@ -256,25 +269,32 @@ def test_runs_of_one_conversation_queue_in_arrival_order_each_resuming_the_last_
     assert [run.finish() for run in (first, *later)] == [0] * 6
     assert bench.starts() == [("0", "-"), ("1", "s0"), ("2", "s1"), ("3", "s2"), ("4", "s3"), ("5", "s4")]
     assert max_overlap(bench.lab.lines()) == 1
-    assert [run.out.decode().splitlines() for run in later] == [["started", f"reply {index} one"] for index in range(1, 6)]
+    assert [run.out.decode().splitlines() for run in later] == [
+        ["started", f"reply {index} one"] for index in range(1, 6)
+    ]
     assert os.listdir(f"{bench.lab.state}.turns") == ["join.lock"], "every turn removed its ticket"
 
 
 def test_a_burst_of_runs_never_overlaps_and_chains_its_sessions(bench: Bench, tmp_path: Path) -> None:
     """The reported case: a bot starts one run per message, 50 ms apart, each agent busy for a while."""
     diary = tmp_path / "burst-diary"
-    write_agent(tmp_path, "slow.sh", f"""\
+    write_agent(
+        tmp_path,
+        "slow.sh",
+        f"""\
         #!/bin/sh
         echo "start $AGENT_MESSAGE ${{AGENT_SESSION_ID:--}}" >> {diary}
         sleep 0.2
         echo "end $AGENT_MESSAGE" >> {diary}
         echo "AGENT_SESSION:$AGENT_MESSAGE"
-    """)
+    """,
+    )
     profile = write_profile(tmp_path, "command: '{{PROFILE_DIR}}/slow.sh'\n", "slow.yaml")
     runs = []
     for index in range(6):
-        runs.append(bench.start("run", str(profile), f"m{index}", "--conversation", "k",
-                                "--state", str(bench.lab.state)))
+        runs.append(
+            bench.start("run", str(profile), f"m{index}", "--conversation", "k", "--state", str(bench.lab.state))
+        )
         time.sleep(0.05)
     assert [run.finish() for run in runs] == [0] * 6, [run.err for run in runs]
     lines = [line.split() for line in diary.read_text().splitlines()]
@@ -285,26 +305,41 @@ def test_a_burst_of_runs_never_overlaps_and_chains_its_sessions(bench: Bench, tm
     assert [session for _, session in starts] == ["-", *(tag for tag, _ in starts[:-1])]
 
 
-def test_runs_started_50_ms_apart_on_a_busy_machine_are_served_in_the_order_they_started(bench: Bench,
-                                                                                          tmp_path: Path) -> None:
+def test_runs_started_50_ms_apart_on_a_busy_machine_are_served_in_the_order_they_started(
+    bench: Bench, tmp_path: Path
+) -> None:
     """Every other run loads its profile slowly (a cache of its own, empty: it validates the profile), and all
     of them share one CPU, as busy as a machine gets: a run that joined its queue only once loaded fell behind
     the fast one started 50 ms after it. The scheduler shares the CPU fairly, so the order shows what a run does
     before it joins."""
     served = tmp_path / "served"
-    write_agent(tmp_path, "note.sh", f"#!/bin/sh\necho \"$AGENT_MESSAGE\" >> {served}\necho noted\n")
+    write_agent(tmp_path, "note.sh", f'#!/bin/sh\necho "$AGENT_MESSAGE" >> {served}\necho noted\n')
     profile = write_profile(tmp_path, "command: '{{PROFILE_DIR}}/note.sh'\n", "note.yaml")
     warm = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "warm-cache")}
-    subprocess.run([sys.executable, "-c", f"import bridge; bridge.load_profile({str(profile)!r})"], env=warm,
-                   check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-c", f"import bridge; bridge.load_profile({str(profile)!r})"],
+        env=warm,
+        check=True,
+        timeout=60,
+    )
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {max(cpus)})  # the runs inherit it
     try:
         runs = []
         for index in range(6):
             slow = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / f"cold-cache-{index}")}
-            runs.append(bench.start("run", str(profile), f"m{index}", "--conversation", "k", "--state",
-                                    str(bench.lab.state), env=slow if index % 2 == 0 else warm))
+            runs.append(
+                bench.start(
+                    "run",
+                    str(profile),
+                    f"m{index}",
+                    "--conversation",
+                    "k",
+                    "--state",
+                    str(bench.lab.state),
+                    env=slow if index % 2 == 0 else warm,
+                )
+            )
             time.sleep(0.05)  # the scenario: a bot starting one run per message as messages come
     finally:
         os.sched_setaffinity(0, cpus)
@@ -313,27 +348,62 @@ def test_runs_started_50_ms_apart_on_a_busy_machine_are_served_in_the_order_they
 
 
 def test_a_run_joins_its_queue_before_it_loads_the_bridge(tmp_path: Path) -> None:
-    code = ("import sys, bridge.command; place = bridge.command.early_place(sys.argv[1:]); "
-            "print(place is not None, sorted({'trio', 'pydantic', 'yaml', 'sqlite3', 'structlog'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code, "run", str(PROFILES / "echo.yaml"), "hi", "--conversation", "k",
-                           "--state", str(tmp_path / "state.sqlite3")], capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys, bridge.command; place = bridge.command.early_place(sys.argv[1:]); "
+        "print(place is not None, sorted({'trio', 'pydantic', 'yaml', 'sqlite3', 'structlog'} & set(sys.modules)))"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "run",
+            str(PROFILES / "echo.yaml"),
+            "hi",
+            "--conversation",
+            "k",
+            "--state",
+            str(tmp_path / "state.sqlite3"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.stdout.splitlines() == ["True []"], done.stderr
 
 
-@pytest.mark.parametrize(("arguments", "queue"), [
-    (["run", "{profile}", "hi", "--conversation", "k", "--state", "{state}"], ("note", "k", "default")),
-    (["run", "--json", "--conversation=k", "--session-name", "side", "--state={state}", "{profile}", "--", "-la"],
-     ("note", "k", "side")),
-    (["run", "{named}", "--conversation", "k", "--state", "{state}", "--log-level", "info"],
-     ("bot one", "k", "default")),
-    (["run", "{profile}", "hi", "--state", "{state}"], None),  # no conversation: no queue
-    (["run", "{profile}", "hi", "--conv", "k", "--state", "{state}"], None),  # an abbreviation: `run` reads it
-    (["run", "{profile}", "hi", "--conversation", "k", "--some-new-option", "x", "--state", "{state}"], None),
-    (["run", "{profile}", "hi", "--conversation", "k", "--state", "postgresql://bot@db/bridge"], None),
-    (["chat", "{profile}", "--conversation", "k", "--state", "{state}"], None),
-])
+@pytest.mark.parametrize(
+    ("arguments", "queue"),
+    [
+        (["run", "{profile}", "hi", "--conversation", "k", "--state", "{state}"], ("note", "k", "default")),
+        (
+            [
+                "run",
+                "--json",
+                "--conversation=k",
+                "--session-name",
+                "side",
+                "--state={state}",
+                "{profile}",
+                "--",
+                "-la",
+            ],
+            ("note", "k", "side"),
+        ),
+        (
+            ["run", "{named}", "--conversation", "k", "--state", "{state}", "--log-level", "info"],
+            ("bot one", "k", "default"),
+        ),
+        (["run", "{profile}", "hi", "--state", "{state}"], None),  # no conversation: no queue
+        (["run", "{profile}", "hi", "--conv", "k", "--state", "{state}"], None),  # an abbreviation: `run` reads it
+        (["run", "{profile}", "hi", "--conversation", "k", "--some-new-option", "x", "--state", "{state}"], None),
+        (["run", "{profile}", "hi", "--conversation", "k", "--state", "postgresql://bot@db/bridge"], None),
+        (["chat", "{profile}", "--conversation", "k", "--state", "{state}"], None),
+    ],
+)
 def test_the_place_taken_before_loading_is_in_the_queue_the_command_line_names(
-        tmp_path: Path, arguments: list[str], queue: tuple[str, str, str] | None) -> None:
+    tmp_path: Path, arguments: list[str], queue: tuple[str, str, str] | None
+) -> None:
     from bridge.command import early_place
 
     profile = write_profile(tmp_path, "command: agent\n", "note.yaml")
@@ -447,10 +517,13 @@ def test_other_conversations_and_session_names_do_not_wait(bench: Bench) -> None
 
 @pytest.mark.parametrize("entry", ["bridge.cli", "bridge.command"])  # the function, and the installed command
 def test_a_run_without_a_conversation_loads_neither_the_store_nor_the_queue(entry: str) -> None:
-    code = (f"import sys; from {entry} import main; code = main(['run', sys.argv[1], 'hi']); "
-            "print(code, sorted({'sqlite3', 'bridge.host.store', 'bridge.host.turnlock'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code, str(PROFILES / "echo.yaml")], capture_output=True,
-                          text=True, timeout=60)
+    code = (
+        f"import sys; from {entry} import main; code = main(['run', sys.argv[1], 'hi']); "
+        "print(code, sorted({'sqlite3', 'bridge.host.sqlite_store', 'bridge.host.file_turnlock'} & set(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(PROFILES / "echo.yaml")], capture_output=True, text=True, timeout=60
+    )
     assert done.stdout.splitlines()[-1] == "0 []", done.stderr
 
 
@@ -460,8 +533,9 @@ def test_a_run_without_a_conversation_loads_neither_the_store_nor_the_queue(entr
 def test_a_chat_takes_its_place_for_each_turn(bench: Bench) -> None:
     gate = bench.gate()
     chat_input_read, chat_input = os.pipe()
-    chat = bench.start("chat", str(bench.profile), "--conversation", "k", "--state", str(bench.lab.state),
-                       stdin=chat_input_read)
+    chat = bench.start(
+        "chat", str(bench.profile), "--conversation", "k", "--state", str(bench.lab.state), stdin=chat_input_read
+    )
     os.close(chat_input_read)
     with os.fdopen(chat_input, "w") as lines:
         lines.write("tag=c1 session=c1\n")
@@ -487,16 +561,25 @@ class Serve(Proc):
 
     def __init__(self, lab: Lab) -> None:
         read, self._requests = os.pipe()
-        super().__init__("serve", "--profiles", str(lab.profiles), "--state", str(lab.state),
-                         "--log-level", "info", "--log-format", "json", stdin=read)
+        super().__init__(
+            "serve",
+            "--profiles",
+            str(lab.profiles),
+            "--state",
+            str(lab.state),
+            "--log-level",
+            "info",
+            "--log-format",
+            "json",
+            stdin=read,
+        )
         os.close(read)
 
     def send(self, request: dict[str, Any]) -> None:
         os.write(self._requests, (json.dumps(request) + "\n").encode())
 
     def turn(self, turn_id: str, message: str, conversation: str = "k") -> None:
-        self.send({"type": "turn", "id": turn_id, "profile": "rec", "conversation": conversation,
-                   "message": message})
+        self.send({"type": "turn", "id": turn_id, "profile": "rec", "conversation": conversation, "message": message})
 
     def responses(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.out.splitlines()]
@@ -540,7 +623,8 @@ def test_a_run_waits_for_a_serve_turn_of_its_conversation(bench: Bench, serve: S
 
 
 def test_serve_waits_for_a_run_without_holding_up_other_conversations_and_can_cancel_the_wait(
-        bench: Bench, serve: Serve) -> None:
+    bench: Bench, serve: Serve
+) -> None:
     gate = bench.gate()
     run = bench.run(f"tag=c session=from-cli gate={gate}")
     assert run.expect("out", b"started")

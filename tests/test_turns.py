@@ -26,8 +26,20 @@ from bridge.cgroups import CONTAINMENT, Containment
 from bridge.keeper import KEEPER
 
 SUFFIX = "\n\n…(truncated)"
-RESULT_FIELDS = {"reply", "session_id", "error", "error_reply", "exit_code", "timed_out", "outcome",
-                 "stderr_tail", "duration_ms", "partials", "truncated", "usage"}
+RESULT_FIELDS = {
+    "reply",
+    "session_id",
+    "error",
+    "error_reply",
+    "exit_code",
+    "timed_out",
+    "outcome",
+    "stderr_tail",
+    "duration_ms",
+    "partials",
+    "truncated",
+    "usage",
+}
 
 ENV_DUMP = "import json, os; print(json.dumps(dict(os.environ)))"
 
@@ -82,8 +94,7 @@ async def run(profile: bridge.Profile, message: str = "hello", **turn: Any) -> T
         return await bridge.run_turn(profile, Turn(message, **turn))
 
 
-async def run_collecting(profile: bridge.Profile, message: str = "hello",
-                         **turn: Any) -> tuple[TurnResult, list[Any]]:
+async def run_collecting(profile: bridge.Profile, message: str = "hello", **turn: Any) -> tuple[TurnResult, list[Any]]:
     events: list[Any] = []
     with trio.fail_after(TURN_DEADLINE):
         result = await bridge.run_turn(profile, Turn(message, **turn), on_event=events.append)
@@ -130,8 +141,10 @@ async def test_body_lines_are_joined_verbatim_and_only_exact_prefixes_are_protoc
         )
     """)
     result, events = await run_collecting(profile)
-    assert result.reply == ("first\n  indented stays\n AGENT_PARTIAL:not at column 0\nagent_partial:lower case\n"
-                            "AGENT_PARTIALS are body too\nAGENT_OTHER:body\n\nlast line without newline")
+    assert result.reply == (
+        "first\n  indented stays\n AGENT_PARTIAL:not at column 0\nagent_partial:lower case\n"
+        "AGENT_PARTIALS are body too\nAGENT_OTHER:body\n\nlast line without newline"
+    )
     assert events == [result]
 
 
@@ -257,8 +270,10 @@ async def test_session_last_valid_id_wins_and_invalid_ones_are_ignored(make_agen
     """)
     result, events = await run_collecting(profile)
     assert result.session_id == "second"
-    assert [event for event in events if isinstance(event, SessionEvent)] == [SessionEvent("first"),
-                                                                              SessionEvent("second")]
+    assert [event for event in events if isinstance(event, SessionEvent)] == [
+        SessionEvent("first"),
+        SessionEvent("second"),
+    ]
     assert result.reply == "agent_session:lowercase-is-body\nbody"
 
 
@@ -275,10 +290,13 @@ async def test_no_session_line_gives_an_empty_session_id_and_the_agent_gets_the_
 
 
 async def test_custom_session_line_prefix(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         print("AGENT_SESSION:default-prefix-is-body-now")
         print("session_id = claude-123")
-    """, session_line_prefix="session_id =")
+    """,
+        session_line_prefix="session_id =",
+    )
     result = await run(profile)
     assert result.session_id == "claude-123"
     assert result.reply == "AGENT_SESSION:default-prefix-is-body-now"
@@ -303,16 +321,22 @@ async def test_agent_error_with_exit_0_fails_with_1_and_discards_the_body(make_a
     assert result.error == result.error_reply == "the last error wins"
     assert result.session_id == "kept"
     assert result.partials == 1
-    assert events[:-1] == [PartialEvent("before"), ErrorEvent("first error"), SessionEvent("kept"),
-                           ErrorEvent("the last error wins")]
+    assert events[:-1] == [
+        PartialEvent("before"),
+        ErrorEvent("first error"),
+        SessionEvent("kept"),
+        ErrorEvent("the last error wins"),
+    ]
 
 
 async def test_agent_error_keeps_a_nonzero_exit_code(make_agent):
-    result = await run(make_agent("""
+    result = await run(
+        make_agent("""
         import sys
         print('AGENT_ERROR:"quota exceeded"')
         sys.exit(7)
-    """))
+    """)
+    )
     assert (result.exit_code, result.outcome, result.error_reply) == (7, "agent_error", "quota exceeded")
 
 
@@ -323,11 +347,13 @@ async def test_empty_agent_error_still_fails_with_a_generic_text(make_agent):
 
 
 async def test_agent_error_then_killed_by_a_signal_keeps_the_signal_code(make_agent):
-    result = await run(make_agent("""
+    result = await run(
+        make_agent("""
         import os, signal
         print('AGENT_ERROR:"dying"', flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
-    """))
+    """)
+    )
     assert (result.exit_code, result.outcome, result.error_reply) == (137, "agent_error", "dying")
 
 
@@ -335,11 +361,14 @@ async def test_agent_error_then_killed_by_a_signal_keeps_the_signal_code(make_ag
 
 
 async def test_streaming_false_ignores_partials_and_tells_the_agent(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import os
         print('AGENT_PARTIAL:"ignored"')
         print("streaming=" + os.environ["AGENT_STREAMING"])
-    """, streaming=False)
+    """,
+        streaming=False,
+    )
     result, events = await run_collecting(profile)
     assert result.reply == "streaming=0"
     assert result.partials == 0 and events == [result]
@@ -353,8 +382,7 @@ async def test_reply_body_is_capped_with_the_suffix(make_agent):
 
 
 async def test_cap_counts_the_newlines_between_body_lines_and_a_custom_suffix(make_agent):
-    profile = make_agent('print("abcd")\nprint("efgh")\nprint("ijkl")', max_reply_chars=7,
-                         truncation_suffix="[cut]")
+    profile = make_agent('print("abcd")\nprint("efgh")\nprint("ijkl")', max_reply_chars=7, truncation_suffix="[cut]")
     assert (await run(profile)).reply == "abcd\nef[cut]"
 
 
@@ -372,11 +400,15 @@ async def test_default_cap_is_8000_and_null_lifts_it(make_agent):
 
 
 async def test_cumulative_partials_are_capped_once_with_the_suffix(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         for chunk in ("abcd", "efgh", "ijkl", "mnop"):
             print(f'AGENT_PARTIAL:"{chunk}"')
         print("ok")
-    """, max_reply_chars=10, truncation_suffix="…")
+    """,
+        max_reply_chars=10,
+        truncation_suffix="…",
+    )
     partials: list[str] = []
     result = await bridge.run_turn(profile, Turn("x"), on_partial=partials.append)
     assert partials == ["abcd", "efgh", "ij…"]
@@ -427,15 +459,31 @@ async def test_minimal_environment_does_not_leak_host_secrets(make_agent, monkey
 
 
 async def test_minimal_environment_is_exactly_the_infra_set_in_a_real_agent(make_agent, monkeypatch):
-    lookalikes = {"HOSTNAME": "box", "SECRET": "s3cr3t", "LD_PRELOAD": "/nonexistent/preload.so", "LESS": "-R",
-                  "LANGUAGE": "en", "LCX": "x", "PATHEXT": ".X", "USERNAME": "u", "TZDIR": "/z", "AGENT": "x"}
+    lookalikes = {
+        "HOSTNAME": "box",
+        "SECRET": "s3cr3t",
+        "LD_PRELOAD": "/nonexistent/preload.so",
+        "LESS": "-R",
+        "LANGUAGE": "en",
+        "LCX": "x",
+        "PATHEXT": ".X",
+        "USERNAME": "u",
+        "TZDIR": "/z",
+        "AGENT": "x",
+    }
     for name, value in lookalikes.items():
         monkeypatch.setenv(name, value)
     env = await agent_env(make_agent, env={"EXTRA": "from the profile"})
     infra = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ"}
     expected = {name for name in os.environ if name in infra or name.startswith("LC_")}
-    agent = {"AGENT_MESSAGE", "AGENT_SESSION_ID", "AGENT_SESSION_NAME", "AGENT_FROM_USER", "AGENT_STREAMING",
-             "AGENT_PROTOCOL_VERSION"}
+    agent = {
+        "AGENT_MESSAGE",
+        "AGENT_SESSION_ID",
+        "AGENT_SESSION_NAME",
+        "AGENT_FROM_USER",
+        "AGENT_STREAMING",
+        "AGENT_PROTOCOL_VERSION",
+    }
     # LC_CTYPE may be set by the interpreter itself (PEP 538 coerces the C locale).
     assert set(env) - {"LC_CTYPE"} == (expected | agent | {"EXTRA"}) - {"LC_CTYPE"}
 
@@ -451,11 +499,15 @@ async def test_env_inherit_all_passes_the_host_environment_but_not_stale_agent_v
 async def test_env_values_expand_host_variables_and_unknown_ones_are_empty(make_agent, monkeypatch):
     monkeypatch.setenv("API_TOKEN", "tok-123")
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
-    env = await agent_env(make_agent, "msg ${API_TOKEN}", env={
-        "TOKEN": "Bearer ${API_TOKEN}",
-        "MISSING": "a${NOT_SET_ANYWHERE}b",
-        "LITERAL": "$API_TOKEN and {{MESSAGE}}",
-    })
+    env = await agent_env(
+        make_agent,
+        "msg ${API_TOKEN}",
+        env={
+            "TOKEN": "Bearer ${API_TOKEN}",
+            "MISSING": "a${NOT_SET_ANYWHERE}b",
+            "LITERAL": "$API_TOKEN and {{MESSAGE}}",
+        },
+    )
     assert env["TOKEN"] == "Bearer tok-123"
     assert env["MISSING"] == "ab"
     assert env["LITERAL"] == "$API_TOKEN and msg ${API_TOKEN}"  # the message's ${…} stays inert
@@ -470,7 +522,8 @@ async def test_env_allowlist_limits_expansion(make_agent, monkeypatch):
 
 async def test_agent_variables_are_set_and_win_over_profile_env(make_agent):
     env = await agent_env(
-        make_agent, "the message",
+        make_agent,
+        "the message",
         env={"AGENT_MESSAGE": "forged", "AGENT_PROTOCOL_VERSION": "9", "AGENT_STREAMING": "1", "OWN": "kept"},
         streaming=False,
         turn={"from_user": "alice"},
@@ -485,12 +538,15 @@ async def test_agent_variables_are_set_and_win_over_profile_env(make_agent):
     assert not {"AGENT_ATTACHMENTS", "AGENT_IMAGE_URL", "AGENT_FILE_URL"} & set(env)
 
 
-@pytest.mark.parametrize(("attachments", "image_url", "file_url"), [
-    ([("image", "https://x.test/a/cat.png")], "https://x.test/a/cat.png", None),
-    ([("file", "https://x.test/report.pdf")], None, "https://x.test/report.pdf"),
-    ([("audio", "https://x.test/v.ogg")], None, None),
-    ([("image", "https://x.test/1.png"), ("image", "https://x.test/2.png")], None, None),
-])
+@pytest.mark.parametrize(
+    ("attachments", "image_url", "file_url"),
+    [
+        ([("image", "https://x.test/a/cat.png")], "https://x.test/a/cat.png", None),
+        ([("file", "https://x.test/report.pdf")], None, "https://x.test/report.pdf"),
+        ([("audio", "https://x.test/v.ogg")], None, None),
+        ([("image", "https://x.test/1.png"), ("image", "https://x.test/2.png")], None, None),
+    ],
+)
 async def test_attachment_variables(make_agent, attachments, image_url, file_url):
     turn_attachments = tuple(bridge.Attachment(kind, url) for kind, url in attachments)
     env = await agent_env(make_agent, turn={"attachments": turn_attachments})
@@ -507,12 +563,19 @@ async def test_attachment_variables(make_agent, attachments, image_url, file_url
 async def test_a_hostile_message_stays_one_inert_argv_token(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_agent(tmp_path, "argv agent", f"#!{PYTHON}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
-    profile = bridge.load_profile(write_profile(tmp_path, """
+    profile = bridge.load_profile(
+        write_profile(
+            tmp_path,
+            """
         command: '"{{PROFILE_DIR}}/argv agent" ''two words'' --msg={{MESSAGE}} {{SESSION_ID}}'
         args: ["{{MESSAGE}}", "--name={{SESSION_NAME}}"]
         max_reply_chars: null
-    """))
-    message = """it's "quoted" $(touch pwned) `touch pwned2`; rm -rf nothing && echo {{SESSION_ID}} ${HOME} * \\ \n2nd"""
+    """,
+        )
+    )
+    message = (
+        """it's "quoted" $(touch pwned) `touch pwned2`; rm -rf nothing && echo {{SESSION_ID}} ${HOME} * \\ \n2nd"""
+    )
     result = await run(profile, message, session_id="sid-{{MESSAGE}}", session_name="n;ame")
     assert result.outcome == "ok", result
     assert json.loads(result.reply) == ["two words", "--msg=" + message, "sid-{{MESSAGE}}", message, "--name=n;ame"]
@@ -523,16 +586,25 @@ async def test_cwd_is_relative_to_the_profile_and_profile_dir_is_substituted(tmp
     profiles, agents, work, elsewhere = (tmp_path / name for name in ("profiles", "agents", "work", "elsewhere"))
     for directory in (profiles, agents, work, elsewhere):
         directory.mkdir()
-    write_agent(agents, "where.py", f"""#!{PYTHON}
+    write_agent(
+        agents,
+        "where.py",
+        f"""#!{PYTHON}
 import json, os, sys
 print(json.dumps({{"cwd": os.getcwd(), "argv": sys.argv[1:], "dir": os.environ["DIR"]}}))
-""")
-    profile = bridge.load_profile(write_profile(profiles, """
+""",
+    )
+    profile = bridge.load_profile(
+        write_profile(
+            profiles,
+            """
         command: ["{{PROFILE_DIR}}/../agents/where.py"]
         args: ["{{PROFILE_DIR}}"]
         env: {DIR: "{{PROFILE_DIR}}/x"}
         cwd: ../work
-    """))
+    """,
+        )
+    )
     monkeypatch.chdir(elsewhere)
     seen = json.loads((await run(profile)).reply)
     assert Path(seen["cwd"]) == work.resolve()
@@ -559,21 +631,28 @@ async def test_cwd_expands_home_and_defaults_to_the_bridges_cwd(make_agent, tmp_
 
 
 async def test_stdin_none_is_at_eof_at_once(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import os, sys
         data = sys.stdin.buffer.read()
         print(repr(data), os.isatty(0))
-    """, timeout_secs=10)
+    """,
+        timeout_secs=10,
+    )
     result = await run(profile)
     assert (result.outcome, result.reply) == ("ok", "b'' False")
 
 
 async def test_stdin_message_delivers_the_exact_message_then_eof(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import json, os, sys
         data = sys.stdin.buffer.read().decode()
         print(json.dumps([data, os.environ["AGENT_MESSAGE"]]))
-    """, stdin="message", timeout_secs=10)
+    """,
+        stdin="message",
+        timeout_secs=10,
+    )
     message = "héllo ✓\nsecond line\n"
     assert json.loads((await run(profile, message)).reply) == [message, message]
 
@@ -604,13 +683,17 @@ async def test_an_over_long_message_is_a_clear_spawn_failure_without_stdin_messa
 
 
 async def test_an_over_long_message_with_stdin_message_is_truncated_in_the_env_and_whole_on_stdin(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import json, os, sys
         whole = sys.stdin.buffer.read().decode()
         env = os.environ["AGENT_MESSAGE"]
         print(json.dumps({"stdin": len(whole), "env_bytes": len(env.encode()), "prefix": whole.startswith(env),
                           "env": len(env)}))
-    """, stdin="message", timeout_secs=10)
+    """,
+        stdin="message",
+        timeout_secs=10,
+    )
     message = "é" * 100_000 + "tail"  # 200 004 bytes, cut inside a 2-byte character
     seen = json.loads((await run(profile, message)).reply)
     assert seen["stdin"] == len(message)
@@ -629,11 +712,13 @@ async def test_own_exit_code_fails_the_turn_and_discards_the_body(make_agent):
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGKILL, 137), (signal.SIGTERM, 143), (signal.SIGUSR1, 138)])
 async def test_killed_by_a_signal_is_128_plus_n(make_agent, signum, code):
-    result = await run(make_agent(f"""#!/bin/sh
+    result = await run(
+        make_agent(f"""#!/bin/sh
         echo body
         kill -{signum.name[3:]} $$
         echo never
-    """))
+    """)
+    )
     assert (result.exit_code, result.outcome, result.reply) == (code, "exit_nonzero", "")
     assert f"killed by signal {int(signum)}" in result.error_reply
 
@@ -658,38 +743,51 @@ async def test_idle_timeout_ends_a_silent_agent(make_agent):
 
 
 async def test_idle_timeout_counts_only_stdout(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import sys, time
         while True:  # busy on stderr, silent on stdout
             print("working", file=sys.stderr, flush=True)
             time.sleep(0.02)
-    """, timeout_secs=30, idle_timeout_secs=0.3, kill_grace_secs=0.2)
+    """,
+        timeout_secs=30,
+        idle_timeout_secs=0.3,
+        kill_grace_secs=0.2,
+    )
     result = await run(profile)
     assert (result.exit_code, result.outcome) == (124, "timeout")
     assert "working" in result.stderr_tail
 
 
 async def test_idle_timeout_is_reset_by_output(make_agent):
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import time
         for _ in range(12):
             print(".", flush=True)
             time.sleep(0.05)
         print("finished")
-    """, idle_timeout_secs=0.5, kill_grace_secs=0.2)  # 10x the gaps between its lines
+    """,
+        idle_timeout_secs=0.5,
+        kill_grace_secs=0.2,
+    )  # 10x the gaps between its lines
     result = await run(profile)
     assert result.outcome == "ok" and result.reply.endswith("finished")
 
 
 @pytest.mark.parametrize("on_sigterm", ["sys.exit(0)", "sys.exit(3)", "os.kill(os.getpid(), signal.SIGKILL)"])
 async def test_timeout_beats_every_other_ending(make_agent, on_sigterm):
-    profile = make_agent(f"""
+    profile = make_agent(
+        f"""
         import os, signal, sys, time
         signal.signal(signal.SIGTERM, lambda *_: {on_sigterm})
         print('AGENT_ERROR:"the agent\\'s own error"', flush=True)
         while True:
             time.sleep(3600)
-    """, timeout_secs=0.3, kill_grace_secs=0.2)
+    """,
+        timeout_secs=0.3,
+        kill_grace_secs=0.2,
+    )
     result = await run(profile)
     assert (result.exit_code, result.outcome, result.timed_out) == (124, "timeout", True)
     assert result.error == result.error_reply == "the agent's own error"
@@ -698,8 +796,9 @@ async def test_timeout_beats_every_other_ending(make_agent, on_sigterm):
 # --------------------------------------------------------------------------- spawn failures
 
 
-async def assert_spawn_failure(profile: bridge.Profile, code: int, *fragments: str,
-                               message: str = "hello") -> TurnResult:
+async def assert_spawn_failure(
+    profile: bridge.Profile, code: int, *fragments: str, message: str = "hello"
+) -> TurnResult:
     result, events = await run_collecting(profile, message)
     assert (result.exit_code, result.outcome, result.reply, result.partials) == (code, "spawn_failed", "", 0)
     assert events == [result]
@@ -710,13 +809,15 @@ async def assert_spawn_failure(profile: bridge.Profile, code: int, *fragments: s
 
 
 async def test_command_not_on_path_is_127(make_agent):
-    await assert_spawn_failure(make_agent("x", command=["no-such-agent-program-xyz"]), 127,
-                               "'no-such-agent-program-xyz'", "not found on PATH")
+    await assert_spawn_failure(
+        make_agent("x", command=["no-such-agent-program-xyz"]), 127, "'no-such-agent-program-xyz'", "not found on PATH"
+    )
 
 
 async def test_missing_relative_script_is_127(make_agent, tmp_path):
-    await assert_spawn_failure(make_agent("x", command="./missing.sh", cwd=str(tmp_path)), 127,
-                               "'./missing.sh'", "not found", str(tmp_path))
+    await assert_spawn_failure(
+        make_agent("x", command="./missing.sh", cwd=str(tmp_path)), 127, "'./missing.sh'", "not found", str(tmp_path)
+    )
 
 
 async def test_script_without_execute_permission_is_126(make_agent, tmp_path):
@@ -727,8 +828,13 @@ async def test_script_without_execute_permission_is_126(make_agent, tmp_path):
 
 
 async def test_missing_cwd_is_126(make_agent, tmp_path):
-    await assert_spawn_failure(make_agent('print("x")', cwd="no-such-dir"), 126,
-                               "working directory", str(tmp_path / "no-such-dir"), "does not exist")
+    await assert_spawn_failure(
+        make_agent('print("x")', cwd="no-such-dir"),
+        126,
+        "working directory",
+        str(tmp_path / "no-such-dir"),
+        "does not exist",
+    )
 
 
 async def test_cwd_that_is_a_file_is_126(make_agent, tmp_path):
@@ -785,13 +891,16 @@ async def test_stream_cancel_interrupts_the_agent_and_ends_with_130(make_recorde
 
 
 async def test_an_agent_ignoring_sigint_is_killed_after_the_grace(make_recorded_agent, pid_file):
-    profile = make_recorded_agent("""
+    profile = make_recorded_agent(
+        """
         import signal, time
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print('AGENT_PARTIAL:"ready"', flush=True)
         while True:
             time.sleep(3600)
-    """, kill_grace_secs=0.2)
+    """,
+        kill_grace_secs=0.2,
+    )
     async with bridge.open_turn(profile, Turn("x")) as events:
         async for event in events:
             if isinstance(event, PartialEvent):
@@ -817,8 +926,7 @@ print(bridge.run_turn_sync(profile, bridge.Turn("x")).reply.split()[1])
 
 
 def test_an_agent_gets_default_sigint_handling_even_from_a_host_that_ignores_it():
-    done = subprocess.run([PYTHON, "-c", HOST_IGNORING_SIGINT], capture_output=True, text=True, timeout=60,
-                          check=True)
+    done = subprocess.run([PYTHON, "-c", HOST_IGNORING_SIGINT], capture_output=True, text=True, timeout=60, check=True)
     ignored = int(done.stdout, 16)
     assert not ignored & (1 << (signal.SIGINT - 1)), f"the agent starts with SIGINT ignored (SigIgn {ignored:x})"
 
@@ -870,8 +978,9 @@ async def test_an_exception_in_a_host_callback_propagates_and_the_agent_is_stopp
     assert_no_live_process(read_pids(pid_file))
 
 
-async def test_an_exception_inside_the_open_turn_block_propagates_and_the_agent_is_stopped(make_recorded_agent,
-                                                                                          pid_file):
+async def test_an_exception_inside_the_open_turn_block_propagates_and_the_agent_is_stopped(
+    make_recorded_agent, pid_file
+):
     profile = make_recorded_agent(HANGS, kill_grace_secs=0.2)
     with pytest.raises(LookupError, match="host bug"):
         async with bridge.open_turn(profile, Turn("x")) as events:
@@ -908,9 +1017,9 @@ async def test_the_agent_inherits_only_stdin_stdout_and_stderr(make_agent):
 
 
 @pytest.mark.parametrize("cgroups", [False, True], ids=["uncontained", "contained"])
-async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_inheriting_nothing(make_agent,
-                                                                                                   monkeypatch,
-                                                                                                   cgroups):
+async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_inheriting_nothing(
+    make_agent, monkeypatch, cgroups
+):
     """Of turns started at once, the first sets up right after its spawn, the others only once every agent is
     spawned; each agent is guarded by the keeper, inherits no pipe of the turns spawned beside it, and no
     descriptor is left open after. Agents born in cgroups are spawned in worker threads (joining a cgroup may
@@ -976,7 +1085,7 @@ async def test_turns_leak_no_file_descriptors(make_agent, tmp_path):
     before = set(os.listdir("/proc/self/fd"))
     profiles = [
         make_agent('print("ok")'),
-        make_agent('import sys; print(sys.stdin.read())', stdin="message"),
+        make_agent("import sys; print(sys.stdin.read())", stdin="message"),
         make_agent(HANGS, timeout_secs=0.2, kill_grace_secs=0),
         make_agent("x", command=["/nonexistent/agent"]),
         make_agent("x", cwd=str(tmp_path / "missing")),
@@ -1017,12 +1126,15 @@ async def test_a_slow_host_gets_every_partial_written_before_the_agent_exited(ma
     host then works through output that takes many reads after the exit.
     """
     monkeypatch.setattr(bridge.agent_io, "DRAIN_SECS", 0.02)
-    profile = make_agent("""
+    profile = make_agent(
+        """
         import fcntl, os
         fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1024 * 1024)
         chunk = b"".join(b'AGENT_PARTIAL:"%04d' % i + b"x" * 4000 + b'"\\n' for i in range(250))
         os.write(1, chunk)  # fits in the pipe: the agent exits at once
-    """, max_reply_chars=None)
+    """,
+        max_reply_chars=None,
+    )
     seen = []
 
     async def slow_host(text):

@@ -1,4 +1,4 @@
-"""The warm engine (bridge/warm.py): one process, many turns, every rule of a turn, no process left behind.
+"""The warm engine (bridge/warm_agent.py): one process, many turns, every rule of a turn, no process left behind.
 
 Driven with `tests/warm_echo.py`, a tiny warm protocol made for these tests, so
 the engine is tested apart from any family's dialect.
@@ -15,7 +15,7 @@ from conftest import TURN_DEADLINE, assert_no_live_process, write_agent
 
 import bridge
 from bridge import Turn
-from bridge.warm import WarmAgent
+from bridge.warm_agent import WarmAgent
 
 
 @pytest.fixture
@@ -25,8 +25,10 @@ def warm_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: igno
 
     def make(**fields: object) -> bridge.Profile:
         env = {"STATE": str(tmp_path), **fields.pop("env", {})}  # type: ignore[dict-item]
-        return bridge.Profile.from_mapping({"command": [str(agent)], "protocol": "test-warm", "env": env,
-                                            "kill_grace_secs": 0.5, **fields}, profile_dir=tmp_path)
+        return bridge.Profile.from_mapping(
+            {"command": [str(agent)], "protocol": "test-warm", "env": env, "kill_grace_secs": 0.5, **fields},
+            profile_dir=tmp_path,
+        )
 
     return make
 
@@ -38,8 +40,10 @@ async def test_one_process_takes_many_turns_in_one_session(warm_profile) -> None
         async with trio.open_nursery() as nursery:
             agent = WarmAgent(profile)
             await agent.start(nursery)
-            first = await agent.turn(Turn("hello there"), lambda event: partials.append(event.text)
-                                     if isinstance(event, bridge.PartialEvent) else None)
+            first = await agent.turn(
+                Turn("hello there"),
+                lambda event: partials.append(event.text) if isinstance(event, bridge.PartialEvent) else None,
+            )
             second = await agent.turn(Turn("again"))
             pid = agent.pid
             await agent.close()
@@ -52,8 +56,7 @@ async def test_one_process_takes_many_turns_in_one_session(warm_profile) -> None
     assert_no_live_process([pid])
 
 
-async def test_run_turn_on_a_warm_protocol_starts_the_agent_resumes_the_session_and_says_goodbye(
-        warm_profile) -> None:  # type: ignore[no-untyped-def]
+async def test_run_turn_on_a_warm_protocol_starts_the_agent_resumes_the_session_and_says_goodbye(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile()
     with trio.fail_after(TURN_DEADLINE):
         first = await bridge.run_turn(profile, Turn("one"))
@@ -79,8 +82,7 @@ async def test_a_timeout_asks_the_agent_to_stop_and_the_agent_stays_warm(warm_pr
     assert after.ok and after.reply.startswith("still there")
 
 
-async def test_an_agent_that_ignores_the_cancel_is_killed_after_the_grace_and_not_reused(
-        warm_profile) -> None:  # type: ignore[no-untyped-def]
+async def test_an_agent_that_ignores_the_cancel_is_killed_after_the_grace_and_not_reused(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(timeout_secs=0.3, kill_grace_secs=0.3)
     with trio.fail_after(TURN_DEADLINE):
         async with trio.open_nursery() as nursery:
@@ -104,9 +106,11 @@ async def test_a_host_cancel_stops_the_turn_with_130(warm_profile) -> None:  # t
             agent = WarmAgent(profile)
             await agent.start(nursery)
             nursery.start_soon(lambda: trio.sleep(0.2))
+
             async def cancel_soon() -> None:
                 await trio.sleep(0.2)
                 cancel.set()
+
             nursery.start_soon(cancel_soon)
             result = await agent.turn(Turn("hang"), cancel=cancel)
             assert agent.alive
@@ -127,8 +131,7 @@ async def test_a_crash_mid_turn_fails_the_turn_and_the_agent_is_gone(warm_profil
     assert not agent.alive
 
 
-async def test_a_turn_the_agent_reports_failed_is_an_agent_error_and_the_agent_stays(
-        warm_profile) -> None:  # type: ignore[no-untyped-def]
+async def test_a_turn_the_agent_reports_failed_is_an_agent_error_and_the_agent_stays(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile()
     with trio.fail_after(TURN_DEADLINE):
         async with trio.open_nursery() as nursery:
@@ -163,8 +166,7 @@ async def test_questions_go_to_the_host_and_its_answer_to_the_agent(warm_profile
     assert allowed.reply.startswith("allowed") and denied.reply.startswith("denied")
 
 
-async def test_a_host_callback_that_raises_reaches_the_host_and_the_turn_is_stopped(
-        warm_profile) -> None:  # type: ignore[no-untyped-def]
+async def test_a_host_callback_that_raises_reaches_the_host_and_the_turn_is_stopped(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile()
 
     def explode(event: object) -> None:
@@ -182,12 +184,14 @@ async def test_a_host_callback_that_raises_reaches_the_host_and_the_turn_is_stop
     assert after.ok
 
 
-@pytest.mark.parametrize("env, reason", [
-    ({"FAIL_START": "1"}, "no session for you"),
-    ({"SLOW_START": "1"}, "did not set its session up within 0.3 s"),
-])
-async def test_an_agent_that_cannot_set_its_session_up_is_a_clear_spawn_failure(
-        warm_profile, env, reason) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    "env, reason",
+    [
+        ({"FAIL_START": "1"}, "no session for you"),
+        ({"SLOW_START": "1"}, "did not set its session up within 0.3 s"),
+    ],
+)
+async def test_an_agent_that_cannot_set_its_session_up_is_a_clear_spawn_failure(warm_profile, env, reason) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(env=env, start_timeout_secs=0.3)
     with trio.fail_after(TURN_DEADLINE):
         result = await bridge.run_turn(profile, Turn("hi"))
@@ -202,7 +206,8 @@ async def test_a_missing_command_is_127_as_for_any_agent(warm_profile) -> None: 
 
 
 def test_a_warm_profile_refuses_the_message_in_argv_and_per_turn_profiles_refuse_warm_fields(
-        warm_profile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    warm_profile, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(bridge.ProfileError, match="MESSAGE.*cannot be in the argv of protocol test-warm"):
         warm_profile(args=["{{MESSAGE}}"])
     with pytest.raises(bridge.ProfileError, match="keep_warm_secs is for the warm protocols"):
@@ -230,8 +235,7 @@ async def test_a_question_waiting_for_the_host_is_not_the_agents_silence(warm_pr
     assert silent.outcome == "timeout" and "without output" in silent.error_reply
 
 
-async def test_output_rearms_the_idle_deadline_so_an_agent_writing_often_is_not_idle(
-        warm_profile) -> None:  # type: ignore[no-untyped-def]
+async def test_output_rearms_the_idle_deadline_so_an_agent_writing_often_is_not_idle(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(idle_timeout_secs=0.3, timeout_secs=5)
     with trio.fail_after(TURN_DEADLINE):
         result = await bridge.run_turn(profile, Turn("trickle 6 0.1"))  # 0.6 s, never 0.3 s silent
@@ -239,17 +243,19 @@ async def test_output_rearms_the_idle_deadline_so_an_agent_writing_often_is_not_
     assert result.reply == "0 1 2 3 4 5 "
 
 
-async def test_silence_after_output_times_out_on_idle_before_the_wall(
-        warm_profile) -> None:  # type: ignore[no-untyped-def]
+async def test_silence_after_output_times_out_on_idle_before_the_wall(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(idle_timeout_secs=0.3, timeout_secs=1.5)
     partials: list[str] = []
     with trio.fail_after(TURN_DEADLINE):
         async with trio.open_nursery() as nursery:
             agent = WarmAgent(profile)
             await agent.start(nursery)
-            silent = await agent.turn(Turn("talk then hang"), lambda event: partials.append(event.text)
-                                      if isinstance(event, bridge.PartialEvent) else None)
+            silent = await agent.turn(
+                Turn("talk then hang"),
+                lambda event: partials.append(event.text) if isinstance(event, bridge.PartialEvent) else None,
+            )
             await agent.close()
     assert partials == ["talking "]  # it did write before it went silent
-    assert (silent.outcome, silent.error_reply) == ("timeout", "The agent timed out after 0.3 s without output."), \
+    assert (silent.outcome, silent.error_reply) == ("timeout", "The agent timed out after 0.3 s without output."), (
         f"silence after output did not time out on idle_timeout_secs: {silent.error_reply}"
+    )

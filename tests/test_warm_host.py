@@ -20,7 +20,7 @@ from conftest import TURN_DEADLINE, assert_no_live_process, process_state, write
 
 import bridge
 from bridge import Turn
-from bridge.host.store import SessionStore
+from bridge.host.sqlite_store import SessionStore
 
 
 @dataclass
@@ -31,8 +31,12 @@ class Lab:
     tmp: Path
 
     def profile(self, name: str = "warm", env: str = "", **fields: object) -> None:
-        lines = [f"command: [{self.agent}]", "protocol: test-warm", "kill_grace_secs: 0.5",
-                 f"env: {{STATE: {self.tmp}{', ' + env if env else ''}}}"]
+        lines = [
+            f"command: [{self.agent}]",
+            "protocol: test-warm",
+            "kill_grace_secs: 0.5",
+            f"env: {{STATE: {self.tmp}{', ' + env if env else ''}}}",
+        ]
         lines += [f"{field}: {value}" for field, value in fields.items()]
         write_profile(self.profiles, "\n".join(lines) + "\n", f"{name}.yaml")
 
@@ -196,8 +200,11 @@ async def test_cancel_stops_the_turn_with_130_and_the_agent_stays_warm(lab: Lab)
                     started.set()
 
             async with trio.open_nursery() as nursery:
-                turn_id = await nursery.start(lambda task_status: host.submit(
-                    "warm", "chat", Turn("hang"), on_event=on_event, task_status=task_status))
+                turn_id = await nursery.start(
+                    lambda task_status: host.submit(
+                        "warm", "chat", Turn("hang"), on_event=on_event, task_status=task_status
+                    )
+                )
                 await started.wait()
                 assert host.cancel(turn_id)
             after = await host.submit("warm", "chat", Turn("two"))
@@ -292,7 +299,8 @@ async def test_a_turn_that_names_another_session_runs_on_an_agent_that_resumes_i
             other = await host.submit("warm", "elsewhere", Turn("one"))
             first = await host.submit("warm", "chat", Turn("one"))
             named = await host.submit("warm", "chat", Turn("two", session_id=other.session_id))
-    assert named.session_id == other.session_id != first.session_id, \
+    assert named.session_id == other.session_id != first.session_id, (
         "the conversation's warm agent took a turn that names another session"
+    )
     assert served_by(named)[0] == 2  # the second turn of the session it named
     assert served_by(named)[1] not in (served_by(first)[1], served_by(other)[1])

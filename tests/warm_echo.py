@@ -1,4 +1,4 @@
-"""A tiny warm protocol for testing the warm engine itself (bridge/warm.py, the host's pool).
+"""A tiny warm protocol for testing the warm engine itself (bridge/warm_agent.py, the host's pool).
 
 Not a family anyone ships: one JSON object per line, both ways.
 
@@ -156,5 +156,6 @@ def register(monkeypatch: Any) -> None:
 
     monkeypatch.setitem(PROTOCOLS, "test-warm", ProtocolInfo("unused", "WarmEcho", JsonSettings, warm=True))
     real = bridge.profile.model.dialect_class
-    monkeypatch.setattr(bridge.profile.model, "dialect_class",
-                        lambda protocol: WarmEcho if protocol == "test-warm" else real(protocol))
+    monkeypatch.setattr(
+        bridge.profile.model, "dialect_class", lambda protocol: WarmEcho if protocol == "test-warm" else real(protocol)
+    )

@@ -25,14 +25,22 @@ def main() -> None:
         elif method == "session/prompt":
             text = "".join(block.get("text", "") for block in message["params"]["prompt"])
             update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "reply: " + text}}
-            out.write(json.dumps({"jsonrpc": "2.0", "method": "session/update",
-                                  "params": {"sessionId": session, "update": update}}) + "\n")
+            out.write(
+                json.dumps(
+                    {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}}
+                )
+                + "\n"
+            )
             result = {"stopReason": "end_turn"}
         elif request_id is None:
             continue  # a notification (session/cancel): nothing runs long enough to cancel
         else:
-            out.write(json.dumps({"jsonrpc": "2.0", "id": request_id,
-                                  "error": {"code": -32601, "message": f"no method {method}"}}) + "\n")
+            out.write(
+                json.dumps(
+                    {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"no method {method}"}}
+                )
+                + "\n"
+            )
             out.flush()
             continue
         out.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}) + "\n")

@@ -23,10 +23,44 @@ import time
 from typing import Any
 
 THREAD_ID = "0199a213-5f07-7c72-9a3e-bench0000001"
-USAGE = {"input_tokens": 123456, "cached_input_tokens": 100000, "cache_write_input_tokens": 0,
-         "output_tokens": 6543, "reasoning_output_tokens": 2100}
-WORDS = ("the agent looks at the file and runs the tests before it changes a line of code about lorem ipsum "
-         "dolor sit amet caf\u00e9 na\u00efve \u201cquoted\u201d \u00fcber `code` path/to/module.py").split()
+USAGE = {
+    "input_tokens": 123456,
+    "cached_input_tokens": 100000,
+    "cache_write_input_tokens": 0,
+    "output_tokens": 6543,
+    "reasoning_output_tokens": 2100,
+}
+WORDS = [
+    "the",
+    "agent",
+    "looks",
+    "at",
+    "the",
+    "file",
+    "and",
+    "runs",
+    "the",
+    "tests",
+    "before",
+    "it",
+    "changes",
+    "a",
+    "line",
+    "of",
+    "code",
+    "about",
+    "lorem",
+    "ipsum",
+    "dolor",
+    "sit",
+    "amet",
+    "café",
+    "naïve",
+    "“quoted”",
+    "über",
+    "`code`",
+    "path/to/module.py",
+]
 
 
 def line(event: dict[str, Any]) -> bytes:
@@ -43,12 +77,30 @@ def prose(rng: random.Random, low: int, high: int) -> str:
 
 def command_items(rng: random.Random, item_id: int) -> tuple[bytes, bytes]:
     command = f"/bin/bash -lc 'rg -n {rng.choice(WORDS)} src/ | head -{rng.randint(5, 40)}'"
-    output = "\n".join(f"src/{rng.choice(WORDS)}.py:{rng.randint(1, 999)}: {prose(rng, 3, 12)}"
-                       for _ in range(rng.randint(2, 30)))[:2000] + "\n"
-    started = item("item.started", item_id, type="command_execution", command=command, aggregated_output="",
-                   exit_code=None, status="in_progress")
-    completed = item("item.completed", item_id, type="command_execution", command=command,
-                     aggregated_output=output, exit_code=0, status="completed")
+    output = (
+        "\n".join(
+            f"src/{rng.choice(WORDS)}.py:{rng.randint(1, 999)}: {prose(rng, 3, 12)}" for _ in range(rng.randint(2, 30))
+        )[:2000]
+        + "\n"
+    )
+    started = item(
+        "item.started",
+        item_id,
+        type="command_execution",
+        command=command,
+        aggregated_output="",
+        exit_code=None,
+        status="in_progress",
+    )
+    completed = item(
+        "item.completed",
+        item_id,
+        type="command_execution",
+        command=command,
+        aggregated_output=output,
+        exit_code=0,
+        status="completed",
+    )
     return started, completed
 
 
@@ -64,8 +116,14 @@ def write_file(megabytes: float, path: str) -> dict[str, Any]:
         rng.shuffle(kinds)
         for kind in kinds + (["todo"] if rng.random() < 0.1 else []):
             if kind == "reasoning":
-                new = [item("item.completed", item_id, type="reasoning", text=f"**{prose(rng, 2, 5)}**\n\n"
-                            f"{prose(rng, 15, 60)}")]
+                new = [
+                    item(
+                        "item.completed",
+                        item_id,
+                        type="reasoning",
+                        text=f"**{prose(rng, 2, 5)}**\n\n{prose(rng, 15, 60)}",
+                    )
+                ]
                 activities += 1
             elif kind == "command":
                 new = list(command_items(rng, item_id))
@@ -85,9 +143,16 @@ def write_file(megabytes: float, path: str) -> dict[str, Any]:
     data = b"".join(parts)
     with open(path, "wb") as out:
         out.write(data)
-    return {"file": path, "bytes": len(data), "lines": len(parts), "agent_messages": messages,
-            "activities": activities, "last_message": last_message, "thread_id": THREAD_ID,
-            "input_tokens": USAGE["input_tokens"]}
+    return {
+        "file": path,
+        "bytes": len(data),
+        "lines": len(parts),
+        "agent_messages": messages,
+        "activities": activities,
+        "last_message": last_message,
+        "thread_id": THREAD_ID,
+        "input_tokens": USAGE["input_tokens"],
+    }
 
 
 def tick(seconds: float, interval_ms: float) -> None:
@@ -103,8 +168,11 @@ def tick(seconds: float, interval_ms: float) -> None:
         if wait > 0:
             time.sleep(wait / 1e9)
         write(1, command_items(rng, item_id)[1])
-        write(1, b'{"type":"item.completed","item":{"id":"item_%d","type":"agent_message","text":"%d"}}\n'
-              % (item_id + 1, clock()))
+        write(
+            1,
+            b'{"type":"item.completed","item":{"id":"item_%d","type":"agent_message","text":"%d"}}\n'
+            % (item_id + 1, clock()),
+        )
         item_id += 2
         due += interval_ns
     write(1, line({"type": "turn.completed", "usage": USAGE}))

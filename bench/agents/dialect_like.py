@@ -28,11 +28,53 @@ from typing import Any
 
 SESSION_ID = "3f0c9a52-7d1e-4b8e-9a51-0c4d2b6e8f10"
 INPUT_TOKENS, OUTPUT_TOKENS, COST = 182344, 9120, 0.4521
-WORDS = ("the agent reads the file and answers with a short line of text about lorem ipsum dolor sit amet "
-         "caf\u00e9 na\u00efve \u201cquoted\u201d \u00fcber tokens stream one by one, then runs `pytest -q` "
-         "and fixes {braces} \"quotes\" \\ backslashes").split()
-COMMANDS = ("ls -la src/", "pytest -q tests/test_parser.py", "git diff --stat", "rg -n 'def feed' bridge/",
-            "cat pyproject.toml")
+WORDS = [
+    "the",
+    "agent",
+    "reads",
+    "the",
+    "file",
+    "and",
+    "answers",
+    "with",
+    "a",
+    "short",
+    "line",
+    "of",
+    "text",
+    "about",
+    "lorem",
+    "ipsum",
+    "dolor",
+    "sit",
+    "amet",
+    "café",
+    "naïve",
+    "“quoted”",
+    "über",
+    "tokens",
+    "stream",
+    "one",
+    "by",
+    "one,",
+    "then",
+    "runs",
+    "`pytest",
+    "-q`",
+    "and",
+    "fixes",
+    "{braces}",
+    '"quotes"',
+    "\\",
+    "backslashes",
+]
+COMMANDS = (
+    "ls -la src/",
+    "pytest -q tests/test_parser.py",
+    "git diff --stat",
+    "rg -n 'def feed' bridge/",
+    "cat pyproject.toml",
+)
 START_MS = 1795341600000  # 2026-11-22T10:00:00Z: lines carry the time they were written, 7 ms apart
 
 
@@ -122,8 +164,12 @@ class Wire04(Stream):
         return self.partial(f"$ {command}", "tool") + self.partial(output, "tool")
 
     def end(self, answer: str) -> bytes:
-        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "cache_read_input_tokens": 150112,
-                 "cost_usd": COST}
+        usage = {
+            "input_tokens": INPUT_TOKENS,
+            "output_tokens": OUTPUT_TOKENS,
+            "cache_read_input_tokens": 150112,
+            "cost_usd": COST,
+        }
         return line({"type": "result", "text": answer, "usage": usage, "session_id": SESSION_ID})
 
 
@@ -151,14 +197,31 @@ class CodexExec(Stream):
         self.tool_step()
         self.activities += 2
         command = f"/bin/bash -lc '{command}'"
-        return (self.item("item.started", 10**7 + number, type="command_execution", command=command,
-                          aggregated_output="", exit_code=None, status="in_progress")
-                + self.item("item.completed", 10**7 + number, type="command_execution", command=command,
-                            aggregated_output=output, exit_code=0, status="completed"))
+        return self.item(
+            "item.started",
+            10**7 + number,
+            type="command_execution",
+            command=command,
+            aggregated_output="",
+            exit_code=None,
+            status="in_progress",
+        ) + self.item(
+            "item.completed",
+            10**7 + number,
+            type="command_execution",
+            command=command,
+            aggregated_output=output,
+            exit_code=0,
+            status="completed",
+        )
 
     def end(self, answer: str) -> bytes:
-        usage = {"input_tokens": INPUT_TOKENS, "cached_input_tokens": 0, "output_tokens": OUTPUT_TOKENS,
-                 "reasoning_output_tokens": 0}
+        usage = {
+            "input_tokens": INPUT_TOKENS,
+            "cached_input_tokens": 0,
+            "output_tokens": OUTPUT_TOKENS,
+            "reasoning_output_tokens": 0,
+        }
         return line({"type": "turn.completed", "usage": usage})
 
     def reply(self, answer: str) -> str:
@@ -172,22 +235,50 @@ class ClaudeStream(Stream):
     hub_profile = ("claude-code", "claude")
 
     def envelope(self, **fields: Any) -> bytes:
-        return line({**fields, "parent_tool_use_id": None, "session_id": SESSION_ID,
-                     "uuid": f"4b6a1f0e-0c7d-4e7a-9d55-{self.partials + self.activities:012d}"})
+        return line(
+            {
+                **fields,
+                "parent_tool_use_id": None,
+                "session_id": SESSION_ID,
+                "uuid": f"4b6a1f0e-0c7d-4e7a-9d55-{self.partials + self.activities:012d}",
+            }
+        )
 
     def assistant(self, block: dict[str, Any]) -> bytes:
         """A block of the model's message, spelled as Claude Code 2.1 writes it (tests/transcripts/claude-*)."""
         step = self.partials + self.activities
-        usage = {"input_tokens": 12 + step % 7, "output_tokens": 1 + step % 50, "cache_read_input_tokens": 150112,
-                 "cache_creation_input_tokens": 0}
-        return self.envelope(type="assistant", message={
-            "id": f"msg_01{step // 8:022d}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-            "content": [block], "stop_reason": None, "stop_sequence": None, "usage": usage,
-            "context_management": None})
+        usage = {
+            "input_tokens": 12 + step % 7,
+            "output_tokens": 1 + step % 50,
+            "cache_read_input_tokens": 150112,
+            "cache_creation_input_tokens": 0,
+        }
+        return self.envelope(
+            type="assistant",
+            message={
+                "id": f"msg_01{step // 8:022d}",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [block],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage,
+                "context_management": None,
+            },
+        )
 
     def head(self) -> bytes:
-        return line({"type": "system", "subtype": "init", "session_id": SESSION_ID, "model": "claude-sonnet-4-5",
-                     "tools": ["Bash", "Read", "Edit"], "permissionMode": "default"})
+        return line(
+            {
+                "type": "system",
+                "subtype": "init",
+                "session_id": SESSION_ID,
+                "model": "claude-sonnet-4-5",
+                "tools": ["Bash", "Read", "Edit"],
+                "permissionMode": "default",
+            }
+        )
 
     def thinking(self, text: str) -> bytes:
         self.activities += 1
@@ -202,14 +293,28 @@ class ClaudeStream(Stream):
         self.activities += 2
         call = f"toolu_{number:08d}"
         result = {"type": "tool_result", "tool_use_id": call, "content": output, "is_error": False}
-        return (self.assistant({"type": "tool_use", "id": call, "name": "Bash", "input": {"command": command}})
-                + self.envelope(type="user", message={"role": "user", "content": [result]}))
+        return self.assistant(
+            {"type": "tool_use", "id": call, "name": "Bash", "input": {"command": command}}
+        ) + self.envelope(type="user", message={"role": "user", "content": [result]})
 
     def end(self, answer: str) -> bytes:
-        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "cache_read_input_tokens": 0,
-                 "cache_creation_input_tokens": 0}
-        return line({"type": "result", "subtype": "success", "is_error": False, "result": answer,
-                     "session_id": SESSION_ID, "usage": usage, "total_cost_usd": COST})
+        usage = {
+            "input_tokens": INPUT_TOKENS,
+            "output_tokens": OUTPUT_TOKENS,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        }
+        return line(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": False,
+                "result": answer,
+                "session_id": SESSION_ID,
+                "usage": usage,
+                "total_cost_usd": COST,
+            }
+        )
 
 
 class GeminiStream(Stream):
@@ -229,14 +334,27 @@ class GeminiStream(Stream):
         self.tool_step()
         self.activities += 2
         call = f"run_shell_command-{number}"
-        return (line({"type": "tool_use", "timestamp": self.stamp(), "tool_name": "run_shell_command", "tool_id": call,
-                      "parameters": {"command": command}})
-                + line({"type": "tool_result", "timestamp": self.stamp(), "tool_id": call, "status": "success",
-                        "output": output}))
+        return line(
+            {
+                "type": "tool_use",
+                "timestamp": self.stamp(),
+                "tool_name": "run_shell_command",
+                "tool_id": call,
+                "parameters": {"command": command},
+            }
+        ) + line(
+            {"type": "tool_result", "timestamp": self.stamp(), "tool_id": call, "status": "success", "output": output}
+        )
 
     def end(self, answer: str) -> bytes:
-        stats = {"total_tokens": INPUT_TOKENS + OUTPUT_TOKENS, "input_tokens": INPUT_TOKENS,
-                 "output_tokens": OUTPUT_TOKENS, "cached": 0, "duration_ms": 5120, "tool_calls": 3}
+        stats = {
+            "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
+            "input_tokens": INPUT_TOKENS,
+            "output_tokens": OUTPUT_TOKENS,
+            "cached": 0,
+            "duration_ms": 5120,
+            "tool_calls": 3,
+        }
         return line({"type": "result", "timestamp": self.stamp(), "status": "success", "stats": stats})
 
     def reply(self, answer: str) -> str:
@@ -266,10 +384,23 @@ class GrokStreaming(Stream):
         return line({"type": "text", "data": text})
 
     def end(self, answer: str) -> bytes:
-        usage = {"input_tokens": INPUT_TOKENS, "cache_read_input_tokens": 0, "output_tokens": OUTPUT_TOKENS,
-                 "reasoning_tokens": 0, "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS}
-        return line({"type": "end", "stopReason": "EndTurn", "sessionId": SESSION_ID, "requestId": "req-1",
-                     "usage": usage, "num_turns": 1})
+        usage = {
+            "input_tokens": INPUT_TOKENS,
+            "cache_read_input_tokens": 0,
+            "output_tokens": OUTPUT_TOKENS,
+            "reasoning_tokens": 0,
+            "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
+        }
+        return line(
+            {
+                "type": "end",
+                "stopReason": "EndTurn",
+                "sessionId": SESSION_ID,
+                "requestId": "req-1",
+                "usage": usage,
+                "num_turns": 1,
+            }
+        )
 
     def reply(self, answer: str) -> str:
         return "".join(self.said)
@@ -296,9 +427,9 @@ class KimiStream(Stream):
         self.activities += 2
         call = f"Shell:{number}"
         function = {"name": "Shell", "arguments": json.dumps({"command": command})}
-        return (line({"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": call,
-                                                                          "function": function}]})
-                + line({"role": "tool", "tool_call_id": call, "content": output}))
+        return line(
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": call, "function": function}]}
+        ) + line({"role": "tool", "tool_call_id": call, "content": output})
 
     def end(self, answer: str) -> bytes:
         return b""
@@ -317,15 +448,21 @@ class PiJson(Stream):
         self.last_message = ""
 
     def message_end(self, usage: dict[str, Any] | None = None) -> bytes:
-        message: dict[str, Any] = {"role": "assistant", "content": [{"type": "text", "text": "".join(self.texts)}],
-                                   "stopReason": "stop" if usage else "toolUse"}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "".join(self.texts)}],
+            "stopReason": "stop" if usage else "toolUse",
+        }
         if usage:
             message["usage"] = usage
         return line({"type": "message_end", "message": message})
 
     def head(self) -> bytes:
-        return (line({"type": "session", "version": 3, "id": SESSION_ID, "timestamp": self.stamp(), "cwd": "/work"})
-                + line({"type": "agent_start"}) + line({"type": "message_start", "message": {"role": "assistant"}}))
+        return (
+            line({"type": "session", "version": 3, "id": SESSION_ID, "timestamp": self.stamp(), "cwd": "/work"})
+            + line({"type": "agent_start"})
+            + line({"type": "message_start", "message": {"role": "assistant"}})
+        )
 
     def update(self, event: dict[str, Any]) -> bytes:
         return line({"type": "message_update", "assistantMessageEvent": {**event, "contentIndex": 0}})
@@ -345,18 +482,34 @@ class PiJson(Stream):
         self.tool_step()
         self.activities += 2
         call = f"call_{number}"
-        return (ended
-                + line({"type": "tool_execution_start", "toolCallId": call, "toolName": "bash",
-                        "args": {"command": command}})
-                + line({"type": "tool_execution_end", "toolCallId": call, "toolName": "bash",
-                        "result": {"content": [{"type": "text", "text": output}]}, "isError": False})
-                + line({"type": "message_start", "message": {"role": "assistant"}}))
+        return (
+            ended
+            + line(
+                {"type": "tool_execution_start", "toolCallId": call, "toolName": "bash", "args": {"command": command}}
+            )
+            + line(
+                {
+                    "type": "tool_execution_end",
+                    "toolCallId": call,
+                    "toolName": "bash",
+                    "result": {"content": [{"type": "text", "text": output}]},
+                    "isError": False,
+                }
+            )
+            + line({"type": "message_start", "message": {"role": "assistant"}})
+        )
 
     def end(self, answer: str) -> bytes:
         if "".join(self.texts).strip():
             self.last_message = "".join(self.texts)
-        usage = {"input": INPUT_TOKENS, "output": OUTPUT_TOKENS, "cacheRead": 0, "cacheWrite": 0,
-                 "totalTokens": INPUT_TOKENS + OUTPUT_TOKENS, "cost": {"total": COST}}
+        usage = {
+            "input": INPUT_TOKENS,
+            "output": OUTPUT_TOKENS,
+            "cacheRead": 0,
+            "cacheWrite": 0,
+            "totalTokens": INPUT_TOKENS + OUTPUT_TOKENS,
+            "cost": {"total": COST},
+        }
         return self.message_end(usage) + line({"type": "agent_end"})
 
     def reply(self, answer: str) -> str:
@@ -383,13 +536,19 @@ class DshJson(Stream):
     def tool(self, number: int, command: str, output: str) -> bytes:
         self.tool_step()
         call = f"call_{number}"
-        return (line({"type": "tool_call", "id": call, "name": "bash", "input": {"command": command}})
-                + line({"type": "tool_result", "id": call, "output": output}))
+        return line({"type": "tool_call", "id": call, "name": "bash", "input": {"command": command}}) + line(
+            {"type": "tool_result", "id": call, "output": output}
+        )
 
     def end(self, answer: str) -> bytes:
-        usage = {"inputTokens": INPUT_TOKENS, "outputTokens": OUTPUT_TOKENS,
-                 "totalTokens": INPUT_TOKENS + OUTPUT_TOKENS, "cacheReadTokens": 0, "cacheWriteTokens": 0,
-                 "reasoningTokens": 0}
+        usage = {
+            "inputTokens": INPUT_TOKENS,
+            "outputTokens": OUTPUT_TOKENS,
+            "totalTokens": INPUT_TOKENS + OUTPUT_TOKENS,
+            "cacheReadTokens": 0,
+            "cacheWriteTokens": 0,
+            "reasoningTokens": 0,
+        }
         return line({"type": "status", "phase": "step_end", "usage": usage}) + line({"type": "final", "text": answer})
 
 
@@ -406,14 +565,23 @@ class DeepseekStream(Stream):
     def tool(self, number: int, command: str, output: str) -> bytes:
         self.activities += 2
         call = f"call_{number}"
-        return (line({"type": "tool_use", "name": "exec_shell", "id": call, "input": {"command": command}})
-                + line({"type": "tool_result", "id": call, "output": output, "status": "success"}))
+        return line({"type": "tool_use", "name": "exec_shell", "id": call, "input": {"command": command}}) + line(
+            {"type": "tool_result", "id": call, "output": output, "status": "success"}
+        )
 
     def end(self, answer: str) -> bytes:
-        meta = {"model": "deepseek-v4", "input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS,
-                "session_id": SESSION_ID, "status": "completed"}
-        return (line({"type": "session_capture", "content": SESSION_ID}) + line({"type": "metadata", "meta": meta})
-                + line({"type": "done"}))
+        meta = {
+            "model": "deepseek-v4",
+            "input_tokens": INPUT_TOKENS,
+            "output_tokens": OUTPUT_TOKENS,
+            "session_id": SESSION_ID,
+            "status": "completed",
+        }
+        return (
+            line({"type": "session_capture", "content": SESSION_ID})
+            + line({"type": "metadata", "meta": meta})
+            + line({"type": "done"})
+        )
 
     def reply(self, answer: str) -> str:
         return "".join(self.said)
@@ -427,9 +595,20 @@ class OpencodeJson(Stream):
     envelope_fields: dict[str, Any] = {}  # what every line carries besides type, timestamp and sessionID
 
     def envelope(self, kind: str, **part: Any) -> bytes:
-        return line({"type": kind, "timestamp": self.millis(), "sessionID": SESSION_ID, **self.envelope_fields,
-                     "part": {"id": f"prt_{self.partials + self.activities:08d}", "sessionID": SESSION_ID,
-                              "messageID": "msg_1", **part}})
+        return line(
+            {
+                "type": kind,
+                "timestamp": self.millis(),
+                "sessionID": SESSION_ID,
+                **self.envelope_fields,
+                "part": {
+                    "id": f"prt_{self.partials + self.activities:08d}",
+                    "sessionID": SESSION_ID,
+                    "messageID": "msg_1",
+                    **part,
+                },
+            }
+        )
 
     def head(self) -> bytes:
         return self.envelope("step_start", type="step-start")
@@ -445,8 +624,13 @@ class OpencodeJson(Stream):
     def tool(self, number: int, command: str, output: str) -> bytes:
         self.tool_step()
         self.activities += 1
-        state = {"status": "completed", "input": {"command": command}, "output": output, "title": command,
-                 "metadata": {"exit": 0}}
+        state = {
+            "status": "completed",
+            "input": {"command": command},
+            "output": output,
+            "title": command,
+            "metadata": {"exit": 0},
+        }
         return self.envelope("tool_use", type="tool", tool="bash", callID=f"call_{number}", state=state)
 
     def tokens(self) -> dict[str, Any]:
@@ -467,8 +651,9 @@ class AictrlNdjson(OpencodeJson):
     envelope_fields = {"schemaVersion": "1", "invocationID": "inv_1"}
 
     def event(self, kind: str, **fields: Any) -> bytes:
-        return line({"type": kind, "timestamp": self.millis(), "sessionID": SESSION_ID, **self.envelope_fields,
-                     **fields})
+        return line(
+            {"type": kind, "timestamp": self.millis(), "sessionID": SESSION_ID, **self.envelope_fields, **fields}
+        )
 
     def head(self) -> bytes:
         return self.event("session_start") + super().head()
@@ -477,9 +662,22 @@ class AictrlNdjson(OpencodeJson):
         return self.event("message_complete", tokens=self.tokens(), cost=COST) + self.event("session_complete")
 
 
-STREAMS: dict[str, type[Stream]] = {stream.protocol: stream for stream in (
-    Wire04, CodexExec, ClaudeStream, GeminiStream, GrokStreaming, KimiStream, PiJson, DshJson, DeepseekStream,
-    OpencodeJson, AictrlNdjson)}
+STREAMS: dict[str, type[Stream]] = {
+    stream.protocol: stream
+    for stream in (
+        Wire04,
+        CodexExec,
+        ClaudeStream,
+        GeminiStream,
+        GrokStreaming,
+        KimiStream,
+        PiJson,
+        DshJson,
+        DeepseekStream,
+        OpencodeJson,
+        AictrlNdjson,
+    )
+}
 
 
 def prose(rng: random.Random, low: int, high: int) -> str:
@@ -528,10 +726,18 @@ def write_file(protocol: str, megabytes: float, path: str) -> dict[str, Any]:
     data = b"".join(parts)
     with open(path, "wb") as out:
         out.write(data)
-    return {"file": path, "protocol": protocol, "bytes": len(data), "lines": data.count(b"\n"),
-            "partials": stream.partials, "activities": stream.activities, "reply": stream.reply(answer),
-            "session_id": SESSION_ID if stream.has_session else "",
-            "input_tokens": INPUT_TOKENS if stream.has_usage else None, "hub_profile": stream.hub_profile}
+    return {
+        "file": path,
+        "protocol": protocol,
+        "bytes": len(data),
+        "lines": data.count(b"\n"),
+        "partials": stream.partials,
+        "activities": stream.activities,
+        "reply": stream.reply(answer),
+        "session_id": SESSION_ID if stream.has_session else "",
+        "input_tokens": INPUT_TOKENS if stream.has_usage else None,
+        "hub_profile": stream.hub_profile,
+    }
 
 
 def ticks(seconds: float, interval_ms: float) -> Iterator[None]:

@@ -5,6 +5,7 @@ Usage: ticker.py SECONDS INTERVAL_MS. Each line is `AGENT_PARTIAL: <ns>`, where
 the bridge's process reads the same clock when the partial reaches it.
 Writes go straight to fd 1 (no buffering) on an absolute schedule (no drift).
 """
+
 import os
 import sys
 import time

@@ -62,12 +62,26 @@ def ante(message: dict[str, Any], tick: Callable[[], Iterator[str]]) -> None:
     name = op if isinstance(op, str) else next(iter(op)) if isinstance(op, dict) and op else ""
 
     def emit(event: Any) -> None:
-        write({"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "id": f"evt_{time.time_ns()}",
-               "event": event, "parent": op_id})
+        write(
+            {
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "id": f"evt_{time.time_ns()}",
+                "event": event,
+                "parent": op_id,
+            }
+        )
 
     if name == "StartSession":
-        emit({"SessionStart": {"model": {"name": "ticker", "max_tokens": 8192}, "provider": "local",
-                               "session_id": SESSION, "cwd": os.getcwd()}})
+        emit(
+            {
+                "SessionStart": {
+                    "model": {"name": "ticker", "max_tokens": 8192},
+                    "provider": "local",
+                    "session_id": SESSION,
+                    "cwd": os.getcwd(),
+                }
+            }
+        )
     elif name == "UserInput":
         emit({"TurnStart": {"turn_id": f"step_{time.time_ns()}"}})
         for text in tick():

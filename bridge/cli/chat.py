@@ -42,13 +42,13 @@ from ..profile import Profile
 from ..result import TurnResult
 from ..runner import TurnStream, open_turn
 from ..turn import Turn
-from ..warm import WarmAgent, WarmStartError
+from ..warm_agent import WarmAgent, WarmStartError
 from .printer import DIM, WARNING, HumanPrinter, paint
 from .terminal import LineReader, ask
 
 if TYPE_CHECKING:
-    from ..host.postgres.turnlock import PgPlace
-    from ..host.turnlock import Place
+    from ..host.file_turnlock import Place
+    from ..host.postgres.advisory_turnlock import PgPlace
     from .sessions import Conversation
 
 PROMPT = "you> "
@@ -60,8 +60,14 @@ HELP = """\
 Ctrl-C stops a running turn. To send a message that starts with /, type // instead."""
 
 
-def run_chat(profile: Profile, conversation: Conversation | None, *, session_id: str | None = None,
-             session_name: str = "default", from_user: str = "") -> int:
+def run_chat(
+    profile: Profile,
+    conversation: Conversation | None,
+    *,
+    session_id: str | None = None,
+    session_name: str = "default",
+    from_user: str = "",
+) -> int:
     """Run the REPL on this process's stdin/stdout/stderr until /exit, EOF or a signal; the exit code."""
     from ..process import become_subreaper
 
@@ -78,9 +84,18 @@ def run_chat(profile: Profile, conversation: Conversation | None, *, session_id:
 class Chat:
     """The REPL's state: the profile, the current session, and what is running now."""
 
-    def __init__(self, profile: Profile, conversation: Conversation | None, *, session_id: str | None = None,
-                 session_name: str = "default", from_user: str = "", stdin_fd: int = 0,
-                 out: TextIO | None = None, err: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        conversation: Conversation | None,
+        *,
+        session_id: str | None = None,
+        session_name: str = "default",
+        from_user: str = "",
+        stdin_fd: int = 0,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+    ) -> None:
         self.profile = profile
         self.conversation = conversation
         # With a conversation, each turn resumes what the store holds once it is that turn's turn (another
@@ -123,8 +138,9 @@ class Chat:
 
     async def _loop(self, reader: LineReader) -> int:
         if self.interactive:
-            self._say(f"chatting with {self.profile.label}, {self._session_text()}. "
-                      "/help lists commands, Ctrl-D leaves.")
+            self._say(
+                f"chatting with {self.profile.label}, {self._session_text()}. /help lists commands, Ctrl-D leaves."
+            )
         while self._quit is None:
             if self.interactive:
                 self._write_err(PROMPT)
@@ -169,8 +185,10 @@ class Chat:
         elif name == "/session":
             self._say(f"session: {self.session_id or 'none yet (the next message starts one)'}")
             if self.conversation is not None:
-                self._say(f"conversation {self.conversation.key!r} of {self.conversation.profile}, "
-                          f"stored in {self.conversation.store.location}")
+                self._say(
+                    f"conversation {self.conversation.key!r} of {self.conversation.profile}, "
+                    f"stored in {self.conversation.store.location}"
+                )
         elif name in ("/help", "/?"):
             self._say(HELP)
         else:
@@ -215,8 +233,7 @@ class Chat:
         try:
             if place.try_wait():
                 return place
-            self._say(f"waiting: a turn of conversation {conversation.key!r} is running elsewhere "
-                      "(Ctrl-C gives up)")
+            self._say(f"waiting: a turn of conversation {conversation.key!r} is running elsewhere (Ctrl-C gives up)")
             with trio.CancelScope() as scope:
                 self._idle = scope
                 try:
@@ -268,8 +285,12 @@ class Chat:
             self._warm = None
             await agent.close()
         assert self._nursery is not None
-        agent = WarmAgent(self.profile, session_id=turn.session_id, session_name=self.session_name,
-                          log=get_logger(profile=self.profile.label, agent="warm"))
+        agent = WarmAgent(
+            self.profile,
+            session_id=turn.session_id,
+            session_name=self.session_name,
+            log=get_logger(profile=self.profile.label, agent="warm"),
+        )
         with trio.CancelScope() as scope:
             self._idle = scope
             try:

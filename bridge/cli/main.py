@@ -32,7 +32,7 @@ from .printer import ERROR, WARNING, HumanPrinter, JsonPrinter, paint
 from .terminal import LineReader, ask
 
 if TYPE_CHECKING:
-    from ..host.turnlock import Place
+    from ..host.file_turnlock import Place
     from .sessions import Conversation
 
 EXIT_USAGE = 2
@@ -49,20 +49,23 @@ def main(argv: Sequence[str] | None = None, *, early_place: Place | None = None)
     args, extra = parser.parse_known_args(argv)
     # argparse binds an optional positional (run's MESSAGE) as soon as it meets
     # the first one, so in `run PROFILE --json "hi"` the message is left over.
-    if len(extra) == 1 and getattr(args, "message", "") is None and not extra[0].startswith("-") or extra == ["-"]:
+    if (len(extra) == 1 and getattr(args, "message", "") is None and not extra[0].startswith("-")) or extra == ["-"]:
         args.message = extra.pop()
     if extra:
         hint = ""
         if args.command == "run" and args.message is None and extra[0].startswith("-"):
             import shlex
 
-            hint = (f"; a message that starts with '-' goes last, after --: agent-bridge run PROFILE [OPTIONS] -- "
-                    f"{shlex.join(extra)}")
+            hint = (
+                f"; a message that starts with '-' goes last, after --: agent-bridge run PROFILE [OPTIONS] -- "
+                f"{shlex.join(extra)}"
+            )
         args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     # A person reading `run` or `chat` sees the turn's error reply; a log record saying the same is
     # shown only at a higher verbosity (info, debug) or to a program (--json).
-    hide_in_result = (args.command in ("run", "chat") and not getattr(args, "json", False)
-                      and args.log_level not in ("debug", "info"))
+    hide_in_result = (
+        args.command in ("run", "chat") and not getattr(args, "json", False) and args.log_level not in ("debug", "info")
+    )
     configure_logging(args.log_level, args.log_format, hide_in_result=hide_in_result)
     args.early_place = early_place
     try:
@@ -158,7 +161,8 @@ COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "work
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; given a `command`, with that command's parser only (see `main`)."""
     parser = _Parser(
-        prog="agent-bridge", description="Run any agent executable from a YAML profile, one process per message.",
+        prog="agent-bridge",
+        description="Run any agent executable from a YAML profile, one process per message.",
     )
     _add_log_options(parser, level="warning", log_format="auto")
     # Each command takes them too, without defaults: `agent-bridge --log-level info run …` stands
@@ -171,61 +175,103 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     explained = argparse.RawDescriptionHelpFormatter  # keeps the epilog's examples as they are written
 
     if command in (None, "run"):
-        run = commands.add_parser("run", parents=[common], help="run one turn of an agent",
-                                  formatter_class=explained, epilog=RUN_EPILOG,
-                                  description="Run one turn: MESSAGE from the argument, or from stdin when it is '-'\n"
-                                  "or omitted and stdin is not a terminal. A message that starts with '-' goes\n"
-                                  "after --: agent-bridge run PROFILE -- -la")
+        run = commands.add_parser(
+            "run",
+            parents=[common],
+            help="run one turn of an agent",
+            formatter_class=explained,
+            epilog=RUN_EPILOG,
+            description="Run one turn: MESSAGE from the argument, or from stdin when it is '-'\n"
+            "or omitted and stdin is not a terminal. A message that starts with '-' goes\n"
+            "after --: agent-bridge run PROFILE -- -la",
+        )
         run.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
-        run.add_argument("message", metavar="MESSAGE", nargs="?",
-                         help="the user's message ('-': read stdin; one that starts with '-': put -- before it)")
-        run.add_argument("--session-id", type=_session_id, help="resume this session (default: a new session, or the "
-                         "stored one with --conversation)")
+        run.add_argument(
+            "message",
+            metavar="MESSAGE",
+            nargs="?",
+            help="the user's message ('-': read stdin; one that starts with '-': put -- before it)",
+        )
+        run.add_argument(
+            "--session-id",
+            type=_session_id,
+            help="resume this session (default: a new session, or the stored one with --conversation)",
+        )
         run.add_argument("--session-name", default="default", help="the session's name (default: default)")
         run.add_argument("--from-user", default="", help="who sent the message")
-        run.add_argument("--attach", metavar="TYPE=URL", action="append", default=[], type=_attachment,
-                         help="an attachment, TYPE one of image, file, audio, video (repeatable)")
-        run.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
-                         help="override the profile's timeout_secs")
+        run.add_argument(
+            "--attach",
+            metavar="TYPE=URL",
+            action="append",
+            default=[],
+            type=_attachment,
+            help="an attachment, TYPE one of image, file, audio, video (repeatable)",
+        )
+        run.add_argument(
+            "--timeout", metavar="SECS", type=_seconds(zero_ok=False), help="override the profile's timeout_secs"
+        )
         run.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
         run.add_argument("--json", action="store_true", help="print NDJSON events on stdout, the result last")
-        run.add_argument("--show-stderr", action="store_true",
-                         help="show the agent's stderr as it writes it (by default only its last lines, under a "
-                         "failed turn's error)")
+        run.add_argument(
+            "--show-stderr",
+            action="store_true",
+            help="show the agent's stderr as it writes it (by default only its last lines, under a "
+            "failed turn's error)",
+        )
         _add_conversation_options(run)
         run.set_defaults(handler=_run_command, command_parser=run)
 
     if command in (None, "chat"):
-        chat = commands.add_parser("chat", parents=[common], help="talk to an agent, one turn per line",
-                                   formatter_class=explained, epilog=CHAT_EPILOG,
-                                   description="An interactive session with an agent: one turn per line, the session\n"
-                                   "kept across turns. /help lists the commands; Ctrl-C stops a running turn,\n"
-                                   "Ctrl-D leaves.")
+        chat = commands.add_parser(
+            "chat",
+            parents=[common],
+            help="talk to an agent, one turn per line",
+            formatter_class=explained,
+            epilog=CHAT_EPILOG,
+            description="An interactive session with an agent: one turn per line, the session\n"
+            "kept across turns. /help lists the commands; Ctrl-C stops a running turn,\n"
+            "Ctrl-D leaves.",
+        )
         chat.add_argument("profile", metavar="PROFILE", help="the profile's YAML file")
-        chat.add_argument("--session-id", type=_session_id,
-                          help="resume this session (default: a new one, or the stored one)")
+        chat.add_argument(
+            "--session-id", type=_session_id, help="resume this session (default: a new one, or the stored one)"
+        )
         chat.add_argument("--session-name", default="default", help="the session's name (default: default)")
         chat.add_argument("--from-user", default="", help="who sends the messages")
-        chat.add_argument("--timeout", metavar="SECS", type=_seconds(zero_ok=False),
-                          help="override the profile's timeout_secs")
+        chat.add_argument(
+            "--timeout", metavar="SECS", type=_seconds(zero_ok=False), help="override the profile's timeout_secs"
+        )
         chat.add_argument("--no-stream", action="store_true", help="ignore partials (AGENT_STREAMING=0)")
         _add_conversation_options(chat)
         chat.set_defaults(handler=_chat_command, command_parser=chat)
 
     if command in (None, "init"):
-        init = commands.add_parser("init", parents=[common], help="write a starter agent and its profile",
-                                   formatter_class=explained, epilog=INIT_EPILOG,
-                                   description="Write NAME.sh (or NAME.py) — a commented agent that answers — and\n"
-                                   "NAME.yaml, its profile. Existing files are never overwritten.")
+        init = commands.add_parser(
+            "init",
+            parents=[common],
+            help="write a starter agent and its profile",
+            formatter_class=explained,
+            epilog=INIT_EPILOG,
+            description="Write NAME.sh (or NAME.py) — a commented agent that answers — and\n"
+            "NAME.yaml, its profile. Existing files are never overwritten.",
+        )
         init.add_argument("name", metavar="NAME", help="the agent's name: letters, digits, '.', '_' and '-'")
-        init.add_argument("--lang", choices=("sh", "python"), default="sh",
-                          help="write the agent as a shell script (default) or in Python")
+        init.add_argument(
+            "--lang",
+            choices=("sh", "python"),
+            default="sh",
+            help="write the agent as a shell script (default) or in Python",
+        )
         init.add_argument("--dir", metavar="DIR", default=".", help="where to write the files (default: here)")
         init.set_defaults(handler=_init_command, command_parser=init)
 
     if command in (None, "sessions"):
-        sessions = commands.add_parser("sessions", parents=[common], help="inspect and reset stored sessions",
-                                       description="The session store: what --conversation remembers between runs.")
+        sessions = commands.add_parser(
+            "sessions",
+            parents=[common],
+            help="inspect and reset stored sessions",
+            description="The session store: what --conversation remembers between runs.",
+        )
         actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
         state = argparse.ArgumentParser(add_help=False)
         state.add_argument("--state", metavar="PATH", help=_STATE_HELP)
@@ -234,8 +280,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         listing.add_argument("--profile", metavar="NAME", help="only this profile's sessions")
         listing.add_argument("--json", action="store_true", help="one JSON object per line")
         listing.set_defaults(command_parser=listing)
-        for action, text in (("show", "show a conversation's stored sessions"),
-                             ("forget", "forget a conversation's sessions: its next turn starts afresh")):
+        for action, text in (
+            ("show", "show a conversation's stored sessions"),
+            ("forget", "forget a conversation's sessions: its next turn starts afresh"),
+        ):
             sub = actions.add_parser(action, parents=[common, state], help=text)
             sub.add_argument("profile", metavar="PROFILE", help="the profile's name (or its YAML file)")
             sub.add_argument("conversation", metavar="CONVERSATION", help="the conversation key")
@@ -246,8 +294,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sessions.set_defaults(handler=_sessions_command)
 
     if command in (None, "check"):
-        check = commands.add_parser("check", parents=[common], help="validate profiles",
-                                    description="Validate profiles; exit 0 if all are valid, else 2.")
+        check = commands.add_parser(
+            "check",
+            parents=[common],
+            help="validate profiles",
+            description="Validate profiles; exit 0 if all are valid, else 2.",
+        )
         check.add_argument("profiles", metavar="PROFILE", nargs="+")
         check.set_defaults(handler=_check_command, command_parser=check)
 
@@ -257,68 +309,126 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     if command in (None, "serve"):
         serve = commands.add_parser(
-            "serve", parents=[common], help="run turns for a bot over JSON Lines on stdin/stdout",
-            formatter_class=explained, epilog=SERVE_EPILOG,
+            "serve",
+            parents=[common],
+            help="run turns for a bot over JSON Lines on stdin/stdout",
+            formatter_class=explained,
+            epilog=SERVE_EPILOG,
             description="The host runtime as a sidecar: one JSON request per line on stdin, one\n"
             "JSON response per line on stdout (see the README). EOF, SIGTERM or SIGINT\n"
-            "shut down gracefully; a second signal cancels every turn at once.")
-        serve.add_argument("--profiles", metavar="DIR",
-                           help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns "
-                           "(required, but for a gateway: --postgres)")
+            "shut down gracefully; a second signal cancels every turn at once.",
+        )
+        serve.add_argument(
+            "--profiles",
+            metavar="DIR",
+            help="directory of profiles, each asked for by name (<name>.yaml); edits apply to new turns "
+            "(required, but for a gateway: --postgres)",
+        )
         serve.add_argument("--state", metavar="PATH", help=_STATE_HELP)
         serve.add_argument("--namespace", metavar="NAME", help=_NAMESPACE_HELP + "; with --postgres it is --name")
         # Defaults live in bridge.host (not imported here: other commands must not pay for it).
-        serve.add_argument("--max-concurrent", metavar="N", type=_count(1),
-                           help="turns that may run at once (default: 32)")
-        serve.add_argument("--max-queued", metavar="N", type=_count(0),
-                           help="turns that may wait for a slot; more are refused with queue_full (default: 256)")
-        serve.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True),
-                           help="on shutdown, how long turns in flight may finish before they are cancelled "
-                           "(default: 10)")
-        serve.add_argument("--postgres", metavar="DSN",
-                           help="be a gateway: queue turns in this PostgreSQL database for `agent-bridge worker`s "
-                           "(postgresql://user@host/db); results not yet delivered are sent again at start")
-        serve.add_argument("--name", metavar="NAME", default="serve",
-                           help="with --postgres: this gateway's name, its bot's namespace (its turn ids and "
-                           "sessions are apart from other gateways'); one live gateway per name; the next serve of "
-                           "that name sends the results this one could not (default: serve)")
-        serve.add_argument("--session-ids", choices=("stored", "any"), default="stored",
-                           help="stored: refuse a turn whose session_id is not its conversation's stored session "
-                           "(session_id_refused); any: resume whatever session a turn names (default: stored)")
+        serve.add_argument(
+            "--max-concurrent", metavar="N", type=_count(1), help="turns that may run at once (default: 32)"
+        )
+        serve.add_argument(
+            "--max-queued",
+            metavar="N",
+            type=_count(0),
+            help="turns that may wait for a slot; more are refused with queue_full (default: 256)",
+        )
+        serve.add_argument(
+            "--shutdown-grace",
+            metavar="SECS",
+            type=_seconds(zero_ok=True),
+            help="on shutdown, how long turns in flight may finish before they are cancelled (default: 10)",
+        )
+        serve.add_argument(
+            "--postgres",
+            metavar="DSN",
+            help="be a gateway: queue turns in this PostgreSQL database for `agent-bridge worker`s "
+            "(postgresql://user@host/db); results not yet delivered are sent again at start",
+        )
+        serve.add_argument(
+            "--name",
+            metavar="NAME",
+            default="serve",
+            help="with --postgres: this gateway's name, its bot's namespace (its turn ids and "
+            "sessions are apart from other gateways'); one live gateway per name; the next serve of "
+            "that name sends the results this one could not (default: serve)",
+        )
+        serve.add_argument(
+            "--session-ids",
+            choices=("stored", "any"),
+            default="stored",
+            help="stored: refuse a turn whose session_id is not its conversation's stored session "
+            "(session_id_refused); any: resume whatever session a turn names (default: stored)",
+        )
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
         worker = commands.add_parser(
-            "worker", parents=[common], help="run turns from a PostgreSQL queue (many workers, many machines)",
-            formatter_class=explained, epilog=WORKER_EPILOG,
+            "worker",
+            parents=[common],
+            help="run turns from a PostgreSQL queue (many workers, many machines)",
+            formatter_class=explained,
+            epilog=WORKER_EPILOG,
             description="Claims turns that `serve --postgres` gateways queued, runs them with the profiles in DIR,\n"
             "and writes their results back. SIGTERM or SIGINT drain: no new turns; those in flight finish\n"
-            "within the shutdown grace, the rest go back to the queue in their place.")
+            "within the shutdown grace, the rest go back to the queue in their place.",
+        )
         worker.add_argument("--postgres", metavar="DSN", required=True, help="the queue's database (postgresql://…)")
         worker.add_argument("--profiles", metavar="DIR", required=True, help="directory of profiles, as for serve")
-        worker.add_argument("--max-concurrent", metavar="N", type=_count(1), default=32,
-                            help="turns this worker runs at once (default: 32)")
-        worker.add_argument("--lease-secs", metavar="SECS", type=_seconds(zero_ok=False), default=10.0,
-                            help="a turn's lease: renewed every third of it; a worker silent this long (plus the "
-                            "agent's kill grace) is taken for lost and its turns go to others (default: 10)")
-        worker.add_argument("--shutdown-grace", metavar="SECS", type=_seconds(zero_ok=True), default=10.0,
-                            help="on SIGTERM, how long turns in flight may finish before they go back to the queue "
-                            "(default: 10)")
-        worker.add_argument("--name", metavar="NAME",
-                            help="this worker's id in stats and logs (default: host:pid:random)")
-        worker.add_argument("--profile-wait-secs", metavar="SECS", type=_seconds(zero_ok=True), default=30.0,
-                            help="how long a queued turn waits while no live worker has its profile as it was "
-                            "queued (that name, the same file); then it ends with unknown_profile or "
-                            "profile_mismatch (default: 30)")
+        worker.add_argument(
+            "--max-concurrent",
+            metavar="N",
+            type=_count(1),
+            default=32,
+            help="turns this worker runs at once (default: 32)",
+        )
+        worker.add_argument(
+            "--lease-secs",
+            metavar="SECS",
+            type=_seconds(zero_ok=False),
+            default=10.0,
+            help="a turn's lease: renewed every third of it; a worker silent this long (plus the "
+            "agent's kill grace) is taken for lost and its turns go to others (default: 10)",
+        )
+        worker.add_argument(
+            "--shutdown-grace",
+            metavar="SECS",
+            type=_seconds(zero_ok=True),
+            default=10.0,
+            help="on SIGTERM, how long turns in flight may finish before they go back to the queue (default: 10)",
+        )
+        worker.add_argument(
+            "--name", metavar="NAME", help="this worker's id in stats and logs (default: host:pid:random)"
+        )
+        worker.add_argument(
+            "--profile-wait-secs",
+            metavar="SECS",
+            type=_seconds(zero_ok=True),
+            default=30.0,
+            help="how long a queued turn waits while no live worker has its profile as it was "
+            "queued (that name, the same file); then it ends with unknown_profile or "
+            "profile_mismatch (default: 30)",
+        )
         worker.set_defaults(handler=_worker_command, command_parser=worker)
     return parser
 
 
 def _add_log_options(parser: argparse.ArgumentParser, *, level: str, log_format: str) -> None:
-    parser.add_argument("--log-level", choices=LEVELS, default=level,
-                        help="least severe log record to print on stderr (default: warning)")
-    parser.add_argument("--log-format", choices=("auto", "console", "json"), default=log_format,
-                        help="console for people, json for machines; auto picks by whether stderr is a terminal")
+    parser.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=level,
+        help="least severe log record to print on stderr (default: warning)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "console", "json"),
+        default=log_format,
+        help="console for people, json for machines; auto picks by whether stderr is a terminal",
+    )
 
 
 def _count(minimum: int) -> Any:
@@ -338,7 +448,8 @@ def _session_id(text: str) -> str:
     if text and (problem := session_id_problem(text)) is not None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a session id: {problem}; a session id is what the agent printed after "
-            "AGENT_SESSION: — up to 512 characters, without whitespace or control characters")
+            "AGENT_SESSION: — up to 512 characters, without whitespace or control characters"
+        )
     return text
 
 
@@ -364,15 +475,22 @@ def _seconds(*, zero_ok: bool) -> Any:
     return parse
 
 
-_STATE_HELP = ("session store: a file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3), or a PostgreSQL "
-               "database as postgresql://USER@HOST/DB (needs agent-bridge[postgres])")
-_NAMESPACE_HELP = ("with a PostgreSQL --state: the bot whose sessions these are; bots sharing a database need a "
-                   "namespace each (default: serve, as the default gateway name)")
+_STATE_HELP = (
+    "session store: a file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3), or a PostgreSQL "
+    "database as postgresql://USER@HOST/DB (needs agent-bridge[postgres])"
+)
+_NAMESPACE_HELP = (
+    "with a PostgreSQL --state: the bot whose sessions these are; bots sharing a database need a "
+    "namespace each (default: serve, as the default gateway name)"
+)
 
 
 def _add_conversation_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--conversation", metavar="KEY",
-                        help="keep the session in the store under this key: resumed next time, with this profile")
+    parser.add_argument(
+        "--conversation",
+        metavar="KEY",
+        help="keep the session in the store under this key: resumed next time, with this profile",
+    )
     parser.add_argument("--new", action="store_true", help="with --conversation: forget the stored session first")
     parser.add_argument("--state", metavar="PATH", help=_STATE_HELP)
     parser.add_argument("--namespace", metavar="NAME", help=_NAMESPACE_HELP)
@@ -399,7 +517,8 @@ def _run_command(args: argparse.Namespace) -> int:
             place = conversation.join(args.early_place)
             if not place.try_wait():
                 get_logger(profile=profile.label, conversation=conversation.key).info(
-                    "turn waits for an earlier turn of its conversation")
+                    "turn waits for an earlier turn of its conversation"
+                )
                 place.wait()
         # Only now, with the turn before it over: what it stored is what this turn resumes (or forgets).
         if args.new:
@@ -483,8 +602,9 @@ def _chat_command(args: argparse.Namespace) -> int:
         conversation.forget()
         if session_id is None:
             session_id = ""  # the first turn starts afresh, whatever another process stores meanwhile
-    return run_chat(profile, conversation, session_id=session_id, session_name=args.session_name,
-                    from_user=args.from_user)
+    return run_chat(
+        profile, conversation, session_id=session_id, session_name=args.session_name, from_user=args.from_user
+    )
 
 
 def _sessions_command(args: argparse.Namespace) -> int:
@@ -501,13 +621,13 @@ def _read_message(message: str | None) -> str:
     return sys.stdin.buffer.read().decode("utf-8", "replace").rstrip("\r\n")
 
 
-async def _run_turn(profile: Profile, turn: Turn, printer: HumanPrinter | JsonPrinter,
-                    show_stderr: bool = False) -> TurnResult:
+async def _run_turn(
+    profile: Profile, turn: Turn, printer: HumanPrinter | JsonPrinter, show_stderr: bool = False
+) -> TurnResult:
     on_stderr = printer.agent_stderr if show_stderr else None
     # The person at the terminal answers the agent's questions; with no terminal on stdin, nobody can.
     reader = LineReader(0) if isinstance(printer, HumanPrinter) and sys.stdin.isatty() else None
-    async with open_turn(profile, turn, on_stderr=on_stderr) as stream, printer.live(), \
-            trio.open_nursery() as nursery:
+    async with open_turn(profile, turn, on_stderr=on_stderr) as stream, printer.live(), trio.open_nursery() as nursery:
         nursery.start_soon(_cancel_on_signals, stream)
         async for event in stream:
             if type(event) is PermissionRequest:
@@ -543,8 +663,11 @@ def _check_command(args: argparse.Namespace) -> int:
                 print(paint(str(problem), ERROR, color), file=sys.stderr)
             status = EXIT_USAGE
             continue
-        for warning in (*_environment_warnings(profile), *_ignored_env_warnings(profile),
-                        *_option_injection_warnings(profile)):
+        for warning in (
+            *_environment_warnings(profile),
+            *_ignored_env_warnings(profile),
+            *_option_injection_warnings(profile),
+        ):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         print(f"{path}: ok")
     containment = CONTAINMENT.status()
@@ -559,18 +682,25 @@ def _option_injection_warnings(profile: Profile) -> list[str]:
 
     words = len(profile.argv_template) - len(profile.new_session_args) - len(profile.args)
     resume_args = range(words, words + len(profile.resume_args))
-    return [*option_injection_warnings(profile.argv_template),
-            *(f"in a resumed session: {warning}"
-              for warning in option_injection_warnings(profile.resume_argv_template, only=resume_args))]
+    return [
+        *option_injection_warnings(profile.argv_template),
+        *(
+            f"in a resumed session: {warning}"
+            for warning in option_injection_warnings(profile.resume_argv_template, only=resume_args)
+        ),
+    ]
 
 
 def _ignored_env_warnings(profile: Profile) -> list[str]:
     """`env` entries the bridge overrides: the protocol's AGENT_* variables always describe the turn."""
     from ..launch import PROTOCOL_VARIABLES
 
-    return [f"env.{name} is ignored: the bridge sets {name} for every turn (the protocol's AGENT_* variables "
-            "always describe the turn); give your variable another name" for name in profile.env
-            if name in PROTOCOL_VARIABLES]
+    return [
+        f"env.{name} is ignored: the bridge sets {name} for every turn (the protocol's AGENT_* variables "
+        "always describe the turn); give your variable another name"
+        for name in profile.env
+        if name in PROTOCOL_VARIABLES
+    ]
 
 
 def _environment_warnings(profile: Profile) -> list[str]:
@@ -581,8 +711,9 @@ def _environment_warnings(profile: Profile) -> list[str]:
     warnings = []
     cwd = None
     if profile.cwd is not None and "{{" not in profile.cwd.replace("{{PROFILE_DIR}}", ""):
-        cwd = os.path.join(profile.profile_dir,
-                           os.path.expanduser(profile.cwd.replace("{{PROFILE_DIR}}", profile.profile_dir)))
+        cwd = os.path.join(
+            profile.profile_dir, os.path.expanduser(profile.cwd.replace("{{PROFILE_DIR}}", profile.profile_dir))
+        )
         if not os.path.isdir(cwd):
             warnings.append(f"cwd {cwd} does not exist")
     if "/" in program:
@@ -605,8 +736,10 @@ def _init_command(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     profile = written[-1]
-    print(f"next: agent-bridge run {shlex.quote(str(profile))} \"hello\"   (or: agent-bridge chat "
-          f"{shlex.quote(str(profile))})")
+    print(
+        f'next: agent-bridge run {shlex.quote(str(profile))} "hello"   (or: agent-bridge chat '
+        f"{shlex.quote(str(profile))})"
+    )
     return 0
 
 
@@ -617,17 +750,34 @@ def _serve_command(args: argparse.Namespace) -> int:
         args.command_parser.error("serve needs --profiles DIR (or --postgres DSN, to be a gateway to workers)")
     if args.postgres is not None and args.namespace is not None:
         args.command_parser.error("a gateway's namespace is its --name: use --name instead of --namespace")
-    limits = {name: value for name in ("max_concurrent", "max_queued", "shutdown_grace")
-              if (value := getattr(args, name)) is not None}
-    return run_serve(args.profiles, state=args.state, postgres=args.postgres, name=args.name,
-                     namespace=args.namespace, session_ids=args.session_ids, **limits)
+    limits = {
+        name: value
+        for name in ("max_concurrent", "max_queued", "shutdown_grace")
+        if (value := getattr(args, name)) is not None
+    }
+    return run_serve(
+        args.profiles,
+        state=args.state,
+        postgres=args.postgres,
+        name=args.name,
+        namespace=args.namespace,
+        session_ids=args.session_ids,
+        **limits,
+    )
 
 
 def _worker_command(args: argparse.Namespace) -> int:
     from ..host.postgres.worker import run_worker
 
-    return run_worker(args.postgres, args.profiles, max_concurrent=args.max_concurrent, lease_secs=args.lease_secs,
-                      shutdown_grace=args.shutdown_grace, name=args.name, profile_wait_secs=args.profile_wait_secs)
+    return run_worker(
+        args.postgres,
+        args.profiles,
+        max_concurrent=args.max_concurrent,
+        lease_secs=args.lease_secs,
+        shutdown_grace=args.shutdown_grace,
+        name=args.name,
+        profile_wait_secs=args.profile_wait_secs,
+    )
 
 
 def _schema_command(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ def describe_activity(event: ActivityEvent) -> str:
 def stderr_excerpt(tail: str, max_lines: int = STDERR_LINES, width: int = STDERR_LINE_CHARS) -> list[str]:
     """The last few non-blank lines of an agent's stderr tail, each cut to `width`; "…" first if some were left out."""
     lines = [line.rstrip() for line in tail.splitlines() if line.strip()]
-    shown = [line if len(line) <= width else line[:width - 1] + "…" for line in lines[-max_lines:]]
+    shown = [line if len(line) <= width else line[: width - 1] + "…" for line in lines[-max_lines:]]
     if len(lines) > max_lines or (tail.startswith("…") and shown):
         shown.insert(0, "…")
     return shown
@@ -202,8 +202,12 @@ class HumanPrinter:
             if not result.error:  # the generic error reply: what the agent said on stderr may explain it
                 self._show_stderr_tail(result.stderr_tail)
         elif not result.reply and not result.partials:
-            hint = ("; a program that reads lines (bc, a REPL) needs `stdin: line` in its profile, so that the "
-                    "message ends with a newline" if self._stdin_message else "")
+            hint = (
+                "; a program that reads lines (bc, a REPL) needs `stdin: line` in its profile, so that the "
+                "message ends with a newline"
+                if self._stdin_message
+                else ""
+            )
             self.notice(f"agent-bridge: the agent exited 0 without printing a reply{hint}")
             self._show_stderr_tail(result.stderr_tail)
 
@@ -230,7 +234,7 @@ class HumanPrinter:
         if streamed.rstrip().endswith(reply.rstrip()):
             return "", False
         if reply.startswith(streamed):
-            return reply[len(streamed):], True
+            return reply[len(streamed) :], True
         return reply, False
 
     def _show_stderr_tail(self, tail: str) -> None:
@@ -302,7 +306,7 @@ class Spinner:
         text = f"{next(self.frames)} {trio.current_time() - self.started:.1f} s"
         if self.activity:
             text += f"  {self.activity}"
-        text = text[:_terminal_width(self.err) - 1]
+        text = text[: _terminal_width(self.err) - 1]
         self.err.write("\r" + text.ljust(self.drawn))
         self.err.flush()
         self.drawn = max(self.drawn, len(text))

@@ -38,7 +38,7 @@ from ..host.runtime import (
     open_host,
 )
 from ..host.scheduler import QueueFull
-from ..host.store import StoreError
+from ..host.sqlite_store import StoreError
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..process import sweep_orphans_on_sigchld
@@ -75,8 +75,17 @@ SESSION_ID_REFUSED = "session_id_refused"  # --session-ids stored: not the conve
 DETACHED = "detached"  # serve --postgres stopped before the result came; the next one sends it
 INTERNAL_ERROR = "internal_error"
 
-_TURN_FIELDS = {"type", "id", "profile", "conversation", "message", "from_user", "session_name", "session_id",
-                "attachments"}
+_TURN_FIELDS = {
+    "type",
+    "id",
+    "profile",
+    "conversation",
+    "message",
+    "from_user",
+    "session_name",
+    "session_id",
+    "attachments",
+}
 _ATTACHMENT_FIELDS = {"type", "url", "name"}
 _DECIDE_FIELDS = {"type", "id", "request_id", "allow", "always", "message"}
 MAX_DECIDE_MESSAGE_CHARS = 4096
@@ -122,8 +131,11 @@ def parse_turn(request: dict[str, Any]) -> TurnRequest:
     message = _string(request, "message", required=True, check_text=False)  # Turn checks it, once
     session_id = _string(request, "session_id", max_chars=MAX_SESSION_ID_CHARS)
     if session_id and (problem := session_id_problem(session_id)):
-        raise RequestError(INVALID_REQUEST, f"session_id is not a usable session id: {problem}; pass one an agent "
-                           "printed, or leave it out to resume the stored session")
+        raise RequestError(
+            INVALID_REQUEST,
+            f"session_id is not a usable session id: {problem}; pass one an agent "
+            "printed, or leave it out to resume the stored session",
+        )
     attachments = request.get("attachments", [])
     if not isinstance(attachments, list):
         raise RequestError(INVALID_REQUEST, "attachments must be a list of {type, url, name} objects")
@@ -144,8 +156,11 @@ def parse_turn(request: dict[str, Any]) -> TurnRequest:
 def _only_fields(request: dict[str, Any], fields: set[str]) -> None:
     unknown = sorted(set(request) - fields)
     if unknown:
-        raise RequestError(INVALID_REQUEST, f"unknown field {_shown(unknown[0])} in a {request.get('type')} request "
-                           f"(fields: {', '.join(sorted(fields))})")
+        raise RequestError(
+            INVALID_REQUEST,
+            f"unknown field {_shown(unknown[0])} in a {request.get('type')} request "
+            f"(fields: {', '.join(sorted(fields))})",
+        )
 
 
 def _request_id(request: dict[str, Any], *, required: bool) -> str | int | None:
@@ -156,15 +171,24 @@ def _request_id(request: dict[str, Any], *, required: bool) -> str | int | None:
         raise RequestError(INVALID_REQUEST, "id must be a non-empty string or an integer")
     if isinstance(value, int):
         if not MIN_INT_ID <= value <= MAX_INT_ID:
-            raise RequestError(INVALID_REQUEST, "id must fit in a signed 64-bit integer when it is a number; "
-                               "use a string for larger ids")
+            raise RequestError(
+                INVALID_REQUEST,
+                "id must fit in a signed 64-bit integer when it is a number; use a string for larger ids",
+            )
     else:
         _check_text("id", value, MAX_ID_CHARS)
     return value
 
 
-def _string(request: dict[str, Any], field: str, *, required: bool = False, non_empty: bool = False,
-            max_chars: int | None = None, check_text: bool = True) -> str:
+def _string(
+    request: dict[str, Any],
+    field: str,
+    *,
+    required: bool = False,
+    non_empty: bool = False,
+    max_chars: int | None = None,
+    check_text: bool = True,
+) -> str:
     if field not in request:
         if required:
             raise RequestError(INVALID_REQUEST, f"a {request.get('type')} request needs {field!r}")
@@ -189,16 +213,19 @@ def _check_text(field: str, value: str, max_chars: int | None = None) -> None:
 
 def _attachment(item: Any) -> Attachment:
     if not isinstance(item, dict):
-        raise RequestError(INVALID_REQUEST, f"an attachment must be an object {{type, url, name}}, "
-                           f"not {_json_type(item)}")
+        raise RequestError(
+            INVALID_REQUEST, f"an attachment must be an object {{type, url, name}}, not {_json_type(item)}"
+        )
     unknown = sorted(set(item) - _ATTACHMENT_FIELDS)
     if unknown:
-        raise RequestError(INVALID_REQUEST, f"unknown field {_shown(unknown[0])} in an attachment "
-                           "(fields: name, type, url)")
+        raise RequestError(
+            INVALID_REQUEST, f"unknown field {_shown(unknown[0])} in an attachment (fields: name, type, url)"
+        )
     kind, url, name = item.get("type"), item.get("url"), item.get("name", "")
     if kind not in ATTACHMENT_TYPES:
-        raise RequestError(INVALID_REQUEST, f"attachment type must be one of {', '.join(ATTACHMENT_TYPES)}, "
-                           f"not {_shown(kind)}")
+        raise RequestError(
+            INVALID_REQUEST, f"attachment type must be one of {', '.join(ATTACHMENT_TYPES)}, not {_shown(kind)}"
+        )
     if not isinstance(url, str) or not url:
         raise RequestError(INVALID_REQUEST, "an attachment needs a url (a non-empty string)")
     if not isinstance(name, str):
@@ -324,8 +351,14 @@ class Output:
 class Server:
     """One serve session: reads requests from `input`, runs turns on `host`, answers on `output`."""
 
-    def __init__(self, host: Host, input: trio.abc.ReceiveStream, output: trio.abc.SendStream, *,
-                 max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+    def __init__(
+        self,
+        host: Host,
+        input: trio.abc.ReceiveStream,
+        output: trio.abc.SendStream,
+        *,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
         self.host = host
         self._input = input
         self.output = Output(output, self._client_gone)
@@ -406,8 +439,11 @@ class Server:
             batch = lines.feed(data) if data else lines.close()
             for index, line in enumerate(batch.text):
                 if index in batch.cut:
-                    await self._error(None, REQUEST_TOO_LARGE,
-                                      f"a request line is longer than {self._max_request_bytes} bytes; it was discarded")
+                    await self._error(
+                        None,
+                        REQUEST_TOO_LARGE,
+                        f"a request line is longer than {self._max_request_bytes} bytes; it was discarded",
+                    )
                 else:
                     await self._handle_line(line)
             if not data:
@@ -435,13 +471,13 @@ class Server:
             elif kind is None:
                 raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel, decide or stats')
             else:
-                raise RequestError(UNKNOWN_TYPE, f"unknown request type {_shown(kind)}; expected turn, cancel, "
-                                   "decide or stats")
+                raise RequestError(
+                    UNKNOWN_TYPE, f"unknown request type {_shown(kind)}; expected turn, cancel, decide or stats"
+                )
         except RequestError as err:
             await self._error(request_id, err.code, err.message)
         except Exception as err:  # a bug must not take every other conversation down with it
-            self._log.error("unexpected error handling a request", error=repr(err),
-                            traceback=traceback.format_exc())
+            self._log.error("unexpected error handling a request", error=repr(err), traceback=traceback.format_exc())
             await self._error(request_id, INTERNAL_ERROR, f"internal error: {err}")
 
     def _cancel(self, request: dict[str, Any]) -> None:
@@ -459,15 +495,19 @@ class Server:
         question = _string(request, "request_id", required=True, non_empty=True, max_chars=MAX_ID_CHARS)
         allow, always = request.get("allow"), request.get("always", False)
         if not isinstance(allow, bool) or not isinstance(always, bool):
-            raise RequestError(INVALID_REQUEST, "a decide request needs allow: true or false (and always, if "
-                               "given, true or false)")
+            raise RequestError(
+                INVALID_REQUEST, "a decide request needs allow: true or false (and always, if given, true or false)"
+            )
         message = _string(request, "message", max_chars=MAX_DECIDE_MESSAGE_CHARS)
         turn_id = _turn_key(request_id)
         if not self.host.in_flight(turn_id):
             raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
         if not self.host.decide(turn_id, question, Decision(allow=allow, always=always, message=message)):
-            raise RequestError(UNKNOWN_REQUEST, f"turn {request_id!r} waits for no answer to {_shown(question)}: "
-                               "it was answered already, nobody answered in time, or it never asked")
+            raise RequestError(
+                UNKNOWN_REQUEST,
+                f"turn {request_id!r} waits for no answer to {_shown(question)}: "
+                "it was answered already, nobody answered in time, or it never asked",
+            )
 
     async def _start_turn(self, request: TurnRequest) -> None:
         accepted = trio.Event()  # nothing of a turn is written before its `accepted`
@@ -479,8 +519,9 @@ class Server:
         except QueueFull as err:
             raise RequestError(QUEUE_FULL, str(err)) from None
         except DuplicateTurn:
-            raise RequestError(DUPLICATE_ID, f"turn {request.id!r} is already in flight; "
-                               "give each turn its own id") from None
+            raise RequestError(
+                DUPLICATE_ID, f"turn {request.id!r} is already in flight; give each turn its own id"
+            ) from None
         except UnknownProfile as err:
             raise RequestError(UNKNOWN_PROFILE, str(err)) from None
         except ProfileError as err:
@@ -500,8 +541,9 @@ class Server:
         finally:
             accepted.set()
 
-    async def _turn(self, request: TurnRequest, accepted: trio.Event,
-                    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _turn(
+        self, request: TurnRequest, accepted: trio.Event, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         status = _StartedFlag(task_status)
         request_id = request.id
         send = self.output.send
@@ -520,8 +562,15 @@ class Server:
 
         remote = {"client_id": request_id} if getattr(self.host, "remote", False) else {}
         try:
-            result = await self.host.submit(request.profile, request.conversation, request.turn, on_event=forward,
-                                            turn_id=_turn_key(request_id), task_status=status, **remote)
+            result = await self.host.submit(
+                request.profile,
+                request.conversation,
+                request.turn,
+                on_event=forward,
+                turn_id=_turn_key(request_id),
+                task_status=status,
+                **remote,
+            )
         except Exception as err:
             if not status.started_once:
                 raise  # refused: the reader answers with an error
@@ -625,7 +674,7 @@ async def _watch_for_hang_up(fd: int, output: Output) -> None:
     """
     poller = select.poll()
     poller.register(fd, 0)
-    while not poller.poll(0):
+    while not poller.poll(0):  # noqa: ASYNC110 - no event says "hung up": trio waits only for readable/writable
         await trio.sleep(HANG_UP_POLL_SECS)
     output.hung_up()
 
@@ -639,10 +688,18 @@ async def _shut_down_on_signals(server: Server, task_status: trio.TaskStatus[Non
             server.request_shutdown()
 
 
-def run_serve(profiles: str | os.PathLike[str] | None, *, state: str | os.PathLike[str] | None = None,
-              max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
-              shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
-              name: str = "serve", namespace: str | None = None, session_ids: ClientSessionIds = "stored") -> int:
+def run_serve(
+    profiles: str | os.PathLike[str] | None,
+    *,
+    state: str | os.PathLike[str] | None = None,
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    max_queued: int = DEFAULT_MAX_QUEUED,
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+    postgres: str | None = None,
+    name: str = "serve",
+    namespace: str | None = None,
+    session_ids: ClientSessionIds = "stored",
+) -> int:
     """`agent-bridge serve`: returns the exit code (0 after a graceful shutdown).
 
     A profiles directory that cannot be read or a store that cannot be opened
@@ -657,9 +714,17 @@ def run_serve(profiles: str | os.PathLike[str] | None, *, state: str | os.PathLi
     log_containment(get_logger(component="serve"))
 
     async def main() -> int:
-        host = open_host(profiles, state=state, max_concurrent=max_concurrent, max_queued=max_queued,
-                         shutdown_grace=shutdown_grace, postgres=postgres, gateway_name=name, namespace=namespace,
-                         client_session_ids=session_ids)
+        host = open_host(
+            profiles,
+            state=state,
+            max_concurrent=max_concurrent,
+            max_queued=max_queued,
+            shutdown_grace=shutdown_grace,
+            postgres=postgres,
+            gateway_name=name,
+            namespace=namespace,
+            client_session_ids=session_ids,
+        )
         async with host:
             return await serve_stdio(host)  # type: ignore[arg-type]
 

@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BridgeError
+from ..host.file_turnlock import TurnLocks
 from ..host.location import store_path
+from ..host.sqlite_store import SessionRecord
 from ..host.state import check_namespace_applies, open_store, open_turn_locks, store_exists
-from ..host.store import SessionRecord
-from ..host.turnlock import TurnLocks
 from ..profile import load_profile
 from ..result import TurnResult
 
 if TYPE_CHECKING:
-    from ..host.postgres.turnlock import PgPlace, PgTurnLocks
+    from ..host.file_turnlock import Place
+    from ..host.postgres.advisory_turnlock import PgPlace, PgTurnLocks
     from ..host.state import Store
-    from ..host.turnlock import Place
 
 
 class Conversation:
@@ -34,8 +34,9 @@ class Conversation:
     file, or a database out of reach, stops the command before any agent runs.
     """
 
-    def __init__(self, state: str | None, profile: str, key: str, session_name: str, *,
-                 namespace: str | None = None) -> None:
+    def __init__(
+        self, state: str | None, profile: str, key: str, session_name: str, *, namespace: str | None = None
+    ) -> None:
         if not key:
             raise BridgeError("--conversation needs a non-empty KEY")
         self.store: Store = open_store(state, namespace=namespace)
@@ -54,8 +55,7 @@ class Conversation:
         """A place behind every turn of this conversation already waiting or running, in any process: `early`,
         the place the command took before it loaded (`bridge.command`), when it is in this conversation's queue."""
         if early is not None:
-            if isinstance(self.queue, TurnLocks) and self.queue.holds(early, self.profile, self.key,
-                                                                      self.session_name):
+            if isinstance(self.queue, TurnLocks) and self.queue.holds(early, self.profile, self.key, self.session_name):
                 return early
             early.release()
         return self.queue.join(self.profile, self.key, self.session_name)
@@ -138,38 +138,52 @@ def _list(store: Store, profile: str | None, as_json: bool) -> int:
     rows = [header, *(_row(record) for record in records)]
     widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
     for row in rows:
-        print("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]))
+        print("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]))
     return 0
 
 
 def _row(record: SessionRecord) -> tuple[str, ...]:
-    return (record.profile, _printable(record.conversation), _printable(record.session_name),
-            record.session_id or "-", record.last_used.strftime("%Y-%m-%d %H:%M:%S"), _outcome(record))
+    return (
+        record.profile,
+        _printable(record.conversation),
+        _printable(record.session_name),
+        record.session_id or "-",
+        record.last_used.strftime("%Y-%m-%d %H:%M:%S"),
+        _outcome(record),
+    )
 
 
 def _show(store: Store, profile: str, conversation: str, session_name: str | None, as_json: bool) -> int:
-    records = [record for record in store.list(profile, conversation)
-               if session_name is None or record.session_name == session_name]
+    records = [
+        record
+        for record in store.list(profile, conversation)
+        if session_name is None or record.session_name == session_name
+    ]
     if not records:
         which = f"session {session_name!r} of " if session_name else ""
-        print(f"no stored {which}conversation {conversation!r} for profile {profile} in {store.location}",
-              file=sys.stderr)
+        print(
+            f"no stored {which}conversation {conversation!r} for profile {profile} in {store.location}", file=sys.stderr
+        )
         return 1
     for record in sorted(records, key=lambda record: record.session_name):
         if as_json:
             print(json.dumps(record.to_dict(), ensure_ascii=False))
             continue
-        print(f"profile:       {record.profile}\n"
-              f"conversation:  {_printable(record.conversation)}\n"
-              f"session name:  {_printable(record.session_name)}\n"
-              f"session id:    {record.session_id or '(none yet: the next turn starts a new session)'}\n"
-              f"last used:     {record.last_used.isoformat(timespec='seconds')}\n"
-              f"last outcome:  {_outcome(record)}")
+        print(
+            f"profile:       {record.profile}\n"
+            f"conversation:  {_printable(record.conversation)}\n"
+            f"session name:  {_printable(record.session_name)}\n"
+            f"session id:    {record.session_id or '(none yet: the next turn starts a new session)'}\n"
+            f"last used:     {record.last_used.isoformat(timespec='seconds')}\n"
+            f"last outcome:  {_outcome(record)}"
+        )
     return 0
 
 
 def _outcome(record: SessionRecord) -> str:
-    return record.last_outcome if record.last_exit_code == 0 else f"{record.last_outcome} (exit {record.last_exit_code})"
+    return (
+        record.last_outcome if record.last_exit_code == 0 else f"{record.last_outcome} (exit {record.last_exit_code})"
+    )
 
 
 def _printable(text: str) -> str:

@@ -118,21 +118,26 @@ def write_starter(name: str, *, lang: str = "sh", directory: str | os.PathLike[s
     for suffix in (".yaml", ".yml"):
         name = name.removesuffix(suffix)
     if not NAME.fullmatch(name):
-        raise BridgeError(f"{name!r} cannot name an agent: use letters, digits, '.', '_' and '-', starting "
-                          "with a letter or digit (e.g. my-agent)")
+        raise BridgeError(
+            f"{name!r} cannot name an agent: use letters, digits, '.', '_' and '-', starting "
+            "with a letter or digit (e.g. my-agent)"
+        )
     folder = Path(directory)
     agent_path = folder / f"{name}.{'py' if lang == 'python' else 'sh'}"
     profile_path = folder / f"{name}.yaml"
     existing = [str(path) for path in (agent_path, profile_path) if os.path.lexists(path)]
     if existing:
-        raise BridgeError(f"{' and '.join(existing)} already {'exists' if len(existing) == 1 else 'exist'}; "
-                          "init never overwrites a file: choose another NAME or --dir, or move the file away")
+        raise BridgeError(
+            f"{' and '.join(existing)} already {'exists' if len(existing) == 1 else 'exist'}; "
+            "init never overwrites a file: choose another NAME or --dir, or move the file away"
+        )
     protocol = PROTOCOL_COMMENT
     if lang == "python":
         agent_text = PYTHON_AGENT.format(name=name, protocol=protocol)
     else:
-        agent_text = SH_AGENT.format(name=name, protocol="\n".join(f"# {line}".rstrip() for line in
-                                                                   protocol.splitlines()))
+        agent_text = SH_AGENT.format(
+            name=name, protocol="\n".join(f"# {line}".rstrip() for line in protocol.splitlines())
+        )
     profile_text = PROFILE.format(name=name, agent=agent_path.name)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -152,8 +157,9 @@ def _create(path: Path, text: str, mode: int) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
-        raise BridgeError(f"{path} already exists; init never overwrites a file: choose another NAME or "
-                          "--dir, or move the file away") from None
+        raise BridgeError(
+            f"{path} already exists; init never overwrites a file: choose another NAME or --dir, or move the file away"
+        ) from None
     except OSError as err:
         raise BridgeError(f"cannot write {path}: {err.strerror}; choose another --dir") from None
     with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -39,16 +39,20 @@ from .printer import DIM, HumanPrinter, JsonPrinter
 READ_CHUNK = 64 * 1024
 
 
-async def ask(request: PermissionRequest, stream: TurnStream, printer: HumanPrinter | JsonPrinter,
-              reader: LineReader | None) -> None:
+async def ask(
+    request: PermissionRequest, stream: TurnStream, printer: HumanPrinter | JsonPrinter, reader: LineReader | None
+) -> None:
     """Ask whether the agent may run `request`'s tool, and answer the turn; deny when nobody can be asked.
 
     The question is withdrawn when the turn stops waiting for it: the
     profile's `permissions.timeout_secs` passed (the turn answered deny), or
     the turn ended (Ctrl-C cancelled it, the agent exited).
     """
-    what = f"{request.tool}: {request.title}" if request.title and request.title != request.tool else \
-        (request.tool or request.title or "a tool")
+    what = (
+        f"{request.tool}: {request.title}"
+        if request.title and request.title != request.tool
+        else (request.tool or request.title or "a tool")
+    )
     if reader is None or not isinstance(printer, HumanPrinter):
         if isinstance(printer, HumanPrinter):
             printer.notice(f"denied {what} (nobody at a terminal to ask)", DIM)
@@ -64,8 +68,9 @@ async def ask(request: PermissionRequest, stream: TurnStream, printer: HumanPrin
         answered = True
         scope.cancel()
         text = line[0].strip().lower() if line is not None else ""
-        stream.decide(request.request_id, Decision(allow=text in ("y", "yes", "a", "always"),
-                                                   always=text in ("a", "always")))
+        stream.decide(
+            request.request_id, Decision(allow=text in ("y", "yes", "a", "always"), always=text in ("a", "always"))
+        )
 
     try:
         async with trio.open_nursery() as nursery:

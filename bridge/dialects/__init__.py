@@ -57,58 +57,120 @@ class ProtocolInfo(NamedTuple):
 
 DEFAULT_PROTOCOL = "agentproc-0.1"
 PROTOCOLS: dict[str, ProtocolInfo] = {
-    "agentproc-0.1": ProtocolInfo("agentproc01", "AgentProc01", NoSettings,
-                                  summary="AGENT_* environment in, AGENT_PARTIAL:/AGENT_SESSION:/AGENT_ERROR: lines "
-                                  "and the reply body out"),
-    "agentproc-0.4": ProtocolInfo("agentproc04", "AgentProc04", JsonSettings, message_on_stdin=True,
-                                  summary="agentproc wire 0.4: one JSON turn line on stdin; partial/result/error "
-                                  "JSON lines out; permission requests answered by the profile's permissions"),
-    "aictrl-ndjson": ProtocolInfo("aictrl", "AictrlNdjson", JsonSettings,
-                                  summary="`aictrl run --format json`: session from the envelope's sessionID, the "
-                                  "last text part is the reply, message_complete usage, session_complete ends"),
-    "opencode-json": ProtocolInfo("opencode", "OpencodeJson", JsonSettings,
-                                  summary="`opencode run --format json`: sessionID, text parts (the last is the "
-                                  "reply), tool_use, step_finish usage, error"),
-    "grok-streaming-json": ProtocolInfo("grok", "GrokStreamingJson", JsonSettings,
-                                        summary="`grok -p … --output-format streaming-json`: text deltas are the "
-                                        "reply, end carries sessionId and usage"),
-    "kimi-stream-json": ProtocolInfo("kimi", "KimiStreamJson", JsonSettings,
-                                     summary="`kimi --print --output-format=stream-json`: role/content messages, the "
-                                     "last assistant text is the reply; the session is the one passed with --session"),
-    "pi-json": ProtocolInfo("pi", "PiJson", JsonSettings,
-                            summary="`pi --mode json`: session header, text deltas, the last assistant message is "
-                            "the reply, agent_end ends"),
-    "dsh-json": ProtocolInfo("dsh", "DshJson", JsonSettings,
-                             summary="`dsh --profile headless --json`: session frame, text frames, final is the "
-                             "reply, per-step usage"),
-    "deepseek-stream-json": ProtocolInfo("deepseek", "DeepseekStreamJson", JsonSettings,
-                                         summary="`deepseek exec --output-format stream-json`: content deltas are "
-                                         "the reply, session_capture, metadata usage and status, done ends"),
-    "claude-stream-json": ProtocolInfo("claude_stream", "ClaudeStream", ClaudeStreamSettings,
-                                       summary="Claude Code's `-p --output-format stream-json --verbose` (and "
-                                       "codebuddy's, qwen-code's, cursor agent's): system/init → session, text "
-                                       "deltas or assistant text → partials, tool_use → activity, result → reply or "
-                                       "error, usage and cost"),
-    "gemini-stream-json": ProtocolInfo("gemini_stream", "GeminiStream", JsonSettings,
-                                       summary="Gemini CLI's `--output-format stream-json`: init → session, "
-                                       "assistant message deltas → partials and the reply, tool_use/tool_result → "
-                                       "activity, result → error or usage"),
-    "codex-exec": ProtocolInfo("codex_exec", "CodexExec", JsonSettings,
-                               summary="`codex exec --json`: the message in argv, stdin closed at once; thread id, "
-                               "agent messages, reasoning, commands, file changes, plan, usage and errors out"),
-    "acp": ProtocolInfo("acp", "Acp", AcpSettings, warm=True,
-                        summary="the Agent Client Protocol (JSON-RPC over stdio; codex-acp, claude-agent-acp, "
-                        "gemini --acp): one process per conversation; session/new, load or resume; message "
-                        "chunks are the reply; thoughts, tool calls and plans are activity; permission requests "
-                        "answered by the profile's permissions"),
-    "aionrs": ProtocolInfo("aionrs", "Aionrs", JsonSettings, warm=True,
-                           summary="`aionrs --json-stream`, one process per conversation: ready → message → "
-                           "stream_start, text_delta, thinking, tool_request ↔ tool_approve/tool_deny, tool "
-                           "activity → stream_end; stop cancels; the session resumes with --resume"),
-    "ante": ProtocolInfo("ante", "Ante", AnteSettings, warm=True,
-                         summary="Ante's `serve --stdio`, kept warm per conversation: StartSession/ResumeSession, "
-                         "UserInput → MessageDelta… → TurnEnd; tool approvals (TurnPause ↔ ApprovalResponse), "
-                         "Interrupt, Shutdown; a resumed session's replayed history is dropped"),
+    "agentproc-0.1": ProtocolInfo(
+        "agentproc01",
+        "AgentProc01",
+        NoSettings,
+        summary="AGENT_* environment in, AGENT_PARTIAL:/AGENT_SESSION:/AGENT_ERROR: lines and the reply body out",
+    ),
+    "agentproc-0.4": ProtocolInfo(
+        "agentproc04",
+        "AgentProc04",
+        JsonSettings,
+        message_on_stdin=True,
+        summary="agentproc wire 0.4: one JSON turn line on stdin; partial/result/error "
+        "JSON lines out; permission requests answered by the profile's permissions",
+    ),
+    "aictrl-ndjson": ProtocolInfo(
+        "aictrl",
+        "AictrlNdjson",
+        JsonSettings,
+        summary="`aictrl run --format json`: session from the envelope's sessionID, the "
+        "last text part is the reply, message_complete usage, session_complete ends",
+    ),
+    "opencode-json": ProtocolInfo(
+        "opencode",
+        "OpencodeJson",
+        JsonSettings,
+        summary="`opencode run --format json`: sessionID, text parts (the last is the "
+        "reply), tool_use, step_finish usage, error",
+    ),
+    "grok-streaming-json": ProtocolInfo(
+        "grok",
+        "GrokStreamingJson",
+        JsonSettings,
+        summary="`grok -p … --output-format streaming-json`: text deltas are the "
+        "reply, end carries sessionId and usage",
+    ),
+    "kimi-stream-json": ProtocolInfo(
+        "kimi",
+        "KimiStreamJson",
+        JsonSettings,
+        summary="`kimi --print --output-format=stream-json`: role/content messages, the "
+        "last assistant text is the reply; the session is the one passed with --session",
+    ),
+    "pi-json": ProtocolInfo(
+        "pi",
+        "PiJson",
+        JsonSettings,
+        summary="`pi --mode json`: session header, text deltas, the last assistant message is "
+        "the reply, agent_end ends",
+    ),
+    "dsh-json": ProtocolInfo(
+        "dsh",
+        "DshJson",
+        JsonSettings,
+        summary="`dsh --profile headless --json`: session frame, text frames, final is the reply, per-step usage",
+    ),
+    "deepseek-stream-json": ProtocolInfo(
+        "deepseek",
+        "DeepseekStreamJson",
+        JsonSettings,
+        summary="`deepseek exec --output-format stream-json`: content deltas are "
+        "the reply, session_capture, metadata usage and status, done ends",
+    ),
+    "claude-stream-json": ProtocolInfo(
+        "claude_stream",
+        "ClaudeStream",
+        ClaudeStreamSettings,
+        summary="Claude Code's `-p --output-format stream-json --verbose` (and "
+        "codebuddy's, qwen-code's, cursor agent's): system/init → session, text "
+        "deltas or assistant text → partials, tool_use → activity, result → reply or "
+        "error, usage and cost",
+    ),
+    "gemini-stream-json": ProtocolInfo(
+        "gemini_stream",
+        "GeminiStream",
+        JsonSettings,
+        summary="Gemini CLI's `--output-format stream-json`: init → session, "
+        "assistant message deltas → partials and the reply, tool_use/tool_result → "
+        "activity, result → error or usage",
+    ),
+    "codex-exec": ProtocolInfo(
+        "codex_exec",
+        "CodexExec",
+        JsonSettings,
+        summary="`codex exec --json`: the message in argv, stdin closed at once; thread id, "
+        "agent messages, reasoning, commands, file changes, plan, usage and errors out",
+    ),
+    "acp": ProtocolInfo(
+        "acp",
+        "Acp",
+        AcpSettings,
+        warm=True,
+        summary="the Agent Client Protocol (JSON-RPC over stdio; codex-acp, claude-agent-acp, "
+        "gemini --acp): one process per conversation; session/new, load or resume; message "
+        "chunks are the reply; thoughts, tool calls and plans are activity; permission requests "
+        "answered by the profile's permissions",
+    ),
+    "aionrs": ProtocolInfo(
+        "aionrs",
+        "Aionrs",
+        JsonSettings,
+        warm=True,
+        summary="`aionrs --json-stream`, one process per conversation: ready → message → "
+        "stream_start, text_delta, thinking, tool_request ↔ tool_approve/tool_deny, tool "
+        "activity → stream_end; stop cancels; the session resumes with --resume",
+    ),
+    "ante": ProtocolInfo(
+        "ante",
+        "Ante",
+        AnteSettings,
+        warm=True,
+        summary="Ante's `serve --stdio`, kept warm per conversation: StartSession/ResumeSession, "
+        "UserInput → MessageDelta… → TurnEnd; tool approvals (TurnPause ↔ ApprovalResponse), "
+        "Interrupt, Shutdown; a resumed session's replayed history is dropped",
+    ),
 }
 
 
@@ -127,27 +189,27 @@ __all__ = [
     "MAX_SESSION_ID_CHARS",
     "PARTIAL_PREFIX",
     "PROTOCOLS",
-    "AnteSettings",
-    "ClaudeStreamSettings",
-    "JsonSettings",
-    "NoSettings",
-    "ProtocolInfo",
     "SESSION_PREFIX",
     "ActivityEvent",
     "AgentInput",
     "AgentProc01",
+    "AnteSettings",
     "BodyLine",
+    "ClaudeStreamSettings",
     "Dialect",
     "DialectContext",
     "ErrorEvent",
     "Event",
     "Handover",
     "JsonLinesDialect",
+    "JsonSettings",
     "LineCut",
     "LineDecoder",
     "LineSplitter",
+    "NoSettings",
     "PartialEvent",
     "PlanStep",
+    "ProtocolInfo",
     "ProtocolWarning",
     "Ready",
     "ReplyEvent",

@@ -113,11 +113,18 @@ class Acp(JsonLinesDialect):
     # ------------------------------------------------------------------ what the engine writes
 
     def open(self) -> bytes:
-        capabilities = {"fs": {"readTextFile": self._settings.fs_read, "writeTextFile": self._settings.fs_write},
-                        "terminal": False}
-        return self._request("initialize", {"protocolVersion": PROTOCOL_VERSION, "clientCapabilities": capabilities,
-                                            "clientInfo": {"name": "agent-bridge", "title": "agent-bridge",
-                                                           "version": __version__}})
+        capabilities = {
+            "fs": {"readTextFile": self._settings.fs_read, "writeTextFile": self._settings.fs_write},
+            "terminal": False,
+        }
+        return self._request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "clientCapabilities": capabilities,
+                "clientInfo": {"name": "agent-bridge", "title": "agent-bridge", "version": __version__},
+            },
+        )
 
     def prompt(self, turn: Turn) -> bytes:
         if not self._ready or self._closed:
@@ -153,11 +160,13 @@ class Acp(JsonLinesDialect):
         if decision == CANCELLED:  # the engine closed the question because the turn is being cancelled
             return _result(rpc_id, {"outcome": {"outcome": "cancelled"}})
         if not decision.allow:
-            self._denied = f"{request.title or request.tool} was denied" + (f": {decision.message}"
-                                                                             if decision.message else "")
+            self._denied = f"{request.title or request.tool} was denied" + (
+                f": {decision.message}" if decision.message else ""
+            )
         option = _choose(options, decision)
-        outcome = ({"outcome": "selected", "optionId": option} if option is not None
-                   else {"outcome": "cancelled"})  # the agent offered no option of the kind: nothing else is valid
+        outcome = (
+            {"outcome": "selected", "optionId": option} if option is not None else {"outcome": "cancelled"}
+        )  # the agent offered no option of the kind: nothing else is valid
         return _result(rpc_id, {"outcome": outcome})
 
     def file_reply(self, request_id: str, content: str | None = None, error: str | None = None) -> bytes:
@@ -179,14 +188,21 @@ class Acp(JsonLinesDialect):
         events: list[Event] = []
         if self._prompt_id is not None:
             self._prompt_id = None
-            events.append(ErrorEvent("the agent's output ended in the middle of the turn (the agent exited or "
-                                     "closed its stdout); its stderr may say why", unfinished=True))
+            events.append(
+                ErrorEvent(
+                    "the agent's output ended in the middle of the turn (the agent exited or "
+                    "closed its stdout); its stderr may say why",
+                    unfinished=True,
+                )
+            )
         elif not self._ready:
-            events.append(ErrorEvent("the agent's output ended before its ACP session was ready; its stderr may "
-                                     "say why", unfinished=True))
+            events.append(
+                ErrorEvent(
+                    "the agent's output ended before its ACP session was ready; its stderr may say why", unfinished=True
+                )
+            )
         if self._stray:
-            events.append(ProtocolWarning(f"ignored {self._stray} JSON-RPC message(s) the bridge was not waiting "
-                                          "for"))
+            events.append(ProtocolWarning(f"ignored {self._stray} JSON-RPC message(s) the bridge was not waiting for"))
         if self._foreign_updates:
             events.append(ProtocolWarning(f"ignored {self._foreign_updates} session/update(s) of another session"))
         return events
@@ -194,8 +210,12 @@ class Acp(JsonLinesDialect):
     def on_other_line(self, line: str) -> list[Event]:
         super().on_other_line(line)  # counted: one warning at the end says how many
         if self._ignored == 1:
-            return [ProtocolWarning("the agent wrote a stdout line that is no JSON-RPC message; ignored (so are any "
-                                    "more: their number is logged at the end)")]
+            return [
+                ProtocolWarning(
+                    "the agent wrote a stdout line that is no JSON-RPC message; ignored (so are any "
+                    "more: their number is logged at the end)"
+                )
+            ]
         return []
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
@@ -229,8 +249,12 @@ class Acp(JsonLinesDialect):
             session_id = result.get("sessionId")
             problem = session_id_problem(session_id) if isinstance(session_id, str) else "it is missing"
             if problem is not None:
-                return [ErrorEvent(f"the agent's session/new answered no usable session id ({problem}); it cannot "
-                                   "be resumed, so the bridge does not use it")]
+                return [
+                    ErrorEvent(
+                        f"the agent's session/new answered no usable session id ({problem}); it cannot "
+                        "be resumed, so the bridge does not use it"
+                    )
+                ]
             return self._session_ready(session_id)
         if method in ("session/load", "session/resume"):
             return self._session_ready(self._stored_session)
@@ -242,9 +266,13 @@ class Acp(JsonLinesDialect):
         code = number(error.get("code"))
         said = _error_text(error)
         if method in ("session/load", "session/resume"):
-            return [ProtocolWarning(f"the agent could not {method.removeprefix('session/')} the stored session "
-                                    f"(JSON-RPC error {code}); a new session was started"),
-                    AgentInput(self._new_session())]
+            return [
+                ProtocolWarning(
+                    f"the agent could not {method.removeprefix('session/')} the stored session "
+                    f"(JSON-RPC error {code}); a new session was started"
+                ),
+                AgentInput(self._new_session()),
+            ]
         if method == "session/prompt":
             self._prompt_id = None
             self._asked.clear()
@@ -253,16 +281,24 @@ class Acp(JsonLinesDialect):
                 return [TurnEnd("cancelled")]
             return [ErrorEvent(said or f"the agent failed the turn (JSON-RPC error {code})"), TurnEnd("error")]
         if code == AUTH_REQUIRED:
-            return [ErrorEvent(f"the agent needs to be logged in before it takes a session ({said or 'auth required'}"
-                               "); log in with the agent's own command once, as the user the bridge runs as, or "
-                               "give it an API key in the profile's env")]
+            return [
+                ErrorEvent(
+                    f"the agent needs to be logged in before it takes a session ({said or 'auth required'}"
+                    "); log in with the agent's own command once, as the user the bridge runs as, or "
+                    "give it an API key in the profile's env"
+                )
+            ]
         return [ErrorEvent(f"the agent refused ACP {method}: {said or f'JSON-RPC error {code}'}")]
 
     def _initialized(self, result: Mapping[str, Any]) -> list[Event]:
         version = result.get("protocolVersion")
         if version != PROTOCOL_VERSION:
-            return [ErrorEvent(f"the agent speaks ACP version {version!r}; agent-bridge speaks version "
-                               f"{PROTOCOL_VERSION}: use a version of the agent that supports it")]
+            return [
+                ErrorEvent(
+                    f"the agent speaks ACP version {version!r}; agent-bridge speaks version "
+                    f"{PROTOCOL_VERSION}: use a version of the agent that supports it"
+                )
+            ]
         capabilities = result.get("agentCapabilities")
         capabilities = capabilities if isinstance(capabilities, dict) else {}
         if not self._stored_session:
@@ -273,9 +309,13 @@ class Acp(JsonLinesDialect):
         session_capabilities = capabilities.get("sessionCapabilities")
         if isinstance(session_capabilities, dict) and session_capabilities.get("resume") is not None:
             return [AgentInput(self._request("session/resume", params))]
-        return [ProtocolWarning("the agent can neither load nor resume a session (it advertises neither "
-                                "loadSession nor sessionCapabilities.resume); a new session was started"),
-                AgentInput(self._new_session())]
+        return [
+            ProtocolWarning(
+                "the agent can neither load nor resume a session (it advertises neither "
+                "loadSession nor sessionCapabilities.resume); a new session was started"
+            ),
+            AgentInput(self._new_session()),
+        ]
 
     def _session_ready(self, session_id: str) -> list[Event]:
         self._session_id = session_id
@@ -293,8 +333,9 @@ class Acp(JsonLinesDialect):
         reason = result.get("stopReason")
         if reason == "cancelled":
             if self._denied and not self._cancelling:  # codex-acp's "reject" aborts the turn
-                events.append(ErrorEvent(f"the agent stopped the turn when permission for {self._denied} "
-                                         "(stop reason cancelled)"))
+                events.append(
+                    ErrorEvent(f"the agent stopped the turn when permission for {self._denied} (stop reason cancelled)")
+                )
             elif not self._cancelling:
                 events.append(ErrorEvent("the agent cancelled the turn by itself (stop reason cancelled)"))
             events.append(TurnEnd("cancelled"))
@@ -303,8 +344,12 @@ class Acp(JsonLinesDialect):
             events += [ErrorEvent(_FAILED_STOPS[reason]), TurnEnd(reason)]
             return events
         if reason != "end_turn":
-            events.append(ProtocolWarning(f"the agent ended the turn with an unknown stop reason "
-                                          f"({shorten(str(reason), 40)}); taken as end_turn"))
+            events.append(
+                ProtocolWarning(
+                    f"the agent ended the turn with an unknown stop reason "
+                    f"({shorten(str(reason), 40)}); taken as end_turn"
+                )
+            )
         events += [ReplyEvent("".join(self._pieces)), TurnEnd("end_turn")]
         self._pieces = []
         return events
@@ -352,24 +397,28 @@ class Acp(JsonLinesDialect):
             self._tools[call_id] = (tool, kind, title)
         return [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
 
-    def _describe(self, tool_call: Mapping[str, Any],
-                  known: tuple[str, str, str] | None) -> tuple[str, str, str]:
+    def _describe(self, tool_call: Mapping[str, Any], known: tuple[str, str, str] | None) -> tuple[str, str, str]:
         """The call's (tool, kind, title): its own fields, else what an earlier update of the call said."""
         old_tool, old_kind, old_title = known or ("", "", "")
         acp_kind = text_of(tool_call.get("kind"))
         kind = _KINDS.get(acp_kind, "other" if acp_kind else old_kind)
         tool = _tool_name(tool_call.get("_meta")) or old_tool or shorten(acp_kind, TITLE_CHARS) or "tool"
-        title = shorten(text_of(tool_call.get("title")), TITLE_CHARS) or old_title \
-            or tool_title(tool_call.get("rawInput"))
+        title = (
+            shorten(text_of(tool_call.get("title")), TITLE_CHARS) or old_title or tool_title(tool_call.get("rawInput"))
+        )
         return tool, kind, title
 
     def _plan(self, entries: Any) -> list[Event]:
         if not isinstance(entries, list):
             return []
-        steps = tuple(PlanStep(shorten(entry["content"], TITLE_CHARS),
-                               entry.get("status") if entry.get("status") in _PLAN_STATUSES else "pending")
-                      for entry in entries
-                      if isinstance(entry, dict) and isinstance(entry.get("content"), str))
+        steps = tuple(
+            PlanStep(
+                shorten(entry["content"], TITLE_CHARS),
+                entry.get("status") if entry.get("status") in _PLAN_STATUSES else "pending",
+            )
+            for entry in entries
+            if isinstance(entry, dict) and isinstance(entry.get("content"), str)
+        )
         return [ActivityEvent("plan", plan=steps)]
 
     # ------------------------------------------------------------------ the agent's requests
@@ -401,24 +450,42 @@ class Acp(JsonLinesDialect):
             self._tools[call_id] = (tool, kind, title)  # its end is reported with the name the question gave
         raw_input = tool_call.get("rawInput")
         self._asked[request_id] = (rpc_id, tuple(option for option in options if isinstance(option, dict)))
-        return [PermissionRequest(request_id=request_id, tool=tool, kind=kind, title=title,
-                                  input=raw_input if isinstance(raw_input, dict) else {})]
+        return [
+            PermissionRequest(
+                request_id=request_id,
+                tool=tool,
+                kind=kind,
+                title=title,
+                input=raw_input if isinstance(raw_input, dict) else {},
+            )
+        ]
 
     def _file(self, rpc_id: Any, operation: str, params: Mapping[str, Any]) -> list[Event]:
         path = params.get("path")
         content = params.get("content")
         line, limit = params.get("line"), params.get("limit")
-        valid = (isinstance(path, str) and posixpath.isabs(path) and "\0" not in path
-                 and (operation == "read" or isinstance(content, str))
-                 and all(value is None or (number(value) is not None and value >= 1) for value in (line, limit)))
+        valid = (
+            isinstance(path, str)
+            and posixpath.isabs(path)
+            and "\0" not in path
+            and (operation == "read" or isinstance(content, str))
+            and all(value is None or (number(value) is not None and value >= 1) for value in (line, limit))
+        )
         if not valid or self._prompt_id is None:
             why = "a path must be absolute and content a string" if not valid else "no turn is in progress"
             return [AgentInput(_error(rpc_id, INVALID_PARAMS, f"cannot serve this {operation}: {why}"))]
         request_id = _request_key(rpc_id)
         self._files[request_id] = (rpc_id, operation)
-        return [FileRequest(request_id=request_id, operation=operation,  # type: ignore[arg-type]
-                            path=path, content=content if operation == "write" else None,
-                            line=line, limit=limit)]
+        return [
+            FileRequest(
+                request_id=request_id,
+                operation=operation,  # type: ignore[arg-type]
+                path=path,
+                content=content if operation == "write" else None,
+                line=line,
+                limit=limit,
+            )
+        ]
 
     # ------------------------------------------------------------------ helpers
 
@@ -433,6 +500,7 @@ class Acp(JsonLinesDialect):
         self._next_id += 1
         self._calls[rpc_id] = method
         return _encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+
 
 # ---------------------------------------------------------------------- JSON-RPC in ACP's words
 
@@ -481,8 +549,13 @@ def _error_text(error: Mapping[str, Any]) -> str:
     """
     message = text_of(error.get("message")).strip()
     data = error.get("data")
-    detail = data if isinstance(data, str) else \
-        text_of(data.get("message")) or text_of(data.get("details")) if isinstance(data, dict) else ""
+    detail = (
+        data
+        if isinstance(data, str)
+        else text_of(data.get("message")) or text_of(data.get("details"))
+        if isinstance(data, dict)
+        else ""
+    )
     detail = detail.strip()
     return shorten(f"{message}: {detail}" if message and detail else message or detail, 500)
 
@@ -501,8 +574,7 @@ def _text(content: Any) -> str:
 def _tool_output(content: Any) -> str:
     if not isinstance(content, list):
         return ""
-    texts = [_text(item.get("content")) for item in content
-             if isinstance(item, dict) and item.get("type") == "content"]
+    texts = [_text(item.get("content")) for item in content if isinstance(item, dict) and item.get("type") == "content"]
     return shorten(" ".join(text for text in texts if text), OUTPUT_CHARS)
 
 
@@ -520,8 +592,11 @@ def _usage(usage: Any) -> Usage | None:
     """ACP's (unstable) per-turn `usage` of a prompt response."""
     if not isinstance(usage, dict):
         return None
-    values = Usage(input_tokens=number(usage.get("inputTokens")), output_tokens=number(usage.get("outputTokens")),
-                   cached_input_tokens=number(usage.get("cachedReadTokens")),
-                   reasoning_tokens=number(usage.get("thoughtTokens")),
-                   total_tokens=number(usage.get("totalTokens")))
+    values = Usage(
+        input_tokens=number(usage.get("inputTokens")),
+        output_tokens=number(usage.get("outputTokens")),
+        cached_input_tokens=number(usage.get("cachedReadTokens")),
+        reasoning_tokens=number(usage.get("thoughtTokens")),
+        total_tokens=number(usage.get("totalTokens")),
+    )
     return values if values != Usage() else None

@@ -86,8 +86,10 @@ class LineDecoder:
         self._session_prefix = session_prefix
         self._prefixes = (session_prefix, PARTIAL_PREFIX, ERROR_PREFIX)
         # A custom session prefix that one of the others starts with (or the reverse) makes the order matter.
-        self._prefixes_overlap = any(session_prefix.startswith(other) or other.startswith(session_prefix)
-                                     for other in (PARTIAL_PREFIX, ERROR_PREFIX))
+        self._prefixes_overlap = any(
+            session_prefix.startswith(other) or other.startswith(session_prefix)
+            for other in (PARTIAL_PREFIX, ERROR_PREFIX)
+        )
         self._lines = LineSplitter(max_line_bytes)
         self._closed = False
 
@@ -150,15 +152,19 @@ class LineDecoder:
         protocol = self._prefixes
         events = [classify(line) if line.startswith(protocol) else line for line in lines.text]
         for index in sorted(lines.cut, reverse=True):  # one event per line, so indexes match
-            events.insert(index, LineCut(f"a stdout line was longer than {self._lines.max_line_bytes} bytes; "
-                                         "the rest of it was discarded"))
+            events.insert(
+                index,
+                LineCut(
+                    f"a stdout line was longer than {self._lines.max_line_bytes} bytes; the rest of it was discarded"
+                ),
+            )
         return events
 
     def classify(self, line: str) -> Event:
         """Classify one complete line (without its newline), in the SPEC's prefix order."""
         prefix = self._session_prefix
         if line.startswith(prefix):
-            session_id = line[len(prefix):].strip()
+            session_id = line[len(prefix) :].strip()
             if 0 < len(session_id) <= MAX_SESSION_ID_CHARS and session_id.isprintable() and " " not in session_id:
                 return SessionEvent(session_id)
             return ProtocolWarning(f"ignored a session line because {session_id_problem(session_id)}")

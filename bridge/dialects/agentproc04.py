@@ -67,8 +67,19 @@ class AgentProc04(JsonLinesDialect):
 
     name: ClassVar[str] = "agentproc-0.4"
     Settings: ClassVar[type] = JsonSettings
-    __slots__ = ("_session_id", "_session_warned", "_result_seen", "_error_seen", "_usage_seen", "_pieces",
-                 "_joined_chars", "_unknown", "_unanswerable", "_malformed_requests", "_line_ends")
+    __slots__ = (
+        "_session_id",
+        "_session_warned",
+        "_result_seen",
+        "_error_seen",
+        "_usage_seen",
+        "_pieces",
+        "_joined_chars",
+        "_unknown",
+        "_unanswerable",
+        "_malformed_requests",
+        "_line_ends",
+    )
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
@@ -121,12 +132,20 @@ class AgentProc04(JsonLinesDialect):
             events.append(ReplyEvent("".join(self._pieces)))
         self._pieces = []
         if self._unknown:
-            events.append(ProtocolWarning(f"ignored {self._unknown} JSON line(s) that were no wire 0.4 event "
-                                          "(partial, result, error, permission_request)"))
+            events.append(
+                ProtocolWarning(
+                    f"ignored {self._unknown} JSON line(s) that were no wire 0.4 event "
+                    "(partial, result, error, permission_request)"
+                )
+            )
         if self._malformed_requests:
-            events.append(ProtocolWarning(f"refused {self._malformed_requests} malformed permission request(s): "
-                                          "each needs a request_id without whitespace, a tool_name and an "
-                                          "input object"))
+            events.append(
+                ProtocolWarning(
+                    f"refused {self._malformed_requests} malformed permission request(s): "
+                    "each needs a request_id without whitespace, a tool_name and an "
+                    "input object"
+                )
+            )
         return events
 
     def read_lines(self, lines: Sequence[str], events: list[Event]) -> None:
@@ -143,8 +162,9 @@ class AgentProc04(JsonLinesDialect):
             members = None
             # A lone surrogate's escape is left to decoding, which cleans it (a backslash is looked for first:
             # memchr, where looking for an escape costs ~1 ns a character).
-            if line.startswith(_PARTIAL_HEAD) and ("\\" not in line
-                                                   or not ("\\u" in line and ("\\ud" in line or "\\uD" in line))):
+            if line.startswith(_PARTIAL_HEAD) and (
+                "\\" not in line or not ("\\u" in line and ("\\ud" in line or "\\uD" in line))
+            ):
                 try:
                     text, end = _scanstring(line, _PARTIAL_HEAD_CHARS)
                 except ValueError:
@@ -152,8 +172,12 @@ class AgentProc04(JsonLinesDialect):
                 else:
                     tail = line[end:]
                     members = line_ends.get(tail)
-                    if members is None and (members := _partial_members(tail)) is not None \
-                            and len(line_ends) < _MAX_LINE_ENDS and len(tail) <= _MAX_LINE_END_CHARS:
+                    if (
+                        members is None
+                        and (members := _partial_members(tail)) is not None
+                        and len(line_ends) < _MAX_LINE_ENDS
+                        and len(tail) <= _MAX_LINE_END_CHARS
+                    ):
                         line_ends[tail] = members
             if members is not None:
                 role, session_id = members
@@ -202,15 +226,25 @@ class AgentProc04(JsonLinesDialect):
         if not self.context.permissions:
             self._unanswerable += 1
             if self._unanswerable == 1:
-                events.append(ProtocolWarning("the agent asked permission to run a tool, but the profile has no "
-                                              "permissions: section (the agent was told nobody answers); ignored. "
-                                              "Add a permissions: section to answer such requests"))
+                events.append(
+                    ProtocolWarning(
+                        "the agent asked permission to run a tool, but the profile has no "
+                        "permissions: section (the agent was told nobody answers); ignored. "
+                        "Add a permissions: section to answer such requests"
+                    )
+                )
             return events
         request_id = message.get("request_id")
         tool = message.get("tool_name")
         tool_input = message.get("input")
-        if (not isinstance(request_id, str) or not request_id.strip() or _UNSAFE_REQUEST_ID.search(request_id)
-                or not isinstance(tool, str) or not tool or not isinstance(tool_input, dict)):
+        if (
+            not isinstance(request_id, str)
+            or not request_id.strip()
+            or _UNSAFE_REQUEST_ID.search(request_id)
+            or not isinstance(tool, str)
+            or not tool
+            or not isinstance(tool_input, dict)
+        ):
             # Refused without asking the policy, so that the agent does not wait for an answer that never comes.
             self._malformed_requests += 1
             salvaged = request_id.strip() if isinstance(request_id, str) else ""
@@ -231,7 +265,9 @@ class AgentProc04(JsonLinesDialect):
             self._session_id = session_id
             return [SessionEvent(session_id)]
         if problem is None:
-            problem = "it differs from the turn's first one, which stays the session (wire 0.4: the first valid id wins)"
+            problem = (
+                "it differs from the turn's first one, which stays the session (wire 0.4: the first valid id wins)"
+            )
         if problem in self._session_warned:  # an agent stamps its id on every line: one warning is enough
             return []
         self._session_warned.add(problem)
@@ -282,8 +318,11 @@ def _attachment(attachment: Any) -> dict[str, str]:
 
 def _permission_response(request_id: str, allow: bool, message: str) -> bytes:
     # Key order and compact form as the reference writes it; never `updated_input`: no decision carries one yet.
-    line: dict[str, Any] = {"type": "permission_response", "request_id": request_id,
-                            "behavior": "allow" if allow else "deny"}
+    line: dict[str, Any] = {
+        "type": "permission_response",
+        "request_id": request_id,
+        "behavior": "allow" if allow else "deny",
+    }
     if message:
         line["message"] = message
     return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
@@ -299,5 +338,3 @@ def _session_id_problem(session_id: str) -> str | None:
     if "\ufffd" in session_id:  # a lone surrogate, or invalid UTF-8, cleaned: not the id the agent meant
         return "it is not valid text"
     return None
-
-

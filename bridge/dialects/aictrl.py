@@ -58,12 +58,20 @@ class AictrlNdjson(OpencodeJson):
 
     def on_permission(self, message: Mapping[str, Any]) -> list[Event]:
         patterns = message.get("patterns")
-        shown = ", ".join(pattern for pattern in patterns if isinstance(pattern, str)) \
-            if isinstance(patterns, list) else ""
+        shown = (
+            ", ".join(pattern for pattern in patterns if isinstance(pattern, str)) if isinstance(patterns, list) else ""
+        )
         tool = text_of(message.get("tool")) or text_of(message.get("permission"))
         status = "denied" if message.get("type") == "permission_rejected" else "allowed"
-        return [ActivityEvent("tool", tool=tool, title=tool_title(message.get("input")) or shown[:120],
-                              status=status, call_id=text_of(message.get("callID")))]
+        return [
+            ActivityEvent(
+                "tool",
+                tool=tool,
+                title=tool_title(message.get("input")) or shown[:120],
+                status=status,
+                call_id=text_of(message.get("callID")),
+            )
+        ]
 
     def on_error(self, message: Mapping[str, Any]) -> list[Event]:
         source = message.get("sourceSessionID")
@@ -95,8 +103,9 @@ class AictrlNdjson(OpencodeJson):
     def finish(self) -> list[Event]:
         events = super().finish()
         if not self.finished and not self.failed:
-            events.append(ErrorEvent("aictrl ended without finishing its turn (no session_complete event)",
-                                     unfinished=True))
+            events.append(
+                ErrorEvent("aictrl ended without finishing its turn (no session_complete event)", unfinished=True)
+            )
         return events
 
 

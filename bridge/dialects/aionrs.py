@@ -76,8 +76,10 @@ _CANCELLED = "the turn was cancelled"
 _STOP = b'{"type":"stop"}\n'
 _REMEMBERED_CALLS = 10_000  # tool calls of one turn remembered for their answers and titles; more than any agent makes
 UNFINISHED = "aionrs ended without finishing its turn (no stream_end)"
-NOT_READY = ("aionrs ended before it was ready (no ready event); its stderr says why: an unknown --resume id, "
-             "a missing API key, a bad flag")
+NOT_READY = (
+    "aionrs ended before it was ready (no ready event); its stderr says why: an unknown --resume id, "
+    "a missing API key, a bad flag"
+)
 
 
 class _Call:
@@ -98,8 +100,18 @@ class Aionrs(JsonLinesDialect):
 
     name: ClassVar[str] = "aionrs"
     Settings: ClassVar[type] = JsonSettings
-    __slots__ = ("_ready", "_turns", "_msg_id", "_began", "_stopping", "_text", "_tools", "_calls",
-                 "_held_error", "_start_failed")
+    __slots__ = (
+        "_ready",
+        "_turns",
+        "_msg_id",
+        "_began",
+        "_stopping",
+        "_text",
+        "_tools",
+        "_calls",
+        "_held_error",
+        "_start_failed",
+    )
 
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         # Neither is written to aionrs: it resumes a session by argv (`resume_args`) and works in its process's cwd.
@@ -149,8 +161,13 @@ class Aionrs(JsonLinesDialect):
             return b""  # answered already (by a cancel), or of a turn that is over
         call.allowed = decision.allow
         if decision.allow:
-            return _line({"type": "tool_approve", "call_id": request.request_id,
-                          "scope": "always" if decision.always else "once"})
+            return _line(
+                {
+                    "type": "tool_approve",
+                    "call_id": request.request_id,
+                    "scope": "always" if decision.always else "once",
+                }
+            )
         return _deny_line(request.request_id, decision.message or "denied by the host")
 
     def shutdown(self) -> bytes:
@@ -215,8 +232,12 @@ class Aionrs(JsonLinesDialect):
         version = text_of(message.get("version"))
         major = version.split(".", 1)[0]
         if major.isdigit() and int(major) > 0:
-            events.append(ProtocolWarning(f"aionrs says its version is {shorten(version, 40)}; this bridge speaks "
-                                          "its JSON stream protocol 0.x, and a new major version may change it"))
+            events.append(
+                ProtocolWarning(
+                    f"aionrs says its version is {shorten(version, 40)}; this bridge speaks "
+                    "its JSON stream protocol 0.x, and a new major version may change it"
+                )
+            )
         session_id = message.get("session_id")
         if session_id is None:
             return [*events, Ready("")]  # sessions disabled in aionrs's config: nothing to resume
@@ -241,16 +262,24 @@ class Aionrs(JsonLinesDialect):
         call_id = message.get("call_id")
         tool = message.get("tool")
         if not isinstance(call_id, str) or not call_id or not isinstance(tool, dict):
-            return [ProtocolWarning("ignored a tool_request without a call_id or a tool object; the agent may "
-                                    "wait for its answer until the turn times out")]
+            return [
+                ProtocolWarning(
+                    "ignored a tool_request without a call_id or a tool object; the agent may "
+                    "wait for its answer until the turn times out"
+                )
+            ]
         if call_id in self._calls:
             return []  # asked twice: the first question stands
         if self._stopping:  # asked after the bridge said stop: nobody will answer, so the dialect does
             return [AgentInput(_deny_line(call_id, _CANCELLED))]
         if len(call_id) > CALL_ID_CHARS or len(self._calls) >= _REMEMBERED_CALLS:  # its answer could not be matched
-            return [ProtocolWarning(f"denied a tool_request whose call_id is over {CALL_ID_CHARS} characters, or "
-                                    f"one over {_REMEMBERED_CALLS} in a turn: its answer could not be matched"),
-                    AgentInput(_deny_line(call_id, "the bridge cannot keep track of this call"))]
+            return [
+                ProtocolWarning(
+                    f"denied a tool_request whose call_id is over {CALL_ID_CHARS} characters, or "
+                    f"one over {_REMEMBERED_CALLS} in a turn: its answer could not be matched"
+                ),
+                AgentInput(_deny_line(call_id, "the bridge cannot keep track of this call")),
+            ]
         name = text_of(tool.get("name"))
         arguments = tool.get("args")
         arguments = arguments if isinstance(arguments, dict) else {}
@@ -258,9 +287,15 @@ class Aionrs(JsonLinesDialect):
         description = text_of(tool.get("description"))
         title = shorten(description, TITLE_CHARS) if description.strip() else tool_title(arguments, or_json=True)
         self._calls[call_id] = _Call(name, arguments)
-        return [PermissionRequest(request_id=call_id, tool=name,
-                                  kind=_KINDS.get(category, "") if isinstance(category, str) else "",
-                                  title=title, input=arguments)]
+        return [
+            PermissionRequest(
+                request_id=call_id,
+                tool=name,
+                kind=_KINDS.get(category, "") if isinstance(category, str) else "",
+                title=title,
+                input=arguments,
+            )
+        ]
 
     def _on_tool_running(self, message: Mapping[str, Any]) -> list[Event]:
         self._began = True
@@ -280,9 +315,15 @@ class Aionrs(JsonLinesDialect):
         call_id = text_of(message.get("call_id"))
         call = self._calls.get(call_id)
         output = message.get("output") if message.get("output_type") != "image" else None  # base64 says nothing
-        return [self._tools.ended(call_id, failed=message.get("status") == "error", output=output,
-                                  tool=text_of(message.get("tool_name")) or (call.tool if call else ""),
-                                  title=call.title if call else "")]
+        return [
+            self._tools.ended(
+                call_id,
+                failed=message.get("status") == "error",
+                output=output,
+                tool=text_of(message.get("tool_name")) or (call.tool if call else ""),
+                title=call.title if call else "",
+            )
+        ]
 
     def _on_tool_cancelled(self, message: Mapping[str, Any]) -> list[Event]:
         self._began = True
@@ -293,8 +334,15 @@ class Aionrs(JsonLinesDialect):
             return []  # the bridge denied it: the host was told so with the answer
         if call is not None:
             call.allowed = False
-        return [self._tools.ended(call_id, failed=True, output=message.get("reason"),
-                                  tool=call.tool if call else "", title=call.title if call else "")]
+        return [
+            self._tools.ended(
+                call_id,
+                failed=True,
+                output=message.get("reason"),
+                tool=call.tool if call else "",
+                title=call.title if call else "",
+            )
+        ]
 
     def _on_stream_end(self, message: Mapping[str, Any]) -> list[Event]:
         events: list[Event] = []
@@ -313,8 +361,12 @@ class Aionrs(JsonLinesDialect):
             return self._end_turn([ErrorEvent(text)], "refused")
         if isinstance(error, dict) and error.get("retryable") is True:
             self._held_error = text
-            return [ProtocolWarning(f"aionrs reported a retryable error ({_error_code(message) or 'no code'}); "
-                                    "the turn goes on, and fails if no text follows")]
+            return [
+                ProtocolWarning(
+                    f"aionrs reported a retryable error ({_error_code(message) or 'no code'}); "
+                    "the turn goes on, and fails if no text follows"
+                )
+            ]
         return [ErrorEvent(text)]
 
     def _end_turn(self, events: list[Event], stop_reason: str) -> list[Event]:
@@ -377,6 +429,10 @@ def _usage(usage: Any) -> Usage | None:
         return None
     input_tokens, output_tokens = number(usage.get("input_tokens")), number(usage.get("output_tokens"))
     total = input_tokens + output_tokens if input_tokens is not None and output_tokens is not None else None
-    values = Usage(input_tokens=input_tokens, output_tokens=output_tokens,
-                   cached_input_tokens=number(usage.get("cache_read_tokens")), total_tokens=total)
+    values = Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=number(usage.get("cache_read_tokens")),
+        total_tokens=total,
+    )
     return values if values != Usage() else None

@@ -79,8 +79,18 @@ from .settings import AnteSettings
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Ante's built-in tools, by the kinds a profile's `permissions:` lists may name (MCP tools have no kind).
-_TOOL_KINDS = {"Read": "read", "Grep": "search", "Glob": "search", "Edit": "edit", "MultiEdit": "edit",
-               "Write": "edit", "NotebookEdit": "edit", "Bash": "exec", "WebFetch": "fetch", "WebSearch": "fetch"}
+_TOOL_KINDS = {
+    "Read": "read",
+    "Grep": "search",
+    "Glob": "search",
+    "Edit": "edit",
+    "MultiEdit": "edit",
+    "Write": "edit",
+    "NotebookEdit": "edit",
+    "Bash": "exec",
+    "WebFetch": "fetch",
+    "WebSearch": "fetch",
+}
 _TOOL_STATUSES = {"Completed": "completed", "Failed": "failed", "Denied": "denied", "Cancelled": "failed"}
 _OPEN_CALLS = 10_000  # tool calls remembered until they end, per turn; more than any agent keeps in flight
 _NO_TURN = Turn()  # the base class keeps a turn; a warm dialect's turns come later, through prompt()
@@ -120,9 +130,25 @@ class Ante(JsonLinesDialect):
 
     name: ClassVar[str] = "ante"
     Settings: ClassVar[type] = AnteSettings
-    __slots__ = ("_settings", "_stored_session", "_cwd", "_phase", "_handshake_op", "_replay_possible",
-                 "_in_replayed_turn", "_turn_op", "_turn_ops", "_turn_id", "_cancelled", "_error", "_text",
-                 "_streamed_text", "_streamed_thinking", "_tools", "_pauses")
+    __slots__ = (
+        "_settings",
+        "_stored_session",
+        "_cwd",
+        "_phase",
+        "_handshake_op",
+        "_replay_possible",
+        "_in_replayed_turn",
+        "_turn_op",
+        "_turn_ops",
+        "_turn_id",
+        "_cancelled",
+        "_error",
+        "_text",
+        "_streamed_text",
+        "_streamed_thinking",
+        "_tools",
+        "_pauses",
+    )
 
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         super().__init__(context, _NO_TURN)
@@ -169,8 +195,9 @@ class Ante(JsonLinesDialect):
         pause = self._pauses.get(request.request_id)
         if pause is None or request.request_id in pause.decisions:
             return b""  # answered already (cancel() answers what is still open), or not a question of this turn
-        pause.decisions[request.request_id] = ("Skip" if not decision.allow
-                                               else "AcceptForSession" if decision.always else "Accept")
+        pause.decisions[request.request_id] = (
+            "Skip" if not decision.allow else "AcceptForSession" if decision.always else "Accept"
+        )
         if len(pause.decisions) < len(pause.tool_ids):
             return b""
         for tool_id in pause.tool_ids:
@@ -183,8 +210,9 @@ class Ante(JsonLinesDialect):
         self._cancelled = True
         pauses = {id(pause): pause for pause in self._pauses.values()}.values()
         self._pauses.clear()
-        return b"".join(self._turn_op_line(pause.response(undecided="Skip")) for pause in pauses) \
-            + self._turn_op_line("Interrupt")
+        return b"".join(self._turn_op_line(pause.response(undecided="Skip")) for pause in pauses) + self._turn_op_line(
+            "Interrupt"
+        )
 
     def shutdown(self) -> bytes:
         return _op("Shutdown")[1]
@@ -192,18 +220,24 @@ class Ante(JsonLinesDialect):
     def _start_session(self) -> bytes:
         settings = self._settings
         self._phase = _STARTING
-        self._handshake_op, data = _op({"StartSession": {
-            "model": settings.model,
-            "provider": settings.provider,
-            "policy": settings.policy,
-            "streaming": settings.streaming,
-            "system_prompt": settings.system_prompt,
-            "append_system_prompt": settings.append_system_prompt,
-            "allowed_tools": list(settings.allowed_tools) if settings.allowed_tools is not None else None,
-            "disallowed_tools": list(settings.disallowed_tools) if settings.disallowed_tools is not None else None,
-            "cwd": self._cwd or None,
-            "thinking": settings.thinking,
-        }})
+        self._handshake_op, data = _op(
+            {
+                "StartSession": {
+                    "model": settings.model,
+                    "provider": settings.provider,
+                    "policy": settings.policy,
+                    "streaming": settings.streaming,
+                    "system_prompt": settings.system_prompt,
+                    "append_system_prompt": settings.append_system_prompt,
+                    "allowed_tools": list(settings.allowed_tools) if settings.allowed_tools is not None else None,
+                    "disallowed_tools": list(settings.disallowed_tools)
+                    if settings.disallowed_tools is not None
+                    else None,
+                    "cwd": self._cwd or None,
+                    "thinking": settings.thinking,
+                }
+            }
+        )
         return data
 
     def _turn_op_line(self, op: Any) -> bytes:
@@ -255,9 +289,13 @@ class Ante(JsonLinesDialect):
         if name != "Error":
             return []  # SessionEnd of no session, ExtensionRefreshed, Info…
         if self._phase == _RESUMING:
-            return [ProtocolWarning("Ante could not resume the stored session (it said why in an Error event); "
-                                    "started a new session, without the conversation's history"),
-                    AgentInput(self._start_session())]
+            return [
+                ProtocolWarning(
+                    "Ante could not resume the stored session (it said why in an Error event); "
+                    "started a new session, without the conversation's history"
+                ),
+                AgentInput(self._start_session()),
+            ]
         return [ErrorEvent(f"Ante could not start a session: {_error_text(body)}")]
 
     def _note_replay(self, name: str) -> None:
@@ -353,16 +391,27 @@ class Ante(JsonLinesDialect):
         word = _TOOL_STATUSES.get(status if isinstance(status, str) else "", "completed")
         if body.get("is_error") is True and word == "completed":
             word = "failed"
-        return [ActivityEvent("tool", tool=tool, title=title, status=word, call_id=call_id,
-                              text=_result_excerpt(body.get("result_json")) or ("cancelled" if status == "Cancelled"
-                                                                               else ""))]
+        return [
+            ActivityEvent(
+                "tool",
+                tool=tool,
+                title=title,
+                status=word,
+                call_id=call_id,
+                text=_result_excerpt(body.get("result_json")) or ("cancelled" if status == "Cancelled" else ""),
+            )
+        ]
 
     def _pause(self, body: Mapping[str, Any]) -> list[Event]:
         reason = body.get("reason")
         approval = reason.get("Approval") if isinstance(reason, dict) else None
         if not isinstance(approval, dict):
-            return [ProtocolWarning("Ante paused the turn for something other than a tool approval; the bridge "
-                                    "cannot answer that, so the turn waits until it is cancelled or times out")]
+            return [
+                ProtocolWarning(
+                    "Ante paused the turn for something other than a tool approval; the bridge "
+                    "cannot answer that, so the turn waits until it is cancelled or times out"
+                )
+            ]
         turn_id = body.get("turn_id", self._turn_id)
         pause = _Pause(turn_id, [])
         events: list[Event] = []
@@ -374,12 +423,22 @@ class Ante(JsonLinesDialect):
             name, arguments = text_of(tool.get("name")), _arguments(tool)
             pause.tool_ids.append(call_id)
             self._pauses[call_id] = pause
-            events.append(PermissionRequest(request_id=call_id, tool=name, kind=_TOOL_KINDS.get(name, ""),
-                                            title=tool_title(arguments, or_json=True) or shorten(name, TITLE_CHARS),
-                                            input=arguments if isinstance(arguments, dict) else {}))
+            events.append(
+                PermissionRequest(
+                    request_id=call_id,
+                    tool=name,
+                    kind=_TOOL_KINDS.get(name, ""),
+                    title=tool_title(arguments, or_json=True) or shorten(name, TITLE_CHARS),
+                    input=arguments if isinstance(arguments, dict) else {},
+                )
+            )
         if not pause.tool_ids:  # nothing the host could decide: answered at once, so the turn goes on
-            events.append(ProtocolWarning("Ante asked approval for no tool the bridge could name (each needs an "
-                                          "id); answered with no decision"))
+            events.append(
+                ProtocolWarning(
+                    "Ante asked approval for no tool the bridge could name (each needs an "
+                    "id); answered with no decision"
+                )
+            )
             events.append(AgentInput(self._turn_op_line(pause.response())))
         return events
 
@@ -388,8 +447,13 @@ class Ante(JsonLinesDialect):
         return [ErrorEvent(text)]
 
     def _end_turn(self, status: Any) -> list[Event]:
-        word, details = (status, None) if isinstance(status, str) else \
-            next(iter(status.items())) if isinstance(status, dict) and len(status) == 1 else ("Completed", None)
+        word, details = (
+            (status, None)
+            if isinstance(status, str)
+            else next(iter(status.items()))
+            if isinstance(status, dict) and len(status) == 1
+            else ("Completed", None)
+        )
         events: list[Event] = []
         if word == "Error":
             text = _error_text(details) or "Ante ended the turn with an error"
@@ -428,8 +492,11 @@ def _error_text(value: Any) -> str:
     if message := text_of(value.get("message")):
         return message
     headline = text_of(value.get("headline"))
-    details = [detail for detail in value.get("details") or () if isinstance(detail, str) and detail] \
-        if isinstance(value.get("details"), list) else []
+    details = (
+        [detail for detail in value.get("details") or () if isinstance(detail, str) and detail]
+        if isinstance(value.get("details"), list)
+        else []
+    )
     return f"{headline} — {'; '.join(details)}" if headline and details else headline
 
 
@@ -451,5 +518,13 @@ def _usage(usage: Any) -> list[Event]:
     total = number(usage.get("total_tokens"))
     if total is None and input_tokens is not None and output_tokens is not None:
         total = input_tokens + output_tokens
-    return [UsageEvent(Usage(input_tokens=input_tokens, output_tokens=output_tokens,
-                             cached_input_tokens=number(usage.get("cache_read_input_tokens")), total_tokens=total))]
+    return [
+        UsageEvent(
+            Usage(
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cached_input_tokens=number(usage.get("cache_read_input_tokens")),
+                total_tokens=total,
+            )
+        )
+    ]

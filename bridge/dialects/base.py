@@ -63,10 +63,21 @@ class DialectContext(FrozenRecord):
     permissions: bool
     stdin_line: bool
 
-    def __init__(self, settings: Any = None, session_line_prefix: str = "AGENT_SESSION:", stdin_message: bool = False,
-                 permissions: bool = False, stdin_line: bool = False) -> None:
-        self._assign(settings=settings, session_line_prefix=session_line_prefix, stdin_message=stdin_message,
-                     permissions=permissions, stdin_line=stdin_line)
+    def __init__(
+        self,
+        settings: Any = None,
+        session_line_prefix: str = "AGENT_SESSION:",
+        stdin_message: bool = False,
+        permissions: bool = False,
+        stdin_line: bool = False,
+    ) -> None:
+        self._assign(
+            settings=settings,
+            session_line_prefix=session_line_prefix,
+            stdin_message=stdin_message,
+            permissions=permissions,
+            stdin_line=stdin_line,
+        )
 
 
 class Dialect(Protocol):
@@ -244,11 +255,11 @@ def shorten(text: str, limit: int = 200) -> str:
     if len(text) > limit:
         # Collapsing the whitespace of a prefix gives a prefix of the whole text collapsed: a tool's output costs
         # no more than its first few hundred characters (unless they are mostly whitespace).
-        head = _collapsed(text[:limit + limit // 4 + 8])
+        head = _collapsed(text[: limit + limit // 4 + 8])
         if len(head) > limit:
-            return head[:limit - 1] + "…"
+            return head[: limit - 1] + "…"
     line = _collapsed(text)
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _collapsed(text: str) -> str:

@@ -44,8 +44,20 @@ class ClaudeStream(JsonLinesDialect):
 
     name: ClassVar[str] = "claude-stream-json"
     Settings: ClassVar[type] = ClaudeStreamSettings
-    __slots__ = ("_repeats", "_cache_in_input", "_sessions", "_text", "_streamed_text", "_streamed_thinking", "_tools",
-                 "_finished", "_segment", "_segment_length", "_said", "_said_length")
+    __slots__ = (
+        "_repeats",
+        "_cache_in_input",
+        "_sessions",
+        "_text",
+        "_streamed_text",
+        "_streamed_thinking",
+        "_tools",
+        "_finished",
+        "_segment",
+        "_segment_length",
+        "_said",
+        "_said_length",
+    )
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
@@ -127,8 +139,9 @@ class ClaudeStream(JsonLinesDialect):
                 continue
             kind = block.get("type")
             if kind == "tool_use":
-                events.extend(self._tool_started(text_of(block.get("name")), block.get("input"),
-                                                 text_of(block.get("id"))))
+                events.extend(
+                    self._tool_started(text_of(block.get("name")), block.get("input"), text_of(block.get("id")))
+                )
             elif not speaks:
                 continue
             elif kind == "text" and (text := text_of(block.get("text"))):
@@ -154,8 +167,9 @@ class ClaudeStream(JsonLinesDialect):
 
     def _repeats_what_was_said(self, text: str) -> bool:
         size = len(text)
-        return ((size == self._segment_length and text == "".join(self._segment))
-                or (size == self._said_length and text == "".join(self._said)))
+        return (size == self._segment_length and text == "".join(self._segment)) or (
+            size == self._said_length and text == "".join(self._said)
+        )
 
     def _remember(self, text: str) -> None:
         if self._said_length < TEXT_BOUND:
@@ -178,8 +192,13 @@ class ClaudeStream(JsonLinesDialect):
         events: list[Event] = []
         for block in content:
             if isinstance(block, dict) and block.get("type") == "tool_result":
-                events.append(self._tools.ended(text_of(block.get("tool_use_id")), failed=bool(block.get("is_error")),
-                                                output=block.get("content")))
+                events.append(
+                    self._tools.ended(
+                        text_of(block.get("tool_use_id")),
+                        failed=bool(block.get("is_error")),
+                        output=block.get("content"),
+                    )
+                )
         return events
 
     def _cursor_tool_call(self, message: Mapping[str, Any]) -> list[Event]:
@@ -243,8 +262,14 @@ def _usage(message: Mapping[str, Any], cache_in_input: bool) -> Usage | None:
     cost_usd = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
     if not isinstance(usage, dict):
         return Usage(cost_usd=cost_usd) if cost_usd is not None else None
-    fresh, read, written = (number(usage.get(key)) for key in
-                            ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    fresh, read, written = (
+        number(usage.get(key)) for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
     input_tokens = fresh if fresh is None or cache_in_input else fresh + (read or 0) + (written or 0)
-    return Usage(input_tokens=input_tokens, output_tokens=number(usage.get("output_tokens")),
-                 cached_input_tokens=read, total_tokens=number(usage.get("total_tokens")), cost_usd=cost_usd)
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=number(usage.get("output_tokens")),
+        cached_input_tokens=read,
+        total_tokens=number(usage.get("total_tokens")),
+        cost_usd=cost_usd,
+    )

@@ -56,8 +56,9 @@ RETRY_NOTICE = "Reconnecting..."
 _STATUS = {"in_progress": "started", "completed": "completed", "failed": "failed", "declined": "denied"}
 # `<shell> -lc <script>`, the script quoted as POSIX shells read it (codex joins the argv with shlex quoting).
 # Matched rather than parsed with `shlex.split`, which costs ~50 µs a command; any other shape stays as it is.
-_SHELL_WRAPPED = re.compile(r"""(?:\S*/)?(?:bash|sh|zsh|dash) -l?c (?:'([^']*)'|"((?:[^"\\]|\\.)*)"|([^\s'"\\]+))""",
-                            re.DOTALL)
+_SHELL_WRAPPED = re.compile(
+    r"""(?:\S*/)?(?:bash|sh|zsh|dash) -l?c (?:'([^']*)'|"((?:[^"\\]|\\.)*)"|([^\s'"\\]+))""", re.DOTALL
+)
 _ESCAPED = re.compile(r"\\([$`\"\\\n])")  # what a backslash escapes inside double quotes
 
 
@@ -86,8 +87,10 @@ class CodexExec(JsonLinesDialect):
         if self._finished:
             return []
         if not self._started:
-            text = ("codex ended before it started a thread; its stderr says why (an unknown session id, a usage "
-                    "error, a missing login or config)")
+            text = (
+                "codex ended before it started a thread; its stderr says why (an unknown session id, a usage "
+                "error, a missing login or config)"
+            )
         else:
             text = "codex ended without finishing its turn (no turn.completed or turn.failed)"
             if self._last_notice:
@@ -166,8 +169,11 @@ class CodexExec(JsonLinesDialect):
 
     def _file_change(self, item: Mapping[str, Any], completed: bool) -> list[Event]:
         changes = item.get("changes")
-        paths = [f"{text_of(change.get('kind'))} {text_of(change.get('path'))}".strip()
-                 for change in (changes if isinstance(changes, list) else ()) if isinstance(change, dict)]
+        paths = [
+            f"{text_of(change.get('kind'))} {text_of(change.get('path'))}".strip()
+            for change in (changes if isinstance(changes, list) else ())
+            if isinstance(change, dict)
+        ]
         return [_tool(item, "file_change", shorten(", ".join(paths)))]
 
     def _mcp_call(self, item: Mapping[str, Any], completed: bool) -> list[Event]:
@@ -186,13 +192,23 @@ class CodexExec(JsonLinesDialect):
         title = text_of(item.get("query"))
         if not title and isinstance(action, dict):
             title = text_of(action.get("query")) or text_of(action.get("url"))
-        return [ActivityEvent("tool", tool="web_search", title=shorten(title),
-                              status="completed" if completed else "started", call_id=text_of(item.get("id")))]
+        return [
+            ActivityEvent(
+                "tool",
+                tool="web_search",
+                title=shorten(title),
+                status="completed" if completed else "started",
+                call_id=text_of(item.get("id")),
+            )
+        ]
 
     def _todo_list(self, item: Mapping[str, Any], completed: bool) -> list[Event]:
         entries = item.get("items")
-        steps = tuple(PlanStep(text_of(entry.get("text")), "completed" if entry.get("completed") is True else "pending")
-                      for entry in (entries if isinstance(entries, list) else ()) if isinstance(entry, dict))
+        steps = tuple(
+            PlanStep(text_of(entry.get("text")), "completed" if entry.get("completed") is True else "pending")
+            for entry in (entries if isinstance(entries, list) else ())
+            if isinstance(entry, dict)
+        )
         return [ActivityEvent("plan", plan=steps)]
 
     def _warning(self, item: Mapping[str, Any], completed: bool) -> list[Event]:
@@ -202,8 +218,9 @@ class CodexExec(JsonLinesDialect):
 
 def _tool(item: Mapping[str, Any], tool: str, title: str, text: str = "") -> ActivityEvent:
     status = text_of(item.get("status"))
-    return ActivityEvent("tool", tool=tool, title=title, status=_STATUS.get(status, status), text=text,
-                         call_id=text_of(item.get("id")))
+    return ActivityEvent(
+        "tool", tool=tool, title=title, status=_STATUS.get(status, status), text=text, call_id=text_of(item.get("id"))
+    )
 
 
 def _command_title(command: str) -> str:
@@ -218,9 +235,13 @@ def _command_title(command: str) -> str:
 def _usage(usage: Mapping[str, Any]) -> Usage:
     input_tokens, output_tokens = number(usage.get("input_tokens")), number(usage.get("output_tokens"))
     total = input_tokens + output_tokens if input_tokens is not None and output_tokens is not None else None
-    return Usage(input_tokens=input_tokens, output_tokens=output_tokens,
-                 cached_input_tokens=number(usage.get("cached_input_tokens")),
-                 reasoning_tokens=number(usage.get("reasoning_output_tokens")), total_tokens=total)
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=number(usage.get("cached_input_tokens")),
+        reasoning_tokens=number(usage.get("reasoning_output_tokens")),
+        total_tokens=total,
+    )
 
 
 _Handler = Callable[[CodexExec, Mapping[str, Any]], list[Event]]

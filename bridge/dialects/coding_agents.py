@@ -29,16 +29,35 @@ from .base import number, shorten
 from .events import ActivityEvent, Event, PartialEvent, PlanStep, ProtocolWarning, SessionEvent, Usage
 
 # The input fields that say what a call does, most telling first.
-_TITLE_KEYS = ("command", "cmd", "file_path", "filePath", "absolute_path", "notebook_path", "path", "dir_path",
-               "directory", "pattern", "globPattern", "url", "query", "description", "prompt")
+_TITLE_KEYS = (
+    "command",
+    "cmd",
+    "file_path",
+    "filePath",
+    "absolute_path",
+    "notebook_path",
+    "path",
+    "dir_path",
+    "directory",
+    "pattern",
+    "globPattern",
+    "url",
+    "query",
+    "description",
+    "prompt",
+)
 TITLE_CHARS = 120
 """A tool call's title on a status line."""
 OUTPUT_CHARS = 300
 """How much of a tool's output an activity event carries."""
 THINKING_CHARS = 2000
 """How much of one block of reasoning an activity event carries (a status line, not a transcript)."""
-_PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed": "completed",
-                  "cancelled": "completed"}
+_PLAN_STATUSES = {
+    "pending": "pending",
+    "in_progress": "in_progress",
+    "completed": "completed",
+    "cancelled": "completed",
+}
 # A reply is never held beyond 8 MiB characters (bridge.result.HARD_REPLY_LIMIT); one more is
 # kept so the recorder still sees it must cut. Bounds a dialect's memory whatever the agent writes.
 TEXT_BOUND = 8 * 1024 * 1024 + 1
@@ -78,8 +97,9 @@ def tool_title(arguments: Any, *, or_json: bool = False) -> str:
 def output_excerpt(output: Any) -> str:
     """The start of a tool's output on one line: a string, or the text of a list of content blocks."""
     if isinstance(output, list):
-        output = " ".join(block["text"] for block in output
-                          if isinstance(block, dict) and isinstance(block.get("text"), str))
+        output = " ".join(
+            block["text"] for block in output if isinstance(block, dict) and isinstance(block.get("text"), str)
+        )
     return shorten(output, OUTPUT_CHARS) if isinstance(output, str) else ""
 
 
@@ -99,8 +119,12 @@ def plan_of(arguments: Any) -> tuple[PlanStep, ...]:
             text = todo.get("description")
         status = todo.get("status")
         if isinstance(text, str) and text.strip():
-            steps.append(PlanStep(shorten(text, TITLE_CHARS),
-                                  _PLAN_STATUSES.get(status, "pending") if isinstance(status, str) else "pending"))
+            steps.append(
+                PlanStep(
+                    shorten(text, TITLE_CHARS),
+                    _PLAN_STATUSES.get(status, "pending") if isinstance(status, str) else "pending",
+                )
+            )
     return tuple(steps)
 
 
@@ -125,8 +149,16 @@ class FirstSession:
         return [SessionEvent(value)]
 
 
-def token_usage(*, fresh_input: Any = None, cache_read: Any = None, cache_write: Any = None, output: Any = None,
-                reasoning: Any = None, total: Any = None, cost: Any = None) -> Usage | None:
+def token_usage(
+    *,
+    fresh_input: Any = None,
+    cache_read: Any = None,
+    cache_write: Any = None,
+    output: Any = None,
+    reasoning: Any = None,
+    total: Any = None,
+    cost: Any = None,
+) -> Usage | None:
     """`Usage` from disjoint input buckets and an output count that already includes reasoning.
 
     Values that are not whole numbers (or, for `cost`, numbers) count as not
@@ -139,8 +171,14 @@ def token_usage(*, fresh_input: Any = None, cache_read: Any = None, cache_write:
     total_tokens = number(total)
     if total_tokens is None and input_tokens is not None and output_tokens is not None:
         total_tokens = input_tokens + output_tokens
-    usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cached_input_tokens=read,
-                  reasoning_tokens=number(reasoning), total_tokens=total_tokens, cost_usd=money(cost))
+    usage = Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=read,
+        reasoning_tokens=number(reasoning),
+        total_tokens=total_tokens,
+        cost_usd=money(cost),
+    )
     return usage if usage != Usage() else None
 
 
@@ -206,13 +244,20 @@ class ToolCalls:
             events.append(ActivityEvent("plan", plan=plan))
         return events
 
-    def ended(self, call_id: str, *, failed: bool, output: Any = None, tool: str = "", arguments: Any = None,
-              title: str = "") -> ActivityEvent:
+    def ended(
+        self, call_id: str, *, failed: bool, output: Any = None, tool: str = "", arguments: Any = None, title: str = ""
+    ) -> ActivityEvent:
         """The end of a call; `tool` and `title` (or `arguments`) stand in when its start was not seen."""
         started = self._open.pop(call_id, None)
         known_tool, title = started if started is not None else (tool, title or tool_title(arguments))
-        return ActivityEvent("tool", tool=known_tool, title=title, status="failed" if failed else "completed",
-                             call_id=call_id, text=output_excerpt(output))
+        return ActivityEvent(
+            "tool",
+            tool=known_tool,
+            title=title,
+            status="failed" if failed else "completed",
+            call_id=call_id,
+            text=output_excerpt(output),
+        )
 
 
 class Paragraphs:
@@ -236,7 +281,7 @@ class Paragraphs:
                 text = "\n\n" + text
         self._shown = True
         if self._length < self._room:
-            kept = text[:self._room - self._length]
+            kept = text[: self._room - self._length]
             self._pieces.append(kept)
             self._length += len(kept)
         return PartialEvent(text)

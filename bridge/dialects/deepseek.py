@@ -61,14 +61,22 @@ class DeepseekStreamJson(JsonLinesDialect):
             call_id, tool = text_of(message.get("id")), text_of(message.get("name"))
             if call_id and len(self.tool_names) < _MAX_TRACKED_CALLS:
                 self.tool_names[call_id] = tool
-            return [ActivityEvent("tool", tool=tool, title=tool_title(message.get("input")), status="started",
-                                  call_id=call_id)]
+            return [
+                ActivityEvent(
+                    "tool", tool=tool, title=tool_title(message.get("input")), status="started", call_id=call_id
+                )
+            ]
         if kind == "tool_result":
             call_id = text_of(message.get("id"))
-            return [ActivityEvent("tool", text=shorten(text_of(message.get("output")), OUTPUT_CHARS),
-                                  tool=self.tool_names.pop(call_id, ""),
-                                  status="failed" if message.get("status") == "error" else "completed",
-                                  call_id=call_id)]
+            return [
+                ActivityEvent(
+                    "tool",
+                    text=shorten(text_of(message.get("output")), OUTPUT_CHARS),
+                    tool=self.tool_names.pop(call_id, ""),
+                    status="failed" if message.get("status") == "error" else "completed",
+                    call_id=call_id,
+                )
+            ]
         if kind == "error":
             self.last_error = text_of(message.get("error")) or self.last_error
             return []
@@ -97,5 +105,6 @@ class DeepseekStreamJson(JsonLinesDialect):
     def finish(self) -> list[Event]:
         if self.done or self.failed:
             return []
-        return [ErrorEvent(self.last_error or "deepseek ended without finishing its turn (no done event)",
-                           unfinished=True)]
+        return [
+            ErrorEvent(self.last_error or "deepseek ended without finishing its turn (no done event)", unfinished=True)
+        ]

@@ -53,9 +53,12 @@ class DshJson(JsonLinesDialect):
             if message.get("phase") != "step_end" or not isinstance(usage, dict):
                 return []
             counted = token_usage(
-                fresh_input=usage.get("inputTokens"), cache_read=usage.get("cacheReadTokens"),
-                cache_write=usage.get("cacheWriteTokens"), output=usage.get("outputTokens"),
-                reasoning=usage.get("reasoningTokens"), total=usage.get("totalTokens"),
+                fresh_input=usage.get("inputTokens"),
+                cache_read=usage.get("cacheReadTokens"),
+                cache_write=usage.get("cacheWriteTokens"),
+                output=usage.get("outputTokens"),
+                reasoning=usage.get("reasoningTokens"),
+                total=usage.get("totalTokens"),
             )
             return [UsageEvent(counted, replace=False)] if counted is not None else []
         if kind == "session":
@@ -72,5 +75,8 @@ class DshJson(JsonLinesDialect):
         return []
 
     def finish(self) -> list[Event]:
-        return [] if self.done else [ErrorEvent("dsh ended without finishing its turn (no final message)",
-                                                  unfinished=True)]
+        return (
+            []
+            if self.done
+            else [ErrorEvent("dsh ended without finishing its turn (no final message)", unfinished=True)]
+        )

@@ -123,8 +123,16 @@ class ActivityEvent(Record):
     __slots__ = ("activity", "text", "tool", "title", "status", "call_id", "plan")
     kind: ClassVar[str] = "activity"
 
-    def __init__(self, activity: ActivityKind, text: str = "", tool: str = "", title: str = "", status: str = "",
-                 call_id: str = "", plan: tuple[PlanStep, ...] = ()) -> None:
+    def __init__(
+        self,
+        activity: ActivityKind,
+        text: str = "",
+        tool: str = "",
+        title: str = "",
+        status: str = "",
+        call_id: str = "",
+        plan: tuple[PlanStep, ...] = (),
+    ) -> None:
         self.activity = activity
         self.text = text
         self.tool = tool
@@ -147,8 +155,7 @@ class ActivityEvent(Record):
 class Usage(FrozenRecord):
     """What a turn cost, as far as the agent said: tokens (None where it did not say) and money."""
 
-    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens", "total_tokens",
-                 "cost_usd")
+    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens", "total_tokens", "cost_usd")
     input_tokens: int | None
     output_tokens: int | None
     cached_input_tokens: int | None
@@ -156,11 +163,23 @@ class Usage(FrozenRecord):
     total_tokens: int | None
     cost_usd: float | None
 
-    def __init__(self, input_tokens: int | None = None, output_tokens: int | None = None,
-                 cached_input_tokens: int | None = None, reasoning_tokens: int | None = None,
-                 total_tokens: int | None = None, cost_usd: float | None = None) -> None:
-        self._assign(input_tokens=input_tokens, output_tokens=output_tokens, cached_input_tokens=cached_input_tokens,
-                     reasoning_tokens=reasoning_tokens, total_tokens=total_tokens, cost_usd=cost_usd)
+    def __init__(
+        self,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cached_input_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+        total_tokens: int | None = None,
+        cost_usd: float | None = None,
+    ) -> None:
+        self._assign(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_input_tokens=cached_input_tokens,
+            reasoning_tokens=reasoning_tokens,
+            total_tokens=total_tokens,
+            cost_usd=cost_usd,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}
@@ -232,8 +251,15 @@ class FileRequest(Record):
 
     __slots__ = ("request_id", "operation", "path", "content", "line", "limit")
 
-    def __init__(self, request_id: str, operation: Literal["read", "write"], path: str, content: str | None = None,
-                 line: int | None = None, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        operation: Literal["read", "write"],
+        path: str,
+        content: str | None = None,
+        line: int | None = None,
+        limit: int | None = None,
+    ) -> None:
         self.request_id = request_id
         self.operation = operation
         self.path = path
@@ -257,5 +283,18 @@ class LineCut(ProtocolWarning):
     __slots__ = ()
 
 
-Event = (PartialEvent | SessionEvent | ErrorEvent | BodyLine | ReplyEvent | ActivityEvent | UsageEvent
-         | PermissionRequest | AgentInput | Ready | TurnEnd | FileRequest | ProtocolWarning)
+Event = (
+    PartialEvent
+    | SessionEvent
+    | ErrorEvent
+    | BodyLine
+    | ReplyEvent
+    | ActivityEvent
+    | UsageEvent
+    | PermissionRequest
+    | AgentInput
+    | Ready
+    | TurnEnd
+    | FileRequest
+    | ProtocolWarning
+)

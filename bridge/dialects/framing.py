@@ -64,7 +64,7 @@ class LineSplitter:
             lines = self._split_checked(complete)
         else:
             lines = self._split(complete)  # no line can be over the limit
-        self._append(data[end + 1:])
+        self._append(data[end + 1 :])
         return lines
 
     def close(self) -> Lines:

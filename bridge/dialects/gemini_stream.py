@@ -55,8 +55,9 @@ class GeminiStream(JsonLinesDialect):
             return []
         if kind == "tool_use":
             self._text.pause()
-            return self._tools.started(text_of(message.get("tool_name")), message.get("parameters"),
-                                       text_of(message.get("tool_id")))
+            return self._tools.started(
+                text_of(message.get("tool_name")), message.get("parameters"), text_of(message.get("tool_id"))
+            )
         if kind == "tool_result":
             return [self._tool_result(message)]
         if kind == "init":
@@ -87,10 +88,16 @@ class GeminiStream(JsonLinesDialect):
         events: list[Event] = []
         stats = message.get("stats")
         if isinstance(stats, dict):
-            events.append(UsageEvent(Usage(
-                input_tokens=number(stats.get("input_tokens")), output_tokens=number(stats.get("output_tokens")),
-                cached_input_tokens=number(stats.get("cached")), total_tokens=number(stats.get("total_tokens")),
-            )))
+            events.append(
+                UsageEvent(
+                    Usage(
+                        input_tokens=number(stats.get("input_tokens")),
+                        output_tokens=number(stats.get("output_tokens")),
+                        cached_input_tokens=number(stats.get("cached")),
+                        total_tokens=number(stats.get("total_tokens")),
+                    )
+                )
+            )
         if message.get("status") == "error":
             error = message.get("error")
             text = text_of(error.get("message")).strip() if isinstance(error, dict) else ""

@@ -72,8 +72,12 @@ class GrokStreamingJson(JsonLinesDialect):
                 events.append(usage)
             if message.get("stopReason") == "Cancelled":
                 self.failed = True
-                events.append(ErrorEvent("grok cancelled the turn (a tool needed a permission that headless grok "
-                                         "cannot ask for; run it with --always-approve, or allow the tool)"))
+                events.append(
+                    ErrorEvent(
+                        "grok cancelled the turn (a tool needed a permission that headless grok "
+                        "cannot ask for; run it with --always-approve, or allow the tool)"
+                    )
+                )
             else:
                 events.append(ReplyEvent("".join(self.text)))
         elif kind == "error":
@@ -102,8 +106,12 @@ def _usage(usage: Any, cost: Any) -> UsageEvent | None:
     if not isinstance(usage, dict):
         return None
     counted = token_usage(
-        fresh_input=usage.get("input_tokens"), cache_read=usage.get("cache_read_input_tokens"),
-        cache_write=usage.get("cache_creation_input_tokens"), output=usage.get("output_tokens"),
-        reasoning=usage.get("reasoning_tokens"), total=number(usage.get("total_tokens")), cost=money(cost),
+        fresh_input=usage.get("input_tokens"),
+        cache_read=usage.get("cache_read_input_tokens"),
+        cache_write=usage.get("cache_creation_input_tokens"),
+        output=usage.get("output_tokens"),
+        reasoning=usage.get("reasoning_tokens"),
+        total=number(usage.get("total_tokens")),
+        cost=money(cost),
     )
     return UsageEvent(counted) if counted is not None else None

@@ -80,21 +80,32 @@ class KimiStreamJson(JsonLinesDialect):
             call_id, tool = text_of(call.get("id")), text_of(function.get("name"))
             if call_id and len(self.tool_names) < _MAX_TRACKED_CALLS:
                 self.tool_names[call_id] = tool
-            events.append(ActivityEvent("tool", tool=tool, title=tool_title(function.get("arguments")),
-                                        status="started", call_id=call_id))
+            events.append(
+                ActivityEvent(
+                    "tool", tool=tool, title=tool_title(function.get("arguments")), status="started", call_id=call_id
+                )
+            )
         return events
 
     def on_tool_result(self, message: Mapping[str, Any]) -> list[Event]:
         call_id = text_of(message.get("tool_call_id"))
         content = message.get("content")
         if isinstance(content, list):
-            text = "".join(text_of(part.get("text")) for part in content
-                           if isinstance(part, dict) and part.get("type") == "text")
+            text = "".join(
+                text_of(part.get("text")) for part in content if isinstance(part, dict) and part.get("type") == "text"
+            )
         else:
             text = text_of(content)
         failed = text.lstrip().startswith("<system>ERROR:")
-        return [ActivityEvent("tool", text=shorten(text, OUTPUT_CHARS), tool=self.tool_names.pop(call_id, ""),
-                              status="failed" if failed else "completed", call_id=call_id)]
+        return [
+            ActivityEvent(
+                "tool",
+                text=shorten(text, OUTPUT_CHARS),
+                tool=self.tool_names.pop(call_id, ""),
+                status="failed" if failed else "completed",
+                call_id=call_id,
+            )
+        ]
 
     def on_other_line(self, line: str) -> list[Event]:
         if line.strip():

@@ -49,9 +49,13 @@ def parts_usage(tokens: Any, cost: Any) -> UsageEvent | None:
     cache = tokens.get("cache")
     cache = cache if isinstance(cache, dict) else {}
     usage = token_usage(
-        fresh_input=tokens.get("input"), cache_read=cache.get("read"), cache_write=cache.get("write"),
-        output=add(tokens.get("output"), tokens.get("reasoning")), reasoning=tokens.get("reasoning"),
-        total=tokens.get("total"), cost=cost,
+        fresh_input=tokens.get("input"),
+        cache_read=cache.get("read"),
+        cache_write=cache.get("write"),
+        output=add(tokens.get("output"), tokens.get("reasoning")),
+        reasoning=tokens.get("reasoning"),
+        total=tokens.get("total"),
+        cost=cost,
     )
     return UsageEvent(usage, replace=False) if usage is not None else None
 
@@ -122,11 +126,20 @@ class OpencodeJson(JsonLinesDialect):
         else:
             metadata = state.get("metadata")
             detail = text_of(state.get("output")) or (
-                text_of(metadata.get("output")) if isinstance(metadata, dict) else "")
+                text_of(metadata.get("output")) if isinstance(metadata, dict) else ""
+            )
         tool = text_of(part.get("tool"))
         title = shorten(text_of(state.get("title")), 120) or tool_title(state.get("input"))
-        return [ActivityEvent("tool", text=shorten(detail, OUTPUT_CHARS), tool=tool, title=title, status=status,
-                              call_id=text_of(part.get("callID")))]
+        return [
+            ActivityEvent(
+                "tool",
+                text=shorten(detail, OUTPUT_CHARS),
+                tool=tool,
+                title=title,
+                status=status,
+                call_id=text_of(part.get("callID")),
+            )
+        ]
 
     def on_step_finish(self, message: Mapping[str, Any]) -> list[Event]:
         part = part_of(message)
@@ -141,8 +154,11 @@ class OpencodeJson(JsonLinesDialect):
         rejected = message.get("rejected")
         if not isinstance(rejected, list):
             return []
-        return [ActivityEvent("tool", tool=permission, status="denied")
-                for permission in rejected if isinstance(permission, str) and permission]
+        return [
+            ActivityEvent("tool", tool=permission, status="denied")
+            for permission in rejected
+            if isinstance(permission, str) and permission
+        ]
 
     def finish(self) -> list[Event]:
         return [ReplyEvent(self.reply)] if self.reply else []

@@ -59,13 +59,25 @@ class PiJson(JsonLinesDialect):
         if kind == "message_end":
             return self.on_message_end(message.get("message"))
         if kind == "tool_execution_start":
-            return [ActivityEvent("tool", tool=text_of(message.get("toolName")), title=tool_title(message.get("args")),
-                                  status="started", call_id=text_of(message.get("toolCallId")))]
+            return [
+                ActivityEvent(
+                    "tool",
+                    tool=text_of(message.get("toolName")),
+                    title=tool_title(message.get("args")),
+                    status="started",
+                    call_id=text_of(message.get("toolCallId")),
+                )
+            ]
         if kind == "tool_execution_end":
-            return [ActivityEvent("tool", text=shorten(_content_text(message.get("result")), OUTPUT_CHARS),
-                                  tool=text_of(message.get("toolName")),
-                                  status="failed" if message.get("isError") is True else "completed",
-                                  call_id=text_of(message.get("toolCallId")))]
+            return [
+                ActivityEvent(
+                    "tool",
+                    text=shorten(_content_text(message.get("result")), OUTPUT_CHARS),
+                    tool=text_of(message.get("toolName")),
+                    status="failed" if message.get("isError") is True else "completed",
+                    call_id=text_of(message.get("toolCallId")),
+                )
+            ]
         if kind == "session":
             return self.session.see(message.get("id"))
         if kind == "agent_end":
@@ -99,8 +111,11 @@ class PiJson(JsonLinesDialect):
         if isinstance(usage, dict):
             cost = usage.get("cost")
             counted = token_usage(
-                fresh_input=usage.get("input"), cache_read=usage.get("cacheRead"),
-                cache_write=usage.get("cacheWrite"), output=usage.get("output"), total=usage.get("totalTokens"),
+                fresh_input=usage.get("input"),
+                cache_read=usage.get("cacheRead"),
+                cache_write=usage.get("cacheWrite"),
+                output=usage.get("output"),
+                total=usage.get("totalTokens"),
                 cost=cost.get("total") if isinstance(cost, dict) else cost,
             )
             if counted is not None:
@@ -117,8 +132,9 @@ class PiJson(JsonLinesDialect):
     def finish(self) -> list[Event]:
         if self.ended:
             return []
-        return [ErrorEvent(self.last_failure or "pi ended without finishing its turn (no agent_end event)",
-                           unfinished=True)]
+        return [
+            ErrorEvent(self.last_failure or "pi ended without finishing its turn (no agent_end event)", unfinished=True)
+        ]
 
 
 def _content_text(holder: Any) -> str:
@@ -130,5 +146,6 @@ def _content_text(holder: Any) -> str:
         return content
     if not isinstance(content, list):
         return ""
-    return "".join(text_of(part.get("text")) for part in content
-                   if isinstance(part, dict) and part.get("type") == "text")
+    return "".join(
+        text_of(part.get("text")) for part in content if isinstance(part, dict) and part.get("type") == "text"
+    )

@@ -73,16 +73,22 @@ class AcpSettings(JsonSettings):
     fs_read: bool
     fs_write: bool
 
-    def __init__(self, max_line_bytes: int = JSON_MAX_LINE_BYTES, mcp_servers: list[dict[str, Any]] | None = None,
-                 fs_read: bool = False, fs_write: bool = False) -> None:
+    def __init__(
+        self,
+        max_line_bytes: int = JSON_MAX_LINE_BYTES,
+        mcp_servers: list[dict[str, Any]] | None = None,
+        fs_read: bool = False,
+        fs_write: bool = False,
+    ) -> None:
         JsonSettings.__init__(self, max_line_bytes)
         self._assign(mcp_servers=mcp_servers, fs_read=fs_read, fs_write=fs_write)
         servers = self.mcp_servers
         if servers is None:
             return
         if not isinstance(servers, list) or not all(isinstance(server, Mapping) for server in servers):
-            raise ValueError("mcp_servers must be a list of mappings (each an MCP server in ACP's shape: name, "
-                             "command, args, env)")
+            raise ValueError(
+                "mcp_servers must be a list of mappings (each an MCP server in ACP's shape: name, command, args, env)"
+            )
         for index, server in enumerate(servers):
             if not isinstance(server.get("name"), str) or not server.get("name"):
                 raise ValueError(f"mcp_servers[{index}] needs a name (a non-empty string)")
@@ -105,8 +111,17 @@ class AnteSettings(JsonSettings):
     profile's `cwd`.
     """
 
-    __slots__ = ("model", "provider", "policy", "streaming", "system_prompt", "append_system_prompt",
-                 "allowed_tools", "disallowed_tools", "thinking")
+    __slots__ = (
+        "model",
+        "provider",
+        "policy",
+        "streaming",
+        "system_prompt",
+        "append_system_prompt",
+        "allowed_tools",
+        "disallowed_tools",
+        "thinking",
+    )
     model: str | None
     provider: str | None
     policy: str | None
@@ -117,15 +132,31 @@ class AnteSettings(JsonSettings):
     disallowed_tools: Sequence[str] | None
     thinking: str | None
 
-    def __init__(self, max_line_bytes: int = JSON_MAX_LINE_BYTES, model: str | None = None,
-                 provider: str | None = None, policy: str | None = None, streaming: bool = True,
-                 system_prompt: str | None = None, append_system_prompt: str | None = None,
-                 allowed_tools: Sequence[str] | None = None, disallowed_tools: Sequence[str] | None = None,
-                 thinking: str | None = None) -> None:
+    def __init__(
+        self,
+        max_line_bytes: int = JSON_MAX_LINE_BYTES,
+        model: str | None = None,
+        provider: str | None = None,
+        policy: str | None = None,
+        streaming: bool = True,
+        system_prompt: str | None = None,
+        append_system_prompt: str | None = None,
+        allowed_tools: Sequence[str] | None = None,
+        disallowed_tools: Sequence[str] | None = None,
+        thinking: str | None = None,
+    ) -> None:
         JsonSettings.__init__(self, max_line_bytes)
-        self._assign(model=model, provider=provider, policy=policy, streaming=streaming, system_prompt=system_prompt,
-                     append_system_prompt=append_system_prompt, allowed_tools=allowed_tools,
-                     disallowed_tools=disallowed_tools, thinking=thinking)
+        self._assign(
+            model=model,
+            provider=provider,
+            policy=policy,
+            streaming=streaming,
+            system_prompt=system_prompt,
+            append_system_prompt=append_system_prompt,
+            allowed_tools=allowed_tools,
+            disallowed_tools=disallowed_tools,
+            thinking=thinking,
+        )
         for name in ("model", "provider", "policy"):
             if getattr(self, name) == "":
                 raise ValueError(f"{name} is empty; name one, or leave it out for Ante's default")

@@ -21,7 +21,7 @@ and then drives the conversation in the family's own words:
   `shutdown()`: a graceful goodbye (b"" when closing stdin is the goodbye);
 - `close()`: the agent's stdout ended; a turn in progress did not finish.
 
-The turn engine (`bridge.warm`) owns the process, the deadlines and the
+The turn engine (`bridge.warm_agent`) owns the process, the deadlines and the
 policy; a warm dialect only speaks. Every rule is tested from transcripts.
 """
 

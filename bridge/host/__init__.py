@@ -17,23 +17,38 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .file_turnlock import TurnLockError
     from .postgres.gateway import FleetStats, GatewayNameTaken, RemoteHost, RemoteTurnError, TurnDetached
-    from .postgres.store import PostgresSessionStore
+    from .postgres.pg_store import PostgresSessionStore
     from .postgres.worker import Worker
     from .registry import ProfileRegistry, UnknownProfile
     from .runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionIdRefused, SessionStoreLike, open_host
     from .scheduler import QueueFull
+    from .sqlite_store import SessionRecord, SessionStore, StoreError
     from .state import open_store
-    from .store import SessionRecord, SessionStore, StoreError
-    from .turnlock import TurnLockError
 
 _WHERE = {
-    "DuplicateTurn": "runtime", "Host": "runtime", "HostClosed": "runtime", "HostStats": "runtime",
-    "SessionStoreLike": "runtime", "SessionIdRefused": "runtime", "open_host": "runtime", "ProfileRegistry": "registry",
-    "UnknownProfile": "registry", "QueueFull": "scheduler", "SessionRecord": "store", "SessionStore": "store",
-    "StoreError": "store", "TurnLockError": "turnlock", "PostgresSessionStore": "postgres.store",
-    "open_store": "state", "RemoteHost": "postgres.gateway", "FleetStats": "postgres.gateway",
-    "RemoteTurnError": "postgres.gateway", "TurnDetached": "postgres.gateway", "Worker": "postgres.worker",
+    "DuplicateTurn": "runtime",
+    "Host": "runtime",
+    "HostClosed": "runtime",
+    "HostStats": "runtime",
+    "SessionStoreLike": "runtime",
+    "SessionIdRefused": "runtime",
+    "open_host": "runtime",
+    "ProfileRegistry": "registry",
+    "UnknownProfile": "registry",
+    "QueueFull": "scheduler",
+    "SessionRecord": "sqlite_store",
+    "SessionStore": "sqlite_store",
+    "StoreError": "sqlite_store",
+    "TurnLockError": "file_turnlock",
+    "PostgresSessionStore": "postgres.pg_store",
+    "open_store": "state",
+    "RemoteHost": "postgres.gateway",
+    "FleetStats": "postgres.gateway",
+    "RemoteTurnError": "postgres.gateway",
+    "TurnDetached": "postgres.gateway",
+    "Worker": "postgres.worker",
     "GatewayNameTaken": "postgres.gateway",
 }
 
@@ -48,9 +63,26 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DuplicateTurn", "FleetStats", "GatewayNameTaken", "Host", "HostClosed", "HostStats", "PostgresSessionStore",
-    "ProfileRegistry", "QueueFull", "RemoteHost", "RemoteTurnError", "SessionIdRefused", "SessionRecord",
+    "DuplicateTurn",
+    "FleetStats",
+    "GatewayNameTaken",
+    "Host",
+    "HostClosed",
+    "HostStats",
+    "PostgresSessionStore",
+    "ProfileRegistry",
+    "QueueFull",
+    "RemoteHost",
+    "RemoteTurnError",
+    "SessionIdRefused",
+    "SessionRecord",
     "SessionStore",
-    "SessionStoreLike", "StoreError", "TurnDetached", "TurnLockError", "UnknownProfile", "Worker", "open_host",
+    "SessionStoreLike",
+    "StoreError",
+    "TurnDetached",
+    "TurnLockError",
+    "UnknownProfile",
+    "Worker",
+    "open_host",
     "open_store",
 ]

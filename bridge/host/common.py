@@ -44,7 +44,8 @@ def refuse_unless_stored(session_id: str, stored: str, profile: str, conversatio
             f"the turn's session_id is not the session stored for conversation {conversation!r} (profile "
             f"{profile!r}, session name {session_name!r}), and this host takes no other: leave session_id empty to "
             "resume the conversation's own session (a session id resumes whichever conversation's history it "
-            "belongs to)")
+            "belongs to)"
+        )
 
 
 @dataclass(frozen=True, slots=True)

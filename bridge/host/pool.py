@@ -29,7 +29,7 @@ from typing import Any
 import trio
 
 from ..profile import Profile
-from ..warm import WarmAgent, WarmStartError
+from ..warm_agent import WarmAgent, WarmStartError
 
 Key = tuple[str, str, str]  # (profile name, conversation, session name)
 
@@ -73,8 +73,7 @@ class WarmPool:
             unfit = entry.agent.unfit_for(profile, session_id, stamp)
             if unfit is None:
                 self._set_busy(key, entry)
-                log.debug("turn runs on the conversation's warm agent", pid=entry.agent.pid,
-                          turns=entry.agent.turns)
+                log.debug("turn runs on the conversation's warm agent", pid=entry.agent.pid, turns=entry.agent.turns)
                 return entry.agent
             log.info("the conversation's warm agent is not reused", why=unfit, pid=entry.agent.pid)
             self._retire(entry)
@@ -137,8 +136,9 @@ class WarmPool:
             _, entry = idle.popitem(last=False)
             if entry.expiry is not None:
                 entry.expiry.cancel()
-            self._log.info("a warm agent is shut down to make room (max_warm)", profile=profile_name,
-                           pid=entry.agent.pid)
+            self._log.info(
+                "a warm agent is shut down to make room (max_warm)", profile=profile_name, pid=entry.agent.pid
+            )
             self._retire(entry)
 
     def _take_idle(self, key: Key) -> _Entry | None:
@@ -166,7 +166,9 @@ class WarmPool:
             idle = self._idle.get(key[0])
             if idle is not None and idle.get(key) is entry:
                 del idle[key]
-                self._log.info("a warm agent idle for keep_warm_secs is shut down", pid=entry.agent.pid,
-                               idle_secs=entry.agent.profile.keep_warm_secs)
+                self._log.info(
+                    "a warm agent idle for keep_warm_secs is shut down",
+                    pid=entry.agent.pid,
+                    idle_secs=entry.agent.profile.keep_warm_secs,
+                )
                 await entry.agent.close()
-

@@ -83,11 +83,25 @@ class ProfileRegistry:
             return entry.profile
         if claims:
             files = ", ".join(str(self.directory / entry.file) for entry in claims)
-            raise ProfileError([Problem(f"profile name {name!r} is claimed by several files ({files}); "
-                                        "give each profile a distinct `name` or file name", str(self.directory))])
+            raise ProfileError(
+                [
+                    Problem(
+                        f"profile name {name!r} is claimed by several files ({files}); "
+                        "give each profile a distinct `name` or file name",
+                        str(self.directory),
+                    )
+                ]
+            )
         available = ", ".join(self.names()) or "none"
-        raise UnknownProfile([Problem(f"no profile named {name!r} (available: {available}); add {name}.yaml "
-                                      "there, or use one of the available names", str(self.directory))])
+        raise UnknownProfile(
+            [
+                Problem(
+                    f"no profile named {name!r} (available: {available}); add {name}.yaml "
+                    "there, or use one of the available names",
+                    str(self.directory),
+                )
+            ]
+        )
 
     def loaded(self) -> dict[str, Profile]:
         """Every profile that loads, by name, as of a refresh now (immutable: safe to hand to other threads)."""
@@ -117,17 +131,20 @@ class ProfileRegistry:
         try:
             dir_stat = os.stat(self.directory)
         except OSError as err:
-            raise ProfileError([Problem(f"the profiles directory cannot be read: {err.strerror or err}",
-                                        str(self.directory))]) from None
+            raise ProfileError(
+                [Problem(f"the profiles directory cannot be read: {err.strerror or err}", str(self.directory))]
+            ) from None
         dir_stamp = _stamp(dir_stat)
         changed = False
         if dir_stamp != self._dir_stamp or not self._dir_trusted:
             try:
-                listing = sorted(name for name in os.listdir(self.directory)
-                                 if name.endswith(SUFFIXES) and not name.startswith("."))
+                listing = sorted(
+                    name for name in os.listdir(self.directory) if name.endswith(SUFFIXES) and not name.startswith(".")
+                )
             except OSError as err:
-                raise ProfileError([Problem(f"the profiles directory cannot be listed: {err.strerror or err}",
-                                            str(self.directory))]) from None
+                raise ProfileError(
+                    [Problem(f"the profiles directory cannot be listed: {err.strerror or err}", str(self.directory))]
+                ) from None
             self._dir_stamp = dir_stamp
             self._dir_trusted = _conclusive(dir_stat, now)
             if listing != self._files:

@@ -35,7 +35,7 @@ from ..result import Outcome, TurnResult, cancelled_result
 from ..runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter, _ungrouped
 from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from ..turn import Turn, text_problem
-from ..warm import WarmAgent, WarmStartError
+from ..warm_agent import WarmAgent, WarmStartError
 from .common import (
     ClientSessionIds,
     DuplicateTurn,
@@ -45,14 +45,14 @@ from .common import (
     check_client_session_ids,
     refuse_unless_stored,
 )
+from .file_turnlock import Place, TurnLocks
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
 from .scheduler import QueueFull, Ticket, TurnQueue
-from .turnlock import Place, TurnLocks
 
 if TYPE_CHECKING:
+    from .postgres.advisory_turnlock import PgPlace, PgTurnLocks
     from .postgres.gateway import RemoteHost
-    from .postgres.turnlock import PgPlace, PgTurnLocks
 
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
@@ -82,12 +82,18 @@ class _Flight(Ticket):
         self.wake = trio.Event()  # set: the ticket left the queue (started, or withdrawn)
 
 
-def open_host(profiles: str | os.PathLike[str] | None = None, *,
-              state: str | os.PathLike[str] | SessionStoreLike | None = None,
-              max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
-              shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, postgres: str | None = None,
-              gateway_name: str = "serve", namespace: str | None = None,
-              client_session_ids: ClientSessionIds = "any") -> Host | RemoteHost:
+def open_host(
+    profiles: str | os.PathLike[str] | None = None,
+    *,
+    state: str | os.PathLike[str] | SessionStoreLike | None = None,
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    max_queued: int = DEFAULT_MAX_QUEUED,
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+    postgres: str | None = None,
+    gateway_name: str = "serve",
+    namespace: str | None = None,
+    client_session_ids: ClientSessionIds = "any",
+) -> Host | RemoteHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
     `state` is the session store: a file path, a `postgresql://` URL (a
@@ -98,7 +104,7 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
     With a `SessionStore` or a `PostgresSessionStore` (named, or given),
     turns also queue with those of other processes using the same store (CLI
     runs, other hosts): in `<store file>.turns/` (see `turnlock`), or with
-    the database's advisory locks (see `postgres.turnlock`). `namespace` is
+    the database's advisory locks (see `postgres.advisory_turnlock`). `namespace` is
     the bot whose sessions a `postgresql://` `state` holds (default: "serve",
     as the default gateway name): bots sharing a database need one each.
     `max_concurrent` turns run at once; `max_queued` more may wait, then
@@ -120,8 +126,13 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
 
         if namespace is not None and namespace != gateway_name:
             raise TypeError("a gateway's namespace is its name: pass gateway_name= instead of namespace=")
-        return RemoteHost(postgres, name=gateway_name, max_queued=max_queued, shutdown_grace=shutdown_grace,
-                          client_session_ids=client_session_ids)
+        return RemoteHost(
+            postgres,
+            name=gateway_name,
+            max_queued=max_queued,
+            shutdown_grace=shutdown_grace,
+            client_session_ids=client_session_ids,
+        )
     if profiles is None:
         raise TypeError("open_host() needs a profiles directory (or postgres= for a gateway)")
     registry = ProfileRegistry(profiles)
@@ -135,8 +146,9 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
         store: SessionStoreLike = open_store(state, namespace=namespace)  # type: ignore[arg-type]
     else:
         if namespace is not None:
-            raise TypeError("namespace= is for a store open_host opens (state= a postgresql:// URL); a store "
-                            "object has its own")
+            raise TypeError(
+                "namespace= is for a store open_host opens (state= a postgresql:// URL); a store object has its own"
+            )
         store = state  # type: ignore[assignment]
     try:
         turn_locks = open_turn_locks(store)  # a store other processes may share: queue with their turns too
@@ -144,8 +156,16 @@ def open_host(profiles: str | os.PathLike[str] | None = None, *,
         if owned:
             store.close()  # type: ignore[attr-defined]
         raise
-    return Host(registry, store, owns_store=owned, turn_locks=turn_locks, max_concurrent=max_concurrent,
-                max_queued=max_queued, shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
+    return Host(
+        registry,
+        store,
+        owns_store=owned,
+        turn_locks=turn_locks,
+        max_concurrent=max_concurrent,
+        max_queued=max_queued,
+        shutdown_grace=shutdown_grace,
+        client_session_ids=client_session_ids,
+    )
 
 
 class Host:
@@ -154,10 +174,18 @@ class Host:
     Build it with `open_host`. One host belongs to one trio run.
     """
 
-    def __init__(self, registry: ProfileRegistry, store: SessionStoreLike, *, owns_store: bool = False,
-                 turn_locks: TurnLocks | PgTurnLocks | None = None,
-                 max_concurrent: int = DEFAULT_MAX_CONCURRENT, max_queued: int = DEFAULT_MAX_QUEUED,
-                 shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE, client_session_ids: ClientSessionIds = "any") -> None:
+    def __init__(
+        self,
+        registry: ProfileRegistry,
+        store: SessionStoreLike,
+        *,
+        owns_store: bool = False,
+        turn_locks: TurnLocks | PgTurnLocks | None = None,
+        max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+        shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+        client_session_ids: ClientSessionIds = "any",
+    ) -> None:
         if not shutdown_grace >= 0:
             raise ValueError("shutdown_grace must be at least 0 seconds")
         self.registry = registry
@@ -183,10 +211,18 @@ class Host:
 
     # ------------------------------------------------------------------ turns
 
-    async def submit(self, profile: str, conversation: str, turn: Turn, *,
-                     on_partial: PartialCallback | None = None, on_event: EventCallback | None = None,
-                     on_permission: PermissionCallback | None = None, turn_id: str | None = None,
-                     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> TurnResult:
+    async def submit(
+        self,
+        profile: str,
+        conversation: str,
+        turn: Turn,
+        *,
+        on_partial: PartialCallback | None = None,
+        on_event: EventCallback | None = None,
+        on_permission: PermissionCallback | None = None,
+        turn_id: str | None = None,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> TurnResult:
         """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
 
         Turns of the same (profile, conversation, session name) run one at a
@@ -306,8 +342,11 @@ class Host:
             failed=self._failed,
             refused=self._refused,
             store_errors=self._store_errors,
-            outcomes={outcome.value: self._outcomes[outcome.value] for outcome in Outcome
-                      if outcome is not Outcome.WORKER_LOST},  # only workers of a PostgreSQL queue lose turns
+            outcomes={
+                outcome.value: self._outcomes[outcome.value]
+                for outcome in Outcome
+                if outcome is not Outcome.WORKER_LOST
+            },  # only workers of a PostgreSQL queue lose turns
             max_concurrent=self._queue.max_running,
             max_queued=self._queue.max_waiting,
             closing=self._closing,
@@ -342,8 +381,9 @@ class Host:
                 self._queue.withdraw(flight)
             raise
 
-    async def _run(self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn,
-                   emit: Any, log: Any) -> TurnResult:
+    async def _run(
+        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Any, log: Any
+    ) -> TurnResult:
         if self._turn_locks is None:
             return await self._run_in_place(flight, profile, name, conversation, turn, emit, log)
         place = await self._take_place(self._turn_locks, flight, name, conversation, turn.session_name, log)
@@ -354,8 +394,15 @@ class Host:
         finally:
             place.release()
 
-    async def _take_place(self, turn_locks: TurnLocks | PgTurnLocks, flight: _Flight, name: str, conversation: str,
-                          session_name: str, log: Any) -> Place | PgPlace | None:
+    async def _take_place(
+        self,
+        turn_locks: TurnLocks | PgTurnLocks,
+        flight: _Flight,
+        name: str,
+        conversation: str,
+        session_name: str,
+        log: Any,
+    ) -> Place | PgPlace | None:
         """The conversation's place across processes, once our own queue let the turn start; None if the
         turn was cancelled while waiting. Waiting polls (no thread to abandon), and only while another
         process runs a turn of the conversation."""
@@ -376,8 +423,9 @@ class Host:
             raise
         return place
 
-    async def _run_in_place(self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn,
-                            emit: Any, log: Any) -> TurnResult:
+    async def _run_in_place(
+        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Any, log: Any
+    ) -> TurnResult:
         # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
         # a thread hop ~100 µs), but a record can wait: for another process's write lock (up to the
         # store's busy timeout), for a WAL checkpoint's fsync, or for another record of this store
@@ -409,8 +457,9 @@ class Host:
         try:
             with _ungrouped():  # a callback's exception reaches the submitter as itself
                 if pool is None:
-                    result = await drive_turn(profile, turn, forward, cancel=flight.cancel, turn_id=flight.turn_id,
-                                              questions=flight.questions)
+                    result = await drive_turn(
+                        profile, turn, forward, cancel=flight.cancel, turn_id=flight.turn_id, questions=flight.questions
+                    )
                 else:
                     started = trio.current_time()
                     try:
@@ -418,16 +467,20 @@ class Host:
                     except WarmStartError as err:
                         result = err.result(profile, log, round((trio.current_time() - started) * 1000))
                     else:
-                        result = await agent.turn(turn, forward, cancel=flight.cancel, questions=flight.questions,
-                                                  log=log)
+                        result = await agent.turn(
+                            turn, forward, cancel=flight.cancel, questions=flight.questions, log=log
+                        )
             try:
-                stamp = await trio.to_thread.run_sync(self.store.record, name, conversation, turn.session_name,
-                                                      result) or ""
+                stamp = (
+                    await trio.to_thread.run_sync(self.store.record, name, conversation, turn.session_name, result)
+                    or ""
+                )
             except BridgeError as err:
                 # The turn happened and its result stands; only the session link is lost.
                 self._store_errors += 1
-                log.error("the turn's session could not be stored; the next turn may start a new session",
-                          error=str(err))
+                log.error(
+                    "the turn's session could not be stored; the next turn may start a new session", error=str(err)
+                )
         finally:
             if agent is not None:
                 pool.checkin(key, stamp)  # type: ignore[union-attr]
@@ -440,8 +493,10 @@ class Host:
             stored, _ = await trio.to_thread.run_sync(self._lookup, key)
         except BridgeError as err:
             self._store_errors += 1
-            log.error("the stored session cannot be read to check the turn's session_id; the turn does not run",
-                      error=str(err))
+            log.error(
+                "the stored session cannot be read to check the turn's session_id; the turn does not run",
+                error=str(err),
+            )
             raise
         try:
             refuse_unless_stored(session_id, stored, *key)
@@ -496,8 +551,12 @@ class Host:
         with trio.move_on_after(grace):
             await self._drained()
         if self._flights:
-            self._log.warning("shutdown grace over; cancelling the turns still in flight", grace_secs=grace,
-                              running=self._queue.running, queued=self._queue.waiting)
+            self._log.warning(
+                "shutdown grace over; cancelling the turns still in flight",
+                grace_secs=grace,
+                running=self._queue.running,
+                queued=self._queue.waiting,
+            )
             self.cancel_all()
         # The agents get SIGINT, then SIGKILL after their grace: this wait is bounded.
         bound = max((flight.profile.kill_grace_secs for flight in self._flights.values()), default=0.0)
@@ -528,8 +587,9 @@ class Host:
         self._pool = WarmPool(await self._pool_tasks.__aenter__(), self._log)
         return self
 
-    async def __aexit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                        traceback: TracebackType | None) -> None:
+    async def __aexit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         try:
             await self.aclose()
         finally:
@@ -541,5 +601,13 @@ def _cancelled_result(profile: Profile, started: float) -> TurnResult:
     return cancelled_result(profile, max(0, round((trio.current_time() - started) * 1000)))
 
 
-__all__ = ["DuplicateTurn", "Host", "HostClosed", "HostStats", "QueueFull", "SessionIdRefused", "SessionStoreLike",
-           "open_host"]
+__all__ = [
+    "DuplicateTurn",
+    "Host",
+    "HostClosed",
+    "HostStats",
+    "QueueFull",
+    "SessionIdRefused",
+    "SessionStoreLike",
+    "open_host",
+]

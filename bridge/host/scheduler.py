@@ -70,8 +70,10 @@ class TurnQueue:
             self._start(ticket)
             return True
         if self.waiting >= self.max_waiting:
-            raise QueueFull(f"{self.running} turns are running and {self.waiting} are queued, the most allowed "
-                            "(max_queued); try again later, or raise max_concurrent / max_queued")
+            raise QueueFull(
+                f"{self.running} turns are running and {self.waiting} are queued, the most allowed "
+                "(max_queued); try again later, or raise max_concurrent / max_queued"
+            )
         ticket.state = Ticket.WAITING
         self.waiting += 1
         if lane is None:

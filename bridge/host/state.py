@@ -1,4 +1,4 @@
-"""What `--state` (or `open_host(state=...)`) names: the session store, and the queue across processes that goes with it.
+"""What `--state` (or `open_host(state=...)`) names: the session store, and the cross-process queue going with it.
 
 A `postgresql://` or `postgres://` URL is a PostgreSQL database
 (`bridge.host.postgres`, which needs psycopg); anything else is the path of
@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from .file_turnlock import TurnLocks
 from .location import store_path
 from .postgres.db import is_postgres_url
-from .store import SessionStore, StoreError
-from .turnlock import TurnLocks
+from .sqlite_store import SessionStore, StoreError
 
 if TYPE_CHECKING:
-    from .postgres.store import PostgresSessionStore
-    from .postgres.turnlock import PgTurnLocks
+    from .postgres.advisory_turnlock import PgTurnLocks
+    from .postgres.pg_store import PostgresSessionStore
 
     Store = SessionStore | PostgresSessionStore
 
@@ -31,7 +31,7 @@ def open_store(state: str | os.PathLike[str] | None = None, *, namespace: str | 
     """
     check_namespace_applies(state, namespace)
     if is_postgres_url(state):
-        from .postgres.store import PostgresSessionStore
+        from .postgres.pg_store import PostgresSessionStore
 
         if namespace is None:
             return PostgresSessionStore(str(state))
@@ -42,8 +42,10 @@ def open_store(state: str | os.PathLike[str] | None = None, *, namespace: str | 
 def check_namespace_applies(state: object, namespace: str | None) -> None:
     """A namespace names a bot's sessions in a shared database; a file is one bot's already: a `StoreError`."""
     if namespace is not None and not is_postgres_url(state):
-        raise StoreError("a namespace applies to a PostgreSQL session store (--state postgresql://…) only; a "
-                         "file holds one bot's sessions: give each bot a file of its own instead")
+        raise StoreError(
+            "a namespace applies to a PostgreSQL session store (--state postgresql://…) only; a "
+            "file holds one bot's sessions: give each bot a file of its own instead"
+        )
 
 
 def store_exists(state: str | os.PathLike[str] | None = None) -> bool:
@@ -56,10 +58,10 @@ def open_turn_locks(store: object) -> TurnLocks | PgTurnLocks | None:
     (anything with `get` and `record`), which only this process knows."""
     if isinstance(store, SessionStore):
         return TurnLocks(store.path)
-    from .postgres.store import PostgresSessionStore
+    from .postgres.pg_store import PostgresSessionStore
 
     if isinstance(store, PostgresSessionStore):
-        from .postgres.turnlock import PgTurnLocks
+        from .postgres.advisory_turnlock import PgTurnLocks
 
         return PgTurnLocks(store.dsn, namespace=store.namespace)
     return None

@@ -10,5 +10,12 @@
 from .fields import FIELD_NAMES, PLACEHOLDER_PATTERN, PLACEHOLDERS
 from .model import Profile, json_schema, load_profile, parse_profile
 
-__all__ = ["FIELD_NAMES", "PLACEHOLDERS", "PLACEHOLDER_PATTERN", "Profile", "json_schema", "load_profile",
-           "parse_profile"]
+__all__ = [
+    "FIELD_NAMES",
+    "PLACEHOLDERS",
+    "PLACEHOLDER_PATTERN",
+    "Profile",
+    "json_schema",
+    "load_profile",
+    "parse_profile",
+]

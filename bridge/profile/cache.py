@@ -30,8 +30,10 @@ from typing import Any, NamedTuple
 
 _FORMAT = 2
 # What decides whether a profile is valid, and what validation produces: an edit to any of them validates afresh.
-_VALIDATORS = (*(Path(__file__).with_name(name) for name in ("schema.py", "argv_rules.py", "fields.py")),
-               Path(__file__).parent.parent / "dialects" / "settings.py")
+_VALIDATORS = (
+    *(Path(__file__).with_name(name) for name in ("schema.py", "argv_rules.py", "fields.py")),
+    Path(__file__).parent.parent / "dialects" / "settings.py",
+)
 _MAX_SYMLINKS = 40  # the kernel's own limit before ELOOP
 
 _verdicts: dict[tuple[str, int], bool] = {}  # (cache directory, effective uid) -> trusted
@@ -63,8 +65,11 @@ def lookup(path: str, content: bytes) -> dict[str, Any] | None:
             if problem is not None or not stat.S_ISREG(status.st_mode):
                 if problem is not None and str(entry_path) not in _warned_entries:
                     _warned_entries.add(str(entry_path))
-                    _warn(str(entry_path), problem, "nothing to do: it is ignored, and replaced by a private "
-                                                    "entry once the profile is validated")
+                    _warn(
+                        str(entry_path),
+                        problem,
+                        "nothing to do: it is ignored, and replaced by a private entry once the profile is validated",
+                    )
                 return None
             entry = json.loads(file.read())
         if (entry["validator"], entry["path"], entry["content"]) == (_validator_stamp(), path, _text(content)):
@@ -81,7 +86,9 @@ def store(path: str, content: bytes, values: Mapping[str, Any]) -> None:
     if _verdicts.get(_verdict_key(directory)) is False:
         return
     entry = {
-        "validator": _validator_stamp(), "path": path, "content": _text(content),
+        "validator": _validator_stamp(),
+        "path": path,
+        "content": _text(content),
         "values": dict(values),
     }
     target = _entry_path(directory, path, content)
@@ -186,8 +193,7 @@ def _trusted(directory: Path) -> bool:
             return False  # not there (yet), or not a directory: a miss, and nothing to warn about
         verdict = _verdicts[key] = distrust is None
         if distrust is not None:
-            _warn(distrust.path, distrust.problem,
-                  f"{distrust.fix}; until then every profile is validated afresh")
+            _warn(distrust.path, distrust.problem, f"{distrust.fix}; until then every profile is validated afresh")
     return verdict
 
 
@@ -199,7 +205,8 @@ def _warn(path: str, problem: str, fix: str) -> None:
     from ..log import get_logger  # only now: the cache sits on the CLI's start-up path
 
     get_logger(component="profile_cache").warning(
-        "profile cache not trusted: another user could have written it", path=path, problem=problem, fix=fix)
+        "profile cache not trusted: another user could have written it", path=path, problem=problem, fix=fix
+    )
 
 
 def _make_private_directories(directory: Path) -> None:

@@ -31,8 +31,17 @@ class Profile:
     makes a changed copy.
     """
 
-    __slots__ = (*FIELD_NAMES, "argv_template", "resume_argv_template", "protocol_settings", "settings",
-                 "dialect", "dialect_context", "permission_policy", "profile_dir")
+    __slots__ = (
+        *FIELD_NAMES,
+        "argv_template",
+        "resume_argv_template",
+        "protocol_settings",
+        "settings",
+        "dialect",
+        "dialect_context",
+        "permission_policy",
+        "profile_dir",
+    )
 
     command: str | tuple[str, ...]
     args: tuple[str, ...]
@@ -111,17 +120,23 @@ class Profile:
         object.__setattr__(self, "protocol_settings", MappingProxyType(settings))
         object.__setattr__(self, "settings", PROTOCOLS[self.protocol].settings(**settings))
         object.__setattr__(self, "dialect", dialect_class(self.protocol))
-        object.__setattr__(self, "dialect_context", DialectContext(
-            settings=self.settings, session_line_prefix=self.session_line_prefix,
-            stdin_message=self.stdin != "none", stdin_line=self.stdin == "line",
-            permissions=self.permissions is not None,
-        ))
+        object.__setattr__(
+            self,
+            "dialect_context",
+            DialectContext(
+                settings=self.settings,
+                session_line_prefix=self.session_line_prefix,
+                stdin_message=self.stdin != "none",
+                stdin_line=self.stdin == "line",
+                permissions=self.permissions is not None,
+            ),
+        )
         object.__setattr__(self, "permission_policy", PermissionPolicy.from_mapping(self.permissions))
         object.__setattr__(self, "profile_dir", profile_dir)
 
     @property
     def warm(self) -> bool:
-        """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.warm`."""
+        """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.warm_agent`."""
         return PROTOCOLS[self.protocol].warm
 
     def __setattr__(self, name: str, value: object) -> None:

@@ -45,12 +45,14 @@ class PermissionsModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     default: Literal["allow", "deny", "ask"] = Field(
-        default="deny", description="What a tool that neither list names gets: allow, deny (the default), or ask "
+        default="deny",
+        description="What a tool that neither list names gets: allow, deny (the default), or ask "
         "(the host decides: a chat user, a bot through serve's decide request, a Python callback).",
     )
     allow: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=[], description="Tools to allow: names as the agent calls them, in any case (wildcards * ? [...] "
-        f"allowed), or kinds ({', '.join(TOOL_KINDS)})."
+        default=[],
+        description="Tools to allow: names as the agent calls them, in any case (wildcards * ? [...] "
+        f"allowed), or kinds ({', '.join(TOOL_KINDS)}).",
     )
     deny: list[Annotated[str, Field(min_length=1)]] = Field(
         default=[], description="Tools to deny, written like allow; deny wins over allow."
@@ -81,35 +83,43 @@ class ProfileModel(BaseModel):
     args: list[str] = Field(default=[], description="Appended to the split command, one token each, never split.")
     protocol: str = Field(
         default=DEFAULT_PROTOCOL,
-        description="How the agent talks: " + "; ".join(f"{name}: {info.summary}" for name, info in PROTOCOLS.items())
+        description="How the agent talks: "
+        + "; ".join(f"{name}: {info.summary}" for name, info in PROTOCOLS.items())
         + ". Settings of the protocol go under a key named after it.",
     )
     resume_args: list[str] = Field(
-        default=[], description="Put between the command's words and args only when the turn resumes a session "
+        default=[],
+        description="Put between the command's words and args only when the turn resumes a session "
         "(its session id is not empty), e.g. [--resume, '{{SESSION_ID}}'].",
     )
     new_session_args: list[str] = Field(
-        default=[], description="Put between the command's words and args only when the turn starts a new session. "
+        default=[],
+        description="Put between the command's words and args only when the turn starts a new session. "
         "{{NEW_SESSION_ID}} here is a fresh UUID the bridge makes up and reports as the turn's session id, for CLIs "
         "that take the id of a new session from their caller (e.g. [--session, '{{NEW_SESSION_ID}}']).",
     )
     permissions: PermissionsModel | None = Field(
-        default=None, description="Answers to the agent's requests to run a tool (agentproc-0.4 and the warm "
+        default=None,
+        description="Answers to the agent's requests to run a tool (agentproc-0.4 and the warm "
         "protocols). Present: requests are answered by these rules; absent: the agent is told nobody answers.",
     )
     keep_warm_secs: Annotated[float, Field(gt=0)] = Field(
-        default=600.0, description="Warm protocols: an agent idle this long is shut down; the next turn of its "
+        default=600.0,
+        description="Warm protocols: an agent idle this long is shut down; the next turn of its "
         "conversation starts a new process that resumes the stored session.",
     )
     max_warm: Annotated[int, Field(ge=1)] = Field(
-        default=16, description="Warm protocols: live processes of this profile at most; starting one more shuts "
+        default=16,
+        description="Warm protocols: live processes of this profile at most; starting one more shuts "
         "the least recently used down.",
     )
     start_timeout_secs: Annotated[float, Field(gt=0)] = Field(
-        default=60.0, description="Warm protocols: how long starting the agent and its session may take.",
+        default=60.0,
+        description="Warm protocols: how long starting the agent and its session may take.",
     )
     on_worker_lost: Literal["retry", "fail"] = Field(
-        default="retry", description="Workers sharing a PostgreSQL queue: when the worker running a turn dies, "
+        default="retry",
+        description="Workers sharing a PostgreSQL queue: when the worker running a turn dies, "
         "retry puts the turn back in its place in the queue (the agent may run twice: at-least-once); fail ends it "
         "with a worker_lost result (at-most-once).",
     )
@@ -182,7 +192,9 @@ class ProfileModel(BaseModel):
             return protocol
         close = difflib.get_close_matches(protocol, list(PROTOCOLS), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(PROTOCOLS)})"
-        raise PydanticCustomError("protocol", "unknown protocol {protocol}{hint}", {"protocol": repr(protocol), "hint": hint})
+        raise PydanticCustomError(
+            "protocol", "unknown protocol {protocol}{hint}", {"protocol": repr(protocol), "hint": hint}
+        )
 
     @field_validator("env")
     @classmethod
@@ -200,7 +212,9 @@ class ProfileModel(BaseModel):
             try:
                 words = shlex.split(self.command, posix=True)
             except ValueError as err:  # shlex says "No closing quotation" / "No escaped character"
-                raise _located_error(("command",), "cannot split it into words: {reason}", reason=str(err).lower()) from None
+                raise _located_error(
+                    ("command",), "cannot split it into words: {reason}", reason=str(err).lower()
+                ) from None
             word_locations: list[tuple[str | int, ...]] = [("command",)] * len(words)
         else:
             words = list(self.command)
@@ -221,12 +235,15 @@ class ProfileModel(BaseModel):
         self._check_protocol_fields()
         if PROTOCOLS[self.protocol].warm:
             for argv, locations in templates.values():
-                for word, location in zip(argv, locations):
+                for word, location in zip(argv, locations, strict=True):
                     if "{{MESSAGE}}" in word:
-                        raise _located_error(location, "{{{{MESSAGE}}}} cannot be in the argv of protocol {protocol}: "
-                                             "its agent starts before any message and keeps running for the whole "
-                                             "conversation; the messages reach it through the protocol (remove it)",
-                                             protocol=self.protocol)
+                        raise _located_error(
+                            location,
+                            "{{{{MESSAGE}}}} cannot be in the argv of protocol {protocol}: "
+                            "its agent starts before any message and keeps running for the whole "
+                            "conversation; the messages reach it through the protocol (remove it)",
+                            protocol=self.protocol,
+                        )
         message_on_stdin = self.stdin != "none" or PROTOCOLS[self.protocol].message_on_stdin
         for argv, locations in templates.values():
             problem = argv_problem(argv)
@@ -245,23 +262,35 @@ class ProfileModel(BaseModel):
         if not PROTOCOLS[self.protocol].warm:
             for field in ("keep_warm_secs", "max_warm", "start_timeout_secs"):  # by value: see below
                 if getattr(self, field) != defaults[field].default:
-                    raise _located_error((field,), "{field} is for the warm protocols (one process per "
-                                         "conversation); {protocol} runs one process per turn (remove it)",
-                                         field=field, protocol=self.protocol)
+                    raise _located_error(
+                        (field,),
+                        "{field} is for the warm protocols (one process per "
+                        "conversation); {protocol} runs one process per turn (remove it)",
+                        field=field,
+                        protocol=self.protocol,
+                    )
         if self.protocol == DEFAULT_PROTOCOL:
             return
         if self.stdin != "none":
-            raise _located_error(("stdin",), "stdin: {mode} is for protocol agentproc-0.1; {protocol} hands the "
-                                 "turn to the agent itself (remove stdin)", mode=self.stdin, protocol=self.protocol)
+            raise _located_error(
+                ("stdin",),
+                "stdin: {mode} is for protocol agentproc-0.1; {protocol} hands the "
+                "turn to the agent itself (remove stdin)",
+                mode=self.stdin,
+                protocol=self.protocol,
+            )
         # By value, as stdin: `Profile.replace()` passes every field back, defaults included.
         if self.session_line_prefix != defaults["session_line_prefix"].default:
-            raise _located_error(("session_line_prefix",), "session_line_prefix is for protocol agentproc-0.1; "
-                                 "{protocol} agents report their session in their own messages (remove it)",
-                                 protocol=self.protocol)
+            raise _located_error(
+                ("session_line_prefix",),
+                "session_line_prefix is for protocol agentproc-0.1; "
+                "{protocol} agents report their session in their own messages (remove it)",
+                protocol=self.protocol,
+            )
 
     def _templated_fields(self, templates: Any) -> Iterator[tuple[str, tuple[str | int, ...]]]:
         for argv, locations in templates:
-            yield from zip(argv, locations)
+            yield from zip(argv, locations, strict=True)
         if self.cwd is not None:
             yield self.cwd, ("cwd",)
         for name, value in self.env.items():
@@ -312,8 +341,14 @@ def _validate(data: dict[str, Any], lines: Mapping[tuple[Any, ...], int], where:
     settings: dict[str, Any] = {}
     for key, section in sections.items():
         if key != protocol:
-            problems.append(Problem(f"{key}: these are settings of protocol {key}, but the profile's protocol is "
-                                    f"{protocol}; set protocol: {key}, or remove them", where, lines.get((key,))))
+            problems.append(
+                Problem(
+                    f"{key}: these are settings of protocol {key}, but the profile's protocol is "
+                    f"{protocol}; set protocol: {key}, or remove them",
+                    where,
+                    lines.get((key,)),
+                )
+            )
             continue
         try:
             settings = _validate_settings(PROTOCOLS[key].settings, section)
@@ -333,8 +368,12 @@ def _settings_model(settings: type) -> type[BaseModel]:
     hints = typing.get_type_hints(settings)
     defaults = inspect.signature(settings).parameters
     fields: dict[str, Any] = {name: (hints[name], defaults[name].default) for name in record_fields(settings)}
-    return create_model(f"{settings.__name__}Model", __config__=ConfigDict(strict=True, extra="forbid"),
-                        __doc__=settings.__doc__, **fields)
+    return create_model(
+        f"{settings.__name__}Model",
+        __config__=ConfigDict(strict=True, extra="forbid"),
+        __doc__=settings.__doc__,
+        **fields,
+    )
 
 
 def _validate_settings(settings: type, section: Any) -> dict[str, Any]:
@@ -346,9 +385,10 @@ def _validate_settings(settings: type, section: Any) -> dict[str, Any]:
     try:
         settings(**values)
     except (ValueError, TypeError) as err:
-        raise ValidationError.from_exception_data(settings.__name__, [
-            {"type": PydanticCustomError("settings", "{reason}", {"reason": str(err)}), "loc": (), "input": section}
-        ]) from None
+        raise ValidationError.from_exception_data(
+            settings.__name__,
+            [{"type": PydanticCustomError("settings", "{reason}", {"reason": str(err)}), "loc": (), "input": section}],
+        ) from None
     return values
 
 
@@ -366,7 +406,11 @@ def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple
         problems: list[Problem] = []
         _index_lines(node, (), lines, problems, where)
         if not isinstance(node, yaml.MappingNode):
-            return None, lines, [Problem("a profile must be a mapping of keys to values", where, node.start_mark.line + 1)]
+            return (
+                None,
+                lines,
+                [Problem("a profile must be a mapping of keys to values", where, node.start_mark.line + 1)],
+            )
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
@@ -427,8 +471,13 @@ def _located_error(loc: tuple[str | int, ...], message: str, **context: Any) -> 
     return PydanticCustomError("located", message, {**context, "loc": loc})
 
 
-def _explain(err: ValidationError, lines: Mapping[tuple[Any, ...], int], where: str | None,
-             prefix: tuple[str, ...] = (), keys: typing.Iterable[str] | None = None) -> list[Problem]:
+def _explain(
+    err: ValidationError,
+    lines: Mapping[tuple[Any, ...], int],
+    where: str | None,
+    prefix: tuple[str, ...] = (),
+    keys: typing.Iterable[str] | None = None,
+) -> list[Problem]:
     """Problems as people read them; `keys` are the valid keys a misspelt one is compared with."""
     if keys is None:
         keys = [*ProfileModel.model_fields, *PROTOCOLS]
@@ -448,8 +497,9 @@ def _explain(err: ValidationError, lines: Mapping[tuple[Any, ...], int], where: 
                 message += f"; did you mean {close[0]!r}?"
         else:
             template = _TYPE_WORDS.get(kind)
-            context = {key: f"{value:g}" if isinstance(value, float) else value
-                       for key, value in detail.get("ctx", {}).items()}
+            context = {
+                key: f"{value:g}" if isinstance(value, float) else value for key, value in detail.get("ctx", {}).items()
+            }
             reason = template.format(**context) if template else detail["msg"]
             field = ".".join(str(part) for part in loc) or "profile"
             message = f"{field}: {reason}"
@@ -476,12 +526,21 @@ def _check_placeholders(text: str, location: tuple[str | int, ...]) -> None:
     for match in PLACEHOLDER_PATTERN.finditer(text):
         name = match.group(1)
         if name == "NEW_SESSION_ID" and location[0] != "new_session_args":
-            raise _located_error(location, "{reason}", reason=(
-                "{{NEW_SESSION_ID}} may stand only in new_session_args: it is a fresh id the bridge makes up for a "
-                "turn that starts a new session (a resumed turn has its id in {{SESSION_ID}}, e.g. "
-                "resume_args: [--session, '{{SESSION_ID}}'])"))
+            raise _located_error(
+                location,
+                "{reason}",
+                reason=(
+                    "{{NEW_SESSION_ID}} may stand only in new_session_args: it is a fresh id the bridge makes up for a "
+                    "turn that starts a new session (a resumed turn has its id in {{SESSION_ID}}, e.g. "
+                    "resume_args: [--session, '{{SESSION_ID}}'])"
+                ),
+            )
         if name in PLACEHOLDERS:
             continue
         close = difflib.get_close_matches(name.upper(), PLACEHOLDERS, n=1, cutoff=0.6)
-        hint = f"; did you mean {{{{{close[0]}}}}}?" if close else f" (known: {', '.join('{{%s}}' % p for p in PLACEHOLDERS)})"
+        hint = (
+            f"; did you mean {{{{{close[0]}}}}}?"
+            if close
+            else f" (known: {', '.join('{{' + p + '}}' for p in PLACEHOLDERS)})"
+        )
         raise _located_error(location, "unknown placeholder {found}{hint}", found=match.group(0), hint=hint)

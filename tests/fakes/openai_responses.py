@@ -35,8 +35,13 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-USAGE = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 7},
-         "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 120}
+USAGE = {
+    "input_tokens": 100,
+    "input_tokens_details": {"cached_tokens": 7},
+    "output_tokens": 20,
+    "output_tokens_details": {"reasoning_tokens": 3},
+    "total_tokens": 120,
+}
 MODEL = "gpt-5.5"  # in codex's bundled model list: no "model metadata not found" warning
 
 
@@ -86,8 +91,9 @@ class OpenAIResponses:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         # A short poll: `shutdown()` waits for the loop to notice (0.5 s by default).
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-openai",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="fake-openai", daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -144,29 +150,62 @@ def created(response_id: str) -> dict[str, Any]:
 
 
 def completed(response_id: str) -> dict[str, Any]:
-    return {"type": "response.completed",
-            "response": {"id": response_id, "object": "response", "status": "completed", "usage": USAGE}}
+    return {
+        "type": "response.completed",
+        "response": {"id": response_id, "object": "response", "status": "completed", "usage": USAGE},
+    }
 
 
 def message_items(text: str, item_id: str, index: int = 0) -> list[dict[str, Any]]:
     """An assistant message, its text streamed a few words per delta."""
     words = text.split(" ")
-    deltas = [" ".join(words[start:start + 3]) + (" " if start + 3 < len(words) else "")
-              for start in range(0, len(words), 3)]
-    events: list[dict[str, Any]] = [
-        {"type": "response.output_item.added", "output_index": index,
-         "item": {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}},
-        {"type": "response.content_part.added", "item_id": item_id, "output_index": index, "content_index": 0,
-         "part": {"type": "output_text", "text": "", "annotations": []}},
+    deltas = [
+        " ".join(words[start : start + 3]) + (" " if start + 3 < len(words) else "")
+        for start in range(0, len(words), 3)
     ]
-    events += [{"type": "response.output_text.delta", "item_id": item_id, "output_index": index, "content_index": 0,
-                "delta": delta} for delta in deltas]
+    events: list[dict[str, Any]] = [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []},
+        },
+        {
+            "type": "response.content_part.added",
+            "item_id": item_id,
+            "output_index": index,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []},
+        },
+    ]
     events += [
-        {"type": "response.output_text.done", "item_id": item_id, "output_index": index, "content_index": 0,
-         "text": text},
-        {"type": "response.output_item.done", "output_index": index,
-         "item": {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
-                  "content": [{"type": "output_text", "text": text, "annotations": []}]}},
+        {
+            "type": "response.output_text.delta",
+            "item_id": item_id,
+            "output_index": index,
+            "content_index": 0,
+            "delta": delta,
+        }
+        for delta in deltas
+    ]
+    events += [
+        {
+            "type": "response.output_text.done",
+            "item_id": item_id,
+            "output_index": index,
+            "content_index": 0,
+            "text": text,
+        },
+        {
+            "type": "response.output_item.done",
+            "output_index": index,
+            "item": {
+                "type": "message",
+                "id": item_id,
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            },
+        },
     ]
     return events
 
@@ -180,39 +219,73 @@ def reasoning_events(response_id: str, summary: str, answer: str) -> list[dict[s
     part = {"type": "summary_text", "text": summary}
     return [
         created(response_id),
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"type": "reasoning", "id": item_id, "summary": []}},
-        {"type": "response.reasoning_summary_part.added", "item_id": item_id, "output_index": 0, "summary_index": 0,
-         "part": {"type": "summary_text", "text": ""}},
-        {"type": "response.reasoning_summary_text.delta", "item_id": item_id, "output_index": 0,
-         "summary_index": 0, "delta": summary},
-        {"type": "response.reasoning_summary_text.done", "item_id": item_id, "output_index": 0,
-         "summary_index": 0, "text": summary},
-        {"type": "response.reasoning_summary_part.done", "item_id": item_id, "output_index": 0, "summary_index": 0,
-         "part": part},
-        {"type": "response.output_item.done", "output_index": 0,
-         "item": {"type": "reasoning", "id": item_id, "summary": [part], "encrypted_content": None}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"type": "reasoning", "id": item_id, "summary": []},
+        },
+        {
+            "type": "response.reasoning_summary_part.added",
+            "item_id": item_id,
+            "output_index": 0,
+            "summary_index": 0,
+            "part": {"type": "summary_text", "text": ""},
+        },
+        {
+            "type": "response.reasoning_summary_text.delta",
+            "item_id": item_id,
+            "output_index": 0,
+            "summary_index": 0,
+            "delta": summary,
+        },
+        {
+            "type": "response.reasoning_summary_text.done",
+            "item_id": item_id,
+            "output_index": 0,
+            "summary_index": 0,
+            "text": summary,
+        },
+        {
+            "type": "response.reasoning_summary_part.done",
+            "item_id": item_id,
+            "output_index": 0,
+            "summary_index": 0,
+            "part": part,
+        },
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {"type": "reasoning", "id": item_id, "summary": [part], "encrypted_content": None},
+        },
         *message_items(answer, f"msg_{response_id}", index=1),
         completed(response_id),
     ]
 
 
-def function_call_events(response_id: str, name: str, arguments: Mapping[str, Any],
-                         call_id: str) -> list[dict[str, Any]]:
+def function_call_events(
+    response_id: str, name: str, arguments: Mapping[str, Any], call_id: str
+) -> list[dict[str, Any]]:
     item_id = f"fc_{response_id}"
     encoded = json.dumps(arguments)
     half = len(encoded) // 2
     item = {"type": "function_call", "id": item_id, "call_id": call_id, "name": name}
     return [
         created(response_id),
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {**item, "arguments": "", "status": "in_progress"}},
-        *({"type": "response.function_call_arguments.delta", "item_id": item_id, "output_index": 0, "delta": piece}
-          for piece in (encoded[:half], encoded[half:])),
-        {"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": 0,
-         "arguments": encoded},
-        {"type": "response.output_item.done", "output_index": 0,
-         "item": {**item, "arguments": encoded, "status": "completed"}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**item, "arguments": "", "status": "in_progress"},
+        },
+        *(
+            {"type": "response.function_call_arguments.delta", "item_id": item_id, "output_index": 0, "delta": piece}
+            for piece in (encoded[:half], encoded[half:])
+        ),
+        {"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": 0, "arguments": encoded},
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {**item, "arguments": encoded, "status": "completed"},
+        },
         completed(response_id),
     ]
 
@@ -258,8 +331,11 @@ def _messages(body: Any) -> Iterator[tuple[str, str]]:
     for item in items if isinstance(items, list) else ():
         if isinstance(item, dict) and item.get("type") == "message":
             content = item.get("content")
-            texts = [part.get("text", "") for part in content if isinstance(part, dict)] \
-                if isinstance(content, list) else []
+            texts = (
+                [part.get("text", "") for part in content if isinstance(part, dict)]
+                if isinstance(content, list)
+                else []
+            )
             yield str(item.get("role")), "".join(texts)
 
 
@@ -308,8 +384,9 @@ def _handler_for(api: OpenAIResponses) -> type[BaseHTTPRequestHandler]:
                 return
             answer = api.answer(body)
             if isinstance(answer, Failure):
-                self._send_json(answer.status, {"error": {"message": answer.message, "type": "invalid_request_error",
-                                                          "code": None}})
+                self._send_json(
+                    answer.status, {"error": {"message": answer.message, "type": "invalid_request_error", "code": None}}
+                )
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

@@ -133,11 +133,15 @@ def _migrate_1_to_2(conn: psycopg.Connection[Any]) -> None:
     shared it with all of them."""
     conn.execute("ALTER TABLE bridge_turns RENAME COLUMN id TO turn_id")
     conn.execute("ALTER TABLE bridge_turns DROP CONSTRAINT bridge_turns_pkey")
-    conn.execute("ALTER TABLE bridge_turns ADD COLUMN key text, ADD COLUMN profile_hash text, "
-                 "ADD COLUMN unmatched_since timestamptz")
+    conn.execute(
+        "ALTER TABLE bridge_turns ADD COLUMN key text, ADD COLUMN profile_hash text, "
+        "ADD COLUMN unmatched_since timestamptz"
+    )
     conn.execute("UPDATE bridge_turns SET key = 'v1-' || seq")
-    conn.execute("ALTER TABLE bridge_turns ALTER COLUMN key SET NOT NULL, ADD PRIMARY KEY (key), "
-                 "ADD CONSTRAINT bridge_turns_gateway_turn_id_key UNIQUE (gateway, turn_id)")
+    conn.execute(
+        "ALTER TABLE bridge_turns ALTER COLUMN key SET NOT NULL, ADD PRIMARY KEY (key), "
+        "ADD CONSTRAINT bridge_turns_gateway_turn_id_key UNIQUE (gateway, turn_id)"
+    )
     conn.execute("DROP INDEX bridge_turns_one_running, bridge_turns_queued")  # SCHEMA makes them per gateway
     conn.execute("ALTER TABLE bridge_sessions DROP CONSTRAINT bridge_sessions_pkey, ADD COLUMN namespace text")
     conn.execute(
@@ -147,12 +151,18 @@ def _migrate_1_to_2(conn: psycopg.Connection[Any]) -> None:
         SELECT g.gateway, s.profile, s.conversation, s.session_name, s.session_id, s.last_used, s.last_outcome,
                s.last_exit_code, s.stamp
         FROM bridge_sessions s CROSS JOIN (SELECT DISTINCT gateway FROM bridge_turns WHERE gateway <> %s) g
-        """, (DEFAULT_NAMESPACE,))
+        """,
+        (DEFAULT_NAMESPACE,),
+    )
     conn.execute("UPDATE bridge_sessions SET namespace = %s WHERE namespace IS NULL", (DEFAULT_NAMESPACE,))
-    conn.execute("ALTER TABLE bridge_sessions ALTER COLUMN namespace SET NOT NULL, "
-                 "ADD PRIMARY KEY (namespace, profile, conversation, session_name)")
-    conn.execute("ALTER TABLE bridge_workers ADD COLUMN profiles jsonb NOT NULL DEFAULT '{}', "
-                 "ADD COLUMN profiles_at timestamptz NOT NULL DEFAULT now()")
+    conn.execute(
+        "ALTER TABLE bridge_sessions ALTER COLUMN namespace SET NOT NULL, "
+        "ADD PRIMARY KEY (namespace, profile, conversation, session_name)"
+    )
+    conn.execute(
+        "ALTER TABLE bridge_workers ADD COLUMN profiles jsonb NOT NULL DEFAULT '{}', "
+        "ADD COLUMN profiles_at timestamptz NOT NULL DEFAULT now()"
+    )
 
 
 # Each takes the tables from its version to the next, inside the transaction that creates the schema.
@@ -205,15 +215,26 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     psycopg = require_psycopg()
     try:
         # Keepalives: a server that vanished without closing the connection is noticed in seconds, not hours.
-        conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_SECS,
-                               application_name="agent-bridge", keepalives=1, keepalives_idle=5,
-                               keepalives_interval=2, keepalives_count=3)
+        conn = psycopg.connect(
+            dsn,
+            autocommit=autocommit,
+            connect_timeout=CONNECT_TIMEOUT_SECS,
+            application_name="agent-bridge",
+            keepalives=1,
+            keepalives_idle=5,
+            keepalives_interval=2,
+            keepalives_count=3,
+        )
     except psycopg.OperationalError as err:
-        raise PostgresUnavailable(f"cannot connect to {shown_dsn(dsn)}: {_first_line(err)}; check that the "
-                                  "server runs and the DSN (host, port, user, database) is right") from None
+        raise PostgresUnavailable(
+            f"cannot connect to {shown_dsn(dsn)}: {_first_line(err)}; check that the "
+            "server runs and the DSN (host, port, user, database) is right"
+        ) from None
     except psycopg.ProgrammingError as err:
-        raise PostgresError(f"the PostgreSQL DSN is not valid: {_without_password(_first_line(err))}; write it "
-                            "as postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE") from None
+        raise PostgresError(
+            f"the PostgreSQL DSN is not valid: {_without_password(_first_line(err))}; write it "
+            "as postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+        ) from None
     try:
         _ensure_schema(conn, dsn)
     except BaseException:
@@ -233,23 +254,33 @@ def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
                 row = conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone()
                 version = int(row[0]) if row else None
             if version is not None and version > SCHEMA_VERSION:
-                raise PostgresError(f"database {shown_dsn(dsn)} was set up by a newer agent-bridge (schema "
-                                    f"{version}); upgrade agent-bridge on this machine")
+                raise PostgresError(
+                    f"database {shown_dsn(dsn)} was set up by a newer agent-bridge (schema "
+                    f"{version}); upgrade agent-bridge on this machine"
+                )
             if version != SCHEMA_VERSION:
                 for step in range(version or SCHEMA_VERSION, SCHEMA_VERSION):
                     MIGRATIONS[step](conn)
                 conn.execute(SCHEMA)
-                conn.execute("INSERT INTO bridge_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
-                             "SET value = excluded.value", (str(SCHEMA_VERSION),))
+                conn.execute(
+                    "INSERT INTO bridge_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
+                    "SET value = excluded.value",
+                    (str(SCHEMA_VERSION),),
+                )
                 if version is not None:
                     get_logger(component="postgres").warning(
-                        "agent-bridge's tables were upgraded in place", database=shown_dsn(dsn),
-                        from_version=version, to_version=SCHEMA_VERSION)
+                        "agent-bridge's tables were upgraded in place",
+                        database=shown_dsn(dsn),
+                        from_version=version,
+                        to_version=SCHEMA_VERSION,
+                    )
     except psycopg.OperationalError as err:
         raise PostgresUnavailable(f"{shown_dsn(dsn)}: {_first_line(err)}") from None
     except psycopg.Error as err:
-        raise PostgresError(f"cannot set up agent-bridge's tables in {shown_dsn(dsn)}: {_first_line(err)} "
-                            "(the user needs CREATE on the database's public schema)") from None
+        raise PostgresError(
+            f"cannot set up agent-bridge's tables in {shown_dsn(dsn)}: {_first_line(err)} "
+            "(the user needs CREATE on the database's public schema)"
+        ) from None
     if not conn.autocommit:
         conn.rollback()
 
@@ -304,8 +335,9 @@ class Database:
         async with self._slots:
             return await trio.to_thread.run_sync(self._run, operation, atomic)
 
-    async def run_retrying(self, operation: Callable[[psycopg.Connection[Any]], T], *,
-                           log: Any = None, what: str = "", atomic: bool = True) -> T:
+    async def run_retrying(
+        self, operation: Callable[[psycopg.Connection[Any]], T], *, log: Any = None, what: str = "", atomic: bool = True
+    ) -> T:
         """`run`, again and again while the server cannot be reached (backing off up to 2 s)."""
         pauses = backoff()
         while True:
@@ -373,9 +405,15 @@ class Reconnected:
     problem: BridgeError | None = None
 
 
-async def listen(dsn: str, channels: tuple[str, ...], deliver: Callable[[Notification | Reconnected], None], *,
-                 log: Any, prepare: Callable[[psycopg.Connection[Any]], None] | None = None,
-                 task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def listen(
+    dsn: str,
+    channels: tuple[str, ...],
+    deliver: Callable[[Notification | Reconnected], None],
+    *,
+    log: Any,
+    prepare: Callable[[psycopg.Connection[Any]], None] | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Hand every notification of `channels` to `deliver`, forever; when the connection breaks, connect again
     and deliver `Reconnected` (what was notified in between is lost: the caller reads the tables again).
 
@@ -437,5 +475,7 @@ def notify_payloads(record: dict[str, Any], text_field: str | None = None) -> li
         return [payload]  # no piece of the text would fit: the caller finds it too large
     # A character takes at most 6 bytes in the payload (a \uXXXX escape, or up to 4 bytes of UTF-8).
     room = max(1, (MAX_NOTIFY_BYTES - rest) // 6)
-    return [json.dumps({**record, text_field: text[start:start + room]}, ensure_ascii=False, separators=(",", ":"))
-            for start in range(0, len(text), room)]
+    return [
+        json.dumps({**record, text_field: text[start : start + room]}, ensure_ascii=False, separators=(",", ":"))
+        for start in range(0, len(text), room)
+    ]

@@ -72,8 +72,8 @@ from .db import (
     listen,
     notify_payloads,
 )
-from .records import event_from_dict, result_from_dict, turn_to_dict
-from .store import stored_session
+from .json_codec import event_from_dict, result_from_dict, turn_to_dict
+from .pg_store import stored_session
 
 DEFAULT_GATEWAY_NAME = DEFAULT_NAMESPACE
 POLL_SECS = 30.0  # a waiting turn reads its row this often too, in case its notification was lost unnoticed
@@ -111,11 +111,15 @@ class GatewayNameTaken(PostgresError):
         else:
             who = "another gateway"
         if lost:
-            message = (f"this gateway lost its name {name!r} while its connection to PostgreSQL was down, and it "
-                       f"is held now by {who}; this gateway takes no new turns. Stop one of the two")
+            message = (
+                f"this gateway lost its name {name!r} while its connection to PostgreSQL was down, and it "
+                f"is held now by {who}; this gateway takes no new turns. Stop one of the two"
+            )
         else:
-            message = (f"gateway name {name!r} is held by {who}. A name is one bot's (its turns, results and "
-                       "sessions): stop that gateway first, or give this one another --name")
+            message = (
+                f"gateway name {name!r} is held by {who}. A name is one bot's (its turns, results and "
+                "sessions): stop that gateway first, or give this one another --name"
+            )
         super().__init__(message, code="shutting_down")  # serve refuses turns with this code once it is lost
         self.name = name
         self.holder = holder
@@ -153,8 +157,15 @@ class RemoteHost:
 
     remote = True  # serve passes the client's own ids along (`client_id`)
 
-    def __init__(self, dsn: str, *, name: str = DEFAULT_GATEWAY_NAME, max_queued: int = 256,
-                 shutdown_grace: float = 10.0, client_session_ids: ClientSessionIds = "any") -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        name: str = DEFAULT_GATEWAY_NAME,
+        max_queued: int = 256,
+        shutdown_grace: float = 10.0,
+        client_session_ids: ClientSessionIds = "any",
+    ) -> None:
         if not isinstance(name, str) or not name or text_problem(name):
             raise ValueError("a gateway name must be a non-empty string")
         self.dsn = dsn
@@ -185,8 +196,16 @@ class RemoteHost:
         self._tasks_manager = trio.open_nursery()
         self._tasks = await self._tasks_manager.__aenter__()
         try:
-            await self._tasks.start(partial(listen, self.dsn, (events_channel(self.name),), self._notified,
-                                            log=self._log, prepare=self._hold_name))
+            await self._tasks.start(
+                partial(
+                    listen,
+                    self.dsn,
+                    (events_channel(self.name),),
+                    self._notified,
+                    log=self._log,
+                    prepare=self._hold_name,
+                )
+            )
         except BaseException:
             self._tasks.cancel_scope.cancel()
             await self._tasks_manager.__aexit__(None, None, None)
@@ -194,8 +213,9 @@ class RemoteHost:
             raise
         return self
 
-    async def __aexit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                        traceback: TracebackType | None) -> None:
+    async def __aexit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         try:
             await self.aclose()
         finally:
@@ -228,11 +248,19 @@ class RemoteHost:
 
     # ------------------------------------------------------------------ turns
 
-    async def submit(self, profile: str, conversation: str, turn: Turn, *,
-                     on_partial: PartialCallback | None = None, on_event: EventCallback | None = None,
-                     on_permission: PermissionCallback | None = None, turn_id: str | None = None,
-                     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-                     client_id: Any = None) -> TurnResult:
+    async def submit(
+        self,
+        profile: str,
+        conversation: str,
+        turn: Turn,
+        *,
+        on_partial: PartialCallback | None = None,
+        on_event: EventCallback | None = None,
+        on_permission: PermissionCallback | None = None,
+        turn_id: str | None = None,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+        client_id: Any = None,
+    ) -> TurnResult:
         """Queue the turn and wait for its result, as `Host.submit` (events stream from the worker).
 
         A `turn_id` this gateway's name already queued is a resend: nothing
@@ -266,11 +294,22 @@ class RemoteHost:
         try:
             with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
                 enqueued = await self._db.run_retrying(
-                    partial(queue.enqueue, key=waiter.key, turn_id=turn_id,
-                            request_id=turn_id if client_id is None else client_id, gateway=self.name,
-                            profile=profile, conversation=conversation, session_name=turn.session_name,
-                            turn=record, max_queued=self.max_queued),
-                    log=self._log, what="queueing a turn", atomic=False)
+                    partial(
+                        queue.enqueue,
+                        key=waiter.key,
+                        turn_id=turn_id,
+                        request_id=turn_id if client_id is None else client_id,
+                        gateway=self.name,
+                        profile=profile,
+                        conversation=conversation,
+                        session_name=turn.session_name,
+                        turn=record,
+                        max_queued=self.max_queued,
+                    ),
+                    log=self._log,
+                    what="queueing a turn",
+                    atomic=False,
+                )
             if patience.cancelled_caught:
                 raise PostgresError("PostgreSQL stayed unreachable; the turn was not queued", code="store_error")
             if enqueued.outcome == "full":
@@ -292,11 +331,23 @@ class RemoteHost:
         gateway's namespace, as the workers would resume it)."""
         with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
             stored, _ = await self._db.run_retrying(
-                partial(stored_session, namespace=self.name, profile=profile, conversation=conversation,
-                        session_name=turn.session_name), log=self._log, what="reading a stored session", atomic=False)
+                partial(
+                    stored_session,
+                    namespace=self.name,
+                    profile=profile,
+                    conversation=conversation,
+                    session_name=turn.session_name,
+                ),
+                log=self._log,
+                what="reading a stored session",
+                atomic=False,
+            )
         if patience.cancelled_caught:
-            raise PostgresError("PostgreSQL stayed unreachable; the turn's session_id could not be checked, and the "
-                                "turn was not queued", code="store_error")
+            raise PostgresError(
+                "PostgreSQL stayed unreachable; the turn's session_id could not be checked, and the "
+                "turn was not queued",
+                code="store_error",
+            )
         try:
             refuse_unless_stored(turn.session_id, stored, profile, conversation, turn.session_name)
         except SessionIdRefused:
@@ -308,8 +359,12 @@ class RemoteHost:
         see `undelivered`."""
         key = self._resumable.pop(turn_id, None)
         if key is None:
-            key = await self._db.run_retrying(partial(queue.key_of, gateway=self.name, turn_id=turn_id),
-                                              log=self._log, what="finding a turn", atomic=False)
+            key = await self._db.run_retrying(
+                partial(queue.key_of, gateway=self.name, turn_id=turn_id),
+                log=self._log,
+                what="finding a turn",
+                atomic=False,
+            )
         if key is None:
             raise RemoteTurnError("unknown_turn", f"the queue knows no turn {turn_id!r} of gateway {self.name!r}")
         waiter = self._wait_for(turn_id, key, None, on_event, None)
@@ -320,8 +375,9 @@ class RemoteHost:
 
     async def undelivered(self) -> list[tuple[str, Any]]:
         """(turn id, client's id) of this gateway name's turns whose result no client was sent yet."""
-        rows = await self._db.run_retrying(partial(queue.undelivered, gateway=self.name),
-                                           log=self._log, what="reading undelivered results")
+        rows = await self._db.run_retrying(
+            partial(queue.undelivered, gateway=self.name), log=self._log, what="reading undelivered results"
+        )
         self._resumable.update((turn_id, key) for turn_id, key, _ in rows)
         return [(turn_id, request_id) for turn_id, _, request_id in rows]
 
@@ -350,8 +406,13 @@ class RemoteHost:
             return False
         waiter.asked.discard(request_id)
         decision = _decision(answer)
-        order = {"decide": waiter.key, "request_id": request_id, "allow": decision.allow,
-                 "always": decision.always, "message": decision.message}
+        order = {
+            "decide": waiter.key,
+            "request_id": request_id,
+            "allow": decision.allow,
+            "always": decision.always,
+            "message": decision.message,
+        }
         self._tasks.start_soon(self._notify_control, order)
         return True
 
@@ -360,16 +421,31 @@ class RemoteHost:
 
     async def current_stats(self) -> FleetStats:
         numbers = await self._db.run(queue.stats, atomic=False)
-        return FleetStats(running=numbers["running"], queued=numbers["queued"], completed=numbers["completed"],
-                          failed=numbers["failed"], refused=self._refused, store_errors=0,
-                          outcomes=numbers["outcomes"], max_concurrent=numbers["max_concurrent"],
-                          max_queued=self.max_queued, closing=self._closing, warm=0,
-                          workers=tuple(numbers["workers"]))
+        return FleetStats(
+            running=numbers["running"],
+            queued=numbers["queued"],
+            completed=numbers["completed"],
+            failed=numbers["failed"],
+            refused=self._refused,
+            store_errors=0,
+            outcomes=numbers["outcomes"],
+            max_concurrent=numbers["max_concurrent"],
+            max_queued=self.max_queued,
+            closing=self._closing,
+            warm=0,
+            workers=tuple(numbers["workers"]),
+        )
 
     # ------------------------------------------------------------------ internals
 
-    def _wait_for(self, turn_id: str, key: str, on_partial: PartialCallback | None, on_event: EventCallback | None,
-                  on_permission: PermissionCallback | None) -> _Waiter:
+    def _wait_for(
+        self,
+        turn_id: str,
+        key: str,
+        on_partial: PartialCallback | None,
+        on_event: EventCallback | None,
+        on_permission: PermissionCallback | None,
+    ) -> _Waiter:
         waiter = _Waiter(turn_id, key, _emitter(on_partial, on_event), on_permission)
         self._waiters[turn_id] = waiter
         self._by_key[key] = waiter
@@ -397,10 +473,14 @@ class RemoteHost:
         if enqueued.definitions <= 1 or (profile, enqueued.profile_hash) in self._definitions_logged:
             return
         self._definitions_logged.add((profile, enqueued.profile_hash))
-        self._log.warning("the live workers have different files for a profile; its turns go to the workers with "
-                          "the file most of them have (a tie: the one advertised last) — give every worker the "
-                          "same file", profile=profile, definitions=enqueued.definitions,
-                          chosen=(enqueued.profile_hash or "")[:queue.SHOWN_HASH_CHARS])
+        self._log.warning(
+            "the live workers have different files for a profile; its turns go to the workers with "
+            "the file most of them have (a tie: the one advertised last) — give every worker the "
+            "same file",
+            profile=profile,
+            definitions=enqueued.definitions,
+            chosen=(enqueued.profile_hash or "")[: queue.SHOWN_HASH_CHARS],
+        )
 
     async def _await_result(self, waiter: _Waiter) -> TurnResult:
         with waiter.waiting:
@@ -411,15 +491,19 @@ class RemoteHost:
                 if waiter.look:
                     ending = await self._db.run_retrying(
                         partial(queue.ending, gateway=self.name, key=waiter.key),
-                        log=self._log, what="reading a turn's result", atomic=False)
+                        log=self._log,
+                        what="reading a turn's result",
+                        atomic=False,
+                    )
                 waiter.look = False
                 if ending is not None and ending.state == "done":
                     await self._deliver_events(waiter)  # events that arrived while the row was read
                     if waiter.overflowed:
                         raise RemoteTurnError(EVENTS_OVERFLOW, self._overflow_message(waiter))
                     if ending.error:
-                        raise RemoteTurnError(ending.error.get("code", "internal_error"),
-                                              ending.error.get("message", ""))
+                        raise RemoteTurnError(
+                            ending.error.get("code", "internal_error"), ending.error.get("message", "")
+                        )
                     result = result_from_dict(ending.result)
                     if waiter.emit is not None and (pending := waiter.emit(result)) is not None:
                         await pending  # the result reaches on_event last, as from a local host
@@ -428,8 +512,9 @@ class RemoteHost:
                     await waiter.changed.wait()
                 if poll.cancelled_caught:
                     waiter.look = True
-        raise TurnDetached(f"turn {waiter.turn_id!r} runs on; its result waits in the queue for the next gateway "
-                           f"named {self.name!r}")
+        raise TurnDetached(
+            f"turn {waiter.turn_id!r} runs on; its result waits in the queue for the next gateway named {self.name!r}"
+        )
 
     async def _deliver_events(self, waiter: _Waiter) -> None:
         while waiter.events:
@@ -438,15 +523,20 @@ class RemoteHost:
             if not waiter.overflowed:
                 await self._deliver_event(waiter, record)
         if waiter.dropped:
-            self._log.warning("partials were dropped: the client took this gateway's events slower than the "
-                              "turns made them", turn_id=waiter.turn_id, dropped=waiter.dropped,
-                              limit_bytes=MAX_BUFFERED_EVENT_BYTES)
+            self._log.warning(
+                "partials were dropped: the client took this gateway's events slower than the turns made them",
+                turn_id=waiter.turn_id,
+                dropped=waiter.dropped,
+                limit_bytes=MAX_BUFFERED_EVENT_BYTES,
+            )
             waiter.dropped = 0
 
     def _overflow_message(self, waiter: _Waiter) -> str:
-        return (f"turn {waiter.turn_id!r} was cancelled: its questions and activity outran their reader (the bot "
-                f"reading this gateway's responses, or its callbacks) by more than {MAX_BUFFERED_EVENT_BYTES} "
-                "bytes; read responses as they come")
+        return (
+            f"turn {waiter.turn_id!r} was cancelled: its questions and activity outran their reader (the bot "
+            f"reading this gateway's responses, or its callbacks) by more than {MAX_BUFFERED_EVENT_BYTES} "
+            "bytes; read responses as they come"
+        )
 
     async def _deliver_event(self, waiter: _Waiter, record: dict[str, Any]) -> None:
         if record.get("event") == "decide_failed":
@@ -467,8 +557,9 @@ class RemoteHost:
 
     async def _send_cancel(self, key: str, turn_id: str) -> None:
         try:
-            state = await self._db.run_retrying(partial(queue.request_cancel, gateway=self.name, key=key),
-                                                log=self._log, what="cancelling a turn")
+            state = await self._db.run_retrying(
+                partial(queue.request_cancel, gateway=self.name, key=key), log=self._log, what="cancelling a turn"
+            )
             if state is not None:
                 await self._notify_control({"cancel": key})
         except Exception as err:
@@ -477,9 +568,12 @@ class RemoteHost:
     async def _notify_control(self, order: dict[str, Any]) -> None:
         payload = notify_payloads(order, "message")[0]  # a decide's message is cut to what NOTIFY carries
         await self._db.run_retrying(
-            lambda conn: conn.execute("SELECT pg_notify(%s, %s), pg_notify(%s, '')",
-                                      (CONTROL_CHANNEL, payload, WORK_CHANNEL)).fetchall(),
-            log=self._log, what="telling the workers")
+            lambda conn: conn.execute(
+                "SELECT pg_notify(%s, %s), pg_notify(%s, '')", (CONTROL_CHANNEL, payload, WORK_CHANNEL)
+            ).fetchall(),
+            log=self._log,
+            what="telling the workers",
+        )
 
     def _hold_name(self, conn: Any) -> None:
         """`listen`'s `prepare`, in a worker thread: take this gateway's name on the listening connection, for
@@ -487,14 +581,15 @@ class RemoteHost:
         connection broke: that one is ended, and the lock taken again."""
         deadline = time.monotonic() + NAME_RETAKE_SECS
         while True:
-            taken, holder = queue.take_gateway_name(conn, name=self.name, host=socket.gethostname(),
-                                                    pid=os.getpid())
+            taken, holder = queue.take_gateway_name(conn, name=self.name, host=socket.gethostname(), pid=os.getpid())
             if taken:
                 self._name_holder = holder
                 return
             mine = self._name_holder
-            ours = (holder is None or mine is not None and (holder.backend_pid, holder.backend_start)
-                    == (mine.backend_pid, mine.backend_start))
+            ours = holder is None or (
+                mine is not None
+                and (holder.backend_pid, holder.backend_start) == (mine.backend_pid, mine.backend_start)
+            )
             if not ours or time.monotonic() > deadline:
                 raise GatewayNameTaken(self.name, holder, lost=mine is not None)
             if holder is not None:
@@ -507,8 +602,10 @@ class RemoteHost:
             if isinstance(note.problem, GatewayNameTaken) and self._name_lost is None:
                 self._name_lost = note.problem
                 self.stop_accepting()
-                self._log.error("this gateway lost its name to another gateway and takes no new turns; stop one "
-                                "of them", problem=str(note.problem))
+                self._log.error(
+                    "this gateway lost its name to another gateway and takes no new turns; stop one of them",
+                    problem=str(note.problem),
+                )
             for waiter in self._waiters.values():
                 waiter.look = True  # read the rows again: a result may have been missed
                 waiter.changed.set()
@@ -537,7 +634,10 @@ class RemoteHost:
             waiter.dropped += 1  # a preview: the result has the whole reply
         else:
             waiter.overflowed = True
-            self._log.error("a turn's question or activity found no room: the client takes events too slowly; "
-                            "cancelling the turn", turn_id=waiter.turn_id, limit_bytes=MAX_BUFFERED_EVENT_BYTES)
+            self._log.error(
+                "a turn's question or activity found no room: the client takes events too slowly; cancelling the turn",
+                turn_id=waiter.turn_id,
+                limit_bytes=MAX_BUFFERED_EVENT_BYTES,
+            )
             if self._tasks is not None:
                 self._tasks.start_soon(self._send_cancel, waiter.key, waiter.turn_id)

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from ...result import Outcome, TurnResult
 from .db import WORK_CHANNEL, events_channel
-from .records import worker_lost_result
+from .json_codec import worker_lost_result
 
 Conn = Any  # psycopg.Connection, imported lazily
 
@@ -75,8 +75,19 @@ class TurnEnding:
     request_id: Any
 
 
-def enqueue(conn: Conn, *, key: str, turn_id: str, request_id: Any, gateway: str, profile: str,
-            conversation: str, session_name: str, turn: dict[str, Any], max_queued: int) -> Enqueued:
+def enqueue(
+    conn: Conn,
+    *,
+    key: str,
+    turn_id: str,
+    request_id: Any,
+    gateway: str,
+    profile: str,
+    conversation: str,
+    session_name: str,
+    turn: dict[str, Any],
+    max_queued: int,
+) -> Enqueued:
     """Queue a turn under `key`; a `turn_id` this gateway queued before is a resend (nothing changes, and the
     earlier turn's key comes back), and a gateway with `max_queued` turns waiting refuses it.
 
@@ -102,9 +113,18 @@ def enqueue(conn: Conn, *, key: str, turn_id: str, request_id: Any, gateway: str
             RETURNING profile_hash)
         SELECT profile_hash, (SELECT count(*) FROM advertised), pg_notify(%(work)s, '') FROM queued
         """,
-        {"key": key, "gateway": gateway, "turn_id": turn_id, "request_id": json.dumps(request_id),
-         "profile": profile, "conversation": conversation, "session_name": session_name, "turn": json.dumps(turn),
-         "max_queued": max_queued, "work": WORK_CHANNEL},
+        {
+            "key": key,
+            "gateway": gateway,
+            "turn_id": turn_id,
+            "request_id": json.dumps(request_id),
+            "profile": profile,
+            "conversation": conversation,
+            "session_name": session_name,
+            "turn": json.dumps(turn),
+            "max_queued": max_queued,
+            "work": WORK_CHANNEL,
+        },
     ).fetchone()
     if row is not None:
         return Enqueued("queued", key, row[0], int(row[1]))
@@ -114,8 +134,9 @@ def enqueue(conn: Conn, *, key: str, turn_id: str, request_id: Any, gateway: str
 
 def key_of(conn: Conn, *, gateway: str, turn_id: str) -> str | None:
     """The key of the turn `gateway` queued as `turn_id`, if the queue still knows it."""
-    row = conn.execute("SELECT key FROM bridge_turns WHERE gateway = %s AND turn_id = %s",
-                       (gateway, turn_id)).fetchone()
+    row = conn.execute(
+        "SELECT key FROM bridge_turns WHERE gateway = %s AND turn_id = %s", (gateway, turn_id)
+    ).fetchone()
     return row[0] if row is not None else None
 
 
@@ -159,8 +180,16 @@ def claim(conn: Conn, *, worker: str, lease_secs: float, settings: dict[str, Pro
     return ClaimedTurn(*row) if row is not None else None
 
 
-def finish(conn: Conn, *, key: str, attempt: int, worker: str, result: TurnResult | None = None,
-           error: dict[str, Any] | None = None, record_session: Any = None) -> bool:
+def finish(
+    conn: Conn,
+    *,
+    key: str,
+    attempt: int,
+    worker: str,
+    result: TurnResult | None = None,
+    error: dict[str, Any] | None = None,
+    record_session: Any = None,
+) -> bool:
     """The turn's result (or error), its session and its gateway's notification: one transaction.
 
     `record_session(conn, namespace, profile, conversation, session_name,
@@ -189,13 +218,19 @@ _ENDING = "result = %s, error = %s, outcome = %s, exit_code = %s"
 def _ending(result: dict[str, Any] | None, error: dict[str, Any] | None) -> tuple[Any, ...]:
     """The values of `_ENDING`: outcome and exit code have columns of their own, as PostgreSQL cannot read a
     field of a json value holding a NUL character (an agent's reply may)."""
-    return (json.dumps(result) if result is not None else None, json.dumps(error) if error else None,
-            result["outcome"] if result is not None else None, result["exit_code"] if result is not None else None)
+    return (
+        json.dumps(result) if result is not None else None,
+        json.dumps(error) if error else None,
+        result["outcome"] if result is not None else None,
+        result["exit_code"] if result is not None else None,
+    )
 
 
 def _notify_done(conn: Conn, gateway: str, key: str) -> None:
-    conn.execute("SELECT pg_notify(%s, %s), pg_notify(%s, '')",
-                 (events_channel(gateway), json.dumps({"t": key, "done": True}), WORK_CHANNEL))
+    conn.execute(
+        "SELECT pg_notify(%s, %s), pg_notify(%s, '')",
+        (events_channel(gateway), json.dumps({"t": key, "done": True}), WORK_CHANNEL),
+    )
 
 
 def hand_back(conn: Conn, *, key: str, attempt: int, worker: str) -> bool:
@@ -205,7 +240,9 @@ def hand_back(conn: Conn, *, key: str, attempt: int, worker: str) -> bool:
         UPDATE bridge_turns SET state = 'queued', worker = NULL, lease_until = NULL
         WHERE key = %s AND attempt = %s AND worker = %s AND state = 'running'
         RETURNING key
-        """, (key, attempt, worker)).fetchone()
+        """,
+        (key, attempt, worker),
+    ).fetchone()
     if row is not None:
         conn.execute("SELECT pg_notify(%s, '')", (WORK_CHANNEL,))
     return row is not None
@@ -223,13 +260,17 @@ def register(conn: Conn, *, worker: str, host: str, pid: int, max_concurrent: in
             seen_at = now(), profiles = excluded.profiles,
             profiles_at = CASE WHEN bridge_workers.profiles = excluded.profiles THEN bridge_workers.profiles_at
                                ELSE now() END
-        """, (worker, host, pid, max_concurrent, json.dumps(profiles)))
+        """,
+        (worker, host, pid, max_concurrent, json.dumps(profiles)),
+    )
 
 
 def advertise(conn: Conn, *, worker: str, profiles: dict[str, str]) -> None:
     """The profiles this worker has now ({name: sha256 of its file}), as its registry re-read them."""
-    conn.execute("UPDATE bridge_workers SET profiles = %s, profiles_at = now() WHERE id = %s AND profiles <> %s",
-                 (json.dumps(profiles), worker, json.dumps(profiles)))
+    conn.execute(
+        "UPDATE bridge_workers SET profiles = %s, profiles_at = now() WHERE id = %s AND profiles <> %s",
+        (json.dumps(profiles), worker, json.dumps(profiles)),
+    )
 
 
 def unregister(conn: Conn, *, worker: str) -> None:
@@ -249,7 +290,9 @@ def renew(conn: Conn, *, worker: str, lease_secs: float, running: list[str]) -> 
         UPDATE bridge_turns SET lease_until = now() + make_interval(secs => %s)
         WHERE worker = %s AND state = 'running' AND key = ANY(%s)
         RETURNING key, attempt, cancel_requested
-        """, (lease_secs, worker, running)).fetchall()
+        """,
+        (lease_secs, worker, running),
+    ).fetchall()
     return {key: (attempt, cancel) for key, attempt, cancel in rows}
 
 
@@ -273,7 +316,8 @@ def reap(conn: Conn) -> list[str]:
             RETURNING w.id)
         UPDATE bridge_turns SET lease_until = LEAST(lease_until, now())
         WHERE state = 'running' AND worker IN (SELECT id FROM lost)
-        """)
+        """
+    )
     rows = conn.execute(
         """
         SELECT key, gateway, attempt, on_worker_lost, EXTRACT(EPOCH FROM now() - started_at) * 1000
@@ -281,18 +325,26 @@ def reap(conn: Conn) -> list[str]:
         WHERE state = 'running'
           AND lease_until + make_interval(secs => kill_grace_secs + %s) < now()
         FOR UPDATE SKIP LOCKED
-        """, (RECLAIM_MARGIN_SECS,)).fetchall()
+        """,
+        (RECLAIM_MARGIN_SECS,),
+    ).fetchall()
     touched = []
     for key, gateway, attempt, on_lost, elapsed_ms in rows:
         if on_lost == "retry" and attempt < MAX_ATTEMPTS:
-            conn.execute("UPDATE bridge_turns SET state = 'queued', worker = NULL, lease_until = NULL "
-                         "WHERE key = %s", (key,))
+            conn.execute(
+                "UPDATE bridge_turns SET state = 'queued', worker = NULL, lease_until = NULL WHERE key = %s", (key,)
+            )
         else:
-            why = (f"its worker was lost {attempt} times" if on_lost == "retry"
-                   else "its worker stopped before the turn finished, and the profile says on_worker_lost: fail")
+            why = (
+                f"its worker was lost {attempt} times"
+                if on_lost == "retry"
+                else "its worker stopped before the turn finished, and the profile says on_worker_lost: fail"
+            )
             conn.execute(
                 f"UPDATE bridge_turns SET state = 'done', {_ENDING}, finished_at = now(), lease_until = NULL "
-                "WHERE key = %s", (*_ending(worker_lost_result(int(elapsed_ms or 0), why), None), key))
+                "WHERE key = %s",
+                (*_ending(worker_lost_result(int(elapsed_ms or 0), why), None), key),
+            )
             _notify_done(conn, gateway, key)
         touched.append(key)
     if touched:
@@ -321,57 +373,74 @@ def end_unrunnable(conn: Conn, *, wait_secs: float) -> list[str]:
             FOR UPDATE OF t SKIP LOCKED)
         UPDATE bridge_turns t SET unmatched_since = CASE WHEN t.unmatched_since IS NULL THEN now() END
         FROM changed WHERE t.key = changed.key
-        """)
+        """
+    )
     rows = conn.execute(
         """
         SELECT key, gateway, profile, profile_hash FROM bridge_turns
         WHERE state = 'queued' AND NOT cancel_requested AND unmatched_since < now() - make_interval(secs => %s)
         FOR UPDATE SKIP LOCKED
-        """, (wait_secs,)).fetchall()
+        """,
+        (wait_secs,),
+    ).fetchall()
     if not rows:
         return []
     workers = conn.execute("SELECT id, profiles FROM bridge_workers WHERE NOT draining ORDER BY id").fetchall()
     for key, gateway, profile, profile_hash in rows:
-        conn.execute("UPDATE bridge_turns SET state = 'done', error = %s, finished_at = now() WHERE key = %s",
-                     (json.dumps(_unrunnable(profile, profile_hash, workers, wait_secs)), key))
+        conn.execute(
+            "UPDATE bridge_turns SET state = 'done', error = %s, finished_at = now() WHERE key = %s",
+            (json.dumps(_unrunnable(profile, profile_hash, workers, wait_secs)), key),
+        )
         _notify_done(conn, gateway, key)
     return [key for key, *_ in rows]
 
 
-def _unrunnable(profile: str, profile_hash: str | None, workers: list[tuple[str, dict[str, str]]],
-                wait_secs: float) -> dict[str, str]:
+def _unrunnable(
+    profile: str, profile_hash: str | None, workers: list[tuple[str, dict[str, str]]], wait_secs: float
+) -> dict[str, str]:
     """The error of a turn no live worker could run: what they have instead, and what to do."""
     others = [(worker, profiles[profile]) for worker, profiles in workers if profile in profiles]
     waited = f"the turn waited {wait_secs:g} s"
     if not others:
         names = sorted({name for _, profiles in workers for name in profiles})
         shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
-        return {"code": "unknown_profile",
-                "message": f"no live worker has a profile named {profile!r} (they have: {shown or 'none'}); "
-                           f"{waited}. Add {profile}.yaml to the workers' profiles directories, or use one of "
-                           "those names"}
+        return {
+            "code": "unknown_profile",
+            "message": f"no live worker has a profile named {profile!r} (they have: {shown or 'none'}); "
+            f"{waited}. Add {profile}.yaml to the workers' profiles directories, or use one of "
+            "those names",
+        }
     have = "; ".join(f"{worker} has sha256:{digest[:SHOWN_HASH_CHARS]}" for worker, digest in others[:10])
     wanted = (profile_hash or "")[:SHOWN_HASH_CHARS]
-    return {"code": "profile_mismatch",
-            "message": f"profile {profile!r} was queued for its definition sha256:{wanted}, which no live worker "
-                       f"has ({have}); {waited}. Give every worker the same {profile}.yaml"}
+    return {
+        "code": "profile_mismatch",
+        "message": f"profile {profile!r} was queued for its definition sha256:{wanted}, which no live worker "
+        f"has ({have}); {waited}. Give every worker the same {profile}.yaml",
+    }
 
 
 def mismatched(conn: Conn, *, profiles: dict[str, str]) -> list[tuple[str, str]]:
     """(profile, hash) of the queued turns this worker skips only because it has another definition of their
     profile ({name: sha256} of its own)."""
-    return [(profile, digest) for profile, digest in conn.execute(
-        """
+    return [
+        (profile, digest)
+        for profile, digest in conn.execute(
+            """
         SELECT DISTINCT profile, profile_hash FROM bridge_turns
         WHERE state = 'queued' AND profile_hash IS NOT NULL AND %(mine)s::jsonb ->> profile <> profile_hash
-        """, {"mine": json.dumps(profiles)}).fetchall()]
+        """,
+            {"mine": json.dumps(profiles)},
+        ).fetchall()
+    ]
 
 
 def request_cancel(conn: Conn, *, gateway: str, key: str) -> str | None:
     """Flag a queued or running turn of `gateway` cancelled; its state, or None when it is neither."""
     row = conn.execute(
         "UPDATE bridge_turns SET cancel_requested = true WHERE key = %s AND gateway = %s AND state <> 'done' "
-        "RETURNING state", (key, gateway)).fetchone()
+        "RETURNING state",
+        (key, gateway),
+    ).fetchone()
     return row[0] if row else None
 
 
@@ -380,41 +449,56 @@ def end_cancelled(conn: Conn, *, ending_of: Any) -> str | None:
     or None. `ending_of(profile name)` gives its (result, error)."""
     row = conn.execute(
         "SELECT key, gateway, profile FROM bridge_turns WHERE state = 'queued' AND cancel_requested "
-        "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED").fetchone()
+        "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+    ).fetchone()
     if row is None:
         return None
     key, gateway, profile = row
     result, error = ending_of(profile)
-    conn.execute(f"UPDATE bridge_turns SET state = 'done', {_ENDING}, finished_at = now() WHERE key = %s",
-                 (*_ending(result.to_dict() if result is not None else None, error), key))
+    conn.execute(
+        f"UPDATE bridge_turns SET state = 'done', {_ENDING}, finished_at = now() WHERE key = %s",
+        (*_ending(result.to_dict() if result is not None else None, error), key),
+    )
     _notify_done(conn, gateway, key)
     return key  # type: ignore[no-any-return]
 
 
 def ending(conn: Conn, *, gateway: str, key: str) -> TurnEnding | None:
-    row = conn.execute("SELECT state, result, error, request_id FROM bridge_turns WHERE key = %s AND gateway = %s",
-                       (key, gateway)).fetchone()
+    row = conn.execute(
+        "SELECT state, result, error, request_id FROM bridge_turns WHERE key = %s AND gateway = %s", (key, gateway)
+    ).fetchone()
     return TurnEnding(*row) if row is not None else None
 
 
 def undelivered(conn: Conn, *, gateway: str) -> list[tuple[str, str, Any]]:
     """(turn id, key, client's id) of this gateway's turns whose result the client has not been sent, oldest
     first."""
-    return [(turn_id, key, request_id) for turn_id, key, request_id in conn.execute(
-        "SELECT turn_id, key, request_id FROM bridge_turns WHERE gateway = %s AND delivered_at IS NULL ORDER BY seq",
-        (gateway,)).fetchall()]
+    return [
+        (turn_id, key, request_id)
+        for turn_id, key, request_id in conn.execute(
+            "SELECT turn_id, key, request_id FROM bridge_turns"
+            " WHERE gateway = %s AND delivered_at IS NULL ORDER BY seq",
+            (gateway,),
+        ).fetchall()
+    ]
 
 
 def mark_delivered(conn: Conn, *, gateway: str, turn_id: str) -> None:
-    conn.execute("UPDATE bridge_turns SET delivered_at = now() WHERE gateway = %s AND turn_id = %s "
-                 "AND state = 'done'", (gateway, turn_id))
+    conn.execute(
+        "UPDATE bridge_turns SET delivered_at = now() WHERE gateway = %s AND turn_id = %s AND state = 'done'",
+        (gateway, turn_id),
+    )
 
 
 def purge(conn: Conn, *, keep_secs: float) -> int:
     """Forget delivered turns older than `keep_secs` (a resend of their id is then a new turn)."""
-    return int(conn.execute(
-        "DELETE FROM bridge_turns WHERE state = 'done' AND delivered_at IS NOT NULL "
-        "AND delivered_at < now() - make_interval(secs => %s)", (keep_secs,)).rowcount)
+    return int(
+        conn.execute(
+            "DELETE FROM bridge_turns WHERE state = 'done' AND delivered_at IS NOT NULL "
+            "AND delivered_at < now() - make_interval(secs => %s)",
+            (keep_secs,),
+        ).rowcount
+    )
 
 
 # ---------------------------------------------------------------------------- gateway names
@@ -451,7 +535,9 @@ def take_gateway_name(conn: Conn, *, name: str, host: str, pid: int) -> tuple[bo
             ON CONFLICT (name) DO UPDATE SET host = excluded.host, pid = excluded.pid,
                 backend_pid = excluded.backend_pid, backend_start = excluded.backend_start, since = now()
             RETURNING backend_pid, backend_start, host, pid, since
-            """, (name, host, pid)).fetchone()
+            """,
+            (name, host, pid),
+        ).fetchone()
         return True, NameHolder(*row)
     unsigned = key & ((1 << 64) - 1)
     row = conn.execute(
@@ -463,29 +549,38 @@ def take_gateway_name(conn: Conn, *, name: str, host: str, pid: int) -> tuple[bo
         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
           AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        """, (name, unsigned >> 32, unsigned & 0xFFFFFFFF)).fetchone()
+        """,
+        (name, unsigned >> 32, unsigned & 0xFFFFFFFF),
+    ).fetchone()
     return False, (NameHolder(*row) if row is not None else None)
 
 
 def stats(conn: Conn) -> dict[str, Any]:
     counts = dict(conn.execute("SELECT state, count(*) FROM bridge_turns GROUP BY state").fetchall())
-    outcomes = dict(conn.execute(
-        "SELECT outcome, count(*) FROM bridge_turns WHERE state = 'done' AND outcome IS NOT NULL "
-        "GROUP BY 1").fetchall())
+    outcomes = dict(
+        conn.execute(
+            "SELECT outcome, count(*) FROM bridge_turns WHERE state = 'done' AND outcome IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    )
     failed = conn.execute(
         "SELECT count(*) FROM bridge_turns WHERE state = 'done' AND (error IS NOT NULL OR exit_code <> 0)"
     ).fetchone()[0]
     workers = [
-        {"id": worker, "host": host, "pid": pid, "max_concurrent": limit, "draining": draining,
-         "running": running}
+        {"id": worker, "host": host, "pid": pid, "max_concurrent": limit, "draining": draining, "running": running}
         for worker, host, pid, limit, draining, running in conn.execute(
             """
             SELECT w.id, w.host, w.pid, w.max_concurrent, w.draining,
                    (SELECT count(*) FROM bridge_turns t WHERE t.worker = w.id AND t.state = 'running')
             FROM bridge_workers w ORDER BY w.started_at
-            """).fetchall()]
-    return {"running": counts.get("running", 0), "queued": counts.get("queued", 0),
-            "completed": counts.get("done", 0), "failed": failed,
-            "outcomes": {outcome.value: outcomes.get(outcome.value, 0) for outcome in Outcome},
-            "max_concurrent": sum(worker["max_concurrent"] for worker in workers if not worker["draining"]),
-            "workers": workers}
+            """
+        ).fetchall()
+    ]
+    return {
+        "running": counts.get("running", 0),
+        "queued": counts.get("queued", 0),
+        "completed": counts.get("done", 0),
+        "failed": failed,
+        "outcomes": {outcome.value: outcomes.get(outcome.value, 0) for outcome in Outcome},
+        "max_concurrent": sum(worker["max_concurrent"] for worker in workers if not worker["draining"]),
+        "workers": workers,
+    }

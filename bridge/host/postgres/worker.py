@@ -24,6 +24,7 @@ queue in their place.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -46,7 +47,7 @@ from ...result import TurnResult, cancelled_result
 from ...supervisor import HostEvent
 from ..registry import ProfileRegistry, UnknownProfile
 from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
-from ..store import StoreError
+from ..sqlite_store import StoreError
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
@@ -62,8 +63,8 @@ from .db import (
     notify_payloads,
     require_psycopg,
 )
-from .records import turn_from_dict
-from .store import PostgresSessionStore, record_session
+from .json_codec import turn_from_dict
+from .pg_store import PostgresSessionStore, record_session
 
 DEFAULT_LEASE_SECS = 10.0
 # A queued turn that no live worker can run (its profile missing, or another file) waits this long, then ends.
@@ -161,8 +162,11 @@ class _Publisher:
         payloads = notify_payloads({"t": key, "a": attempt, "n": 0, **record}, text_field)
         sizes = [len(payload.encode()) for payload in payloads]
         if max(sizes) > MAX_NOTIFY_BYTES:
-            self._overflowed(key, f"one of its events ({kind}) is larger than a PostgreSQL notification carries "
-                                  f"({MAX_NOTIFY_BYTES} bytes)")
+            self._overflowed(
+                key,
+                f"one of its events ({kind}) is larger than a PostgreSQL notification carries "
+                f"({MAX_NOTIFY_BYTES} bytes)",
+            )
             return
         if self._pending_bytes + sum(sizes) > MAX_PENDING_EVENT_BYTES:
             if kind == "partial":
@@ -195,17 +199,24 @@ class _Publisher:
                 payloads = [payload for _, payload in batch]
                 try:
                     await self._db.run_retrying(
-                        atomic=False, operation=lambda conn, channels=channels, payloads=payloads: conn.execute(
+                        atomic=False,
+                        operation=lambda conn, channels=channels, payloads=payloads: conn.execute(
                             "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(c, p, n) "
-                            "ORDER BY n", (channels, payloads)).fetchall(),
-                        log=self._log, what="streaming events")
+                            "ORDER BY n",
+                            (channels, payloads),
+                        ).fetchall(),
+                        log=self._log,
+                        what="streaming events",
+                    )
                 except Exception as err:  # never let events stop the worker
                     self._log.warning("events could not be sent to the gateways", error=str(err), lost=len(batch))
                 self._pending_bytes -= sum(len(payload.encode()) for payload in payloads)
                 self._sent += len(batch)
                 if self.dropped:
-                    self._log.warning("partials were dropped: PostgreSQL took them slower than the agents wrote them",
-                                      dropped=self.dropped)
+                    self._log.warning(
+                        "partials were dropped: PostgreSQL took them slower than the agents wrote them",
+                        dropped=self.dropped,
+                    )
                     self.dropped = 0
                 self._sent_changed.set()
                 self._sent_changed = trio.Event()
@@ -214,9 +225,17 @@ class _Publisher:
 class Worker:
     """One worker process's engine; `await Worker(...).run()` until `drain()` (SIGTERM) completes."""
 
-    def __init__(self, dsn: str, profiles: str | os.PathLike[str], *, max_concurrent: int = 32,
-                 lease_secs: float = DEFAULT_LEASE_SECS, shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
-                 name: str | None = None, profile_wait_secs: float = DEFAULT_PROFILE_WAIT_SECS) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        profiles: str | os.PathLike[str],
+        *,
+        max_concurrent: int = 32,
+        lease_secs: float = DEFAULT_LEASE_SECS,
+        shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+        name: str | None = None,
+        profile_wait_secs: float = DEFAULT_PROFILE_WAIT_SECS,
+    ) -> None:
         if not lease_secs > 0:
             raise ValueError("lease_secs must be more than 0")
         if not profile_wait_secs >= 0:
@@ -252,12 +271,18 @@ class Worker:
         try:
             await trio.to_thread.run_sync(self._register, presence, self._profile_digests())
             self._last_renewal = trio.current_time()
-            host = Host(self.registry, self._sessions, max_concurrent=self.max_concurrent,
-                        max_queued=self.max_concurrent, shutdown_grace=self.shutdown_grace)
+            host = Host(
+                self.registry,
+                self._sessions,
+                max_concurrent=self.max_concurrent,
+                max_queued=self.max_concurrent,
+                shutdown_grace=self.shutdown_grace,
+            )
             self._host = host
             async with host, trio.open_nursery() as nursery:
-                await nursery.start(partial(listen, self.dsn, (WORK_CHANNEL, CONTROL_CHANNEL), self._notified,
-                                            log=self._log))
+                await nursery.start(
+                    partial(listen, self.dsn, (WORK_CHANNEL, CONTROL_CHANNEL), self._notified, log=self._log)
+                )
                 nursery.start_soon(self._publisher.run)
                 nursery.start_soon(self._keep_leases, presence)
                 nursery.start_soon(self._watch_lease)
@@ -301,15 +326,18 @@ class Worker:
                         # The registry is not thread-safe: the statements get a snapshot of its immutable profiles.
                         profiles = self.registry.loaded()
                         digests = self.registry.digests()
-                        settings = {name: (profile.kill_grace_secs, profile.on_worker_lost, digests[name])
-                                    for name, profile in profiles.items()}
+                        settings = {
+                            name: (profile.kill_grace_secs, profile.on_worker_lost, digests[name])
+                            for name, profile in profiles.items()
+                        }
                         try:
                             if self._cancels_seen:
                                 self._cancels_seen = False
                                 await self._db.run(partial(_end_cancelled, profiles))
-                            claimed = await self._db.run(partial(queue.claim, worker=self.id,
-                                                                 lease_secs=self.lease_secs, settings=settings),
-                                                         atomic=False)
+                            claimed = await self._db.run(
+                                partial(queue.claim, worker=self.id, lease_secs=self.lease_secs, settings=settings),
+                                atomic=False,
+                            )
                         except psycopg.IntegrityError:
                             continue  # another worker's claim raced this one to the conversation: look again
                         except PostgresUnavailable as err:
@@ -335,8 +363,13 @@ class Worker:
 
     async def _run_claimed(self, held: _Held) -> None:
         claimed = held.claimed
-        log = self._log.bind(turn_id=claimed.key, gateway=claimed.gateway, profile=claimed.profile,
-                             conversation=claimed.conversation, attempt=claimed.attempt)
+        log = self._log.bind(
+            turn_id=claimed.key,
+            gateway=claimed.gateway,
+            profile=claimed.profile,
+            conversation=claimed.conversation,
+            attempt=claimed.attempt,
+        )
         try:
             try:
                 result, error = await self._outcome(held, log)
@@ -344,15 +377,21 @@ class Worker:
                 log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
                 result, error = None, {"code": "internal_error", "message": f"internal error: {err}"}
             if held.overflowed and not held.handed_back:
-                result, error = None, {"code": EVENTS_OVERFLOW, "message": (
-                    f"the turn was stopped, as its questions and activity could not be sent to its gateway: "
-                    f"{held.overflowed}")}
+                result, error = (
+                    None,
+                    {
+                        "code": EVENTS_OVERFLOW,
+                        "message": (
+                            f"the turn was stopped, as its questions and activity could not be sent to its gateway: "
+                            f"{held.overflowed}"
+                        ),
+                    },
+                )
             await self._publisher.flushed()  # the gateways see every event before the result
             try:
                 await self._record(held, result, error, log)
             except Exception as err:  # left to its lease: the reaper ends or retries it
-                log.error("the turn's result could not be written", error=repr(err),
-                          traceback=traceback.format_exc())
+                log.error("the turn's result could not be written", error=repr(err), traceback=traceback.format_exc())
         finally:
             # A turn handed back may be claimed again by this worker before this attempt is over here.
             if self._held.get(claimed.key) is held:
@@ -387,8 +426,9 @@ class Worker:
 
         nobody_answers = None if claimed.turn.get("answered", True) else _deny
         try:
-            result = await self._host.submit(claimed.profile, conversation, turn, on_event=forward,
-                                             on_permission=nobody_answers, turn_id=key)
+            result = await self._host.submit(
+                claimed.profile, conversation, turn, on_event=forward, on_permission=nobody_answers, turn_id=key
+            )
         except PostgresUnavailable as err:
             # The stored session could not be read, so the agent did not start: the turn goes back to the queue.
             log.warning("the turn could not start: PostgreSQL unavailable; handing it back", error=str(err))
@@ -406,9 +446,15 @@ class Worker:
         def write(conn: Any) -> bool:
             if held.handed_back:
                 return queue.hand_back(conn, key=claimed.key, attempt=claimed.attempt, worker=self.id)
-            return queue.finish(conn, key=claimed.key, attempt=claimed.attempt, worker=self.id, result=result,
-                                error=error,
-                                record_session=lambda c, *row: record_session(c, *row, stamp))
+            return queue.finish(
+                conn,
+                key=claimed.key,
+                attempt=claimed.attempt,
+                worker=self.id,
+                result=result,
+                error=error,
+                record_session=lambda c, *row: record_session(c, *row, stamp),
+            )
 
         while not held.lost:
             try:
@@ -439,7 +485,10 @@ class Worker:
             running = [key for key, _ in judged]
             try:
                 holding = await trio.to_thread.run_sync(
-                    lambda: queue.renew(presence, worker=self.id, lease_secs=self.lease_secs, running=running))
+                    functools.partial(
+                        queue.renew, presence, worker=self.id, lease_secs=self.lease_secs, running=running
+                    )
+                )
             except (psycopg.OperationalError, PostgresUnavailable) as err:
                 self._log.warning("cannot renew the leases: PostgreSQL unavailable", error=str(err).strip())
                 presence = await self._reconnect(presence)
@@ -483,8 +532,14 @@ class Worker:
         return fresh
 
     def _register(self, presence: Any, digests: dict[str, str]) -> None:
-        queue.register(presence, worker=self.id, host=socket.gethostname(), pid=os.getpid(),
-                       max_concurrent=self.max_concurrent, profiles=digests)
+        queue.register(
+            presence,
+            worker=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            max_concurrent=self.max_concurrent,
+            profiles=digests,
+        )
         self._advertised = digests
 
     def _profile_digests(self) -> dict[str, str]:
@@ -503,16 +558,20 @@ class Worker:
             self._log.warning(
                 "skipping queued turns of a profile: they were queued for another file of it than this worker "
                 f"has; they wait for a worker with that file, or end after {self.profile_wait_secs:g} s",
-                profile=profile, queued_sha256=wanted[:shown], this_worker_sha256=mine[:shown],
-                profiles=str(self.registry.directory))
+                profile=profile,
+                queued_sha256=wanted[:shown],
+                this_worker_sha256=mine[:shown],
+                profiles=str(self.registry.directory),
+            )
 
     def _events_overflowed(self, key: str, why: str) -> None:
         held = self._held.get(key)
         if held is None or held.overflowed or self._host is None:
             return
         held.overflowed = why
-        self._log.error("a turn's question or activity cannot be sent to its gateway; stopping the turn",
-                        turn_id=key, why=why)
+        self._log.error(
+            "a turn's question or activity cannot be sent to its gateway; stopping the turn", turn_id=key, why=why
+        )
         self._host.cancel(key)
 
     def _lose(self, held: _Held, why: str) -> None:
@@ -529,16 +588,20 @@ class Worker:
                 profiles = self.registry.loaded()
                 digests = self.registry.digests()
                 changed = digests != self._advertised
-                round_ = await self._db.run(partial(_reaper_round, profiles, digests, changed, self.profile_wait_secs,
-                                                    self.id))
+                round_ = await self._db.run(
+                    partial(_reaper_round, profiles, digests, changed, self.profile_wait_secs, self.id)
+                )
                 if changed:
                     self._advertised = digests
                 if round_.taken_back:
                     self._log.warning("turns of a lost worker were taken back", turns=len(round_.taken_back))
                     self._work.set()
                 if round_.unrunnable:
-                    self._log.warning("turns no live worker could run ended after the profile wait",
-                                      turns=len(round_.unrunnable), wait_secs=self.profile_wait_secs)
+                    self._log.warning(
+                        "turns no live worker could run ended after the profile wait",
+                        turns=len(round_.unrunnable),
+                        wait_secs=self.profile_wait_secs,
+                    )
                 self._say_skipped(round_.mismatched, digests)
                 if trio.current_time() - last_purge > PURGE_EVERY_SECS:
                     await self._db.run(lambda conn: queue.purge(conn, keep_secs=KEEP_DELIVERED_SECS))
@@ -568,18 +631,26 @@ class Worker:
         if "cancel" in order:
             self._host.cancel(key)
         else:
-            decision = Decision(allow=bool(order.get("allow")), always=bool(order.get("always")),
-                                message=str(order.get("message") or ""))
+            decision = Decision(
+                allow=bool(order.get("allow")),
+                always=bool(order.get("always")),
+                message=str(order.get("message") or ""),
+            )
             if not self._host.decide(key, str(order.get("request_id")), decision):
                 claimed = self._held[key].claimed
-                self._publisher.publish(claimed.gateway, key, claimed.attempt,
-                                        {"event": "decide_failed", "request_id": order.get("request_id")})
+                self._publisher.publish(
+                    claimed.gateway,
+                    key,
+                    claimed.attempt,
+                    {"event": "decide_failed", "request_id": order.get("request_id")},
+                )
 
     # ------------------------------------------------------------------ draining
 
     async def _drain(self, turns: trio.Nursery) -> None:
-        self._log.info("draining: no new turns; finishing those in flight", running=len(self._held),
-                       grace_secs=self.shutdown_grace)
+        self._log.info(
+            "draining: no new turns; finishing those in flight", running=len(self._held), grace_secs=self.shutdown_grace
+        )
         try:
             await self._db.run(lambda conn: queue.set_draining(conn, worker=self.id))
         except PostgresUnavailable:
@@ -591,8 +662,9 @@ class Worker:
             held.handed_back = True
             self._host.cancel(held.claimed.key)  # type: ignore[union-attr]
         if self._held:
-            self._log.warning("shutdown grace over; handing the turns still running back to the queue",
-                              turns=len(self._held))
+            self._log.warning(
+                "shutdown grace over; handing the turns still running back to the queue", turns=len(self._held)
+            )
 
 
 def _deny(request: Any) -> Decision:
@@ -606,8 +678,9 @@ class _ReaperRound:
     mismatched: list[tuple[str, str]]  # (profile, hash) of queued turns this worker skips for its other file
 
 
-def _reaper_round(profiles: dict[str, Profile], digests: dict[str, str], advertise: bool, wait_secs: float,
-                  worker: str, conn: Any) -> _ReaperRound:
+def _reaper_round(
+    profiles: dict[str, Profile], digests: dict[str, str], advertise: bool, wait_secs: float, worker: str, conn: Any
+) -> _ReaperRound:
     """The reaper's round, one transaction: this worker's profiles' hashes advertised (when they changed),
     lost workers' turns taken back, queued turns that were cancelled ended even while every slot of this
     worker is taken, turns no live worker could run for `wait_secs` ended, and the turns this worker skips for

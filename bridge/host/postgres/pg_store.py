@@ -30,13 +30,13 @@ import builtins
 import secrets
 import threading
 from collections.abc import Callable
-from datetime import timezone
+from datetime import UTC
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...result import TurnResult
 from ...turn import text_problem
-from ..store import SessionRecord, StoreError, _key, _now
+from ..sqlite_store import SessionRecord, StoreError, _key, _now
 from .db import DEFAULT_NAMESPACE, PostgresError, _first_line, connect, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
@@ -68,20 +68,37 @@ def new_stamp() -> str:
     return f"{_now()}~{secrets.token_hex(4)}"
 
 
-def record_session(conn: psycopg.Connection[Any], namespace: str, profile: str, conversation: str,
-                   session_name: str, result: TurnResult, stamp: str) -> None:
+def record_session(
+    conn: psycopg.Connection[Any],
+    namespace: str,
+    profile: str,
+    conversation: str,
+    session_name: str,
+    result: TurnResult,
+    stamp: str,
+) -> None:
     """Remember how a turn ended, on `conn` and inside its caller's transaction (a queue worker writes a turn's
     result and its session together); a turn without a valid session line keeps the stored id. `stamp` is what
     `lookup` returns until the next record (`new_stamp()`)."""
-    conn.execute(_RECORD, (*_key(namespace, profile, conversation, session_name), result.session_id,
-                           str(result.outcome), int(result.exit_code), stamp))
+    conn.execute(
+        _RECORD,
+        (
+            *_key(namespace, profile, conversation, session_name),
+            result.session_id,
+            str(result.outcome),
+            int(result.exit_code),
+            stamp,
+        ),
+    )
 
 
-def stored_session(conn: psycopg.Connection[Any], namespace: str, profile: str, conversation: str,
-                   session_name: str) -> tuple[str, str]:
+def stored_session(
+    conn: psycopg.Connection[Any], namespace: str, profile: str, conversation: str, session_name: str
+) -> tuple[str, str]:
     """The session id stored for the conversation and its record's stamp, on `conn`; `("", "")` when none."""
-    row = conn.execute(f"SELECT session_id, stamp FROM {_TABLE} {_WHERE_KEY}",
-                       _key(namespace, profile, conversation, session_name)).fetchone()
+    row = conn.execute(
+        f"SELECT session_id, stamp FROM {_TABLE} {_WHERE_KEY}", _key(namespace, profile, conversation, session_name)
+    ).fetchone()
     return (row[0], row[1]) if row else ("", "")
 
 
@@ -136,8 +153,9 @@ class PostgresSessionStore:
         """
         return self.lookup_in(self.namespace, profile, conversation, session_name)
 
-    def lookup_in(self, namespace: str, profile: str, conversation: str,
-                  session_name: str = "default") -> tuple[str, str]:
+    def lookup_in(
+        self, namespace: str, profile: str, conversation: str, session_name: str = "default"
+    ) -> tuple[str, str]:
         """`lookup` in another namespace (a queue worker reads the session of each turn's bot)."""
         return self._reader.run(lambda db: stored_session(db, namespace, profile, conversation, session_name))
 
@@ -146,7 +164,8 @@ class PostgresSessionStore:
         record's stamp (as `lookup` reads it)."""
         stamp = new_stamp()
         self._writer.run(
-            lambda db: record_session(db, self.namespace, profile, conversation, session_name, result, stamp))
+            lambda db: record_session(db, self.namespace, profile, conversation, session_name, result, stamp)
+        )
         return stamp
 
     def forget(self, profile: str, conversation: str, session_name: str | None = None) -> int:
@@ -166,10 +185,20 @@ class PostgresSessionStore:
         where = ("WHERE " + " AND ".join(f"{column} = %s" for column, _ in used)) if used else ""
         params = tuple(value for _, value in used)
         rows = self._reader.run(
-            lambda db: db.execute(f"SELECT {_COLUMNS} FROM {_TABLE} {where} {_ORDER}", params).fetchall())
-        return [SessionRecord(profile, conversation, session_name, session_id, last_used.astimezone(timezone.utc),
-                              outcome, int(exit_code))
-                for profile, conversation, session_name, session_id, last_used, outcome, exit_code in rows]
+            lambda db: db.execute(f"SELECT {_COLUMNS} FROM {_TABLE} {where} {_ORDER}", params).fetchall()
+        )
+        return [
+            SessionRecord(
+                profile,
+                conversation,
+                session_name,
+                session_id,
+                last_used.astimezone(UTC),
+                outcome,
+                int(exit_code),
+            )
+            for profile, conversation, session_name, session_id, last_used, outcome, exit_code in rows
+        ]
 
     def close(self) -> None:
         """Close both connections; a statement under way finishes first. Idempotent."""
@@ -179,8 +208,9 @@ class PostgresSessionStore:
     def __enter__(self) -> PostgresSessionStore:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -216,14 +246,17 @@ class _Connection:
                         db.close()
                         self._db = None
                     if attempt == 2:
-                        raise StoreError(f"session store {self._location}: {_first_line(err)}; check that the "
-                                         "server runs and accepts connections") from None
+                        raise StoreError(
+                            f"session store {self._location}: {_first_line(err)}; check that the "
+                            "server runs and accepts connections"
+                        ) from None
                 except psycopg.Error as err:
                     if db.broken:
                         db.close()
                         self._db = None
-                    raise StoreError(f"session store {self._location}: {_first_line(err)}; "
-                                     f"{_advice(err, psycopg)}") from None
+                    raise StoreError(
+                        f"session store {self._location}: {_first_line(err)}; {_advice(err, psycopg)}"
+                    ) from None
         raise AssertionError("unreachable")
 
     def close(self) -> None:

@@ -64,15 +64,17 @@ class WarmStartError(BridgeError):
     def result(self, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
         """The turn that could not run, as its result (a spawn failure)."""
         log.warning("agent could not be started", reason=self.message, exit_code=self.exit_code)
-        return TurnRecorder(profile).finish(Ending(spawn_failure=(self.exit_code, self.message)),
-                                            stderr_tail=self.stderr_tail, duration_ms=duration_ms)
+        return TurnRecorder(profile).finish(
+            Ending(spawn_failure=(self.exit_code, self.message)), stderr_tail=self.stderr_tail, duration_ms=duration_ms
+        )
 
 
 class WarmAgent:
     """One long-lived agent: its process, its dialect, and the turn in progress (at most one)."""
 
-    def __init__(self, profile: Profile, *, session_id: str = "", session_name: str = "default",
-                 log: Any = None) -> None:
+    def __init__(
+        self, profile: Profile, *, session_id: str = "", session_name: str = "default", log: Any = None
+    ) -> None:
         self.profile = profile
         self.session_name = session_name
         self.session_id = session_id  # the stored one, until the agent says which it is (`Ready`)
@@ -132,8 +134,9 @@ class WarmAgent:
         """Spawn the agent and set its session up; raises `WarmStartError` when either fails."""
         profile = self.profile
         try:
-            plan = plan_launch(profile, Turn("", session_id=self.session_id, session_name=self.session_name),
-                               os.environ)
+            plan = plan_launch(
+                profile, Turn("", session_id=self.session_id, session_name=self.session_name), os.environ
+            )
             self._cwd = plan.cwd or os.getcwd()
             with contextlib.suppress(OSError):  # then spawn says what is wrong with the directory
                 self._files = FileRoot(self._cwd)  # held before the agent runs: it has moved nothing yet
@@ -206,8 +209,9 @@ class WarmAgent:
         except Exception as err:  # a dialect's bug: what the agent says cannot be read any more
             self.log.error("the warm agent's output could not be read; killing it", error=repr(err))
             if self._wake is not None:
-                self._turn_error = err.exceptions[0] if isinstance(err, ExceptionGroup) and \
-                    len(err.exceptions) == 1 else err
+                self._turn_error = (
+                    err.exceptions[0] if isinstance(err, ExceptionGroup) and len(err.exceptions) == 1 else err
+                )
         finally:
             with trio.CancelScope(shield=True):
                 self._dead.set()
@@ -229,8 +233,11 @@ class WarmAgent:
     def _not_reading(self) -> None:
         """More than the outbox's limit waited unread on the agent's stdin: the agent is killed, its turn fails."""
         assert self._outbox is not None and self._process is not None
-        self.log.warning("the warm agent stopped reading its stdin; killing it", unread_bytes=self._outbox.overflowed,
-                         limit_bytes=self._outbox.limit)
+        self.log.warning(
+            "the warm agent stopped reading its stdin; killing it",
+            unread_bytes=self._outbox.overflowed,
+            limit_bytes=self._outbox.limit,
+        )
         self._process.signal_group(signal.SIGKILL)
         self._loop = None  # the turn takes no more events
         self._wake_turn()
@@ -303,15 +310,18 @@ class WarmAgent:
             try:
                 if self._files is None:
                     raise FileRefused(f"the bridge could not open the session's working directory ({self._cwd})")
-                content = await trio.to_thread.run_sync(serve_file_request, request, self._files,
-                                                        abandon_on_cancel=True, limiter=self._file_threads)
+                content = await trio.to_thread.run_sync(
+                    serve_file_request, request, self._files, abandon_on_cancel=True, limiter=self._file_threads
+                )
             except FileRefused as refused:
                 error = str(refused)
             finally:
                 self._file_request = None
         if scope.cancelled_caught:
-            error = (f"the bridge stopped waiting for this {request.operation}: the turn stopped, or it took longer "
-                     "than the agent may stay silent")
+            error = (
+                f"the bridge stopped waiting for this {request.operation}: the turn stopped, or it took longer "
+                "than the agent may stay silent"
+            )
             if request.operation == "write":
                 error += " (the write may still happen)"
         if error is not None:
@@ -345,9 +355,16 @@ class WarmAgent:
 
     # ------------------------------------------------------------------ turns
 
-    async def turn(self, turn: Turn, emit: Emit | None = None, *, cancel: trio.Event | None = None,
-                   questions: Questions | None = None, log: Any = None,
-                   on_stderr: Callable[[bytes], None] | None = None) -> TurnResult:
+    async def turn(
+        self,
+        turn: Turn,
+        emit: Emit | None = None,
+        *,
+        cancel: trio.Event | None = None,
+        questions: Questions | None = None,
+        log: Any = None,
+        on_stderr: Callable[[bytes], None] | None = None,
+    ) -> TurnResult:
         """One turn on this agent; its result as for any turn. One at a time; the agent must have started."""
         if self._wake is not None:
             raise RuntimeError("a warm agent takes one turn at a time")
@@ -385,8 +402,14 @@ class WarmAgent:
             raise error
         duration_ms = round((trio.current_time() - started) * 1000)
         result = recorder.finish(ending, stderr_tail=self._stderr.text(), duration_ms=duration_ms)
-        log.info("turn finished", outcome=result.outcome.value, exit_code=result.exit_code,
-                 duration_ms=duration_ms, partials=result.partials, warm=True)
+        log.info(
+            "turn finished",
+            outcome=result.outcome.value,
+            exit_code=result.exit_code,
+            duration_ms=duration_ms,
+            partials=result.partials,
+            warm=True,
+        )
         if emit is not None and (pending := emit(result)) is not None:
             await pending
         return result
@@ -443,8 +466,11 @@ class WarmAgent:
                 await wake.wait()
                 wake = self._wake = trio.Event()
         if not (self._turn_over or self._dead.is_set()):
-            log.warning("the warm agent did not stop the turn in time; killing it", why=why,
-                        grace_secs=self.profile.kill_grace_secs)
+            log.warning(
+                "the warm agent did not stop the turn in time; killing it",
+                why=why,
+                grace_secs=self.profile.kill_grace_secs,
+            )
             if self._process is not None:
                 self._process.signal_group(signal.SIGKILL)
             await self._reaped.wait()
@@ -468,9 +494,16 @@ async def _wait_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-async def run_warm_turn(profile: Profile, turn: Turn, emit: Emit | None = None, *, cancel: trio.Event | None = None,
-                        turn_id: str | None = None, questions: Questions | None = None,
-                        on_stderr: Callable[[bytes], None] | None = None) -> TurnResult:
+async def run_warm_turn(
+    profile: Profile,
+    turn: Turn,
+    emit: Emit | None = None,
+    *,
+    cancel: trio.Event | None = None,
+    turn_id: str | None = None,
+    questions: Questions | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+) -> TurnResult:
     """One turn of a warm protocol on a fresh agent that resumes `turn.session_id`; then goodbye."""
     log = get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
     agent = WarmAgent(profile, session_id=turn.session_id, session_name=turn.session_name, log=log)

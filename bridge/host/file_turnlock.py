@@ -134,8 +134,9 @@ class TurnLocks:
                 os.mkdir(self.directory, 0o700)
             except FileExistsError:
                 pass
-            self._join_fd = os.open(os.path.join(self.directory, JOIN_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                                    0o600)
+            self._join_fd = os.open(
+                os.path.join(self.directory, JOIN_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
         except OSError as err:
             raise self._error(err) from None
 
@@ -181,8 +182,11 @@ class TurnLocks:
     def holds(self, place: Place, profile: str, conversation: str, session_name: str) -> bool:
         """Whether `place` is in this store's queue of (profile, conversation, session name)."""
         ticket = parse_ticket(os.path.basename(place.path))
-        return (os.path.dirname(place.path) == self.directory and ticket is not None
-                and ticket[0] == conversation_hash(profile, conversation, session_name))
+        return (
+            os.path.dirname(place.path) == self.directory
+            and ticket is not None
+            and ticket[0] == conversation_hash(profile, conversation, session_name)
+        )
 
     def close(self) -> None:
         if self._join_fd >= 0:
@@ -190,9 +194,11 @@ class TurnLocks:
             self._join_fd = -1
 
     def _error(self, err: OSError) -> TurnLockError:
-        return TurnLockError(f"cannot queue turns in {self.directory}: {err.strerror or err}; make it (and the "
-                             "session store's directory) writable by this user, or pass another store file "
-                             "with --state PATH")
+        return TurnLockError(
+            f"cannot queue turns in {self.directory}: {err.strerror or err}; make it (and the "
+            "session store's directory) writable by this user, or pass another store file "
+            "with --state PATH"
+        )
 
 
 class Place:
@@ -245,9 +251,10 @@ class Place:
             except BlockingIOError:
                 return False
         except OSError as err:
-            raise TurnLockError(f"cannot wait for the turn ahead ({path}): {err.strerror or err}; make the "
-                                "directory readable by this user, or pass another store file with --state PATH"
-                                ) from None
+            raise TurnLockError(
+                f"cannot wait for the turn ahead ({path}): {err.strerror or err}; make the "
+                "directory readable by this user, or pass another store file with --state PATH"
+            ) from None
         _remove(path)  # its holder died without removing it
         self._drop_blocker()
         return True
@@ -260,8 +267,9 @@ class Place:
     def __enter__(self) -> Place:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.release()
 
     def __del__(self) -> None:

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -125,8 +125,11 @@ class SessionStore:
         mode = self._create_file()
         if mode & 0o066:
             get_logger(component="store").warning(
-                "the session store can be read or written by other users: they could resume its "
-                "conversations", path=str(self.path), mode=f"{mode & 0o777:o}", fix=f"chmod 600 {self.path}")
+                "the session store can be read or written by other users: they could resume its conversations",
+                path=str(self.path),
+                mode=f"{mode & 0o777:o}",
+                fix=f"chmod 600 {self.path}",
+            )
         # The writer first: it switches the file to WAL and checks the schema the reader relies on.
         self._writer = _Connection(self._connect(self._prepare), self.path)
         try:
@@ -168,8 +171,13 @@ class SessionStore:
         """Remember how a turn ended; a turn without a valid session line keeps the stored id. Returns the
         record's stamp (its `last_used`, as `lookup` reads it)."""
         stamp = _now()
-        values = (*_key(profile, conversation, session_name), result.session_id, stamp,
-                  str(result.outcome), int(result.exit_code))
+        values = (
+            *_key(profile, conversation, session_name),
+            result.session_id,
+            stamp,
+            str(result.outcome),
+            int(result.exit_code),
+        )
         self._write(lambda db: db.execute(_RECORD, values))
         return stamp
 
@@ -192,8 +200,7 @@ class SessionStore:
         rows = self._run(
             self._reader,
             lambda db: db.execute(
-                f"SELECT {_COLUMNS} FROM {_TABLE} {where} ORDER BY last_used DESC, profile, conversation, "
-                "session_name",
+                f"SELECT {_COLUMNS} FROM {_TABLE} {where} ORDER BY last_used DESC, profile, conversation, session_name",
                 params,
             ).fetchall(),
         )
@@ -207,8 +214,9 @@ class SessionStore:
     def __enter__(self) -> SessionStore:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -229,22 +237,32 @@ class SessionStore:
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         except (FileExistsError, NotADirectoryError):
-            raise StoreError(f"cannot create session store {self.path}: {directory} (or a parent) is a file, "
-                             "not a directory; pass another path with --state PATH") from None
+            raise StoreError(
+                f"cannot create session store {self.path}: {directory} (or a parent) is a file, "
+                "not a directory; pass another path with --state PATH"
+            ) from None
         except OSError as err:
-            advice = (_full_disk_advice() if err.errno == errno.ENOSPC else
-                      f"create {directory} writable by this user, or pass another path with --state PATH")
-            raise StoreError(f"cannot create the directory of session store {self.path}: "
-                             f"{err.strerror or err}; {advice}") from None
+            advice = (
+                _full_disk_advice()
+                if err.errno == errno.ENOSPC
+                else f"create {directory} writable by this user, or pass another path with --state PATH"
+            )
+            raise StoreError(
+                f"cannot create the directory of session store {self.path}: {err.strerror or err}; {advice}"
+            ) from None
         try:
             descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except IsADirectoryError:
-            raise StoreError(f"session store {self.path} is a directory; pass the path of a file "
-                             "(e.g. --state DIR/sessions.sqlite3)") from None
+            raise StoreError(
+                f"session store {self.path} is a directory; pass the path of a file (e.g. --state DIR/sessions.sqlite3)"
+            ) from None
         except OSError as err:
-            advice = (_full_disk_advice() if err.errno == errno.ENOSPC else
-                      "make it and its directory readable and writable by this user, or pass another file "
-                      "with --state PATH")
+            advice = (
+                _full_disk_advice()
+                if err.errno == errno.ENOSPC
+                else "make it and its directory readable and writable by this user, or pass another file "
+                "with --state PATH"
+            )
             raise StoreError(f"cannot open session store {self.path}: {err.strerror or err}; {advice}") from None
         try:
             return os.fstat(descriptor).st_mode
@@ -253,8 +271,7 @@ class SessionStore:
 
     def _connect(self, prepare: Callable[[sqlite3.Connection], None]) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
-                                 check_same_thread=False)
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as err:
             raise self._error(err) from None
         try:
@@ -275,22 +292,28 @@ class SessionStore:
         if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower()
             if mode != "wal":
-                raise StoreError(f"session store {self.path}: SQLite cannot use WAL mode there (got {mode}); "
-                                 "put the store on a local file system with --state PATH")
+                raise StoreError(
+                    f"session store {self.path}: SQLite cannot use WAL mode there (got {mode}); "
+                    "put the store on a local file system with --state PATH"
+                )
         db.execute("PRAGMA synchronous = NORMAL")
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return
         if version > SCHEMA_VERSION:
-            raise StoreError(f"session store {self.path} was written by a newer agent-bridge (schema "
-                             f"{version}); upgrade agent-bridge, or use another file with --state PATH")
+            raise StoreError(
+                f"session store {self.path} was written by a newer agent-bridge (schema "
+                f"{version}); upgrade agent-bridge, or use another file with --state PATH"
+            )
         db.execute("BEGIN IMMEDIATE")
         try:
             tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if db.execute("PRAGMA user_version").fetchone()[0] == 0 and tables - {_TABLE}:
-                raise StoreError(f"{self.path} is an SQLite database of something else (tables: "
-                                 f"{', '.join(sorted(tables))}), not an agent-bridge session store; "
-                                 "pass another file with --state PATH")
+                raise StoreError(
+                    f"{self.path} is an SQLite database of something else (tables: "
+                    f"{', '.join(sorted(tables))}), not an agent-bridge session store; "
+                    "pass another file with --state PATH"
+                )
             db.execute(_SCHEMA)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
@@ -388,14 +411,20 @@ def _advice(code: str, full: str | None) -> str:
     if full is not None or code.startswith("SQLITE_FULL"):
         return _full_disk_advice(full)
     if code.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
-        return ("it is damaged or not an SQLite file; move it aside (its sessions are lost: "
-                "conversations start afresh) or pass another file with --state PATH")
+        return (
+            "it is damaged or not an SQLite file; move it aside (its sessions are lost: "
+            "conversations start afresh) or pass another file with --state PATH"
+        )
     if code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return (f"another process kept it locked for more than {BUSY_TIMEOUT_SECS:g} s; "
-                "find the stuck process (fuser FILE) or pass another file with --state PATH")
+        return (
+            f"another process kept it locked for more than {BUSY_TIMEOUT_SECS:g} s; "
+            "find the stuck process (fuser FILE) or pass another file with --state PATH"
+        )
     if code.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_IOERR")):
-        return ("make the file, its -wal and -shm companions and its directory writable by this user, "
-                "or pass another file with --state PATH")
+        return (
+            "make the file, its -wal and -shm companions and its directory writable by this user, "
+            "or pass another file with --state PATH"
+        )
     return "check the file, or pass another one with --state PATH"
 
 
@@ -414,8 +443,10 @@ def _patiently(operation: Callable[[], T]) -> T:
         try:
             return operation()
         except sqlite3.OperationalError as err:
-            if not (getattr(err, "sqlite_errorname", "") or "").startswith("SQLITE_BUSY") \
-                    or time.monotonic() + pause > deadline:
+            if (
+                not (getattr(err, "sqlite_errorname", "") or "").startswith("SQLITE_BUSY")
+                or time.monotonic() + pause > deadline
+            ):
                 raise
         time.sleep(pause * random.uniform(0.5, 1.5))
         pause = min(pause * 2, 0.05)
@@ -429,10 +460,11 @@ def _key(*parts: str) -> tuple[str, ...]:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:
     profile, conversation, session_name, session_id, last_used, outcome, exit_code = row
-    return SessionRecord(profile, conversation, session_name, session_id,
-                         datetime.fromisoformat(last_used), outcome, int(exit_code))
+    return SessionRecord(
+        profile, conversation, session_name, session_id, datetime.fromisoformat(last_used), outcome, int(exit_code)
+    )

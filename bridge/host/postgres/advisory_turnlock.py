@@ -1,6 +1,6 @@
 """Turns of one conversation queue across processes sharing a PostgreSQL store (SPEC §6): advisory locks.
 
-What `bridge.host.turnlock` does with files next to an SQLite store, for
+What `bridge.host.file_turnlock` does with files next to an SQLite store, for
 processes on any machines that share a database: a turn holds its
 conversation's session-level advisory lock, keyed by a 64-bit hash of
 (namespace, profile, conversation, session name), for as long as it runs:
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ...log import get_logger
-from ..turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, TurnLockError, poll_until
+from ..file_turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, TurnLockError, poll_until
 from .db import DEFAULT_NAMESPACE, PostgresError, _first_line, connect, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
@@ -210,9 +210,11 @@ class PgPlace:
                 self._db = None
                 db.close()
                 if attempt == 2 or not isinstance(err, psycopg.OperationalError):
-                    raise TurnLockError(f"cannot queue the conversation's turns in {self._locks.location}: "
-                                        f"{_first_line(err)}; check that the server runs and accepts "
-                                        "connections") from None
+                    raise TurnLockError(
+                        f"cannot queue the conversation's turns in {self._locks.location}: "
+                        f"{_first_line(err)}; check that the server runs and accepts "
+                        "connections"
+                    ) from None
                 continue
             self._held = bool(row and row[0])
             return self._held
@@ -228,8 +230,10 @@ class PgPlace:
         if problem:
             get_logger(component="turnlock").warning(
                 "the connection holding a conversation's turn lock broke while its turn ran: a turn of the "
-                "conversation in another process may have run at the same time", server=self._locks.location,
-                error=problem)
+                "conversation in another process may have run at the same time",
+                server=self._locks.location,
+                error=problem,
+            )
             db.close()
             return
         self._locks._give_back(db)
@@ -237,8 +241,9 @@ class PgPlace:
     def __enter__(self) -> PgPlace:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.release()
 
 
