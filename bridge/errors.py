@@ -7,23 +7,20 @@ fix the problem: they say what is wrong and, where possible, what to do.
 
 from __future__ import annotations
 
-from .records import FrozenRecord
+from dataclasses import dataclass
 
 
 class BridgeError(Exception):
     """Root of every error agent-bridge raises."""
 
 
-class Problem(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class Problem:
     """One thing wrong with a profile, located as precisely as the input allows."""
 
-    __slots__ = ("message", "file", "line")
     message: str
-    file: str | None
-    line: int | None
-
-    def __init__(self, message: str, file: str | None = None, line: int | None = None) -> None:
-        self._assign(message=message, file=file, line=line)
+    file: str | None = None
+    line: int | None = None
 
     def __str__(self) -> str:
         if self.file is None:
@@ -43,6 +40,10 @@ class ProfileError(BridgeError, ValueError):
 
 class TurnError(BridgeError, ValueError):
     """A turn's input (message, session id, attachments…) cannot be sent to an agent."""
+
+
+class ProtocolMisuse(BridgeError):
+    """A dialect or warm agent was used out of order: a bug in the caller, not in the agent."""
 
 
 class LaunchError(BridgeError):

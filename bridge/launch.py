@@ -11,12 +11,12 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from .dialects import PROTOCOLS, Handover
 from .errors import LaunchError
 from .profile import PLACEHOLDER_PATTERN, Profile
 from .profile.fields import NEW_SESSION_ID
-from .records import FrozenRecord
 from .turn import Turn
 
 PROTOCOL_VERSION = "0.1"
@@ -43,33 +43,19 @@ MAX_ARG_STRLEN = 32 * 4096
 _TEMPLATE = re.compile(PLACEHOLDER_PATTERN.pattern + r"|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-class LaunchPlan(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class LaunchPlan:
     """What to execute for one turn. `notes` are warnings for the log (they never hold values)."""
 
-    __slots__ = ("argv", "env", "cwd", "stdin", "notes", "stdin_open", "new_session_id")
     argv: tuple[str, ...]
     env: dict[str, str]
     cwd: str | None
     stdin: bytes | None
-    notes: tuple[str, ...]
-    stdin_open: bool
+    notes: tuple[str, ...] = ()
+    stdin_open: bool = False
     """stdin stays a pipe after `stdin` was written, for answers to the agent (its dialect's handover)."""
-    new_session_id: str
+    new_session_id: str = ""
     """The id the bridge made up for this new session (`{{NEW_SESSION_ID}}`); it is the turn's session id."""
-
-    def __init__(
-        self,
-        argv: tuple[str, ...],
-        env: dict[str, str],
-        cwd: str | None,
-        stdin: bytes | None,
-        notes: tuple[str, ...] = (),
-        stdin_open: bool = False,
-        new_session_id: str = "",
-    ) -> None:
-        self._assign(
-            argv=argv, env=env, cwd=cwd, stdin=stdin, notes=notes, stdin_open=stdin_open, new_session_id=new_session_id
-        )
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:

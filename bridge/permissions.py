@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
-
-from .records import FrozenRecord
 
 TOOL_KINDS = ("read", "edit", "delete", "move", "search", "exec", "think", "fetch", "other")
 
 
-class PermissionRequest(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class PermissionRequest:
     """An agent asks whether it may run a tool.
 
     `request_id` is the dialect's handle for its answer; `tool` the tool's name
@@ -41,19 +41,13 @@ class PermissionRequest(FrozenRecord):
     `input` the tool's arguments, as the agent sent them.
     """
 
-    __slots__ = ("request_id", "tool", "kind", "title", "input")
     request_id: str
     tool: str
-    kind: str
-    title: str
-    input: Mapping[str, Any]
+    kind: str = ""
+    title: str = ""
+    input: Mapping[str, Any] = field(default_factory=dict)
 
     kind_of_event: ClassVar[str] = "permission"
-
-    def __init__(
-        self, request_id: str, tool: str, kind: str = "", title: str = "", input: Mapping[str, Any] | None = None
-    ) -> None:
-        self._assign(request_id=request_id, tool=tool, kind=kind, title=title, input={} if input is None else input)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,41 +60,28 @@ class PermissionRequest(FrozenRecord):
         }
 
 
-class Decision(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class Decision:
     """The answer to a `PermissionRequest`. `always` asks the agent to remember it (where it can)."""
 
-    __slots__ = ("allow", "always", "message")
     allow: bool
-    always: bool
-    message: str
-
-    def __init__(self, allow: bool, always: bool = False, message: str = "") -> None:
-        self._assign(allow=allow, always=always, message=message)
+    always: bool = False
+    message: str = ""
 
 
 DENIED = Decision(allow=False)
 ALLOWED = Decision(allow=True)
 
 
-class PermissionPolicy(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class PermissionPolicy:
     """A profile's `permissions:` section."""
 
-    __slots__ = ("default", "allow", "deny", "ask", "timeout_secs")
-    default: Literal["allow", "deny", "ask"]
-    allow: tuple[str, ...]
-    deny: tuple[str, ...]
-    ask: tuple[str, ...]
-    timeout_secs: float
-
-    def __init__(
-        self,
-        default: Literal["allow", "deny", "ask"] = "deny",
-        allow: tuple[str, ...] = (),
-        deny: tuple[str, ...] = (),
-        ask: tuple[str, ...] = (),
-        timeout_secs: float = 120.0,
-    ) -> None:
-        self._assign(default=default, allow=allow, deny=deny, ask=ask, timeout_secs=timeout_secs)
+    default: Literal["allow", "deny", "ask"] = "deny"
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    timeout_secs: float = 120.0
 
     def decide(self, request: PermissionRequest) -> Decision | None:
         """The profile's answer, or None when the host is to be asked."""

@@ -7,8 +7,10 @@ which partials are forwarded, the caps, the last session and error. Its
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import signal
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .dialects import (
@@ -27,7 +29,6 @@ from .dialects import (
 )
 from .permissions import PermissionRequest
 from .profile import Profile
-from .records import FrozenRecord
 
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 130
@@ -51,23 +52,10 @@ class Outcome(enum.StrEnum):
         return self.value
 
 
-class TurnResult(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class TurnResult:
     """Everything a host needs after a turn (SPEC §5)."""
 
-    __slots__ = (
-        "reply",
-        "session_id",
-        "error",
-        "error_reply",
-        "exit_code",
-        "timed_out",
-        "outcome",
-        "stderr_tail",
-        "duration_ms",
-        "partials",
-        "truncated",
-        "usage",
-    )
     reply: str
     session_id: str
     error: str
@@ -79,71 +67,29 @@ class TurnResult(FrozenRecord):
     duration_ms: int
     partials: int
     truncated: bool
-    usage: Usage | None
+    usage: Usage | None = None
     """Tokens and cost, when the agent reported them (JSON families do)."""
-
-    def __init__(
-        self,
-        reply: str,
-        session_id: str,
-        error: str,
-        error_reply: str,
-        exit_code: int,
-        timed_out: bool,
-        outcome: Outcome,
-        stderr_tail: str,
-        duration_ms: int,
-        partials: int,
-        truncated: bool,
-        usage: Usage | None = None,
-    ) -> None:
-        self._assign(
-            reply=reply,
-            session_id=session_id,
-            error=error,
-            error_reply=error_reply,
-            exit_code=exit_code,
-            timed_out=timed_out,
-            outcome=outcome,
-            stderr_tail=stderr_tail,
-            duration_ms=duration_ms,
-            partials=partials,
-            truncated=truncated,
-            usage=usage,
-        )
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
     def to_dict(self) -> dict[str, Any]:
-        fields = {name: getattr(self, name) for name in self._fields}
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         fields["outcome"] = self.outcome.value
         fields["usage"] = self.usage.to_dict() if self.usage is not None else None
         return fields
 
 
-class Ending(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class Ending:
     """How the agent's process ended, as the supervisor saw it."""
 
-    __slots__ = ("returncode", "timeout", "cancelled", "spawn_failure", "unread")
-    returncode: int | None  # as from waitpid: -N when killed by signal N
-    timeout: Literal["wall", "idle"] | None
-    cancelled: bool
-    spawn_failure: tuple[int, str] | None  # (exit code, what is wrong)
-    unread: int  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
-
-    def __init__(
-        self,
-        returncode: int | None = None,
-        timeout: Literal["wall", "idle"] | None = None,
-        cancelled: bool = False,
-        spawn_failure: tuple[int, str] | None = None,
-        unread: int = 0,
-    ) -> None:
-        self._assign(
-            returncode=returncode, timeout=timeout, cancelled=cancelled, spawn_failure=spawn_failure, unread=unread
-        )
+    returncode: int | None = None  # as from waitpid: -N when killed by signal N
+    timeout: Literal["wall", "idle"] | None = None
+    cancelled: bool = False
+    spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
+    unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
 
 
 Forwarded = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | AgentInput | ProtocolWarning

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import urllib.parse
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from .errors import TurnError
-from .records import FrozenRecord
 
 
 def text_problem(value: str) -> str | None:
@@ -36,19 +37,15 @@ AttachmentType = Literal["image", "file", "audio", "video"]
 ATTACHMENT_TYPES: tuple[str, ...] = get_args(AttachmentType)
 
 
-class Attachment(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class Attachment:
     """A file the user sent with the message, passed to the agent by URL."""
 
-    __slots__ = ("type", "url", "name")
     type: AttachmentType
     url: str
-    name: str
+    name: str = ""
 
-    def __init__(self, type: AttachmentType, url: str, name: str = "") -> None:
-        self._assign(type=type, url=url, name=name)
-        self._check()
-
-    def _check(self) -> None:
+    def __post_init__(self) -> None:
         if self.type not in ATTACHMENT_TYPES:
             raise TurnError(f"attachment type {self.type!r} is not one of {', '.join(ATTACHMENT_TYPES)}")
         if not isinstance(self.url, str) or not self.url:
@@ -75,35 +72,21 @@ class Attachment(FrozenRecord):
         return {"type": self.type, "url": self.url, "name": self.name}
 
 
-class Turn(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class Turn:
     """One user message for one agent run.
 
     `session_id` is the id the agent printed last time (`""` starts a new
     session); the bridge treats it as opaque. `replace()` makes a changed copy.
     """
 
-    __slots__ = ("message", "session_id", "session_name", "from_user", "attachments")
-    message: str
-    session_id: str
-    session_name: str
-    from_user: str
-    attachments: tuple[Attachment, ...]
+    message: str = ""
+    session_id: str = ""
+    session_name: str = "default"
+    from_user: str = ""
+    attachments: tuple[Attachment, ...] = ()
 
-    def __init__(
-        self,
-        message: str = "",
-        session_id: str = "",
-        session_name: str = "default",
-        from_user: str = "",
-        attachments: tuple[Attachment, ...] = (),
-    ) -> None:
-        self._assign(
-            message=message,
-            session_id=session_id,
-            session_name=session_name,
-            from_user=from_user,
-            attachments=attachments,
-        )
+    def __post_init__(self) -> None:
         # NUL and lone surrogates cannot travel in argv, the environment or the store; refusing
         # them here gives the host a clear error instead of a confusing spawn or store failure.
         for name in ("message", "session_id", "session_name", "from_user"):
@@ -120,4 +103,4 @@ class Turn(FrozenRecord):
 
     def replace(self, **changes: Any) -> Turn:
         """A copy with `changes` applied, checked as a new turn is."""
-        return Turn(**{**{name: getattr(self, name) for name in self._fields}, **changes})
+        return dataclasses.replace(self, **changes)

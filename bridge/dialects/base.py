@@ -19,17 +19,18 @@ import json
 import json.scanner
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from ..permissions import Decision, PermissionRequest
-from ..records import FrozenRecord
 from ..turn import Turn
 from .events import Event, LineCut, ProtocolWarning
 from .framing import Lines, LineSplitter
 from .settings import JSON_MAX_LINE_BYTES, JsonSettings
 
 
-class Handover(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class Handover:
     """How a turn reaches the agent besides argv and the environment.
 
     `stdin` is written to the agent's stdin (None: stdin is /dev/null, at end of
@@ -37,15 +38,12 @@ class Handover(FrozenRecord):
     answers to the agent's questions; it is closed when the agent exits.
     """
 
-    __slots__ = ("stdin", "keep_open")
-    stdin: bytes | None
-    keep_open: bool
-
-    def __init__(self, stdin: bytes | None = None, keep_open: bool = False) -> None:
-        self._assign(stdin=stdin, keep_open=keep_open)
+    stdin: bytes | None = None
+    keep_open: bool = False
 
 
-class DialectContext(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class DialectContext:
     """What a dialect needs to know of the profile; the turn engine builds it (dialects never see a Profile).
 
     `settings` is the dialect's own settings object (its `Settings` class,
@@ -56,28 +54,11 @@ class DialectContext(FrozenRecord):
     or `line`); `stdin_line`: followed by a newline (`stdin: line`).
     """
 
-    __slots__ = ("settings", "session_line_prefix", "stdin_message", "permissions", "stdin_line")
-    settings: Any
-    session_line_prefix: str
-    stdin_message: bool
-    permissions: bool
-    stdin_line: bool
-
-    def __init__(
-        self,
-        settings: Any = None,
-        session_line_prefix: str = "AGENT_SESSION:",
-        stdin_message: bool = False,
-        permissions: bool = False,
-        stdin_line: bool = False,
-    ) -> None:
-        self._assign(
-            settings=settings,
-            session_line_prefix=session_line_prefix,
-            stdin_message=stdin_message,
-            permissions=permissions,
-            stdin_line=stdin_line,
-        )
+    settings: Any = None
+    session_line_prefix: str = "AGENT_SESSION:"
+    stdin_message: bool = False
+    permissions: bool = False
+    stdin_line: bool = False
 
 
 class Dialect(Protocol):

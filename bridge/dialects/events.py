@@ -20,46 +20,43 @@ Claude Code's JSON — its dialect says it with these events:
 a host receives while a turn runs (after the turn-level rules have filtered
 them), so one class serves both the wire and the public API.
 
-Events are plain records, made once per line and never reused by the bridge.
-They are not `frozen`: that would double the cost of making one, and two
-thirds of a chatty agent's lines are events.
+Events are plain frozen dataclasses: values, made once and never changed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
 from ..permissions import PermissionRequest
-from ..records import FrozenRecord, Record
 
 
-class PartialEvent(Record):
+@dataclass(slots=True, frozen=True)
+class PartialEvent:
     """A streamed chunk of the reply, to show the user at once."""
 
-    __slots__ = ("text",)
     kind: ClassVar[str] = "partial"
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    text: str
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "text": self.text}
 
 
-class SessionEvent(Record):
+@dataclass(slots=True, frozen=True)
+class SessionEvent:
     """A valid session id; the last one of a turn is the one to resume with."""
 
-    __slots__ = ("session_id",)
     kind: ClassVar[str] = "session"
 
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
+    session_id: str
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "session_id": self.session_id}
 
 
-class ErrorEvent(Record):
+@dataclass(slots=True, frozen=True)
+class ErrorEvent:
     """The agent's user-readable error; the turn fails whatever its exit code.
 
     `unfinished`: not the agent's words but the dialect's — the agent's stream
@@ -67,12 +64,10 @@ class ErrorEvent(Record):
     on its own: after a timeout or a cancel, that is the cause the host is told.
     """
 
-    __slots__ = ("text", "unfinished")
     kind: ClassVar[str] = "error"
 
-    def __init__(self, text: str, unfinished: bool = False) -> None:
-        self.text = text
-        self.unfinished = unfinished
+    text: str
+    unfinished: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "text": self.text}
@@ -83,24 +78,19 @@ BodyLine = str
 write, never reach a host one by one, and need nothing but the text."""
 
 
-class ReplyEvent(Record):
+@dataclass(slots=True, frozen=True)
+class ReplyEvent:
     """The reply as the agent gives it whole (a JSON family's final answer); it replaces any earlier one."""
 
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
+    text: str
 
 
-class PlanStep(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class PlanStep:
     """One entry of an agent's plan: what, and `pending` | `in_progress` | `completed`."""
 
-    __slots__ = ("text", "status")
     text: str
-    status: str
-
-    def __init__(self, text: str, status: str = "pending") -> None:
-        self._assign(text=text, status=status)
+    status: str = "pending"
 
     def to_dict(self) -> dict[str, str]:
         return {"text": self.text, "status": self.status}
@@ -109,7 +99,8 @@ class PlanStep(FrozenRecord):
 ActivityKind = Literal["thinking", "tool", "plan"]
 
 
-class ActivityEvent(Record):
+@dataclass(slots=True, frozen=True)
+class ActivityEvent:
     """What the agent is doing, for a status line; never part of the reply.
 
     - `thinking`: `text` is (a piece of) its reasoning;
@@ -120,26 +111,15 @@ class ActivityEvent(Record):
     - `plan`: `plan` holds every step as the agent sees them now.
     """
 
-    __slots__ = ("activity", "text", "tool", "title", "status", "call_id", "plan")
     kind: ClassVar[str] = "activity"
 
-    def __init__(
-        self,
-        activity: ActivityKind,
-        text: str = "",
-        tool: str = "",
-        title: str = "",
-        status: str = "",
-        call_id: str = "",
-        plan: tuple[PlanStep, ...] = (),
-    ) -> None:
-        self.activity = activity
-        self.text = text
-        self.tool = tool
-        self.title = title
-        self.status = status
-        self.call_id = call_id
-        self.plan = plan
+    activity: ActivityKind
+    text: str = ""
+    tool: str = ""
+    title: str = ""
+    status: str = ""
+    call_id: str = ""
+    plan: tuple[PlanStep, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {"event": self.kind, "activity": self.activity}
@@ -152,58 +132,42 @@ class ActivityEvent(Record):
         return record
 
 
-class Usage(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class Usage:
     """What a turn cost, as far as the agent said: tokens (None where it did not say) and money."""
 
-    __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens", "total_tokens", "cost_usd")
-    input_tokens: int | None
-    output_tokens: int | None
-    cached_input_tokens: int | None
-    reasoning_tokens: int | None
-    total_tokens: int | None
-    cost_usd: float | None
-
-    def __init__(
-        self,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
-        cached_input_tokens: int | None = None,
-        reasoning_tokens: int | None = None,
-        total_tokens: int | None = None,
-        cost_usd: float | None = None,
-    ) -> None:
-        self._assign(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cached_input_tokens=cached_input_tokens,
-            reasoning_tokens=reasoning_tokens,
-            total_tokens=total_tokens,
-            cost_usd=cost_usd,
-        )
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    total_tokens: int | None = None
+    cost_usd: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__ if getattr(self, name) is not None}
+        return {name: getattr(self, name) for name in _USAGE_FIELDS if getattr(self, name) is not None}
 
     def plus(self, other: Usage) -> Usage:
         """Both turns' worth (a family that reports per step, say): each field summed where either has it."""
         values: dict[str, Any] = {}
-        for name in self.__slots__:
+        for name in _USAGE_FIELDS:
             mine, theirs = getattr(self, name), getattr(other, name)
             values[name] = theirs if mine is None else mine if theirs is None else mine + theirs
         return Usage(**values)
 
 
-class UsageEvent(Record):
+_USAGE_FIELDS = tuple(field.name for field in fields(Usage))
+
+
+@dataclass(slots=True, frozen=True)
+class UsageEvent:
     """Usage the agent reported; the turn's result carries the last one (`replace`) or their sum."""
 
-    __slots__ = ("usage", "replace")
-
-    def __init__(self, usage: Usage, replace: bool = True) -> None:
-        self.usage = usage
-        self.replace = replace
+    usage: Usage
+    replace: bool = True
 
 
-class AgentInput(Record):
+@dataclass(slots=True, frozen=True)
+class AgentInput:
     """Bytes the dialect itself must write to the agent's stdin: a protocol-level answer no policy decides.
 
     agentproc-0.4 refuses a malformed permission request this way, so the agent
@@ -211,35 +175,29 @@ class AgentInput(Record):
     queued before; dropped once stdin is closed.
     """
 
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    data: bytes
 
 
-class Ready(Record):
+@dataclass(slots=True, frozen=True)
+class Ready:
     """A long-lived agent's session is set up (new, or resumed) and takes turns; `session_id` is its id."""
 
-    __slots__ = ("session_id",)
-
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
+    session_id: str
 
 
-class TurnEnd(Record):
+@dataclass(slots=True, frozen=True)
+class TurnEnd:
     """A long-lived agent finished the turn and stays alive for the next one.
 
     `stop_reason` is the family's own word (`end_turn`, `cancelled`, `refusal`…);
     a dialect that sees the turn fail reports an `ErrorEvent` before this.
     """
 
-    __slots__ = ("stop_reason",)
-
-    def __init__(self, stop_reason: str = "end_turn") -> None:
-        self.stop_reason = stop_reason
+    stop_reason: str = "end_turn"
 
 
-class FileRequest(Record):
+@dataclass(slots=True, frozen=True)
+class FileRequest:
     """A warm agent asks the bridge to read or write a text file (ACP `fs/read_text_file`, `fs/write_text_file`).
 
     Only when the profile granted it (`acp: {fs_read: true}` / `fs_write`); the
@@ -249,38 +207,24 @@ class FileRequest(Record):
     many lines, each None for all) or `write` (`content`: the whole new text).
     """
 
-    __slots__ = ("request_id", "operation", "path", "content", "line", "limit")
-
-    def __init__(
-        self,
-        request_id: str,
-        operation: Literal["read", "write"],
-        path: str,
-        content: str | None = None,
-        line: int | None = None,
-        limit: int | None = None,
-    ) -> None:
-        self.request_id = request_id
-        self.operation = operation
-        self.path = path
-        self.content = content
-        self.line = line
-        self.limit = limit
+    request_id: str
+    operation: Literal["read", "write"]
+    path: str
+    content: str | None = None
+    line: int | None = None
+    limit: int | None = None
 
 
-class ProtocolWarning(Record):
+@dataclass(slots=True, frozen=True)
+class ProtocolWarning:
     """Something the agent wrote that the bridge had to ignore or cut; logged, never fatal."""
 
-    __slots__ = ("message",)
-
-    def __init__(self, message: str) -> None:
-        self.message = message
+    message: str
 
 
+@dataclass(slots=True, frozen=True)
 class LineCut(ProtocolWarning):
     """A line over the length limit was cut there; the turn's output is no longer whole."""
-
-    __slots__ = ()
 
 
 Event = (

@@ -6,7 +6,7 @@
 
 Every dialect's settings class lives here, so validating a profile needs no
 dialect module (and the profile cache knows when these rules changed). The
-classes are plain frozen records: `bridge.profile.schema` checks the keys and
+classes are plain frozen dataclasses: `bridge.profile.schema` checks the keys and
 types of a profile's section against their `__init__`'s keyword arguments, and
 `__init__` refuses values out of range with a message that says what is allowed.
 """
@@ -14,9 +14,8 @@ types of a profile's section against their `__init__`'s keyword arguments, and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
-
-from ..records import FrozenRecord
 
 # JSON agents put whole tool inputs and outputs on one line: their lines may be
 # megabytes. Bounded all the same, so memory is too whatever an agent writes.
@@ -24,37 +23,32 @@ JSON_MAX_LINE_BYTES = 16 * 1024 * 1024
 _LINE_LIMITS = (4096, 256 * 1024 * 1024)
 
 
-class NoSettings(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class NoSettings:
     """A family with nothing to set."""
 
-    __slots__ = ()
 
-
-class JsonSettings(FrozenRecord):
+@dataclass(slots=True, frozen=True)
+class JsonSettings:
     """What every JSON family may set: the longest stdout line it reads (a longer one is cut and ignored)."""
 
-    __slots__ = ("max_line_bytes",)
-    max_line_bytes: int
+    max_line_bytes: int = JSON_MAX_LINE_BYTES
 
-    def __init__(self, max_line_bytes: int = JSON_MAX_LINE_BYTES) -> None:
-        object.__setattr__(self, "max_line_bytes", max_line_bytes)
+    def __post_init__(self) -> None:
         low, high = _LINE_LIMITS
         if not low <= self.max_line_bytes <= high:
             raise ValueError(f"max_line_bytes must be between {low} and {high} bytes")
 
 
+@dataclass(slots=True, frozen=True)
 class ClaudeStreamSettings(JsonSettings):
     """claude-stream-json: `repeats_streamed_text` for agents that stream their text as assistant messages and
     then repeat it whole (cursor's `agent --stream-partial-output`): a repeat is not shown a second time."""
 
-    __slots__ = ("repeats_streamed_text",)
-    repeats_streamed_text: bool
-
-    def __init__(self, max_line_bytes: int = JSON_MAX_LINE_BYTES, repeats_streamed_text: bool = False) -> None:
-        JsonSettings.__init__(self, max_line_bytes)
-        object.__setattr__(self, "repeats_streamed_text", repeats_streamed_text)
+    repeats_streamed_text: bool = False
 
 
+@dataclass(slots=True, frozen=True)
 class AcpSettings(JsonSettings):
     """acp: what the bridge offers the agent besides the conversation.
 
@@ -68,20 +62,12 @@ class AcpSettings(JsonSettings):
     never offered: the bridge runs no commands on an agent's behalf.
     """
 
-    __slots__ = ("mcp_servers", "fs_read", "fs_write")
-    mcp_servers: list[dict[str, Any]] | None
-    fs_read: bool
-    fs_write: bool
+    mcp_servers: list[dict[str, Any]] | None = None
+    fs_read: bool = False
+    fs_write: bool = False
 
-    def __init__(
-        self,
-        max_line_bytes: int = JSON_MAX_LINE_BYTES,
-        mcp_servers: list[dict[str, Any]] | None = None,
-        fs_read: bool = False,
-        fs_write: bool = False,
-    ) -> None:
-        JsonSettings.__init__(self, max_line_bytes)
-        self._assign(mcp_servers=mcp_servers, fs_read=fs_read, fs_write=fs_write)
+    def __post_init__(self) -> None:
+        JsonSettings.__post_init__(self)  # not super(): a slots dataclass is a new class, which super() misses
         servers = self.mcp_servers
         if servers is None:
             return
@@ -98,6 +84,7 @@ THINKING_LEVELS = ("Disabled", "Enabled", "Deep", "Max")
 """Ante's `Thinking` values: how hard its model reasons."""
 
 
+@dataclass(slots=True, frozen=True)
 class AnteSettings(JsonSettings):
     """ante (`ante serve --stdio`): the session the bridge asks Ante to start (its StartSession fields).
 
@@ -111,52 +98,18 @@ class AnteSettings(JsonSettings):
     profile's `cwd`.
     """
 
-    __slots__ = (
-        "model",
-        "provider",
-        "policy",
-        "streaming",
-        "system_prompt",
-        "append_system_prompt",
-        "allowed_tools",
-        "disallowed_tools",
-        "thinking",
-    )
-    model: str | None
-    provider: str | None
-    policy: str | None
-    streaming: bool
-    system_prompt: str | None
-    append_system_prompt: str | None
-    allowed_tools: Sequence[str] | None
-    disallowed_tools: Sequence[str] | None
-    thinking: str | None
+    model: str | None = None
+    provider: str | None = None
+    policy: str | None = None
+    streaming: bool = True
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    allowed_tools: Sequence[str] | None = None
+    disallowed_tools: Sequence[str] | None = None
+    thinking: str | None = None
 
-    def __init__(
-        self,
-        max_line_bytes: int = JSON_MAX_LINE_BYTES,
-        model: str | None = None,
-        provider: str | None = None,
-        policy: str | None = None,
-        streaming: bool = True,
-        system_prompt: str | None = None,
-        append_system_prompt: str | None = None,
-        allowed_tools: Sequence[str] | None = None,
-        disallowed_tools: Sequence[str] | None = None,
-        thinking: str | None = None,
-    ) -> None:
-        JsonSettings.__init__(self, max_line_bytes)
-        self._assign(
-            model=model,
-            provider=provider,
-            policy=policy,
-            streaming=streaming,
-            system_prompt=system_prompt,
-            append_system_prompt=append_system_prompt,
-            allowed_tools=allowed_tools,
-            disallowed_tools=disallowed_tools,
-            thinking=thinking,
-        )
+    def __post_init__(self) -> None:
+        JsonSettings.__post_init__(self)
         for name in ("model", "provider", "policy"):
             if getattr(self, name) == "":
                 raise ValueError(f"{name} is empty; name one, or leave it out for Ante's default")

@@ -7,6 +7,7 @@ pydantic's model machinery costs more to load than the rest of the bridge.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import re
@@ -32,7 +33,6 @@ from pydantic_core import PydanticCustomError
 from ..dialects import DEFAULT_PROTOCOL, PROTOCOLS
 from ..errors import Problem, ProfileError
 from ..permissions import TOOL_KINDS
-from ..records import fields as record_fields
 from .argv_rules import argv_problem, environment_problem, stdin_problem
 from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
 
@@ -353,7 +353,7 @@ def _validate(data: dict[str, Any], lines: Mapping[tuple[Any, ...], int], where:
         try:
             settings = _validate_settings(PROTOCOLS[key].settings, section)
         except ValidationError as err:
-            keys = list(record_fields(PROTOCOLS[key].settings))
+            keys = [field.name for field in dataclasses.fields(PROTOCOLS[key].settings)]
             problems.extend(_explain(err, lines, where, prefix=(key,), keys=keys))
     if problems or model is None:
         raise ProfileError(sorted(problems, key=lambda problem: problem.line or 0))
@@ -367,7 +367,9 @@ def _settings_model(settings: type) -> type[BaseModel]:
     """A strict pydantic model of a dialect's settings class (its keys, types and defaults)."""
     hints = typing.get_type_hints(settings)
     defaults = inspect.signature(settings).parameters
-    fields: dict[str, Any] = {name: (hints[name], defaults[name].default) for name in record_fields(settings)}
+    fields: dict[str, Any] = {
+        name: (hints[name], defaults[name].default) for name in (field.name for field in dataclasses.fields(settings))
+    }
     return create_model(
         f"{settings.__name__}Model",
         __config__=ConfigDict(strict=True, extra="forbid"),
