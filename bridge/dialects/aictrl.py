@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .base import text_of
+from .base import Handler, text_of
 from .coding_agents import tool_title
 from .events import ActivityEvent, ErrorEvent, Event
 from .opencode import OpencodeJson, error_text, parts_usage
@@ -108,15 +108,14 @@ class AictrlNdjson(OpencodeJson):
             )
         return events
 
-
-AictrlNdjson.handlers = {
-    **{kind: handler for kind, handler in OpencodeJson.handlers.items() if kind not in ("step_finish", "done")},
-    "error": AictrlNdjson.on_error,
-    "message_complete": AictrlNdjson.on_message_complete,
-    "permission_rejected": AictrlNdjson.on_permission,
-    "permission_granted": AictrlNdjson.on_permission,
-    "session_error": AictrlNdjson.on_session_error,
-    "invocation_error": AictrlNdjson.on_invocation_error,
-    "session_complete": AictrlNdjson.on_session_complete,
-    "invocation_complete": AictrlNdjson.on_invocation_complete,
-}
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        **{kind: handler for kind, handler in OpencodeJson.handlers.items() if kind not in ("step_finish", "done")},
+        "error": on_error,
+        "message_complete": on_message_complete,
+        "permission_rejected": on_permission,
+        "permission_granted": on_permission,
+        "session_error": on_session_error,
+        "invocation_error": on_invocation_error,
+        "session_complete": on_session_complete,
+        "invocation_complete": on_invocation_complete,
+    }

@@ -10,6 +10,22 @@ dialect is tested from transcripts, without a process.
 `JsonLinesDialect` is the shared base of the families that write one JSON
 object per line: framing with a bound, decoding, and what to do with lines
 that are not JSON objects. A family module only maps objects to events.
+
+Every dialect dispatches one way: a table. A family's class ends with
+`handlers`, a dict from a message's type (the member named by `kind_key`,
+"type" unless the family says otherwise) to the method that maps such a
+message to events; a type not in the table goes to `on_unknown` (nothing, by
+default: families add message types, and a bridge must not break on them). A
+message nested in another (codex's items, ACP's session updates) is
+dispatched the same way, by a second table. Why a table: it reads as the
+protocol's own list of message types, a new type is one line, a subclass
+extends its parent's table (`{**Parent.handlers, ...}`), and the lookup is
+one step however many types there are, where an if-chain tries each in turn.
+
+The state a family keeps is the tools here and in `coding_agents`, one of
+each for every family: `ToolCalls` (calls in flight, one bound),
+`Paragraphs` (text in pieces, joined), `FirstSession`/`SessionIds`.
+Long-lived (warm) agents have their own base, `warm.WarmDialect`.
 """
 
 from __future__ import annotations
@@ -18,10 +34,11 @@ import functools
 import json
 import json.scanner
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from ..errors import ProtocolMisuse
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .events import Event, LineCut, ProtocolWarning
@@ -79,11 +96,19 @@ class Dialect(Protocol):
     def answer(self, request: PermissionRequest, decision: Decision) -> bytes: ...
 
 
+Handler = Callable[[Any, Mapping[str, Any]], list[Event]]
+"""A dialect's method that maps one message (the dialect, the message) to events."""
+
+
 class JsonLinesDialect:
-    """Base of the families that write one JSON object per line: subclasses implement `on_object`."""
+    """Base of the families that write one JSON object per line: subclasses fill `handlers` (see the module)."""
 
     name: ClassVar[str] = ""
     Settings: ClassVar[type] = JsonSettings
+    kind_key: ClassVar[str] = "type"
+    """The member of a message that names its type."""
+    handlers: ClassVar[Mapping[str, Handler]] = {}
+    """Message type → the method that maps such a message to events."""
     __slots__ = ("context", "turn", "_lines", "_ignored", "_closed")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
@@ -100,7 +125,7 @@ class JsonLinesDialect:
 
     def feed(self, data: bytes) -> list[Event]:
         if self._closed:
-            raise RuntimeError("feed() after close()")
+            raise ProtocolMisuse("feed() after close()")
         return self._decode(self._lines.feed(data))
 
     def close(self) -> list[Event]:
@@ -117,8 +142,14 @@ class JsonLinesDialect:
         raise NotImplementedError(f"{self.name} agents do not ask for permission")
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        """The events one JSON object of the agent's stream stands for."""
-        raise NotImplementedError
+        """The events one JSON object of the agent's stream stands for: its type's handler says (see `handlers`)."""
+        kind = message.get(self.kind_key)
+        handler = self.handlers.get(kind) if type(kind) is str else None  # a list is no dict key: it would raise
+        return handler(self, message) if handler is not None else self.on_unknown(message)
+
+    def on_unknown(self, message: Mapping[str, Any]) -> list[Event]:
+        """A message whose type has no handler: nothing, unless the family counts or reads such messages."""
+        return []
 
     def finish(self) -> list[Event]:
         """Events due at the end of the stream (a reply assembled from pieces, say)."""

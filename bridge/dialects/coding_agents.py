@@ -2,10 +2,11 @@
 
 Coding agents name their tools differently (`Bash`, `run_shell_command`,
 `shellToolCall`) but put the same things in their inputs: the command, the
-file, the pattern, the URL. One rule for all of them (`tool_title`,
-`ToolCalls`) gives every family the same status line. Their text comes in
-pieces, interrupted by tool calls; `Paragraphs` shows it live and keeps it for
-the reply.
+file, the pattern, the URL. One rule for all of them (`tool_title`)
+gives every family the same status line, and one tracker (`ToolCalls`, with
+one bound) remembers the calls in flight for every family. Their text comes in
+pieces, interrupted by tool calls; `Paragraphs`, the one joiner every family
+uses, shows it live and keeps it for the reply.
 
 One `Usage` means the same thing whichever agent reported it:
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from .agentproc01 import session_id_problem
@@ -61,9 +63,10 @@ _PLAN_STATUSES = {
 # A reply is never held beyond 8 MiB characters (bridge.result.HARD_REPLY_LIMIT); one more is
 # kept so the recorder still sees it must cut. Bounds a dialect's memory whatever the agent writes.
 TEXT_BOUND = 8 * 1024 * 1024 + 1
-_OPEN_CALLS = 10_000  # calls remembered until they end; more than any agent keeps in flight
+OPEN_CALLS = 10_000
+"""Tool calls a dialect remembers at once, until each ends; more than any agent keeps in flight."""
 CALL_ID_CHARS = 256
-"""A call id longer than this (real ones are tens of characters) is not remembered: with `_OPEN_CALLS`, what a
+"""A call id longer than this (real ones are tens of characters) is not remembered: with `OPEN_CALLS`, what a
 dialect keeps of calls in flight stays a few MiB whatever an agent sends."""
 PLAN_STEPS = 200
 """The steps of a plan that are shown (a status line, not a project tracker)."""
@@ -223,22 +226,72 @@ class SessionIds:
         return [SessionEvent(session_id)]
 
 
-class ToolCalls:
-    """Tool calls in flight: each start is activity (and a plan, for a to-do tool); its end carries the name
-    and title of its start."""
+@dataclass(slots=True)
+class ToolCall:
+    """What a dialect remembers of a tool call in flight (never its arguments: they may be megabytes).
 
-    __slots__ = ("_open",)
+    Not frozen: a later update of the call may name it better (ACP), or the bridge's answer to it arrives (aionrs).
+    """
+
+    tool: str
+    title: str = ""
+    kind: str = ""
+    plan: tuple[PlanStep, ...] = ()
+    allowed: bool | None = None  # the bridge's answer, for a call the agent asked about (None: not yet)
+
+
+class ToolCalls:
+    """The one tracker of tool calls for every family: calls by id, bounded by `OPEN_CALLS` and `CALL_ID_CHARS`.
+
+    `remember`, `get` and `forget` are the memory; `started` and `ended` make the usual activity events with it:
+    each start is activity (and a plan, for a to-do tool); its end carries the name and title of its start.
+    """
+
+    __slots__ = ("_calls",)
 
     def __init__(self) -> None:
-        self._open: dict[str, tuple[str, str]] = {}  # call id → (tool, title)
+        self._calls: dict[str, ToolCall] = {}
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def __contains__(self, call_id: object) -> bool:
+        return call_id in self._calls
+
+    def values(self) -> list[ToolCall]:
+        return list(self._calls.values())
+
+    def items(self) -> list[tuple[str, ToolCall]]:
+        return list(self._calls.items())
+
+    def clear(self) -> None:
+        self._calls.clear()
+
+    def remember(self, call_id: str, call: ToolCall) -> bool:
+        """Keep `call` under `call_id` (its tool name shortened); False when the bound leaves no room for it."""
+        if (
+            not call_id
+            or len(call_id) > CALL_ID_CHARS
+            or (call_id not in self._calls and len(self._calls) >= OPEN_CALLS)
+        ):
+            return False
+        call.tool = shorten(call.tool, TITLE_CHARS)
+        self._calls[call_id] = call
+        return True
+
+    def get(self, call_id: str) -> ToolCall | None:
+        return self._calls.get(call_id)
+
+    def forget(self, call_id: str) -> ToolCall | None:
+        """The call, no longer remembered (None when it was not)."""
+        return self._calls.pop(call_id, None)
 
     def started(self, tool: str, arguments: Any, call_id: str) -> list[Event]:
         return self.started_as(tool, tool_title(arguments), plan_of(arguments), call_id)
 
     def started_as(self, tool: str, title: str, plan: tuple[PlanStep, ...], call_id: str) -> list[Event]:
         """A call's start, described already (its title and, for a to-do tool, its plan)."""
-        if call_id and len(call_id) <= CALL_ID_CHARS and len(self._open) < _OPEN_CALLS:
-            self._open[call_id] = (shorten(tool, TITLE_CHARS), title)
+        self.remember(call_id, ToolCall(tool, title))
         events: list[Event] = [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
         if plan:
             events.append(ActivityEvent("plan", plan=plan))
@@ -248,11 +301,14 @@ class ToolCalls:
         self, call_id: str, *, failed: bool, output: Any = None, tool: str = "", arguments: Any = None, title: str = ""
     ) -> ActivityEvent:
         """The end of a call; `tool` and `title` (or `arguments`) stand in when its start was not seen."""
-        started = self._open.pop(call_id, None)
-        known_tool, title = started if started is not None else (tool, title or tool_title(arguments))
+        started = self.forget(call_id)
+        if started is not None:
+            tool, title = started.tool, started.title
+        else:
+            title = title or tool_title(arguments)
         return ActivityEvent(
             "tool",
-            tool=known_tool,
+            tool=tool,
             title=title,
             status="failed" if failed else "completed",
             call_id=call_id,
@@ -287,7 +343,7 @@ class Paragraphs:
         return PartialEvent(text)
 
     def pause(self) -> None:
-        """The agent did something else (a tool call): the next piece starts a new paragraph."""
+        """The agent did something else (a tool call, a new message): the next piece starts a new paragraph."""
         self._paused = True
 
     @property

@@ -24,70 +24,63 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .coding_agents import OUTPUT_CHARS, TEXT_BOUND, FirstSession, token_usage, tool_title
-from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
-
-_MAX_TRACKED_CALLS = 1000
+from .base import DialectContext, Handler, JsonLinesDialect, shorten, text_of
+from .coding_agents import OUTPUT_CHARS, FirstSession, Paragraphs, ToolCall, ToolCalls, token_usage, tool_title
+from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, UsageEvent
 
 
 class DeepseekStreamJson(JsonLinesDialect):
     """The dialect; see the module docstring for the mapping."""
 
     name: ClassVar[str] = "deepseek-stream-json"
-    __slots__ = ("session", "text", "text_chars", "tool_names", "last_error", "failed", "done")
+    __slots__ = ("session", "text", "tools", "last_error", "failed", "done")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self.session = FirstSession()
-        self.text: list[str] = []
-        self.text_chars = 0
-        self.tool_names: dict[str, str] = {}
+        self.text = Paragraphs(keep=True)
+        self.tools = ToolCalls()
         self.last_error = ""
         self.failed = False
         self.done = False
 
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        kind = message.get("type")
-        if kind == "content":
-            content = text_of(message.get("content"))
-            if not content:
-                return []
-            if self.text_chars < TEXT_BOUND:
-                self.text.append(content)
-                self.text_chars += len(content)
-            return [PartialEvent(content)]
-        if kind == "tool_use":
-            call_id, tool = text_of(message.get("id")), text_of(message.get("name"))
-            if call_id and len(self.tool_names) < _MAX_TRACKED_CALLS:
-                self.tool_names[call_id] = tool
-            return [
-                ActivityEvent(
-                    "tool", tool=tool, title=tool_title(message.get("input")), status="started", call_id=call_id
-                )
-            ]
-        if kind == "tool_result":
-            call_id = text_of(message.get("id"))
-            return [
-                ActivityEvent(
-                    "tool",
-                    text=shorten(text_of(message.get("output")), OUTPUT_CHARS),
-                    tool=self.tool_names.pop(call_id, ""),
-                    status="failed" if message.get("status") == "error" else "completed",
-                    call_id=call_id,
-                )
-            ]
-        if kind == "error":
-            self.last_error = text_of(message.get("error")) or self.last_error
-            return []
-        if kind == "session_capture":
-            return self.session.see(message.get("content"))
-        if kind == "metadata":
-            return self.on_metadata(message.get("meta"))
-        if kind == "done":
-            self.done = True
-            return [] if self.failed else [ReplyEvent("".join(self.text))]
+    def on_content(self, message: Mapping[str, Any]) -> list[Event]:
+        content = text_of(message.get("content"))
+        return [self.text.add(content)] if content else []
+
+    def on_tool_use(self, message: Mapping[str, Any]) -> list[Event]:
+        call_id, tool = text_of(message.get("id")), text_of(message.get("name"))
+        self.tools.remember(call_id, ToolCall(tool))
+        return [
+            ActivityEvent("tool", tool=tool, title=tool_title(message.get("input")), status="started", call_id=call_id)
+        ]
+
+    def on_tool_result(self, message: Mapping[str, Any]) -> list[Event]:
+        call_id = text_of(message.get("id"))
+        call = self.tools.forget(call_id)
+        return [
+            ActivityEvent(
+                "tool",
+                text=shorten(text_of(message.get("output")), OUTPUT_CHARS),
+                tool=call.tool if call is not None else "",
+                status="failed" if message.get("status") == "error" else "completed",
+                call_id=call_id,
+            )
+        ]
+
+    def on_error(self, message: Mapping[str, Any]) -> list[Event]:
+        self.last_error = text_of(message.get("error")) or self.last_error
         return []
+
+    def on_session_capture(self, message: Mapping[str, Any]) -> list[Event]:
+        return self.session.see(message.get("content"))
+
+    def on_metadata_line(self, message: Mapping[str, Any]) -> list[Event]:
+        return self.on_metadata(message.get("meta"))
+
+    def on_done(self, message: Mapping[str, Any]) -> list[Event]:
+        self.done = True
+        return [] if self.failed else [ReplyEvent(self.text.text)]
 
     def on_metadata(self, meta: Any) -> list[Event]:
         if not isinstance(meta, dict):
@@ -108,3 +101,13 @@ class DeepseekStreamJson(JsonLinesDialect):
         return [
             ErrorEvent(self.last_error or "deepseek ended without finishing its turn (no done event)", unfinished=True)
         ]
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "content": on_content,
+        "tool_use": on_tool_use,
+        "tool_result": on_tool_result,
+        "error": on_error,
+        "session_capture": on_session_capture,
+        "metadata": on_metadata_line,
+        "done": on_done,
+    }

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .base import DialectContext, JsonLinesDialect, shorten, text_of
+from .base import DialectContext, Handler, JsonLinesDialect, shorten, text_of
 from .coding_agents import THINKING_CHARS, FirstSession, token_usage
 from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
 
@@ -43,36 +43,38 @@ class DshJson(JsonLinesDialect):
         self.session = FirstSession()
         self.done = False
 
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        kind = message.get("type")
-        if kind == "text":
-            text = text_of(message.get("text"))
-            return [PartialEvent(text)] if text else []
-        if kind == "status":
-            usage = message.get("usage")
-            if message.get("phase") != "step_end" or not isinstance(usage, dict):
-                return []
-            counted = token_usage(
-                fresh_input=usage.get("inputTokens"),
-                cache_read=usage.get("cacheReadTokens"),
-                cache_write=usage.get("cacheWriteTokens"),
-                output=usage.get("outputTokens"),
-                reasoning=usage.get("reasoningTokens"),
-                total=usage.get("totalTokens"),
-            )
-            return [UsageEvent(counted, replace=False)] if counted is not None else []
-        if kind == "session":
-            return self.session.see(message.get("sessionId"))
-        if kind == "thinking":
-            text = text_of(message.get("text"))
-            return [ActivityEvent("thinking", text=shorten(text, THINKING_CHARS))] if text.strip() else []
-        if kind == "final":
-            self.done = True
-            return [ReplyEvent(text_of(message.get("text")))]
-        if kind == "error":
-            self.done = True
-            return [ErrorEvent(text_of(message.get("message")) or "dsh reported an error")]
-        return []
+    def on_text(self, message: Mapping[str, Any]) -> list[Event]:
+        text = text_of(message.get("text"))
+        return [PartialEvent(text)] if text else []
+
+    def on_status(self, message: Mapping[str, Any]) -> list[Event]:
+        usage = message.get("usage")
+        if message.get("phase") != "step_end" or not isinstance(usage, dict):
+            return []
+        counted = token_usage(
+            fresh_input=usage.get("inputTokens"),
+            cache_read=usage.get("cacheReadTokens"),
+            cache_write=usage.get("cacheWriteTokens"),
+            output=usage.get("outputTokens"),
+            reasoning=usage.get("reasoningTokens"),
+            total=usage.get("totalTokens"),
+        )
+        return [UsageEvent(counted, replace=False)] if counted is not None else []
+
+    def on_session(self, message: Mapping[str, Any]) -> list[Event]:
+        return self.session.see(message.get("sessionId"))
+
+    def on_thinking(self, message: Mapping[str, Any]) -> list[Event]:
+        text = text_of(message.get("text"))
+        return [ActivityEvent("thinking", text=shorten(text, THINKING_CHARS))] if text.strip() else []
+
+    def on_final(self, message: Mapping[str, Any]) -> list[Event]:
+        self.done = True
+        return [ReplyEvent(text_of(message.get("text")))]
+
+    def on_error(self, message: Mapping[str, Any]) -> list[Event]:
+        self.done = True
+        return [ErrorEvent(text_of(message.get("message")) or "dsh reported an error")]
 
     def finish(self) -> list[Event]:
         return (
@@ -80,3 +82,12 @@ class DshJson(JsonLinesDialect):
             if self.done
             else [ErrorEvent("dsh ended without finishing its turn (no final message)", unfinished=True)]
         )
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "text": on_text,
+        "status": on_status,
+        "session": on_session,
+        "thinking": on_thinking,
+        "final": on_final,
+        "error": on_error,
+    }

@@ -27,63 +27,65 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import TEXT_BOUND, THINKING_CHARS, FirstSession, money, token_usage
-from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
+from .base import DialectContext, Handler, JsonLinesDialect, number, shorten, text_of
+from .coding_agents import THINKING_CHARS, FirstSession, Paragraphs, money, token_usage
+from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, UsageEvent
 
 
 class GrokStreamingJson(JsonLinesDialect):
     """The dialect; see the module docstring for the mapping."""
 
     name: ClassVar[str] = "grok-streaming-json"
-    __slots__ = ("session", "text", "text_chars", "thought", "thought_chars", "ended", "failed")
+    __slots__ = ("session", "text", "thought", "thought_chars", "ended", "failed")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self.session = FirstSession()
-        self.text: list[str] = []
-        self.text_chars = 0
+        self.text = Paragraphs(keep=True)
         self.thought: list[str] = []
         self.thought_chars = 0
         self.ended = False
         self.failed = False
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        kind = message.get("type")
-        if kind == "thought":
-            data = text_of(message.get("data"))
-            if data and self.thought_chars < THINKING_CHARS:
-                self.thought.append(data)
-                self.thought_chars += len(data)
-            return []
-        events = self.thinking()
-        if kind == "text":
-            data = text_of(message.get("data"))
-            if data:
-                if self.text_chars < TEXT_BOUND:
-                    self.text.append(data)
-                    self.text_chars += len(data)
-                events.append(PartialEvent(data))
-        elif kind == "end":
-            self.ended = True
-            events.extend(self.session.see(message.get("sessionId")))
-            usage = _usage(message.get("usage"), message.get("total_cost_usd"))
-            if usage is not None:
-                events.append(usage)
-            if message.get("stopReason") == "Cancelled":
-                self.failed = True
-                events.append(
-                    ErrorEvent(
-                        "grok cancelled the turn (a tool needed a permission that headless grok "
-                        "cannot ask for; run it with --always-approve, or allow the tool)"
-                    )
-                )
-            else:
-                events.append(ReplyEvent("".join(self.text)))
-        elif kind == "error":
+        # Consecutive thought deltas are one thinking activity, reported when anything else arrives.
+        events = self.thinking() if message.get("type") != "thought" else []
+        events.extend(super().on_object(message))
+        return events
+
+    def on_thought(self, message: Mapping[str, Any]) -> list[Event]:
+        data = text_of(message.get("data"))
+        if data and self.thought_chars < THINKING_CHARS:
+            self.thought.append(data)
+            self.thought_chars += len(data)
+        return []
+
+    def on_text(self, message: Mapping[str, Any]) -> list[Event]:
+        data = text_of(message.get("data"))
+        return [self.text.add(data)] if data else []
+
+    def on_end(self, message: Mapping[str, Any]) -> list[Event]:
+        self.ended = True
+        events = self.session.see(message.get("sessionId"))
+        usage = _usage(message.get("usage"), message.get("total_cost_usd"))
+        if usage is not None:
+            events.append(usage)
+        if message.get("stopReason") == "Cancelled":
             self.failed = True
-            events.extend(self.session.see(message.get("sessionId")))
-            events.append(ErrorEvent(text_of(message.get("message")) or "grok reported an error"))
+            events.append(
+                ErrorEvent(
+                    "grok cancelled the turn (a tool needed a permission that headless grok "
+                    "cannot ask for; run it with --always-approve, or allow the tool)"
+                )
+            )
+        else:
+            events.append(ReplyEvent(self.text.text))
+        return events
+
+    def on_error(self, message: Mapping[str, Any]) -> list[Event]:
+        self.failed = True
+        events = self.session.see(message.get("sessionId"))
+        events.append(ErrorEvent(text_of(message.get("message")) or "grok reported an error"))
         return events
 
     def thinking(self) -> list[Event]:
@@ -100,6 +102,13 @@ class GrokStreamingJson(JsonLinesDialect):
         if not self.ended and not self.failed:
             events.append(ErrorEvent("grok ended without finishing its turn (no end event)", unfinished=True))
         return events
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "thought": on_thought,
+        "text": on_text,
+        "end": on_end,
+        "error": on_error,
+    }
 
 
 def _usage(usage: Any, cost: Any) -> UsageEvent | None:

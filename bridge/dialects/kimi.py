@@ -28,29 +28,26 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, tool_title
-from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent
-
-_MAX_TRACKED_CALLS = 1000
+from .base import DialectContext, Handler, JsonLinesDialect, shorten, text_of
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, Paragraphs, ToolCall, ToolCalls, tool_title
+from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent
 
 
 class KimiStreamJson(JsonLinesDialect):
     """The dialect; see the module docstring for the mapping."""
 
     name: ClassVar[str] = "kimi-stream-json"
-    __slots__ = ("tool_names", "reply", "error_line")
+    kind_key = "role"
+    __slots__ = ("tools", "text", "reply", "error_line")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
-        self.tool_names: dict[str, str] = {}  # tool call id -> tool name, to name the result
+        self.tools = ToolCalls()  # to name a call's result
+        self.text = Paragraphs(keep=False)  # each message a paragraph
         self.reply = ""  # the last message's text (never blank), given as the reply when the stream ends
         self.error_line = ""
 
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        role = message.get("role")
-        if role != "assistant":  # read inline: an assistant message is almost every line
-            return self.on_tool_result(message) if role == "tool" else []
+    def on_assistant(self, message: Mapping[str, Any]) -> list[Event]:
         events: list[Event] = []
         content = message.get("content")
         if type(content) is str:  # most messages: one text part
@@ -67,7 +64,8 @@ class KimiStreamJson(JsonLinesDialect):
                     events.append(ActivityEvent("thinking", text=shorten(thought, THINKING_CHARS)))
             text = "".join(texts)
         if text.strip():
-            events.append(PartialEvent("\n\n" + text if self.reply else text))  # a paragraph after the last
+            self.text.pause()
+            events.append(self.text.add(text))
             self.reply = text
         calls = message.get("tool_calls")
         if calls is None:
@@ -78,8 +76,7 @@ class KimiStreamJson(JsonLinesDialect):
             function = call.get("function")
             function = function if isinstance(function, dict) else {}
             call_id, tool = text_of(call.get("id")), text_of(function.get("name"))
-            if call_id and len(self.tool_names) < _MAX_TRACKED_CALLS:
-                self.tool_names[call_id] = tool
+            self.tools.remember(call_id, ToolCall(tool))
             events.append(
                 ActivityEvent(
                     "tool", tool=tool, title=tool_title(function.get("arguments")), status="started", call_id=call_id
@@ -97,11 +94,12 @@ class KimiStreamJson(JsonLinesDialect):
         else:
             text = text_of(content)
         failed = text.lstrip().startswith("<system>ERROR:")
+        call = self.tools.forget(call_id)
         return [
             ActivityEvent(
                 "tool",
                 text=shorten(text, OUTPUT_CHARS),
-                tool=self.tool_names.pop(call_id, ""),
+                tool=call.tool if call is not None else "",
                 status="failed" if failed else "completed",
                 call_id=call_id,
             )
@@ -117,3 +115,5 @@ class KimiStreamJson(JsonLinesDialect):
         if self.error_line:
             events.append(ErrorEvent(self.error_line))
         return events
+
+    handlers: ClassVar[Mapping[str, Handler]] = {"assistant": on_assistant, "tool": on_tool_result}

@@ -27,13 +27,13 @@ exit code says how the run ended.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, FirstSession, add, token_usage, tool_title
-from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
+from .base import DialectContext, Handler, JsonLinesDialect, shorten, text_of
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, FirstSession, Paragraphs, add, token_usage, tool_title
+from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, UsageEvent
 
 _TOOL_STATUS = {"completed": "completed", "error": "failed", "running": "started", "pending": "started"}
 
@@ -77,22 +77,19 @@ class OpencodeJson(JsonLinesDialect):
 
     name: ClassVar[str] = "opencode-json"
     family: ClassVar[str] = "opencode"
-    __slots__ = ("session", "reply", "failed", "finished")
-    handlers: ClassVar[dict[str, Callable[[Any, Mapping[str, Any]], list[Event]]]]
+    __slots__ = ("session", "text", "reply", "failed", "finished")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self.session = FirstSession()
+        self.text = Paragraphs(keep=False)  # each text part a paragraph
         self.reply = ""  # the last text part shown (never blank): the reply, given when the stream ends
         self.failed = ""  # the last error reported, so a repeat of it is not reported again
         self.finished = False
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         events = self.session.see(message.get("sessionID")) if not self.session.session_id else []
-        kind = message.get("type")
-        handler = self.handlers.get(kind) if isinstance(kind, str) else None
-        if handler is not None:
-            events.extend(handler(self, message))
+        events.extend(super().on_object(message))
         return events
 
     def is_ours(self, part: Mapping[str, Any]) -> bool:
@@ -105,9 +102,9 @@ class OpencodeJson(JsonLinesDialect):
         text = text_of(part.get("text"))
         if not text.strip() or not self.is_ours(part):
             return []
-        partial = PartialEvent("\n\n" + text if self.reply else text)  # a paragraph after the last one
+        self.text.pause()
         self.reply = text
-        return [partial]
+        return [self.text.add(text)]
 
     def on_reasoning(self, message: Mapping[str, Any]) -> list[Event]:
         part = part_of(message)
@@ -171,12 +168,11 @@ class OpencodeJson(JsonLinesDialect):
         self.failed = text
         return [ErrorEvent(text)]
 
-
-OpencodeJson.handlers = {
-    "text": OpencodeJson.on_text,
-    "reasoning": OpencodeJson.on_reasoning,
-    "tool_use": OpencodeJson.on_tool_use,
-    "step_finish": OpencodeJson.on_step_finish,
-    "error": OpencodeJson.on_error,
-    "done": OpencodeJson.on_done,
-}
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "text": on_text,
+        "reasoning": on_reasoning,
+        "tool_use": on_tool_use,
+        "step_finish": on_step_finish,
+        "error": on_error,
+        "done": on_done,
+    }

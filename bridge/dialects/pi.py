@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .base import DialectContext, JsonLinesDialect, shorten, text_of
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, FirstSession, token_usage, tool_title
-from .events import ActivityEvent, ErrorEvent, Event, PartialEvent, ReplyEvent, UsageEvent
+from .base import DialectContext, Handler, JsonLinesDialect, shorten, text_of
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, FirstSession, Paragraphs, token_usage, tool_title
+from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, UsageEvent
 
 _FAILED_STOPS = ("error", "aborted")
 
@@ -39,69 +39,63 @@ class PiJson(JsonLinesDialect):
     """The dialect; see the module docstring for the mapping."""
 
     name: ClassVar[str] = "pi-json"
-    __slots__ = ("session", "streamed", "new_message", "last_failure", "ended")
+    __slots__ = ("session", "text", "last_failure", "ended")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self.session = FirstSession()
-        self.streamed = False  # text was shown: a new message's text starts a new paragraph
-        self.new_message = False
+        self.text = Paragraphs(keep=False)  # a new assistant message starts a new paragraph; the reply comes whole
         self.last_failure = ""  # the last assistant message's error ("" when it went well)
         self.ended = False
 
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        kind = message.get("type")
-        if kind == "message_update":
-            return self.on_update(message.get("assistantMessageEvent"))
-        if kind == "message_start":
-            self.new_message = True
-            return []
-        if kind == "message_end":
-            return self.on_message_end(message.get("message"))
-        if kind == "tool_execution_start":
-            return [
-                ActivityEvent(
-                    "tool",
-                    tool=text_of(message.get("toolName")),
-                    title=tool_title(message.get("args")),
-                    status="started",
-                    call_id=text_of(message.get("toolCallId")),
-                )
-            ]
-        if kind == "tool_execution_end":
-            return [
-                ActivityEvent(
-                    "tool",
-                    text=shorten(_content_text(message.get("result")), OUTPUT_CHARS),
-                    tool=text_of(message.get("toolName")),
-                    status="failed" if message.get("isError") is True else "completed",
-                    call_id=text_of(message.get("toolCallId")),
-                )
-            ]
-        if kind == "session":
-            return self.session.see(message.get("id"))
-        if kind == "agent_end":
-            self.ended = True
-            return [ErrorEvent(self.last_failure)] if self.last_failure else []
-        return []
-
-    def on_update(self, update: Any) -> list[Event]:
+    def on_message_update(self, message: Mapping[str, Any]) -> list[Event]:
+        update = message.get("assistantMessageEvent")
         if not isinstance(update, dict):
             return []
         kind = update.get("type")
         if kind == "text_delta":
             delta = text_of(update.get("delta"))
-            if not delta:
-                return []
-            if self.new_message and self.streamed:
-                delta = "\n\n" + delta
-            self.new_message = False
-            self.streamed = True
-            return [PartialEvent(delta)]
+            return [self.text.add(delta)] if delta else []
         if kind == "thinking_end":
             text = text_of(update.get("content"))
             return [ActivityEvent("thinking", text=shorten(text, THINKING_CHARS))] if text.strip() else []
         return []
+
+    def on_message_start(self, message: Mapping[str, Any]) -> list[Event]:
+        self.text.pause()
+        return []
+
+    def on_message_end_line(self, message: Mapping[str, Any]) -> list[Event]:
+        return self.on_message_end(message.get("message"))
+
+    def on_tool_start(self, message: Mapping[str, Any]) -> list[Event]:
+        return [
+            ActivityEvent(
+                "tool",
+                tool=text_of(message.get("toolName")),
+                title=tool_title(message.get("args")),
+                status="started",
+                call_id=text_of(message.get("toolCallId")),
+            )
+        ]
+
+    def on_tool_end(self, message: Mapping[str, Any]) -> list[Event]:
+        return [
+            ActivityEvent(
+                "tool",
+                text=shorten(_content_text(message.get("result")), OUTPUT_CHARS),
+                tool=text_of(message.get("toolName")),
+                status="failed" if message.get("isError") is True else "completed",
+                call_id=text_of(message.get("toolCallId")),
+            )
+        ]
+
+    def on_session(self, message: Mapping[str, Any]) -> list[Event]:
+        return self.session.see(message.get("id"))
+
+    def on_agent_end(self, message: Mapping[str, Any]) -> list[Event]:
+        self.ended = True
+        return [ErrorEvent(self.last_failure)] if self.last_failure else []
 
     def on_message_end(self, message: Any) -> list[Event]:
         if not isinstance(message, dict) or message.get("role") != "assistant":
@@ -135,6 +129,16 @@ class PiJson(JsonLinesDialect):
         return [
             ErrorEvent(self.last_failure or "pi ended without finishing its turn (no agent_end event)", unfinished=True)
         ]
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "message_update": on_message_update,
+        "message_start": on_message_start,
+        "message_end": on_message_end_line,
+        "tool_execution_start": on_tool_start,
+        "tool_execution_end": on_tool_end,
+        "session": on_session,
+        "agent_end": on_agent_end,
+    }
 
 
 def _content_text(holder: Any) -> str:
