@@ -32,14 +32,13 @@ from typing import Any, ClassVar
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .agentproc01 import MAX_SESSION_ID_CHARS
-from .base import DialectContext, Handover, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import TITLE_CHARS, money, tool_title
+from .base import DialectContext, Handler, Handover, JsonLinesDialect, number, shorten, text_of
+from .coding_agents import TITLE_CHARS, Paragraphs, money, tool_title
 from .events import (
     ActivityEvent,
     AgentInput,
     ErrorEvent,
     Event,
-    PartialEvent,
     ProtocolWarning,
     ReplyEvent,
     SessionEvent,
@@ -49,17 +48,16 @@ from .events import (
 from .settings import JsonSettings
 
 PROTOCOL_VERSION = "0.4"
+# The partial-line reader (`AgentProc04.read_lines`, bench row 15): the start every partial line of the agentproc
+# SDKs has, the C scanner json.loads decodes a string with, and the bound on the line ends it remembers (an agent has
+# a few; a hostile one cannot make them hold more than 64 Ki characters).
+_PARTIAL_HEAD = '{"type":"partial","text":"'
+_scanstring = json.decoder.scanstring
+_MAX_LINE_ENDS = 64
+_MAX_LINE_END_CHARS = 1024
 # The reference's rule (runner.is_valid_session_id): the SDK stores a session as <id>.jsonl.
 _UNSAFE_SESSION_ID = re.compile(r"[/\\\x00-\x1f]")
 _UNSAFE_REQUEST_ID = re.compile(r"[\s\x00-\x1f]")
-_PARTIAL_HEAD = '{"type":"partial","text":"'
-_PARTIAL_HEAD_CHARS = len(_PARTIAL_HEAD)
-_scanstring = json.decoder.scanstring  # C, strict: what json.loads decodes a string with
-# The line ends kept: an agent has a few; a hostile one cannot make them hold more than 64 Ki characters.
-_MAX_LINE_ENDS = 64
-_MAX_LINE_END_CHARS = 1024
-# Output partials are kept for the reply only until a result arrives, and only this much of them.
-_MAX_JOINED_CHARS = 8 * 1024 * 1024
 
 
 class AgentProc04(JsonLinesDialect):
@@ -73,8 +71,7 @@ class AgentProc04(JsonLinesDialect):
         "_result_seen",
         "_error_seen",
         "_usage_seen",
-        "_pieces",
-        "_joined_chars",
+        "_text",
         "_unknown",
         "_unanswerable",
         "_malformed_requests",
@@ -88,8 +85,7 @@ class AgentProc04(JsonLinesDialect):
         self._result_seen = False
         self._error_seen = False
         self._usage_seen = False
-        self._pieces: list[str] = []  # output partials, the reply when no result comes
-        self._joined_chars = 0
+        self._text = Paragraphs(keep=True)  # output partials, the reply when no result comes
         self._unknown = 0  # JSON objects that are no 0.4 event
         self._unanswerable = 0  # permission requests while nobody answers
         self._malformed_requests = 0
@@ -114,23 +110,15 @@ class AgentProc04(JsonLinesDialect):
     def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
         return _permission_response(request.request_id, decision.allow, decision.message)
 
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        """The events of a line other than a partial (`read_lines` reads those)."""
-        kind = message.get("type")
-        if kind == "result":
-            return self._result(message)
-        if kind == "error":
-            return self._error(message)
-        if kind == "permission_request":
-            return self._permission_request(message)
+    def on_unknown(self, message: Mapping[str, Any]) -> list[Event]:
         self._unknown += 1  # legacy 0.3 `session`/`text` lines included: the reference ignores them too
         return []
 
     def finish(self) -> list[Event]:
         events: list[Event] = []
-        if not self._result_seen and not self._error_seen and self._pieces:
-            events.append(ReplyEvent("".join(self._pieces)))
-        self._pieces = []
+        if not self._result_seen and not self._error_seen and self._text.text:
+            events.append(ReplyEvent(self._text.text))
+        self._text = Paragraphs(keep=False)
         if self._unknown:
             events.append(
                 ProtocolWarning(
@@ -149,15 +137,17 @@ class AgentProc04(JsonLinesDialect):
         return events
 
     def read_lines(self, lines: Sequence[str], events: list[Event]) -> None:
-        """Every line of the stream, partial lines (the bulk of it) read here, the rest by `on_object`.
+        """Every line of the stream, partial lines (the bulk of it) read without decoding them as JSON.
 
-        A partial line as agents write it, `{"type":"partial","text":"…"` and then members other than `type`
-        and `text`, is read without decoding the whole object: the text is decoded on its own, and the members
-        after it are looked up among the line ends seen before (an agent ends its lines alike: the same role,
-        the same session id). Any other line is decoded as JSON. The partial's events are made here, not in a
-        method per line: a call per line is a tenth of the stream's cost.
+        The dialects' one hot-path trick, kept because bench row 15 (wire-0.4 throughput) halves without it
+        (PROFILING.md). A partial line as agents write it, `{"type":"partial","text":"…"` and then members other than
+        `type` and `text`, is read by decoding the text alone and looking the members after it up among the line
+        ends seen before (an agent ends its lines alike: the same role, the same session id). Every other line,
+        and a partial line of another shape, is decoded as JSON and dispatched (`handlers`): both ways end in
+        `_add_partial`, so they give the same events.
         """
         line_ends = self._line_ends
+        head_chars = len(_PARTIAL_HEAD)
         for line in lines:
             members = None
             # A lone surrogate's escape is left to decoding, which cleans it (a backslash is looked for first:
@@ -166,7 +156,7 @@ class AgentProc04(JsonLinesDialect):
                 "\\" not in line or not ("\\u" in line and ("\\ud" in line or "\\uD" in line))
             ):
                 try:
-                    text, end = _scanstring(line, _PARTIAL_HEAD_CHARS)
+                    text, end = _scanstring(line, head_chars)
                 except ValueError:
                     pass
                 else:
@@ -179,35 +169,33 @@ class AgentProc04(JsonLinesDialect):
                         and len(tail) <= _MAX_LINE_END_CHARS
                     ):
                         line_ends[tail] = members
-            if members is not None:
-                role, session_id = members
+            if members is None:
+                JsonLinesDialect.read_lines(self, (line,), events)
             else:
-                message = self.json_object(line, events)
-                if message is None:
-                    continue
-                if message.get("type") != "partial":
-                    events.extend(self.on_object(message))
-                    continue
-                text, role, session_id = message.get("text"), message.get("role"), message.get("session_id")
-            if session_id != self._session_id:  # the same id on every line: rarely a new one
-                events.extend(self._session(session_id))
-            if not text or not isinstance(text, str):
-                continue
-            if role == "thinking":
-                if not self._error_seen:  # the reference forwards no partial of any role after an error
-                    events.append(ActivityEvent("thinking", text))
-                continue
-            if not (self._result_seen or self._error_seen) and self._joined_chars < _MAX_JOINED_CHARS:
-                self._pieces.append(text)
-                self._joined_chars += len(text)
-            events.append(PartialEvent(text))
+                self._add_partial(text, *members, events)
+
+    def _partial(self, message: Mapping[str, Any]) -> list[Event]:
+        events: list[Event] = []
+        self._add_partial(message.get("text"), message.get("role"), message.get("session_id"), events)
+        return events
+
+    def _add_partial(self, text: Any, role: Any, session_id: Any, events: list[Event]) -> None:
+        if session_id != self._session_id:  # the same id on every line: rarely a new one
+            events.extend(self._session(session_id))
+        if not text or not isinstance(text, str):
+            return
+        if role == "thinking":
+            if not self._error_seen:  # the reference forwards no partial of any role after an error
+                events.append(ActivityEvent("thinking", text))
+            return
+        events.append(self._text.add(text))  # kept for the reply until a result or an error comes
 
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         if self._result_seen or self._error_seen:
             # At most one result, none after an error; an ignored result's usage still counts if none came yet.
             return self._usage(message) if self._error_seen and not self._usage_seen else []
         self._result_seen = True
-        self._pieces = []
+        self._text = Paragraphs(keep=False)
         events = self._session(message.get("session_id"))
         events.append(ReplyEvent(text_of(message.get("text"))))
         events.extend(self._usage(message))
@@ -215,7 +203,7 @@ class AgentProc04(JsonLinesDialect):
 
     def _error(self, message: Mapping[str, Any]) -> list[Event]:
         self._error_seen = True
-        self._pieces = []
+        self._text = Paragraphs(keep=False)
         events = self._session(message.get("session_id"))
         events.append(ErrorEvent(text_of(message.get("message"))))
         events.extend(self._usage(message))  # an error's usage replaces the result's, as the reference keeps it
@@ -289,6 +277,13 @@ class AgentProc04(JsonLinesDialect):
             return []
         self._usage_seen = True
         return [UsageEvent(values)]
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "partial": _partial,
+        "result": _result,
+        "error": _error,
+        "permission_request": _permission_request,
+    }
 
 
 def _partial_members(tail: str) -> tuple[Any, Any] | None:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .base import DialectContext, JsonLinesDialect, number, text_of
+from .base import DialectContext, Handler, JsonLinesDialect, number, text_of
 from .coding_agents import TEXT_BOUND, THINKING_CHARS, UNFINISHED, Paragraphs, SessionIds, ToolCalls
 from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, Usage, UsageEvent
 from .settings import ClaudeStreamSettings
@@ -76,27 +76,15 @@ class ClaudeStream(JsonLinesDialect):
         self._said: list[str] = []
         self._said_length = 0
 
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        kind = message.get("type")
-        if kind == "stream_event":
-            return self._stream_event(message)
-        if kind == "assistant":
-            return self._assistant(message)
-        if kind == "user":
-            return self._tool_results(message)
-        if kind == "system":
-            if message.get("subtype") != "init":
-                return []
-            self._cache_in_input = "qwen_code_version" in message
-            return self._sessions.report(message.get("session_id"))
-        if kind == "result":
-            return self._result(message)
-        if kind == "tool_call":
-            return self._cursor_tool_call(message)
-        if kind == "thinking":
-            text = text_of(message.get("text"))
-            return [ActivityEvent("thinking", text=text[:THINKING_CHARS])] if text else []
-        return []
+    def _system(self, message: Mapping[str, Any]) -> list[Event]:
+        if message.get("subtype") != "init":
+            return []
+        self._cache_in_input = "qwen_code_version" in message
+        return self._sessions.report(message.get("session_id"))
+
+    def _cursor_thinking(self, message: Mapping[str, Any]) -> list[Event]:
+        text = text_of(message.get("text"))
+        return [ActivityEvent("thinking", text=text[:THINKING_CHARS])] if text else []
 
     def finish(self) -> list[Event]:
         return [] if self._finished else [ErrorEvent(UNFINISHED, unfinished=True)]
@@ -233,6 +221,16 @@ class ClaudeStream(JsonLinesDialect):
         else:
             events.append(ReplyEvent(text_of(message.get("result"))))
         return events
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "stream_event": _stream_event,
+        "assistant": _assistant,
+        "user": _tool_results,
+        "system": _system,
+        "result": _result,
+        "tool_call": _cursor_tool_call,
+        "thinking": _cursor_thinking,
+    }
 
 
 def _error_text(message: Mapping[str, Any], subtype: str) -> str:

@@ -32,17 +32,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from ..turn import Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS
+from .base import DialectContext, Handler, JsonLinesDialect, number, shorten, text_of
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, Paragraphs
 from .events import (
     ActivityEvent,
     ErrorEvent,
     Event,
-    PartialEvent,
     PlanStep,
     ProtocolWarning,
     ReplyEvent,
@@ -62,26 +61,25 @@ _SHELL_WRAPPED = re.compile(
 _ESCAPED = re.compile(r"\\([$`\"\\\n])")  # what a backslash escapes inside double quotes
 
 
+ItemHandler = Callable[[Any, Mapping[str, Any], bool], list[Event]]
+
+
 class CodexExec(JsonLinesDialect):
     """A turn of `codex exec --json` (see the module docstring for what maps to what)."""
 
     name = "codex-exec"
-    __slots__ = ("_session_id", "_started", "_finished", "_messages", "_reply", "_plan_text", "_last_notice")
+    __slots__ = ("_session_id", "_started", "_finished", "_text", "_messages", "_reply", "_plan_text", "_last_notice")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self._session_id = ""
         self._started = False  # thread.started was seen
         self._finished = False  # turn.completed or turn.failed was seen
+        self._text = Paragraphs(keep=False)  # each message a paragraph
         self._messages = 0  # agent messages so far
         self._reply = ""  # the last agent message: the reply, given with turn.completed
         self._plan_text = ""  # the last `plan` item: the reply when there is no agent message
         self._last_notice = ""  # the last `error` line: said when the stream ends unfinished
-
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        kind = message.get("type")
-        handler = _HANDLERS.get(kind) if type(kind) is str else None  # a list is no dict key: it would raise
-        return handler(self, message) if handler is not None else []
 
     def finish(self) -> list[Event]:
         if self._finished:
@@ -138,7 +136,7 @@ class CodexExec(JsonLinesDialect):
         if not isinstance(item, dict):
             return []
         kind = item.get("type")
-        mapper = _ITEMS.get(kind) if type(kind) is str else None
+        mapper = self.items.get(kind) if type(kind) is str else None
         return mapper(self, item, message["type"] == "item.completed") if mapper is not None else []
 
     # ------------------------------------------------------------------ items
@@ -148,7 +146,8 @@ class CodexExec(JsonLinesDialect):
             return []
         text = self._reply = text_of(item.get("text"))
         self._messages += 1
-        return [PartialEvent(text if self._messages == 1 else "\n\n" + text)] if text else []
+        self._text.pause()
+        return [self._text.add(text)] if text else []
 
     def _plan(self, item: Mapping[str, Any], completed: bool) -> list[Event]:
         if completed:
@@ -215,6 +214,29 @@ class CodexExec(JsonLinesDialect):
         # codex's own notices (model metadata missing, a config or deprecation warning), never the model's text.
         return [ProtocolWarning(f"codex warned: {shorten(text_of(item.get('message')), 300)}")]
 
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "thread.started": _thread_started,
+        "turn.completed": _turn_completed,
+        "turn.failed": _turn_failed,
+        "error": _error,
+        "item.started": _item,
+        "item.updated": _item,
+        "item.completed": _item,
+    }
+    items: ClassVar[Mapping[str, ItemHandler]] = {
+        "agent_message": _agent_message,
+        "plan": _plan,
+        "reasoning": _reasoning,
+        "command_execution": _command,
+        "file_change": _file_change,
+        "mcp_tool_call": _mcp_call,
+        "collab_tool_call": _collab_call,
+        "web_search": _web_search,
+        "todo_list": _todo_list,
+        "error": _warning,
+    }
+    """An item's type → the method that maps it (given whether the item is completed)."""
+
 
 def _tool(item: Mapping[str, Any], tool: str, title: str, text: str = "") -> ActivityEvent:
     status = text_of(item.get("status"))
@@ -242,28 +264,3 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
         reasoning_tokens=number(usage.get("reasoning_output_tokens")),
         total_tokens=total,
     )
-
-
-_Handler = Callable[[CodexExec, Mapping[str, Any]], list[Event]]
-_ItemMapper = Callable[[CodexExec, Mapping[str, Any], bool], list[Event]]
-_HANDLERS: dict[str, _Handler] = {
-    "thread.started": CodexExec._thread_started,
-    "turn.completed": CodexExec._turn_completed,
-    "turn.failed": CodexExec._turn_failed,
-    "error": CodexExec._error,
-    "item.started": CodexExec._item,
-    "item.updated": CodexExec._item,
-    "item.completed": CodexExec._item,
-}
-_ITEMS: dict[str, _ItemMapper] = {
-    "agent_message": CodexExec._agent_message,
-    "plan": CodexExec._plan,
-    "reasoning": CodexExec._reasoning,
-    "command_execution": CodexExec._command,
-    "file_change": CodexExec._file_change,
-    "mcp_tool_call": CodexExec._mcp_call,
-    "collab_tool_call": CodexExec._collab_call,
-    "web_search": CodexExec._web_search,
-    "todo_list": CodexExec._todo_list,
-    "error": CodexExec._warning,
-}

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..turn import Turn
-from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
+from .base import DialectContext, Handler, JsonLinesDialect, number, shorten, text_of
 from .coding_agents import UNFINISHED, Paragraphs, SessionIds, ToolCalls
-from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, Usage, UsageEvent
+from .events import ErrorEvent, Event, ReplyEvent, Usage, UsageEvent
 from .settings import JsonSettings
 
 
@@ -36,52 +36,48 @@ class GeminiStream(JsonLinesDialect):
 
     name: ClassVar[str] = "gemini-stream-json"
     Settings: ClassVar[type] = JsonSettings
-    __slots__ = ("_sessions", "_text", "_tools", "_error", "_finished")
+    __slots__ = ("_sessions", "_text", "_tools", "_last_error", "_finished")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:
         super().__init__(context, turn)
         self._sessions = SessionIds()
         self._text = Paragraphs(keep=True)
         self._tools = ToolCalls()
-        self._error = ""  # the last error line of severity error
+        self._last_error = ""  # the last error line of severity error
         self._finished = False
 
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        kind = message.get("type")
-        if kind == "message":
-            text = message.get("content")
-            if type(text) is str and text and message.get("role") == "assistant":
-                return [self._text.add(text)]
-            return []
-        if kind == "tool_use":
-            self._text.pause()
-            return self._tools.started(
-                text_of(message.get("tool_name")), message.get("parameters"), text_of(message.get("tool_id"))
-            )
-        if kind == "tool_result":
-            return [self._tool_result(message)]
-        if kind == "init":
-            return self._sessions.report(message.get("session_id"))
-        if kind == "error":
-            if message.get("severity") == "error" and (text := text_of(message.get("message")).strip()):
-                self._error = shorten(text, 2000)
-            return []
-        if kind == "result":
-            return self._result(message)
+    def _message(self, message: Mapping[str, Any]) -> list[Event]:
+        text = message.get("content")
+        if type(text) is str and text and message.get("role") == "assistant":
+            return [self._text.add(text)]
+        return []
+
+    def _tool_use(self, message: Mapping[str, Any]) -> list[Event]:
+        self._text.pause()
+        return self._tools.started(
+            text_of(message.get("tool_name")), message.get("parameters"), text_of(message.get("tool_id"))
+        )
+
+    def _init(self, message: Mapping[str, Any]) -> list[Event]:
+        return self._sessions.report(message.get("session_id"))
+
+    def _error(self, message: Mapping[str, Any]) -> list[Event]:
+        if message.get("severity") == "error" and (text := text_of(message.get("message")).strip()):
+            self._last_error = shorten(text, 2000)
         return []
 
     def finish(self) -> list[Event]:
         if self._finished:
             return []
-        return [ErrorEvent(f"{UNFINISHED}: {self._error}" if self._error else UNFINISHED, unfinished=True)]
+        return [ErrorEvent(f"{UNFINISHED}: {self._last_error}" if self._last_error else UNFINISHED, unfinished=True)]
 
-    def _tool_result(self, message: Mapping[str, Any]) -> ActivityEvent:
+    def _tool_result(self, message: Mapping[str, Any]) -> list[Event]:
         failed = message.get("status") == "error"
         error = message.get("error")
         output = message.get("output")
         if failed and isinstance(error, dict) and isinstance(error.get("message"), str):
             output = error["message"]
-        return self._tools.ended(text_of(message.get("tool_id")), failed=failed, output=output)
+        return [self._tools.ended(text_of(message.get("tool_id")), failed=failed, output=output)]
 
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         self._finished = True
@@ -101,7 +97,16 @@ class GeminiStream(JsonLinesDialect):
         if message.get("status") == "error":
             error = message.get("error")
             text = text_of(error.get("message")).strip() if isinstance(error, dict) else ""
-            events.append(ErrorEvent(text or self._error or "the agent reported an error"))
+            events.append(ErrorEvent(text or self._last_error or "the agent reported an error"))
         else:
             events.append(ReplyEvent(self._text.text))
         return events
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "message": _message,
+        "tool_use": _tool_use,
+        "tool_result": _tool_result,
+        "init": _init,
+        "error": _error,
+        "result": _result,
+    }
