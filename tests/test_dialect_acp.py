@@ -35,7 +35,7 @@ from bridge.dialects.events import (
     UsageEvent,
 )
 from bridge.dialects.settings import AcpSettings
-from bridge.errors import ProfileError
+from bridge.errors import ProfileError, ProtocolMisuse
 from bridge.permissions import Decision, PermissionRequest
 from bridge.turn import Attachment, Turn
 
@@ -330,10 +330,10 @@ def test_the_engine_is_told_when_it_drives_the_dialect_out_of_order():
         dialect_class("acp")(DialectContext(), session_id="", cwd="relative/dir")
     acp = dialect()
     acp.open()
-    with pytest.raises(RuntimeError, match="before the session is ready"):
+    with pytest.raises(ProtocolMisuse, match="before the session is ready"):
         acp.prompt(Turn("too early"))
     acp = in_turn()
-    with pytest.raises(RuntimeError, match="while a turn is in progress"):
+    with pytest.raises(ProtocolMisuse, match="while a turn is in progress"):
         acp.prompt(Turn("too soon"))
 
 
@@ -832,7 +832,7 @@ def test_the_output_ending_mid_turn_is_an_unfinished_turn():
         )
     ]
     assert acp.close() == []
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ProtocolMisuse):
         acp.feed(b"more")
     assert acp.answer(PermissionRequest("7", "Bash"), Decision(allow=True)) == b""
 

@@ -41,6 +41,7 @@ from bridge.dialects import (
 )
 from bridge.dialects.aionrs import NOT_READY, UNFINISHED, Aionrs
 from bridge.dialects.events import Ready, TurnEnd
+from bridge.errors import ProtocolMisuse
 from bridge.permissions import Decision, PermissionRequest
 from bridge.questions import Questions
 from bridge.turn import Attachment
@@ -531,7 +532,7 @@ def test_the_stream_ending_mid_turn_and_mid_line_is_unfinished_and_between_turns
 
 
 def test_prompt_during_a_turn_is_a_bug_of_the_caller() -> None:
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ProtocolMisuse):
         started().prompt(Turn("two at once"))
 
 

@@ -45,7 +45,7 @@ from bridge.dialects import (
 from bridge.dialects.ante import Ante, new_op_id
 from bridge.dialects.events import Ready, TurnEnd
 from bridge.dialects.settings import AnteSettings
-from bridge.errors import ProfileError
+from bridge.errors import ProfileError, ProtocolMisuse
 from bridge.permissions import Decision, PermissionRequest
 from bridge.warm_agent import WarmAgent
 
@@ -483,7 +483,7 @@ def test_events_after_the_turn_end_are_dropped_and_each_turn_has_a_fresh_op_id()
 def test_prompt_outside_an_idle_session_is_a_programming_error():
     ante = dialect()
     ante.open()
-    with pytest.raises(RuntimeError, match="wait for Ready or TurnEnd"):
+    with pytest.raises(ProtocolMisuse, match="wait for Ready or TurnEnd"):
         ante.prompt(Turn("too early"))
 
 

@@ -18,6 +18,7 @@ from bridge.dialects import (
     SessionEvent,
     decode_payload,
 )
+from bridge.errors import ProtocolMisuse
 
 
 def decode(data: bytes, **options: object) -> list[object]:
@@ -137,7 +138,7 @@ def test_empty_lines_are_body_lines() -> None:
 def test_feed_after_close_is_an_error() -> None:
     decoder = LineDecoder()
     decoder.close()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ProtocolMisuse):
         decoder.feed(b"x")
 
 

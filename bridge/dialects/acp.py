@@ -38,31 +38,29 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal
 
 from .. import __version__
 from ..permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import CALL_ID_CHARS, OUTPUT_CHARS, TEXT_BOUND, THINKING_CHARS, TITLE_CHARS, tool_title
+from .base import DialectContext, Handler, number, shorten, text_of
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, tool_title
 from .events import (
     ActivityEvent,
     AgentInput,
     ErrorEvent,
     Event,
     FileRequest,
-    PartialEvent,
     PlanStep,
     ProtocolWarning,
-    Ready,
     ReplyEvent,
-    TurnEnd,
     Usage,
     UsageEvent,
 )
 from .settings import AcpSettings
+from .warm import WarmDialect, WarmState
 
 PROTOCOL_VERSION = 1
 # JSON-RPC 2.0's own error codes, and ACP's "authentication required".
@@ -79,10 +77,9 @@ _FAILED_STOPS = {
     "refusal": "the agent refused to continue (refusal)",
 }
 _PLAN_STATUSES = ("pending", "in_progress", "completed")
-_OPEN_CALLS = 10_000  # tool calls remembered per turn; more than any agent keeps in flight
 
 
-class Acp(JsonLinesDialect):
+class Acp(WarmDialect):
     """One ACP agent process: its session and its turns, one at a time (see the module docstring)."""
 
     name: ClassVar[str] = "acp"
@@ -91,20 +88,17 @@ class Acp(JsonLinesDialect):
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         if not posixpath.isabs(cwd):
             raise ValueError(f"an ACP session's cwd must be an absolute path, not {cwd!r}")
-        super().__init__(context, Turn())
+        super().__init__(context, session_id=session_id, cwd=cwd)
         self._settings = context.settings if isinstance(context.settings, AcpSettings) else AcpSettings()
         self._stored_session = session_id
         self._cwd = cwd
         self._next_id = 0
         self._calls: dict[int, str] = {}  # our requests awaiting a response: id → method
         self._session_id = ""
-        self._ready = False
-        self._prompt_id: int | None = None  # the turn in progress: its session/prompt's id
         self._cancelling = False
         self._denied = ""  # "<tool> was denied…" this turn, for the agent that then stops the turn
-        self._pieces: list[str] = []
-        self._reply_chars = 0
-        self._tools: dict[str, tuple[str, str, str]] = {}  # call id → (tool, kind, title), this turn
+        self._text = Paragraphs(keep=True)  # the message chunks, joined: the reply
+        self._tools = ToolCalls()  # this turn's
         self._asked: dict[str, tuple[Any, tuple[Mapping[str, Any], ...]]] = {}  # request id → (JSON-RPC id, options)
         self._files: dict[str, tuple[Any, str]] = {}  # request id → (JSON-RPC id, read | write)
         self._stray = 0  # JSON-RPC messages the bridge was not waiting for
@@ -126,24 +120,17 @@ class Acp(JsonLinesDialect):
             },
         )
 
-    def prompt(self, turn: Turn) -> bytes:
-        if not self._ready or self._closed:
-            raise RuntimeError("prompt() before the session is ready (wait for Ready)")
-        if self._prompt_id is not None:
-            raise RuntimeError("prompt() while a turn is in progress (wait for TurnEnd)")
+    def start_turn(self, turn: Turn) -> bytes:
         blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.message}]
         blocks.extend(_resource_link(attachment) for attachment in turn.attachments)
-        self._pieces = []
-        self._reply_chars = 0
-        self._tools = {}
+        self._text = Paragraphs(keep=True)
+        self._tools = ToolCalls()
         self._cancelling = False
         self._denied = ""
-        data = self._request("session/prompt", {"sessionId": self._session_id, "prompt": blocks})
-        self._prompt_id = self._next_id - 1
-        return data
+        return self._request("session/prompt", {"sessionId": self._session_id, "prompt": blocks})
 
     def cancel(self) -> bytes:
-        if self._prompt_id is None or self._cancelling or self._closed:
+        if self.state is not WarmState.IN_TURN or self._cancelling:
             return b""
         self._cancelling = True
         data = _encode({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": self._session_id}})
@@ -154,7 +141,7 @@ class Acp(JsonLinesDialect):
 
     def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
         asked = self._asked.pop(request.request_id, None)
-        if asked is None or self._closed:
+        if asked is None or self.state is WarmState.CLOSED:
             return b""  # answered already (cancelled, say), or never asked
         rpc_id, options = asked
         if decision == CANCELLED:  # the engine closed the question because the turn is being cancelled
@@ -172,22 +159,18 @@ class Acp(JsonLinesDialect):
     def file_reply(self, request_id: str, content: str | None = None, error: str | None = None) -> bytes:
         """The answer to a `FileRequest`: the text read (`content`; nothing for a write done), or an `error`."""
         pending = self._files.pop(request_id, None)
-        if pending is None or self._closed:
+        if pending is None or self.state is WarmState.CLOSED:
             return b""
         rpc_id, operation = pending
         if error is not None:
             return _error(rpc_id, INTERNAL_ERROR, error)
         return _result(rpc_id, {"content": content or ""} if operation == "read" else {})
 
-    def shutdown(self) -> bytes:
-        return b""  # closing stdin is ACP's goodbye
-
     # ------------------------------------------------------------------ what the agent writes
 
     def finish(self) -> list[Event]:
         events: list[Event] = []
-        if self._prompt_id is not None:
-            self._prompt_id = None
+        if self.state is WarmState.IN_TURN:
             events.append(
                 ErrorEvent(
                     "the agent's output ended in the middle of the turn (the agent exited or "
@@ -195,7 +178,7 @@ class Acp(JsonLinesDialect):
                     unfinished=True,
                 )
             )
-        elif not self._ready:
+        elif self.state is WarmState.STARTING:
             events.append(
                 ErrorEvent(
                     "the agent's output ended before its ACP session was ready; its stderr may say why", unfinished=True
@@ -219,16 +202,15 @@ class Acp(JsonLinesDialect):
         return []
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        return self._on_message(message)
-
-    def _on_message(self, message: Mapping[str, Any]) -> list[Event]:
+        """A JSON-RPC message: a request or notification by its method (`requests`, `notifications`), a response by
+        the method of the request it answers (`results`)."""
         method = message.get("method")
         if isinstance(method, str):
             if "id" in message:
                 return self._on_request(message["id"], method, message.get("params"))
-            if method == "session/update":
-                return self._on_update(message.get("params"))
-            return []  # other notifications (vendor extensions such as _kiro.dev/…): nothing to show
+            notification = self.notifications.get(method)
+            # Other notifications (vendor extensions such as _kiro.dev/…): nothing to show.
+            return notification(self, message.get("params")) if notification is not None else []
         rpc_id = message.get("id")
         method = self._calls.pop(rpc_id, None) if isinstance(rpc_id, int) and not isinstance(rpc_id, bool) else None
         if method is None:
@@ -242,25 +224,23 @@ class Acp(JsonLinesDialect):
     # ------------------------------------------------------------------ responses to our requests
 
     def _on_result(self, method: str, result: Any) -> list[Event]:
-        result = result if isinstance(result, dict) else {}
-        if method == "initialize":
-            return self._initialized(result)
-        if method == "session/new":
-            session_id = result.get("sessionId")
-            problem = session_id_problem(session_id) if isinstance(session_id, str) else "it is missing"
-            if problem is not None:
-                return [
-                    ErrorEvent(
-                        f"the agent's session/new answered no usable session id ({problem}); it cannot "
-                        "be resumed, so the bridge does not use it"
-                    )
-                ]
-            return self._session_ready(session_id)
-        if method in ("session/load", "session/resume"):
-            return self._session_ready(self._stored_session)
-        if method == "session/prompt":
-            return self._turn_ended(result)
-        return []
+        handler = self.results.get(method)
+        return handler(self, result if isinstance(result, dict) else {}) if handler is not None else []
+
+    def _session_created(self, result: Mapping[str, Any]) -> list[Event]:
+        session_id = result.get("sessionId")
+        problem = session_id_problem(session_id) if isinstance(session_id, str) else "it is missing"
+        if problem is not None:
+            return [
+                ErrorEvent(
+                    f"the agent's session/new answered no usable session id ({problem}); it cannot "
+                    "be resumed, so the bridge does not use it"
+                )
+            ]
+        return self._session_ready(session_id)
+
+    def _session_resumed(self, result: Mapping[str, Any]) -> list[Event]:
+        return self._session_ready(self._stored_session)
 
     def _on_error(self, method: str, error: Mapping[str, Any]) -> list[Event]:
         code = number(error.get("code"))
@@ -274,12 +254,11 @@ class Acp(JsonLinesDialect):
                 AgentInput(self._new_session()),
             ]
         if method == "session/prompt":
-            self._prompt_id = None
             self._asked.clear()
             self._files.clear()
             if self._cancelling:  # an agent whose cancelled work raised: the turn was cancelled all the same
-                return [TurnEnd("cancelled")]
-            return [ErrorEvent(said or f"the agent failed the turn (JSON-RPC error {code})"), TurnEnd("error")]
+                return [self.turn_over("cancelled")]
+            return [ErrorEvent(said or f"the agent failed the turn (JSON-RPC error {code})"), self.turn_over("error")]
         if code == AUTH_REQUIRED:
             return [
                 ErrorEvent(
@@ -319,11 +298,9 @@ class Acp(JsonLinesDialect):
 
     def _session_ready(self, session_id: str) -> list[Event]:
         self._session_id = session_id
-        self._ready = True
-        return [Ready(session_id)]
+        return [self.session_ready(session_id)]
 
     def _turn_ended(self, result: Mapping[str, Any]) -> list[Event]:
-        self._prompt_id = None
         self._asked.clear()
         self._files.clear()
         events: list[Event] = []
@@ -338,10 +315,10 @@ class Acp(JsonLinesDialect):
                 )
             elif not self._cancelling:
                 events.append(ErrorEvent("the agent cancelled the turn by itself (stop reason cancelled)"))
-            events.append(TurnEnd("cancelled"))
+            events.append(self.turn_over("cancelled"))
             return events
         if reason in _FAILED_STOPS:
-            events += [ErrorEvent(_FAILED_STOPS[reason]), TurnEnd(reason)]
+            events += [ErrorEvent(_FAILED_STOPS[reason]), self.turn_over(reason)]
             return events
         if reason != "end_turn":
             events.append(
@@ -350,36 +327,31 @@ class Acp(JsonLinesDialect):
                     f"({shorten(str(reason), 40)}); taken as end_turn"
                 )
             )
-        events += [ReplyEvent("".join(self._pieces)), TurnEnd("end_turn")]
-        self._pieces = []
+        events += [ReplyEvent(self._text.text), self.turn_over("end_turn")]
+        self._text = Paragraphs(keep=True)
         return events
 
     # ------------------------------------------------------------------ the agent's notifications
 
     def _on_update(self, params: Any) -> list[Event]:
-        if self._prompt_id is None or not isinstance(params, dict):
+        if self.state is not WarmState.IN_TURN or not isinstance(params, dict):
             return []  # outside a turn: a load's replayed history, or late news of a finished turn
         if params.get("sessionId") != self._session_id:
             self._foreign_updates += 1
             return []
         update = params.get("update")
         kind = update.get("sessionUpdate") if isinstance(update, dict) else None
-        if kind == "agent_message_chunk":
-            text = _text(update.get("content"))
-            if not text:
-                return []
-            if self._reply_chars < TEXT_BOUND:
-                self._pieces.append(text)
-                self._reply_chars += len(text)
-            return [PartialEvent(text)]
-        if kind == "agent_thought_chunk":
-            text = _text(update.get("content"))
-            return [ActivityEvent("thinking", text=text[:THINKING_CHARS])] if text.strip() else []
-        if kind in ("tool_call", "tool_call_update"):
-            return self._tool(update)
-        if kind == "plan":
-            return self._plan(update.get("entries"))
-        return []  # user_message_chunk, available_commands_update, usage_update, current_mode_update…
+        handler = self.updates.get(kind) if type(kind) is str else None
+        # user_message_chunk, available_commands_update, usage_update, current_mode_update…: nothing to show.
+        return handler(self, update) if handler is not None else []
+
+    def _message_chunk(self, update: Mapping[str, Any]) -> list[Event]:
+        text = _text(update.get("content"))
+        return [self._text.add(text)] if text else []
+
+    def _thought_chunk(self, update: Mapping[str, Any]) -> list[Event]:
+        text = _text(update.get("content"))
+        return [ActivityEvent("thinking", text=text[:THINKING_CHARS])] if text.strip() else []
 
     def _tool(self, update: Mapping[str, Any]) -> list[Event]:
         call_id = text_of(update.get("toolCallId"))
@@ -387,19 +359,17 @@ class Acp(JsonLinesDialect):
         tool, kind, title = self._describe(update, known)
         status = update.get("status")
         if status in ("completed", "failed"):
-            self._tools.pop(call_id, None)
+            self._tools.forget(call_id)
             output = _tool_output(update.get("content"))
             return [ActivityEvent("tool", text=output, tool=tool, title=title, status=status, call_id=call_id)]
+        self._tools.remember(call_id, ToolCall(tool, title, kind))  # a later update may name it better
         if known is not None:
-            self._tools[call_id] = (tool, kind, title)  # a later update may name it better
             return []  # pending → in_progress: shown once, as started
-        if len(call_id) <= CALL_ID_CHARS and len(self._tools) < _OPEN_CALLS:
-            self._tools[call_id] = (tool, kind, title)
         return [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
 
-    def _describe(self, tool_call: Mapping[str, Any], known: tuple[str, str, str] | None) -> tuple[str, str, str]:
+    def _describe(self, tool_call: Mapping[str, Any], known: ToolCall | None) -> tuple[str, str, str]:
         """The call's (tool, kind, title): its own fields, else what an earlier update of the call said."""
-        old_tool, old_kind, old_title = known or ("", "", "")
+        old_tool, old_kind, old_title = (known.tool, known.kind, known.title) if known is not None else ("", "", "")
         acp_kind = text_of(tool_call.get("kind"))
         kind = _KINDS.get(acp_kind, "other" if acp_kind else old_kind)
         tool = _tool_name(tool_call.get("_meta")) or old_tool or shorten(acp_kind, TITLE_CHARS) or "tool"
@@ -408,7 +378,8 @@ class Acp(JsonLinesDialect):
         )
         return tool, kind, title
 
-    def _plan(self, entries: Any) -> list[Event]:
+    def _plan(self, update: Mapping[str, Any]) -> list[Event]:
+        entries = update.get("entries")
         if not isinstance(entries, list):
             return []
         steps = tuple(
@@ -427,16 +398,13 @@ class Acp(JsonLinesDialect):
         if not _valid_id(rpc_id):
             self._stray += 1
             return []  # no id to answer to
-        params = params if isinstance(params, dict) else {}
-        if method == "session/request_permission":
-            return self._permission(rpc_id, params)
-        operation = {"fs/read_text_file": "read", "fs/write_text_file": "write"}.get(method)
-        if operation is not None and (self._settings.fs_read if operation == "read" else self._settings.fs_write):
-            return self._file(rpc_id, operation, params)
-        return [AgentInput(_error(rpc_id, METHOD_NOT_FOUND, f"agent-bridge does not offer {shorten(method, 80)}"))]
+        handler = self.requests.get(method)
+        if handler is None:
+            return [AgentInput(_not_offered(rpc_id, method))]
+        return handler(self, rpc_id, params if isinstance(params, dict) else {})
 
     def _permission(self, rpc_id: Any, params: Mapping[str, Any]) -> list[Event]:
-        if self._prompt_id is None or self._cancelling:
+        if self.state is not WarmState.IN_TURN or self._cancelling:
             # Nobody can answer outside a turn, and a cancelled turn's questions are answered cancelled.
             return [AgentInput(_result(rpc_id, {"outcome": {"outcome": "cancelled"}}))]
         tool_call = params.get("toolCall")
@@ -446,8 +414,8 @@ class Acp(JsonLinesDialect):
         request_id = _request_key(rpc_id)
         call_id = text_of(tool_call.get("toolCallId"))
         tool, kind, title = self._describe(tool_call, self._tools.get(call_id))
-        if call_id in self._tools:
-            self._tools[call_id] = (tool, kind, title)  # its end is reported with the name the question gave
+        if call_id in self._tools:  # its end is reported with the name the question gave
+            self._tools.remember(call_id, ToolCall(tool, title, kind))
         raw_input = tool_call.get("rawInput")
         self._asked[request_id] = (rpc_id, tuple(option for option in options if isinstance(option, dict)))
         return [
@@ -460,7 +428,17 @@ class Acp(JsonLinesDialect):
             )
         ]
 
-    def _file(self, rpc_id: Any, operation: str, params: Mapping[str, Any]) -> list[Event]:
+    def _read_file(self, rpc_id: Any, params: Mapping[str, Any]) -> list[Event]:
+        if not self._settings.fs_read:
+            return [AgentInput(_not_offered(rpc_id, "fs/read_text_file"))]
+        return self._file(rpc_id, "read", params)
+
+    def _write_file(self, rpc_id: Any, params: Mapping[str, Any]) -> list[Event]:
+        if not self._settings.fs_write:
+            return [AgentInput(_not_offered(rpc_id, "fs/write_text_file"))]
+        return self._file(rpc_id, "write", params)
+
+    def _file(self, rpc_id: Any, operation: Literal["read", "write"], params: Mapping[str, Any]) -> list[Event]:
         path = params.get("path")
         content = params.get("content")
         line, limit = params.get("line"), params.get("limit")
@@ -471,7 +449,7 @@ class Acp(JsonLinesDialect):
             and (operation == "read" or isinstance(content, str))
             and all(value is None or (number(value) is not None and value >= 1) for value in (line, limit))
         )
-        if not valid or self._prompt_id is None:
+        if not valid or self.state is not WarmState.IN_TURN:
             why = "a path must be absolute and content a string" if not valid else "no turn is in progress"
             return [AgentInput(_error(rpc_id, INVALID_PARAMS, f"cannot serve this {operation}: {why}"))]
         request_id = _request_key(rpc_id)
@@ -479,7 +457,7 @@ class Acp(JsonLinesDialect):
         return [
             FileRequest(
                 request_id=request_id,
-                operation=operation,  # type: ignore[arg-type]
+                operation=operation,
                 path=path,
                 content=content if operation == "write" else None,
                 line=line,
@@ -501,12 +479,43 @@ class Acp(JsonLinesDialect):
         self._calls[rpc_id] = method
         return _encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
 
+    # ------------------------------------------------------------------ the tables
+
+    requests: ClassVar[Mapping[str, Callable[[Any, Any, Mapping[str, Any]], list[Event]]]] = {
+        "session/request_permission": _permission,
+        "fs/read_text_file": _read_file,
+        "fs/write_text_file": _write_file,
+    }
+    """The agent's requests the bridge serves: method → the method that answers (given the JSON-RPC id and params);
+    any other is answered "method not found"."""
+    notifications: ClassVar[Mapping[str, Callable[[Any, Any], list[Event]]]] = {"session/update": _on_update}
+    results: ClassVar[Mapping[str, Handler]] = {
+        "initialize": _initialized,
+        "session/new": _session_created,
+        "session/load": _session_resumed,
+        "session/resume": _session_resumed,
+        "session/prompt": _turn_ended,
+    }
+    """The responses to the bridge's own requests, by the method of the request."""
+    updates: ClassVar[Mapping[str, Handler]] = {
+        "agent_message_chunk": _message_chunk,
+        "agent_thought_chunk": _thought_chunk,
+        "tool_call": _tool,
+        "tool_call_update": _tool,
+        "plan": _plan,
+    }
+    """`session/update`s by their `sessionUpdate` kind."""
+
 
 # ---------------------------------------------------------------------- JSON-RPC in ACP's words
 
 
 def _encode(message: Mapping[str, Any]) -> bytes:
     return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+
+
+def _not_offered(rpc_id: Any, method: str) -> bytes:
+    return _error(rpc_id, METHOD_NOT_FOUND, f"agent-bridge does not offer {shorten(method, 80)}")
 
 
 def _result(rpc_id: Any, result: Any) -> bytes:

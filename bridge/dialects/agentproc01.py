@@ -12,6 +12,7 @@ from __future__ import annotations
 from json.decoder import scanstring
 from typing import ClassVar
 
+from ..errors import ProtocolMisuse
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .base import DialectContext, Handover, replace_lone_surrogates
@@ -103,7 +104,7 @@ class LineDecoder:
 
     def feed(self, data: bytes) -> list[Event]:
         if self._closed:
-            raise RuntimeError("feed() after close()")
+            raise ProtocolMisuse("feed() after close()")
         return self._decode(self._lines.feed(data))
 
     def close(self) -> list[Event]:

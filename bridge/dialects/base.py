@@ -100,8 +100,12 @@ Handler = Callable[[Any, Mapping[str, Any]], list[Event]]
 """A dialect's method that maps one message (the dialect, the message) to events."""
 
 
-class JsonLinesDialect:
-    """Base of the families that write one JSON object per line: subclasses fill `handlers` (see the module)."""
+class JsonLinesReader:
+    """What every family that writes one JSON object per line shares: framing with a bound, decoding, dispatch.
+
+    The base of `JsonLinesDialect` (one turn) and of `warm.WarmDialect` (one process, many turns); subclasses fill
+    `handlers` (see the module docstring).
+    """
 
     name: ClassVar[str] = ""
     Settings: ClassVar[type] = JsonSettings
@@ -109,37 +113,21 @@ class JsonLinesDialect:
     """The member of a message that names its type."""
     handlers: ClassVar[Mapping[str, Handler]] = {}
     """Message type → the method that maps such a message to events."""
-    __slots__ = ("context", "turn", "_lines", "_ignored", "_closed")
+    __slots__ = ("context", "_lines", "_ignored")
 
-    def __init__(self, context: DialectContext, turn: Turn) -> None:
+    def __init__(self, context: DialectContext) -> None:
         self.context = context
-        self.turn = turn
         settings = context.settings if context.settings is not None else self.Settings()
         self._lines = LineSplitter(getattr(settings, "max_line_bytes", JSON_MAX_LINE_BYTES))
         self._ignored = 0  # lines that were not JSON objects
-        self._closed = False
 
-    @classmethod
-    def handover(cls, turn: Turn, context: DialectContext) -> Handover:
-        return Handover()  # the turn is in argv: stdin is at end of file at once
-
-    def feed(self, data: bytes) -> list[Event]:
-        if self._closed:
-            raise ProtocolMisuse("feed() after close()")
-        return self._decode(self._lines.feed(data))
-
-    def close(self) -> list[Event]:
-        if self._closed:
+    def ignored_lines_warning(self) -> list[Event]:
+        """The one warning that says how many lines were not JSON objects (nothing when none), counting afresh."""
+        if not self._ignored:
             return []
-        self._closed = True
-        events = self._decode(self._lines.close())
-        events.extend(self.finish())
-        if self._ignored:
-            events.append(ProtocolWarning(f"ignored {self._ignored} stdout line(s) that were not JSON objects"))
-        return events
-
-    def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
-        raise NotImplementedError(f"{self.name} agents do not ask for permission")
+        warning = ProtocolWarning(f"ignored {self._ignored} stdout line(s) that were not JSON objects")
+        self._ignored = 0
+        return [warning]
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
         """The events one JSON object of the agent's stream stands for: its type's handler says (see `handlers`)."""
@@ -151,10 +139,6 @@ class JsonLinesDialect:
         """A message whose type has no handler: nothing, unless the family counts or reads such messages."""
         return []
 
-    def finish(self) -> list[Event]:
-        """Events due at the end of the stream (a reply assembled from pieces, say)."""
-        return []
-
     def on_other_line(self, line: str) -> list[Event]:
         """A line that is not a JSON object: counted, and one warning at the end says how many.
 
@@ -164,7 +148,8 @@ class JsonLinesDialect:
         self._ignored += 1
         return []
 
-    def _decode(self, lines: Lines) -> list[Event]:
+    def decode_lines(self, lines: Lines) -> list[Event]:
+        """The events of the lines one chunk of output ended, a warning where a line was cut."""
         events: list[Event] = []
         cut = lines.cut
         if not cut:
@@ -212,6 +197,42 @@ class JsonLinesDialect:
         if "\\u" in line and ("\\ud" in line or "\\uD" in line):  # only an escape can spell a lone surrogate
             return _without_lone_surrogates(message)  # type: ignore[no-any-return]
         return message
+
+
+class JsonLinesDialect(JsonLinesReader):
+    """One turn of a family that writes one JSON object per line (see `Dialect`)."""
+
+    __slots__ = ("turn", "_closed")
+
+    def __init__(self, context: DialectContext, turn: Turn) -> None:
+        super().__init__(context)
+        self.turn = turn
+        self._closed = False
+
+    @classmethod
+    def handover(cls, turn: Turn, context: DialectContext) -> Handover:
+        return Handover()  # the turn is in argv: stdin is at end of file at once
+
+    def feed(self, data: bytes) -> list[Event]:
+        if self._closed:
+            raise ProtocolMisuse("feed() after close()")
+        return self.decode_lines(self._lines.feed(data))
+
+    def close(self) -> list[Event]:
+        if self._closed:
+            return []
+        self._closed = True
+        events = self.decode_lines(self._lines.close())
+        events.extend(self.finish())
+        events.extend(self.ignored_lines_warning())
+        return events
+
+    def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
+        raise NotImplementedError(f"{self.name} agents do not ask for permission")
+
+    def finish(self) -> list[Event]:
+        """Events due at the end of the stream (a reply assembled from pieces, say)."""
+        return []
 
 
 # The C scanner json.loads ends up in, called directly: json.loads's three Python frames around it cost as much as

@@ -21,39 +21,139 @@ and then drives the conversation in the family's own words:
   `shutdown()`: a graceful goodbye (b"" when closing stdin is the goodbye);
 - `close()`: the agent's stdout ended; a turn in progress did not finish.
 
+Where the conversation is, is explicit, as h11's `_state.py` has it: a
+`WarmState`, and a table of the moves each state allows (`TRANSITIONS`),
+checked in one place (`WarmDialect.move`). A family moves by saying so: it
+makes its `Ready` with `session_ready()` and its `TurnEnd` with
+`turn_over()`; `prompt()` moves into a turn and `close()` out of everything.
+A move the table does not allow is `ProtocolMisuse`: a prompt before the
+session is ready or during a turn, a feed after close. A family may keep finer
+steps of its own inside a state (Ante: resuming or starting; waiting for the
+turn's start or in it).
+
 The turn engine (`bridge.warm_agent`) owns the process, the deadlines and the
 policy; a warm dialect only speaks. Every rule is tested from transcripts.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+import enum
 
+from ..errors import ProtocolMisuse
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
-from .base import DialectContext
-from .events import Event
+from .base import DialectContext, JsonLinesReader
+from .events import Event, Ready, TurnEnd
 
 
-class WarmDialect(Protocol):
-    """The shape of every long-lived agent's dialect (see the module docstring)."""
+class WarmState(enum.Enum):
+    """Where a long-lived agent's conversation is."""
 
-    name: ClassVar[str]
-    Settings: ClassVar[type]
+    STARTING = "starting"  # the session is being set up (the handshake)
+    READY = "ready"  # the session takes a turn
+    IN_TURN = "in a turn"  # prompt() was sent; the turn has not ended
+    CLOSED = "closed"  # the agent's stdout ended
+
+
+class EndOfOutput:
+    """What moves every state to CLOSED: the agent's stdout ended (`close()`)."""
+
+
+TRANSITIONS: dict[WarmState, dict[type, WarmState]] = {
+    WarmState.STARTING: {Ready: WarmState.READY, EndOfOutput: WarmState.CLOSED},
+    WarmState.READY: {Turn: WarmState.IN_TURN, EndOfOutput: WarmState.CLOSED},
+    WarmState.IN_TURN: {TurnEnd: WarmState.READY, EndOfOutput: WarmState.CLOSED},
+    WarmState.CLOSED: {},
+}
+"""State → what may happen in it (a `Ready` said, a `Turn` prompted, a `TurnEnd` said, the end of the output)
+→ the state it leads to. Anything else is `ProtocolMisuse`."""
+
+_REFUSED = {
+    WarmState.STARTING: "before the session is ready",
+    WarmState.READY: "between turns",
+    WarmState.IN_TURN: "while a turn is in progress",
+    WarmState.CLOSED: "after the agent's output ended",
+}
+
+
+class WarmDialect(JsonLinesReader):
+    """The base of every long-lived agent's dialect: JSON lines both ways, and the conversation's `state`.
+
+    A family fills `handlers` (as every JSON family does), writes `open`,
+    `start_turn`, `cancel`, `answer` and `shutdown`, and may add `finish`:
+    the events due when the output ends (a turn that did not finish, say).
+    """
+
+    __slots__ = ("state",)
 
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         """`session_id`: the stored session to resume ("" for a new one); `cwd`: the agent's working directory."""
+        super().__init__(context)
+        self.state = WarmState.STARTING
 
-    def open(self) -> bytes: ...
+    def move(self, happening: type) -> None:
+        """The one place a state changes: to where `TRANSITIONS` leads, or `ProtocolMisuse` when it leads nowhere."""
+        following = TRANSITIONS[self.state].get(happening)
+        if following is None:
+            if happening is Turn:
+                raise ProtocolMisuse(
+                    f"prompt() {_REFUSED[self.state]}: a session takes a prompt only when it is ready "
+                    "(wait for Ready or TurnEnd)"
+                )
+            raise ProtocolMisuse(f"{happening.__name__} {_REFUSED[self.state]}")
+        self.state = following
 
-    def feed(self, data: bytes) -> list[Event]: ...
+    # ------------------------------------------------------------------ what the engine calls
 
-    def close(self) -> list[Event]: ...
+    def open(self) -> bytes:
+        """The first bytes of the handshake (b"" when the agent speaks first)."""
+        raise NotImplementedError
 
-    def prompt(self, turn: Turn) -> bytes: ...
+    def prompt(self, turn: Turn) -> bytes:
+        """The bytes that start `turn`; only when the session is ready (`ProtocolMisuse` otherwise)."""
+        self.move(Turn)
+        return self.start_turn(turn)
 
-    def cancel(self) -> bytes: ...
+    def feed(self, data: bytes) -> list[Event]:
+        if self.state is WarmState.CLOSED:
+            raise ProtocolMisuse("feed() after close()")
+        return self.decode_lines(self._lines.feed(data))
 
-    def answer(self, request: PermissionRequest, decision: Decision) -> bytes: ...
+    def close(self) -> list[Event]:
+        """The agent's stdout ended: what is due (a turn in progress did not finish); nothing the second time."""
+        if self.state is WarmState.CLOSED:
+            return []
+        events = self.decode_lines(self._lines.close())
+        events.extend(self.finish())
+        events.extend(self.ignored_lines_warning())
+        self.move(EndOfOutput)
+        return events
 
-    def shutdown(self) -> bytes: ...
+    def cancel(self) -> bytes:
+        raise NotImplementedError
+
+    def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
+        raise NotImplementedError
+
+    def shutdown(self) -> bytes:
+        return b""  # closing stdin is the goodbye, unless the family says one
+
+    # ------------------------------------------------------------------ what a family calls and writes
+
+    def start_turn(self, turn: Turn) -> bytes:
+        """The family's bytes for `turn` (the state is IN_TURN already)."""
+        raise NotImplementedError
+
+    def finish(self) -> list[Event]:
+        """Events due at the end of the output (the state is not CLOSED yet)."""
+        return []
+
+    def session_ready(self, session_id: str) -> Ready:
+        """The `Ready` of the session set up: the conversation takes turns from now on."""
+        self.move(Ready)
+        return Ready(session_id)
+
+    def turn_over(self, stop_reason: str = "end_turn") -> TurnEnd:
+        """The `TurnEnd` of the turn in progress: the session takes the next one."""
+        self.move(TurnEnd)
+        return TurnEnd(stop_reason)
