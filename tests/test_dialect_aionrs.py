@@ -144,6 +144,7 @@ def test_the_message_carries_the_text_as_content_and_as_input_with_a_fresh_msg_i
 
 def test_local_attachments_are_files_and_urls_are_listed_in_the_text() -> None:
     dialect = Aionrs(CONTEXT, session_id="", cwd="/tmp")
+    dialect.feed(READY)  # a prompt waits for the session
     turn = Turn(
         "  look at these ",
         attachments=(
@@ -156,7 +157,7 @@ def test_local_attachments_are_files_and_urls_are_listed_in_the_text() -> None:
     assert message["files"] == ["/srv/a b.png", "/tmp/notes.txt"]
     assert message["content"] == message["input"] == "look at these\n\n[Attached URLs]\nhttps://example.com/x.png"
     only_a_url = Turn("", attachments=(Attachment("file", "https://example.com/y.pdf"),))
-    dialect.feed(READY + b'{"type":"stream_end","msg_id":"bridge-1"}\n')
+    dialect.feed(b'{"type":"stream_end","msg_id":"bridge-1"}\n')
     message = lines(dialect.prompt(only_a_url))[0]
     assert message["content"] == "[Attached URLs]\nhttps://example.com/y.pdf" and "files" not in message
 

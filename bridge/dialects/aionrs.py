@@ -54,27 +54,34 @@ from typing import Any, ClassVar
 from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import CALL_ID_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCalls, plan_of, tool_title
+from .base import DialectContext, Handler, number, shorten, text_of
+from .coding_agents import (
+    CALL_ID_CHARS,
+    OPEN_CALLS,
+    THINKING_CHARS,
+    TITLE_CHARS,
+    Paragraphs,
+    ToolCall,
+    ToolCalls,
+    plan_of,
+    tool_title,
+)
 from .events import (
     ActivityEvent,
     AgentInput,
     ErrorEvent,
     Event,
-    PlanStep,
     ProtocolWarning,
-    Ready,
     ReplyEvent,
-    TurnEnd,
     Usage,
     UsageEvent,
 )
 from .settings import JsonSettings
+from .warm import WarmDialect, WarmState
 
 _KINDS = {"info": "read", "edit": "edit", "exec": "exec", "mcp": "other"}
 _CANCELLED = "the turn was cancelled"
 _STOP = b'{"type":"stop"}\n'
-_REMEMBERED_CALLS = 10_000  # tool calls of one turn remembered for their answers and titles; more than any agent makes
 UNFINISHED = "aionrs ended without finishing its turn (no stream_end)"
 NOT_READY = (
     "aionrs ended before it was ready (no ready event); its stderr says why: an unknown --resume id, "
@@ -82,48 +89,33 @@ NOT_READY = (
 )
 
 
-class _Call:
-    """A tool call the agent asked about: what its arguments say (not the arguments: they may be megabytes),
-    and the bridge's answer (None: not yet)."""
-
-    __slots__ = ("tool", "title", "plan", "allowed")
-
-    def __init__(self, tool: str, arguments: Mapping[str, Any]) -> None:
-        self.tool = shorten(tool, TITLE_CHARS)
-        self.title = tool_title(arguments)
-        self.plan: tuple[PlanStep, ...] = plan_of(arguments)
-        self.allowed: bool | None = None
-
-
-class Aionrs(JsonLinesDialect):
+class Aionrs(WarmDialect):
     """One aionrs process in `--json-stream` mode: its session and every turn of it (see the module docstring)."""
 
     name: ClassVar[str] = "aionrs"
     Settings: ClassVar[type] = JsonSettings
     __slots__ = (
-        "_ready",
         "_turns",
         "_msg_id",
         "_began",
         "_stopping",
         "_text",
         "_tools",
-        "_calls",
+        "_asked",
         "_held_error",
         "_start_failed",
     )
 
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         # Neither is written to aionrs: it resumes a session by argv (`resume_args`) and works in its process's cwd.
-        super().__init__(context, Turn())  # `self.turn`: the turn in progress, or the last one
-        self._ready = False
+        super().__init__(context, session_id=session_id, cwd=cwd)
         self._turns = 0
         self._msg_id = ""  # the turn in progress; "" between turns
         self._began = False  # the turn's stream began: the agent took the message
         self._stopping = False
         self._text = Paragraphs(keep=True)
         self._tools = ToolCalls()
-        self._calls: dict[str, _Call] = {}
+        self._asked = ToolCalls()  # the calls the agent asked about this turn, with the bridge's answers
         self._held_error = ""  # a retryable error no text followed yet
         self._start_failed = False  # aionrs said why it could not start
 
@@ -132,31 +124,28 @@ class Aionrs(JsonLinesDialect):
     def open(self) -> bytes:
         return b""  # aionrs speaks first: `ready`
 
-    def prompt(self, turn: Turn) -> bytes:
-        if self._msg_id:
-            raise RuntimeError("prompt() while a turn is in progress")
-        self.turn = turn
+    def start_turn(self, turn: Turn) -> bytes:
         self._turns += 1
         self._msg_id = f"bridge-{self._turns}"
         self._began = self._stopping = False
         self._held_error = ""
         self._text = Paragraphs(keep=True)
         self._tools = ToolCalls()
-        self._calls.clear()
+        self._asked.clear()
         return _message_line(self._msg_id, turn.message, turn.attachments)
 
     def cancel(self) -> bytes:
-        if not self._msg_id or self._stopping:
+        if self.state is not WarmState.IN_TURN or self._stopping:
             return b""  # aionrs 0.2 ends its process on a `stop` between turns: never send one there
         self._stopping = True
-        denials = [_deny_line(call_id, _CANCELLED) for call_id, call in self._calls.items() if call.allowed is None]
-        for call in self._calls.values():
+        denials = [_deny_line(call_id, _CANCELLED) for call_id, call in self._asked.items() if call.allowed is None]
+        for call in self._asked.values():
             if call.allowed is None:
                 call.allowed = False
         return b"".join(denials) + _STOP
 
     def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
-        call = self._calls.get(request.request_id)
+        call = self._asked.get(request.request_id)
         if call is None or call.allowed is not None:
             return b""  # answered already (by a cancel), or of a turn that is over
         call.allowed = decision.allow
@@ -170,52 +159,42 @@ class Aionrs(JsonLinesDialect):
             )
         return _deny_line(request.request_id, decision.message or "denied by the host")
 
-    def shutdown(self) -> bytes:
-        return b""  # closing stdin is the goodbye: aionrs then ends
-
     # ------------------------------------------------------------------ what the agent writes
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
+        """`ready` whenever it comes; outside a turn, only a start's error matters; in a turn, the turn's own
+        events (`handlers`: info, pong, config_changed, mcp_ready and the types of later versions are not there)."""
         kind = message.get("type")
         if kind == "ready":
             return self._on_ready(message)
-        if not self._msg_id:
+        if self.state is not WarmState.IN_TURN:
             return self._outside_turn(kind, message)
         msg_id = message.get("msg_id")
         if msg_id is not None and msg_id != "" and msg_id != self._msg_id:
             return []  # another message's event: a turn that is over
-        if kind == "text_delta":
-            self._began = True
-            text = text_of(message.get("text"))
-            if not text:
-                return []
-            self._held_error = ""  # the agent went on after a retryable error
-            return [self._text.add(text)]
-        if kind == "thinking":
-            self._began = True
-            text = text_of(message.get("text"))
-            return [ActivityEvent("thinking", text=text[:THINKING_CHARS])] if text else []
-        if kind == "stream_start":
-            self._began = True
+        return super().on_object(message)
+
+    def _on_text_delta(self, message: Mapping[str, Any]) -> list[Event]:
+        self._began = True
+        text = text_of(message.get("text"))
+        if not text:
             return []
-        if kind == "tool_request":
-            return self._on_tool_request(message)
-        if kind == "tool_running":
-            return self._on_tool_running(message)
-        if kind == "tool_result":
-            return self._on_tool_result(message)
-        if kind == "tool_cancelled":
-            return self._on_tool_cancelled(message)
-        if kind == "stream_end":
-            return self._on_stream_end(message)
-        if kind == "error":
-            return self._on_error(message)
-        return []  # info, pong, config_changed, mcp_ready and event types of later versions
+        self._held_error = ""  # the agent went on after a retryable error
+        return [self._text.add(text)]
+
+    def _on_thinking(self, message: Mapping[str, Any]) -> list[Event]:
+        self._began = True
+        text = text_of(message.get("text"))
+        return [ActivityEvent("thinking", text=text[:THINKING_CHARS])] if text else []
+
+    def _on_stream_start(self, message: Mapping[str, Any]) -> list[Event]:
+        self._began = True
+        return []
 
     def finish(self) -> list[Event]:
-        if not self._ready:
+        if self.state is WarmState.STARTING:
             return [] if self._start_failed else [ErrorEvent(NOT_READY, unfinished=True)]
-        if not self._msg_id:
+        if self.state is not WarmState.IN_TURN:
             return []
         events: list[Event] = []
         if self._held_error:  # the agent's own words: why it ended, most likely
@@ -225,9 +204,8 @@ class Aionrs(JsonLinesDialect):
         return events
 
     def _on_ready(self, message: Mapping[str, Any]) -> list[Event]:
-        if self._ready:
+        if self.state is not WarmState.STARTING:
             return [ProtocolWarning("ignored a second ready event")]
-        self._ready = True
         events: list[Event] = []
         version = text_of(message.get("version"))
         major = version.split(".", 1)[0]
@@ -240,17 +218,17 @@ class Aionrs(JsonLinesDialect):
             )
         session_id = message.get("session_id")
         if session_id is None:
-            return [*events, Ready("")]  # sessions disabled in aionrs's config: nothing to resume
+            return [*events, self.session_ready("")]  # sessions disabled in aionrs's config: nothing to resume
         problem = session_id_problem(session_id) if isinstance(session_id, str) else "it is not a string"
         if problem is not None:
             events.append(ProtocolWarning(f"ignored the session id of aionrs's ready event because {problem}"))
             session_id = ""
-        return [*events, Ready(session_id)]
+        return [*events, self.session_ready(session_id)]
 
     def _outside_turn(self, kind: Any, message: Mapping[str, Any]) -> list[Event]:
         if kind != "error":
             return []
-        if not self._ready:  # aionrs could not start: its fatal error (config_error, say) is why
+        if self.state is WarmState.STARTING:  # aionrs could not start: its fatal error (config_error, say) is why
             self._start_failed = True
             return [ErrorEvent(_error_text(message))]
         code = _error_code(message)
@@ -268,25 +246,24 @@ class Aionrs(JsonLinesDialect):
                     "wait for its answer until the turn times out"
                 )
             ]
-        if call_id in self._calls:
+        if call_id in self._asked:
             return []  # asked twice: the first question stands
         if self._stopping:  # asked after the bridge said stop: nobody will answer, so the dialect does
             return [AgentInput(_deny_line(call_id, _CANCELLED))]
-        if len(call_id) > CALL_ID_CHARS or len(self._calls) >= _REMEMBERED_CALLS:  # its answer could not be matched
-            return [
-                ProtocolWarning(
-                    f"denied a tool_request whose call_id is over {CALL_ID_CHARS} characters, or "
-                    f"one over {_REMEMBERED_CALLS} in a turn: its answer could not be matched"
-                ),
-                AgentInput(_deny_line(call_id, "the bridge cannot keep track of this call")),
-            ]
         name = text_of(tool.get("name"))
         arguments = tool.get("args")
         arguments = arguments if isinstance(arguments, dict) else {}
+        if not self._asked.remember(call_id, ToolCall(name, tool_title(arguments), plan=plan_of(arguments))):
+            return [  # its answer could not be matched
+                ProtocolWarning(
+                    f"denied a tool_request whose call_id is over {CALL_ID_CHARS} characters, or "
+                    f"one over {OPEN_CALLS} in a turn: its answer could not be matched"
+                ),
+                AgentInput(_deny_line(call_id, "the bridge cannot keep track of this call")),
+            ]
         category = tool.get("category")
         description = text_of(tool.get("description"))
         title = shorten(description, TITLE_CHARS) if description.strip() else tool_title(arguments, or_json=True)
-        self._calls[call_id] = _Call(name, arguments)
         return [
             PermissionRequest(
                 request_id=call_id,
@@ -301,7 +278,7 @@ class Aionrs(JsonLinesDialect):
         self._began = True
         self._text.pause()
         call_id = text_of(message.get("call_id"))
-        call = self._calls.get(call_id)
+        call = self._asked.get(call_id)
         name = text_of(message.get("tool_name")) or (call.tool if call else "")
         if call is not None and call.allowed is None:
             call.allowed = True  # it runs: whoever decided, nothing is pending any more
@@ -313,7 +290,7 @@ class Aionrs(JsonLinesDialect):
         self._began = True
         self._text.pause()
         call_id = text_of(message.get("call_id"))
-        call = self._calls.get(call_id)
+        call = self._asked.get(call_id)
         output = message.get("output") if message.get("output_type") != "image" else None  # base64 says nothing
         return [
             self._tools.ended(
@@ -329,7 +306,7 @@ class Aionrs(JsonLinesDialect):
         self._began = True
         self._text.pause()
         call_id = text_of(message.get("call_id"))
-        call = self._calls.get(call_id)
+        call = self._asked.get(call_id)
         if call is not None and call.allowed is False:
             return []  # the bridge denied it: the host was told so with the answer
         if call is not None:
@@ -370,14 +347,24 @@ class Aionrs(JsonLinesDialect):
         return [ErrorEvent(text)]
 
     def _end_turn(self, events: list[Event], stop_reason: str) -> list[Event]:
-        if self._ignored:
-            events.append(ProtocolWarning(f"ignored {self._ignored} stdout line(s) that were not JSON objects"))
-            self._ignored = 0
-        events.append(TurnEnd(stop_reason))
+        events.extend(self.ignored_lines_warning())
+        events.append(self.turn_over(stop_reason))
         self._msg_id = ""
-        self._calls.clear()
+        self._asked.clear()
         self._held_error = ""
         return events
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "text_delta": _on_text_delta,
+        "thinking": _on_thinking,
+        "stream_start": _on_stream_start,
+        "tool_request": _on_tool_request,
+        "tool_running": _on_tool_running,
+        "tool_result": _on_tool_result,
+        "tool_cancelled": _on_tool_cancelled,
+        "stream_end": _on_stream_end,
+        "error": _on_error,
+    }
 
 
 def _message_line(msg_id: str, text: str, attachments: Sequence[Attachment]) -> bytes:
