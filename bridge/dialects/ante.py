@@ -54,28 +54,27 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, JsonLinesDialect, number, shorten, text_of
-from .coding_agents import CALL_ID_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, output_excerpt, tool_title
+from .base import DialectContext, number, shorten, text_of
+from .coding_agents import THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, output_excerpt, tool_title
 from .events import (
     ActivityEvent,
     AgentInput,
     ErrorEvent,
     Event,
     ProtocolWarning,
-    Ready,
     ReplyEvent,
-    TurnEnd,
     Usage,
     UsageEvent,
 )
 from .settings import AnteSettings
+from .warm import WarmDialect, WarmState
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Ante's built-in tools, by the kinds a profile's `permissions:` lists may name (MCP tools have no kind).
@@ -92,13 +91,9 @@ _TOOL_KINDS = {
     "WebSearch": "fetch",
 }
 _TOOL_STATUSES = {"Completed": "completed", "Failed": "failed", "Denied": "denied", "Cancelled": "failed"}
-_OPEN_CALLS = 10_000  # tool calls remembered until they end, per turn; more than any agent keeps in flight
-_NO_TURN = Turn()  # the base class keeps a turn; a warm dialect's turns come later, through prompt()
 _UNFINISHED = "Ante's output ended before the turn finished (it exited or was killed)"
-
-# Where the conversation is: before the session is set up, between turns, after prompt() until the turn's
-# TurnStart, inside the turn.
-_STARTING, _RESUMING, _IDLE, _WAITING, _IN_TURN = "starting", "resuming", "idle", "waiting", "in_turn"
+# The events of a turn whose body is text; every other one has fields.
+_TEXT_BODIES = frozenset({"MessageDelta", "AgentMessage", "ThinkingDelta", "Thinking", "Error"})
 
 
 def new_op_id() -> str:
@@ -125,7 +120,7 @@ class _Pause:
         return {"ApprovalResponse": {"turn_id": self.turn_id, "responses": responses}}
 
 
-class Ante(JsonLinesDialect):
+class Ante(WarmDialect):
     """One Ante `serve --stdio` process: its session, then its turns one after another."""
 
     name: ClassVar[str] = "ante"
@@ -134,7 +129,8 @@ class Ante(JsonLinesDialect):
         "_settings",
         "_stored_session",
         "_cwd",
-        "_phase",
+        "_resuming",
+        "_turn_started",
         "_handshake_op",
         "_replay_possible",
         "_in_replayed_turn",
@@ -151,11 +147,14 @@ class Ante(JsonLinesDialect):
     )
 
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
-        super().__init__(context, _NO_TURN)
+        super().__init__(context, session_id=session_id, cwd=cwd)
         self._settings = context.settings if context.settings is not None else AnteSettings()
         self._stored_session = session_id
         self._cwd = cwd
-        self._phase = _STARTING
+        # Finer steps within the WarmState: STARTING is a start or a resume; IN_TURN waits for the turn's TurnStart
+        # after prompt(), then is inside the turn.
+        self._resuming = False
+        self._turn_started = False
         self._handshake_op = ""
         self._replay_possible = False  # a resumed session's replay may still be on its way
         self._in_replayed_turn = False  # between a replayed turn's start and its TurnEnd
@@ -170,23 +169,21 @@ class Ante(JsonLinesDialect):
         self._text = Paragraphs(keep=True)
         self._streamed_text = False  # MessageDelta since the last AgentMessage: that one is their repeat
         self._streamed_thinking = False
-        self._tools: dict[str, tuple[str, str]] = {}  # call id → (tool, title)
+        self._tools = ToolCalls()
         self._pauses: dict[str, _Pause] = {}  # tool call id → the pause waiting for its decision
 
     # ------------------------------------------------------------------ what the engine writes
 
     def open(self) -> bytes:
         if self._stored_session:
-            self._phase = _RESUMING
+            self._resuming = True
             self._handshake_op, data = _op({"ResumeSession": {"session_id": self._stored_session}})
             return data
         return self._start_session()
 
-    def prompt(self, turn: Turn) -> bytes:
-        if self._phase != _IDLE:
-            raise RuntimeError(f"prompt() while the Ante session is {self._phase}; wait for Ready or TurnEnd")
+    def start_turn(self, turn: Turn) -> bytes:
         self._new_turn()
-        self._phase = _WAITING
+        self._turn_started = False
         self._turn_op, data = _op({"UserInput": turn.message})
         self._turn_ops = {self._turn_op}
         return data
@@ -205,7 +202,7 @@ class Ante(JsonLinesDialect):
         return self._turn_op_line(pause.response())
 
     def cancel(self) -> bytes:
-        if self._phase not in (_WAITING, _IN_TURN) or self._cancelled:
+        if self.state is not WarmState.IN_TURN or self._cancelled:
             return b""
         self._cancelled = True
         pauses = {id(pause): pause for pause in self._pauses.values()}.values()
@@ -219,7 +216,7 @@ class Ante(JsonLinesDialect):
 
     def _start_session(self) -> bytes:
         settings = self._settings
-        self._phase = _STARTING
+        self._resuming = False
         self._handshake_op, data = _op(
             {
                 "StartSession": {
@@ -258,20 +255,17 @@ class Ante(JsonLinesDialect):
             return []
         parent = message.get("parent")
         parent = parent if isinstance(parent, str) and parent else ""
-        phase = self._phase
-        if phase == _IN_TURN:
-            return self._in_turn(name, body)
-        if phase == _WAITING:
-            return self._waiting(name, body, parent)
-        if phase == _IDLE:
+        if self.state is WarmState.IN_TURN:
+            return self._in_turn(name, body) if self._turn_started else self._waiting(name, body, parent)
+        if self.state is WarmState.READY:
             self._note_replay(name)
             return []
         return self._handshake(name, body, parent)
 
     def finish(self) -> list[Event]:
-        if self._phase in (_WAITING, _IN_TURN):
+        if self.state is WarmState.IN_TURN:
             return [ErrorEvent(_UNFINISHED, unfinished=True)]
-        if self._phase in (_STARTING, _RESUMING):
+        if self.state is WarmState.STARTING:
             return [ErrorEvent("Ante exited before its session started", unfinished=True)]
         return []
 
@@ -279,16 +273,15 @@ class Ante(JsonLinesDialect):
         if parent and parent != self._handshake_op:
             return []
         if name == "SessionStart":
-            self._replay_possible = self._phase == _RESUMING
-            self._phase = _IDLE
+            self._replay_possible = self._resuming
             session_id = body.get("session_id") if isinstance(body, dict) else None
             if not isinstance(session_id, str) or (problem := session_id_problem(session_id)) is not None:
                 why = "it gave none" if not isinstance(session_id, str) else problem
-                return [ProtocolWarning(f"Ante's session cannot be resumed later: {why}"), Ready("")]
-            return [Ready(session_id)]
+                return [ProtocolWarning(f"Ante's session cannot be resumed later: {why}"), self.session_ready("")]
+            return [self.session_ready(session_id)]
         if name != "Error":
             return []  # SessionEnd of no session, ExtensionRefreshed, Info…
-        if self._phase == _RESUMING:
+        if self._resuming:
             return [
                 ProtocolWarning(
                     "Ante could not resume the stored session (it said why in an Error event); "
@@ -311,7 +304,7 @@ class Ante(JsonLinesDialect):
             self._note_replay(name)
             return []
         if name == "TurnStart":
-            self._phase = _IN_TURN
+            self._turn_started = True
             self._replay_possible = False
             self._turn_id = body.get("turn_id") if isinstance(body, dict) else None
             return []
@@ -329,64 +322,65 @@ class Ante(JsonLinesDialect):
         return name == "TurnStart" and not self._in_replayed_turn
 
     def _in_turn(self, name: str, body: Any) -> list[Event]:
-        if name == "MessageDelta":
-            if isinstance(body, str) and body:
-                self._streamed_text = True
-                return [self._text.add(body)]
-            return []
-        if name == "AgentMessage":
-            if self._streamed_text:
-                self._streamed_text = False
-                return []
-            return [self._text.add(body)] if isinstance(body, str) and body else []
-        if name == "ThinkingDelta":
-            if isinstance(body, str) and body:
-                self._streamed_thinking = True
-                return [ActivityEvent("thinking", text=body)]
-            return []
-        if name == "Thinking":
-            if self._streamed_thinking:
-                self._streamed_thinking = False
-                return []
-            return [ActivityEvent("thinking", text=body[:THINKING_CHARS])] if isinstance(body, str) and body else []
-        if name == "Error":
-            return self._report(_error_text(body))
-        if not isinstance(body, dict):
-            return []  # every other event of a turn has fields (CompactStart, SessionEnd… do not matter here)
-        if name == "ToolStart":
-            return self._tool_start(body)
-        if name == "ToolUpdate":
-            return self._tool_update(body)
-        if name == "ToolEnd":
-            return self._tool_end(body)
-        if name == "TurnPause":
-            return self._pause(body)
-        if name == "UsageUpdate":
-            return _usage(body.get("usage"))
-        if name == "TurnEnd":
-            turn_id = body.get("turn_id")
-            if turn_id is not None and self._turn_id is not None and turn_id != self._turn_id:
-                return []  # not this turn's end (a sub-agent's, say)
-            return self._end_turn(body.get("status"))
+        handler = self.turn_events.get(name)
+        if handler is None or (name not in _TEXT_BODIES and not isinstance(body, dict)):
+            return []  # CompactStart, SessionEnd… do not matter here; an event without its fields says nothing
+        return handler(self, body)
+
+    def _message_delta(self, body: Any) -> list[Event]:
+        if isinstance(body, str) and body:
+            self._streamed_text = True
+            return [self._text.add(body)]
         return []
+
+    def _agent_message(self, body: Any) -> list[Event]:
+        if self._streamed_text:
+            self._streamed_text = False
+            return []
+        return [self._text.add(body)] if isinstance(body, str) and body else []
+
+    def _thinking_delta(self, body: Any) -> list[Event]:
+        if isinstance(body, str) and body:
+            self._streamed_thinking = True
+            return [ActivityEvent("thinking", text=body)]
+        return []
+
+    def _thinking(self, body: Any) -> list[Event]:
+        if self._streamed_thinking:
+            self._streamed_thinking = False
+            return []
+        return [ActivityEvent("thinking", text=body[:THINKING_CHARS])] if isinstance(body, str) and body else []
+
+    def _turn_error(self, body: Any) -> list[Event]:
+        return self._report(_error_text(body))
+
+    def _usage_update(self, body: Mapping[str, Any]) -> list[Event]:
+        return _usage(body.get("usage"))
+
+    def _turn_end(self, body: Mapping[str, Any]) -> list[Event]:
+        turn_id = body.get("turn_id")
+        if turn_id is not None and self._turn_id is not None and turn_id != self._turn_id:
+            return []  # not this turn's end (a sub-agent's, say)
+        return self._end_turn(body.get("status"))
 
     def _tool_start(self, body: Mapping[str, Any]) -> list[Event]:
         call_id, tool, arguments = text_of(body.get("id")), text_of(body.get("name")), _arguments(body)
         title = tool_title(arguments)
-        if call_id and len(call_id) <= CALL_ID_CHARS and len(self._tools) < _OPEN_CALLS:
-            self._tools[call_id] = (shorten(tool, TITLE_CHARS), title)
+        self._tools.remember(call_id, ToolCall(tool, title))
         self._text.pause()
         return [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id)]
 
     def _tool_update(self, body: Mapping[str, Any]) -> list[Event]:
         call_id = text_of(body.get("tool_use_id"))
-        tool, title = self._tools.get(call_id, ("", ""))
+        call = self._tools.get(call_id)
+        tool, title = (call.tool, call.title) if call is not None else ("", "")
         progress = shorten(text_of(body.get("message")))
         return [ActivityEvent("tool", tool=tool, title=title, status="started", call_id=call_id, text=progress)]
 
     def _tool_end(self, body: Mapping[str, Any]) -> list[Event]:
         call_id = text_of(body.get("tool_use_id"))
-        tool, title = self._tools.pop(call_id, (text_of(body.get("tool_name")), ""))
+        call = self._tools.forget(call_id)
+        tool, title = (call.tool, call.title) if call is not None else (text_of(body.get("tool_name")), "")
         status = body.get("status")
         word = _TOOL_STATUSES.get(status if isinstance(status, str) else "", "completed")
         if body.get("is_error") is True and word == "completed":
@@ -464,11 +458,26 @@ class Ante(JsonLinesDialect):
             events.append(ErrorEvent(f"Ante interrupted the turn: {reason}" if reason else "Ante interrupted the turn"))
         if self._text.text:
             events.append(ReplyEvent(self._text.text))
-        events.append(TurnEnd(word if isinstance(word, str) else "Completed"))
-        self._phase = _IDLE
+        events.append(self.turn_over(word if isinstance(word, str) else "Completed"))
         self._turn_ops = set()
         self._new_turn()
         return events
+
+    turn_events: ClassVar[Mapping[str, Callable[[Any, Any], list[Event]]]] = {
+        "MessageDelta": _message_delta,
+        "AgentMessage": _agent_message,
+        "ThinkingDelta": _thinking_delta,
+        "Thinking": _thinking,
+        "Error": _turn_error,
+        "ToolStart": _tool_start,
+        "ToolUpdate": _tool_update,
+        "ToolEnd": _tool_end,
+        "TurnPause": _pause,
+        "UsageUpdate": _usage_update,
+        "TurnEnd": _turn_end,
+    }
+    """The events of a turn once it started, by name (before it, between turns and in the handshake, the few
+    events that matter are read where the state is: `_waiting`, `_note_replay`, `_handshake`)."""
 
 
 def _op(op: Any) -> tuple[str, bytes]:
