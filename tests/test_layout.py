@@ -16,7 +16,6 @@ LAYERS = {
     "turn": 0,
     "log": 0,
     "permissions": 0,
-    "records": 0,
     "dialects": 1,
     "profile": 2,
     "agent_files": 3,
