@@ -95,8 +95,7 @@ class Turn:
                 raise TurnError(f"{name} must be a string, not {type(value).__name__}")
             if problem := text_problem(value):
                 raise TurnError(f"{name} {problem}")
-        if not isinstance(self.attachments, tuple):
-            object.__setattr__(self, "attachments", tuple(self.attachments))
+        object.__setattr__(self, "attachments", tuple(self.attachments))  # a list given is kept as a tuple
         for attachment in self.attachments:
             if not isinstance(attachment, Attachment):
                 raise TurnError(f"attachments must be Attachment objects, not {type(attachment).__name__}")

@@ -229,8 +229,8 @@ class Acp(WarmDialect):
 
     def _session_created(self, result: Mapping[str, Any]) -> list[Event]:
         session_id = result.get("sessionId")
-        problem = session_id_problem(session_id) if isinstance(session_id, str) else "it is missing"
-        if problem is not None:
+        if not isinstance(session_id, str) or (problem := session_id_problem(session_id)) is not None:
+            problem = "it is missing" if not isinstance(session_id, str) else problem
             return [
                 ErrorEvent(
                     f"the agent's session/new answered no usable session id ({problem}); it cannot "
@@ -340,7 +340,9 @@ class Acp(WarmDialect):
             self._foreign_updates += 1
             return []
         update = params.get("update")
-        kind = update.get("sessionUpdate") if isinstance(update, dict) else None
+        if not isinstance(update, dict):
+            return []
+        kind = update.get("sessionUpdate")
         handler = self.updates.get(kind) if type(kind) is str else None
         # user_message_chunk, available_commands_update, usage_update, current_mode_update…: nothing to show.
         return handler(self, update) if handler is not None else []
@@ -385,7 +387,7 @@ class Acp(WarmDialect):
         steps = tuple(
             PlanStep(
                 shorten(entry["content"], TITLE_CHARS),
-                entry.get("status") if entry.get("status") in _PLAN_STATUSES else "pending",
+                entry["status"] if entry.get("status") in _PLAN_STATUSES else "pending",
             )
             for entry in entries
             if isinstance(entry, dict) and isinstance(entry.get("content"), str)
@@ -440,11 +442,11 @@ class Acp(WarmDialect):
 
     def _file(self, rpc_id: Any, operation: Literal["read", "write"], params: Mapping[str, Any]) -> list[Event]:
         path = params.get("path")
+        path = path if isinstance(path, str) else ""
         content = params.get("content")
         line, limit = params.get("line"), params.get("limit")
         valid = (
-            isinstance(path, str)
-            and posixpath.isabs(path)
+            posixpath.isabs(path)
             and "\0" not in path
             and (operation == "read" or isinstance(content, str))
             and all(value is None or (number(value) is not None and value >= 1) for value in (line, limit))
@@ -545,8 +547,9 @@ def _choose(options: tuple[Mapping[str, Any], ...], decision: Decision) -> str |
     preferred = (f"{side}_always", f"{side}_once") if decision.always else (f"{side}_once", f"{side}_always")
     for kind in preferred:
         for option in options:
-            if option.get("kind") == kind and isinstance(option.get("optionId"), str):
-                return option["optionId"]
+            option_id = option.get("optionId")
+            if option.get("kind") == kind and isinstance(option_id, str):
+                return option_id
     return None
 
 

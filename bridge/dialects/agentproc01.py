@@ -9,13 +9,12 @@ whatever the agent writes: at most one line of `max_line_bytes` is buffered
 
 from __future__ import annotations
 
-from json.decoder import scanstring
 from typing import ClassVar
 
 from ..errors import ProtocolMisuse
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
-from .base import DialectContext, Handover, replace_lone_surrogates
+from .base import DialectContext, Handover, replace_lone_surrogates, scan_json_string
 from .events import ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent
 from .framing import Lines, LineSplitter
 from .settings import NoSettings
@@ -41,7 +40,7 @@ def decode_payload(raw: str, start: int = 0) -> str:
     if quote >= 0 and (quote == start or raw[start:quote].isspace()):
         try:
             # The C scanner json.loads ends in, without its per-call regex matching.
-            value, end = scanstring(raw, quote + 1)
+            value, end = scan_json_string(raw, quote + 1)
         except ValueError:
             pass
         else:
@@ -128,7 +127,7 @@ class LineDecoder:
                 add(line)
             elif line.startswith(_QUOTED_PARTIAL):  # the common spelling, `AGENT_PARTIAL: "…"`, decoded here
                 try:
-                    text, end = scanstring(line, _QUOTED_PAYLOAD)
+                    text, end = scan_json_string(line, _QUOTED_PAYLOAD)
                 except ValueError:
                     end = -1
                 if end != len(line):

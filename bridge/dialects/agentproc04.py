@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .agentproc01 import MAX_SESSION_ID_CHARS
-from .base import DialectContext, Handler, Handover, JsonLinesDialect, number, shorten, text_of
+from .base import DialectContext, Handler, Handover, JsonLinesDialect, number, scan_json_string, shorten, text_of
 from .coding_agents import TITLE_CHARS, Paragraphs, money, tool_title
 from .events import (
     ActivityEvent,
@@ -49,10 +49,9 @@ from .settings import JsonSettings
 
 PROTOCOL_VERSION = "0.4"
 # The partial-line reader (`AgentProc04.read_lines`, bench row 15): the start every partial line of the agentproc
-# SDKs has, the C scanner json.loads decodes a string with, and the bound on the line ends it remembers (an agent has
+# SDKs has, and the bound on the line ends it remembers (an agent has
 # a few; a hostile one cannot make them hold more than 64 Ki characters).
 _PARTIAL_HEAD = '{"type":"partial","text":"'
-_scanstring = json.decoder.scanstring
 _MAX_LINE_ENDS = 64
 _MAX_LINE_END_CHARS = 1024
 # The reference's rule (runner.is_valid_session_id): the SDK stores a session as <id>.jsonl.
@@ -156,7 +155,7 @@ class AgentProc04(JsonLinesDialect):
                 "\\" not in line or not ("\\u" in line and ("\\ud" in line or "\\uD" in line))
             ):
                 try:
-                    text, end = _scanstring(line, head_chars)
+                    text, end = scan_json_string(line, head_chars)
                 except ValueError:
                     pass
                 else:

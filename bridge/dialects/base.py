@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import json.decoder
 import json.scanner
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -237,7 +238,11 @@ class JsonLinesDialect(JsonLinesReader):
 
 # The C scanner json.loads ends up in, called directly: json.loads's three Python frames around it cost as much as
 # decoding a short event line.
-_scan = json.scanner.make_scanner(json.JSONDecoder())
+# typeshed types make_scanner's argument as a make_scanner; it is the decoder whose settings it scans with.
+_scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+scan_json_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+"""The C decoder of a JSON string's text from its opening quote's next index (json.loads's own; typeshed does not
+declare it): (the text, the index after its closing quote). Dialects that read a line's string alone use it."""
 _JSON_SPACE = " \t\n\r"
 
 

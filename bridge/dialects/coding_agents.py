@@ -111,7 +111,7 @@ def plan_of(arguments: Any) -> tuple[PlanStep, ...]:
     todos = arguments.get("todos") if isinstance(arguments, dict) else None
     if not isinstance(todos, list):
         return ()
-    steps = []
+    steps: list[PlanStep] = []
     for todo in todos:
         if len(steps) == PLAN_STEPS:
             break
