@@ -1,9 +1,22 @@
 """Wire dialects: how each agent family talks, as sans-I/O objects — bytes in, events (and bytes) out.
 
-A profile picks one with `protocol:`. Each is a module here with one class
-(see `base.Dialect`); the supervisor drives every one the same way, so a new
-agent family is a new module and a line in `PROTOCOLS`, never a new supervisor.
-Modules load on first use: a turn pays only for the dialect it speaks.
+A profile picks one with `protocol:`. Each is a module here with one class;
+the turn engine drives every one the same way, so a new agent family is one
+module and one line in `PROTOCOLS`, never a new engine:
+
+1. `bridge/dialects/<family>.py`: a class on `base.JsonLinesDialect` (a
+   process per turn; the `base.Dialect` shape) or on `warm.WarmDialect` (a
+   process per conversation), with its `name`, its `handlers` table (message
+   type → method), and `finish` for what the end of the output means. It
+   keeps tool calls in `coding_agents.ToolCalls` and text in
+   `coding_agents.Paragraphs`, as every family does;
+2. its line in `PROTOCOLS`: the module, the class, its settings class, a
+   one-line summary, and `warm=True` for a warm family.
+
+A family with settings of its own declares their class in `settings.py`, with
+every family's: a profile is checked without loading any dialect module.
+tests/test_dialect_registry.py holds each line to its class. Modules load on
+first use: a turn pays only for the dialect it speaks.
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ from .agentproc01 import (
     decode_payload,
     session_id_problem,
 )
-from .base import Dialect, DialectContext, Handover, JsonLinesDialect
+from .base import Dialect, DialectContext, Handover, JsonLinesDialect, JsonLinesReader
 from .events import (
     ActivityEvent,
     AgentInput,
@@ -52,7 +65,7 @@ class ProtocolInfo(NamedTuple):
     settings: type  # its settings class (see `settings`)
     message_on_stdin: bool = False  # its handover always writes the message to the agent's stdin
     summary: str = ""
-    warm: bool = False  # one process per conversation, many turns (`warm.WarmDialect`), not one per turn
+    warm: bool = False  # one process per conversation, many turns (a `warm.WarmDialect`), not one per turn
 
 
 DEFAULT_PROTOCOL = "agentproc-0.1"
@@ -202,6 +215,7 @@ __all__ = [
     "Event",
     "Handover",
     "JsonLinesDialect",
+    "JsonLinesReader",
     "JsonSettings",
     "LineCut",
     "LineDecoder",

@@ -96,22 +96,27 @@ class ClaudeStream(JsonLinesDialect):
         if message.get("parent_tool_use_id") or not isinstance(event, dict):
             return []
         kind = event.get("type")
-        if kind == "content_block_delta":
-            delta = event.get("delta")
-            if not isinstance(delta, dict):
-                return []
-            if delta.get("type") == "text_delta" and (text := text_of(delta.get("text"))):
-                self._streamed_text = True
-                return [self._text.add(text)]
-            if delta.get("type") == "thinking_delta" and (text := text_of(delta.get("thinking"))):
-                self._streamed_thinking = True
-                return [ActivityEvent("thinking", text=text[:THINKING_CHARS])]
-        elif kind == "message_start":
-            # A new request (the next step, or a retry): deltas of an abandoned stream stand for nothing,
-            # and a retry's text starts a paragraph of its own.
-            if self._streamed_text:
-                self._text.pause()
-            self._streamed_text = self._streamed_thinking = False
+        handler = self.stream_events.get(kind) if type(kind) is str else None
+        return handler(self, event) if handler is not None else []
+
+    def _block_delta(self, event: Mapping[str, Any]) -> list[Event]:
+        delta = event.get("delta")
+        if not isinstance(delta, dict):
+            return []
+        if delta.get("type") == "text_delta" and (text := text_of(delta.get("text"))):
+            self._streamed_text = True
+            return [self._text.add(text)]
+        if delta.get("type") == "thinking_delta" and (text := text_of(delta.get("thinking"))):
+            self._streamed_thinking = True
+            return [ActivityEvent("thinking", text=text[:THINKING_CHARS])]
+        return []
+
+    def _message_start(self, event: Mapping[str, Any]) -> list[Event]:
+        # A new request (the next step, or a retry): deltas of an abandoned stream stand for nothing,
+        # and a retry's text starts a paragraph of its own.
+        if self._streamed_text:
+            self._text.pause()
+        self._streamed_text = self._streamed_thinking = False
         return []
 
     def _assistant(self, message: Mapping[str, Any]) -> list[Event]:
@@ -231,6 +236,11 @@ class ClaudeStream(JsonLinesDialect):
         "tool_call": _cursor_tool_call,
         "thinking": _cursor_thinking,
     }
+    stream_events: ClassVar[Mapping[str, Handler]] = {
+        "content_block_delta": _block_delta,
+        "message_start": _message_start,
+    }
+    """The Messages API events of a `stream_event` line, by type."""
 
 
 def _error_text(message: Mapping[str, Any], subtype: str) -> str:

@@ -53,13 +53,16 @@ class PiJson(JsonLinesDialect):
         if not isinstance(update, dict):
             return []
         kind = update.get("type")
-        if kind == "text_delta":
-            delta = text_of(update.get("delta"))
-            return [self.text.add(delta)] if delta else []
-        if kind == "thinking_end":
-            text = text_of(update.get("content"))
-            return [ActivityEvent("thinking", text=shorten(text, THINKING_CHARS))] if text.strip() else []
-        return []
+        handler = self.assistant_events.get(kind) if type(kind) is str else None
+        return handler(self, update) if handler is not None else []
+
+    def on_text_delta(self, update: Mapping[str, Any]) -> list[Event]:
+        delta = text_of(update.get("delta"))
+        return [self.text.add(delta)] if delta else []
+
+    def on_thinking_end(self, update: Mapping[str, Any]) -> list[Event]:
+        text = text_of(update.get("content"))
+        return [ActivityEvent("thinking", text=shorten(text, THINKING_CHARS))] if text.strip() else []
 
     def on_message_start(self, message: Mapping[str, Any]) -> list[Event]:
         self.text.pause()
@@ -139,6 +142,11 @@ class PiJson(JsonLinesDialect):
         "session": on_session,
         "agent_end": on_agent_end,
     }
+    assistant_events: ClassVar[Mapping[str, Handler]] = {
+        "text_delta": on_text_delta,
+        "thinking_end": on_thinking_end,
+    }
+    """The `assistantMessageEvent` of a `message_update`, by type."""
 
 
 def _content_text(holder: Any) -> str:
