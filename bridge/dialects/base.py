@@ -1,31 +1,37 @@
 """What every dialect is: a sans-I/O object between an agent's bytes and the bridge's events.
 
-A dialect is made for one turn of one agent process. The turn engine asks the
-dialect's class how the turn is handed to the agent (`handover`: what goes on
-stdin, and whether stdin stays open for answers), feeds it whatever the agent
-writes on stdout (`feed`, `close`), and, when the agent asks permission for a
-tool, gets the bytes of the answer from it (`answer`). No I/O, no clock: a
-dialect is tested from transcripts, without a process.
+A one-turn dialect (`Dialect`) is made for one turn of one agent process. The
+turn engine asks the dialect's class how the turn is handed to the agent
+(`handover`: what goes on stdin, and whether stdin stays open for answers),
+feeds it whatever the agent writes on stdout (`feed`, `close`), and, when the
+agent asks permission for a tool, gets the bytes of the answer from it
+(`answer`). A long-lived agent's dialect (`warm.WarmDialect`) holds a whole
+conversation instead. No I/O, no clock: a dialect is tested from
+transcripts, without a process.
 
-`JsonLinesDialect` is the shared base of the families that write one JSON
-object per line: framing with a bound, decoding, and what to do with lines
-that are not JSON objects. A family module only maps objects to events.
+`JsonLinesReader` is what every family that writes one JSON object per line
+shares: framing with a bound, decoding, what to do with lines that are not
+JSON objects, and dispatch. `JsonLinesDialect` (one turn) and
+`warm.WarmDialect` (a conversation) build on it; a family module only maps
+messages to events.
 
 Every dialect dispatches one way: a table. A family's class ends with
 `handlers`, a dict from a message's type (the member named by `kind_key`,
 "type" unless the family says otherwise) to the method that maps such a
 message to events; a type not in the table goes to `on_unknown` (nothing, by
 default: families add message types, and a bridge must not break on them). A
-message nested in another (codex's items, ACP's session updates) is
-dispatched the same way, by a second table. Why a table: it reads as the
-protocol's own list of message types, a new type is one line, a subclass
-extends its parent's table (`{**Parent.handlers, ...}`), and the lookup is
-one step however many types there are, where an if-chain tries each in turn.
+message nested in another (codex's items, Claude's stream events, ACP's
+session updates) is dispatched the same way, by a second table; so are the
+messages of a family whose type is no member (ACP's JSON-RPC methods, Ante's
+event names). Why a table: it reads as the protocol's own list of message
+types, a new type is one line, a subclass extends its parent's table
+(`{**Parent.handlers, ...}`), and the lookup is one step however many types
+there are, where an if-chain tries each in turn. (AgentProc 0.1 writes
+prefixed text lines, not messages: `agentproc01.LineDecoder` classifies them.)
 
-The state a family keeps is the tools here and in `coding_agents`, one of
-each for every family: `ToolCalls` (calls in flight, one bound),
-`Paragraphs` (text in pieces, joined), `FirstSession`/`SessionIds`.
-Long-lived (warm) agents have their own base, `warm.WarmDialect`.
+What a family keeps while it reads has one shape for every family, in
+`coding_agents`: `ToolCalls` (tool calls in flight, under one bound),
+`Paragraphs` (text in pieces, shown and joined), `FirstSession`/`SessionIds`.
 """
 
 from __future__ import annotations
