@@ -141,9 +141,10 @@ class AgentProc04(JsonLinesDialect):
         The dialects' one hot-path trick, kept because bench row 15 (wire-0.4 throughput) halves without it
         (PROFILING.md). A partial line as agents write it, `{"type":"partial","text":"…"` and then members other than
         `type` and `text`, is read by decoding the text alone and looking the members after it up among the line
-        ends seen before (an agent ends its lines alike: the same role, the same session id). Every other line,
-        and a partial line of another shape, is decoded as JSON and dispatched (`handlers`): both ways end in
-        `_add_partial`, so they give the same events.
+        ends seen before (an agent ends its lines alike: the same role, the same session id). A partial line of
+        another shape is decoded as JSON, and read on by the same code; every other line is decoded and dispatched
+        (`handlers`). A partial's events are made here, not in a method per line: a call per line is a tenth of the
+        stream's cost.
         """
         line_ends = self._line_ends
         head_chars = len(_PARTIAL_HEAD)
@@ -168,26 +169,25 @@ class AgentProc04(JsonLinesDialect):
                         and len(tail) <= _MAX_LINE_END_CHARS
                     ):
                         line_ends[tail] = members
-            if members is None:
-                JsonLinesDialect.read_lines(self, (line,), events)
+            if members is not None:
+                role, session_id = members
             else:
-                self._add_partial(text, *members, events)
-
-    def _partial(self, message: Mapping[str, Any]) -> list[Event]:
-        events: list[Event] = []
-        self._add_partial(message.get("text"), message.get("role"), message.get("session_id"), events)
-        return events
-
-    def _add_partial(self, text: Any, role: Any, session_id: Any, events: list[Event]) -> None:
-        if session_id != self._session_id:  # the same id on every line: rarely a new one
-            events.extend(self._session(session_id))
-        if not text or not isinstance(text, str):
-            return
-        if role == "thinking":
-            if not self._error_seen:  # the reference forwards no partial of any role after an error
-                events.append(ActivityEvent("thinking", text))
-            return
-        events.append(self._text.add(text))  # kept for the reply until a result or an error comes
+                message = self.json_object(line, events)
+                if message is None:
+                    continue
+                if message.get("type") != "partial":
+                    events.extend(self.on_object(message))
+                    continue
+                text, role, session_id = message.get("text"), message.get("role"), message.get("session_id")
+            if session_id != self._session_id:  # the same id on every line: rarely a new one
+                events.extend(self._session(session_id))
+            if not text or not isinstance(text, str):
+                continue
+            if role == "thinking":
+                if not self._error_seen:  # the reference forwards no partial of any role after an error
+                    events.append(ActivityEvent("thinking", text))
+                continue
+            events.append(self._text.add(text))  # kept for the reply until a result or an error comes
 
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         if self._result_seen or self._error_seen:
@@ -277,8 +277,7 @@ class AgentProc04(JsonLinesDialect):
         self._usage_seen = True
         return [UsageEvent(values)]
 
-    handlers: ClassVar[Mapping[str, Handler]] = {
-        "partial": _partial,
+    handlers: ClassVar[Mapping[str, Handler]] = {  # and "partial", which `read_lines` reads
         "result": _result,
         "error": _error,
         "permission_request": _permission_request,

@@ -336,8 +336,9 @@ class Paragraphs:
             if self._shown:
                 text = "\n\n" + text
         self._shown = True
-        if self._length < self._room:
-            kept = text[: self._room - self._length]
+        room = self._room - self._length
+        if room > 0:
+            kept = text if len(text) <= room else text[:room]
             self._pieces.append(kept)
             self._length += len(kept)
         return PartialEvent(text)

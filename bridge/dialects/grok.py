@@ -47,12 +47,6 @@ class GrokStreamingJson(JsonLinesDialect):
         self.ended = False
         self.failed = False
 
-    def on_object(self, message: Mapping[str, Any]) -> list[Event]:
-        # Consecutive thought deltas are one thinking activity, reported when anything else arrives.
-        events = self.thinking() if message.get("type") != "thought" else []
-        events.extend(super().on_object(message))
-        return events
-
     def on_thought(self, message: Mapping[str, Any]) -> list[Event]:
         data = text_of(message.get("data"))
         if data and self.thought_chars < THINKING_CHARS:
@@ -61,12 +55,16 @@ class GrokStreamingJson(JsonLinesDialect):
         return []
 
     def on_text(self, message: Mapping[str, Any]) -> list[Event]:
+        events = self.thinking()
         data = text_of(message.get("data"))
-        return [self.text.add(data)] if data else []
+        if data:
+            events.append(self.text.add(data))
+        return events
 
     def on_end(self, message: Mapping[str, Any]) -> list[Event]:
         self.ended = True
-        events = self.session.see(message.get("sessionId"))
+        events = self.thinking()
+        events.extend(self.session.see(message.get("sessionId")))
         usage = _usage(message.get("usage"), message.get("total_cost_usd"))
         if usage is not None:
             events.append(usage)
@@ -84,12 +82,14 @@ class GrokStreamingJson(JsonLinesDialect):
 
     def on_error(self, message: Mapping[str, Any]) -> list[Event]:
         self.failed = True
-        events = self.session.see(message.get("sessionId"))
+        events = self.thinking()
+        events.extend(self.session.see(message.get("sessionId")))
         events.append(ErrorEvent(text_of(message.get("message")) or "grok reported an error"))
         return events
 
     def thinking(self) -> list[Event]:
-        """The reasoning gathered so far as one activity (nothing when there is none)."""
+        """The reasoning gathered so far as one activity (nothing when there is none): consecutive thought deltas
+        are one thinking activity, reported before whatever comes next."""
         if not self.thought:
             return []
         text = "".join(self.thought)
