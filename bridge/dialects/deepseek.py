@@ -75,14 +75,12 @@ class DeepseekStreamJson(JsonLinesDialect):
     def on_session_capture(self, message: Mapping[str, Any]) -> list[Event]:
         return self.session.see(message.get("content"))
 
-    def on_metadata_line(self, message: Mapping[str, Any]) -> list[Event]:
-        return self.on_metadata(message.get("meta"))
-
     def on_done(self, message: Mapping[str, Any]) -> list[Event]:
         self.done = True
         return [] if self.failed else [ReplyEvent(self.text.text)]
 
-    def on_metadata(self, meta: Any) -> list[Event]:
+    def on_metadata(self, message: Mapping[str, Any]) -> list[Event]:
+        meta = message.get("meta")
         if not isinstance(meta, dict):
             return []
         events = self.session.see(meta.get("session_id"))
@@ -108,6 +106,6 @@ class DeepseekStreamJson(JsonLinesDialect):
         "tool_result": on_tool_result,
         "error": on_error,
         "session_capture": on_session_capture,
-        "metadata": on_metadata_line,
+        "metadata": on_metadata,
         "done": on_done,
     }

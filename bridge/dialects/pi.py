@@ -68,9 +68,6 @@ class PiJson(JsonLinesDialect):
         self.text.pause()
         return []
 
-    def on_message_end_line(self, message: Mapping[str, Any]) -> list[Event]:
-        return self.on_message_end(message.get("message"))
-
     def on_tool_start(self, message: Mapping[str, Any]) -> list[Event]:
         return [
             ActivityEvent(
@@ -100,7 +97,8 @@ class PiJson(JsonLinesDialect):
         self.ended = True
         return [ErrorEvent(self.last_failure)] if self.last_failure else []
 
-    def on_message_end(self, message: Any) -> list[Event]:
+    def on_message_end(self, line: Mapping[str, Any]) -> list[Event]:
+        message = line.get("message")
         if not isinstance(message, dict) or message.get("role") != "assistant":
             return []
         events: list[Event] = []
@@ -136,7 +134,7 @@ class PiJson(JsonLinesDialect):
     handlers: ClassVar[Mapping[str, Handler]] = {
         "message_update": on_message_update,
         "message_start": on_message_start,
-        "message_end": on_message_end_line,
+        "message_end": on_message_end,
         "tool_execution_start": on_tool_start,
         "tool_execution_end": on_tool_end,
         "session": on_session,
