@@ -148,6 +148,7 @@ class AgentProc04(JsonLinesDialect):
         """
         line_ends = self._line_ends
         head_chars = len(_PARTIAL_HEAD)
+        text: Any  # the partial's text: a str when read here, anything when decoded
         for line in lines:
             members = None
             # A lone surrogate's escape is left to decoding, which cleans it (a backslash is looked for first:
