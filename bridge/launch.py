@@ -1,7 +1,7 @@
 """From (profile, turn) to exactly what the OS is asked to run. Pure: no I/O.
 
 Everything a spawn needs is decided here — argv, environment, working
-directory and stdin bytes — so the rules of SPEC §1–§2 are tested without a
+directory and stdin bytes — so the rules of docs/protocol.md §1–§2 are tested without a
 process, and the supervisor only executes a finished plan.
 """
 

@@ -1,4 +1,4 @@
-"""Structured logs to stderr, never stdout (SPEC §7).
+"""Structured logs to stderr, never stdout (docs/protocol.md §7).
 
 stdout belongs to replies (and to `--json` NDJSON), so a log line there would
 corrupt what a host parses. Hosts that configure structlog themselves keep

@@ -1,6 +1,6 @@
 """From decoded events and the way the process ended to the result a host gets. Pure.
 
-`TurnRecorder` applies the turn-level rules (SPEC §3–§5) as events arrive:
+`TurnRecorder` applies the turn-level rules (docs/protocol.md §3–§5) as events arrive:
 which partials are forwarded, the caps, the last session and error. Its
 `finish()` applies the exit-code precedence and builds the `TurnResult`.
 """
@@ -52,7 +52,7 @@ class Outcome(enum.StrEnum):
 
 
 class TurnResult(FrozenRecord):
-    """Everything a host needs after a turn (SPEC §5)."""
+    """Everything a host needs after a turn (docs/protocol.md §5)."""
 
     __slots__ = (
         "reply",
@@ -286,7 +286,7 @@ class TurnRecorder:
         return event
 
     def finish(self, ending: Ending, *, stderr_tail: str = "", duration_ms: int = 0) -> TurnResult:
-        """Apply SPEC §4's precedence and build the result."""
+        """Apply docs/protocol.md §4's precedence and build the result."""
         if self._unfinished and not self.error_seen and ending.timeout is None and not ending.cancelled:
             self.error_seen = True  # the agent ended on its own, without finishing: that fails the turn
             self.error = self._unfinished
@@ -331,7 +331,7 @@ class TurnRecorder:
         )
 
     def _classify(self, ending: Ending) -> tuple[int, Outcome, str]:
-        """(exit code, outcome, generic cause) in SPEC §4's order of precedence."""
+        """(exit code, outcome, generic cause) in docs/protocol.md §4's order of precedence."""
         profile = self._profile
         if ending.timeout == "wall":
             return EXIT_TIMEOUT, Outcome.TIMEOUT, f"timed out after {profile.timeout_secs:g} s"

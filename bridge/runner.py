@@ -1,4 +1,4 @@
-"""The Python API for running turns (SPEC §8): a call, a stream, and a blocking call."""
+"""The Python API for running turns (docs/protocol.md §8): a call, a stream, and a blocking call."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ async def test_grandchild_holding_stdout_neither_hangs_the_turn_nor_survives_it(
 
 
 async def test_a_process_that_left_the_group_cannot_hang_the_turn(make_recorded_agent, pid_file):
-    # A setsid() escapee is out of reach of the group kill (SPEC §4 kills the
+    # A setsid() escapee is out of reach of the group kill (docs/protocol.md §4 kills the
     # group); the bridge stops reading its output after a short bound.
     profile = make_recorded_agent(
         """

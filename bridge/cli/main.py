@@ -1,4 +1,4 @@
-"""The `agent-bridge` command (SPEC §8).
+"""The `agent-bridge` command (docs/protocol.md §8).
 
 Exit codes: a turn's own exit code for `run`; 2 for a bad profile or bad
 arguments, with a message that says what to fix. `--help` of the turn

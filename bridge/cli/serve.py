@@ -2,7 +2,7 @@
 
 A bot in any language starts one `serve` process and writes one JSON request
 per line; every response is one JSON line tagged with the request's id. The
-protocol is documented in the README ("Sidecar for bots in any language").
+protocol is documented in docs/serve.md.
 
 `Server` speaks the protocol over any pair of trio streams, so it is tested in
 process; `serve_stdio` wires it to the process's stdin/stdout and signals.
@@ -49,7 +49,7 @@ MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
 HANG_UP_POLL_SECS = 0.2
 
-# Length limits of request fields, in characters (the README lists them). The message and
+# Length limits of request fields, in characters (docs/serve.md lists them). The message and
 # attachments are bounded only by the request line.
 MAX_ID_CHARS = 256
 MAX_PROFILE_CHARS = 256
@@ -58,7 +58,7 @@ MAX_SESSION_NAME_CHARS = 256
 MAX_FROM_USER_CHARS = 1024
 MIN_INT_ID, MAX_INT_ID = -(2**63), 2**63 - 1
 
-# Stable error codes (the README lists them); clients may branch on these.
+# Stable error codes (docs/serve.md lists them); clients may branch on these.
 BAD_JSON = "bad_json"
 REQUEST_TOO_LARGE = "request_too_large"
 INVALID_REQUEST = "invalid_request"

@@ -3,7 +3,7 @@
     async with bridge.open_host(profiles="profiles/", state="sessions.sqlite3") as host:
         result = await host.submit("stream", "chat-42", bridge.Turn("hello"), on_partial=send)
 
-It owns what every chat host would otherwise re-invent (SPEC §6): where session
+It owns what every chat host would otherwise re-invent (docs/protocol.md §6): where session
 ids live, keeping two turns of one conversation from running at once, how many
 agents run together, a bounded queue, picking up edited profiles, and stopping
 cleanly.

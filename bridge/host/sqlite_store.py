@@ -1,4 +1,4 @@
-"""Where session ids live between turns (SPEC §6): one SQLite file, shared safely.
+"""Where session ids live between turns (docs/protocol.md §6): one SQLite file, shared safely.
 
 A host keys sessions by (profile name, conversation key, session name) and
 keeps, for each, the agent's last valid session id, when it was last used and
@@ -64,7 +64,7 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     PRIMARY KEY (profile, conversation, session_name)
 ) WITHOUT ROWID
 """
-# An empty new id keeps the stored one (SPEC §6); everything else is the latest turn's.
+# An empty new id keeps the stored one (docs/protocol.md §6); everything else is the latest turn's.
 _RECORD = f"""
 INSERT INTO {_TABLE} (profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code)
 VALUES (?, ?, ?, ?, ?, ?, ?)

@@ -1,4 +1,4 @@
-"""Validating profiles with pydantic: the schema of SPEC §1 and errors that point at a line.
+"""Validating profiles with pydantic: the schema of docs/protocol.md §1 and errors that point at a line.
 
 This is the slow path, imported only when a profile is actually validated:
 pydantic's model machinery costs more to load than the rest of the bridge.
@@ -66,7 +66,7 @@ class PermissionsModel(BaseModel):
 
 
 class ProfileModel(BaseModel):
-    """How to launch one agent executable: every field of SPEC §1, its type, default and meaning."""
+    """How to launch one agent executable: every field of docs/protocol.md §1, its type, default and meaning."""
 
     model_config = ConfigDict(
         strict=True,

@@ -1,4 +1,4 @@
-"""Turns of one conversation queue across processes sharing a PostgreSQL store (SPEC §6): advisory locks.
+"""Turns of one conversation queue across processes sharing a PostgreSQL store (docs/protocol.md §6): advisory locks.
 
 What `bridge.host.file_turnlock` does with files next to an SQLite store, for
 processes on any machines that share a database: a turn holds its

@@ -1,6 +1,6 @@
 """The session store in PostgreSQL: `SessionStore`'s interface and rules, shared by every machine that can reach it.
 
-The same keys and the same rules as the SQLite store (SPEC §6): an empty new
+The same keys and the same rules as the SQLite store (docs/protocol.md §6): an empty new
 session id keeps the stored one; `record` returns a stamp that `lookup` reads
 back until the next record. The rows live in `bridge_sessions` (`db.SCHEMA`),
 next to the turn queue's tables, so a queue worker can record a turn's
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 _TABLE = "bridge_sessions"
 _COLUMNS = "profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code"
-# An empty new id keeps the stored one (SPEC §6); everything else is the latest turn's.
+# An empty new id keeps the stored one (docs/protocol.md §6); everything else is the latest turn's.
 _RECORD = f"""
 INSERT INTO {_TABLE} AS stored (namespace, profile, conversation, session_name, session_id, last_used,
                                 last_outcome, last_exit_code, stamp)
