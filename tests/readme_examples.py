@@ -252,11 +252,11 @@ def synopsis_commands(text: str) -> list[tuple[list[str], list[str]]]:
 # --------------------------------------------------------------------------- links between pages
 
 _LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
-_INLINE_CODE = re.compile(r"`[^`]*`")
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 
 def _prose_lines(markdown: str) -> list[tuple[int, str]]:
-    """(line number, text) of the lines outside fenced blocks, inline code removed."""
+    """(line number, text) of the lines outside fenced blocks."""
     found = []
     fence = ""
     for number, line in enumerate(markdown.splitlines(), 1):
@@ -265,18 +265,21 @@ def _prose_lines(markdown: str) -> list[tuple[int, str]]:
             fence = "" if fence else opening.group(1)
             continue
         if not fence:
-            found.append((number, _INLINE_CODE.sub("", line)))
+            found.append((number, line))
     return found
 
 
 def relative_links(markdown: str) -> list[tuple[int, str]]:
-    """(line, target) of every link and image that is not a URL, outside code."""
-    found = []
+    """(line, target) of every link and image that is not a URL, outside code; a link's text may span lines."""
+    lines = [""] * len(markdown.splitlines())
     for number, line in _prose_lines(markdown):
-        for match in _LINK.finditer(line):
-            target = match.group(1) or match.group(2)
-            if not re.match(r"[a-z]+:", target):
-                found.append((number, target))
+        lines[number - 1] = _INLINE_CODE.sub(lambda code: " " * len(code.group(0)), line)
+    prose = "\n".join(lines)
+    found = []
+    for match in _LINK.finditer(prose):
+        target = match.group(1) or match.group(2)
+        if not re.match(r"[a-z]+:", target):
+            found.append((prose.count("\n", 0, match.end()) + 1, target))
     return found
 
 
@@ -284,7 +287,7 @@ def heading_anchors(markdown: str) -> set[str]:
     """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as hyphens, a
     repeated one numbered (`-1`, `-2`)."""
     anchors: set[str] = set()
-    for _, line in _prose_lines_keeping_code(markdown):
+    for _, line in _prose_lines(markdown):
         heading = re.match(r"#{1,6} (.*)", line)
         if not heading:
             continue
@@ -295,8 +298,3 @@ def heading_anchors(markdown: str) -> set[str]:
             candidate = f"{slug}-{number}"
         anchors.add(candidate)
     return anchors
-
-
-def _prose_lines_keeping_code(markdown: str) -> list[tuple[int, str]]:
-    lines = markdown.splitlines()
-    return [(number, lines[number - 1]) for number, _ in _prose_lines(markdown)]
