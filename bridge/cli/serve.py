@@ -24,21 +24,20 @@ from typing import Any
 import trio
 
 from ..dialects import MAX_SESSION_ID_CHARS, ActivityEvent, LineSplitter, PartialEvent, SessionEvent, session_id_problem
-from ..errors import BridgeError, ProfileError, TurnError
-from ..host.common import ClientSessionIds
-from ..host.registry import UnknownProfile
-from ..host.runtime import (
-    DEFAULT_MAX_CONCURRENT,
-    DEFAULT_MAX_QUEUED,
-    DEFAULT_SHUTDOWN_GRACE,
+from ..errors import (
+    BridgeError,
     DuplicateTurn,
-    Host,
     HostClosed,
+    ProfileError,
+    QueueFull,
+    RequestError,
     SessionIdRefused,
-    open_host,
+    StoreError,
+    TurnError,
+    UnknownProfile,
 )
-from ..host.scheduler import QueueFull
-from ..host.sqlite_store import StoreError
+from ..host.common import ClientSessionIds
+from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, Host, open_host
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..process import sweep_orphans_on_sigchld
@@ -89,15 +88,6 @@ _TURN_FIELDS = {
 _ATTACHMENT_FIELDS = {"type", "url", "name"}
 _DECIDE_FIELDS = {"type", "id", "request_id", "allow", "always", "message"}
 MAX_DECIDE_MESSAGE_CHARS = 4096
-
-
-class RequestError(Exception):
-    """A request that gets an `error` response; serve carries on."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,21 +7,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import BridgeError
-
-
-class HostClosed(BridgeError):
-    """The host is shutting down (or shut down) and takes no new turns."""
-
-
-class DuplicateTurn(BridgeError, ValueError):
-    """A turn with this id is already queued or running; ids must be unique among turns in flight."""
-
-
-class SessionIdRefused(BridgeError):
-    """The turn names a session id that is not its conversation's stored one, and the host takes only that one
-    (`client_session_ids="stored"`): a session id resumes whichever conversation's history it belongs to."""
-
+from ..errors import SessionIdRefused
 
 # What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.
 ClientSessionIds = Literal["any", "stored"]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ..errors import BridgeError, TurnError
+from ..errors import BridgeError, DuplicateTurn, HostClosed, QueueFull, SessionIdRefused, TurnError, WarmStartError
 from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
@@ -35,20 +35,12 @@ from ..result import Outcome, TurnResult, cancelled_result
 from ..runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter, _ungrouped
 from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from ..turn import Turn, text_problem
-from ..warm_agent import WarmAgent, WarmStartError
-from .common import (
-    ClientSessionIds,
-    DuplicateTurn,
-    HostClosed,
-    HostStats,
-    SessionIdRefused,
-    check_client_session_ids,
-    refuse_unless_stored,
-)
+from ..warm_agent import WarmAgent, start_failure_result
+from .common import ClientSessionIds, HostStats, check_client_session_ids, refuse_unless_stored
 from .file_turnlock import Place, TurnLocks
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
-from .scheduler import QueueFull, Ticket, TurnQueue
+from .scheduler import Ticket, TurnQueue
 
 if TYPE_CHECKING:
     from .postgres.advisory_turnlock import PgPlace, PgTurnLocks
@@ -465,7 +457,7 @@ class Host:
                     try:
                         agent = await pool.checkout(key, profile, turn.session_id, stamp, log)
                     except WarmStartError as err:
-                        result = err.result(profile, log, round((trio.current_time() - started) * 1000))
+                        result = start_failure_result(err, profile, log, round((trio.current_time() - started) * 1000))
                     else:
                         result = await agent.turn(
                             turn, forward, cancel=flight.cancel, questions=flight.questions, log=log

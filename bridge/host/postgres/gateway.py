@@ -42,23 +42,24 @@ from typing import Any
 
 import trio
 
-from ...errors import BridgeError, TurnError
+from ...errors import (
+    DuplicateTurn,
+    GatewayNameTaken,
+    HostClosed,
+    PostgresError,
+    QueueFull,
+    RemoteTurnError,
+    SessionIdRefused,
+    TurnDetached,
+    TurnError,
+)
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
 from ...result import TurnResult
 from ...runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter
 from ...supervisor import Emit
 from ...turn import Turn, text_problem
-from ..common import (
-    ClientSessionIds,
-    DuplicateTurn,
-    HostClosed,
-    HostStats,
-    SessionIdRefused,
-    check_client_session_ids,
-    refuse_unless_stored,
-)
-from ..scheduler import QueueFull
+from ..common import ClientSessionIds, HostStats, check_client_session_ids, refuse_unless_stored
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
@@ -66,7 +67,6 @@ from .db import (
     WORK_CHANNEL,
     Database,
     Notification,
-    PostgresError,
     Reconnected,
     events_channel,
     listen,
@@ -83,46 +83,6 @@ MAX_BUFFERED_EVENT_BYTES = 8 * 1024 * 1024
 # After a reconnect, how long the name's lock may still be held by this gateway's own broken connection.
 NAME_RETAKE_SECS = 10.0
 EVENTS_OVERFLOW = "events_overflow"
-
-
-class TurnDetached(BridgeError):
-    """The gateway stopped waiting for a turn that still runs on a worker; its result waits in the queue."""
-
-    code = "detached"
-
-
-class RemoteTurnError(BridgeError):
-    """A worker could not run the turn (unknown profile, a profile that does not load…); `code` says which."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class GatewayNameTaken(PostgresError):
-    """Another live gateway holds this gateway's name; the message names it and says what to do."""
-
-    def __init__(self, name: str, holder: queue.NameHolder | None, *, lost: bool = False) -> None:
-        if holder is not None and holder.pid is not None:
-            since = f", since {holder.since:%Y-%m-%d %H:%M:%S %Z}" if holder.since is not None else ""
-            who = f"a live gateway: pid {holder.pid} on host {holder.host}{since}"
-        elif holder is not None:
-            who = f"another connection (PostgreSQL backend pid {holder.backend_pid}) that recorded nothing of itself"
-        else:
-            who = "another gateway"
-        if lost:
-            message = (
-                f"this gateway lost its name {name!r} while its connection to PostgreSQL was down, and it "
-                f"is held now by {who}; this gateway takes no new turns. Stop one of the two"
-            )
-        else:
-            message = (
-                f"gateway name {name!r} is held by {who}. A name is one bot's (its turns, results and "
-                "sessions): stop that gateway first, or give this one another --name"
-            )
-        super().__init__(message, code="shutting_down")  # serve refuses turns with this code once it is lost
-        self.name = name
-        self.holder = holder
 
 
 @dataclass(frozen=True, slots=True)
