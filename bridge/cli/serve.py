@@ -36,8 +36,8 @@ from ..errors import (
     TurnError,
     UnknownProfile,
 )
-from ..host.common import ClientSessionIds
-from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, Host, open_host
+from ..host.common import BaseHost, ClientSessionIds
+from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..process import sweep_orphans_on_sigchld
@@ -343,7 +343,7 @@ class Server:
 
     def __init__(
         self,
-        host: Host,
+        host: BaseHost,
         input: trio.abc.ReceiveStream,
         output: trio.abc.SendStream,
         *,
@@ -550,7 +550,6 @@ class Server:
                 kind = record.pop("event")
                 await send({"type": kind, "id": request_id, **record})
 
-        remote = {"client_id": request_id} if getattr(self.host, "remote", False) else {}
         try:
             result = await self.host.submit(
                 request.profile,
@@ -559,7 +558,7 @@ class Server:
                 on_event=forward,
                 turn_id=_turn_key(request_id),
                 task_status=status,
-                **remote,
+                client_id=request_id,
             )
         except Exception as err:
             if not status.started_once:
@@ -574,7 +573,7 @@ class Server:
     async def _follow(self, turn_id: str, request_id: Any) -> None:
         """Send the result of a turn an earlier serve accepted (with PostgreSQL: at-least-once results)."""
         try:
-            result = await self.host.follow(turn_id)  # type: ignore[union-attr]
+            result = await self.host.follow(turn_id)
         except Exception as err:
             await self._turn_failed(turn_id, request_id, err)
             return
@@ -608,7 +607,7 @@ class _StartedFlag(trio.TaskStatus[str]):
         self._inner.started(value)  # type: ignore[arg-type]
 
 
-async def serve_stdio(host: Host) -> int:
+async def serve_stdio(host: BaseHost) -> int:
     """Serve on this process's stdin/stdout until EOF, SIGTERM or SIGINT; returns the exit code.
 
     File descriptor 1 is pointed at stderr once the protocol has its own copy
@@ -716,6 +715,6 @@ def run_serve(
             client_session_ids=session_ids,
         )
         async with host:
-            return await serve_stdio(host)  # type: ignore[arg-type]
+            return await serve_stdio(host)
 
     return trio.run(main)

@@ -35,9 +35,10 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from types import TracebackType
 from typing import Any
 
 import trio
@@ -59,7 +60,7 @@ from ...result import TurnResult
 from ...runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter
 from ...supervisor import Emit
 from ...turn import Turn, text_problem
-from ..common import ClientSessionIds, HostStats, check_client_session_ids, refuse_unless_stored
+from ..common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
@@ -112,10 +113,12 @@ class _Waiter:
     overflowed: bool = False  # a question or activity did not fit: the turn was cancelled and fails
 
 
-class RemoteHost:
-    """Turns through the PostgreSQL queue; use it as `async with open_host(postgres=DSN) as host`."""
+class RemoteHost(BaseHost):
+    """Turns through the PostgreSQL queue; use it as `async with open_host(postgres=DSN) as host`.
 
-    remote = True  # serve passes the client's own ids along (`client_id`)
+    Its results outlive it: one no client was sent waits in the queue for the next gateway of the same name
+    (`undelivered`, `follow`, `delivered`).
+    """
 
     def __init__(
         self,
@@ -128,11 +131,10 @@ class RemoteHost:
     ) -> None:
         if not isinstance(name, str) or not name or text_problem(name):
             raise ValueError("a gateway name must be a non-empty string")
+        super().__init__(shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
         self.dsn = dsn
         self.name = name  # also the namespace of its turns' sessions
         self.max_queued = max_queued
-        self.shutdown_grace = shutdown_grace
-        self.client_session_ids = check_client_session_ids(client_session_ids)
         self._db = Database(dsn, size=8)
         self._waiters: dict[str, _Waiter] = {}  # by the bot's turn id
         self._by_key: dict[str, _Waiter] = {}  # the same, by the turn's key
@@ -141,55 +143,46 @@ class RemoteHost:
         self._definitions_logged: set[tuple[str, str | None]] = set()
         self._name_holder: queue.NameHolder | None = None  # this gateway, holding its name's lock
         self._name_lost: GatewayNameTaken | None = None
-        self._closing = False
         self._refused = 0
-        self._tasks: trio.Nursery | None = None
-        self._tasks_manager: Any = None
+        self._tasks: trio.Nursery | None = None  # while `async with` runs the listener
         self._idle = trio.Event()
         self._idle.set()
         self._log = get_logger(component="gateway", gateway=name)
 
     # ------------------------------------------------------------------ lifetime
 
-    async def __aenter__(self) -> RemoteHost:
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
         await trio.to_thread.run_sync(self._db.check)
-        self._tasks_manager = trio.open_nursery()
-        self._tasks = await self._tasks_manager.__aenter__()
+        refused: Exception | None = None
         try:
-            await self._tasks.start(
-                partial(
-                    listen,
-                    self.dsn,
-                    (events_channel(self.name),),
-                    self._notified,
-                    log=self._log,
-                    prepare=self._hold_name,
-                )
-            )
-        except BaseException:
-            self._tasks.cancel_scope.cancel()
-            await self._tasks_manager.__aexit__(None, None, None)
-            self._db.close()
-            raise
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        try:
-            await self.aclose()
+            async with trio.open_nursery() as tasks:
+                self._tasks = tasks
+                try:
+                    await tasks.start(
+                        partial(
+                            listen,
+                            self.dsn,
+                            (events_channel(self.name),),
+                            self._notified,
+                            log=self._log,
+                            prepare=self._hold_name,
+                        )
+                    )
+                except Exception as err:  # raised below, once the nursery is closed: as itself, not in a group
+                    refused = err
+                else:
+                    try:
+                        yield
+                    finally:
+                        try:
+                            await self.aclose()
+                        finally:
+                            tasks.cancel_scope.cancel()
+            if refused is not None:
+                raise refused
         finally:
-            assert self._tasks is not None
-            self._tasks.cancel_scope.cancel()
-            await self._tasks_manager.__aexit__(None, None, None)
             self._db.close()
-
-    def stop_accepting(self) -> None:
-        self._closing = True
-
-    @property
-    def closing(self) -> bool:
-        return self._closing
 
     async def aclose(self, grace: float | None = None) -> None:
         """Stop accepting; wait up to the grace for the results of turns in flight, then stop waiting
@@ -219,7 +212,7 @@ class RemoteHost:
         on_permission: PermissionCallback | None = None,
         turn_id: str | None = None,
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-        client_id: Any = None,
+        client_id: str | int | None = None,
     ) -> TurnResult:
         """Queue the turn and wait for its result, as `Host.submit` (events stream from the worker).
 
@@ -464,6 +457,7 @@ class RemoteHost:
                         raise RemoteTurnError(
                             ending.error.get("code", "internal_error"), ending.error.get("message", "")
                         )
+                    assert ending.result is not None  # a turn done without an error has its result
                     result = result_from_dict(ending.result)
                     if waiter.emit is not None and (pending := waiter.emit(result)) is not None:
                         await pending  # the result reaches on_event last, as from a local host
@@ -513,7 +507,7 @@ class RemoteHost:
             answer = waiter.on_permission(event)
             if inspect.isawaitable(answer):
                 answer = await answer
-            self.decide(waiter.turn_id, event.request_id, answer)  # type: ignore[arg-type]
+            self.decide(waiter.turn_id, event.request_id, answer)
 
     async def _send_cancel(self, key: str, turn_id: str) -> None:
         try:
@@ -566,9 +560,9 @@ class RemoteHost:
                     "this gateway lost its name to another gateway and takes no new turns; stop one of them",
                     problem=str(note.problem),
                 )
-            for waiter in self._waiters.values():
-                waiter.look = True  # read the rows again: a result may have been missed
-                waiter.changed.set()
+            for waiting in self._waiters.values():
+                waiting.look = True  # read the rows again: a result may have been missed
+                waiting.changed.set()
             return
         try:
             record = json.loads(note.payload)
