@@ -27,7 +27,7 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── TurnDetached                       the gateway stopped waiting for a turn that runs on
     └── RequestError                       a serve request that gets an `error` response (`code`)
 
-The errors that carry a `code` name the error code `agent-bridge serve` answers with.
+An error whose `code` is set names the error code `agent-bridge serve` answers with.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ from .records import FrozenRecord
 
 class BridgeError(Exception):
     """Root of every error agent-bridge raises."""
+
+    code: str | None = None
+    """The error code `agent-bridge serve` answers with, for an error that names its own (PostgreSQL's, the
+    gateway's, a refused request's); None: serve picks one by the error's class."""
 
 
 class Problem(FrozenRecord):
@@ -145,6 +149,8 @@ class TurnLockError(BridgeError):
 class PostgresError(BridgeError):
     """PostgreSQL refused or could not be reached; the message says which server and what to do."""
 
+    code: str
+
     def __init__(self, message: str, *, code: str = "store_error") -> None:
         super().__init__(message)
         self.code = code  # serve's error code
@@ -196,6 +202,8 @@ class GatewayNameTaken(PostgresError):
 class RemoteTurnError(BridgeError):
     """A worker could not run the turn (unknown profile, a profile that does not load…); `code` says which."""
 
+    code: str
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -212,6 +220,8 @@ class TurnDetached(BridgeError):
 
 class RequestError(BridgeError):
     """A request that gets an `error` response; serve carries on."""
+
+    code: str
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

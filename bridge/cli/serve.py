@@ -523,9 +523,9 @@ class Server:
         except StoreError as err:  # read to check the turn's session_id
             raise RequestError(STORE_ERROR, str(err)) from None
         except BridgeError as err:
-            if not isinstance(code := getattr(err, "code", None), str):  # the PostgreSQL gateway's refusals
+            if err.code is None:  # only the PostgreSQL gateway's refusals name their own code
                 raise
-            raise RequestError(code, str(err)) from None
+            raise RequestError(err.code, str(err)) from None
         try:
             await self.output.send({"type": "accepted", "id": request.id})
         finally:
@@ -583,8 +583,8 @@ class Server:
     async def _turn_failed(self, turn_id: str, request_id: Any, err: Exception) -> None:
         """An accepted turn ended without a result: the stored session could not be read (the host logged
         why), or, through PostgreSQL, no worker could run it or serve stopped waiting for it."""
-        code = getattr(err, "code", None)  # the PostgreSQL gateway's errors carry their code
-        if not isinstance(code, str):
+        code = err.code if isinstance(err, BridgeError) else None  # the PostgreSQL gateway's errors name theirs
+        if code is None:
             code = STORE_ERROR if isinstance(err, StoreError) else INTERNAL_ERROR
         if code == INTERNAL_ERROR:
             self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())

@@ -1,8 +1,8 @@
 """The gateway: a host whose turns run on workers elsewhere, through the PostgreSQL queue.
 
-`RemoteHost` has the `Host` interface `serve` and bots use (`submit`,
-`cancel`, `decide`, stats, shutdown), so `serve --postgres` speaks the same
-JSON Lines protocol. A submit commits the turn to the queue, then waits for
+`RemoteHost` implements `BaseHost`, the interface `serve` and bots use
+(`submit`, `cancel`, `decide`, stats, shutdown), so `serve --postgres` speaks
+the same JSON Lines protocol. A submit commits the turn to the queue, then waits for
 it: events arrive by LISTEN on this gateway's own channel
 (`db.events_channel(name)`), the result is read from the table once a worker
 says it is done — or, should that notification be lost (a reconnect), at the
