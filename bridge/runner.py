@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .dialects import PartialEvent
+from .errors import ProtocolMisuse
 from .permissions import Decision, PermissionRequest
 from .profile import Profile
 from .questions import Questions
@@ -110,7 +111,7 @@ class TurnStream:
     def result(self) -> TurnResult:
         """The turn's result, once the stream has delivered it."""
         if self._result is None:
-            raise RuntimeError("the turn has not finished; iterate the stream to its end first")
+            raise ProtocolMisuse("the turn has not finished; iterate the stream to its end first")
         return self._result
 
 

@@ -34,11 +34,11 @@ from typing import Any
 
 import trio
 
-from .agent_files import FileRefused, FileRoot, serve_file_request
+from .agent_files import FileRoot, serve_file_request
 from .agent_io import Outbox, StderrTail, _Reader
 from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
 from .dialects.events import AgentInput, FileRequest
-from .errors import BridgeError, LaunchError
+from .errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
 from .launch import plan_launch
 from .log import get_logger
 from .process import AgentProcess, collect_orphans, start
@@ -52,21 +52,12 @@ from .turn import Turn
 DRAIN_SECS = 1.0
 
 
-class WarmStartError(BridgeError):
-    """The agent could not be started, or its session not set up; `exit_code` as for a spawn failure."""
-
-    def __init__(self, exit_code: int, message: str, stderr_tail: str = "") -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.message = message
-        self.stderr_tail = stderr_tail
-
-    def result(self, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
-        """The turn that could not run, as its result (a spawn failure)."""
-        log.warning("agent could not be started", reason=self.message, exit_code=self.exit_code)
-        return TurnRecorder(profile).finish(
-            Ending(spawn_failure=(self.exit_code, self.message)), stderr_tail=self.stderr_tail, duration_ms=duration_ms
-        )
+def start_failure_result(error: WarmStartError, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
+    """The turn that could not run because its agent did not start (`error`), as its result (a spawn failure)."""
+    log.warning("agent could not be started", reason=error.message, exit_code=error.exit_code)
+    return TurnRecorder(profile).finish(
+        Ending(spawn_failure=(error.exit_code, error.message)), stderr_tail=error.stderr_tail, duration_ms=duration_ms
+    )
 
 
 class WarmAgent:
@@ -367,7 +358,7 @@ class WarmAgent:
     ) -> TurnResult:
         """One turn on this agent; its result as for any turn. One at a time; the agent must have started."""
         if self._wake is not None:
-            raise RuntimeError("a warm agent takes one turn at a time")
+            raise ProtocolMisuse("a warm agent takes one turn at a time")
         profile = self.profile
         log = log if log is not None else self.log
         started = trio.current_time()
@@ -512,7 +503,7 @@ async def run_warm_turn(
             try:
                 await agent.start(nursery)
             except WarmStartError as err:
-                result = err.result(profile, log)
+                result = start_failure_result(err, profile, log)
                 if emit is not None and (pending := emit(result)) is not None:
                     await pending
                 return result

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ..errors import BridgeError
+from ..errors import TurnLockError
 
 if TYPE_CHECKING:
     import trio
@@ -73,10 +73,6 @@ async def poll_until(ready: Callable[[], bool | Awaitable[bool]], abandon: trio.
             if abandon.is_set():
                 return False
         delay = min(delay * 2, POLL_MAX_SECS)
-
-
-class TurnLockError(BridgeError):
-    """The queue directory next to the session store cannot be used; the message says what to do."""
 
 
 # --------------------------------------------------------------------------- the rules (pure)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from collections.abc import Awaitable
-from types import TracebackType
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ..errors import BridgeError, TurnError
+from ..errors import BridgeError, DuplicateTurn, HostClosed, QueueFull, SessionIdRefused, TurnError, WarmStartError
 from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
@@ -35,24 +35,15 @@ from ..result import Outcome, TurnResult, cancelled_result
 from ..runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter, _ungrouped
 from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
 from ..turn import Turn, text_problem
-from ..warm_agent import WarmAgent, WarmStartError
-from .common import (
-    ClientSessionIds,
-    DuplicateTurn,
-    HostClosed,
-    HostStats,
-    SessionIdRefused,
-    check_client_session_ids,
-    refuse_unless_stored,
-)
+from ..warm_agent import WarmAgent, start_failure_result
+from .common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
 from .file_turnlock import Place, TurnLocks
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
-from .scheduler import QueueFull, Ticket, TurnQueue
+from .scheduler import Ticket, TurnQueue
 
 if TYPE_CHECKING:
     from .postgres.advisory_turnlock import PgPlace, PgTurnLocks
-    from .postgres.gateway import RemoteHost
 
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
@@ -65,7 +56,8 @@ class SessionStoreLike(Protocol):
 
     def get(self, profile: str, conversation: str, session_name: str = "default") -> str: ...
 
-    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> None: ...
+    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> str | None:
+        """Store the result's session; may return a stamp of the record (see `pool`)."""
 
 
 class _Flight(Ticket):
@@ -93,7 +85,7 @@ def open_host(
     gateway_name: str = "serve",
     namespace: str | None = None,
     client_session_ids: ClientSessionIds = "any",
-) -> Host | RemoteHost:
+) -> BaseHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
     `state` is the session store: a file path, a `postgresql://` URL (a
@@ -141,25 +133,27 @@ def open_host(
         log.warning("a profile does not load; turns asking for it will fail until it is fixed", problem=str(error))
     from .state import open_store, open_turn_locks
 
-    owned = state is None or isinstance(state, (str, os.PathLike))
-    if owned:
-        store: SessionStoreLike = open_store(state, namespace=namespace)  # type: ignore[arg-type]
+    store: SessionStoreLike
+    if state is None or isinstance(state, (str, os.PathLike)):
+        owned = open_store(state, namespace=namespace)
+        store = owned
     else:
         if namespace is not None:
             raise TypeError(
                 "namespace= is for a store open_host opens (state= a postgresql:// URL); a store object has its own"
             )
-        store = state  # type: ignore[assignment]
+        owned = None
+        store = state
     try:
         turn_locks = open_turn_locks(store)  # a store other processes may share: queue with their turns too
     except BaseException:
-        if owned:
-            store.close()  # type: ignore[attr-defined]
+        if owned is not None:
+            owned.close()
         raise
     return Host(
         registry,
         store,
-        owns_store=owned,
+        owns_store=owned is not None,
         turn_locks=turn_locks,
         max_concurrent=max_concurrent,
         max_queued=max_queued,
@@ -168,8 +162,8 @@ def open_host(
     )
 
 
-class Host:
-    """Runs turns for many conversations with ordering, limits, sessions and a clean shutdown.
+class Host(BaseHost):
+    """Runs turns for many conversations with ordering, limits, sessions and a clean shutdown, in this process.
 
     Build it with `open_host`. One host belongs to one trio run.
     """
@@ -186,19 +180,15 @@ class Host:
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
         client_session_ids: ClientSessionIds = "any",
     ) -> None:
-        if not shutdown_grace >= 0:
-            raise ValueError("shutdown_grace must be at least 0 seconds")
+        super().__init__(shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
         self.registry = registry
         self.store = store
-        self.shutdown_grace = shutdown_grace
-        self.client_session_ids = check_client_session_ids(client_session_ids)
         self._owns_store = owns_store
         self._turn_locks = turn_locks  # the store's queues, shared with other processes (CLI runs…)
         self._queue = TurnQueue(max_concurrent, max_queued)
         self._flights: dict[str, _Flight] = {}
         self._arrivals = itertools.count()  # arrival order of admitted turns
         self._ids = itertools.count(1)  # for turns submitted without an id
-        self._closing = False
         self._closed = trio.Event()  # aclose() finished
         self._idle: trio.Event | None = None  # set when the last flight ends
         self._outcomes: Counter[str] = Counter()
@@ -207,7 +197,6 @@ class Host:
         self._store_errors = 0
         self._log = get_logger(component="host")
         self._pool: WarmPool | None = None  # warm agents by conversation, while `async with` runs it
-        self._pool_tasks: Any = None  # the pool's nursery manager, entered by __aenter__
 
     # ------------------------------------------------------------------ turns
 
@@ -222,6 +211,7 @@ class Host:
         on_permission: PermissionCallback | None = None,
         turn_id: str | None = None,
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+        client_id: str | int | None = None,
     ) -> TurnResult:
         """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
 
@@ -254,7 +244,8 @@ class Host:
         `nursery.start(host.submit, ...)` returns the turn id once the turn
         was accepted. `StoreError` when the stored session cannot be read, and
         `TurnLockError` when the conversation's queue cannot be used (the
-        turn does not run: resuming the wrong session would be worse).
+        turn does not run: resuming the wrong session would be worse). `client_id` is not kept: a result
+        does not outlive this host.
         """
         if self._closing:
             raise HostClosed(_CLOSED)
@@ -354,24 +345,12 @@ class Host:
         )
 
     async def current_stats(self) -> HostStats:
-        """`stats()`, as the PostgreSQL gateway gives them (it has to ask the database)."""
+        """`stats()`, through the interface every host has (the PostgreSQL gateway has to ask its database)."""
         return self.stats()
-
-    async def undelivered(self) -> list[tuple[str, Any]]:
-        """Turns an earlier process accepted whose result no client has: none for a host in memory."""
-        return []
-
-    async def delivered(self, turn_id: str) -> None:
-        """The client has the turn's result (the PostgreSQL gateway remembers it; nothing to do here)."""
 
     def profile(self, name: str) -> Profile:
         """The current profile called `name` (re-read if its file changed); raises like `submit`."""
         return self.registry.get(name)
-
-    @property
-    def closing(self) -> bool:
-        """True once shutdown began: `submit` raises `HostClosed`."""
-        return self._closing
 
     async def _wait_for_slot(self, flight: _Flight) -> None:
         try:
@@ -465,16 +444,16 @@ class Host:
                     try:
                         agent = await pool.checkout(key, profile, turn.session_id, stamp, log)
                     except WarmStartError as err:
-                        result = err.result(profile, log, round((trio.current_time() - started) * 1000))
+                        result = start_failure_result(err, profile, log, round((trio.current_time() - started) * 1000))
                     else:
                         result = await agent.turn(
                             turn, forward, cancel=flight.cancel, questions=flight.questions, log=log
                         )
             try:
-                stamp = (
-                    await trio.to_thread.run_sync(self.store.record, name, conversation, turn.session_name, result)
-                    or ""
+                recorded = await trio.to_thread.run_sync(
+                    self.store.record, name, conversation, turn.session_name, result
                 )
+                stamp = recorded or ""
             except BridgeError as err:
                 # The turn happened and its result stands; only the session link is lost.
                 self._store_errors += 1
@@ -531,7 +510,7 @@ class Host:
     def stop_accepting(self) -> None:
         """Begin shutdown: from now on `submit` raises `HostClosed`; turns in flight carry on."""
         if not self._closing:
-            self._closing = True
+            super().stop_accepting()
             self._log.info("host shutting down", running=self._queue.running, queued=self._queue.waiting)
 
     def cancel_all(self) -> None:
@@ -580,21 +559,14 @@ class Host:
                 self._idle = trio.Event()
             await self._idle.wait()
 
-    async def __aenter__(self) -> Host:
-        if self._pool_tasks is not None or self._closed.is_set():
-            raise RuntimeError("a Host is entered once (`async with open_host(...) as host`)")
-        self._pool_tasks = trio.open_nursery()
-        self._pool = WarmPool(await self._pool_tasks.__aenter__(), self._log)
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        try:
-            await self.aclose()
-        finally:
-            # The pool's tasks end with its agents; the body's own exception, if any, propagates as itself.
-            await self._pool_tasks.__aexit__(None, None, None)
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        async with trio.open_nursery() as pool_tasks:
+            self._pool = WarmPool(pool_tasks, self._log)
+            try:
+                yield
+            finally:
+                await self.aclose()  # the pool's tasks end with its agents
 
 
 def _cancelled_result(profile: Profile, started: float) -> TurnResult:

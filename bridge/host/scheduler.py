@@ -20,11 +20,7 @@ import heapq
 from collections import deque
 from collections.abc import Hashable
 
-from ..errors import BridgeError
-
-
-class QueueFull(BridgeError):
-    """Every slot is busy and the queue holds as many turns as allowed; try again later."""
+from ..errors import QueueFull
 
 
 class Ticket:

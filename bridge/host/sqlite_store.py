@@ -39,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ..errors import BridgeError
+from ..errors import StoreError
 from ..log import get_logger
 from ..result import TurnResult
 from .location import store_path
@@ -76,10 +76,6 @@ ON CONFLICT (profile, conversation, session_name) DO UPDATE SET
 """
 T = TypeVar("T")
 _COLUMNS = "profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code"
-
-
-class StoreError(BridgeError):
-    """The session store's file cannot be used; the message names it and says what to do."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ...errors import PostgresError, TurnLockError
 from ...log import get_logger
-from ..file_turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, TurnLockError, poll_until
-from .db import DEFAULT_NAMESPACE, PostgresError, _first_line, connect, require_psycopg, shown_dsn
+from ..file_turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, poll_until
+from .db import DEFAULT_NAMESPACE, _first_line, connect, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from ...errors import BridgeError
+from ...errors import BridgeError, PostgresError, PostgresUnavailable
 from ...log import get_logger
 
 if TYPE_CHECKING:
@@ -173,18 +173,6 @@ def events_channel(gateway: str) -> str:
     """The channel a gateway LISTENs on for its own turns' events: one per name, so one bot's partials are never
     sent to another bot's gateway. A hash, as a channel is an identifier of at most 63 bytes."""
     return "bridge_events_" + hashlib.sha256(gateway.encode()).hexdigest()[:32]
-
-
-class PostgresError(BridgeError):
-    """PostgreSQL refused or could not be reached; the message says which server and what to do."""
-
-    def __init__(self, message: str, *, code: str = "store_error") -> None:
-        super().__init__(message)
-        self.code = code  # serve's error code
-
-
-class PostgresUnavailable(PostgresError):
-    """The server cannot be reached right now (down, restarting, network): worth trying again."""
 
 
 def require_psycopg() -> Any:

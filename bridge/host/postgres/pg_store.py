@@ -34,10 +34,11 @@ from datetime import UTC
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...errors import PostgresError, StoreError
 from ...result import TurnResult
 from ...turn import text_problem
-from ..sqlite_store import SessionRecord, StoreError, _key, _now
-from .db import DEFAULT_NAMESPACE, PostgresError, _first_line, connect, require_psycopg, shown_dsn
+from ..sqlite_store import SessionRecord, _key, _now
+from .db import DEFAULT_NAMESPACE, _first_line, connect, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
     import psycopg

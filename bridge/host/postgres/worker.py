@@ -39,15 +39,14 @@ from typing import Any
 
 import trio
 
-from ...errors import BridgeError, ProfileError, TurnError
+from ...errors import BridgeError, PostgresUnavailable, ProfileError, StoreError, TurnError, UnknownProfile
 from ...log import get_logger
 from ...permissions import Decision
 from ...profile import Profile
 from ...result import TurnResult, cancelled_result
 from ...supervisor import HostEvent
-from ..registry import ProfileRegistry, UnknownProfile
+from ..registry import ProfileRegistry
 from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
-from ..sqlite_store import StoreError
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
@@ -55,7 +54,6 @@ from .db import (
     WORK_CHANNEL,
     Database,
     Notification,
-    PostgresUnavailable,
     Reconnected,
     connect,
     events_channel,
