@@ -42,8 +42,8 @@ from ..host.sqlite_store import StoreError
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..process import sweep_orphans_on_sigchld
-from ..supervisor import HostEvent
 from ..turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
+from ..turn_loop import HostEvent
 
 MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
