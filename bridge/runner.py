@@ -1,28 +1,25 @@
 """The Python API for running turns (SPEC §8): a call, a stream, and a blocking call.
 
-A host's callbacks may each be sync or async; `emit_to` makes them one `Emit`,
-the plain async callable the turn engine awaits for every event (an async
-`on_event` alone is one already, and is used as it is).
+A host's callbacks may each be sync or async; `turn_loop.emit_to` makes them
+one `Emit`, the plain async callable the turn engine awaits for every event.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import trio
 
-from .dialects import PartialEvent
 from .permissions import Decision, PermissionRequest
 from .profile import Profile
 from .questions import Questions
 from .result import TurnResult
 from .supervisor import drive_turn
 from .turn import Turn
-from .turn_loop import Emit, HostEvent
+from .turn_loop import EventCallback, HostEvent, PartialCallback, PermissionCallback, as_decision, emit_to
 
 if TYPE_CHECKING:
     from .warm_agent import WarmAgent
@@ -30,10 +27,6 @@ if TYPE_CHECKING:
 # Events a slow consumer of `open_turn` may fall behind by before the agent's
 # output is back-pressured (bounded memory instead of an unbounded queue).
 EVENT_BUFFER = 16
-
-PartialCallback = Callable[[str], Awaitable[None] | None]
-EventCallback = Callable[[HostEvent], Awaitable[None] | None]
-PermissionCallback = Callable[[PermissionRequest], "Decision | bool | Awaitable[Decision | bool]"]
 
 
 async def run_turn(
@@ -187,40 +180,3 @@ def ungrouped() -> Iterator[None]:
             raise error
         finally:
             error.__context__ = context  # not the group it came in
-
-
-def as_decision(answer: Decision | bool) -> Decision:
-    """A host's answer to a `PermissionRequest`: a `Decision`, or True/False for allow/deny."""
-    return answer if isinstance(answer, Decision) else Decision(allow=bool(answer))
-
-
-def emit_to(
-    on_partial: PartialCallback | None,
-    on_event: EventCallback | None,
-    on_permission: PermissionCallback | None = None,
-    questions: Questions | None = None,
-) -> Emit | None:
-    """One `Emit` for a host's callbacks (None when there are none): `on_event` sees every event, then
-    `on_partial` a partial's text, and `on_permission` answers each `PermissionRequest` through `questions`."""
-    answers = on_permission if questions is not None else None
-    if on_partial is None and on_event is None and answers is None:
-        return None
-    if on_partial is None and answers is None and inspect.iscoroutinefunction(on_event):
-        return cast(Emit, on_event)  # already an Emit: nothing need stand between the engine and it
-
-    async def emit(event: HostEvent) -> None:
-        if on_event is not None:
-            await _settled(on_event(event))
-        if type(event) is PartialEvent:
-            if on_partial is not None:
-                await _settled(on_partial(event.text))
-        elif answers is not None and questions is not None and type(event) is PermissionRequest:
-            answer = await _settled(answers(event))
-            questions.decide(event.request_id, as_decision(answer))
-
-    return emit
-
-
-async def _settled(value: Any) -> Any:
-    """What a callback returned, awaited if it is awaitable (the callback was async)."""
-    return await value if inspect.isawaitable(value) else value

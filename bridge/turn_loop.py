@@ -8,12 +8,19 @@ the rest to the host's `Emit`. A one-process turn (`supervisor`) and a warm
 agent's turn (`warm_agent`) both run their events through it; `finish_turn`
 builds and logs the result for both. The result is returned, never emitted:
 the caller delivers it when it is ready to (a host stores the session first).
+
+A host's callbacks (`on_partial`, `on_event`, `on_permission`) may each be
+sync or async; `emit_to` makes them one `Emit`, the plain async callable the
+loop awaits for every event. An async `on_event` alone is one already and is
+used as it is, so a partial goes from the dialect to the host's code with
+nothing in between.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -25,8 +32,22 @@ from .result import Ending, TurnRecorder, TurnResult
 HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | TurnResult
 # Delivers one event to the host, in order: the turn waits until it returns.
 Emit = Callable[[HostEvent], Awaitable[None]]
+# A host's callbacks, each sync or async (see `emit_to`).
+PartialCallback = Callable[[str], Awaitable[None] | None]
+EventCallback = Callable[[HostEvent], Awaitable[None] | None]
+PermissionCallback = Callable[[PermissionRequest], "Decision | bool | Awaitable[Decision | bool]"]
 
-__all__ = ["Emit", "HostEvent", "TurnLoop", "finish_turn"]
+__all__ = [
+    "Emit",
+    "EventCallback",
+    "HostEvent",
+    "PartialCallback",
+    "PermissionCallback",
+    "TurnLoop",
+    "as_decision",
+    "emit_to",
+    "finish_turn",
+]
 
 
 class TurnLoop:
@@ -113,3 +134,40 @@ def finish_turn(
         **fields,
     )
     return result
+
+
+def as_decision(answer: Decision | bool) -> Decision:
+    """A host's answer to a `PermissionRequest`: a `Decision`, or True/False for allow/deny."""
+    return answer if isinstance(answer, Decision) else Decision(allow=bool(answer))
+
+
+def emit_to(
+    on_partial: PartialCallback | None,
+    on_event: EventCallback | None,
+    on_permission: PermissionCallback | None = None,
+    questions: Questions | None = None,
+) -> Emit | None:
+    """One `Emit` for a host's callbacks (None when there are none): `on_event` sees every event, then
+    `on_partial` a partial's text, and `on_permission` answers each `PermissionRequest` through `questions`."""
+    answers = on_permission if questions is not None else None
+    if on_partial is None and on_event is None and answers is None:
+        return None
+    if on_partial is None and answers is None and inspect.iscoroutinefunction(on_event):
+        return cast(Emit, on_event)  # already an Emit: nothing need stand between the engine and it
+
+    async def emit(event: HostEvent) -> None:
+        if on_event is not None:
+            await _settled(on_event(event))
+        if type(event) is PartialEvent:
+            if on_partial is not None:
+                await _settled(on_partial(event.text))
+        elif answers is not None and questions is not None and type(event) is PermissionRequest:
+            answer = await _settled(answers(event))
+            questions.decide(event.request_id, as_decision(answer))
+
+    return emit
+
+
+async def _settled(value: Any) -> Any:
+    """What a callback returned, awaited if it is awaitable (the callback was async)."""
+    return await value if inspect.isawaitable(value) else value

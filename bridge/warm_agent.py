@@ -47,7 +47,7 @@ from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
-from .turn_loop import Emit, TurnLoop, finish_turn
+from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn
 
 
 class WarmStartError(BridgeError):
@@ -317,15 +317,17 @@ class WarmAgent:
     async def turn(
         self,
         turn: Turn,
-        emit: Emit | None = None,
+        on_event: EventCallback | None = None,
         *,
         cancel: trio.Event | None = None,
         questions: Questions | None = None,
         log: Any = None,
         on_stderr: Callable[[bytes], None] | None = None,
     ) -> TurnResult:
-        """One turn on this agent; its result as for any turn (returned, not emitted). One at a time; the agent
-        must have started."""
+        """One turn on this agent; its result as for any turn. One at a time; the agent must have started.
+
+        `on_event` (sync or async) sees each event of the turn, as `run_turn`'s does, but not the result: that is
+        returned."""
         if self._wake is not None:
             raise RuntimeError("a warm agent takes one turn at a time")
         profile = self.profile
@@ -340,6 +342,7 @@ class WarmAgent:
             ending = Ending(spawn_failure=(126, "the warm agent is not running"))
             return finish_turn(recorder, ending, "", started, log, warm=True)
         questions = questions if questions is not None else Questions()
+        emit = emit_to(None, on_event)
         loop = TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, io.send, questions)
         io.stderr_tail.clear()
         io.stderr_tail.on_chunk = on_stderr

@@ -32,10 +32,10 @@ from ..permissions import Decision
 from ..profile import Profile
 from ..questions import Questions
 from ..result import Outcome, TurnResult, cancelled_result
-from ..runner import EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to, ungrouped
+from ..runner import ungrouped
 from ..supervisor import drive_turn
 from ..turn import Turn, text_problem
-from ..turn_loop import Emit
+from ..turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
 from ..warm_agent import WarmAgent, WarmStartError
 from .common import (
     ClientSessionIds,

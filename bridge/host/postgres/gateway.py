@@ -46,9 +46,8 @@ from ...errors import BridgeError, TurnError
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
 from ...result import TurnResult
-from ...runner import EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
 from ...turn import Turn, text_problem
-from ...turn_loop import Emit
+from ...turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
 from ..common import (
     ClientSessionIds,
     DuplicateTurn,
