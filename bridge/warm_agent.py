@@ -192,6 +192,8 @@ class WarmAgent:
                 await io.wait_exited()
                 self._dead.set()
                 self._wake_turn()
+                if self._file_request is not None:
+                    self._file_request.cancel()  # nobody is there to read its answer
                 if io.outbox is not None:
                     io.outbox.drop()  # nobody will read it
                 self.returncode = await io.reap()  # its group killed first, so only a stray process holds the pipes
@@ -256,8 +258,9 @@ class WarmAgent:
     async def _serve_file(self, request: FileRequest) -> None:
         """A file the agent asks the bridge to read or write (the profile granted it), beneath its cwd.
 
-        A request never holds the turn up: when the turn stops (its deadline, a cancel) or the request takes longer
-        than the agent may stay silent, the agent is told it failed, and its worker thread is abandoned."""
+        A request never holds the turn up: when the turn stops (its deadline, a cancel), the agent exits, or the
+        request takes longer than the agent may stay silent, the agent is told it failed, and its worker thread is
+        abandoned."""
         io = self._io
         assert io is not None
         content: str | None = None
@@ -266,6 +269,8 @@ class WarmAgent:
         turn = io.deadline if io.deadline is not None else TurnDeadline(io.limits, trio.current_time())
         with trio.CancelScope(deadline=turn.from_now()) as scope:
             self._file_request = scope
+            if self._dead.is_set():  # asked as it exited: nobody is there to read the answer
+                scope.cancel()
             try:
                 if self._files is None:
                     raise FileRefused(f"the bridge could not open the session's working directory ({self._cwd})")
