@@ -53,7 +53,7 @@ _children_listed: bool | None = None
 class AgentProcess:
     """A running agent and the parent's ends of its pipes.
 
-    stdout and stderr are raw non-blocking descriptors: the supervisor reads
+    stdout and stderr are raw non-blocking descriptors: the driver (`agent_io`) reads
     them directly, which saves an event-loop iteration per read over a stream
     object (see `agent_io.Reader`).
     """

@@ -123,7 +123,7 @@ class TurnResult(FrozenRecord):
 
 
 class Ending(FrozenRecord):
-    """How the agent's process ended, as the supervisor saw it."""
+    """How the agent's process ended, as its driver (`agent_io`, `warm_agent`) saw it."""
 
     __slots__ = ("returncode", "timeout", "cancelled", "spawn_failure", "unread")
     returncode: int | None  # as from waitpid: -N when killed by signal N
@@ -195,52 +195,51 @@ class TurnRecorder:
         """Record a batch of events; returns, in order, what to forward to the host and the warnings to log."""
         forward: list[Forwarded] = []
         for event in events:
-            match event:
-                case PartialEvent():
-                    if (partial := self._forward_partial(event)) is not None:
-                        forward.append(partial)
-                case str():  # a BodyLine
-                    self._add_body_line(event)
-                case SessionEvent():
-                    self.session_id = event.session_id
+            if isinstance(event, PartialEvent):
+                # A partial passes as it is unless a cap, an error or `streaming: false` says otherwise.
+                if self._partial_room is None and not self.error_seen and self._profile.streaming:
+                    self.partials += 1
                     forward.append(event)
-                case ErrorEvent() if event.unfinished:
+                elif (partial := self._limited_partial(event)) is not None:
+                    forward.append(partial)
+            elif isinstance(event, str):  # a BodyLine
+                if self._body_full:
+                    continue
+                grown = self._body_length + len(event) + (1 if self._body_lines else 0)
+                if grown <= self._body_cap:
+                    self._body.append(event)
+                    self._body_length = grown
+                    self._body_lines += 1
+                else:
+                    joined = ("\n" + event) if self._body_lines else event
+                    self._body_tail = joined[: self._body_cap - self._body_length]
+                    self._body_full = True
+            elif isinstance(event, SessionEvent):
+                self.session_id = event.session_id
+                forward.append(event)
+            elif isinstance(event, ErrorEvent):
+                if event.unfinished:
                     self._unfinished = event.text  # its weight depends on how the process ended (see finish)
-                case ErrorEvent():
+                else:
                     self.error_seen = True
                     self.error = event.text
                     forward.append(event)
-                case ReplyEvent():
-                    self._set_reply(event.text)
-                case UsageEvent():
-                    usage = event.usage
-                    self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)
-                case LineCut():
+            elif isinstance(event, ReplyEvent):
+                self._set_reply(event.text)
+            elif isinstance(event, UsageEvent):
+                usage = event.usage
+                self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)
+            elif isinstance(event, (ActivityEvent, PermissionRequest, AgentInput, ProtocolWarning)):
+                if isinstance(event, LineCut):
                     self._line_cut = True
-                    forward.append(event)
-                case ActivityEvent() | PermissionRequest() | AgentInput() | ProtocolWarning():
-                    forward.append(event)
-                case _:  # a warm agent's own (ready, turn end, file requests) never reach a turn's recorder
-                    pass
+                forward.append(event)
+            # else: a warm agent's own events (ready, turn end, file requests) never reach a turn's recorder
         if len(self._body) > _BODY_RUN:
             # Millions of short lines would cost ~50 bytes of object each on top of
             # their text; joined, the body's memory follows its character bound.
             self._body_runs.append("\n".join(self._body))
             self._body.clear()
         return forward
-
-    def _add_body_line(self, line: str) -> None:
-        if self._body_full:
-            return
-        grown = self._body_length + len(line) + (1 if self._body_lines else 0)
-        if grown <= self._body_cap:
-            self._body.append(line)
-            self._body_length = grown
-            self._body_lines += 1
-        else:
-            joined = ("\n" + line) if self._body_lines else line
-            self._body_tail = joined[: self._body_cap - self._body_length]
-            self._body_full = True
 
     def _set_reply(self, text: str) -> None:
         """The whole reply at once (JSON families): it replaces whatever body came before."""
@@ -255,7 +254,7 @@ class TurnRecorder:
             self._body_tail = text[: self._body_cap]
             self._body_full = True
 
-    def _forward_partial(self, event: PartialEvent) -> PartialEvent | None:
+    def _limited_partial(self, event: PartialEvent) -> PartialEvent | None:
         if self.error_seen or self._partials_cut or not self._profile.streaming:
             return None
         room = self._partial_room

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import trio
 
-from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, ProtocolWarning, SessionEvent
+from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
 from .permissions import Decision, PermissionPolicy, PermissionRequest
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
@@ -48,6 +48,10 @@ __all__ = [
     "emit_to",
     "finish_turn",
 ]
+
+
+# Events that go to the host as they are (the others are acted on here).
+_FOR_THE_HOST = (PartialEvent, SessionEvent, ErrorEvent, ActivityEvent)
 
 
 class TurnLoop:
@@ -85,14 +89,15 @@ class TurnLoop:
         """Record `events` and carry out what the recorder passes on."""
         emit = self.emit
         for event in self.recorder.record(events):
-            if isinstance(event, PermissionRequest):
+            if isinstance(event, _FOR_THE_HOST):  # the bulk of a stream, first
+                if emit is not None:
+                    await emit(event)
+            elif isinstance(event, PermissionRequest):
                 await self.answer(event)
             elif isinstance(event, AgentInput):
                 self.send(event.data)
-            elif isinstance(event, ProtocolWarning):
+            else:
                 self.log.warning(event.message)
-            elif emit is not None:  # partials, sessions, errors, activity: the host's
-                await emit(event)
 
     async def answer(self, request: PermissionRequest) -> None:
         """Decide by the profile's policy (asking the host when it says ask), tell the agent, show the host."""
@@ -157,17 +162,18 @@ def emit_to(
 
     async def emit(event: HostEvent) -> None:
         if on_event is not None:
-            await _settled(on_event(event))
+            pending = on_event(event)
+            if pending is not None and inspect.isawaitable(pending):  # an async callback
+                await pending
         if type(event) is PartialEvent:
             if on_partial is not None:
-                await _settled(on_partial(event.text))
+                pending = on_partial(event.text)
+                if pending is not None and inspect.isawaitable(pending):
+                    await pending
         elif answers is not None and questions is not None and type(event) is PermissionRequest:
-            answer = await _settled(answers(event))
+            answer = answers(event)
+            if inspect.isawaitable(answer):
+                answer = await answer
             questions.decide(event.request_id, as_decision(answer))
 
     return emit
-
-
-async def _settled(value: Any) -> Any:
-    """What a callback returned, awaited if it is awaitable (the callback was async)."""
-    return await value if inspect.isawaitable(value) else value
