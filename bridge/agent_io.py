@@ -22,13 +22,13 @@ import os
 import signal
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from .launch import LaunchPlan
 from .process import READ_CHUNK, AgentProcess, collect_orphans
+from .records import FrozenRecord
 from .result import Ending
 
 if TYPE_CHECKING:
@@ -212,13 +212,16 @@ class Outbox:
                     self.waiting -= len(data)
 
 
-@dataclass(slots=True, frozen=True)
-class TurnLimits:
+class TurnLimits(FrozenRecord):
     """What the driver needs of a profile: a turn's deadlines, and the grace a stopped agent gets."""
 
+    __slots__ = ("timeout_secs", "idle_timeout_secs", "kill_grace_secs")
     timeout_secs: float
     idle_timeout_secs: float | None
     kill_grace_secs: float
+
+    def __init__(self, timeout_secs: float, idle_timeout_secs: float | None, kill_grace_secs: float) -> None:
+        self._assign(timeout_secs=timeout_secs, idle_timeout_secs=idle_timeout_secs, kill_grace_secs=kill_grace_secs)
 
     @classmethod
     def of(cls, profile: Profile) -> TurnLimits:
