@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from .profile import Profile, json_schema, load_profile, parse_profile
     from .result import Outcome, TurnResult
     from .runner import TurnStream, open_turn, run_turn, run_turn_sync
-    from .supervisor import HostEvent
     from .turn import Attachment, Turn
+    from .turn_loop import HostEvent
 
 __version__ = "0.1.0"
 
@@ -68,7 +68,7 @@ _WHERE = {
     **dict.fromkeys(("Profile", "json_schema", "load_profile", "parse_profile"), "profile"),
     **dict.fromkeys(("Outcome", "TurnResult"), "result"),
     **dict.fromkeys(("TurnStream", "open_turn", "run_turn", "run_turn_sync"), "runner"),
-    "HostEvent": "supervisor",
+    "HostEvent": "turn_loop",
     **dict.fromkeys(("Attachment", "Turn"), "turn"),
     # the host runtime's names, through `bridge.host`
     **dict.fromkeys(

@@ -21,7 +21,6 @@ touched: that is the host's own.
 
 from __future__ import annotations
 
-import _signal
 import errno
 import os
 import select
@@ -54,9 +53,9 @@ _children_listed: bool | None = None
 class AgentProcess:
     """A running agent and the parent's ends of its pipes.
 
-    stdout and stderr are raw non-blocking descriptors: the supervisor reads
+    stdout and stderr are raw non-blocking descriptors: the driver (`agent_io`) reads
     them directly, which saves an event-loop iteration per read over a stream
-    object (see `supervisor._Reader`).
+    object (see `agent_io.Reader`).
     """
 
     def __init__(
@@ -484,8 +483,7 @@ def _signal_reset() -> Callable[[], None] | None:
     Only then: any pre-exec step makes Python fork instead of vfork, which
     costs every spawn of a large host noticeably more.
     """
-    # _signal is what `signal` wraps; its getsignal skips the enum conversion (a few us per spawn).
-    ignored = [signum for signum in _STOP_SIGNALS if _signal.getsignal(signum) == _signal.SIG_IGN]
+    ignored = [signum for signum in _STOP_SIGNALS if signal.getsignal(signum) == signal.SIG_IGN]
     if not ignored:
         return None
 

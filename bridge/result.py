@@ -14,7 +14,6 @@ from typing import Any, Literal
 from .dialects import (
     ActivityEvent,
     AgentInput,
-    BodyLine,
     ErrorEvent,
     Event,
     LineCut,
@@ -124,7 +123,7 @@ class TurnResult(FrozenRecord):
 
 
 class Ending(FrozenRecord):
-    """How the agent's process ended, as the supervisor saw it."""
+    """How the agent's process ended, as its driver (`agent_io`, `warm_agent`) saw it."""
 
     __slots__ = ("returncode", "timeout", "cancelled", "spawn_failure", "unread")
     returncode: int | None  # as from waitpid: -N when killed by signal N
@@ -170,7 +169,6 @@ class TurnRecorder:
         "partials",
         "usage",
         "_unfinished",
-        "_streaming",
     )
 
     def __init__(self, profile: Profile) -> None:
@@ -185,7 +183,6 @@ class TurnRecorder:
         self._body_full = False
         self._partial_room: int | None = cap  # characters of partials still allowed; None = no cap
         self._partials_cut = False
-        self._streaming = profile.streaming
         self._line_cut = False  # the decoder cut an over-long line
         self.session_id = ""
         self.error = ""
@@ -195,82 +192,69 @@ class TurnRecorder:
         self._unfinished = ""  # the dialect saw the stream end before the agent's final event
 
     def record(self, events: list[Event]) -> list[Forwarded]:
-        """Record a batch of events; returns, in order, what to forward to the host and the warnings to log.
-
-        Called once per chunk of output, so the per-line work stays inside one loop.
-        """
+        """Record a batch of events; returns, in order, what to forward to the host and the warnings to log."""
         forward: list[Forwarded] = []
-        pass_on = forward.append
-        body = self._body
-        length = self._body_length
-        lines = self._body_lines
-        body_full = self._body_full
-        # A partial is passed on as it is unless a cap, an error or `streaming: false` says otherwise.
-        plain_partials = self._partial_room is None and not self.error_seen and self._streaming
-        plain_partials_seen = 0
         for event in events:
-            kind = type(event)
-            if kind is PartialEvent:
-                if plain_partials:
-                    plain_partials_seen += 1
-                    pass_on(event)  # type: ignore[arg-type]
-                elif (partial := self._forward_partial(event)) is not None:  # type: ignore[arg-type]
-                    pass_on(partial)
-            elif kind is BodyLine:
-                if body_full:
+            if isinstance(event, PartialEvent):
+                # A partial passes as it is unless a cap, an error or `streaming: false` says otherwise.
+                if self._partial_room is None and not self.error_seen and self._profile.streaming:
+                    self.partials += 1
+                    forward.append(event)
+                elif (partial := self._limited_partial(event)) is not None:
+                    forward.append(partial)
+            elif isinstance(event, str):  # a BodyLine
+                if self._body_full:
                     continue
-                grown = length + len(event) + (1 if lines else 0)  # type: ignore[arg-type]
+                grown = self._body_length + len(event) + (1 if self._body_lines else 0)
                 if grown <= self._body_cap:
-                    body.append(event)  # type: ignore[arg-type]
-                    length = grown
-                    lines += 1
+                    self._body.append(event)
+                    self._body_length = grown
+                    self._body_lines += 1
                 else:
-                    joined = ("\n" + event) if lines else event  # type: ignore[operator]
-                    self._body_tail = joined[: self._body_cap - length]
-                    body_full = True
-            elif kind is SessionEvent:
-                self.session_id = event.session_id  # type: ignore[union-attr]
-                pass_on(event)  # type: ignore[arg-type]
-            elif kind is ErrorEvent:
-                if event.unfinished:  # type: ignore[union-attr]
-                    self._unfinished = event.text  # type: ignore[union-attr]
-                    continue  # its weight depends on how the process ended (see finish)
-                self.error_seen = True
-                plain_partials = False
-                self.error = event.text  # type: ignore[union-attr]
-                pass_on(event)  # type: ignore[arg-type]
-            elif kind is ReplyEvent:
-                body.clear()
-                self._body_runs.clear()
-                body_full = False
-                self._body_tail = ""
-                length = lines = 0
-                text = event.text  # type: ignore[union-attr]
-                if len(text) <= self._body_cap:
-                    body.append(text)
-                    length, lines = len(text), 1
+                    joined = ("\n" + event) if self._body_lines else event
+                    self._body_tail = joined[: self._body_cap - self._body_length]
+                    self._body_full = True
+            elif isinstance(event, SessionEvent):
+                self.session_id = event.session_id
+                forward.append(event)
+            elif isinstance(event, ErrorEvent):
+                if event.unfinished:
+                    self._unfinished = event.text  # its weight depends on how the process ended (see finish)
                 else:
-                    self._body_tail = text[: self._body_cap]
-                    body_full = True
-            elif kind is UsageEvent:
-                usage = event.usage  # type: ignore[union-attr]
-                self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)  # type: ignore[union-attr]
-            else:  # activity, permission requests, input for the agent, warnings
-                if kind is LineCut:
+                    self.error_seen = True
+                    self.error = event.text
+                    forward.append(event)
+            elif isinstance(event, ReplyEvent):
+                self._set_reply(event.text)
+            elif isinstance(event, UsageEvent):
+                usage = event.usage
+                self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)
+            elif isinstance(event, (ActivityEvent, PermissionRequest, AgentInput, ProtocolWarning)):
+                if isinstance(event, LineCut):
                     self._line_cut = True
-                pass_on(event)  # type: ignore[arg-type]
-        self.partials += plain_partials_seen
-        self._body_full = body_full
-        self._body_length = length
-        self._body_lines = lines
-        if len(body) > _BODY_RUN:
+                forward.append(event)
+            # else: a warm agent's own events (ready, turn end, file requests) never reach a turn's recorder
+        if len(self._body) > _BODY_RUN:
             # Millions of short lines would cost ~50 bytes of object each on top of
             # their text; joined, the body's memory follows its character bound.
-            self._body_runs.append("\n".join(body))
-            body.clear()
+            self._body_runs.append("\n".join(self._body))
+            self._body.clear()
         return forward
 
-    def _forward_partial(self, event: PartialEvent) -> PartialEvent | None:
+    def _set_reply(self, text: str) -> None:
+        """The whole reply at once (JSON families): it replaces whatever body came before."""
+        self._body.clear()
+        self._body_runs.clear()
+        self._body_tail = ""
+        if len(text) <= self._body_cap:
+            self._body = [text]
+            self._body_length, self._body_lines, self._body_full = len(text), 1, False
+        else:
+            self._body_length = self._body_lines = 0
+            self._body_tail = text[: self._body_cap]
+            self._body_full = True
+
+    def _limited_partial(self, event: PartialEvent) -> PartialEvent | None:
         if self.error_seen or self._partials_cut or not self._profile.streaming:
             return None
         room = self._partial_room

@@ -41,8 +41,8 @@ from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_S
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..process import sweep_orphans_on_sigchld
-from ..supervisor import HostEvent
 from ..turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
+from ..turn_loop import HostEvent
 
 MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024

@@ -20,21 +20,23 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from ..agent_io import DRAIN_SECS, REAP_SECS
 from ..errors import BridgeError, DuplicateTurn, HostClosed, QueueFull, SessionIdRefused, TurnError, WarmStartError
 from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
 from ..questions import Questions
 from ..result import Outcome, TurnResult, cancelled_result
-from ..runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter, _ungrouped
-from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
+from ..runner import ungrouped
+from ..supervisor import drive_turn
 from ..turn import Turn, text_problem
+from ..turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
 from ..warm_agent import WarmAgent, start_failure_result
 from .common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
 from .file_turnlock import Place, TurnLocks
@@ -284,7 +286,7 @@ class Host(BaseHost):
             log.info("turn queued", queued=self._queue.waiting)
         task_status.started(turn_id)
 
-        emit = _emitter(on_partial, on_event, on_permission, questions)
+        emit = emit_to(on_partial, on_event, on_permission, questions)
         started = trio.current_time()
         try:
             if not runs_now:
@@ -298,8 +300,8 @@ class Host(BaseHost):
         self._outcomes[result.outcome.value] += 1
         if not result.ok:
             self._failed += 1
-        if emit is not None and (pending := emit(result)) is not None:
-            await pending
+        if emit is not None:
+            await emit(result)
         return result
 
     def cancel(self, turn_id: str) -> bool:
@@ -323,7 +325,7 @@ class Host(BaseHost):
         a `Decision`, or True/False. Returns False when that question waits for nothing (unknown turn or
         request, answered already, timed out, or its turn ended)."""
         flight = self._flights.get(turn_id)
-        return flight is not None and flight.questions.decide(request_id, _decision(answer))
+        return flight is not None and flight.questions.decide(request_id, as_decision(answer))
 
     def stats(self) -> HostStats:
         return HostStats(
@@ -361,7 +363,7 @@ class Host(BaseHost):
             raise
 
     async def _run(
-        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Any, log: Any
+        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Emit | None, log: Any
     ) -> TurnResult:
         if self._turn_locks is None:
             return await self._run_in_place(flight, profile, name, conversation, turn, emit, log)
@@ -403,7 +405,7 @@ class Host(BaseHost):
         return place
 
     async def _run_in_place(
-        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Any, log: Any
+        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Emit | None, log: Any
     ) -> TurnResult:
         # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
         # a thread hop ~100 µs), but a record can wait: for another process's write lock (up to the
@@ -427,17 +429,14 @@ class Host(BaseHost):
         if flight.cancel.is_set():  # cancelled before the agent started: do not start it
             return _cancelled_result(profile, trio.current_time())
 
-        def forward(event: HostEvent) -> Awaitable[None] | None:
-            # The result reaches the submitter's callbacks later, once its session is stored.
-            return emit(event) if emit is not None and type(event) is not TurnResult else None
-
         log.debug("turn started", resumed=bool(turn.session_id))
         agent: WarmAgent | None = None
         try:
-            with _ungrouped():  # a callback's exception reaches the submitter as itself
+            # The result reaches the submitter's callbacks later (see submit), once its session is stored.
+            with ungrouped():  # a callback's exception reaches the submitter as itself
                 if pool is None:
                     result = await drive_turn(
-                        profile, turn, forward, cancel=flight.cancel, turn_id=flight.turn_id, questions=flight.questions
+                        profile, turn, emit, cancel=flight.cancel, turn_id=flight.turn_id, questions=flight.questions
                     )
                 else:
                     started = trio.current_time()
@@ -446,9 +445,7 @@ class Host(BaseHost):
                     except WarmStartError as err:
                         result = start_failure_result(err, profile, log, round((trio.current_time() - started) * 1000))
                     else:
-                        result = await agent.turn(
-                            turn, forward, cancel=flight.cancel, questions=flight.questions, log=log
-                        )
+                        result = await agent.turn(turn, emit, cancel=flight.cancel, questions=flight.questions, log=log)
             try:
                 recorded = await trio.to_thread.run_sync(
                     self.store.record, name, conversation, turn.session_name, result

@@ -215,12 +215,12 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
         )
     except psycopg.OperationalError as err:
         raise PostgresUnavailable(
-            f"cannot connect to {shown_dsn(dsn)}: {_first_line(err)}; check that the "
+            f"cannot connect to {shown_dsn(dsn)}: {first_line(err)}; check that the "
             "server runs and the DSN (host, port, user, database) is right"
         ) from None
     except psycopg.ProgrammingError as err:
         raise PostgresError(
-            f"the PostgreSQL DSN is not valid: {_without_password(_first_line(err))}; write it "
+            f"the PostgreSQL DSN is not valid: {_without_password(first_line(err))}; write it "
             "as postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
         ) from None
     try:
@@ -263,17 +263,18 @@ def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
                         to_version=SCHEMA_VERSION,
                     )
     except psycopg.OperationalError as err:
-        raise PostgresUnavailable(f"{shown_dsn(dsn)}: {_first_line(err)}") from None
+        raise PostgresUnavailable(f"{shown_dsn(dsn)}: {first_line(err)}") from None
     except psycopg.Error as err:
         raise PostgresError(
-            f"cannot set up agent-bridge's tables in {shown_dsn(dsn)}: {_first_line(err)} "
+            f"cannot set up agent-bridge's tables in {shown_dsn(dsn)}: {first_line(err)} "
             "(the user needs CREATE on the database's public schema)"
         ) from None
     if not conn.autocommit:
         conn.rollback()
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """An error's message, first line only (PostgreSQL's add a detail and a hint below); its type if it has none."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
@@ -350,7 +351,7 @@ class Database:
                 value = operation(conn)
         except psycopg.OperationalError as err:
             conn.close()
-            raise PostgresUnavailable(f"{shown_dsn(self.dsn)}: {_first_line(err)}") from None
+            raise PostgresUnavailable(f"{shown_dsn(self.dsn)}: {first_line(err)}") from None
         except BaseException:
             if conn.broken:
                 conn.close()
@@ -447,7 +448,7 @@ async def listen(
                 while (note := pgconn.notifies()) is not None:
                     deliver(Notification(note.relname.decode(), note.extra.decode(), note.be_pid))
         except (psycopg.OperationalError, OSError) as err:
-            log.warning("the listening connection to PostgreSQL broke; reconnecting", error=_first_line(err))
+            log.warning("the listening connection to PostgreSQL broke; reconnecting", error=first_line(err))
         finally:
             conn.close()
 

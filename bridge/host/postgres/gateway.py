@@ -57,9 +57,8 @@ from ...errors import (
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
 from ...result import TurnResult
-from ...runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter
-from ...supervisor import Emit
 from ...turn import Turn, text_problem
+from ...turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
 from ..common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
 from . import queue
 from .db import (
@@ -358,7 +357,7 @@ class RemoteHost(BaseHost):
         if waiter is None or request_id not in waiter.asked or self._tasks is None:
             return False
         waiter.asked.discard(request_id)
-        decision = _decision(answer)
+        decision = as_decision(answer)
         order = {
             "decide": waiter.key,
             "request_id": request_id,
@@ -399,7 +398,7 @@ class RemoteHost(BaseHost):
         on_event: EventCallback | None,
         on_permission: PermissionCallback | None,
     ) -> _Waiter:
-        waiter = _Waiter(turn_id, key, _emitter(on_partial, on_event), on_permission)
+        waiter = _Waiter(turn_id, key, emit_to(on_partial, on_event), on_permission)
         self._waiters[turn_id] = waiter
         self._by_key[key] = waiter
         self._idle = trio.Event() if self._idle.is_set() else self._idle
@@ -459,8 +458,8 @@ class RemoteHost(BaseHost):
                         )
                     assert ending.result is not None  # a turn done without an error has its result
                     result = result_from_dict(ending.result)
-                    if waiter.emit is not None and (pending := waiter.emit(result)) is not None:
-                        await pending  # the result reaches on_event last, as from a local host
+                    if waiter.emit is not None:
+                        await waiter.emit(result)  # the result reaches on_event last, as from a local host
                     return result
                 with trio.move_on_after(POLL_SECS) as poll:
                     await waiter.changed.wait()
@@ -501,8 +500,8 @@ class RemoteHost(BaseHost):
             return
         if isinstance(event, PermissionRequest):
             waiter.asked.add(event.request_id)
-        if waiter.emit is not None and (pending := waiter.emit(event)) is not None:
-            await pending
+        if waiter.emit is not None:
+            await waiter.emit(event)
         if isinstance(event, PermissionRequest) and waiter.on_permission is not None:
             answer = waiter.on_permission(event)
             if inspect.isawaitable(answer):

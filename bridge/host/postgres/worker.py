@@ -44,7 +44,7 @@ from ...log import get_logger
 from ...permissions import Decision
 from ...profile import Profile
 from ...result import TurnResult, cancelled_result
-from ...supervisor import HostEvent
+from ...turn_loop import HostEvent
 from ..registry import ProfileRegistry
 from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
 from . import queue
@@ -419,8 +419,8 @@ class Worker:
         gateway, key, attempt = claimed.gateway, claimed.key, claimed.attempt
 
         def forward(event: HostEvent) -> None:
-            if type(event) is not TurnResult:
-                self._publisher.publish(gateway, key, attempt, event.to_dict())  # type: ignore[union-attr]
+            if not isinstance(event, TurnResult):
+                self._publisher.publish(gateway, key, attempt, event.to_dict())
 
         nobody_answers = None if claimed.turn.get("answered", True) else _deny
         try:
@@ -736,7 +736,7 @@ def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> in
             nursery.cancel_scope.cancel()
         return 0
 
-    from ...runner import _ungrouped
+    from ...runner import ungrouped
 
-    with _ungrouped():  # a BridgeError (PostgreSQL unreachable at start…) reaches the CLI as itself
+    with ungrouped():  # a BridgeError (PostgreSQL unreachable at start…) reaches the CLI as itself
         return trio.run(main)
