@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from .dialects import PROTOCOLS, Handover
 from .errors import LaunchError
@@ -41,6 +41,11 @@ PROTOCOL_VARIABLES = frozenset(
 MAX_ARG_STRLEN = 32 * 4096
 
 _TEMPLATE = re.compile(PLACEHOLDER_PATTERN.pattern + r"|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Names that usually hold what an agent logs in with: ANTHROPIC_API_KEY, GH_TOKEN, AWS_SECRET_ACCESS_KEY,
+# GOOGLE_APPLICATION_CREDENTIALS… A whole word after "_" (or the whole name), so TOKENIZERS_PARALLELISM is not one.
+_CREDENTIAL_NAME = re.compile(
+    r"(?:^|_)(?:API_?KEY|TOKEN|SECRET|SECRET_KEY|ACCESS_KEY|ACCESS_KEY_ID|PASSWORD|CREDENTIALS)$", re.IGNORECASE
+)
 
 
 class LaunchPlan(FrozenRecord):
@@ -98,9 +103,9 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
             )
 
     env = _base_environment(profile, environ)
-    for name, template in profile.env.items():
+    for name, value in profile.env.items():
         if name not in PROTOCOL_VARIABLES:
-            env[name] = _render(template, values, environ, profile.env_allowlist, notes, name)
+            env[name] = _render(value, values, environ, profile.env_allowlist, notes, name)
     env.update(_protocol_variables(profile, turn))
     if profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
         handover = Handover(keep_open=True)
@@ -155,6 +160,22 @@ def _base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str,
         _inherited[profile.env_inherit] = (dict(encoded), kept)
         return dict(kept)
     return kept
+
+
+def looks_like_credential(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (`*_API_KEY`, `*_TOKEN`, `*_SECRET`…)."""
+    return _CREDENTIAL_NAME.search(name) is not None
+
+
+def withheld_credentials(profile: Profile, environ: Mapping[str, str]) -> list[str]:
+    """The credential-like variables of `environ` the agent does not get, sorted: held back by `env_inherit:
+    minimal`, and neither set by the profile's `env` nor expanded (`${NAME}`) in one of its values."""
+    if profile.env_inherit == "all":
+        return []
+    passed = set(profile.env)
+    for template in profile.env.values():
+        passed.update(match.group(2) for match in _TEMPLATE.finditer(template) if match.group(2))
+    return sorted(name for name in environ if name not in passed and looks_like_credential(name))
 
 
 def _protocol_variables(profile: Profile, turn: Turn) -> dict[str, str]:
@@ -212,7 +233,7 @@ def _render(
     template: str,
     values: Mapping[str, str],
     environ: Mapping[str, str] | None = None,
-    allowlist: list[str] | None = None,
+    allowlist: Collection[str] | None = None,
     notes: list[str] | None = None,
     variable: str = "",
 ) -> str:
