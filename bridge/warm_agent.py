@@ -63,7 +63,7 @@ class WarmStartError(BridgeError):
 
     def result(self, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
         """The turn that could not run, as its result (a spawn failure)."""
-        log.warning("agent could not be started", reason=self.message, exit_code=self.exit_code)
+        log.warning("agent could not be started", reason=self.message, exit_code=self.exit_code, in_result=True)
         return TurnRecorder(profile).finish(
             Ending(spawn_failure=(self.exit_code, self.message)), stderr_tail=self.stderr_tail, duration_ms=duration_ms
         )
