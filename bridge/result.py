@@ -322,17 +322,12 @@ class TurnRecorder:
         agent_said_why = self.error_seen and bool(error)
         if outcome is Outcome.NOT_READING:  # the bridge stopped the agent: its reason, not what the agent said
             error, agent_said_why = f"the agent {cause}", False
-        # When the bridge names the cause in its own words, the agent's last stderr line usually says why.
-        last_line = ""
-        if not succeeded and (unfinished or not agent_said_why) and outcome not in _THE_BRIDGES_DOING:
-            last_line = last_stderr_line(stderr_tail)
-        if unfinished and last_line:
-            error = f"{error}; {_quoting(last_line)}"
+        if unfinished and (last_line := last_stderr_line(stderr_tail)):
+            # The dialect's words name no cause ("ended without finishing"); the agent's last stderr line may.
+            error = f"{error}; its stderr ends: {last_line}"
         error_reply = ""
         if not succeeded and profile.send_error_reply:
             error_reply = error if agent_said_why else f"The agent {cause}."
-            if last_line and not agent_said_why and not profile.include_stderr_in_reply:
-                error_reply = f"The agent {cause}; {_quoting(last_line)}"
             if profile.max_reply_chars is not None and len(error_reply) > profile.max_reply_chars:
                 error_reply = error_reply[: profile.max_reply_chars] + profile.truncation_suffix
         if profile.include_stderr_in_reply and stderr_tail:
@@ -343,8 +338,7 @@ class TurnRecorder:
         if outcome in (Outcome.AGENT_ERROR, Outcome.EXIT_NONZERO):
             held_back = withheld_credentials(profile, os.environ if environ is None else environ)
             if held_back:
-                said = error or "; ".join(filter(None, (f"the agent {cause}", last_line and _quoting(last_line))))
-                error = f"{said}; {credentials_note(profile, held_back)}"
+                error = f"{error or f'the agent {cause}'}; {credentials_note(profile, held_back)}"
         return TurnResult(
             reply=reply,
             session_id=self.session_id,
@@ -393,8 +387,6 @@ class TurnRecorder:
         return 0, Outcome.OK, ""
 
 
-# Outcomes whose cause is the bridge's own doing: the agent's stderr does not explain them.
-_THE_BRIDGES_DOING = (Outcome.TIMEOUT, Outcome.CANCELLED)
 _ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
@@ -408,18 +400,17 @@ def last_stderr_line(stderr_tail: str, limit: int = LAST_LINE_CHARS) -> str:
     return ""
 
 
-def _quoting(last_line: str) -> str:
-    return f"its stderr ends: {last_line}"
-
-
 def credentials_note(profile: Profile, names: list[str]) -> str:
     """What an error says about credentials the agent did not get (`launch.withheld_credentials`): their names,
     never their values, and the profile line that passes them."""
     named = names[:_CREDENTIALS_NAMED]
     listed = ", ".join(named) + (f" and {len(names) - len(named)} more" if len(names) > len(named) else "")
-    entries = ", ".join(f'{name}: "${{{name}}}"' for name in named)
+    entries = [f'{name}: "${{{name}}}"' for name in named]
     it = "it" if len(names) == 1 else "them"
-    where = f"add under its env: {entries}" if profile.env else f"add to the profile: env: {{{entries}}}"
+    if not profile.env:
+        where = f"add to the profile: env: {{{', '.join(entries)}}}"
+    else:
+        where = "add under its env" + (": " if len(entries) == 1 else ", a line each: ") + "; ".join(entries)
     return (
         f"the agent did not get {listed} from the bridge's environment (env_inherit: minimal holds back all "
         f"but PATH, HOME and the like); if it needs {it}, {where}"
