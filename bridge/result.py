@@ -13,7 +13,6 @@ import enum
 import os
 import re
 import signal
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from .dialects import (
@@ -293,15 +292,8 @@ class TurnRecorder:
         self.partials += 1
         return event
 
-    def finish(
-        self,
-        ending: Ending,
-        *,
-        stderr_tail: str = "",
-        duration_ms: int = 0,
-        environ: Mapping[str, str] | None = None,
-    ) -> TurnResult:
-        """Apply SPEC §4's precedence and build the result; `environ`: the bridge's (default: os.environ)."""
+    def finish(self, ending: Ending, *, stderr_tail: str = "", duration_ms: int = 0) -> TurnResult:
+        """Apply SPEC §4's precedence and build the result."""
         unfinished = False  # the error is the dialect's "ended without finishing", not the agent's own words
         if self._unfinished and not self.error_seen and ending.timeout is None and not ending.cancelled:
             self.error_seen = True  # the agent ended on its own, without finishing: that fails the turn
@@ -336,7 +328,7 @@ class TurnRecorder:
             elif error_reply:
                 error_reply = _with_stderr(error_reply, stderr_tail)
         if outcome in (Outcome.AGENT_ERROR, Outcome.EXIT_NONZERO):
-            held_back = withheld_credentials(profile, os.environ if environ is None else environ)
+            held_back = withheld_credentials(profile, os.environ)
             if held_back:
                 error = f"{error or f'the agent {cause}'}; {credentials_note(profile, held_back)}"
         return TurnResult(

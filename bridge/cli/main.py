@@ -95,7 +95,7 @@ exit codes:
   0        the agent replied
   N        the agent's own exit code when it failed (the error reply is on stderr)
   124      timed out (timeout_secs, idle_timeout_secs or --timeout)
-  130      cancelled (Ctrl-C or SIGTERM)
+  130      cancelled (Ctrl-C or SIGTERM; a second Ctrl-C kills the agent at once)
   126, 127 the agent could not be started (127: the command was not found)
   2        a bad profile or bad arguments; the message says what to fix
 """
