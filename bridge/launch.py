@@ -41,6 +41,11 @@ PROTOCOL_VARIABLES = frozenset(
 MAX_ARG_STRLEN = 32 * 4096
 
 _TEMPLATE = re.compile(PLACEHOLDER_PATTERN.pattern + r"|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Names that usually hold what an agent logs in with: ANTHROPIC_API_KEY, GH_TOKEN, AWS_SECRET_ACCESS_KEY,
+# GOOGLE_APPLICATION_CREDENTIALS… A whole word after "_" (or the whole name), so TOKENIZERS_PARALLELISM is not one.
+_CREDENTIAL_NAME = re.compile(
+    r"(?:^|_)(?:API_?KEY|TOKEN|SECRET|SECRET_KEY|ACCESS_KEY|ACCESS_KEY_ID|PASSWORD|CREDENTIALS)$", re.IGNORECASE
+)
 
 
 class LaunchPlan(FrozenRecord):
@@ -153,6 +158,22 @@ def _base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str,
         return {name: value for name, value in environ.items() if name not in PROTOCOL_VARIABLES}
     # Look values up only for the names kept.
     return {name: environ[name] for name in environ if name in INFRA_VARIABLES or name.startswith("LC_")}
+
+
+def looks_like_credential(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (`*_API_KEY`, `*_TOKEN`, `*_SECRET`…)."""
+    return _CREDENTIAL_NAME.search(name) is not None
+
+
+def withheld_credentials(profile: Profile, environ: Mapping[str, str]) -> list[str]:
+    """The credential-like variables of `environ` the agent does not get, sorted: held back by `env_inherit:
+    minimal`, and neither set by the profile's `env` nor expanded (`${NAME}`) in one of its values."""
+    if profile.env_inherit == "all":
+        return []
+    passed = set(profile.env)
+    for template in profile.env.values():
+        passed.update(match.group(2) for match in _TEMPLATE.finditer(template) if match.group(2))
+    return sorted(name for name in environ if name not in passed and looks_like_credential(name))
 
 
 def _protocol_variables(profile: Profile, session_id: str, session_name: str, turn: Turn | None) -> dict[str, str]:

@@ -374,6 +374,15 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
 
 
+def kill_agents_now() -> None:
+    """SIGKILL every agent this process runs, with its group, skipping the grace period (a second Ctrl-C).
+
+    Only groups of unreaped agents are signalled, so none of them can be a stranger's; each turn then
+    ends as its cancel would have, and reaps its agent and whatever that left."""
+    for pid in list(_LIVE_AGENTS):
+        _kill_quietly(os.killpg, pid)
+
+
 def _kill_quietly(kill: Callable[[int, int], None], target: int) -> None:
     try:
         kill(target, signal.SIGKILL)
@@ -537,17 +546,32 @@ def _explain_not_found(program: str, plan: LaunchPlan) -> LaunchError:
         # The file exists, so the missing piece is its #! interpreter.
         try:
             with open(path, "rb") as script:
-                first_line = script.readline(256).rstrip()
+                first_line = script.readline(256)
         except OSError:
             first_line = b""
+        if first_line.startswith(b"#!") and first_line.rstrip(b"\n").endswith(b"\r"):
+            import shlex  # only on this error's way
+
+            return LaunchError(
+                EXIT_CANNOT_RUN,
+                f"{program!r} has Windows line endings (CRLF): its #! line ends with a carriage return, which the "
+                f"OS takes as part of the interpreter's name; convert the file: sed -i 's/\\r$//' {shlex.quote(path)} "
+                f"(or dos2unix {shlex.quote(path)})",
+            )
         if first_line.startswith(b"#!"):
             interpreter = first_line[2:].decode("utf-8", "replace").strip()
             return LaunchError(
                 EXIT_CANNOT_RUN, f"{program!r} names an interpreter that does not exist: #!{interpreter}"
             )
     if "/" in program:
-        where = f" (relative to {plan.cwd or os.getcwd()})" if not os.path.isabs(program) else ""
-        return LaunchError(EXIT_NOT_FOUND, f"command {program!r} not found{where}")
+        if os.path.isabs(program):
+            return LaunchError(EXIT_NOT_FOUND, f"command {program!r} not found")
+        return LaunchError(
+            EXIT_NOT_FOUND,
+            f"command {program!r} not found (relative to {plan.cwd or os.getcwd()}, the agent's working "
+            'directory); for a file next to the profile, write "{{PROFILE_DIR}}/'
+            f'{program.removeprefix("./")}"',
+        )
     return LaunchError(EXIT_NOT_FOUND, f"command {program!r} not found on PATH")
 
 

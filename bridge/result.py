@@ -3,11 +3,15 @@
 `TurnRecorder` applies the turn-level rules (docs/protocol.md §3–§5) as events arrive:
 which partials are forwarded, the caps, the last session and error. Its
 `finish()` applies the exit-code precedence and builds the `TurnResult`.
+The one thing it reads is the bridge's environment, and only for a failed turn:
+to name the credentials `env_inherit: minimal` held back from the agent.
 """
 
 from __future__ import annotations
 
 import enum
+import os
+import re
 import signal
 from typing import Any, Literal
 
@@ -24,6 +28,7 @@ from .dialects import (
     Usage,
     UsageEvent,
 )
+from .launch import withheld_credentials
 from .permissions import PermissionRequest
 from .profile import Profile
 from .records import FrozenRecord
@@ -34,6 +39,8 @@ EXIT_CANCELLED = 130
 # memory: a reply body is never held beyond this many characters.
 HARD_REPLY_LIMIT = 8 * 1024 * 1024
 _BODY_RUN = 1024  # body lines kept as separate strings before they are joined
+LAST_LINE_CHARS = 200  # of the agent's last stderr line, quoted in a failed turn's error
+_CREDENTIALS_NAMED = 3  # held-back credentials named in an error; more are counted
 
 
 class Outcome(enum.StrEnum):
@@ -271,9 +278,11 @@ class TurnRecorder:
 
     def finish(self, ending: Ending, *, stderr_tail: str = "", duration_ms: int = 0) -> TurnResult:
         """Apply docs/protocol.md §4's precedence and build the result."""
+        unfinished = False  # the error is the dialect's "ended without finishing", not the agent's own words
         if self._unfinished and not self.error_seen and ending.timeout is None and not ending.cancelled:
             self.error_seen = True  # the agent ended on its own, without finishing: that fails the turn
             self.error = self._unfinished
+            unfinished = True
         profile = self._profile
         exit_code, outcome, cause = self._classify(ending)
         succeeded = exit_code == 0
@@ -289,6 +298,9 @@ class TurnRecorder:
         agent_said_why = self.error_seen and bool(error)
         if outcome is Outcome.NOT_READING:  # the bridge stopped the agent: its reason, not what the agent said
             error, agent_said_why = f"the agent {cause}", False
+        if unfinished and (last_line := last_stderr_line(stderr_tail)):
+            # The dialect's words name no cause ("ended without finishing"); the agent's last stderr line may.
+            error = f"{error}; its stderr ends: {last_line}"
         error_reply = ""
         if not succeeded and profile.send_error_reply:
             error_reply = error if agent_said_why else f"The agent {cause}."
@@ -299,6 +311,10 @@ class TurnRecorder:
                 reply = _with_stderr(reply, stderr_tail)
             elif error_reply:
                 error_reply = _with_stderr(error_reply, stderr_tail)
+        if outcome in (Outcome.AGENT_ERROR, Outcome.EXIT_NONZERO):
+            held_back = withheld_credentials(profile, os.environ)
+            if held_back:
+                error = f"{error or f'the agent {cause}'}; {credentials_note(profile, held_back)}"
         return TurnResult(
             reply=reply,
             session_id=self.session_id,
@@ -345,6 +361,36 @@ class TurnRecorder:
         if code:
             return code, Outcome.EXIT_NONZERO, cause
         return 0, Outcome.OK, ""
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def last_stderr_line(stderr_tail: str, limit: int = LAST_LINE_CHARS) -> str:
+    """The last non-blank line of the agent's stderr, without colours or control characters, cut to `limit`."""
+    for line in reversed(stderr_tail.splitlines()):
+        text = " ".join(_CONTROL.sub(" ", _ANSI_ESCAPE.sub("", line)).split())
+        if text:
+            return text if len(text) <= limit else text[: limit - 1] + "…"
+    return ""
+
+
+def credentials_note(profile: Profile, names: list[str]) -> str:
+    """What an error says about credentials the agent did not get (`launch.withheld_credentials`): their names,
+    never their values, and the profile line that passes them."""
+    named = names[:_CREDENTIALS_NAMED]
+    listed = ", ".join(named) + (f" and {len(names) - len(named)} more" if len(names) > len(named) else "")
+    entries = [f'{name}: "${{{name}}}"' for name in named]
+    it = "it" if len(names) == 1 else "them"
+    if not profile.env:
+        where = f"add to the profile: env: {{{', '.join(entries)}}}"
+    else:
+        where = "add under its env" + (": " if len(entries) == 1 else ", a line each: ") + "; ".join(entries)
+    return (
+        f"the agent did not get {listed} from the bridge's environment (env_inherit: minimal holds back all "
+        f"but PATH, HOME and the like); if it needs {it}, {where}"
+    )
 
 
 def cancelled_result(profile: Profile, duration_ms: int = 0) -> TurnResult:

@@ -52,7 +52,7 @@ from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn
 
 def start_failure_result(error: WarmStartError, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
     """The turn that could not run because its agent did not start (`error`), as its result (a spawn failure)."""
-    log.warning("agent could not be started", reason=error.message, exit_code=error.exit_code)
+    log.warning("agent could not be started", reason=error.message, exit_code=error.exit_code, in_result=True)
     return TurnRecorder(profile).finish(
         Ending(spawn_failure=(error.exit_code, error.message)), stderr_tail=error.stderr_tail, duration_ms=duration_ms
     )

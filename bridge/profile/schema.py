@@ -416,7 +416,8 @@ def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else None
         reason = err.problem or err.context or "syntax error"
-        return None, {}, [Problem(f"invalid YAML: {reason}", where, line)]
+        marked = [m.line for m in (err.problem_mark, err.context_mark) if m is not None]
+        return None, {}, [Problem(f"invalid YAML: {reason}{_unquoted_braces_hint(text, marked)}", where, line)]
     except yaml.YAMLError as err:
         return None, {}, [Problem(f"invalid YAML: {err}", where)]
     finally:
@@ -428,6 +429,24 @@ def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple
 
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A plain value that starts with "{" opens a YAML mapping: `command: {{PROFILE_DIR}}/a.sh` does not parse.
+_UNQUOTED_BRACES = re.compile(r"(?:^|(?<=[\s\[,]))\{\{[^\s,\]]*")
+
+
+def _unquoted_braces_hint(text: str, marked_lines: list[int]) -> str:
+    """For a YAML error: "; … must be quoted" when a value starts with `{{` (the lines YAML marked first)."""
+    lines = text.splitlines()
+    for index in [*marked_lines, *range(len(lines))]:
+        if index >= len(lines):
+            continue
+        line = lines[index].split(" #", 1)[0]
+        for match in _UNQUOTED_BRACES.finditer(line):
+            if line[: match.start()].count('"') % 2 == 0 and line[: match.start()].count("'") % 2 == 0:
+                return (
+                    f"; a value that starts with {{{{ must be in quotes, or YAML reads it as a mapping: "
+                    f'write "{match.group(0)}" (line {index + 1})'
+                )
+    return ""
 
 
 def _index_lines(

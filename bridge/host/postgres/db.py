@@ -179,7 +179,10 @@ def require_psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise PostgresError("PostgreSQL needs psycopg 3: pip install 'agent-bridge[postgres]'") from None
+        raise PostgresError(
+            "PostgreSQL needs psycopg 3: pip install 'agent-bridge[postgres]' "
+            "(in a checkout of agent-bridge: make install EXTRAS=postgres)"
+        ) from None
     return psycopg
 
 
