@@ -17,8 +17,8 @@ import trio
 from ..errors import ProtocolMisuse, SessionIdRefused
 from ..permissions import Decision
 from ..result import TurnResult
-from ..runner import EventCallback, PartialCallback, PermissionCallback
 from ..turn import Turn
+from ..turn_loop import EventCallback, PartialCallback, PermissionCallback
 
 # What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.
 ClientSessionIds = Literal["any", "stored"]

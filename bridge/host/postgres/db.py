@@ -32,6 +32,7 @@ from ...log import get_logger
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg import Connection
 
 T = TypeVar("T")
 SCHEMA_VERSION = 2
@@ -206,7 +207,7 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     psycopg = require_psycopg()
     try:
         # Keepalives: a server that vanished without closing the connection is noticed in seconds, not hours.
-        conn = psycopg.connect(
+        conn: Connection[Any] = psycopg.connect(
             dsn,
             autocommit=autocommit,
             connect_timeout=CONNECT_TIMEOUT_SECS,

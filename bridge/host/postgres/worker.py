@@ -198,11 +198,7 @@ class _Publisher:
                 try:
                     await self._db.run_retrying(
                         atomic=False,
-                        operation=lambda conn, channels=channels, payloads=payloads: conn.execute(
-                            "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(c, p, n) "
-                            "ORDER BY n",
-                            (channels, payloads),
-                        ).fetchall(),
+                        operation=functools.partial(_notify_all, channels=channels, payloads=payloads),
                         log=self._log,
                         what="streaming events",
                     )
@@ -451,7 +447,7 @@ class Worker:
                 worker=self.id,
                 result=result,
                 error=error,
-                record_session=lambda c, *row: record_session(c, *row, stamp),
+                record_session=functools.partial(record_session, stamp=stamp),
             )
 
         while not held.lost:
@@ -700,6 +696,14 @@ def _end_cancelled(profiles: dict[str, Profile], conn: Any) -> None:
     """End every queued turn that was cancelled (they never run), whatever runs in their conversations."""
     while queue.end_cancelled(conn, ending_of=partial(_cancelled_ending, profiles)):
         pass
+
+
+def _notify_all(conn: Any, *, channels: list[str], payloads: list[str]) -> None:
+    """Send each payload to its channel, in order, in one statement."""
+    conn.execute(
+        "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(c, p, n) ORDER BY n",
+        (channels, payloads),
+    ).fetchall()
 
 
 def _cancelled_ending(profiles: dict[str, Profile], name: str) -> tuple[TurnResult | None, dict[str, Any] | None]:
