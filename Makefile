@@ -1,5 +1,5 @@
 # `make run` and `make test` set up .venv from pyproject.toml on a fresh machine;
-# `make install` puts the agent-bridge command on your PATH.
+# `make install` puts the agent-bridge command on your PATH (`make install EXTRAS=postgres`: with an extra).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -31,7 +31,11 @@ run: $(VENV)/.installed
 LINK   := $(BINDIR)/agent-bridge
 TARGET := $(abspath $(BIN))/agent-bridge
 
+# Optional dependencies of pyproject.toml to add to the venv, comma-separated: `make install EXTRAS=postgres`.
+EXTRAS ?=
+
 install: $(VENV)/.installed
+	$(if $(EXTRAS),$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]')
 	@mkdir -p $(BINDIR)
 	@if [ -e $(LINK) -o -L $(LINK) ] && [ "$$(readlink $(LINK))" != "$(TARGET)" ]; then \
 	    echo "make install: $(LINK) exists and is not a link to $(TARGET); remove it, or choose another BINDIR=DIR" >&2; \

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/dialect_loop.py FILE [PROTOCOL] [REPEATS]   # MB/s of each repeat, then the median
 
-The turn loop of bridge/supervisor.py as a turn runs it — the dialect, the turn recorder, the host's `on_event`
+The turn loop of bridge/turn_loop.py as a turn runs it — the dialect, the turn recorder, the host's `on_event`
 (taking every event, doing nothing) — without the pipe, trio and the process. CPU time, not wall time: the
 machine is shared. Run it under cProfile, pyinstrument or py-spy to see where the time goes.
 """
@@ -18,8 +18,8 @@ from bridge import Profile, Turn
 from bridge.log import get_logger
 from bridge.questions import Questions
 from bridge.result import Ending, TurnRecorder
-from bridge.runner import _emitter
-from bridge.supervisor import _TurnLoop
+from bridge.runner import emit_to
+from bridge.turn_loop import TurnLoop
 
 CHUNK = 64 * 1024
 
@@ -42,11 +42,11 @@ def one_turn(profile: Profile, data: bytes, dialect_class: Any = None) -> float:
     began = time.process_time()
     dialect = (dialect_class or profile.dialect)(profile.dialect_context, Turn("hello"))
     recorder = TurnRecorder(profile)
-    loop = _TurnLoop(
+    loop = TurnLoop(
         dialect,
         recorder,
         profile.permission_policy,
-        _emitter(None, ignore),
+        emit_to(None, ignore),
         get_logger(),
         lambda data: None,
         Questions(),

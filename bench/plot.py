@@ -79,7 +79,6 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
         t = summary["turn"]
         names = ["subprocess.run", "bridge", "agentproc"]
         _bars(ax, names, [t[n]["median"] for n in names], "{:.2f}")
-        _target(ax, report.TURN_VS_FLOOR * t["subprocess.run"]["median"], f"{report.TURN_VS_FLOOR}× floor")
         _target(
             ax, report.TURN_VS_AGENTPROC * t["agentproc"]["median"], f"{report.TURN_VS_AGENTPROC}× agentproc", left=True
         )

@@ -1,4 +1,4 @@
-"""From raw samples to medians, ratios and the targets of issues 4 and 12; rendered as a console table and markdown."""
+"""From raw samples to medians, ratios and the targets of issues 4, 12 and 20; rendered as a console table and markdown."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import math
 import statistics
 from typing import Any
 
-# Issue 4's targets, measured on 2 cores, with issue 12's tighter ones where it set them.
-TURN_VS_FLOOR = 1.15
+# Issue 4's targets, measured on 2 cores, with issue 12's tighter ones where it set them. Issue 20 dropped the two
+# that chased the floor — per-turn ≤ 1.15× subprocess.run and 0.1 throughput ≥ 2× agentproc — for being ahead of
+# agentproc 0.4.2 on the same input (bench/PROFILING.md says why); row 1 keeps its floor ratio, without a target.
 TURN_VS_AGENTPROC = 0.8
-THROUGHPUT_VS_AGENTPROC = 2.0
+THROUGHPUT_VS_AGENTPROC = 1.0  # ahead: more than 1× agentproc 0.4.2's MB/s
 CONCURRENCY_WALL_S = 1.2
 LATENCY_P99_MS = 0.5
 PEAK_RSS_MB = 80.0
@@ -18,9 +19,9 @@ CLI_VS_FLOOR = 1.2
 CLI_RUN_MS = 150.0
 # Issue 10's: a warm turn costs under a tenth of a cold one of the same agent.
 WARM_VS_COLD = 0.1
-# Issue 12's, for every JSON dialect: a wire-0.4 stream at twice agentproc 0.20's runner (the wire-0.4 peer), and
-# partials within 1 ms.
-WIRE04_VS_AGENTPROC020 = 2.0
+# Issue 12's, for every JSON dialect: partials within 1 ms; and a turn faster than agentproc 0.20's runner (the
+# wire-0.4 peer) on the same input — issue 12 asked twice as fast, issue 20 "ahead", as for wire 0.1.
+WIRE04_VS_AGENTPROC020 = 1.0  # ahead: more than 1× agentproc 0.20
 JSON_LATENCY_P99_MS = 1.0
 
 
@@ -258,15 +259,7 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
 
     if "turn" in s:
         b, f, a = (s["turn"][c]["median"] for c in ("bridge", "subprocess.run", "agentproc"))
-        row(
-            "1 per-turn, median",
-            _ms(b),
-            f"{_ms(f)} subprocess.run",
-            _ms(a),
-            f"{b / f:.2f}× floor",
-            f"≤ {TURN_VS_FLOOR}× floor",
-            _verdict(b / f <= TURN_VS_FLOOR),
-        )
+        row("1 per-turn, median", _ms(b), f"{_ms(f)} subprocess.run", _ms(a), f"{b / f:.2f}× floor")
         row(
             "1 per-turn, median",
             "",
@@ -284,8 +277,8 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             f"{f:.0f} MB/s pipe only",
             f"{a:.1f} MB/s",
             f"{b / a:.2f}× agentproc",
-            f"≥ {THROUGHPUT_VS_AGENTPROC}× agentproc",
-            _verdict(b / a >= THROUGHPUT_VS_AGENTPROC),
+            f"> {THROUGHPUT_VS_AGENTPROC:g}× agentproc",
+            _verdict(b / a > THROUGHPUT_VS_AGENTPROC),
         )
         python_floor = s["throughput"].get("python floor", {})
         if python_floor.get("n"):
@@ -475,8 +468,8 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
                 f"{f['median']:.0f} MB/s pipe only" if f.get("n") else "",
                 f"{a['median']:.1f} MB/s (0.20)",
                 f"{ratio:.2f}× agentproc 0.20",
-                f"≥ {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20",
-                _verdict(ratio >= WIRE04_VS_AGENTPROC020),
+                f"> {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20",
+                _verdict(ratio > WIRE04_VS_AGENTPROC020),
             )
         lat, peer = w["latency"], w["latency, agentproc 0.20"]
         if lat.get("n"):
@@ -505,8 +498,8 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
                     f"{m['mb']:.1f} MB",
                     f"{_ms(hub * 1000)} (0.20, its hub profile)",
                     f"{hub / b:.2f}× agentproc 0.20",
-                    f"≥ {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20",
-                    _verdict(hub / b >= WIRE04_VS_AGENTPROC020),
+                    f"> {WIRE04_VS_AGENTPROC020:g}× agentproc 0.20",
+                    _verdict(hub / b > WIRE04_VS_AGENTPROC020),
                 )
             else:  # it does not: the same turn in wire 0.4, for scale
                 row(

@@ -1,7 +1,7 @@
 """Run the benchmarks: issue 4's six, the JSON dialects (codex-exec, wire 0.4), warm agents (issue 10) and the
 scale-out through PostgreSQL (issue 11); report medians, ratios and targets.
 
-    make bench            # full run, ~12 minutes: rewrites bench/RESULTS.md, bench/results.png, README's table
+    make bench            # full run, ~12 minutes: rewrites bench/RESULTS.md, bench/results.png, docs/performance.md's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
     bench/.venv/bin/python bench/run.py --help
 
@@ -414,20 +414,20 @@ def postgres_cluster(plan: list[Case], about: dict[str, Any]) -> Iterator[None]:
 # --------------------------------------------------------------------------- running
 
 
-README_BEGIN = "<!-- bench-results:begin (written by make bench) -->"
-README_END = "<!-- bench-results:end -->"
+TABLE_PAGE = os.path.join(ROOT, "docs", "performance.md")
+TABLE_BEGIN = "<!-- bench-results:begin (written by make bench) -->"
+TABLE_END = "<!-- bench-results:end -->"
 
 
-def update_readme(summary: dict[str, Any], about: dict[str, Any]) -> bool:
-    """Replace only the lines between the README's bench markers with the new table and machine."""
-    path = os.path.join(ROOT, "README.md")
-    with open(path, encoding="utf-8") as f:
+def update_table_page(summary: dict[str, Any], about: dict[str, Any]) -> bool:
+    """Replace only the lines between docs/performance.md's bench markers with the new table and machine."""
+    with open(TABLE_PAGE, encoding="utf-8") as f:
         text = f.read()
-    begin, end = text.find(README_BEGIN), text.find(README_END)
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
     if begin < 0 or end < begin:
         return False
-    block = f"{README_BEGIN}\n{report.markdown_table(summary)}\n\nMachine: {report.machine_line(about)}.\n"
-    with open(path, "w", encoding="utf-8") as f:
+    block = f"{TABLE_BEGIN}\n{report.markdown_table(summary)}\n\nMachine: {report.machine_line(about)}.\n"
+    with open(TABLE_PAGE, "w", encoding="utf-8") as f:
         f.write(text[:begin] + block + text[end:])
     return True
 
@@ -576,8 +576,8 @@ def main() -> int:
     plot.draw(summary, about, png)
     with open(md, "w") as out:
         out.write(markdown)
-    if not partial and update_readme(summary, about):
-        print("README.md: Performance table updated", file=sys.stderr)
+    if not partial and update_table_page(summary, about):
+        print(f"{os.path.relpath(TABLE_PAGE, ROOT)}: table updated", file=sys.stderr)
     print(
         f"raw: {os.path.relpath(os.path.join(RESULTS, 'latest.json'), ROOT)}; "
         f"summary: {os.path.relpath(md, ROOT)}; plot: {os.path.relpath(png, ROOT)}"

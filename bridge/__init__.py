@@ -13,19 +13,31 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .dialects import ActivityEvent, ErrorEvent, PartialEvent, PlanStep, SessionEvent, Usage
-    from .errors import BridgeError, LaunchError, Problem, ProfileError, TurnError
-    from .host.file_turnlock import TurnLockError
-    from .host.registry import UnknownProfile
-    from .host.runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionIdRefused, open_host
-    from .host.scheduler import QueueFull
-    from .host.sqlite_store import SessionRecord, SessionStore, StoreError
+    from .errors import (
+        BridgeError,
+        DuplicateTurn,
+        HostClosed,
+        LaunchError,
+        Problem,
+        ProfileError,
+        ProtocolMisuse,
+        QueueFull,
+        SessionIdRefused,
+        StoreError,
+        TurnError,
+        TurnLockError,
+        UnknownProfile,
+    )
+    from .host.common import BaseHost, HostStats
+    from .host.runtime import Host, open_host
+    from .host.sqlite_store import SessionRecord, SessionStore
     from .launch import LaunchPlan, plan_launch
     from .permissions import Decision, PermissionRequest
     from .profile import Profile, json_schema, load_profile, parse_profile
     from .result import Outcome, TurnResult
     from .runner import TurnStream, open_turn, run_turn, run_turn_sync
-    from .supervisor import HostEvent
     from .turn import Attachment, Turn
+    from .turn_loop import HostEvent
 
 __version__ = "0.1.0"
 
@@ -33,30 +45,34 @@ __version__ = "0.1.0"
 # conversation's place in its queue before the turn engine (trio, the dialects) is imported.
 _WHERE = {
     **dict.fromkeys(("ActivityEvent", "ErrorEvent", "PartialEvent", "PlanStep", "SessionEvent", "Usage"), "dialects"),
-    **dict.fromkeys(("BridgeError", "LaunchError", "Problem", "ProfileError", "TurnError"), "errors"),
+    **dict.fromkeys(
+        (
+            "BridgeError",
+            "DuplicateTurn",
+            "HostClosed",
+            "LaunchError",
+            "Problem",
+            "ProfileError",
+            "ProtocolMisuse",
+            "QueueFull",
+            "SessionIdRefused",
+            "StoreError",
+            "TurnError",
+            "TurnLockError",
+            "UnknownProfile",
+        ),
+        "errors",
+    ),
     **dict.fromkeys(("LaunchPlan", "plan_launch"), "launch"),
     **dict.fromkeys(("Decision", "PermissionRequest"), "permissions"),
     **dict.fromkeys(("Profile", "json_schema", "load_profile", "parse_profile"), "profile"),
     **dict.fromkeys(("Outcome", "TurnResult"), "result"),
     **dict.fromkeys(("TurnStream", "open_turn", "run_turn", "run_turn_sync"), "runner"),
-    "HostEvent": "supervisor",
+    "HostEvent": "turn_loop",
     **dict.fromkeys(("Attachment", "Turn"), "turn"),
     # the host runtime's names, through `bridge.host`
     **dict.fromkeys(
-        (
-            "DuplicateTurn",
-            "Host",
-            "HostClosed",
-            "HostStats",
-            "open_host",
-            "QueueFull",
-            "UnknownProfile",
-            "SessionIdRefused",
-            "SessionRecord",
-            "SessionStore",
-            "StoreError",
-            "TurnLockError",
-        ),
+        ("BaseHost", "Host", "HostStats", "open_host", "SessionRecord", "SessionStore"),
         "host",
     ),
 }
@@ -77,6 +93,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ActivityEvent",
     "Attachment",
+    "BaseHost",
     "BridgeError",
     "Decision",
     "DuplicateTurn",
@@ -94,6 +111,7 @@ __all__ = [
     "Problem",
     "Profile",
     "ProfileError",
+    "ProtocolMisuse",
     "QueueFull",
     "SessionEvent",
     "SessionIdRefused",

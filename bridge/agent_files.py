@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 from .dialects.base import shorten
 from .dialects.events import FileRequest
-from .errors import BridgeError
+from .errors import FileRefused
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 _MIB = MAX_FILE_BYTES // (1024 * 1024)
@@ -69,10 +69,6 @@ _PSEUDO_FILE_SYSTEMS = {
     0x42494E4D: "binfmt_misc",
     0x65735543: "fusectl",
 }
-
-
-class FileRefused(BridgeError):
-    """The request cannot be served; the message is the error the agent gets."""
 
 
 class FileRoot:

@@ -1,12 +1,18 @@
-"""The agent's process as the turn sees it: pipes, deadlines, kill escalation and its end.
+"""The agent's process as the bridge drives it: pipes, per-turn deadlines, kill escalation and its end.
 
-`AgentIO` knows nothing of what the agent says. It reads stdout and hands each
-chunk to whoever drives the turn, keeps the stderr tail, writes to stdin as
-often as asked (the handover, then any answers), enforces the turn's wall and
-idle deadlines and the host's cancel — SIGTERM or SIGINT to the group, the
-grace, SIGKILL — and reaps the agent and whatever it left behind. Every task
-runs in one nursery and every deadline is a cancel scope; cleanup runs under
-a shield, so no exit path can leave a process behind.
+`AgentIO` is the one driver of an agent process, whether it lives for one turn
+(`supervisor`) or for many (`warm_agent`). It knows nothing of what the agent
+says: it reads stdout (`Reader`) and hands each chunk to whoever drives the
+turn, keeps the stderr tail (`StderrTail`), writes to stdin as often as asked
+(the handover, then whatever `send` queues in its `Outbox`), drains the pipes
+for a bounded time once the agent has exited, and reaps the agent and whatever
+it left behind. A turn's wall and idle deadlines are a `TurnDeadline`, armed
+per turn (`begin_turn`): a one-turn process waits for its exit under it, a
+warm agent waits for its turn's end. `run()` is a one-turn process's whole
+life — the host's cancel or a deadline stop it with SIGINT or SIGTERM to the
+group, the grace, SIGKILL. Every task runs in a nursery, every deadline is a
+cancel scope, and cleanup runs under a shield, so no exit path can leave a
+process behind.
 """
 
 from __future__ import annotations
@@ -16,14 +22,17 @@ import os
 import signal
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from .launch import LaunchPlan
 from .process import READ_CHUNK, AgentProcess, collect_orphans
-from .profile import Profile
 from .result import Ending
+
+if TYPE_CHECKING:
+    from .profile import Profile
 
 STDERR_TAIL_BYTES = 4096
 # After the agent exits and its group is killed, output still in the pipes is
@@ -39,7 +48,7 @@ REAP_SECS = 1.0
 OUTBOX_LIMIT_BYTES = 64 * 1024 * 1024
 
 
-class _Reader:
+class Reader:
     """Reads one of the agent's pipes, inside one cancel scope armed only once the agent has exited.
 
     Until then reading has no deadline. After, the pipe may keep the turn
@@ -108,7 +117,7 @@ class StderrTail:
         self._tail = bytearray()
         self._total = 0
 
-    async def pump(self, reader: _Reader) -> None:
+    async def pump(self, reader: Reader) -> None:
         """Read `reader` to its end (or its scope's cancel)."""
         with reader.scope:
             while data := await reader.receive():
@@ -146,7 +155,7 @@ class Outbox:
     (queued, or being written) may exceed `limit` bytes only by one message put while nothing waited,
     so the largest answer reaches an agent that reads. Past that, the agent is not reading what it
     asked for: the outbox drops all it holds at once, takes nothing more, and calls `on_overflow`
-    (once), whose engine kills the agent. Shared by the one-process and the warm engine.
+    (once), whose driver kills the agent.
     """
 
     __slots__ = ("limit", "waiting", "overflowed", "_queue", "_closed", "_on_overflow", "_wakeup", "_writing")
@@ -203,35 +212,97 @@ class Outbox:
                     self.waiting -= len(data)
 
 
+@dataclass(slots=True, frozen=True)
+class TurnLimits:
+    """What the driver needs of a profile: a turn's deadlines, and the grace a stopped agent gets."""
+
+    timeout_secs: float
+    idle_timeout_secs: float | None
+    kill_grace_secs: float
+
+    @classmethod
+    def of(cls, profile: Profile) -> TurnLimits:
+        return cls(profile.timeout_secs, profile.idle_timeout_secs, profile.kill_grace_secs)
+
+
+class TurnDeadline:
+    """A turn's wall and idle deadlines, kept on one cancel scope: what waits for the turn's end runs in `scope`.
+
+    Output from the agent restarts the idle clock (`renew`); time the host spends
+    handling that output (`hold`) is not the agent's silence.
+    """
+
+    __slots__ = ("scope", "wall", "idle_secs")
+
+    def __init__(self, limits: TurnLimits, started: float) -> None:
+        self.wall = started + limits.timeout_secs
+        self.idle_secs = limits.idle_timeout_secs
+        self.scope = trio.CancelScope(deadline=self.from_now(started))
+
+    def from_now(self, now: float | None = None) -> float:
+        """When the turn times out if the agent says nothing more after `now` (default: now)."""
+        if self.idle_secs is None:
+            return self.wall
+        return min(self.wall, (trio.current_time() if now is None else now) + self.idle_secs)
+
+    def hold(self) -> None:
+        """The host handles the agent's output: only the wall deadline runs."""
+        self.scope.deadline = self.wall
+
+    def renew(self) -> None:
+        """The agent said something (and the host handled it): the idle clock starts over."""
+        self.scope.deadline = self.from_now()
+
+    def which(self) -> Literal["wall", "idle"]:
+        """Which deadline `scope` was cancelled by."""
+        return "wall" if trio.current_time() >= self.wall else "idle"
+
+
 class AgentIO:
-    """One running agent's I/O and lifetime; `run()` drives it to a reaped end."""
+    """One running agent's I/O and lifetime: its pipes' pumps, its stdin, its deadlines, its stop and reaping.
+
+    A one-turn process is driven by `run()`. A long-lived one starts the pumps
+    in its own nursery (`start_pumps`), waits for the exit (`wait_exited`),
+    then `reap()`s and `drain()`s; each of its turns is armed with `begin_turn`.
+    `on_not_reading` is called after an agent that left too much unread on its
+    stdin was killed.
+    """
 
     def __init__(
         self,
-        profile: Profile,
         plan: LaunchPlan,
         agent: AgentProcess,
         log: Any,
-        started: float,
+        limits: TurnLimits,
         on_stderr: Callable[[bytes], None] | None = None,
+        on_not_reading: Callable[[], None] | None = None,
     ) -> None:
-        self.profile = profile
         self.plan = plan
         self.agent = agent
         self.log = log
-        self.stdout = _Reader(agent.stdout)
-        self.stderr = _Reader(agent.stderr)
+        self.limits = limits
+        self.stdout = Reader(agent.stdout)
+        self.stderr = Reader(agent.stderr)
         self.stderr_tail = StderrTail(on_stderr)
         # With a pidfd, stderr is read by the wait for the agent's exit, not by a task of its own.
         self._on_stderr = self._stderr_while_waiting if agent.reads_stderr_while_waiting else None
-        # Only an agent whose stdin stays open is answered later.
+        # Only an agent whose stdin stays open is written to later.
         self.outbox = Outbox(self._not_reading) if plan.stdin_open else None
-        self.wall_deadline = started + profile.timeout_secs
-        idle = profile.idle_timeout_secs
-        self.exit_wait = trio.CancelScope(
-            deadline=self.wall_deadline if idle is None else min(self.wall_deadline, started + idle)
-        )
+        self._on_not_reading = on_not_reading
+        self.deadline: TurnDeadline | None = None  # the turn in progress's, if any
         self.cancel_requested = False
+
+    # ------------------------------------------------------------------ turns
+
+    def begin_turn(self, started: float) -> TurnDeadline:
+        """Arm a turn's deadlines from `started`: output restarts its idle clock until `end_turn`."""
+        self.deadline = TurnDeadline(self.limits, started)
+        return self.deadline
+
+    def end_turn(self) -> None:
+        self.deadline = None
+
+    # ------------------------------------------------------------------ a one-turn process
 
     async def run(
         self,
@@ -241,39 +312,127 @@ class AgentIO:
     ) -> Ending:
         """Pump the pipes until the agent has exited and its output is drained; `on_output` gets each stdout chunk.
 
-        `on_stopping` is called once the agent exited or is being stopped (a
-        timeout, a cancel): whatever waits on the host for this turn stops waiting.
+        The turn must have begun (`begin_turn`). `on_stopping` is called once the
+        agent exited or is being stopped (a timeout, a cancel): whatever waits on
+        the host for this turn stops waiting.
         """
         others = self.agent.stdin is not None or cancel is not None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.pump_stdout, on_output)
-            if self._on_stderr is None:
-                nursery.start_soon(self.pump_stderr)
-            if self.agent.stdin is not None:
-                nursery.start_soon(self.feed_stdin)
+            self.start_pumps(nursery, on_output)
             if cancel is not None:
                 nursery.start_soon(self.watch_cancel, cancel)
             ending = await self.wait_for_exit(on_stopping)
-            self.stdout.start_draining(DRAIN_SECS)
-            self.stderr.start_draining(DRAIN_SECS)
-            if self._on_stderr is not None and not self.stderr.done.is_set():  # the rest of stderr
-                await self.pump_stderr()
-            for reader in (self.stdout, self.stderr):
-                if not reader.done.is_set():  # waiting on a set event would still cost a schedule point
-                    await reader.done.wait()
-            if self.stdout.cut or self.stderr.cut:
-                self.log.warning(
-                    "a process outside the agent's group still holds its output open; stopped reading",
-                    drain_secs=DRAIN_SECS,
-                )
+            await self.drain()
             if others:  # stdin, the host's cancel: the pipes are done, so these are no longer needed
                 nursery.cancel_scope.cancel()
         return ending
+
+    async def wait_for_exit(self, on_stopping: Callable[[], None] | None = None) -> Ending:
+        """Wait for the agent's exit within the turn's deadlines, stopping it at one (or the host's cancel); reap."""
+        deadline = self.deadline
+        assert deadline is not None, "begin_turn first"
+        with deadline.scope:
+            await self.wait_exited()
+        if on_stopping is not None:
+            on_stopping()
+        timeout = None
+        if deadline.scope.cancelled_caught:
+            if self.cancel_requested:
+                self.log.info("turn cancelled by the host; interrupting the agent")
+                await self.stop(signal.SIGINT)
+            else:
+                timeout = deadline.which()
+                self.log.warning(
+                    "turn timed out; terminating the agent",
+                    timeout=timeout,
+                    limit_secs=self.limits.timeout_secs if timeout == "wall" else self.limits.idle_timeout_secs,
+                    in_result=True,
+                )
+                await self.stop(signal.SIGTERM)
+        returncode = await self.reap()
+        return Ending(
+            returncode=returncode,
+            timeout=timeout,
+            cancelled=self.cancel_requested and timeout is None,
+            unread=self.outbox.overflowed if self.outbox is not None else 0,
+        )
+
+    async def watch_cancel(self, cancel: trio.Event) -> None:
+        await cancel.wait()
+        self.cancel_requested = True
+        assert self.deadline is not None
+        self.deadline.scope.cancel()
+
+    async def abandon(self) -> None:
+        """The host went away mid-turn: stop the agent as a host cancel, without reading further."""
+        if self.agent.reaped:
+            return
+        self.agent.close_output()  # the host is gone: nobody reads any more
+        await self.stop(signal.SIGINT)
+        await self.reap()
+
+    # ------------------------------------------------------------------ the pieces
+
+    def start_pumps(self, nursery: trio.Nursery, on_output: Callable[[bytes], Awaitable[None]]) -> None:
+        """Read stdout (each chunk to `on_output`) and stderr, and write stdin, in `nursery`'s tasks."""
+        nursery.start_soon(self.pump_stdout, on_output)
+        if self._on_stderr is None:
+            nursery.start_soon(self.pump_stderr)
+        if self.agent.stdin is not None:
+            nursery.start_soon(self.feed_stdin)
+
+    async def wait_exited(self) -> None:
+        """Return once the agent has exited (unreaped); with a pidfd, stderr is read meanwhile."""
+        await self.agent.wait_exited(self._on_stderr)
+
+    async def drain(self) -> None:
+        """The agent has exited: read what is left in its pipes, each for at most `DRAIN_SECS` spent waiting."""
+        self.stdout.start_draining(DRAIN_SECS)
+        self.stderr.start_draining(DRAIN_SECS)
+        if self._on_stderr is not None and not self.stderr.done.is_set():  # the rest of stderr
+            await self.pump_stderr()
+        for reader in (self.stdout, self.stderr):
+            if not reader.done.is_set():  # waiting on a set event would still cost a schedule point
+                await reader.done.wait()
+        if self.stdout.cut or self.stderr.cut:
+            self.log.warning(
+                "a process outside the agent's group still holds its output open; stopped reading",
+                drain_secs=DRAIN_SECS,
+            )
+
+    async def stop(self, signum: int) -> None:
+        """`signum` to the group; after `kill_grace_secs`, SIGKILL. Waits for the exit: call where nothing else does."""
+        grace = self.limits.kill_grace_secs
+        self.agent.signal_group(signum)
+        with trio.move_on_after(grace):
+            await self.wait_exited()
+            return
+        self.log.warning(
+            "agent still running after the grace period; killing it",
+            signal=signal.Signals(signum).name,
+            grace_secs=grace,
+        )
+        self.agent.signal_group(signal.SIGKILL)
+        await self.wait_exited()
+
+    def kill(self) -> None:
+        """SIGKILL to the group: whoever waits for the exit sees it soon."""
+        self.agent.signal_group(signal.SIGKILL)
+
+    async def reap(self) -> int:
+        """Collect the exited agent (killing what is left in its group first), then what it left behind and was
+        handed to us (only a subreaper is); returns its status as `AgentProcess.reap`."""
+        returncode = self.agent.reap()
+        await collect_orphans(trio.current_time() + REAP_SECS, self.agent.cgroup)
+        return returncode
 
     def send(self, data: bytes) -> None:
         """Write `data` to the agent's stdin after what was queued before (a no-op once stdin is closed)."""
         if self.outbox is not None:
             self.outbox.put(data)
+
+    def stderr_text(self) -> str:
+        return self.stderr_tail.text()
 
     def _not_reading(self) -> None:
         """The agent let more than the outbox's limit wait unread on its stdin: it is killed, and fails the turn."""
@@ -284,82 +443,24 @@ class AgentIO:
             limit_bytes=self.outbox.limit,
             in_result=True,
         )
-        self.agent.signal_group(signal.SIGKILL)
+        self.kill()
+        if self._on_not_reading is not None:
+            self._on_not_reading()
 
-    async def wait_for_exit(self, on_stopping: Callable[[], None] | None = None) -> Ending:
-        with self.exit_wait:
-            await self.agent.wait_exited(self._on_stderr)
-        if on_stopping is not None:
-            on_stopping()
-        timeout = None
-        if self.exit_wait.cancelled_caught:
-            if self.cancel_requested:
-                self.log.info("turn cancelled by the host; interrupting the agent")
-                await self.stop(signal.SIGINT)
-            else:
-                timeout = "wall" if trio.current_time() >= self.wall_deadline else "idle"
-                self.log.warning(
-                    "turn timed out; terminating the agent",
-                    timeout=timeout,
-                    limit_secs=self.profile.timeout_secs if timeout == "wall" else self.profile.idle_timeout_secs,
-                    in_result=True,
-                )
-                await self.stop(signal.SIGTERM)
-        returncode = self.agent.reap()
-        await self.reap_leftovers()
-        return Ending(
-            returncode=returncode,
-            timeout=timeout,
-            cancelled=self.cancel_requested and timeout is None,
-            unread=self.outbox.overflowed if self.outbox is not None else 0,
-        )
-
-    async def stop(self, signum: int) -> None:
-        """`signum` to the group; after `kill_grace_secs`, SIGKILL."""
-        self.agent.signal_group(signum)
-        with trio.move_on_after(self.profile.kill_grace_secs):
-            await self.agent.wait_exited(self._on_stderr)
-            return
-        self.log.warning(
-            "agent still running after the grace period; killing it",
-            signal=signal.Signals(signum).name,
-            grace_secs=self.profile.kill_grace_secs,
-        )
-        self.agent.signal_group(signal.SIGKILL)
-        await self.agent.wait_exited(self._on_stderr)
-
-    async def reap_leftovers(self) -> None:
-        """Kill and reap what the agent left behind and was handed to us (only a subreaper is)."""
-        await collect_orphans(trio.current_time() + REAP_SECS, self.agent.cgroup)
-
-    async def abandon(self) -> None:
-        """The host went away mid-turn: stop the agent as a host cancel, without reading further."""
-        if self.agent.reaped:
-            return
-        self.agent.close_output()  # the host is gone: nobody reads any more
-        await self.stop(signal.SIGINT)
-        self.agent.reap()
-        await self.reap_leftovers()
-
-    async def watch_cancel(self, cancel: trio.Event) -> None:
-        await cancel.wait()
-        self.cancel_requested = True
-        self.exit_wait.cancel()
+    # ------------------------------------------------------------------ the pumps
 
     async def pump_stdout(self, on_output: Callable[[bytes], Awaitable[None]]) -> None:
         reader = self.stdout
-        idle = self.profile.idle_timeout_secs
-        exit_wait = self.exit_wait
         try:
             with reader.scope:
                 while data := await reader.receive():
-                    if idle is None:
+                    deadline = self.deadline
+                    if deadline is None or deadline.idle_secs is None:
                         await on_output(data)
                     else:
-                        # Time spent in host callbacks is not the agent's silence.
-                        exit_wait.deadline = self.wall_deadline
+                        deadline.hold()  # time spent in host callbacks is not the agent's silence
                         await on_output(data)
-                        exit_wait.deadline = min(self.wall_deadline, trio.current_time() + idle)
+                        deadline.renew()
         finally:
             reader.done.set()
 
@@ -374,9 +475,6 @@ class AgentIO:
             self.stderr_tail.take(data)
         else:
             self.stderr.done.set()
-
-    def stderr_text(self) -> str:
-        return self.stderr_tail.text()
 
     async def feed_stdin(self) -> None:
         """Write the handover, then (with `stdin_open`) whatever `send` queues until the agent exits; then EOF.
@@ -395,4 +493,5 @@ class AgentIO:
         finally:
             if self.outbox is not None:
                 self.outbox.drop()
-            await stream.aclose()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()

@@ -26,7 +26,7 @@ itself joins the agent's cgroup (`joined`) and leaves it as soon as the
 agent exists. Every child the bridge starts, the keeper included, is started
 under `SPAWN_LOCK`, so no other child is born in an agent's cgroup; a host's
 own threads that start processes of their own during that instant would put
-them there too (see the README's Process hygiene).
+them there too (see docs/processes.md).
 """
 
 from __future__ import annotations

@@ -2,16 +2,47 @@
 
 A host can catch `BridgeError` to handle every bridge failure in one place, or a
 subclass to react to one kind. Messages are written for the person who has to
-fix the problem: they say what is wrong and, where possible, what to do.
+fix the problem: they say what is wrong and, where possible, what to do. Every
+exception class of the package is defined here; the modules that raise them
+re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still import.
+
+    BridgeError
+    ├── ProfileError (ValueError)          a profile does not load; `problems` lists why
+    │   └── UnknownProfile (LookupError)   no profile has the name a turn asked for
+    ├── TurnError (ValueError)             a turn's input cannot be sent to an agent
+    ├── ProtocolMisuse (RuntimeError)      a dialect, warm agent, turn stream or host used out of order
+    ├── LaunchError                        the agent could not be started (`exit_code` 126 or 127)
+    ├── WarmStartError                     a warm agent could not start, or its session not be set up
+    ├── FileRefused                        an agent's file request is refused (the message is its answer)
+    ├── HostClosed                         the host is shutting down and takes no new turns
+    ├── QueueFull                          every slot is busy and the queue is full
+    ├── DuplicateTurn (ValueError)         a turn with this id is already in flight
+    ├── SessionIdRefused                   the turn names a session that is not its conversation's
+    ├── StoreError                         the SQLite session store's file cannot be used
+    ├── TurnLockError                      the queue directory next to the session store cannot be used
+    ├── PostgresError                      PostgreSQL refused or could not be reached; `code` for serve
+    │   ├── PostgresUnavailable            the server cannot be reached right now: worth trying again
+    │   └── GatewayNameTaken               another live gateway holds this gateway's name
+    ├── RemoteTurnError                    no worker could run the turn; `code` says why
+    ├── TurnDetached                       the gateway stopped waiting for a turn that runs on
+    └── RequestError                       a serve request that gets an `error` response (`code`)
+
+An error whose `code` is set names the error code `agent-bridge serve` answers with.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 
 class BridgeError(Exception):
     """Root of every error agent-bridge raises."""
+
+    code: str | None = None
+    """The error code `agent-bridge serve` answers with, for an error that names its own (PostgreSQL's, the
+    gateway's, a refused request's); None: serve picks one by the error's class."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,8 +73,11 @@ class TurnError(BridgeError, ValueError):
     """A turn's input (message, session id, attachments…) cannot be sent to an agent."""
 
 
-class ProtocolMisuse(BridgeError):
-    """A dialect or warm agent was used out of order: a bug in the caller, not in the agent."""
+class ProtocolMisuse(BridgeError, RuntimeError):
+    """A dialect, warm agent, turn stream or host was used out of order: a bug in the caller, not in the agent.
+
+    Also a `RuntimeError`, which is what these raised before.
+    """
 
 
 class LaunchError(BridgeError):
@@ -57,3 +91,135 @@ class LaunchError(BridgeError):
         self.exit_code = exit_code
         self.message = message
         super().__init__(message)
+
+
+class UnknownProfile(ProfileError, LookupError):
+    """No profile in the directory has the name a turn asked for."""
+
+
+class WarmStartError(BridgeError):
+    """The agent could not be started, or its session not set up; `exit_code` as for a spawn failure."""
+
+    def __init__(self, exit_code: int, message: str, stderr_tail: str = "") -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.message = message
+        self.stderr_tail = stderr_tail
+
+
+class FileRefused(BridgeError):
+    """The request cannot be served; the message is the error the agent gets."""
+
+
+# ---------------------------------------------------------------------------- the host
+
+
+class HostClosed(BridgeError):
+    """The host is shutting down (or shut down) and takes no new turns."""
+
+
+class QueueFull(BridgeError):
+    """Every slot is busy and the queue holds as many turns as allowed; try again later."""
+
+
+class DuplicateTurn(BridgeError, ValueError):
+    """A turn with this id is already queued or running; ids must be unique among turns in flight."""
+
+
+class SessionIdRefused(BridgeError):
+    """The turn names a session id that is not its conversation's stored one, and the host takes only that one
+    (`client_session_ids="stored"`): a session id resumes whichever conversation's history it belongs to."""
+
+
+class StoreError(BridgeError):
+    """The session store's file cannot be used; the message names it and says what to do."""
+
+
+class TurnLockError(BridgeError):
+    """The queue directory next to the session store cannot be used; the message says what to do."""
+
+
+# ---------------------------------------------------------------------------- PostgreSQL
+
+
+class PostgresError(BridgeError):
+    """PostgreSQL refused or could not be reached; the message says which server and what to do."""
+
+    code: str
+
+    def __init__(self, message: str, *, code: str = "store_error") -> None:
+        super().__init__(message)
+        self.code = code  # serve's error code
+
+
+class PostgresUnavailable(PostgresError):
+    """The server cannot be reached right now (down, restarting, network): worth trying again."""
+
+
+class _NameHolder(Protocol):
+    """What `GatewayNameTaken` says of a name's holder (`bridge.host.postgres.queue.NameHolder` is the real one)."""
+
+    @property
+    def backend_pid(self) -> int: ...
+    @property
+    def host(self) -> str | None: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def since(self) -> datetime | None: ...
+
+
+class GatewayNameTaken(PostgresError):
+    """Another live gateway holds this gateway's name; the message names it and says what to do."""
+
+    def __init__(self, name: str, holder: _NameHolder | None, *, lost: bool = False) -> None:
+        if holder is not None and holder.pid is not None:
+            since = f", since {holder.since:%Y-%m-%d %H:%M:%S %Z}" if holder.since is not None else ""
+            who = f"a live gateway: pid {holder.pid} on host {holder.host}{since}"
+        elif holder is not None:
+            who = f"another connection (PostgreSQL backend pid {holder.backend_pid}) that recorded nothing of itself"
+        else:
+            who = "another gateway"
+        if lost:
+            message = (
+                f"this gateway lost its name {name!r} while its connection to PostgreSQL was down, and it "
+                f"is held now by {who}; this gateway takes no new turns. Stop one of the two"
+            )
+        else:
+            message = (
+                f"gateway name {name!r} is held by {who}. A name is one bot's (its turns, results and "
+                "sessions): stop that gateway first, or give this one another --name"
+            )
+        super().__init__(message, code="shutting_down")  # serve refuses turns with this code once it is lost
+        self.name = name
+        self.holder = holder
+
+
+class RemoteTurnError(BridgeError):
+    """A worker could not run the turn (unknown profile, a profile that does not load…); `code` says which."""
+
+    code: str
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TurnDetached(BridgeError):
+    """The gateway stopped waiting for a turn that still runs on a worker; its result waits in the queue."""
+
+    code = "detached"
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+class RequestError(BridgeError):
+    """A request that gets an `error` response; serve carries on."""
+
+    code: str
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

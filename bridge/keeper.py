@@ -23,7 +23,7 @@ kills every process left in it with `cgroup.kill` — whatever left its agent's
 group (`setsid`) included — and removes the directory. When the bridge ends
 normally the registry holds no group and the keeper only tidies up.
 
-A group's slot is cleared only after the supervisor has SIGKILLed the group
+A group's slot is cleared only after the bridge has SIGKILLed the group
 while its leader is still an unreaped zombie, so the registry never holds the
 id of a group that a stranger could have taken while the bridge lived. A
 `pwrite` is one system call, so a bridge killed at any moment leaves each slot

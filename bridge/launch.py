@@ -1,7 +1,7 @@
 """From (profile, turn) to exactly what the OS is asked to run. Pure: no I/O.
 
 Everything a spawn needs is decided here — argv, environment, working
-directory and stdin bytes — so the rules of SPEC §1–§2 are tested without a
+directory and stdin bytes — so the rules of docs/protocol.md §1–§2 are tested without a
 process, and the supervisor only executes a finished plan.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from .dialects import PROTOCOLS, Handover
@@ -41,6 +41,11 @@ PROTOCOL_VARIABLES = frozenset(
 MAX_ARG_STRLEN = 32 * 4096
 
 _TEMPLATE = re.compile(PLACEHOLDER_PATTERN.pattern + r"|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Names that usually hold what an agent logs in with: ANTHROPIC_API_KEY, GH_TOKEN, AWS_SECRET_ACCESS_KEY,
+# GOOGLE_APPLICATION_CREDENTIALS… A whole word after "_" (or the whole name), so TOKENIZERS_PARALLELISM is not one.
+_CREDENTIAL_NAME = re.compile(
+    r"(?:^|_)(?:API_?KEY|TOKEN|SECRET|SECRET_KEY|ACCESS_KEY|ACCESS_KEY_ID|PASSWORD|CREDENTIALS)$", re.IGNORECASE
+)
 
 
 @dataclass(slots=True, frozen=True)
@@ -59,21 +64,33 @@ class LaunchPlan:
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
-    """Build the launch plan; raises `LaunchError` (126) when the OS could not accept it."""
+    """Build the launch plan of `turn`'s agent; raises `LaunchError` (126) when the OS could not accept it."""
+    return _plan(profile, environ, turn.session_id, turn.session_name, turn)
+
+
+def plan_warm_launch(profile: Profile, environ: Mapping[str, str], *, session_id: str, session_name: str) -> LaunchPlan:
+    """Build the launch plan of a warm agent, whose process outlives turns: no message is in it (its dialect
+    writes every prompt to stdin), only the session it resumes. Raises as `plan_launch`."""
+    return _plan(profile, environ, session_id, session_name, None)
+
+
+def _plan(
+    profile: Profile, environ: Mapping[str, str], session_id: str, session_name: str, turn: Turn | None
+) -> LaunchPlan:
     new_session_id = ""
-    if not turn.session_id and any(NEW_SESSION_ID in word for word in profile.new_session_args):
+    if not session_id and any(NEW_SESSION_ID in word for word in profile.new_session_args):
         import uuid  # only profiles that name new sessions pay for the module
 
         new_session_id = str(uuid.uuid4())
     values = {
-        "MESSAGE": turn.message,
-        "SESSION_ID": turn.session_id,
-        "SESSION_NAME": turn.session_name,
+        "MESSAGE": turn.message if turn is not None else "",
+        "SESSION_ID": session_id,
+        "SESSION_NAME": session_name,
         "PROFILE_DIR": profile.profile_dir,
         "NEW_SESSION_ID": new_session_id,
     }
     notes: list[str] = []
-    template = profile.resume_argv_template if turn.session_id else profile.argv_template
+    template = profile.resume_argv_template if session_id else profile.argv_template
     argv = tuple(_render(word, values) for word in template)
     for index, word in enumerate(argv):
         if _too_long(word):
@@ -84,11 +101,11 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
             )
 
     env = _base_environment(profile, environ)
-    for name, template in profile.env.items():
+    for name, value_template in profile.env.items():
         if name not in PROTOCOL_VARIABLES:
-            env[name] = _render(template, values, environ, profile.env_allowlist, notes, name)
-    env.update(_protocol_variables(profile, turn))
-    if profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
+            env[name] = _render(value_template, values, environ, profile.env_allowlist, notes, name)
+    env.update(_protocol_variables(profile, session_id, session_name, turn))
+    if turn is None or profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
         handover = Handover(keep_open=True)
     else:
         handover = profile.dialect.handover(turn, profile.dialect_context)
@@ -122,37 +139,39 @@ def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> Lau
     )
 
 
-# The variables each `env_inherit` kept from os.environ, with a copy of os.environ's encoded contents they came from.
-_inherited: dict[str, tuple[dict[bytes, bytes], dict[str, str]]] = {}
-
-
 def _base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:
-    # os.environ decodes every name and value it yields (~19 us for 36 variables); comparing its encoded
-    # contents with those of the last turn is done in C, so an unchanged environment is not decoded again.
-    encoded = getattr(environ, "_data", None) if environ is os.environ else None
-    if encoded is not None and (last := _inherited.get(profile.env_inherit)) is not None and last[0] == encoded:
-        return dict(last[1])
     if profile.env_inherit == "all":
-        kept = {name: value for name, value in environ.items() if name not in PROTOCOL_VARIABLES}
-    else:
-        # Look values up only for the names kept.
-        kept = {name: environ[name] for name in environ if name in INFRA_VARIABLES or name.startswith("LC_")}
-    if encoded is not None:
-        _inherited[profile.env_inherit] = (dict(encoded), kept)
-        return dict(kept)
-    return kept
+        return {name: value for name, value in environ.items() if name not in PROTOCOL_VARIABLES}
+    # Look values up only for the names kept.
+    return {name: environ[name] for name in environ if name in INFRA_VARIABLES or name.startswith("LC_")}
 
 
-def _protocol_variables(profile: Profile, turn: Turn) -> dict[str, str]:
+def looks_like_credential(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (`*_API_KEY`, `*_TOKEN`, `*_SECRET`…)."""
+    return _CREDENTIAL_NAME.search(name) is not None
+
+
+def withheld_credentials(profile: Profile, environ: Mapping[str, str]) -> list[str]:
+    """The credential-like variables of `environ` the agent does not get, sorted: held back by `env_inherit:
+    minimal`, and neither set by the profile's `env` nor expanded (`${NAME}`) in one of its values."""
+    if profile.env_inherit == "all":
+        return []
+    passed = set(profile.env)
+    for template in profile.env.values():
+        passed.update(match.group(2) for match in _TEMPLATE.finditer(template) if match.group(2))
+    return sorted(name for name in environ if name not in passed and looks_like_credential(name))
+
+
+def _protocol_variables(profile: Profile, session_id: str, session_name: str, turn: Turn | None) -> dict[str, str]:
     variables = {
-        "AGENT_MESSAGE": turn.message,
-        "AGENT_SESSION_ID": turn.session_id,
-        "AGENT_SESSION_NAME": turn.session_name,
-        "AGENT_FROM_USER": turn.from_user,
+        "AGENT_MESSAGE": turn.message if turn is not None else "",
+        "AGENT_SESSION_ID": session_id,
+        "AGENT_SESSION_NAME": session_name,
+        "AGENT_FROM_USER": turn.from_user if turn is not None else "",
         "AGENT_STREAMING": "1" if profile.streaming else "0",
         "AGENT_PROTOCOL_VERSION": PROTOCOL_VERSION,
     }
-    if turn.attachments:
+    if turn is not None and turn.attachments:
         variables["AGENT_ATTACHMENTS"] = json.dumps(
             [attachment.to_dict() for attachment in turn.attachments], ensure_ascii=False
         )
@@ -198,7 +217,7 @@ def _render(
     template: str,
     values: Mapping[str, str],
     environ: Mapping[str, str] | None = None,
-    allowlist: list[str] | None = None,
+    allowlist: Collection[str] | None = None,
     notes: list[str] | None = None,
     variable: str = "",
 ) -> str:

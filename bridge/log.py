@@ -1,4 +1,4 @@
-"""Structured logs to stderr, never stdout (SPEC §7).
+"""Structured logs to stderr, never stdout (docs/protocol.md §7).
 
 stdout belongs to replies (and to `--json` NDJSON), so a log line there would
 corrupt what a host parses. Hosts that configure structlog themselves keep
@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Literal, TextIO
 
 LogFormat = Literal["auto", "console", "json"]
@@ -71,7 +71,7 @@ def _apply(level: str, log_format: LogFormat, hide_in_result: bool) -> None:
         else structlog.processors.JSONRenderer()
     )
 
-    def said_in_result(logger: Any, method: str, record: dict[str, Any]) -> dict[str, Any]:
+    def said_in_result(logger: Any, method: str, record: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         if record.pop(IN_RESULT, False) and hide_in_result:
             raise structlog.DropEvent
         return record
@@ -86,6 +86,7 @@ def _apply(level: str, log_format: LogFormat, hide_in_result: bool) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(_NUMBERS[level.lower()]),
         # One write per record (PrintLogger writes the newline separately): whoever
         # receives it (see `records_to`) gets whole lines.
+        # structlog types `file` as TextIO, but writes and flushes only: _CurrentStderr does both.
         logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )

@@ -21,7 +21,6 @@ touched: that is the host's own.
 
 from __future__ import annotations
 
-import _signal
 import errno
 import os
 import select
@@ -54,9 +53,9 @@ _children_listed: bool | None = None
 class AgentProcess:
     """A running agent and the parent's ends of its pipes.
 
-    stdout and stderr are raw non-blocking descriptors: the supervisor reads
+    stdout and stderr are raw non-blocking descriptors: the driver (`agent_io`) reads
     them directly, which saves an event-loop iteration per read over a stream
-    object (see `supervisor._Reader`).
+    object (see `agent_io.Reader`).
     """
 
     def __init__(
@@ -375,6 +374,15 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text.rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
 
 
+def kill_agents_now() -> None:
+    """SIGKILL every agent this process runs, with its group, skipping the grace period (a second Ctrl-C).
+
+    Only groups of unreaped agents are signalled, so none of them can be a stranger's; each turn then
+    ends as its cancel would have, and reaps its agent and whatever that left."""
+    for pid in list(_LIVE_AGENTS):
+        _kill_quietly(os.killpg, pid)
+
+
 def _kill_quietly(kill: Callable[[int, int], None], target: int) -> None:
     try:
         kill(target, signal.SIGKILL)
@@ -484,8 +492,7 @@ def _signal_reset() -> Callable[[], None] | None:
     Only then: any pre-exec step makes Python fork instead of vfork, which
     costs every spawn of a large host noticeably more.
     """
-    # _signal is what `signal` wraps; its getsignal skips the enum conversion (a few us per spawn).
-    ignored = [signum for signum in _STOP_SIGNALS if _signal.getsignal(signum) == _signal.SIG_IGN]
+    ignored = [signum for signum in _STOP_SIGNALS if signal.getsignal(signum) == signal.SIG_IGN]
     if not ignored:
         return None
 
@@ -539,17 +546,32 @@ def _explain_not_found(program: str, plan: LaunchPlan) -> LaunchError:
         # The file exists, so the missing piece is its #! interpreter.
         try:
             with open(path, "rb") as script:
-                first_line = script.readline(256).rstrip()
+                first_line = script.readline(256)
         except OSError:
             first_line = b""
+        if first_line.startswith(b"#!") and first_line.rstrip(b"\n").endswith(b"\r"):
+            import shlex  # only on this error's way
+
+            return LaunchError(
+                EXIT_CANNOT_RUN,
+                f"{program!r} has Windows line endings (CRLF): its #! line ends with a carriage return, which the "
+                f"OS takes as part of the interpreter's name; convert the file: sed -i 's/\\r$//' {shlex.quote(path)} "
+                f"(or dos2unix {shlex.quote(path)})",
+            )
         if first_line.startswith(b"#!"):
             interpreter = first_line[2:].decode("utf-8", "replace").strip()
             return LaunchError(
                 EXIT_CANNOT_RUN, f"{program!r} names an interpreter that does not exist: #!{interpreter}"
             )
     if "/" in program:
-        where = f" (relative to {plan.cwd or os.getcwd()})" if not os.path.isabs(program) else ""
-        return LaunchError(EXIT_NOT_FOUND, f"command {program!r} not found{where}")
+        if os.path.isabs(program):
+            return LaunchError(EXIT_NOT_FOUND, f"command {program!r} not found")
+        return LaunchError(
+            EXIT_NOT_FOUND,
+            f"command {program!r} not found (relative to {plan.cwd or os.getcwd()}, the agent's working "
+            'directory); for a file next to the profile, write "{{PROFILE_DIR}}/'
+            f'{program.removeprefix("./")}"',
+        )
     return LaunchError(EXIT_NOT_FOUND, f"command {program!r} not found on PATH")
 
 

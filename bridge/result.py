@@ -1,14 +1,18 @@
 """From decoded events and the way the process ended to the result a host gets. Pure.
 
-`TurnRecorder` applies the turn-level rules (SPEC §3–§5) as events arrive:
+`TurnRecorder` applies the turn-level rules (docs/protocol.md §3–§5) as events arrive:
 which partials are forwarded, the caps, the last session and error. Its
 `finish()` applies the exit-code precedence and builds the `TurnResult`.
+The one thing it reads is the bridge's environment, and only for a failed turn:
+to name the credentials `env_inherit: minimal` held back from the agent.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import os
+import re
 import signal
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -16,7 +20,6 @@ from typing import Any, Literal
 from .dialects import (
     ActivityEvent,
     AgentInput,
-    BodyLine,
     ErrorEvent,
     Event,
     LineCut,
@@ -27,6 +30,7 @@ from .dialects import (
     Usage,
     UsageEvent,
 )
+from .launch import withheld_credentials
 from .permissions import PermissionRequest
 from .profile import Profile
 
@@ -36,6 +40,8 @@ EXIT_CANCELLED = 130
 # memory: a reply body is never held beyond this many characters.
 HARD_REPLY_LIMIT = 8 * 1024 * 1024
 _BODY_RUN = 1024  # body lines kept as separate strings before they are joined
+LAST_LINE_CHARS = 200  # of the agent's last stderr line, quoted in a failed turn's error
+_CREDENTIALS_NAMED = 3  # held-back credentials named in an error; more are counted
 
 
 class Outcome(enum.StrEnum):
@@ -54,7 +60,7 @@ class Outcome(enum.StrEnum):
 
 @dataclass(slots=True, frozen=True)
 class TurnResult:
-    """Everything a host needs after a turn (SPEC §5)."""
+    """Everything a host needs after a turn (docs/protocol.md §5)."""
 
     reply: str
     session_id: str
@@ -83,7 +89,7 @@ class TurnResult:
 
 @dataclass(slots=True, frozen=True)
 class Ending:
-    """How the agent's process ended, as the supervisor saw it."""
+    """How the agent's process ended, as its driver (`agent_io`, `warm_agent`) saw it."""
 
     returncode: int | None = None  # as from waitpid: -N when killed by signal N
     timeout: Literal["wall", "idle"] | None = None
@@ -116,7 +122,6 @@ class TurnRecorder:
         "partials",
         "usage",
         "_unfinished",
-        "_streaming",
     )
 
     def __init__(self, profile: Profile) -> None:
@@ -131,7 +136,6 @@ class TurnRecorder:
         self._body_full = False
         self._partial_room: int | None = cap  # characters of partials still allowed; None = no cap
         self._partials_cut = False
-        self._streaming = profile.streaming
         self._line_cut = False  # the decoder cut an over-long line
         self.session_id = ""
         self.error = ""
@@ -141,82 +145,69 @@ class TurnRecorder:
         self._unfinished = ""  # the dialect saw the stream end before the agent's final event
 
     def record(self, events: list[Event]) -> list[Forwarded]:
-        """Record a batch of events; returns, in order, what to forward to the host and the warnings to log.
-
-        Called once per chunk of output, so the per-line work stays inside one loop.
-        """
+        """Record a batch of events; returns, in order, what to forward to the host and the warnings to log."""
         forward: list[Forwarded] = []
-        pass_on = forward.append
-        body = self._body
-        length = self._body_length
-        lines = self._body_lines
-        body_full = self._body_full
-        # A partial is passed on as it is unless a cap, an error or `streaming: false` says otherwise.
-        plain_partials = self._partial_room is None and not self.error_seen and self._streaming
-        plain_partials_seen = 0
         for event in events:
-            kind = type(event)
-            if kind is PartialEvent:
-                if plain_partials:
-                    plain_partials_seen += 1
-                    pass_on(event)  # type: ignore[arg-type]
-                elif (partial := self._forward_partial(event)) is not None:  # type: ignore[arg-type]
-                    pass_on(partial)
-            elif kind is BodyLine:
-                if body_full:
+            if isinstance(event, PartialEvent):
+                # A partial passes as it is unless a cap, an error or `streaming: false` says otherwise.
+                if self._partial_room is None and not self.error_seen and self._profile.streaming:
+                    self.partials += 1
+                    forward.append(event)
+                elif (partial := self._limited_partial(event)) is not None:
+                    forward.append(partial)
+            elif isinstance(event, str):  # a BodyLine
+                if self._body_full:
                     continue
-                grown = length + len(event) + (1 if lines else 0)  # type: ignore[arg-type]
+                grown = self._body_length + len(event) + (1 if self._body_lines else 0)
                 if grown <= self._body_cap:
-                    body.append(event)  # type: ignore[arg-type]
-                    length = grown
-                    lines += 1
+                    self._body.append(event)
+                    self._body_length = grown
+                    self._body_lines += 1
                 else:
-                    joined = ("\n" + event) if lines else event  # type: ignore[operator]
-                    self._body_tail = joined[: self._body_cap - length]
-                    body_full = True
-            elif kind is SessionEvent:
-                self.session_id = event.session_id  # type: ignore[union-attr]
-                pass_on(event)  # type: ignore[arg-type]
-            elif kind is ErrorEvent:
-                if event.unfinished:  # type: ignore[union-attr]
-                    self._unfinished = event.text  # type: ignore[union-attr]
-                    continue  # its weight depends on how the process ended (see finish)
-                self.error_seen = True
-                plain_partials = False
-                self.error = event.text  # type: ignore[union-attr]
-                pass_on(event)  # type: ignore[arg-type]
-            elif kind is ReplyEvent:
-                body.clear()
-                self._body_runs.clear()
-                body_full = False
-                self._body_tail = ""
-                length = lines = 0
-                text = event.text  # type: ignore[union-attr]
-                if len(text) <= self._body_cap:
-                    body.append(text)
-                    length, lines = len(text), 1
+                    joined = ("\n" + event) if self._body_lines else event
+                    self._body_tail = joined[: self._body_cap - self._body_length]
+                    self._body_full = True
+            elif isinstance(event, SessionEvent):
+                self.session_id = event.session_id
+                forward.append(event)
+            elif isinstance(event, ErrorEvent):
+                if event.unfinished:
+                    self._unfinished = event.text  # its weight depends on how the process ended (see finish)
                 else:
-                    self._body_tail = text[: self._body_cap]
-                    body_full = True
-            elif kind is UsageEvent:
-                usage = event.usage  # type: ignore[union-attr]
-                self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)  # type: ignore[union-attr]
-            else:  # activity, permission requests, input for the agent, warnings
-                if kind is LineCut:
+                    self.error_seen = True
+                    self.error = event.text
+                    forward.append(event)
+            elif isinstance(event, ReplyEvent):
+                self._set_reply(event.text)
+            elif isinstance(event, UsageEvent):
+                usage = event.usage
+                self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)
+            elif isinstance(event, (ActivityEvent, PermissionRequest, AgentInput, ProtocolWarning)):
+                if isinstance(event, LineCut):
                     self._line_cut = True
-                pass_on(event)  # type: ignore[arg-type]
-        self.partials += plain_partials_seen
-        self._body_full = body_full
-        self._body_length = length
-        self._body_lines = lines
-        if len(body) > _BODY_RUN:
+                forward.append(event)
+            # else: a warm agent's own events (ready, turn end, file requests) never reach a turn's recorder
+        if len(self._body) > _BODY_RUN:
             # Millions of short lines would cost ~50 bytes of object each on top of
             # their text; joined, the body's memory follows its character bound.
-            self._body_runs.append("\n".join(body))
-            body.clear()
+            self._body_runs.append("\n".join(self._body))
+            self._body.clear()
         return forward
 
-    def _forward_partial(self, event: PartialEvent) -> PartialEvent | None:
+    def _set_reply(self, text: str) -> None:
+        """The whole reply at once (JSON families): it replaces whatever body came before."""
+        self._body.clear()
+        self._body_runs.clear()
+        self._body_tail = ""
+        if len(text) <= self._body_cap:
+            self._body = [text]
+            self._body_length, self._body_lines, self._body_full = len(text), 1, False
+        else:
+            self._body_length = self._body_lines = 0
+            self._body_tail = text[: self._body_cap]
+            self._body_full = True
+
+    def _limited_partial(self, event: PartialEvent) -> PartialEvent | None:
         if self.error_seen or self._partials_cut or not self._profile.streaming:
             return None
         room = self._partial_room
@@ -232,10 +223,12 @@ class TurnRecorder:
         return event
 
     def finish(self, ending: Ending, *, stderr_tail: str = "", duration_ms: int = 0) -> TurnResult:
-        """Apply SPEC §4's precedence and build the result."""
+        """Apply docs/protocol.md §4's precedence and build the result."""
+        unfinished = False  # the error is the dialect's "ended without finishing", not the agent's own words
         if self._unfinished and not self.error_seen and ending.timeout is None and not ending.cancelled:
             self.error_seen = True  # the agent ended on its own, without finishing: that fails the turn
             self.error = self._unfinished
+            unfinished = True
         profile = self._profile
         exit_code, outcome, cause = self._classify(ending)
         succeeded = exit_code == 0
@@ -251,6 +244,9 @@ class TurnRecorder:
         agent_said_why = self.error_seen and bool(error)
         if outcome is Outcome.NOT_READING:  # the bridge stopped the agent: its reason, not what the agent said
             error, agent_said_why = f"the agent {cause}", False
+        if unfinished and (last_line := last_stderr_line(stderr_tail)):
+            # The dialect's words name no cause ("ended without finishing"); the agent's last stderr line may.
+            error = f"{error}; its stderr ends: {last_line}"
         error_reply = ""
         if not succeeded and profile.send_error_reply:
             error_reply = error if agent_said_why else f"The agent {cause}."
@@ -261,6 +257,10 @@ class TurnRecorder:
                 reply = _with_stderr(reply, stderr_tail)
             elif error_reply:
                 error_reply = _with_stderr(error_reply, stderr_tail)
+        if outcome in (Outcome.AGENT_ERROR, Outcome.EXIT_NONZERO):
+            held_back = withheld_credentials(profile, os.environ)
+            if held_back:
+                error = f"{error or f'the agent {cause}'}; {credentials_note(profile, held_back)}"
         return TurnResult(
             reply=reply,
             session_id=self.session_id,
@@ -277,7 +277,7 @@ class TurnRecorder:
         )
 
     def _classify(self, ending: Ending) -> tuple[int, Outcome, str]:
-        """(exit code, outcome, generic cause) in SPEC §4's order of precedence."""
+        """(exit code, outcome, generic cause) in docs/protocol.md §4's order of precedence."""
         profile = self._profile
         if ending.timeout == "wall":
             return EXIT_TIMEOUT, Outcome.TIMEOUT, f"timed out after {profile.timeout_secs:g} s"
@@ -307,6 +307,36 @@ class TurnRecorder:
         if code:
             return code, Outcome.EXIT_NONZERO, cause
         return 0, Outcome.OK, ""
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def last_stderr_line(stderr_tail: str, limit: int = LAST_LINE_CHARS) -> str:
+    """The last non-blank line of the agent's stderr, without colours or control characters, cut to `limit`."""
+    for line in reversed(stderr_tail.splitlines()):
+        text = " ".join(_CONTROL.sub(" ", _ANSI_ESCAPE.sub("", line)).split())
+        if text:
+            return text if len(text) <= limit else text[: limit - 1] + "…"
+    return ""
+
+
+def credentials_note(profile: Profile, names: list[str]) -> str:
+    """What an error says about credentials the agent did not get (`launch.withheld_credentials`): their names,
+    never their values, and the profile line that passes them."""
+    named = names[:_CREDENTIALS_NAMED]
+    listed = ", ".join(named) + (f" and {len(names) - len(named)} more" if len(names) > len(named) else "")
+    entries = [f'{name}: "${{{name}}}"' for name in named]
+    it = "it" if len(names) == 1 else "them"
+    if not profile.env:
+        where = f"add to the profile: env: {{{', '.join(entries)}}}"
+    else:
+        where = "add under its env" + (": " if len(entries) == 1 else ", a line each: ") + "; ".join(entries)
+    return (
+        f"the agent did not get {listed} from the bridge's environment (env_inherit: minimal holds back all "
+        f"but PATH, HOME and the like); if it needs {it}, {where}"
+    )
 
 
 def cancelled_result(profile: Profile, duration_ms: int = 0) -> TurnResult:

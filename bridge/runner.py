@@ -1,22 +1,26 @@
-"""The Python API for running turns (SPEC §8): a call, a stream, and a blocking call."""
+"""The Python API for running turns (docs/protocol.md §8): a call, a stream, and a blocking call.
+
+A host's callbacks may each be sync or async; `turn_loop.emit_to` makes them
+one `Emit`, the plain async callable the turn engine awaits for every event.
+"""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
-from .dialects import PartialEvent
+from .errors import ProtocolMisuse
 from .permissions import Decision, PermissionRequest
 from .profile import Profile
 from .questions import Questions
 from .result import TurnResult
-from .supervisor import Emit, HostEvent, drive_turn
+from .supervisor import drive_turn
 from .turn import Turn
+from .turn_loop import EventCallback, HostEvent, PartialCallback, PermissionCallback, as_decision, emit_to
 
 if TYPE_CHECKING:
     from .warm_agent import WarmAgent
@@ -24,10 +28,6 @@ if TYPE_CHECKING:
 # Events a slow consumer of `open_turn` may fall behind by before the agent's
 # output is back-pressured (bounded memory instead of an unbounded queue).
 EVENT_BUFFER = 16
-
-PartialCallback = Callable[[str], Awaitable[None] | None]
-EventCallback = Callable[[HostEvent], Awaitable[None] | None]
-PermissionCallback = Callable[[PermissionRequest], "Decision | bool | Awaitable[Decision | bool]"]
 
 
 async def run_turn(
@@ -49,10 +49,12 @@ async def run_turn(
     before `Cancelled` propagates.
     """
     questions = Questions(listening=on_permission is not None)
-    with _ungrouped():
-        return await drive_turn(
-            profile, turn, _emitter(on_partial, on_event, on_permission, questions), questions=questions
-        )
+    emit = emit_to(on_partial, on_event, on_permission, questions)
+    with ungrouped():
+        result = await drive_turn(profile, turn, emit, questions=questions)
+        if emit is not None:
+            await emit(result)
+    return result
 
 
 def run_turn_sync(
@@ -100,7 +102,7 @@ class TurnStream:
 
     def decide(self, request_id: str, answer: Decision | bool) -> bool:
         """Answer the agent's `PermissionRequest` `request_id`; False when it waits for no answer (any more)."""
-        return self._questions.decide(request_id, _decision(answer))
+        return self._questions.decide(request_id, as_decision(answer))
 
     async def settled(self, request_id: str) -> None:
         """Return once `request_id` waits for no answer (answered, timed out, or the turn ended)."""
@@ -110,7 +112,7 @@ class TurnStream:
     def result(self) -> TurnResult:
         """The turn's result, once the stream has delivered it."""
         if self._result is None:
-            raise RuntimeError("the turn has not finished; iterate the stream to its end first")
+            raise ProtocolMisuse("the turn has not finished; iterate the stream to its end first")
         return self._result
 
 
@@ -140,11 +142,14 @@ async def open_turn(
     async def produce() -> None:
         async with send:
             if agent is not None:
-                await agent.turn(turn, deliver, cancel=cancel, questions=questions, on_stderr=on_stderr)
+                result = await agent.turn(turn, deliver, cancel=cancel, questions=questions, on_stderr=on_stderr)
             else:
-                await drive_turn(profile, turn, deliver, cancel=cancel, on_stderr=on_stderr, questions=questions)
+                result = await drive_turn(
+                    profile, turn, deliver, cancel=cancel, on_stderr=on_stderr, questions=questions
+                )
+            await deliver(result)
 
-    with _ungrouped():
+    with ungrouped():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce)
             try:
@@ -155,107 +160,24 @@ async def open_turn(
                 receive.close()
 
 
-class _Ungrouped:
+@contextmanager
+def ungrouped() -> Iterator[None]:
     """Let a lone exception out of the bridge's own nurseries as itself, not as an ExceptionGroup.
 
     The nurseries are an implementation detail: a host whose callback (or
     `open_turn` block) raises LookupError must be able to catch LookupError.
-    Several exceptions at once stay grouped. (A class, not @contextmanager:
-    it is on every turn's path, and a generator costs more.)
+    Several exceptions at once stay grouped.
     """
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, group: BaseException | None, traceback: Any) -> bool:
-        if not isinstance(group, BaseExceptionGroup):
-            return False
+    try:
+        yield
+    except BaseExceptionGroup as group:
         error: BaseException = group
         while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
             error = error.exceptions[0]
         if error is group:
-            return False
+            raise
         context = error.__context__
         try:
             raise error
         finally:
             error.__context__ = context  # not the group it came in
-
-
-_UNGROUPED = _Ungrouped()
-
-
-def _ungrouped() -> _Ungrouped:
-    return _UNGROUPED
-
-
-def _decision(answer: Decision | bool) -> Decision:
-    return answer if isinstance(answer, Decision) else Decision(allow=bool(answer))
-
-
-def _emitter(
-    on_partial: PartialCallback | None,
-    on_event: EventCallback | None,
-    on_permission: PermissionCallback | None = None,
-    questions: Questions | None = None,
-) -> Emit | None:
-    """One `Emit` for the callbacks. Sync callbacks cost a plain call per event; only an
-    awaitable a callback returns is handed back to be awaited, so events stay in order."""
-    if on_permission is not None and questions is not None:
-        on_event = _answering(on_event, on_permission, questions)
-    if on_partial is None and on_event is None:
-        return None
-    if on_event is None:  # the common case for a chat bot, and a call less per partial
-        return partial(_emit_partial, on_partial)
-
-    def emit(event: HostEvent) -> Awaitable[None] | None:
-        pending = on_event(event)
-        if pending is not None and inspect.isawaitable(pending):
-            return _then_partial(pending, on_partial, event)
-        return _emit_partial(on_partial, event) if on_partial is not None else None
-
-    return emit
-
-
-def _emit_partial(on_partial: PartialCallback, event: HostEvent) -> Awaitable[None] | None:
-    """`on_partial` with a partial's text; what it returns only when that must be awaited."""
-    if type(event) is PartialEvent:
-        pending = on_partial(event.text)
-        if pending is not None and inspect.isawaitable(pending):
-            return pending  # type: ignore[return-value]
-    return None
-
-
-def _answering(
-    on_event: EventCallback | None, on_permission: PermissionCallback, questions: Questions
-) -> EventCallback:
-    """`on_event`, and `on_permission` answering each `PermissionRequest`."""
-
-    def event_and_answer(event: HostEvent) -> Awaitable[None] | None:
-        pending = on_event(event) if on_event is not None else None
-        if type(event) is not PermissionRequest:
-            return pending
-        return _answer(pending, on_permission, event, questions)
-
-    return event_and_answer
-
-
-async def _answer(
-    pending: Awaitable[None] | None, on_permission: PermissionCallback, request: PermissionRequest, questions: Questions
-) -> None:
-    if pending is not None and inspect.isawaitable(pending):
-        await pending
-    answer = on_permission(request)
-    if inspect.isawaitable(answer):
-        answer = await answer
-    questions.decide(request.request_id, _decision(answer))  # type: ignore[arg-type]
-
-
-async def _then_partial(pending: Awaitable[Any], on_partial: PartialCallback | None, event: HostEvent) -> None:
-    await pending
-    if on_partial is not None and type(event) is PartialEvent:
-        more = on_partial(event.text)
-        if more is not None and inspect.isawaitable(more):
-            await more

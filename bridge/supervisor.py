@@ -1,46 +1,37 @@
-"""Run one turn under trio: launch the agent, feed its output to its dialect, carry out what the dialect asks.
+"""Run one turn under trio: launch the agent, let its process and its events run, return the result.
 
-`drive_turn` is the turn engine every front door uses. It plans the launch,
-spawns the agent, and lets `AgentIO` (the process's pipes, deadlines and end)
-run it, while `_TurnLoop` feeds each chunk of stdout to the profile's dialect,
-records the events by the turn's rules, answers the agent's permission
-requests by the profile's policy, and delivers the rest to the host. Every
+`drive_turn` is the turn engine every front door uses. For a one-turn
+protocol it plans the launch, spawns the agent, and lets `AgentIO` (the
+process's pipes, deadlines and end) run it, while a `TurnLoop` feeds each
+chunk of stdout to the profile's dialect, records the events by the turn's
+rules, answers the agent's permission requests by the profile's policy, and
+delivers the rest to the host. A warm protocol's turn runs on a fresh
+`WarmAgent` (`run_warm_turn`), which uses the same driver and loop. Every
 dialect is driven the same way: a new agent family never touches this module.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
-from .agent_io import DRAIN_SECS, REAP_SECS, AgentIO
-from .dialects import (
-    ActivityEvent,
-    AgentInput,
-    ErrorEvent,
-    Event,
-    PartialEvent,
-    ProtocolWarning,
-    SessionEvent,
-)
+from .agent_io import AgentIO, TurnLimits
+from .dialects import SessionEvent
 from .errors import LaunchError
 from .launch import LaunchPlan, plan_launch
 from .log import get_logger
-from .permissions import Decision, PermissionPolicy, PermissionRequest
 from .process import start
 from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
+from .turn_loop import Emit, TurnLoop, finish_turn
+from .warm_agent import run_warm_turn
 
-HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | TurnResult
-# Delivers one event to the host; returns an awaitable only when there is something to await.
-Emit = Callable[[HostEvent], Awaitable[None] | None]
-
-__all__ = ["DRAIN_SECS", "REAP_SECS", "Emit", "HostEvent", "drive_turn"]
+__all__ = ["drive_turn"]
 
 
 async def drive_turn(
@@ -53,7 +44,7 @@ async def drive_turn(
     on_stderr: Callable[[bytes], None] | None = None,
     questions: Questions | None = None,
 ) -> TurnResult:
-    """Run one turn to its end and return the result; `emit` sees every host event, the result last.
+    """Run one turn to its end and return the result; `emit` sees every host event before (not the result).
 
     Setting `cancel` stops the agent the way a host cancel must (SIGINT, grace,
     SIGKILL) and still returns a result (exit 130). A trio cancellation of the
@@ -64,8 +55,6 @@ async def drive_turn(
     and the host answers it through `questions` (see `bridge.questions`).
     """
     if profile.warm:  # a long-lived agent, started for this one turn
-        from .warm_agent import run_warm_turn
-
         return await run_warm_turn(
             profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions, on_stderr=on_stderr
         )
@@ -78,13 +67,14 @@ async def drive_turn(
         log = _turn_logger(profile, turn_id, plan)
         log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)
         ending = Ending(spawn_failure=(err.exit_code, err.message))
-        return await _finish(TurnRecorder(profile), ending, "", started, emit, log)
+        return finish_turn(TurnRecorder(profile), ending, "", started, log)
 
     log = _turn_logger(profile, turn_id, plan)
     recorder = TurnRecorder(profile)
-    io = AgentIO(profile, plan, agent, log, started, on_stderr)
+    io = AgentIO(plan, agent, log, TurnLimits.of(profile), on_stderr)
+    io.begin_turn(started)
     questions = questions if questions is not None else Questions()
-    loop = _TurnLoop(
+    loop = TurnLoop(
         profile.dialect(profile.dialect_context, turn),
         recorder,
         profile.permission_policy,
@@ -106,7 +96,7 @@ async def drive_turn(
         raise
     finally:
         agent.close()
-    return await _finish(recorder, ending, io.stderr_text(), started, emit, log)
+    return finish_turn(recorder, ending, io.stderr_text(), started, log)
 
 
 def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None) -> Any:
@@ -114,98 +104,3 @@ def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None)
     for note in plan.notes if plan is not None else ():
         log.warning(note)
     return log
-
-
-async def _finish(
-    recorder: TurnRecorder, ending: Ending, stderr_tail: str, started: float, emit: Emit | None, log: Any
-) -> TurnResult:
-    duration_ms = round((trio.current_time() - started) * 1000)
-    result = recorder.finish(ending, stderr_tail=stderr_tail, duration_ms=duration_ms)
-    log.info(
-        "turn finished",
-        outcome=result.outcome.value,
-        exit_code=result.exit_code,
-        duration_ms=duration_ms,
-        partials=result.partials,
-    )
-    if emit is not None and (pending := emit(result)) is not None:
-        await pending
-    return result
-
-
-# Events that go to the host as they are (every other kind is acted on here first).
-_FOR_THE_HOST = frozenset({PartialEvent, ActivityEvent, SessionEvent, ErrorEvent})
-
-
-class _TurnLoop:
-    """Feeds the agent's output to its dialect and carries out the events, in order.
-
-    Shared by both kinds of agent: `send` writes to the agent's stdin (a
-    turn's process, or a warm agent's), `questions` holds what waits for the host.
-    """
-
-    __slots__ = ("dialect", "recorder", "policy", "emit", "log", "send", "questions", "feed")
-
-    def __init__(
-        self,
-        dialect: Any,
-        recorder: TurnRecorder,
-        policy: PermissionPolicy,
-        emit: Emit | None,
-        log: Any,
-        send: Callable[[bytes], None],
-        questions: Questions,
-    ) -> None:
-        self.dialect = dialect
-        self.recorder = recorder
-        self.policy = policy
-        self.emit = emit
-        self.log = log
-        self.send = send
-        self.questions = questions
-        self.feed = dialect.feed
-
-    async def on_output(self, data: bytes) -> None:
-        await self.handle(self.feed(data))
-
-    async def handle(self, events: list[Event]) -> None:
-        emit = self.emit
-        for event in self.recorder.record(events):
-            if type(event) in _FOR_THE_HOST:  # the bulk of a stream, first
-                if emit is not None and (pending := emit(event)) is not None:
-                    await pending
-            elif isinstance(event, ProtocolWarning):
-                self.log.warning(event.message)
-            elif isinstance(event, PermissionRequest):
-                await self.answer(event)
-            elif type(event) is AgentInput:
-                self.send(event.data)
-            elif emit is not None and (pending := emit(event)) is not None:
-                await pending
-
-    async def answer(self, request: PermissionRequest) -> None:
-        """Decide by the profile's policy (asking the host when it says ask), tell the agent, show the host."""
-        decision = self.policy.decide(request)
-        asked = decision is None
-        if decision is None:
-            decision = await self._ask(request)
-        self.log.info(
-            "the agent asked to run a tool", tool=request.tool, kind=request.kind, allowed=decision.allow, asked=asked
-        )
-        self.send(self.dialect.answer(request, decision))
-        if self.emit is not None:
-            status = "allowed" if decision.allow else "denied"
-            activity = ActivityEvent(
-                "tool", tool=request.tool, title=request.title, status=status, call_id=request.request_id
-            )
-            if (pending := self.emit(activity)) is not None:
-                await pending
-
-    async def _ask(self, request: PermissionRequest) -> Decision:
-        if self.emit is None or not self.questions.listening:  # nobody hears questions: no answer can come
-            return Decision(allow=False, message="nobody is there to answer")
-        with self.questions.asking(request.request_id, self.policy.timeout_secs) as question:
-            if (pending := self.emit(request)) is not None:
-                await pending
-            await question.answer()
-        return self.questions.result(question)

@@ -1,7 +1,9 @@
 """Warm agents: one long-lived process per conversation, many turns, one at a time.
 
 ACP, aionrs and Ante agents keep their session in a process that stays up
-between messages. `WarmAgent` is that process as the bridge sees it:
+between messages. `WarmAgent` is that process as the bridge sees it, driven
+by the same `AgentIO` as a one-turn process (pipes, outbox, drain, reaping)
+and taking its turns through the same `TurnLoop`:
 
 - `start(nursery)` spawns it (in its own process group, guarded by the keeper
   like every agent), runs its pumps in `nursery` — the host's pool, or a
@@ -9,11 +11,12 @@ between messages. `WarmAgent` is that process as the bridge sees it:
   or the stored one resumed) within the profile's `start_timeout_secs`;
 - `turn(...)` sends a message and returns the turn's result. Every rule of a
   turn holds as for a one-process turn: the recorder's caps and precedence,
-  the wall and idle deadlines (per turn), a host cancel, permission requests
-  answered by the profile's policy or asked of the host. A deadline or a
-  cancel first asks the agent to stop (the protocol's cancel); if the turn is
-  not over after `kill_grace_secs`, the process group is killed and the agent
-  is not reused. A process that dies mid-turn fails that turn;
+  the wall and idle deadlines (armed per turn: `AgentIO.begin_turn`), a host
+  cancel, permission requests answered by the profile's policy or asked of
+  the host. A deadline or a cancel first asks the agent to stop (the
+  protocol's cancel); if the turn is not over after `kill_grace_secs`, the
+  process group is killed and the agent is not reused. A process that dies
+  mid-turn fails that turn;
 - `close()` says goodbye (the protocol's shutdown, then end of file on its
   stdin), waits `kill_grace_secs`, then kills the group and reaps it.
 
@@ -26,47 +29,33 @@ and `agent-bridge run` drive a warm protocol.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import signal
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
-from .agent_files import FileRefused, FileRoot, serve_file_request
-from .agent_io import Outbox, StderrTail, _Reader
+from .agent_files import FileRoot, serve_file_request
+from .agent_io import AgentIO, TurnDeadline, TurnLimits
 from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
 from .dialects.events import AgentInput, FileRequest
-from .errors import BridgeError, LaunchError
-from .launch import plan_launch
+from .errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
+from .launch import plan_warm_launch
 from .log import get_logger
-from .process import AgentProcess, collect_orphans, start
+from .process import start
 from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
-from .supervisor import Emit, _TurnLoop
 from .turn import Turn
-
-# After the process exits, what is still in its pipes is read for at most this long.
-DRAIN_SECS = 1.0
+from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn
 
 
-class WarmStartError(BridgeError):
-    """The agent could not be started, or its session not set up; `exit_code` as for a spawn failure."""
-
-    def __init__(self, exit_code: int, message: str, stderr_tail: str = "") -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.message = message
-        self.stderr_tail = stderr_tail
-
-    def result(self, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
-        """The turn that could not run, as its result (a spawn failure)."""
-        log.warning("agent could not be started", reason=self.message, exit_code=self.exit_code)
-        return TurnRecorder(profile).finish(
-            Ending(spawn_failure=(self.exit_code, self.message)), stderr_tail=self.stderr_tail, duration_ms=duration_ms
-        )
+def start_failure_result(error: WarmStartError, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
+    """The turn that could not run because its agent did not start (`error`), as its result (a spawn failure)."""
+    log.warning("agent could not be started", reason=error.message, exit_code=error.exit_code, in_result=True)
+    return TurnRecorder(profile).finish(
+        Ending(spawn_failure=(error.exit_code, error.message)), stderr_tail=error.stderr_tail, duration_ms=duration_ms
+    )
 
 
 class WarmAgent:
@@ -82,37 +71,32 @@ class WarmAgent:
         self.turns = 0
         self.stamp = ""  # what the session store said when it recorded this agent's last turn ("": cannot tell)
         self.returncode: int | None = None
-        self._process: AgentProcess | None = None
+        self._io: AgentIO | None = None  # the process, once spawned
         self._dialect: Any = None
         self._cwd = ""
         self._files: FileRoot | None = None  # the working directory, held open while the agent lives
         self._file_request: trio.CancelScope | None = None  # the file request being served
         self._file_threads = trio.CapacityLimiter(1)  # an abandoned request's thread keeps its token until it ends
-        self._outbox: Outbox | None = None
         self._ready = trio.Event()
         self._dead = trio.Event()
         self._reaped = trio.Event()
         self._start_error = ""
-        self._stderr = StderrTail()  # this turn's (or, before the first, the start-up's)
         # The turn in progress.
-        self._loop: _TurnLoop | None = None
+        self._loop: TurnLoop | None = None
         self._wake: trio.Event | None = None  # set when the turn is over, failed in a callback, or the agent died
         self._turn_over = False
         self._turn_error: BaseException | None = None  # a host callback raised while the pumps ran the turn
-        self._turn_wait: trio.CancelScope | None = None
-        self._idle_secs: float | None = None
-        self._wall_deadline = math.inf
 
     # ------------------------------------------------------------------ state
 
     @property
     def alive(self) -> bool:
         """The process runs: it takes turns (now, or once the current one is over)."""
-        return self._process is not None and not self._dead.is_set()
+        return self._io is not None and not self._dead.is_set()
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self._io.agent.pid if self._io is not None else None
 
     def unfit_for(self, profile: Profile, session_id: str, stamp: str = "") -> str | None:
         """Why this agent cannot take a turn of `profile` that resumes `session_id` as if it had just resumed it;
@@ -133,25 +117,24 @@ class WarmAgent:
     async def start(self, nursery: trio.Nursery) -> None:
         """Spawn the agent and set its session up; raises `WarmStartError` when either fails."""
         profile = self.profile
+        process = None
         try:
-            plan = plan_launch(
-                profile, Turn("", session_id=self.session_id, session_name=self.session_name), os.environ
-            )
+            plan = plan_warm_launch(profile, os.environ, session_id=self.session_id, session_name=self.session_name)
             self._cwd = plan.cwd or os.getcwd()
             with contextlib.suppress(OSError):  # then spawn says what is wrong with the directory
                 self._files = FileRoot(self._cwd)  # held before the agent runs: it has moved nothing yet
-            self._process = await start(plan, kill_grace_secs=profile.kill_grace_secs)
+            process = await start(plan, kill_grace_secs=profile.kill_grace_secs)
         except LaunchError as err:
             raise WarmStartError(err.exit_code, err.message) from None
         finally:
-            if self._process is None and self._files is not None:
+            if process is None and self._files is not None:
                 self._files.close()
         self._dialect = profile.dialect(profile.dialect_context, session_id=self.session_id, cwd=self._cwd)
-        self.log = self.log.bind(pid=self._process.pid)
+        self.log = self.log.bind(pid=process.pid)
         self.log.info("warm agent started", program=plan.argv[0], resuming=bool(self.session_id))
-        self._outbox = outbox = Outbox(self._not_reading)
+        self._io = io = AgentIO(plan, process, self.log, TurnLimits.of(profile), on_not_reading=self._not_reading)
         await nursery.start(self._run)
-        self._send(self._dialect.open())
+        io.send(self._dialect.open())
         try:
             with trio.move_on_after(profile.start_timeout_secs):
                 await _first_of(self._ready, self._dead)
@@ -163,49 +146,51 @@ class WarmAgent:
         if self._dead.is_set():
             await self._reaped.wait()
             reason = self._start_error or f"it exited ({self._exit_text()}) while setting its session up"
-            if outbox.overflowed:
+            if io.outbox is not None and io.outbox.overflowed:
                 reason = "it stopped reading its stdin, so it was killed"
         else:
             reason = self._start_error or f"it did not set its session up within {profile.start_timeout_secs:g} s"
         await self.close(grace=0)
-        raise WarmStartError(126, f"the agent could not start its session: {reason}", self._stderr.text())
+        raise WarmStartError(126, f"the agent could not start its session: {reason}", io.stderr_text())
 
     async def close(self, grace: float | None = None) -> None:
         """Say goodbye, give the agent `grace` (default `kill_grace_secs`) to exit, then kill its group."""
-        process = self._process
-        if process is None:
+        io = self._io
+        if io is None:
             return
         grace = self.profile.kill_grace_secs if grace is None else grace
         with trio.CancelScope(shield=True):
             if not self._dead.is_set():
                 if grace > 0 and self._dialect is not None:
-                    self._send(self._dialect.shutdown())
-                if self._outbox is not None:
-                    self._outbox.close()  # end of file on its stdin, once what was queued is written
+                    io.send(self._dialect.shutdown())
+                if io.outbox is not None:
+                    io.outbox.close()  # end of file on its stdin, once what was queued is written
                 with trio.move_on_after(grace):
                     await self._dead.wait()
                 if not self._dead.is_set():
                     self.log.info("warm agent did not leave in time; killing it", grace_secs=grace)
-                    process.signal_group(signal.SIGKILL)
+                    io.kill()
             await self._reaped.wait()
 
     async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The agent's pumps until it is gone; then it is reaped (whatever ends this task, the group is killed)."""
-        process = self._process
-        assert process is not None
+        io = self._io
+        assert io is not None
         try:
             async with trio.open_nursery() as pumps:
-                pumps.start_soon(self._pump_stdout, _Reader(process.stdout))
-                pumps.start_soon(self._stderr.pump, _Reader(process.stderr))
-                pumps.start_soon(self._feed_stdin)
+                io.start_pumps(pumps, self._on_output)
                 task_status.started()
-                await process.wait_exited()
+                await io.wait_exited()
                 self._dead.set()
                 self._wake_turn()
-                if self._outbox is not None:
-                    self._outbox.drop()  # nobody will read it
-                # What is still in the pipes is read, for a bounded time (a stray process may hold them).
-                pumps.cancel_scope.deadline = trio.current_time() + DRAIN_SECS
+                if self._file_request is not None:
+                    self._file_request.cancel()  # nobody is there to read its answer
+                if io.outbox is not None:
+                    io.outbox.drop()  # nobody will read it
+                self.returncode = await io.reap()  # its group killed first, so only a stray process holds the pipes
+                await io.drain()
+                pumps.cancel_scope.cancel()
+            await self._route(self._dialect.close())
         except Exception as err:  # a dialect's bug: what the agent says cannot be read any more
             self.log.error("the warm agent's output could not be read; killing it", error=repr(err))
             if self._wake is not None:
@@ -215,72 +200,38 @@ class WarmAgent:
         finally:
             with trio.CancelScope(shield=True):
                 self._dead.set()
-                self.returncode = process.reap()  # kills whatever is left in its group first
-                await collect_orphans(trio.current_time() + 1.0, process.cgroup)
-                process.close()
+                if self.returncode is None:
+                    self.returncode = await io.reap()
+                io.agent.close()
                 if self._files is not None:
                     self._files.close()
                 self.log.info("warm agent ended", returncode=self.returncode, turns=self.turns)
                 self._reaped.set()
                 self._wake_turn()
 
-    # ------------------------------------------------------------------ pipes
-
-    def _send(self, data: bytes) -> None:
-        if self._outbox is not None:
-            self._outbox.put(data)
+    # ------------------------------------------------------------------ what the agent says
 
     def _not_reading(self) -> None:
-        """More than the outbox's limit waited unread on the agent's stdin: the agent is killed, its turn fails."""
-        assert self._outbox is not None and self._process is not None
-        self.log.warning(
-            "the warm agent stopped reading its stdin; killing it",
-            unread_bytes=self._outbox.overflowed,
-            limit_bytes=self._outbox.limit,
-        )
-        self._process.signal_group(signal.SIGKILL)
-        self._loop = None  # the turn takes no more events
+        """The driver killed the agent for leaving its stdin unread: its turn takes no more events and ends."""
+        self._loop = None
         self._wake_turn()
 
-    async def _feed_stdin(self) -> None:
-        process, outbox = self._process, self._outbox
-        assert process is not None and process.stdin is not None and outbox is not None
-        stream = process.stdin
-        try:
-            await outbox.write_to(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self.log.info("the warm agent closed its stdin")
-        finally:
-            outbox.drop()
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-
-    async def _pump_stdout(self, reader: _Reader) -> None:
-        with reader.scope:
-            while data := await reader.receive():
-                waiting = self._turn_wait
-                if waiting is None or self._idle_secs is None:
-                    await self._route(self._dialect.feed(data))
-                    continue
-                # Time spent in host callbacks (a question waiting for its answer) is not the agent's silence.
-                waiting.deadline = self._wall_deadline
-                await self._route(self._dialect.feed(data))
-                waiting.deadline = min(self._wall_deadline, trio.current_time() + self._idle_secs)
-        await self._route(self._dialect.close())
+    async def _on_output(self, data: bytes) -> None:
+        await self._route(self._dialect.feed(data))
 
     async def _route(self, events: list[Event]) -> None:
         """The turn gets its events; the session keeps its own (ready, input to write); the rest is dropped."""
+        assert self._io is not None
         batch: list[Event] = []
         for event in events:
-            kind = type(event)
-            if kind is Ready:
-                self.session_id = event.session_id  # type: ignore[union-attr]
+            if isinstance(event, Ready):
+                self.session_id = event.session_id
                 self._ready.set()
-            elif kind is AgentInput:
-                self._send(event.data)  # type: ignore[union-attr]
-            elif kind is FileRequest:
-                await self._serve_file(event)  # type: ignore[arg-type]
-            elif kind is TurnEnd:
+            elif isinstance(event, AgentInput):
+                self._io.send(event.data)
+            elif isinstance(event, FileRequest):
+                await self._serve_file(event)
+            elif isinstance(event, TurnEnd):
                 await self._hand_over(batch)
                 batch = []
                 if self._wake is not None:  # a turn is in progress (its loop may be gone: a callback raised)
@@ -288,25 +239,29 @@ class WarmAgent:
                     self._wake_turn()
             elif self._loop is not None:
                 batch.append(event)
-            elif kind is ProtocolWarning:
-                self.log.warning(event.message)  # type: ignore[union-attr]
-            elif kind is ErrorEvent and not self._ready.is_set():
-                self._start_error = event.text  # type: ignore[union-attr]
+            elif isinstance(event, ProtocolWarning):
+                self.log.warning(event.message)
+            elif isinstance(event, ErrorEvent) and not self._ready.is_set():
+                self._start_error = event.text
         if batch:
             await self._hand_over(batch)
 
     async def _serve_file(self, request: FileRequest) -> None:
         """A file the agent asks the bridge to read or write (the profile granted it), beneath its cwd.
 
-        A request never holds the turn up: when the turn stops (its deadline, a cancel) or the request takes longer
-        than the agent may stay silent, the agent is told it failed, and its worker thread is abandoned."""
+        A request never holds the turn up: when the turn stops (its deadline, a cancel), the agent exits, or the
+        request takes longer than the agent may stay silent, the agent is told it failed, and its worker thread is
+        abandoned."""
+        io = self._io
+        assert io is not None
         content: str | None = None
         error: str | None = None
-        deadline = self._wall_deadline
-        if self._idle_secs is not None:
-            deadline = min(deadline, trio.current_time() + self._idle_secs)
-        with trio.CancelScope(deadline=deadline) as scope:
+        # Between turns (nothing should ask then), a request gets the bounds a turn starting now would have.
+        turn = io.deadline if io.deadline is not None else TurnDeadline(io.limits, trio.current_time())
+        with trio.CancelScope(deadline=turn.from_now()) as scope:
             self._file_request = scope
+            if self._dead.is_set():  # asked as it exited: nobody is there to read the answer
+                scope.cancel()
             try:
                 if self._files is None:
                     raise FileRefused(f"the bridge could not open the session's working directory ({self._cwd})")
@@ -326,9 +281,9 @@ class WarmAgent:
                 error += " (the write may still happen)"
         if error is not None:
             self.log.info("a file request of the agent was refused", operation=request.operation)
-            self._send(self._dialect.file_reply(request.request_id, error=error))
+            io.send(self._dialect.file_reply(request.request_id, error=error))
         else:
-            self._send(self._dialect.file_reply(request.request_id, content=content))
+            io.send(self._dialect.file_reply(request.request_id, content=content))
 
     async def _hand_over(self, events: list[Event]) -> None:
         """Events to the turn's loop. A host callback that raises ends the turn for the host (it runs in the
@@ -358,107 +313,103 @@ class WarmAgent:
     async def turn(
         self,
         turn: Turn,
-        emit: Emit | None = None,
+        on_event: EventCallback | None = None,
         *,
         cancel: trio.Event | None = None,
         questions: Questions | None = None,
         log: Any = None,
         on_stderr: Callable[[bytes], None] | None = None,
     ) -> TurnResult:
-        """One turn on this agent; its result as for any turn. One at a time; the agent must have started."""
+        """One turn on this agent; its result as for any turn. One at a time; the agent must have started.
+
+        `on_event` (sync or async) sees each event of the turn, as `run_turn`'s does, but not the result: that is
+        returned."""
         if self._wake is not None:
-            raise RuntimeError("a warm agent takes one turn at a time")
+            raise ProtocolMisuse("a warm agent takes one turn at a time")
         profile = self.profile
         log = log if log is not None else self.log
         started = trio.current_time()
         recorder = TurnRecorder(profile)
-        questions = questions if questions is not None else Questions()
-        loop = _TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, self._send, questions)
-        self._stderr.clear()
-        self._stderr.on_chunk = on_stderr
         self.turns += 1
+        io = self._io
+        if io is None or not self.alive:
+            if questions is not None:
+                questions.close()
+            ending = Ending(spawn_failure=(126, "the warm agent is not running"))
+            return finish_turn(recorder, ending, "", started, log, warm=True)
+        questions = questions if questions is not None else Questions()
+        emit = emit_to(None, on_event)
+        loop = TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, io.send, questions)
+        io.stderr_tail.clear()
+        io.stderr_tail.on_chunk = on_stderr
         self._wake = trio.Event()
         self._turn_over = False
         self._turn_error = None
-        self._wall_deadline = started + profile.timeout_secs
-        self._idle_secs = profile.idle_timeout_secs
         try:
-            if not self.alive:
-                ending = Ending(spawn_failure=(126, "the warm agent is not running"))
-            else:
-                if self.session_id:
-                    await loop.handle([SessionEvent(self.session_id)])
-                self._loop = loop
-                self._send(self._dialect.prompt(turn))
-                ending = await self._wait_for_turn(questions, cancel, log)
+            if self.session_id:
+                await loop.handle([SessionEvent(self.session_id)])
+            self._loop = loop
+            deadline = io.begin_turn(started)
+            io.send(self._dialect.prompt(turn))
+            ending = await self._wait_for_turn(io, deadline, questions, cancel, log)
         finally:
             self._loop = None
             self._wake = None
-            self._turn_wait = None
-            self._stderr.on_chunk = None
+            io.end_turn()
+            io.stderr_tail.on_chunk = None
             questions.close()
+        self._raise_turn_error()
+        return finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
+
+    def _raise_turn_error(self) -> None:
+        """A host callback raised while the pumps ran the turn: raise it here, where the host awaits the turn."""
         if self._turn_error is not None:
             error, self._turn_error = self._turn_error, None
             raise error
-        duration_ms = round((trio.current_time() - started) * 1000)
-        result = recorder.finish(ending, stderr_tail=self._stderr.text(), duration_ms=duration_ms)
-        log.info(
-            "turn finished",
-            outcome=result.outcome.value,
-            exit_code=result.exit_code,
-            duration_ms=duration_ms,
-            partials=result.partials,
-            warm=True,
-        )
-        if emit is not None and (pending := emit(result)) is not None:
-            await pending
-        return result
 
-    async def _wait_for_turn(self, questions: Questions, cancel: trio.Event | None, log: Any) -> Ending:
+    async def _wait_for_turn(
+        self, io: AgentIO, deadline: TurnDeadline, questions: Questions, cancel: trio.Event | None, log: Any
+    ) -> Ending:
         wake = self._wake
         assert wake is not None
-        idle = self._idle_secs
-        deadline = self._wall_deadline if idle is None else min(self._wall_deadline, trio.current_time() + idle)
+        deadline.renew()  # the idle clock runs from the prompt
         try:
-            with trio.CancelScope(deadline=deadline) as waiting:
-                self._turn_wait = waiting
+            with deadline.scope:
                 await _first_of(wake, cancel)
         except BaseException:  # the host's task is cancelled: stop the turn as a host cancel, then let it go
             with trio.CancelScope(shield=True):
-                await self._stop_turn(questions, log, "the host went away")
+                await self._stop_turn(io, questions, log, "the host went away")
             raise
-        finally:
-            self._turn_wait = None
-        unread = self._outbox.overflowed if self._outbox is not None else 0
+        unread = io.outbox.overflowed if io.outbox is not None else 0
         if unread:  # whatever else the agent said: it was killed
             await self._reaped.wait()
             return Ending(returncode=self.returncode, unread=unread)
         if self._turn_over:
             return Ending(returncode=0)
         if self._turn_error is not None:
-            await self._stop_turn(questions, log, "a host callback raised")
+            await self._stop_turn(io, questions, log, "a host callback raised")
             return Ending(returncode=0, cancelled=True)
         if self._dead.is_set():
             await self._reaped.wait()
             log.warning("the warm agent ended during the turn", returncode=self.returncode)
             return Ending(returncode=self.returncode if self.returncode else 1)
-        if waiting.cancelled_caught:
-            timeout = "wall" if trio.current_time() >= self._wall_deadline else "idle"
+        if deadline.scope.cancelled_caught:
+            timeout = deadline.which()
             log.warning("turn timed out; asking the warm agent to stop it", timeout=timeout)
-            await self._stop_turn(questions, log, "timed out")
+            await self._stop_turn(io, questions, log, "timed out")
             return Ending(returncode=0, timeout=timeout)
         log.info("turn cancelled by the host; asking the warm agent to stop it")
-        await self._stop_turn(questions, log, "cancelled")
+        await self._stop_turn(io, questions, log, "cancelled")
         return Ending(returncode=0, cancelled=True)
 
-    async def _stop_turn(self, questions: Questions, log: Any, why: str) -> None:
+    async def _stop_turn(self, io: AgentIO, questions: Questions, log: Any, why: str) -> None:
         """The protocol's cancel; after `kill_grace_secs` without the turn over, the group is killed."""
         questions.close()  # whatever waits for the host stops waiting
         if self._file_request is not None:
             self._file_request.cancel()
         if self._dead.is_set() or self._turn_over:
             return
-        self._send(self._dialect.cancel())
+        io.send(self._dialect.cancel())
         wake = trio.Event()
         self._wake = wake
         with trio.move_on_after(self.profile.kill_grace_secs):
@@ -471,8 +422,7 @@ class WarmAgent:
                 why=why,
                 grace_secs=self.profile.kill_grace_secs,
             )
-            if self._process is not None:
-                self._process.signal_group(signal.SIGKILL)
+            io.kill()
             await self._reaped.wait()
 
 
@@ -504,7 +454,8 @@ async def run_warm_turn(
     questions: Questions | None = None,
     on_stderr: Callable[[bytes], None] | None = None,
 ) -> TurnResult:
-    """One turn of a warm protocol on a fresh agent that resumes `turn.session_id`; then goodbye."""
+    """One turn of a warm protocol on a fresh agent that resumes `turn.session_id`; then goodbye. Its result is
+    returned, not emitted."""
     log = get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
     agent = WarmAgent(profile, session_id=turn.session_id, session_name=turn.session_name, log=log)
     async with trio.open_nursery() as nursery:
@@ -512,10 +463,7 @@ async def run_warm_turn(
             try:
                 await agent.start(nursery)
             except WarmStartError as err:
-                result = err.result(profile, log)
-                if emit is not None and (pending := emit(result)) is not None:
-                    await pending
-                return result
+                return start_failure_result(err, profile, log)
             return await agent.turn(turn, emit, cancel=cancel, questions=questions, log=log, on_stderr=on_stderr)
         finally:
             await agent.close()

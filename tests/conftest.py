@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import bridge
+from bridge.launch import looks_like_credential
 
 pytest_plugins = ["pgserver"]  # postgres_server, pg_dsn: a throwaway PostgreSQL cluster
 
@@ -102,9 +103,11 @@ def read_pids(path: Path) -> list[int]:
 
 @pytest.fixture(autouse=True)
 def _no_inherited_agent_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Tests see the environment a user would, whatever ran pytest, and never write to the real ~/.cache."""
+    """Tests see the environment a user would, whatever ran pytest, and never write to the real ~/.cache.
+
+    Credentials of whoever ran pytest are removed too: a failed turn's error names those its agent did not get."""
     for name in list(os.environ):
-        if name.startswith("AGENT_"):
+        if name.startswith("AGENT_") or looks_like_credential(name):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 

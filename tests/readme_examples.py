@@ -1,13 +1,15 @@
-"""The README's examples as tests: every fenced block says, in an HTML comment just before it, how it is run.
+"""The examples of the README and of every page in docs/ as tests: every fenced block says, in an HTML comment
+just before it, how it is run.
 
     <!-- example: MODE [POSITIONAL…] [OPTION=VALUE…] -->
     ```sh
     …
     ```
 
-The comment is invisible on GitHub; its words are split like a shell's (quote
-values with spaces). A fenced block without one fails `test_readme.py`, so a
-new example is covered as soon as it is written. The modes:
+The comment is invisible on GitHub and in the mkdocs site; its words are split
+like a shell's (quote values with spaces). A fenced block without one fails
+`test_readme.py`, so a new example is covered as soon as it is written. The
+modes:
 
 - `sh` — each line is a command, run by `sh -c` (one after the other, in one
   directory); each must exit 0. `subst="<id>=abc"` replaces a placeholder
@@ -33,7 +35,8 @@ new example is covered as soon as it is written. The modes:
 - `profile` — a profile: `agent-bridge check` must accept it. Its file name
   is the first positional word, else the file its first line names (`# profiles/x.yaml`).
 - `file NAME` — the block is file NAME in every example's directory (for the
-  examples that use it).
+  examples that use it, on any page; two pages that show the same NAME must
+  show the same text).
 - `synopsis` — `agent-bridge COMMAND … --option …` lines (an indented line
   continues the one before): every option named must be in that command's `--help`.
 - `illustration REASON` — not run (a diagram, a format, a message shown as an
@@ -45,8 +48,12 @@ Every example runs in a directory of its own holding a copy of `profiles/` and
 
 How output matches (`transcript`, `chat`, `serve`): trailing spaces are
 ignored; 32-digit hex ids and timestamps match any id and timestamp; `…` in
-the README matches any text (so `3dc0…` stands for a whole id); a line that
+the page matches any text (so `3dc0…` stands for a whole id); a line that
 is a JSON object is compared as JSON, key by key.
+
+Links between pages are checked too (`relative_links`, `heading_anchors`): a
+relative link must name a file of the repository, and its `#anchor` a heading
+of that page, as GitHub makes anchors of headings.
 """
 
 from __future__ import annotations
@@ -65,8 +72,9 @@ ALWAYS_VARY = frozenset({"duration_ms"})
 
 @dataclass
 class Example:
-    """One fenced block of the README and how it is run."""
+    """One fenced block of a page and how it is run."""
 
+    page: str  # the page's path in the repository, e.g. "docs/guide.md"
     line: int  # of the opening fence, 1-based
     language: str
     text: str
@@ -77,11 +85,11 @@ class Example:
 
     @property
     def name(self) -> str:
-        return f"line {self.line} ({self.mode or 'no marker'})"
+        return f"{self.page}:{self.line} ({self.mode or 'no marker'})"
 
 
-def examples(markdown: str) -> list[Example]:
-    """Every fenced block of `markdown`, with the marker before it parsed."""
+def examples(markdown: str, page: str = "README.md") -> list[Example]:
+    """Every fenced block of `markdown` (the page at `page`), with the marker before it parsed."""
     lines = markdown.splitlines()
     found = []
     index = 0
@@ -94,7 +102,7 @@ def examples(markdown: str) -> list[Example]:
         end = index + 1
         while end < len(lines) and not lines[end].startswith(opening):
             end += 1
-        example = Example(index + 1, language, "\n".join(lines[index + 1 : end]) + "\n")
+        example = Example(page, index + 1, language, "\n".join(lines[index + 1 : end]) + "\n")
         _read_marker(example, lines[:index])
         found.append(example)
         index = end + 1
@@ -137,7 +145,7 @@ def _read_marker(example: Example, before: list[str]) -> None:
 # --------------------------------------------------------------------------- matching output
 
 _HEX_ID = re.compile(r"\b[0-9a-f]{32}\b")
-_ABBREVIATED_ID = re.compile(r"\b[0-9a-f]{4,31}…")  # the README's "3dc0…"
+_ABBREVIATED_ID = re.compile(r"\b[0-9a-f]{4,31}…")  # a page's "3dc0…"
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?")
 
 
@@ -180,7 +188,7 @@ def vary_number(value: Any) -> bool:
 
 
 def line_matches(expected: str, actual: str) -> bool:
-    """One line of output: as JSON when the README's line is a JSON object, else as text."""
+    """One line of output: as JSON when the page's line is a JSON object, else as text."""
     if expected.lstrip().startswith("{"):
         try:
             want = json.loads(expected)
@@ -199,9 +207,9 @@ def lines_match(expected: list[str], actual: list[str]) -> str:
     actual = _without_trailing_blank(actual)
     for number, (want, got) in enumerate(zip(expected, actual), 1):
         if not line_matches(want, got):
-            return f"line {number} differs:\n  README: {want!r}\n  actual: {got!r}"
+            return f"line {number} differs:\n  page:   {want!r}\n  actual: {got!r}"
     if len(expected) != len(actual):
-        return f"the README shows {len(expected)} lines, the program printed {len(actual)}:\n" + "\n".join(actual)
+        return f"the page shows {len(expected)} lines, the program printed {len(actual)}:\n" + "\n".join(actual)
     return ""
 
 
@@ -239,3 +247,54 @@ def synopsis_commands(text: str) -> list[tuple[list[str], list[str]]]:
             path.append(word)
         found.append((path, re.findall(r"--[a-z][a-z-]*", line)))
     return found
+
+
+# --------------------------------------------------------------------------- links between pages
+
+_LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+
+
+def _prose_lines(markdown: str) -> list[tuple[int, str]]:
+    """(line number, text) of the lines outside fenced blocks."""
+    found = []
+    fence = ""
+    for number, line in enumerate(markdown.splitlines(), 1):
+        opening = FENCE.match(line)
+        if opening and (not fence or line.startswith(fence)):
+            fence = "" if fence else opening.group(1)
+            continue
+        if not fence:
+            found.append((number, line))
+    return found
+
+
+def relative_links(markdown: str) -> list[tuple[int, str]]:
+    """(line, target) of every link and image that is not a URL, outside code; a link's text may span lines."""
+    lines = [""] * len(markdown.splitlines())
+    for number, line in _prose_lines(markdown):
+        lines[number - 1] = _INLINE_CODE.sub(lambda code: " " * len(code.group(0)), line)
+    prose = "\n".join(lines)
+    found = []
+    for match in _LINK.finditer(prose):
+        target = match.group(1) or match.group(2)
+        if not re.match(r"[a-z]+:", target):
+            found.append((prose.count("\n", 0, match.end()) + 1, target))
+    return found
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as hyphens, a
+    repeated one numbered (`-1`, `-2`)."""
+    anchors: set[str] = set()
+    for _, line in _prose_lines(markdown):
+        heading = re.match(r"#{1,6} (.*)", line)
+        if not heading:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+        candidate, number = slug, 0
+        while candidate in anchors:
+            number += 1
+            candidate = f"{slug}-{number}"
+        anchors.add(candidate)
+    return anchors

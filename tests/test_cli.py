@@ -1,4 +1,4 @@
-"""The `agent-bridge` command (SPEC §7, §8), run as a real subprocess, and the bundled profiles."""
+"""The `agent-bridge` command (docs/protocol.md §7, §8), run as a real subprocess, and the bundled profiles."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ async def test_grandchild_holding_stdout_neither_hangs_the_turn_nor_survives_it(
 
 
 async def test_a_process_that_left_the_group_cannot_hang_the_turn(make_recorded_agent, pid_file):
-    # A setsid() escapee is out of reach of the group kill (SPEC §4 kills the
+    # A setsid() escapee is out of reach of the group kill (docs/protocol.md §4 kills the
     # group); the bridge stops reading its output after a short bound.
     profile = make_recorded_agent(
         """
@@ -481,9 +481,9 @@ async def test_an_endless_flood_is_stopped_at_its_timeout_while_another_turn_run
 async def test_a_pipe_that_never_runs_dry_does_not_starve_other_tasks():
     """Deterministic version of the above: /dev/zero always has data, so only the reader's own
     schedule points let anything else run. A regression fails here instead of hanging."""
-    from bridge.agent_io import _Reader
+    from bridge.agent_io import Reader
 
-    reader = _Reader(os.open("/dev/zero", os.O_RDONLY | os.O_NONBLOCK))
+    reader = Reader(os.open("/dev/zero", os.O_RDONLY | os.O_NONBLOCK))
     reads = 0
     seen_at = None
 

@@ -1,4 +1,4 @@
-"""The pure launch builder (SPEC §1–§2): argv, environment, cwd and stdin for one turn."""
+"""The pure launch builder (docs/protocol.md §1–§2): argv, environment, cwd and stdin for one turn."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The package's layout is its architecture: lower layers never import higher ones, and nothing imports the CLI.
 
 base (errors, turn, log) < dialects < profile < turn engine < host < cli
+
+Within and across layers the imports form no circle, and no module imports another one's private (`_name`) names.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ LAYERS = {
     "process": 3,
     "result": 3,
     "supervisor": 3,
+    "turn_loop": 3,
     "runner": 3,
     "host": 4,
     "cli": 5,
@@ -44,22 +47,51 @@ def layer_of(parts: tuple[str, ...]) -> int:
 
 def imported_modules(path: Path) -> set[tuple[str, ...]]:
     """Every bridge module `path` imports, as a path inside the package (function-level imports included)."""
+    return {target for target, _ in imports_from(path)}
+
+
+def imports_from(path: Path) -> list[tuple[tuple[str, ...], list[str]]]:
+    """Each bridge module `path` imports (function-level imports included), with the names taken from it."""
     here = path.relative_to(PACKAGE).with_suffix("").parts
-    package = here[:-1] if path.name != "__init__.py" else here[:-1]
-    found = set()
+    package = here[:-1]
+    found: list[tuple[tuple[str, ...], list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
             target = (*base, *(node.module.split(".") if node.module else ()))
             if node.module is None:
-                found.update((*target, alias.name) for alias in node.names)
+                found.extend(((*target, alias.name), []) for alias in node.names)
             else:
-                found.add(target)
+                found.append((target, [alias.name for alias in node.names]))
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bridge."):
-            found.add(tuple(node.module.split(".")[1:]))
+            found.append((tuple(node.module.split(".")[1:]), [alias.name for alias in node.names]))
         elif isinstance(node, ast.Import):
-            found.update(tuple(alias.name.split(".")[1:]) for alias in node.names if alias.name.startswith("bridge."))
+            found.extend(
+                (tuple(alias.name.split(".")[1:]), []) for alias in node.names if alias.name.startswith("bridge.")
+            )
     return found
+
+
+def module_of(target: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The module file an import target names (a package is its __init__), or None (a name, not a module)."""
+    if (PACKAGE.joinpath(*target).with_suffix(".py")).is_file():
+        return target
+    if (PACKAGE.joinpath(*target) / "__init__.py").is_file():
+        return (*target, "__init__")
+    return None
+
+
+def import_graph() -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """Module → the modules it imports (a `from package import name` that is no module counts as the package)."""
+    graph: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for path in MODULES:
+        here = path.relative_to(PACKAGE).with_suffix("").parts
+        edges = graph.setdefault(here, set())
+        for target, _ in imports_from(path):
+            module = module_of(target) or (module_of(target[:-1]) if target else None)
+            if module is not None and module != here:
+                edges.add(module)
+    return graph
 
 
 MODULES = sorted(path for path in PACKAGE.rglob("*.py"))
@@ -76,3 +108,35 @@ def test_a_module_imports_only_from_its_own_layer_or_lower_ones(path: Path) -> N
 def test_the_layer_table_covers_every_module() -> None:
     tops = {path.relative_to(PACKAGE).with_suffix("").parts[0] for path in MODULES}
     assert tops - {"__init__", "__main__"} == set(LAYERS)
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    graph = import_graph()
+    done: set[tuple[str, ...]] = set()
+    circles: list[str] = []
+
+    def visit(module: tuple[str, ...], path: list[tuple[str, ...]]) -> None:
+        if module in path:
+            circle = [*path[path.index(module) :], module]
+            circles.append(" -> ".join(".".join(step) for step in circle))
+            return
+        if module in done:
+            return
+        for target in sorted(graph.get(module, ())):
+            visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(PACKAGE)))
+def test_a_module_imports_no_private_name_from_another(path: Path) -> None:
+    private = {
+        f"{'.'.join(target)}.{name}"
+        for target, names in imports_from(path)
+        for name in names
+        if name.startswith("_") and not name.startswith("__")
+    }
+    assert not private, f"{path.relative_to(PACKAGE)} imports private names: {sorted(private)}"

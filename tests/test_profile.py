@@ -1,4 +1,4 @@
-"""Profile loading (SPEC §1): defaults, file:line errors, placeholders, injection refusal, schema."""
+"""Profile loading (docs/protocol.md §1): defaults, file:line errors, placeholders, injection refusal, schema."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The AgentProc 0.1 line decoder (SPEC §3), without processes."""
+"""The AgentProc 0.1 line decoder (docs/protocol.md §3), without processes."""
 
 from __future__ import annotations
 

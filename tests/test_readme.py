@@ -1,13 +1,17 @@
-"""Every example in the README runs, as a user would run it, so the README cannot drift from the program.
+"""Every example in the README and in docs/ runs, as a user would run it, so the pages cannot drift from the
+program; and the pages hold together: every link between them leads somewhere, every page is in mkdocs.yml's
+navigation, the README stays a front page, and the code cites the project's own contract (docs/protocol.md).
 
 How each fenced block is run is written in an HTML comment before it (see
-`readme_examples` for the modes). `README_UNDER_TEST=path/to/README.md` runs
-another copy's examples (a draft, before it replaces the README).
+`readme_examples` for the modes). `DOCS_UNDER_TEST=path` runs the examples of
+another copy of one page, or of every page under a directory (a draft, before
+it replaces the page).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import select
 import shlex
 import shutil
@@ -19,20 +23,113 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO
-from readme_examples import Example, examples, lines_match, synopsis_commands, transcript_steps, value_matches
+from readme_examples import (
+    Example,
+    examples,
+    heading_anchors,
+    lines_match,
+    relative_links,
+    synopsis_commands,
+    transcript_steps,
+    value_matches,
+)
 from terminal import Terminal, screen_lines
 
-README = Path(os.environ.get("README_UNDER_TEST") or REPO / "README.md")
-EXAMPLES = examples(README.read_text())
+
+def pages_under(root: Path) -> list[Path]:
+    """The README and every page of docs/ (or, under test, the draft named)."""
+    if (draft := os.environ.get("DOCS_UNDER_TEST")) is not None:
+        path = Path(draft)
+        return sorted(path.rglob("*.md")) if path.is_dir() else [path]
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def page_name(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+PAGES = pages_under(REPO)
+EXAMPLES = [example for page in PAGES for example in examples(page.read_text(), page_name(page))]
 RUN = [example for example in EXAMPLES if not example.problem and example.mode not in ("illustration", "file")]
+FILES = [example for example in EXAMPLES if example.mode == "file" and not example.problem]
 DEADLINE = 60  # seconds for one command of an example; they take well under one
+README_MAX_LINES = 400  # a front page: what it is, install, the commands, a tour, the paths onward
 
 
 def test_every_fenced_block_says_how_it_is_tested() -> None:
-    problems = [f"{README}:{example.line}: {example.problem}" for example in EXAMPLES if example.problem]
+    problems = [f"{example.page}:{example.line}: {example.problem}" for example in EXAMPLES if example.problem]
     assert not problems, "\n".join(problems)
-    assert len(RUN) >= 10, "the README's examples are found"
+    assert len(RUN) >= 10, "the pages' examples are found"
+
+
+def test_pages_that_show_the_same_file_show_the_same_text() -> None:
+    shown: dict[str, Example] = {}
+    for example in FILES:
+        first = shown.setdefault(example.positional[0], example)
+        assert first.text == example.text, f"{example.name} and {first.name} show {example.positional[0]} differently"
+
+
+@pytest.mark.skipif("DOCS_UNDER_TEST" in os.environ, reason="checks the repository's pages")
+def test_every_relative_link_leads_to_a_file_and_a_heading_of_it() -> None:
+    problems = []
+    for page in PAGES:
+        for line, target in relative_links(page.read_text()):
+            path, _, anchor = target.partition("#")
+            destination = (page.parent / path).resolve() if path else page
+            if not destination.exists() or not destination.is_relative_to(REPO):
+                problems.append(f"{page_name(page)}:{line}: {target}: no such file in the repository")
+            elif anchor and destination.suffix == ".md" and anchor not in heading_anchors(destination.read_text()):
+                problems.append(f"{page_name(page)}:{line}: {target}: {page_name(destination)} has no such heading")
+    assert not problems, "\n".join(problems)
+
+
+def navigation_pages(entries: object) -> list[str]:
+    """The pages mkdocs.yml's `nav` names, in order."""
+    if isinstance(entries, str):
+        return [entries]
+    if isinstance(entries, list):
+        return [page for entry in entries for page in navigation_pages(entry)]
+    if isinstance(entries, dict):
+        return [page for value in entries.values() for page in navigation_pages(value)]
+    return []
+
+
+@pytest.mark.skipif("DOCS_UNDER_TEST" in os.environ, reason="checks the repository's pages")
+def test_the_navigation_names_every_page_of_docs_once() -> None:
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    named = navigation_pages(config["nav"])
+    on_disk = sorted(str(path.relative_to(REPO / "docs")) for path in (REPO / "docs").rglob("*.md"))
+    assert sorted(named) == on_disk, "mkdocs.yml's nav and the pages of docs/ differ"
+    assert named[0] == "index.md"
+
+
+@pytest.mark.skipif("DOCS_UNDER_TEST" in os.environ, reason="checks the repository's pages")
+def test_the_readme_is_a_front_page() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    for command in ("agent-bridge run", "agent-bridge serve"):
+        assert command in readme
+
+
+def test_the_code_cites_the_projects_own_contract() -> None:
+    """No citation of the original SPEC (the project states its own contract); every "protocol §N" or
+    "docs/protocol.md §N" names a section there."""
+    spec = "SPEC"  # spelt apart, so this test does not find itself
+    sections = set(re.findall(r"^## (\d+)\. ", (REPO / "docs" / "protocol.md").read_text(), re.M))
+    problems = []
+    for path in sorted([*REPO.glob("bridge/**/*.py"), *REPO.glob("tests/*.py")]):
+        text = path.read_text()
+        for number, line in enumerate(text.splitlines(), 1):
+            where = f"{path.relative_to(REPO)}:{number}"
+            if f"{spec} §" in line or f"{spec}'s" in line:
+                problems.append(f"{where}: cites SPEC; cite docs/protocol.md's section instead")
+            for cited in re.findall(r"protocol(?:\.md)? (§[\d–, §-]+)", line):
+                for section in re.findall(r"\d+", cited):
+                    if section not in sections:
+                        problems.append(f"{where}: docs/protocol.md has no §{section}")
+    assert not problems, "\n".join(problems)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +180,7 @@ def fresh_shell(home: Path, directory: Path) -> dict[str, str]:
     }
     for name in ("state", "cache", "tmp"):
         (directory / ".env" / name).mkdir(parents=True)
-    # The README shows programs' messages in English (ls: cannot access …): the C locale, whatever the machine's.
+    # The pages show programs' messages in English (ls: cannot access …): the C locale, whatever the machine's.
     return {
         **environ,
         "HOME": str(home),
@@ -101,8 +198,8 @@ def fresh_shell(home: Path, directory: Path) -> dict[str, str]:
 def place(home: Path, tmp_path: Path) -> Place:
     for name in ("profiles", "sample_agents"):
         shutil.copytree(REPO / name, tmp_path / name)
-    for example in EXAMPLES:
-        if example.mode == "file" and not example.problem:
+    for example in FILES:
+        if True:
             path = tmp_path / example.positional[0]
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(example.text)
@@ -110,7 +207,7 @@ def place(home: Path, tmp_path: Path) -> Place:
 
 
 @pytest.mark.parametrize("example", RUN, ids=lambda example: example.name)
-def test_the_readme_example_runs_as_written(example: Example, place: Place) -> None:
+def test_the_example_runs_as_written(example: Example, place: Place) -> None:
     RUNNERS[example.mode](example, place)
 
 
@@ -181,8 +278,8 @@ def run_serve(example: Example, place: Place) -> None:
         while pending:
             response = json.loads(responses.next())
             mine = [expected for expected in pending if expected.get("id") == response.get("id")]
-            assert mine, f"a response the README does not show: {response}"
-            assert value_matches(mine[0], response, vary), f"README: {mine[0]}\nactual: {response}"
+            assert mine, f"a response the page does not show: {response}"
+            assert value_matches(mine[0], response, vary), f"page:   {mine[0]}\nactual: {response}"
             pending.remove(mine[0])
 
     try:
@@ -190,7 +287,7 @@ def run_serve(example: Example, place: Place) -> None:
         for arrow, line in steps:
             if arrow == "→":
                 if previous == "←":
-                    receive_all()  # the README's request comes after these responses
+                    receive_all()  # the page's request comes after these responses
                 proc.stdin.write(line.encode() + b"\n")
                 proc.stdin.flush()
             else:
@@ -200,7 +297,7 @@ def run_serve(example: Example, place: Place) -> None:
         proc.stdin.close()  # EOF: serve finishes and exits 0
         assert proc.wait(timeout=DEADLINE) == 0
         rest = responses.rest()
-        assert not rest, f"responses the README does not show: {rest}"
+        assert not rest, f"responses the page does not show: {rest}"
     finally:
         proc.kill()
         proc.wait()
@@ -218,7 +315,7 @@ class _Lines:
         while b"\n" not in self.buffer:
             ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
             chunk = os.read(self.fd, 65536) if ready else b""
-            assert chunk, f"serve said nothing more; the README expects more responses (so far: {self.buffer!r})"
+            assert chunk, f"serve said nothing more; the page expects more responses (so far: {self.buffer!r})"
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line.decode()
@@ -297,10 +394,21 @@ def test_the_rules_that_match_the_readme_to_the_output() -> None:
     )
     assert text_matches("working on it… ", "working on it… ") and not text_matches("hello", "hello there")
     assert line_matches('{"a": 1, "duration_ms": 181}', '{"a": 1, "duration_ms": 7}')
-    assert not line_matches('{"a": 1}', '{"a": 1, "usage": null}'), "a field the README does not show"
+    assert not line_matches('{"a": 1}', '{"a": 1, "usage": null}'), "a field the page does not show"
     assert not line_matches('{"a": 1}', '{"a": 2}')
     [marked, unmarked, wrong] = examples(
         "<!-- example: sh expect='a b' -->\n```sh\nx\n```\n\n```\ny\n```\n<!-- example: nonsense -->\n```\nz\n```\n"
     )
     assert (marked.mode, marked.options, marked.text) == ("sh", {"expect": "a b"}, "x\n")
     assert "no <!-- example" in unmarked.problem and "mode must be one of" in wrong.problem
+    assert marked.name == "README.md:2 (sh)"
+
+
+def test_the_rules_that_check_links_between_pages() -> None:
+    page = (
+        "# Running on several machines\n## What `serve` does, and why\n## Notes\n## Notes\n"
+        "See [the guide](guide.md#exit-codes), ![plot](../bench/results.png), [up](#notes-1), "
+        "[a site](https://example.com) and `[not a link](x.md)`.\n```\n[in code](y.md)\n# not a heading\n```\n"
+    )
+    assert relative_links(page) == [(5, "guide.md#exit-codes"), (5, "../bench/results.png"), (5, "#notes-1")]
+    assert heading_anchors(page) == {"running-on-several-machines", "what-serve-does-and-why", "notes", "notes-1"}

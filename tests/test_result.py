@@ -1,4 +1,4 @@
-"""The pure turn rules and result builder (SPEC §3–§5)."""
+"""The pure turn rules and result builder (docs/protocol.md §3–§5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The session store (SPEC §6): what a host keeps between turns, shared safely by several processes."""
+"""The session store (docs/protocol.md §6): what a host keeps between turns, shared safely by several processes."""
 
 from __future__ import annotations
 

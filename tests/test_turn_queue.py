@@ -1,4 +1,4 @@
-"""Turns of one conversation queue across processes (SPEC §6): CLI runs, chats and `serve` sharing a store.
+"""Turns of one conversation queue across processes (docs/protocol.md §6): CLI runs, chats and `serve` sharing a store.
 
 Real `agent-bridge` processes run the recorder agent of `hostkit`, whose diary
 gives the true order in which agents started and ended. A run announces that it

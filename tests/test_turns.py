@@ -1,4 +1,4 @@
-"""End-to-end turns through the Python API (SPEC §1–§5, §8) with real agent processes.
+"""End-to-end turns through the Python API (docs/protocol.md §1–§5, §8) with real agent processes.
 
 Agents are small scripts written to a temp dir by the `make_agent` fixtures
 (conftest.py). Time bounds are generous: the machine running them may be loaded.

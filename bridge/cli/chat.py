@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, TextIO
 import trio
 
 from ..dialects import MAX_LINE_BYTES
-from ..errors import BridgeError
+from ..errors import BridgeError, WarmStartError
 from ..log import get_logger, wants_color
 from ..permissions import PermissionRequest
 from ..profile import Profile
 from ..result import TurnResult
 from ..runner import TurnStream, open_turn
 from ..turn import Turn
-from ..warm_agent import WarmAgent, WarmStartError
+from ..warm_agent import WarmAgent, start_failure_result
 from .printer import DIM, WARNING, HumanPrinter, paint
 from .terminal import LineReader, ask
 
@@ -297,7 +297,7 @@ class Chat:
                 async with printer.live():
                     await agent.start(self._nursery)
             except WarmStartError as error:
-                result = error.result(self.profile, agent.log)
+                result = start_failure_result(error, self.profile, agent.log)
                 printer.show(result)
                 self._finished(result)
                 return None

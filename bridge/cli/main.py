@@ -1,4 +1,4 @@
-"""The `agent-bridge` command (SPEC §8).
+"""The `agent-bridge` command (docs/protocol.md §8).
 
 Exit codes: a turn's own exit code for `run`; 2 for a bad profile or bad
 arguments, with a message that says what to fix. `--help` of the turn
@@ -15,7 +15,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import trio
 
@@ -95,7 +95,7 @@ exit codes:
   0        the agent replied
   N        the agent's own exit code when it failed (the error reply is on stderr)
   124      timed out (timeout_secs, idle_timeout_secs or --timeout)
-  130      cancelled (Ctrl-C or SIGTERM)
+  130      cancelled (Ctrl-C or SIGTERM; a second Ctrl-C kills the agent at once)
   126, 127 the agent could not be started (127: the command was not found)
   2        a bad profile or bad arguments; the message says what to fix
 """
@@ -150,7 +150,7 @@ then:
 class _Parser(argparse.ArgumentParser):
     """argparse, with its error in colour on a terminal."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
@@ -168,7 +168,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # Each command takes them too, without defaults: `agent-bridge --log-level info run …` stands
     # unless `run --log-level …` comes later. (Options of a `parents=` parser are shared objects, so the
     # two sets must be separate: a default set on one would be every command's, overwriting the first.)
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _add_log_options(common, level=argparse.SUPPRESS, log_format=argparse.SUPPRESS)
     parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -273,7 +273,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             description="The session store: what --conversation remembers between runs.",
         )
         actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
-        state = argparse.ArgumentParser(add_help=False)
+        state = _Parser(add_help=False)
         state.add_argument("--state", metavar="PATH", help=_STATE_HELP)
         state.add_argument("--namespace", metavar="NAME", help=_NAMESPACE_HELP)
         listing = actions.add_parser("list", parents=[common, state], help="list stored sessions, latest first")
@@ -477,7 +477,7 @@ def _seconds(*, zero_ok: bool) -> Any:
 
 _STATE_HELP = (
     "session store: a file (default: $XDG_STATE_HOME/agent-bridge/sessions.sqlite3), or a PostgreSQL "
-    "database as postgresql://USER@HOST/DB (needs agent-bridge[postgres])"
+    "database as postgresql://USER@HOST/DB (needs agent-bridge[postgres]; in a checkout: make install EXTRAS=postgres)"
 )
 _NAMESPACE_HELP = (
     "with a PostgreSQL --state: the bot whose sessions these are; bots sharing a database need a "
@@ -628,7 +628,7 @@ async def _run_turn(
     # The person at the terminal answers the agent's questions; with no terminal on stdin, nobody can.
     reader = LineReader(0) if isinstance(printer, HumanPrinter) and sys.stdin.isatty() else None
     async with open_turn(profile, turn, on_stderr=on_stderr) as stream, printer.live(), trio.open_nursery() as nursery:
-        nursery.start_soon(_cancel_on_signals, stream)
+        nursery.start_soon(_cancel_on_signals, stream, printer)
         async for event in stream:
             if type(event) is PermissionRequest:
                 if isinstance(printer, JsonPrinter):
@@ -640,11 +640,26 @@ async def _run_turn(
     return stream.result
 
 
-async def _cancel_on_signals(stream: TurnStream) -> None:
-    """Ctrl-C (or SIGTERM) stops the agent as a host cancel; the turn still ends with its result (130)."""
+async def _cancel_on_signals(stream: TurnStream, printer: HumanPrinter | JsonPrinter) -> None:
+    """Ctrl-C (or SIGTERM) stops the agent as a host cancel (SIGINT, `kill_grace_secs`, SIGKILL); a second one
+    kills it at once. Either way the turn ends with its result (130)."""
+    from ..process import kill_agents_now
+
+    person = printer if isinstance(printer, HumanPrinter) else None  # --json: a program, told by the log
+    interrupted = False
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
-            stream.cancel()
+            if not interrupted:
+                interrupted = True
+                stream.cancel()
+                if person is not None:
+                    person.notice("agent-bridge: stopping the agent; press Ctrl-C again to kill it at once")
+            else:
+                kill_agents_now()
+                if person is not None:
+                    person.notice("agent-bridge: interrupted again: the agent was killed at once (SIGKILL)")
+                else:
+                    get_logger().warning("interrupted again: the agent was killed at once (SIGKILL)")
 
 
 # --------------------------------------------------------------------------- check, schema
@@ -665,6 +680,7 @@ def _check_command(args: argparse.Namespace) -> int:
             continue
         for warning in (
             *_environment_warnings(profile),
+            *_unset_variable_warnings(profile),
             *_ignored_env_warnings(profile),
             *_option_injection_warnings(profile),
         ):
@@ -689,6 +705,17 @@ def _option_injection_warnings(profile: Profile) -> list[str]:
             for warning in option_injection_warnings(profile.resume_argv_template, only=resume_args)
         ),
     ]
+
+
+def _unset_variable_warnings(profile: Profile) -> tuple[str, ...]:
+    """What `run` would warn about the environment it runs in: a `${VAR}` in `env` that is unset (or not allowed)."""
+    from ..errors import LaunchError
+    from ..launch import plan_launch
+
+    try:
+        return plan_launch(profile, Turn("hello"), os.environ).notes
+    except LaunchError:
+        return ()  # an environment variable over the OS's limit: run says so
 
 
 def _ignored_env_warnings(profile: Profile) -> list[str]:
@@ -719,7 +746,13 @@ def _environment_warnings(profile: Profile) -> list[str]:
     if "/" in program:
         path = os.path.join(cwd or os.getcwd(), program)
         if not os.path.isfile(path):
-            warnings.append(f"command {program} does not exist")
+            relative = "" if os.path.isabs(program) else f" (relative to {cwd or 'the directory the bridge runs in'})"
+            hint = (
+                f'; for a file next to the profile, write "{{{{PROFILE_DIR}}}}/{program.removeprefix("./")}"'
+                if relative
+                else ""
+            )
+            warnings.append(f"command {program} does not exist{relative}{hint}")
         elif not os.access(path, os.X_OK):
             warnings.append(f"command {program} is not executable")
     elif shutil.which(program) is None:

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 import trio
 
 from ..dialects import ActivityEvent
+from ..launch import withheld_credentials
 from ..log import records_to, wants_color
-from ..result import TurnResult
+from ..result import Outcome, TurnResult, credentials_note
 
 if TYPE_CHECKING:
     from ..profile import Profile
@@ -86,6 +87,7 @@ class HumanPrinter:
         self._err_open = False  # the agent's own stderr left stderr mid-line
         self._shared = _shared(out, err)  # one screen or one file: one stream's open line is the other's too
         self.color = wants_color(err)
+        self._profile = profile
         self._tail_in_reply = profile is not None and profile.include_stderr_in_reply
         self._stdin_message = profile is not None and profile.stdin == "message"
         self._stderr_shown = False
@@ -199,8 +201,9 @@ class HumanPrinter:
             self._write_out(reply, "\n")
         if not result.ok:
             self.notice(result.error_reply or f"The turn failed: exit {result.exit_code} ({result.outcome}).", ERROR)
-            if not result.error:  # the generic error reply: what the agent said on stderr may explain it
+            if not result.error or result.outcome is Outcome.EXIT_NONZERO:  # the agent did not say why; stderr may
                 self._show_stderr_tail(result.stderr_tail)
+            self._show_credentials_note(result.error)
         elif not result.reply and not result.partials:
             hint = (
                 "; a program that reads lines (bc, a REPL) needs `stdin: line` in its profile, so that the "
@@ -236,6 +239,13 @@ class HumanPrinter:
         if reply.startswith(streamed):
             return reply[len(streamed) :], True
         return reply, False
+
+    def _show_credentials_note(self, error: str) -> None:
+        """The credentials the agent did not get, when the result's error names them (see `TurnRecorder.finish`)."""
+        if self._profile is None or not (held_back := withheld_credentials(self._profile, os.environ)):
+            return
+        if (note := credentials_note(self._profile, held_back)) in error:
+            self.notice(f"agent-bridge: {note}")
 
     def _show_stderr_tail(self, tail: str) -> None:
         if self._tail_in_reply or self._stderr_shown:

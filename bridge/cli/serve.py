@@ -2,7 +2,7 @@
 
 A bot in any language starts one `serve` process and writes one JSON request
 per line; every response is one JSON line tagged with the request's id. The
-protocol is documented in the README ("Sidecar for bots in any language").
+protocol is documented in docs/serve.md.
 
 `Server` speaks the protocol over any pair of trio streams, so it is tested in
 process; `serve_stdio` wires it to the process's stdin/stdout and signals.
@@ -24,32 +24,31 @@ from typing import Any
 import trio
 
 from ..dialects import MAX_SESSION_ID_CHARS, ActivityEvent, LineSplitter, PartialEvent, SessionEvent, session_id_problem
-from ..errors import BridgeError, ProfileError, TurnError
-from ..host.common import ClientSessionIds
-from ..host.registry import UnknownProfile
-from ..host.runtime import (
-    DEFAULT_MAX_CONCURRENT,
-    DEFAULT_MAX_QUEUED,
-    DEFAULT_SHUTDOWN_GRACE,
+from ..errors import (
+    BridgeError,
     DuplicateTurn,
-    Host,
     HostClosed,
+    ProfileError,
+    QueueFull,
+    RequestError,
     SessionIdRefused,
-    open_host,
+    StoreError,
+    TurnError,
+    UnknownProfile,
 )
-from ..host.scheduler import QueueFull
-from ..host.sqlite_store import StoreError
+from ..host.common import BaseHost, ClientSessionIds
+from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..process import sweep_orphans_on_sigchld
-from ..supervisor import HostEvent
 from ..turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
+from ..turn_loop import HostEvent
 
 MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
 HANG_UP_POLL_SECS = 0.2
 
-# Length limits of request fields, in characters (the README lists them). The message and
+# Length limits of request fields, in characters (docs/serve.md lists them). The message and
 # attachments are bounded only by the request line.
 MAX_ID_CHARS = 256
 MAX_PROFILE_CHARS = 256
@@ -58,7 +57,7 @@ MAX_SESSION_NAME_CHARS = 256
 MAX_FROM_USER_CHARS = 1024
 MIN_INT_ID, MAX_INT_ID = -(2**63), 2**63 - 1
 
-# Stable error codes (the README lists them); clients may branch on these.
+# Stable error codes (docs/serve.md lists them); clients may branch on these.
 BAD_JSON = "bad_json"
 REQUEST_TOO_LARGE = "request_too_large"
 INVALID_REQUEST = "invalid_request"
@@ -89,15 +88,6 @@ _TURN_FIELDS = {
 _ATTACHMENT_FIELDS = {"type", "url", "name"}
 _DECIDE_FIELDS = {"type", "id", "request_id", "allow", "always", "message"}
 MAX_DECIDE_MESSAGE_CHARS = 4096
-
-
-class RequestError(Exception):
-    """A request that gets an `error` response; serve carries on."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +343,7 @@ class Server:
 
     def __init__(
         self,
-        host: Host,
+        host: BaseHost,
         input: trio.abc.ReceiveStream,
         output: trio.abc.SendStream,
         *,
@@ -533,9 +523,9 @@ class Server:
         except StoreError as err:  # read to check the turn's session_id
             raise RequestError(STORE_ERROR, str(err)) from None
         except BridgeError as err:
-            if not isinstance(code := getattr(err, "code", None), str):  # the PostgreSQL gateway's refusals
+            if err.code is None:  # only the PostgreSQL gateway's refusals name their own code
                 raise
-            raise RequestError(code, str(err)) from None
+            raise RequestError(err.code, str(err)) from None
         try:
             await self.output.send({"type": "accepted", "id": request.id})
         finally:
@@ -560,7 +550,6 @@ class Server:
                 kind = record.pop("event")
                 await send({"type": kind, "id": request_id, **record})
 
-        remote = {"client_id": request_id} if getattr(self.host, "remote", False) else {}
         try:
             result = await self.host.submit(
                 request.profile,
@@ -569,7 +558,7 @@ class Server:
                 on_event=forward,
                 turn_id=_turn_key(request_id),
                 task_status=status,
-                **remote,
+                client_id=request_id,
             )
         except Exception as err:
             if not status.started_once:
@@ -584,7 +573,7 @@ class Server:
     async def _follow(self, turn_id: str, request_id: Any) -> None:
         """Send the result of a turn an earlier serve accepted (with PostgreSQL: at-least-once results)."""
         try:
-            result = await self.host.follow(turn_id)  # type: ignore[union-attr]
+            result = await self.host.follow(turn_id)
         except Exception as err:
             await self._turn_failed(turn_id, request_id, err)
             return
@@ -594,8 +583,8 @@ class Server:
     async def _turn_failed(self, turn_id: str, request_id: Any, err: Exception) -> None:
         """An accepted turn ended without a result: the stored session could not be read (the host logged
         why), or, through PostgreSQL, no worker could run it or serve stopped waiting for it."""
-        code = getattr(err, "code", None)  # the PostgreSQL gateway's errors carry their code
-        if not isinstance(code, str):
+        code = err.code if isinstance(err, BridgeError) else None  # the PostgreSQL gateway's errors name theirs
+        if code is None:
             code = STORE_ERROR if isinstance(err, StoreError) else INTERNAL_ERROR
         if code == INTERNAL_ERROR:
             self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
@@ -618,7 +607,7 @@ class _StartedFlag(trio.TaskStatus[str]):
         self._inner.started(value)  # type: ignore[arg-type]
 
 
-async def serve_stdio(host: Host) -> int:
+async def serve_stdio(host: BaseHost) -> int:
     """Serve on this process's stdin/stdout until EOF, SIGTERM or SIGINT; returns the exit code.
 
     File descriptor 1 is pointed at stderr once the protocol has its own copy
@@ -726,6 +715,6 @@ def run_serve(
             client_session_ids=session_ids,
         )
         async with host:
-            return await serve_stdio(host)  # type: ignore[arg-type]
+            return await serve_stdio(host)
 
     return trio.run(main)

@@ -97,7 +97,7 @@ PROFILE = """\
 #   agent-bridge check {name}.yaml
 #   agent-bridge run {name}.yaml "hello"
 #   agent-bridge chat {name}.yaml
-# Every field is in the README's "Profiles" section (and in `agent-bridge schema`).
+# Every field is in docs/profiles.md (and in `agent-bridge schema`).
 description: A starter agent; make it yours in {agent}.
 # The program and its arguments, split like a shell would split them (but no shell runs).
 # {{{{PROFILE_DIR}}}} is this file's directory.

@@ -72,7 +72,7 @@ def session_id_problem(session_id: str) -> str | None:
 
 
 class LineDecoder:
-    """Decode an agent's stdout into events, per SPEC §3.
+    """Decode an agent's stdout into events, per docs/protocol.md §3.
 
     `feed()` may be called with any split of the stream; events come out in
     the order their lines ended. `close()` flushes a final unterminated line.
@@ -161,7 +161,7 @@ class LineDecoder:
         return events
 
     def classify(self, line: str) -> Event:
-        """Classify one complete line (without its newline), in the SPEC's prefix order."""
+        """Classify one complete line (without its newline), in the prefix order of docs/protocol.md §3."""
         prefix = self._session_prefix
         if line.startswith(prefix):
             session_id = line[len(prefix) :].strip()

@@ -16,7 +16,7 @@ The agent answers with one JSON object per line:
   a tool? The profile's policy answers (see `answer`);
 - `session_id` on any of them: the first valid one is the session.
 
-Where this differs from the reference runner on purpose (see the README):
+Where this differs from the reference runner on purpose (see docs/protocols/agentproc.md):
 the reply is `result.text` even when partials streamed (the reference then
 returns ""), or, with no `result` at all, the output partials joined; a
 session id over 512 characters or one that is not text is refused too.

@@ -1,14 +1,16 @@
 """The host runtime: what a bot holds for its lifetime to run turns for many conversations.
 
+- `common`: `BaseHost`, the interface of every host `open_host` returns, and `HostStats`;
 - `runtime`: `Host` and `open_host` (ordering, limits, sessions, shutdown);
 - `scheduler`: which waiting turn may start (pure);
 - `registry`: profiles by name from a directory, re-read when edited;
-- `store`: the SQLite session store; `turnlock`: the cross-process queue next to it;
+- `sqlite_store`: the SQLite session store; `file_turnlock`: the cross-process queue next to it;
 - `postgres`: the session store and the turn queue in a PostgreSQL database, for many machines:
   `RemoteHost` (the gateway `open_host(postgres=…)` returns) and `Worker` (`agent-bridge worker`);
 - `state`: which of them `--state` / `state=` names (`open_store`).
 
-Names load on first use, so importing the store does not import the runtime.
+Names load on first use, so importing the store does not import the runtime. The errors are
+`bridge.errors`'s, named here too.
 """
 
 from __future__ import annotations
@@ -16,40 +18,44 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from ..errors import (
+    DuplicateTurn,
+    GatewayNameTaken,
+    HostClosed,
+    PostgresError,
+    QueueFull,
+    RemoteTurnError,
+    SessionIdRefused,
+    StoreError,
+    TurnDetached,
+    TurnLockError,
+    UnknownProfile,
+)
+
 if TYPE_CHECKING:
-    from .file_turnlock import TurnLockError
-    from .postgres.gateway import FleetStats, GatewayNameTaken, RemoteHost, RemoteTurnError, TurnDetached
+    from .common import BaseHost, HostStats
+    from .postgres.gateway import FleetStats, RemoteHost
     from .postgres.pg_store import PostgresSessionStore
     from .postgres.worker import Worker
-    from .registry import ProfileRegistry, UnknownProfile
-    from .runtime import DuplicateTurn, Host, HostClosed, HostStats, SessionIdRefused, SessionStoreLike, open_host
-    from .scheduler import QueueFull
-    from .sqlite_store import SessionRecord, SessionStore, StoreError
+    from .registry import ProfileRegistry
+    from .runtime import Host, SessionStoreLike, open_host
+    from .sqlite_store import SessionRecord, SessionStore
     from .state import open_store
 
 _WHERE = {
-    "DuplicateTurn": "runtime",
+    "BaseHost": "common",
+    "HostStats": "common",
     "Host": "runtime",
-    "HostClosed": "runtime",
-    "HostStats": "runtime",
     "SessionStoreLike": "runtime",
-    "SessionIdRefused": "runtime",
     "open_host": "runtime",
     "ProfileRegistry": "registry",
-    "UnknownProfile": "registry",
-    "QueueFull": "scheduler",
     "SessionRecord": "sqlite_store",
     "SessionStore": "sqlite_store",
-    "StoreError": "sqlite_store",
-    "TurnLockError": "file_turnlock",
     "PostgresSessionStore": "postgres.pg_store",
     "open_store": "state",
     "RemoteHost": "postgres.gateway",
     "FleetStats": "postgres.gateway",
-    "RemoteTurnError": "postgres.gateway",
-    "TurnDetached": "postgres.gateway",
     "Worker": "postgres.worker",
-    "GatewayNameTaken": "postgres.gateway",
 }
 
 
@@ -63,12 +69,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BaseHost",
     "DuplicateTurn",
     "FleetStats",
     "GatewayNameTaken",
     "Host",
     "HostClosed",
     "HostStats",
+    "PostgresError",
     "PostgresSessionStore",
     "ProfileRegistry",
     "QueueFull",

@@ -1,27 +1,24 @@
-"""What every kind of host shares: its errors and its stats (the local `Host`, and the PostgreSQL gateway)."""
+"""What every kind of host shares (the local `Host`, and the PostgreSQL gateway `RemoteHost`): the interface a bot
+holds (`BaseHost`), its stats, and the rule for session ids a turn names."""
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import dataclasses
 import hmac
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Literal
+from types import TracebackType
+from typing import Any, Literal, Self
 
-from ..errors import BridgeError
+import trio
 
-
-class HostClosed(BridgeError):
-    """The host is shutting down (or shut down) and takes no new turns."""
-
-
-class DuplicateTurn(BridgeError, ValueError):
-    """A turn with this id is already queued or running; ids must be unique among turns in flight."""
-
-
-class SessionIdRefused(BridgeError):
-    """The turn names a session id that is not its conversation's stored one, and the host takes only that one
-    (`client_session_ids="stored"`): a session id resumes whichever conversation's history it belongs to."""
-
+from ..errors import ProtocolMisuse, SessionIdRefused
+from ..permissions import Decision
+from ..result import TurnResult
+from ..turn import Turn
+from ..turn_loop import EventCallback, PartialCallback, PermissionCallback
 
 # What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.
 ClientSessionIds = Literal["any", "stored"]
@@ -31,7 +28,7 @@ CLIENT_SESSION_IDS: tuple[ClientSessionIds, ...] = ("any", "stored")
 def check_client_session_ids(value: object) -> ClientSessionIds:
     if value not in CLIENT_SESSION_IDS:
         raise ValueError(f"client_session_ids must be 'any' or 'stored', not {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def refuse_unless_stored(session_id: str, stored: str, profile: str, conversation: str, session_name: str) -> None:
@@ -72,3 +69,118 @@ class HostStats:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+class BaseHost(abc.ABC):
+    """What a bot holds to run turns for many conversations, whichever host `open_host` built.
+
+    `Host` runs the turns in this process; `RemoteHost` (`open_host(postgres=…)`) queues them in PostgreSQL
+    for `agent-bridge worker`s to run. Both are used as `async with open_host(...) as host`, which runs the
+    host's own tasks (the warm pool's, the gateway's listener) and shuts the host down on the way out.
+
+    A base class rather than a `typing.Protocol`: the two share behaviour, not only signatures (the
+    `async with` lifetime, shutdown's first step, the checks of their settings), and a host is built by
+    `open_host`, never written by a user, so nothing is gained by matching hosts by shape.
+    """
+
+    def __init__(self, *, shutdown_grace: float, client_session_ids: ClientSessionIds) -> None:
+        if not shutdown_grace >= 0:
+            raise ValueError("shutdown_grace must be at least 0 seconds")
+        self.shutdown_grace = shutdown_grace
+        self.client_session_ids = check_client_session_ids(client_session_ids)
+        self._closing = False
+        self._lifetime: contextlib.AsyncExitStack | None = None  # while `async with` runs the host's tasks
+
+    # ------------------------------------------------------------------ turns
+
+    @abc.abstractmethod
+    async def submit(
+        self,
+        profile: str,
+        conversation: str,
+        turn: Turn,
+        *,
+        on_partial: PartialCallback | None = None,
+        on_event: EventCallback | None = None,
+        on_permission: PermissionCallback | None = None,
+        turn_id: str | None = None,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+        client_id: str | int | None = None,
+    ) -> TurnResult:
+        """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
+
+        Turns of one conversation run one at a time, in order; `nursery.start(host.submit, ...)` returns the
+        turn id once the turn was accepted. `client_id` is the client's own id for the turn (serve's
+        request id), given back by `undelivered()` should the host stop before the client has the result.
+        """
+
+    @abc.abstractmethod
+    def cancel(self, turn_id: str) -> bool:
+        """Stop turn `turn_id`; its submitter gets a cancelled result. False when no such turn is in flight."""
+
+    @abc.abstractmethod
+    def in_flight(self, turn_id: str) -> bool:
+        """True while turn `turn_id` is queued or running."""
+
+    @abc.abstractmethod
+    def decide(self, turn_id: str, request_id: str, answer: Decision | bool) -> bool:
+        """Answer permission request `request_id` of turn `turn_id`; False when that question waits for nothing."""
+
+    @abc.abstractmethod
+    async def current_stats(self) -> HostStats:
+        """A snapshot of the host's load and history since it opened."""
+
+    # ------------------------------------------------------------------ results a client was not sent
+
+    async def undelivered(self) -> list[tuple[str, Any]]:
+        """(turn id, client id) of the turns an earlier host of this name accepted whose result no client was
+        sent. Only a host whose results outlive it (the gateway's wait in the queue) has any."""
+        return []
+
+    async def follow(self, turn_id: str, *, on_event: EventCallback | None = None) -> TurnResult:
+        """Wait for the result of a turn `undelivered()` listed."""
+        raise ProtocolMisuse(f"turn {turn_id!r} was not listed by undelivered(): this host's results end with it")
+
+    async def delivered(self, turn_id: str) -> None:
+        """The client has the turn's result: a later host will not send it again (when results outlive hosts)."""
+        return None  # a host whose results end with it has nothing to mark
+
+    # ------------------------------------------------------------------ shutdown
+
+    @property
+    def closing(self) -> bool:
+        """True once shutdown began: `submit` raises `HostClosed`."""
+        return self._closing
+
+    def stop_accepting(self) -> None:
+        """Begin shutdown: from now on `submit` raises `HostClosed`; turns in flight carry on."""
+        self._closing = True
+
+    @abc.abstractmethod
+    def cancel_all(self) -> None:
+        """Cancel every turn in flight."""
+
+    @abc.abstractmethod
+    async def aclose(self, grace: float | None = None) -> None:
+        """Shut down: stop accepting, give turns in flight `grace` seconds (default `shutdown_grace`), then
+        stop them (or, for a gateway, stop waiting for them)."""
+
+    @abc.abstractmethod
+    def _running(self) -> AbstractAsyncContextManager[None]:
+        """The host's own tasks, for as long as `async with` runs; on the way out, `aclose()`, then their end."""
+
+    async def __aenter__(self) -> Self:
+        if self._lifetime is not None or self._closing:
+            raise ProtocolMisuse(f"a {type(self).__name__} is entered once (`async with open_host(...) as host`)")
+        lifetime = contextlib.AsyncExitStack()
+        await lifetime.enter_async_context(self._running())
+        self._lifetime = lifetime
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        assert self._lifetime is not None
+        # Closed as after a clean exit: the body's own exception, if any, propagates as itself (not wrapped in
+        # the exception group of the nursery running the host's tasks).
+        await self._lifetime.aclose()

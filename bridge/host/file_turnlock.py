@@ -1,4 +1,4 @@
-"""Turns of one conversation queue across processes (SPEC §6): a FIFO ticket lock made of files.
+"""Turns of one conversation queue across processes (docs/protocol.md §6): a FIFO ticket lock made of files.
 
 The host runtime orders the turns of one process (`scheduler`); this module
 orders turns between processes sharing a session store — CLI runs, chats,
@@ -23,7 +23,7 @@ left, the place is ours: read the stored session, run the turn, record it,
 then `release()` deletes the ticket and drops its lock.
 
 Why not one flock per conversation: the kernel wakes its waiters in no
-particular order, and SPEC §6 wants arrival order. Why flock rather than
+particular order, and docs/protocol.md §6 wants arrival order. Why flock rather than
 POSIX (fcntl) locks: those belong to the whole process and go away when any
 of its descriptors of the file closes; SQLite uses them on the store itself.
 """
@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ..errors import BridgeError
+from ..errors import TurnLockError
 
 if TYPE_CHECKING:
     import trio
@@ -73,10 +73,6 @@ async def poll_until(ready: Callable[[], bool | Awaitable[bool]], abandon: trio.
             if abandon.is_set():
                 return False
         delay = min(delay * 2, POLL_MAX_SECS)
-
-
-class TurnLockError(BridgeError):
-    """The queue directory next to the session store cannot be used; the message says what to do."""
 
 
 # --------------------------------------------------------------------------- the rules (pure)

@@ -28,8 +28,9 @@ from typing import Any
 
 import trio
 
+from ..errors import WarmStartError
 from ..profile import Profile
-from ..warm_agent import WarmAgent, WarmStartError
+from ..warm_agent import WarmAgent
 
 Key = tuple[str, str, str]  # (profile name, conversation, session name)
 

@@ -21,17 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Problem, ProfileError
+from ..errors import Problem, ProfileError, UnknownProfile
 from ..profile import Profile, load_profile
 
 SUFFIXES = (".yaml", ".yml")
 RACY_SECS = 1.0
 
 _Stamp = tuple[int, int, int, int, int]
-
-
-class UnknownProfile(ProfileError, LookupError):
-    """No profile in the directory has the name a turn asked for."""
 
 
 @dataclass(frozen=True, slots=True)

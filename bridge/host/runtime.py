@@ -3,7 +3,7 @@
     async with bridge.open_host(profiles="profiles/", state="sessions.sqlite3") as host:
         result = await host.submit("stream", "chat-42", bridge.Turn("hello"), on_partial=send)
 
-It owns what every chat host would otherwise re-invent (SPEC §6): where session
+It owns what every chat host would otherwise re-invent (docs/protocol.md §6): where session
 ids live, keeping two turns of one conversation from running at once, how many
 agents run together, a bounded queue, picking up edited profiles, and stopping
 cleanly.
@@ -20,39 +20,32 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from collections.abc import Awaitable
-from types import TracebackType
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ..errors import BridgeError, TurnError
+from ..agent_io import DRAIN_SECS, REAP_SECS
+from ..errors import BridgeError, DuplicateTurn, HostClosed, QueueFull, SessionIdRefused, TurnError, WarmStartError
 from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
 from ..questions import Questions
 from ..result import Outcome, TurnResult, cancelled_result
-from ..runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter, _ungrouped
-from ..supervisor import DRAIN_SECS, REAP_SECS, HostEvent, drive_turn
+from ..runner import ungrouped
+from ..supervisor import drive_turn
 from ..turn import Turn, text_problem
-from ..warm_agent import WarmAgent, WarmStartError
-from .common import (
-    ClientSessionIds,
-    DuplicateTurn,
-    HostClosed,
-    HostStats,
-    SessionIdRefused,
-    check_client_session_ids,
-    refuse_unless_stored,
-)
+from ..turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
+from ..warm_agent import WarmAgent, start_failure_result
+from .common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
 from .file_turnlock import Place, TurnLocks
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
-from .scheduler import QueueFull, Ticket, TurnQueue
+from .scheduler import Ticket, TurnQueue
 
 if TYPE_CHECKING:
     from .postgres.advisory_turnlock import PgPlace, PgTurnLocks
-    from .postgres.gateway import RemoteHost
 
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
@@ -65,7 +58,8 @@ class SessionStoreLike(Protocol):
 
     def get(self, profile: str, conversation: str, session_name: str = "default") -> str: ...
 
-    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> None: ...
+    def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> str | None:
+        """Store the result's session; may return a stamp of the record (see `pool`)."""
 
 
 class _Flight(Ticket):
@@ -93,7 +87,7 @@ def open_host(
     gateway_name: str = "serve",
     namespace: str | None = None,
     client_session_ids: ClientSessionIds = "any",
-) -> Host | RemoteHost:
+) -> BaseHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
     `state` is the session store: a file path, a `postgresql://` URL (a
@@ -141,25 +135,27 @@ def open_host(
         log.warning("a profile does not load; turns asking for it will fail until it is fixed", problem=str(error))
     from .state import open_store, open_turn_locks
 
-    owned = state is None or isinstance(state, (str, os.PathLike))
-    if owned:
-        store: SessionStoreLike = open_store(state, namespace=namespace)  # type: ignore[arg-type]
+    store: SessionStoreLike
+    if state is None or isinstance(state, (str, os.PathLike)):
+        owned = open_store(state, namespace=namespace)
+        store = owned
     else:
         if namespace is not None:
             raise TypeError(
                 "namespace= is for a store open_host opens (state= a postgresql:// URL); a store object has its own"
             )
-        store = state  # type: ignore[assignment]
+        owned = None
+        store = state
     try:
         turn_locks = open_turn_locks(store)  # a store other processes may share: queue with their turns too
     except BaseException:
-        if owned:
-            store.close()  # type: ignore[attr-defined]
+        if owned is not None:
+            owned.close()
         raise
     return Host(
         registry,
         store,
-        owns_store=owned,
+        owns_store=owned is not None,
         turn_locks=turn_locks,
         max_concurrent=max_concurrent,
         max_queued=max_queued,
@@ -168,8 +164,8 @@ def open_host(
     )
 
 
-class Host:
-    """Runs turns for many conversations with ordering, limits, sessions and a clean shutdown.
+class Host(BaseHost):
+    """Runs turns for many conversations with ordering, limits, sessions and a clean shutdown, in this process.
 
     Build it with `open_host`. One host belongs to one trio run.
     """
@@ -186,19 +182,15 @@ class Host:
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
         client_session_ids: ClientSessionIds = "any",
     ) -> None:
-        if not shutdown_grace >= 0:
-            raise ValueError("shutdown_grace must be at least 0 seconds")
+        super().__init__(shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
         self.registry = registry
         self.store = store
-        self.shutdown_grace = shutdown_grace
-        self.client_session_ids = check_client_session_ids(client_session_ids)
         self._owns_store = owns_store
         self._turn_locks = turn_locks  # the store's queues, shared with other processes (CLI runs…)
         self._queue = TurnQueue(max_concurrent, max_queued)
         self._flights: dict[str, _Flight] = {}
         self._arrivals = itertools.count()  # arrival order of admitted turns
         self._ids = itertools.count(1)  # for turns submitted without an id
-        self._closing = False
         self._closed = trio.Event()  # aclose() finished
         self._idle: trio.Event | None = None  # set when the last flight ends
         self._outcomes: Counter[str] = Counter()
@@ -207,7 +199,6 @@ class Host:
         self._store_errors = 0
         self._log = get_logger(component="host")
         self._pool: WarmPool | None = None  # warm agents by conversation, while `async with` runs it
-        self._pool_tasks: Any = None  # the pool's nursery manager, entered by __aenter__
 
     # ------------------------------------------------------------------ turns
 
@@ -222,6 +213,7 @@ class Host:
         on_permission: PermissionCallback | None = None,
         turn_id: str | None = None,
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+        client_id: str | int | None = None,
     ) -> TurnResult:
         """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
 
@@ -254,7 +246,8 @@ class Host:
         `nursery.start(host.submit, ...)` returns the turn id once the turn
         was accepted. `StoreError` when the stored session cannot be read, and
         `TurnLockError` when the conversation's queue cannot be used (the
-        turn does not run: resuming the wrong session would be worse).
+        turn does not run: resuming the wrong session would be worse). `client_id` is not kept: a result
+        does not outlive this host.
         """
         if self._closing:
             raise HostClosed(_CLOSED)
@@ -293,7 +286,7 @@ class Host:
             log.info("turn queued", queued=self._queue.waiting)
         task_status.started(turn_id)
 
-        emit = _emitter(on_partial, on_event, on_permission, questions)
+        emit = emit_to(on_partial, on_event, on_permission, questions)
         started = trio.current_time()
         try:
             if not runs_now:
@@ -307,8 +300,8 @@ class Host:
         self._outcomes[result.outcome.value] += 1
         if not result.ok:
             self._failed += 1
-        if emit is not None and (pending := emit(result)) is not None:
-            await pending
+        if emit is not None:
+            await emit(result)
         return result
 
     def cancel(self, turn_id: str) -> bool:
@@ -332,7 +325,7 @@ class Host:
         a `Decision`, or True/False. Returns False when that question waits for nothing (unknown turn or
         request, answered already, timed out, or its turn ended)."""
         flight = self._flights.get(turn_id)
-        return flight is not None and flight.questions.decide(request_id, _decision(answer))
+        return flight is not None and flight.questions.decide(request_id, as_decision(answer))
 
     def stats(self) -> HostStats:
         return HostStats(
@@ -354,24 +347,12 @@ class Host:
         )
 
     async def current_stats(self) -> HostStats:
-        """`stats()`, as the PostgreSQL gateway gives them (it has to ask the database)."""
+        """`stats()`, through the interface every host has (the PostgreSQL gateway has to ask its database)."""
         return self.stats()
-
-    async def undelivered(self) -> list[tuple[str, Any]]:
-        """Turns an earlier process accepted whose result no client has: none for a host in memory."""
-        return []
-
-    async def delivered(self, turn_id: str) -> None:
-        """The client has the turn's result (the PostgreSQL gateway remembers it; nothing to do here)."""
 
     def profile(self, name: str) -> Profile:
         """The current profile called `name` (re-read if its file changed); raises like `submit`."""
         return self.registry.get(name)
-
-    @property
-    def closing(self) -> bool:
-        """True once shutdown began: `submit` raises `HostClosed`."""
-        return self._closing
 
     async def _wait_for_slot(self, flight: _Flight) -> None:
         try:
@@ -382,7 +363,7 @@ class Host:
             raise
 
     async def _run(
-        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Any, log: Any
+        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Emit | None, log: Any
     ) -> TurnResult:
         if self._turn_locks is None:
             return await self._run_in_place(flight, profile, name, conversation, turn, emit, log)
@@ -424,7 +405,7 @@ class Host:
         return place
 
     async def _run_in_place(
-        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Any, log: Any
+        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Emit | None, log: Any
     ) -> TurnResult:
         # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
         # a thread hop ~100 µs), but a record can wait: for another process's write lock (up to the
@@ -448,33 +429,28 @@ class Host:
         if flight.cancel.is_set():  # cancelled before the agent started: do not start it
             return _cancelled_result(profile, trio.current_time())
 
-        def forward(event: HostEvent) -> Awaitable[None] | None:
-            # The result reaches the submitter's callbacks later, once its session is stored.
-            return emit(event) if emit is not None and type(event) is not TurnResult else None
-
         log.debug("turn started", resumed=bool(turn.session_id))
         agent: WarmAgent | None = None
         try:
-            with _ungrouped():  # a callback's exception reaches the submitter as itself
+            # The result reaches the submitter's callbacks later (see submit), once its session is stored.
+            with ungrouped():  # a callback's exception reaches the submitter as itself
                 if pool is None:
                     result = await drive_turn(
-                        profile, turn, forward, cancel=flight.cancel, turn_id=flight.turn_id, questions=flight.questions
+                        profile, turn, emit, cancel=flight.cancel, turn_id=flight.turn_id, questions=flight.questions
                     )
                 else:
                     started = trio.current_time()
                     try:
                         agent = await pool.checkout(key, profile, turn.session_id, stamp, log)
                     except WarmStartError as err:
-                        result = err.result(profile, log, round((trio.current_time() - started) * 1000))
+                        result = start_failure_result(err, profile, log, round((trio.current_time() - started) * 1000))
                     else:
-                        result = await agent.turn(
-                            turn, forward, cancel=flight.cancel, questions=flight.questions, log=log
-                        )
+                        result = await agent.turn(turn, emit, cancel=flight.cancel, questions=flight.questions, log=log)
             try:
-                stamp = (
-                    await trio.to_thread.run_sync(self.store.record, name, conversation, turn.session_name, result)
-                    or ""
+                recorded = await trio.to_thread.run_sync(
+                    self.store.record, name, conversation, turn.session_name, result
                 )
+                stamp = recorded or ""
             except BridgeError as err:
                 # The turn happened and its result stands; only the session link is lost.
                 self._store_errors += 1
@@ -531,7 +507,7 @@ class Host:
     def stop_accepting(self) -> None:
         """Begin shutdown: from now on `submit` raises `HostClosed`; turns in flight carry on."""
         if not self._closing:
-            self._closing = True
+            super().stop_accepting()
             self._log.info("host shutting down", running=self._queue.running, queued=self._queue.waiting)
 
     def cancel_all(self) -> None:
@@ -580,21 +556,14 @@ class Host:
                 self._idle = trio.Event()
             await self._idle.wait()
 
-    async def __aenter__(self) -> Host:
-        if self._pool_tasks is not None or self._closed.is_set():
-            raise RuntimeError("a Host is entered once (`async with open_host(...) as host`)")
-        self._pool_tasks = trio.open_nursery()
-        self._pool = WarmPool(await self._pool_tasks.__aenter__(), self._log)
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        try:
-            await self.aclose()
-        finally:
-            # The pool's tasks end with its agents; the body's own exception, if any, propagates as itself.
-            await self._pool_tasks.__aexit__(None, None, None)
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        async with trio.open_nursery() as pool_tasks:
+            self._pool = WarmPool(pool_tasks, self._log)
+            try:
+                yield
+            finally:
+                await self.aclose()  # the pool's tasks end with its agents
 
 
 def _cancelled_result(profile: Profile, started: float) -> TurnResult:

@@ -1,6 +1,6 @@
 """Which waiting turn may start next. Pure: no I/O, no clock, no trio.
 
-The rules (SPEC §6 and the host runtime's limits):
+The rules (docs/protocol.md §6 and the host runtime's limits):
 - turns with the same key (profile, conversation, session name) run one at a
   time, in the order they arrived;
 - at most `max_running` turns run at once, whatever their keys;
@@ -20,11 +20,7 @@ import heapq
 from collections import deque
 from collections.abc import Hashable
 
-from ..errors import BridgeError
-
-
-class QueueFull(BridgeError):
-    """Every slot is busy and the queue holds as many turns as allowed; try again later."""
+from ..errors import QueueFull
 
 
 class Ticket:

@@ -1,4 +1,4 @@
-"""Where session ids live between turns (SPEC §6): one SQLite file, shared safely.
+"""Where session ids live between turns (docs/protocol.md §6): one SQLite file, shared safely.
 
 A host keys sessions by (profile name, conversation key, session name) and
 keeps, for each, the agent's last valid session id, when it was last used and
@@ -39,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ..errors import BridgeError
+from ..errors import StoreError
 from ..log import get_logger
 from ..result import TurnResult
 from .location import store_path
@@ -64,7 +64,7 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     PRIMARY KEY (profile, conversation, session_name)
 ) WITHOUT ROWID
 """
-# An empty new id keeps the stored one (SPEC §6); everything else is the latest turn's.
+# An empty new id keeps the stored one (docs/protocol.md §6); everything else is the latest turn's.
 _RECORD = f"""
 INSERT INTO {_TABLE} (profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code)
 VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -76,10 +76,6 @@ ON CONFLICT (profile, conversation, session_name) DO UPDATE SET
 """
 T = TypeVar("T")
 _COLUMNS = "profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code"
-
-
-class StoreError(BridgeError):
-    """The session store's file cannot be used; the message names it and says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +142,7 @@ class SessionStore:
             self._reader,
             lambda db: db.execute(
                 f"SELECT session_id FROM {_TABLE} WHERE profile = ? AND conversation = ? AND session_name = ?",
-                _key(profile, conversation, session_name),
+                session_key(profile, conversation, session_name),
             ).fetchall(),  # fetched to the end, so the read transaction ends with the call
         )
         return rows[0][0] if rows else ""
@@ -162,7 +158,7 @@ class SessionStore:
             lambda db: db.execute(
                 f"SELECT session_id, last_used FROM {_TABLE} WHERE profile = ? AND conversation = ? "
                 "AND session_name = ?",
-                _key(profile, conversation, session_name),
+                session_key(profile, conversation, session_name),
             ).fetchall(),
         )
         return (rows[0][0], rows[0][1]) if rows else ("", "")
@@ -170,9 +166,9 @@ class SessionStore:
     def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> str:
         """Remember how a turn ended; a turn without a valid session line keeps the stored id. Returns the
         record's stamp (its `last_used`, as `lookup` reads it)."""
-        stamp = _now()
+        stamp = now_iso()
         values = (
-            *_key(profile, conversation, session_name),
+            *session_key(profile, conversation, session_name),
             result.session_id,
             stamp,
             str(result.outcome),
@@ -185,10 +181,10 @@ class SessionStore:
         """Drop a stored session (every session name of the conversation when None); rows removed."""
         if session_name is None:
             sql = f"DELETE FROM {_TABLE} WHERE profile = ? AND conversation = ?"
-            params: tuple[str, ...] = _key(profile, conversation)
+            params: tuple[str, ...] = session_key(profile, conversation)
         else:
             sql = f"DELETE FROM {_TABLE} WHERE profile = ? AND conversation = ? AND session_name = ?"
-            params = _key(profile, conversation, session_name)
+            params = session_key(profile, conversation, session_name)
         return int(self._write(lambda db: db.execute(sql, params).rowcount))
 
     def list(self, profile: str | None = None, conversation: str | None = None) -> builtins.list[SessionRecord]:
@@ -452,14 +448,16 @@ def _patiently(operation: Callable[[], T]) -> T:
         pause = min(pause * 2, 0.05)
 
 
-def _key(*parts: str) -> tuple[str, ...]:
+def session_key(*parts: str) -> tuple[str, ...]:
+    """A stored session's key (its parts as given); raises `StoreError` unless each is a non-empty string."""
     for part in parts:
         if not isinstance(part, str) or not part:
             raise StoreError(f"session store keys must be non-empty strings, not {part!r}")
     return parts
 
 
-def _now() -> str:
+def now_iso() -> str:
+    """Now, in UTC, as the stores write it (ISO 8601, to the microsecond)."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 

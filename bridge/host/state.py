@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ..errors import StoreError
 from .file_turnlock import TurnLocks
 from .location import store_path
 from .postgres.db import is_postgres_url
-from .sqlite_store import SessionStore, StoreError
+from .sqlite_store import SessionStore
 
 if TYPE_CHECKING:
     from .postgres.advisory_turnlock import PgTurnLocks

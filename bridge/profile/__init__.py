@@ -1,4 +1,4 @@
-"""Profiles: how to launch one agent (SPEC §1) — the immutable `Profile`, loading, validation and its cache.
+"""Profiles: how to launch one agent (docs/protocol.md §1) — the immutable `Profile`, loading, validation and its cache.
 
 - `model`: `Profile`, `load_profile`, `parse_profile` (no pydantic unless a profile is validated);
 - `schema`: the pydantic model, file:line errors (imported only to validate);

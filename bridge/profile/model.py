@@ -1,4 +1,4 @@
-"""Profiles: how to launch one agent (SPEC §1).
+"""Profiles: how to launch one agent (docs/protocol.md §1).
 
 `Profile` is the validated, immutable profile the rest of the bridge reads.
 Validation is pydantic's job (`bridge.profile.schema`), loaded only when a
@@ -23,7 +23,7 @@ from .fields import FIELD_NAMES
 
 
 class Profile:
-    """A validated profile; every field of SPEC §1 (see `bridge.profile.schema.ProfileModel` for the rules).
+    """A validated profile; every field of docs/protocol.md §1 (see `bridge.profile.schema.ProfileModel` for the rules).
 
     Build one with `load_profile(path)`, `parse_profile(text)`, `Profile(**fields)`
     or `Profile.from_mapping(fields, profile_dir=...)` — all of them validate.

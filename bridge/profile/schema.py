@@ -1,4 +1,4 @@
-"""Validating profiles with pydantic: the schema of SPEC §1 and errors that point at a line.
+"""Validating profiles with pydantic: the schema of docs/protocol.md §1 and errors that point at a line.
 
 This is the slow path, imported only when a profile is actually validated:
 pydantic's model machinery costs more to load than the rest of the bridge.
@@ -66,7 +66,7 @@ class PermissionsModel(BaseModel):
 
 
 class ProfileModel(BaseModel):
-    """How to launch one agent executable: every field of SPEC §1, its type, default and meaning."""
+    """How to launch one agent executable: every field of docs/protocol.md §1, its type, default and meaning."""
 
     model_config = ConfigDict(
         strict=True,
@@ -418,7 +418,8 @@ def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else None
         reason = err.problem or err.context or "syntax error"
-        return None, {}, [Problem(f"invalid YAML: {reason}", where, line)]
+        marked = [m.line for m in (err.problem_mark, err.context_mark) if m is not None]
+        return None, {}, [Problem(f"invalid YAML: {reason}{_unquoted_braces_hint(text, marked)}", where, line)]
     except yaml.YAMLError as err:
         return None, {}, [Problem(f"invalid YAML: {err}", where)]
     finally:
@@ -430,6 +431,24 @@ def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple
 
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A plain value that starts with "{" opens a YAML mapping: `command: {{PROFILE_DIR}}/a.sh` does not parse.
+_UNQUOTED_BRACES = re.compile(r"(?:^|(?<=[\s\[,]))\{\{[^\s,\]]*")
+
+
+def _unquoted_braces_hint(text: str, marked_lines: list[int]) -> str:
+    """For a YAML error: "; … must be quoted" when a value starts with `{{` (the lines YAML marked first)."""
+    lines = text.splitlines()
+    for index in [*marked_lines, *range(len(lines))]:
+        if index >= len(lines):
+            continue
+        line = lines[index].split(" #", 1)[0]
+        for match in _UNQUOTED_BRACES.finditer(line):
+            if line[: match.start()].count('"') % 2 == 0 and line[: match.start()].count("'") % 2 == 0:
+                return (
+                    f"; a value that starts with {{{{ must be in quotes, or YAML reads it as a mapping: "
+                    f'write "{match.group(0)}" (line {index + 1})'
+                )
+    return ""
 
 
 def _index_lines(

@@ -1,4 +1,4 @@
-"""Turns of one conversation queue across processes sharing a PostgreSQL store (SPEC §6): advisory locks.
+"""Turns of one conversation queue across processes sharing a PostgreSQL store (docs/protocol.md §6): advisory locks.
 
 What `bridge.host.file_turnlock` does with files next to an SQLite store, for
 processes on any machines that share a database: a turn holds its
@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ...errors import PostgresError, TurnLockError
 from ...log import get_logger
-from ..file_turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, TurnLockError, poll_until
-from .db import DEFAULT_NAMESPACE, PostgresError, _first_line, connect, require_psycopg, shown_dsn
+from ..file_turnlock import POLL_FIRST_SECS, POLL_MAX_SECS, poll_until
+from .db import DEFAULT_NAMESPACE, connect, first_line, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -212,7 +213,7 @@ class PgPlace:
                 if attempt == 2 or not isinstance(err, psycopg.OperationalError):
                     raise TurnLockError(
                         f"cannot queue the conversation's turns in {self._locks.location}: "
-                        f"{_first_line(err)}; check that the server runs and accepts "
+                        f"{first_line(err)}; check that the server runs and accepts "
                         "connections"
                     ) from None
                 continue
@@ -226,7 +227,7 @@ class PgPlace:
             row = db.execute("SELECT pg_advisory_unlock(%s)", (self.key,)).fetchone()
             problem = "" if row and row[0] else "the lock was not held any more"
         except psycopg.Error as err:
-            problem = _first_line(err)
+            problem = first_line(err)
         if problem:
             get_logger(component="turnlock").warning(
                 "the connection holding a conversation's turn lock broke while its turn ran: a turn of the "

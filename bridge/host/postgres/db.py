@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from ...errors import BridgeError
+from ...errors import BridgeError, PostgresError, PostgresUnavailable
 from ...log import get_logger
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg import Connection
 
 T = TypeVar("T")
 SCHEMA_VERSION = 2
@@ -175,23 +176,14 @@ def events_channel(gateway: str) -> str:
     return "bridge_events_" + hashlib.sha256(gateway.encode()).hexdigest()[:32]
 
 
-class PostgresError(BridgeError):
-    """PostgreSQL refused or could not be reached; the message says which server and what to do."""
-
-    def __init__(self, message: str, *, code: str = "store_error") -> None:
-        super().__init__(message)
-        self.code = code  # serve's error code
-
-
-class PostgresUnavailable(PostgresError):
-    """The server cannot be reached right now (down, restarting, network): worth trying again."""
-
-
 def require_psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise PostgresError("PostgreSQL needs psycopg 3: pip install 'agent-bridge[postgres]'") from None
+        raise PostgresError(
+            "PostgreSQL needs psycopg 3: pip install 'agent-bridge[postgres]' "
+            "(in a checkout of agent-bridge: make install EXTRAS=postgres)"
+        ) from None
     return psycopg
 
 
@@ -215,7 +207,7 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     psycopg = require_psycopg()
     try:
         # Keepalives: a server that vanished without closing the connection is noticed in seconds, not hours.
-        conn = psycopg.connect(
+        conn: Connection[Any] = psycopg.connect(
             dsn,
             autocommit=autocommit,
             connect_timeout=CONNECT_TIMEOUT_SECS,
@@ -227,12 +219,12 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
         )
     except psycopg.OperationalError as err:
         raise PostgresUnavailable(
-            f"cannot connect to {shown_dsn(dsn)}: {_first_line(err)}; check that the "
+            f"cannot connect to {shown_dsn(dsn)}: {first_line(err)}; check that the "
             "server runs and the DSN (host, port, user, database) is right"
         ) from None
     except psycopg.ProgrammingError as err:
         raise PostgresError(
-            f"the PostgreSQL DSN is not valid: {_without_password(_first_line(err))}; write it "
+            f"the PostgreSQL DSN is not valid: {_without_password(first_line(err))}; write it "
             "as postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
         ) from None
     try:
@@ -275,17 +267,18 @@ def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
                         to_version=SCHEMA_VERSION,
                     )
     except psycopg.OperationalError as err:
-        raise PostgresUnavailable(f"{shown_dsn(dsn)}: {_first_line(err)}") from None
+        raise PostgresUnavailable(f"{shown_dsn(dsn)}: {first_line(err)}") from None
     except psycopg.Error as err:
         raise PostgresError(
-            f"cannot set up agent-bridge's tables in {shown_dsn(dsn)}: {_first_line(err)} "
+            f"cannot set up agent-bridge's tables in {shown_dsn(dsn)}: {first_line(err)} "
             "(the user needs CREATE on the database's public schema)"
         ) from None
     if not conn.autocommit:
         conn.rollback()
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """An error's message, first line only (PostgreSQL's add a detail and a hint below); its type if it has none."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
@@ -362,7 +355,7 @@ class Database:
                 value = operation(conn)
         except psycopg.OperationalError as err:
             conn.close()
-            raise PostgresUnavailable(f"{shown_dsn(self.dsn)}: {_first_line(err)}") from None
+            raise PostgresUnavailable(f"{shown_dsn(self.dsn)}: {first_line(err)}") from None
         except BaseException:
             if conn.broken:
                 conn.close()
@@ -459,7 +452,7 @@ async def listen(
                 while (note := pgconn.notifies()) is not None:
                     deliver(Notification(note.relname.decode(), note.extra.decode(), note.be_pid))
         except (psycopg.OperationalError, OSError) as err:
-            log.warning("the listening connection to PostgreSQL broke; reconnecting", error=_first_line(err))
+            log.warning("the listening connection to PostgreSQL broke; reconnecting", error=first_line(err))
         finally:
             conn.close()
 

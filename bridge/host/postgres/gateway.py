@@ -1,8 +1,8 @@
 """The gateway: a host whose turns run on workers elsewhere, through the PostgreSQL queue.
 
-`RemoteHost` has the `Host` interface `serve` and bots use (`submit`,
-`cancel`, `decide`, stats, shutdown), so `serve --postgres` speaks the same
-JSON Lines protocol. A submit commits the turn to the queue, then waits for
+`RemoteHost` implements `BaseHost`, the interface `serve` and bots use
+(`submit`, `cancel`, `decide`, stats, shutdown), so `serve --postgres` speaks
+the same JSON Lines protocol. A submit commits the turn to the queue, then waits for
 it: events arrive by LISTEN on this gateway's own channel
 (`db.events_channel(name)`), the result is read from the table once a worker
 says it is done — or, should that notification be lost (a reconnect), at the
@@ -35,30 +35,31 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from types import TracebackType
 from typing import Any
 
 import trio
 
-from ...errors import BridgeError, TurnError
+from ...errors import (
+    DuplicateTurn,
+    GatewayNameTaken,
+    HostClosed,
+    PostgresError,
+    QueueFull,
+    RemoteTurnError,
+    SessionIdRefused,
+    TurnDetached,
+    TurnError,
+)
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
 from ...result import TurnResult
-from ...runner import EventCallback, PartialCallback, PermissionCallback, _decision, _emitter
-from ...supervisor import Emit
 from ...turn import Turn, text_problem
-from ..common import (
-    ClientSessionIds,
-    DuplicateTurn,
-    HostClosed,
-    HostStats,
-    SessionIdRefused,
-    check_client_session_ids,
-    refuse_unless_stored,
-)
-from ..scheduler import QueueFull
+from ...turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
+from ..common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
@@ -66,7 +67,6 @@ from .db import (
     WORK_CHANNEL,
     Database,
     Notification,
-    PostgresError,
     Reconnected,
     events_channel,
     listen,
@@ -83,46 +83,6 @@ MAX_BUFFERED_EVENT_BYTES = 8 * 1024 * 1024
 # After a reconnect, how long the name's lock may still be held by this gateway's own broken connection.
 NAME_RETAKE_SECS = 10.0
 EVENTS_OVERFLOW = "events_overflow"
-
-
-class TurnDetached(BridgeError):
-    """The gateway stopped waiting for a turn that still runs on a worker; its result waits in the queue."""
-
-    code = "detached"
-
-
-class RemoteTurnError(BridgeError):
-    """A worker could not run the turn (unknown profile, a profile that does not load…); `code` says which."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class GatewayNameTaken(PostgresError):
-    """Another live gateway holds this gateway's name; the message names it and says what to do."""
-
-    def __init__(self, name: str, holder: queue.NameHolder | None, *, lost: bool = False) -> None:
-        if holder is not None and holder.pid is not None:
-            since = f", since {holder.since:%Y-%m-%d %H:%M:%S %Z}" if holder.since is not None else ""
-            who = f"a live gateway: pid {holder.pid} on host {holder.host}{since}"
-        elif holder is not None:
-            who = f"another connection (PostgreSQL backend pid {holder.backend_pid}) that recorded nothing of itself"
-        else:
-            who = "another gateway"
-        if lost:
-            message = (
-                f"this gateway lost its name {name!r} while its connection to PostgreSQL was down, and it "
-                f"is held now by {who}; this gateway takes no new turns. Stop one of the two"
-            )
-        else:
-            message = (
-                f"gateway name {name!r} is held by {who}. A name is one bot's (its turns, results and "
-                "sessions): stop that gateway first, or give this one another --name"
-            )
-        super().__init__(message, code="shutting_down")  # serve refuses turns with this code once it is lost
-        self.name = name
-        self.holder = holder
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +112,12 @@ class _Waiter:
     overflowed: bool = False  # a question or activity did not fit: the turn was cancelled and fails
 
 
-class RemoteHost:
-    """Turns through the PostgreSQL queue; use it as `async with open_host(postgres=DSN) as host`."""
+class RemoteHost(BaseHost):
+    """Turns through the PostgreSQL queue; use it as `async with open_host(postgres=DSN) as host`.
 
-    remote = True  # serve passes the client's own ids along (`client_id`)
+    Its results outlive it: one no client was sent waits in the queue for the next gateway of the same name
+    (`undelivered`, `follow`, `delivered`).
+    """
 
     def __init__(
         self,
@@ -168,11 +130,10 @@ class RemoteHost:
     ) -> None:
         if not isinstance(name, str) or not name or text_problem(name):
             raise ValueError("a gateway name must be a non-empty string")
+        super().__init__(shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
         self.dsn = dsn
         self.name = name  # also the namespace of its turns' sessions
         self.max_queued = max_queued
-        self.shutdown_grace = shutdown_grace
-        self.client_session_ids = check_client_session_ids(client_session_ids)
         self._db = Database(dsn, size=8)
         self._waiters: dict[str, _Waiter] = {}  # by the bot's turn id
         self._by_key: dict[str, _Waiter] = {}  # the same, by the turn's key
@@ -181,55 +142,46 @@ class RemoteHost:
         self._definitions_logged: set[tuple[str, str | None]] = set()
         self._name_holder: queue.NameHolder | None = None  # this gateway, holding its name's lock
         self._name_lost: GatewayNameTaken | None = None
-        self._closing = False
         self._refused = 0
-        self._tasks: trio.Nursery | None = None
-        self._tasks_manager: Any = None
+        self._tasks: trio.Nursery | None = None  # while `async with` runs the listener
         self._idle = trio.Event()
         self._idle.set()
         self._log = get_logger(component="gateway", gateway=name)
 
     # ------------------------------------------------------------------ lifetime
 
-    async def __aenter__(self) -> RemoteHost:
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
         await trio.to_thread.run_sync(self._db.check)
-        self._tasks_manager = trio.open_nursery()
-        self._tasks = await self._tasks_manager.__aenter__()
+        refused: Exception | None = None
         try:
-            await self._tasks.start(
-                partial(
-                    listen,
-                    self.dsn,
-                    (events_channel(self.name),),
-                    self._notified,
-                    log=self._log,
-                    prepare=self._hold_name,
-                )
-            )
-        except BaseException:
-            self._tasks.cancel_scope.cancel()
-            await self._tasks_manager.__aexit__(None, None, None)
-            self._db.close()
-            raise
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        try:
-            await self.aclose()
+            async with trio.open_nursery() as tasks:
+                self._tasks = tasks
+                try:
+                    await tasks.start(
+                        partial(
+                            listen,
+                            self.dsn,
+                            (events_channel(self.name),),
+                            self._notified,
+                            log=self._log,
+                            prepare=self._hold_name,
+                        )
+                    )
+                except Exception as err:  # raised below, once the nursery is closed: as itself, not in a group
+                    refused = err
+                else:
+                    try:
+                        yield
+                    finally:
+                        try:
+                            await self.aclose()
+                        finally:
+                            tasks.cancel_scope.cancel()
+            if refused is not None:
+                raise refused
         finally:
-            assert self._tasks is not None
-            self._tasks.cancel_scope.cancel()
-            await self._tasks_manager.__aexit__(None, None, None)
             self._db.close()
-
-    def stop_accepting(self) -> None:
-        self._closing = True
-
-    @property
-    def closing(self) -> bool:
-        return self._closing
 
     async def aclose(self, grace: float | None = None) -> None:
         """Stop accepting; wait up to the grace for the results of turns in flight, then stop waiting
@@ -259,7 +211,7 @@ class RemoteHost:
         on_permission: PermissionCallback | None = None,
         turn_id: str | None = None,
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-        client_id: Any = None,
+        client_id: str | int | None = None,
     ) -> TurnResult:
         """Queue the turn and wait for its result, as `Host.submit` (events stream from the worker).
 
@@ -405,7 +357,7 @@ class RemoteHost:
         if waiter is None or request_id not in waiter.asked or self._tasks is None:
             return False
         waiter.asked.discard(request_id)
-        decision = _decision(answer)
+        decision = as_decision(answer)
         order = {
             "decide": waiter.key,
             "request_id": request_id,
@@ -446,7 +398,7 @@ class RemoteHost:
         on_event: EventCallback | None,
         on_permission: PermissionCallback | None,
     ) -> _Waiter:
-        waiter = _Waiter(turn_id, key, _emitter(on_partial, on_event), on_permission)
+        waiter = _Waiter(turn_id, key, emit_to(on_partial, on_event), on_permission)
         self._waiters[turn_id] = waiter
         self._by_key[key] = waiter
         self._idle = trio.Event() if self._idle.is_set() else self._idle
@@ -504,9 +456,10 @@ class RemoteHost:
                         raise RemoteTurnError(
                             ending.error.get("code", "internal_error"), ending.error.get("message", "")
                         )
+                    assert ending.result is not None  # a turn done without an error has its result
                     result = result_from_dict(ending.result)
-                    if waiter.emit is not None and (pending := waiter.emit(result)) is not None:
-                        await pending  # the result reaches on_event last, as from a local host
+                    if waiter.emit is not None:
+                        await waiter.emit(result)  # the result reaches on_event last, as from a local host
                     return result
                 with trio.move_on_after(POLL_SECS) as poll:
                     await waiter.changed.wait()
@@ -547,13 +500,13 @@ class RemoteHost:
             return
         if isinstance(event, PermissionRequest):
             waiter.asked.add(event.request_id)
-        if waiter.emit is not None and (pending := waiter.emit(event)) is not None:
-            await pending
+        if waiter.emit is not None:
+            await waiter.emit(event)
         if isinstance(event, PermissionRequest) and waiter.on_permission is not None:
             answer = waiter.on_permission(event)
             if inspect.isawaitable(answer):
                 answer = await answer
-            self.decide(waiter.turn_id, event.request_id, answer)  # type: ignore[arg-type]
+            self.decide(waiter.turn_id, event.request_id, answer)
 
     async def _send_cancel(self, key: str, turn_id: str) -> None:
         try:
@@ -606,9 +559,9 @@ class RemoteHost:
                     "this gateway lost its name to another gateway and takes no new turns; stop one of them",
                     problem=str(note.problem),
                 )
-            for waiter in self._waiters.values():
-                waiter.look = True  # read the rows again: a result may have been missed
-                waiter.changed.set()
+            for waiting in self._waiters.values():
+                waiting.look = True  # read the rows again: a result may have been missed
+                waiting.changed.set()
             return
         try:
             record = json.loads(note.payload)

@@ -1,6 +1,6 @@
 """The session store in PostgreSQL: `SessionStore`'s interface and rules, shared by every machine that can reach it.
 
-The same keys and the same rules as the SQLite store (SPEC §6): an empty new
+The same keys and the same rules as the SQLite store (docs/protocol.md §6): an empty new
 session id keeps the stored one; `record` returns a stamp that `lookup` reads
 back until the next record. The rows live in `bridge_sessions` (`db.SCHEMA`),
 next to the turn queue's tables, so a queue worker can record a turn's
@@ -34,10 +34,11 @@ from datetime import UTC
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...errors import PostgresError, StoreError
 from ...result import TurnResult
 from ...turn import text_problem
-from ..sqlite_store import SessionRecord, StoreError, _key, _now
-from .db import DEFAULT_NAMESPACE, PostgresError, _first_line, connect, require_psycopg, shown_dsn
+from ..sqlite_store import SessionRecord, now_iso, session_key
+from .db import DEFAULT_NAMESPACE, connect, first_line, require_psycopg, shown_dsn
 
 if TYPE_CHECKING:
     import psycopg
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 _TABLE = "bridge_sessions"
 _COLUMNS = "profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code"
-# An empty new id keeps the stored one (SPEC §6); everything else is the latest turn's.
+# An empty new id keeps the stored one (docs/protocol.md §6); everything else is the latest turn's.
 _RECORD = f"""
 INSERT INTO {_TABLE} AS stored (namespace, profile, conversation, session_name, session_id, last_used,
                                 last_outcome, last_exit_code, stamp)
@@ -65,7 +66,7 @@ _ORDER = 'ORDER BY last_used DESC, profile COLLATE "C", conversation COLLATE "C"
 def new_stamp() -> str:
     """A record's stamp: its time (ISO 8601, UTC, microseconds) and a random suffix, so two machines recording
     in the same microsecond still leave different stamps."""
-    return f"{_now()}~{secrets.token_hex(4)}"
+    return f"{now_iso()}~{secrets.token_hex(4)}"
 
 
 def record_session(
@@ -83,7 +84,7 @@ def record_session(
     conn.execute(
         _RECORD,
         (
-            *_key(namespace, profile, conversation, session_name),
+            *session_key(namespace, profile, conversation, session_name),
             result.session_id,
             str(result.outcome),
             int(result.exit_code),
@@ -97,7 +98,8 @@ def stored_session(
 ) -> tuple[str, str]:
     """The session id stored for the conversation and its record's stamp, on `conn`; `("", "")` when none."""
     row = conn.execute(
-        f"SELECT session_id, stamp FROM {_TABLE} {_WHERE_KEY}", _key(namespace, profile, conversation, session_name)
+        f"SELECT session_id, stamp FROM {_TABLE} {_WHERE_KEY}",
+        session_key(namespace, profile, conversation, session_name),
     ).fetchone()
     return (row[0], row[1]) if row else ("", "")
 
@@ -172,10 +174,10 @@ class PostgresSessionStore:
         """Drop a stored session (every session name of the conversation when None); rows removed."""
         if session_name is None:
             sql = f"DELETE FROM {_TABLE} WHERE namespace = %s AND profile = %s AND conversation = %s"
-            params: tuple[str, ...] = _key(self.namespace, profile, conversation)
+            params: tuple[str, ...] = session_key(self.namespace, profile, conversation)
         else:
             sql = f"DELETE FROM {_TABLE} {_WHERE_KEY}"
-            params = _key(self.namespace, profile, conversation, session_name)
+            params = session_key(self.namespace, profile, conversation, session_name)
         return self._writer.run(lambda db: db.execute(sql, params).rowcount)
 
     def list(self, profile: str | None = None, conversation: str | None = None) -> builtins.list[SessionRecord]:
@@ -247,7 +249,7 @@ class _Connection:
                         self._db = None
                     if attempt == 2:
                         raise StoreError(
-                            f"session store {self._location}: {_first_line(err)}; check that the "
+                            f"session store {self._location}: {first_line(err)}; check that the "
                             "server runs and accepts connections"
                         ) from None
                 except psycopg.Error as err:
@@ -255,7 +257,7 @@ class _Connection:
                         db.close()
                         self._db = None
                     raise StoreError(
-                        f"session store {self._location}: {_first_line(err)}; {_advice(err, psycopg)}"
+                        f"session store {self._location}: {first_line(err)}; {_advice(err, psycopg)}"
                     ) from None
         raise AssertionError("unreachable")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -38,7 +39,7 @@ RECLAIM_MARGIN_SECS = 1.0  # past a lapsed lease and the agent's kill grace, bef
 
 # By profile name, what a worker claims with: the agent's kill grace, `retry` or `fail` (what the reaper needs
 # should the worker be lost), and the sha256 of the profile's file (only turns queued for it are claimed).
-ProfileTerms = tuple[float, str, str]
+ProfileTerms = tuple[float, Literal["retry", "fail"], str]
 # Shown of a profile's hash in messages: enough to tell two definitions apart.
 SHOWN_HASH_CHARS = 12
 
@@ -188,7 +189,7 @@ def finish(
     worker: str,
     result: TurnResult | None = None,
     error: dict[str, Any] | None = None,
-    record_session: Any = None,
+    record_session: Callable[[Conn, str, str, str, str, TurnResult], None] | None = None,
 ) -> bool:
     """The turn's result (or error), its session and its gateway's notification: one transaction.
 
@@ -206,9 +207,10 @@ def finish(
     ).fetchone()
     if row is None:
         return False
+    gateway, profile, conversation, session_name = row
     if result is not None and record_session is not None:
-        record_session(conn, *row, result)
-    _notify_done(conn, row[0], key)
+        record_session(conn, gateway, profile, conversation, session_name, result)
+    _notify_done(conn, gateway, key)
     return True
 
 

@@ -39,15 +39,14 @@ from typing import Any
 
 import trio
 
-from ...errors import BridgeError, ProfileError, TurnError
+from ...errors import BridgeError, PostgresUnavailable, ProfileError, StoreError, TurnError, UnknownProfile
 from ...log import get_logger
 from ...permissions import Decision
 from ...profile import Profile
 from ...result import TurnResult, cancelled_result
-from ...supervisor import HostEvent
-from ..registry import ProfileRegistry, UnknownProfile
+from ...turn_loop import HostEvent
+from ..registry import ProfileRegistry
 from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
-from ..sqlite_store import StoreError
 from . import queue
 from .db import (
     CONTROL_CHANNEL,
@@ -55,7 +54,6 @@ from .db import (
     WORK_CHANNEL,
     Database,
     Notification,
-    PostgresUnavailable,
     Reconnected,
     connect,
     events_channel,
@@ -200,11 +198,7 @@ class _Publisher:
                 try:
                     await self._db.run_retrying(
                         atomic=False,
-                        operation=lambda conn, channels=channels, payloads=payloads: conn.execute(
-                            "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(c, p, n) "
-                            "ORDER BY n",
-                            (channels, payloads),
-                        ).fetchall(),
+                        operation=functools.partial(_notify_all, channels=channels, payloads=payloads),
                         log=self._log,
                         what="streaming events",
                     )
@@ -421,8 +415,8 @@ class Worker:
         gateway, key, attempt = claimed.gateway, claimed.key, claimed.attempt
 
         def forward(event: HostEvent) -> None:
-            if type(event) is not TurnResult:
-                self._publisher.publish(gateway, key, attempt, event.to_dict())  # type: ignore[union-attr]
+            if not isinstance(event, TurnResult):
+                self._publisher.publish(gateway, key, attempt, event.to_dict())
 
         nobody_answers = None if claimed.turn.get("answered", True) else _deny
         try:
@@ -453,7 +447,7 @@ class Worker:
                 worker=self.id,
                 result=result,
                 error=error,
-                record_session=lambda c, *row: record_session(c, *row, stamp),
+                record_session=functools.partial(record_session, stamp=stamp),
             )
 
         while not held.lost:
@@ -704,6 +698,14 @@ def _end_cancelled(profiles: dict[str, Profile], conn: Any) -> None:
         pass
 
 
+def _notify_all(conn: Any, *, channels: list[str], payloads: list[str]) -> None:
+    """Send each payload to its channel, in order, in one statement."""
+    conn.execute(
+        "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(c, p, n) ORDER BY n",
+        (channels, payloads),
+    ).fetchall()
+
+
 def _cancelled_ending(profiles: dict[str, Profile], name: str) -> tuple[TurnResult | None, dict[str, Any] | None]:
     """The end of a turn cancelled while queued: the 130 result its profile gives, as a host's would."""
     profile = profiles.get(name)
@@ -738,7 +740,7 @@ def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> in
             nursery.cancel_scope.cancel()
         return 0
 
-    from ...runner import _ungrouped
+    from ...runner import ungrouped
 
-    with _ungrouped():  # a BridgeError (PostgreSQL unreachable at start…) reaches the CLI as itself
+    with ungrouped():  # a BridgeError (PostgreSQL unreachable at start…) reaches the CLI as itself
         return trio.run(main)

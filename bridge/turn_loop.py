@@ -1,0 +1,179 @@
+"""One turn's events, from the agent's output to the host: the loop every kind of agent shares.
+
+`TurnLoop` feeds each chunk of the agent's stdout to the profile's dialect,
+records the events by the turn's rules (`TurnRecorder`), answers the agent's
+permission requests by the profile's policy (asking the host when it says
+ask), writes what the dialect wants written to the agent's stdin, and hands
+the rest to the host's `Emit`. A one-process turn (`supervisor`) and a warm
+agent's turn (`warm_agent`) both run their events through it; `finish_turn`
+builds and logs the result for both. The result is returned, never emitted:
+the caller delivers it when it is ready to (a host stores the session first).
+
+A host's callbacks (`on_partial`, `on_event`, `on_permission`) may each be
+sync or async; `emit_to` makes them one `Emit`, the plain async callable the
+loop awaits for every event. An async `on_event` alone is one already and is
+used as it is, so a partial goes from the dialect to the host's code with
+nothing in between.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import trio
+
+from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
+from .permissions import Decision, PermissionPolicy, PermissionRequest
+from .questions import Questions
+from .result import Ending, TurnRecorder, TurnResult
+
+HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | TurnResult
+# Delivers one event to the host, in order: the turn waits until it returns.
+Emit = Callable[[HostEvent], Awaitable[None]]
+# A host's callbacks, each sync or async (see `emit_to`).
+PartialCallback = Callable[[str], Awaitable[None] | None]
+EventCallback = Callable[[HostEvent], Awaitable[None] | None]
+PermissionCallback = Callable[[PermissionRequest], "Decision | bool | Awaitable[Decision | bool]"]
+
+__all__ = [
+    "Emit",
+    "EventCallback",
+    "HostEvent",
+    "PartialCallback",
+    "PermissionCallback",
+    "TurnLoop",
+    "as_decision",
+    "emit_to",
+    "finish_turn",
+]
+
+
+# Events that go to the host as they are (the others are acted on here).
+_FOR_THE_HOST = (PartialEvent, SessionEvent, ErrorEvent, ActivityEvent)
+
+
+class TurnLoop:
+    """Feeds the agent's output to its dialect and carries out the events, in order.
+
+    `send` writes to the agent's stdin (a turn's process, or a warm agent's);
+    `questions` holds what waits for the host's answer.
+    """
+
+    __slots__ = ("dialect", "recorder", "policy", "emit", "log", "send", "questions")
+
+    def __init__(
+        self,
+        dialect: Any,
+        recorder: TurnRecorder,
+        policy: PermissionPolicy,
+        emit: Emit | None,
+        log: Any,
+        send: Callable[[bytes], None],
+        questions: Questions,
+    ) -> None:
+        self.dialect = dialect
+        self.recorder = recorder
+        self.policy = policy
+        self.emit = emit
+        self.log = log
+        self.send = send
+        self.questions = questions
+
+    async def on_output(self, data: bytes) -> None:
+        """One chunk of the agent's stdout."""
+        await self.handle(self.dialect.feed(data))
+
+    async def handle(self, events: list[Event]) -> None:
+        """Record `events` and carry out what the recorder passes on."""
+        emit = self.emit
+        for event in self.recorder.record(events):
+            if isinstance(event, _FOR_THE_HOST):  # the bulk of a stream, first
+                if emit is not None:
+                    await emit(event)
+            elif isinstance(event, PermissionRequest):
+                await self.answer(event)
+            elif isinstance(event, AgentInput):
+                self.send(event.data)
+            else:
+                self.log.warning(event.message)
+
+    async def answer(self, request: PermissionRequest) -> None:
+        """Decide by the profile's policy (asking the host when it says ask), tell the agent, show the host."""
+        decision = self.policy.decide(request)
+        asked = decision is None
+        if decision is None:
+            decision = await self._ask(request)
+        self.log.info(
+            "the agent asked to run a tool", tool=request.tool, kind=request.kind, allowed=decision.allow, asked=asked
+        )
+        self.send(self.dialect.answer(request, decision))
+        if self.emit is not None:
+            status = "allowed" if decision.allow else "denied"
+            await self.emit(
+                ActivityEvent("tool", tool=request.tool, title=request.title, status=status, call_id=request.request_id)
+            )
+
+    async def _ask(self, request: PermissionRequest) -> Decision:
+        if self.emit is None or not self.questions.listening:  # nobody hears questions: no answer can come
+            return Decision(allow=False, message="nobody is there to answer")
+        with self.questions.asking(request.request_id, self.policy.timeout_secs) as question:
+            await self.emit(request)
+            await question.answer()
+        return self.questions.result(question)
+
+
+def finish_turn(
+    recorder: TurnRecorder, ending: Ending, stderr_tail: str, started: float, log: Any, **fields: Any
+) -> TurnResult:
+    """The turn's result by the recorder's rules, logged with `fields`."""
+    duration_ms = round((trio.current_time() - started) * 1000)
+    result = recorder.finish(ending, stderr_tail=stderr_tail, duration_ms=duration_ms)
+    log.info(
+        "turn finished",
+        outcome=result.outcome.value,
+        exit_code=result.exit_code,
+        duration_ms=duration_ms,
+        partials=result.partials,
+        **fields,
+    )
+    return result
+
+
+def as_decision(answer: Decision | bool) -> Decision:
+    """A host's answer to a `PermissionRequest`: a `Decision`, or True/False for allow/deny."""
+    return answer if isinstance(answer, Decision) else Decision(allow=bool(answer))
+
+
+def emit_to(
+    on_partial: PartialCallback | None,
+    on_event: EventCallback | None,
+    on_permission: PermissionCallback | None = None,
+    questions: Questions | None = None,
+) -> Emit | None:
+    """One `Emit` for a host's callbacks (None when there are none): `on_event` sees every event, then
+    `on_partial` a partial's text, and `on_permission` answers each `PermissionRequest` through `questions`."""
+    answers = on_permission if questions is not None else None
+    if on_partial is None and on_event is None and answers is None:
+        return None
+    if on_partial is None and answers is None and inspect.iscoroutinefunction(on_event):
+        return cast(Emit, on_event)  # already an Emit: nothing need stand between the engine and it
+
+    async def emit(event: HostEvent) -> None:
+        if on_event is not None:
+            pending = on_event(event)
+            if pending is not None and inspect.isawaitable(pending):  # an async callback
+                await pending
+        if type(event) is PartialEvent:
+            if on_partial is not None:
+                pending = on_partial(event.text)
+                if pending is not None and inspect.isawaitable(pending):
+                    await pending
+        elif answers is not None and questions is not None and type(event) is PermissionRequest:
+            answer = answers(event)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            questions.decide(event.request_id, as_decision(answer))
+
+    return emit
