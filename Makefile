@@ -69,7 +69,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(VENV)/.installed-dev $(NPM_STAMP)
+test: lint $(NPM_STAMP)
 	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q
 
 # `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it

@@ -18,8 +18,7 @@ from bridge import Profile, Turn
 from bridge.log import get_logger
 from bridge.questions import Questions
 from bridge.result import Ending, TurnRecorder
-from bridge.runner import emit_to
-from bridge.turn_loop import TurnLoop
+from bridge.turn_loop import TurnLoop, emit_to
 
 CHUNK = 64 * 1024
 

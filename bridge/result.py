@@ -3,17 +3,17 @@
 `TurnRecorder` applies the turn-level rules (docs/protocol.md §3–§5) as events arrive:
 which partials are forwarded, the caps, the last session and error. Its
 `finish()` applies the exit-code precedence and builds the `TurnResult`.
-The one thing it reads is the bridge's environment, and only for a failed turn:
-to name the credentials `env_inherit: minimal` held back from the agent.
+Given the bridge's environment (`environ`), a failed turn's error names the
+credentials `env_inherit: minimal` held back from the agent.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import re
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -122,10 +122,12 @@ class TurnRecorder:
         "partials",
         "usage",
         "_unfinished",
+        "_environ",
     )
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, environ: Mapping[str, str] | None = None) -> None:
         self._profile = profile
+        self._environ = environ  # the agent's was planned from it: read only to explain a failure
         cap = profile.max_reply_chars
         self._body: list[str] = []  # the latest body lines
         self._body_runs: list[str] = []  # earlier body lines, joined a run at a time (see record())
@@ -257,8 +259,8 @@ class TurnRecorder:
                 reply = _with_stderr(reply, stderr_tail)
             elif error_reply:
                 error_reply = _with_stderr(error_reply, stderr_tail)
-        if outcome in (Outcome.AGENT_ERROR, Outcome.EXIT_NONZERO):
-            held_back = withheld_credentials(profile, os.environ)
+        if outcome in (Outcome.AGENT_ERROR, Outcome.EXIT_NONZERO) and self._environ is not None:
+            held_back = withheld_credentials(profile, self._environ)
             if held_back:
                 error = f"{error or f'the agent {cause}'}; {credentials_note(profile, held_back)}"
         return TurnResult(

@@ -70,7 +70,7 @@ async def drive_turn(
         return finish_turn(TurnRecorder(profile), ending, "", started, log)
 
     log = _turn_logger(profile, turn_id, plan)
-    recorder = TurnRecorder(profile)
+    recorder = TurnRecorder(profile, os.environ)
     io = AgentIO(plan, agent, log, TurnLimits.of(profile), on_stderr)
     io.begin_turn(started)
     questions = questions if questions is not None else Questions()

@@ -329,7 +329,7 @@ class WarmAgent:
         profile = self.profile
         log = log if log is not None else self.log
         started = trio.current_time()
-        recorder = TurnRecorder(profile)
+        recorder = TurnRecorder(profile, os.environ)
         self.turns += 1
         io = self._io
         if io is None or not self.alive:

@@ -271,3 +271,17 @@ def test_an_unfinished_stream_fails_a_turn_that_ended_on_its_own_but_never_hides
     turn = recorder()
     feed(turn, ErrorEvent("the agent's own words"), unfinished)
     assert turn.finish(Ending(returncode=0)).error == "the agent's own words"  # the agent's error wins
+
+
+def test_a_failed_turn_names_the_credentials_its_environment_held_back_and_only_their_names() -> None:
+    profile = Profile.from_mapping({"command": "agent"})  # env_inherit: minimal
+    environ = {"PATH": "/bin", "ANTHROPIC_API_KEY": "sk-secret", "GITHUB_TOKEN": "ghp-secret"}
+    failed = TurnRecorder(profile, environ).finish(Ending(returncode=3))
+    assert "ANTHROPIC_API_KEY" in failed.error and "GITHUB_TOKEN" in failed.error
+    assert "secret" not in failed.error and "secret" not in failed.error_reply
+    assert TurnRecorder(profile, environ).finish(Ending(returncode=0)).error == ""  # a turn that succeeded: no note
+    assert "API_KEY" not in TurnRecorder(profile).finish(Ending(returncode=3)).error  # no environment given: none
+    passed = Profile.from_mapping(
+        {"command": "agent", "env": {"ANTHROPIC_API_KEY": "${ANTHROPIC_API_KEY}", "GITHUB_TOKEN": "${GITHUB_TOKEN}"}}
+    )
+    assert "API_KEY" not in TurnRecorder(passed, environ).finish(Ending(returncode=3)).error

@@ -78,7 +78,7 @@ class LineSplitter:
         return Lines(text, frozenset({0}) if cut else _NONE_CUT)
 
     @staticmethod
-    def _split(block: bytes) -> Lines:
+    def _split(block: bytes | bytearray) -> Lines:
         text = block.decode("utf-8", "replace")
         if "\r" in text:
             text = text.replace("\r\n", "\n")
@@ -91,21 +91,21 @@ class LineSplitter:
         self._pending.clear()
         self._overflowed = False
 
-    def _split_checked(self, complete: bytes) -> Lines:
+    def _split_checked(self, complete: bytes | bytearray) -> Lines:
         """The slow path, for a block that may hold an over-long line: measure each line in bytes."""
         limit = self.max_line_bytes
-        pieces = complete.split(b"\n")
+        pieces = bytes(complete).split(b"\n")
         text: list[str] = []
         cut: set[int] = set()
-        for index, piece in enumerate(pieces):
+        for index, raw in enumerate(pieces):
             if index == 0 and (self._pending or self._overflowed):
-                self._append(piece)
+                self._append(raw)
                 piece, overflowed = bytes(self._pending), self._overflowed
                 self._pending.clear()
                 self._overflowed = False
             else:
-                overflowed = len(piece) > limit
-                piece = piece[:limit]
+                overflowed = len(raw) > limit
+                piece = raw[:limit]
             if overflowed:
                 cut.add(index)
             text.append(self._split(piece).text[0])
