@@ -29,7 +29,6 @@ from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
 from .turn_loop import Emit, TurnLoop, finish_turn
-from .warm_agent import run_warm_turn
 
 __all__ = ["drive_turn"]
 
@@ -55,6 +54,9 @@ async def drive_turn(
     and the host answers it through `questions` (see `bridge.questions`).
     """
     if profile.warm:  # a long-lived agent, started for this one turn
+        # Imported here: a one-shot run (the CLI's cold start, bench row 6) does not load the warm engine.
+        from .warm_agent import run_warm_turn
+
         return await run_warm_turn(
             profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions, on_stderr=on_stderr
         )
