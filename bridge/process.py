@@ -113,7 +113,8 @@ class AgentProcess:
         ready = self._exit_or_stderr
         if ready is None:  # an epoll of our own, which trio waits on like any descriptor
             ready = self._exit_or_stderr = select.epoll(2)
-            ready.register(self._pidfd, select.EPOLLIN)  # type: ignore[arg-type]
+            assert self._pidfd is not None  # wait_exited calls this only with a pidfd
+            ready.register(self._pidfd, select.EPOLLIN)
             ready.register(self.stderr, select.EPOLLIN)
         while True:
             exited = False

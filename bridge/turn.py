@@ -6,7 +6,7 @@ import dataclasses
 import posixpath
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from .errors import TurnError
 
@@ -66,7 +66,7 @@ class Attachment:
         kind, sep, url = spec.partition("=")
         if not sep or not url:
             raise TurnError(f"attachment {spec!r} should look like TYPE=URL, e.g. image=https://…")
-        return cls(type=kind, url=url)  # type: ignore[arg-type]
+        return cls(type=cast(AttachmentType, kind), url=url)  # __post_init__ refuses a kind not in ATTACHMENT_TYPES
 
     def to_dict(self) -> dict[str, str]:
         return {"type": self.type, "url": self.url, "name": self.name}

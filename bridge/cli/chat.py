@@ -26,11 +26,12 @@ with 128+N.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 import trio
 
@@ -72,7 +73,8 @@ def run_chat(
     from ..process import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
-    sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
+    # The interpreter's own stdout, a TextIOWrapper; sys's stub types it as the TextIO protocol.
+    cast(io.TextIOWrapper, sys.stdout).reconfigure(errors="replace")
     chat = Chat(profile, conversation, session_id=session_id, session_name=session_name, from_user=from_user)
     try:
         return trio.run(chat.run)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import shutil
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import trio
 
@@ -538,7 +539,8 @@ def _run_now(args: argparse.Namespace, profile: Profile, turn: Turn) -> TurnResu
     from ..process import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
-    sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
+    # The interpreter's own stdout, a TextIOWrapper; sys's stub types it as the TextIO protocol.
+    cast(io.TextIOWrapper, sys.stdout).reconfigure(errors="replace")
     printer: HumanPrinter | JsonPrinter
     if args.json:
         printer = JsonPrinter(sys.stdout, sys.stderr)

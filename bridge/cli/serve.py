@@ -602,9 +602,9 @@ class _StartedFlag(trio.TaskStatus[str]):
         self._inner = inner
         self.started_once = False
 
-    def started(self, value: str | None = None) -> None:
+    def started(self, value: str) -> None:
         self.started_once = True
-        self._inner.started(value)  # type: ignore[arg-type]
+        self._inner.started(value)
 
 
 async def serve_stdio(host: BaseHost) -> int:

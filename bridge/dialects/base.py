@@ -43,7 +43,7 @@ import json.scanner
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 from ..errors import ProtocolMisuse
 from ..permissions import Decision, PermissionRequest
@@ -202,7 +202,7 @@ class JsonLinesReader:
                 events.extend(self.on_other_line(line))
             return None
         if "\\u" in line and ("\\ud" in line or "\\uD" in line):  # only an escape can spell a lone surrogate
-            return _without_lone_surrogates(message)  # type: ignore[no-any-return]
+            return cast(dict[str, Any], _without_lone_surrogates(message))  # it gives back a dict for a dict
         return message
 
 
@@ -244,7 +244,8 @@ class JsonLinesDialect(JsonLinesReader):
 
 # The C scanner json.loads ends up in, called directly: json.loads's three Python frames around it cost as much as
 # decoding a short event line.
-# typeshed types make_scanner's argument as a make_scanner; it is the decoder whose settings it scans with.
+# typeshed types make_scanner's argument as a make_scanner (a TODO in its stub); it is the decoder whose settings it
+# scans with. And typeshed's json.decoder leaves out scanstring, which the module has (json.loads's string decoder).
 _scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 scan_json_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 """The C decoder of a JSON string's text from its opening quote's next index (json.loads's own; typeshed does not

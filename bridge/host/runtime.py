@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -187,7 +187,7 @@ class Host(BaseHost):
         self.store = store
         self._owns_store = owns_store
         self._turn_locks = turn_locks  # the store's queues, shared with other processes (CLI runs…)
-        self._queue = TurnQueue(max_concurrent, max_queued)
+        self._queue: TurnQueue[_Flight] = TurnQueue(max_concurrent, max_queued)
         self._flights: dict[str, _Flight] = {}
         self._arrivals = itertools.count()  # arrival order of admitted turns
         self._ids = itertools.count(1)  # for turns submitted without an id
@@ -459,7 +459,8 @@ class Host(BaseHost):
                 )
         finally:
             if agent is not None:
-                pool.checkin(key, stamp)  # type: ignore[union-attr]
+                assert pool is not None  # the agent came from it
+                pool.checkin(key, stamp)
         return result
 
     async def _refuse_a_session_id_not_stored(self, key: Key, session_id: str) -> None:
@@ -482,9 +483,10 @@ class Host(BaseHost):
 
     def _lookup(self, key: Key) -> tuple[str, str]:
         """The stored session id and its record's stamp ("" when the store cannot tell: see `pool`)."""
-        lookup = getattr(self.store, "lookup", None)
+        # Not in SessionStoreLike, as a store the caller owns may lack it; where there, it has this signature.
+        lookup: Callable[[str, str, str], tuple[str, str]] | None = getattr(self.store, "lookup", None)
         if lookup is not None:
-            return lookup(*key)  # type: ignore[no-any-return]
+            return lookup(*key)
         return self.store.get(*key), ""
 
     def _land(self, flight: _Flight) -> None:
@@ -492,7 +494,7 @@ class Host(BaseHost):
         del self._flights[flight.turn_id]
         if flight.state == Ticket.RUNNING:
             for ticket in self._queue.release(flight):
-                ticket.wake.set()  # type: ignore[attr-defined]
+                ticket.wake.set()
         if not self._flights and self._idle is not None:
             self._idle.set()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 from ..errors import QueueFull
 
@@ -42,8 +43,13 @@ class Ticket:
         return f"Ticket({self.key!r}, seq={self.seq}, {self.state})"
 
 
-class TurnQueue:
-    """Admission, ordering and limits for turns; the caller does the waiting and the running."""
+_T = TypeVar("_T", bound=Ticket)
+
+
+class TurnQueue(Generic[_T]):
+    """Admission, ordering and limits for turns; the caller does the waiting and the running.
+
+    Generic in its caller's kind of ticket: `release` hands back the tickets it was given."""
 
     def __init__(self, max_running: int, max_waiting: int) -> None:
         if max_running < 1:
@@ -54,11 +60,11 @@ class TurnQueue:
         self.max_waiting = max_waiting
         self.running = 0
         self.waiting = 0
-        self._lanes: dict[Hashable, deque[Ticket]] = {}  # waiting tickets per key, in arrival order
+        self._lanes: dict[Hashable, deque[_T]] = {}  # waiting tickets per key, in arrival order
         self._busy: set[Hashable] = set()  # keys with a running ticket
         self._ready: list[tuple[int, Hashable]] = []  # (seq of the lane's head, key) of idle keys' lanes
 
-    def admit(self, ticket: Ticket) -> bool:
+    def admit(self, ticket: _T) -> bool:
         """Take `ticket` in: True when it may run now, False when it waits. Raises `QueueFull`."""
         key = ticket.key
         lane = self._lanes.get(key)
@@ -80,7 +86,7 @@ class TurnQueue:
             lane.append(ticket)
         return False
 
-    def release(self, ticket: Ticket) -> list[Ticket]:
+    def release(self, ticket: _T) -> list[_T]:
         """`ticket` finished running; returns the tickets that start now (already marked running)."""
         assert ticket.state == Ticket.RUNNING, ticket
         ticket.state = Ticket.DONE
@@ -89,7 +95,7 @@ class TurnQueue:
         lane = self._lanes.get(ticket.key)
         if lane:
             heapq.heappush(self._ready, (lane[0].seq, ticket.key))
-        started = []
+        started: list[_T] = []
         while self.running < self.max_running and self._ready:
             seq, key = heapq.heappop(self._ready)
             lane = self._lanes.get(key)
@@ -103,7 +109,7 @@ class TurnQueue:
             started.append(head)
         return started
 
-    def withdraw(self, ticket: Ticket) -> None:
+    def withdraw(self, ticket: _T) -> None:
         """Take a waiting ticket out of the queue (cancelled, or its waiter went away)."""
         assert ticket.state == Ticket.WAITING, ticket
         lane = self._lanes[ticket.key]
@@ -116,7 +122,7 @@ class TurnQueue:
         elif was_head and ticket.key not in self._busy:
             heapq.heappush(self._ready, (lane[0].seq, ticket.key))
 
-    def _start(self, ticket: Ticket) -> None:
+    def _start(self, ticket: _T) -> None:
         ticket.state = Ticket.RUNNING
         self.running += 1
         self._busy.add(ticket.key)

@@ -172,6 +172,8 @@ class Profile:
             return NotImplemented
         return self.profile_dir == other.profile_dir and self.to_dict() == other.to_dict()
 
+    # Unhashable, as Python makes a class that defines __eq__ alone; said here so that mypy knows it too. object's
+    # stub types __hash__ as a method, so the idiom (typeshed's own for list and dict) needs the ignore.
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:

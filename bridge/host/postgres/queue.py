@@ -455,6 +455,7 @@ def end_cancelled(conn: Conn, *, ending_of: Any) -> str | None:
     ).fetchone()
     if row is None:
         return None
+    key: str  # a text column
     key, gateway, profile = row
     result, error = ending_of(profile)
     conn.execute(
@@ -462,7 +463,7 @@ def end_cancelled(conn: Conn, *, ending_of: Any) -> str | None:
         (*_ending(result.to_dict() if result is not None else None, error), key),
     )
     _notify_done(conn, gateway, key)
-    return key  # type: ignore[no-any-return]
+    return key
 
 
 def ending(conn: Conn, *, gateway: str, key: str) -> TurnEnding | None:

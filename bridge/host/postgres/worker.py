@@ -497,7 +497,8 @@ class Worker:
                     if mine is None or mine[0] != held.claimed.attempt:
                         self._lose(held, "another worker took the turn")
                     elif mine[1]:
-                        self._host.cancel(key)  # type: ignore[union-attr]
+                        assert self._host is not None  # run made it before starting this task
+                        self._host.cancel(key)
             await trio.sleep(interval)
 
     async def _watch_lease(self) -> None:
@@ -573,7 +574,8 @@ class Worker:
             return
         held.lost = True
         self._log.warning("stopping a turn this worker no longer holds", turn_id=held.claimed.key, why=why)
-        self._host.cancel(held.claimed.key)  # type: ignore[union-attr]
+        assert self._host is not None  # a turn is held only while run's host is
+        self._host.cancel(held.claimed.key)
 
     async def _reap(self) -> None:
         last_purge = trio.current_time()
@@ -652,9 +654,10 @@ class Worker:
         with self._grace:
             self._grace.deadline = trio.current_time() + self.shutdown_grace
             await self._idle.wait()
+        assert self._host is not None  # run made it before draining
         for held in list(self._held.values()):
             held.handed_back = True
-            self._host.cancel(held.claimed.key)  # type: ignore[union-attr]
+            self._host.cancel(held.claimed.key)
         if self._held:
             self._log.warning(
                 "shutdown grace over; handing the turns still running back to the queue", turns=len(self._held)
