@@ -87,6 +87,7 @@ $(BENCH_VENV)/.tools: bench/requirements.txt pyproject.toml Makefile | $(BENCH_B
 	touch $@
 
 $(BENCH_VENV)/.bridge: pyproject.toml $(shell find bridge -name '*.py' -o -name py.typed) | $(BENCH_VENV)/.tools
+	rm -rf build  # setuptools' build/lib keeps modules since renamed or removed, and they would be installed
 	$(BENCH_BIN)/python -m pip install -q --no-deps --force-reinstall .
 	touch $@
 

@@ -149,10 +149,12 @@ class TurnRecorder:
     def record(self, events: list[Event]) -> list[Forwarded]:
         """Record a batch of events; returns, in order, what to forward to the host and the warnings to log."""
         forward: list[Forwarded] = []
+        # A partial passes as it is unless a cap, an error or `streaming: false` says otherwise (an error in
+        # this batch turns it off below).
+        plain_partials = self._partial_room is None and not self.error_seen and self._profile.streaming
         for event in events:
             if isinstance(event, PartialEvent):
-                # A partial passes as it is unless a cap, an error or `streaming: false` says otherwise.
-                if self._partial_room is None and not self.error_seen and self._profile.streaming:
+                if plain_partials:
                     self.partials += 1
                     forward.append(event)
                 elif (partial := self._limited_partial(event)) is not None:
@@ -177,6 +179,7 @@ class TurnRecorder:
                     self._unfinished = event.text  # its weight depends on how the process ended (see finish)
                 else:
                     self.error_seen = True
+                    plain_partials = False
                     self.error = event.text
                     forward.append(event)
             elif isinstance(event, ReplyEvent):
