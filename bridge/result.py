@@ -153,13 +153,13 @@ class TurnRecorder:
         # this batch turns it off below).
         plain_partials = self._partial_room is None and not self.error_seen and self._profile.streaming
         for event in events:
-            if isinstance(event, PartialEvent):
+            if type(event) is PartialEvent:
                 if plain_partials:
                     self.partials += 1
                     forward.append(event)
                 elif (partial := self._limited_partial(event)) is not None:
                     forward.append(partial)
-            elif isinstance(event, str):  # a BodyLine
+            elif type(event) is str:  # a BodyLine
                 if self._body_full:
                     continue
                 grown = self._body_length + len(event) + (1 if self._body_lines else 0)
@@ -171,10 +171,10 @@ class TurnRecorder:
                     joined = ("\n" + event) if self._body_lines else event
                     self._body_tail = joined[: self._body_cap - self._body_length]
                     self._body_full = True
-            elif isinstance(event, SessionEvent):
+            elif type(event) is SessionEvent:
                 self.session_id = event.session_id
                 forward.append(event)
-            elif isinstance(event, ErrorEvent):
+            elif type(event) is ErrorEvent:
                 if event.unfinished:
                     self._unfinished = event.text  # its weight depends on how the process ended (see finish)
                 else:
@@ -182,9 +182,9 @@ class TurnRecorder:
                     plain_partials = False
                     self.error = event.text
                     forward.append(event)
-            elif isinstance(event, ReplyEvent):
+            elif type(event) is ReplyEvent:
                 self._set_reply(event.text)
-            elif isinstance(event, UsageEvent):
+            elif type(event) is UsageEvent:
                 usage = event.usage
                 self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)
             elif isinstance(event, (ActivityEvent, PermissionRequest, AgentInput, ProtocolWarning)):
