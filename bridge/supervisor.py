@@ -22,13 +22,12 @@ from .agent_io import AgentIO, TurnLimits
 from .dialects import SessionEvent
 from .errors import LaunchError
 from .launch import LaunchPlan, plan_launch
-from .log import get_logger
 from .process import start
 from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
-from .turn_loop import Emit, TurnLoop, finish_turn
+from .turn_loop import Emit, TurnLoop, finish_turn, turn_logger
 
 __all__ = ["drive_turn"]
 
@@ -102,7 +101,7 @@ async def drive_turn(
 
 
 def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None) -> Any:
-    log = get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
+    log = turn_logger(profile, turn_id)
     for note in plan.notes if plan is not None else ():
         log.warning(note)
     return log

@@ -19,13 +19,16 @@ nothing in between.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import trio
 
 from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
+from .log import get_logger
 from .permissions import Decision, PermissionPolicy, PermissionRequest
+from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 
@@ -47,6 +50,7 @@ __all__ = [
     "as_decision",
     "emit_to",
     "finish_turn",
+    "turn_logger",
 ]
 
 
@@ -122,6 +126,11 @@ class TurnLoop:
             await self.emit(request)
             await question.answer()
         return self.questions.result(question)
+
+
+def turn_logger(profile: Profile, turn_id: str | None) -> Any:
+    """The logger of one turn: its records carry the turn's id (`turn_id`, else a random one) and the profile."""
+    return get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
 
 
 def finish_turn(

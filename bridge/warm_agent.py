@@ -47,7 +47,7 @@ from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
-from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn
+from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
 
 
 def start_failure_result(error: WarmStartError, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
@@ -456,7 +456,7 @@ async def run_warm_turn(
 ) -> TurnResult:
     """One turn of a warm protocol on a fresh agent that resumes `turn.session_id`; then goodbye. Its result is
     returned, not emitted."""
-    log = get_logger(turn_id=turn_id or os.urandom(6).hex(), profile=profile.label)
+    log = turn_logger(profile, turn_id)
     agent = WarmAgent(profile, session_id=turn.session_id, session_name=turn.session_name, log=log)
     async with trio.open_nursery() as nursery:
         try:
