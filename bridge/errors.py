@@ -10,6 +10,7 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── ProfileError (ValueError)          a profile does not load; `problems` lists why
     │   └── UnknownProfile (LookupError)   no profile has the name a turn asked for
     ├── TurnError (ValueError)             a turn's input cannot be sent to an agent
+    ├── AnswerRefused (ValueError)         an answer to an agent's question names no option it offered
     ├── ProtocolMisuse (RuntimeError)      a dialect, warm agent, turn stream or host used out of order
     ├── LaunchError                        the agent could not be started (`exit_code` 126 or 127)
     ├── WarmStartError                     a warm agent could not start, or its session not be set up
@@ -71,6 +72,11 @@ class ProfileError(BridgeError, ValueError):
 
 class TurnError(BridgeError, ValueError):
     """A turn's input (message, session id, attachments…) cannot be sent to an agent."""
+
+
+class AnswerRefused(BridgeError, ValueError):
+    """An answer to an agent's `QuestionRequest` does not fit it (an unknown question id, a label not among the
+    options of a question that takes no words of the user's own, several labels where one is asked for)."""
 
 
 class ProtocolMisuse(BridgeError, RuntimeError):

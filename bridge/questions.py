@@ -1,34 +1,49 @@
-"""The questions of one turn that wait for the host: an agent asked to run a tool and the profile said ask.
+"""The questions of one turn that wait for the host: permission to run a tool, and the agent's own questions.
 
 The turn engine asks (`asking`: the question is open, the host is told, the
-answer awaited); the host answers by request id (`decide` — `TurnStream.decide`,
-`Host.decide`, serve's `decide` request, chat's y/n prompt). Nothing waits
-for ever: a question nobody answers within the profile's
-`permissions.timeout_secs` is answered deny, and when the turn ends (the
-agent exited, timed out, was cancelled) every question still open — and
+answer awaited); the host answers by request id: a permission with `decide`
+(`TurnStream.decide`, `Host.decide`, serve's `decide` request, chat's y/n
+prompt), a `QuestionRequest` with `answer` (`TurnStream.answer`,
+`Host.answer`, serve's `answer` request, chat's numbered options). Nothing
+waits for ever: a question nobody answers within the profile's
+`permissions.timeout_secs` is answered deny, or declined; when the turn ends
+(the agent exited, timed out, was cancelled) every question still open — and
 whatever the host was doing to answer it — is answered as cancelled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Literal
 
 import trio
 
+from .dialects.events import QuestionRequest
+from .dialects.warm import Answers
+from .errors import AnswerRefused
 from .permissions import CANCELLED, UNANSWERED, Decision
 
+Kind = Literal["permission", "question"]
+# Why a question got no answer, as the agent is told.
+NOBODY_ANSWERED = "nobody answered in time"
+TURN_ENDED = "the turn was cancelled"
+DECLINED = "the user declined to answer"
 
-class Question:
-    """One open question: `decision` once answered."""
 
-    __slots__ = ("scope", "answered", "settled", "decision")
+class OpenQuestion:
+    """One open question: `decision` (a permission) or `answers` (a question) once answered."""
 
-    def __init__(self, timeout_secs: float) -> None:
+    __slots__ = ("kind", "scope", "answered", "settled", "decision", "answers", "why")
+
+    def __init__(self, kind: Kind, timeout_secs: float) -> None:
+        self.kind = kind
         self.scope = trio.CancelScope(deadline=trio.current_time() + timeout_secs)
         self.answered = trio.Event()
         self.settled = trio.Event()  # the question is closed: answered, timed out, or its turn ended
         self.decision: Decision | None = None
+        self.answers: Answers | None = None
+        self.why = NOBODY_ANSWERED  # why `answers` is None, once the question is closed
 
     async def answer(self) -> None:
         """Wait until the host answers (the `asking` block's deadline bounds it)."""
@@ -38,12 +53,14 @@ class Question:
 class Questions:
     """Open questions by request id; one object per turn, shared by the engine and whoever answers."""
 
-    __slots__ = ("_open", "_closed", "listening")
+    __slots__ = ("_open", "_closed", "listening", "hears_questions")
 
-    def __init__(self, *, listening: bool = True) -> None:
-        self._open: dict[str, Question] = {}
+    def __init__(self, *, listening: bool = True, hears_questions: bool | None = None) -> None:
+        self._open: dict[str, OpenQuestion] = {}
         self._closed = False
-        self.listening = listening  # False: nobody hears the questions, so each is denied at once
+        self.listening = listening  # False: nobody hears the permission requests, so each is denied at once
+        # False: nobody sees the agent's questions (a host with on_permission alone), so each is declined at once
+        self.hears_questions = listening if hears_questions is None else hears_questions
 
     @property
     def waiting(self) -> list[str]:
@@ -51,15 +68,17 @@ class Questions:
         return list(self._open)
 
     @contextmanager
-    def asking(self, request_id: str, timeout_secs: float) -> Iterator[Question]:
-        """While the block runs, `request_id` is open: `decide` answers it. Leaving it closes the question.
+    def asking(self, request_id: str, timeout_secs: float, kind: Kind = "permission") -> Iterator[OpenQuestion]:
+        """While the block runs, `request_id` is open: `decide` (or `answer`, for a question) answers it. Leaving
+        it closes the question.
 
         The block is cancelled at the deadline, or when the turn ends (`close`);
         afterwards `result(question)` is the answer, deny or cancelled.
         """
-        question = Question(timeout_secs)
+        question = OpenQuestion(kind, timeout_secs)
         if self._closed:
             question.decision = CANCELLED
+            question.why = TURN_ENDED
             question.scope.cancel()
         else:
             self._open[request_id] = question
@@ -78,15 +97,29 @@ class Questions:
             await question.settled.wait()
 
     @staticmethod
-    def result(question: Question) -> Decision:
+    def result(question: OpenQuestion) -> Decision:
         return question.decision if question.decision is not None else UNANSWERED
 
     def decide(self, request_id: str, decision: Decision) -> bool:
-        """Answer an open question; False when `request_id` waits for nothing (unknown, or answered already)."""
-        question = self._open.pop(request_id, None)
-        if question is None:
+        """Answer an open permission request; False when `request_id` waits for no such answer (unknown, a
+        question, or answered already)."""
+        question = self._open.get(request_id)
+        if question is None or question.kind != "permission":
             return False
+        del self._open[request_id]
         question.decision = decision
+        question.answered.set()
+        return True
+
+    def answer(self, request_id: str, answers: Answers | None, why: str = DECLINED) -> bool:
+        """Answer an open question with `answers` (checked by `check_answers` first), or decline it (None);
+        False when `request_id` waits for no such answer."""
+        question = self._open.get(request_id)
+        if question is None or question.kind != "question":
+            return False
+        del self._open[request_id]
+        question.answers = answers
+        question.why = why
         question.answered.set()
         return True
 
@@ -94,5 +127,46 @@ class Questions:
         """The turn is over: every open question is answered as cancelled, and no new one will wait."""
         self._closed = True
         for request_id, question in list(self._open.items()):
-            self.decide(request_id, CANCELLED)
+            if question.kind == "permission":
+                self.decide(request_id, CANCELLED)
+            else:
+                self.answer(request_id, None, TURN_ENDED)
             question.scope.cancel()
+
+
+def check_answers(request: QuestionRequest, answers: Mapping[str, str | Sequence[str]] | str) -> Answers:
+    """The host's answer to `request` in the one shape dialects take: question id → labels (or own words).
+
+    A plain string answers a request of one question. Each label must be one of
+    the question's options unless it takes the user's own words (`free_text`),
+    and a question that is not `multi_select` takes one. A question left out is
+    answered with nothing. `AnswerRefused` says what does not fit.
+    """
+    if isinstance(answers, str):
+        if len(request.questions) != 1:
+            raise AnswerRefused(
+                f"the agent asked {len(request.questions)} questions: answer each by its id "
+                f"({', '.join(question.id for question in request.questions)})"
+            )
+        answers = {request.questions[0].id: answers}
+    if not isinstance(answers, Mapping):
+        raise AnswerRefused("an answer is an object: each question's id → the labels chosen (or a single label)")
+    known = {question.id: question for question in request.questions}
+    checked: dict[str, tuple[str, ...]] = {}
+    for question_id, given in answers.items():
+        question = known.get(question_id) if isinstance(question_id, str) else None
+        if question is None:
+            raise AnswerRefused(f"the agent asked no question with id {str(question_id)[:80]!r}")
+        labels = (given,) if isinstance(given, str) else tuple(given) if isinstance(given, (list, tuple)) else None
+        if labels is None or not all(isinstance(label, str) and label for label in labels):
+            raise AnswerRefused(f"the answer to {question_id!r} must be a label or a list of labels (non-empty text)")
+        if len(labels) > 1 and not question.multi_select:
+            raise AnswerRefused(f"question {question_id!r} takes one answer, not {len(labels)}")
+        offered = {option.label for option in question.options}
+        if not question.free_text and (strange := [label for label in labels if label not in offered]):
+            raise AnswerRefused(
+                f"{strange[0][:80]!r} is not an option of question {question_id!r} "
+                f"(the options: {', '.join(sorted(offered)) or 'none'})"
+            )
+        checked[question_id] = labels
+    return checked

@@ -30,6 +30,7 @@ from .dialects import (
     Usage,
     UsageEvent,
 )
+from .dialects.events import QuestionRequest
 from .launch import withheld_credentials
 from .permissions import PermissionRequest
 from .profile import Profile
@@ -98,7 +99,16 @@ class Ending:
     unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
 
 
-Forwarded = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | AgentInput | ProtocolWarning
+Forwarded = (
+    PartialEvent
+    | SessionEvent
+    | ErrorEvent
+    | ActivityEvent
+    | PermissionRequest
+    | QuestionRequest
+    | AgentInput
+    | ProtocolWarning
+)
 
 
 class TurnRecorder:
@@ -187,7 +197,7 @@ class TurnRecorder:
             elif type(event) is UsageEvent:
                 usage = event.usage
                 self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)
-            elif isinstance(event, (ActivityEvent, PermissionRequest, AgentInput, ProtocolWarning)):
+            elif isinstance(event, (ActivityEvent, PermissionRequest, QuestionRequest, AgentInput, ProtocolWarning)):
                 if isinstance(event, LineCut):
                     self._line_cut = True
                 forward.append(event)

@@ -26,13 +26,14 @@ from typing import Any, cast
 import trio
 
 from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
+from .dialects.events import QuestionRequest
 from .log import get_logger
 from .permissions import Decision, PermissionPolicy, PermissionRequest
 from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 
-HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | TurnResult
+HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | QuestionRequest | TurnResult
 # Delivers one event to the host, in order: the turn waits until it returns.
 Emit = Callable[[HostEvent], Awaitable[None]]
 # A host's callbacks, each sync or async (see `emit_to`).
@@ -98,6 +99,8 @@ class TurnLoop:
                     await emit(event)
             elif isinstance(event, PermissionRequest):
                 await self.answer(event)
+            elif isinstance(event, QuestionRequest):
+                await self.ask(event)
             elif isinstance(event, AgentInput):
                 self.send(event.data)
             else:
@@ -118,6 +121,22 @@ class TurnLoop:
             await self.emit(
                 ActivityEvent("tool", tool=request.tool, title=request.title, status=status, call_id=request.request_id)
             )
+
+    async def ask(self, request: QuestionRequest) -> None:
+        """The agent's question goes to the host; its answer (or a decline: nobody there, nobody answered within
+        `permissions.timeout_secs`, the turn ended) goes back to the agent."""
+        answers = None
+        why = "nobody is there to answer"
+        if self.emit is not None and self.questions.hears_questions:
+            with self.questions.asking(request.request_id, self.policy.timeout_secs, "question") as question:
+                await self.emit(request)
+                await question.answer()
+            answers, why = question.answers, question.why
+        self.log.info("the agent asked the user", tool=request.tool, answered=answers is not None)
+        self.send(self.dialect.answer_question(request, answers, why))
+        if self.emit is not None:
+            status = "answered" if answers is not None else "declined"
+            await self.emit(ActivityEvent("tool", tool=request.tool, status=status, call_id=request.request_id))
 
     async def _ask(self, request: PermissionRequest) -> Decision:
         if self.emit is None or not self.questions.listening:  # nobody hears questions: no answer can come

@@ -11,12 +11,17 @@ Claude Code's JSON — its dialect says it with these events:
   finished, a plan. It never enters the reply;
 - `UsageEvent`: tokens and cost, reported on the result;
 - `PermissionRequest` (from `bridge.permissions`): the agent asks before a tool;
+  `QuestionRequest`: the agent asks the user to choose (one or more
+  `Question`s, each with its `Option`s);
 - `AgentInput`: bytes the dialect writes back to the agent on its own;
-- `Ready`, `TurnEnd`, `FileRequest`: what long-lived (warm) agents add: the
-  session takes turns, a turn is over, the agent asks to read or write a file;
+- `Ready`, `TurnEnd`, `FileRequest`, `SteerOutcome`, `SessionGone`: what
+  long-lived (warm) agents add: the session takes turns, a turn is over, the
+  agent asks to read or write a file, a message steered into the running turn
+  was taken in (or not), the stored session to resume is gone;
 - `ProtocolWarning`: something the dialect had to ignore or cut; logged.
 
-`PartialEvent`, `SessionEvent`, `ErrorEvent` and `ActivityEvent` are also what
+`PartialEvent`, `SessionEvent`, `ErrorEvent`, `ActivityEvent` and
+`QuestionRequest` are also what
 a host receives while a turn runs (after the turn-level rules have filtered
 them), so one class serves both the wire and the public API.
 
@@ -220,6 +225,87 @@ class FileRequest:
     limit: int | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class Option:
+    """One choice of a `Question`: its `label` (what an answer names) and what it means."""
+
+    label: str
+    description: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"label": self.label, "description": self.description}
+
+
+@dataclass(slots=True, frozen=True)
+class Question:
+    """One thing an agent asks the user: `prompt`, the `options` to choose from, whether several may be chosen
+    (`multi_select`) and whether an answer may be the user's own words instead (`free_text`). `id` names it in an
+    answer; `header` is a short label for it ("Colour"), when the agent gives one."""
+
+    id: str
+    prompt: str
+    options: tuple[Option, ...] = ()
+    multi_select: bool = False
+    free_text: bool = False
+    header: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "prompt": self.prompt,
+            "header": self.header,
+            "options": [option.to_dict() for option in self.options],
+            "multi_select": self.multi_select,
+            "free_text": self.free_text,
+        }
+
+
+@dataclass(slots=True)
+class QuestionRequest:
+    """The agent asks the user to choose, and waits: Claude Code's AskUserQuestion and ExitPlanMode, Codex's
+    requests for user input.
+
+    `request_id` is the dialect's handle for the answer; `tool` the agent's name
+    for the asking (`AskUserQuestion`, `ExitPlanMode`, `request_user_input`).
+    The answer maps each question's `id` to the labels chosen (or the user's
+    own words where `free_text`), see `bridge.answers`; no answer at all
+    declines, and the agent is told so.
+    """
+
+    kind: ClassVar[str] = "question"
+
+    request_id: str
+    questions: tuple[Question, ...]
+    tool: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event": self.kind,
+            "request_id": self.request_id,
+            "tool": self.tool,
+            "questions": [question.to_dict() for question in self.questions],
+        }
+
+
+@dataclass(slots=True)
+class SteerOutcome:
+    """What became of a message steered into the running turn (`WarmDialect.steer`): `folded` when the agent took
+    it into that turn, else it must run as a turn of its own (the agent refused it, or the turn had ended)."""
+
+    steer_id: str
+    folded: bool
+
+
+@dataclass(slots=True)
+class SessionGone:
+    """The agent proved the stored session it was told to resume no longer exists (deleted, expired, another
+    machine's). Only such proof: a resume that failed for another reason is an `ErrorEvent`. `detail` is the
+    agent's own words. The engine then starts a new session or fails the turn (the profile's
+    `on_resume_failure`)."""
+
+    detail: str
+
+
 @dataclass(slots=True)
 class ProtocolWarning:
     """Something the agent wrote that the bridge had to ignore or cut; logged, never fatal."""
@@ -241,9 +327,12 @@ Event = (
     | ActivityEvent
     | UsageEvent
     | PermissionRequest
+    | QuestionRequest
     | AgentInput
     | Ready
     | TurnEnd
     | FileRequest
+    | SteerOutcome
+    | SessionGone
     | ProtocolWarning
 )

@@ -18,6 +18,11 @@ and then drives the conversation in the family's own words:
 - `prompt(turn)`: the bytes that start a turn; `cancel()`: the bytes that ask
   the agent to stop it (pending permission requests answered as cancelled);
   `answer(request, decision)`: the bytes of a permission answer;
+  `answer_question(request, answers, why)`: the bytes of the answer to a
+  `QuestionRequest` (None: declined, `why` says why);
+  `steer(turn, steer_id)` (families with `can_steer`): the bytes that give the
+  running turn another message; a `SteerOutcome` says later whether the turn
+  took it in;
   `shutdown()`: a graceful goodbye (b"" when closing stdin is the goodbye);
 - `close()`: the agent's stdout ended; a turn in progress did not finish.
 
@@ -38,12 +43,17 @@ policy; a warm dialect only speaks. Every rule is tested from transcripts.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 from ..errors import ProtocolMisuse
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .base import DialectContext, JsonLinesReader
-from .events import Event, Ready, TurnEnd
+from .events import Event, QuestionRequest, Ready, TurnEnd
+
+Answers = Mapping[str, tuple[str, ...]]
+"""The user's answer to a `QuestionRequest`: each question's id → the labels chosen (or the user's own words)."""
 
 
 class WarmState(enum.Enum):
@@ -85,6 +95,9 @@ class WarmDialect(JsonLinesReader):
     """
 
     __slots__ = ("state",)
+
+    can_steer: ClassVar[bool] = False
+    """The family can give a running turn another message (`steer`); else `on_busy: steer` queues it."""
 
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         """`session_id`: the stored session to resume ("" for a new one); `cwd`: the agent's working directory."""
@@ -134,6 +147,22 @@ class WarmDialect(JsonLinesReader):
 
     def answer(self, request: PermissionRequest, decision: Decision) -> bytes:
         raise NotImplementedError
+
+    def answer_question(self, request: QuestionRequest, answers: Answers | None, why: str = "") -> bytes:
+        """The bytes of the user's `answers` to `request`; None declines it (`why`: nobody answered in time, the
+        turn was cancelled…). b"" when the question waits for nothing any more (the agent withdrew it)."""
+        raise NotImplementedError
+
+    def steer(self, turn: Turn, steer_id: str) -> bytes:
+        """The bytes that give the running turn `turn`'s message; only IN_TURN, only when `can_steer`. A
+        `SteerOutcome(steer_id, …)` follows, at the latest with the turn's `TurnEnd`."""
+        raise ProtocolMisuse(f"{type(self).__name__} cannot steer a running turn (can_steer is False)")
+
+    @classmethod
+    def argv_problems(cls, argv: Sequence[str]) -> list[str]:
+        """What `agent-bridge check` says is missing from a profile's command line for this protocol to work
+        (a flag the family cannot do without); [] when nothing is."""
+        return []
 
     def shutdown(self) -> bytes:
         return b""  # closing stdin is the goodbye, unless the family says one
