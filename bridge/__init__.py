@@ -12,8 +12,19 @@ from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .dialects import ActivityEvent, ErrorEvent, PartialEvent, PlanStep, SessionEvent, Usage
+    from .dialects import (
+        ActivityEvent,
+        ErrorEvent,
+        Option,
+        PartialEvent,
+        PlanStep,
+        Question,
+        QuestionRequest,
+        SessionEvent,
+        Usage,
+    )
     from .errors import (
+        AnswerRefused,
         BridgeError,
         DuplicateTurn,
         HostClosed,
@@ -44,9 +55,23 @@ __version__ = "0.1.0"
 # Every name loads on first use: `import bridge` costs nothing, and the `agent-bridge` command takes a
 # conversation's place in its queue before the turn engine (trio, the dialects) is imported.
 _WHERE = {
-    **dict.fromkeys(("ActivityEvent", "ErrorEvent", "PartialEvent", "PlanStep", "SessionEvent", "Usage"), "dialects"),
     **dict.fromkeys(
         (
+            "ActivityEvent",
+            "ErrorEvent",
+            "Option",
+            "PartialEvent",
+            "PlanStep",
+            "Question",
+            "QuestionRequest",
+            "SessionEvent",
+            "Usage",
+        ),
+        "dialects",
+    ),
+    **dict.fromkeys(
+        (
+            "AnswerRefused",
             "BridgeError",
             "DuplicateTurn",
             "HostClosed",
@@ -92,6 +117,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ActivityEvent",
+    "AnswerRefused",
     "Attachment",
     "BaseHost",
     "BridgeError",
@@ -104,6 +130,7 @@ __all__ = [
     "HostStats",
     "LaunchError",
     "LaunchPlan",
+    "Option",
     "Outcome",
     "PartialEvent",
     "PermissionRequest",
@@ -112,6 +139,8 @@ __all__ = [
     "Profile",
     "ProfileError",
     "ProtocolMisuse",
+    "Question",
+    "QuestionRequest",
     "QueueFull",
     "SessionEvent",
     "SessionIdRefused",

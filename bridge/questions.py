@@ -25,19 +25,25 @@ from .errors import AnswerRefused
 from .permissions import CANCELLED, UNANSWERED, Decision
 
 Kind = Literal["permission", "question"]
+# A host's answer to a `QuestionRequest`: question id → labels (or one label; a plain string for a request of one
+# question); None declines.
+QuestionAnswer = Mapping[str, str | Sequence[str]] | str | None
 # Why a question got no answer, as the agent is told.
 NOBODY_ANSWERED = "nobody answered in time"
 TURN_ENDED = "the turn was cancelled"
 DECLINED = "the user declined to answer"
+# An answer's text, all questions together: a chat message's worth, and what a PostgreSQL NOTIFY carries to a worker.
+MAX_ANSWER_CHARS = 1500
 
 
 class OpenQuestion:
     """One open question: `decision` (a permission) or `answers` (a question) once answered."""
 
-    __slots__ = ("kind", "scope", "answered", "settled", "decision", "answers", "why")
+    __slots__ = ("kind", "request", "scope", "answered", "settled", "decision", "answers", "why")
 
-    def __init__(self, kind: Kind, timeout_secs: float) -> None:
+    def __init__(self, kind: Kind, timeout_secs: float, request: QuestionRequest | None = None) -> None:
         self.kind = kind
+        self.request = request  # the question asked, to check an answer against
         self.scope = trio.CancelScope(deadline=trio.current_time() + timeout_secs)
         self.answered = trio.Event()
         self.settled = trio.Event()  # the question is closed: answered, timed out, or its turn ended
@@ -68,14 +74,17 @@ class Questions:
         return list(self._open)
 
     @contextmanager
-    def asking(self, request_id: str, timeout_secs: float, kind: Kind = "permission") -> Iterator[OpenQuestion]:
-        """While the block runs, `request_id` is open: `decide` (or `answer`, for a question) answers it. Leaving
-        it closes the question.
+    def asking(
+        self, request_id: str, timeout_secs: float, question_asked: QuestionRequest | None = None
+    ) -> Iterator[OpenQuestion]:
+        """While the block runs, `request_id` is open: `decide` answers it (`answer`, when it is `question_asked`).
+        Leaving it closes the question.
 
         The block is cancelled at the deadline, or when the turn ends (`close`);
-        afterwards `result(question)` is the answer, deny or cancelled.
+        afterwards `result(question)` is the answer, deny or cancelled (for a
+        question: `answers`, None with `why` when it got none).
         """
-        question = OpenQuestion(kind, timeout_secs)
+        question = OpenQuestion("question" if question_asked else "permission", timeout_secs, question_asked)
         if self._closed:
             question.decision = CANCELLED
             question.why = TURN_ENDED
@@ -111,17 +120,21 @@ class Questions:
         question.answered.set()
         return True
 
-    def answer(self, request_id: str, answers: Answers | None, why: str = DECLINED) -> bool:
-        """Answer an open question with `answers` (checked by `check_answers` first), or decline it (None);
-        False when `request_id` waits for no such answer."""
+    def answer(self, request_id: str, answer: QuestionAnswer) -> bool:
+        """Answer an open question (`check_answers` says whether `answer` fits it: `AnswerRefused` when not), or
+        decline it (None); False when `request_id` waits for no such answer."""
         question = self._open.get(request_id)
-        if question is None or question.kind != "question":
+        if question is None or question.request is None:
             return False
-        del self._open[request_id]
+        checked = check_answers(question.request, answer) if answer is not None else None
+        self._settle(request_id, checked, DECLINED)
+        return True
+
+    def _settle(self, request_id: str, answers: Answers | None, why: str) -> None:
+        question = self._open.pop(request_id)
         question.answers = answers
         question.why = why
         question.answered.set()
-        return True
 
     def close(self) -> None:
         """The turn is over: every open question is answered as cancelled, and no new one will wait."""
@@ -130,7 +143,7 @@ class Questions:
             if question.kind == "permission":
                 self.decide(request_id, CANCELLED)
             else:
-                self.answer(request_id, None, TURN_ENDED)
+                self._settle(request_id, None, TURN_ENDED)
             question.scope.cancel()
 
 
@@ -169,4 +182,6 @@ def check_answers(request: QuestionRequest, answers: Mapping[str, str | Sequence
                 f"(the options: {', '.join(sorted(offered)) or 'none'})"
             )
         checked[question_id] = labels
+    if sum(len(label) for labels in checked.values() for label in labels) > MAX_ANSWER_CHARS:
+        raise AnswerRefused(f"the answer is longer than {MAX_ANSWER_CHARS} characters; shorten it")
     return checked

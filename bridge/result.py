@@ -76,6 +76,8 @@ class TurnResult:
     truncated: bool
     usage: Usage | None = None
     """Tokens and cost, when the agent reported them (JSON families do)."""
+    folded_into: str = ""
+    """The turn this message was steered into (`on_busy: steer`): that turn's result carries the reply."""
 
     @property
     def ok(self) -> bool:

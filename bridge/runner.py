@@ -13,14 +13,23 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from .dialects.events import QuestionRequest
 from .errors import ProtocolMisuse
 from .permissions import Decision, PermissionRequest
 from .profile import Profile
-from .questions import Questions
+from .questions import QuestionAnswer, Questions
 from .result import TurnResult
 from .supervisor import drive_turn
 from .turn import Turn
-from .turn_loop import EventCallback, HostEvent, PartialCallback, PermissionCallback, as_decision, emit_to
+from .turn_loop import (
+    EventCallback,
+    HostEvent,
+    PartialCallback,
+    PermissionCallback,
+    QuestionCallback,
+    as_decision,
+    emit_to,
+)
 
 if TYPE_CHECKING:
     from .warm_agent import WarmAgent
@@ -37,6 +46,7 @@ async def run_turn(
     on_partial: PartialCallback | None = None,
     on_event: EventCallback | None = None,
     on_permission: PermissionCallback | None = None,
+    on_question: QuestionCallback | None = None,
 ) -> TurnResult:
     """Run one turn and return its result.
 
@@ -45,11 +55,14 @@ async def run_turn(
     `ErrorEvent`, `ActivityEvent`, and the `TurnResult` last). Either may be
     sync or async. When the profile's `permissions` say ask, `on_permission(request)`
     answers: a `Decision`, or True/False (sync or async); without it the answer is deny.
+    When the agent asks the user to choose (a `QuestionRequest`), `on_question(request)`
+    answers: each question's id → the labels chosen (a plain label when there is one
+    question), or None to decline; without it the question is declined.
     Cancelling the calling task stops the agent (SIGINT, grace, SIGKILL)
     before `Cancelled` propagates.
     """
-    questions = Questions(listening=on_permission is not None)
-    emit = emit_to(on_partial, on_event, on_permission, questions)
+    questions = Questions(listening=on_permission is not None, hears_questions=on_question is not None)
+    emit = emit_to(on_partial, on_event, on_permission, questions, on_question)
     with ungrouped():
         result = await drive_turn(profile, turn, emit, questions=questions)
         if emit is not None:
@@ -64,10 +77,19 @@ def run_turn_sync(
     on_partial: Callable[[str], None] | None = None,
     on_event: Callable[[HostEvent], None] | None = None,
     on_permission: Callable[[PermissionRequest], Decision | bool] | None = None,
+    on_question: Callable[[QuestionRequest], QuestionAnswer] | None = None,
 ) -> TurnResult:
     """`run_turn` for code that does not run trio; blocks until the turn ends."""
     return trio.run(
-        partial(run_turn, profile, turn, on_partial=on_partial, on_event=on_event, on_permission=on_permission)
+        partial(
+            run_turn,
+            profile,
+            turn,
+            on_partial=on_partial,
+            on_event=on_event,
+            on_permission=on_permission,
+            on_question=on_question,
+        )
     )
 
 
@@ -103,6 +125,12 @@ class TurnStream:
     def decide(self, request_id: str, answer: Decision | bool) -> bool:
         """Answer the agent's `PermissionRequest` `request_id`; False when it waits for no answer (any more)."""
         return self._questions.decide(request_id, as_decision(answer))
+
+    def answer(self, request_id: str, answer: QuestionAnswer) -> bool:
+        """Answer the agent's `QuestionRequest` `request_id`: each question's id → the labels chosen (a plain label
+        when it asked one question), or None to decline. `AnswerRefused` when the answer does not fit the
+        question; False when it waits for no answer (any more)."""
+        return self._questions.answer(request_id, answer)
 
     async def settled(self, request_id: str) -> None:
         """Return once `request_id` waits for no answer (answered, timed out, or the turn ended)."""

@@ -30,7 +30,7 @@ from .dialects.events import QuestionRequest
 from .log import get_logger
 from .permissions import Decision, PermissionPolicy, PermissionRequest
 from .profile import Profile
-from .questions import Questions
+from .questions import QuestionAnswer, Questions
 from .result import Ending, TurnRecorder, TurnResult
 
 HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | QuestionRequest | TurnResult
@@ -40,6 +40,7 @@ Emit = Callable[[HostEvent], Awaitable[None]]
 PartialCallback = Callable[[str], Awaitable[None] | None]
 EventCallback = Callable[[HostEvent], Awaitable[None] | None]
 PermissionCallback = Callable[[PermissionRequest], "Decision | bool | Awaitable[Decision | bool]"]
+QuestionCallback = Callable[[QuestionRequest], "QuestionAnswer | Awaitable[QuestionAnswer]"]
 
 __all__ = [
     "Emit",
@@ -47,6 +48,8 @@ __all__ = [
     "HostEvent",
     "PartialCallback",
     "PermissionCallback",
+    "QuestionAnswer",
+    "QuestionCallback",
     "TurnLoop",
     "as_decision",
     "emit_to",
@@ -128,7 +131,7 @@ class TurnLoop:
         answers = None
         why = "nobody is there to answer"
         if self.emit is not None and self.questions.hears_questions:
-            with self.questions.asking(request.request_id, self.policy.timeout_secs, "question") as question:
+            with self.questions.asking(request.request_id, self.policy.timeout_secs, request) as question:
                 await self.emit(request)
                 await question.answer()
             answers, why = question.answers, question.why
@@ -179,13 +182,16 @@ def emit_to(
     on_event: EventCallback | None,
     on_permission: PermissionCallback | None = None,
     questions: Questions | None = None,
+    on_question: QuestionCallback | None = None,
 ) -> Emit | None:
     """One `Emit` for a host's callbacks (None when there are none): `on_event` sees every event, then
-    `on_partial` a partial's text, and `on_permission` answers each `PermissionRequest` through `questions`."""
+    `on_partial` a partial's text, `on_permission` answers each `PermissionRequest` and `on_question` each
+    `QuestionRequest`, through `questions`."""
     answers = on_permission if questions is not None else None
-    if on_partial is None and on_event is None and answers is None:
+    replies = on_question if questions is not None else None
+    if on_partial is None and on_event is None and answers is None and replies is None:
         return None
-    if on_partial is None and answers is None and inspect.iscoroutinefunction(on_event):
+    if on_partial is None and answers is None and replies is None and inspect.iscoroutinefunction(on_event):
         return cast(Emit, on_event)  # already an Emit: nothing need stand between the engine and it
 
     async def emit(event: HostEvent) -> None:
@@ -203,5 +209,10 @@ def emit_to(
             if inspect.isawaitable(answer):
                 answer = await answer
             questions.decide(event.request_id, as_decision(answer))
+        elif replies is not None and questions is not None and type(event) is QuestionRequest:
+            reply = replies(event)
+            if inspect.isawaitable(reply):
+                reply = await reply
+            questions.answer(event.request_id, reply)
 
     return emit

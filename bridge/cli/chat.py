@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, TextIO, cast
 import trio
 
 from ..dialects import MAX_LINE_BYTES
+from ..dialects.events import QuestionRequest
 from ..errors import BridgeError, WarmStartError
 from ..log import get_logger, wants_color
 from ..permissions import PermissionRequest
@@ -45,7 +46,7 @@ from ..runner import TurnStream, open_turn
 from ..turn import Turn
 from ..warm_agent import WarmAgent, start_failure_result
 from .printer import DIM, WARNING, HumanPrinter, paint
-from .terminal import LineReader, ask
+from .terminal import LineReader, ask, ask_question
 
 if TYPE_CHECKING:
     from ..host.file_turnlock import Place
@@ -269,7 +270,7 @@ class Chat:
             try:
                 async with printer.live():
                     async for event in stream:
-                        if type(event) is PermissionRequest:
+                        if type(event) is PermissionRequest or type(event) is QuestionRequest:
                             await self._ask(event, stream, printer)
                         else:
                             printer.show(event)
@@ -312,12 +313,19 @@ class Chat:
         self._warm = agent
         return agent
 
-    async def _ask(self, request: PermissionRequest, stream: TurnStream, printer: HumanPrinter) -> None:
-        """The agent asks to run a tool and the profile says ask: the person at the prompt answers."""
+    async def _ask(
+        self, request: PermissionRequest | QuestionRequest, stream: TurnStream, printer: HumanPrinter
+    ) -> None:
+        """The agent asks to run a tool (and the profile says ask), or asks the user to choose: the person at the
+        prompt answers."""
+        reader = self._reader if self.interactive else None
         with trio.CancelScope() as scope:
             self._idle = scope  # Ctrl-C withdraws the question (and cancels the turn)
             try:
-                await ask(request, stream, printer, self._reader if self.interactive else None)
+                if isinstance(request, PermissionRequest):
+                    await ask(request, stream, printer, reader)
+                else:
+                    await ask_question(request, stream, printer, reader)
             finally:
                 self._idle = None
         if scope.cancelled_caught:

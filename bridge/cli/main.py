@@ -22,6 +22,7 @@ import trio
 
 from .. import __version__
 from ..dialects import session_id_problem
+from ..dialects.events import QuestionRequest
 from ..errors import BridgeError, ProfileError
 from ..log import LEVELS, configure_logging, get_logger, wants_color
 from ..permissions import PermissionRequest
@@ -30,7 +31,7 @@ from ..result import TurnResult
 from ..runner import TurnStream, open_turn
 from ..turn import Attachment, Turn
 from .printer import ERROR, WARNING, HumanPrinter, JsonPrinter, paint
-from .terminal import LineReader, ask
+from .terminal import LineReader, ask, ask_question
 
 if TYPE_CHECKING:
     from ..host.file_turnlock import Place
@@ -632,10 +633,13 @@ async def _run_turn(
     async with open_turn(profile, turn, on_stderr=on_stderr) as stream, printer.live(), trio.open_nursery() as nursery:
         nursery.start_soon(_cancel_on_signals, stream, printer)
         async for event in stream:
-            if type(event) is PermissionRequest:
+            if type(event) is PermissionRequest or type(event) is QuestionRequest:
                 if isinstance(printer, JsonPrinter):
                     printer.show(event)
-                await ask(event, stream, printer, reader)
+                if isinstance(event, PermissionRequest):
+                    await ask(event, stream, printer, reader)
+                else:
+                    await ask_question(event, stream, printer, reader)
             else:
                 printer.show(event)
         nursery.cancel_scope.cancel()

@@ -24,7 +24,9 @@ from typing import Any
 import trio
 
 from ..dialects import MAX_SESSION_ID_CHARS, ActivityEvent, LineSplitter, PartialEvent, SessionEvent, session_id_problem
+from ..dialects.events import QuestionRequest
 from ..errors import (
+    AnswerRefused,
     BridgeError,
     DuplicateTurn,
     HostClosed,
@@ -87,6 +89,7 @@ _TURN_FIELDS = {
 }
 _ATTACHMENT_FIELDS = {"type", "url", "name"}
 _DECIDE_FIELDS = {"type", "id", "request_id", "allow", "always", "message"}
+_ANSWER_FIELDS = {"type", "id", "request_id", "answers"}
 MAX_DECIDE_MESSAGE_CHARS = 4096
 
 
@@ -453,16 +456,18 @@ class Server:
                 self._cancel(request)
             elif kind == "decide":
                 self._decide(request)
+            elif kind == "answer":
+                self._answer(request)
             elif kind == "stats":
                 _only_fields(request, {"type", "id"})
                 _request_id(request, required=False)
                 stats = await self.host.current_stats()
                 await self.output.send({"type": "stats", "id": request_id, **stats.to_dict()})
             elif kind is None:
-                raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel, decide or stats')
+                raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel, decide, answer or stats')
             else:
                 raise RequestError(
-                    UNKNOWN_TYPE, f"unknown request type {_shown(kind)}; expected turn, cancel, decide or stats"
+                    UNKNOWN_TYPE, f"unknown request type {_shown(kind)}; expected turn, cancel, decide, answer or stats"
                 )
         except RequestError as err:
             await self._error(request_id, err.code, err.message)
@@ -493,6 +498,32 @@ class Server:
         if not self.host.in_flight(turn_id):
             raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
         if not self.host.decide(turn_id, question, Decision(allow=allow, always=always, message=message)):
+            raise RequestError(
+                UNKNOWN_REQUEST,
+                f"turn {request_id!r} waits for no answer to {_shown(question)}: "
+                "it was answered already, nobody answered in time, or it never asked",
+            )
+
+    def _answer(self, request: dict[str, Any]) -> None:
+        """Answer a `question` a turn's agent asked: each question's id → the labels chosen, or null to decline."""
+        _only_fields(request, _ANSWER_FIELDS)
+        request_id = _request_id(request, required=True)
+        assert request_id is not None
+        question = _string(request, "request_id", required=True, non_empty=True, max_chars=MAX_ID_CHARS)
+        if "answers" not in request:
+            raise RequestError(
+                INVALID_REQUEST,
+                "an answer request needs answers: each question's id → the labels chosen (or a label), or null to "
+                "decline",
+            )
+        turn_id = _turn_key(request_id)
+        if not self.host.in_flight(turn_id):
+            raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
+        try:
+            answered = self.host.answer(turn_id, question, request["answers"])
+        except AnswerRefused as err:
+            raise RequestError(INVALID_REQUEST, str(err)) from None
+        if not answered:
             raise RequestError(
                 UNKNOWN_REQUEST,
                 f"turn {request_id!r} waits for no answer to {_shown(question)}: "
@@ -545,7 +576,7 @@ class Server:
                 await send({"type": "partial", "id": request_id, "text": event.text})
             elif type(event) is SessionEvent:
                 await send({"type": "session", "id": request_id, "session_id": event.session_id})
-            elif type(event) is ActivityEvent or type(event) is PermissionRequest:
+            elif type(event) is ActivityEvent or type(event) is PermissionRequest or type(event) is QuestionRequest:
                 record = event.to_dict()
                 kind = record.pop("event")
                 await send({"type": kind, "id": request_id, **record})

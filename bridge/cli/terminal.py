@@ -18,9 +18,14 @@ The price is no history or arrow keys; `rlwrap agent-bridge chat …` adds them.
 
 Asking. When a profile's `permissions` say ask, `run` and `chat` put the
 question to the person at the terminal (`ask`): y allows once, a allows and
-asks the agent to remember it, anything else denies. Without a terminal to
-ask — piped input, `run --json` — the answer is deny at once, and a notice
-says so; a program that wants to answer uses `serve` or the Python host.
+asks the agent to remember it, anything else denies. When the agent asks the
+user to choose (`ask_question`: Claude Code's AskUserQuestion, a plan to
+approve, Codex's questions), each question is shown with numbered options:
+the person types a number (several, separated by commas, where more than one
+may be chosen), or their own words where the agent takes them; an empty line
+declines. Without a terminal to ask — piped input, `run --json` — the answer
+is deny (or declined) at once, and a notice says so; a program that wants to
+answer uses `serve` or the Python host.
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ from collections import deque
 import trio
 
 from ..dialects import MAX_LINE_BYTES, LineSplitter
+from ..dialects.events import Question, QuestionRequest
+from ..errors import AnswerRefused
 from ..permissions import Decision, PermissionRequest
 from ..runner import TurnStream
-from .printer import DIM, HumanPrinter, JsonPrinter
+from .printer import DIM, WARNING, HumanPrinter, JsonPrinter
 
 READ_CHUNK = 64 * 1024
 
@@ -82,6 +89,77 @@ async def ask(
         printer.answered(typed=answered)
     if not answered:
         printer.notice("the agent no longer waits for an answer: denied", DIM)
+
+
+async def ask_question(
+    request: QuestionRequest, stream: TurnStream, printer: HumanPrinter | JsonPrinter, reader: LineReader | None
+) -> None:
+    """Put the agent's questions to the person at the terminal, one by one, and answer the turn; decline when
+    nobody can be asked. Withdrawn, as `ask`'s question, when the turn stops waiting."""
+    if reader is None or not isinstance(printer, HumanPrinter):
+        if isinstance(printer, HumanPrinter):
+            printer.notice("declined the agent's question (nobody at a terminal to ask)", DIM)
+        stream.answer(request.request_id, None)
+        return
+    earlier = reader.set_aside()
+    answers: dict[str, list[str]] = {}
+    declined = False
+
+    async def read_answers(scope: trio.CancelScope) -> None:
+        nonlocal declined
+        for question in request.questions:
+            while True:
+                printer.prompt(_numbered(question))
+                line = await reader.readline()
+                printer.answered(typed=line is not None)
+                text = line[0].strip() if line is not None else ""
+                if not text:
+                    declined = True
+                    scope.cancel()
+                    return
+                chosen = _chosen(question, text)
+                if chosen is not None:
+                    answers[question.id] = chosen
+                    break
+                printer.notice("type the number of an option" + (", or your own words" if question.free_text else ""))
+        scope.cancel()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_answers, nursery.cancel_scope)
+            await stream.settled(request.request_id)
+            nursery.cancel_scope.cancel()
+    finally:
+        reader.put_back(earlier)
+    if declined or len(answers) == len(request.questions):
+        try:
+            stream.answer(request.request_id, None if declined else answers)
+        except AnswerRefused as refused:  # too long, say: the agent is told the question was declined
+            printer.notice(f"{refused}; declined", WARNING)
+            stream.answer(request.request_id, None)
+    else:
+        printer.notice("the agent no longer waits for an answer: declined", DIM)
+
+
+def _numbered(question: Question) -> str:
+    """A question and its options, numbered, as the prompt shows them."""
+    lines = [f"{question.header}: {question.prompt}" if question.header else question.prompt]
+    for number, option in enumerate(question.options, 1):
+        lines.append(f"  {number}. {option.label}" + (f" — {option.description}" if option.description else ""))
+    how = "numbers, separated by commas" if question.multi_select else "a number"
+    if question.free_text:
+        how += ", or your own words"
+    lines.append(f"answer with {how} (an empty line declines): ")
+    return "\n".join(lines)
+
+
+def _chosen(question: Question, text: str) -> list[str] | None:
+    """The labels `text` picks (option numbers), or the person's own words where the question takes them; None
+    when it fits neither."""
+    words = [word.strip() for word in text.split(",")] if question.multi_select else [text]
+    if all(word.isdigit() and 1 <= int(word) <= len(question.options) for word in words):
+        return [question.options[int(word) - 1].label for word in words]
+    return [text] if question.free_text else None
 
 
 class LineReader:

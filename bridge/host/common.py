@@ -16,6 +16,7 @@ import trio
 
 from ..errors import ProtocolMisuse, SessionIdRefused
 from ..permissions import Decision
+from ..questions import QuestionAnswer
 from ..result import TurnResult
 from ..turn import Turn
 from ..turn_loop import EventCallback, PartialCallback, PermissionCallback
@@ -125,6 +126,12 @@ class BaseHost(abc.ABC):
     @abc.abstractmethod
     def decide(self, turn_id: str, request_id: str, answer: Decision | bool) -> bool:
         """Answer permission request `request_id` of turn `turn_id`; False when that question waits for nothing."""
+
+    @abc.abstractmethod
+    def answer(self, turn_id: str, request_id: str, answer: QuestionAnswer) -> bool:
+        """Answer question `request_id` of turn `turn_id` (a `QuestionRequest` its `on_event` saw): each question's
+        id → the labels chosen (a plain label when it asked one), or None to decline. `AnswerRefused` when the answer
+        does not fit the question; False when that question waits for nothing."""
 
     @abc.abstractmethod
     async def current_stats(self) -> HostStats:

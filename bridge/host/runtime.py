@@ -31,7 +31,7 @@ from ..errors import BridgeError, DuplicateTurn, HostClosed, QueueFull, SessionI
 from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
-from ..questions import Questions
+from ..questions import QuestionAnswer, Questions
 from ..result import Outcome, TurnResult, cancelled_result
 from ..runner import ungrouped
 from ..supervisor import drive_turn
@@ -231,7 +231,9 @@ class Host(BaseHost):
         profile's `permissions` say ask, `on_permission(request)` answers the
         agent's request to run a tool, as in `run_turn`; without it, the
         `PermissionRequest` reaches `on_event` and `decide(turn_id, ...)`
-        answers it (with neither, the answer is deny).
+        answers it (with neither, the answer is deny). A `QuestionRequest` (the
+        agent asks the user to choose) reaches `on_event`, and `answer(turn_id,
+        ...)` answers it (without `on_event`, it is declined).
 
         A warm profile's turn runs on its conversation's live agent when
         there is one that fits (see `bridge.host.pool`) — only inside
@@ -273,7 +275,9 @@ class Host(BaseHost):
             raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
         loaded = self.registry.get(profile)
         log = self._log.bind(turn_id=turn_id, profile=profile, conversation=conversation)
-        questions = Questions(listening=on_event is not None or on_permission is not None)
+        questions = Questions(
+            listening=on_event is not None or on_permission is not None, hears_questions=on_event is not None
+        )
         flight = _Flight(key, next(self._arrivals), turn_id, loaded, questions)
         try:
             runs_now = self._queue.admit(flight)
@@ -326,6 +330,13 @@ class Host(BaseHost):
         request, answered already, timed out, or its turn ended)."""
         flight = self._flights.get(turn_id)
         return flight is not None and flight.questions.decide(request_id, as_decision(answer))
+
+    def answer(self, turn_id: str, request_id: str, answer: QuestionAnswer) -> bool:
+        """Answer question `request_id` of turn `turn_id` (a `QuestionRequest` its `on_event` saw): each question's
+        id → the labels chosen (a plain label when it asked one), or None to decline. `AnswerRefused` when the
+        answer does not fit; False when that question waits for nothing (as for `decide`)."""
+        flight = self._flights.get(turn_id)
+        return flight is not None and flight.questions.answer(request_id, answer)
 
     def stats(self) -> HostStats:
         return HostStats(

@@ -43,6 +43,7 @@ from typing import Any
 
 import trio
 
+from ...dialects.events import QuestionRequest
 from ...errors import (
     DuplicateTurn,
     GatewayNameTaken,
@@ -56,6 +57,7 @@ from ...errors import (
 )
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
+from ...questions import QuestionAnswer, check_answers
 from ...result import TurnResult
 from ...turn import Turn, text_problem
 from ...turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
@@ -106,6 +108,7 @@ class _Waiter:
     changed: trio.Event = field(default_factory=trio.Event)
     events: deque[tuple[int, dict[str, Any]]] = field(default_factory=deque)  # (bytes, event) not yet delivered
     asked: set[str] = field(default_factory=set)  # permission requests still waiting for an answer
+    questions: dict[str, QuestionRequest] = field(default_factory=dict)  # questions still waiting for an answer
     look: bool = True  # read the turn's row: it may have changed without a notification reaching this gateway
     waiting: trio.CancelScope = field(default_factory=trio.CancelScope)  # cancelled: the gateway stops waiting
     dropped: int = 0  # partials dropped: the client took events slower than the turn made them
@@ -368,6 +371,25 @@ class RemoteHost(BaseHost):
         self._tasks.start_soon(self._notify_control, order)
         return True
 
+    def answer(self, turn_id: str, request_id: str, answer: QuestionAnswer) -> bool:
+        """Answer a question of a turn this gateway waits for; False when it waits for none such. `AnswerRefused`
+        when the answer does not fit the question."""
+        waiter = self._waiters.get(turn_id)
+        request = waiter.questions.get(request_id) if waiter is not None else None
+        if waiter is None or request is None or self._tasks is None:
+            return False
+        answers = check_answers(request, answer) if answer is not None else None
+        del waiter.questions[request_id]
+        order = {
+            "answer": waiter.key,
+            "request_id": request_id,
+            "answers": {question: list(labels) for question, labels in answers.items()}
+            if answers is not None
+            else None,
+        }
+        self._tasks.start_soon(self._notify_control, order)
+        return True
+
     def stats(self) -> HostStats:
         raise TypeError("a RemoteHost's stats come from the database: await host.current_stats()")
 
@@ -494,12 +516,15 @@ class RemoteHost(BaseHost):
     async def _deliver_event(self, waiter: _Waiter, record: dict[str, Any]) -> None:
         if record.get("event") == "decide_failed":
             waiter.asked.discard(str(record.get("request_id")))
+            waiter.questions.pop(str(record.get("request_id")), None)
             return
         event = event_from_dict(record)
         if event is None:
             return
         if isinstance(event, PermissionRequest):
             waiter.asked.add(event.request_id)
+        elif isinstance(event, QuestionRequest):
+            waiter.questions[event.request_id] = event
         if waiter.emit is not None:
             await waiter.emit(event)
         if isinstance(event, PermissionRequest) and waiter.on_permission is not None:

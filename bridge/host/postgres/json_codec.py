@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ...dialects import ActivityEvent, PartialEvent, SessionEvent
-from ...dialects.events import PlanStep, Usage
+from ...dialects.events import Option, PlanStep, Question, QuestionRequest, Usage
 from ...permissions import PermissionRequest
 from ...result import Outcome, TurnResult
 from ...turn import Attachment, Turn
 
-RemoteEvent = PartialEvent | SessionEvent | ActivityEvent | PermissionRequest
+RemoteEvent = PartialEvent | SessionEvent | ActivityEvent | PermissionRequest | QuestionRequest
 
 WORKER_LOST_EXIT_CODE = 1
 WORKER_LOST_REPLY = "The bridge lost the worker running this turn before it finished. Please send it again."
@@ -66,6 +66,22 @@ def event_from_dict(record: dict[str, Any]) -> RemoteEvent | None:
             title=record.get("title", ""),
             input=record.get("input", {}),
         )
+    if kind == "question":
+        return QuestionRequest(
+            record["request_id"],
+            tuple(
+                Question(
+                    asked["id"],
+                    asked["prompt"],
+                    tuple(Option(option["label"], option.get("description", "")) for option in asked["options"]),
+                    multi_select=asked.get("multi_select", False),
+                    free_text=asked.get("free_text", False),
+                    header=asked.get("header", ""),
+                )
+                for asked in record["questions"]
+            ),
+            tool=record.get("tool", ""),
+        )
     return None
 
 
@@ -84,6 +100,7 @@ def result_from_dict(record: dict[str, Any]) -> TurnResult:
         partials=record["partials"],
         truncated=record["truncated"],
         usage=Usage(**usage) if usage is not None else None,
+        folded_into=record.get("folded_into", ""),
     )
 
 

@@ -39,7 +39,15 @@ from typing import Any
 
 import trio
 
-from ...errors import BridgeError, PostgresUnavailable, ProfileError, StoreError, TurnError, UnknownProfile
+from ...errors import (
+    AnswerRefused,
+    BridgeError,
+    PostgresUnavailable,
+    ProfileError,
+    StoreError,
+    TurnError,
+    UnknownProfile,
+)
 from ...log import get_logger
 from ...permissions import Decision
 from ...profile import Profile
@@ -621,11 +629,18 @@ class Worker:
         if "cancel" in order:
             self._cancels_seen = True
             self._work.set()
-        key = order.get("cancel") or order.get("decide")
+        key = order.get("cancel") or order.get("decide") or order.get("answer")
         if not isinstance(key, str) or key not in self._held or self._host is None:
             return
         if "cancel" in order:
             self._host.cancel(key)
+        elif "answer" in order:
+            try:
+                answered = self._host.answer(key, str(order.get("request_id")), order.get("answers"))
+            except AnswerRefused:  # the gateway checked it against the question: a newer gateway's, say
+                answered = False
+            if not answered:
+                self._answer_failed(key, order.get("request_id"))
         else:
             decision = Decision(
                 allow=bool(order.get("allow")),
@@ -633,13 +648,15 @@ class Worker:
                 message=str(order.get("message") or ""),
             )
             if not self._host.decide(key, str(order.get("request_id")), decision):
-                claimed = self._held[key].claimed
-                self._publisher.publish(
-                    claimed.gateway,
-                    key,
-                    claimed.attempt,
-                    {"event": "decide_failed", "request_id": order.get("request_id")},
-                )
+                self._answer_failed(key, order.get("request_id"))
+
+    def _answer_failed(self, key: str, request_id: Any) -> None:
+        """The gateway's answer reached no open question (answered already, timed out, its turn over): say so, so
+        the gateway stops offering it."""
+        claimed = self._held[key].claimed
+        self._publisher.publish(
+            claimed.gateway, key, claimed.attempt, {"event": "decide_failed", "request_id": request_id}
+        )
 
     # ------------------------------------------------------------------ draining
 
