@@ -361,6 +361,13 @@ def cancelled_result(profile: Profile, duration_ms: int = 0) -> TurnResult:
     return TurnRecorder(profile).finish(Ending(cancelled=True), duration_ms=duration_ms)
 
 
+def folded_result(profile: Profile, turn_id: str, session_id: str, duration_ms: int = 0) -> TurnResult:
+    """The result of a message steered into turn `turn_id` (`on_busy: steer`): it succeeded, and has no reply of
+    its own — the reply of the turn it was folded into answers it."""
+    result = TurnRecorder(profile).finish(Ending(returncode=0), duration_ms=duration_ms)
+    return dataclasses.replace(result, session_id=session_id, folded_into=turn_id)
+
+
 def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MiB"
 

@@ -37,8 +37,9 @@ import trio
 
 from .agent_files import FileRoot, serve_file_request
 from .agent_io import AgentIO, TurnDeadline, TurnLimits
-from .dialects import ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
-from .dialects.events import AgentInput, FileRequest
+from .dialects import ActivityEvent, ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
+from .dialects.events import AgentInput, FileRequest, SessionGone, SteerOutcome
+from .dialects.warm import WarmState
 from .errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
 from .launch import plan_warm_launch
 from .log import get_logger
@@ -80,7 +81,11 @@ class WarmAgent:
         self._ready = trio.Event()
         self._dead = trio.Event()
         self._reaped = trio.Event()
+        self._gone = trio.Event()  # the agent proved the stored session gone (`SessionGone`) while starting
+        self._gone_detail = ""
         self._start_error = ""
+        self.session_lost = ""  # for the next turn's host: the stored session was gone, a new one was started
+        self._steers: dict[str, _Steer] = {}  # messages steered into the turn in progress, by steer id
         # The turn in progress.
         self._loop: TurnLoop | None = None
         self._wake: trio.Event | None = None  # set when the turn is over, failed in a callback, or the agent died
@@ -115,7 +120,47 @@ class WarmAgent:
     # ------------------------------------------------------------------ lifetime
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Spawn the agent and set its session up; raises `WarmStartError` when either fails."""
+        """Spawn the agent and set its session up; raises `WarmStartError` when either fails.
+
+        When the agent proves the stored session is gone (`SessionGone`), the profile's `on_resume_failure` says
+        what follows: `new_session` starts the agent again on a new session, and the next turn tells the host
+        (an activity notice); `fail` raises `WarmStartError` with the agent's words.
+        """
+        gone = await self._launch(nursery)
+        if gone is None:
+            return
+        stored = self.session_id
+        await self.close(grace=0)
+        if self.profile.on_resume_failure == "fail":
+            raise WarmStartError(
+                126,
+                f"the agent no longer has the stored session {stored} ({gone}); the profile says "
+                "on_resume_failure: fail (new_session would start a new one)",
+            )
+        self.log.warning("the stored session is gone; starting a new one", detail=gone)
+        self._forget_process()
+        self.session_id = ""
+        self.session_lost = f"the stored session {stored} is gone ({gone}); a new session was started"
+        gone = await self._launch(nursery)
+        if gone is not None:  # a new session cannot be gone: the dialect is wrong
+            await self.close(grace=0)
+            raise WarmStartError(126, f"the agent could not start a new session: {gone}")
+
+    def _forget_process(self) -> None:
+        """Ready for another process after this one was closed (and reaped)."""
+        self._io = None
+        self._dialect = None
+        self._files = None
+        self._ready = trio.Event()
+        self._dead = trio.Event()
+        self._reaped = trio.Event()
+        self._gone = trio.Event()
+        self._gone_detail = ""
+        self._start_error = ""
+        self.returncode = None
+
+    async def _launch(self, nursery: trio.Nursery) -> str | None:
+        """One process and its session; the agent's words when it proves the stored session gone, else None."""
         profile = self.profile
         process = None
         try:
@@ -137,12 +182,14 @@ class WarmAgent:
         io.send(self._dialect.open())
         try:
             with trio.move_on_after(profile.start_timeout_secs):
-                await _first_of(self._ready, self._dead)
+                await _first_of(self._ready, self._dead, self._gone)
         except BaseException:  # the caller went away while the session was being set up
             await self.close(grace=0)
             raise
+        if self._gone.is_set():
+            return self._gone_detail
         if self._ready.is_set():
-            return
+            return None
         if self._dead.is_set():
             await self._reaped.wait()
             reason = self._start_error or f"it exited ({self._exit_text()}) while setting its session up"
@@ -227,6 +274,16 @@ class WarmAgent:
             if isinstance(event, Ready):
                 self.session_id = event.session_id
                 self._ready.set()
+            elif isinstance(event, SessionGone):
+                if not self._ready.is_set():
+                    self._gone_detail = event.detail
+                    self._gone.set()
+                elif self._loop is not None:
+                    batch.append(ErrorEvent(f"the agent no longer has the session: {event.detail}"))
+            elif isinstance(event, SteerOutcome):
+                steer = self._steers.get(event.steer_id)
+                if steer is not None:
+                    steer.settle(event.folded)
             elif isinstance(event, AgentInput):
                 self._io.send(event.data)
             elif isinstance(event, FileRequest):
@@ -348,6 +405,9 @@ class WarmAgent:
         try:
             if self.session_id:
                 await loop.handle([SessionEvent(self.session_id)])
+            if self.session_lost:
+                notice, self.session_lost = self.session_lost, ""
+                await loop.handle([ActivityEvent("notice", text=notice)])
             self._loop = loop
             deadline = io.begin_turn(started)
             io.send(self._dialect.prompt(turn))
@@ -358,8 +418,35 @@ class WarmAgent:
             io.end_turn()
             io.stderr_tail.on_chunk = None
             questions.close()
+            for steer in self._steers.values():  # the dialect said nothing of them: they run as turns of their own
+                steer.settle(False)
         self._raise_turn_error()
-        return finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
+        result = finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
+        if result.session_id:
+            self.session_id = result.session_id  # a new session's id comes with its first turn (claude-sdk)
+        return result
+
+    @property
+    def can_steer(self) -> bool:
+        """A turn is in progress and the agent's protocol can give it another message (`steer`)."""
+        return self._wake is not None and self.alive and getattr(self._dialect, "can_steer", False)
+
+    async def steer(self, turn: Turn) -> bool:
+        """Give the turn in progress `turn`'s message (`on_busy: steer`). True once the agent took it into that
+        turn; False when it is to run as a turn of its own (no turn in progress, the protocol cannot steer, the
+        agent refused it or the turn ended first)."""
+        io = self._io
+        if io is None or not self.can_steer or self._dialect.state is not WarmState.IN_TURN:
+            return False
+        steer_id = os.urandom(6).hex()
+        steer = self._steers[steer_id] = _Steer()
+        try:
+            io.send(self._dialect.steer(turn, steer_id))
+            await steer.settled.wait()
+        finally:
+            del self._steers[steer_id]
+        self.log.info("a message was steered into the running turn", folded=steer.folded)
+        return steer.folded
 
     def _raise_turn_error(self) -> None:
         """A host callback raised while the pumps ran the turn: raise it here, where the host awaits the turn."""
@@ -424,6 +511,21 @@ class WarmAgent:
             )
             io.kill()
             await self._reaped.wait()
+
+
+class _Steer:
+    """A message steered into the running turn: settled once the agent says whether it took it in."""
+
+    __slots__ = ("settled", "folded")
+
+    def __init__(self) -> None:
+        self.settled = trio.Event()
+        self.folded = False
+
+    def settle(self, folded: bool) -> None:
+        if not self.settled.is_set():
+            self.folded = folded
+            self.settled.set()
 
 
 async def _first_of(*events: trio.Event | None) -> None:

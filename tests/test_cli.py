@@ -44,6 +44,7 @@ RESULT_FIELDS = {
     "partials",
     "truncated",
     "usage",
+    "folded_into",
 }
 SPEC_FIELDS = {
     "command",
@@ -55,6 +56,8 @@ SPEC_FIELDS = {
     "keep_warm_secs",
     "max_warm",
     "start_timeout_secs",
+    "on_busy",
+    "on_resume_failure",
     "on_worker_lost",
     "stdin",
     "cwd",

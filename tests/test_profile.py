@@ -38,6 +38,8 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
         "keep_warm_secs": 600,
         "max_warm": 16,
         "start_timeout_secs": 60,
+        "on_busy": "queue",
+        "on_resume_failure": "new_session",
         "on_worker_lost": "retry",
         "stdin": "none",
         "cwd": None,

@@ -227,6 +227,7 @@ def test_result_to_dict_has_every_field_of_the_spec() -> None:
         "partials",
         "truncated",
         "usage",
+        "folded_into",
     }
     assert record["outcome"] == "ok" and record["usage"] is None
 

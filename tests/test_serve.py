@@ -57,6 +57,7 @@ RESULT_FIELDS = {
     "partials",
     "truncated",
     "usage",
+    "folded_into",
 }
 
 

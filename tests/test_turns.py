@@ -39,6 +39,7 @@ RESULT_FIELDS = {
     "partials",
     "truncated",
     "usage",
+    "folded_into",
 }
 
 ENV_DUMP = "import json, os; print(json.dumps(dict(os.environ)))"

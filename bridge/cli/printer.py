@@ -47,6 +47,8 @@ def describe_activity(event: ActivityEvent) -> str:
     """What the agent is doing, in a few words for a status line."""
     if event.activity == "thinking":
         return "thinking…"
+    if event.activity == "notice":
+        return event.text
     if event.activity == "plan":
         done = sum(step.status == "completed" for step in event.plan)
         current = next((step.text for step in event.plan if step.status == "in_progress"), "")
@@ -117,7 +119,9 @@ class HumanPrinter:
         if isinstance(event, TurnResult):
             self._show_result(event)
         elif isinstance(event, ActivityEvent):
-            if self.spinner is not None:
+            if event.activity == "notice":
+                self.notice(event.text, DIM)
+            elif self.spinner is not None:
                 self.spinner.note(describe_activity(event))
         elif event.kind == "partial" and event.text:
             self._write_out(event.text)

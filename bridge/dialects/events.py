@@ -106,7 +106,7 @@ class PlanStep:
         return {"text": self.text, "status": self.status}
 
 
-ActivityKind = Literal["thinking", "tool", "plan"]
+ActivityKind = Literal["thinking", "tool", "plan", "notice"]
 
 
 @dataclass(slots=True)
@@ -118,7 +118,9 @@ class ActivityEvent:
       a person reads ("ls -la", "Read README.md"), `status` `started`,
       `completed` or `failed`, `call_id` ties the events of one call together,
       `text` a short excerpt of its output when it finished;
-    - `plan`: `plan` holds every step as the agent sees them now.
+    - `plan`: `plan` holds every step as the agent sees them now;
+    - `notice`: the bridge tells the host something a chat may show (`text`):
+      the stored session was gone and a new one was started, say.
     """
 
     kind: ClassVar[str] = "activity"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +32,7 @@ from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
 from ..questions import QuestionAnswer, Questions
-from ..result import Outcome, TurnResult, cancelled_result
+from ..result import Outcome, TurnResult, cancelled_result, folded_result
 from ..runner import ungrouped
 from ..supervisor import drive_turn
 from ..turn import Turn, text_problem
@@ -65,12 +65,13 @@ class SessionStoreLike(Protocol):
 class _Flight(Ticket):
     """A ticket plus what the host needs to stop its turn and answer its questions."""
 
-    __slots__ = ("turn_id", "cancel", "wake", "profile", "questions")
+    __slots__ = ("turn_id", "cancel", "wake", "profile", "questions", "agent")
 
     def __init__(self, key: Key, seq: int, turn_id: str, profile: Profile, questions: Questions) -> None:
         super().__init__(key, seq)
         self.turn_id = turn_id
         self.profile = profile
+        self.agent: WarmAgent | None = None  # the warm agent running the turn, while it does
         self.questions = questions  # the agent's requests to run a tool that wait for the host
         self.cancel = trio.Event()  # set: stop the agent as a host cancel; the result says 130
         self.wake = trio.Event()  # set: the ticket left the queue (started, or withdrawn)
@@ -288,17 +289,26 @@ class Host(BaseHost):
         self._flights[turn_id] = flight
         if not runs_now:
             log.info("turn queued", queued=self._queue.waiting)
+            if loaded.on_busy == "interrupt" and (running := self._running_turn(key)) is not None:
+                log.info("the conversation's running turn is interrupted for a new message", running=running.turn_id)
+                self._stop(running)
         task_status.started(turn_id)
 
         emit = emit_to(on_partial, on_event, on_permission, questions)
         started = trio.current_time()
         try:
-            if not runs_now:
-                await self._wait_for_slot(flight)
-            if flight.state == Ticket.WITHDRAWN:
-                result = _cancelled_result(loaded, started)
+            steered = await self._steer(flight, turn, log) if not runs_now and loaded.on_busy == "steer" else None
+            if steered is not None:
+                running_id, session_id = steered
+                duration_ms = max(0, round((trio.current_time() - started) * 1000))
+                result = folded_result(loaded, running_id, session_id, duration_ms)
             else:
-                result = await self._run(flight, loaded, profile, conversation, turn, emit, log)
+                if not runs_now:
+                    await self._wait_for_slot(flight)
+                if flight.state == Ticket.WITHDRAWN:
+                    result = _cancelled_result(loaded, started)
+                else:
+                    result = await self._run(flight, loaded, profile, conversation, turn, emit, log)
         finally:
             self._land(flight)
         self._outcomes[result.outcome.value] += 1
@@ -364,6 +374,35 @@ class Host(BaseHost):
     def profile(self, name: str) -> Profile:
         """The current profile called `name` (re-read if its file changed); raises like `submit`."""
         return self.registry.get(name)
+
+    def _running_turn(self, key: Hashable) -> _Flight | None:
+        """The turn of `key`'s conversation that runs now, if one does."""
+        return next(
+            (flight for flight in self._flights.values() if flight.key == key and flight.state == Ticket.RUNNING),
+            None,
+        )
+
+    async def _steer(self, flight: _Flight, turn: Turn, log: Any) -> tuple[str, str] | None:
+        """`on_busy: steer`: give the conversation's running turn this message. The id of the turn that took it
+        in (which answers it) and its session; None when it waits for its own turn (the running agent cannot
+        steer, refused it, or its turn ended first). The flight keeps its place in the queue meanwhile."""
+        running = self._running_turn(flight.key)
+        agent = running.agent if running is not None else None
+        if running is None or agent is None or not agent.can_steer:
+            log.info("on_busy is steer, but the running turn cannot be steered: the message queues")
+            return None
+        try:
+            folded = await agent.steer(turn)
+        except BaseException:
+            if flight.state == Ticket.WAITING:  # the submitter went away
+                self._queue.withdraw(flight)
+            raise
+        if not folded:
+            return None
+        if flight.state == Ticket.WAITING:
+            self._queue.withdraw(flight)
+        log.info("message steered into the running turn", folded_into=running.turn_id)
+        return running.turn_id, agent.session_id
 
     async def _wait_for_slot(self, flight: _Flight) -> None:
         try:
@@ -456,7 +495,9 @@ class Host(BaseHost):
                     except WarmStartError as err:
                         result = start_failure_result(err, profile, log, round((trio.current_time() - started) * 1000))
                     else:
+                        flight.agent = agent
                         result = await agent.turn(turn, emit, cancel=flight.cancel, questions=flight.questions, log=log)
+                        flight.agent = None
             try:
                 recorded = await trio.to_thread.run_sync(
                     self.store.record, name, conversation, turn.session_name, result

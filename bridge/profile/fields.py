@@ -18,6 +18,8 @@ FIELD_NAMES = (
     "keep_warm_secs",
     "max_warm",
     "start_timeout_secs",
+    "on_busy",
+    "on_resume_failure",
     "on_worker_lost",
     "stdin",
     "cwd",

@@ -52,6 +52,8 @@ class Profile:
     keep_warm_secs: float
     max_warm: int
     start_timeout_secs: float
+    on_busy: Literal["queue", "steer", "interrupt"]
+    on_resume_failure: Literal["new_session", "fail"]
     on_worker_lost: Literal["retry", "fail"]
     stdin: Literal["none", "message", "line"]
     cwd: str | None

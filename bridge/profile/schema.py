@@ -117,6 +117,17 @@ class ProfileModel(BaseModel):
         default=60.0,
         description="Warm protocols: how long starting the agent and its session may take.",
     )
+    on_busy: Literal["queue", "steer", "interrupt"] = Field(
+        default="queue",
+        description="A message of a conversation whose turn is still running: queue runs it next; steer delivers it "
+        "into the running turn (claude-sdk, codex-app-server; other protocols queue it, and check says so), and its "
+        "result says which turn it was folded into; interrupt stops the running turn and runs it next.",
+    )
+    on_resume_failure: Literal["new_session", "fail"] = Field(
+        default="new_session",
+        description="Warm protocols: when the agent proves the stored session to resume is gone (deleted, expired, "
+        "another machine's), new_session starts a fresh one and tells the host; fail fails the turn.",
+    )
     on_worker_lost: Literal["retry", "fail"] = Field(
         default="retry",
         description="Workers sharing a PostgreSQL queue: when the worker running a turn dies, "
@@ -260,7 +271,8 @@ class ProfileModel(BaseModel):
         """Fields that mean something to some protocols only are refused with the others."""
         defaults = type(self).model_fields
         if not PROTOCOLS[self.protocol].warm:
-            for field in ("keep_warm_secs", "max_warm", "start_timeout_secs"):  # by value: see below
+            # By value: see below.
+            for field in ("keep_warm_secs", "max_warm", "start_timeout_secs", "on_resume_failure"):
                 if getattr(self, field) != defaults[field].default:
                     raise _located_error(
                         (field,),
