@@ -32,6 +32,7 @@ from bridge.dialects.events import (
     PlanStep,
     Ready,
     ReplyEvent,
+    SessionGone,
     TurnEnd,
 )
 from bridge.dialects.settings import AcpSettings
@@ -217,14 +218,11 @@ async def test_a_new_process_picks_the_session_up_and_shows_nothing_of_its_histo
         ]
 
 
-async def test_a_session_the_agent_no_longer_has_starts_afresh(tmp_path):
+async def test_a_session_the_agent_no_longer_has_is_reported_gone(tmp_path):
     async with AcpProcess.start(
         sample("--load", store=tmp_path / "s"), cwd=str(tmp_path), session_id="sess-forgotten"
     ) as agent:
-        warning, ready = await agent.until(Ready)
-        assert "could not load the stored session (JSON-RPC error -32002)" in warning.message
-        assert ready.session_id.startswith("sess-") and ready.session_id != "sess-forgotten"
-        assert of(ReplyEvent, await turn(agent, "history")) == [ReplyEvent("(no history)")]
+        assert await agent.until(SessionGone) == [SessionGone("Resource not found")]  # the SDK's words for -32002
 
 
 # ---------------------------------------------------------------------- codex-acp

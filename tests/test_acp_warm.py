@@ -477,3 +477,29 @@ async def test_without_the_grant_the_agent_is_told_the_bridge_has_no_file_system
     profile = bridge.load_profile(acp_profile(tmp_path, permissions=f"cwd: {str(tmp_path)!r}\n"), cache=False)
     result = await run(profile, f"read {tmp_path / 'notes.txt'}")
     assert not result.ok and "hello" not in result.reply
+
+
+# ---------------------------------------------------------------------- a stored session the agent no longer has
+
+
+async def test_a_session_the_agent_no_longer_has_starts_a_new_one_and_the_host_is_told(tmp_path):
+    acp_profile(tmp_path, "--load")
+    events: list[Any] = []
+    with trio.fail_after(2 * DEADLINE):
+        async with bridge.open_host(tmp_path / "profiles", state=tmp_path / "state.sqlite3") as host:
+            first = await host.submit(
+                "acp", "chat", Turn("remember me", session_id="sess-forgotten"), on_event=events.append
+            )
+            second = await host.submit("acp", "chat", Turn("history"))
+    notices = [event.text for event in events if isinstance(event, ActivityEvent) and event.activity == "notice"]
+    assert notices == ["the stored session sess-forgotten is gone (Resource not found); a new session was started"]
+    assert first.ok and first.session_id.startswith("sess-") and first.session_id != "sess-forgotten"
+    assert (second.ok, second.reply, second.session_id) == (True, "remember me", first.session_id)
+
+
+async def test_on_resume_failure_fail_fails_the_turn_with_the_agents_words(tmp_path):
+    profile = bridge.load_profile(acp_profile(tmp_path, "--load", permissions="on_resume_failure: fail\n"), cache=False)
+    result = await run(profile, "hello", "sess-forgotten")
+    assert (result.ok, result.session_id, result.outcome.value) == (False, "", "spawn_failed")
+    assert "no longer has the stored session sess-forgotten (Resource not found)" in result.error_reply
+    assert "on_resume_failure: fail" in result.error_reply

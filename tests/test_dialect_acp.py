@@ -30,6 +30,7 @@ from bridge.dialects.events import (
     ProtocolWarning,
     Ready,
     ReplyEvent,
+    SessionGone,
     TurnEnd,
     Usage,
     UsageEvent,
@@ -264,13 +265,20 @@ def test_a_stored_session_is_resumed_when_the_agent_can_only_resume():
     assert acp.feed(line(response(1, {}))) == [Ready("old")]
 
 
-def test_a_load_the_agent_refuses_starts_a_new_session_and_ready_names_it():
+def test_a_load_refused_with_resource_not_found_proves_the_session_gone():
     acp = dialect(session_id="gone")
     acp.open()
     acp.feed(line(response(0, {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}})))
-    warning, ask = acp.feed(line(failure(1, -32002, "Resource not found")))
+    assert acp.feed(line(failure(1, -32002, "Resource not found"))) == [SessionGone("Resource not found")]
+
+
+def test_a_load_the_agent_refuses_otherwise_starts_a_new_session_and_ready_names_it():
+    acp = dialect(session_id="gone")
+    acp.open()
+    acp.feed(line(response(0, {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}})))
+    warning, ask = acp.feed(line(failure(1, -32603, "Internal error")))
     assert warning == ProtocolWarning(
-        "the agent could not load the stored session (JSON-RPC error -32002); a new session was started"
+        "the agent could not load the stored session (JSON-RPC error -32603); a new session was started"
     )
     assert sent(ask.data) == [
         {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": CWD, "mcpServers": []}}

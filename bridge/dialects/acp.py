@@ -56,6 +56,7 @@ from .events import (
     PlanStep,
     ProtocolWarning,
     ReplyEvent,
+    SessionGone,
     Usage,
     UsageEvent,
 )
@@ -63,11 +64,12 @@ from .settings import AcpSettings
 from .warm import WarmDialect, WarmState
 
 PROTOCOL_VERSION = 1
-# JSON-RPC 2.0's own error codes, and ACP's "authentication required".
+# JSON-RPC 2.0's own error codes, and ACP's "authentication required" and "resource not found".
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 AUTH_REQUIRED = -32000
+RESOURCE_NOT_FOUND = -32002
 
 # ACP's tool kinds in the policy's words (permissions.TOOL_KINDS): only `execute` differs.
 _KINDS = {kind: kind for kind in TOOL_KINDS} | {"execute": "exec"}
@@ -246,6 +248,8 @@ class Acp(WarmDialect):
         code = number(error.get("code"))
         said = _error_text(error)
         if method in ("session/load", "session/resume"):
+            if code == RESOURCE_NOT_FOUND:  # the agent says it has no such session: the engine decides what follows
+                return [SessionGone(said or f"JSON-RPC error {code}")]
             return [
                 ProtocolWarning(
                     f"the agent could not {method.removeprefix('session/')} the stored session "

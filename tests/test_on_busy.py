@@ -1,0 +1,95 @@
+"""What a message does while its conversation's turn still runs (`on_busy`), with the host and real agents.
+
+`queue` (the default) is covered by test_host's ordering tests. Here: `interrupt` stops the running turn and the new
+message runs next, for any protocol; `steer` on a protocol that cannot steer queues the message. Steering into a
+running turn of Claude Code or Codex is tested with the real CLIs (test_claude_sdk_live, test_codex_app_server_live).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+from hostkit import Lab
+
+import bridge
+from bridge import Turn, TurnResult
+
+DEADLINE = 15
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Lab:
+    return Lab(tmp_path)
+
+
+async def wait_for_start(lab: Lab, tag: str) -> None:
+    with trio.fail_after(DEADLINE):
+        while tag not in lab.events("start"):
+            await trio.sleep(0.01)
+
+
+async def queued(host: bridge.BaseHost) -> None:
+    """Until the second message waits in the queue (the host decided what on_busy does with it)."""
+    while (await host.current_stats()).queued < 1:
+        await trio.sleep(0.01)
+
+
+async def test_interrupt_stops_the_running_turn_and_the_new_message_runs_next(lab: Lab) -> None:
+    lab.profile("rec", extra="on_busy: interrupt\n")
+    gate = lab.gate()
+    results: dict[str, TurnResult] = {}
+
+    async def submit(host: bridge.BaseHost, tag: str, words: str) -> None:
+        results[tag] = await host.submit("rec", "chat", Turn(f"tag={tag} {words}"))
+
+    with trio.fail_after(DEADLINE):
+        async with bridge.open_host(lab.profiles, state=lab.state) as host, trio.open_nursery() as nursery:
+            nursery.start_soon(submit, host, "slow", f"gate={gate}")
+            await wait_for_start(lab, "slow")
+            nursery.start_soon(submit, host, "next", "")
+    assert results["slow"].outcome.value == "cancelled"
+    assert (results["next"].ok, results["next"].reply) == (True, "reply next one")
+    assert lab.events("sigint") == ["slow"]
+    assert lab.events("start") == ["slow", "next"]  # never at the same time: next started once slow was gone
+    assert lab.lines().index(["sigint", "slow"]) < lab.lines().index(["start", "next", "-", str(lab.pid("next"))])
+
+
+async def test_queue_leaves_the_running_turn_alone(lab: Lab) -> None:
+    lab.profile("rec")  # on_busy: queue
+    gate = lab.gate()
+    results: dict[str, TurnResult] = {}
+
+    async def submit(host: bridge.BaseHost, tag: str, words: str) -> None:
+        results[tag] = await host.submit("rec", "chat", Turn(f"tag={tag} {words}"))
+
+    with trio.fail_after(DEADLINE):
+        async with bridge.open_host(lab.profiles, state=lab.state) as host, trio.open_nursery() as nursery:
+            nursery.start_soon(submit, host, "slow", f"gate={gate}")
+            await wait_for_start(lab, "slow")
+            nursery.start_soon(submit, host, "next", "")
+            await queued(host)  # a wrong interrupt would have been sent by now
+            await lab.release(gate)
+    assert [results[tag].ok for tag in ("slow", "next")] == [True, True]
+    assert lab.events("end") == ["slow", "next"]
+    assert lab.events("sigint") == []
+
+
+async def test_steer_on_a_protocol_that_cannot_steer_queues_the_message(lab: Lab) -> None:
+    lab.profile("rec", extra="on_busy: steer\n")
+    gate = lab.gate()
+    results: dict[str, TurnResult] = {}
+
+    async def submit(host: bridge.BaseHost, tag: str, words: str) -> None:
+        results[tag] = await host.submit("rec", "chat", Turn(f"tag={tag} {words}"))
+
+    with trio.fail_after(DEADLINE):
+        async with bridge.open_host(lab.profiles, state=lab.state) as host, trio.open_nursery() as nursery:
+            nursery.start_soon(submit, host, "slow", f"gate={gate}")
+            await wait_for_start(lab, "slow")
+            nursery.start_soon(submit, host, "next", "")
+            await queued(host)
+            await lab.release(gate)
+    assert [(results[tag].ok, results[tag].folded_into) for tag in ("slow", "next")] == [(True, ""), (True, "")]
+    assert lab.events("end") == ["slow", "next"]
