@@ -127,7 +127,7 @@ class Questions:
         if question is None or question.request is None:
             return False
         checked = check_answers(question.request, answer) if answer is not None else None
-        self._settle(request_id, checked, DECLINED)
+        self._settle(request_id, checked, DECLINED if checked is None else "")
         return True
 
     def _settle(self, request_id: str, answers: Answers | None, why: str) -> None:

@@ -7,6 +7,8 @@ running turn of Claude Code or Codex is tested with the real CLIs (test_claude_s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ import bridge
 from bridge import Turn, TurnResult
 
 DEADLINE = 15
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 
 
 @pytest.fixture
@@ -93,3 +96,13 @@ async def test_steer_on_a_protocol_that_cannot_steer_queues_the_message(lab: Lab
             await lab.release(gate)
     assert [(results[tag].ok, results[tag].folded_into) for tag in ("slow", "next")] == [(True, ""), (True, "")]
     assert lab.events("end") == ["slow", "next"]
+
+
+def test_check_says_a_protocol_that_cannot_steer_queues(lab: Lab) -> None:
+    path = lab.profile("rec", extra="on_busy: steer\n")
+    done = subprocess.run([AGENT_BRIDGE, "check", str(path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "protocol agentproc-0.1 cannot give a running turn another message" in done.stderr
+    queued = lab.profile("plain")
+    done = subprocess.run([AGENT_BRIDGE, "check", str(queued)], capture_output=True, text=True, check=False)
+    assert "steer" not in done.stderr

@@ -689,6 +689,7 @@ def _check_command(args: argparse.Namespace) -> int:
             *_unset_variable_warnings(profile),
             *_ignored_env_warnings(profile),
             *_option_injection_warnings(profile),
+            *_protocol_warnings(profile),
         ):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         print(f"{path}: ok")
@@ -696,6 +697,18 @@ def _check_command(args: argparse.Namespace) -> int:
     if not containment.available:
         print(paint(f"note: {containment.describe()}", WARNING, color), file=sys.stderr)
     return status
+
+
+def _protocol_warnings(profile: Profile) -> list[str]:
+    """What the profile's protocol cannot work without on its command line, and an `on_busy` it cannot honour."""
+    dialect = profile.dialect
+    warnings = list(dialect.argv_problems(profile.argv_template)) if hasattr(dialect, "argv_problems") else []
+    if profile.on_busy == "steer" and not getattr(dialect, "can_steer", False):
+        warnings.append(
+            f"on_busy: steer — protocol {profile.protocol} cannot give a running turn another message, so a "
+            "message that comes while its conversation's turn runs is queued (as on_busy: queue)"
+        )
+    return warnings
 
 
 def _option_injection_warnings(profile: Profile) -> list[str]:

@@ -117,7 +117,7 @@ async def ask_question(
                     declined = True
                     scope.cancel()
                     return
-                chosen = _chosen(question, text)
+                chosen = chosen_labels(question, text)
                 if chosen is not None:
                     answers[question.id] = chosen
                     break
@@ -153,7 +153,7 @@ def _numbered(question: Question) -> str:
     return "\n".join(lines)
 
 
-def _chosen(question: Question, text: str) -> list[str] | None:
+def chosen_labels(question: Question, text: str) -> list[str] | None:
     """The labels `text` picks (option numbers), or the person's own words where the question takes them; None
     when it fits neither."""
     words = [word.strip() for word in text.split(",")] if question.multi_select else [text]

@@ -1,0 +1,148 @@
+"""The agent's own questions (`QuestionRequest`): the answer's rules, how the turn loop asks, the terminal's prompt.
+
+Pure and in-process: `check_answers` and `Questions`, and `TurnLoop` with a dialect that asks. Questions of the real
+Claude Code and Codex, answered through serve, `Host` and the terminal, are in their CLIs' tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+from conftest import PROFILES
+
+import bridge
+from bridge import AnswerRefused, Option, Question, QuestionRequest
+from bridge.cli.terminal import chosen_labels as chosen
+from bridge.dialects.events import ActivityEvent
+from bridge.permissions import PermissionPolicy
+from bridge.questions import DECLINED, NOBODY_ANSWERED, TURN_ENDED, Questions, check_answers
+from bridge.result import TurnRecorder
+from bridge.turn_loop import TurnLoop
+
+COLOUR = Question("colour", "Which colour?", (Option("Red", "warm"), Option("Blue", "cool")), header="Colour")
+TOPPINGS = Question("toppings", "Which toppings?", (Option("Cheese"), Option("Ham")), multi_select=True)
+NAME = Question("name", "Your name?", free_text=True)
+REQUEST = QuestionRequest("q-1", (COLOUR, TOPPINGS, NAME), tool="AskUserQuestion")
+
+
+def test_an_answer_maps_each_question_to_its_labels() -> None:
+    answer = {"colour": "Blue", "toppings": ["Cheese", "Ham"], "name": "Ada"}
+    assert check_answers(REQUEST, answer) == {"colour": ("Blue",), "toppings": ("Cheese", "Ham"), "name": ("Ada",)}
+
+
+def test_a_plain_label_answers_a_request_of_one_question() -> None:
+    assert check_answers(QuestionRequest("q", (COLOUR,)), "Red") == {"colour": ("Red",)}
+    with pytest.raises(AnswerRefused, match="asked 3 questions: answer each by its id"):
+        check_answers(REQUEST, "Red")
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        ({"size": "L"}, "no question with id 'size'"),
+        ({"colour": "Green"}, "'Green' is not an option of question 'colour' \\(the options: Blue, Red\\)"),
+        ({"colour": ["Red", "Blue"]}, "question 'colour' takes one answer, not 2"),
+        ({"colour": ""}, "must be a label or a list of labels"),
+        ({"colour": 7}, "must be a label or a list of labels"),
+        ({"name": "x" * 1501}, "longer than 1500 characters"),
+        (["Red"], "an answer is an object"),
+    ],
+)
+def test_an_answer_that_does_not_fit_is_refused_with_what_is_wrong(answer: Any, says: str) -> None:
+    with pytest.raises(AnswerRefused, match=says):
+        check_answers(REQUEST, answer)
+
+
+async def test_a_question_takes_answers_and_a_permission_takes_decisions_never_the_other() -> None:
+    questions = Questions()
+    with questions.asking("q-1", 10, REQUEST) as question, questions.asking("p-1", 10):
+        assert not questions.decide("q-1", bridge.Decision(allow=True))
+        assert not questions.answer("p-1", "Red")
+        with pytest.raises(AnswerRefused):
+            questions.answer("q-1", {"colour": "Green"})
+        assert questions.waiting == ["q-1", "p-1"]  # a refused answer leaves the question open
+        assert questions.answer("q-1", {"colour": "Red"})
+        assert not questions.answer("q-1", {"colour": "Blue"})  # answered already
+        await question.answer()
+    assert (question.answers, question.why) == ({"colour": ("Red",)}, "")
+
+
+async def test_a_declined_question_and_one_whose_turn_ended_say_why() -> None:
+    questions = Questions()
+    with questions.asking("q-1", 10, REQUEST) as declined:
+        questions.answer("q-1", None)
+    with questions.asking("q-2", 10, REQUEST) as ended:
+        questions.close()
+        await ended.answer()
+    assert (declined.answers, declined.why) == (None, DECLINED)
+    assert (ended.answers, ended.why) == (None, TURN_ENDED)
+
+
+class AskingDialect:
+    """Asks one question; remembers what the loop wrote back."""
+
+    def __init__(self) -> None:
+        self.answered: list[tuple[Any, str]] = []
+
+    def feed(self, data: bytes) -> list[Any]:
+        return [QuestionRequest("q-1", (COLOUR,), tool="AskUserQuestion")]
+
+    def answer_question(self, request: QuestionRequest, answers: Any, why: str = "") -> bytes:
+        self.answered.append((answers, why))
+        return b"answer\n"
+
+
+async def run_loop(emit: Any, questions: Questions, timeout_secs: float = 10) -> tuple[AskingDialect, list[bytes]]:
+    profile = bridge.load_profile(PROFILES / "echo.yaml")
+    dialect = AskingDialect()
+    sent: list[bytes] = []
+    policy = PermissionPolicy(timeout_secs=timeout_secs)
+    loop = TurnLoop(dialect, TurnRecorder(profile), policy, emit, bridge.log.get_logger(), sent.append, questions)
+    with trio.fail_after(5):
+        await loop.on_output(b"")
+    return dialect, sent
+
+
+async def test_the_loop_asks_the_host_and_writes_its_answer() -> None:
+    questions = Questions()
+    seen: list[Any] = []
+
+    async def emit(event: Any) -> None:
+        seen.append(event)
+        if isinstance(event, QuestionRequest):
+            assert questions.answer(event.request_id, "Blue")
+
+    dialect, sent = await run_loop(emit, questions)
+    assert dialect.answered == [({"colour": ("Blue",)}, "")] and sent == [b"answer\n"]
+    assert [type(event).__name__ for event in seen] == ["QuestionRequest", "ActivityEvent"]
+    assert seen[1] == ActivityEvent("tool", tool="AskUserQuestion", status="answered", call_id="q-1")
+
+
+async def test_a_question_nobody_answers_in_time_is_declined() -> None:
+    async def emit(event: Any) -> None:
+        pass
+
+    dialect, _ = await run_loop(emit, Questions(), timeout_secs=0.05)
+    assert dialect.answered == [(None, NOBODY_ANSWERED)]
+
+
+async def test_a_question_nobody_hears_is_declined_at_once() -> None:
+    seen: list[Any] = []
+
+    async def emit(event: Any) -> None:
+        seen.append(event)
+
+    dialect, _ = await run_loop(emit, Questions(hears_questions=False))
+    assert dialect.answered == [(None, "nobody is there to answer")]
+    assert seen == [ActivityEvent("tool", tool="AskUserQuestion", status="declined", call_id="q-1")]
+
+
+def test_the_terminal_takes_option_numbers_or_the_persons_own_words() -> None:
+    assert chosen(COLOUR, "2") == ["Blue"]
+    assert chosen(COLOUR, "Blue") is None  # a label is typed as its number
+    assert chosen(COLOUR, "3") is None
+    assert chosen(TOPPINGS, "1, 2") == ["Cheese", "Ham"]
+    assert chosen(COLOUR, "1, 2") is None
+    assert chosen(NAME, "Ada") == ["Ada"]
