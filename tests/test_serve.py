@@ -276,6 +276,15 @@ async def test_a_tool_the_profile_asks_about_is_a_permission_the_bot_answers_wit
         await client.send({"type": "decide", **bad})
         error = await client.receive()
         assert (error["type"], error["code"]) == ("error", code), bad
+    for bad, code in [
+        ({"id": "nope", "request_id": question, "answers": None}, "unknown_turn"),
+        ({"id": "p1", "request_id": question, "answers": None}, "unknown_request"),  # a permission is no question
+        ({"id": "p1", "request_id": question}, "invalid_request"),
+        ({"id": "p1", "request_id": question, "answers": None, "allow": True}, "invalid_request"),
+    ]:
+        await client.send({"type": "answer", **bad})
+        error = await client.receive()
+        assert (error["type"], error["code"]) == ("error", code), bad
     await client.send({"type": "decide", "id": "p1", "request_id": question, "allow": True})
     responses = await client.until("result", "p1")
     tool = next(r for r in responses if r["type"] == "activity" and r["activity"] == "tool")
