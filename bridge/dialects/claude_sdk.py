@@ -135,6 +135,7 @@ class ClaudeSdk(WarmDialect):
         self._replies: list[str] = []
         self._cost = 0.0  # the CLI's total_cost_usd so far (it counts the whole process)
         self._last_uuid = ""
+        self._start_failed = False  # the CLI said why it could not start (an error result before initialize's answer)
 
     # ------------------------------------------------------------------ what the engine writes
 
@@ -225,7 +226,7 @@ class ClaudeSdk(WarmDialect):
                     unfinished=True,
                 )
             ]
-        if self.state is WarmState.STARTING:
+        if self.state is WarmState.STARTING and not self._start_failed:
             return [ErrorEvent("Claude Code exited before it answered initialize; its stderr may say why")]
         return []
 
@@ -255,6 +256,7 @@ class ClaudeSdk(WarmDialect):
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):
             turn_cost, self._cost = max(float(cost) - self._cost, 0.0), float(cost)
         if self.state is WarmState.STARTING:
+            self._start_failed = True
             text = result_error_text(message, subtype) if failed else "Claude Code ended a turn nobody started"
             if self._stored_session and GONE in text:
                 return [SessionGone(text), ErrorEvent(text)]
