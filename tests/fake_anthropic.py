@@ -7,8 +7,8 @@ event sequence (`message_start`, `content_block_start`, `content_block_delta`
 
 - `text`: "Hello from fake Claude." in three text deltas;
 - `thinking`: a thinking block in two deltas, then the text "42";
-- `tool`: "Let me run it." and a `Bash` tool call (`echo hi`, or the command given); the request
-  that carries its `tool_result` is answered "The tool said: <its output>";
+- `tool`: "Let me run it." and a `Bash` tool call (`echo hi`, or the command given) for each prompt (a later
+  turn's too); the request that carries its `tool_result` is answered "The tool said: <its output>";
 - `unauthorized`: HTTP 401 with an `authentication_error`;
 - `retry`: the stream breaks after a text delta with an `overloaded_error`
   event; Claude Code then asks again without `stream`, and gets `text`'s text whole;
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any
 
 from fake_api import Answer, Events, FakeApi, Json, Request
@@ -142,7 +143,16 @@ def answer(scenario: str, command: str = "echo hi") -> Any:
         if scenario == "thinking":
             return message_stream([("thinking", ["The user wants", " a number."]), ("text", ["4", "2"])])
         if scenario == "tool":
-            results = tool_results(request)
+            # Claude Code merges a later turn's prompt into the user message that holds the last tool_result: a
+            # prompt without a tool call of its own yet is what asks for one (a fresh id each).
+            calls = sum(
+                1
+                for message in request.body.get("messages", [])
+                if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+                for block in message["content"]
+                if isinstance(block, dict) and block.get("type") == "tool_use"
+            )
+            results = tool_results(request) if calls >= len(user_texts(request)) else []
             if results:
                 content = results[0].get("content")
                 output = (
@@ -156,7 +166,11 @@ def answer(scenario: str, command: str = "echo hi") -> Any:
                     ("text", ["Let me run it."]),
                     (
                         "tool_use",
-                        {"id": "toolu_fake1", "name": "Bash", "input": {"command": command, "description": "Run it"}},
+                        {
+                            "id": f"toolu_fake{calls + 1}",
+                            "name": "Bash",
+                            "input": {"command": command, "description": "Run it"},
+                        },
                     ),
                 ],
                 stop_reason="tool_use",
@@ -184,3 +198,93 @@ def claude_env(api: FakeApi, home: str) -> dict[str, str]:
         "CLAUDE_CODE_MAX_RETRIES": "0",
         "DISABLE_AUTOUPDATER": "1",
     }
+
+
+COLOUR_QUESTION = {
+    "questions": [
+        {
+            "question": "Which colour?",
+            "header": "Colour",
+            "options": [{"label": "Red", "description": "warm"}, {"label": "Blue", "description": "cool"}],
+            "multiSelect": False,
+        }
+    ]
+}
+
+
+def user_texts(request: Request) -> list[str]:
+    """Every text the user wrote in the request's history, oldest first: Claude Code merges a new prompt into the
+    user message holding the last tool_result, and adds `<system-reminder>` blocks and interruption notes, so the
+    prompts are the user text blocks that are none of those."""
+    texts = []
+    for message in request.body.get("messages", []):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        for block in blocks:
+            text = block.get("text", "") if isinstance(block, dict) and block.get("type") == "text" else ""
+            if text and not text.startswith(("<system-reminder>", "[Request interrupted")):
+                texts.append(text)
+    return texts
+
+
+class Conversation:
+    """The answers of a conversation over many turns and processes, keyed on the prompts (`answer` for
+    `FakeApi`): a prompt `run CMD` is answered with a Bash call of CMD (each time the prompt is sent anew, even
+    when it says what an earlier one said), `ask colour` with an AskUserQuestion call, and the request that
+    carries a tool's result with "The tool said: <its output>"; `slow` blocks until `release` is set
+    (`started` says it arrived); anything else gets "reply to <prompt>"."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self._calls: set[tuple[str, int]] = set()  # (prompt, how many times it was in the history) given a call
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Answer:
+        if (
+            not request.path.startswith("/v1/messages")
+            or "count_tokens" in request.path
+            or not request.body.get("stream")
+        ):
+            return Json(200, {"input_tokens": 10})
+        texts = user_texts(request)
+        prompt = texts[-1] if texts else ""
+        key = (prompt, texts.count(prompt))
+        with self._lock:
+            fresh = key not in self._calls
+            if fresh and (prompt.startswith("run ") or prompt == "ask colour"):
+                self._calls.add(key)
+                call_id = f"toolu_{len(self._calls)}"
+            else:
+                fresh = False
+        if fresh and prompt == "ask colour":
+            return message_stream(
+                [("tool_use", {"id": call_id, "name": "AskUserQuestion", "input": COLOUR_QUESTION})], "tool_use"
+            )
+        if fresh:
+            command = prompt.removeprefix("run ")
+            return message_stream(
+                [
+                    ("text", ["Let me run it."]),
+                    (
+                        "tool_use",
+                        {"id": call_id, "name": "Bash", "input": {"command": command, "description": "Run it"}},
+                    ),
+                ],
+                "tool_use",
+            )
+        results = tool_results(request)
+        if results and (prompt.startswith("run ") or prompt == "ask colour"):
+            content = results[0].get("content")
+            output = (
+                content
+                if isinstance(content, str)
+                else " ".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
+            )
+            return message_stream([("text", ["The tool said: ", output])])
+        if prompt == "slow":
+            self.started.set()
+            self.release.wait(30)
+        return message_stream([("text", ["reply to ", prompt])])

@@ -146,6 +146,16 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
         "deltas or assistant text → partials, tool_use → activity, result → reply or "
         "error, usage and cost",
     ),
+    "claude-sdk": ProtocolInfo(
+        "claude_sdk",
+        "ClaudeSdk",
+        JsonSettings,
+        warm=True,
+        summary="Claude Code as its Agent SDKs drive it (`-p --input-format stream-json --output-format "
+        "stream-json --verbose --permission-prompt-tool stdio --replay-user-messages`), one process per "
+        "conversation: initialize; user lines → stream-json output → result; can_use_tool ↔ permissions and "
+        "questions (AskUserQuestion, ExitPlanMode); interrupt; steering; --resume",
+    ),
     "gemini-stream-json": ProtocolInfo(
         "gemini_stream",
         "GeminiStream",

@@ -217,12 +217,12 @@ class ClaudeStream(JsonLinesDialect):
     def _result(self, message: Mapping[str, Any]) -> list[Event]:
         self._finished = True
         events = self._sessions.report(message.get("session_id"))
-        usage = _usage(message, self._cache_in_input)
+        usage = result_usage(message, self._cache_in_input)
         if usage is not None:
             events.append(UsageEvent(usage))
         subtype = text_of(message.get("subtype"))
         if message.get("is_error") is True or subtype.startswith("error"):
-            events.append(ErrorEvent(_error_text(message, subtype)))
+            events.append(ErrorEvent(result_error_text(message, subtype)))
         else:
             events.append(ReplyEvent(text_of(message.get("result"))))
         return events
@@ -243,7 +243,7 @@ class ClaudeStream(JsonLinesDialect):
     """The Messages API events of a `stream_event` line, by type."""
 
 
-def _error_text(message: Mapping[str, Any], subtype: str) -> str:
+def result_error_text(message: Mapping[str, Any], subtype: str) -> str:
     """The user-readable text of an error result: `result` (API errors), `errors[]` (claude's error_* subtypes),
     `error.message` (qwen-code), else what the subtype says."""
     text = text_of(message.get("result")).strip()
@@ -262,7 +262,7 @@ def _error_text(message: Mapping[str, Any], subtype: str) -> str:
     return "the agent reported an error"
 
 
-def _usage(message: Mapping[str, Any], cache_in_input: bool) -> Usage | None:
+def result_usage(message: Mapping[str, Any], cache_in_input: bool) -> Usage | None:
     """`usage` and `total_cost_usd`. Anthropic's input_tokens leaves out the tokens read from and written to the
     cache; they are added back, so input_tokens counts all input as other families do (qwen's already does)."""
     usage = message.get("usage")
