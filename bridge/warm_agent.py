@@ -295,8 +295,6 @@ class WarmAgent:
                     self._turn_over = True
                     self._wake_turn()
             elif self._loop is not None:
-                if type(event) is SessionEvent:  # a family that names a new session in its first turn (claude-sdk)
-                    self.session_id = event.session_id
                 batch.append(event)
             elif isinstance(event, ProtocolWarning):
                 self.log.warning(event.message)
