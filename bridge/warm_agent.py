@@ -295,6 +295,8 @@ class WarmAgent:
                     self._turn_over = True
                     self._wake_turn()
             elif self._loop is not None:
+                if type(event) is SessionEvent:  # a family that names a new session in its first turn (claude-sdk)
+                    self.session_id = event.session_id
                 batch.append(event)
             elif isinstance(event, ProtocolWarning):
                 self.log.warning(event.message)
@@ -421,10 +423,7 @@ class WarmAgent:
             for steer in self._steers.values():  # the dialect said nothing of them: they run as turns of their own
                 steer.settle(False)
         self._raise_turn_error()
-        result = finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
-        if result.session_id:
-            self.session_id = result.session_id  # a new session's id comes with its first turn (claude-sdk)
-        return result
+        return finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
 
     @property
     def can_steer(self) -> bool:

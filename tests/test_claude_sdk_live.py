@@ -27,7 +27,7 @@ from fake_api import FakeApi
 
 import bridge
 from bridge import Turn
-from bridge.dialects import DialectContext, QuestionRequest, SessionGone, dialect_class
+from bridge.dialects import ActivityEvent, DialectContext, QuestionRequest, SessionGone, dialect_class
 from bridge.errors import WarmStartError
 from bridge.permissions import Decision, PermissionRequest
 from bridge.questions import Questions
@@ -197,14 +197,33 @@ async def test_a_process_killed_between_turns_is_replaced_by_one_that_resumes_th
     assert user_texts(api.posts("/v1/messages")[-1]) == ["remember me", "and now"]
 
 
-async def test_an_unknown_session_cannot_start_and_the_dialect_says_it_is_gone(tmp_path):
+async def test_a_deleted_session_starts_a_new_one_and_the_host_is_told(tmp_path):
     gone = "00000000-0000-4000-8000-000000000000"
+    seen: list[Any] = []
     with fake_claude(tmp_path) as (_, api, profile):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile, session_id=gone)
+            with trio.fail_after(DEADLINE):
+                await agent.start(nursery)
+                result = await agent.turn(Turn("hello again"), seen.append)
+            await agent.close()
+    notices = [event.text for event in seen if isinstance(event, ActivityEvent) and event.activity == "notice"]
+    assert notices == [
+        f"the stored session {gone} is gone (No conversation found with session ID: {gone}); a new session was started"
+    ]
+    assert result.ok and result.session_id not in ("", gone), result.error
+    assert user_texts(api.posts("/v1/messages")[-1]) == ["hello again"]  # the message was sent, to the new session
+
+
+async def test_a_deleted_session_with_on_resume_failure_fail_does_not_start(tmp_path):
+    gone = "00000000-0000-4000-8000-000000000000"
+    with fake_claude(tmp_path) as (_, _api, profile):
+        profile = profile.replace(on_resume_failure="fail")
         async with trio.open_nursery() as nursery:
             agent = WarmAgent(profile, session_id=gone)
             with trio.fail_after(DEADLINE), pytest.raises(WarmStartError) as failed:
                 await agent.start(nursery)
-        assert "No conversation found with session ID" in failed.value.message
+        assert f"no longer has the stored session {gone} (No conversation found" in failed.value.message
         # The same start, read by the dialect alone: the CLI's error result is the proof.
         sdk = dialect_class("claude-sdk")(DialectContext(), session_id=gone, cwd=profile.cwd)
         argv = [*profile.command, f"--resume={gone}"]

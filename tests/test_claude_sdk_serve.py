@@ -1,0 +1,147 @@
+"""protocol: claude-sdk behind the host and `agent-bridge serve`: what a chat bot relies on, with the real Claude Code.
+
+The pinned Claude Code runs against tests/fake_anthropic.py's `Conversation` (see test_claude_sdk_live). Here the
+bot's side: an AskUserQuestion answered with serve's `answer` request (a real `agent-bridge serve` process), and a
+message steered into a running turn (`on_busy: steer`).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+import yaml
+from agents_cache import npm_binary
+from conftest import CLI_PROFILES
+from fake_anthropic import Conversation, claude_env, tool_results, user_texts
+from fake_api import FakeApi
+
+import bridge
+from bridge import Turn
+
+DEADLINE = 30
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+
+
+@contextmanager
+def claude_profiles(tmp_path: Path, **overrides: Any) -> Iterator[tuple[Conversation, FakeApi, Path]]:
+    """A profiles directory holding `claude.yaml`: the ready profile, the cached binary, the fake server."""
+    conversation = Conversation()
+    with FakeApi(conversation) as api:
+        home, work, profiles = tmp_path / "home", tmp_path / "work", tmp_path / "profiles"
+        for directory in (home, work, profiles):
+            directory.mkdir(exist_ok=True)
+        shipped = yaml.safe_load((CLI_PROFILES / "claude-sdk.yaml").read_text())
+        shipped.update(
+            command=[str(npm_binary("claude")), *shipped["command"][1:]],
+            env=claude_env(api, str(home)),
+            cwd=str(work),
+            kill_grace_secs=5,
+            **overrides,
+        )
+        (profiles / "claude.yaml").write_text(yaml.safe_dump(shipped))
+        try:
+            yield conversation, api, profiles
+        finally:
+            conversation.release.set()
+
+
+class Serve:
+    """A real `agent-bridge serve` process: requests as JSON lines on its stdin, responses read with a deadline."""
+
+    def __init__(self, profiles: Path, state: Path) -> None:
+        self.process = subprocess.Popen(
+            [AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state", str(state)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self._buffer = b""
+
+    def send(self, request: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def until(self, kind: str, request_id: str) -> list[dict[str, Any]]:
+        seen = []
+        while True:
+            response = self._receive()
+            seen.append(response)
+            if response["type"] == kind and response.get("id") == request_id:
+                return seen
+
+    def _receive(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self.process.stdout], [], [], DEADLINE)
+            assert ready, "serve said nothing in time"
+            data = self.process.stdout.read1(65536)  # type: ignore[attr-defined]
+            assert data, "serve closed its output"
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        return self.process.wait(DEADLINE)
+
+
+def test_a_question_of_the_agent_is_answered_through_serve(tmp_path: Path) -> None:
+    with claude_profiles(tmp_path) as (_, api, profiles):
+        serve = Serve(profiles, tmp_path / "state.sqlite3")
+        try:
+            serve.send({"type": "turn", "id": "t1", "profile": "claude", "conversation": "c", "message": "ask colour"})
+            asked = serve.until("question", "t1")[-1]
+            assert (asked["tool"], [question["id"] for question in asked["questions"]]) == ("AskUserQuestion", ["q1"])
+            [question] = asked["questions"]
+            assert (question["prompt"], question["header"]) == ("Which colour?", "Colour")
+            assert [option["label"] for option in question["options"]] == ["Red", "Blue"]
+            serve.send({"type": "answer", "id": "t1", "request_id": asked["request_id"], "answers": {"q9": "Blue"}})
+            assert serve.until("error", "t1")[-1]["code"] == "invalid_request"  # no such question: it still waits
+            serve.send({"type": "answer", "id": "t1", "request_id": asked["request_id"], "answers": {"q1": "Blue"}})
+            responses = serve.until("result", "t1")
+            serve.send({"type": "answer", "id": "t1", "request_id": asked["request_id"], "answers": {"q1": "Red"}})
+            assert serve.until("error", "t1")[-1]["code"] == "unknown_turn"  # over: nothing is answered twice
+        finally:
+            assert serve.close() == 0
+    activity = [(r["tool"], r["status"]) for r in responses if r["type"] == "activity" and r.get("tool")]
+    assert ("AskUserQuestion", "answered") in activity
+    result = responses[-1]
+    assert result["outcome"] == "ok", result
+    answered = [results for post in api.posts("/v1/messages") if (results := tool_results(post))]
+    assert '"Which colour?"="Blue"' in answered[-1][0]["content"]  # what the model was told the user chose
+
+
+async def test_a_message_steered_into_a_running_turn_is_answered_by_that_turn(tmp_path: Path) -> None:
+    results: dict[str, bridge.TurnResult] = {}
+    with claude_profiles(tmp_path, on_busy="steer") as (conversation, api, profiles):
+        async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3") as host:
+
+            async def submit(
+                turn_id: str, message: str, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+            ) -> None:
+                turn = Turn(message)
+                results[turn_id] = await host.submit("claude", "c", turn, turn_id=turn_id, task_status=task_status)
+
+            with trio.fail_after(DEADLINE):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(submit, "first", "slow")
+                    await trio.to_thread.run_sync(conversation.started.wait, DEADLINE)
+                    await nursery.start(submit, "second", "and this too")  # accepted: steered by now
+                    conversation.release.set()
+                after = await host.submit("claude", "c", Turn("one more"))
+    first, second = results["first"], results["second"]
+    assert (first.ok, second.ok, after.ok) == (True, True, True), (first.error, second.error, after.error)
+    assert (second.folded_into, second.reply) == ("first", "")
+    assert "reply to slow" in first.reply and "reply to and this too" in first.reply
+    assert after.reply == "reply to one more" and after.session_id == first.session_id == second.session_id
+    assert "and this too" in user_texts(api.posts("/v1/messages")[-1])  # one conversation: the model saw it
