@@ -21,8 +21,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
+import yaml
 from fake_api import Answer, Events, FakeApi, Json, Request
 
 TEXT_PIECES = ["Hello", " from", " fake Claude."]
@@ -198,6 +200,27 @@ def claude_env(api: FakeApi, home: str) -> dict[str, str]:
         "CLAUDE_CODE_MAX_RETRIES": "0",
         "DISABLE_AUTOUPDATER": "1",
     }
+
+
+def write_claude_profile(path: Path, api: FakeApi, root: Path, **overrides: Any) -> Path:
+    """`path`: the ready claude-sdk profile as shipped, running the cached Claude Code against `api`, its HOME and
+    working directory under `root` (`root/home`, `root/work`); `overrides` replace fields."""
+    from agents_cache import npm_binary
+    from conftest import CLI_PROFILES
+
+    home, work = root / "home", root / "work"
+    home.mkdir(exist_ok=True)
+    work.mkdir(exist_ok=True)
+    profile = yaml.safe_load((CLI_PROFILES / "claude-sdk.yaml").read_text())
+    profile.update(
+        command=[str(npm_binary("claude")), *profile["command"][1:]],
+        env=claude_env(api, str(home)),
+        cwd=str(work),
+        kill_grace_secs=5,
+        **overrides,
+    )
+    path.write_text(yaml.safe_dump(profile))
+    return path
 
 
 COLOUR_QUESTION = {

@@ -17,10 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import yaml
-from agents_cache import npm_binary
-from conftest import CLI_PROFILES
-from fake_anthropic import Conversation, claude_env, tool_results, user_texts
+from fake_anthropic import Conversation, tool_results, user_texts, write_claude_profile
 from fake_api import FakeApi
 
 import bridge
@@ -35,18 +32,9 @@ def claude_profiles(tmp_path: Path, **overrides: Any) -> Iterator[tuple[Conversa
     """A profiles directory holding `claude.yaml`: the ready profile, the cached binary, the fake server."""
     conversation = Conversation()
     with FakeApi(conversation) as api:
-        home, work, profiles = tmp_path / "home", tmp_path / "work", tmp_path / "profiles"
-        for directory in (home, work, profiles):
-            directory.mkdir(exist_ok=True)
-        shipped = yaml.safe_load((CLI_PROFILES / "claude-sdk.yaml").read_text())
-        shipped.update(
-            command=[str(npm_binary("claude")), *shipped["command"][1:]],
-            env=claude_env(api, str(home)),
-            cwd=str(work),
-            kill_grace_secs=5,
-            **overrides,
-        )
-        (profiles / "claude.yaml").write_text(yaml.safe_dump(shipped))
+        profiles = tmp_path / "profiles"
+        profiles.mkdir(exist_ok=True)
+        write_claude_profile(profiles / "claude.yaml", api, tmp_path, **overrides)
         try:
             yield conversation, api, profiles
         finally:

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import trio
 from conftest import SAMPLE_AGENTS, process_state
+from fake_anthropic import Conversation, tool_results, write_claude_profile
+from fake_api import FakeApi
 from fleetkit import Fleet, eventually, release, turn
 from hostkit import Lab, Started, max_overlap
 from pgserver import PostgresServer
@@ -369,6 +371,26 @@ def test_an_agent_s_question_reaches_the_bot_and_its_decide_reaches_the_worker(f
     tool = next(r for r in responses if r["type"] == "activity" and r["activity"] == "tool")
     assert (tool["tool"], tool["status"]) == ("Read", "allowed")
     assert responses[-1]["outcome"] == "ok"
+
+
+def test_an_agent_s_choice_reaches_the_bot_and_its_answer_reaches_the_worker(fleet: Fleet, lab: Lab) -> None:
+    """Claude Code's AskUserQuestion, from a worker's agent to the bot at the gateway and the answer back."""
+    with FakeApi(Conversation()) as api:
+        write_claude_profile(lab.profiles / "claude.yaml", api, lab.root)
+        fleet.worker()
+        gateway = fleet.gateway()
+        gateway.send(turn("q1", "ask colour", profile="claude"))
+        asked = gateway.until("question", "q1", within=60)[-1]
+        assert [option["label"] for option in asked["questions"][0]["options"]] == ["Red", "Blue"]
+        gateway.send({"type": "answer", "id": "q1", "request_id": asked["request_id"], "answers": {"nope": "Red"}})
+        assert gateway.until("error", "q1")[-1]["code"] == "invalid_request"  # checked at the gateway
+        gateway.send({"type": "answer", "id": "q1", "request_id": asked["request_id"], "answers": {"q1": "Blue"}})
+        responses = gateway.until("result", "q1", within=60)
+        gateway.send({"type": "answer", "id": "q1", "request_id": asked["request_id"], "answers": {"q1": "Red"}})
+        assert gateway.until("error", "q1")[-1]["code"] == "unknown_turn"
+    assert responses[-1]["outcome"] == "ok", responses[-1]
+    answered = [results for post in api.posts("/v1/messages") if (results := tool_results(post))]
+    assert '"Which colour?"="Blue"' in answered[-1][0]["content"]
 
 
 async def test_open_host_with_postgres_is_the_python_gateway(pg_dsn: str, lab: Lab) -> None:
