@@ -156,13 +156,7 @@ def answer(scenario: str, command: str = "echo hi") -> Any:
             )
             results = tool_results(request) if calls >= len(user_texts(request)) else []
             if results:
-                content = results[0].get("content")
-                output = (
-                    content
-                    if isinstance(content, str)
-                    else " ".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
-                )
-                return message_stream([("text", ["The tool said: ", output])])
+                return message_stream([("text", ["The tool said: ", result_text(results[0])])])
             return message_stream(
                 [
                     ("text", ["Let me run it."]),
@@ -200,6 +194,14 @@ def claude_env(api: FakeApi, home: str) -> dict[str, str]:
         "CLAUDE_CODE_MAX_RETRIES": "0",
         "DISABLE_AUTOUPDATER": "1",
     }
+
+
+def result_text(result: dict[str, Any]) -> str:
+    """A `tool_result` block's text (its content is a string, or text blocks)."""
+    content = result.get("content")
+    if isinstance(content, str):
+        return content
+    return " ".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
 
 
 def write_claude_profile(path: Path, api: FakeApi, root: Path, **overrides: Any) -> Path:
@@ -300,13 +302,7 @@ class Conversation:
             )
         results = tool_results(request)
         if results and (prompt.startswith("run ") or prompt == "ask colour"):
-            content = results[0].get("content")
-            output = (
-                content
-                if isinstance(content, str)
-                else " ".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
-            )
-            return message_stream([("text", ["The tool said: ", output])])
+            return message_stream([("text", ["The tool said: ", result_text(results[0])])])
         if prompt == "slow":
             self.started.set()
             self.release.wait(30)

@@ -27,31 +27,31 @@ def lab(tmp_path: Path) -> Lab:
     return Lab(tmp_path)
 
 
-async def wait_for_start(lab: Lab, tag: str) -> None:
-    with trio.fail_after(DEADLINE):
-        while tag not in lab.events("start"):
-            await trio.sleep(0.01)
-
-
-async def queued(host: bridge.BaseHost) -> None:
-    """Until the second message waits in the queue (the host decided what on_busy does with it)."""
-    while (await host.current_stats()).queued < 1:
-        await trio.sleep(0.01)
-
-
-async def test_interrupt_stops_the_running_turn_and_the_new_message_runs_next(lab: Lab) -> None:
-    lab.profile("rec", extra="on_busy: interrupt\n")
+async def two_messages(lab: Lab, *, release_when_queued: bool) -> dict[str, TurnResult]:
+    """`slow` (held at its gate) runs; `next` of the same conversation comes meanwhile. With `release_when_queued`
+    the gate opens once the host has queued `next` (whatever on_busy did with the running turn by then)."""
     gate = lab.gate()
     results: dict[str, TurnResult] = {}
 
-    async def submit(host: bridge.BaseHost, tag: str, words: str) -> None:
+    async def submit(host: bridge.BaseHost, tag: str, words: str = "") -> None:
         results[tag] = await host.submit("rec", "chat", Turn(f"tag={tag} {words}"))
 
     with trio.fail_after(DEADLINE):
         async with bridge.open_host(lab.profiles, state=lab.state) as host, trio.open_nursery() as nursery:
             nursery.start_soon(submit, host, "slow", f"gate={gate}")
-            await wait_for_start(lab, "slow")
-            nursery.start_soon(submit, host, "next", "")
+            while "slow" not in lab.events("start"):
+                await trio.sleep(0.01)
+            nursery.start_soon(submit, host, "next")
+            if release_when_queued:
+                while (await host.current_stats()).queued < 1:
+                    await trio.sleep(0.01)
+                await lab.release(gate)
+    return results
+
+
+async def test_interrupt_stops_the_running_turn_and_the_new_message_runs_next(lab: Lab) -> None:
+    lab.profile("rec", extra="on_busy: interrupt\n")
+    results = await two_messages(lab, release_when_queued=False)  # only the interrupt ends `slow`
     assert results["slow"].outcome.value == "cancelled"
     assert (results["next"].ok, results["next"].reply) == (True, "reply next one")
     assert lab.events("sigint") == ["slow"]
@@ -61,19 +61,7 @@ async def test_interrupt_stops_the_running_turn_and_the_new_message_runs_next(la
 
 async def test_queue_leaves_the_running_turn_alone(lab: Lab) -> None:
     lab.profile("rec")  # on_busy: queue
-    gate = lab.gate()
-    results: dict[str, TurnResult] = {}
-
-    async def submit(host: bridge.BaseHost, tag: str, words: str) -> None:
-        results[tag] = await host.submit("rec", "chat", Turn(f"tag={tag} {words}"))
-
-    with trio.fail_after(DEADLINE):
-        async with bridge.open_host(lab.profiles, state=lab.state) as host, trio.open_nursery() as nursery:
-            nursery.start_soon(submit, host, "slow", f"gate={gate}")
-            await wait_for_start(lab, "slow")
-            nursery.start_soon(submit, host, "next", "")
-            await queued(host)  # a wrong interrupt would have been sent by now
-            await lab.release(gate)
+    results = await two_messages(lab, release_when_queued=True)
     assert [results[tag].ok for tag in ("slow", "next")] == [True, True]
     assert lab.events("end") == ["slow", "next"]
     assert lab.events("sigint") == []
@@ -81,21 +69,10 @@ async def test_queue_leaves_the_running_turn_alone(lab: Lab) -> None:
 
 async def test_steer_on_a_protocol_that_cannot_steer_queues_the_message(lab: Lab) -> None:
     lab.profile("rec", extra="on_busy: steer\n")
-    gate = lab.gate()
-    results: dict[str, TurnResult] = {}
-
-    async def submit(host: bridge.BaseHost, tag: str, words: str) -> None:
-        results[tag] = await host.submit("rec", "chat", Turn(f"tag={tag} {words}"))
-
-    with trio.fail_after(DEADLINE):
-        async with bridge.open_host(lab.profiles, state=lab.state) as host, trio.open_nursery() as nursery:
-            nursery.start_soon(submit, host, "slow", f"gate={gate}")
-            await wait_for_start(lab, "slow")
-            nursery.start_soon(submit, host, "next", "")
-            await queued(host)
-            await lab.release(gate)
+    results = await two_messages(lab, release_when_queued=True)
     assert [(results[tag].ok, results[tag].folded_into) for tag in ("slow", "next")] == [(True, ""), (True, "")]
     assert lab.events("end") == ["slow", "next"]
+    assert lab.events("sigint") == []
 
 
 def test_check_says_a_protocol_that_cannot_steer_queues(lab: Lab) -> None:

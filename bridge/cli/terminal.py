@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import select
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -80,10 +81,7 @@ async def ask(
         )
 
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(read_answer, nursery.cancel_scope)
-            await stream.settled(request.request_id)
-            nursery.cancel_scope.cancel()
+        await _while_waited_for(stream, request.request_id, read_answer)
     finally:
         reader.put_back(earlier)
         printer.answered(typed=answered)
@@ -125,10 +123,7 @@ async def ask_question(
         scope.cancel()
 
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(read_answers, nursery.cancel_scope)
-            await stream.settled(request.request_id)
-            nursery.cancel_scope.cancel()
+        await _while_waited_for(stream, request.request_id, read_answers)
     finally:
         reader.put_back(earlier)
     if declined or len(answers) == len(request.questions):
@@ -139,6 +134,17 @@ async def ask_question(
             stream.answer(request.request_id, None)
     else:
         printer.notice("the agent no longer waits for an answer: declined", DIM)
+
+
+async def _while_waited_for(
+    stream: TurnStream, request_id: str, read: Callable[[trio.CancelScope], Awaitable[None]]
+) -> None:
+    """Run `read` (which cancels the scope it is given once it has the answer) until it does, or until the turn
+    stops waiting for `request_id` (answered by the timeout, or the turn ended): then the reading stops."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read, nursery.cancel_scope)
+        await stream.settled(request_id)
+        nursery.cancel_scope.cancel()
 
 
 def _numbered(question: Question) -> str:
