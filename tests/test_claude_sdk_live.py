@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,19 @@ def fake_claude(
             conversation.release.set()
 
 
+@asynccontextmanager
+async def started_agent(profile: bridge.Profile) -> AsyncIterator[tuple[WarmAgent, trio.Nursery]]:
+    """A started warm agent of `profile` (and the nursery running it), said goodbye to on the way out."""
+    async with trio.open_nursery() as nursery:
+        agent = WarmAgent(profile)
+        with trio.fail_after(DEADLINE):
+            await agent.start(nursery)
+        try:
+            yield agent, nursery
+        finally:
+            await agent.close()
+
+
 async def answering(agent: WarmAgent, message: str, decide: Any = None, cancel: trio.Event | None = None) -> Any:
     """One turn; `decide(request)` answers each PermissionRequest or QuestionRequest the host is asked."""
     questions = Questions()
@@ -79,17 +92,13 @@ async def answering(agent: WarmAgent, message: str, decide: Any = None, cancel: 
 
 async def test_two_turns_run_on_one_process_in_one_session(tmp_path):
     with fake_claude(tmp_path) as (_, api, profile):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            with trio.fail_after(DEADLINE):
-                await agent.start(nursery)
+        async with started_agent(profile) as (agent, nursery):
             pid = agent.pid
             partials: list[str] = []
             with trio.fail_after(DEADLINE):
                 first = await agent.turn(Turn("hello"), lambda e: partials.append(getattr(e, "text", "")))
                 second = await agent.turn(Turn("again"))
             assert agent.pid == pid and agent.alive
-            await agent.close()
     assert first.ok and second.ok, (first.error, second.error)
     assert (first.reply, second.reply) == ("reply to hello", "reply to again")
     assert "".join(partials).endswith("reply to hello")
@@ -103,12 +112,8 @@ async def test_two_turns_run_on_one_process_in_one_session(tmp_path):
 )
 async def test_a_tool_runs_when_allowed_and_not_when_denied(tmp_path, permissions, made):
     with fake_claude(tmp_path, permissions) as (_, api, profile):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            with trio.fail_after(DEADLINE):
-                await agent.start(nursery)
+        async with started_agent(profile) as (agent, nursery):
             result, _ = await answering(agent, "run touch marker")
-            await agent.close()
     assert result.ok, result.error
     assert (tmp_path / "work" / "marker").exists() == made
     assert result.reply.startswith("The tool said:")
@@ -119,15 +124,11 @@ async def test_a_tool_runs_when_allowed_and_not_when_denied(tmp_path, permission
 async def test_always_is_remembered_for_the_session_only_and_never_written_to_the_project(tmp_path):
     marker = tmp_path / "work" / "marker"
     with fake_claude(tmp_path, {"default": "ask", "timeout_secs": 10}) as (_, api, profile):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            with trio.fail_after(DEADLINE):
-                await agent.start(nursery)
+        async with started_agent(profile) as (agent, nursery):
             first, asked_first = await answering(agent, "run touch marker", lambda _: Decision(allow=True, always=True))
             assert marker.exists()
             marker.unlink()
             second, asked_second = await answering(agent, "run touch marker", lambda _: Decision(allow=False))
-            await agent.close()
     assert first.ok and second.ok, (first.error, second.error)
     assert [request.title for request in asked_first] == ["touch marker"]
     assert asked_second == [] and marker.exists()  # the second call really happened, and was not asked
@@ -137,12 +138,8 @@ async def test_always_is_remembered_for_the_session_only_and_never_written_to_th
 
 async def test_ask_user_question_is_answered_and_the_model_gets_the_answer(tmp_path):
     with fake_claude(tmp_path) as (_, api, profile):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            with trio.fail_after(DEADLINE):
-                await agent.start(nursery)
+        async with started_agent(profile) as (agent, nursery):
             result, asked = await answering(agent, "ask colour", lambda _: {"q1": ("Blue",)})
-            await agent.close()
     assert result.ok, result.error
     [question] = asked
     assert [option.label for option in question.questions[0].options] == ["Red", "Blue"]
@@ -151,10 +148,7 @@ async def test_ask_user_question_is_answered_and_the_model_gets_the_answer(tmp_p
 
 async def test_an_interrupt_mid_request_cancels_the_turn_and_the_process_takes_the_next(tmp_path):
     with fake_claude(tmp_path) as (conversation, api, profile):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            with trio.fail_after(DEADLINE):
-                await agent.start(nursery)
+        async with started_agent(profile) as (agent, nursery):
             pid = agent.pid
             cancel = trio.Event()
 
@@ -167,18 +161,14 @@ async def test_an_interrupt_mid_request_cancels_the_turn_and_the_process_takes_t
             conversation.release.set()
             after, _ = await answering(agent, "next")
             assert agent.pid == pid
-            await agent.close()
     assert stopped.outcome.value == "cancelled" and not stopped.reply, (stopped.outcome, stopped.error)
     assert after.ok and after.reply == "reply to next", after.error
 
 
 async def test_a_process_killed_between_turns_is_replaced_by_one_that_resumes_the_session(tmp_path):
     with fake_claude(tmp_path) as (_, api, profile):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            with trio.fail_after(DEADLINE):
-                await agent.start(nursery)
-                first, _ = await answering(agent, "remember me")
+        async with started_agent(profile) as (agent, nursery):
+            first, _ = await answering(agent, "remember me")
             killed = agent.pid
             assert killed is not None
             # Claude Code writes the turn to its session file ~0.1 s after the result: a kill before that loses it.
@@ -186,7 +176,6 @@ async def test_a_process_killed_between_turns_is_replaced_by_one_that_resumes_th
                 while not list((tmp_path / "home").glob(f".claude/projects/*/{first.session_id}.jsonl")):
                     await trio.sleep(0.01)
             os.killpg(killed, signal.SIGKILL)
-            await agent.close()
             replacement = WarmAgent(profile, session_id=first.session_id)
             with trio.fail_after(DEADLINE):
                 await replacement.start(nursery)
