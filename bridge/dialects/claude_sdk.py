@@ -49,6 +49,7 @@ message of an earlier turn) is dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -268,7 +269,7 @@ class ClaudeSdk(WarmDialect):
         usage = result_usage(message, False)
         if usage is not None or turn_cost is not None:
             usage = usage or Usage()
-            events.append(UsageEvent(_with_cost(usage, turn_cost), replace=False))
+            events.append(UsageEvent(dataclasses.replace(usage, cost_usd=turn_cost), replace=False))
         if self._cancelling and (
             subtype == "error_during_execution" or text_of(message.get("terminal_reason")).startswith("aborted")
         ):
@@ -445,17 +446,6 @@ def _session_rule(tool: str, tool_input: Mapping[str, Any]) -> dict[str, Any]:
     if tool == "Bash" and isinstance(command, str) and command:
         rule["ruleContent"] = command
     return {"type": "addRules", "rules": [rule], "behavior": "allow", "destination": "session"}
-
-
-def _with_cost(usage: Usage, cost: float | None) -> Usage:
-    return Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cached_input_tokens=usage.cached_input_tokens,
-        reasoning_tokens=usage.reasoning_tokens,
-        total_tokens=usage.total_tokens,
-        cost_usd=cost,
-    )
 
 
 def _flag_value(argv: Sequence[str], flag: str, takes_value: bool) -> str | None:
