@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from conftest import PROFILES, PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent, write_profile
+from fake_anthropic import Conversation, result_text, tool_results, write_claude_profile
+from fake_api import FakeApi
 from terminal import AGENT_BRIDGE, Terminal
 
 from bridge import SessionStore
@@ -381,3 +383,32 @@ async def test_lines_typed_before_a_question_are_no_answer_and_come_back_after_i
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_an_agents_question_is_put_with_numbered_options_and_an_empty_line_declines(
+    chat, env: dict[str, str], tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Claude Code's AskUserQuestion (the real CLI, a fake model server) at chat's prompt, then at run's."""
+    with FakeApi(Conversation()) as api:
+        profile = str(write_claude_profile(tmp_path / "claude.yaml", api, tmp_path))
+        terminal = chat(profile)
+        terminal.send(b"ask colour\n")
+        asked = terminal.expect(b"(an empty line declines): ")
+        assert b"Colour: Which colour?" in asked and b"1. Red \xe2\x80\x94 warm" in asked and b"2. Blue" in asked
+        terminal.send(b"7\n")  # no such option: asked again
+        assert b"type the number of an option, or your own words" in terminal.expect(b"(an empty line declines): ")
+        terminal.send(b"2\n")
+        assert b'"Which colour?"="Blue"' in terminal.expect(PROMPT)
+        terminal.send(b"/exit\n")
+        assert terminal.exit_code() == 0
+    with FakeApi(Conversation()) as api:
+        profile = str(write_claude_profile(tmp_path / "claude.yaml", api, tmp_path))
+        ran = Terminal("run", profile, "ask colour", env=env)
+        try:
+            ran.expect(b"(an empty line declines): ")
+            ran.send(b"\n")
+            assert ran.exit_code() == 0
+        finally:
+            ran.close()
+    [declined] = [results for post in api.posts("/v1/messages") if (results := tool_results(post))]
+    assert "Blue" not in result_text(declined[0]) and "declined" in result_text(declined[0])

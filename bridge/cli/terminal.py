@@ -161,10 +161,12 @@ def _numbered(question: Question) -> str:
 
 def chosen_labels(question: Question, text: str) -> list[str] | None:
     """The labels `text` picks (option numbers), or the person's own words where the question takes them; None
-    when it fits neither."""
+    when it fits neither. Numbers are always option numbers: "7" of two options is asked again, not taken as words."""
     words = [word.strip() for word in text.split(",")] if question.multi_select else [text]
-    if all(word.isdigit() and 1 <= int(word) <= len(question.options) for word in words):
-        return [question.options[int(word) - 1].label for word in words]
+    if all(word.isdigit() for word in words):
+        if all(1 <= int(word) <= len(question.options) for word in words):
+            return [question.options[int(word) - 1].label for word in words]
+        return None
     return [text] if question.free_text else None
 
 
