@@ -36,6 +36,11 @@ class Wire:
         self._next_id = 0
         self._calls: dict[int, str] = {}  # our requests awaiting a response: id → method
 
+    @property
+    def next_id(self) -> int:
+        """The id the next request gets (to tell its response from the others')."""
+        return self._next_id
+
     def request(self, method: str, params: Mapping[str, Any]) -> bytes:
         rpc_id = self._next_id
         self._next_id += 1
