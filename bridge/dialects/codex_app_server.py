@@ -247,6 +247,8 @@ class CodexAppServer(WarmDialect):
         error = message.get("error")
         if isinstance(error, dict) or "result" not in message:
             return self._on_error(ours, rpc_id, error if isinstance(error, dict) else {})
+        if ours == "turn/steer":
+            return self._steered(rpc_id, folded=True)
         result = message.get("result")
         handler = self.results.get(ours)
         return handler(self, result if isinstance(result, dict) else {}) if handler is not None else []
