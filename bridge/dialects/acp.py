@@ -167,21 +167,7 @@ class Acp(WarmDialect):
     # ------------------------------------------------------------------ what the agent writes
 
     def finish(self) -> list[Event]:
-        events: list[Event] = []
-        if self.state is WarmState.IN_TURN:
-            events.append(
-                ErrorEvent(
-                    "the agent's output ended in the middle of the turn (the agent exited or "
-                    "closed its stdout); its stderr may say why",
-                    unfinished=True,
-                )
-            )
-        elif self.state is WarmState.STARTING:
-            events.append(
-                ErrorEvent(
-                    "the agent's output ended before its ACP session was ready; its stderr may say why", unfinished=True
-                )
-            )
+        events = self.ended_early("the agent", "its ACP session")
         if self._stray:
             events.append(ProtocolWarning(f"ignored {self._stray} JSON-RPC message(s) the bridge was not waiting for"))
         if self._foreign_updates:
@@ -209,15 +195,12 @@ class Acp(WarmDialect):
             notification = self.notifications.get(method)
             # Other notifications (vendor extensions such as _kiro.dev/…): nothing to show.
             return notification(self, message.get("params")) if notification is not None else []
-        rpc_id = message.get("id")
-        method = self._rpc.answered(rpc_id)
-        if method is None:
+        response = self._rpc.response(message)
+        if response is None:
             self._stray += 1
             return []
-        error = message.get("error")
-        if isinstance(error, dict) or "result" not in message:
-            return self._on_error(method, error if isinstance(error, dict) else {})
-        return self._on_result(method, message.get("result"))
+        method, result, error = response
+        return self._on_error(method, error) if error is not None else self._on_result(method, result)
 
     # ------------------------------------------------------------------ responses to our requests
 

@@ -208,19 +208,7 @@ class CodexAppServer(WarmDialect):
     # ------------------------------------------------------------------ what codex writes
 
     def finish(self) -> list[Event]:
-        events: list[Event] = []
-        if self.state is WarmState.IN_TURN:
-            events.append(
-                ErrorEvent(
-                    "codex's output ended in the middle of the turn (it exited or closed its stdout); its stderr "
-                    "may say why",
-                    unfinished=True,
-                )
-            )
-        elif self.state is WarmState.STARTING:
-            events.append(
-                ErrorEvent("codex's output ended before its thread was ready; its stderr may say why", unfinished=True)
-            )
+        events = self.ended_early("codex", "its thread")
         if self._stray:
             events.append(ProtocolWarning(f"ignored {self._stray} JSON-RPC response(s) the bridge was not waiting for"))
         return events
@@ -239,17 +227,15 @@ class CodexAppServer(WarmDialect):
                 return self._on_request(message["id"], method, params)
             notification = self.notifications.get(method)
             return notification(self, params) if notification is not None else []
-        rpc_id = message.get("id")
-        ours = self._rpc.answered(rpc_id)
-        if ours is None:
+        response = self._rpc.response(message)
+        if response is None:
             self._stray += 1
             return []
-        error = message.get("error")
-        if isinstance(error, dict) or "result" not in message:
-            return self._on_error(ours, rpc_id, error if isinstance(error, dict) else {})
+        ours, result, error = response
+        if error is not None:
+            return self._on_error(ours, message["id"], error)
         if ours == "turn/steer":
-            return self._steered(rpc_id, folded=True)
-        result = message.get("result")
+            return self._steered(message["id"], folded=True)
         handler = self.results.get(ours)
         return handler(self, result if isinstance(result, dict) else {}) if handler is not None else []
 

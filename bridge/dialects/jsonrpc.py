@@ -63,6 +63,17 @@ class Wire:
         """The answer to a request the bridge does not serve: the agent must not wait for one that never comes."""
         return self.error(rpc_id, METHOD_NOT_FOUND, f"agent-bridge does not offer {shorten(method, 80)}")
 
+    def response(self, message: Mapping[str, Any]) -> tuple[str, Any, Mapping[str, Any] | None] | None:
+        """A message without a method, as a response to one of our requests: (that request's method, the result,
+        the error — a mapping when the request failed); None when it answers nothing we asked (or asked already)."""
+        method = self.answered(message.get("id"))
+        if method is None:
+            return None
+        error = message.get("error")
+        if isinstance(error, dict) or "result" not in message:
+            return method, None, error if isinstance(error, dict) else {}
+        return method, message.get("result"), None
+
     def answered(self, rpc_id: Any) -> str | None:
         """The method of our request that a response with `rpc_id` answers (once), or None: not ours."""
         return self._calls.pop(rpc_id, None) if isinstance(rpc_id, int) and not isinstance(rpc_id, bool) else None
