@@ -4,7 +4,7 @@ Through the engine (`WarmAgent`, `run_turn`) with profiles/clis/codex-app-server
 binary, a CODEX_HOME pointing at the fake): two turns on one process, approvals allowed, declined and allowed for
 the session, a file change approved, Plan mode's question answered, an interrupt while an approval is pending,
 a process killed between turns, a failed turn. Steering and a gone thread are checked on the dialect with the real
-process (`acp_harness`): the engine's on_busy and on_resume_failure are wired elsewhere. Every turn has a deadline.
+process (`acp_harness`), and through `WarmAgent.steer` and `on_resume_failure`. Every turn has a deadline.
 """
 
 from __future__ import annotations
@@ -244,3 +244,58 @@ async def test_resuming_a_thread_codex_does_not_have_is_proof_the_session_is_gon
         events = await agent.until(SessionGone)
     assert "no rollout found for thread id" in events[-1].detail
     assert not [event for event in events if isinstance(event, Ready)]
+
+
+# ---------------------------------------------------------------------- the engine's steer and on_resume_failure
+
+
+async def test_warm_agent_steers_a_message_into_the_turn_waiting_for_an_approval(codex, tmp_path):
+    home, _ = codex
+    work = tmp_path / "work"
+    questions = Questions()
+    asked = trio.Event()
+    folded: list[bool] = []
+    request_ids: list[str] = []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, PermissionRequest):
+            request_ids.append(event.request_id)
+            asked.set()
+
+    async with trio.open_nursery() as nursery:
+        agent = WarmAgent(profile(home, work))
+        with trio.fail_after(DEADLINE):
+            await agent.start(nursery)
+
+        async def steer_then_allow() -> None:
+            await asked.wait()
+            async with trio.open_nursery() as steering:
+                steering.start_soon(lambda: _steer(agent, folded))
+                await trio.sleep(0.2)  # turn/steer is written before the approval's answer
+                questions.decide(request_ids[0], Decision(allow=True))
+
+        nursery.start_soon(steer_then_allow)
+        with trio.fail_after(DEADLINE):
+            result = await agent.turn(Turn(f"escalate touch {work}/steered"), on_event, questions=questions)
+        await agent.close()
+    assert folded == [True]
+    assert (result.ok, result.reply) == (True, "steered"), result.error
+    assert (work / "steered").exists()
+
+
+async def _steer(agent: WarmAgent, folded: list[bool]) -> None:
+    folded.append(await agent.steer(Turn("say steered")))
+
+
+@pytest.mark.parametrize("on_resume_failure", ["new_session", "fail"])
+async def test_a_stored_thread_codex_no_longer_has_starts_a_new_one_or_fails(codex, tmp_path, on_resume_failure):
+    home, _ = codex
+    gone = "01a2177e-0000-7000-8000-000000000000"
+    prof = profile(home, tmp_path / "work").replace(on_resume_failure=on_resume_failure)
+    with trio.fail_after(DEADLINE):
+        result = await bridge.run_turn(prof, Turn("say fresh", session_id=gone))
+    if on_resume_failure == "fail":
+        assert not result.ok and "no rollout found for thread id" in result.error_reply
+        return
+    assert (result.ok, result.reply) == (True, "fresh"), result.error
+    assert result.session_id not in ("", gone)
