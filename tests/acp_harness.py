@@ -1,4 +1,4 @@
-"""A small driver of the pure `acp` dialect with a real agent process: a subprocess, the dialect, a loop.
+"""A small driver of a pure warm JSON-RPC dialect (`acp`, `codex-app-server`) with a real agent process.
 
 No bridge engine: the test itself plays the engine, so what it proves is that
 the dialect's bytes are real ACP to a real agent (the official SDK's, or
@@ -47,13 +47,13 @@ class AcpProcess:
         *,
         cwd: str,
         session_id: str = "",
-        settings: AcpSettings | None = None,
+        settings: Any = None,
+        protocol: str = "acp",
         env: Mapping[str, str] | None = None,
         stderr: Any = None,
     ) -> AsyncIterator[AcpProcess]:
-        dialect = dialect_class("acp")(
-            DialectContext(settings=settings or AcpSettings()), session_id=session_id, cwd=cwd
-        )
+        default = AcpSettings() if protocol == "acp" else dialect_class(protocol).Settings()
+        dialect = dialect_class(protocol)(DialectContext(settings=settings or default), session_id=session_id, cwd=cwd)
         process = await trio.lowlevel.open_process(
             list(argv),
             stdin=subprocess.PIPE,

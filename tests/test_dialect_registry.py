@@ -26,6 +26,7 @@ def test_each_registry_line_names_its_class_settings_and_kind(protocol: str) -> 
 @pytest.mark.parametrize("protocol", sorted(name for name, info in PROTOCOLS.items() if name != "agentproc-0.1"))
 def test_every_json_family_dispatches_by_a_table_of_its_message_types(protocol: str) -> None:
     handlers = dialect_class(protocol).handlers
-    # No type member: ACP's tables are by JSON-RPC method (requests, results, updates), Ante's by event name.
-    assert handlers or protocol in ("acp", "ante")
+    # No type member: the JSON-RPC families' tables are by method (requests, results, notifications), Ante's by
+    # event name.
+    assert handlers or protocol in ("acp", "ante", "codex-app-server")
     assert all(isinstance(kind, str) and callable(handler) for kind, handler in handlers.items())

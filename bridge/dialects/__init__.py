@@ -59,7 +59,14 @@ from .events import (
     UsageEvent,
 )
 from .framing import LineSplitter
-from .settings import AcpSettings, AnteSettings, ClaudeStreamSettings, JsonSettings, NoSettings
+from .settings import (
+    AcpSettings,
+    AnteSettings,
+    ClaudeStreamSettings,
+    CodexAppServerSettings,
+    JsonSettings,
+    NoSettings,
+)
 
 
 class ProtocolInfo(NamedTuple):
@@ -181,6 +188,16 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
         "chunks are the reply; thoughts, tool calls and plans are activity; permission requests "
         "answered by the profile's permissions",
     ),
+    "codex-app-server": ProtocolInfo(
+        "codex_app_server",
+        "CodexAppServer",
+        CodexAppServerSettings,
+        warm=True,
+        summary="`codex app-server` (JSON-RPC over stdio), one process per conversation: thread/start or "
+        "thread/resume, turn/start → message deltas, reasoning, commands, file changes and plans → "
+        "turn/completed; command and file-change approvals and Plan mode's questions answered; "
+        "turn/interrupt cancels, turn/steer steers",
+    ),
     "aionrs": ProtocolInfo(
         "aionrs",
         "Aionrs",
@@ -224,6 +241,7 @@ __all__ = [
     "AnteSettings",
     "BodyLine",
     "ClaudeStreamSettings",
+    "CodexAppServerSettings",
     "Dialect",
     "DialectContext",
     "ErrorEvent",

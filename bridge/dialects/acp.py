@@ -36,7 +36,6 @@ notifications, fields and update kinds are ignored (forward compatible).
 
 from __future__ import annotations
 
-import json
 import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
@@ -60,14 +59,12 @@ from .events import (
     Usage,
     UsageEvent,
 )
+from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Wire, error_text, request_key, valid_id
 from .settings import AcpSettings
 from .warm import WarmDialect, WarmState
 
 PROTOCOL_VERSION = 1
-# JSON-RPC 2.0's own error codes, and ACP's "authentication required" and "resource not found".
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
+# ACP's "authentication required" and "resource not found" (JSON-RPC's own codes: `jsonrpc`).
 AUTH_REQUIRED = -32000
 RESOURCE_NOT_FOUND = -32002
 
@@ -94,8 +91,7 @@ class Acp(WarmDialect):
         self._settings = context.settings if isinstance(context.settings, AcpSettings) else AcpSettings()
         self._stored_session = session_id
         self._cwd = cwd
-        self._next_id = 0
-        self._calls: dict[int, str] = {}  # our requests awaiting a response: id → method
+        self._rpc = Wire()
         self._session_id = ""
         self._cancelling = False
         self._denied = ""  # "<tool> was denied…" this turn, for the agent that then stops the turn
@@ -135,9 +131,9 @@ class Acp(WarmDialect):
         if self.state is not WarmState.IN_TURN or self._cancelling:
             return b""
         self._cancelling = True
-        data = _encode({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": self._session_id}})
+        data = self._rpc.notification("session/cancel", {"sessionId": self._session_id})
         for rpc_id, _ in self._asked.values():
-            data += _result(rpc_id, {"outcome": {"outcome": "cancelled"}})
+            data += self._rpc.result(rpc_id, {"outcome": {"outcome": "cancelled"}})
         self._asked.clear()
         return data
 
@@ -147,7 +143,7 @@ class Acp(WarmDialect):
             return b""  # answered already (cancelled, say), or never asked
         rpc_id, options = asked
         if decision == CANCELLED:  # the engine closed the question because the turn is being cancelled
-            return _result(rpc_id, {"outcome": {"outcome": "cancelled"}})
+            return self._rpc.result(rpc_id, {"outcome": {"outcome": "cancelled"}})
         if not decision.allow:
             self._denied = f"{request.title or request.tool} was denied" + (
                 f": {decision.message}" if decision.message else ""
@@ -156,7 +152,7 @@ class Acp(WarmDialect):
         outcome = (
             {"outcome": "selected", "optionId": option} if option is not None else {"outcome": "cancelled"}
         )  # the agent offered no option of the kind: nothing else is valid
-        return _result(rpc_id, {"outcome": outcome})
+        return self._rpc.result(rpc_id, {"outcome": outcome})
 
     def file_reply(self, request_id: str, content: str | None = None, error: str | None = None) -> bytes:
         """The answer to a `FileRequest`: the text read (`content`; nothing for a write done), or an `error`."""
@@ -165,27 +161,13 @@ class Acp(WarmDialect):
             return b""
         rpc_id, operation = pending
         if error is not None:
-            return _error(rpc_id, INTERNAL_ERROR, error)
-        return _result(rpc_id, {"content": content or ""} if operation == "read" else {})
+            return self._rpc.error(rpc_id, INTERNAL_ERROR, error)
+        return self._rpc.result(rpc_id, {"content": content or ""} if operation == "read" else {})
 
     # ------------------------------------------------------------------ what the agent writes
 
     def finish(self) -> list[Event]:
-        events: list[Event] = []
-        if self.state is WarmState.IN_TURN:
-            events.append(
-                ErrorEvent(
-                    "the agent's output ended in the middle of the turn (the agent exited or "
-                    "closed its stdout); its stderr may say why",
-                    unfinished=True,
-                )
-            )
-        elif self.state is WarmState.STARTING:
-            events.append(
-                ErrorEvent(
-                    "the agent's output ended before its ACP session was ready; its stderr may say why", unfinished=True
-                )
-            )
+        events = self.ended_early("the agent", "its ACP session")
         if self._stray:
             events.append(ProtocolWarning(f"ignored {self._stray} JSON-RPC message(s) the bridge was not waiting for"))
         if self._foreign_updates:
@@ -213,15 +195,12 @@ class Acp(WarmDialect):
             notification = self.notifications.get(method)
             # Other notifications (vendor extensions such as _kiro.dev/…): nothing to show.
             return notification(self, message.get("params")) if notification is not None else []
-        rpc_id = message.get("id")
-        method = self._calls.pop(rpc_id, None) if isinstance(rpc_id, int) and not isinstance(rpc_id, bool) else None
-        if method is None:
+        response = self._rpc.response(message)
+        if response is None:
             self._stray += 1
             return []
-        error = message.get("error")
-        if isinstance(error, dict) or "result" not in message:
-            return self._on_error(method, error if isinstance(error, dict) else {})
-        return self._on_result(method, message.get("result"))
+        method, result, error = response
+        return self._on_error(method, error) if error is not None else self._on_result(method, result)
 
     # ------------------------------------------------------------------ responses to our requests
 
@@ -246,7 +225,7 @@ class Acp(WarmDialect):
 
     def _on_error(self, method: str, error: Mapping[str, Any]) -> list[Event]:
         code = number(error.get("code"))
-        said = _error_text(error)
+        said = error_text(error)
         if method in ("session/load", "session/resume"):
             if code == RESOURCE_NOT_FOUND:  # the agent says it has no such session: the engine decides what follows
                 return [SessionGone(said or f"JSON-RPC error {code}")]
@@ -401,23 +380,25 @@ class Acp(WarmDialect):
     # ------------------------------------------------------------------ the agent's requests
 
     def _on_request(self, rpc_id: Any, method: str, params: Any) -> list[Event]:
-        if not _valid_id(rpc_id):
+        if not valid_id(rpc_id):
             self._stray += 1
             return []  # no id to answer to
         handler = self.requests.get(method)
         if handler is None:
-            return [AgentInput(_not_offered(rpc_id, method))]
+            return [AgentInput(self._rpc.not_offered(rpc_id, method))]
         return handler(self, rpc_id, params if isinstance(params, dict) else {})
 
     def _permission(self, rpc_id: Any, params: Mapping[str, Any]) -> list[Event]:
         if self.state is not WarmState.IN_TURN or self._cancelling:
             # Nobody can answer outside a turn, and a cancelled turn's questions are answered cancelled.
-            return [AgentInput(_result(rpc_id, {"outcome": {"outcome": "cancelled"}}))]
+            return [AgentInput(self._rpc.result(rpc_id, {"outcome": {"outcome": "cancelled"}}))]
         tool_call = params.get("toolCall")
         options = params.get("options")
         if not isinstance(tool_call, dict) or not isinstance(options, list) or not options:
-            return [AgentInput(_error(rpc_id, INVALID_PARAMS, "a permission request needs a toolCall and options"))]
-        request_id = _request_key(rpc_id)
+            return [
+                AgentInput(self._rpc.error(rpc_id, INVALID_PARAMS, "a permission request needs a toolCall and options"))
+            ]
+        request_id = request_key(rpc_id)
         call_id = text_of(tool_call.get("toolCallId"))
         tool, kind, title = self._describe(tool_call, self._tools.get(call_id))
         if call_id in self._tools:  # its end is reported with the name the question gave
@@ -436,12 +417,12 @@ class Acp(WarmDialect):
 
     def _read_file(self, rpc_id: Any, params: Mapping[str, Any]) -> list[Event]:
         if not self._settings.fs_read:
-            return [AgentInput(_not_offered(rpc_id, "fs/read_text_file"))]
+            return [AgentInput(self._rpc.not_offered(rpc_id, "fs/read_text_file"))]
         return self._file(rpc_id, "read", params)
 
     def _write_file(self, rpc_id: Any, params: Mapping[str, Any]) -> list[Event]:
         if not self._settings.fs_write:
-            return [AgentInput(_not_offered(rpc_id, "fs/write_text_file"))]
+            return [AgentInput(self._rpc.not_offered(rpc_id, "fs/write_text_file"))]
         return self._file(rpc_id, "write", params)
 
     def _file(self, rpc_id: Any, operation: Literal["read", "write"], params: Mapping[str, Any]) -> list[Event]:
@@ -457,8 +438,8 @@ class Acp(WarmDialect):
         )
         if not valid or self.state is not WarmState.IN_TURN:
             why = "a path must be absolute and content a string" if not valid else "no turn is in progress"
-            return [AgentInput(_error(rpc_id, INVALID_PARAMS, f"cannot serve this {operation}: {why}"))]
-        request_id = _request_key(rpc_id)
+            return [AgentInput(self._rpc.error(rpc_id, INVALID_PARAMS, f"cannot serve this {operation}: {why}"))]
+        request_id = request_key(rpc_id)
         self._files[request_id] = (rpc_id, operation)
         return [
             FileRequest(
@@ -480,10 +461,7 @@ class Acp(WarmDialect):
         return {"cwd": self._cwd, "mcpServers": list(self._settings.mcp_servers or [])}
 
     def _request(self, method: str, params: Mapping[str, Any]) -> bytes:
-        rpc_id = self._next_id
-        self._next_id += 1
-        self._calls[rpc_id] = method
-        return _encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+        return self._rpc.request(method, params)
 
     # ------------------------------------------------------------------ the tables
 
@@ -513,32 +491,7 @@ class Acp(WarmDialect):
     """`session/update`s by their `sessionUpdate` kind."""
 
 
-# ---------------------------------------------------------------------- JSON-RPC in ACP's words
-
-
-def _encode(message: Mapping[str, Any]) -> bytes:
-    return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
-
-
-def _not_offered(rpc_id: Any, method: str) -> bytes:
-    return _error(rpc_id, METHOD_NOT_FOUND, f"agent-bridge does not offer {shorten(method, 80)}")
-
-
-def _result(rpc_id: Any, result: Any) -> bytes:
-    return _encode({"jsonrpc": "2.0", "id": rpc_id, "result": result})
-
-
-def _error(rpc_id: Any, code: int, message: str) -> bytes:
-    return _encode({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}})
-
-
-def _valid_id(rpc_id: Any) -> bool:
-    return isinstance(rpc_id, str) or (isinstance(rpc_id, int) and not isinstance(rpc_id, bool))
-
-
-def _request_key(rpc_id: Any) -> str:
-    """The agent's JSON-RPC id (a string or a number) as the bridge's request id."""
-    return rpc_id if isinstance(rpc_id, str) else str(rpc_id)
+# ---------------------------------------------------------------------- ACP's answers
 
 
 def _choose(options: tuple[Mapping[str, Any], ...], decision: Decision) -> str | None:
@@ -555,25 +508,6 @@ def _choose(options: tuple[Mapping[str, Any], ...], decision: Decision) -> str |
             if option.get("kind") == kind and isinstance(option_id, str):
                 return option_id
     return None
-
-
-def _error_text(error: Mapping[str, Any]) -> str:
-    """A JSON-RPC error as a person reads it: its message and, where the agent gave one, its detail.
-
-    Agents built on the SDKs answer a generic "Internal error" and put what went
-    wrong in `data` (codex-acp: `data.message`; gemini: `data.details`).
-    """
-    message = text_of(error.get("message")).strip()
-    data = error.get("data")
-    detail = (
-        data
-        if isinstance(data, str)
-        else text_of(data.get("message")) or text_of(data.get("details"))
-        if isinstance(data, dict)
-        else ""
-    )
-    detail = detail.strip()
-    return shorten(f"{message}: {detail}" if message and detail else message or detail, 500)
 
 
 def _resource_link(attachment: Attachment) -> dict[str, Any]:

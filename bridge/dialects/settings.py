@@ -122,3 +122,37 @@ class AnteSettings(JsonSettings):
             object.__setattr__(self, name, tuple(tools))  # frozen all the way down
         if self.thinking is not None and self.thinking not in THINKING_LEVELS:
             raise ValueError(f"thinking must be one of {', '.join(THINKING_LEVELS)} (or left out for Ante's default)")
+
+
+APPROVAL_POLICIES = ("untrusted", "on-request", "never")
+"""codex's `approvalPolicy`: when it asks before a command or an edit (`never`: it does not ask)."""
+SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
+"""codex's `sandbox`: what its commands may touch without asking."""
+
+
+@dataclass(slots=True, frozen=True)
+class CodexAppServerSettings(JsonSettings):
+    """codex-app-server (`codex app-server`): the thread the bridge asks codex to start or resume.
+
+    `approval_policy` (one of `APPROVAL_POLICIES`): when codex asks the bridge
+    before a command or a file change; `sandbox` (one of `SANDBOX_MODES`) what
+    it may do without asking; `model` the model's name. Left out (null),
+    `sandbox` and `model` are codex's own configuration's (`config.toml`).
+    `plan_mode: true` runs every turn in codex's Plan collaboration mode (an
+    experimental part of its API), the one mode in which its model may ask the
+    user questions (`request_user_input`).
+    """
+
+    approval_policy: str = "on-request"
+    sandbox: str | None = None
+    model: str | None = None
+    plan_mode: bool = False
+
+    def __post_init__(self) -> None:
+        JsonSettings.__post_init__(self)
+        if self.approval_policy not in APPROVAL_POLICIES:
+            raise ValueError(f"approval_policy must be one of {', '.join(APPROVAL_POLICIES)}")
+        if self.sandbox is not None and self.sandbox not in SANDBOX_MODES:
+            raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)} (or left out for codex's config)")
+        if self.model == "":
+            raise ValueError("model is empty; name one, or leave it out for codex's config")

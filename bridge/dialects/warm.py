@@ -50,7 +50,7 @@ from ..errors import ProtocolMisuse
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .base import DialectContext, JsonLinesReader
-from .events import Event, QuestionRequest, Ready, TurnEnd
+from .events import ErrorEvent, Event, QuestionRequest, Ready, TurnEnd
 
 Answers = Mapping[str, tuple[str, ...]]
 """The user's answer to a `QuestionRequest`: each question's id → the labels chosen (or the user's own words)."""
@@ -176,6 +176,17 @@ class WarmDialect(JsonLinesReader):
     def finish(self) -> list[Event]:
         """Events due at the end of the output (the state is not CLOSED yet)."""
         return []
+
+    def ended_early(self, agent: str, session: str) -> list[Event]:
+        """The error due when the output ends in the middle of a turn, or before `session` was ready (nothing
+        between turns); `agent` names who stopped talking ("the agent", "codex")."""
+        if self.state is WarmState.IN_TURN:
+            said = f"{agent}'s output ended in the middle of the turn ({agent} exited or closed its stdout)"
+        elif self.state is WarmState.STARTING:
+            said = f"{agent}'s output ended before {session} was ready"
+        else:
+            return []
+        return [ErrorEvent(f"{said}; its stderr may say why", unfinished=True)]
 
     def session_ready(self, session_id: str) -> Ready:
         """The `Ready` of the session set up: the conversation takes turns from now on."""

@@ -15,6 +15,10 @@ Its first word names the scenario, the rest is the scenario's argument:
                        output back, answer "ran: OUTPUT"
     escalate CMD       the same, asking for sandbox_permissions "require_escalated" (the call codex
                        turns into an approval request when a client can answer one, as over ACP)
+    patch PATH TEXT    call the custom tool apply_patch, adding the file PATH (relative to codex's cwd) with the
+                       line TEXT; when codex sends the patch's outcome back, answer "patched: OUTPUT"
+    ask ID Q?|A|B      call request_user_input with one question (id ID, text Q?, options A and B, free text
+                       allowed); when codex sends the answers back, answer "answered: OUTPUT" (Plan mode only)
     fail STATUS TEXT   answer HTTP STATUS with an OpenAI error body whose message is TEXT
     anything else      answer "echo: PROMPT"
 
@@ -135,6 +139,28 @@ class OpenAIResponses:
                     arguments.update(sandbox_permissions="require_escalated", justification="the test asks for it")
                 return Stream(function_call_events(response_id, "exec_command", arguments, f"call_{number}"))
             return Stream(message_events(response_id, "ran: " + _command_output(output)))
+        if word == "patch":
+            output = _tool_output(body)
+            if output is None:
+                path, _, line = argument.partition(" ")
+                patch = f"*** Begin Patch\n*** Add File: {path}\n+{line}\n*** End Patch\n"
+                return Stream(custom_tool_call_events(response_id, "apply_patch", patch, f"call_{number}"))
+            return Stream(message_events(response_id, "patched: " + output.strip()))
+        if word == "ask":
+            output = _tool_output(body)
+            if output is None:
+                question_id, _, rest = argument.partition(" ")
+                question, *options = rest.split("|")
+                asked = {
+                    "id": question_id,
+                    "header": question_id.title(),
+                    "question": question,
+                    "options": [{"label": option, "description": f"pick {option}"} for option in options],
+                }
+                return Stream(
+                    function_call_events(response_id, "request_user_input", {"questions": [asked]}, f"call_{number}")
+                )
+            return Stream(message_events(response_id, "answered: " + output))
         if word == "say":
             return Stream(message_events(response_id, argument))
         if word == "think":
@@ -290,6 +316,28 @@ def function_call_events(
     ]
 
 
+def custom_tool_call_events(response_id: str, name: str, tool_input: str, call_id: str) -> list[dict[str, Any]]:
+    """A call of a free-form ("custom") tool, as codex's apply_patch is: the input is plain text, not JSON."""
+    item_id = f"ctc_{response_id}"
+    item = {"type": "custom_tool_call", "id": item_id, "call_id": call_id, "name": name}
+    return [
+        created(response_id),
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**item, "input": "", "status": "in_progress"},
+        },
+        {"type": "response.custom_tool_call_input.delta", "item_id": item_id, "output_index": 0, "delta": tool_input},
+        {"type": "response.custom_tool_call_input.done", "item_id": item_id, "output_index": 0, "input": tool_input},
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {**item, "input": tool_input, "status": "completed"},
+        },
+        completed(response_id),
+    ]
+
+
 # --------------------------------------------------------------------------- codex's side
 
 
@@ -354,7 +402,7 @@ def _tool_output(body: Any) -> str | None:
             continue
         if item.get("type") == "message" and item.get("role") == "user":
             output = None  # an output before the latest prompt belongs to an earlier turn
-        elif item.get("type") == "function_call_output":
+        elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
             output = str(item.get("output"))
     return output
 
