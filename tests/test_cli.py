@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import (
+    CLI_PROFILES,
     PROFILES,
     PYTHON,
     REPO,
@@ -1121,6 +1122,28 @@ def test_errors_and_warnings_are_in_colour_on_a_terminal_unless_no_color_is_set(
         assert b"\x1b[31m" in stderr_on_a_terminal(args) or b"\x1b[33m" in stderr_on_a_terminal(args), args
         assert b"\x1b[" not in stderr_on_a_terminal(args, NO_COLOR="1"), args
         assert "\x1b[" not in cli(*args).stderr, args  # not a terminal
+
+
+def test_check_names_what_a_warm_cli_protocol_cannot_work_without(tmp_path):
+    claude = write_profile(
+        tmp_path, "command: [claude, -p, --output-format, stream-json]\nprotocol: claude-sdk\n", "c.yaml"
+    )
+    codex = write_profile(
+        tmp_path, "command: [codex, app-server, --listen, 'ws://127.0.0.1:1']\nprotocol: codex-app-server\n", "x.yaml"
+    )
+    done = cli("check", str(claude), str(codex))
+    assert done.returncode == 0, done.stderr
+    for missing in (
+        "--input-format stream-json",
+        "--verbose",
+        "--permission-prompt-tool stdio",
+        "--replay-user-messages",
+    ):
+        assert f"c.yaml: warning: the command lacks `{missing}`" in done.stderr
+    assert "--output-format stream-json" not in done.stderr  # it is there
+    assert "x.yaml: warning: --listen ws://127.0.0.1:1: the bridge speaks to codex over stdio" in done.stderr
+    shipped = cli("check", str(CLI_PROFILES / "claude-sdk.yaml"), str(CLI_PROFILES / "codex-app-server.yaml"))
+    assert "lacks" not in shipped.stderr and "--listen" not in shipped.stderr
 
 
 def test_check_warns_that_the_protocols_agent_variables_cannot_be_set_in_env(tmp_path):
