@@ -59,7 +59,7 @@ from .events import (
     Usage,
     UsageEvent,
 )
-from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Wire, error_text, request_key, valid_id
+from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Wire, error_text, request_key
 from .settings import AcpSettings
 from .warm import WarmDialect, WarmState
 
@@ -99,7 +99,6 @@ class Acp(WarmDialect):
         self._tools = ToolCalls()  # this turn's
         self._asked: dict[str, tuple[Any, tuple[Mapping[str, Any], ...]]] = {}  # request id → (JSON-RPC id, options)
         self._files: dict[str, tuple[Any, str]] = {}  # request id → (JSON-RPC id, read | write)
-        self._stray = 0  # JSON-RPC messages the bridge was not waiting for
         self._foreign_updates = 0
 
     # ------------------------------------------------------------------ what the engine writes
@@ -168,8 +167,7 @@ class Acp(WarmDialect):
 
     def finish(self) -> list[Event]:
         events = self.ended_early("the agent", "its ACP session")
-        if self._stray:
-            events.append(ProtocolWarning(f"ignored {self._stray} JSON-RPC message(s) the bridge was not waiting for"))
+        events.extend(self._rpc.stray_warnings())
         if self._foreign_updates:
             events.append(ProtocolWarning(f"ignored {self._foreign_updates} session/update(s) of another session"))
         return events
@@ -197,7 +195,6 @@ class Acp(WarmDialect):
             return notification(self, message.get("params")) if notification is not None else []
         response = self._rpc.response(message)
         if response is None:
-            self._stray += 1
             return []
         method, result, error = response
         return self._on_error(method, error) if error is not None else self._on_result(method, result)
@@ -380,12 +377,10 @@ class Acp(WarmDialect):
     # ------------------------------------------------------------------ the agent's requests
 
     def _on_request(self, rpc_id: Any, method: str, params: Any) -> list[Event]:
-        if not valid_id(rpc_id):
-            self._stray += 1
-            return []  # no id to answer to
-        handler = self.requests.get(method)
-        if handler is None:
-            return [AgentInput(self._rpc.not_offered(rpc_id, method))]
+        refused = self._rpc.refusal(rpc_id, method, self.requests)
+        if refused is not None:
+            return [AgentInput(refused)] if refused else []
+        handler = self.requests[method]
         return handler(self, rpc_id, params if isinstance(params, dict) else {})
 
     def _permission(self, rpc_id: Any, params: Mapping[str, Any]) -> list[Event]:

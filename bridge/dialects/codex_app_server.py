@@ -114,7 +114,6 @@ class CodexAppServer(WarmDialect):
         self._rpc = Wire(version=False)
         self._thread = ""
         self._model = ""  # the thread's model, as codex reports it (Plan mode names it)
-        self._stray = 0  # responses the bridge was not waiting for
         self._begin_turn()
 
     def _begin_turn(self) -> None:
@@ -209,8 +208,7 @@ class CodexAppServer(WarmDialect):
 
     def finish(self) -> list[Event]:
         events = self.ended_early("codex", "its thread")
-        if self._stray:
-            events.append(ProtocolWarning(f"ignored {self._stray} JSON-RPC response(s) the bridge was not waiting for"))
+        events.extend(self._rpc.stray_warnings())
         return events
 
     def on_object(self, message: Mapping[str, Any]) -> list[Event]:
@@ -229,7 +227,6 @@ class CodexAppServer(WarmDialect):
             return notification(self, params) if notification is not None else []
         response = self._rpc.response(message)
         if response is None:
-            self._stray += 1
             return []
         ours, result, error = response
         if error is not None:
@@ -452,12 +449,10 @@ class CodexAppServer(WarmDialect):
     # ------------------------------------------------------------------ codex's requests
 
     def _on_request(self, rpc_id: Any, method: str, params: Mapping[str, Any]) -> list[Event]:
-        if not valid_id(rpc_id):
-            self._stray += 1
-            return []  # no id to answer to
-        handler = self.requests.get(method)
-        if handler is None:
-            return [AgentInput(self._rpc.not_offered(rpc_id, method))]
+        refused = self._rpc.refusal(rpc_id, method, self.requests)
+        if refused is not None:
+            return [AgentInput(refused)] if refused else []
+        handler = self.requests[method]
         if not self._mine(params) or self._cancelling:
             # Nobody can answer outside the turn in progress; a stopping turn's requests are declined.
             return [AgentInput(self._rpc.result(rpc_id, _refusal(method)))]

@@ -13,10 +13,11 @@ response to us.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from .base import shorten, text_of
+from .events import ProtocolWarning
 
 # JSON-RPC 2.0's own error codes.
 INVALID_REQUEST = -32600
@@ -28,13 +29,14 @@ INTERNAL_ERROR = -32603
 class Wire:
     """One connection's JSON-RPC: our requests' ids and the methods they await, and every message encoded."""
 
-    __slots__ = ("_head", "_next_id", "_calls")
+    __slots__ = ("_head", "_next_id", "_calls", "stray")
 
     def __init__(self, *, version: bool = True) -> None:
         """`version`: every message carries `"jsonrpc": "2.0"`."""
         self._head: dict[str, Any] = {"jsonrpc": "2.0"} if version else {}
         self._next_id = 0
         self._calls: dict[int, str] = {}  # our requests awaiting a response: id → method
+        self.stray = 0  # messages the bridge was not waiting for: responses to nothing asked, requests without an id
 
     @property
     def next_id(self) -> int:
@@ -63,11 +65,27 @@ class Wire:
         """The answer to a request the bridge does not serve: the agent must not wait for one that never comes."""
         return self.error(rpc_id, METHOD_NOT_FOUND, f"agent-bridge does not offer {shorten(method, 80)}")
 
+    def stray_warnings(self) -> list[ProtocolWarning]:
+        """What the end of the output says of the messages the bridge was not waiting for (once, counted)."""
+        if not self.stray:
+            return []
+        return [ProtocolWarning(f"ignored {self.stray} JSON-RPC message(s) the bridge was not waiting for")]
+
+    def refusal(self, rpc_id: Any, method: str, served: Container[str]) -> bytes | None:
+        """None when the agent's request is the dialect's to serve (`method` is in `served`); else what answers it:
+        "method not found", or b"" for a request without a usable id (nothing can answer it; counted in `stray`)."""
+        if not valid_id(rpc_id):
+            self.stray += 1
+            return b""
+        return None if method in served else self.not_offered(rpc_id, method)
+
     def response(self, message: Mapping[str, Any]) -> tuple[str, Any, Mapping[str, Any] | None] | None:
         """A message without a method, as a response to one of our requests: (that request's method, the result,
-        the error — a mapping when the request failed); None when it answers nothing we asked (or asked already)."""
+        the error — a mapping when the request failed); None when it answers nothing we asked (or asked already),
+        counted in `stray`."""
         method = self.answered(message.get("id"))
         if method is None:
+            self.stray += 1
             return None
         error = message.get("error")
         if isinstance(error, dict) or "result" not in message:
