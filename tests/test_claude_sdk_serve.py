@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from agents_cache import npm_binary
 from fake_anthropic import Conversation, tool_results, user_texts, write_claude_profile
 from fake_api import FakeApi
 
@@ -133,3 +134,39 @@ async def test_a_message_steered_into_a_running_turn_is_answered_by_that_turn(tm
     assert "reply to slow" in first.reply and "reply to and this too" in first.reply
     assert after.reply == "reply to one more" and after.session_id == first.session_id == second.session_id
     assert "and this too" in user_texts(api.posts("/v1/messages")[-1])  # one conversation: the model saw it
+
+
+async def test_a_message_that_interrupts_the_running_turn_runs_next_on_the_same_process(tmp_path: Path) -> None:
+    results: dict[str, bridge.TurnResult] = {}
+    with claude_profiles(tmp_path, on_busy="interrupt") as (conversation, _api, profiles):
+        async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3") as host:
+
+            async def submit(turn_id: str, message: str) -> None:
+                results[turn_id] = await host.submit("claude", "c", Turn(message), turn_id=turn_id)
+
+            with trio.fail_after(DEADLINE):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(submit, "first", "slow")
+                    await trio.to_thread.run_sync(conversation.started.wait, DEADLINE)
+                    before = claude_processes(tmp_path / "work")
+                    nursery.start_soon(submit, "second", "stop that, do this")
+            assert (
+                claude_processes(tmp_path / "work") == before and len(before) == 1
+            )  # the interrupt left the process warm
+    first, second = results["first"], results["second"]
+    assert first.outcome.value == "cancelled" and "reply to slow" not in first.reply
+    assert (second.ok, second.reply, second.session_id) == (True, "reply to stop that, do this", first.session_id)
+
+
+def claude_processes(cwd: Path) -> set[int]:
+    """The pids of the cached Claude Code binary's live processes working in `cwd` (this test's)."""
+    binary = npm_binary("claude").resolve()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "exe").resolve() == binary and (entry / "cwd").resolve() == cwd.resolve():
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
