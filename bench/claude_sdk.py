@@ -8,6 +8,9 @@ Anthropic server on loopback, which answers at once, so a turn costs what the CL
 - `turn`: alternating turn by turn (the order rotating with the round), a warm turn on one long-lived `claude-sdk`
   process (profiles/clis/claude-sdk.yaml) and a cold one-shot turn of the same answer through
   `claude-stream-json` (profiles/clis/claude-code.yaml); each timed from the call to its result.
+The fake server runs in a process of its own (agents/fake_server.py: in ours, its thread would hold the GIL
+as the bridge wakes to read).
+
 - `latency`: one warm process whose stdout passes through agents/stamp_relay.py, which stamps each chunk as it
   writes it on the bridge's pipe; turns streaming twenty text deltas, and turns whose Bash call asks the host (the
   profile says ask; the host allows). Partial latency: from the stamp of the chunk holding a delta to the host's
@@ -34,26 +37,19 @@ DELTAS = 20  # text deltas in each of the latency case's streaming turns
 
 @contextmanager
 def claude_setup() -> Iterator[tuple[Any, dict[str, str], Path]]:
-    """The fake Anthropic server, and what runs the cached Claude Code against it: its path, env and a work dir."""
+    """The fake Anthropic server (a process of its own, agents/fake_server.py), and what runs the cached Claude Code
+    against it: its path, env and a work dir."""
+    from types import SimpleNamespace
+
     from agents_cache import npm_binary
-    from fake_anthropic import Conversation, claude_env, message_stream, user_texts
-    from fake_api import FakeApi
+    from fake_anthropic import claude_env
+    from fake_server import serving
 
-    conversation = Conversation()
-
-    def answer(request: Any) -> Any:
-        """The tests' conversation, but `count N` streams the numbers 0 to N-1 as N text deltas."""
-        texts = user_texts(request) if request.body.get("stream") else []
-        prompt = texts[-1] if texts else ""
-        if prompt.startswith("count "):
-            return message_stream([("text", [f"{index} " for index in range(int(prompt.split()[1]))])])
-        return conversation(request)
-
-    with FakeApi(answer) as api, tempfile.TemporaryDirectory() as scratch:
+    with serving("anthropic") as url, tempfile.TemporaryDirectory() as scratch:
         home, work = Path(scratch) / "home", Path(scratch) / "work"
         home.mkdir()
         work.mkdir()
-        yield str(npm_binary("claude")), claude_env(api, str(home)), work
+        yield str(npm_binary("claude")), claude_env(SimpleNamespace(url=url), str(home)), work
 
 
 def warm_profile(claude: str, env: dict[str, str], work: Path, prefix: list[str] | None = None, **fields: Any) -> Any:
@@ -68,12 +64,11 @@ def warm_profile(claude: str, env: dict[str, str], work: Path, prefix: list[str]
 def turn(p: dict[str, Any]) -> dict[str, Any]:
     """Warm claude-sdk turns against cold claude-stream-json turns of the same answer, alternating."""
     import trio
+    from worker import clock_ns, expect
 
     import bridge
     from bridge import Turn
     from bridge.warm_agent import WarmAgent
-
-    from worker import clock_ns, expect
 
     with claude_setup() as (claude, env, work):
         warm_fields = warm_profile(claude, env, work)
@@ -89,7 +84,7 @@ def turn(p: dict[str, Any]) -> dict[str, Any]:
                 for index in range(p["warmup"] + p["turns"]):
                     message = Turn(f"hello {index}")
                     results = {}
-                    for name in ("warm", "cold")[::1 if (index + p["round"]) % 2 else -1]:
+                    for name in ("warm", "cold")[:: 1 if (index + p["round"]) % 2 else -1]:
                         began = clock_ns()
                         if name == "warm":
                             results[name] = await agent.turn(message)
@@ -113,6 +108,8 @@ def turn(p: dict[str, Any]) -> dict[str, Any]:
 def latency(p: dict[str, Any]) -> dict[str, Any]:
     """Partial and permission latency of a warm claude-sdk process, from the relay's stamps to the host's callback."""
     import trio
+    from stamp_relay import Arrivals
+    from worker import expect
 
     from bridge import Turn
     from bridge.dialects.claude_sdk import ClaudeSdk
@@ -120,9 +117,6 @@ def latency(p: dict[str, Any]) -> dict[str, Any]:
     from bridge.permissions import Decision, PermissionRequest
     from bridge.questions import Questions
     from bridge.warm_agent import WarmAgent
-    from stamp_relay import Arrivals
-
-    from worker import expect
 
     with claude_setup() as (claude, env, work):
         arrivals = Arrivals(ClaudeSdk, str(work.parent / "stamps"))

@@ -94,11 +94,13 @@ async def start_direct(codex: str, env: dict[str, str], work: str) -> tuple[Dire
 
 @contextmanager
 def codex_setup(prefix: list[str] | None = None, **fields: Any) -> Iterator[tuple[str, dict[str, str], Path, Any]]:
-    """The fake OpenAI server, and the cached codex against it: its path, env, a work dir, and the ready profile as
+    """The fake OpenAI server (a process of its own, agents/fake_server.py: in ours, its thread would hold the GIL as
+    the bridge wakes to read), and the cached codex against it: its path, env, a work dir, and the ready profile as
     shipped running it (after `prefix`, a relay) with `fields` replaced."""
-    import bridge
     from agents_cache import npm_binary
     from fakes.openai_responses import OpenAIResponses, write_codex_home
+
+    import bridge
 
     codex = str(npm_binary("codex"))
     with tempfile.TemporaryDirectory() as scratch, OpenAIResponses() as api:
@@ -107,20 +109,17 @@ def codex_setup(prefix: list[str] | None = None, **fields: Any) -> Iterator[tupl
         work.mkdir()
         env = {"CODEX_HOME": str(home), "HOME": str(home.parent)}
         profile = bridge.load_profile(ROOT / "profiles" / "clis" / "codex-app-server.yaml", cache=False)
-        profile = profile.replace(
-            command=[*(prefix or []), codex, "app-server"], cwd=str(work), env=env, **fields
-        )
+        profile = profile.replace(command=[*(prefix or []), codex, "app-server"], cwd=str(work), env=env, **fields)
         yield codex, {"PATH": os.environ["PATH"], **env}, work, profile
 
 
 def turn(p: dict[str, Any]) -> dict[str, Any]:
     """Warm turns through the bridge against turns of codex app-server driven directly, alternating."""
     import trio
+    from worker import clock_ns, expect
 
     from bridge import Turn
     from bridge.warm_agent import WarmAgent
-
-    from worker import clock_ns, expect
 
     with codex_setup() as (codex, env, work, profile):
 
@@ -160,6 +159,8 @@ def turn(p: dict[str, Any]) -> dict[str, Any]:
 def latency(p: dict[str, Any]) -> dict[str, Any]:
     """Partial and approval latency of a warm codex app-server, from the relay's stamps to the host's callback."""
     import trio
+    from stamp_relay import Arrivals
+    from worker import expect
 
     from bridge import Turn
     from bridge.dialects.codex_app_server import CodexAppServer
@@ -167,9 +168,6 @@ def latency(p: dict[str, Any]) -> dict[str, Any]:
     from bridge.permissions import Decision, PermissionRequest
     from bridge.questions import Questions
     from bridge.warm_agent import WarmAgent
-    from stamp_relay import Arrivals
-
-    from worker import expect
 
     with tempfile.TemporaryDirectory() as logs:
         arrivals = Arrivals(CodexAppServer, os.path.join(logs, "stamps"))
