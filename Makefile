@@ -74,7 +74,8 @@ test: lint $(NPM_STAMP)
 
 # `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it
 # (re-installed whenever bridge/ changes) with the postgres extra (the scale-out cases), plus the comparison
-# and plotting tools of bench/requirements.txt. The scale-out cases need PostgreSQL's server (as `make test`).
+# and plotting tools of bench/requirements.txt. The scale-out cases need PostgreSQL's server (as `make test`), the
+# cases of Claude Code and codex the npm agents of `make test-agents`.
 BENCH_VENV := bench/.venv
 BENCH_BIN  := $(BENCH_VENV)/bin
 
@@ -100,8 +101,9 @@ $(AP020_VENV)/.installed:
 	$(AP020_VENV)/bin/python -m pip install -q agentproc==0.20.0
 	touch $@
 
-bench: $(BENCH_VENV)/.bridge $(AP020_VENV)/.installed
-	$(BENCH_BIN)/python bench/run.py $(if $(QUICK),--quick) $(BENCH_ARGS)
+# Cases claude-sdk and codex-app-server run the real CLIs the tests run, from the same cache.
+bench: $(BENCH_VENV)/.bridge $(AP020_VENV)/.installed $(NPM_STAMP)
+	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BENCH_BIN)/python bench/run.py $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,120 +1,177 @@
-"""protocol: claude-sdk against a one-shot claude-stream-json turn, with the real Claude Code and a fake server.
+"""Rows 19, 21 and 22 for `protocol: claude-sdk`: the real Claude Code (the tests' npm cache) against the tests' fake
+Anthropic server on loopback, which answers at once, so a turn costs what the CLI and the bridge cost.
 
-Not wired into `make bench` yet. Run from the repository, after `make test-agents`:
+`make bench` runs these samples in its workers (case `claude-sdk`); alone, from the repository, one of each:
 
-    .venv/bin/python bench/claude_sdk.py [--turns 20]
+    AGENT_BRIDGE_TEST_CACHE=~/.cache/agent-bridge-tests bench/.venv/bin/python bench/claude_sdk.py
 
-The fake Anthropic server (tests/fake_anthropic.py) answers at once, so a turn
-costs what the CLI and the bridge cost. Alternating in one run: a warm turn on
-one long-lived `claude-sdk` process (profiles/clis/claude-sdk.yaml) and a cold
-one-shot turn through `claude-stream-json` (profiles/clis/claude-code.yaml) of
-the same answer; medians of each, and their ratio. Also, on the warm process:
+- `turn`: alternating turn by turn (the order rotating with the round), a warm turn on one long-lived `claude-sdk`
+  process (profiles/clis/claude-sdk.yaml) and a cold one-shot turn of the same answer through
+  `claude-stream-json` (profiles/clis/claude-code.yaml); each timed from the call to its result.
+The fake server runs in a process of its own (agents/fake_server.py: in ours, its thread would hold the GIL
+as the bridge wakes to read).
 
-- partial latency: from the bridge reading a chunk of the CLI's stdout to the
-  host's callback receiving the partial it held (the bridge's share of it);
-- permission latency: from the bridge reading the CLI's `can_use_tool` to the
-  host's callback receiving the `PermissionRequest`.
-
-Both are p50 and p99 over every event of the run.
+- `latency`: one warm process whose stdout passes through agents/stamp_relay.py, which stamps each chunk as it
+  writes it on the bridge's pipe; turns streaming twenty text deltas, and turns whose Bash call asks the host (the
+  profile says ask; the host allows). Partial latency: from the stamp of the chunk holding a delta to the host's
+  callback receiving its partial; permission latency: the same for the chunk holding `can_use_tool` and the
+  callback receiving the `PermissionRequest`.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import trio
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT / "tests"), str(HERE / "agents")]  # the fake model server and the CLIs' cache; the relay
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests")]
-
-from agents_cache import npm_binary  # noqa: E402
-from fake_anthropic import Conversation, claude_env  # noqa: E402
-from fake_api import FakeApi  # noqa: E402
-
-import bridge  # noqa: E402
-from bridge import Turn  # noqa: E402
-from bridge.dialects import PartialEvent  # noqa: E402
-from bridge.permissions import Decision, PermissionRequest  # noqa: E402
-from bridge.questions import Questions  # noqa: E402
-from bridge.warm_agent import WarmAgent  # noqa: E402
+DELTAS = 20  # text deltas in each of the latency case's streaming turns
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+@contextmanager
+def claude_setup() -> Iterator[tuple[Any, dict[str, str], Path]]:
+    """The fake Anthropic server (a process of its own, agents/fake_server.py), and what runs the cached Claude Code
+    against it: its path, env and a work dir."""
+    from types import SimpleNamespace
 
+    from agents_cache import npm_binary
+    from fake_anthropic import claude_env
+    from fake_server import serving
 
-async def main(turns: int) -> None:
-    with FakeApi(Conversation()) as api, tempfile.TemporaryDirectory() as scratch:
+    with serving("anthropic") as url, tempfile.TemporaryDirectory() as scratch:
         home, work = Path(scratch) / "home", Path(scratch) / "work"
         home.mkdir()
         work.mkdir()
-        claude = str(npm_binary("claude"))
-        env = claude_env(api, str(home))
-        warm_profile = bridge.load_profile(ROOT / "profiles/clis/claude-sdk.yaml", cache=False)
-        warm_profile = warm_profile.replace(
-            command=[claude, *warm_profile.command[1:]], env=env, cwd=str(work), permissions={"default": "ask"}
-        )
-        cold_profile = bridge.load_profile(ROOT / "profiles/clis/claude-code.yaml", cache=False)
-        cold_profile = cold_profile.replace(command=[claude], env=env, cwd=str(work))
-        read_at = 0.0
-        partial_ms: list[float] = []
-        permission_ms: list[float] = []
-        warm_ms: list[float] = []
-        cold_ms: list[float] = []
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(warm_profile)
-            on_output = agent._on_output  # the chunk's arrival, timed where the bridge reads it
+        yield str(npm_binary("claude")), claude_env(SimpleNamespace(url=url), str(home)), work
 
-            async def timed(data: bytes) -> None:
-                nonlocal read_at
-                read_at = trio.current_time()
-                await on_output(data)
 
-            agent._on_output = timed  # type: ignore[method-assign]
-            await agent.start(nursery)
-            for index in range(turns):
-                questions = Questions()
+def warm_profile(claude: str, env: dict[str, str], work: Path, prefix: list[str] | None = None, **fields: Any) -> Any:
+    """The ready claude-sdk profile as shipped, running `claude` (after `prefix`, a relay) in `work` with `env`."""
+    import bridge
 
-                def on_event(event: Any, questions: Questions = questions) -> None:
-                    now = trio.current_time()
-                    if isinstance(event, PartialEvent):
-                        partial_ms.append((now - read_at) * 1000)
-                    elif isinstance(event, PermissionRequest):
-                        permission_ms.append((now - read_at) * 1000)
-                        questions.decide(event.request_id, Decision(allow=True))
+    profile = bridge.load_profile(ROOT / "profiles/clis/claude-sdk.yaml", cache=False)
+    command = [*(prefix or []), claude, *profile.command[1:]]
+    return profile.replace(command=command, env=env, cwd=str(work), **fields)
 
-                message = f"run touch made-{index}" if index % 2 else f"hello {index}"
-                started = trio.current_time()
-                warm = await agent.turn(Turn(message), on_event, questions=questions)
-                if not index % 2:  # the same answer as the cold turn's
-                    warm_ms.append((trio.current_time() - started) * 1000)
-                started = trio.current_time()
-                cold = await bridge.run_turn(cold_profile, Turn(f"hello {index}"))
-                cold_ms.append((trio.current_time() - started) * 1000)
-                assert warm.ok and cold.ok, (warm.error, cold.error)
-            await agent.close()
-    warm_median, cold_median = statistics.median(warm_ms), statistics.median(cold_ms)
-    print(f"turns: {turns} warm (every other one with a Bash call asked of the host), {turns} cold")
-    print(f"warm claude-sdk text turn, median:       {warm_median:8.1f} ms")
-    print(f"cold claude-stream-json turn, median:    {cold_median:8.1f} ms")
-    print(f"warm / cold:                             {warm_median / cold_median:8.3f}")
-    print(
-        f"partial latency (bridge), p50 / p99:     {percentile(partial_ms, 0.5):8.3f} / "
-        f"{percentile(partial_ms, 0.99):.3f} ms over {len(partial_ms)}"
-    )
-    print(
-        f"can_use_tool → host callback, p50 / p99: {percentile(permission_ms, 0.5):8.3f} / "
-        f"{percentile(permission_ms, 0.99):.3f} ms over {len(permission_ms)}"
-    )
+
+def turn(p: dict[str, Any]) -> dict[str, Any]:
+    """Warm claude-sdk turns against cold claude-stream-json turns of the same answer, alternating."""
+    import trio
+    from worker import clock_ns, expect
+
+    import bridge
+    from bridge import Turn
+    from bridge.warm_agent import WarmAgent
+
+    with claude_setup() as (claude, env, work):
+        warm_fields = warm_profile(claude, env, work)
+        cold_fields = bridge.load_profile(ROOT / "profiles/clis/claude-code.yaml", cache=False)
+        cold_fields = cold_fields.replace(command=[claude], env=env, cwd=str(work))
+
+        async def main() -> dict[str, list[float]]:
+            times: dict[str, list[float]] = {"warm_ms": [], "cold_ms": []}
+            async with trio.open_nursery() as nursery:
+                agent = WarmAgent(warm_fields)
+                await agent.start(nursery)
+                pid = agent.pid
+                for index in range(p["warmup"] + p["turns"]):
+                    message = Turn(f"hello {index}")
+                    results = {}
+                    for name in ("warm", "cold")[:: 1 if (index + p["round"]) % 2 else -1]:
+                        began = clock_ns()
+                        if name == "warm":
+                            results[name] = await agent.turn(message)
+                        else:
+                            results[name] = await bridge.run_turn(cold_fields, message)
+                        elapsed = clock_ns() - began
+                        if index >= p["warmup"]:
+                            times[f"{name}_ms"].append(elapsed / 1e6)
+                    for name, result in results.items():
+                        expect(
+                            result.ok and result.reply == f"reply to hello {index}",
+                            f"{name} Claude Code turn is wrong: {result.outcome} {result.reply!r} {result.error}",
+                        )
+                expect(agent.pid == pid, "the warm claude-sdk process was replaced")
+                await agent.close()
+            return times
+
+        return trio.run(main)
+
+
+def latency(p: dict[str, Any]) -> dict[str, Any]:
+    """Partial and permission latency of a warm claude-sdk process, from the relay's stamps to the host's callback."""
+    import trio
+    from stamp_relay import Arrivals
+    from worker import expect
+
+    from bridge import Turn
+    from bridge.dialects.claude_sdk import ClaudeSdk
+    from bridge.dialects.events import PartialEvent
+    from bridge.permissions import Decision, PermissionRequest
+    from bridge.questions import Questions
+    from bridge.warm_agent import WarmAgent
+
+    with claude_setup() as (claude, env, work):
+        arrivals = Arrivals(ClaudeSdk, str(work.parent / "stamps"))
+        profile = warm_profile(claude, env, work, arrivals.command_prefix(), permissions={"default": "ask"})
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                agent = WarmAgent(profile)
+                await agent.start(nursery)
+                for index in range(p["warmup"] + p["turns"]):
+                    questions = Questions()
+                    counted = index >= p["warmup"]
+
+                    def on_event(event: Any, questions: Questions = questions, counted: bool = counted) -> None:
+                        if type(event) is PartialEvent:
+                            arrivals.arrived("partial", counted)
+                        elif type(event) is PermissionRequest:
+                            arrivals.arrived("permission", counted)
+                            questions.decide(event.request_id, Decision(allow=True))
+
+                    result = await agent.turn(Turn(f"count {DELTAS}"), on_event)
+                    expect(
+                        result.ok and result.reply.split() == [str(n) for n in range(DELTAS)],
+                        f"streaming turn is wrong: {result.outcome} {result.reply!r} {result.error}",
+                    )
+                    result = await agent.turn(Turn(f"run touch made-{index}"), on_event, questions=questions)
+                    expect(
+                        result.ok and (work / f"made-{index}").exists(),
+                        f"the allowed Bash call did not run: {result.outcome} {result.reply!r} {result.error}",
+                    )
+                await agent.close()
+
+        trio.run(main)
+        delays = arrivals.delays_ms()
+    expect(len(delays["partial"]) >= p["turns"] * DELTAS, f"only {len(delays['partial'])} partials were timed")
+    expect(len(delays["permission"]) == p["turns"], f"{len(delays['permission'])} permission requests timed")
+    expect(min(delays["partial"] + delays["permission"]) > 0, "an event before its chunk's stamp: offsets disagree")
+    return {"delay_ms": delays["partial"], "permission_ms": delays["permission"]}
+
+
+def show(name: str, values: dict[str, list[float]]) -> None:
+    """One line per measure of a standalone run: median, p99 and count."""
+    from report import stats
+
+    for measure, numbers in values.items():
+        st = stats(numbers)
+        print(f"{name} {measure}: median {st['median']:.3f}, p99 {st['p99']:.3f} over {st['n']}")
+
+
+def main() -> None:
+    began = time.monotonic()
+    show("claude-sdk", turn({"turns": 10, "warmup": 2, "round": 0}))
+    show("claude-sdk", latency({"turns": 10, "warmup": 1, "round": 0}))
+    print(f"({time.monotonic() - began:.0f} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=20)
-    trio.run(main, parser.parse_args().turns)
+    main()

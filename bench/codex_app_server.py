@@ -1,52 +1,46 @@
-"""A warm codex-app-server turn through the bridge against `codex app-server` driven directly; not in `make bench`.
+"""Rows 20, 21 and 22 for `protocol: codex-app-server`: the pinned codex (the tests' npm cache) against the tests'
+fake OpenAI server on loopback, which answers at once, so a turn costs what codex and the bridge cost.
 
-    AGENT_BRIDGE_TEST_CACHE=~/.cache/agent-bridge-tests .venv/bin/python bench/codex_app_server.py [TURNS]
+`make bench` runs these samples in its workers (case `codex-app-server`); alone, from the repository, one of each:
 
-Both sides run the pinned codex (the tests' npm cache) against the tests' fake OpenAI server on loopback, which
-answers at once, each with a warm process and a thread of its own; their turns alternate. Prints:
+    AGENT_BRIDGE_TEST_CACHE=~/.cache/agent-bridge-tests bench/.venv/bin/python bench/codex_app_server.py
 
-- the median turn: the bridge's (`WarmAgent.turn`, from the call to the result) and the direct client's (a
-  minimal JSON-RPC client: from writing `turn/start` to reading `turn/completed`), and their difference;
-- p99 partial latency: from the moment the dialect is handed the chunk of codex's stdout that holds a delta to
-  the host's callback receiving its partial (what the bridge adds between codex's pipe and the host);
-- p99 approval latency: the same from the chunk holding codex's approval request to the host's callback asked
-  for a decision (the profile says ask).
+- `turn`: alternating turn by turn (the order rotating with the round), a warm turn through the bridge
+  (`WarmAgent.turn` on profiles/clis/codex-app-server.yaml, from the call to the result) and one of
+  `codex app-server` driven directly by the least a client must do (`Direct`: from writing `turn/start` to reading
+  `turn/completed`, every line parsed); each side has its own warm process and thread.
+- `latency`: one warm process through the bridge whose stdout passes through agents/stamp_relay.py, which stamps
+  each chunk as it writes it on the bridge's pipe; turns streaming a reply in many deltas, and turns whose command
+  asks for approval (the profile says ask; the host allows). Partial latency: from the stamp of the chunk holding a
+  delta to the host's callback receiving its partial; approval latency: the same for the chunk holding codex's
+  approval request and the callback receiving the `PermissionRequest`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import trio
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the fake model server and the agents' cache, test helpers both
-
-from agents_cache import npm_binary  # noqa: E402
-from fakes.openai_responses import OpenAIResponses, write_codex_home  # noqa: E402
-
-import bridge  # noqa: E402
-from bridge import Turn  # noqa: E402
-from bridge.dialects.codex_app_server import CodexAppServer  # noqa: E402
-from bridge.dialects.events import PartialEvent  # noqa: E402
-from bridge.permissions import Decision, PermissionRequest  # noqa: E402
-from bridge.questions import Questions  # noqa: E402
-from bridge.warm_agent import WarmAgent  # noqa: E402
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT / "tests"), str(HERE / "agents")]  # the fake model server and the CLIs' cache; the relay
 
 MESSAGE = "say one two three four five six seven eight nine ten"  # four deltas
+WORDS = 60  # the latency case's streaming turns: "say" 60 words, a few words a delta
 
 
 class Direct:
     """`codex app-server` driven by the least a client must do: initialize, start a thread, start turns."""
 
-    def __init__(self, process: trio.Process) -> None:
+    def __init__(self, process: Any) -> None:
         self.process = process
         self.buffer = b""
         self.next_id = 0
@@ -67,7 +61,7 @@ class Direct:
             newline = self.buffer.find(b"\n")
             while newline >= 0:
                 line, self.buffer = self.buffer[:newline], self.buffer[newline + 1 :]
-                message = json.loads(line)
+                message: dict[str, Any] = json.loads(line)
                 if message.get("method") == method if method else message.get("id") == self.next_id:
                     return message
                 newline = self.buffer.find(b"\n")
@@ -78,6 +72,8 @@ class Direct:
 
 
 async def start_direct(codex: str, env: dict[str, str], work: str) -> tuple[Direct, str]:
+    import trio
+
     process = await trio.lowlevel.open_process(
         [codex, "app-server"],
         stdin=subprocess.PIPE,
@@ -93,82 +89,132 @@ async def start_direct(codex: str, env: dict[str, str], work: str) -> tuple[Dire
     await process.stdin.send_all(b'{"method":"initialized"}\n')
     params = {"cwd": work, "approvalPolicy": "on-request", "sandbox": "read-only"}
     started = await direct.call("thread/start", params, "")
-    thread = started["result"]["thread"]["id"]
-    return direct, thread
+    return direct, started["result"]["thread"]["id"]
 
 
-async def main(turns: int) -> None:
+@contextmanager
+def codex_setup(prefix: list[str] | None = None, **fields: Any) -> Iterator[tuple[str, dict[str, str], Path, Any]]:
+    """The fake OpenAI server (a process of its own, agents/fake_server.py: in ours, its thread would hold the GIL as
+    the bridge wakes to read), and the cached codex against it: its path, env, a work dir, and the ready profile as
+    shipped running it (after `prefix`, a relay) with `fields` replaced."""
+    from agents_cache import npm_binary
+    from fakes.openai_responses import OpenAIResponses, write_codex_home
+
+    import bridge
+
     codex = str(npm_binary("codex"))
-    fed: list[float] = []  # when the dialect was last handed a chunk of codex's stdout
-    real_feed = CodexAppServer.feed
-
-    def timed_feed(self: CodexAppServer, data: bytes) -> list[Any]:
-        fed.append(trio.current_time())
-        return real_feed(self, data)
-
-    CodexAppServer.feed = timed_feed  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as scratch, OpenAIResponses() as api:
         home = write_codex_home(Path(scratch) / "home" / ".codex", api.base_url)
         work = Path(scratch) / "work"
         work.mkdir()
-        env = {"PATH": os.environ["PATH"], "HOME": str(home.parent), "CODEX_HOME": str(home)}
-        profile = bridge.load_profile(ROOT / "profiles" / "clis" / "codex-app-server.yaml", cache=False).replace(
-            command=[codex, "app-server"], cwd=str(work), env={"CODEX_HOME": str(home), "HOME": str(home.parent)}
-        )
-        bridged: list[float] = []
-        direct_times: list[float] = []
-        partial_lag: list[float] = []
-        approval_lag: list[float] = []
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            direct, thread = await start_direct(codex, env, str(work))
+        env = {"CODEX_HOME": str(home), "HOME": str(home.parent)}
+        profile = bridge.load_profile(ROOT / "profiles" / "clis" / "codex-app-server.yaml", cache=False)
+        profile = profile.replace(command=[*(prefix or []), codex, "app-server"], cwd=str(work), env=env, **fields)
+        yield codex, {"PATH": os.environ["PATH"], **env}, work, profile
 
-            def on_event(event: Any) -> None:
-                if type(event) is PartialEvent:
-                    partial_lag.append(trio.current_time() - fed[-1])
 
-            for number in range(turns + 3):
-                started = trio.current_time()
-                result = await agent.turn(Turn(MESSAGE), on_event)
-                took = trio.current_time() - started
-                assert result.ok, result.error
-                started = trio.current_time()
-                turn_start = {"threadId": thread, "input": [{"type": "text", "text": MESSAGE}]}
-                await direct.call("turn/start", turn_start, "turn/completed")
-                direct_took = trio.current_time() - started
-                if number >= 3:  # the first turns warm both up
-                    bridged.append(took)
-                    direct_times.append(direct_took)
+def turn(p: dict[str, Any]) -> dict[str, Any]:
+    """Warm turns through the bridge against turns of codex app-server driven directly, alternating."""
+    import trio
+    from worker import clock_ns, expect
 
-            for number in range(max(turns // 2, 5)):
-                questions = Questions()
+    from bridge import Turn
+    from bridge.warm_agent import WarmAgent
 
-                def asked(event: Any, questions: Questions = questions) -> None:
-                    if isinstance(event, PermissionRequest):
-                        approval_lag.append(trio.current_time() - fed[-1])
-                        questions.decide(event.request_id, Decision(allow=True))
+    with codex_setup() as (codex, env, work, profile):
 
-                result = await agent.turn(Turn(f"escalate touch {work}/f{number}"), asked, questions=questions)
-                assert result.ok, result.error
-            await agent.close()
-            direct.process.kill()
-    CodexAppServer.feed = real_feed  # type: ignore[method-assign]
+        async def main() -> dict[str, list[float]]:
+            times: dict[str, list[float]] = {"bridge_ms": [], "direct_ms": []}
+            async with trio.open_nursery() as nursery:
+                agent = WarmAgent(profile)
+                await agent.start(nursery)
+                direct, thread = await start_direct(codex, env, str(work))
+                try:
+                    for index in range(p["warmup"] + p["turns"]):
+                        for name in ("bridge", "direct")[:: 1 if (index + p["round"]) % 2 else -1]:
+                            began = clock_ns()
+                            if name == "bridge":
+                                result = await agent.turn(Turn(MESSAGE))
+                                elapsed = clock_ns() - began
+                                expect(
+                                    result.ok and result.reply == MESSAGE.removeprefix("say "),
+                                    f"bridge codex turn is wrong: {result.outcome} {result.reply!r} {result.error}",
+                                )
+                            else:
+                                turn_start = {"threadId": thread, "input": [{"type": "text", "text": MESSAGE}]}
+                                done = await direct.call("turn/start", turn_start, "turn/completed")
+                                elapsed = clock_ns() - began
+                                status = done["params"]["turn"]["status"]
+                                expect(status == "completed", f"direct codex turn ended {status}")
+                            if index >= p["warmup"]:
+                                times[f"{name}_ms"].append(elapsed / 1e6)
+                finally:
+                    direct.process.kill()
+                    await agent.close()
+            return times
 
-    def ms(value: float) -> str:
-        return f"{value * 1000:.2f} ms"
+        return trio.run(main)
 
-    def p99(values: list[float]) -> float:
-        ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
-    bridge_median, direct_median = statistics.median(bridged), statistics.median(direct_times)
-    print(f"turns: {len(bridged)} each, alternating; partials: {len(partial_lag)}; approvals: {len(approval_lag)}")
-    print(f"median warm turn   bridge {ms(bridge_median)}   direct {ms(direct_median)}", end="")
-    print(f"   difference {ms(bridge_median - direct_median)}")
-    print(f"partial latency    p99 {ms(p99(partial_lag))}   median {ms(statistics.median(partial_lag))}")
-    print(f"approval latency   p99 {ms(p99(approval_lag))}   median {ms(statistics.median(approval_lag))}")
+def latency(p: dict[str, Any]) -> dict[str, Any]:
+    """Partial and approval latency of a warm codex app-server, from the relay's stamps to the host's callback."""
+    import trio
+    from stamp_relay import Arrivals
+    from worker import expect
+
+    from bridge import Turn
+    from bridge.dialects.codex_app_server import CodexAppServer
+    from bridge.dialects.events import PartialEvent
+    from bridge.permissions import Decision, PermissionRequest
+    from bridge.questions import Questions
+    from bridge.warm_agent import WarmAgent
+
+    with tempfile.TemporaryDirectory() as logs:
+        arrivals = Arrivals(CodexAppServer, os.path.join(logs, "stamps"))
+        words = " ".join(f"w{index}" for index in range(WORDS))
+        with codex_setup(arrivals.command_prefix(), permissions={"default": "ask"}) as (_, _, work, profile):
+
+            async def main() -> None:
+                async with trio.open_nursery() as nursery:
+                    agent = WarmAgent(profile)
+                    await agent.start(nursery)
+                    for index in range(p["warmup"] + p["turns"]):
+                        questions = Questions()
+                        counted = index >= p["warmup"]
+
+                        def on_event(event: Any, questions: Questions = questions, counted: bool = counted) -> None:
+                            if type(event) is PartialEvent:
+                                arrivals.arrived("partial", counted)
+                            elif type(event) is PermissionRequest:
+                                arrivals.arrived("permission", counted)
+                                questions.decide(event.request_id, Decision(allow=True))
+
+                        result = await agent.turn(Turn(f"say {words}"), on_event)
+                        expect(result.ok and result.reply == words, f"streaming turn is wrong: {result.reply!r}")
+                        marker = work / f"made-{index}"
+                        result = await agent.turn(Turn(f"escalate touch {marker}"), on_event, questions=questions)
+                        expect(
+                            result.ok and marker.exists(),
+                            f"the approved command did not run: {result.outcome} {result.reply!r} {result.error}",
+                        )
+                    await agent.close()
+
+            trio.run(main)
+        delays = arrivals.delays_ms()
+    expect(len(delays.get("partial", [])) >= p["turns"] * 10, f"only {len(delays.get('partial', []))} partials timed")
+    expect(len(delays.get("permission", [])) == p["turns"], f"{len(delays.get('permission', []))} approvals timed")
+    expect(min(delays["partial"] + delays["permission"]) > 0, "an event before its chunk's stamp: offsets disagree")
+    return {"delay_ms": delays["partial"], "permission_ms": delays["permission"]}
+
+
+def main() -> None:
+    from claude_sdk import show
+
+    began = time.monotonic()
+    show("codex-app-server", turn({"turns": 20, "warmup": 3, "round": 0}))
+    show("codex-app-server", latency({"turns": 10, "warmup": 1, "round": 0}))
+    print(f"({time.monotonic() - began:.0f} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    trio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 30)
+    main()

@@ -1,4 +1,4 @@
-"""From raw samples to medians, ratios and the targets of issues 4, 12 and 20; rendered as a console table and markdown."""
+"""From raw samples to medians, ratios and the targets of issues 4, 12, 20 and 21; rendered as a console table and markdown."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ WARM_VS_COLD = 0.1
 # wire-0.4 peer) on the same input — issue 12 asked twice as fast, issue 20 "ahead", as for wire 0.1.
 WIRE04_VS_AGENTPROC020 = 1.0  # ahead: more than 1× agentproc 0.20
 JSON_LATENCY_P99_MS = 1.0
+# Issue 21's, for Claude Code and codex kept warm: a warm claude-sdk turn at most a tenth of a cold claude-stream-json
+# one; a warm codex-app-server turn within 2 ms of codex app-server's own (driven directly); partials (the JSON
+# dialects' target) and the CLI's permission request reaching the host within 1 ms at p99.
+CLAUDE_WARM_VS_COLD = 0.1
+CODEX_OVER_DIRECT_MS = 2.0
+PERMISSION_P99_MS = 1.0
+INTERACTIVE = ("claude-sdk", "codex-app-server")
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -164,6 +171,15 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             name: stats(pooled(runs, f"{name}_us"))
             for name in ("blocking", "to_thread", "hop", "blocking_txn", "database_run")
         }
+    for case in INTERACTIVE:
+        if case in samples:
+            runs = samples[case]
+            turn_metrics = ("warm_ms", "cold_ms") if case == "claude-sdk" else ("bridge_ms", "direct_ms")
+            out[case] = {
+                **{metric.removesuffix("_ms"): stats(pooled(runs.get("turn", []), metric)) for metric in turn_metrics},
+                "partial": stats(pooled(runs.get("latency", []), "delay_ms")),
+                "permission": stats(pooled(runs.get("latency", []), "permission_ms")),
+            }
     out["per_round_ratios"] = per_round_ratios(samples)
     out["rows"] = rows(out)
     return out
@@ -221,6 +237,16 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
             )
     if "turn" in samples.get("warm", {}):
         result["warm ACP turn / cold"] = ratios("warm", "turn", "turn", "warm_ms", "cold_ms")
+    if "turn" in samples.get("claude-sdk", {}):
+        result["warm claude-sdk turn / cold claude-stream-json"] = ratios(
+            "claude-sdk", "turn", "turn", "warm_ms", "cold_ms"
+        )
+    if "turn" in samples.get("codex-app-server", {}):
+        result["codex-app-server turn, bridge − direct (ms)"] = [
+            round(statistics.median(x["bridge_ms"]) - statistics.median(x["direct_ms"]), 2)
+            for x in samples["codex-app-server"]["turn"]
+            if "invalid" not in x
+        ]
     return result
 
 
@@ -521,6 +547,45 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
                     f"p99 ≤ {JSON_LATENCY_P99_MS:g} ms",
                     _verdict(lat["p99"] <= JSON_LATENCY_P99_MS),
                 )
+    claude, codex = s.get("claude-sdk", {}), s.get("codex-app-server", {})
+    if claude.get("warm", {}).get("n"):
+        warm, cold = claude["warm"]["median"], claude["cold"]["median"]
+        row(
+            "19 warm claude-sdk turn, median",
+            _ms(warm),
+            f"{_ms(cold)} cold claude-stream-json turn",
+            "",
+            f"{warm / cold:.3f}× cold",
+            f"≤ {CLAUDE_WARM_VS_COLD:g}× cold",
+            _verdict(warm / cold <= CLAUDE_WARM_VS_COLD),
+        )
+    if codex.get("bridge", {}).get("n"):
+        bridged, direct = codex["bridge"]["median"], codex["direct"]["median"]
+        row(
+            "20 warm codex-app-server turn, median",
+            _ms(bridged),
+            f"{_ms(direct)} codex app-server driven directly",
+            "",
+            f"{bridged - direct:+.2f} ms",
+            f"≤ direct + {CODEX_OVER_DIRECT_MS:g} ms",
+            _verdict(bridged - direct <= CODEX_OVER_DIRECT_MS),
+        )
+    for number, measure, name, target in (
+        (21, "partial", "partial latency", JSON_LATENCY_P99_MS),
+        (22, "permission", "permission request → host callback", PERMISSION_P99_MS),
+    ):
+        for protocol, m in (("claude-sdk", claude), ("codex-app-server", codex)):
+            lat = m.get(measure, {})
+            if lat.get("n"):
+                row(
+                    f"{number} {protocol} {name}, p99 (p50)",
+                    f"{lat['p99']:.3f} ms ({lat['p50']:.3f})",
+                    f"{lat['n']} {'partials' if measure == 'partial' else 'requests'}",
+                    "",
+                    "",
+                    f"p99 ≤ {target:g} ms",
+                    _verdict(lat["p99"] <= target),
+                )
     return table
 
 
@@ -615,6 +680,28 @@ def _spread(summary: dict[str, Any]) -> list[str]:
             f"| partial delay | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
             f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |"
         )
+    for protocol in INTERACTIVE:
+        m = summary.get(protocol, {})
+        for measure, key in (("turn", "warm"), ("turn", "cold"), ("turn", "bridge"), ("turn", "direct")):
+            st = m.get(key, {})
+            if st.get("n"):
+                contender = {
+                    "warm": "warm claude-sdk",
+                    "cold": "cold claude-stream-json",
+                    "bridge": "bridge",
+                    "direct": "codex app-server directly",
+                }[key]
+                lines.append(
+                    f"| {protocol} {measure} | {contender} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
+                    f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |"
+                )
+        for measure, key in (("partial delay", "partial"), ("permission request → host", "permission")):
+            st = m.get(key, {})
+            if st.get("n"):
+                lines.append(
+                    f"| {measure} | bridge, {protocol} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
+                    f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |"
+                )
     warm = summary.get("warm", {})
     for measure, key in (("ACP turn", "warm"), ("ACP turn", "cold"), ("pooled turn latency", "pool")):
         st = warm.get(key, {})
@@ -801,6 +888,28 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "5 ms, in the protocol's shapes, for 2 s; for the warm dialects (acp, aionrs, ante), "
             "`agents/warm_ticker.py tick PROTOCOL` holds a session and answers the prompt with such pieces, in a turn "
             "that starts it, sets its session up and prompts it. Measured as in 4.",
+            "19. **Warm claude-sdk turn**: the real Claude Code of the tests (npm cache, pinned 2.1.197) against the "
+            "tests' fake Anthropic server on loopback, which answers at once. A turn on one long-lived process of "
+            "profiles/clis/claude-sdk.yaml (`WarmAgent.turn`) and a cold one-shot turn of the same message and "
+            "answer through profiles/clis/claude-code.yaml (`run_turn`: Claude Code starts, answers, exits) alternate "
+            "turn by turn, the order rotating with the round; replies are checked, the warm process must stay the "
+            "same.",
+            "20. **Warm codex-app-server turn**: the pinned codex 0.169.0 against the tests' fake OpenAI server, "
+            "which answers at once. A turn through the bridge (`WarmAgent.turn` on profiles/clis/"
+            "codex-app-server.yaml) and a turn of `codex app-server` driven directly by a minimal JSON-RPC client in "
+            "the sample (`turn/start` written, every line parsed up to `turn/completed`) alternate turn by turn; each "
+            "has its own warm process and thread. The target is the difference of the medians; codex's own turn "
+            "time spreads widely, hence 100 turns a sample.",
+            "21. **Partial latency, Claude Code and codex**: the CLI's stdout passes through `agents/stamp_relay.py`, "
+            "which stamps each chunk (CLOCK_MONOTONIC) just before writing it on the bridge's pipe; the delay runs "
+            "from the stamp of the chunk holding a text delta to the host's `on_event` receiving its partial "
+            "(pessimistic: when the bridge reads two of the relay's chunks at once, from the earlier stamp). So it "
+            "holds the bridge's whole share — waking, reading, parsing, the turn's rules, the callback — but not the "
+            "CLI's own. Streaming turns of 20 deltas (Claude Code) or of 60 words a few per delta (codex), "
+            "alternating with the turns of 22, on one warm process; the first turn of each kind is not counted.",
+            "22. **Permission request → host callback**: as 21, from the chunk holding Claude Code's `can_use_tool` "
+            "control request or codex's command approval request to the host's `on_event` receiving the "
+            "`PermissionRequest` (the profile says ask; the host allows, and the command's marker file is checked).",
             "",
         ]
     )

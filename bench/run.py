@@ -1,7 +1,8 @@
-"""Run the benchmarks: issue 4's six, the JSON dialects (codex-exec, wire 0.4), warm agents (issue 10) and the
-scale-out through PostgreSQL (issue 11); report medians, ratios and targets.
+"""Run the benchmarks: issue 4's six, the JSON dialects (codex-exec, wire 0.4), warm agents (issue 10), the
+scale-out through PostgreSQL (issue 11) and the real Claude Code and codex kept warm (issue 21); report medians,
+ratios and targets.
 
-    make bench            # full run, ~12 minutes: rewrites bench/RESULTS.md, bench/results.png, docs/performance.md's table
+    make bench            # full run, ~15 minutes: rewrites bench/RESULTS.md, bench/results.png, docs/performance.md's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
     bench/.venv/bin/python bench/run.py --help
 
@@ -185,6 +186,23 @@ def build_plan(
                 for protocol in WARM_JSON_PROTOCOLS
             ],
             1 if q else 3,
+        ),
+        # The real Claude Code and codex (the tests' npm cache) against the tests' fake model servers.
+        Case(
+            "claude-sdk",
+            [
+                Variant("turn", "turn", {"turns": 5 if q else 20, "warmup": 2}),
+                Variant("latency", "latency", {"turns": 5 if q else 30, "warmup": 1}),
+            ],
+            2 if q else 3,
+        ),
+        Case(
+            "codex-app-server",
+            [
+                Variant("turn", "turn", {"turns": 20 if q else 100, "warmup": 3}),
+                Variant("latency", "latency", {"turns": 5 if q else 30, "warmup": 1}),
+            ],
+            2 if q else 5,
         ),
     ]
 
@@ -473,7 +491,8 @@ def main() -> int:
         nargs="+",
         metavar="CASE",
         help="run only these cases (turn throughput "
-        "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects)",
+        "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects claude-sdk "
+        "codex-app-server)",
     )
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument(

@@ -23,6 +23,9 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 AGENTS = os.path.join(HERE, "agents")
 clock_ns = time.perf_counter_ns
+# The samples of bench/claude_sdk.py and bench/codex_app_server.py take `expect` from `worker`: when this file runs
+# as the script, that must be this module, or their `Invalid` would not be the one `main` catches.
+sys.modules.setdefault("worker", sys.modules[__name__])
 
 # The per-turn agent's expected result (see agents/turn.sh).
 TURN_MESSAGE = "hello"
@@ -1136,6 +1139,21 @@ def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return sample
 
 
+# --------------------------------------------------------------------------- 19-22. Claude Code and Codex, warm
+
+
+def interactive(module: str, sample: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A sample kept in bench/claude_sdk.py or bench/codex_app_server.py (runnable alone too), imported when run."""
+
+    def run(p: dict[str, Any]) -> dict[str, Any]:
+        import importlib
+
+        values: dict[str, Any] = getattr(importlib.import_module(module), sample)(p)
+        return values
+
+    return run
+
+
 # --------------------------------------------------------------------------- entry point
 
 WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -1169,6 +1187,10 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("dialects", "latency"): dialect_latency,
     ("dialects", "agentproc 0.20"): agentproc020("throughput"),
     ("dialects", "agentproc 0.20 hub"): agentproc020("hub"),
+    ("claude-sdk", "turn"): interactive("claude_sdk", "turn"),
+    ("claude-sdk", "latency"): interactive("claude_sdk", "latency"),
+    ("codex-app-server", "turn"): interactive("codex_app_server", "turn"),
+    ("codex-app-server", "latency"): interactive("codex_app_server", "latency"),
 }
 
 
