@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -107,28 +107,52 @@ def turn(p: dict[str, Any]) -> dict[str, Any]:
 
 def latency(p: dict[str, Any]) -> dict[str, Any]:
     """Partial and permission latency of a warm claude-sdk process, from the relay's stamps to the host's callback."""
-    import trio
     from stamp_relay import Arrivals
-    from worker import expect
 
-    from bridge import Turn
     from bridge.dialects.claude_sdk import ClaudeSdk
-    from bridge.dialects.events import PartialEvent
-    from bridge.permissions import Decision, PermissionRequest
-    from bridge.questions import Questions
-    from bridge.warm_agent import WarmAgent
 
     with claude_setup() as (claude, env, work):
         arrivals = Arrivals(ClaudeSdk, str(work.parent / "stamps"))
         profile = warm_profile(claude, env, work, arrivals.command_prefix(), permissions={"default": "ask"})
 
-        async def main() -> None:
-            async with trio.open_nursery() as nursery:
-                agent = WarmAgent(profile)
-                await agent.start(nursery)
-                for index in range(p["warmup"] + p["turns"]):
-                    questions = Questions()
-                    counted = index >= p["warmup"]
+        def round_of(index: int) -> list[tuple[str, Callable[[Any], bool]]]:
+            streamed = [str(n) for n in range(DELTAS)]
+            return [
+                (f"count {DELTAS}", lambda result: result.reply.split() == streamed),
+                (f"run touch made-{index}", lambda result: (work / f"made-{index}").exists()),
+            ]
+
+        return timed_warm_turns(profile, arrivals, p, round_of, partials_per_round=DELTAS)
+
+
+def timed_warm_turns(
+    profile: Any,
+    arrivals: Any,
+    p: dict[str, Any],
+    round_of: Callable[[int], list[tuple[str, Callable[[Any], bool]]]],
+    partials_per_round: int,
+) -> dict[str, Any]:
+    """Rows 21 and 22's sample, for any warm CLI: `p["warmup"] + p["turns"]` rounds of turns on one agent of
+    `profile` (its command behind the relay of `arrivals`); `round_of(index)` gives each round's (message, check of
+    the result) — one turn streams, one asks permission for a tool, which the host allows. Every partial and
+    permission request of a counted round is timed."""
+    import trio
+    from worker import expect
+
+    from bridge import Turn
+    from bridge.dialects.events import PartialEvent
+    from bridge.permissions import Decision, PermissionRequest
+    from bridge.questions import Questions
+    from bridge.warm_agent import WarmAgent
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile)
+            await agent.start(nursery)
+            for index in range(p["warmup"] + p["turns"]):
+                counted = index >= p["warmup"]
+                for message, check in round_of(index):
+                    questions = Questions()  # one turn's: closed when its turn ends
 
                     def on_event(event: Any, questions: Questions = questions, counted: bool = counted) -> None:
                         if type(event) is PartialEvent:
@@ -137,24 +161,19 @@ def latency(p: dict[str, Any]) -> dict[str, Any]:
                             arrivals.arrived("permission", counted)
                             questions.decide(event.request_id, Decision(allow=True))
 
-                    result = await agent.turn(Turn(f"count {DELTAS}"), on_event)
+                    result = await agent.turn(Turn(message), on_event, questions=questions)
                     expect(
-                        result.ok and result.reply.split() == [str(n) for n in range(DELTAS)],
-                        f"streaming turn is wrong: {result.outcome} {result.reply!r} {result.error}",
+                        result.ok and check(result), f"{message!r}: {result.outcome} {result.reply!r} {result.error}"
                     )
-                    result = await agent.turn(Turn(f"run touch made-{index}"), on_event, questions=questions)
-                    expect(
-                        result.ok and (work / f"made-{index}").exists(),
-                        f"the allowed Bash call did not run: {result.outcome} {result.reply!r} {result.error}",
-                    )
-                await agent.close()
+            await agent.close()
 
-        trio.run(main)
-        delays = arrivals.delays_ms()
-    expect(len(delays["partial"]) >= p["turns"] * DELTAS, f"only {len(delays['partial'])} partials were timed")
-    expect(len(delays["permission"]) == p["turns"], f"{len(delays['permission'])} permission requests timed")
-    expect(min(delays["partial"] + delays["permission"]) > 0, "an event before its chunk's stamp: offsets disagree")
-    return {"delay_ms": delays["partial"], "permission_ms": delays["permission"]}
+    trio.run(main)
+    delays = arrivals.delays_ms()
+    partials, permissions = delays.get("partial", []), delays.get("permission", [])
+    expect(len(partials) >= p["turns"] * partials_per_round, f"only {len(partials)} partials were timed")
+    expect(len(permissions) == p["turns"], f"{len(permissions)} permission requests timed")
+    expect(min(partials + permissions) > 0, "an event before its chunk's stamp: offsets disagree")
+    return {"delay_ms": partials, "permission_ms": permissions}
 
 
 def show(name: str, values: dict[str, list[float]]) -> None:

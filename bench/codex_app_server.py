@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -158,53 +158,24 @@ def turn(p: dict[str, Any]) -> dict[str, Any]:
 
 def latency(p: dict[str, Any]) -> dict[str, Any]:
     """Partial and approval latency of a warm codex app-server, from the relay's stamps to the host's callback."""
-    import trio
+    from claude_sdk import timed_warm_turns
     from stamp_relay import Arrivals
-    from worker import expect
 
-    from bridge import Turn
     from bridge.dialects.codex_app_server import CodexAppServer
-    from bridge.dialects.events import PartialEvent
-    from bridge.permissions import Decision, PermissionRequest
-    from bridge.questions import Questions
-    from bridge.warm_agent import WarmAgent
 
     with tempfile.TemporaryDirectory() as logs:
         arrivals = Arrivals(CodexAppServer, os.path.join(logs, "stamps"))
         words = " ".join(f"w{index}" for index in range(WORDS))
         with codex_setup(arrivals.command_prefix(), permissions={"default": "ask"}) as (_, _, work, profile):
 
-            async def main() -> None:
-                async with trio.open_nursery() as nursery:
-                    agent = WarmAgent(profile)
-                    await agent.start(nursery)
-                    for index in range(p["warmup"] + p["turns"]):
-                        questions = Questions()
-                        counted = index >= p["warmup"]
+            def round_of(index: int) -> list[tuple[str, Callable[[Any], bool]]]:
+                marker = work / f"made-{index}"
+                return [
+                    (f"say {words}", lambda result: result.reply == words),
+                    (f"escalate touch {marker}", lambda result: marker.exists()),
+                ]
 
-                        def on_event(event: Any, questions: Questions = questions, counted: bool = counted) -> None:
-                            if type(event) is PartialEvent:
-                                arrivals.arrived("partial", counted)
-                            elif type(event) is PermissionRequest:
-                                arrivals.arrived("permission", counted)
-                                questions.decide(event.request_id, Decision(allow=True))
-
-                        result = await agent.turn(Turn(f"say {words}"), on_event)
-                        expect(result.ok and result.reply == words, f"streaming turn is wrong: {result.reply!r}")
-                        marker = work / f"made-{index}"
-                        result = await agent.turn(Turn(f"escalate touch {marker}"), on_event, questions=questions)
-                        expect(
-                            result.ok and marker.exists(),
-                            f"the approved command did not run: {result.outcome} {result.reply!r} {result.error}",
-                        )
-                    await agent.close()
-
-            trio.run(main)
-        delays = arrivals.delays_ms()
-    expect(len(delays.get("partial", [])) >= p["turns"] * 10, f"only {len(delays.get('partial', []))} partials timed")
-    expect(len(delays.get("permission", [])) == p["turns"], f"{len(delays.get('permission', []))} approvals timed")
-    expect(min(delays["partial"] + delays["permission"]) > 0, "an event before its chunk's stamp: offsets disagree")
-    return {"delay_ms": delays["partial"], "permission_ms": delays["permission"]}
+            return timed_warm_turns(profile, arrivals, p, round_of, partials_per_round=10)
 
 
 def main() -> None:
