@@ -1,7 +1,7 @@
 """Warm agents: one long-lived process per conversation, many turns, one at a time.
 
-ACP, aionrs and Ante agents keep their session in a process that stays up
-between messages. `WarmAgent` is that process as the bridge sees it, driven
+Claude Code (claude-sdk), codex app-server, ACP, aionrs and Ante agents keep
+their session in a process that stays up between messages. `WarmAgent` is that process as the bridge sees it, driven
 by the same `AgentIO` as a one-turn process (pipes, outbox, drain, reaping)
 and taking its turns through the same `TurnLoop`:
 
@@ -9,7 +9,11 @@ and taking its turns through the same `TurnLoop`:
   like every agent), runs its pumps in `nursery` — the host's pool, or a
   caller's for one turn — and lets its dialect set the session up (a new one,
   or the stored one resumed) within the profile's `start_timeout_secs`;
-- `turn(...)` sends a message and returns the turn's result. Every rule of a
+- when the agent proves the stored session gone, `start` starts it again on
+  a new session (the host is told at the next turn) or fails, as the
+  profile's `on_resume_failure` says;
+- `turn(...)` sends a message and returns the turn's result; `steer(...)`
+  gives the turn in progress another message (`on_busy: steer`). Every rule of a
   turn holds as for a one-process turn: the recorder's caps and precedence,
   the wall and idle deadlines (armed per turn: `AgentIO.begin_turn`), a host
   cancel, permission requests answered by the profile's policy or asked of
@@ -428,7 +432,7 @@ class WarmAgent:
     @property
     def can_steer(self) -> bool:
         """A turn is in progress and the agent's protocol can give it another message (`steer`)."""
-        return self._wake is not None and self.alive and getattr(self._dialect, "can_steer", False)
+        return self._wake is not None and self.alive and self._dialect.can_steer
 
     async def steer(self, turn: Turn) -> bool:
         """Give the turn in progress `turn`'s message (`on_busy: steer`). True once the agent took it into that

@@ -1,8 +1,9 @@
 """What a long-lived agent's dialect is: one process, one session, many turns. Sans-I/O.
 
-ACP, aionrs and Ante agents stay alive for a whole conversation. Their dialect
-is made once per process, told the session to resume (or "" for a new one),
-and then drives the conversation in the family's own words:
+Claude Code (claude-sdk), codex app-server, ACP, aionrs and Ante agents stay
+alive for a whole conversation. Their dialect is made once per process, told
+the session to resume (or "" for a new one), and then drives the conversation
+in the family's own words:
 
 - `open()`: the first bytes of the handshake (ACP `initialize`, Ante
   `StartSession`/`ResumeSession`; b"" when the agent speaks first, as
