@@ -39,18 +39,29 @@ ATTACHMENT_TYPES: tuple[str, ...] = get_args(AttachmentType)
 
 @dataclass(slots=True, frozen=True)
 class Attachment:
-    """A file the user sent with the message, passed to the agent by URL."""
+    """A file the user sent with the message.
+
+    `url` says where it is: an `https://` or `http://` URL, a `data:` URI, or —
+    from the host's own code or the CLI, never from a serve client — a local
+    path. Before the agent starts, the bridge fetches it into the turn's
+    attachments directory: then `path` is that file (absolute), `media_type`
+    its checked type and `size` its bytes. `name` is the file's name for
+    people (from the URL when not given).
+    """
 
     type: AttachmentType
     url: str
     name: str = ""
+    path: str = ""
+    media_type: str = ""
+    size: int | None = None
 
     def __post_init__(self) -> None:
         if self.type not in ATTACHMENT_TYPES:
             raise TurnError(f"attachment type {self.type!r} is not one of {', '.join(ATTACHMENT_TYPES)}")
         if not isinstance(self.url, str) or not self.url:
             raise TurnError("an attachment needs a url (a non-empty string)")
-        for name in ("url", "name"):
+        for name in ("url", "name", "path", "media_type"):
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise TurnError(f"attachment {name} must be a string, not {type(value).__name__}")
@@ -68,8 +79,12 @@ class Attachment:
             raise TurnError(f"attachment {spec!r} should look like TYPE=URL, e.g. image=https://…")
         return cls(type=cast(AttachmentType, kind), url=url)  # __post_init__ refuses a kind not in ATTACHMENT_TYPES
 
-    def to_dict(self) -> dict[str, str]:
-        return {"type": self.type, "url": self.url, "name": self.name}
+    def to_dict(self) -> dict[str, Any]:
+        """Its fields as JSON; `path`, `media_type` and `size` only once it was fetched."""
+        record: dict[str, Any] = {"type": self.type, "url": self.url, "name": self.name}
+        if self.path:
+            record.update(path=self.path, media_type=self.media_type, size=self.size)
+        return record
 
 
 @dataclass(slots=True, frozen=True)
