@@ -36,7 +36,7 @@ import functools
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .dialects.base import shorten
 from .dialects.events import FileRequest
@@ -49,6 +49,7 @@ MAX_SYMLINKS = 40  # as the kernel: a chain longer than this is a loop
 
 # A component on the way, opened only to be looked at or walked from: a FIFO or device opened so never blocks.
 _WALK_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 # Kernel pseudo file systems (their `f_type`): their regular-looking files are kernel state, not an agent's work —
@@ -130,6 +131,39 @@ class FileRoot:
                 view = view[os.write(descriptor, view) :]
         finally:
             os.close(descriptor)
+
+    def directory(self, names: Sequence[str], *, fresh_last: bool = False) -> int:
+        """A descriptor (`O_DIRECTORY`, the caller closes it) of the directory `names` lead to beneath the root,
+        each one made (0o700) when missing. None is followed if it is a symlink — one the agent planted is
+        refused, as is any component that is not a directory — so the bridge never creates, writes or removes
+        outside the root. With `fresh_last` the last one must not exist yet: the caller owns all it holds."""
+        with self._lock:
+            if self._descriptor is None:
+                raise FileRefused("the agent's session is over")
+            current = os.open(".", _DIRECTORY_FLAGS, dir_fd=self._descriptor)
+        try:
+            for index, name in enumerate(names):
+                if not name or name in (".", "..") or "/" in name:
+                    raise FileRefused(f"{name!r} is not a single directory name")
+                try:
+                    os.mkdir(name, 0o700, dir_fd=current)
+                except FileExistsError:
+                    if fresh_last and index == len(names) - 1:
+                        raise FileRefused(f"{name} exists already; the bridge makes it afresh") from None
+                try:
+                    opened = os.open(name, _DIRECTORY_FLAGS, dir_fd=current)
+                except OSError as err:
+                    if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise FileRefused(
+                            f"{name} in {self.path} is a symlink or not a directory; the bridge will not follow it"
+                        ) from None
+                    raise
+                os.close(current)
+                current = opened
+        except BaseException:
+            os.close(current)
+            raise
+        return current
 
     # ------------------------------------------------------------------ resolving
 

@@ -1,0 +1,81 @@
+"""A turn's own directory in the agent's working directory: the attachments the bridge fetched, and the outbox.
+
+`TurnFiles(cwd, turn_id)` makes `<cwd>/.agent-bridge/turns/<turn_id>/` with `attachments/` and `outbox/` in it,
+and `remove()` deletes it when the turn ends. It lives inside the working directory so that a sandbox that binds
+that directory binds these too. The agent owns its working directory and may have put anything there — a
+symlink named `.agent-bridge` that points at the user's home, say — so every directory is made and opened
+through `FileRoot.directory` (never following a symlink), files are created beneath the descriptors held here
+(`O_EXCL | O_NOFOLLOW`), and the removal walks descriptors too (`shutil.rmtree` with `dir_fd`), so nothing the
+agent does redirects a write or a delete outside.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from .agent_files import FileRoot
+from .errors import FileRefused
+
+STATE_DIRECTORY = ".agent-bridge"
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class TurnFiles:
+    """The directory of one turn; `attachments` and `outbox` are the absolute paths of its two sub-directories.
+
+    Raises `FileRefused` when the directory cannot be made safely (the working directory is missing, a
+    component is a symlink, the turn's directory exists already)."""
+
+    def __init__(self, cwd: str, turn_id: str) -> None:
+        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in turn_id)[:64] or "turn"
+        try:
+            root = FileRoot(cwd)
+        except OSError as err:
+            raise FileRefused(f"the working directory {cwd} cannot be opened: {err.strerror}") from None
+        self.directory = os.path.join(root.path, STATE_DIRECTORY, "turns", name)
+        self.attachments = os.path.join(self.directory, "attachments")
+        self.outbox = os.path.join(self.directory, "outbox")
+        self._name = name
+        self._held: list[int] = []  # the working directory, .agent-bridge and turns: where remove() deletes
+        self._attachments_fd = -1
+        self._made = False  # the turn's directory is this object's: remove() deletes it
+        try:
+            for depth in range(3):
+                self._held.append(root.directory([STATE_DIRECTORY, "turns"][:depth]))
+            os.close(root.directory([STATE_DIRECTORY, "turns", name], fresh_last=True))
+            self._made = True
+            self._attachments_fd = root.directory([STATE_DIRECTORY, "turns", name, "attachments"])
+            os.close(root.directory([STATE_DIRECTORY, "turns", name, "outbox"]))
+        except BaseException as err:
+            self.remove()
+            if isinstance(err, OSError):
+                raise FileRefused(f"the turn's directory {self.directory} cannot be made: {err.strerror}") from None
+            raise
+        finally:
+            root.close()
+
+    def create(self, name: str) -> int:
+        """A new file `name` in the attachments directory, open for writing (0o600); the caller closes it."""
+        return os.open(name, _FILE_FLAGS, 0o600, dir_fd=self._attachments_fd)
+
+    def remove(self) -> None:
+        """Delete the turn's directory and all in it, then `turns` and `.agent-bridge` when that leaves them empty
+        (another turn's directory, or anything the agent put there, stays). Once; every step beneath the
+        descriptors held since the directory was made."""
+        if self._attachments_fd >= 0:
+            os.close(self._attachments_fd)
+            self._attachments_fd = -1
+        held, self._held = self._held, []
+        try:
+            if self._made:
+                shutil.rmtree(self._name, dir_fd=held[2], ignore_errors=True)
+            if len(held) == 3:
+                os.rmdir("turns", dir_fd=held[1])
+                os.rmdir(STATE_DIRECTORY, dir_fd=held[0])
+        except OSError:
+            pass  # not empty: it holds another turn's directory, or what the agent put there
+        finally:
+            self._made = False
+            for descriptor in held:
+                os.close(descriptor)
