@@ -85,7 +85,12 @@ class AttachmentPolicy:
         if not extra:
             return self
         return AttachmentPolicy(
-            self.max_file_bytes, self.max_turn_bytes, self.max_count, self.timeout_secs, self.allow_hosts + extra, self.keep
+            self.max_file_bytes,
+            self.max_turn_bytes,
+            self.max_count,
+            self.timeout_secs,
+            self.allow_hosts + extra,
+            self.keep,
         )
 
     def refusal(self, host: str, address: str) -> str | None:
@@ -314,8 +319,7 @@ def checked_media_type(attachment_type: str, declared: str, head: bytes) -> str:
             return declared
         shown = declared or "none"
         raise AttachmentRefused(
-            f"it is sent as an image but its bytes are none of PNG, JPEG, GIF or WebP and its declared type is "
-            f"{shown}"
+            f"it is sent as an image but its bytes are none of PNG, JPEG, GIF or WebP and its declared type is {shown}"
         )
     if declared and declared != "application/octet-stream":
         return declared

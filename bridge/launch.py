@@ -34,6 +34,8 @@ PROTOCOL_VARIABLES = frozenset(
         "AGENT_ATTACHMENTS",
         "AGENT_IMAGE_URL",
         "AGENT_FILE_URL",
+        "AGENT_IMAGE_PATH",
+        "AGENT_FILE_PATH",
     }
 )
 # Linux refuses any single argv or environment string longer than this
@@ -177,10 +179,11 @@ def _protocol_variables(profile: Profile, session_id: str, session_name: str, tu
         )
         if len(turn.attachments) == 1:
             only = turn.attachments[0]
-            if only.type == "image":
-                variables["AGENT_IMAGE_URL"] = only.url
-            elif only.type == "file":
-                variables["AGENT_FILE_URL"] = only.url
+            if only.type in ("image", "file"):
+                kind = only.type.upper()
+                variables[f"AGENT_{kind}_URL"] = only.url
+                if only.path:
+                    variables[f"AGENT_{kind}_PATH"] = only.path
     return variables
 
 

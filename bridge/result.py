@@ -53,6 +53,7 @@ class Outcome(enum.StrEnum):
     CANCELLED = "cancelled"
     SPAWN_FAILED = "spawn_failed"
     NOT_READING = "not_reading"  # the agent left too much of what the bridge wrote to it unread: it was killed
+    ATTACHMENT_FAILED = "attachment_failed"  # an attachment could not be fetched: the agent was never started
     WORKER_LOST = "worker_lost"  # only through PostgreSQL: the worker running the turn died (bridge.host.postgres)
 
     def __str__(self) -> str:
@@ -98,6 +99,7 @@ class Ending:
     timeout: Literal["wall", "idle"] | None = None
     cancelled: bool = False
     spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
+    attachment_failure: str | None = None  # which attachment could not be fetched and why: the agent never ran
     unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
 
 
@@ -261,6 +263,8 @@ class TurnRecorder:
         agent_said_why = self.error_seen and bool(error)
         if outcome is Outcome.NOT_READING:  # the bridge stopped the agent: its reason, not what the agent said
             error, agent_said_why = f"the agent {cause}", False
+        elif outcome is Outcome.ATTACHMENT_FAILED:
+            error, agent_said_why = ending.attachment_failure or "", False
         if unfinished and (last_line := last_stderr_line(stderr_tail)):
             # The dialect's words name no cause ("ended without finishing"); the agent's last stderr line may.
             error = f"{error}; its stderr ends: {last_line}"
@@ -311,6 +315,8 @@ class TurnRecorder:
                     "have waited unread, over the bridge's limit), so it was killed"
                 ),
             )
+        if ending.attachment_failure is not None:
+            return 1, Outcome.ATTACHMENT_FAILED, f"was not started: {ending.attachment_failure}"
         if ending.spawn_failure is not None:
             code, reason = ending.spawn_failure
             return code, Outcome.SPAWN_FAILED, f"could not be started: {reason}"

@@ -51,6 +51,9 @@ async def drive_turn(
     each chunk of the agent's stderr as it is read (the tail is kept anyway).
     When the profile's `permissions` say ask, `emit` gets the `PermissionRequest`
     and the host answers it through `questions` (see `bridge.questions`).
+    The turn's attachments are fetched into its directory before the agent
+    starts (`bridge.attachments`); a failure ends the turn there
+    (`attachment_failed`), and the directory is removed when the turn ends.
     """
     if profile.warm:  # a long-lived agent, started for this one turn
         # Imported here: a one-shot run (the CLI's cold start, bench row 6) does not load the warm engine.
@@ -59,7 +62,41 @@ async def drive_turn(
         return await run_warm_turn(
             profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions, on_stderr=on_stderr
         )
+    if not turn.attachments:
+        return await _one_process(profile, turn, emit, cancel, turn_id, on_stderr, questions, trio.current_time())
+    # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
+    from .attachments import AttachmentFailed, policy_of, prepare_attachments, release
+
     started = trio.current_time()
+    turn_id = turn_id or os.urandom(6).hex()
+    log = turn_logger(profile, turn_id)
+    try:
+        cwd = plan_launch(profile, turn, os.environ).cwd or os.getcwd()
+    except LaunchError:  # it fails to start the same way below, before anything is fetched
+        return await _one_process(profile, turn, emit, cancel, turn_id, on_stderr, questions, started)
+    policy = policy_of(profile)
+    try:
+        turn, files = await prepare_attachments(turn, cwd, turn_id, policy, log, cancel)
+    except AttachmentFailed as err:
+        log.warning("the agent was not started: its attachments were not fetched", reason=str(err), in_result=True)
+        return finish_turn(TurnRecorder(profile), err.ending, "", started, log)
+    try:
+        return await _one_process(profile, turn, emit, cancel, turn_id, on_stderr, questions, started)
+    finally:
+        release(files, policy)
+
+
+async def _one_process(
+    profile: Profile,
+    turn: Turn,
+    emit: Emit | None,
+    cancel: trio.Event | None,
+    turn_id: str | None,
+    on_stderr: Callable[[bytes], None] | None,
+    questions: Questions | None,
+    started: float,
+) -> TurnResult:
+    """A one-process turn whose attachments (if any) are in place."""
     plan: LaunchPlan | None = None
     try:
         plan = plan_launch(profile, turn, os.environ)

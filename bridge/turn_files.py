@@ -59,6 +59,11 @@ class TurnFiles:
         """A new file `name` in the attachments directory, open for writing (0o600); the caller closes it."""
         return os.open(name, _FILE_FLAGS, 0o600, dir_fd=self._attachments_fd)
 
+    def close(self) -> None:
+        """Let go of the directory and leave it in place (a profile that keeps its turns' files)."""
+        self._made = False
+        self.remove()
+
     def remove(self) -> None:
         """Delete the turn's directory and all in it, then `turns` and `.agent-bridge` when that leaves them empty
         (another turn's directory, or anything the agent put there, stays). Once; every step beneath the

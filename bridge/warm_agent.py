@@ -400,6 +400,19 @@ class WarmAgent:
                 questions.close()
             ending = Ending(spawn_failure=(126, "the warm agent is not running"))
             return finish_turn(recorder, ending, "", started, log, warm=True)
+        files = None
+        if turn.attachments:
+            # Imported here: a turn without attachments does not load HTTP and TLS.
+            from .attachments import AttachmentFailed, policy_of, prepare_attachments, release
+
+            policy = policy_of(profile)
+            try:
+                turn, files = await prepare_attachments(turn, self._cwd, os.urandom(6).hex(), policy, log, cancel)
+            except AttachmentFailed as err:
+                if questions is not None:
+                    questions.close()
+                log.warning("the turn did not start: its attachments were not fetched", reason=str(err), in_result=True)
+                return finish_turn(recorder, err.ending, "", started, log, warm=True)
         questions = questions if questions is not None else Questions()
         emit = emit_to(None, on_event)
         loop = TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, io.send, questions)
@@ -426,6 +439,8 @@ class WarmAgent:
             questions.close()
             for steer in self._steers.values():  # the dialect said nothing of them: they run as turns of their own
                 steer.settle(False)
+            if files is not None:
+                release(files, policy)
         self._raise_turn_error()
         return finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
 

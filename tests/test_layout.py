@@ -22,7 +22,7 @@ LAYERS = {
     "profile": 2,
     "agent_files": 3,
     "turn_files": 3,
-    "fetch_policy": 3,
+    "fetch_policy": 0,
     "attachments": 3,
     "launch": 3,
     "cgroups": 3,

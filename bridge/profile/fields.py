@@ -15,6 +15,7 @@ FIELD_NAMES = (
     "resume_args",
     "new_session_args",
     "permissions",
+    "attachments",
     "keep_warm_secs",
     "max_warm",
     "start_timeout_secs",

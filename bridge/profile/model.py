@@ -49,6 +49,7 @@ class Profile:
     resume_args: tuple[str, ...]
     new_session_args: tuple[str, ...]
     permissions: Mapping[str, Any] | None
+    attachments: Mapping[str, Any] | None
     keep_warm_secs: float
     max_warm: int
     start_timeout_secs: float

@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from ..dialects import DEFAULT_PROTOCOL, PROTOCOLS
 from ..errors import Problem, ProfileError
+from ..fetch_policy import DEFAULT_MAX_COUNT, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TURN_BYTES, DEFAULT_TIMEOUT_SECS
 from ..permissions import TOOL_KINDS
 from .argv_rules import argv_problem, environment_problem, stdin_problem
 from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
@@ -62,6 +63,35 @@ class PermissionsModel(BaseModel):
     )
     timeout_secs: Annotated[float, Field(gt=0)] = Field(
         default=120.0, description="How long a question may wait for the host's answer; then the answer is deny."
+    )
+
+
+class AttachmentsModel(BaseModel):
+    """How a turn's attachments are fetched (docs/attachments.md): limits, and the hosts allowed although not public."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    max_file_bytes: Annotated[int, Field(gt=0)] = Field(
+        default=DEFAULT_MAX_FILE_BYTES, description="The largest attachment, in bytes (25 MiB by default)."
+    )
+    max_turn_bytes: Annotated[int, Field(gt=0)] = Field(
+        default=DEFAULT_MAX_TURN_BYTES, description="The most a turn's attachments may bring together (100 MiB)."
+    )
+    max_count: Annotated[int, Field(ge=0)] = Field(
+        default=DEFAULT_MAX_COUNT, description="The most attachments one turn may have (10)."
+    )
+    timeout_secs: Annotated[float, Field(gt=0)] = Field(
+        default=DEFAULT_TIMEOUT_SECS, description="How long fetching all of a turn's attachments may take (60 s)."
+    )
+    allow_hosts: list[Annotated[str, Field(min_length=1)]] = Field(
+        default=[],
+        description="Host names, addresses and CIDR networks that may be fetched from although they are loopback, "
+        "private or link-local (refused by default: a chat user's URL must not reach the bridge's own network).",
+    )
+    keep: bool = Field(
+        default=False,
+        description="Leave each turn's directory (.agent-bridge/turns/<turn id>/ in the agent's working directory) "
+        "when the turn ends, instead of removing it.",
     )
 
 
@@ -102,6 +132,10 @@ class ProfileModel(BaseModel):
         default=None,
         description="Answers to the agent's requests to run a tool (agentproc-0.4 and the warm "
         "protocols). Present: requests are answered by these rules; absent: the agent is told nobody answers.",
+    )
+    attachments: AttachmentsModel | None = Field(
+        default=None,
+        description="How the turn's attachments are fetched into its directory: limits, allowed hosts, keep.",
     )
     keep_warm_secs: Annotated[float, Field(gt=0)] = Field(
         default=600.0,
