@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from .errors import TurnError
+from .fetch_policy import guessed_media_type
 
 
 def text_problem(value: str) -> str | None:
@@ -67,17 +68,24 @@ class Attachment:
                 raise TurnError(f"attachment {name} must be a string, not {type(value).__name__}")
             if problem := text_problem(value):
                 raise TurnError(f"attachment {name} {problem}")
-        if not self.name:
+        if not self.name and self.url[:5].lower() != "data:":  # a data: URI's "path" is its data
             path = urllib.parse.urlsplit(self.url).path
             object.__setattr__(self, "name", posixpath.basename(path.rstrip("/")))
 
     @classmethod
     def parse(cls, spec: str) -> Attachment:
-        """Read the CLI's `TYPE=URL` form."""
+        """Read the CLI's form: `TYPE=URL`, or a bare URL or local path whose type its media type gives (an
+        `image/…` name is an image, `audio/…` audio, `video/…` video, anything else a file)."""
         kind, sep, url = spec.partition("=")
-        if not sep or not url:
-            raise TurnError(f"attachment {spec!r} should look like TYPE=URL, e.g. image=https://…")
-        return cls(type=cast(AttachmentType, kind), url=url)  # __post_init__ refuses a kind not in ATTACHMENT_TYPES
+        if sep and kind in ATTACHMENT_TYPES:
+            if not url:
+                raise TurnError(f"attachment {spec!r} should look like TYPE=URL, e.g. image=https://…")
+            return cls(type=cast(AttachmentType, kind), url=url)
+        if not spec:
+            raise TurnError("an attachment needs a URL or a path")
+        name = posixpath.basename(urllib.parse.urlsplit(spec).path.rstrip("/")) if "://" in spec else spec
+        family = guessed_media_type(name).partition("/")[0]
+        return cls(type=cast(AttachmentType, family if family in ("image", "audio", "video") else "file"), url=spec)
 
     def to_dict(self) -> dict[str, Any]:
         """Its fields as JSON; `path`, `media_type` and `size` only once it was fetched."""

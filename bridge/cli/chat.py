@@ -43,7 +43,7 @@ from ..permissions import PermissionRequest
 from ..profile import Profile
 from ..result import TurnResult
 from ..runner import TurnStream, open_turn
-from ..turn import Turn
+from ..turn import Attachment, Turn
 from ..warm_agent import WarmAgent, start_failure_result
 from .printer import DIM, WARNING, HumanPrinter, paint
 from .terminal import LineReader, ask, ask_question
@@ -57,6 +57,7 @@ PROMPT = "you> "
 HELP = """\
   /new       forget the session: the next message starts a new one
   /session   show the session id (and where it is stored)
+  /attach X  attach a file (a local path or an https/http URL) to the next message
   /help      this list
   /exit      leave (so does Ctrl-D at an empty prompt)
 Ctrl-C stops a running turn. To send a message that starts with /, type // instead."""
@@ -109,6 +110,7 @@ class Chat:
         self.session_id = session_id
         self.session_name = session_name
         self.from_user = from_user
+        self._attachments: list[Attachment] = []  # /attach: for the next message
         self.stdin_fd = stdin_fd
         self.out = out or sys.stdout
         self.err = err or sys.stderr
@@ -192,6 +194,14 @@ class Chat:
                     f"conversation {self.conversation.key!r} of {self.conversation.profile}, "
                     f"stored in {self.conversation.store.location}"
                 )
+        elif name == "/attach":
+            spec = text.split(maxsplit=1)[1] if len(text.split(maxsplit=1)) > 1 else ""
+            try:
+                self._attachments.append(Attachment.parse(spec))
+            except BridgeError as error:
+                self._say(f"not attached: {error}", WARNING)
+            else:
+                self._say(f"attached to the next message: {self._attachments[-1].name or spec}")
         elif name in ("/help", "/?"):
             self._say(HELP)
         else:
@@ -200,7 +210,10 @@ class Chat:
 
     async def _turn(self, message: str) -> None:
         try:
-            turn = Turn(message, session_name=self.session_name, from_user=self.from_user)
+            turn = Turn(
+                message, session_name=self.session_name, from_user=self.from_user, attachments=self._attachments
+            )
+            self._attachments = []
         except BridgeError as error:
             self._say(f"not sent: {error}", WARNING)
             return

@@ -203,11 +203,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         run.add_argument("--from-user", default="", help="who sent the message")
         run.add_argument(
             "--attach",
-            metavar="TYPE=URL",
+            metavar="PATH_OR_URL",
             action="append",
             default=[],
             type=_attachment,
-            help="an attachment, TYPE one of image, file, audio, video (repeatable)",
+            help="a file for the agent: a local path, an https/http URL or a data: URI, fetched before the agent "
+            "starts; its type comes from its name, or write TYPE=URL (image, file, audio, video); repeatable",
         )
         run.add_argument(
             "--timeout", metavar="SECS", type=_seconds(zero_ok=False), help="override the profile's timeout_secs"

@@ -38,6 +38,7 @@ from ..errors import (
     TurnError,
     UnknownProfile,
 )
+from ..fetch_policy import AttachmentRefused, shown_url, source_kind
 from ..host.common import BaseHost, ClientSessionIds
 from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
@@ -225,6 +226,16 @@ def _attachment(item: Any) -> Attachment:
         raise RequestError(INVALID_REQUEST, f"attachment name must be a string, not {_json_type(name)}")
     _check_text("attachment url", url)
     _check_text("attachment name", name)
+    try:
+        source = source_kind(url)
+    except AttachmentRefused as err:
+        raise RequestError(INVALID_REQUEST, f"attachment url {shown_url(url)!r}: {err}") from None
+    if source == "path":
+        raise RequestError(
+            INVALID_REQUEST,
+            "an attachment's url must be an https://, http:// or data: URL; a local path is for the host's own "
+            "code and the CLI, never a serve client",
+        )
     return Attachment(type=kind, url=url, name=name)
 
 
