@@ -42,6 +42,7 @@ from .fetch_policy import (
     shown_url,
     size_text,
     source_kind,
+    source_kind_or_none,
 )
 from .result import Ending
 from .turn import Attachment, Turn
@@ -303,7 +304,7 @@ async def _fetch_http(
         if isinstance(answer, Attachment):
             return answer
         url = urllib.parse.urljoin(url, answer)
-        if source_kind(url) != "http":
+        if source_kind_or_none(url) != "http":
             raise AttachmentRefused("its server redirected it to a URL that is not http or https")
     raise AttachmentRefused(f"its server redirected it more than {MAX_REDIRECTS} times")
 

@@ -119,8 +119,8 @@ def _carried(ip: Address) -> list[Address]:
             found.append(ip.ipv4_mapped)
         if ip.sixtofour is not None:
             found.append(ip.sixtofour)
-        if ip in _NAT64:
-            found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        if ip in _NAT64:  # the translator's prefix says nothing of the host: the IPv4 address it carries does
+            found[0] = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if ip.teredo is not None:
             found.extend(ip.teredo)
     return found

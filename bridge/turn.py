@@ -77,7 +77,7 @@ class Attachment:
         """Read the CLI's form: `TYPE=URL`, or a bare URL or local path whose type its media type gives (an
         `image/…` name is an image, `audio/…` audio, `video/…` video, anything else a file)."""
         kind, sep, url = spec.partition("=")
-        if sep and kind in ATTACHMENT_TYPES:
+        if sep and kind.isalpha() and kind.isascii():  # TYPE=URL (a path like notes=1.txt is written ./notes=1.txt)
             if not url:
                 raise TurnError(f"attachment {spec!r} should look like TYPE=URL, e.g. image=https://…")
             return cls(type=cast(AttachmentType, kind), url=url)

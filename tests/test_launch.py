@@ -201,7 +201,8 @@ def test_attachments() -> None:
 
 def test_attachment_parsing_and_validation() -> None:
     assert Attachment.parse("video=https://v/clip.mp4") == Attachment("video", "https://v/clip.mp4", "clip.mp4")
-    for bad in ("https://x", "image=", "sticker=https://x"):
+    assert Attachment.parse("https://x/a.png") == Attachment("image", "https://x/a.png")  # its type from its name
+    for bad in ("", "image=", "sticker=https://x"):
         with pytest.raises(TurnError):
             Attachment.parse(bad)
 

@@ -211,7 +211,7 @@ class Chat:
     async def _turn(self, message: str) -> None:
         try:
             turn = Turn(
-                message, session_name=self.session_name, from_user=self.from_user, attachments=self._attachments
+                message, session_name=self.session_name, from_user=self.from_user, attachments=tuple(self._attachments)
             )
             self._attachments = []
         except BridgeError as error:

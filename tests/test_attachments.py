@@ -1,0 +1,483 @@
+"""Attachments in: the address rule, names and types (pure), the turn's directory, and fetching from a real HTTP
+server on loopback (allowed only by an explicit exception: the default refuses loopback before connecting)."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import bridge
+import bridge.log
+from bridge.attachments import AttachmentFailed, prepare_attachments
+from bridge.fetch_policy import (
+    AttachmentPolicy,
+    AttachmentRefused,
+    checked_media_type,
+    decode_data_uri,
+    http_target,
+    safe_name,
+    shown_url,
+    source_kind,
+)
+from bridge.supervisor import drive_turn
+from bridge.turn import Attachment, Turn
+from bridge.turn_files import TurnFiles
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 40
+JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 40
+LOG = bridge.log.get_logger()
+
+# ---------------------------------------------------------------------- the address rule (pure)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "::1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",  # cloud metadata
+        "fe80::1",
+        "224.0.0.1",
+        "ff02::1",
+        "0.0.0.0",
+        "::",
+        "100.64.0.1",
+        "::ffff:127.0.0.1",  # IPv4-mapped
+        "::ffff:169.254.169.254",
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "2002:a9fe:a9fe::",  # 6to4 of 169.254.169.254
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+        "fc00::1",
+        "240.0.0.1",
+    ],
+)
+def test_addresses_not_public_are_refused_by_default(address: str) -> None:
+    assert AttachmentPolicy().refusal("files.example", address) is not None
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "64:ff9b::5db8:d822"])
+def test_public_addresses_pass(address: str) -> None:
+    assert AttachmentPolicy().refusal("files.example", address) is None
+
+
+def test_exceptions_only_by_an_explicit_host_or_network() -> None:
+    policy = AttachmentPolicy(allow_hosts=("Files.Internal.", "10.0.0.0/8", "::1"))
+    assert policy.refusal("files.internal", "10.9.9.9") is None
+    assert policy.refusal("files.internal", "192.168.0.1") is None  # the host is named: all its addresses
+    assert policy.refusal("other", "10.2.3.4") is None
+    assert policy.refusal("other", "::1") is None
+    assert policy.refusal("other", "127.0.0.1") is not None
+    assert policy.refusal("other", "169.254.169.254") is not None
+    assert AttachmentPolicy().with_hosts(["127.0.0.1"]).refusal("x", "127.0.0.1") is None
+
+
+def test_schemes_other_than_http_data_and_paths_are_refused() -> None:
+    assert source_kind("https://a/b") == source_kind("HTTP://a/b") == "http"
+    assert source_kind("data:,x") == "data"
+    assert source_kind("/tmp/x.png") == source_kind("cat.png") == source_kind("./a:b") == "path"
+    for url in ("file:///etc/passwd", "ftp://x/y", "gopher://x", "javascript:alert(1)"):
+        with pytest.raises(AttachmentRefused, match="scheme"):
+            source_kind(url)
+
+
+def test_a_url_is_shown_without_credentials_or_query() -> None:
+    url = "https://bob:hunter2@files.example:8443/a/cat.png?token=SECRET#frag"
+    assert shown_url(url) == "https://files.example:8443/a/cat.png"
+    assert "SECRET" not in shown_url(url) and "hunter2" not in shown_url(url)
+    assert shown_url("data:image/png;base64," + "A" * 1000).startswith("data:image/png;base64,… (")
+    with pytest.raises(AttachmentRefused) as refused:
+        http_target(url)
+    assert "hunter2" not in str(refused.value) and "bob" not in str(refused.value)
+
+
+def test_names_are_sanitised_and_unique() -> None:
+    taken: set[str] = set()
+    assert safe_name("../../etc/passwd", taken) == "passwd"
+    assert safe_name("..", taken) == "attachment"
+    assert safe_name(".bashrc", taken) == "bashrc"
+    assert safe_name("a\x00b\nc.txt", taken) == "a_b_c.txt"
+    assert safe_name("C:\\Users\\x\\photo.png", taken) == "photo.png"
+    assert safe_name("photo.png", taken) == "photo-2.png"
+    assert safe_name("PHOTO.png", taken) == "PHOTO-3.png"
+    long = safe_name("é" * 300 + ".jpeg", taken)
+    assert long.endswith(".jpeg") and len(long.encode()) <= 120
+    assert safe_name("", taken, "attachment-7") == "attachment-7"
+
+
+def test_an_image_type_is_checked_against_its_bytes() -> None:
+    assert checked_media_type("image", "image/png", PNG) == "image/png"
+    assert checked_media_type("image", "application/octet-stream", JPEG) == "image/jpeg"
+    assert checked_media_type("image", "", b"RIFF\0\0\0\0WEBPVP8 ") == "image/webp"
+    assert checked_media_type("image", "image/gif", b"GIF89a....") == "image/gif"
+    assert checked_media_type("image", "image/heic", b"\0\0\0\x18ftypheic") == "image/heic"  # unchecked, as declared
+    with pytest.raises(AttachmentRefused, match="declared image/png but its bytes are JPEG"):
+        checked_media_type("image", "image/png", JPEG)
+    with pytest.raises(AttachmentRefused, match="not PNG"):
+        checked_media_type("image", "image/png", b"<html>")
+    with pytest.raises(AttachmentRefused, match="none of PNG"):
+        checked_media_type("image", "text/html", b"<html>")
+    assert checked_media_type("file", "", b"%PDF-1.7") == "application/octet-stream"
+    assert checked_media_type("file", "application/pdf", b"%PDF-1.7") == "application/pdf"
+
+
+def test_data_uris() -> None:
+    assert decode_data_uri("data:image/png;base64," + base64.b64encode(PNG).decode(), 1000) == ("image/png", PNG)
+    assert decode_data_uri("data:,hello%20world", 1000) == ("text/plain", b"hello world")  # RFC 2397: not base64
+    with pytest.raises(AttachmentRefused, match="not valid base64"):
+        decode_data_uri("data:image/png;base64,not*base64!", 1000)
+    with pytest.raises(AttachmentRefused, match="no ','"):
+        decode_data_uri("data:image/png;base64", 1000)
+    with pytest.raises(AttachmentRefused, match="over 10 bytes"):
+        decode_data_uri("data:;base64," + base64.b64encode(b"x" * 100).decode(), 10)
+
+
+def test_the_cli_form_takes_a_bare_path_or_url() -> None:
+    assert Attachment.parse("image=https://x/y").type == "image"
+    assert Attachment.parse("./cat.PNG").type == "image"
+    assert Attachment.parse("https://x/report.pdf?sig=1") == Attachment("file", "https://x/report.pdf?sig=1")
+    assert Attachment.parse("/tmp/a=b.mp3").type == "audio"
+    assert Attachment.parse("data:image/png;base64,AA==").name == ""
+
+
+# ---------------------------------------------------------------------- the turn's directory
+
+
+def test_the_turn_directory_is_made_and_removed(tmp_path: Path) -> None:
+    files = TurnFiles(str(tmp_path), "t1")
+    assert files.attachments == str(tmp_path / ".agent-bridge/turns/t1/attachments")
+    assert os.path.isdir(files.outbox)
+    os.close(files.create("x"))
+    (tmp_path / "mine.txt").write_text("the agent's")
+    files.remove()
+    assert sorted(os.listdir(tmp_path)) == ["mine.txt"]
+    files.remove()  # once
+
+
+def test_a_planted_symlink_is_never_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / ".agent-bridge").symlink_to(elsewhere)
+    with pytest.raises(bridge.errors.FileRefused, match="symlink"):
+        TurnFiles(str(cwd), "t1")
+    assert list(elsewhere.iterdir()) == []
+    (cwd / ".agent-bridge").unlink()
+    (cwd / ".agent-bridge" / "turns").mkdir(parents=True)
+    (cwd / ".agent-bridge" / "turns" / "t2").symlink_to(elsewhere)
+    with pytest.raises(bridge.errors.FileRefused, match="exists already"):
+        TurnFiles(str(cwd), "t2")
+    assert list(elsewhere.iterdir()) == []
+    assert (cwd / ".agent-bridge" / "turns" / "t2").is_symlink()  # not ours: not removed
+
+
+# ---------------------------------------------------------------------- a real HTTP server on loopback
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    requests: list[str] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, kind: str = "application/octet-stream", **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", headers.pop("length", str(len(body))))
+        for key, value in headers.items():
+            self.send_header(key.replace("_", "-"), value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.requests.append(self.path)
+        path = self.path.split("?")[0]
+        if path == "/cat.png":
+            self._send(200, PNG, "image/png")
+        elif path == "/notes.txt":
+            self._send(200, b"some notes\n", "text/plain; charset=utf-8")
+        elif path == "/empty":
+            self._send(200, b"", "text/plain")
+        elif path == "/lying.png":
+            self._send(200, JPEG, "image/png")
+        elif path == "/huge":  # says so at once
+            self._send(200, b"", length=str(10**9))
+        elif path == "/endless":  # no length: the limit cuts it while it streams
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunk = b"x" * 65536
+            try:
+                for _ in range(2000):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except OSError:
+                pass
+        elif path == "/slow":
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            try:
+                for _ in range(100):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                pass
+        elif path == "/redirect":
+            self._send(302, b"", Location="/cat.png")
+        elif path == "/loop":
+            self._send(302, b"", Location="/loop")
+        elif path == "/to-metadata":
+            self._send(302, b"", Location="http://169.254.169.254/latest/meta-data/")
+        elif path == "/to-file":
+            self._send(302, b"", Location="file:///etc/passwd")
+        else:
+            self._send(404, b"no")
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.daemon_threads = True
+    _Handler.requests = []
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+LOOPBACK = AttachmentPolicy(allow_hosts=("127.0.0.1",))
+
+
+async def fetch(tmp_path: Path, *attachments: Attachment, policy: AttachmentPolicy = LOOPBACK) -> Turn:
+    turn, files = await prepare_attachments(Turn("hi", attachments=attachments), str(tmp_path), "t", policy, LOG)
+    assert files is not None
+    return turn
+
+
+async def refused(tmp_path: Path, *attachments: Attachment, policy: AttachmentPolicy = LOOPBACK) -> str:
+    with pytest.raises(AttachmentFailed) as failed:
+        await fetch(tmp_path, *attachments, policy=policy)
+    assert not (tmp_path / ".agent-bridge").exists()  # nothing half-written is left
+    message = failed.value.ending.attachment_failure
+    assert message is not None
+    return message
+
+
+async def test_files_are_fetched_at_once_with_their_checked_types(tmp_path: Path, server: str) -> None:
+    turn = await fetch(
+        tmp_path,
+        Attachment("image", f"{server}/cat.png?sig=1"),
+        Attachment("file", f"{server}/notes.txt", name="../notes.txt"),
+        Attachment("image", f"{server}/redirect", name="cat.png"),
+        Attachment("file", f"{server}/empty"),
+        Attachment("image", "data:image/png;base64," + base64.b64encode(PNG).decode()),
+    )
+    cat, notes, redirected, empty, data = turn.attachments
+    directory = tmp_path / ".agent-bridge/turns/t/attachments"
+    assert cat.path == str(directory / "cat.png") and Path(cat.path).read_bytes() == PNG
+    assert (cat.media_type, cat.size) == ("image/png", len(PNG))
+    assert notes.path == str(directory / "notes.txt") and notes.media_type == "text/plain"
+    assert notes.name == "../notes.txt"  # the name for people is kept; the file's name is sanitised
+    assert redirected.path == str(directory / "cat-2.png")
+    assert (empty.size, Path(empty.path).read_bytes()) == (0, b"")
+    assert data.path == str(directory / "attachment-5.png") or Path(data.path).read_bytes() == PNG
+    assert cat.to_dict()["path"] == cat.path
+
+
+async def test_a_lying_server_is_refused(tmp_path: Path, server: str) -> None:
+    message = await refused(tmp_path, Attachment("image", f"{server}/lying.png"))
+    assert message.startswith("attachment 'lying.png' (http://127.0.0.1:")
+    assert "declared image/png but its bytes are JPEG" in message
+
+
+async def test_an_empty_image_is_refused(tmp_path: Path, server: str) -> None:
+    assert "bytes are none of PNG" in await refused(tmp_path, Attachment("image", f"{server}/empty"))
+
+
+async def test_sizes_are_enforced_while_streaming(tmp_path: Path, server: str) -> None:
+    small = AttachmentPolicy(allow_hosts=("127.0.0.1",), max_file_bytes=1_000_000)
+    assert "the largest file allowed" in await refused(tmp_path, Attachment("file", f"{server}/huge"), policy=small)
+    message = await refused(tmp_path, Attachment("file", f"{server}/endless"), policy=small)
+    assert "the largest file allowed (attachments.max_file_bytes)" in message
+    both = AttachmentPolicy(allow_hosts=("127.0.0.1",), max_turn_bytes=60)
+    assert "come to over 60 bytes together" in await refused(
+        tmp_path, Attachment("file", f"{server}/cat.png"), Attachment("file", f"{server}/cat.png"), policy=both
+    )
+
+
+async def test_the_total_time_is_bounded(tmp_path: Path, server: str) -> None:
+    quick = AttachmentPolicy(allow_hosts=("127.0.0.1",), timeout_secs=0.5)
+    started = trio.current_time()
+    assert "within 0.5 s" in await refused(tmp_path, Attachment("file", f"{server}/slow"), policy=quick)
+    assert trio.current_time() - started < 3
+
+
+async def test_loopback_is_refused_by_default_before_connecting(tmp_path: Path, server: str) -> None:
+    message = await refused(tmp_path, Attachment("file", f"{server}/notes.txt"), policy=AttachmentPolicy())
+    assert "127.0.0.1 resolves to 127.0.0.1, a loopback address" in message
+    message = await refused(tmp_path, Attachment("file", "http://localhost:9/x"), policy=AttachmentPolicy())
+    assert "a loopback address" in message
+    assert _Handler.requests == []
+
+
+async def test_every_redirect_is_checked(tmp_path: Path, server: str) -> None:
+    message = await refused(tmp_path, Attachment("file", f"{server}/to-metadata"))
+    assert "169.254.169.254, a link-local address" in message
+    assert "not http or https" in await refused(tmp_path, Attachment("file", f"{server}/to-file"))
+    assert "more than 5 times" in await refused(tmp_path, Attachment("file", f"{server}/loop"))
+
+
+async def test_bad_input(tmp_path: Path, server: str) -> None:
+    assert "404" in await refused(tmp_path, Attachment("file", f"{server}/missing"))
+    assert "not valid base64" in await refused(tmp_path, Attachment("file", "data:;base64,%%%"))
+    assert "scheme ftp:" in await refused(tmp_path, Attachment("file", "ftp://x/y"))
+    many = [Attachment("file", f"{server}/notes.txt")] * 10_000
+    assert "10000 attachments, over the 10 allowed" in await refused(tmp_path, *many)
+    assert "not a regular file" in await refused(tmp_path, Attachment("file", "/dev/null"))
+    assert "No such file" in await refused(tmp_path, Attachment("file", str(tmp_path / "nope")))
+
+
+async def test_a_url_with_credentials_is_refused_and_never_logged(tmp_path: Path, server: str) -> None:
+    lines: list[str] = []
+    bridge.log.configure_logging("debug", "json")
+    url = server.replace("http://", "http://bob:hunter2@") + "/notes.txt?token=SECRET"
+    profile = bridge.Profile(command=["true"], attachments={"allow_hosts": ["127.0.0.1"]}, cwd=str(tmp_path))
+    with bridge.log.records_to(lines.append):
+        result = await drive_turn(profile, Turn("hi", attachments=[Attachment("file", url)]))
+    bridge.log.configure_logging("warning", "json")
+    assert result.outcome == "attachment_failed" and result.exit_code == 1
+    assert "credentials" in result.error
+    text = "".join(lines) + json.dumps(result.to_dict())
+    assert lines and "hunter2" not in text and "SECRET" not in text
+
+
+async def test_a_cancel_while_fetching(tmp_path: Path, server: str) -> None:
+    cancel = trio.Event()
+    profile = bridge.Profile(command=["true"], attachments={"allow_hosts": ["127.0.0.1"]}, cwd=str(tmp_path))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_set_later, cancel)
+        result = await drive_turn(
+            profile, Turn("hi", attachments=[Attachment("file", f"{server}/slow")]), cancel=cancel
+        )
+    assert (result.outcome, result.exit_code) == ("cancelled", 130)
+    assert not (tmp_path / ".agent-bridge").exists()
+
+
+async def _set_later(event: trio.Event) -> None:
+    await trio.sleep(0.3)
+    event.set()
+
+
+# ---------------------------------------------------------------------- through the engine and its front doors
+
+READER = """#!/bin/sh
+printf 'image=%s\\n' "$AGENT_IMAGE_PATH"
+cat "$AGENT_IMAGE_PATH" | od -An -c | head -1
+printf '%s\\n' "$AGENT_ATTACHMENTS"
+"""
+
+
+def reader_profile(tmp_path: Path, **fields: Any) -> Path:
+    script = tmp_path / "reader.sh"
+    script.write_text(READER)
+    script.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    profile = {"command": [str(script)], "cwd": str(work), "attachments": {"allow_hosts": ["127.0.0.1"]}, **fields}
+    path = tmp_path / "reader.yaml"
+    path.write_text(json.dumps(profile))
+    return path
+
+
+async def test_an_agentproc_01_agent_reads_its_file(tmp_path: Path, server: str) -> None:
+    profile = bridge.load_profile(reader_profile(tmp_path), cache=False)
+    result = await drive_turn(profile, Turn("look", attachments=[Attachment("image", f"{server}/cat.png")]))
+    assert result.ok, result.error
+    work = tmp_path / "work"
+    first, second, third = result.reply.splitlines()
+    assert first.startswith(f"image={work}/.agent-bridge/turns/") and first.endswith("/attachments/cat.png")
+    assert "P   N   G" in second
+    [entry] = json.loads(third)
+    assert entry["path"] == first.removeprefix("image=") and entry["media_type"] == "image/png"
+    assert entry["size"] == len(PNG) and entry["url"] == f"{server}/cat.png"
+    assert list(work.iterdir()) == []  # removed at the turn's end
+
+
+async def test_a_profile_may_keep_the_files(tmp_path: Path, server: str) -> None:
+    profile = bridge.load_profile(
+        reader_profile(tmp_path, attachments={"allow_hosts": ["127.0.0.1"], "keep": True}), cache=False
+    )
+    result = await drive_turn(profile, Turn("look", attachments=[Attachment("image", f"{server}/cat.png")]))
+    kept = Path(result.reply.splitlines()[0].removeprefix("image="))
+    assert kept.read_bytes() == PNG
+
+
+def test_run_attach_a_local_path(tmp_path: Path) -> None:
+    import subprocess
+
+    picture = tmp_path / "cat.png"
+    picture.write_bytes(PNG)
+    run = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", str(reader_profile(tmp_path)), "look", "--attach", str(picture)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[0].endswith("/attachments/cat.png")
+
+
+def test_run_attach_fails_the_turn_before_the_agent_starts(tmp_path: Path) -> None:
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", str(reader_profile(tmp_path)), "look", "--json", "--attach",
+         "http://169.254.169.254/latest/meta-data/"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result["outcome"] == "attachment_failed"
+    assert "attachment 'meta-data' (http://169.254.169.254/latest/meta-data/)" in result["error"]
+    assert "link-local" in result["error_reply"]
+
+
+async def test_through_the_host(tmp_path: Path, server: str) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    reader_profile(tmp_path).rename(profiles / "reader.yaml")
+    async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3") as host:
+        result = await host.submit("reader", "c1", Turn("look", attachments=[Attachment("image", f"{server}/cat.png")]))
+    assert result.ok, result.error
+    assert result.reply.splitlines()[0].endswith("/attachments/cat.png")
+
+
+def test_serve_refuses_a_local_path() -> None:
+    from bridge.cli.serve import parse_turn
+
+    for url, why in [("/etc/passwd", "a local path is for the host's own code"), ("file:///x", "scheme file:")]:
+        request = {"type": "turn", "id": "1", "profile": "p", "conversation": "c", "message": "m"}
+        with pytest.raises(bridge.errors.RequestError, match=why):
+            parse_turn({**request, "attachments": [{"type": "file", "url": url}]})
+    assert parse_turn({**request, "attachments": [{"type": "file", "url": "https://x/y"}]})
