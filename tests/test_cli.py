@@ -382,6 +382,8 @@ def test_no_message_and_a_terminal_on_stdin_is_a_usage_error():
 
 def test_every_run_option_reaches_the_agent(tmp_path):
     profile = agent_profile(tmp_path, ENV_DUMP)
+    (tmp_path / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(8))
+    (tmp_path / "doc.pdf").write_bytes(b"%PDF-1.7")
     done = cli(
         "run",
         str(profile),
@@ -394,9 +396,9 @@ def test_every_run_option_reaches_the_agent(tmp_path):
         "--from-user",
         "alice",
         "--attach",
-        "image=https://x.test/cat.png",
+        str(tmp_path / "cat.png"),
         "--attach",
-        "file=https://x.test/doc.pdf",
+        f"file={tmp_path / 'doc.pdf'}",
         "--no-stream",
     )
     assert done.returncode == 0, done.stderr
@@ -412,10 +414,18 @@ def test_every_run_option_reaches_the_agent(tmp_path):
         "AGENT_PROTOCOL_VERSION": "0.1",
         "AGENT_ATTACHMENTS": env["AGENT_ATTACHMENTS"],
     }
-    assert json.loads(env["AGENT_ATTACHMENTS"]) == [
-        {"type": "image", "url": "https://x.test/cat.png", "name": "cat.png"},
-        {"type": "file", "url": "https://x.test/doc.pdf", "name": "doc.pdf"},
+    fetched = [(item.pop("path"), item) for item in json.loads(env["AGENT_ATTACHMENTS"])]
+    assert [item for _, item in fetched] == [
+        {"type": "image", "url": str(tmp_path / "cat.png"), "name": "cat.png", "media_type": "image/png", "size": 16},
+        {
+            "type": "file",
+            "url": str(tmp_path / "doc.pdf"),
+            "name": "doc.pdf",
+            "media_type": "application/pdf",
+            "size": 8,
+        },
     ]
+    assert all(path.endswith(f"/attachments/{item['name']}") for path, item in fetched)
 
 
 def test_bad_profiles_and_bad_arguments_exit_2_saying_what_is_wrong(tmp_path):
@@ -425,7 +435,7 @@ def test_bad_profiles_and_bad_arguments_exit_2_saying_what_is_wrong(tmp_path):
         ("run", missing, "x"): f"{missing}: no such profile file",
         ("run", str(typo), "x"): f"{typo}:2: unknown key 'timout_secs'; did you mean 'timeout_secs'?",
         ("run", echo, "x", "--timeout", "soon"): "'soon' is not a number of seconds",
-        ("run", echo, "x", "--attach", "cat.png"): "TYPE=URL",
+        ("run", echo, "x", "--attach", "sticker=https://x/y"): "attachment type 'sticker' is not one of",
         ("run", echo, "x", "--no-such-option"): "unrecognized arguments",
     }
     for (args, complaint), done in zip(cases.items(), cli_at_once(*cases)):

@@ -35,6 +35,7 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
         "resume_args": [],
         "new_session_args": [],
         "permissions": None,
+        "attachments": None,
         "keep_warm_secs": 600,
         "max_warm": 16,
         "start_timeout_secs": 60,

@@ -192,7 +192,7 @@ async def test_a_turn_is_accepted_streams_and_ends_with_a_full_result(serve: Any
             "tag=x session=s-1",
             from_user="ann",
             session_name="default",
-            attachments=[{"type": "image", "url": "https://x/cat.png"}],
+            attachments=[{"type": "image", "url": "data:image/gif;base64,R0lGODlhAQABAAAAACw="}],
         )
     )
     responses = await client.until("result", "t1")
@@ -530,6 +530,8 @@ STRING_FIELDS = [
 def with_field(field: str, value: Any) -> dict[str, Any]:
     """A valid turn request (as parse_turn sees it) with `field` set to `value`."""
     request = {"type": "turn", "id": "x", "profile": "p", "conversation": "c", "message": "m"}
+    if field == "attachment url" and isinstance(value, str):
+        value = "https://h/" + value  # a serve client's url is an URL: a bare path is refused
     if field.startswith("attachment "):
         return {**request, "attachments": [{"type": "file", "url": "https://h/r.pdf", field.split()[1]: value}]}
     return {**request, field: value}

@@ -540,22 +540,28 @@ async def test_agent_variables_are_set_and_win_over_profile_env(make_agent):
 
 
 @pytest.mark.parametrize(
-    ("attachments", "image_url", "file_url"),
+    ("attachments", "image", "file"),
     [
-        ([("image", "https://x.test/a/cat.png")], "https://x.test/a/cat.png", None),
-        ([("file", "https://x.test/report.pdf")], None, "https://x.test/report.pdf"),
-        ([("audio", "https://x.test/v.ogg")], None, None),
-        ([("image", "https://x.test/1.png"), ("image", "https://x.test/2.png")], None, None),
+        ([("image", "cat.png")], "cat.png", None),
+        ([("file", "report.pdf")], None, "report.pdf"),
+        ([("audio", "v.ogg")], None, None),
+        ([("image", "1.png"), ("image", "2.png")], None, None),
     ],
 )
-async def test_attachment_variables(make_agent, attachments, image_url, file_url):
-    turn_attachments = tuple(bridge.Attachment(kind, url) for kind, url in attachments)
+async def test_attachment_variables(make_agent, tmp_path, attachments, image, file):
+    for _, name in attachments:
+        (tmp_path / name).write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(8))
+    turn_attachments = tuple(bridge.Attachment(kind, str(tmp_path / name)) for kind, name in attachments)
     env = await agent_env(make_agent, turn={"attachments": turn_attachments})
-    assert json.loads(env["AGENT_ATTACHMENTS"]) == [
-        {"type": kind, "url": url, "name": url.rsplit("/", 1)[1]} for kind, url in attachments
+    entries = json.loads(env["AGENT_ATTACHMENTS"])
+    assert [(item["type"], item["url"], item["name"]) for item in entries] == [
+        (kind, str(tmp_path / name), name) for kind, name in attachments
     ]
-    assert env.get("AGENT_IMAGE_URL") == image_url
-    assert env.get("AGENT_FILE_URL") == file_url
+    assert all(item["path"].endswith(f"/attachments/{item['name']}") and item["size"] == 16 for item in entries)
+    for kind, expected in (("IMAGE", image), ("FILE", file)):
+        assert env.get(f"AGENT_{kind}_URL") == (str(tmp_path / expected) if expected else None)
+        assert (env.get(f"AGENT_{kind}_PATH") or "").endswith(f"/attachments/{expected}" if expected else "")
+        assert (f"AGENT_{kind}_PATH" in env) == bool(expected)
 
 
 # --------------------------------------------------------------------------- argv, cwd, {{PROFILE_DIR}}
