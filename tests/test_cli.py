@@ -50,6 +50,7 @@ RESULT_FIELDS = {
 SPEC_FIELDS = {
     "command",
     "args",
+    "attachments",
     "protocol",
     "resume_args",
     "new_session_args",
