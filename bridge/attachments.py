@@ -27,12 +27,11 @@ from typing import Any
 import h11
 import trio
 
-from .errors import BridgeError, FileRefused
+from .errors import AttachmentFailed, AttachmentRefused, FileRefused
 from .fetch_policy import (
     MAX_REDIRECTS,
     SNIFF_BYTES,
     AttachmentPolicy,
-    AttachmentRefused,
     checked_media_type,
     decode_data_uri,
     guessed_media_type,
@@ -48,19 +47,16 @@ from .result import Ending
 from .turn import Attachment, Turn
 from .turn_files import TurnFiles
 
-__all__ = ["AttachmentFailed", "policy_of", "prepare_attachments", "release"]
+__all__ = ["AttachmentFailed", "ending_of", "policy_of", "prepare_attachments", "release"]
 
 _CHUNK = 64 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _USER_AGENT = "agent-bridge (attachment fetch)"
 
 
-class AttachmentFailed(BridgeError):
-    """The turn ends before its agent starts: `ending` says how (an attachment failed, or the host cancelled)."""
-
-    def __init__(self, ending: Ending) -> None:
-        super().__init__(ending.attachment_failure or "cancelled while fetching the attachments")
-        self.ending = ending
+def ending_of(failure: AttachmentFailed) -> Ending:
+    """How a turn whose attachments failed ends (its result's outcome: `attachment_failed`, or `cancelled`)."""
+    return Ending(cancelled=True) if failure.cancelled else Ending(attachment_failure=failure.message)
 
 
 def policy_of(profile: Any, allow_hosts: tuple[str, ...] = ()) -> AttachmentPolicy:
@@ -103,7 +99,7 @@ def release(files: TurnFiles | None, policy: AttachmentPolicy) -> None:
 
 
 def _failed(message: str) -> AttachmentFailed:
-    return AttachmentFailed(Ending(attachment_failure=message))
+    return AttachmentFailed(message)
 
 
 @dataclass(slots=True)
@@ -166,7 +162,7 @@ async def _fetch_all(
             f"the attachments were not all fetched within {policy.timeout_secs:g} s (attachments.timeout_secs)"
         )
     if any(item is None for item in fetched):
-        raise AttachmentFailed(Ending(cancelled=True))
+        raise AttachmentFailed("cancelled while fetching the attachments", cancelled=True)
     return tuple(item for item in fetched if item is not None)
 
 

@@ -15,6 +15,8 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── LaunchError                        the agent could not be started (`exit_code` 126 or 127)
     ├── WarmStartError                     a warm agent could not start, or its session not be set up
     ├── FileRefused                        an agent's file request is refused (the message is its answer)
+    ├── AttachmentRefused                  an attachment cannot be fetched, or is not what it says
+    ├── AttachmentFailed                   a turn ends before its agent starts: an attachment failed (or a cancel)
     ├── HostClosed                         the host is shutting down and takes no new turns
     ├── QueueFull                          every slot is busy and the queue is full
     ├── DuplicateTurn (ValueError)         a turn with this id is already in flight
@@ -118,6 +120,20 @@ class FileRefused(BridgeError):
 
 
 # ---------------------------------------------------------------------------- the host
+
+
+class AttachmentRefused(BridgeError):
+    """An attachment cannot be fetched or is not what it says; the message is the reason, safe to show and log."""
+
+
+class AttachmentFailed(BridgeError):
+    """A turn ends before its agent starts: an attachment failed (the message names it and why), or the host
+    cancelled the turn while its attachments were fetched (`cancelled`)."""
+
+    def __init__(self, message: str, *, cancelled: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.cancelled = cancelled
 
 
 class HostClosed(BridgeError):

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .errors import BridgeError
+from .errors import AttachmentRefused as AttachmentRefused  # re-exported, as bridge.errors says
 
 MIB = 1024 * 1024
 # Defaults a chat platform fits: Telegram's bots download up to 20 MB, Discord's uploads are 10-25 MB and a message
@@ -46,10 +46,6 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: not private by name, never the user's host
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-class AttachmentRefused(BridgeError):
-    """An attachment cannot be fetched or is not what it says; the message is the reason, safe to show and log."""
 
 
 @dataclass(slots=True, frozen=True)

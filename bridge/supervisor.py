@@ -65,7 +65,7 @@ async def drive_turn(
     if not turn.attachments:
         return await _one_process(profile, turn, emit, cancel, turn_id, on_stderr, questions, trio.current_time())
     # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
-    from .attachments import AttachmentFailed, policy_of, prepare_attachments, release
+    from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments, release
 
     started = trio.current_time()
     turn_id = turn_id or os.urandom(6).hex()
@@ -79,7 +79,7 @@ async def drive_turn(
         turn, files = await prepare_attachments(turn, cwd, turn_id, policy, log, cancel)
     except AttachmentFailed as err:
         log.warning("the agent was not started: its attachments were not fetched", reason=str(err), in_result=True)
-        return finish_turn(TurnRecorder(profile), err.ending, "", started, log)
+        return finish_turn(TurnRecorder(profile), ending_of(err), "", started, log)
     try:
         return await _one_process(profile, turn, emit, cancel, turn_id, on_stderr, questions, started)
     finally:

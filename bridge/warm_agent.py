@@ -403,7 +403,7 @@ class WarmAgent:
         files = None
         if turn.attachments:
             # Imported here: a turn without attachments does not load HTTP and TLS.
-            from .attachments import AttachmentFailed, policy_of, prepare_attachments, release
+            from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments, release
 
             policy = policy_of(profile)
             try:
@@ -412,7 +412,7 @@ class WarmAgent:
                 if questions is not None:
                     questions.close()
                 log.warning("the turn did not start: its attachments were not fetched", reason=str(err), in_result=True)
-                return finish_turn(recorder, err.ending, "", started, log, warm=True)
+                return finish_turn(recorder, ending_of(err), "", started, log, warm=True)
         questions = questions if questions is not None else Questions()
         emit = emit_to(None, on_event)
         loop = TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, io.send, questions)

@@ -20,9 +20,9 @@ import trio
 import bridge
 import bridge.log
 from bridge.attachments import AttachmentFailed, prepare_attachments
+from bridge.errors import AttachmentRefused
 from bridge.fetch_policy import (
     AttachmentPolicy,
-    AttachmentRefused,
     checked_media_type,
     decode_data_uri,
     http_target,
@@ -279,9 +279,7 @@ async def refused(tmp_path: Path, *attachments: Attachment, policy: AttachmentPo
     with pytest.raises(AttachmentFailed) as failed:
         await fetch(tmp_path, *attachments, policy=policy)
     assert not (tmp_path / ".agent-bridge").exists()  # nothing half-written is left
-    message = failed.value.ending.attachment_failure
-    assert message is not None
-    return message
+    return failed.value.message
 
 
 async def test_files_are_fetched_at_once_with_their_checked_types(tmp_path: Path, server: str) -> None:

@@ -27,6 +27,7 @@ from ..dialects import MAX_SESSION_ID_CHARS, ActivityEvent, LineSplitter, Partia
 from ..dialects.events import QuestionRequest
 from ..errors import (
     AnswerRefused,
+    AttachmentRefused,
     BridgeError,
     DuplicateTurn,
     HostClosed,
@@ -38,7 +39,7 @@ from ..errors import (
     TurnError,
     UnknownProfile,
 )
-from ..fetch_policy import AttachmentRefused, shown_url, source_kind
+from ..fetch_policy import shown_url, source_kind
 from ..host.common import BaseHost, ClientSessionIds
 from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
