@@ -15,6 +15,7 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── LaunchError                        the agent could not be started (`exit_code` 126 or 127)
     ├── WarmStartError                     a warm agent could not start, or its session not be set up
     ├── FileRefused                        an agent's file request is refused (the message is its answer)
+    ├── OutboxError                        a turn's outbox cannot be made, or a file in it read
     ├── HostClosed                         the host is shutting down and takes no new turns
     ├── QueueFull                          every slot is busy and the queue is full
     ├── DuplicateTurn (ValueError)         a turn with this id is already in flight
@@ -118,6 +119,10 @@ class FileRefused(BridgeError):
 
 
 # ---------------------------------------------------------------------------- the host
+
+
+class OutboxError(BridgeError):
+    """A turn's outbox cannot be made, or a file the agent left in it read as it was collected."""
 
 
 class HostClosed(BridgeError):

@@ -34,6 +34,7 @@ PROTOCOL_VARIABLES = frozenset(
         "AGENT_ATTACHMENTS",
         "AGENT_IMAGE_URL",
         "AGENT_FILE_URL",
+        "AGENT_OUTBOX",
     }
 )
 # Linux refuses any single argv or environment string longer than this

@@ -30,7 +30,7 @@ from .dialects import (
     Usage,
     UsageEvent,
 )
-from .dialects.events import QuestionRequest
+from .dialects.events import FileEvent, QuestionRequest
 from .launch import withheld_credentials
 from .permissions import PermissionRequest
 from .profile import Profile
@@ -78,6 +78,10 @@ class TurnResult:
     """Tokens and cost, when the agent reported them (JSON families do)."""
     folded_into: str = ""
     """The turn this message was steered into (`on_busy: steer`): that turn's result carries the reply."""
+    files: tuple[FileEvent, ...] = ()
+    """The files the agent left in its outbox, as its `FileEvent`s reported them (docs/protocol.md §5)."""
+    files_note: str = ""
+    """What the outbox held that was not sent (over the bounds, not a regular file), for the user; "" when none."""
 
     @property
     def ok(self) -> bool:
@@ -87,6 +91,7 @@ class TurnResult:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         fields["outcome"] = self.outcome.value
         fields["usage"] = self.usage.to_dict() if self.usage is not None else None
+        fields["files"] = [_file_fields(file) for file in self.files]
         return fields
 
 
@@ -366,6 +371,12 @@ def folded_result(profile: Profile, turn_id: str, session_id: str, duration_ms: 
     its own — the reply of the turn it was folded into answers it."""
     result = TurnRecorder(profile).finish(Ending(returncode=0), duration_ms=duration_ms)
     return dataclasses.replace(result, session_id=session_id, folded_into=turn_id)
+
+
+def _file_fields(file: FileEvent) -> dict[str, Any]:
+    record = file.to_dict()
+    del record["event"]
+    return record
 
 
 def _mib(size: int) -> str:

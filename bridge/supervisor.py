@@ -12,6 +12,7 @@ dialect is driven the same way: a new agent family never touches this module.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -20,8 +21,9 @@ import trio
 
 from .agent_io import AgentIO, TurnLimits
 from .dialects import SessionEvent
-from .errors import LaunchError
+from .errors import LaunchError, OutboxError
 from .launch import LaunchPlan, plan_launch
+from .outbox import hand_out, make_outbox, outbox_directory, remove_outbox
 from .process import start
 from .profile import Profile
 from .questions import Questions
@@ -61,10 +63,19 @@ async def drive_turn(
         )
     started = trio.current_time()
     plan: LaunchPlan | None = None
+    outbox = ""
     try:
         plan = plan_launch(profile, turn, os.environ)
+        outbox = outbox_directory(plan.cwd or os.getcwd())
+        try:
+            make_outbox(outbox)
+        except (OSError, OutboxError) as err:
+            raise LaunchError(126, f"the turn's outbox cannot be made: {err}") from None
+        plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": outbox})
         agent = await start(plan, kill_grace_secs=profile.kill_grace_secs)  # first: what follows overlaps its start
     except LaunchError as err:
+        if outbox:
+            remove_outbox(outbox)
         log = _turn_logger(profile, turn_id, plan)
         log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)
         ending = Ending(spawn_failure=(err.exit_code, err.message))
@@ -93,11 +104,12 @@ async def drive_turn(
     except BaseException:
         with trio.CancelScope(shield=True):
             await io.abandon()
+        remove_outbox(outbox)
         log.info("turn abandoned by the host; agent stopped", exit_code=130)
         raise
     finally:
         agent.close()
-    return finish_turn(recorder, ending, io.stderr_text(), started, log)
+    return await hand_out(outbox, profile, finish_turn(recorder, ending, io.stderr_text(), started, log), emit, log)
 
 
 def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None) -> Any:

@@ -70,6 +70,8 @@ SPEC_FIELDS = {
     "kill_grace_secs",
     "max_reply_chars",
     "truncation_suffix",
+    "outbox_max_files",
+    "outbox_max_bytes",
     "include_stderr_in_reply",
     "send_error_reply",
     "streaming",

@@ -22,6 +22,7 @@ LAYERS = {
     "profile": 2,
     "agent_files": 3,
     "launch": 3,
+    "outbox": 3,
     "cgroups": 3,
     "keeper": 3,
     "agent_io": 3,
