@@ -105,7 +105,7 @@ def collect(directory: str, *, max_files: int = DEFAULT_MAX_FILES, max_bytes: in
     if too_many:
         notes.append(f"{_listed(too_many)} not sent: a turn sends at most {max_files} files")
     if too_big:
-        notes.append(f"{_listed(too_big)} not sent: a turn sends at most {_size(max_bytes)} in all")
+        notes.append(f"{_listed(too_big)} not sent: a turn sends at most {human_size(max_bytes)} in all")
     if not_files:
         notes.append(f"{_listed(not_files)} not sent: only regular files are (no links, directories or devices)")
     return Collected(tuple(files), "; ".join(notes))
@@ -145,7 +145,7 @@ def read_file(file: FileEvent, max_bytes: int | None = None) -> bytes:
         if not stat.S_ISREG(info.st_mode) or info.st_size != file.size:
             raise OutboxError(f"the file {file.name!r} changed after the turn ended; it is not sent")
         if max_bytes is not None and file.size > max_bytes:
-            raise OutboxError(f"the file {file.name!r} is {_size(file.size)}, over {_size(max_bytes)}")
+            raise OutboxError(f"the file {file.name!r} is {human_size(file.size)}, over {human_size(max_bytes)}")
         data = handle.read(file.size + 1)
     if len(data) != file.size:
         raise OutboxError(f"the file {file.name!r} changed after the turn ended; it is not sent")
@@ -185,5 +185,10 @@ def _listed(names: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _size(size: int) -> str:
-    return f"{size / (1024 * 1024):g} MiB" if size >= 1024 * 1024 else f"{size} bytes"
+def human_size(size: int) -> str:
+    """`size` bytes for a person: `512 bytes`, `1.5 KiB`, `50.0 MiB`."""
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / (1024 * 1024):.1f} MiB"

@@ -154,7 +154,7 @@ def test_a_huge_file_is_dropped_with_a_note(make_agent, tmp_path: Path) -> None:
     events: list[object] = []
     result = bridge.run_turn_sync(profile, bridge.Turn("hi"), on_event=events.append)
     assert [file.name for file in result.files] == ["small.txt"]
-    assert "'video.mp4' not sent: a turn sends at most 1000000 bytes in all" in result.files_note
+    assert "'video.mp4' not sent: a turn sends at most 976.6 KiB in all" in result.files_note
     assert "'passwd' not sent: only regular files" in result.files_note
     notices = [event for event in events if isinstance(event, bridge.ActivityEvent) and event.activity == "notice"]
     assert [notice.text for notice in notices] == [result.files_note]
