@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from test_cli import agent_profile, cli, ndjson
 
 import bridge
 from bridge.dialects.events import FileEvent
@@ -191,3 +192,28 @@ def test_a_cancelled_turn_leaves_no_outbox(make_agent, tmp_path: Path) -> None:
 
     trio.run(main)
     assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_run_json_shows_the_files_before_the_result_and_on_it(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = agent_profile(tmp_path, TWO_FILES, cwd=str(work))
+    done = cli("run", str(profile), "x", "--json")
+    events = ndjson(done.stdout)
+    assert [event["event"] for event in events] == ["file", "file", "result"]
+    assert [event["name"] for event in events[:2]] == ["chart.png", "report.txt"]
+    assert events[2]["files"] == [
+        {key: value for key, value in event.items() if key != "event"} for event in events[:2]
+    ]
+    assert Path(events[1]["path"]).read_text() == "two lines\nof report\n"  # run leaves them for the user
+
+
+def test_run_names_each_file_on_a_line_of_its_own(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = agent_profile(tmp_path, TWO_FILES, cwd=str(work))
+    done = cli("run", str(profile), "x")
+    assert done.stdout == "done\n"
+    lines = [line for line in done.stderr.splitlines() if line.startswith("file: ")]
+    assert len(lines) == 2
+    assert lines[0].endswith("/outbox/chart.png (108 bytes, image/png)")
