@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
+import trio.testing
+from hostkit import Lab
 from test_cli import agent_profile, cli, ndjson
+from test_serve import Client
 
 import bridge
+from bridge.cli.serve import Server
 from bridge.dialects.events import FileEvent
 from bridge.errors import OutboxError
 from bridge.outbox import collect, make_outbox, read_file, remove_outbox
@@ -217,3 +225,90 @@ def test_run_names_each_file_on_a_line_of_its_own(tmp_path: Path) -> None:
     lines = [line for line in done.stderr.splitlines() if line.startswith("file: ")]
     assert len(lines) == 2
     assert lines[0].endswith("/outbox/chart.png (108 bytes, image/png)")
+
+
+def files_lab(tmp_path: Path) -> Lab:
+    lab = Lab(tmp_path)
+    (tmp_path / "work").mkdir()
+    agent_profile(lab.profiles, TWO_FILES, name="maker", cwd=str(tmp_path / "work"))
+    return lab
+
+
+@asynccontextmanager
+async def serving(lab: Lab, file_ttl: float = 600) -> AsyncIterator[Client]:
+    host = bridge.open_host(lab.profiles, state=lab.state)
+    client_sends, server_receives = trio.testing.memory_stream_one_way_pair()
+    server_sends, client_receives = trio.testing.memory_stream_one_way_pair()
+    server = Server(host, server_receives, server_sends, file_ttl=file_ttl)
+    ended = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            async with host:
+                await server.run()
+            ended.set()
+
+        nursery.start_soon(run)
+        client = Client(client_sends, client_receives)
+        yield client
+        await client.close()
+        with trio.fail_after(10):
+            await ended.wait()  # serve ends at EOF
+
+
+def maker_turn(request_id: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "turn", "id": request_id, "profile": "maker", "conversation": request_id, "message": "go", **fields}
+
+
+async def test_serve_sends_each_file_by_path_before_the_result_and_deletes_it_on_ack(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    async with serving(lab) as client:
+        await client.send(maker_turn("t1"))
+        responses = await client.until("result", "t1")
+        assert [response["type"] for response in responses] == ["accepted", "file", "file", "result"]
+        chart, report = responses[1], responses[2]
+        assert (chart["name"], chart["size"], chart["media_type"], "data" in chart) == (
+            "chart.png",
+            108,
+            "image/png",
+            False,
+        )
+        assert Path(report["path"]).read_text() == "two lines\nof report\n"
+        assert [file["name"] for file in responses[3]["files"]] == ["chart.png", "report.txt"]
+        await client.send({"type": "ack_file", "id": "t1", "file": "report.txt"})
+        await client.send({"type": "ack_file", "id": "t1", "file": "report.txt"})
+        error = await client.receive()
+        assert (error["type"], error["code"], error["id"]) == ("error", "unknown_file", "t1")
+        assert not Path(report["path"]).exists() and Path(chart["path"]).exists()
+        await client.send({"type": "ack_file", "id": "t1", "file": "chart.png"})
+        await client.send({"type": "stats", "id": "s"})
+        await client.until("stats", "s")
+        assert list((tmp_path / "work").iterdir()) == []  # the last ack took the turn's directory with it
+
+
+async def test_serve_inlines_files_below_the_size_the_turn_asks_for(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    async with serving(lab) as client:
+        await client.send(maker_turn("t1", inline_files_max_bytes=50))
+        responses = await client.until("result", "t1")
+        chart, report = responses[1], responses[2]
+        assert "data" not in chart and Path(chart["path"]).exists()
+        assert base64.b64decode(report["data"]) == b"two lines\nof report\n"
+        assert not Path(report["path"]).exists()  # sent whole: nothing to acknowledge
+        await client.send(maker_turn("t2", inline_files_max_bytes=-1))
+        error = await client.receive()
+        assert error["code"] == "invalid_request" and "inline_files_max_bytes" in error["message"]
+
+
+async def test_serve_deletes_files_nobody_acknowledged_in_time_and_at_its_end(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    async with serving(lab, file_ttl=0.3) as client:
+        await client.send(maker_turn("t1"))
+        responses = await client.until("result", "t1")
+        await trio.sleep(0.6)
+        assert not Path(responses[1]["path"]).exists()
+        assert list((tmp_path / "work").iterdir()) == []
+        await client.send(maker_turn("t2"))
+        responses = await client.until("result", "t2")
+        assert Path(responses[1]["path"]).exists()
+    assert list((tmp_path / "work").iterdir()) == []  # the bot went away: serve took its files with it
