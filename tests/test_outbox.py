@@ -312,3 +312,17 @@ async def test_serve_deletes_files_nobody_acknowledged_in_time_and_at_its_end(tm
         responses = await client.until("result", "t2")
         assert Path(responses[1]["path"]).exists()
     assert list((tmp_path / "work").iterdir()) == []  # the bot went away: serve took its files with it
+
+
+async def test_the_host_and_a_turn_stream_see_the_files(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    seen: list[object] = []
+    async with bridge.open_host(lab.profiles, state=lab.state) as host:
+        result = await host.submit("maker", "c", bridge.Turn("go"), on_event=seen.append)
+    assert [file.name for file in result.files] == ["chart.png", "report.txt"]
+    assert [event for event in seen if isinstance(event, FileEvent)] == list(result.files)
+    profile = bridge.load_profile(lab.profiles / "maker.yaml")
+    async with bridge.open_turn(profile, bridge.Turn("go")) as stream:
+        events = [event async for event in stream]
+    assert [type(event).__name__ for event in events] == ["FileEvent", "FileEvent", "TurnResult"]
+    assert stream.result.files == tuple(events[:2])
