@@ -39,34 +39,27 @@ class Collected:
     note: str = ""
 
 
-def outbox_directory(cwd: str) -> str:
-    """A new turn's outbox for an agent working in `cwd` (the directory is not made: see `make_outbox`).
+def make_outbox(cwd: str) -> str:
+    """Make a new turn's (empty) outbox for an agent working in `cwd`, and return it; "" when `cwd` is not a
+    directory (the agent's start fails on it with its own error).
 
-    Named by a random id, not the host's turn id: two hosts sharing a working directory may both
-    have a `turn-1`, and a turn id may hold characters no path should.
+    `<cwd>/.agent-bridge/turns/<random id>/outbox`: named by a random id, not the host's turn id, as
+    two hosts sharing a working directory may both have a `turn-1`. The agent may have planted a link
+    in its working directory (`.agent-bridge -> /etc`): each component is made with `mkdir` and then
+    checked with `lstat`, so the outbox is never made at the end of a link (`OutboxError`).
     """
-    return os.path.join(cwd, ".agent-bridge", "turns", secrets.token_hex(8), "outbox")
-
-
-def make_outbox(directory: str) -> None:
-    """Create the (empty) outbox `directory` and its parents; an existing symlink on the way is refused.
-
-    The agent may have planted a link in its working directory (`.agent-bridge -> /etc`): each
-    component is made with `mkdir` and then checked with `lstat`, so the outbox is never made at
-    the end of a link.
-    """
-    path = os.path.abspath(directory)
-    parts = path.split(os.sep)
-    current = os.sep
-    for part in parts[1:]:
+    if not os.path.isdir(cwd):
+        return ""
+    current = os.path.abspath(cwd)
+    for part in (".agent-bridge", "turns", secrets.token_hex(8), "outbox"):
         current = os.path.join(current, part)
         try:
             os.mkdir(current, 0o700)
         except FileExistsError:
             pass
-        info = os.lstat(current)
-        if not stat.S_ISDIR(info.st_mode):
+        if not stat.S_ISDIR(os.lstat(current).st_mode):
             raise OutboxError(f"{current} is not a directory (a link planted there?)")
+    return current
 
 
 def collect(directory: str, *, max_files: int = DEFAULT_MAX_FILES, max_bytes: int = DEFAULT_MAX_BYTES) -> Collected:

@@ -23,7 +23,7 @@ from .agent_io import AgentIO, TurnLimits
 from .dialects import SessionEvent
 from .errors import LaunchError, OutboxError
 from .launch import LaunchPlan, plan_launch
-from .outbox import hand_out, make_outbox, outbox_directory, remove_outbox
+from .outbox import hand_out, make_outbox, remove_outbox
 from .process import start
 from .profile import Profile
 from .questions import Questions
@@ -66,12 +66,12 @@ async def drive_turn(
     outbox = ""
     try:
         plan = plan_launch(profile, turn, os.environ)
-        outbox = outbox_directory(plan.cwd or os.getcwd())
         try:
-            make_outbox(outbox)
+            outbox = make_outbox(plan.cwd or os.getcwd())
         except (OSError, OutboxError) as err:
             raise LaunchError(126, f"the turn's outbox cannot be made: {err}") from None
-        plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": outbox})
+        if outbox:
+            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": outbox})
         agent = await start(plan, kill_grace_secs=profile.kill_grace_secs)  # first: what follows overlaps its start
     except LaunchError as err:
         if outbox:
@@ -104,12 +104,14 @@ async def drive_turn(
     except BaseException:
         with trio.CancelScope(shield=True):
             await io.abandon()
-        remove_outbox(outbox)
+        if outbox:
+            remove_outbox(outbox)
         log.info("turn abandoned by the host; agent stopped", exit_code=130)
         raise
     finally:
         agent.close()
-    return await hand_out(outbox, profile, finish_turn(recorder, ending, io.stderr_text(), started, log), emit, log)
+    result = finish_turn(recorder, ending, io.stderr_text(), started, log)
+    return await hand_out(outbox, profile, result, emit, log) if outbox else result
 
 
 def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None) -> Any:

@@ -46,6 +46,8 @@ RESULT_FIELDS = {
     "truncated",
     "usage",
     "folded_into",
+    "files",
+    "files_note",
 }
 SPEC_FIELDS = {
     "command",
@@ -413,7 +415,9 @@ def test_every_run_option_reaches_the_agent(tmp_path):
         "AGENT_STREAMING": "0",
         "AGENT_PROTOCOL_VERSION": "0.1",
         "AGENT_ATTACHMENTS": env["AGENT_ATTACHMENTS"],
+        "AGENT_OUTBOX": env["AGENT_OUTBOX"],
     }
+    assert env["AGENT_OUTBOX"].endswith("/outbox")
     assert json.loads(env["AGENT_ATTACHMENTS"]) == [
         {"type": "image", "url": "https://x.test/cat.png", "name": "cat.png"},
         {"type": "file", "url": "https://x.test/doc.pdf", "name": "doc.pdf"},

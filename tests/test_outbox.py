@@ -104,13 +104,13 @@ def test_make_outbox_refuses_a_planted_link(tmp_path: Path) -> None:
     target.mkdir()
     (tmp_path / ".agent-bridge").symlink_to(target)
     with pytest.raises(OutboxError, match="not a directory"):
-        make_outbox(str(tmp_path / ".agent-bridge" / "turns" / "x" / "outbox"))
+        make_outbox(str(tmp_path))
     assert list(target.iterdir()) == []
 
 
 def test_remove_outbox_removes_the_turn_directories_it_made(tmp_path: Path) -> None:
-    outbox = tmp_path / ".agent-bridge" / "turns" / "x" / "outbox"
-    make_outbox(str(outbox))
+    outbox = Path(make_outbox(str(tmp_path)))
+    assert outbox.parent.parent == tmp_path / ".agent-bridge" / "turns"
     (outbox / "f").write_text("x")
     remove_outbox(str(outbox))
     assert list(tmp_path.iterdir()) == []
