@@ -91,7 +91,7 @@ class TurnResult:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         fields["outcome"] = self.outcome.value
         fields["usage"] = self.usage.to_dict() if self.usage is not None else None
-        fields["files"] = [_file_fields(file) for file in self.files]
+        fields["files"] = [dataclasses.asdict(file) for file in self.files]
         return fields
 
 
@@ -371,12 +371,6 @@ def folded_result(profile: Profile, turn_id: str, session_id: str, duration_ms: 
     its own — the reply of the turn it was folded into answers it."""
     result = TurnRecorder(profile).finish(Ending(returncode=0), duration_ms=duration_ms)
     return dataclasses.replace(result, session_id=session_id, folded_into=turn_id)
-
-
-def _file_fields(file: FileEvent) -> dict[str, Any]:
-    record = file.to_dict()
-    del record["event"]
-    return record
 
 
 def _mib(size: int) -> str:

@@ -34,15 +34,8 @@ from .questions import QuestionAnswer, Questions
 from .result import Ending, TurnRecorder, TurnResult
 
 HostEvent = (
-    PartialEvent
-    | SessionEvent
-    | ErrorEvent
-    | ActivityEvent
-    | PermissionRequest
-    | QuestionRequest
-    | FileEvent
-    | TurnResult
-)
+    PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | QuestionRequest | FileEvent
+) | TurnResult
 # Delivers one event to the host, in order: the turn waits until it returns.
 Emit = Callable[[HostEvent], Awaitable[None]]
 # A host's callbacks, each sync or async (see `emit_to`).

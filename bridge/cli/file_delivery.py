@@ -12,6 +12,7 @@ has.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 from typing import Any
 
@@ -41,8 +42,7 @@ class FileDeliveries:
     def offer(self, turn: str, file: FileEvent, inline_max_bytes: int) -> dict[str, Any]:
         """The `file` response's fields for `file`: with `data` (and deleted) when it is at most
         `inline_max_bytes`, else its path, waiting for `ack_file`."""
-        record = file.to_dict()
-        del record["event"]
+        record: dict[str, Any] = dataclasses.asdict(file)
         if file.size <= inline_max_bytes:
             try:
                 record["data"] = base64.b64encode(read_file(file, inline_max_bytes)).decode("ascii")

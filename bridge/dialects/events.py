@@ -38,7 +38,7 @@ read it). `Usage` and `PlanStep`, values inside events, are frozen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Literal
 
 from ..permissions import PermissionRequest
@@ -324,13 +324,7 @@ class FileEvent:
     media_type: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "event": self.kind,
-            "name": self.name,
-            "path": self.path,
-            "size": self.size,
-            "media_type": self.media_type,
-        }
+        return {"event": self.kind, **asdict(self)}
 
 
 @dataclass(slots=True)
