@@ -17,6 +17,7 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── FileRefused                        an agent's file request is refused (the message is its answer)
     ├── AttachmentRefused                  an attachment cannot be fetched, or is not what it says
     ├── AttachmentFailed                   a turn ends before its agent starts: an attachment failed (or a cancel)
+    ├── OutboxError                        a turn's outbox cannot be made, or a file in it read
     ├── HostClosed                         the host is shutting down and takes no new turns
     ├── QueueFull                          every slot is busy and the queue is full
     ├── DuplicateTurn (ValueError)         a turn with this id is already in flight
@@ -134,6 +135,10 @@ class AttachmentFailed(BridgeError):
         super().__init__(message)
         self.message = message
         self.cancelled = cancelled
+
+
+class OutboxError(BridgeError):
+    """A turn's outbox cannot be made, or a file the agent left in it read as it was collected."""
 
 
 class HostClosed(BridgeError):

@@ -36,6 +36,7 @@ PROTOCOL_VARIABLES = frozenset(
         "AGENT_FILE_URL",
         "AGENT_IMAGE_PATH",
         "AGENT_FILE_PATH",
+        "AGENT_OUTBOX",
     }
 )
 # Linux refuses any single argv or environment string longer than this

@@ -30,7 +30,7 @@ from .dialects import (
     Usage,
     UsageEvent,
 )
-from .dialects.events import QuestionRequest
+from .dialects.events import FileEvent, QuestionRequest
 from .launch import withheld_credentials
 from .permissions import PermissionRequest
 from .profile import Profile
@@ -79,6 +79,10 @@ class TurnResult:
     """Tokens and cost, when the agent reported them (JSON families do)."""
     folded_into: str = ""
     """The turn this message was steered into (`on_busy: steer`): that turn's result carries the reply."""
+    files: tuple[FileEvent, ...] = ()
+    """The files the agent left in its outbox, as its `FileEvent`s reported them (docs/protocol.md §5)."""
+    files_note: str = ""
+    """What the outbox held that was not sent (over the bounds, not a regular file), for the user; "" when none."""
 
     @property
     def ok(self) -> bool:
@@ -88,6 +92,7 @@ class TurnResult:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         fields["outcome"] = self.outcome.value
         fields["usage"] = self.usage.to_dict() if self.usage is not None else None
+        fields["files"] = [dataclasses.asdict(file) for file in self.files]
         return fields
 
 

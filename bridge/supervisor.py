@@ -12,6 +12,7 @@ dialect is driven the same way: a new agent family never touches this module.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -20,8 +21,9 @@ import trio
 
 from .agent_io import AgentIO, TurnLimits
 from .dialects import SessionEvent
-from .errors import LaunchError
+from .errors import LaunchError, OutboxError
 from .launch import LaunchPlan, plan_launch
+from .outbox import hand_out, make_outbox, remove_outbox
 from .process import start
 from .profile import Profile
 from .questions import Questions
@@ -98,10 +100,19 @@ async def _one_process(
 ) -> TurnResult:
     """A one-process turn whose attachments (if any) are in place."""
     plan: LaunchPlan | None = None
+    outbox = ""
     try:
         plan = plan_launch(profile, turn, os.environ)
+        try:
+            outbox = make_outbox(plan.cwd or os.getcwd())
+        except (OSError, OutboxError) as err:
+            raise LaunchError(126, f"the turn's outbox cannot be made: {err}") from None
+        if outbox:
+            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": outbox})
         agent = await start(plan, kill_grace_secs=profile.kill_grace_secs)  # first: what follows overlaps its start
     except LaunchError as err:
+        if outbox:
+            remove_outbox(outbox)
         log = _turn_logger(profile, turn_id, plan)
         log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)
         ending = Ending(spawn_failure=(err.exit_code, err.message))
@@ -130,11 +141,14 @@ async def _one_process(
     except BaseException:
         with trio.CancelScope(shield=True):
             await io.abandon()
+        if outbox:
+            remove_outbox(outbox)
         log.info("turn abandoned by the host; agent stopped", exit_code=130)
         raise
     finally:
         agent.close()
-    return finish_turn(recorder, ending, io.stderr_text(), started, log)
+    result = finish_turn(recorder, ending, io.stderr_text(), started, log)
+    return await hand_out(outbox, profile, result, emit, log) if outbox else result
 
 
 def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None) -> Any:

@@ -26,14 +26,16 @@ from typing import Any, cast
 import trio
 
 from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
-from .dialects.events import QuestionRequest
+from .dialects.events import FileEvent, QuestionRequest
 from .log import get_logger
 from .permissions import Decision, PermissionPolicy, PermissionRequest
 from .profile import Profile
 from .questions import QuestionAnswer, Questions
 from .result import Ending, TurnRecorder, TurnResult
 
-HostEvent = PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | QuestionRequest | TurnResult
+HostEvent = (
+    PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | QuestionRequest | FileEvent
+) | TurnResult
 # Delivers one event to the host, in order: the turn waits until it returns.
 Emit = Callable[[HostEvent], Awaitable[None]]
 # A host's callbacks, each sync or async (see `emit_to`).

@@ -46,6 +46,8 @@ RESULT_FIELDS = {
     "truncated",
     "usage",
     "folded_into",
+    "files",
+    "files_note",
 }
 SPEC_FIELDS = {
     "command",
@@ -71,6 +73,8 @@ SPEC_FIELDS = {
     "kill_grace_secs",
     "max_reply_chars",
     "truncation_suffix",
+    "outbox_max_files",
+    "outbox_max_bytes",
     "include_stderr_in_reply",
     "send_error_reply",
     "streaming",
@@ -414,7 +418,9 @@ def test_every_run_option_reaches_the_agent(tmp_path):
         "AGENT_STREAMING": "0",
         "AGENT_PROTOCOL_VERSION": "0.1",
         "AGENT_ATTACHMENTS": env["AGENT_ATTACHMENTS"],
+        "AGENT_OUTBOX": env["AGENT_OUTBOX"],
     }
+    assert env["AGENT_OUTBOX"].endswith("/outbox")
     fetched = [(item.pop("path"), item) for item in json.loads(env["AGENT_ATTACHMENTS"])]
     assert [item for _, item in fetched] == [
         {"type": "image", "url": str(tmp_path / "cat.png"), "name": "cat.png", "media_type": "image/png", "size": 16},

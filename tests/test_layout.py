@@ -25,6 +25,7 @@ LAYERS = {
     "fetch_policy": 0,
     "attachments": 3,
     "launch": 3,
+    "outbox": 3,
     "cgroups": 3,
     "keeper": 3,
     "agent_io": 3,

@@ -228,8 +228,10 @@ def test_result_to_dict_has_every_field_of_the_spec() -> None:
         "truncated",
         "usage",
         "folded_into",
+        "files",
+        "files_note",
     }
-    assert record["outcome"] == "ok" and record["usage"] is None
+    assert record["outcome"] == "ok" and record["usage"] is None and record["files"] == []
 
 
 def test_a_cut_line_marks_the_result_truncated_without_a_suffix() -> None:

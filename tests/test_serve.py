@@ -58,6 +58,8 @@ RESULT_FIELDS = {
     "truncated",
     "usage",
     "folded_into",
+    "files",
+    "files_note",
 }
 
 

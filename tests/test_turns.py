@@ -40,6 +40,8 @@ RESULT_FIELDS = {
     "truncated",
     "usage",
     "folded_into",
+    "files",
+    "files_note",
 }
 
 ENV_DUMP = "import json, os; print(json.dumps(dict(os.environ)))"
@@ -484,6 +486,7 @@ async def test_minimal_environment_is_exactly_the_infra_set_in_a_real_agent(make
         "AGENT_FROM_USER",
         "AGENT_STREAMING",
         "AGENT_PROTOCOL_VERSION",
+        "AGENT_OUTBOX",
     }
     # LC_CTYPE may be set by the interpreter itself (PEP 538 coerces the C locale).
     assert set(env) - {"LC_CTYPE"} == (expected | agent | {"EXTRA"}) - {"LC_CTYPE"}

@@ -366,6 +366,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             help="stored: refuse a turn whose session_id is not its conversation's stored session "
             "(session_id_refused); any: resume whatever session a turn names (default: stored)",
         )
+        serve.add_argument(
+            "--file-ttl",
+            metavar="SECS",
+            type=_seconds(zero_ok=False),
+            help="how long a file an agent left waits for the bot's ack_file before it is deleted (default: 600)",
+        )
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
@@ -805,7 +811,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         args.command_parser.error("a gateway's namespace is its --name: use --name instead of --namespace")
     limits = {
         name: value
-        for name in ("max_concurrent", "max_queued", "shutdown_grace")
+        for name in ("max_concurrent", "max_queued", "shutdown_grace", "file_ttl")
         if (value := getattr(args, name)) is not None
     }
     return run_serve(

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import trio
 
-from ..dialects import ActivityEvent
+from ..dialects import ActivityEvent, FileEvent
 from ..launch import withheld_credentials
 from ..log import records_to, wants_color
+from ..outbox import human_size
 from ..result import Outcome, TurnResult, credentials_note
 
 if TYPE_CHECKING:
@@ -57,6 +58,11 @@ def describe_activity(event: ActivityEvent) -> str:
     if event.tool and event.title:
         what = f"{event.tool}: {event.title}"
     return f"{what} ({event.status})" if event.status and event.status != "started" else what
+
+
+def describe_file(event: FileEvent) -> str:
+    """A file the agent left, as one line for a person: `file: PATH (SIZE, TYPE)`."""
+    return f"file: {event.path} ({human_size(event.size)}, {event.media_type})"
 
 
 def stderr_excerpt(tail: str, max_lines: int = STDERR_LINES, width: int = STDERR_LINE_CHARS) -> list[str]:
@@ -123,6 +129,8 @@ class HumanPrinter:
                 self.notice(event.text, DIM)
             elif self.spinner is not None:
                 self.spinner.note(describe_activity(event))
+        elif isinstance(event, FileEvent):
+            self.notice(describe_file(event), DIM)
         elif event.kind == "partial" and event.text:
             self._write_out(event.text)
             self._remember(event.text)

@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from ..dialects import MAX_SESSION_ID_CHARS, ActivityEvent, LineSplitter, PartialEvent, SessionEvent, session_id_problem
-from ..dialects.events import QuestionRequest
+from ..dialects.events import FileEvent, QuestionRequest
 from ..errors import (
     AnswerRefused,
     AttachmentRefused,
@@ -47,6 +47,7 @@ from ..permissions import Decision, PermissionRequest
 from ..process import sweep_orphans_on_sigchld
 from ..turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
 from ..turn_loop import HostEvent
+from .file_delivery import DEFAULT_FILE_TTL, MAX_INLINE_FILE_BYTES, FileDeliveries
 
 MAX_REQUEST_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
@@ -73,6 +74,7 @@ QUEUE_FULL = "queue_full"
 SHUTTING_DOWN = "shutting_down"
 UNKNOWN_TURN = "unknown_turn"
 UNKNOWN_REQUEST = "unknown_request"
+UNKNOWN_FILE = "unknown_file"
 STORE_ERROR = "store_error"
 SESSION_ID_REFUSED = "session_id_refused"  # --session-ids stored: not the conversation's stored session
 DETACHED = "detached"  # serve --postgres stopped before the result came; the next one sends it
@@ -88,10 +90,12 @@ _TURN_FIELDS = {
     "session_name",
     "session_id",
     "attachments",
+    "inline_files_max_bytes",
 }
 _ATTACHMENT_FIELDS = {"type", "url", "name"}
 _DECIDE_FIELDS = {"type", "id", "request_id", "allow", "always", "message"}
 _ANSWER_FIELDS = {"type", "id", "request_id", "answers"}
+_ACK_FILE_FIELDS = {"type", "id", "file"}
 MAX_DECIDE_MESSAGE_CHARS = 4096
 
 
@@ -101,6 +105,7 @@ class TurnRequest:
     profile: str
     conversation: str
     turn: Turn
+    inline_files_max_bytes: int = 0
 
 
 def decode_request(line: str) -> dict[str, Any]:
@@ -145,7 +150,14 @@ def parse_turn(request: dict[str, Any]) -> TurnRequest:
         )
     except TurnError as err:
         raise RequestError(INVALID_REQUEST, str(err)) from None
-    return TurnRequest(request_id, profile, conversation, turn)
+    inline = request.get("inline_files_max_bytes", 0)
+    if type(inline) is not int or not 0 <= inline <= MAX_INLINE_FILE_BYTES:
+        raise RequestError(
+            INVALID_REQUEST,
+            f"inline_files_max_bytes must be a whole number of bytes from 0 to {MAX_INLINE_FILE_BYTES}, "
+            f"not {_shown(inline)}",
+        )
+    return TurnRequest(request_id, profile, conversation, turn, inline)
 
 
 def _only_fields(request: dict[str, Any], fields: set[str]) -> None:
@@ -363,8 +375,11 @@ class Server:
         output: trio.abc.SendStream,
         *,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        file_ttl: float = DEFAULT_FILE_TTL,
     ) -> None:
         self.host = host
+        self._file_ttl = file_ttl
+        self._files: FileDeliveries | None = None
         self._input = input
         self.output = Output(output, self._client_gone)
         self._max_request_bytes = max_request_bytes
@@ -383,15 +398,19 @@ class Server:
         """
         async with trio.open_nursery() as system:
             self._system = system
+            self._files = FileDeliveries(system, self._file_ttl)
             await system.start(self.output.run)
-            async with trio.open_nursery() as turns:
-                self._turns = turns
-                for turn_id, request_id in await self.host.undelivered():  # accepted by a serve that stopped
-                    turns.start_soon(self._follow, turn_id, request_id)
-                await self._read_requests()
-                self._begin_shutdown()
-                await self._shutdown_done.wait()
-            await self.output.close()
+            try:
+                async with trio.open_nursery() as turns:
+                    self._turns = turns
+                    for turn_id, request_id in await self.host.undelivered():  # accepted by a serve that stopped
+                        turns.start_soon(self._follow, turn_id, request_id)
+                    await self._read_requests()
+                    self._begin_shutdown()
+                    await self._shutdown_done.wait()
+                await self.output.close()
+            finally:
+                self._files.close()  # the bot is gone: no file it did not take is left behind
             system.cancel_scope.cancel()
 
     def request_shutdown(self) -> None:
@@ -470,16 +489,21 @@ class Server:
                 self._decide(request)
             elif kind == "answer":
                 self._answer(request)
+            elif kind == "ack_file":
+                self._ack_file(request)
             elif kind == "stats":
                 _only_fields(request, {"type", "id"})
                 _request_id(request, required=False)
                 stats = await self.host.current_stats()
                 await self.output.send({"type": "stats", "id": request_id, **stats.to_dict()})
             elif kind is None:
-                raise RequestError(INVALID_REQUEST, 'a request needs a "type": turn, cancel, decide, answer or stats')
+                raise RequestError(
+                    INVALID_REQUEST, 'a request needs a "type": turn, cancel, decide, answer, ack_file or stats'
+                )
             else:
                 raise RequestError(
-                    UNKNOWN_TYPE, f"unknown request type {_shown(kind)}; expected turn, cancel, decide, answer or stats"
+                    UNKNOWN_TYPE,
+                    f"unknown request type {_shown(kind)}; expected turn, cancel, decide, answer, ack_file or stats",
                 )
         except RequestError as err:
             await self._error(request_id, err.code, err.message)
@@ -542,6 +566,19 @@ class Server:
                 "it was answered already, nobody answered in time, or it never asked",
             )
 
+    def _ack_file(self, request: dict[str, Any]) -> None:
+        """The bot has read a file a `file` response named: it is deleted."""
+        _only_fields(request, _ACK_FILE_FIELDS)
+        request_id = _request_id(request, required=True)
+        assert request_id is not None and self._files is not None
+        name = _string(request, "file", required=True, non_empty=True)
+        if not self._files.ack(_turn_key(request_id), name):
+            raise RequestError(
+                UNKNOWN_FILE,
+                f"turn {request_id!r} has no file {_shown(name)} waiting: it was acknowledged already, its time "
+                "ran out, or the turn left no such file",
+            )
+
     async def _start_turn(self, request: TurnRequest) -> None:
         accepted = trio.Event()  # nothing of a turn is written before its `accepted`
         assert self._turns is not None
@@ -580,6 +617,7 @@ class Server:
         status = _StartedFlag(task_status)
         request_id = request.id
         send = self.output.send
+        files = self._files
 
         async def forward(event: HostEvent) -> None:
             if not accepted.is_set():
@@ -592,6 +630,10 @@ class Server:
                 record = event.to_dict()
                 kind = record.pop("event")
                 await send({"type": kind, "id": request_id, **record})
+            elif type(event) is FileEvent:
+                assert files is not None
+                offered = files.offer(_turn_key(request_id), event, request.inline_files_max_bytes)
+                await send({"type": "file", "id": request_id, **offered})
 
         try:
             result = await self.host.submit(
@@ -610,7 +652,10 @@ class Server:
             await self._turn_failed(_turn_key(request_id), request_id, err)
             return
         await accepted.wait()
-        if await send({"type": "result", "id": request_id, **result.to_dict()}):
+        sent = await send({"type": "result", "id": request_id, **result.to_dict()})
+        if files is not None:
+            files.turn_over(result)
+        if sent:
             await self.host.delivered(_turn_key(request_id))
 
     async def _follow(self, turn_id: str, request_id: Any) -> None:
@@ -650,7 +695,7 @@ class _StartedFlag(trio.TaskStatus[str]):
         self._inner.started(value)
 
 
-async def serve_stdio(host: BaseHost) -> int:
+async def serve_stdio(host: BaseHost, *, file_ttl: float = DEFAULT_FILE_TTL) -> int:
     """Serve on this process's stdin/stdout until EOF, SIGTERM or SIGINT; returns the exit code.
 
     File descriptor 1 is pointed at stderr once the protocol has its own copy
@@ -662,7 +707,7 @@ async def serve_stdio(host: BaseHost) -> int:
     # FdStream makes the descriptions non-blocking; both ends are the client's pipes (stderr,
     # which may share a terminal with them, must stay apart from stdout for the protocol anyway).
     stdout = trio.lowlevel.FdStream(protocol_out)
-    server = Server(host, stdin, stdout)
+    server = Server(host, stdin, stdout, file_ttl=file_ttl)
     async with stdin, stdout, trio.open_nursery() as nursery:
         await nursery.start(_shut_down_on_signals, server)  # handlers in place before any agent starts
         await nursery.start(sweep_orphans_on_sigchld)
@@ -731,6 +776,7 @@ def run_serve(
     name: str = "serve",
     namespace: str | None = None,
     session_ids: ClientSessionIds = "stored",
+    file_ttl: float = DEFAULT_FILE_TTL,
 ) -> int:
     """`agent-bridge serve`: returns the exit code (0 after a graceful shutdown).
 
@@ -738,7 +784,7 @@ def run_serve(
     raises a `BridgeError` before anything is read. With `postgres`, serve is
     a gateway to the workers of that database (`name`: see `RemoteHost`);
     else `namespace` is that of a PostgreSQL `state`. `session_ids`: the
-    host's `client_session_ids`.
+    host's `client_session_ids`. `file_ttl`: seconds a file an agent left waits for the bot's `ack_file`.
     """
     from ..process import become_subreaper, log_containment
 
@@ -758,6 +804,6 @@ def run_serve(
             client_session_ids=session_ids,
         )
         async with host:
-            return await serve_stdio(host)
+            return await serve_stdio(host, file_ttl=file_ttl)
 
     return trio.run(main)

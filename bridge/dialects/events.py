@@ -20,8 +20,11 @@ Claude Code's JSON — its dialect says it with these events:
   was taken in (or not), the stored session to resume is gone;
 - `ProtocolWarning`: something the dialect had to ignore or cut; logged.
 
-`PartialEvent`, `SessionEvent`, `ErrorEvent`, `ActivityEvent` and
-`QuestionRequest` are also what
+`FileEvent` is no dialect's: it is a file the agent left in the turn's outbox,
+which the engine reports when the turn ends (`bridge.outbox`).
+
+`PartialEvent`, `SessionEvent`, `ErrorEvent`, `ActivityEvent`,
+`QuestionRequest` and `FileEvent` are also what
 a host receives while a turn runs (after the turn-level rules have filtered
 them), so one class serves both the wire and the public API.
 
@@ -35,7 +38,7 @@ read it). `Usage` and `PlanStep`, values inside events, are frozen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Literal
 
 from ..permissions import PermissionRequest
@@ -306,6 +309,22 @@ class SessionGone:
     `on_resume_failure`)."""
 
     detail: str
+
+
+@dataclass(slots=True)
+class FileEvent:
+    """A file the agent left in the turn's outbox for the user: its `name` there, the absolute `path` it has now,
+    its `size` in bytes and its `media_type` (from the name)."""
+
+    kind: ClassVar[str] = "file"
+
+    name: str
+    path: str
+    size: int
+    media_type: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, **asdict(self)}
 
 
 @dataclass(slots=True)

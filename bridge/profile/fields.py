@@ -32,6 +32,8 @@ FIELD_NAMES = (
     "kill_grace_secs",
     "max_reply_chars",
     "truncation_suffix",
+    "outbox_max_files",
+    "outbox_max_bytes",
     "include_stderr_in_reply",
     "send_error_reply",
     "streaming",

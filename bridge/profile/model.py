@@ -66,6 +66,8 @@ class Profile:
     kill_grace_secs: float
     max_reply_chars: int | None
     truncation_suffix: str
+    outbox_max_files: int
+    outbox_max_bytes: int
     include_stderr_in_reply: bool
     send_error_reply: bool
     streaming: bool

@@ -205,6 +205,12 @@ class ProfileModel(BaseModel):
         description="Cap on the reply body, and on the cumulative text of forwarded partials; null = no cap.",
     )
     truncation_suffix: str = Field(default="\n\n…(truncated)", description="Appended once where the cap cut text.")
+    outbox_max_files: Annotated[int, Field(ge=0)] = Field(
+        default=20, description="At most this many files the agent leaves in its outbox are sent; more are noted."
+    )
+    outbox_max_bytes: Annotated[int, Field(ge=0)] = Field(
+        default=50 * 1024 * 1024, description="The files sent from the outbox total at most this many bytes."
+    )
     include_stderr_in_reply: bool = Field(
         default=False, description="Append the tail of the agent's stderr to what the user is sent."
     )

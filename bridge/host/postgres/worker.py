@@ -49,6 +49,7 @@ from ...errors import (
     UnknownProfile,
 )
 from ...log import get_logger
+from ...outbox import remove_outbox
 from ...permissions import Decision
 from ...profile import Profile
 from ...result import TurnResult, cancelled_result
@@ -439,6 +440,9 @@ class Worker:
         except BridgeError as err:
             log.error("the turn could not run", error=str(err))
             return None, {"code": "store_error", "message": str(err)}
+        # A gateway cannot hand over a file on this machine's disk (its bytes do not travel yet): none is kept.
+        for outbox in {os.path.dirname(file.path) for file in result.files}:
+            remove_outbox(outbox)
         return result, None
 
     async def _record(self, held: _Held, result: TurnResult | None, error: dict[str, Any] | None, log: Any) -> None:

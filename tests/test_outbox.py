@@ -1,0 +1,328 @@
+"""Files out: the agent's outbox, collected into `FileEvent`s and `TurnResult.files` (docs/attachments-out.md)."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hostkit import Lab
+from test_cli import agent_profile, cli, ndjson
+from test_serve import Client
+
+import bridge
+from bridge.cli.serve import Server
+from bridge.dialects.events import FileEvent
+from bridge.errors import OutboxError
+from bridge.outbox import collect, make_outbox, read_file, remove_outbox
+
+TWO_FILES = """
+import os, pathlib
+outbox = pathlib.Path(os.environ["AGENT_OUTBOX"])
+(outbox / "report.txt").write_text("two lines\\nof report\\n")
+(outbox / "chart.png").write_bytes(b"\\x89PNG\\r\\n\\x1a\\n" + bytes(100))
+print("done")
+"""
+
+
+def test_collect_lists_regular_files_by_name(tmp_path: Path) -> None:
+    (tmp_path / "b.txt").write_text("bb")
+    (tmp_path / "a.json").write_text("{}")
+    collected = collect(str(tmp_path))
+    assert collected.files == (
+        FileEvent("a.json", str(tmp_path / "a.json"), 2, "application/json"),
+        FileEvent("b.txt", str(tmp_path / "b.txt"), 2, "text/plain"),
+    )
+    assert collected.note == ""
+
+
+def test_a_missing_outbox_holds_nothing(tmp_path: Path) -> None:
+    assert collect(str(tmp_path / "none")) == collect(str(tmp_path))
+
+
+def test_links_directories_and_fifos_are_not_sent(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("the bridge's own")
+    outbox = tmp_path / "outbox"
+    outbox.mkdir()
+    (outbox / "link").symlink_to(secret)
+    (outbox / "sub").mkdir()
+    os.mkfifo(outbox / "pipe")
+    (outbox / "ok.txt").write_text("fine")
+    collected = collect(str(outbox))
+    assert [file.name for file in collected.files] == ["ok.txt"]
+    assert "'link', 'pipe', 'sub' not sent: only regular files" in collected.note
+
+
+def test_an_outbox_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "passwd").write_text("root")
+    (tmp_path / "outbox").symlink_to(elsewhere)
+    collected = collect(str(tmp_path / "outbox"))
+    assert collected.files == ()
+    assert "could not be read" in collected.note
+
+
+def test_bounds_count_and_bytes(tmp_path: Path) -> None:
+    for name in "abcde":
+        (tmp_path / name).write_bytes(bytes(10))
+    (tmp_path / "huge").write_bytes(bytes(1000))
+    collected = collect(str(tmp_path), max_files=3, max_bytes=25)
+    assert [file.name for file in collected.files] == ["a", "b"]
+    assert "'c', 'd', 'e' and 1 more not sent: a turn sends at most 25 bytes in all" in collected.note
+    collected = collect(str(tmp_path), max_files=3, max_bytes=10_000)
+    assert [file.name for file in collected.files] == ["a", "b", "c"]
+    assert "'d', 'e', 'huge' not sent: a turn sends at most 3 files" in collected.note
+
+
+def test_read_file_refuses_a_file_swapped_for_a_link(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("abc")
+    (file,) = collect(str(tmp_path)).files
+    assert read_file(file) == b"abc"
+    with pytest.raises(OutboxError, match="over"):
+        read_file(file, max_bytes=2)
+    (tmp_path / "f").unlink()
+    (tmp_path / "f").symlink_to(tmp_path / "g")
+    (tmp_path / "g").write_text("abc")
+    with pytest.raises(OutboxError, match="cannot be read"):
+        read_file(file)
+    (tmp_path / "f").unlink()
+    (tmp_path / "f").write_text("abcd")
+    with pytest.raises(OutboxError, match="changed"):
+        read_file(file)
+
+
+def test_make_outbox_refuses_a_planted_link(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / ".agent-bridge").symlink_to(target)
+    with pytest.raises(OutboxError, match="not a directory"):
+        make_outbox(str(tmp_path))
+    assert list(target.iterdir()) == []
+
+
+def test_remove_outbox_removes_the_turn_directories_it_made(tmp_path: Path) -> None:
+    outbox = Path(make_outbox(str(tmp_path)))
+    assert outbox.parent.parent == tmp_path / ".agent-bridge" / "turns"
+    (outbox / "f").write_text("x")
+    remove_outbox(str(outbox))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_agent_writes_two_files(make_agent, tmp_path: Path) -> None:
+    profile = make_agent(TWO_FILES, cwd=str(tmp_path / "work"))
+    (tmp_path / "work").mkdir()
+    events: list[object] = []
+    result = bridge.run_turn_sync(profile, bridge.Turn("make a report"), on_event=events.append)
+    assert result.ok and result.reply == "done"
+    assert [(file.name, file.size, file.media_type) for file in result.files] == [
+        ("chart.png", 108, "image/png"),
+        ("report.txt", 20, "text/plain"),
+    ]
+    assert Path(result.files[1].path).read_text() == "two lines\nof report\n"
+    assert Path(result.files[0].path).parent.parent.parent == tmp_path / "work" / ".agent-bridge" / "turns"
+    files = [event for event in events if isinstance(event, FileEvent)]
+    assert files == list(result.files)
+    assert events.index(files[-1]) == len(events) - 2  # the files come before the result
+    assert result.to_dict()["files"][0] == {
+        "name": "chart.png",
+        "path": result.files[0].path,
+        "size": 108,
+        "media_type": "image/png",
+    }
+
+
+def test_a_turn_without_files_leaves_no_directory(make_agent, tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    profile = make_agent('import os; print(os.path.isdir(os.environ["AGENT_OUTBOX"]))', cwd=str(tmp_path / "work"))
+    result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
+    assert result.reply == "True" and result.files == ()
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_a_huge_file_is_dropped_with_a_note(make_agent, tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    profile = make_agent(
+        """
+        import os, pathlib
+        outbox = pathlib.Path(os.environ["AGENT_OUTBOX"])
+        (outbox / "small.txt").write_text("small")
+        (outbox / "video.mp4").write_bytes(bytes(2_000_000))
+        os.symlink("/etc/passwd", outbox / "passwd")
+        """,
+        cwd=str(tmp_path / "work"),
+        outbox_max_bytes=1_000_000,
+    )
+    events: list[object] = []
+    result = bridge.run_turn_sync(profile, bridge.Turn("hi"), on_event=events.append)
+    assert [file.name for file in result.files] == ["small.txt"]
+    assert "'video.mp4' not sent: a turn sends at most 976.6 KiB in all" in result.files_note
+    assert "'passwd' not sent: only regular files" in result.files_note
+    notices = [event for event in events if isinstance(event, bridge.ActivityEvent) and event.activity == "notice"]
+    assert [notice.text for notice in notices] == [result.files_note]
+
+
+def test_a_planted_link_fails_the_turn_before_the_agent_starts(make_agent, tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "work" / ".agent-bridge").symlink_to(tmp_path / "elsewhere")
+    profile = make_agent("print('ran')", cwd=str(tmp_path / "work"))
+    result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
+    assert result.outcome == "spawn_failed" and "outbox cannot be made" in result.error_reply
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_cancelled_turn_leaves_no_outbox(make_agent, tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    profile = make_agent(
+        """
+        import os, pathlib, time
+        (pathlib.Path(os.environ["AGENT_OUTBOX"]) / "half.txt").write_text("half")
+        print("AGENT_PARTIAL: wrote", flush=True)
+        time.sleep(30)
+        """,
+        cwd=str(tmp_path / "work"),
+        kill_grace_secs=0.2,
+    )
+
+    async def main() -> None:
+        async with bridge.open_turn(profile, bridge.Turn("hi")) as stream:
+            async for event in stream:
+                if isinstance(event, bridge.PartialEvent):
+                    break
+
+    trio.run(main)
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_run_json_shows_the_files_before_the_result_and_on_it(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = agent_profile(tmp_path, TWO_FILES, cwd=str(work))
+    done = cli("run", str(profile), "x", "--json")
+    events = ndjson(done.stdout)
+    assert [event["event"] for event in events] == ["file", "file", "result"]
+    assert [event["name"] for event in events[:2]] == ["chart.png", "report.txt"]
+    assert events[2]["files"] == [
+        {key: value for key, value in event.items() if key != "event"} for event in events[:2]
+    ]
+    assert Path(events[1]["path"]).read_text() == "two lines\nof report\n"  # run leaves them for the user
+
+
+def test_run_names_each_file_on_a_line_of_its_own(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = agent_profile(tmp_path, TWO_FILES, cwd=str(work))
+    done = cli("run", str(profile), "x")
+    assert done.stdout == "done\n"
+    lines = [line for line in done.stderr.splitlines() if line.startswith("file: ")]
+    assert len(lines) == 2
+    assert lines[0].endswith("/outbox/chart.png (108 bytes, image/png)")
+
+
+def files_lab(tmp_path: Path) -> Lab:
+    lab = Lab(tmp_path)
+    (tmp_path / "work").mkdir()
+    agent_profile(lab.profiles, TWO_FILES, name="maker", cwd=str(tmp_path / "work"))
+    return lab
+
+
+@asynccontextmanager
+async def serving(lab: Lab, file_ttl: float = 600) -> AsyncIterator[Client]:
+    host = bridge.open_host(lab.profiles, state=lab.state)
+    client_sends, server_receives = trio.testing.memory_stream_one_way_pair()
+    server_sends, client_receives = trio.testing.memory_stream_one_way_pair()
+    server = Server(host, server_receives, server_sends, file_ttl=file_ttl)
+    ended = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            async with host:
+                await server.run()
+            ended.set()
+
+        nursery.start_soon(run)
+        client = Client(client_sends, client_receives)
+        yield client
+        await client.close()
+        with trio.fail_after(10):
+            await ended.wait()  # serve ends at EOF
+
+
+def maker_turn(request_id: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "turn", "id": request_id, "profile": "maker", "conversation": request_id, "message": "go", **fields}
+
+
+async def test_serve_sends_each_file_by_path_before_the_result_and_deletes_it_on_ack(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    async with serving(lab) as client:
+        await client.send(maker_turn("t1"))
+        responses = await client.until("result", "t1")
+        assert [response["type"] for response in responses] == ["accepted", "file", "file", "result"]
+        chart, report = responses[1], responses[2]
+        assert (chart["name"], chart["size"], chart["media_type"], "data" in chart) == (
+            "chart.png",
+            108,
+            "image/png",
+            False,
+        )
+        assert Path(report["path"]).read_text() == "two lines\nof report\n"
+        assert [file["name"] for file in responses[3]["files"]] == ["chart.png", "report.txt"]
+        await client.send({"type": "ack_file", "id": "t1", "file": "report.txt"})
+        await client.send({"type": "ack_file", "id": "t1", "file": "report.txt"})
+        error = await client.receive()
+        assert (error["type"], error["code"], error["id"]) == ("error", "unknown_file", "t1")
+        assert not Path(report["path"]).exists() and Path(chart["path"]).exists()
+        await client.send({"type": "ack_file", "id": "t1", "file": "chart.png"})
+        await client.send({"type": "stats", "id": "s"})
+        await client.until("stats", "s")
+        assert list((tmp_path / "work").iterdir()) == []  # the last ack took the turn's directory with it
+
+
+async def test_serve_inlines_files_below_the_size_the_turn_asks_for(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    async with serving(lab) as client:
+        await client.send(maker_turn("t1", inline_files_max_bytes=50))
+        responses = await client.until("result", "t1")
+        chart, report = responses[1], responses[2]
+        assert "data" not in chart and Path(chart["path"]).exists()
+        assert base64.b64decode(report["data"]) == b"two lines\nof report\n"
+        assert not Path(report["path"]).exists()  # sent whole: nothing to acknowledge
+        await client.send(maker_turn("t2", inline_files_max_bytes=-1))
+        error = await client.receive()
+        assert error["code"] == "invalid_request" and "inline_files_max_bytes" in error["message"]
+
+
+async def test_serve_deletes_files_nobody_acknowledged_in_time_and_at_its_end(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    async with serving(lab, file_ttl=0.3) as client:
+        await client.send(maker_turn("t1"))
+        responses = await client.until("result", "t1")
+        await trio.sleep(0.6)
+        assert not Path(responses[1]["path"]).exists()
+        assert list((tmp_path / "work").iterdir()) == []
+        await client.send(maker_turn("t2"))
+        responses = await client.until("result", "t2")
+        assert Path(responses[1]["path"]).exists()
+    assert list((tmp_path / "work").iterdir()) == []  # the bot went away: serve took its files with it
+
+
+async def test_the_host_and_a_turn_stream_see_the_files(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    seen: list[object] = []
+    async with bridge.open_host(lab.profiles, state=lab.state) as host:
+        result = await host.submit("maker", "c", bridge.Turn("go"), on_event=seen.append)
+    assert [file.name for file in result.files] == ["chart.png", "report.txt"]
+    assert [event for event in seen if isinstance(event, FileEvent)] == list(result.files)
+    profile = bridge.load_profile(lab.profiles / "maker.yaml")
+    async with bridge.open_turn(profile, bridge.Turn("go")) as stream:
+        events = [event async for event in stream]
+    assert [type(event).__name__ for event in events] == ["FileEvent", "FileEvent", "TurnResult"]
+    assert stream.result.files == tuple(events[:2])
