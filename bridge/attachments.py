@@ -66,36 +66,33 @@ def policy_of(profile: Any, allow_hosts: tuple[str, ...] = ()) -> AttachmentPoli
 
 
 async def prepare_attachments(
-    turn: Turn, cwd: str, turn_id: str, policy: AttachmentPolicy, log: Any, cancel: trio.Event | None = None
-) -> tuple[Turn, TurnFiles | None]:
-    """`turn` with its attachments fetched into a new `TurnFiles(cwd, turn_id)`, and that directory (None when
-    the turn has no attachments). Raises `AttachmentFailed`; then, as on a trio cancellation, nothing is left."""
-    if not turn.attachments:
-        return turn, None
+    turn: Turn, files: TurnFiles, policy: AttachmentPolicy, log: Any, cancel: trio.Event | None = None
+) -> Turn:
+    """`turn` with its attachments fetched into `files.attachments`. Raises `AttachmentFailed`; then, as on a trio
+    cancellation, nothing fetched is left (the caller removes `files`)."""
     if len(turn.attachments) > policy.max_count:
         raise _failed(
             f"the turn has {len(turn.attachments)} attachments, over the {policy.max_count} allowed "
             "(attachments.max_count); nothing was fetched"
         )
+    return turn.replace(attachments=await _fetch_all(turn.attachments, files, policy, log, cancel))
+
+
+def open_turn_files(cwd: str, turn_id: str) -> TurnFiles:
+    """The turn's directory for its attachments; `AttachmentFailed` when it cannot be made."""
     try:
-        files = TurnFiles(cwd, turn_id)
+        return TurnFiles(cwd, turn_id)
     except FileRefused as err:
         raise _failed(f"the attachments cannot be stored: {err}") from None
-    try:
-        fetched = await _fetch_all(turn.attachments, files, policy, log, cancel)
-    except BaseException:
+
+
+def release(files: TurnFiles, policy: AttachmentPolicy) -> None:
+    """The turn is over and nothing else of its directory is wanted: remove it, unless the profile keeps what
+    was fetched (`attachments: {keep: true}`)."""
+    if policy.keep:
+        files.close()
+    else:
         files.remove()
-        raise
-    return turn.replace(attachments=fetched), files
-
-
-def release(files: TurnFiles | None, policy: AttachmentPolicy) -> None:
-    """The turn is over: remove its directory, unless the profile keeps it (`attachments: {keep: true}`)."""
-    if files is not None:
-        if policy.keep:
-            files.close()
-        else:
-            files.remove()
 
 
 def _failed(message: str) -> AttachmentFailed:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import mimetypes
 import os
-import secrets
 import shutil
 import stat
 from dataclasses import dataclass
@@ -37,29 +36,6 @@ class Collected:
 
     files: tuple[FileEvent, ...] = ()
     note: str = ""
-
-
-def make_outbox(cwd: str) -> str:
-    """Make a new turn's (empty) outbox for an agent working in `cwd`, and return it; "" when `cwd` is not a
-    directory (the agent's start fails on it with its own error).
-
-    `<cwd>/.agent-bridge/turns/<random id>/outbox`: named by a random id, not the host's turn id, as
-    two hosts sharing a working directory may both have a `turn-1`. The agent may have planted a link
-    in its working directory (`.agent-bridge -> /etc`): each component is made with `mkdir` and then
-    checked with `lstat`, so the outbox is never made at the end of a link (`OutboxError`).
-    """
-    if not os.path.isdir(cwd):
-        return ""
-    current = os.path.abspath(cwd)
-    for part in (".agent-bridge", "turns", secrets.token_hex(8), "outbox"):
-        current = os.path.join(current, part)
-        try:
-            os.mkdir(current, 0o700)
-        except FileExistsError:
-            pass
-        if not stat.S_ISDIR(os.lstat(current).st_mode):
-            raise OutboxError(f"{current} is not a directory (a link planted there?)")
-    return current
 
 
 def collect(directory: str, *, max_files: int = DEFAULT_MAX_FILES, max_bytes: int = DEFAULT_MAX_BYTES) -> Collected:

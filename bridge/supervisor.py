@@ -21,14 +21,15 @@ import trio
 
 from .agent_io import AgentIO, TurnLimits
 from .dialects import SessionEvent
-from .errors import LaunchError, OutboxError
+from .errors import FileRefused, LaunchError
 from .launch import LaunchPlan, plan_launch
-from .outbox import hand_out, make_outbox, remove_outbox
+from .outbox import hand_out
 from .process import start
 from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
+from .turn_files import TurnFiles
 from .turn_loop import Emit, TurnLoop, finish_turn, turn_logger
 
 __all__ = ["drive_turn"]
@@ -64,59 +65,59 @@ async def drive_turn(
         return await run_warm_turn(
             profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions, on_stderr=on_stderr
         )
-    if not turn.attachments:
-        return await _one_process(profile, turn, emit, cancel, turn_id, on_stderr, questions, trio.current_time())
-    # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
-    from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments, release
-
     started = trio.current_time()
     turn_id = turn_id or os.urandom(6).hex()
-    log = turn_logger(profile, turn_id)
     try:
         cwd = plan_launch(profile, turn, os.environ).cwd or os.getcwd()
-    except LaunchError:  # it fails to start the same way below, before anything is fetched
-        return await _one_process(profile, turn, emit, cancel, turn_id, on_stderr, questions, started)
-    policy = policy_of(profile)
+    except LaunchError:  # it fails to start the same way below, before anything is made or fetched
+        cwd = ""
     try:
-        turn, files = await prepare_attachments(turn, cwd, turn_id, policy, log, cancel)
-    except AttachmentFailed as err:
-        log.warning("the agent was not started: its attachments were not fetched", reason=str(err), in_result=True)
-        return finish_turn(TurnRecorder(profile), ending_of(err), "", started, log)
-    try:
-        return await _one_process(profile, turn, emit, cancel, turn_id, on_stderr, questions, started)
-    finally:
-        release(files, policy)
+        files = _turn_files(cwd, turn_id)
+    except FileRefused as err:
+        return _not_started(profile, turn_id, started, LaunchError(126, f"the turn's directory cannot be made: {err}"))
+    keep = False
+    if turn.attachments and files is not None:
+        # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
+        from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
+
+        policy = policy_of(profile)
+        log = turn_logger(profile, turn_id)
+        try:
+            turn = await prepare_attachments(turn, files, policy, log, cancel)
+        except BaseException as err:
+            files.remove()
+            if not isinstance(err, AttachmentFailed):
+                raise
+            log.warning("the agent was not started: its attachments were not fetched", reason=str(err), in_result=True)
+            return finish_turn(TurnRecorder(profile), ending_of(err), "", started, log)
+        keep = policy.keep
+    return await _one_process(profile, turn, files, keep, emit, cancel, turn_id, on_stderr, questions, started)
 
 
 async def _one_process(
     profile: Profile,
     turn: Turn,
+    files: TurnFiles | None,
+    keep: bool,
     emit: Emit | None,
     cancel: trio.Event | None,
-    turn_id: str | None,
+    turn_id: str,
     on_stderr: Callable[[bytes], None] | None,
     questions: Questions | None,
     started: float,
 ) -> TurnResult:
-    """A one-process turn whose attachments (if any) are in place."""
+    """A one-process turn whose attachments (if any) are in `files`, where its outbox is too (`keep`: the profile
+    keeps the attachments after the turn)."""
     plan: LaunchPlan | None = None
-    outbox = ""
     try:
         plan = plan_launch(profile, turn, os.environ)
-        try:
-            outbox = make_outbox(plan.cwd or os.getcwd())
-        except (OSError, OutboxError) as err:
-            raise LaunchError(126, f"the turn's outbox cannot be made: {err}") from None
-        if outbox:
-            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": outbox})
+        if files is not None:
+            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": files.outbox})
         agent = await start(plan, kill_grace_secs=profile.kill_grace_secs)  # first: what follows overlaps its start
     except LaunchError as err:
-        if outbox:
-            remove_outbox(outbox)
-        log = _turn_logger(profile, turn_id, plan)
-        log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)
-        ending = Ending(spawn_failure=(err.exit_code, err.message))
-        return finish_turn(TurnRecorder(profile), ending, "", started, log)
+        if files is not None:
+            files.remove()
+        return _not_started(profile, turn_id, started, err, plan)
 
     log = _turn_logger(profile, turn_id, plan)
     recorder = TurnRecorder(profile, os.environ)
@@ -141,14 +142,35 @@ async def _one_process(
     except BaseException:
         with trio.CancelScope(shield=True):
             await io.abandon()
-        if outbox:
-            remove_outbox(outbox)
+        if files is not None:
+            files.remove()
         log.info("turn abandoned by the host; agent stopped", exit_code=130)
         raise
     finally:
         agent.close()
     result = finish_turn(recorder, ending, io.stderr_text(), started, log)
-    return await hand_out(outbox, profile, result, emit, log) if outbox else result
+    if files is None:
+        return result
+    if not keep:
+        files.remove_attachments()
+    try:
+        return await hand_out(files.outbox, profile, result, emit, log)  # the outbox stays while it holds files
+    finally:
+        files.close()
+
+
+def _turn_files(cwd: str, turn_id: str) -> TurnFiles | None:
+    """The turn's directory (its attachments, its outbox) in the agent's working directory; None when that is not
+    a directory: the agent's start fails on it, with its own error."""
+    return TurnFiles(cwd, turn_id) if cwd and os.path.isdir(cwd) else None
+
+
+def _not_started(
+    profile: Profile, turn_id: str, started: float, err: LaunchError, plan: LaunchPlan | None = None
+) -> TurnResult:
+    log = _turn_logger(profile, turn_id, plan)
+    log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)
+    return finish_turn(TurnRecorder(profile), Ending(spawn_failure=(err.exit_code, err.message)), "", started, log)
 
 
 def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None) -> Any:

@@ -1,17 +1,19 @@
 """A turn's own directory in the agent's working directory: the attachments the bridge fetched, and the outbox.
 
-`TurnFiles(cwd, turn_id)` makes `<cwd>/.agent-bridge/turns/<turn_id>/` with `attachments/` and `outbox/` in it,
-and `remove()` deletes it when the turn ends. It lives inside the working directory so that a sandbox that binds
-that directory binds these too. The agent owns its working directory and may have put anything there — a
-symlink named `.agent-bridge` that points at the user's home, say — so every directory is made and opened
-through `FileRoot.directory` (never following a symlink), files are created beneath the descriptors held here
-(`O_EXCL | O_NOFOLLOW`), and the removal walks descriptors too (`shutil.rmtree` with `dir_fd`), so nothing the
-agent does redirects a write or a delete outside.
-"""
+`TurnFiles(cwd, turn_id)` makes `<cwd>/.agent-bridge/turns/<turn_id>-<random>/` with `attachments/` and `outbox/`
+in it (the random part: two hosts sharing a working directory may both have a `turn-1`). `remove_attachments()`
+deletes what was fetched when the turn ends; the outbox stays until its files were delivered (`bridge.outbox`);
+`remove()` deletes it all. It lives inside the working directory so that a sandbox that binds that directory
+binds these too. The agent owns its working directory and may have put anything there — a symlink named
+`.agent-bridge` that points at the user's home, say — so every directory is made and opened through `FileRoot.directory`
+(never following a symlink), files are created beneath the descriptors held here (`O_EXCL | O_NOFOLLOW`), and the
+removal walks descriptors too (`shutil.rmtree` with `dir_fd`), so nothing the agent does redirects a write or a
+delete outside."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 
 from .agent_files import FileRoot
@@ -28,7 +30,8 @@ class TurnFiles:
     component is a symlink, the turn's directory exists already)."""
 
     def __init__(self, cwd: str, turn_id: str) -> None:
-        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in turn_id)[:64] or "turn"
+        label = "".join(c if c.isalnum() or c in "-_" else "_" for c in turn_id)[:64] or "turn"
+        name = f"{label}-{secrets.token_hex(4)}"
         try:
             root = FileRoot(cwd)
         except OSError as err:
@@ -39,11 +42,12 @@ class TurnFiles:
         self._name = name
         self._held: list[int] = []  # the working directory, .agent-bridge and turns: where remove() deletes
         self._attachments_fd = -1
+        self._turn_fd = -1  # the turn's directory: where remove_attachments() deletes
         self._made = False  # the turn's directory is this object's: remove() deletes it
         try:
             for depth in range(3):
                 self._held.append(root.directory([STATE_DIRECTORY, "turns"][:depth]))
-            os.close(root.directory([STATE_DIRECTORY, "turns", name], fresh_last=True))
+            self._turn_fd = root.directory([STATE_DIRECTORY, "turns", name], fresh_last=True)
             self._made = True
             self._attachments_fd = root.directory([STATE_DIRECTORY, "turns", name, "attachments"])
             os.close(root.directory([STATE_DIRECTORY, "turns", name, "outbox"]))
@@ -59,6 +63,13 @@ class TurnFiles:
         """A new file `name` in the attachments directory, open for writing (0o600); the caller closes it."""
         return os.open(name, _FILE_FLAGS, 0o600, dir_fd=self._attachments_fd)
 
+    def remove_attachments(self) -> None:
+        """Delete the fetched attachments (the outbox stays, for its files' delivery); once."""
+        if self._attachments_fd >= 0:
+            os.close(self._attachments_fd)
+            self._attachments_fd = -1
+            shutil.rmtree("attachments", dir_fd=self._turn_fd, ignore_errors=True)
+
     def close(self) -> None:
         """Let go of the directory and leave it in place (a profile that keeps its turns' files)."""
         self._made = False
@@ -71,6 +82,9 @@ class TurnFiles:
         if self._attachments_fd >= 0:
             os.close(self._attachments_fd)
             self._attachments_fd = -1
+        if self._turn_fd >= 0:
+            os.close(self._turn_fd)
+            self._turn_fd = -1
         held, self._held = self._held, []
         try:
             if self._made:

@@ -403,11 +403,23 @@ class WarmAgent:
         files = None
         if turn.attachments:
             # Imported here: a turn without attachments does not load HTTP and TLS.
-            from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments, release
+            from .attachments import (
+                AttachmentFailed,
+                ending_of,
+                open_turn_files,
+                policy_of,
+                prepare_attachments,
+                release,
+            )
 
             policy = policy_of(profile)
             try:
-                turn, files = await prepare_attachments(turn, self._cwd, os.urandom(6).hex(), policy, log, cancel)
+                files = open_turn_files(self._cwd, "warm")
+                try:
+                    turn = await prepare_attachments(turn, files, policy, log, cancel)
+                except BaseException:
+                    files.remove()
+                    raise
             except AttachmentFailed as err:
                 if questions is not None:
                     questions.close()

@@ -7,6 +7,7 @@ import base64
 import http.server
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -159,9 +160,16 @@ def test_the_cli_form_takes_a_bare_path_or_url() -> None:
 
 def test_the_turn_directory_is_made_and_removed(tmp_path: Path) -> None:
     files = TurnFiles(str(tmp_path), "t1")
-    assert files.attachments == str(tmp_path / ".agent-bridge/turns/t1/attachments")
+    other = TurnFiles(str(tmp_path), "t1")  # another host's turn-1 in the same working directory
+    assert re.fullmatch(
+        re.escape(str(tmp_path / ".agent-bridge/turns/t1-")) + "[0-9a-f]{8}/attachments", files.attachments
+    )
+    assert other.directory != files.directory
+    other.remove()
     assert os.path.isdir(files.outbox)
     os.close(files.create("x"))
+    files.remove_attachments()  # the turn is over: what was fetched goes, the outbox stays for delivery
+    assert not os.path.exists(files.attachments) and os.path.isdir(files.outbox)
     (tmp_path / "mine.txt").write_text("the agent's")
     files.remove()
     assert sorted(os.listdir(tmp_path)) == ["mine.txt"]
@@ -178,12 +186,12 @@ def test_a_planted_symlink_is_never_followed(tmp_path: Path) -> None:
         TurnFiles(str(cwd), "t1")
     assert list(elsewhere.iterdir()) == []
     (cwd / ".agent-bridge").unlink()
-    (cwd / ".agent-bridge" / "turns").mkdir(parents=True)
-    (cwd / ".agent-bridge" / "turns" / "t2").symlink_to(elsewhere)
-    with pytest.raises(bridge.errors.FileRefused, match="exists already"):
+    (cwd / ".agent-bridge").mkdir()
+    (cwd / ".agent-bridge" / "turns").symlink_to(elsewhere)
+    with pytest.raises(bridge.errors.FileRefused, match="symlink"):
         TurnFiles(str(cwd), "t2")
     assert list(elsewhere.iterdir()) == []
-    assert (cwd / ".agent-bridge" / "turns" / "t2").is_symlink()  # not ours: not removed
+    assert (cwd / ".agent-bridge" / "turns").is_symlink()  # not ours: not removed
 
 
 # ---------------------------------------------------------------------- a real HTTP server on loopback
@@ -270,9 +278,14 @@ LOOPBACK = AttachmentPolicy(allow_hosts=("127.0.0.1",))
 
 
 async def fetch(tmp_path: Path, *attachments: Attachment, policy: AttachmentPolicy = LOOPBACK) -> Turn:
-    turn, files = await prepare_attachments(Turn("hi", attachments=attachments), str(tmp_path), "t", policy, LOG)
-    assert files is not None
-    return turn
+    """The turn's attachments fetched into a turn directory in `tmp_path`; removed again when the fetch fails (as
+    the engine does)."""
+    files = TurnFiles(str(tmp_path), "t")
+    try:
+        return await prepare_attachments(Turn("hi", attachments=attachments), files, policy, LOG)
+    except BaseException:
+        files.remove()
+        raise
 
 
 async def refused(tmp_path: Path, *attachments: Attachment, policy: AttachmentPolicy = LOOPBACK) -> str:
@@ -292,7 +305,7 @@ async def test_files_are_fetched_at_once_with_their_checked_types(tmp_path: Path
         Attachment("image", "data:image/png;base64," + base64.b64encode(PNG).decode()),
     )
     cat, notes, redirected, empty, data = turn.attachments
-    directory = tmp_path / ".agent-bridge/turns/t/attachments"
+    [directory] = [path / "attachments" for path in (tmp_path / ".agent-bridge/turns").iterdir()]
     assert cat.path == str(directory / "cat.png") and Path(cat.path).read_bytes() == PNG
     assert (cat.media_type, cat.size) == ("image/png", len(PNG))
     assert notes.path == str(directory / "notes.txt") and notes.media_type == "text/plain"

@@ -20,7 +20,8 @@ import bridge
 from bridge.cli.serve import Server
 from bridge.dialects.events import FileEvent
 from bridge.errors import OutboxError
-from bridge.outbox import collect, make_outbox, read_file, remove_outbox
+from bridge.outbox import collect, read_file, remove_outbox
+from bridge.turn_files import TurnFiles
 
 TWO_FILES = """
 import os, pathlib
@@ -99,19 +100,13 @@ def test_read_file_refuses_a_file_swapped_for_a_link(tmp_path: Path) -> None:
         read_file(file)
 
 
-def test_make_outbox_refuses_a_planted_link(tmp_path: Path) -> None:
-    target = tmp_path / "target"
-    target.mkdir()
-    (tmp_path / ".agent-bridge").symlink_to(target)
-    with pytest.raises(OutboxError, match="not a directory"):
-        make_outbox(str(tmp_path))
-    assert list(target.iterdir()) == []
-
-
-def test_remove_outbox_removes_the_turn_directories_it_made(tmp_path: Path) -> None:
-    outbox = Path(make_outbox(str(tmp_path)))
+def test_remove_outbox_removes_the_turn_directories_it_was_made_in(tmp_path: Path) -> None:
+    files = TurnFiles(str(tmp_path), "turn-1")
+    outbox = Path(files.outbox)
     assert outbox.parent.parent == tmp_path / ".agent-bridge" / "turns"
     (outbox / "f").write_text("x")
+    files.remove_attachments()
+    files.close()
     remove_outbox(str(outbox))
     assert list(tmp_path.iterdir()) == []
 
@@ -175,7 +170,7 @@ def test_a_planted_link_fails_the_turn_before_the_agent_starts(make_agent, tmp_p
     (tmp_path / "work" / ".agent-bridge").symlink_to(tmp_path / "elsewhere")
     profile = make_agent("print('ran')", cwd=str(tmp_path / "work"))
     result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
-    assert result.outcome == "spawn_failed" and "outbox cannot be made" in result.error_reply
+    assert result.outcome == "spawn_failed" and "the turn's directory cannot be made" in result.error_reply
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
