@@ -93,8 +93,19 @@ def _plan(
         "NEW_SESSION_ID": new_session_id,
     }
     notes: list[str] = []
+    if turn is None or profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
+        handover = Handover(keep_open=True)
+    else:
+        handover = profile.dialect.handover(turn, profile.dialect_context)
+    # The prompt as the protocol hands it (the message with its fetched files named) fills argv and env; cwd keeps
+    # the message as sent, whose rules (one path component) a list of paths could never meet.
+    given = values if handover.message is None else {**values, "MESSAGE": handover.message}
     template = profile.resume_argv_template if session_id else profile.argv_template
-    argv = tuple(_render(word, values) for word in template)
+    argv = tuple(_render(word, given) for word in template)
+    if handover.options:
+        after_command = len(template) - len(profile.resume_args if session_id else profile.new_session_args)
+        after_command -= len(profile.args)
+        argv = (*argv[:after_command], *handover.options, *argv[after_command:])
     for index, word in enumerate(argv):
         if _too_long(word):
             raise LaunchError(
@@ -106,12 +117,8 @@ def _plan(
     env = _base_environment(profile, environ)
     for name, value_template in profile.env.items():
         if name not in PROTOCOL_VARIABLES:
-            env[name] = _render(value_template, values, environ, profile.env_allowlist, notes, name)
+            env[name] = _render(value_template, given, environ, profile.env_allowlist, notes, name)
     env.update(_protocol_variables(profile, session_id, session_name, turn))
-    if turn is None or profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
-        handover = Handover(keep_open=True)
-    else:
-        handover = profile.dialect.handover(turn, profile.dialect_context)
     message = env["AGENT_MESSAGE"]
     if _too_long("AGENT_MESSAGE=" + message):
         if not (profile.stdin != "none" or PROTOCOLS[profile.protocol].message_on_stdin):

@@ -8,6 +8,7 @@ fed codex's own captured stdout (`transcripts/codex/`).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
+from attachment_files import PNG
 from conftest import CLI_PROFILES
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 from hypothesis import given, settings
@@ -42,6 +44,7 @@ from bridge.dialects import (
     dialect_class,
 )
 from bridge.result import Outcome
+from bridge.turn import Attachment
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts" / "codex"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -549,3 +552,32 @@ async def test_real_codex_under_the_ready_profile_can_neither_write_nor_escalate
     escalated, _ = await codex.turn(f"escalate touch {target}")
     assert escalated.ok and "you cannot ask for escalated permissions" in escalated.reply
     assert not target.exists()
+
+
+async def test_real_codex_sends_a_fetched_image_to_the_model_and_is_told_of_other_files(codex, tmp_path):
+    png = tmp_path / "shot.png"
+    png.write_bytes(PNG)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("remember the milk\n")
+    turn = bridge.Turn(
+        "what is in the picture?",
+        attachments=(
+            Attachment("image", "https://chat.example/shot.png", path=str(png), media_type="image/png", size=len(PNG)),
+            Attachment("file", "https://chat.example/n.txt", name="n.txt", path=str(notes), media_type="text/plain"),
+        ),
+    )
+    with trio.fail_after(CODEX_TURN_DEADLINE):
+        result = await bridge.run_turn(codex.profile, turn)
+    assert result.outcome == Outcome.OK
+    request = codex.api.responses_requests()[-1]
+    # codex puts its own marker for the image before the text; the fake model echoes what it got.
+    assert request.input_images() == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
+    assert request.prompt.endswith(
+        f"what is in the picture?\n\nAttached files:\n- {notes} (file, text/plain, sent as 'n.txt')"
+    )
+    assert f'path="{png}"' in request.prompt
+    # Resumed, the new message has its image too (`--image` before `resume` belongs to the resumed turn).
+    with trio.fail_after(CODEX_TURN_DEADLINE):
+        again = await bridge.run_turn(codex.profile, turn.replace(message="and now?", session_id=result.session_id))
+    assert (again.outcome, again.session_id) == (Outcome.OK, result.session_id)
+    assert len(codex.api.responses_requests()[-1].input_images()) == 2  # the first turn's, in the thread, and this one

@@ -40,6 +40,7 @@ import functools
 import json
 import json.decoder
 import json.scanner
+import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from typing import Any, ClassVar, Protocol, cast
 
 from ..errors import ProtocolMisuse
 from ..permissions import Decision, PermissionRequest
-from ..turn import Turn
+from ..turn import Attachment, Turn
 from .events import Event, LineCut, ProtocolWarning
 from .framing import Lines, LineSplitter
 from .settings import JSON_MAX_LINE_BYTES, JsonSettings
@@ -60,10 +61,18 @@ class Handover:
     `stdin` is written to the agent's stdin (None: stdin is /dev/null, at end of
     file at once). With `keep_open` stdin stays a pipe after that, for the
     answers to the agent's questions; it is closed when the agent exits.
+    `message` is the prompt as this family hands it, for `{{MESSAGE}}` in argv
+    and in the profile's env (None: the turn's message as it is): the message
+    with the turn's fetched files named in it, for a CLI that reads files it is
+    told of. `options` go into argv right after the profile's `command` (before
+    the session's and the message's words), one protocol option per word, such
+    as codex's `--image=PATH`.
     """
 
     stdin: bytes | None = None
     keep_open: bool = False
+    message: str | None = None
+    options: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -216,9 +225,14 @@ class JsonLinesDialect(JsonLinesReader):
         self.turn = turn
         self._closed = False
 
+    mention: ClassVar[str] = "{path}"
+    """How the family's CLI is told of a file in its prompt (`{path}` is its absolute path): see `files_named`."""
+
     @classmethod
     def handover(cls, turn: Turn, context: DialectContext) -> Handover:
-        return Handover()  # the turn is in argv: stdin is at end of file at once
+        # The turn is in argv: stdin is at end of file at once. Fetched files are named in the prompt, which is all a
+        # CLI without an input of its own for files can be given.
+        return Handover(message=with_files_named(turn.message, turn.attachments, cls.mention))
 
     def feed(self, data: bytes) -> list[Event]:
         if self._closed:
@@ -240,6 +254,36 @@ class JsonLinesDialect(JsonLinesReader):
     def finish(self) -> list[Event]:
         """Events due at the end of the stream (a reply assembled from pieces, say)."""
         return []
+
+
+def with_files_named(message: str, attachments: Sequence[Attachment], mention: str = "{path}") -> str | None:
+    """`message` followed by a list of the fetched files among `attachments`, each as `mention` spells it (`{path}`:
+    its absolute path; `@{path}` for a CLI that reads a file named so); None when none was fetched (the message
+    as it is). The one way every family names files in its prompt."""
+    listing = files_named(attachments, mention)
+    if not listing:
+        return None
+    return f"{message}\n\n{listing}" if message.strip() else listing
+
+
+def files_named(attachments: Sequence[Attachment], mention: str = "{path}") -> str:
+    """The fetched files among `attachments` as lines of text for the agent ("" when none was fetched)."""
+    lines = ["Attached files:"]
+    for attachment in attachments:
+        if not attachment.path:
+            continue
+        about: list[str] = [attachment.type]
+        if attachment.media_type:
+            about.append(attachment.media_type)
+        if attachment.name and attachment.name != posixpath.basename(attachment.path):
+            about.append(f"sent as {attachment.name!r}")
+        lines.append(f"- {mention.format(path=_mentioned(attachment.path, mention))} ({', '.join(about)})")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
+def _mentioned(path: str, mention: str) -> str:
+    # `@path` ends at the first space, as Gemini CLI reads it; a space escaped with a backslash is part of the path.
+    return path.replace("\\", "\\\\").replace(" ", "\\ ") if mention.startswith("@") else path
 
 
 # The C scanner json.loads ends up in, called directly: json.loads's three Python frames around it cost as much as

@@ -23,8 +23,11 @@ One JSON object per line (codex 0.169.0; `codex-rs/exec/src/exec_events.rs`):
   interrupted turn, a crash) → the turn fails: codex ended without finishing it.
 
 codex waits for end of file on stdin before it starts, even with the prompt in
-argv, and appends whatever it reads there to the prompt: the default handover
-(stdin is /dev/null) is what it needs.
+argv, and appends whatever it reads there to the prompt: stdin is /dev/null.
+A fetched image goes to codex as its own input, `--image=PATH` (one option per
+image, the `=` form so that no later word is read as another image; before
+`resume`, which takes the images of the command it belongs to); any other
+fetched file is named in the prompt by its absolute path, for codex to read.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any, ClassVar
 
 from ..turn import Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, Handler, JsonLinesDialect, number, shorten, text_of
+from .base import DialectContext, Handler, Handover, JsonLinesDialect, number, shorten, text_of, with_files_named
 from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, Paragraphs
 from .events import (
     ActivityEvent,
@@ -80,6 +83,12 @@ class CodexExec(JsonLinesDialect):
         self._reply = ""  # the last agent message: the reply, given with turn.completed
         self._plan_text = ""  # the last `plan` item: the reply when there is no agent message
         self._last_notice = ""  # the last `error` line: said when the stream ends unfinished
+
+    @classmethod
+    def handover(cls, turn: Turn, context: DialectContext) -> Handover:
+        images = tuple(f"--image={a.path}" for a in turn.attachments if a.path and a.type == "image")
+        others = [a for a in turn.attachments if a.type != "image"]
+        return Handover(message=with_files_named(turn.message, others), options=images)
 
     def finish(self) -> list[Event]:
         if self._finished:

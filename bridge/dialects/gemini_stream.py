@@ -17,6 +17,9 @@
   turn's usage (tokens, no cost);
 - no `result` by the end: the turn did not finish. Gemini exits 0 without
   one when it is interrupted, so the exit code alone would call it a success.
+
+The turn's fetched files are named in the prompt as `@PATH` (a space escaped
+with a backslash), the syntax Gemini CLI reads files by, images among them.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class GeminiStream(JsonLinesDialect):
 
     name: ClassVar[str] = "gemini-stream-json"
     Settings: ClassVar[type] = JsonSettings
+    mention: ClassVar[str] = "@{path}"  # Gemini CLI reads a file named `@path` in its prompt (images and PDFs too)
     __slots__ = ("_sessions", "_text", "_tools", "_last_error", "_finished")
 
     def __init__(self, context: DialectContext, turn: Turn) -> None:

@@ -69,6 +69,17 @@ class Request:
     def prompt(self) -> str:
         return _prompt(self.body)
 
+    def input_images(self) -> list[str]:
+        """The `image_url` of every `input_image` part of a user message in `input`, in order (data: URLs)."""
+        items = self.body.get("input") if isinstance(self.body, dict) else None
+        return [
+            str(part.get("image_url"))
+            for item in (items if isinstance(items, list) else ())
+            if isinstance(item, dict) and item.get("role") == "user" and isinstance(item.get("content"), list)
+            for part in item["content"]
+            if isinstance(part, dict) and part.get("type") == "input_image"
+        ]
+
 
 @dataclass
 class Stream:
