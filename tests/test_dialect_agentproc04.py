@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 from agentproc import runner as reference
+from attachment_files import PNG
 from conftest import PROFILES, PYTHON, TURN_DEADLINE, write_agent
 from hypothesis import given
 from hypothesis import strategies as st
@@ -737,3 +738,45 @@ async def test_bundled_agentproc_echo_profile_streams_asks_and_resumes(
 
     empty, _ = await run(profile, Turn(""))
     assert (empty.outcome, empty.error_reply) == ("agent_error", "the message is empty: say something")
+
+
+def test_a_fetched_attachment_carries_its_path_media_type_and_size_an_unfetched_one_does_not() -> None:
+    path = "/w/.agent-bridge/turns/t1/attachments/x.png"
+    fetched = Attachment("image", "https://e/x.png", path=path, media_type="image/png", size=68)
+    handover = AgentProc04.handover(Turn("look", attachments=(fetched, Attachment("file", "https://e/a.txt"))), ASKS)
+    assert json.loads(handover.stdin or b"")["attachments"] == [
+        {
+            "kind": "image",
+            "url": "https://e/x.png",
+            "filename": "x.png",
+            "path": "/w/.agent-bridge/turns/t1/attachments/x.png",
+            "media_type": "image/png",
+            "size": 68,
+        },
+        {"kind": "file", "url": "https://e/a.txt", "filename": "a.txt"},
+    ]
+
+
+async def test_an_sdk_agent_reads_its_fetched_attachments_from_their_paths(tmp_path: Path) -> None:
+    agent = sdk_agent(
+        tmp_path,
+        """\
+        seen = []
+        for entry in ctx.attachments:
+            with open(entry["path"], "rb") as file:
+                seen.append(f"{entry['kind']} {entry['filename']} {entry['media_type']} {len(file.read())}/{entry['size']}")
+        return AgentResult("; ".join(seen))
+    """,
+    )
+    image, notes = tmp_path / "shot.png", tmp_path / "notes.txt"
+    image.write_bytes(PNG)
+    notes.write_text("milk\n")
+    attachments = (
+        Attachment("image", "https://e/s.png", path=str(image), media_type="image/png", size=len(PNG)),
+        Attachment("file", "https://e/n.txt", path=str(notes), media_type="text/plain", size=5),
+    )
+    result, _ = await run(profile_of(agent), Turn("look", attachments=attachments))
+    assert (result.outcome, result.reply) == (
+        "ok",
+        f"image s.png image/png {len(PNG)}/{len(PNG)}; file n.txt text/plain 5/5",
+    )

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..permissions import Decision, PermissionRequest
-from ..turn import Turn
+from ..turn import Attachment, Turn
 from .agentproc01 import MAX_SESSION_ID_CHARS
 from .base import DialectContext, Handler, Handover, JsonLinesDialect, number, scan_json_string, shorten, text_of
 from .coding_agents import TITLE_CHARS, Paragraphs, money, tool_title
@@ -302,11 +302,15 @@ def _partial_members(tail: str) -> tuple[Any, Any] | None:
     return members.get("role"), members.get("session_id")
 
 
-def _attachment(attachment: Any) -> dict[str, str]:
-    """Our `Attachment(type, url, name)` in wire 0.4's words: `{kind, url, filename}`."""
-    shape = {"kind": attachment.type, "url": attachment.url}
+def _attachment(attachment: Attachment) -> dict[str, Any]:
+    """Our `Attachment` in wire 0.4's words: `{kind, url, filename}`, and once the bridge fetched it `path` (the
+    local file, absolute), `media_type` and `size`; the 0.20 SDK hands the entries to the agent as they are
+    (`ctx.attachments`)."""
+    shape: dict[str, Any] = {"kind": attachment.type, "url": attachment.url}
     if attachment.name:
         shape["filename"] = attachment.name
+    if attachment.path:
+        shape.update(path=attachment.path, media_type=attachment.media_type, size=attachment.size)
     return shape
 
 
