@@ -47,6 +47,7 @@ from bridge.dialects.events import Ready, TurnEnd
 from bridge.dialects.settings import AnteSettings
 from bridge.errors import ProfileError, ProtocolMisuse
 from bridge.permissions import Decision, PermissionRequest
+from bridge.turn import Attachment
 from bridge.warm_agent import WarmAgent
 
 SAMPLE = SAMPLE_AGENTS / "ante_like.py"
@@ -290,6 +291,16 @@ def test_a_streamed_turn_shows_its_deltas_and_its_reply_is_their_concatenation()
     [user_input] = ops(prompt)
     assert user_input["op"] == {"UserInput": "explain what this project does"}
     assert ante.feed(streamed_turn(user_input["id"])) == STREAMED_EVENTS
+
+
+def test_fetched_attachments_are_named_in_the_user_input_by_path_unfetched_ones_are_not():
+    shot = Attachment(
+        "image", "https://e/x.png", path="/w/.agent-bridge/turns/t/attachments/x.png", media_type="image/png"
+    )
+    [user_input] = ops(ready().prompt(Turn("look", attachments=(shot, Attachment("file", "https://e/y.txt")))))
+    assert user_input["op"] == {
+        "UserInput": "look\n\nAttached files:\n- /w/.agent-bridge/turns/t/attachments/x.png (image, image/png)"
+    }
 
 
 def test_a_turn_that_is_not_streamed_gives_each_message_whole():

@@ -495,6 +495,23 @@ def test_image_attachments_are_images_and_other_attachments_are_named_in_the_tex
     ]
 
 
+def test_fetched_images_are_local_images_and_other_fetched_files_are_named_in_the_text():
+    made = dialect()
+    made.open()
+    made.feed(line({"id": 0, "result": {}}))
+    made.feed(line({"id": 1, "result": {"thread": {"id": "th-1"}}}))
+    turns = "/w/.agent-bridge/turns/t1/attachments"
+    attachments = (
+        Attachment("image", "https://x.test/c.png", path=f"{turns}/c.png", media_type="image/png", size=9),
+        Attachment("file", "https://x.test/n", name="notes.txt", path=f"{turns}/notes.txt", media_type="text/plain"),
+    )
+    start = json.loads(made.prompt(Turn("look", attachments=attachments)))
+    assert start["params"]["input"] == [
+        {"type": "text", "text": f"look\n\nAttached files:\n- {turns}/notes.txt (file, text/plain)"},
+        {"type": "localImage", "path": f"{turns}/c.png"},
+    ]
+
+
 @pytest.mark.parametrize(
     ("argv", "problems"),
     [

@@ -18,7 +18,8 @@ own source (crates/aion-protocol, crates/aion-cli/src/json_stream, 0.2.10).
   0.1.11, and what AionUi sends) and `input` (its name up to 0.1.10, still in
   the seed document): aionrs ignores a field it does not know and silently
   drops a command without the one it needs, so one line serves every version.
-  Attachments that are local files (a path or a file:// URL) go in `files`,
+  Attachments the bridge fetched (by their local path), and those that are
+  local files (a path or a file:// URL), go in `files`,
   which aionrs lists to its model under "[Attached files]"; other URLs are
   listed the same way at the end of the text, under "[Attached URLs]", so
   they are never lost.
@@ -372,7 +373,9 @@ def _message_line(msg_id: str, text: str, attachments: Sequence[Attachment]) -> 
     urls: list[str] = []
     for attachment in attachments:
         parts = urllib.parse.urlsplit(attachment.url)
-        if parts.scheme == "file":
+        if attachment.path:  # fetched: aionrs reads the local file, image or document
+            files.append(attachment.path)
+        elif parts.scheme == "file":
             files.append(urllib.parse.unquote(parts.path))
         elif not parts.scheme:
             files.append(attachment.url)

@@ -9,7 +9,8 @@ reads one `EventMsg` per line (`{"timestamp", "id", "event", "parent"}`,
   agent's cwd, or `ResumeSession` with the stored session id. `SessionStart`
   → `Ready(session_id)`. A resume Ante refuses (`Error`) starts a new session
   instead, with a warning: the conversation goes on, without its history.
-- `prompt(turn)`: `UserInput` with a fresh op id. Then `TurnStart` …
+- `prompt(turn)`: `UserInput` with a fresh op id (the message, with the
+  turn's fetched files named in it by their paths). Then `TurnStart` …
   `MessageDelta` (partials; the reply is all of them, a blank line where the
   text resumes after a tool) or, when Ante does not stream, `AgentMessage`
   (the same, whole) … `TurnEnd{Completed|Interrupted|Error}` → `TurnEnd`, an
@@ -61,7 +62,7 @@ from typing import Any, ClassVar
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, number, shorten, text_of
+from .base import DialectContext, number, shorten, text_of, with_files_named
 from .coding_agents import THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, output_excerpt, tool_title
 from .events import (
     ActivityEvent,
@@ -184,7 +185,8 @@ class Ante(WarmDialect):
     def start_turn(self, turn: Turn) -> bytes:
         self._new_turn()
         self._turn_started = False
-        self._turn_op, data = _op({"UserInput": turn.message})
+        # UserInput is text alone (the seed has no image or file input): fetched files are named in it by path.
+        self._turn_op, data = _op({"UserInput": with_files_named(turn.message, turn.attachments) or turn.message})
         self._turn_ops = {self._turn_op}
         return data
 

@@ -11,8 +11,9 @@ process holds one thread for many turns:
   (`excludeTurns`: the bridge shows no history). The thread's id is the
   session id. A resume codex answers "no rollout found for thread id" proves
   the thread is gone: `SessionGone`; any other refusal fails the start;
-- a turn: `turn/start` (the message as text; local image attachments as
-  images). Its response carries the turn's id; what codex says about a turn
+- a turn: `turn/start` (the message as text, the fetched files that are not
+  images named in it by path; fetched images, and `file:` image URLs, as
+  `localImage` items, codex reading the file). Its response carries the turn's id; what codex says about a turn
   before that id is known is held, then read (or dropped: another turn's).
   `item/agentMessage/delta`s are streamed; the completed `agentMessage` items
   are the reply, joined by a blank line, as the partials show them (a turn
@@ -57,7 +58,7 @@ from ..errors import ProtocolMisuse
 from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, Handler, number, shorten, text_of
+from .base import DialectContext, Handler, number, shorten, text_of, with_files_named
 from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls
 from .events import (
     ActivityEvent,
@@ -554,13 +555,21 @@ def _turn_of(params: Mapping[str, Any]) -> str:
 
 
 def _input(turn: Turn) -> list[dict[str, Any]]:
-    """A message as codex's `UserInput`s: its text, and its image attachments (local files by path)."""
-    items: list[dict[str, Any]] = [{"type": "text", "text": turn.message}]
-    items += [_attachment(attachment) for attachment in turn.attachments]
+    """A message as codex's `UserInput`s: its text, with the fetched files that are not images named in it, and its
+    images (a fetched one, or a `file:` URL, as a local file by path)."""
+    others = [a for a in turn.attachments if a.path and a.type != "image"]
+    items: list[dict[str, Any]] = [{"type": "text", "text": with_files_named(turn.message, others) or turn.message}]
+    items += [
+        _attachment(attachment)
+        for attachment in turn.attachments
+        if not (attachment.path and attachment.type != "image")
+    ]
     return items
 
 
 def _attachment(attachment: Attachment) -> dict[str, Any]:
+    if attachment.type == "image" and attachment.path:
+        return {"type": "localImage", "path": attachment.path}
     url = urllib.parse.urlsplit(attachment.url)
     if attachment.type == "image" and url.scheme == "file":
         return {"type": "localImage", "path": urllib.parse.unquote(url.path)}
