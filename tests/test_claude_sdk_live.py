@@ -10,6 +10,7 @@ sleep; every turn has a deadline.
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
+from attachment_files import PNG
 from conftest import CLI_PROFILES
 from fake_anthropic import Conversation, claude_env, user_texts
 from fake_api import FakeApi
@@ -31,6 +33,7 @@ from bridge.dialects import ActivityEvent, DialectContext, QuestionRequest, Sess
 from bridge.errors import WarmStartError
 from bridge.permissions import Decision, PermissionRequest
 from bridge.questions import Questions
+from bridge.turn import Attachment
 from bridge.warm_agent import WarmAgent
 
 DEADLINE = 30
@@ -223,3 +226,28 @@ async def test_a_deleted_session_with_on_resume_failure_fail_does_not_start(tmp_
     events = sdk.feed(done.stdout) + sdk.close()
     assert done.returncode == 1
     assert events[0] == SessionGone(f"No conversation found with session ID: {gone}")
+
+
+async def test_a_fetched_image_reaches_the_model_as_an_image_block_and_a_file_by_its_path(tmp_path):
+    shot, notes = tmp_path / "shot.png", tmp_path / "notes.txt"
+    shot.write_bytes(PNG)
+    notes.write_text("milk\n")
+    turn = Turn(
+        "what is this?",
+        attachments=(
+            Attachment("image", "https://chat.example/s.png", path=str(shot), media_type="image/png", size=len(PNG)),
+            Attachment("file", "https://chat.example/n.txt", path=str(notes), media_type="text/plain", size=5),
+        ),
+    )
+    with fake_claude(tmp_path) as (_, api, profile):
+        async with started_agent(profile) as (agent, _):
+            with trio.fail_after(DEADLINE):
+                result = await agent.turn(turn)
+    assert result.ok, result.error
+    [message] = [m for m in api.posts("/v1/messages")[-1].body["messages"] if m["role"] == "user"][-1:]
+    blocks = [block for block in message["content"] if block.get("type") in ("image", "text")]
+    image = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()}
+    assert {"type": "image", "source": image} in [{"type": b["type"], "source": b.get("source")} for b in blocks]
+    assert f"what is this?\n\nAttached files:\n- {notes} (file, text/plain, sent as 'n.txt')" in [
+        b.get("text") for b in blocks
+    ]

@@ -13,7 +13,9 @@ Claude Code 2.1.197 (tests/test_claude_sdk_live.py):
   CLI does not have is answered, before initialize, by an error `result`
   ("No conversation found with session ID: …") and exit 1: that is the proof
   the session is gone (`SessionGone`);
-- a turn: one `user` line (a fresh `uuid` each). What the CLI writes is read
+- a turn: one `user` line (a fresh `uuid` each); the turn's fetched images
+  (PNG, JPEG, GIF, WebP up to 5 MB) go in it as base64 `image` blocks, every
+  other fetched file is named in its text by its absolute path. What the CLI writes is read
   as `protocol: claude-stream-json` reads it (a `ClaudeStream` per turn does
   it: partials from text deltas, thinking, tool calls and their results);
   the `result` line ends the turn — its `result` is the reply, `is_error` its
@@ -57,10 +59,10 @@ from typing import Any, ClassVar
 
 from ..errors import ProtocolMisuse
 from ..permissions import CANCELLED, Decision, PermissionRequest
-from ..turn import Turn
-from .base import DialectContext, Handler, shorten, text_of
+from ..turn import Attachment, Turn
+from .base import DialectContext, Handler, shorten, text_of, with_files_named
 from .claude_stream import ClaudeStream, result_error_text, result_usage
-from .coding_agents import TITLE_CHARS, tool_title
+from .coding_agents import TITLE_CHARS, image_data, tool_title
 from .events import (
     AgentInput,
     ErrorEvent,
@@ -355,18 +357,12 @@ class ClaudeSdk(WarmDialect):
     # ------------------------------------------------------------------ helpers
 
     def _user_line(self, turn: Turn) -> bytes:
-        text = turn.message
-        if turn.attachments:
-            listing = "\n".join(
-                ["[Attached]", *(f"- {a.name}: {a.url}" if a.name else f"- {a.url}" for a in turn.attachments)]
-            )
-            text = f"{text}\n\n{listing}" if text.strip() else listing
         self._last_uuid = str(uuid.uuid4())
         self._unechoed.add(self._last_uuid)
         return _encode(
             {
                 "type": "user",
-                "message": {"role": "user", "content": text},
+                "message": {"role": "user", "content": _content(turn)},
                 "parent_tool_use_id": None,
                 "session_id": "",
                 "uuid": self._last_uuid,
@@ -446,6 +442,28 @@ def _session_rule(tool: str, tool_input: Mapping[str, Any]) -> dict[str, Any]:
     if tool == "Bash" and isinstance(command, str) and command:
         rule["ruleContent"] = command
     return {"type": "addRules", "rules": [rule], "behavior": "allow", "destination": "session"}
+
+
+def _content(turn: Turn) -> str | list[dict[str, Any]]:
+    """A message's `content`: its text, and with fetched images of a type the Messages API takes, an `image` block
+    (base64) each; every other fetched file is named in the text by its path, for Claude Code to read, and an
+    attachment that was not fetched is listed by its URL."""
+    images: list[dict[str, Any]] = []
+    named: list[Attachment] = []
+    for attachment in turn.attachments:
+        data = image_data(attachment)
+        if data is not None:
+            source = {"type": "base64", "media_type": attachment.media_type, "data": data}
+            images.append({"type": "image", "source": source})
+        elif attachment.path:
+            named.append(attachment)
+    text = with_files_named(turn.message, named) or turn.message
+    if unfetched := [a for a in turn.attachments if not a.path]:
+        listing = "\n".join(["[Attached]", *(f"- {a.name}: {a.url}" if a.name else f"- {a.url}" for a in unfetched)])
+        text = f"{text}\n\n{listing}" if text.strip() else listing
+    if not images:
+        return text
+    return [*images, {"type": "text", "text": text}] if text.strip() else images  # images first, as Anthropic advises
 
 
 def _flag_value(argv: Sequence[str], flag: str, takes_value: bool) -> str | None:

@@ -21,11 +21,14 @@ Families that report disjoint buckets are folded into these (`token_usage`).
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from ..turn import Attachment
 from .agentproc01 import session_id_problem
 from .base import number, shorten
 from .events import ActivityEvent, Event, PartialEvent, PlanStep, ProtocolWarning, SessionEvent, Usage
@@ -54,6 +57,30 @@ OUTPUT_CHARS = 300
 """How much of a tool's output an activity event carries."""
 THINKING_CHARS = 2000
 """How much of one block of reasoning an activity event carries (a status line, not a transcript)."""
+INLINE_IMAGE_BYTES = 5 * 1024 * 1024
+"""The largest image a family sends in its messages as base64 (Anthropic's limit for one image); a larger one is
+named by its path, for the agent to read."""
+MODEL_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""The image types model APIs take inline (Anthropic, OpenAI and Gemini all take these four)."""
+
+
+def image_data(attachment: Attachment, media_types: Collection[str] = MODEL_IMAGE_TYPES) -> str | None:
+    """A fetched image's bytes as base64, for a family whose messages carry images; None when it is not a fetched
+    image of one of `media_types`, is over `INLINE_IMAGE_BYTES`, or cannot be read (then it is named by path).
+
+    The one file a dialect reads: the bridge's own copy, fetched, checked and bounded before the agent started, so
+    reading it is as predictable as the bytes of the turn itself.
+    """
+    if attachment.type != "image" or not attachment.path or attachment.media_type not in media_types:
+        return None
+    try:
+        with open(attachment.path, "rb") as file:
+            data = file.read(INLINE_IMAGE_BYTES + 1)
+    except OSError:
+        return None
+    return base64.b64encode(data).decode("ascii") if len(data) <= INLINE_IMAGE_BYTES else None
+
+
 _PLAN_STATUSES = {
     "pending": "pending",
     "in_progress": "in_progress",
