@@ -1,13 +1,14 @@
 """An ACP agent written with the official Python SDK (`agent-client-protocol`), for the tests of `protocol: acp`.
 
-    python acp_agent.py [--load] [--resume] [--store DIR]
+    python acp_agent.py [--load] [--resume] [--images] [--store DIR]
 
 It keeps one conversation per session, on disk under `--store` (default: a
 `.acp-sessions` directory in its working directory), so a new process can
 pick a session up: `--load` advertises `loadSession` (the history is replayed
 as `session/update`s before the load's response, as the spec says), `--resume`
 advertises `sessionCapabilities.resume` (no replay). Without either, a stored
-session cannot be reopened.
+session cannot be reopened. `--images` advertises `promptCapabilities.image`:
+the client may then send images as `image` blocks.
 
 What it does with a prompt is chosen by its first word, like the fake model
 servers of the tests:
@@ -29,6 +30,8 @@ servers of the tests:
     refuse | max_tokens | max_turn_requests   streams a word, then ends with that stop reason
     fail TEXT        fails the turn with a JSON-RPC error whose message is TEXT
     slow N TEXT      waits N seconds, then answers "echo: TEXT"
+    blocks           answers with the prompt's blocks other than text, one per line: "image MIME N bytes URI"
+                     (N: the decoded base64 data) or "link URI MIME SIZE"
     anything else    answers "echo: PROMPT", streamed a few characters per chunk
 """
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -68,6 +72,7 @@ from acp.schema import (
     AgentCapabilities,
     ClientCapabilities,
     PermissionOption,
+    PromptCapabilities,
     ResumeSessionResponse,
     SessionCapabilities,
     SessionResumeCapabilities,
@@ -79,10 +84,11 @@ WINDOW = 16  # file requests in flight at once, for read-many and write-many
 
 
 class SampleAgent(Agent):
-    def __init__(self, store: Path, *, load: bool, resume: bool) -> None:
+    def __init__(self, store: Path, *, load: bool, resume: bool, images: bool = False) -> None:
         self.store = store
         self.load = load
         self.resume = resume
+        self.images = images
         self.client_capabilities: ClientCapabilities | None = None
         self.cancelled: dict[str, asyncio.Event] = {}
         self.conn: Client
@@ -100,7 +106,9 @@ class SampleAgent(Agent):
         **kwargs: Any,
     ) -> InitializeResponse:
         self.client_capabilities = client_capabilities
-        capabilities = AgentCapabilities(load_session=self.load)
+        capabilities = AgentCapabilities(
+            load_session=self.load, prompt_capabilities=PromptCapabilities(image=self.images)
+        )
         if self.resume:
             capabilities.session_capabilities = SessionCapabilities(resume=SessionResumeCapabilities())
         return InitializeResponse(protocol_version=1, agent_capabilities=capabilities)
@@ -194,6 +202,8 @@ class SampleAgent(Agent):
             return PromptResponse(stop_reason="refusal" if word == "refuse" else word)
         elif word == "fail":
             raise RequestError(-32603, argument or "failed")
+        elif word == "blocks":
+            reply = "\n".join(_described(block) for block in prompt if getattr(block, "type", "") != "text")
         elif word == "slow":
             seconds, _, rest = argument.partition(" ")
             await asyncio.sleep(float(seconds))
@@ -289,6 +299,14 @@ class SampleAgent(Agent):
         path.with_suffix(".tmp").replace(path)
 
 
+def _described(block: Any) -> str:
+    if block.type == "image":
+        return f"image {block.mime_type} {len(base64.b64decode(block.data, validate=True))} bytes {block.uri}"
+    if block.type == "resource_link":
+        return f"link {block.uri} {block.mime_type} {block.size}"
+    return block.type
+
+
 async def _many(count: int, request: Callable[[], Awaitable[str]]) -> Counter[str | None]:
     """`request` made `count` times, `WINDOW` at a time: how many times each answer came back (None: refused)."""
     outcomes: Counter[str | None] = Counter()
@@ -312,9 +330,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", action="store_true")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--images", action="store_true")
     parser.add_argument("--store", type=Path, default=Path(".acp-sessions"))
     options = parser.parse_args()
-    agent = SampleAgent(options.store.absolute(), load=options.load, resume=options.resume)
+    agent = SampleAgent(options.store.absolute(), load=options.load, resume=options.resume, images=options.images)
     # The SDK still files session/resume under its unstable methods: served only when asked for.
     asyncio.run(run_agent(agent, use_unstable_protocol=options.resume))
 

@@ -12,8 +12,11 @@ holds one session for many turns:
   falls back to `session/new`: the conversation goes on in a new session, and
   `Ready` names it. The history a load replays arrives before the load's
   response and is dropped, never shown as a turn's output;
-- a turn: `session/prompt` (the message as a text block, attachments as
-  resource links, which every ACP agent must accept); `session/update`
+- a turn: `session/prompt` (the message as a text block; a fetched image as
+  an `image` block, base64, when the agent's `promptCapabilities.image` says
+  it takes them; any other fetched file as a resource link to its local file,
+  `file://` + its path; an attachment not fetched as a link to its URL:
+  resource links are what every ACP agent must accept); `session/update`
   notifications: `agent_message_chunk` text is streamed and, joined, is the
   reply; `agent_thought_chunk` is thinking, `tool_call`/`tool_call_update`
   tool activity, `plan` a plan; every other kind is ignored. The prompt's
@@ -36,6 +39,7 @@ notifications, fields and update kinds are ignored (forward compatible).
 
 from __future__ import annotations
 
+import pathlib
 import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
@@ -45,7 +49,16 @@ from ..permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, Handler, number, shorten, text_of
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, tool_title
+from .coding_agents import (
+    OUTPUT_CHARS,
+    THINKING_CHARS,
+    TITLE_CHARS,
+    Paragraphs,
+    ToolCall,
+    ToolCalls,
+    image_data,
+    tool_title,
+)
 from .events import (
     ActivityEvent,
     AgentInput,
@@ -91,6 +104,7 @@ class Acp(WarmDialect):
         self._settings = context.settings if isinstance(context.settings, AcpSettings) else AcpSettings()
         self._stored_session = session_id
         self._cwd = cwd
+        self._images = False  # the agent takes image blocks in a prompt (promptCapabilities.image)
         self._rpc = Wire()
         self._session_id = ""
         self._cancelling = False
@@ -119,7 +133,7 @@ class Acp(WarmDialect):
 
     def start_turn(self, turn: Turn) -> bytes:
         blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.message}]
-        blocks.extend(_resource_link(attachment) for attachment in turn.attachments)
+        blocks.extend(_attachment_block(attachment, self._images) for attachment in turn.attachments)
         self._text = Paragraphs(keep=True)
         self._tools = ToolCalls()
         self._cancelling = False
@@ -260,6 +274,8 @@ class Acp(WarmDialect):
             ]
         capabilities = result.get("agentCapabilities")
         capabilities = capabilities if isinstance(capabilities, dict) else {}
+        prompt_capabilities = capabilities.get("promptCapabilities")
+        self._images = isinstance(prompt_capabilities, dict) and prompt_capabilities.get("image") is True
         if not self._stored_session:
             return [AgentInput(self._new_session())]
         params = {"sessionId": self._stored_session, **self._session_params()}
@@ -505,8 +521,23 @@ def _choose(options: tuple[Mapping[str, Any], ...], decision: Decision) -> str |
     return None
 
 
-def _resource_link(attachment: Attachment) -> dict[str, Any]:
-    return {"type": "resource_link", "uri": attachment.url, "name": attachment.name or attachment.url}
+def _attachment_block(attachment: Attachment, images: bool) -> dict[str, Any]:
+    """An attachment as a prompt block: a fetched image as an `image` block (base64) when the agent takes them, any
+    other fetched file as a resource link to its local file (`file://`), one not fetched as a link to its URL."""
+    if not attachment.path:
+        return {"type": "resource_link", "uri": attachment.url, "name": attachment.name or attachment.url}
+    if images and (data := image_data(attachment)) is not None:
+        return {"type": "image", "mimeType": attachment.media_type, "data": data, "uri": _file_uri(attachment.path)}
+    link: dict[str, Any] = {"type": "resource_link", "uri": _file_uri(attachment.path), "name": attachment.name}
+    if attachment.media_type:
+        link["mimeType"] = attachment.media_type
+    if attachment.size is not None:
+        link["size"] = attachment.size
+    return link
+
+
+def _file_uri(path: str) -> str:
+    return pathlib.PurePosixPath(path).as_uri()
 
 
 def _text(content: Any) -> str:
