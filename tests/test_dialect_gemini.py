@@ -11,6 +11,7 @@ Three layers:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
+from attachment_files import PNG
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
 from fake_gemini import TEXT_PIECES, TEXT_REPLY, fake_gemini, gemini_env, gemini_home, prompts
 
@@ -42,6 +44,7 @@ from bridge.dialects import (
     dialect_class,
 )
 from bridge.dialects.coding_agents import UNFINISHED
+from bridge.turn import Attachment
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -338,3 +341,24 @@ def test_check_accepts_the_ready_profile_without_a_warning(fake_gemini_cli):
     path = str(CLI_PROFILES / "gemini-cli.yaml")
     done = subprocess.run([AGENT_BRIDGE, "check", path], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"{path}: ok\n", "")
+
+
+async def test_real_gemini_reads_fetched_files_named_with_an_at_sign_and_sends_the_image_to_the_model(tmp_path):
+    with fake_gemini("text") as api:
+        profile = gemini_profile(tmp_path, api)
+        files = Path(profile.cwd or "") / ".agent-bridge" / "turns" / "t1" / "attachments"
+        files.mkdir(parents=True)
+        (files / "a shot.png").write_bytes(PNG)
+        (files / "notes.txt").write_text("remember the milk\n")
+        attachments = (
+            Attachment("image", "https://e/s.png", path=str(files / "a shot.png"), media_type="image/png"),
+            Attachment("file", "https://e/n.txt", path=str(files / "notes.txt"), media_type="text/plain"),
+        )
+        with trio.fail_after(REAL_DEADLINE):
+            result = await bridge.run_turn(profile, Turn("what is this?", attachments=attachments))
+    assert result.ok, (result.error, result.stderr_tail)
+    [request] = api.posts(":streamGenerateContent")
+    parts = [part for content in request.body["contents"] if content.get("role") == "user" for part in content["parts"]]
+    inline = [part["inlineData"] for part in parts if "inlineData" in part]
+    assert inline == [{"mimeType": "image/png", "data": base64.b64encode(PNG).decode()}]
+    assert any("remember the milk" in part.get("text", "") for part in parts)
