@@ -103,3 +103,13 @@ def test_every_one_shot_json_family_names_fetched_files_in_its_handover():
         handover = dialect_class(protocol).handover(Turn("look", attachments=(SHOT,)), DialectContext())
         assert handover.message == f"look\n\nAttached files:\n- {DIR}/s.png (image, image/png)", protocol
         assert handover.stdin is None and not handover.options
+
+
+def test_an_image_codex_cannot_decode_is_named_in_its_prompt_instead():
+    svg = Attachment("image", "https://e/d.svg", path=f"{DIR}/d.svg", media_type="image/svg+xml")
+    argv = plan("codex.yaml", Turn("look", attachments=(svg,)))
+    assert argv[-3:] == (
+        "unbounded_connection_retries",
+        "--",
+        f"look\n\nAttached files:\n- {DIR}/d.svg (image, image/svg+xml)",
+    )

@@ -59,7 +59,7 @@ from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, Handler, number, shorten, text_of, with_files_named
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, model_image
 from .events import (
     ActivityEvent,
     AgentInput,
@@ -555,20 +555,16 @@ def _turn_of(params: Mapping[str, Any]) -> str:
 
 
 def _input(turn: Turn) -> list[dict[str, Any]]:
-    """A message as codex's `UserInput`s: its text, with the fetched files that are not images named in it, and its
-    images (a fetched one, or a `file:` URL, as a local file by path)."""
-    others = [a for a in turn.attachments if a.path and a.type != "image"]
+    """A message as codex's `UserInput`s: its text, with the fetched files that are not images codex decodes (PNG,
+    JPEG, GIF, WebP) named in it, and its images (a fetched one, or a `file:` URL, as a local file by path)."""
+    others = [a for a in turn.attachments if a.path and not model_image(a)]
     items: list[dict[str, Any]] = [{"type": "text", "text": with_files_named(turn.message, others) or turn.message}]
-    items += [
-        _attachment(attachment)
-        for attachment in turn.attachments
-        if not (attachment.path and attachment.type != "image")
-    ]
+    items += [_attachment(a) for a in turn.attachments if model_image(a) or not a.path]
     return items
 
 
 def _attachment(attachment: Attachment) -> dict[str, Any]:
-    if attachment.type == "image" and attachment.path:
+    if model_image(attachment):
         return {"type": "localImage", "path": attachment.path}
     url = urllib.parse.urlsplit(attachment.url)
     if attachment.type == "image" and url.scheme == "file":

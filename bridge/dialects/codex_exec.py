@@ -24,10 +24,11 @@ One JSON object per line (codex 0.169.0; `codex-rs/exec/src/exec_events.rs`):
 
 codex waits for end of file on stdin before it starts, even with the prompt in
 argv, and appends whatever it reads there to the prompt: stdin is /dev/null.
-A fetched image goes to codex as its own input, `--image=PATH` (one option per
-image, the `=` form so that no later word is read as another image; before
-`resume`, which takes the images of the command it belongs to); any other
-fetched file is named in the prompt by its absolute path, for codex to read.
+A fetched image (PNG, JPEG, GIF or WebP: what codex decodes) goes to codex
+as its own input, `--image=PATH` (one option per image, the `=` form so that
+no later word is read as another image; before `resume`, whose turn it then
+belongs to); any other fetched file is named in the prompt by its absolute
+path, for codex to read.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any, ClassVar
 from ..turn import Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, Handler, Handover, JsonLinesDialect, number, shorten, text_of, with_files_named
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, Paragraphs
+from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, Paragraphs, model_image
 from .events import (
     ActivityEvent,
     ErrorEvent,
@@ -86,8 +87,8 @@ class CodexExec(JsonLinesDialect):
 
     @classmethod
     def handover(cls, turn: Turn, context: DialectContext) -> Handover:
-        images = tuple(f"--image={a.path}" for a in turn.attachments if a.path and a.type == "image")
-        others = [a for a in turn.attachments if a.type != "image"]
+        images = tuple(f"--image={a.path}" for a in turn.attachments if model_image(a))
+        others = [a for a in turn.attachments if not model_image(a)]
         return Handover(message=with_files_named(turn.message, others), options=images)
 
     def finish(self) -> list[Event]:

@@ -64,6 +64,11 @@ MODEL_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/we
 """The image types model APIs take inline (Anthropic, OpenAI and Gemini all take these four)."""
 
 
+def model_image(attachment: Attachment, media_types: Collection[str] = MODEL_IMAGE_TYPES) -> bool:
+    """Whether `attachment` is a fetched image of one of `media_types`: one a family hands over as an image."""
+    return attachment.type == "image" and bool(attachment.path) and attachment.media_type in media_types
+
+
 def image_data(attachment: Attachment, media_types: Collection[str] = MODEL_IMAGE_TYPES) -> str | None:
     """A fetched image's bytes as base64, for a family whose messages carry images; None when it is not a fetched
     image of one of `media_types`, is over `INLINE_IMAGE_BYTES`, or cannot be read (then it is named by path).
@@ -71,7 +76,7 @@ def image_data(attachment: Attachment, media_types: Collection[str] = MODEL_IMAG
     The one file a dialect reads: the bridge's own copy, fetched, checked and bounded before the agent started, so
     reading it is as predictable as the bytes of the turn itself.
     """
-    if attachment.type != "image" or not attachment.path or attachment.media_type not in media_types:
+    if not model_image(attachment, media_types):
         return None
     try:
         with open(attachment.path, "rb") as file:
