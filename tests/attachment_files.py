@@ -1,9 +1,13 @@
-"""Real files for the tests of attachments handed to agents: a valid PNG image that decoders accept."""
+"""Real files for the tests of attachments handed to agents: a valid PNG image that decoders accept, and a turn's
+fetched files."""
 
 from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
+
+from bridge.turn import Attachment
 
 
 def png(width: int = 2, height: int = 2) -> bytes:
@@ -18,3 +22,15 @@ def png(width: int = 2, height: int = 2) -> bytes:
 
 
 PNG = png()
+
+
+def fetched(directory: Path, image_name: str = "shot.png") -> tuple[Attachment, Attachment]:
+    """An image and a text file as the fetch step leaves them in `directory`: the PNG as `image_name`, sent as
+    s.png, and notes.txt ("milk\\n", 5 bytes), sent as n.txt."""
+    image, notes = directory / image_name, directory / "notes.txt"
+    image.write_bytes(PNG)
+    notes.write_text("milk\n")
+    return (
+        Attachment("image", "https://chat.example/s.png", path=str(image), media_type="image/png", size=len(PNG)),
+        Attachment("file", "https://chat.example/n.txt", path=str(notes), media_type="text/plain", size=5),
+    )

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from acp_harness import AcpProcess
 from agents_cache import npm_binary
-from attachment_files import PNG
+from attachment_files import PNG, fetched
 from conftest import CLI_PROFILES, SAMPLE_AGENTS
 from fake_gemini import TEXT_PIECES, TEXT_REPLY, fake_gemini, gemini_env, gemini_home, prompts
 from fakes.openai_responses import OpenAIResponses, write_codex_home
@@ -84,19 +84,13 @@ async def test_the_sdk_agent_streams_thinks_plans_and_runs_a_tool(tmp_path):
 
 @pytest.mark.parametrize("images", [True, False])
 async def test_the_sdk_agent_gets_a_fetched_image_as_an_image_block_only_when_it_takes_images(tmp_path, images):
-    shot, notes = tmp_path / "a shot.png", tmp_path / "notes.txt"
-    shot.write_bytes(PNG)
-    notes.write_text("milk\n")
-    attachments = (
-        Attachment("image", "https://x.test/s.png", path=str(shot), media_type="image/png", size=len(PNG)),
-        Attachment("file", "https://x.test/n.txt", path=str(notes), media_type="text/plain", size=5),
-        Attachment("file", "https://x.test/later.txt"),  # not fetched: its URL, as before
-    )
+    shot, notes = fetched(tmp_path, "a shot.png")
+    attachments = (shot, notes, Attachment("file", "https://x.test/later.txt"))  # the last not fetched: its URL
     flags = ("--images",) if images else ()
     async with AcpProcess.start(sample(*flags, store=tmp_path / "s"), cwd=str(tmp_path)) as agent:
         await agent.until(Ready)
         [reply] = of(ReplyEvent, await turn(agent, "blocks", attachments=attachments))
-    shot_uri, notes_uri = shot.as_uri(), notes.as_uri()
+    shot_uri, notes_uri = Path(shot.path).as_uri(), Path(notes.path).as_uri()
     assert "%20" in shot_uri  # a path is quoted in its URI
     first = f"image image/png {len(PNG)} bytes {shot_uri}" if images else f"link {shot_uri} image/png {len(PNG)}"
     assert reply.text.splitlines() == [

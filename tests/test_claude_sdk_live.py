@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG
+from attachment_files import PNG, fetched
 from conftest import CLI_PROFILES
 from fake_anthropic import Conversation, claude_env, user_texts
 from fake_api import FakeApi
@@ -33,7 +33,6 @@ from bridge.dialects import ActivityEvent, DialectContext, QuestionRequest, Sess
 from bridge.errors import WarmStartError
 from bridge.permissions import Decision, PermissionRequest
 from bridge.questions import Questions
-from bridge.turn import Attachment
 from bridge.warm_agent import WarmAgent
 
 DEADLINE = 30
@@ -229,16 +228,8 @@ async def test_a_deleted_session_with_on_resume_failure_fail_does_not_start(tmp_
 
 
 async def test_a_fetched_image_reaches_the_model_as_an_image_block_and_a_file_by_its_path(tmp_path):
-    shot, notes = tmp_path / "shot.png", tmp_path / "notes.txt"
-    shot.write_bytes(PNG)
-    notes.write_text("milk\n")
-    turn = Turn(
-        "what is this?",
-        attachments=(
-            Attachment("image", "https://chat.example/s.png", path=str(shot), media_type="image/png", size=len(PNG)),
-            Attachment("file", "https://chat.example/n.txt", path=str(notes), media_type="text/plain", size=5),
-        ),
-    )
+    turn = Turn("what is this?", attachments=fetched(tmp_path))
+    notes = turn.attachments[1].path
     with fake_claude(tmp_path) as (_, api, profile):
         async with started_agent(profile) as (agent, _):
             with trio.fail_after(DEADLINE):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 from agentproc import runner as reference
-from attachment_files import PNG
+from attachment_files import PNG, fetched
 from conftest import PROFILES, PYTHON, TURN_DEADLINE, write_agent
 from hypothesis import given
 from hypothesis import strategies as st
@@ -768,14 +768,7 @@ async def test_an_sdk_agent_reads_its_fetched_attachments_from_their_paths(tmp_p
         return AgentResult("; ".join(seen))
     """,
     )
-    image, notes = tmp_path / "shot.png", tmp_path / "notes.txt"
-    image.write_bytes(PNG)
-    notes.write_text("milk\n")
-    attachments = (
-        Attachment("image", "https://e/s.png", path=str(image), media_type="image/png", size=len(PNG)),
-        Attachment("file", "https://e/n.txt", path=str(notes), media_type="text/plain", size=5),
-    )
-    result, _ = await run(profile_of(agent), Turn("look", attachments=attachments))
+    result, _ = await run(profile_of(agent), Turn("look", attachments=fetched(tmp_path)))
     assert (result.outcome, result.reply) == (
         "ok",
         f"image s.png image/png {len(PNG)}/{len(PNG)}; file n.txt text/plain 5/5",

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG
+from attachment_files import PNG, fetched
 from conftest import CLI_PROFILES
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 from hypothesis import given, settings
@@ -44,7 +44,6 @@ from bridge.dialects import (
     dialect_class,
 )
 from bridge.result import Outcome
-from bridge.turn import Attachment
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts" / "codex"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -555,17 +554,8 @@ async def test_real_codex_under_the_ready_profile_can_neither_write_nor_escalate
 
 
 async def test_real_codex_sends_a_fetched_image_to_the_model_and_is_told_of_other_files(codex, tmp_path):
-    png = tmp_path / "shot.png"
-    png.write_bytes(PNG)
-    notes = tmp_path / "notes.txt"
-    notes.write_text("remember the milk\n")
-    turn = bridge.Turn(
-        "what is in the picture?",
-        attachments=(
-            Attachment("image", "https://chat.example/shot.png", path=str(png), media_type="image/png", size=len(PNG)),
-            Attachment("file", "https://chat.example/n.txt", name="n.txt", path=str(notes), media_type="text/plain"),
-        ),
-    )
+    turn = bridge.Turn("what is in the picture?", attachments=fetched(tmp_path))
+    png, notes = (attachment.path for attachment in turn.attachments)
     with trio.fail_after(CODEX_TURN_DEADLINE):
         result = await bridge.run_turn(codex.profile, turn)
     assert result.outcome == Outcome.OK

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG
+from attachment_files import PNG, fetched
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
 from fake_gemini import TEXT_PIECES, TEXT_REPLY, fake_gemini, gemini_env, gemini_home, prompts
 
@@ -44,7 +44,6 @@ from bridge.dialects import (
     dialect_class,
 )
 from bridge.dialects.coding_agents import UNFINISHED
-from bridge.turn import Attachment
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -348,12 +347,7 @@ async def test_real_gemini_reads_fetched_files_named_with_an_at_sign_and_sends_t
         profile = gemini_profile(tmp_path, api)
         files = Path(profile.cwd or "") / ".agent-bridge" / "turns" / "t1" / "attachments"
         files.mkdir(parents=True)
-        (files / "a shot.png").write_bytes(PNG)
-        (files / "notes.txt").write_text("remember the milk\n")
-        attachments = (
-            Attachment("image", "https://e/s.png", path=str(files / "a shot.png"), media_type="image/png"),
-            Attachment("file", "https://e/n.txt", path=str(files / "notes.txt"), media_type="text/plain"),
-        )
+        attachments = fetched(files, "a shot.png")  # a space in a path: escaped after the @
         with trio.fail_after(REAL_DEADLINE):
             result = await bridge.run_turn(profile, Turn("what is this?", attachments=attachments))
     assert result.ok, (result.error, result.stderr_tail)
@@ -361,4 +355,4 @@ async def test_real_gemini_reads_fetched_files_named_with_an_at_sign_and_sends_t
     parts = [part for content in request.body["contents"] if content.get("role") == "user" for part in content["parts"]]
     inline = [part["inlineData"] for part in parts if "inlineData" in part]
     assert inline == [{"mimeType": "image/png", "data": base64.b64encode(PNG).decode()}]
-    assert any("remember the milk" in part.get("text", "") for part in parts)
+    assert any("milk" in part.get("text", "") for part in parts)
