@@ -24,12 +24,24 @@ def png(width: int = 2, height: int = 2) -> bytes:
 PNG = png()
 
 
-def fetched(directory: Path, image_name: str = "shot.png") -> tuple[Attachment, Attachment]:
-    """An image and a text file as the fetch step leaves them in `directory`: the PNG as `image_name`, sent as
-    s.png, and notes.txt ("milk\\n", 5 bytes), sent as n.txt."""
+def files(directory: Path, image_name: str = "shot.png") -> tuple[Path, Path]:
+    """An image and a text file in `directory`: the PNG as `image_name`, and notes.txt ("milk\n", 5 bytes)."""
     image, notes = directory / image_name, directory / "notes.txt"
     image.write_bytes(PNG)
     notes.write_text("milk\n")
+    return image, notes
+
+
+def sent(directory: Path, image_name: str = "shot.png") -> tuple[Attachment, Attachment]:
+    """`files(directory)` as a host attaches them (local paths): the turn fetches them before the agent starts."""
+    image, notes = files(directory, image_name)
+    return Attachment("image", str(image)), Attachment("file", str(notes))
+
+
+def fetched(directory: Path, image_name: str = "shot.png") -> tuple[Attachment, Attachment]:
+    """`files(directory)` as the fetch step leaves them (`path`, `media_type`, `size`), sent as s.png and n.txt: for
+    a dialect driven without the engine, which fetches nothing."""
+    image, notes = files(directory, image_name)
     return (
         Attachment("image", "https://chat.example/s.png", path=str(image), media_type="image/png", size=len(PNG)),
         Attachment("file", "https://chat.example/n.txt", path=str(notes), media_type="text/plain", size=5),

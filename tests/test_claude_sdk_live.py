@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG, fetched
+from attachment_files import PNG, sent
 from conftest import CLI_PROFILES
 from fake_anthropic import Conversation, claude_env, user_texts
 from fake_api import FakeApi
@@ -228,8 +229,9 @@ async def test_a_deleted_session_with_on_resume_failure_fail_does_not_start(tmp_
 
 
 async def test_a_fetched_image_reaches_the_model_as_an_image_block_and_a_file_by_its_path(tmp_path):
-    turn = Turn("what is this?", attachments=fetched(tmp_path))
-    notes = turn.attachments[1].path
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    turn = Turn("what is this?", attachments=sent(sources))
     with fake_claude(tmp_path) as (_, api, profile):
         async with started_agent(profile) as (agent, _):
             with trio.fail_after(DEADLINE):
@@ -239,6 +241,8 @@ async def test_a_fetched_image_reaches_the_model_as_an_image_block_and_a_file_by
     blocks = [block for block in message["content"] if block.get("type") in ("image", "text")]
     image = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()}
     assert {"type": "image", "source": image} in [{"type": b["type"], "source": b.get("source")} for b in blocks]
-    assert f"what is this?\n\nAttached files:\n- {notes} (file, text/plain, sent as 'n.txt')" in [
-        b.get("text") for b in blocks
+    # The file the engine fetched into the turn's directory, named by its path.
+    notes = rf"what is this\?\n\nAttached files:\n- {tmp_path}/work/\.agent-bridge/turns/\w+/attachments/notes\.txt"
+    assert [
+        b["text"] for b in blocks if b["type"] == "text" and re.fullmatch(notes + r" \(file, text/plain\)", b["text"])
     ]

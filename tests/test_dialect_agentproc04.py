@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 from agentproc import runner as reference
-from attachment_files import PNG, fetched
+from attachment_files import PNG, sent
 from conftest import PROFILES, PYTHON, TURN_DEADLINE, write_agent
 from hypothesis import given
 from hypothesis import strategies as st
@@ -538,7 +539,7 @@ def sdk_agent(directory: Path, body: str, name: str = "sdk_agent.py") -> Path:
     return write_agent(
         directory,
         name,
-        f"#!{PYTHON}\nimport json, sys\n"
+        f"#!{PYTHON}\nimport json, os, sys\n"
         "from agentproc import AgentResult, ProtocolError, create_profile\n"
         "def handler(ctx):\n" + textwrap.indent(textwrap.dedent(body), "    ") + "create_profile(handler)\n",
     )
@@ -764,12 +765,17 @@ async def test_an_sdk_agent_reads_its_fetched_attachments_from_their_paths(tmp_p
         seen = []
         for entry in ctx.attachments:
             with open(entry["path"], "rb") as file:
-                seen.append(f"{entry['kind']} {entry['filename']} {entry['media_type']} {len(file.read())}/{entry['size']}")
+                size = len(file.read())
+            where = entry["path"].rsplit("/", 1)[0].replace(os.getcwd(), ".")
+            seen.append(f"{entry['kind']} {where} {entry['media_type']} {size}/{entry['size']}")
         return AgentResult("; ".join(seen))
     """,
     )
-    result, _ = await run(profile_of(agent), Turn("look", attachments=fetched(tmp_path)))
-    assert (result.outcome, result.reply) == (
-        "ok",
-        f"image s.png image/png {len(PNG)}/{len(PNG)}; file n.txt text/plain 5/5",
-    )
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    result, _ = await run(profile_of(agent, cwd=str(tmp_path)), Turn("look", attachments=sent(sources)))
+    assert result.outcome == "ok", result.error
+    # The engine fetched them into the turn's directory; the agent read them there, by the path in its turn line.
+    [image, notes] = result.reply.split("; ")
+    assert re.fullmatch(rf"image \./\.agent-bridge/turns/\w+/attachments image/png {len(PNG)}/{len(PNG)}", image)
+    assert re.fullmatch(r"file \./\.agent-bridge/turns/\w+/attachments text/plain 5/5", notes)

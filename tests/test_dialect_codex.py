@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG, fetched
+from attachment_files import PNG, sent
 from conftest import CLI_PROFILES
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 from hypothesis import given, settings
@@ -554,18 +555,20 @@ async def test_real_codex_under_the_ready_profile_can_neither_write_nor_escalate
 
 
 async def test_real_codex_sends_a_fetched_image_to_the_model_and_is_told_of_other_files(codex, tmp_path):
-    turn = bridge.Turn("what is in the picture?", attachments=fetched(tmp_path))
-    png, notes = (attachment.path for attachment in turn.attachments)
+    turn = bridge.Turn("what is in the picture?", attachments=sent(tmp_path))
+    turn_files = rf"{codex.workspace}/\.agent-bridge/turns/\w+/attachments"
     with trio.fail_after(CODEX_TURN_DEADLINE):
         result = await bridge.run_turn(codex.profile, turn)
     assert result.outcome == Outcome.OK
     request = codex.api.responses_requests()[-1]
     # codex puts its own marker for the image before the text; the fake model echoes what it got.
     assert request.input_images() == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
-    assert request.prompt.endswith(
-        f"what is in the picture?\n\nAttached files:\n- {notes} (file, text/plain, sent as 'n.txt')"
-    )
-    assert f'path="{png}"' in request.prompt
+    # The files the engine fetched into the turn's directory: the image by codex's marker, the other by the prompt.
+    assert re.fullmatch(
+        rf'<image name=\[Image #1\] path="{turn_files}/shot\.png"></image>'
+        rf"what is in the picture\?\n\nAttached files:\n- {turn_files}/notes\.txt \(file, text/plain\)",
+        request.prompt,
+    ), request.prompt
     # Resumed, the new message has its image too (`--image` before `resume` belongs to the resumed turn).
     with trio.fail_after(CODEX_TURN_DEADLINE):
         again = await bridge.run_turn(codex.profile, turn.replace(message="and now?", session_id=result.session_id))

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG, fetched
+from attachment_files import PNG, sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
 from fake_gemini import TEXT_PIECES, TEXT_REPLY, fake_gemini, gemini_env, gemini_home, prompts
 
@@ -345,9 +345,9 @@ def test_check_accepts_the_ready_profile_without_a_warning(fake_gemini_cli):
 async def test_real_gemini_reads_fetched_files_named_with_an_at_sign_and_sends_the_image_to_the_model(tmp_path):
     with fake_gemini("text") as api:
         profile = gemini_profile(tmp_path, api)
-        files = Path(profile.cwd or "") / ".agent-bridge" / "turns" / "t1" / "attachments"
-        files.mkdir(parents=True)
-        attachments = fetched(files, "a shot.png")  # a space in a path: escaped after the @
+        sources = tmp_path / "sources"
+        sources.mkdir()
+        attachments = sent(sources, "a shot.png")  # fetched under that name: a space in a path, escaped after the @
         with trio.fail_after(REAL_DEADLINE):
             result = await bridge.run_turn(profile, Turn("what is this?", attachments=attachments))
     assert result.ok, (result.error, result.stderr_tail)
