@@ -9,7 +9,9 @@ process (`acp_harness`), and through `WarmAgent.steer` and `on_resume_failure`. 
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 import trio
 from acp_harness import AcpProcess
 from agents_cache import npm_binary
+from attachment_files import PNG, sent
 from conftest import CLI_PROFILES, assert_no_live_process
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 
@@ -299,3 +302,19 @@ async def test_a_stored_thread_codex_no_longer_has_starts_a_new_one_or_fails(cod
         return
     assert (result.ok, result.reply) == (True, "fresh"), result.error
     assert result.session_id not in ("", gone)
+
+
+async def test_a_fetched_image_reaches_the_model_and_a_fetched_file_is_named_by_its_path(codex, tmp_path):
+    home, api = codex
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    turn = Turn("what is in the picture?", attachments=sent(sources))
+    with trio.fail_after(DEADLINE):
+        result = await bridge.run_turn(profile(home, tmp_path / "work"), turn)
+    assert result.ok, (result.error, result.stderr_tail)
+    request = api.responses_requests()[-1]
+    assert request.input_images() == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
+    turn_files = rf"{tmp_path}/work/\.agent-bridge/turns/\w+/attachments"
+    assert re.search(
+        rf"what is in the picture\?\n\nAttached files:\n- {turn_files}/notes\.txt \(file, text/plain\)", request.prompt
+    ), request.prompt
