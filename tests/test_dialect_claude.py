@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
+from attachment_files import sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
 from fake_anthropic import TEXT_PIECES, TEXT_REPLY, claude_env, fake_anthropic, prompts
 
@@ -516,3 +518,19 @@ def test_qwen_usage_already_counts_the_cache_in_its_input():
     assert of(decode(data), UsageEvent) == [
         UsageEvent(Usage(input_tokens=120, output_tokens=9, cached_input_tokens=100, total_tokens=129))
     ]
+
+
+async def test_real_claude_is_told_the_paths_of_the_files_fetched_for_the_turn(tmp_path):
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    with fake_anthropic("text") as api:
+        profile = claude_profile(tmp_path, api)
+        with trio.fail_after(REAL_DEADLINE):
+            result = await bridge.run_turn(profile, Turn("what is this?", attachments=sent(sources)))
+    assert result.ok, (result.error, result.stderr_tail)
+    turn_files = rf"{tmp_path}/work/\.agent-bridge/turns/\w+/attachments"
+    assert re.fullmatch(
+        rf"what is this\?\n\nAttached files:\n- {turn_files}/shot\.png \(image, image/png\)"
+        rf"\n- {turn_files}/notes\.txt \(file, text/plain\)",
+        prompts(api.posts("/v1/messages")[0])[-1],
+    )
