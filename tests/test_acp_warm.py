@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
+from attachment_files import PNG, sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, assert_no_live_process
 from dir_swapper import INSIDE, OUTSIDE, RaceTree
 from fakes.openai_responses import OpenAIResponses, write_codex_home
@@ -503,3 +505,19 @@ async def test_on_resume_failure_fail_fails_the_turn_with_the_agents_words(tmp_p
     assert (result.ok, result.session_id, result.outcome.value) == (False, "", "spawn_failed")
     assert "no longer has the stored session sess-forgotten (Resource not found)" in result.error_reply
     assert "on_resume_failure: fail" in result.error_reply
+
+
+async def test_run_turn_fetches_the_attachments_and_the_agent_gets_the_image_as_an_image_block(tmp_path):
+    work, sources = tmp_path / "work", tmp_path / "sources"
+    work.mkdir()
+    sources.mkdir()
+    profile = bridge.load_profile(acp_profile(tmp_path, "--images", permissions=f"cwd: {str(work)!r}\n"), cache=False)
+    with trio.fail_after(DEADLINE):
+        result = await bridge.run_turn(profile, Turn("blocks", attachments=sent(sources)))
+    assert result.ok, (result.error, result.stderr_tail)
+    turn_files = rf"file://{work}/\.agent-bridge/turns/\w+/attachments"
+    assert re.fullmatch(
+        rf"image image/png {len(PNG)} bytes {turn_files}/shot\.png\nlink {turn_files}/notes\.txt text/plain 5",
+        result.reply,
+    ), result.reply
+    assert not (work / ".agent-bridge" / "turns").exists() or not any((work / ".agent-bridge" / "turns").iterdir())
