@@ -356,3 +356,24 @@ async def test_real_gemini_reads_fetched_files_named_with_an_at_sign_and_sends_t
     inline = [part["inlineData"] for part in parts if "inlineData" in part]
     assert inline == [{"mimeType": "image/png", "data": base64.b64encode(PNG).decode()}]
     assert any("milk" in part.get("text", "") for part in parts)
+
+
+@pytest.mark.parametrize("respect_git_ignore", [True, False])
+async def test_real_gemini_skips_fetched_files_its_git_ignore_hides_unless_told_not_to(tmp_path, respect_git_ignore):
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    with fake_gemini("text") as api:
+        profile = gemini_profile(tmp_path, api)
+        work = Path(profile.cwd or "")
+        subprocess.run(["git", "init", "-q", str(work)], check=True)
+        (work / ".gitignore").write_text(".agent-bridge/\n")
+        settings = tmp_path / "home" / ".gemini" / "settings.json"
+        values = json.loads(settings.read_text())
+        values["context"] = {"fileFiltering": {"respectGitIgnore": respect_git_ignore}}
+        settings.write_text(json.dumps(values))
+        with trio.fail_after(REAL_DEADLINE):
+            result = await bridge.run_turn(profile, Turn("what is this?", attachments=sent(sources)))
+    assert result.ok, (result.error, result.stderr_tail)
+    [request] = api.posts(":streamGenerateContent")
+    parts = [part for content in request.body["contents"] if content.get("role") == "user" for part in content["parts"]]
+    assert any("inlineData" in part for part in parts) is not respect_git_ignore
