@@ -8,6 +8,7 @@ whose turn line, answers and rules the dialect must match byte for byte.
 
 from __future__ import annotations
 
+import base64
 import importlib.resources
 import json
 import re
@@ -138,25 +139,20 @@ async def test_the_turn_line_is_byte_for_byte_the_one_the_reference_runner_write
         print('{{"type":"result","text":"ok"}}')
     """,
     )
-    attachments = (Attachment("image", "https://e/x.png"), Attachment("file", "file:///srv/a b.txt", name="ü.txt"))
+    notes = tmp_path / "a b.txt"
+    notes.write_text("milk\n")
+    # Fetched by the bridge before the agent starts: each entry then has its path, media type and size.
+    attachments = (
+        Attachment("image", "data:image/png;base64," + base64.b64encode(PNG).decode(), name="dot.png"),
+        Attachment("file", str(notes), name="ü.txt"),
+    )
     for permission in (False, True):
         theirs, ours = tmp_path / f"theirs-{permission}", tmp_path / f"ours-{permission}"
-        done = await trio.to_thread.run_sync(
-            lambda: reference.run(
-                {"command": PYTHON, "args": [str(recorder), str(theirs)], "permission": permission, "timeout_secs": 10},
-                reference.RunOptions(
-                    message='héllo\n"there"',
-                    session_id="s 1:x",
-                    session_name="chat-7",
-                    attachments=[_wire(attachment) for attachment in attachments],
-                ),
-            )
-        )
-        assert done.reply == "ok"
         profile = bridge.Profile.from_mapping(
             {
                 "protocol": "agentproc-0.4",
                 "command": [str(recorder), str(ours)],
+                "cwd": str(tmp_path),
                 **({"permissions": {"default": "deny"}} if permission else {}),
             }
         )
@@ -164,12 +160,23 @@ async def test_the_turn_line_is_byte_for_byte_the_one_the_reference_runner_write
             result = await bridge.run_turn(
                 profile, Turn('héllo\n"there"', session_id="s 1:x", session_name="chat-7", attachments=attachments)
             )
-        assert result.reply == "ok"
+        assert result.reply == "ok", result.error
+        entries = json.loads(ours.read_bytes())["attachments"]
+        assert [(entry["kind"], entry["filename"], entry["media_type"], entry["size"]) for entry in entries] == [
+            ("image", "dot.png", "image/png", len(PNG)),
+            ("file", "ü.txt", "text/plain", 5),
+        ]
+        # The reference runner, given the same entries, writes the same bytes.
+        done = await trio.to_thread.run_sync(
+            lambda: reference.run(
+                {"command": PYTHON, "args": [str(recorder), str(theirs)], "permission": permission, "timeout_secs": 10},
+                reference.RunOptions(
+                    message='héllo\n"there"', session_id="s 1:x", session_name="chat-7", attachments=entries
+                ),
+            )
+        )
+        assert done.reply == "ok"
         assert ours.read_bytes() == theirs.read_bytes()
-
-
-def _wire(attachment: Attachment) -> dict[str, str]:
-    return {"kind": attachment.type, "url": attachment.url, "filename": attachment.name}
 
 
 # --------------------------------------------------------------------------- events from transcripts
