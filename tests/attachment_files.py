@@ -22,6 +22,8 @@ def png(width: int = 2, height: int = 2) -> bytes:
 
 
 PNG = png()
+TURN_FILES = r"\.agent-bridge/turns/[\w-]+/attachments"
+"""A pattern for where the bridge fetches a turn's attachments, under the agent's working directory."""
 
 
 def files(directory: Path, image_name: str = "shot.png") -> tuple[Path, Path]:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG, sent
+from attachment_files import PNG, TURN_FILES, sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, assert_no_live_process
 from dir_swapper import INSIDE, OUTSIDE, RaceTree
 from fakes.openai_responses import OpenAIResponses, write_codex_home
@@ -515,7 +515,7 @@ async def test_run_turn_fetches_the_attachments_and_the_agent_gets_the_image_as_
     with trio.fail_after(DEADLINE):
         result = await bridge.run_turn(profile, Turn("blocks", attachments=sent(sources)))
     assert result.ok, (result.error, result.stderr_tail)
-    turn_files = rf"file://{work}/\.agent-bridge/turns/\w+/attachments"
+    turn_files = rf"file://{work}/{TURN_FILES}"
     assert re.fullmatch(
         rf"image image/png {len(PNG)} bytes {turn_files}/shot\.png\nlink {turn_files}/notes\.txt text/plain 5",
         result.reply,

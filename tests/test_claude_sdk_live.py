@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG, sent
+from attachment_files import PNG, TURN_FILES, sent
 from conftest import CLI_PROFILES
 from fake_anthropic import Conversation, claude_env, user_texts
 from fake_api import FakeApi
@@ -242,7 +242,7 @@ async def test_a_fetched_image_reaches_the_model_as_an_image_block_and_a_file_by
     image = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()}
     assert {"type": "image", "source": image} in [{"type": b["type"], "source": b.get("source")} for b in blocks]
     # The file the engine fetched into the turn's directory, named by its path.
-    notes = rf"what is this\?\n\nAttached files:\n- {tmp_path}/work/\.agent-bridge/turns/\w+/attachments/notes\.txt"
+    notes = rf"what is this\?\n\nAttached files:\n- {tmp_path}/work/{TURN_FILES}/notes\.txt"
     assert [
         b["text"] for b in blocks if b["type"] == "text" and re.fullmatch(notes + r" \(file, text/plain\)", b["text"])
     ]

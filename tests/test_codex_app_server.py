@@ -21,7 +21,7 @@ import pytest
 import trio
 from acp_harness import AcpProcess
 from agents_cache import npm_binary
-from attachment_files import PNG, sent
+from attachment_files import PNG, TURN_FILES, sent
 from conftest import CLI_PROFILES, assert_no_live_process
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 
@@ -314,7 +314,7 @@ async def test_a_fetched_image_reaches_the_model_and_a_fetched_file_is_named_by_
     assert result.ok, (result.error, result.stderr_tail)
     request = api.responses_requests()[-1]
     assert request.input_images() == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
-    turn_files = rf"{tmp_path}/work/\.agent-bridge/turns/\w+/attachments"
+    turn_files = rf"{tmp_path}/work/{TURN_FILES}"
     assert re.search(
         rf"what is in the picture\?\n\nAttached files:\n- {turn_files}/notes\.txt \(file, text/plain\)", request.prompt
     ), request.prompt

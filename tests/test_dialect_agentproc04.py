@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import trio
 from agentproc import runner as reference
-from attachment_files import PNG, sent
+from attachment_files import PNG, TURN_FILES, sent
 from conftest import PROFILES, PYTHON, TURN_DEADLINE, write_agent
 from hypothesis import given
 from hypothesis import strategies as st
@@ -784,5 +784,5 @@ async def test_an_sdk_agent_reads_its_fetched_attachments_from_their_paths(tmp_p
     assert result.outcome == "ok", result.error
     # The engine fetched them into the turn's directory; the agent read them there, by the path in its turn line.
     [image, notes] = result.reply.split("; ")
-    assert re.fullmatch(rf"image \./\.agent-bridge/turns/\w+/attachments image/png {len(PNG)}/{len(PNG)}", image)
-    assert re.fullmatch(r"file \./\.agent-bridge/turns/\w+/attachments text/plain 5/5", notes)
+    assert re.fullmatch(rf"image \./{TURN_FILES} image/png {len(PNG)}/{len(PNG)}", image)
+    assert re.fullmatch(rf"file \./{TURN_FILES} text/plain 5/5", notes)

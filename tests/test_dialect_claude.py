@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import sent
+from attachment_files import TURN_FILES, sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
 from fake_anthropic import TEXT_PIECES, TEXT_REPLY, claude_env, fake_anthropic, prompts
 
@@ -528,7 +528,7 @@ async def test_real_claude_is_told_the_paths_of_the_files_fetched_for_the_turn(t
         with trio.fail_after(REAL_DEADLINE):
             result = await bridge.run_turn(profile, Turn("what is this?", attachments=sent(sources)))
     assert result.ok, (result.error, result.stderr_tail)
-    turn_files = rf"{tmp_path}/work/\.agent-bridge/turns/\w+/attachments"
+    turn_files = rf"{tmp_path}/work/{TURN_FILES}"
     assert re.fullmatch(
         rf"what is this\?\n\nAttached files:\n- {turn_files}/shot\.png \(image, image/png\)"
         rf"\n- {turn_files}/notes\.txt \(file, text/plain\)",

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG, sent
+from attachment_files import PNG, TURN_FILES, sent
 from conftest import CLI_PROFILES
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 from hypothesis import given, settings
@@ -556,7 +556,7 @@ async def test_real_codex_under_the_ready_profile_can_neither_write_nor_escalate
 
 async def test_real_codex_sends_a_fetched_image_to_the_model_and_is_told_of_other_files(codex, tmp_path):
     turn = bridge.Turn("what is in the picture?", attachments=sent(tmp_path))
-    turn_files = rf"{codex.workspace}/\.agent-bridge/turns/\w+/attachments"
+    turn_files = rf"{codex.workspace}/{TURN_FILES}"
     with trio.fail_after(CODEX_TURN_DEADLINE):
         result = await bridge.run_turn(codex.profile, turn)
     assert result.outcome == Outcome.OK
