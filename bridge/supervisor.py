@@ -44,6 +44,7 @@ async def drive_turn(
     turn_id: str | None = None,
     on_stderr: Callable[[bytes], None] | None = None,
     questions: Questions | None = None,
+    allow_hosts: tuple[str, ...] = (),
 ) -> TurnResult:
     """Run one turn to its end and return the result; `emit` sees every host event before (not the result).
 
@@ -57,13 +58,21 @@ async def drive_turn(
     The turn's attachments are fetched into its directory before the agent
     starts (`bridge.attachments`); a failure ends the turn there
     (`attachment_failed`), and the directory is removed when the turn ends.
+    `allow_hosts`: the host's exceptions to the attachments' address rule, on top of the profile's.
     """
     if profile.warm:  # a long-lived agent, started for this one turn
         # Imported here: a one-shot run (the CLI's cold start, bench row 6) does not load the warm engine.
         from .warm_agent import run_warm_turn
 
         return await run_warm_turn(
-            profile, turn, emit, cancel=cancel, turn_id=turn_id, questions=questions, on_stderr=on_stderr
+            profile,
+            turn,
+            emit,
+            cancel=cancel,
+            turn_id=turn_id,
+            questions=questions,
+            on_stderr=on_stderr,
+            allow_hosts=allow_hosts,
         )
     started = trio.current_time()
     turn_id = turn_id or os.urandom(6).hex()
@@ -80,7 +89,7 @@ async def drive_turn(
         # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
         from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
 
-        policy = policy_of(profile)
+        policy = policy_of(profile, allow_hosts)
         log = turn_logger(profile, turn_id)
         try:
             turn = await prepare_attachments(turn, files, policy, log, cancel)

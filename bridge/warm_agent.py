@@ -382,8 +382,10 @@ class WarmAgent:
         questions: Questions | None = None,
         log: Any = None,
         on_stderr: Callable[[bytes], None] | None = None,
+        allow_hosts: tuple[str, ...] = (),
     ) -> TurnResult:
         """One turn on this agent; its result as for any turn. One at a time; the agent must have started.
+        `allow_hosts`: the host's exceptions to the attachments' address rule, on top of the profile's.
 
         `on_event` (sync or async) sees each event of the turn, as `run_turn`'s does, but not the result: that is
         returned."""
@@ -412,7 +414,7 @@ class WarmAgent:
                 release,
             )
 
-            policy = policy_of(profile)
+            policy = policy_of(profile, allow_hosts)
             try:
                 files = open_turn_files(self._cwd, "warm")
                 try:
@@ -585,6 +587,7 @@ async def run_warm_turn(
     turn_id: str | None = None,
     questions: Questions | None = None,
     on_stderr: Callable[[bytes], None] | None = None,
+    allow_hosts: tuple[str, ...] = (),
 ) -> TurnResult:
     """One turn of a warm protocol on a fresh agent that resumes `turn.session_id`; then goodbye. Its result is
     returned, not emitted."""
@@ -596,6 +599,8 @@ async def run_warm_turn(
                 await agent.start(nursery)
             except WarmStartError as err:
                 return start_failure_result(err, profile, log)
-            return await agent.turn(turn, emit, cancel=cancel, questions=questions, log=log, on_stderr=on_stderr)
+            return await agent.turn(
+                turn, emit, cancel=cancel, questions=questions, log=log, on_stderr=on_stderr, allow_hosts=allow_hosts
+            )
         finally:
             await agent.close()

@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -482,6 +483,45 @@ async def test_through_the_host(tmp_path: Path, server: str) -> None:
         result = await host.submit("reader", "c1", Turn("look", attachments=[Attachment("image", f"{server}/cat.png")]))
     assert result.ok, result.error
     assert result.reply.splitlines()[0].endswith("/attachments/cat.png")
+
+
+async def test_the_hosts_exceptions_add_to_the_profiles(tmp_path: Path, server: str) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    reader_profile(tmp_path, attachments={}).rename(profiles / "reader.yaml")  # the profile allows no loopback
+    turn = Turn("look", attachments=[Attachment("image", f"{server}/cat.png")])
+    async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3") as host:
+        refused = await host.submit("reader", "c1", turn)
+    async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3", attachment_hosts=["127.0.0.1"]) as host:
+        allowed = await host.submit("reader", "c1", turn)
+    assert refused.outcome.value == "attachment_failed" and "loopback" in refused.error
+    assert allowed.ok and allowed.reply.splitlines()[0].endswith("/attachments/cat.png")
+    with pytest.raises(TypeError, match="its workers do"):
+        bridge.open_host(postgres="postgresql://nowhere/db", attachment_hosts=["127.0.0.1"])
+
+
+def test_serve_takes_the_hosts_exceptions_from_its_option(tmp_path: Path, server: str) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    reader_profile(tmp_path, attachments={}).rename(profiles / "reader.yaml")
+    request = {"type": "turn", "profile": "reader", "conversation": "c", "message": "look"}
+    lines = [
+        json.dumps({**request, "id": "t1", "attachments": [{"type": "image", "url": f"{server}/cat.png"}]}),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--profiles", str(profiles), "--state", str(tmp_path / "s.db"),
+         "--allow-attachment-host", "127.0.0.0/8"],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [result] = [response for response in map(json.loads, done.stdout.splitlines()) if response["type"] == "result"]
+    assert result["outcome"] == "ok", result
+    gateway = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--postgres", "postgresql://nowhere/db",
+         "--allow-attachment-host", "127.0.0.1"],
+        input="", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert gateway.returncode == 2 and "its workers do" in gateway.stderr
 
 
 def test_serve_refuses_a_local_path() -> None:

@@ -372,6 +372,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             type=_seconds(zero_ok=False),
             help="how long a file an agent left waits for the bot's ack_file before it is deleted (default: 600)",
         )
+        serve.add_argument(
+            "--allow-attachment-host",
+            metavar="HOST_OR_CIDR",
+            action="append",
+            default=[],
+            dest="attachment_hosts",
+            help="a host name, address or CIDR network (127.0.0.1, 10.0.0.0/8, files.internal) turns' attachments "
+            "may be fetched from although it is not public; repeatable; on top of each profile's "
+            "attachments.allow_hosts (default: only public addresses)",
+        )
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
@@ -420,6 +430,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             help="how long a queued turn waits while no live worker has its profile as it was "
             "queued (that name, the same file); then it ends with unknown_profile or "
             "profile_mismatch (default: 30)",
+        )
+        worker.add_argument(
+            "--allow-attachment-host",
+            metavar="HOST_OR_CIDR",
+            action="append",
+            default=[],
+            dest="attachment_hosts",
+            help="a host name, address or CIDR network (127.0.0.1, 10.0.0.0/8, files.internal) turns' attachments "
+            "may be fetched from although it is not public; repeatable; on top of each profile's "
+            "attachments.allow_hosts (default: only public addresses)",
         )
         worker.set_defaults(handler=_worker_command, command_parser=worker)
     return parser
@@ -809,6 +829,10 @@ def _serve_command(args: argparse.Namespace) -> int:
         args.command_parser.error("serve needs --profiles DIR (or --postgres DSN, to be a gateway to workers)")
     if args.postgres is not None and args.namespace is not None:
         args.command_parser.error("a gateway's namespace is its --name: use --name instead of --namespace")
+    if args.postgres is not None and args.attachment_hosts:
+        args.command_parser.error(
+            "a gateway fetches no attachments, its workers do: give --allow-attachment-host to agent-bridge worker"
+        )
     limits = {
         name: value
         for name in ("max_concurrent", "max_queued", "shutdown_grace", "file_ttl")
@@ -821,6 +845,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         name=args.name,
         namespace=args.namespace,
         session_ids=args.session_ids,
+        attachment_hosts=tuple(args.attachment_hosts),
         **limits,
     )
 
@@ -836,6 +861,7 @@ def _worker_command(args: argparse.Namespace) -> int:
         shutdown_grace=args.shutdown_grace,
         name=args.name,
         profile_wait_secs=args.profile_wait_secs,
+        attachment_hosts=tuple(args.attachment_hosts),
     )
 
 

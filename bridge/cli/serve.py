@@ -777,6 +777,7 @@ def run_serve(
     namespace: str | None = None,
     session_ids: ClientSessionIds = "stored",
     file_ttl: float = DEFAULT_FILE_TTL,
+    attachment_hosts: tuple[str, ...] = (),
 ) -> int:
     """`agent-bridge serve`: returns the exit code (0 after a graceful shutdown).
 
@@ -785,6 +786,7 @@ def run_serve(
     a gateway to the workers of that database (`name`: see `RemoteHost`);
     else `namespace` is that of a PostgreSQL `state`. `session_ids`: the
     host's `client_session_ids`. `file_ttl`: seconds a file an agent left waits for the bot's `ack_file`.
+    `attachment_hosts`: the host's exceptions to the attachments' address rule.
     """
     from ..process import become_subreaper, log_containment
 
@@ -802,6 +804,7 @@ def run_serve(
             gateway_name=name,
             namespace=namespace,
             client_session_ids=session_ids,
+            attachment_hosts=attachment_hosts,
         )
         async with host:
             return await serve_stdio(host, file_ttl=file_ttl)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -88,6 +88,7 @@ def open_host(
     gateway_name: str = "serve",
     namespace: str | None = None,
     client_session_ids: ClientSessionIds = "any",
+    attachment_hosts: Sequence[str] = (),
 ) -> BaseHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
@@ -108,6 +109,9 @@ def open_host(
     `client_session_ids="stored"` refuses a turn whose `session_id` is set
     and is not its conversation's stored one (`SessionIdRefused`); "any"
     (the default) runs a turn on whatever session it names.
+    `attachment_hosts`: host names, addresses and CIDR networks the turns'
+    attachments may be fetched from although they are not public (loopback,
+    a private network), on top of each profile's `attachments.allow_hosts`.
 
     With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`):
     turns go to the PostgreSQL queue and run on `agent-bridge worker`s, which
@@ -116,8 +120,16 @@ def open_host(
     bot's namespace: one live gateway per name; results not yet delivered
     are sent again by the next gateway of that name.
     """
+    hosts = tuple(attachment_hosts)
+    if not all(isinstance(host, str) and host for host in hosts):
+        raise TypeError("attachment_hosts are host names, addresses or CIDR networks (non-empty strings)")
     if postgres is not None:
         from .postgres.gateway import RemoteHost
+
+        if hosts:
+            raise TypeError(
+                "a gateway fetches no attachments: its workers do (agent-bridge worker --allow-attachment-host)"
+            )
 
         if namespace is not None and namespace != gateway_name:
             raise TypeError("a gateway's namespace is its name: pass gateway_name= instead of namespace=")
@@ -162,6 +174,7 @@ def open_host(
         max_queued=max_queued,
         shutdown_grace=shutdown_grace,
         client_session_ids=client_session_ids,
+        attachment_hosts=hosts,
     )
 
 
@@ -182,9 +195,11 @@ class Host(BaseHost):
         max_queued: int = DEFAULT_MAX_QUEUED,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
         client_session_ids: ClientSessionIds = "any",
+        attachment_hosts: tuple[str, ...] = (),
     ) -> None:
         super().__init__(shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
         self.registry = registry
+        self.attachment_hosts = attachment_hosts  # exceptions to the attachments' address rule, for every profile
         self.store = store
         self._owns_store = owns_store
         self._turn_locks = turn_locks  # the store's queues, shared with other processes (CLI runs…)
@@ -486,7 +501,13 @@ class Host(BaseHost):
             with ungrouped():  # a callback's exception reaches the submitter as itself
                 if pool is None:
                     result = await drive_turn(
-                        profile, turn, emit, cancel=flight.cancel, turn_id=flight.turn_id, questions=flight.questions
+                        profile,
+                        turn,
+                        emit,
+                        cancel=flight.cancel,
+                        turn_id=flight.turn_id,
+                        questions=flight.questions,
+                        allow_hosts=self.attachment_hosts,
                     )
                 else:
                     started = trio.current_time()
@@ -496,7 +517,14 @@ class Host(BaseHost):
                         result = start_failure_result(err, profile, log, round((trio.current_time() - started) * 1000))
                     else:
                         flight.agent = agent
-                        result = await agent.turn(turn, emit, cancel=flight.cancel, questions=flight.questions, log=log)
+                        result = await agent.turn(
+                            turn,
+                            emit,
+                            cancel=flight.cancel,
+                            questions=flight.questions,
+                            log=log,
+                            allow_hosts=self.attachment_hosts,
+                        )
                         flight.agent = None
             try:
                 recorded = await trio.to_thread.run_sync(

@@ -238,6 +238,7 @@ class Worker:
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
         name: str | None = None,
         profile_wait_secs: float = DEFAULT_PROFILE_WAIT_SECS,
+        attachment_hosts: tuple[str, ...] = (),
     ) -> None:
         if not lease_secs > 0:
             raise ValueError("lease_secs must be more than 0")
@@ -249,6 +250,7 @@ class Worker:
         self.lease_secs = lease_secs
         self.shutdown_grace = shutdown_grace
         self.profile_wait_secs = profile_wait_secs
+        self.attachment_hosts = attachment_hosts  # exceptions to the attachments' address rule (the turns fetch here)
         self.registry = ProfileRegistry(profiles)
         self._advertised: dict[str, str] = {}  # the profiles' hashes bridge_workers has of this worker
         self._skips_logged: set[tuple[str, str, str]] = set()  # (profile, queued hash, this worker's hash)
@@ -280,6 +282,7 @@ class Worker:
                 max_concurrent=self.max_concurrent,
                 max_queued=self.max_concurrent,
                 shutdown_grace=self.shutdown_grace,
+                attachment_hosts=self.attachment_hosts,
             )
             self._host = host
             async with host, trio.open_nursery() as nursery:
