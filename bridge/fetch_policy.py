@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import ipaddress
 import mimetypes
 import re
@@ -78,16 +79,7 @@ class AttachmentPolicy:
     def with_hosts(self, hosts: Iterable[str]) -> AttachmentPolicy:
         """This policy with more exceptions (a host's option on top of a profile's section)."""
         extra = tuple(host for host in hosts if host not in self.allow_hosts)
-        if not extra:
-            return self
-        return AttachmentPolicy(
-            self.max_file_bytes,
-            self.max_turn_bytes,
-            self.max_count,
-            self.timeout_secs,
-            self.allow_hosts + extra,
-            self.keep,
-        )
+        return dataclasses.replace(self, allow_hosts=self.allow_hosts + extra) if extra else self
 
     def refusal(self, host: str, address: str) -> str | None:
         """Why `address` (an IP that `host` resolved to) must not be connected to, or None when it may."""
