@@ -412,3 +412,32 @@ def test_an_agents_question_is_put_with_numbered_options_and_an_empty_line_decli
             ran.close()
     [declined] = [results for post in api.posts("/v1/messages") if (results := tool_results(post))]
     assert "Blue" not in result_text(declined[0]) and "declined" in result_text(declined[0])
+
+
+def test_attach_gives_the_next_message_a_file(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    agent = write_agent(
+        tmp_path,
+        "reads.sh",
+        """\
+        #!/bin/sh
+        if [ -n "$AGENT_FILE_PATH" ]; then echo "got $(cat "$AGENT_FILE_PATH") as $(basename "$AGENT_FILE_PATH")"
+        else echo "no file"; fi
+        """,
+    )
+    (tmp_path / "work").mkdir()
+    (tmp_path / "notes.txt").write_text("the notes")
+    profile = write_profile(tmp_path, f"command: {str(agent)!r}\ncwd: {str(tmp_path / 'work')!r}\n")
+    terminal = chat(str(profile))
+    terminal.send(f"/attach {tmp_path / 'notes.txt'}\n".encode())
+    terminal.expect(PROMPT)
+    terminal.send(b"read it\n")
+    assert b"got the notes as notes.txt" in terminal.expect(PROMPT)
+    terminal.send(b"and now\n")
+    assert b"no file" in terminal.expect(PROMPT)  # for the next message only
+    terminal.send(b"/attach /no/such/file\n")
+    terminal.expect(PROMPT)
+    terminal.send(b"this one\n")
+    assert b"/no/such/file" in terminal.expect(PROMPT)  # the turn fails, saying which attachment
+    terminal.send(b"/exit\n")
+    assert terminal.exit_code() == 0
+    assert list((tmp_path / "work").iterdir()) == []  # the turn's files are gone with it
