@@ -186,7 +186,9 @@ async def test_a_process_killed_between_turns_is_replaced_by_one_that_resumes_th
             assert replacement.pid != killed
             await replacement.close()
     assert after.ok and after.session_id == first.session_id, after.error
-    assert user_texts(api.posts("/v1/messages")[-1]) == ["remember me", "and now"]
+    resumed = user_texts(api.posts("/v1/messages")[-1])
+    # The history came back (under load Claude Code may add to the first message's text what it noticed then).
+    assert len(resumed) == 2 and resumed[0].startswith("remember me") and resumed[1] == "and now", resumed
 
 
 async def test_a_deleted_session_starts_a_new_one_and_the_host_is_told(tmp_path):
