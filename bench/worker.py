@@ -1186,27 +1186,30 @@ def fetch_time(p: dict[str, Any]) -> dict[str, Any]:
             ["sh", "-c", 'cmp "$AGENT_FILE_PATH" "$1" && echo same', "sh", p["file"]], cwd, p["bytes"]
         )
         copy = os.path.join(cwd, "curl.bin")
-        curl = ["curl", "--silent", "--show-error", "--fail", "--output", copy, url]
-        run, DEVNULL = subprocess.run, subprocess.DEVNULL
+        # curl's --write-out time_total is its transfer alone, from resolving to the last byte: for scale.
+        curl = ["curl", "--silent", "--show-error", "--fail", "--output", copy, "--write-out", "%{time_total}", url]
+        run, DEVNULL, PIPE = subprocess.run, subprocess.DEVNULL, subprocess.PIPE
 
         async def main() -> dict[str, list[float]]:
             checked = await run_turn(compare, attached)
             expect(checked.ok and checked.reply == "same", f"the agent did not find the file fetched: {checked!r}")
             turns = os.path.join(cwd, ".agent-bridge", "turns")
             expect(not os.path.isdir(turns) or not os.listdir(turns), "the turn's directory was left behind")
-            expect(run(curl, stdin=DEVNULL).returncode == 0, "curl failed")
+            expect(run(curl, stdin=DEVNULL, stdout=DEVNULL).returncode == 0, "curl failed")
             expect(run(["cmp", "-s", copy, p["file"]]).returncode == 0, "curl's copy differs from the file")
             names = ["attached", "plain", "curl"]
-            times: dict[str, list[float]] = {name: [] for name in names}
+            times: dict[str, list[float]] = {name: [] for name in [*names, "curl_transfer"]}
             for index in range(p["warmup"] + p["reps"]):
                 shift = (index + p["round"]) % len(names)
                 for name in names[shift:] + names[:shift]:
                     if name == "curl":
                         os.unlink(copy)  # curl writes a new file, as the bridge does
                         began = clock_ns()
-                        code = run(curl, stdin=DEVNULL).returncode
+                        done = run(curl, stdin=DEVNULL, stdout=PIPE)
                         elapsed = clock_ns() - began
-                        expect(code == 0, f"curl exited {code}")
+                        expect(done.returncode == 0, f"curl exited {done.returncode}")
+                        if index >= p["warmup"]:
+                            times["curl_transfer"].append(float(done.stdout) * 1e3)
                     else:
                         began = clock_ns()
                         result = await run_turn(profile, attached if name == "attached" else plain)
