@@ -1,6 +1,6 @@
 """Run the benchmarks: issue 4's six, the JSON dialects (codex-exec, wire 0.4), warm agents (issue 10), the
-scale-out through PostgreSQL (issue 11) and the real Claude Code and codex kept warm (issue 21); report medians,
-ratios and targets.
+scale-out through PostgreSQL (issue 11), the real Claude Code and codex kept warm (issue 21) and attachments fetched
+(issue 22); report medians, ratios and targets.
 
     make bench            # full run, ~15 minutes: rewrites bench/RESULTS.md, bench/results.png, docs/performance.md's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
@@ -83,6 +83,7 @@ def build_plan(
     codex_file: dict[str, Any],
     wire04_file: dict[str, Any] | None = None,
     dialect_files: dict[str, dict[str, Any]] | None = None,
+    attachment_files: dict[str, dict[str, Any]] | None = None,
 ) -> list[Case]:
     q = quick
     turn = {"turns": 20 if q else 60, "warmup": 3 if q else 5}
@@ -98,6 +99,22 @@ def build_plan(
     fleet = {"turns": 50 if q else 300, "warmup": 5 if q else 20, "settle_secs": settle}
     burst = {"turns": 300, "conversations": 100, "warmup": 5 if q else 20, "settle_secs": settle}
     size = f"{flood_mib} MiB" if flood_mib < 1024 else f"{flood_mib // 1024} GiB"
+    # Issue 22's: attachments fetched from a file server on loopback (agents/file_server.py), a process of its own;
+    # the sizes are the issue's, QUICK too (a few seconds).
+    attachments = (
+        [
+            Case(
+                "attachments",
+                [
+                    Variant("time", "time", {**attachment_files["10 MB"], "reps": 5 if q else 20, "warmup": 2}),
+                    Variant("memory", "memory", {**attachment_files["50 MB"], "count": 10}),
+                ],
+                2 if q else 3,
+            )
+        ]
+        if attachment_files
+        else []
+    )
     memory = [Variant("idle (one turn)", "idle")] + [
         Variant(f"{size} {what}", "bridge", {"mode": mode, "capped": capped, "bytes": flood_mib * 1024 * 1024})
         for what, mode, capped in (
@@ -204,6 +221,7 @@ def build_plan(
             ],
             2 if q else 5,
         ),
+        *attachments,
     ]
 
 
@@ -300,6 +318,18 @@ def throughput_input(megabytes: float) -> dict[str, Any]:
         "last_session": last_session,
     }
     return remember_input(path, meta)
+
+
+def attachment_input(megabytes: int) -> dict[str, Any]:
+    """Write (once, cached) a file of `megabytes` MB of random bytes, for the attachments case to serve."""
+    size = megabytes * 1_000_000
+    path = os.path.join(RESULTS, "data", f"attachment-{size}.bin")
+    if (meta := cached_input(path)) is not None:
+        return meta
+    with open(path, "wb") as out:
+        for _ in range(megabytes):
+            out.write(os.urandom(1_000_000))
+    return remember_input(path, {"file": path, "bytes": size})
 
 
 def codex_input(megabytes: float) -> dict[str, Any]:
@@ -492,7 +522,7 @@ def main() -> int:
         metavar="CASE",
         help="run only these cases (turn throughput "
         "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects claude-sdk "
-        "codex-app-server)",
+        "codex-app-server attachments)",
     )
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument(
@@ -521,7 +551,8 @@ def main() -> int:
         for protocol in dialect_like.STREAMS
         if protocol != "agentproc-0.4"
     }  # wire 0.4 is cases 15 and 16
-    plan = build_plan(args.quick, tput_file, codex_file, wire04_file, dialect_files)
+    attachment_files = {f"{megabytes} MB": attachment_input(megabytes) for megabytes in (10, 50)}
+    plan = build_plan(args.quick, tput_file, codex_file, wire04_file, dialect_files, attachment_files)
     if args.only:
         unknown = set(args.only) - {c.name for c in plan}
         if unknown:
@@ -563,6 +594,7 @@ def main() -> int:
         "throughput_input": tput_file,
         "codex_input": codex_file,
         "wire04_input": wire04_file,
+        "attachment_inputs": attachment_files,
         "dialect_inputs": {
             protocol: {key: value for key, value in meta.items() if key != "reply"}
             for protocol, meta in dialect_files.items()

@@ -1154,6 +1154,110 @@ def interactive(module: str, sample: str) -> Callable[[dict[str, Any]], dict[str
     return run
 
 
+# --------------------------------------------------------------------------- 23, 24. attachments fetched (issue 22)
+
+
+def attachment_profile(command: list[str], cwd: str, total: int) -> Any:
+    """A profile of `command` in `cwd` whose attachments may come from loopback (the bench's file server) and
+    add up to `total` bytes."""
+    limits = {"allow_hosts": ["127.0.0.1"], "max_file_bytes": total, "max_turn_bytes": total, "timeout_secs": 600}
+    return bridge_profile({"command": command, "cwd": cwd, "timeout_secs": 600, "attachments": limits})
+
+
+def fetch_time(p: dict[str, Any]) -> dict[str, Any]:
+    """What fetching one file from loopback adds to a turn, against `curl` fetching it from the same server into a
+    file: a turn of agents/turn.sh with the file attached, the same turn without, and curl, in rotating order call
+    by call; only the call is timed. An untimed turn first has an agent compare its fetched copy with the original."""
+    import tempfile
+
+    import trio
+
+    from bridge import Attachment, Turn, run_turn
+
+    sys.path.insert(0, AGENTS)
+    from file_server import serving
+
+    with tempfile.TemporaryDirectory() as cwd, serving(p["file"]) as base:
+        url = f"{base}/{os.path.basename(p['file'])}"
+        attached = Turn(TURN_MESSAGE, attachments=(Attachment("file", url, "data.bin"),))
+        plain = Turn(TURN_MESSAGE)
+        profile = attachment_profile(list(TURN_PROFILE["command"]), cwd, p["bytes"])
+        compare = attachment_profile(
+            ["sh", "-c", 'cmp "$AGENT_FILE_PATH" "$1" && echo same', "sh", p["file"]], cwd, p["bytes"]
+        )
+        copy = os.path.join(cwd, "curl.bin")
+        # curl's --write-out time_total is its transfer alone, from resolving to the last byte: for scale.
+        curl = ["curl", "--silent", "--show-error", "--fail", "--output", copy, "--write-out", "%{time_total}", url]
+        run, DEVNULL, PIPE = subprocess.run, subprocess.DEVNULL, subprocess.PIPE
+
+        async def main() -> dict[str, list[float]]:
+            checked = await run_turn(compare, attached)
+            expect(checked.ok and checked.reply == "same", f"the agent did not find the file fetched: {checked!r}")
+            turns = os.path.join(cwd, ".agent-bridge", "turns")
+            expect(not os.path.isdir(turns) or not os.listdir(turns), "the turn's directory was left behind")
+            expect(run(curl, stdin=DEVNULL, stdout=DEVNULL).returncode == 0, "curl failed")
+            expect(run(["cmp", "-s", copy, p["file"]]).returncode == 0, "curl's copy differs from the file")
+            names = ["attached", "plain", "curl"]
+            times: dict[str, list[float]] = {name: [] for name in [*names, "curl_transfer"]}
+            for index in range(p["warmup"] + p["reps"]):
+                shift = (index + p["round"]) % len(names)
+                for name in names[shift:] + names[:shift]:
+                    if name == "curl":
+                        os.unlink(copy)  # curl writes a new file, as the bridge does
+                        began = clock_ns()
+                        done = run(curl, stdin=DEVNULL, stdout=PIPE)
+                        elapsed = clock_ns() - began
+                        expect(done.returncode == 0, f"curl exited {done.returncode}")
+                        if index >= p["warmup"]:
+                            times["curl_transfer"].append(float(done.stdout) * 1e3)
+                    else:
+                        began = clock_ns()
+                        result = await run_turn(profile, attached if name == "attached" else plain)
+                        elapsed = clock_ns() - began
+                        check_turn_bridge(result)
+                    if index >= p["warmup"]:
+                        times[name].append(elapsed / 1e6)
+            return times
+
+        times = trio.run(main)
+    return {f"{name}_ms": values for name, values in times.items()}
+
+
+def fetch_memory(p: dict[str, Any]) -> dict[str, Any]:
+    """Peak RSS of a process whose only work was one turn with `count` attachments of the file, fetched at once
+    from loopback; its agent checks that every one arrived whole (their count and total size)."""
+    import tempfile
+
+    import trio
+
+    from bridge import Attachment, Turn, run_turn
+
+    sys.path.insert(0, AGENTS)
+    from file_server import serving
+
+    count, total = p["count"], p["count"] * p["bytes"]
+    script = (
+        "import json, os; files = json.loads(os.environ['AGENT_ATTACHMENTS']); "
+        "print(len(files), sum(os.path.getsize(f['path']) for f in files))"
+    )
+    with tempfile.TemporaryDirectory() as cwd, serving(p["file"]) as base:
+        turn = Turn(
+            TURN_MESSAGE,
+            attachments=tuple(Attachment("file", f"{base}/{index}", f"part-{index}.bin") for index in range(count)),
+        )
+        profile = attachment_profile([sys.executable, "-S", "-c", script], cwd, total)
+        before = peak_rss_mb()
+
+        async def main() -> tuple[Any, int]:
+            began = clock_ns()
+            result = await run_turn(profile, turn)
+            return result, clock_ns() - began
+
+        result, elapsed = trio.run(main)
+    expect(result.ok and result.reply == f"{count} {total}", f"the attachments did not all arrive: {result!r}")
+    return {"peak_rss_mb": [peak_rss_mb()], "before_mb": [before], "seconds": [elapsed / 1e9]}
+
+
 # --------------------------------------------------------------------------- entry point
 
 WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -1191,6 +1295,8 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("claude-sdk", "latency"): interactive("claude_sdk", "latency"),
     ("codex-app-server", "turn"): interactive("codex_app_server", "turn"),
     ("codex-app-server", "latency"): interactive("codex_app_server", "latency"),
+    ("attachments", "time"): fetch_time,
+    ("attachments", "memory"): fetch_memory,
 }
 
 
