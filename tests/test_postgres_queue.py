@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from bridge.host.postgres import queue
-from bridge.host.postgres.db import connect
+from bridge.host.postgres.db import SCHEMA_VERSION, connect
 from bridge.result import Outcome, TurnResult
 
 TURN = {"message": "hi", "session_id": "", "session_name": "default", "from_user": "", "attachments": []}
@@ -299,7 +299,7 @@ def test_version_1_tables_upgrade_in_place_and_lose_no_turn_result_or_session(pg
                 ),
             )
     with connect(pg_dsn, autocommit=True) as conn:  # the first connection of the new version upgrades
-        assert conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
         # every turn kept, under a key of its own; the undelivered result is still bot1's to send, with its id
         assert queue.undelivered(conn, gateway="bot1") == [("q1", "v1-1", "q1"), ("d1", "v1-2", 7)]
         assert queue.ending(conn, gateway="bot1", key="v1-2").result == {"reply": "kept"}
