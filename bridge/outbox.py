@@ -17,7 +17,7 @@ import os
 import shutil
 import stat
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from .dialects.events import ActivityEvent, FileEvent
 from .errors import OutboxError
@@ -105,20 +105,29 @@ async def hand_out(directory: str, profile: Profile, result: TurnResult, emit: E
 def read_file(file: FileEvent, max_bytes: int | None = None) -> bytes:
     """The bytes of a collected file, read without following a link; `OutboxError` when it is no longer the
     regular file of `file.size` bytes that was collected, or is over `max_bytes`."""
-    try:
-        fd = os.open(file.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as err:
-        raise OutboxError(f"the file {file.name!r} cannot be read: {err.strerror}") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size != file.size:
-            raise OutboxError(f"the file {file.name!r} changed after the turn ended; it is not sent")
-        if max_bytes is not None and file.size > max_bytes:
-            raise OutboxError(f"the file {file.name!r} is {human_size(file.size)}, over {human_size(max_bytes)}")
+    if max_bytes is not None and file.size > max_bytes:
+        raise OutboxError(f"the file {file.name!r} is {human_size(file.size)}, over {human_size(max_bytes)}")
+    with open_collected(file) as handle:
         data = handle.read(file.size + 1)
     if len(data) != file.size:
         raise OutboxError(f"the file {file.name!r} changed after the turn ended; it is not sent")
     return data
+
+
+def open_collected(file: FileEvent) -> BinaryIO:
+    """A collected file open for reading, without following a link; `OutboxError` when it is no longer the
+    regular file of `file.size` bytes that was collected. A reader that takes it in pieces checks that it got
+    `file.size` bytes, no more."""
+    try:
+        fd = os.open(file.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise OutboxError(f"the file {file.name!r} cannot be read: {err.strerror}") from None
+    handle = os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size != file.size:
+        handle.close()
+        raise OutboxError(f"the file {file.name!r} changed after the turn ended; it is not sent")
+    return handle
 
 
 def remove_file(file: FileEvent) -> None:

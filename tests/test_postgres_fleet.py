@@ -7,6 +7,7 @@ of `hostkit`, whose diary shows when each agent started and ended.
 
 from __future__ import annotations
 
+import base64
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from fake_api import FakeApi
 from fleetkit import Fleet, eventually, release, turn
 from hostkit import Lab, Started, max_overlap
 from pgserver import PostgresServer
+from test_cli import agent_profile
 
 import bridge
 from bridge.host.postgres.worker import Worker
@@ -517,3 +519,70 @@ def test_a_gateway_shutting_down_detaches_turns_still_running_and_the_next_one_s
     assert [(r["type"], r.get("code")) for r in gateway.rest()] == [("error", "detached")]
     release(gate)
     assert fleet.gateway().until("result", "long")[-1]["reply"] == "reply long one"
+
+
+# ---------------------------------------------------------------------------- files the agent leaves
+
+BIG = bytes(range(256)) * 10_000  # 2.5 MB: more than two pieces of fleet_files.CHUNK_BYTES
+MAKES_FILES = """
+import os, pathlib
+outbox = pathlib.Path(os.environ["AGENT_OUTBOX"])
+(outbox / "report.txt").write_text("two lines\\nof report\\n")
+(outbox / "big.bin").write_bytes(bytes(range(256)) * 10_000)
+(outbox / "empty.txt").write_bytes(b"")
+print("done")
+"""
+
+
+def maker(lab: Lab, tmp_path: Path, **fields: Any) -> None:
+    """Profile `maker`: an agent that leaves three files in its outbox (its working directory: `tmp_path/work`)."""
+    (tmp_path / "work").mkdir(exist_ok=True)
+    agent_profile(lab.profiles, MAKES_FILES, name="maker", cwd=str(tmp_path / "work"), **fields)
+
+
+def test_the_agent_s_files_reach_the_bot_through_the_gateway_with_their_bytes(
+    fleet: Fleet, lab: Lab, tmp_path: Path
+) -> None:
+    maker(lab, tmp_path)
+    fleet.worker()
+    gateway = fleet.gateway()
+    gateway.send(turn("t1", "go", profile="maker", inline_files_max_bytes=100))
+    responses = gateway.until("result", "t1")
+    assert [response["type"] for response in responses] == ["accepted", "file", "file", "file", "result"], responses
+    big, empty, report = responses[1:4]
+    assert [file["name"] for file in responses[-1]["files"]] == ["big.bin", "empty.txt", "report.txt"]
+    assert (big["size"], big["media_type"], "data" in big) == (len(BIG), "application/octet-stream", False)
+    assert Path(big["path"]).read_bytes() == BIG
+    assert not Path(big["path"]).is_relative_to(tmp_path)  # the gateway's own copy, not the worker's outbox
+    assert base64.b64decode(report["data"]) == b"two lines\nof report\n"  # small enough to travel inline
+    assert (empty["size"], base64.b64decode(empty["data"])) == (0, b"")
+    eventually(lambda: not any((tmp_path / "work").iterdir()), "the worker to remove its outbox (the bytes are stored)")
+    assert fleet.query("SELECT count(*) FROM bridge_turn_files") == [(0,)]  # the gateway took them
+    gateway.send({"type": "ack_file", "id": "t1", "file": "big.bin"})
+    eventually(lambda: not Path(big["path"]).exists(), "the acknowledged file to be deleted")
+    assert not Path(big["path"]).parent.exists()
+
+    gateway.send(turn("t2", "go", profile="maker", conversation="other"))
+    kept = gateway.until("result", "t2")[1]
+    assert Path(kept["path"]).exists()
+    assert gateway.close() == 0
+    assert not Path(kept["path"]).parent.exists()  # nothing the bot did not take outlives the gateway
+
+
+def test_the_profile_s_outbox_limits_bound_what_travels(fleet: Fleet, lab: Lab, tmp_path: Path) -> None:
+    maker(lab, tmp_path, outbox_max_files=2, outbox_max_bytes=1000)
+    fleet.worker()
+    gateway = fleet.gateway()
+    gateway.send(turn("t1", "go", profile="maker"))
+    responses = gateway.until("result", "t1")
+    result = responses[-1]
+    assert [file["name"] for file in result["files"]] == ["empty.txt", "report.txt"]
+    assert "'big.bin' not sent" in result["files_note"]
+    notices = [response for response in responses if response["type"] == "activity"]
+    assert notices and "'big.bin' not sent" in notices[0]["text"]
+    offered = [response for response in responses if response["type"] == "file"]
+    assert base64.b64decode(offered[0]["data"]) == b""  # an empty file is always inline
+    assert Path(offered[1]["path"]).read_bytes() == b"two lines\nof report\n"
+    eventually(lambda: not any((tmp_path / "work").iterdir()), "what was left out to go with the worker's outbox")
+    assert gateway.close() == 0
+    assert not Path(offered[1]["path"]).parent.exists()

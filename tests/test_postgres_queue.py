@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from bridge.host.postgres import queue
-from bridge.host.postgres.db import connect
+from bridge.dialects.events import FileEvent
+from bridge.host.postgres import fleet_files, queue
+from bridge.host.postgres.db import SCHEMA_VERSION, connect
+from bridge.outbox import media_type_of
 from bridge.result import Outcome, TurnResult
 
 TURN = {"message": "hi", "session_id": "", "session_name": "default", "from_user": "", "attachments": []}
@@ -299,7 +304,9 @@ def test_version_1_tables_upgrade_in_place_and_lose_no_turn_result_or_session(pg
                 ),
             )
     with connect(pg_dsn, autocommit=True) as conn:  # the first connection of the new version upgrades
-        assert conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),
+        )
         # every turn kept, under a key of its own; the undelivered result is still bot1's to send, with its id
         assert queue.undelivered(conn, gateway="bot1") == [("q1", "v1-1", "q1"), ("d1", "v1-2", 7)]
         assert queue.ending(conn, gateway="bot1", key="v1-2").result == {"reply": "kept"}
@@ -338,5 +345,40 @@ def test_version_1_tables_upgrade_in_place_and_lose_no_turn_result_or_session(pg
     for namespace, expected in [("serve", "sid-1"), ("bot1", "sid-1"), ("someone-else", "")]:
         with PostgresSessionStore(pg_dsn, namespace=namespace) as store:
             assert store.get("p", "c") == expected
-    with connect(pg_dsn, autocommit=True) as again:  # the next connection finds version 2: nothing changes
+    with connect(pg_dsn, autocommit=True) as again:  # the next connection finds the current version: nothing changes
         assert again.execute("SELECT count(*) FROM bridge_sessions").fetchone() == (2,)
+
+
+def with_files(*files: FileEvent) -> TurnResult:
+    return dataclasses.replace(ok("r"), files=files)
+
+
+def test_a_file_changed_after_the_turn_is_left_out_and_rows_read_once_are_gone(
+    conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    kept, changed = tmp_path / "kept.txt", tmp_path / "changed.txt"
+    kept.write_bytes(b"kept")
+    changed.write_bytes(b"before")
+    files = [FileEvent(path.name, str(path), path.stat().st_size, media_type_of(path.name)) for path in (changed, kept)]
+    changed.write_bytes(b"after, and longer")
+    enqueue(conn, "k1")
+    with conn.transaction():
+        stored = fleet_files.store(conn, "k1", with_files(*files))
+    assert [file.name for file in stored.files] == ["kept.txt"]
+    assert "'changed.txt' changed after the turn ended" in stored.files_note
+    with conn.transaction():
+        received, problem = fleet_files.load(conn, "k1", stored)
+    assert problem == "" and Path(received.files[0].path).read_bytes() == b"kept"
+    shutil.rmtree(Path(received.files[0].path).parent)
+    assert conn.execute("SELECT count(*) FROM bridge_turn_files").fetchone() == (0,)
+    with conn.transaction():
+        again, problem = fleet_files.load(conn, "k1", stored)  # another gateway, after one stopped before its bot
+    assert again.files == () and "'kept.txt' not sent: no longer stored" in problem
+    assert problem in again.files_note and stored.files_note in again.files_note
+    odd = dataclasses.replace(stored, files=(dataclasses.replace(files[1], name="../kept.txt"),))
+    with conn.transaction():
+        assert fleet_files.load(conn, "k1", odd)[0].files == ()  # not a name an outbox holds: written nowhere
+    with conn.transaction():
+        fleet_files.store(conn, "k1", with_files(files[1]))
+    conn.execute("DELETE FROM bridge_turns WHERE key = 'k1'")
+    assert conn.execute("SELECT count(*) FROM bridge_turn_files").fetchone() == (0,)  # they go with the turn

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from psycopg import Connection
 
 T = TypeVar("T")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CONNECT_TIMEOUT_SECS = 5
 # Workers tell each gateway what its turns do on a channel of its own (`events_channel`); gateways and
 # workers tell workers there is work, and gateways tell them to cancel a turn or answer its question.
@@ -124,6 +124,15 @@ CREATE INDEX IF NOT EXISTS bridge_turns_queued
 CREATE INDEX IF NOT EXISTS bridge_turns_by_worker ON bridge_turns (worker) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS bridge_turns_undelivered ON bridge_turns (gateway) WHERE delivered_at IS NULL;
 CREATE INDEX IF NOT EXISTS bridge_turns_done ON bridge_turns (finished_at) WHERE state = 'done';
+-- The files a turn's agent left (its result's `files`, by place), written with the result, in pieces of at most
+-- `fleet_files.CHUNK_BYTES`; the gateway that reads them deletes them.
+CREATE TABLE IF NOT EXISTS bridge_turn_files (
+    key   text    NOT NULL REFERENCES bridge_turns (key) ON DELETE CASCADE,
+    file  integer NOT NULL,  -- the file's place in the result's `files`
+    chunk integer NOT NULL,
+    data  bytea   NOT NULL,
+    PRIMARY KEY (key, file, chunk)
+);
 """
 
 
@@ -167,7 +176,11 @@ def _migrate_1_to_2(conn: psycopg.Connection[Any]) -> None:
 
 
 # Each takes the tables from its version to the next, inside the transaction that creates the schema.
-MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any]], None]] = {1: _migrate_1_to_2}
+def _migrate_2_to_3(conn: psycopg.Connection[Any]) -> None:
+    """Version 3 adds `bridge_turn_files`, which SCHEMA creates; nothing else changed."""
+
+
+MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any]], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
 
 
 def events_channel(gateway: str) -> str:

@@ -28,9 +28,11 @@ error `events_overflow`.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -43,6 +45,7 @@ from typing import Any
 
 import trio
 
+from ...dialects import ActivityEvent
 from ...dialects.events import QuestionRequest
 from ...errors import (
     DuplicateTurn,
@@ -62,7 +65,7 @@ from ...result import TurnResult
 from ...turn import Turn, text_problem
 from ...turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
 from ..common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
-from . import queue
+from . import fleet_files, queue
 from .db import (
     CONTROL_CHANNEL,
     DEFAULT_NAMESPACE,
@@ -85,6 +88,7 @@ MAX_BUFFERED_EVENT_BYTES = 8 * 1024 * 1024
 # After a reconnect, how long the name's lock may still be held by this gateway's own broken connection.
 NAME_RETAKE_SECS = 10.0
 EVENTS_OVERFLOW = "events_overflow"
+KEEP_FILE_DIRECTORIES = 1000  # directories of delivered files remembered before those gone are forgotten
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,7 @@ class RemoteHost(BaseHost):
         self._tasks: trio.Nursery | None = None  # while `async with` runs the listener
         self._idle = trio.Event()
         self._idle.set()
+        self._file_directories: set[str] = set()  # where the files of the turns it delivered are (fleet_files)
         self._log = get_logger(component="gateway", gateway=name)
 
     # ------------------------------------------------------------------ lifetime
@@ -185,6 +190,8 @@ class RemoteHost(BaseHost):
                 raise refused
         finally:
             self._db.close()
+            for directory in self._file_directories:
+                shutil.rmtree(directory, ignore_errors=True)
 
     async def aclose(self, grace: float | None = None) -> None:
         """Stop accepting; wait up to the grace for the results of turns in flight, then stop waiting
@@ -479,8 +486,12 @@ class RemoteHost(BaseHost):
                             ending.error.get("code", "internal_error"), ending.error.get("message", "")
                         )
                     assert ending.result is not None  # a turn done without an error has its result
-                    result = result_from_dict(ending.result)
+                    result, problem = await self._receive_files(waiter, result_from_dict(ending.result))
                     if waiter.emit is not None:
+                        for file in result.files:
+                            await waiter.emit(file)
+                        if problem:
+                            await waiter.emit(ActivityEvent("notice", text=problem))
                         await waiter.emit(result)  # the result reaches on_event last, as from a local host
                     return result
                 with trio.move_on_after(POLL_SECS) as poll:
@@ -490,6 +501,30 @@ class RemoteHost(BaseHost):
         raise TurnDetached(
             f"turn {waiter.turn_id!r} runs on; its result waits in the queue for the next gateway named {self.name!r}"
         )
+
+    async def _receive_files(self, waiter: _Waiter, result: TurnResult) -> tuple[TurnResult, str]:
+        """`result` with the files its worker stored, now in a directory of this gateway's (removed when it
+        closes, should the client not have taken them by then), and what could not be sent."""
+        if not result.files:
+            return result, ""
+        try:
+            received, problem = await self._db.run_retrying(
+                partial(fleet_files.load, key=waiter.key, result=result), log=self._log, what="reading a turn's files"
+            )
+        except OSError as err:
+            problem = f"the turn's files could not be written on the gateway ({err.strerror}); none were sent"
+            self._log.error("a turn's files could not be written", turn_id=waiter.turn_id, error=str(err))
+            note = "; ".join(part for part in (result.files_note, problem) if part)
+            return dataclasses.replace(result, files=(), files_note=note), problem
+        if problem:
+            self._log.warning("a turn's files were not all sent", turn_id=waiter.turn_id, problem=problem)
+        if len(self._file_directories) >= KEEP_FILE_DIRECTORIES:  # forget those the client took (and serve removed)
+            known = set(self._file_directories)
+            self._file_directories -= await trio.to_thread.run_sync(
+                lambda: {path for path in known if not os.path.isdir(path)}
+            )
+        self._file_directories.update(os.path.dirname(file.path) for file in received.files)
+        return received, problem
 
     async def _deliver_events(self, waiter: _Waiter) -> None:
         while waiter.events:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...dialects import ActivityEvent, PartialEvent, SessionEvent
-from ...dialects.events import Option, PlanStep, Question, QuestionRequest, Usage
+from ...dialects.events import FileEvent, Option, PlanStep, Question, QuestionRequest, Usage
 from ...permissions import PermissionRequest
 from ...result import Outcome, TurnResult
 from ...turn import Attachment, Turn
@@ -101,6 +101,8 @@ def result_from_dict(record: dict[str, Any]) -> TurnResult:
         truncated=record["truncated"],
         usage=Usage(**usage) if usage is not None else None,
         folded_into=record.get("folded_into", ""),
+        files=tuple(FileEvent(**file) for file in record.get("files", ())),
+        files_note=record.get("files_note", ""),
     )
 
 

@@ -190,13 +190,24 @@ def finish(
     result: TurnResult | None = None,
     error: dict[str, Any] | None = None,
     record_session: Callable[[Conn, str, str, str, str, TurnResult], None] | None = None,
+    store_files: Callable[[Conn, str, TurnResult], TurnResult] | None = None,
 ) -> bool:
-    """The turn's result (or error), its session and its gateway's notification: one transaction.
+    """The turn's result (or error), its session, its files and its gateway's notification: one transaction.
 
     `record_session(conn, namespace, profile, conversation, session_name,
-    result)` writes the session. False when the turn is no longer this
-    attempt's (the worker lost it): nothing is written.
+    result)` writes the session; `store_files(conn, key, result)` the bytes
+    of `result.files`, returning the result as stored. False when the turn is
+    no longer this attempt's (the worker lost it): nothing is written.
     """
+    if result is not None and result.files and store_files is not None:
+        held = conn.execute(
+            "SELECT 1 FROM bridge_turns WHERE key = %s AND attempt = %s AND worker = %s AND state = 'running' "
+            "FOR UPDATE",
+            (key, attempt, worker),
+        ).fetchone()
+        if held is None:
+            return False
+        result = store_files(conn, key, result)
     row = conn.execute(
         f"""
         UPDATE bridge_turns SET state = 'done', {_ENDING}, finished_at = now(), lease_until = NULL

@@ -39,6 +39,7 @@ from typing import Any
 
 import trio
 
+from ...dialects.events import FileEvent
 from ...errors import (
     AnswerRefused,
     BridgeError,
@@ -56,7 +57,7 @@ from ...result import TurnResult, cancelled_result
 from ...turn_loop import HostEvent
 from ..registry import ProfileRegistry
 from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
-from . import queue
+from . import fleet_files, queue
 from .db import (
     CONTROL_CHANNEL,
     MAX_NOTIFY_BYTES,
@@ -376,9 +377,11 @@ class Worker:
             conversation=claimed.conversation,
             attempt=claimed.attempt,
         )
+        ran: TurnResult | None = None  # the agent's result: its outbox is removed once the result was written
         try:
             try:
                 result, error = await self._outcome(held, log)
+                ran = result
             except Exception as err:  # a bug must not take the worker and every other turn down with it
                 log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
                 result, error = None, {"code": "internal_error", "message": f"internal error: {err}"}
@@ -399,6 +402,9 @@ class Worker:
             except Exception as err:  # left to its lease: the reaper ends or retries it
                 log.error("the turn's result could not be written", error=repr(err), traceback=traceback.format_exc())
         finally:
+            if ran is not None:  # its files' bytes are in the database now, or never will be
+                for outbox in {os.path.dirname(file.path) for file in ran.files}:
+                    remove_outbox(outbox)
             # A turn handed back may be claimed again by this worker before this attempt is over here.
             if self._held.get(claimed.key) is held:
                 del self._held[claimed.key]
@@ -427,7 +433,8 @@ class Worker:
         gateway, key, attempt = claimed.gateway, claimed.key, claimed.attempt
 
         def forward(event: HostEvent) -> None:
-            if not isinstance(event, TurnResult):
+            # A file's path is on this machine: its bytes travel with the result, and the gateway says where it is.
+            if not isinstance(event, TurnResult | FileEvent):
                 self._publisher.publish(gateway, key, attempt, event.to_dict())
 
         nobody_answers = None if claimed.turn.get("answered", True) else _deny
@@ -443,9 +450,6 @@ class Worker:
         except BridgeError as err:
             log.error("the turn could not run", error=str(err))
             return None, {"code": "store_error", "message": str(err)}
-        # A gateway cannot hand over a file on this machine's disk (its bytes do not travel yet): none is kept.
-        for outbox in {os.path.dirname(file.path) for file in result.files}:
-            remove_outbox(outbox)
         return result, None
 
     async def _record(self, held: _Held, result: TurnResult | None, error: dict[str, Any] | None, log: Any) -> None:
@@ -463,6 +467,7 @@ class Worker:
                 result=result,
                 error=error,
                 record_session=functools.partial(record_session, stamp=stamp),
+                store_files=fleet_files.store,
             )
 
         while not held.lost:
