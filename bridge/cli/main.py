@@ -372,16 +372,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             type=_seconds(zero_ok=False),
             help="how long a file an agent left waits for the bot's ack_file before it is deleted (default: 600)",
         )
-        serve.add_argument(
-            "--allow-attachment-host",
-            metavar="HOST_OR_CIDR",
-            action="append",
-            default=[],
-            dest="attachment_hosts",
-            help="a host name, address or CIDR network (127.0.0.1, 10.0.0.0/8, files.internal) turns' attachments "
-            "may be fetched from although it is not public; repeatable; on top of each profile's "
-            "attachments.allow_hosts (default: only public addresses)",
-        )
+        _add_attachment_hosts_option(serve)
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
@@ -431,16 +422,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "queued (that name, the same file); then it ends with unknown_profile or "
             "profile_mismatch (default: 30)",
         )
-        worker.add_argument(
-            "--allow-attachment-host",
-            metavar="HOST_OR_CIDR",
-            action="append",
-            default=[],
-            dest="attachment_hosts",
-            help="a host name, address or CIDR network (127.0.0.1, 10.0.0.0/8, files.internal) turns' attachments "
-            "may be fetched from although it is not public; repeatable; on top of each profile's "
-            "attachments.allow_hosts (default: only public addresses)",
-        )
+        _add_attachment_hosts_option(worker)
         worker.set_defaults(handler=_worker_command, command_parser=worker)
     return parser
 
@@ -820,6 +802,20 @@ def _init_command(args: argparse.Namespace) -> int:
         f"{shlex.quote(str(profile))})"
     )
     return 0
+
+
+def _add_attachment_hosts_option(parser: argparse.ArgumentParser) -> None:
+    """The host's exceptions to the attachments' address rule (serve, worker)."""
+    parser.add_argument(
+        "--allow-attachment-host",
+        metavar="HOST_OR_CIDR",
+        action="append",
+        default=[],
+        dest="attachment_hosts",
+        help="a host name, address or CIDR network (127.0.0.1, 10.0.0.0/8, files.internal) turns' attachments "
+        "may be fetched from although it is not public; repeatable; on top of each profile's "
+        "attachments.allow_hosts (default: only public addresses)",
+    )
 
 
 def _serve_command(args: argparse.Namespace) -> int:
