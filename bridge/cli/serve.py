@@ -286,6 +286,16 @@ def _echoed_id(value: Any) -> Any:
     return None
 
 
+def _refuse_unless_waited_for(answered: bool, request_id: str | int, question: str) -> None:
+    """`unknown_request` for an answer (a decide, an answer) the turn was not waiting for."""
+    if not answered:
+        raise RequestError(
+            UNKNOWN_REQUEST,
+            f"turn {request_id!r} waits for no answer to {_shown(question)}: "
+            "it was answered already, nobody answered in time, or it never asked",
+        )
+
+
 def _turn_key(request_id: str | int) -> str:
     """The host's turn id for a request id (7 and "7" are the same turn)."""
     return request_id if isinstance(request_id, str) else str(request_id)
@@ -530,15 +540,9 @@ class Server:
                 INVALID_REQUEST, "a decide request needs allow: true or false (and always, if given, true or false)"
             )
         message = _string(request, "message", max_chars=MAX_DECIDE_MESSAGE_CHARS)
-        turn_id = _turn_key(request_id)
-        if not self.host.in_flight(turn_id):
-            raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
-        if not self.host.decide(turn_id, question, Decision(allow=allow, always=always, message=message)):
-            raise RequestError(
-                UNKNOWN_REQUEST,
-                f"turn {request_id!r} waits for no answer to {_shown(question)}: "
-                "it was answered already, nobody answered in time, or it never asked",
-            )
+        turn_id = self._turn_in_flight(request_id)
+        decided = self.host.decide(turn_id, question, Decision(allow=allow, always=always, message=message))
+        _refuse_unless_waited_for(decided, request_id, question)
 
     def _answer(self, request: dict[str, Any]) -> None:
         """Answer a `question` a turn's agent asked: each question's id → the labels chosen, or null to decline."""
@@ -552,19 +556,19 @@ class Server:
                 "an answer request needs answers: each question's id → the labels chosen (or a label), or null to "
                 "decline",
             )
-        turn_id = _turn_key(request_id)
-        if not self.host.in_flight(turn_id):
-            raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
+        turn_id = self._turn_in_flight(request_id)
         try:
             answered = self.host.answer(turn_id, question, request["answers"])
         except AnswerRefused as err:
             raise RequestError(INVALID_REQUEST, str(err)) from None
-        if not answered:
-            raise RequestError(
-                UNKNOWN_REQUEST,
-                f"turn {request_id!r} waits for no answer to {_shown(question)}: "
-                "it was answered already, nobody answered in time, or it never asked",
-            )
+        _refuse_unless_waited_for(answered, request_id, question)
+
+    def _turn_in_flight(self, request_id: str | int) -> str:
+        """The host's id of the turn `request_id` names, or `unknown_turn` when none such is queued or running."""
+        turn_id = _turn_key(request_id)
+        if not self.host.in_flight(turn_id):
+            raise RequestError(UNKNOWN_TURN, f"no turn {request_id!r} is queued or running")
+        return turn_id
 
     def _ack_file(self, request: dict[str, Any]) -> None:
         """The bot has read a file a `file` response named: it is deleted."""
