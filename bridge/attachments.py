@@ -1,9 +1,9 @@
 """Fetching a turn's attachments into its directory before the agent starts (docs/attachments.md).
 
-`prepare_attachments` makes the turn's directory (`TurnFiles`), fetches every attachment into it at once (a
-nursery), and gives back the turn whose attachments have `path`, `media_type` and `size`; `release` removes the
-directory when the turn ends. A failure of any one fails the turn before the agent starts (`AttachmentFailed`,
-outcome `attachment_failed`) and leaves nothing behind.
+`prepare_attachments` fetches every attachment into the turn's directory (`TurnFiles`) at once (a nursery), and
+gives back the turn whose attachments have `path`, `media_type` and `size`; the turn engine removes the directory
+when the turn ends (`bridge.outbox.hand_out_turn_files`). A failure of any one fails the turn before the agent
+starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind.
 
 HTTP is h11 (sans-I/O, as the dialects are) over trio streams the bridge opens itself, so the address checked
 is the address connected to: the host name is resolved here, every address it resolves to must pass
@@ -27,7 +27,7 @@ from typing import Any
 import h11
 import trio
 
-from .errors import AttachmentFailed, AttachmentRefused, FileRefused
+from .errors import AttachmentFailed, AttachmentRefused
 from .fetch_policy import (
     MAX_REDIRECTS,
     SNIFF_BYTES,
@@ -47,7 +47,7 @@ from .result import Ending
 from .turn import Attachment, Turn
 from .turn_files import TurnFiles
 
-__all__ = ["AttachmentFailed", "ending_of", "policy_of", "prepare_attachments", "release"]
+__all__ = ["AttachmentFailed", "ending_of", "policy_of", "prepare_attachments"]
 
 _CHUNK = 64 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -76,23 +76,6 @@ async def prepare_attachments(
             "(attachments.max_count); nothing was fetched"
         )
     return turn.replace(attachments=await _fetch_all(turn.attachments, files, policy, log, cancel))
-
-
-def open_turn_files(cwd: str, turn_id: str) -> TurnFiles:
-    """The turn's directory for its attachments; `AttachmentFailed` when it cannot be made."""
-    try:
-        return TurnFiles(cwd, turn_id)
-    except FileRefused as err:
-        raise _failed(f"the attachments cannot be stored: {err}") from None
-
-
-def release(files: TurnFiles, policy: AttachmentPolicy) -> None:
-    """The turn is over and nothing else of its directory is wanted: remove it, unless the profile keeps what
-    was fetched (`attachments: {keep: true}`)."""
-    if policy.keep:
-        files.close()
-    else:
-        files.remove()
 
 
 def _failed(message: str) -> AttachmentFailed:

@@ -23,6 +23,7 @@ from .dialects.events import ActivityEvent, FileEvent
 from .errors import OutboxError
 from .profile import Profile
 from .result import Outcome, TurnResult
+from .turn_files import TurnFiles
 from .turn_loop import Emit
 
 DEFAULT_MAX_FILES = 20
@@ -100,6 +101,19 @@ async def hand_out(directory: str, profile: Profile, result: TurnResult, emit: E
     if not collected.files and not collected.note:
         return result
     return dataclasses.replace(result, files=collected.files, files_note=collected.note)
+
+
+async def hand_out_turn_files(
+    files: TurnFiles, keep_attachments: bool, profile: Profile, result: TurnResult, emit: Emit | None, log: Any
+) -> TurnResult:
+    """The turn is over: its fetched attachments deleted (unless `keep_attachments`: the profile keeps them), its
+    outbox handed out (`hand_out`), and its directory let go of (what is left in it is the host's)."""
+    if not keep_attachments:
+        files.remove_attachments()
+    try:
+        return await hand_out(files.outbox, profile, result, emit, log)  # the outbox stays while it holds files
+    finally:
+        files.close()
 
 
 def read_file(file: FileEvent, max_bytes: int | None = None) -> bytes:

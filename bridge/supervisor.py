@@ -23,7 +23,7 @@ from .agent_io import AgentIO, TurnLimits
 from .dialects import SessionEvent
 from .errors import FileRefused, LaunchError
 from .launch import LaunchPlan, plan_launch
-from .outbox import hand_out
+from .outbox import hand_out_turn_files
 from .process import start
 from .profile import Profile
 from .questions import Questions
@@ -160,12 +160,7 @@ async def _one_process(
     result = finish_turn(recorder, ending, io.stderr_text(), started, log)
     if files is None:
         return result
-    if not keep:
-        files.remove_attachments()
-    try:
-        return await hand_out(files.outbox, profile, result, emit, log)  # the outbox stays while it holds files
-    finally:
-        files.close()
+    return await hand_out_turn_files(files, keep, profile, result, emit, log)
 
 
 def _turn_files(cwd: str, turn_id: str) -> TurnFiles | None:

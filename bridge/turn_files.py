@@ -23,6 +23,12 @@ STATE_DIRECTORY = ".agent-bridge"
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def turns_directory(cwd: str) -> str:
+    """Where the turns' directories of the working directory `cwd` are made: a warm agent's `AGENT_OUTBOX`, of which
+    each turn's outbox is a sub-directory (`<turn>/outbox`, named in the turn)."""
+    return os.path.join(cwd if os.path.isabs(cwd) else os.path.join(os.getcwd(), cwd), STATE_DIRECTORY, "turns")
+
+
 class TurnFiles:
     """The directory of one turn; `attachments` and `outbox` are the absolute paths of its two sub-directories.
 
@@ -36,7 +42,7 @@ class TurnFiles:
             root = FileRoot(cwd)
         except OSError as err:
             raise FileRefused(f"the working directory {cwd} cannot be opened: {err.strerror}") from None
-        self.directory = os.path.join(root.path, STATE_DIRECTORY, "turns", name)
+        self.directory = os.path.join(turns_directory(root.path), name)
         self.attachments = os.path.join(self.directory, "attachments")
         self.outbox = os.path.join(self.directory, "outbox")
         self._name = name

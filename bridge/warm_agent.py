@@ -33,6 +33,7 @@ and `agent-bridge run` drive a warm protocol.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -47,11 +48,13 @@ from .dialects.warm import WarmState
 from .errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
 from .launch import plan_warm_launch
 from .log import get_logger
+from .outbox import hand_out_turn_files
 from .process import start
 from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
+from .turn_files import TurnFiles, turns_directory
 from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
 
 
@@ -170,6 +173,8 @@ class WarmAgent:
         try:
             plan = plan_warm_launch(profile, os.environ, session_id=self.session_id, session_name=self.session_name)
             self._cwd = plan.cwd or os.getcwd()
+            # The process outlives its turns: each turn's outbox is a sub-directory of this, named in the turn.
+            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": turns_directory(self._cwd)})
             with contextlib.suppress(OSError):  # then spawn says what is wrong with the directory
                 self._files = FileRoot(self._cwd)  # held before the agent runs: it has moved nothing yet
             process = await start(plan, kill_grace_secs=profile.kill_grace_secs)
@@ -402,31 +407,31 @@ class WarmAgent:
                 questions.close()
             ending = Ending(spawn_failure=(126, "the warm agent is not running"))
             return finish_turn(recorder, ending, "", started, log, warm=True)
-        files = None
+        try:
+            files = TurnFiles(self._cwd, "warm")  # the agent runs there: it is a directory (unless it was removed)
+        except FileRefused as err:
+            if questions is not None:
+                questions.close()
+            ending = Ending(spawn_failure=(126, f"the turn's directory cannot be made: {err}"))
+            log.warning("the turn did not start", reason=str(err), in_result=True)
+            return finish_turn(recorder, ending, "", started, log, warm=True)
+        keep = False
         if turn.attachments:
             # Imported here: a turn without attachments does not load HTTP and TLS.
-            from .attachments import (
-                AttachmentFailed,
-                ending_of,
-                open_turn_files,
-                policy_of,
-                prepare_attachments,
-                release,
-            )
+            from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
 
             policy = policy_of(profile, allow_hosts)
             try:
-                files = open_turn_files(self._cwd, "warm")
-                try:
-                    turn = await prepare_attachments(turn, files, policy, log, cancel)
-                except BaseException:
-                    files.remove()
-                    raise
-            except AttachmentFailed as err:
+                turn = await prepare_attachments(turn, files, policy, log, cancel)
+            except BaseException as err:
+                files.remove()
                 if questions is not None:
                     questions.close()
+                if not isinstance(err, AttachmentFailed):
+                    raise
                 log.warning("the turn did not start: its attachments were not fetched", reason=str(err), in_result=True)
                 return finish_turn(recorder, ending_of(err), "", started, log, warm=True)
+            keep = policy.keep
         questions = questions if questions is not None else Questions()
         emit = emit_to(None, on_event)
         loop = TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, io.send, questions)
@@ -443,8 +448,12 @@ class WarmAgent:
                 await loop.handle([ActivityEvent("notice", text=notice)])
             self._loop = loop
             deadline = io.begin_turn(started)
-            io.send(self._dialect.prompt(turn))
+            io.send(self._dialect.prompt(turn, files.outbox))
             ending = await self._wait_for_turn(io, deadline, questions, cancel, log)
+            self._raise_turn_error()
+        except BaseException:
+            files.remove()
+            raise
         finally:
             self._loop = None
             self._wake = None
@@ -453,10 +462,8 @@ class WarmAgent:
             questions.close()
             for steer in self._steers.values():  # the dialect said nothing of them: they run as turns of their own
                 steer.settle(False)
-            if files is not None:
-                release(files, policy)
-        self._raise_turn_error()
-        return finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
+        result = finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
+        return await hand_out_turn_files(files, keep, profile, result, emit, log)
 
     @property
     def can_steer(self) -> bool:

@@ -30,6 +30,8 @@ servers of the tests:
     refuse | max_tokens | max_turn_requests   streams a word, then ends with that stop reason
     fail TEXT        fails the turn with a JSON-RPC error whose message is TEXT
     slow N TEXT      waits N seconds, then answers "echo: TEXT"
+    files NAME:TEXT ...   writes each TEXT to a file NAME in the turn's outbox (the directory under $AGENT_OUTBOX
+                     that a later text block of the prompt names); answers "left NAME, NAME in OUTBOX"
     blocks           answers with the prompt's blocks other than text, one per line: "image MIME N bytes URI"
                      (N: the decoded base64 data) or "link URI MIME SIZE"
     anything else    answers "echo: PROMPT", streamed a few characters per chunk
@@ -146,7 +148,8 @@ class SampleAgent(Agent):
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         session = self._open(session_id)
-        text = "".join(getattr(block, "text", "") or "" for block in prompt)
+        texts = [block.text for block in prompt if getattr(block, "type", "") == "text"]
+        text = texts[0] if texts else ""  # the user's message; a later text block names the turn's outbox
         links = [block.uri for block in prompt if getattr(block, "type", "") == "resource_link"]
         cancelled = self.cancelled[session_id] = asyncio.Event()
         word, _, argument = text.strip().partition(" ")
@@ -204,6 +207,8 @@ class SampleAgent(Agent):
             raise RequestError(-32603, argument or "failed")
         elif word == "blocks":
             reply = "\n".join(_described(block) for block in prompt if getattr(block, "type", "") != "text")
+        elif word == "files":
+            reply = _leave_files(texts[1:], argument)
         elif word == "slow":
             seconds, _, rest = argument.partition(" ")
             await asyncio.sleep(float(seconds))
@@ -305,6 +310,20 @@ def _described(block: Any) -> str:
     if block.type == "resource_link":
         return f"link {block.uri} {block.mime_type} {block.size}"
     return block.type
+
+
+def _leave_files(notes: list[str], argument: str) -> str:
+    base = os.environ.get("AGENT_OUTBOX", "")
+    words = [word.rstrip(".,)") for note in notes for word in note.split()]
+    outbox = next((word for word in words if base and word.startswith(base + "/")), "")
+    if not outbox:
+        return f"no outbox under {base!r} in {notes!r}"
+    names = []
+    for pair in argument.split():
+        name, _, content = pair.partition(":")
+        Path(outbox, name).write_text(content)
+        names.append(name)
+    return f"left {', '.join(names)} in {outbox}"
 
 
 async def _many(count: int, request: Callable[[], Awaitable[str]]) -> Counter[str | None]:

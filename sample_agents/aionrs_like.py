@@ -74,6 +74,9 @@ MODE_APPROVES = {"default": set(), "auto_edit": {"info", "edit"}, "yolo": {"info
 SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _write_lock = threading.Lock()
 
+# The sentence the bridge adds to a warm turn naming its outbox: an instruction to the model, not the user's words.
+OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when this turn ends\)\.")
+
 
 def send(event: dict[str, Any]) -> None:
     with _write_lock:
@@ -239,7 +242,7 @@ class Agent:
         fields = [self.field] if self.field else ["content", "input"]
         for field in fields:
             if isinstance(command.get(field), str):
-                return command[field]
+                return OUTBOX_NOTE.sub("", command[field])
         return None
 
     def turn(self, command: dict[str, Any]) -> bool:

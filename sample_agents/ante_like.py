@@ -51,6 +51,9 @@ SESSIONS = HOME / "sessions"
 MAKE_BELIEVE = {"Bash": ({"command": "ls -la"}, "total 0"), "Read": ({"file_path": "README.md"}, "# README")}
 _write = threading.Lock()
 
+# The sentence the bridge adds to a warm turn naming its outbox: an instruction to the model, not the user's words.
+OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when this turn ends\)\.")
+
 
 def new_id(prefix: str) -> str:
     value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
@@ -257,6 +260,7 @@ class Daemon:
 
     def turn(self, text: str, op_id: str) -> None:
         assert self.session is not None
+        text = OUTBOX_NOTE.sub("", text)
         config = self.session["config"]
         streaming = config.get("streaming") is not False
         words = set(re.findall(r"[a-z]+", text.lower()))

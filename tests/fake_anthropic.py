@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,21 @@ def prompts(request: Request) -> list[str]:
             continue
         content = message.get("content")
         if isinstance(content, str):
-            texts.append(content)
+            texts.append(said(content))
             continue
         blocks = [block.get("text", "") for block in content or [] if block.get("type") == "text"]
         if blocks:
-            texts.append(blocks[-1])
+            texts.append(said(blocks[-1]))
     return texts
+
+
+def said(text: str) -> str:
+    """What the user said in a prompt's `text`: without the sentence that names a warm turn's outbox (an
+    instruction, as a model reads it)."""
+    return _OUTBOX_NOTE.sub("", text)
+
+
+_OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when this turn ends\)\.")
 
 
 def tool_results(request: Request) -> list[dict[str, Any]]:
@@ -250,7 +260,7 @@ def user_texts(request: Request) -> list[str]:
         for block in blocks:
             text = block.get("text", "") if isinstance(block, dict) and block.get("type") == "text" else ""
             if text and not text.startswith(("<system-reminder>", "[Request interrupted")):
-                texts.append(text)
+                texts.append(said(text))
     return texts
 
 

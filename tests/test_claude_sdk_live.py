@@ -246,5 +246,8 @@ async def test_a_fetched_image_reaches_the_model_as_an_image_block_and_a_file_by
     # The file the engine fetched into the turn's directory, named by its path.
     notes = rf"what is this\?\n\nAttached files:\n- {tmp_path}/work/{TURN_FILES}/notes\.txt"
     assert [
-        b["text"] for b in blocks if b["type"] == "text" and re.fullmatch(notes + r" \(file, text/plain\)", b["text"])
+        b["text"]
+        for b in blocks
+        if b["type"] == "text"
+        and re.match(notes + r" \(file, text/plain\)\n\nFiles for the user: write them to /", b["text"])
     ]

@@ -104,7 +104,7 @@ class WarmEcho(JsonLinesDialect):
     def open(self) -> bytes:
         return _line(op="hello", session=self.session_id)
 
-    def prompt(self, turn: Any) -> bytes:
+    def prompt(self, turn: Any, outbox: str = "") -> bytes:
         self.text = []
         self.in_turn = True
         return _line(op="prompt", text=turn.message)

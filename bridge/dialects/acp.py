@@ -48,7 +48,7 @@ from .. import __version__
 from ..permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, Handler, number, shorten, text_of
+from .base import DialectContext, Handler, number, outbox_named, shorten, text_of
 from .coding_agents import (
     OUTPUT_CHARS,
     THINKING_CHARS,
@@ -131,9 +131,11 @@ class Acp(WarmDialect):
             },
         )
 
-    def start_turn(self, turn: Turn) -> bytes:
+    def start_turn(self, turn: Turn, outbox: str) -> bytes:
         blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.message}]
         blocks.extend(_attachment_block(attachment, self._images) for attachment in turn.attachments)
+        if outbox:  # a block of its own, after the user's: the message stays as sent
+            blocks.append({"type": "text", "text": outbox_named(outbox)})
         self._text = Paragraphs(keep=True)
         self._tools = ToolCalls()
         self._cancelling = False

@@ -55,7 +55,7 @@ from typing import Any, ClassVar
 from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, Handler, number, shorten, text_of
+from .base import DialectContext, Handler, number, shorten, text_of, with_outbox_named
 from .coding_agents import (
     CALL_ID_CHARS,
     OPEN_CALLS,
@@ -125,7 +125,7 @@ class Aionrs(WarmDialect):
     def open(self) -> bytes:
         return b""  # aionrs speaks first: `ready`
 
-    def start_turn(self, turn: Turn) -> bytes:
+    def start_turn(self, turn: Turn, outbox: str) -> bytes:
         self._turns += 1
         self._msg_id = f"bridge-{self._turns}"
         self._began = self._stopping = False
@@ -133,7 +133,7 @@ class Aionrs(WarmDialect):
         self._text = Paragraphs(keep=True)
         self._tools = ToolCalls()
         self._asked.clear()
-        return _message_line(self._msg_id, turn.message, turn.attachments)
+        return _message_line(self._msg_id, with_outbox_named(turn.message, outbox), turn.attachments)
 
     def cancel(self) -> bytes:
         if self.state is not WarmState.IN_TURN or self._stopping:

@@ -62,7 +62,7 @@ from typing import Any, ClassVar
 from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, number, shorten, text_of, with_files_named
+from .base import DialectContext, number, shorten, text_of, with_files_named, with_outbox_named
 from .coding_agents import THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, output_excerpt, tool_title
 from .events import (
     ActivityEvent,
@@ -182,11 +182,12 @@ class Ante(WarmDialect):
             return data
         return self._start_session()
 
-    def start_turn(self, turn: Turn) -> bytes:
+    def start_turn(self, turn: Turn, outbox: str) -> bytes:
         self._new_turn()
         self._turn_started = False
         # UserInput is text alone (the seed has no image or file input): fetched files are named in it by path.
-        self._turn_op, data = _op({"UserInput": with_files_named(turn.message, turn.attachments) or turn.message})
+        message = with_outbox_named(turn.message, outbox)
+        self._turn_op, data = _op({"UserInput": with_files_named(message, turn.attachments) or message})
         self._turn_ops = {self._turn_op}
         return data
 

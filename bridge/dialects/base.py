@@ -266,6 +266,21 @@ def with_files_named(message: str, attachments: Sequence[Attachment], mention: s
     return f"{message}\n\n{listing}" if message.strip() else listing
 
 
+def with_outbox_named(message: str, outbox: str) -> str:
+    """`message` followed by `outbox_named(outbox)` (the message as it is without an outbox): how a warm family whose
+    turn is one text names the turn's outbox."""
+    note = outbox_named(outbox)
+    if not note:
+        return message
+    return f"{message}\n\n{note}" if message.strip() else note
+
+
+def outbox_named(outbox: str) -> str:
+    """The words that tell a warm agent (and its model) where the turn's files for the user go ("" for no outbox):
+    its process outlives the turn, so `AGENT_OUTBOX` cannot name the turn's own directory."""
+    return f"Files for the user: write them to {outbox} (they are sent when this turn ends)." if outbox else ""
+
+
 def files_named(attachments: Sequence[Attachment], mention: str = "{path}") -> str:
     """The fetched files among `attachments` as lines of text for the agent ("" when none was fetched)."""
     lines = ["Attached files:"]

@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 from ..errors import ProtocolMisuse
 from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
-from .base import DialectContext, Handler, shorten, text_of, with_files_named
+from .base import DialectContext, Handler, shorten, text_of, with_files_named, with_outbox_named
 from .claude_stream import ClaudeStream, result_error_text, result_usage
 from .coding_agents import TITLE_CHARS, image_data, tool_title
 from .events import (
@@ -145,13 +145,13 @@ class ClaudeSdk(WarmDialect):
     def open(self) -> bytes:
         return self._control("initialize", {"hooks": None})
 
-    def start_turn(self, turn: Turn) -> bytes:
+    def start_turn(self, turn: Turn, outbox: str) -> bytes:
         self._stream = ClaudeStream(self.context, turn)
         self._cancelling = False
         self._replies = []
         self._steers = {}
         self._unechoed = set()
-        return self._user_line(turn)
+        return self._user_line(turn, outbox)
 
     def steer(self, turn: Turn, steer_id: str) -> bytes:
         if self.state is not WarmState.IN_TURN:
@@ -356,13 +356,13 @@ class ClaudeSdk(WarmDialect):
 
     # ------------------------------------------------------------------ helpers
 
-    def _user_line(self, turn: Turn) -> bytes:
+    def _user_line(self, turn: Turn, outbox: str = "") -> bytes:
         self._last_uuid = str(uuid.uuid4())
         self._unechoed.add(self._last_uuid)
         return _encode(
             {
                 "type": "user",
-                "message": {"role": "user", "content": _content(turn)},
+                "message": {"role": "user", "content": _content(turn, outbox)},
                 "parent_tool_use_id": None,
                 "session_id": "",
                 "uuid": self._last_uuid,
@@ -444,7 +444,7 @@ def _session_rule(tool: str, tool_input: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "addRules", "rules": [rule], "behavior": "allow", "destination": "session"}
 
 
-def _content(turn: Turn) -> str | list[dict[str, Any]]:
+def _content(turn: Turn, outbox: str) -> str | list[dict[str, Any]]:
     """A message's `content`: its text, and with fetched images of a type the Messages API takes, an `image` block
     (base64) each; every other fetched file is named in the text by its path, for Claude Code to read, and an
     attachment that was not fetched is listed by its URL."""
@@ -461,6 +461,7 @@ def _content(turn: Turn) -> str | list[dict[str, Any]]:
     if unfetched := [a for a in turn.attachments if not a.path]:
         listing = "\n".join(["[Attached]", *(f"- {a.name}: {a.url}" if a.name else f"- {a.url}" for a in unfetched)])
         text = f"{text}\n\n{listing}" if text.strip() else listing
+    text = with_outbox_named(text, outbox)
     if not images:
         return text
     return [*images, {"type": "text", "text": text}] if text.strip() else images  # images first, as Anthropic advises

@@ -58,7 +58,7 @@ from ..errors import ProtocolMisuse
 from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
-from .base import DialectContext, Handler, number, shorten, text_of, with_files_named
+from .base import DialectContext, Handler, number, outbox_named, shorten, text_of, with_files_named
 from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, model_image
 from .events import (
     ActivityEvent,
@@ -141,9 +141,12 @@ class CodexAppServer(WarmDialect):
         client = {"name": "agent-bridge", "title": "agent-bridge", "version": __version__}
         return self._rpc.request("initialize", {"clientInfo": client, "capabilities": capabilities})
 
-    def start_turn(self, turn: Turn) -> bytes:
+    def start_turn(self, turn: Turn, outbox: str) -> bytes:
         self._begin_turn()
-        params: dict[str, Any] = {"threadId": self._thread, "input": _input(turn)}
+        items = _input(turn)
+        if outbox:  # an input item of its own, after the user's: the message stays as sent
+            items.append({"type": "text", "text": outbox_named(outbox)})
+        params: dict[str, Any] = {"threadId": self._thread, "input": items}
         if self._settings.plan_mode:
             model = self._settings.model or self._model
             params["collaborationMode"] = {"mode": "plan", "settings": {"model": model, "developer_instructions": None}}

@@ -16,7 +16,7 @@ in the family's own words:
   Events that are not part of a turn — a resumed session's replayed history,
   the handshake's own noise — are the dialect's to drop: `feed` reports
   only what belongs to the turn in progress (or to the handshake);
-- `prompt(turn)`: the bytes that start a turn; `cancel()`: the bytes that ask
+- `prompt(turn, outbox)`: the bytes that start a turn (naming its outbox); `cancel()`: the bytes that ask
   the agent to stop it (pending permission requests answered as cancelled);
   `answer(request, decision)`: the bytes of a permission answer;
   `answer_question(request, answers, why)`: the bytes of the answer to a
@@ -123,10 +123,11 @@ class WarmDialect(JsonLinesReader):
         """The first bytes of the handshake (b"" when the agent speaks first)."""
         raise NotImplementedError
 
-    def prompt(self, turn: Turn) -> bytes:
-        """The bytes that start `turn`; only when the session is ready (`ProtocolMisuse` otherwise)."""
+    def prompt(self, turn: Turn, outbox: str = "") -> bytes:
+        """The bytes that start `turn`, naming `outbox` (the turn's outbox directory, "" for none) to the agent; only
+        when the session is ready (`ProtocolMisuse` otherwise)."""
         self.move(Turn)
-        return self.start_turn(turn)
+        return self.start_turn(turn, outbox)
 
     def feed(self, data: bytes) -> list[Event]:
         if self.state is WarmState.CLOSED:
@@ -170,8 +171,9 @@ class WarmDialect(JsonLinesReader):
 
     # ------------------------------------------------------------------ what a family calls and writes
 
-    def start_turn(self, turn: Turn) -> bytes:
-        """The family's bytes for `turn` (the state is IN_TURN already)."""
+    def start_turn(self, turn: Turn, outbox: str) -> bytes:
+        """The family's bytes for `turn`, naming `outbox` as the family can (`outbox_named`; the state is IN_TURN
+        already)."""
         raise NotImplementedError
 
     def finish(self) -> list[Event]:

@@ -31,6 +31,7 @@ thread. The wire format follows what codex 0.169.0 accepts (a
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -399,9 +400,13 @@ def _messages(body: Any) -> Iterator[tuple[str, str]]:
 
 
 def _prompt(body: Any) -> str:
-    """The text of the last user message: what the user said this turn."""
+    """The text of the last user message: what the user said this turn (without the sentence naming a warm turn's
+    outbox, an instruction as a model reads it)."""
     texts = [text for role, text in _messages(body) if role == "user"]
-    return texts[-1] if texts else ""
+    return _OUTBOX_NOTE.sub("", texts[-1]).strip() if texts else ""
+
+
+_OUTBOX_NOTE = re.compile(r"Files for the user: write them to .*? \(they are sent when this turn ends\)\.")
 
 
 def _tool_output(body: Any) -> str | None:

@@ -1,0 +1,156 @@
+"""Warm protocols' outbox: `AGENT_OUTBOX` at start names where the turns' directories are, each turn names its own
+outbox, and the files left there come back as for a one-process turn (`run_turn`, the host, `agent-bridge run`).
+
+The agent is the official ACP SDK's (`sample_agents/acp_agent.py`, its `files` command); how every other warm family
+names the outbox is checked on its dialect, sans-I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from conftest import SAMPLE_AGENTS
+
+import bridge
+from bridge import FileEvent, Turn
+from bridge.dialects import DialectContext, dialect_class
+from bridge.dialects.base import outbox_named
+from bridge.dialects.warm import WarmState
+from bridge.outbox import remove_outbox
+
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+DEADLINE = 20  # a turn starts a Python agent that imports the SDK (~1 s)
+OUTBOX = "/work/.agent-bridge/turns/warm-1a2b3c4d/outbox"
+
+
+def acp_profile(tmp_path: Path, work: Path) -> Path:
+    """The SDK's sample agent working in `work`, its sessions under tmp_path/sessions."""
+    directory = tmp_path / "profiles"
+    directory.mkdir(exist_ok=True)
+    command = [sys.executable, str(SAMPLE_AGENTS / "acp_agent.py"), "--load", "--store", str(tmp_path / "sessions")]
+    path = directory / "acp.yaml"
+    path.write_text(f"command: {command!r}\nprotocol: acp\ncwd: {str(work)!r}\nkill_grace_secs: 2\n")
+    return path
+
+
+def outbox_of(files: tuple[FileEvent, ...]) -> str:
+    (directory,) = {os.path.dirname(file.path) for file in files}
+    return directory
+
+
+async def test_a_warm_agent_leaves_two_files_seen_by_run_turn_in_order_before_the_result(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = bridge.load_profile(acp_profile(tmp_path, work), cache=False)
+    events: list[Any] = []
+    with trio.fail_after(DEADLINE):
+        result = await bridge.run_turn(profile, Turn("files report.txt:all-good data.csv:a,b"), on_event=events.append)
+    assert result.ok, (result.error, result.stderr_tail)
+    outbox = outbox_of(result.files)
+    base = str(work / ".agent-bridge" / "turns")
+    assert os.path.dirname(os.path.dirname(outbox)) == base and os.path.basename(outbox) == "outbox"
+    assert result.reply == f"left report.txt, data.csv in {outbox}"
+    assert [(f.name, f.size, f.media_type) for f in result.files] == [
+        ("data.csv", 3, "text/csv"),
+        ("report.txt", 8, "text/plain"),
+    ]
+    assert [Path(f.path).read_text() for f in result.files] == ["a,b", "all-good"]
+    assert [event for event in events if isinstance(event, FileEvent)] == list(result.files)
+    assert result.files_note == ""
+    assert not (work / ".agent-bridge" / "turns" / os.path.basename(os.path.dirname(outbox)) / "attachments").exists()
+    remove_outbox(outbox)
+    assert not (work / ".agent-bridge").exists()
+
+
+async def test_the_host_gives_each_turn_of_one_warm_agent_its_own_outbox(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    acp_profile(tmp_path, work)
+    with trio.fail_after(2 * DEADLINE):
+        async with bridge.open_host(tmp_path / "profiles", state=tmp_path / "state.sqlite3") as host:
+            first = await host.submit("acp", "chat", Turn("files one.txt:1"))
+            nothing = await host.submit("acp", "chat", Turn("hello"))
+            second = await host.submit("acp", "chat", Turn("files two.txt:22 three.md:333"))
+            history = await host.submit("acp", "chat", Turn("history"))
+    assert first.ok and nothing.ok and second.ok, (first.error, nothing.error, second.error)
+    assert first.session_id == second.session_id == history.session_id  # one session (and one process, the pool's)
+    assert [(f.name, Path(f.path).read_text()) for f in first.files] == [("one.txt", "1")]
+    assert [(f.name, Path(f.path).read_text()) for f in second.files] == [("three.md", "333"), ("two.txt", "22")]
+    assert outbox_of(first.files) != outbox_of(second.files)
+    assert (nothing.reply, nothing.files) == ("echo: hello", ())  # the user's message as sent; the outbox aside
+    assert history.reply == "files one.txt:1 | hello | files two.txt:22 three.md:333"
+    remove_outbox(outbox_of(first.files))
+    remove_outbox(outbox_of(second.files))
+    assert not (work / ".agent-bridge").exists()  # the turns without files left nothing behind
+
+
+async def test_a_warm_turn_over_the_outbox_bounds_sends_what_fits_and_says_what_not(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    path = acp_profile(tmp_path, work)
+    path.write_text(path.read_text() + "outbox_max_files: 1\n")
+    profile = bridge.load_profile(path, cache=False)
+    with trio.fail_after(DEADLINE):
+        result = await bridge.run_turn(profile, Turn("files a.txt:1 b.txt:2"))
+    assert [f.name for f in result.files] == ["a.txt"]
+    assert result.files_note == "'b.txt' not sent: a turn sends at most 1 files"
+    remove_outbox(outbox_of(result.files))
+
+
+def test_agent_bridge_run_json_prints_a_warm_agents_files_before_the_result(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [AGENT_BRIDGE, "run", str(acp_profile(tmp_path, work)), "--json", "files notes.txt:hi"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in map(json.loads, done.stdout.splitlines()) if line["event"] in ("file", "result")]
+    assert [(line["event"], line.get("name")) for line in lines] == [("file", "notes.txt"), ("result", None)]
+    assert Path(lines[0]["path"]).read_text() == "hi"
+    assert [file["name"] for file in lines[1]["files"]] == ["notes.txt"]
+
+
+# ---------------------------------------------------------------------- each family names the outbox (sans-I/O)
+
+
+def prompt_of(family: str, turn: Turn, outbox: str) -> Any:
+    """What starts `turn` in `family` once its session is ready (each family's handshake is tested in its own file)."""
+    context = DialectContext()
+    dialect = dialect_class(family)(context, session_id="s1", cwd="/work")
+    dialect.open()
+    dialect.state = WarmState.READY
+    return json.loads(dialect.prompt(turn, outbox))
+
+
+def test_acp_names_the_outbox_in_a_text_block_after_the_users_message():
+    prompt = prompt_of("acp", Turn("hello"), OUTBOX)["params"]["prompt"]
+    assert prompt == [{"type": "text", "text": "hello"}, {"type": "text", "text": outbox_named(OUTBOX)}]
+    assert prompt_of("acp", Turn("hello"), "")["params"]["prompt"] == [{"type": "text", "text": "hello"}]
+
+
+def test_codex_app_server_names_the_outbox_in_an_input_item_after_the_users_message():
+    items = prompt_of("codex-app-server", Turn("hello"), OUTBOX)["params"]["input"]
+    assert items[-1] == {"type": "text", "text": outbox_named(OUTBOX)}
+    assert items[0]["text"] == "hello"
+
+
+@pytest.mark.parametrize("family", ["aionrs", "ante", "claude-sdk"])
+def test_the_families_whose_turn_is_one_text_name_the_outbox_after_the_message(family):
+    sent = json.dumps(prompt_of(family, Turn("hello"), OUTBOX))
+    assert json.dumps(f"hello\n\n{outbox_named(OUTBOX)}")[1:-1] in sent
+    assert OUTBOX not in json.dumps(prompt_of(family, Turn("hello"), ""))
+
+
+def test_outbox_named_says_nothing_without_an_outbox():
+    assert outbox_named("") == ""
+    assert outbox_named(OUTBOX).startswith(f"Files for the user: write them to {OUTBOX} ")
