@@ -586,3 +586,27 @@ def test_the_profile_s_outbox_limits_bound_what_travels(fleet: Fleet, lab: Lab, 
     eventually(lambda: not any((tmp_path / "work").iterdir()), "what was left out to go with the worker's outbox")
     assert gateway.close() == 0
     assert not Path(offered[1]["path"]).parent.exists()
+
+
+def test_a_result_sent_again_by_the_next_gateway_brings_its_files(fleet: Fleet, lab: Lab, tmp_path: Path) -> None:
+    gate = lab.gate()
+    (tmp_path / "work").mkdir(exist_ok=True)
+    agent_profile(
+        lab.profiles,
+        f"import os, pathlib; open({str(gate)!r}).read()\n"
+        "pathlib.Path(os.environ['AGENT_OUTBOX'], 'late.txt').write_text('made late')\nprint('done')\n",
+        name="late",
+        cwd=str(tmp_path / "work"),
+    )
+    fleet.worker()
+    gateway = fleet.gateway("--shutdown-grace", "0.2")
+    gateway.send(turn("t1", "go", profile="late"))
+    gateway.until("accepted", "t1")
+    assert gateway.close() == 0  # the turn runs on; its result waits for the next gateway of the name
+    assert [(r["type"], r.get("code")) for r in gateway.rest()] == [("error", "detached")]
+    release(gate)
+    responses = fleet.gateway().until("result", "t1")
+    [file] = [r for r in responses if r["type"] == "file"]
+    assert responses[-1]["outcome"] == "ok" and [f["name"] for f in responses[-1]["files"]] == ["late.txt"]
+    assert file["name"] == "late.txt" and Path(file["path"]).read_text() == "made late"
+    eventually(lambda: fleet.query("SELECT count(*) FROM bridge_turn_files") == [(0,)], "the delivered rows gone")

@@ -353,7 +353,7 @@ def with_files(*files: FileEvent) -> TurnResult:
     return dataclasses.replace(ok("r"), files=files)
 
 
-def test_a_file_changed_after_the_turn_is_left_out_and_rows_read_once_are_gone(
+def test_a_file_changed_after_the_turn_is_left_out_and_rows_stay_until_the_result_is_delivered(
     conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     kept, changed = tmp_path / "kept.txt", tmp_path / "changed.txt"
@@ -370,9 +370,18 @@ def test_a_file_changed_after_the_turn_is_left_out_and_rows_read_once_are_gone(
         received, problem = fleet_files.load(conn, "k1", stored)
     assert problem == "" and Path(received.files[0].path).read_bytes() == b"kept"
     shutil.rmtree(Path(received.files[0].path).parent)
+    with conn.transaction():
+        resent, problem = fleet_files.load(conn, "k1", stored)  # another gateway, after one stopped before its bot
+    assert problem == "" and Path(resent.files[0].path).read_bytes() == b"kept"  # the rows wait for delivery
+    shutil.rmtree(Path(resent.files[0].path).parent)
+    conn.execute("UPDATE bridge_turns SET state = 'done' WHERE key = 'k1'")
+    turn_id = conn.execute("SELECT turn_id FROM bridge_turns WHERE key = 'k1'").fetchone()[0]
+    gateway = conn.execute("SELECT gateway FROM bridge_turns WHERE key = 'k1'").fetchone()[0]
+    with conn.transaction():
+        queue.mark_delivered(conn, gateway=gateway, turn_id=turn_id)
     assert conn.execute("SELECT count(*) FROM bridge_turn_files").fetchone() == (0,)
     with conn.transaction():
-        again, problem = fleet_files.load(conn, "k1", stored)  # another gateway, after one stopped before its bot
+        again, problem = fleet_files.load(conn, "k1", stored)  # delivered: nothing is sent twice
     assert again.files == () and "'kept.txt' not sent: no longer stored" in problem
     assert problem in again.files_note and stored.files_note in again.files_note
     odd = dataclasses.replace(stored, files=(dataclasses.replace(files[1], name="../kept.txt"),))

@@ -663,13 +663,23 @@ class Server:
             await self.host.delivered(_turn_key(request_id))
 
     async def _follow(self, turn_id: str, request_id: Any) -> None:
-        """Send the result of a turn an earlier serve accepted (with PostgreSQL: at-least-once results)."""
+        """Send the result of a turn an earlier serve accepted (with PostgreSQL: at-least-once results), and the
+        files the agent left first, as for a turn of this serve (by path: the turn's request is gone)."""
+        files = self._files
+
+        async def forward(event: HostEvent) -> None:
+            if type(event) is FileEvent and files is not None:
+                await self.output.send({"type": "file", "id": request_id, **files.offer(turn_id, event, 0)})
+
         try:
-            result = await self.host.follow(turn_id)
+            result = await self.host.follow(turn_id, on_event=forward)
         except Exception as err:
             await self._turn_failed(turn_id, request_id, err)
             return
-        if await self.output.send({"type": "result", "id": request_id, **result.to_dict()}):
+        sent = await self.output.send({"type": "result", "id": request_id, **result.to_dict()})
+        if files is not None:
+            files.turn_over(result)
+        if sent:
             await self.host.delivered(turn_id)
 
     async def _turn_failed(self, turn_id: str, request_id: Any, err: Exception) -> None:

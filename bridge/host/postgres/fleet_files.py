@@ -72,10 +72,11 @@ def _store_one(conn: Conn, key: str, place: int, file: FileEvent) -> None:
 
 
 def load(conn: Conn, key: str, result: TurnResult) -> tuple[TurnResult, str]:
-    """The turn `key`'s stored files written into a new temporary directory of the gateway's, their rows
-    deleted (inside the caller's transaction): `result` with `FileEvent`s of their paths there, and what
-    could not be sent (a file whose rows are gone: another gateway delivered this result before), also in
-    its `files_note`. The directory is removed again when it holds nothing, or the loading fails."""
+    """The turn `key`'s stored files written into a new temporary directory of the gateway's: `result` with
+    `FileEvent`s of their paths there, and what could not be sent (a file whose rows are gone: its result was
+    delivered before), also in its `files_note`. The rows stay until the result is delivered
+    (`queue.mark_delivered`), so a gateway that stops before its bot has the result leaves them for the next
+    one. The directory is removed again when it holds nothing, or the loading fails."""
     directory = tempfile.mkdtemp(prefix="agent-bridge-files-")
     files: list[FileEvent] = []
     missing: list[str] = []
@@ -93,7 +94,6 @@ def load(conn: Conn, key: str, result: TurnResult) -> tuple[TurnResult, str]:
             if written >= 0:
                 os.unlink(path)
             missing.append(name)
-        conn.execute("DELETE FROM bridge_turn_files WHERE key = %s", (key,))
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise

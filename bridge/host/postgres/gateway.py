@@ -346,7 +346,7 @@ class RemoteHost(BaseHost):
     async def delivered(self, turn_id: str) -> None:
         """The client has the turn's result: a later gateway will not send it again."""
         try:
-            await self._db.run(partial(queue.mark_delivered, gateway=self.name, turn_id=turn_id), atomic=False)
+            await self._db.run(partial(queue.mark_delivered, gateway=self.name, turn_id=turn_id), atomic=True)
         except PostgresError as err:
             self._log.warning("could not mark a result delivered; it may be sent again", error=str(err))
 

@@ -498,6 +498,12 @@ def undelivered(conn: Conn, *, gateway: str) -> list[tuple[str, str, Any]]:
 
 
 def mark_delivered(conn: Conn, *, gateway: str, turn_id: str) -> None:
+    """The bot has the turn's result: it is not sent again, and the files stored with it are no longer needed."""
+    conn.execute(
+        "DELETE FROM bridge_turn_files WHERE key = "
+        "(SELECT key FROM bridge_turns WHERE gateway = %s AND turn_id = %s AND state = 'done')",
+        (gateway, turn_id),
+    )
     conn.execute(
         "UPDATE bridge_turns SET delivered_at = now() WHERE gateway = %s AND turn_id = %s AND state = 'done'",
         (gateway, turn_id),
