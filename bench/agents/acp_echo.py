@@ -1,7 +1,8 @@
 """A minimal ACP agent for the warm benchmarks: JSON-RPC 2.0 on stdio, one session, an echo per prompt.
 
 initialize → version 1, no capabilities; session/new → a session id; each
-session/prompt → one `agent_message_chunk` notification ("reply: <text>"),
+session/prompt → one `agent_message_chunk` notification ("reply: <text>", the
+prompt's first text block: the message; the bridge names the turn's outbox in a block of its own),
 then the response `{"stopReason": "end_turn"}`. Exits at end of input. Written
 by hand rather than with the SDK, so a turn costs the bridge's work and a
 few microseconds of the agent's, and a cold start is one small interpreter.
@@ -23,7 +24,7 @@ def main() -> None:
         elif method == "session/new":
             result = {"sessionId": session}
         elif method == "session/prompt":
-            text = "".join(block.get("text", "") for block in message["params"]["prompt"])
+            text = next((block["text"] for block in message["params"]["prompt"] if block.get("type") == "text"), "")
             update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "reply: " + text}}
             out.write(
                 json.dumps(
