@@ -83,7 +83,15 @@ async def drive_turn(
     try:
         files = _turn_files(cwd, turn_id)
     except FileRefused as err:
-        return _not_started(profile, turn_id, started, LaunchError(126, f"the turn's directory cannot be made: {err}"))
+        if turn.attachments:
+            return _not_started(
+                profile, turn_id, started, LaunchError(126, f"the turn's directory cannot be made: {err}")
+            )
+        # A read-only working directory (serve started in /, say) costs the agent its outbox, not its turn.
+        turn_logger(profile, turn_id).warning(
+            "the turn's directory cannot be made; the agent gets no outbox", reason=str(err)
+        )
+        files = None
     keep = False
     if turn.attachments and files is not None:
         # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.

@@ -407,16 +407,21 @@ class WarmAgent:
                 questions.close()
             ending = Ending(spawn_failure=(126, "the warm agent is not running"))
             return finish_turn(recorder, ending, "", started, log, warm=True)
+        files: TurnFiles | None
         try:
             files = TurnFiles(self._cwd, "warm")  # the agent runs there: it is a directory (unless it was removed)
         except FileRefused as err:
-            if questions is not None:
-                questions.close()
-            ending = Ending(spawn_failure=(126, f"the turn's directory cannot be made: {err}"))
-            log.warning("the turn did not start", reason=str(err), in_result=True)
-            return finish_turn(recorder, ending, "", started, log, warm=True)
+            if turn.attachments:
+                if questions is not None:
+                    questions.close()
+                ending = Ending(spawn_failure=(126, f"the turn's directory cannot be made: {err}"))
+                log.warning("the turn did not start", reason=str(err), in_result=True)
+                return finish_turn(recorder, ending, "", started, log, warm=True)
+            # A read-only working directory costs the agent its outbox, not its turn.
+            log.warning("the turn's directory cannot be made; the agent gets no outbox", reason=str(err))
+            files = None
         keep = False
-        if turn.attachments:
+        if turn.attachments and files is not None:
             # Imported here: a turn without attachments does not load HTTP and TLS.
             from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
 
@@ -448,11 +453,12 @@ class WarmAgent:
                 await loop.handle([ActivityEvent("notice", text=notice)])
             self._loop = loop
             deadline = io.begin_turn(started)
-            io.send(self._dialect.prompt(turn, files.outbox))
+            io.send(self._dialect.prompt(turn, files.outbox if files is not None else ""))
             ending = await self._wait_for_turn(io, deadline, questions, cancel, log)
             self._raise_turn_error()
         except BaseException:
-            files.remove()
+            if files is not None:
+                files.remove()
             raise
         finally:
             self._loop = None
@@ -463,6 +469,8 @@ class WarmAgent:
             for steer in self._steers.values():  # the dialect said nothing of them: they run as turns of their own
                 steer.settle(False)
         result = finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
+        if files is None:
+            return result
         return await hand_out_turn_files(files, keep, profile, result, emit, log)
 
     @property

@@ -164,14 +164,20 @@ def test_a_huge_file_is_dropped_with_a_note(make_agent, tmp_path: Path) -> None:
     assert [notice.text for notice in notices] == [result.files_note]
 
 
-def test_a_planted_link_fails_the_turn_before_the_agent_starts(make_agent, tmp_path: Path) -> None:
+def test_a_turn_directory_that_cannot_be_made_costs_the_outbox_not_the_turn(make_agent, tmp_path: Path) -> None:
+    """The bridge writes nothing through a link the agent planted (nor in a working directory it may not write to,
+    serve started in /, say: the same refusal), and the turn still runs, without an outbox — unless it has
+    attachments, which need the directory."""
+    agent = "import os; print('outbox:', os.environ.get('AGENT_OUTBOX', 'none'))"
     (tmp_path / "work").mkdir()
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "work" / ".agent-bridge").symlink_to(tmp_path / "elsewhere")
-    profile = make_agent("print('ran')", cwd=str(tmp_path / "work"))
-    result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
-    assert result.outcome == "spawn_failed" and "the turn's directory cannot be made" in result.error_reply
+    result = bridge.run_turn_sync(make_agent(agent, cwd=str(tmp_path / "work")), bridge.Turn("hi"))
+    assert (result.ok, result.reply) == (True, "outbox: none")
     assert list((tmp_path / "elsewhere").iterdir()) == []
+    attached = bridge.Turn("hi", attachments=[bridge.Attachment("file", "data:,x")])
+    result = bridge.run_turn_sync(make_agent(agent, cwd=str(tmp_path / "work")), attached)
+    assert result.outcome == "spawn_failed" and "the turn's directory cannot be made" in result.error_reply  # no room
 
 
 def test_a_cancelled_turn_leaves_no_outbox(make_agent, tmp_path: Path) -> None:
