@@ -29,7 +29,8 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     │   └── GatewayNameTaken               another live gateway holds this gateway's name
     ├── RemoteTurnError                    no worker could run the turn; `code` says why
     ├── TurnDetached                       the gateway stopped waiting for a turn that runs on
-    └── RequestError                       a serve request that gets an `error` response (`code`)
+    ├── RequestError                       a serve request that gets an `error` response (`code`)
+    └── ListenError                        the network door cannot start: its tokens, address or extra
 
 An error whose `code` is set names the error code `agent-bridge serve` answers with.
 """
@@ -250,3 +251,8 @@ class RequestError(BridgeError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ListenError(BridgeError):
+    """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
+    without tokens, a certificate that does not load, or the `http` extra not installed."""

@@ -525,7 +525,7 @@ def test_serve_takes_the_hosts_exceptions_from_its_option(tmp_path: Path, server
 
 
 def test_serve_refuses_a_local_path() -> None:
-    from bridge.cli.serve import parse_turn
+    from bridge.serving.requests import parse_turn
 
     for url, why in [("/etc/passwd", "a local path is for the host's own code"), ("file:///x", "scheme file:")]:
         request = {"type": "turn", "id": "1", "profile": "p", "conversation": "c", "message": "m"}

@@ -124,7 +124,7 @@ def test_protocol_misuse_is_still_a_runtime_error() -> None:
         ("bridge.host", "UnknownProfile"),
         # the modules that raise them, as tests and earlier code import them
         ("bridge.agent_files", "FileRefused"),
-        ("bridge.cli.serve", "RequestError"),
+        ("bridge.serving.requests", "RequestError"),
         ("bridge.warm_agent", "WarmStartError"),
         ("bridge.host.sqlite_store", "StoreError"),
         ("bridge.host.file_turnlock", "TurnLockError"),

@@ -25,7 +25,10 @@ from conftest import SAMPLE_AGENTS
 from hostkit import Lab
 
 import bridge
-from bridge.cli.serve import Output, RequestError, Server, decode_request, parse_turn
+from bridge.cli.serve import Server
+from bridge.errors import RequestError
+from bridge.serving.output import Output, json_line
+from bridge.serving.requests import decode_request, parse_turn
 
 
 def turn(request_id: Any, message: str, conversation: str = "chat", **fields: Any) -> dict[str, Any]:
@@ -830,7 +833,8 @@ async def test_a_response_whose_sender_is_cancelled_mid_write_is_still_written_w
     """A turn's deadline or cancel can fire while its line is half written to a slow client: the line is finished
     before any other, never cut (the next response would run into it and neither would parse)."""
     read_end, write_end = os.pipe()
-    output = Output(trio.lowlevel.FdStream(write_end), on_broken=lambda: None)
+    stream = trio.lowlevel.FdStream(write_end)
+    output = Output(stream.send_all, json_line, on_broken=lambda: None)
     client = trio.lowlevel.FdStream(read_end)
     text = "x" * 300_000  # more than a pipe holds: the write waits for the client
     first = trio.CancelScope()

@@ -373,6 +373,41 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             help="how long a file an agent left waits for the bot's ack_file before it is deleted (default: 600)",
         )
         _add_attachment_hosts_option(serve)
+        door = serve.add_argument_group(
+            "the network door", "serve over HTTP and WebSocket instead of stdin/stdout (docs/network.md)"
+        )
+        door.add_argument(
+            "--listen",
+            metavar="HOST:PORT",
+            help="listen here for WebSocket (/v1/ws), HTTP (/v1/turns) and OpenAI-compatible clients; without "
+            "--tokens only a loopback address (port 0: any free port, named in the log)",
+        )
+        door.add_argument(
+            "--tokens",
+            metavar="FILE",
+            help="YAML mapping each bearer token to its name, profiles and conversation prefix; every endpoint "
+            "but /healthz and /readyz then needs one",
+        )
+        door.add_argument("--certfile", metavar="PEM", help="serve TLS with this certificate chain (needs --keyfile)")
+        door.add_argument("--keyfile", metavar="PEM", help="the certificate's private key")
+        door.add_argument(
+            "--max-connections",
+            metavar="N",
+            type=_count(1),
+            help="WebSocket connections and turn streams open at once; more are refused (default: 2048)",
+        )
+        door.add_argument(
+            "--max-turns-per-connection",
+            metavar="N",
+            type=_count(1),
+            help="turns one WebSocket connection may have in flight (default: 32)",
+        )
+        door.add_argument(
+            "--send-timeout",
+            metavar="SECS",
+            type=_seconds(zero_ok=False),
+            help="a client that takes no response for this long is dropped and its turns cancelled (default: 30)",
+        )
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
@@ -829,11 +864,18 @@ def _serve_command(args: argparse.Namespace) -> int:
         args.command_parser.error(
             "a gateway fetches no attachments, its workers do: give --allow-attachment-host to agent-bridge worker"
         )
+    door_options = ("tokens", "certfile", "keyfile", "max_connections", "max_turns_per_connection", "send_timeout")
+    if args.listen is None and (given := [name for name in door_options if getattr(args, name) is not None]):
+        args.command_parser.error(f"--{given[0].replace('_', '-')} is an option of the network door: add --listen")
     limits = {
         name: value
         for name in ("max_concurrent", "max_queued", "shutdown_grace", "file_ttl")
         if (value := getattr(args, name)) is not None
     }
+    if args.listen is not None:
+        limits["door"] = {name: value for name in door_options if (value := getattr(args, name)) is not None} | {
+            "listen": args.listen
+        }
     return run_serve(
         args.profiles,
         state=args.state,

@@ -69,6 +69,11 @@ class FileDeliveries:
             else:
                 remove_outbox(outbox)
 
+    def waiting(self, turn: str, name: str) -> FileEvent | None:
+        """File `name` of turn `turn`, while it waits for the bot."""
+        entry = self._waiting.get((turn, name))
+        return entry[0] if entry is not None else None
+
     def ack(self, turn: str, name: str) -> bool:
         """The bot has file `name` of turn `turn`: delete it. False when no such file waits."""
         if (turn, name) not in self._waiting:

@@ -1,0 +1,364 @@
+"""The network door's endpoints, as one Starlette application over a `Door` (docs/network.md).
+
+- `GET /healthz`, `GET /readyz`: liveness and readiness, without a token.
+- `GET /v1/ws`: a WebSocket speaking serve's protocol, one request or
+  response per text message; the connection is the client (its own ids).
+- `POST /v1/turns`: a turn request as the body; its responses as Server-Sent
+  Events (`event: <type>`, `data: <the response>`), or its `result` alone as
+  JSON when the client accepts `application/json` and not `text/event-stream`.
+- `POST /v1/turns/{id}/cancel|decide|answer`, `GET|DELETE
+  /v1/turns/{id}/files/{name}`, `GET /v1/stats`.
+
+A turn's fate is its client's: a WebSocket that closes, an event stream the
+client drops or stops reading for `stall_secs`, cancel every turn that came
+through it. Starlette and hypercorn are imported here, so only `--listen` pays.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+from uuid import uuid4
+
+import trio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import Receive, Scope
+from starlette.types import Send as AsgiSend
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ..errors import RequestError
+from ..log import get_logger
+from ..serving.output import Output, json_text
+from ..serving.requests import (
+    BAD_JSON,
+    INVALID_REQUEST,
+    REQUEST_TOO_LARGE,
+    TOO_MANY_CONNECTIONS,
+    UNAUTHORIZED,
+    UNKNOWN_FILE,
+    decode_request,
+    parse_answer,
+    parse_decide,
+    parse_turn,
+    status_of,
+)
+from ..serving.session import ClientSession, Tenant
+from .door import Door
+
+WS_TRY_AGAIN_LATER = 1013  # RFC 6455 close codes
+WS_POLICY_VIOLATION = 1008
+
+
+def build_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette:
+    """The application serving `door`; `extra_routes` are mounted beside serve's (the OpenAI endpoints)."""
+    routes: list[Any] = [
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/readyz", _readyz, methods=["GET"]),
+        Route("/v1/stats", _stats, methods=["GET"]),
+        Route("/v1/turns", _turns, methods=["POST"]),
+        Route("/v1/turns/{id}/cancel", _cancel, methods=["POST"]),
+        Route("/v1/turns/{id}/decide", _decide, methods=["POST"]),
+        Route("/v1/turns/{id}/answer", _answer, methods=["POST"]),
+        Route("/v1/turns/{id}/files/{name}", _file, methods=["GET", "DELETE"]),
+        WebSocketRoute("/v1/ws", _websocket),
+        *(extra_routes or []),
+    ]
+    app = Starlette(routes=routes)
+    app.state.door = door
+    return app
+
+
+def door_of(request: Request | WebSocket) -> Door:
+    door: Door = request.app.state.door
+    return door
+
+
+def error_response(code: str, message: str, *, request_id: Any = None, status: int | None = None) -> JSONResponse:
+    """serve's `error` response as an HTTP error, its status from its code."""
+    return JSONResponse(
+        {"type": "error", "id": request_id, "code": code, "message": message},
+        status_code=status or status_of(code),
+    )
+
+
+def unauthorized() -> JSONResponse:
+    response = error_response(UNAUTHORIZED, "a valid bearer token is needed: Authorization: Bearer <token>")
+    response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+def tenant_or_none(request: Request | WebSocket) -> Tenant | None:
+    return door_of(request).tenant_of(request.headers.get("authorization"))
+
+
+async def read_json_body(request: Request) -> dict[str, Any]:
+    """The request's body as a JSON object, read no further than the door's limit; raises `RequestError`."""
+    limit = door_of(request).limits.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(REQUEST_TOO_LARGE, f"the body is longer than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(REQUEST_TOO_LARGE, f"the body is longer than {limit} bytes")
+        chunks.append(chunk)
+    try:
+        text = b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestError(BAD_JSON, "the body is not UTF-8 text") from None
+    return decode_request(text)
+
+
+# ---------------------------------------------------------------------------- health and stats
+
+
+async def _healthz(request: Request) -> Response:
+    return JSONResponse({"status": "alive"})
+
+
+async def _readyz(request: Request) -> Response:
+    door = door_of(request)
+    if not door.ready:
+        return JSONResponse({"status": "shutting down"}, status_code=503)
+    try:
+        await door.host.current_stats()  # the gateway asks its database: reachable
+    except Exception as err:
+        get_logger(component="network").warning("not ready: the store cannot be reached", error=str(err))
+        return JSONResponse({"status": "store unreachable"}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+async def _stats(request: Request) -> Response:
+    if tenant_or_none(request) is None:
+        return unauthorized()
+    stats = await door_of(request).host.current_stats()
+    return JSONResponse({"type": "stats", **stats.to_dict()})
+
+
+# ---------------------------------------------------------------------------- HTTP turns
+
+
+async def _turns(request: Request) -> Response:
+    tenant = tenant_or_none(request)
+    if tenant is None:
+        return unauthorized()
+    try:
+        body = await read_json_body(request)
+        body.setdefault("type", "turn")
+        body.setdefault("id", uuid4().hex)
+        if body["type"] != "turn":
+            raise RequestError(INVALID_REQUEST, 'the body of POST /v1/turns is a turn request ("type": "turn")')
+        turn = parse_turn(body)
+    except RequestError as err:
+        return error_response(err.code, err.message)
+    accept = request.headers.get("accept", "")
+    as_json = "application/json" in accept and "text/event-stream" not in accept
+    return TurnResponse(door_of(request), door_of(request).http_session(tenant), turn, as_json=as_json)
+
+
+class TurnResponse(Response):
+    """One turn, run for the length of its HTTP response: its events streamed, or its result as JSON.
+
+    A refusal (before `accepted`) is an HTTP error with serve's code. Once
+    accepted the status is 200 and the turn's end is in the body: a `result`,
+    or an `error` response. The client hanging up, or not taking a response
+    within the door's `stall_secs`, cancels the turn.
+    """
+
+    def __init__(self, door: Door, session: ClientSession, turn: Any, *, as_json: bool) -> None:
+        super().__init__()
+        self._door = door
+        self._session = session
+        self._turn = turn
+        self._as_json = as_json
+
+    async def __call__(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
+        door, session, turn = self._door, self._session, self._turn
+        if not door.take_connection():
+            await error_response(TOO_MANY_CONNECTIONS, "the server has all the connections it takes; try again")(
+                scope, receive, send
+            )
+            return
+        try:
+            await self._run(scope, receive, send, door, session, turn)
+        finally:
+            door.give_back_connection()
+
+    async def _run(
+        self, scope: Scope, receive: Receive, send: AsgiSend, door: Door, session: ClientSession, turn: Any
+    ) -> None:
+        started = False
+        final: dict[str, Any] | None = None
+
+        async def start(content_type: bytes) -> None:
+            nonlocal started
+            if not started:
+                started = True
+                headers = [(b"content-type", content_type), (b"cache-control", b"no-store")]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+        async def write(frame: bytes) -> None:
+            if self._as_json:
+                return
+            await start(b"text/event-stream; charset=utf-8")
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+
+        def encode(response: dict[str, Any]) -> bytes:
+            nonlocal final
+            if response["type"] in ("result", "error"):
+                final = response
+            return f"event: {response['type']}\ndata: {json_text(response)}\n\n".encode()
+
+        output: Output[bytes] = Output(
+            write, encode, lambda: session.cancel_quietly(turn.id), stall_secs=door.limits.stall_secs
+        )
+        async with trio.open_nursery() as system:
+            await system.start(output.run)
+            system.start_soon(_hang_up_on_disconnect, receive, output)
+            refused: RequestError | None = None
+            async with trio.open_nursery() as turns:
+                try:
+                    await session.start_turn(turn, turns, output.send)
+                except RequestError as err:
+                    refused = err
+            await output.close()
+            system.cancel_scope.cancel()
+        if refused is not None:
+            await error_response(refused.code, refused.message, request_id=turn.id)(scope, receive, send)
+            return
+        if output.broken:
+            return
+        if self._as_json:
+            assert final is not None
+            status = 200 if final["type"] == "result" else status_of(final["code"])
+            await JSONResponse(final, status_code=status)(scope, receive, send)
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _hang_up_on_disconnect(receive: Receive, output: Output[bytes]) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            output.hung_up()
+            return
+
+
+async def _act_on_turn(request: Request, act: Callable[[ClientSession, str, dict[str, Any]], None]) -> Response:
+    tenant = tenant_or_none(request)
+    if tenant is None:
+        return unauthorized()
+    request_id = request.path_params["id"]
+    try:
+        body = await read_json_body(request) if await _has_body(request) else {}
+        act(door_of(request).http_session(tenant), request_id, body)
+    except RequestError as err:
+        return error_response(err.code, err.message, request_id=request_id)
+    return JSONResponse({"type": "done", "id": request_id})
+
+
+async def _has_body(request: Request) -> bool:
+    return request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+
+
+async def _cancel(request: Request) -> Response:
+    return await _act_on_turn(request, lambda session, turn_id, body: session.cancel(turn_id))
+
+
+async def _decide(request: Request) -> Response:
+    def act(session: ClientSession, turn_id: str, body: dict[str, Any]) -> None:
+        decide = parse_decide({**body, "type": "decide", "id": turn_id})
+        session.decide(turn_id, decide.request_id, decide.decision)
+
+    return await _act_on_turn(request, act)
+
+
+async def _answer(request: Request) -> Response:
+    def act(session: ClientSession, turn_id: str, body: dict[str, Any]) -> None:
+        answer = parse_answer({**body, "type": "answer", "id": turn_id})
+        session.answer(turn_id, answer.request_id, answer.answers)
+
+    return await _act_on_turn(request, act)
+
+
+async def _file(request: Request) -> Response:
+    """GET: the file's bytes (it stays until DELETE or its time runs out); DELETE: the bot has it, delete it."""
+    tenant = tenant_or_none(request)
+    if tenant is None:
+        return unauthorized()
+    door = door_of(request)
+    session = door.http_session(tenant)
+    request_id, name = request.path_params["id"], request.path_params["name"]
+    if request.method == "DELETE":
+        try:
+            session.ack_file(request_id, name)
+        except RequestError as err:
+            return error_response(err.code, err.message, request_id=request_id)
+        return JSONResponse({"type": "done", "id": request_id})
+    file = session.waiting_file(request_id, name)
+    if file is None:
+        return error_response(UNKNOWN_FILE, f"turn {request_id!r} has no file {name!r} waiting", request_id=request_id)
+    return FileResponse(file.path, media_type=file.media_type, filename=os.path.basename(file.path))
+
+
+# ---------------------------------------------------------------------------- WebSocket
+
+
+async def _websocket(websocket: WebSocket) -> None:
+    door = door_of(websocket)
+    tenant = tenant_or_none(websocket)
+    if tenant is None:
+        await websocket.send_denial_response(unauthorized())
+        return
+    if not door.take_connection():
+        await websocket.close(WS_TRY_AGAIN_LATER, "the server has all the connections it takes; try again")
+        return
+    try:
+        await websocket.accept()
+        await _serve_websocket(door, tenant, websocket)
+    finally:
+        door.give_back_connection()
+
+
+async def _serve_websocket(door: Door, tenant: Tenant, websocket: WebSocket) -> None:
+    log = get_logger(component="network", tenant=tenant.name)
+
+    async def write(text: str) -> None:
+        try:
+            await websocket.send_text(text)
+        except (WebSocketDisconnect, RuntimeError) as err:  # closed under us: the client is gone
+            raise trio.BrokenResourceError from err
+
+    session: ClientSession | None = None
+
+    def gone() -> None:
+        if session is not None:
+            session.cancel_all()
+
+    output: Output[str] = Output(write, json_text, gone, stall_secs=door.limits.stall_secs)
+    async with trio.open_nursery() as system:
+        await system.start(output.run)
+        async with trio.open_nursery() as turns:
+            session = door.connection_session(tenant, output.send, turns)
+            try:
+                while True:
+                    message = await websocket.receive()
+                    if message["type"] == "websocket.disconnect":
+                        break
+                    text = message.get("text")
+                    if text is None:
+                        await session.error(None, INVALID_REQUEST, "send each request as a text message of JSON")
+                        continue
+                    await session.handle_text(text)
+            except Exception as err:  # the connection broke: its turns are cancelled below
+                log.info("a WebSocket connection ended", error=repr(err))
+            finally:
+                output.hung_up()
+        await output.close()
+        system.cancel_scope.cancel()

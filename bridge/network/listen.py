@@ -1,0 +1,185 @@
+"""`serve --listen HOST:PORT`: the network door on hypercorn, with serve's shutdown (docs/network.md).
+
+Rules checked before anything binds:
+- Without tokens, only a loopback address: anyone who can reach a public
+  port could otherwise run agents. A public address without `--tokens`
+  raises `ListenError` naming the fix.
+- The `http` extra must be installed; else `ListenError` names it.
+
+Shutdown drains as stdin/stdout serve does: SIGTERM or SIGINT stops new turns
+(`shutting_down`), lets those in flight finish within the grace, then closes
+the listener; a second signal cancels every turn at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from ..errors import ListenError
+from ..host.common import BaseHost
+from ..log import get_logger
+from ..process import sweep_orphans_on_sigchld
+from .door import Door, DoorLimits
+from .tokens import Tokens
+
+HTTP_EXTRA_HINT = "install the network door's libraries: pip install 'agent-bridge[http]'"
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    @property
+    def bind(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_address(text: str) -> Address:
+    """`HOST:PORT` (`[::1]:8080` for IPv6); raises `ListenError` naming what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ListenError(f"--listen {text!r}: give HOST:PORT, such as 127.0.0.1:8080 or [::1]:8080")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return Address(host, int(port))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address `host` names is a loopback address (a name is resolved)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def check_listen(address: Address, tokens: Tokens | None) -> None:
+    if tokens is None and not is_loopback(address.host):
+        raise ListenError(
+            f"--listen {address.bind} is not a loopback address and serve has no --tokens: anyone who can reach "
+            "it could run agents. Give --tokens FILE, or listen on 127.0.0.1"
+        )
+
+
+def require_http_extra() -> None:
+    try:
+        import hypercorn  # noqa: F401
+        import starlette  # noqa: F401
+    except ImportError as err:
+        raise ListenError(f"--listen needs {err.name}: {HTTP_EXTRA_HINT}") from None
+
+
+def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | None, limits: DoorLimits) -> Any:
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [address.bind]
+    config.accesslog = None  # a request's path names turns: the bridge logs what it needs itself
+    config.errorlog = None
+    config.websocket_max_message_size = limits.max_body_bytes
+    config.h11_max_incomplete_size = 64 * 1024  # a request line and headers
+    config.read_timeout = 60  # a client that sends nothing for a minute is dropped (slowloris)
+    config.keep_alive_timeout = 15
+    config.websocket_ping_interval = 30.0  # a peer gone without a word is noticed
+    config.graceful_timeout = 2.0
+    if certfile or keyfile:
+        if not (certfile and keyfile):
+            raise ListenError("TLS needs both --certfile and --keyfile")
+        config.certfile, config.keyfile = certfile, keyfile
+        try:
+            config.create_ssl_context()
+        except (OSError, ValueError) as err:
+            raise ListenError(f"the certificate or key does not load: {err}") from None
+    return config
+
+
+async def serve_network(
+    host: BaseHost,
+    address: Address,
+    *,
+    tokens: Tokens | None,
+    limits: DoorLimits,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    extra_routes: Callable[[Door], list[Any]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Serve `host` on `address` until SIGTERM or SIGINT (or the task is cancelled); returns the exit code.
+
+    `task_status.started` gets the URLs it listens on (a port of 0 picks a free one).
+    """
+    from hypercorn.trio import serve
+
+    from .app import build_app
+
+    check_listen(address, tokens)
+    config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
+    door = Door(host, tokens, limits)
+    app = build_app(door, extra_routes=extra_routes(door) if extra_routes else None)
+    stop_listening = trio.Event()
+    async with trio.open_nursery() as nursery:
+        door.open(nursery)
+        try:
+            await nursery.start(_shut_down_on_signals, host, stop_listening)
+            await nursery.start(sweep_orphans_on_sigchld)
+            urls: list[str] = await nursery.start(_serve_app, serve, app, config, stop_listening.wait)
+            who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
+            print(f"agent-bridge serve: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+            task_status.started(urls)
+            await stop_listening.wait()
+        finally:
+            door.close()
+        nursery.cancel_scope.cancel()
+    return 0
+
+
+async def _serve_app(
+    serve: Callable[..., Awaitable[None]],
+    app: Any,
+    config: Any,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    try:
+        await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    except OSError as err:
+        raise ListenError(f"cannot listen on {config.bind[0]}: {err.strerror or err}") from None
+
+
+async def _shut_down_on_signals(
+    host: BaseHost, stop_listening: trio.Event, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """SIGTERM or SIGINT: stop taking turns, drain those in flight, then stop listening; a second one cancels all."""
+    log = get_logger(component="network")
+    draining = False
+
+    async def drain() -> None:
+        try:
+            await host.aclose()
+        finally:
+            stop_listening.set()
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            async for signum in signals:
+                log.info("signal received; shutting down", signal=signal.Signals(signum).name)
+                if draining:
+                    host.cancel_all()
+                    continue
+                draining = True
+                host.stop_accepting()
+                nursery.start_soon(drain)

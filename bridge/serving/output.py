@@ -1,0 +1,110 @@
+"""One client's responses, written whole and in order by one writer task, whatever transport carries them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+import trio
+
+Message = TypeVar("Message")  # what the transport writes: a line of bytes, a WebSocket text, an SSE frame
+
+
+def json_text(response: dict[str, Any]) -> str:
+    """A response as one line of JSON text (without the newline)."""
+    try:
+        text = json.dumps(response, ensure_ascii=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate in a client's string: escape it rather than fail
+        text = json.dumps(response)
+    return text
+
+
+def json_line(response: dict[str, Any]) -> bytes:
+    """A response as one JSON line, as serve writes it on stdout."""
+    return (json_text(response) + "\n").encode("utf-8")
+
+
+class _Pending(Generic[Message]):
+    __slots__ = ("message", "done", "written")
+
+    def __init__(self, message: Message) -> None:
+        self.message = message
+        self.done = trio.Event()
+        self.written = False
+
+
+class Output(Generic[Message]):
+    """Writes responses, whole and in order, whoever sends them.
+
+    One writer task (`run`) writes every response through `write`. `send`
+    hands it one and waits until it is written; a sender cancelled before the
+    writer took its response sends nothing, and one cancelled after leaves the
+    writer to finish it. So a turn's deadline or cancel never cuts a response
+    in two, and a client that stops reading makes senders wait with their one
+    response each: nothing piles up.
+
+    When the client is gone (a write fails), or takes longer than
+    `stall_secs` to take one response (a network client that stopped reading),
+    responses are dropped from then on and `on_broken` is called once: nobody
+    is left to answer. `hung_up()` says so too, for a caller watching the
+    transport.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[Message], Awaitable[object]],
+        encode: Callable[[dict[str, Any]], Message],
+        on_broken: Callable[[], object],
+        *,
+        stall_secs: float = float("inf"),
+    ) -> None:
+        self._write = write
+        self._encode = encode
+        self._on_broken = on_broken
+        self._stall_secs = stall_secs
+        self._handoff, self._taken = trio.open_memory_channel[_Pending[Message]](0)
+        self._ended = trio.Event()
+        self.broken = False
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write the responses handed over until `close()`; run it in a nursery of its own lifetime."""
+        try:
+            task_status.started()
+            async for pending in self._taken:
+                if not self.broken:
+                    with trio.move_on_after(self._stall_secs):
+                        try:
+                            await self._write(pending.message)
+                            pending.written = True
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                            pass
+                    if not pending.written:
+                        self.hung_up()
+                pending.done.set()
+        finally:
+            self._ended.set()
+
+    async def send(self, response: dict[str, Any]) -> bool:
+        """Write `response`; whether it reached the client (False: the client is gone)."""
+        if self.broken:
+            return False
+        pending = _Pending(self._encode(response))
+        try:
+            await self._handoff.send(pending)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False  # the writer has stopped: the client's session is ending
+        await pending.done.wait()
+        return pending.written
+
+    async def close(self) -> None:
+        """No more responses: returns once the writer has written every one it took."""
+        await self._handoff.aclose()
+        await self._ended.wait()
+
+    def hung_up(self) -> None:
+        """The client is gone: drop every later response and call `on_broken` (once)."""
+        if not self.broken:
+            self.broken = True
+            self._on_broken()
