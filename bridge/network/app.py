@@ -6,8 +6,10 @@
 - `POST /v1/turns`: a turn request as the body; its responses as Server-Sent
   Events (`event: <type>`, `data: <the response>`), or its `result` alone as
   JSON when the client accepts `application/json` and not `text/event-stream`.
-- `POST /v1/turns/{id}/cancel|decide|answer`, `GET|DELETE
-  /v1/turns/{id}/files/{name}`, `GET /v1/stats`.
+- `POST /v1/turns/{id}/cancel|decide|answer`, `GET /v1/stats`.
+- `GET|DELETE /v1/files/{client}/{id}/{name}`: a file a turn's agent left,
+  as its `file` response's `url` names it (`client`: `http`, or the WebSocket
+  connection's `ws<n>`); DELETE is serve's `ack_file`.
 
 A turn's fate is its client's: a WebSocket that closes, an event stream the
 client drops or stops reading for `stall_secs`, cancel every turn that came
@@ -16,7 +18,6 @@ through it. Starlette and hypercorn are imported here, so only `--listen` pays.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
@@ -63,7 +64,7 @@ def build_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette
         Route("/v1/turns/{id}/cancel", _cancel, methods=["POST"]),
         Route("/v1/turns/{id}/decide", _decide, methods=["POST"]),
         Route("/v1/turns/{id}/answer", _answer, methods=["POST"]),
-        Route("/v1/turns/{id}/files/{name}", _file, methods=["GET", "DELETE"]),
+        Route("/v1/files/{client}/{id}/{name}", _file, methods=["GET", "DELETE"]),
         WebSocketRoute("/v1/ws", _websocket),
         *(extra_routes or []),
     ]
@@ -288,23 +289,23 @@ async def _answer(request: Request) -> Response:
 
 
 async def _file(request: Request) -> Response:
-    """GET: the file's bytes (it stays until DELETE or its time runs out); DELETE: the bot has it, delete it."""
+    """GET: the file's bytes (it waits on until DELETE or its time runs out); DELETE: the bot has it, delete it."""
     tenant = tenant_or_none(request)
     if tenant is None:
         return unauthorized()
     door = door_of(request)
-    session = door.http_session(tenant)
-    request_id, name = request.path_params["id"], request.path_params["name"]
+    client, request_id, name = (request.path_params[part] for part in ("client", "id", "name"))
     if request.method == "DELETE":
-        try:
-            session.ack_file(request_id, name)
-        except RequestError as err:
-            return error_response(err.code, err.message, request_id=request_id)
-        return JSONResponse({"type": "done", "id": request_id})
-    file = session.waiting_file(request_id, name)
-    if file is None:
-        return error_response(UNKNOWN_FILE, f"turn {request_id!r} has no file {name!r} waiting", request_id=request_id)
-    return FileResponse(file.path, media_type=file.media_type, filename=os.path.basename(file.path))
+        if door.acknowledge_file(tenant, client, request_id, name):
+            return JSONResponse({"type": "done", "id": request_id})
+    elif (file := door.waiting_file(tenant, client, request_id, name)) is not None:
+        return FileResponse(file.path, media_type=file.media_type, filename=file.name)
+    return error_response(
+        UNKNOWN_FILE,
+        f"turn {request_id!r} has no file {name!r} waiting: it was acknowledged already, its time ran out, or "
+        "the turn left no such file",
+        request_id=request_id,
+    )
 
 
 # ---------------------------------------------------------------------------- WebSocket

@@ -18,11 +18,14 @@ Rules, all here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
+from urllib.parse import quote
 
 import trio
 
+from ..dialects.events import FileEvent
 from ..host.common import BaseHost
 from ..serving.file_delivery import DEFAULT_FILE_TTL, FileDeliveries
 from ..serving.requests import MAX_REQUEST_BYTES
@@ -43,6 +46,15 @@ class DoorLimits:
     max_turns_per_connection: int = DEFAULT_MAX_TURNS_PER_CONNECTION
     stall_secs: float = DEFAULT_STALL_SECS
     file_ttl: float = DEFAULT_FILE_TTL
+
+
+def _file_url(client: str) -> Callable[[str | int, str], str]:
+    """Where a client downloads a file its turn's agent left (docs/network.md, "Files")."""
+
+    def url(request_id: str | int, name: str) -> str:
+        return f"/v1/files/{client}/{quote(str(request_id), safe='')}/{quote(name, safe='')}"
+
+    return url
 
 
 async def _nobody(response: dict[str, object]) -> bool:
@@ -88,7 +100,13 @@ class Door:
         if session is None:
             assert self._nursery is not None and self.files is not None, "the door is not open"
             session = ClientSession(
-                self.host, _nobody, self.files, self._nursery, tenant=tenant, scope=f"{tenant.name}/http/"
+                self.host,
+                _nobody,
+                self.files,
+                self._nursery,
+                tenant=tenant,
+                scope=f"{tenant.name}/http/",
+                file_url=_file_url("http"),
             )
             self._http_sessions[tenant.name] = session
         return session
@@ -104,8 +122,18 @@ class Door:
             turns,
             tenant=tenant,
             scope=f"{tenant.name}/ws{number}/",
+            file_url=_file_url(f"ws{number}"),
             max_turns_in_flight=self.limits.max_turns_per_connection,
         )
+
+    def waiting_file(self, tenant: Tenant, client: str, request_id: str, name: str) -> FileEvent | None:
+        """A file the tenant's client (`http`, `ws<n>`) was offered and has not acknowledged."""
+        assert self.files is not None, "the door is not open"
+        return self.files.waiting(f"{tenant.name}/{client}/{request_id}", name)
+
+    def acknowledge_file(self, tenant: Tenant, client: str, request_id: str, name: str) -> bool:
+        assert self.files is not None, "the door is not open"
+        return self.files.ack(f"{tenant.name}/{client}/{request_id}", name)
 
     def take_connection(self) -> bool:
         """Count one more open connection; False (and nothing counted) when `max_connections` are open."""

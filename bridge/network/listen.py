@@ -135,11 +135,11 @@ async def serve_network(
         try:
             await nursery.start(_shut_down_on_signals, host, stop_listening)
             await nursery.start(sweep_orphans_on_sigchld)
-            urls: list[str] = await nursery.start(_serve_app, serve, app, config, stop_listening.wait)
-            who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
-            print(f"agent-bridge serve: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
-            task_status.started(urls)
-            await stop_listening.wait()
+            async with trio.open_nursery() as server:  # ends once hypercorn has closed its connections
+                urls: list[str] = await server.start(_serve_app, serve, app, config, stop_listening.wait)
+                who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
+                print(f"agent-bridge serve: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+                task_status.started(urls)
         finally:
             door.close()
         nursery.cancel_scope.cancel()

@@ -136,8 +136,8 @@ def _tenant(entry: Any, where: str) -> Tenant:
     if unknown:
         raise ListenError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(_FIELDS))})")
     name = entry.get("name")
-    if not isinstance(name, str) or not name.strip() or not name.isprintable() or len(name) > 128:
-        raise ListenError(f"{where}: name must be a printable string of 1 to 128 characters")
+    if not isinstance(name, str) or not name.strip() or not name.isprintable() or len(name) > 128 or "/" in name:
+        raise ListenError(f"{where}: name must be a printable string of 1 to 128 characters, without '/'")
     profiles = entry.get("profiles")
     if profiles is not None and (
         not isinstance(profiles, list) or not all(isinstance(item, str) and item for item in profiles)

@@ -103,6 +103,7 @@ class ClientSession:
         tenant: Tenant = LOCAL,
         scope: str = "",
         max_turns_in_flight: int | None = None,
+        file_url: Callable[[str | int, str], str] | None = None,
     ) -> None:
         self.host = host
         self.send = send
@@ -111,6 +112,7 @@ class ClientSession:
         self._turns = turns
         self._scope = scope
         self._max_turns = max_turns_in_flight
+        self._file_url = file_url  # the network door: where a `file` response's file is downloaded
         self._mine: set[str] = set()  # host turn ids of this client's turns in flight
         self._log = get_logger(component="serve")
 
@@ -187,10 +189,6 @@ class ClientSession:
         if self._scope and turn_id not in self._mine:
             return False  # a network client's turn ids are its own
         return self.host.cancel(turn_id)
-
-    def waiting_file(self, request_id: str | int, name: str) -> FileEvent | None:
-        """The file `name` turn `request_id` left, while it waits for the bot; else None."""
-        return self._files.waiting(self.host_turn_id(request_id), name)
 
     def decide(self, request_id: str | int, question: str, decision: Any) -> None:
         """Answer a `permission` a turn's agent asked: allowed or not (and `always`, to remember it)."""
@@ -286,6 +284,8 @@ class ClientSession:
                 await send({"type": kind, "id": request_id, **record})
             elif type(event) is FileEvent:
                 offered = files.offer(turn_id, event, request.inline_files_max_bytes)
+                if self._file_url is not None and "data" not in offered:
+                    offered["url"] = self._file_url(request_id, event.name)
                 await send({"type": "file", "id": request_id, **offered})
 
         try:
