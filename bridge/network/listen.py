@@ -83,15 +83,27 @@ def require_http_extra() -> None:
 
 
 def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | None, limits: DoorLimits) -> Any:
-    from hypercorn.config import Config
+    from hypercorn.config import Config, Sockets
 
-    config = Config()
+    class DoorConfig(Config):
+        def create_sockets(self) -> Sockets:
+            """The listening sockets, with TCP_USER_TIMEOUT: a connection whose peer takes no data for the send
+            timeout is aborted by the kernel. Accepted connections inherit it. hypercorn shields its writes from
+            cancellation, so this is what ends a write to a client that stopped reading."""
+            sockets = super().create_sockets()
+            for sock in [*sockets.secure_sockets, *sockets.insecure_sockets]:
+                if sock.family in (socket.AF_INET, socket.AF_INET6) and hasattr(socket, "TCP_USER_TIMEOUT"):
+                    sock.setsockopt(
+                        socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, min(int(limits.stall_secs * 1000), 2**31 - 1)
+                    )
+            return sockets
+
+    config = DoorConfig()
     config.bind = [address.bind]
     config.accesslog = None  # a request's path names turns: the bridge logs what it needs itself
     config.errorlog = None
     config.websocket_max_message_size = limits.max_body_bytes
     config.h11_max_incomplete_size = 64 * 1024  # a request line and headers
-    config.read_timeout = 60  # a client that sends nothing for a minute is dropped (slowloris)
     config.keep_alive_timeout = 15
     config.websocket_ping_interval = 30.0  # a peer gone without a word is noticed
     config.graceful_timeout = 2.0

@@ -66,6 +66,7 @@ class Output(Generic[Message]):
         self._stall_secs = stall_secs
         self._handoff, self._taken = trio.open_memory_channel[_Pending[Message]](0)
         self._ended = trio.Event()
+        self._current: _Pending[Message] | None = None  # the response being written
         self.broken = False
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -74,17 +75,38 @@ class Output(Generic[Message]):
             task_status.started()
             async for pending in self._taken:
                 if not self.broken:
-                    with trio.move_on_after(self._stall_secs):
-                        try:
-                            await self._write(pending.message)
-                            pending.written = True
-                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                            pass
-                    if not pending.written:
+                    self._current = pending
+                    if await self._write_watched(pending.message):
+                        pending.written = True
+                    else:
                         self.hung_up()
+                    self._current = None
                 pending.done.set()
         finally:
             self._ended.set()
+
+    async def _write_watched(self, message: Message) -> bool:
+        """Write one response; past `stall_secs` the client is hung up on even while the write goes on.
+
+        A transport may shield its socket writes from cancellation (hypercorn does,
+        so a frame is never cut), so the stall is noticed beside the write, not by
+        cancelling it: the client's turns are cancelled at once, and the write ends
+        when the transport gives up on the connection.
+        """
+        async with trio.open_nursery() as watch:
+            if self._stall_secs != float("inf"):
+                watch.start_soon(self._hang_up_after, self._stall_secs)
+            try:
+                await self._write(message)
+                return True
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return False
+            finally:
+                watch.cancel_scope.cancel()
+
+    async def _hang_up_after(self, secs: float) -> None:
+        await trio.sleep(secs)
+        self.hung_up()
 
     async def send(self, response: dict[str, Any]) -> bool:
         """Write `response`; whether it reached the client (False: the client is gone)."""
@@ -99,12 +121,18 @@ class Output(Generic[Message]):
         return pending.written
 
     async def close(self) -> None:
-        """No more responses: returns once the writer has written every one it took."""
-        await self._handoff.aclose()
+        """No more responses: returns once the writer has written every one it took (or given up on the client)."""
+        self._handoff.close()
         await self._ended.wait()
 
     def hung_up(self) -> None:
-        """The client is gone: drop every later response and call `on_broken` (once)."""
+        """The client is gone: drop every later response and call `on_broken` (once).
+
+        Senders waiting for the writer are let go at once (their responses unsent).
+        """
         if not self.broken:
             self.broken = True
+            if self._current is not None:
+                self._current.done.set()
+            self._handoff.close()
             self._on_broken()
