@@ -91,11 +91,10 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
             timeout is aborted by the kernel. Accepted connections inherit it. hypercorn shields its writes from
             cancellation, so this is what ends a write to a client that stopped reading."""
             sockets = super().create_sockets()
+            milliseconds = min(int(limits.stall_secs * 1000), 2**31 - 1)
             for sock in [*sockets.secure_sockets, *sockets.insecure_sockets]:
                 if sock.family in (socket.AF_INET, socket.AF_INET6) and hasattr(socket, "TCP_USER_TIMEOUT"):
-                    sock.setsockopt(
-                        socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, min(int(limits.stall_secs * 1000), 2**31 - 1)
-                    )
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, milliseconds)
             return sockets
 
     config = DoorConfig()
