@@ -155,7 +155,10 @@ def remove_file(file: FileEvent) -> None:
 def remove_outbox(directory: str) -> None:
     """Delete the outbox `directory` with whatever is in it, then the directories above it that made it
     (`.agent-bridge/turns/ID`) as far as they are empty."""
-    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        os.rmdir(directory)  # most outboxes are left empty
+    except OSError:
+        shutil.rmtree(directory, ignore_errors=True)
     parent = os.path.dirname(directory)
     for _ in range(3):
         try:

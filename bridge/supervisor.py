@@ -81,7 +81,7 @@ async def drive_turn(
     except LaunchError:  # it fails to start the same way below, before anything is made or fetched
         cwd = ""
     try:
-        files = _turn_files(cwd, turn_id)
+        files = _turn_files(cwd, turn_id, bool(turn.attachments))
     except FileRefused as err:
         if turn.attachments:
             return _not_started(
@@ -171,10 +171,10 @@ async def _one_process(
     return await hand_out_turn_files(files, keep, profile, result, emit, log)
 
 
-def _turn_files(cwd: str, turn_id: str) -> TurnFiles | None:
+def _turn_files(cwd: str, turn_id: str, attachments: bool) -> TurnFiles | None:
     """The turn's directory (its attachments, its outbox) in the agent's working directory; None when that is not
     a directory: the agent's start fails on it, with its own error."""
-    return TurnFiles(cwd, turn_id) if cwd and os.path.isdir(cwd) else None
+    return TurnFiles(cwd, turn_id, attachments=attachments) if cwd and os.path.isdir(cwd) else None
 
 
 def _not_started(

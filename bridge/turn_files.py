@@ -30,12 +30,13 @@ def turns_directory(cwd: str) -> str:
 
 
 class TurnFiles:
-    """The directory of one turn; `attachments` and `outbox` are the absolute paths of its two sub-directories.
+    """The directory of one turn; `attachments` and `outbox` are the absolute paths of its two sub-directories
+    (`attachments` is made only when asked for: a turn that has some).
 
     Raises `FileRefused` when the directory cannot be made safely (the working directory is missing, a
     component is a symlink, the turn's directory exists already)."""
 
-    def __init__(self, cwd: str, turn_id: str) -> None:
+    def __init__(self, cwd: str, turn_id: str, *, attachments: bool = True) -> None:
         label = "".join(c if c.isalnum() or c in "-_" else "_" for c in turn_id)[:64] or "turn"
         name = f"{label}-{secrets.token_hex(4)}"
         try:
@@ -55,7 +56,8 @@ class TurnFiles:
                 self._held.append(root.directory([STATE_DIRECTORY, "turns"][:depth]))
             self._turn_fd = root.directory([STATE_DIRECTORY, "turns", name], fresh_last=True)
             self._made = True
-            self._attachments_fd = root.directory([STATE_DIRECTORY, "turns", name, "attachments"])
+            if attachments:  # a turn without any (most) makes no directory for them: bench row 1 pays for each
+                self._attachments_fd = root.directory([STATE_DIRECTORY, "turns", name, "attachments"])
             os.close(root.directory([STATE_DIRECTORY, "turns", name, "outbox"]))
         except BaseException as err:
             self.remove()

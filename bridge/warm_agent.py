@@ -409,7 +409,9 @@ class WarmAgent:
             return finish_turn(recorder, ending, "", started, log, warm=True)
         files: TurnFiles | None
         try:
-            files = TurnFiles(self._cwd, "warm")  # the agent runs there: it is a directory (unless it was removed)
+            files = TurnFiles(
+                self._cwd, "warm", attachments=bool(turn.attachments)
+            )  # the agent runs there: it is a directory (unless it was removed)
         except FileRefused as err:
             if turn.attachments:
                 if questions is not None:
