@@ -160,6 +160,28 @@ async def test_a_websocket_bad_message_gets_an_error_and_the_connection_carries_
     assert closed.value.code == 1009  # "message too big"
 
 
+async def test_a_connection_has_at_most_its_share_of_turns_in_flight(lab: Lab) -> None:
+    gates = [lab.gate(), lab.gate()]
+    async with door(lab, max_turns_per_connection=2) as url, httpx.AsyncClient(base_url=url) as http:
+        async with aconnect_ws("/v1/ws", http) as ws, aconnect_ws("/v1/ws", http) as other:
+            for number, gate in enumerate(gates):
+                await ws.send_text(turn(number, f"tag=t{number} gate={gate}", conversation=f"c{number}"))
+                await until(ws, "accepted", number)
+            await ws.send_text(turn(2, "tag=t2"))
+            refused = (await until(ws, "error", 2))[-1]
+            await other.send_text(turn(2, "tag=elsewhere", conversation="c9"))  # another connection has its own share
+            elsewhere = (await until(other, "result", 2))[-1]
+            await lab.release(gates[0])
+            await until(ws, "result", 0)
+            await ws.send_text(turn(3, "tag=t3", conversation="c3"))  # one finished: room for one more
+            third = (await until(ws, "result", 3))[-1]
+            await lab.release(gates[1])
+            await until(ws, "result", 1)
+    assert refused["code"] == "too_many_turns"
+    assert elsewhere["outcome"] == third["outcome"] == "ok"
+    assert "t2" not in lab.events("start")
+
+
 # ---------------------------------------------------------------------------- HTTP
 
 
@@ -412,3 +434,14 @@ async def test_sigterm_drains_the_turns_in_flight_then_serve_exits(lab: Lab) -> 
     assert late.status_code == 503 and late.json()["code"] == "shutting_down"
     assert code == 0 and "late" not in lab.events("start")
     assert os.waitstatus_to_exitcode(code) == 0
+
+
+def test_only_listen_pays_for_the_http_libraries(lab: Lab) -> None:
+    """`serve` on stdin/stdout (and every other command) never imports hypercorn, Starlette or prometheus-client."""
+    code = (
+        "import sys, bridge.cli.serve, bridge.cli.main; "
+        "sys.exit(sorted(m for m in ('hypercorn', 'starlette', 'prometheus_client', 'bridge.network') "
+        "if m in sys.modules) or 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
