@@ -36,7 +36,7 @@ DEFAULT_MAX_CONNECTIONS = 2048
 DEFAULT_MAX_TURNS_PER_CONNECTION = 32
 DEFAULT_STALL_SECS = 30.0
 
-LOCAL_TENANT = Tenant("local")  # no tokens: the loopback clients, every profile, conversations as given
+LOOPBACK_TENANT = Tenant("local")  # no tokens: the loopback clients, every profile, conversations as given
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ class Door:
     def tenant_of(self, authorization: str | None) -> Tenant | None:
         """The tenant a request's `Authorization` header names; None: refuse it with 401."""
         if self.tokens is None:
-            return LOCAL_TENANT
+            return LOOPBACK_TENANT
         return self.tokens.tenant_of(bearer_token(authorization))
 
     def http_session(self, tenant: Tenant) -> ClientSession:
