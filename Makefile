@@ -70,7 +70,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
 test: lint $(NPM_STAMP)
-	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q
+	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q -n auto
 
 # `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it
 # (re-installed whenever bridge/ changes) with the postgres extra (the scale-out cases), plus the comparison
