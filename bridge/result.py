@@ -120,6 +120,46 @@ Forwarded = (
 )
 
 
+# Partials beyond this many characters cannot be repeated by a reply (held to HARD_REPLY_LIMIT and a suffix).
+_STREAMED_KEPT = HARD_REPLY_LIMIT + 4096
+
+
+class StreamedText:
+    """The partials a person was shown, so that of the reply they see only what the partials did not show."""
+
+    __slots__ = ("_parts", "_chars")
+
+    def __init__(self) -> None:
+        self._parts: list[str] | None = []  # None: longer than any reply can be, so no reply repeats it
+        self._chars = 0
+
+    def add(self, text: str) -> None:
+        if self._parts is None:
+            return
+        self._chars += len(text)
+        if self._chars > _STREAMED_KEPT:
+            self._parts = None
+        else:
+            self._parts.append(text)
+
+    def unstreamed(self, reply: str) -> tuple[str, bool]:
+        """What of the reply was not shown yet, and whether it continues the text shown.
+
+        JSON families stream the reply itself: its text was shown as partials
+        (and, when they stream whole messages, the reply is the last of them).
+        An AgentProc agent's partials are usually something else ("working on
+        it…"), and then the whole reply is shown.
+        """
+        if not reply or not self._parts:
+            return reply, False
+        streamed = "".join(self._parts)
+        if streamed.rstrip().endswith(reply.rstrip()):
+            return "", False
+        if reply.startswith(streamed):
+            return reply[len(streamed) :], True
+        return reply, False
+
+
 class TurnRecorder:
     """The turn's state while it runs. Give it each batch of decoded events with `record()`."""
 

@@ -25,7 +25,7 @@ from ..dialects import ActivityEvent, FileEvent
 from ..launch import withheld_credentials
 from ..log import records_to, wants_color
 from ..outbox import human_size
-from ..result import Outcome, TurnResult, credentials_note
+from ..result import Outcome, StreamedText, TurnResult, credentials_note
 
 if TYPE_CHECKING:
     from ..profile import Profile
@@ -74,10 +74,6 @@ def stderr_excerpt(tail: str, max_lines: int = STDERR_LINES, width: int = STDERR
     return shown
 
 
-# Partials beyond this many characters cannot be repeated by a reply (held to 8 Mi characters and a suffix).
-_STREAMED_KEPT = 8 * 1024 * 1024 + 4096
-
-
 class HumanPrinter:
     """Partials as they arrive, then the reply on stdout; the error reply and notices on stderr.
 
@@ -101,8 +97,7 @@ class HumanPrinter:
         self._stderr_shown = False
         self._decoder: codecs.IncrementalDecoder | None = None
         self.spinner = Spinner(err, self) if status else None
-        self._streamed: list[str] | None = []  # the partials shown, to print only what the reply adds (None: too long)
-        self._streamed_chars = 0
+        self._streamed = StreamedText()  # the partials shown, to print only what the reply adds
 
     # ------------------------------------------------------------------ the turn
 
@@ -133,7 +128,7 @@ class HumanPrinter:
             self.notice(describe_file(event), DIM)
         elif event.kind == "partial" and event.text:
             self._write_out(event.text)
-            self._remember(event.text)
+            self._streamed.add(event.text)
 
     def agent_stderr(self, data: bytes) -> None:
         """A chunk of the agent's own stderr, shown as it comes (`run --show-stderr`)."""
@@ -206,7 +201,7 @@ class HumanPrinter:
     def _show_result(self, result: TurnResult) -> None:
         if self._decoder is not None and (rest := self._decoder.decode(b"", final=True)):
             self._write_err(rest)
-        reply, continues = self._unstreamed(result.reply)
+        reply, continues = self._streamed.unstreamed(result.reply)
         if self.open_line and not (reply and continues):
             self._write_out("\n")
         if reply:
@@ -225,32 +220,6 @@ class HumanPrinter:
             )
             self.notice(f"agent-bridge: the agent exited 0 without printing a reply{hint}")
             self._show_stderr_tail(result.stderr_tail)
-
-    def _remember(self, text: str) -> None:
-        if self._streamed is None:
-            return
-        self._streamed_chars += len(text)
-        if self._streamed_chars > _STREAMED_KEPT:
-            self._streamed = None  # longer than any reply can be: the reply cannot repeat it
-        else:
-            self._streamed.append(text)
-
-    def _unstreamed(self, reply: str) -> tuple[str, bool]:
-        """What of the reply is not on screen yet, and whether it continues the text shown.
-
-        JSON families stream the reply itself: its text was shown as partials
-        (and, when they stream whole messages, the reply is the last of them).
-        An AgentProc agent's partials are usually something else ("working on
-        it…"), and then the whole reply is printed.
-        """
-        if not reply or not self._streamed:
-            return reply, False
-        streamed = "".join(self._streamed)
-        if streamed.rstrip().endswith(reply.rstrip()):
-            return "", False
-        if reply.startswith(streamed):
-            return reply[len(streamed) :], True
-        return reply, False
 
     def _show_credentials_note(self, error: str) -> None:
         """The credentials the agent did not get, when the result's error names them (see `TurnRecorder.finish`)."""

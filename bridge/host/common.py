@@ -137,6 +137,11 @@ class BaseHost(abc.ABC):
     async def current_stats(self) -> HostStats:
         """A snapshot of the host's load and history since it opened."""
 
+    async def profile_names(self) -> list[str] | None:
+        """The names of the profiles that load now, sorted; None when this host cannot tell (the PostgreSQL
+        gateway: its workers have the profiles)."""
+        return None
+
     # ------------------------------------------------------------------ results a client was not sent
 
     async def undelivered(self) -> list[tuple[str, Any]]:

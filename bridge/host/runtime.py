@@ -386,6 +386,9 @@ class Host(BaseHost):
         """`stats()`, through the interface every host has (the PostgreSQL gateway has to ask its database)."""
         return self.stats()
 
+    async def profile_names(self) -> list[str] | None:
+        return sorted(self.registry.loaded())
+
     def profile(self, name: str) -> Profile:
         """The current profile called `name` (re-read if its file changed); raises like `submit`."""
         return self.registry.get(name)

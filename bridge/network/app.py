@@ -18,7 +18,7 @@ through it. Starlette and hypercorn are imported here, so only `--listen` pays.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import uuid4
 
@@ -41,6 +41,7 @@ from ..serving.requests import (
     TOO_MANY_CONNECTIONS,
     UNAUTHORIZED,
     UNKNOWN_FILE,
+    TurnRequest,
     decode_request,
     parse_answer,
     parse_decide,
@@ -163,61 +164,52 @@ async def _turns(request: Request) -> Response:
     return TurnResponse(door_of(request), door_of(request).http_session(tenant), turn, as_json=as_json)
 
 
-class TurnResponse(Response):
-    """One turn, run for the length of its HTTP response: its events streamed, or its result as JSON.
+class TurnStream(Response):
+    """One turn, run for the length of its HTTP response; subclasses say how its responses reach the client.
 
-    A refusal (before `accepted`) is an HTTP error with serve's code. Once
-    accepted the status is 200 and the turn's end is in the body: a `result`,
-    or an `error` response. The client hanging up, or not taking a response
-    within the door's `stall_secs`, cancels the turn.
+    It counts as one of the door's connections while it runs. `run_turn` starts
+    the turn on the tenant's session and hands each of its responses, encoded,
+    to `write` through one `Output`: the client hanging up, or not taking a
+    response within the door's `stall_secs`, cancels the turn.
     """
 
-    def __init__(self, door: Door, session: ClientSession, turn: Any, *, as_json: bool) -> None:
+    def __init__(self, door: Door, session: ClientSession, turn: TurnRequest) -> None:
         super().__init__()
-        self._door = door
-        self._session = session
-        self._turn = turn
-        self._as_json = as_json
+        self.door = door
+        self.session = session
+        self.turn = turn
 
     async def __call__(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
-        door, session, turn = self._door, self._session, self._turn
+        door = self.door
         if not door.take_connection():
-            await error_response(TOO_MANY_CONNECTIONS, "the server has all the connections it takes; try again")(
-                scope, receive, send
-            )
+            refusal = RequestError(TOO_MANY_CONNECTIONS, "the server has all the connections it takes; try again")
+            await self.refused(refusal)(scope, receive, send)
             return
         try:
-            await self._run(scope, receive, send, door, session, turn)
+            await self.respond(scope, receive, send)
         finally:
             door.give_back_connection()
 
-    async def _run(
-        self, scope: Scope, receive: Receive, send: AsgiSend, door: Door, session: ClientSession, turn: Any
-    ) -> None:
-        started = False
-        final: dict[str, Any] | None = None
+    def refused(self, err: RequestError) -> Response:
+        """The HTTP error for a turn refused before it was accepted: serve's `error` response."""
+        return error_response(err.code, err.message, request_id=self.turn.id)
 
-        async def start(content_type: bytes) -> None:
-            nonlocal started
-            if not started:
-                started = True
-                headers = [(b"content-type", content_type), (b"cache-control", b"no-store")]
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
+    async def respond(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
+        raise NotImplementedError
 
-        async def write(frame: bytes) -> None:
-            if self._as_json:
-                return
-            await start(b"text/event-stream; charset=utf-8")
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
+    async def run_turn(
+        self,
+        receive: Receive,
+        write: Callable[[bytes], Awaitable[object]],
+        encode: Callable[[dict[str, Any]], bytes],
+    ) -> bool:
+        """Run the turn to its end; False when the client went away or stalled (the turn was cancelled).
 
-        def encode(response: dict[str, Any]) -> bytes:
-            nonlocal final
-            if response["type"] in ("result", "error"):
-                final = response
-            return f"event: {response['type']}\ndata: {json_text(response)}\n\n".encode()
-
+        Raises `RequestError` when the turn was refused: nothing was written then.
+        """
+        session, turn = self.session, self.turn
         output: Output[bytes] = Output(
-            write, encode, lambda: session.cancel_quietly(turn.id), stall_secs=door.limits.stall_secs
+            write, encode, lambda: session.cancel_quietly(turn.id), stall_secs=self.door.limits.stall_secs
         )
         async with trio.open_nursery() as system:
             await system.start(output.run)
@@ -231,9 +223,46 @@ class TurnResponse(Response):
             await output.close()
             system.cancel_scope.cancel()
         if refused is not None:
-            await error_response(refused.code, refused.message, request_id=turn.id)(scope, receive, send)
-            return
-        if output.broken:
+            raise refused
+        return not output.broken
+
+
+class TurnResponse(TurnStream):
+    """`POST /v1/turns`: the turn's responses as Server-Sent Events, or its result alone as JSON.
+
+    A refusal (before `accepted`) is an HTTP error with serve's code. Once
+    accepted the status is 200 and the turn's end is in the body: a `result`,
+    or an `error` response.
+    """
+
+    def __init__(self, door: Door, session: ClientSession, turn: TurnRequest, *, as_json: bool) -> None:
+        super().__init__(door, session, turn)
+        self._as_json = as_json
+
+    async def respond(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
+        started = False
+        final: dict[str, Any] | None = None
+
+        async def write(frame: bytes) -> None:
+            nonlocal started
+            if self._as_json:
+                return
+            if not started:
+                started = True
+                await send({"type": "http.response.start", "status": 200, "headers": event_stream_headers()})
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+
+        def encode(response: dict[str, Any]) -> bytes:
+            nonlocal final
+            if response["type"] in ("result", "error"):
+                final = response
+            return f"event: {response['type']}\ndata: {json_text(response)}\n\n".encode()
+
+        try:
+            if not await self.run_turn(receive, write, encode):
+                return
+        except RequestError as err:
+            await self.refused(err)(scope, receive, send)
             return
         if self._as_json:
             assert final is not None
@@ -241,6 +270,10 @@ class TurnResponse(Response):
             await JSONResponse(final, status_code=status)(scope, receive, send)
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def event_stream_headers() -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store")]
 
 
 async def _hang_up_on_disconnect(receive: Receive, output: Output[bytes]) -> None:

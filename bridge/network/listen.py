@@ -135,11 +135,12 @@ async def serve_network(
     from hypercorn.trio import serve
 
     from .app import build_app
+    from .openai_api import openai_routes
 
     check_listen(address, tokens)
     config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
     door = Door(host, tokens, limits)
-    app = build_app(door, extra_routes=extra_routes(door) if extra_routes else None)
+    app = build_app(door, extra_routes=[*openai_routes(), *(extra_routes(door) if extra_routes else [])])
     stop_listening = trio.Event()
     async with trio.open_nursery() as nursery:
         door.open(nursery)
