@@ -218,7 +218,9 @@ def _last_user_message(messages: Any) -> tuple[str, list[dict[str, str]]]:
     attachments: list[dict[str, str]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise ChatRefused("a text part needs text (a string)", "messages")
             texts.append(part["text"])
         elif kind == "image_url":
             image = part.get("image_url")
