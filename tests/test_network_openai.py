@@ -18,7 +18,7 @@ import pytest
 import trio
 from conftest import PROFILES, PYTHON, SAMPLE_AGENTS, TURN_DEADLINE
 
-from bridge import open_host
+from bridge import BaseHost, open_host
 from bridge.network.door import DoorLimits
 from bridge.network.listen import parse_address, serve_network
 from bridge.network.tokens import parse_tokens
@@ -80,9 +80,8 @@ def write_profiles(root: Path) -> Path:
 
 
 @asynccontextmanager
-async def serving(root: Path, tokens: dict[str, Any] | None = None) -> AsyncIterator[str]:
-    """A network door on loopback over the profiles of `write_profiles`; yields its URL."""
-    host = open_host(write_profiles(root), state=root / "sessions.sqlite3")
+async def serving(host: BaseHost, tokens: dict[str, Any] | None = None) -> AsyncIterator[str]:
+    """A network door on loopback for `host`; yields its URL."""
     listen = partial(
         serve_network,
         host,
@@ -96,15 +95,19 @@ async def serving(root: Path, tokens: dict[str, Any] | None = None) -> AsyncIter
         nursery.cancel_scope.cancel()
 
 
+def local_host(root: Path) -> BaseHost:
+    return open_host(write_profiles(root), state=root / "sessions.sqlite3")
+
+
 @pytest.fixture
 async def url(tmp_path: Path) -> AsyncIterator[str]:
-    async with serving(tmp_path) as base:
+    async with serving(local_host(tmp_path)) as base:
         yield base
 
 
 @pytest.fixture
 async def tenants_url(tmp_path: Path) -> AsyncIterator[str]:
-    async with serving(tmp_path, TOKENS) as base:
+    async with serving(local_host(tmp_path), TOKENS) as base:
         yield base
 
 
@@ -414,3 +417,10 @@ async def test_a_client_that_hangs_up_mid_stream_cancels_the_turn(url: str) -> N
             while (stats := (await client.get("/v1/stats")).json())["completed"] < 1:
                 await trio.sleep(0.05)
     assert stats["outcomes"]["cancelled"] == 1
+
+
+async def test_through_a_postgres_gateway_the_models_cannot_be_listed(pg_dsn: str) -> None:
+    async with serving(open_host(postgres=pg_dsn)) as base, httpx.AsyncClient(base_url=base) as client:
+        response = await client.get("/v1/models")
+    assert response.status_code == 501  # the workers have the profiles (docs/openai.md, "Not supported")
+    assert response.json()["error"]["code"] == "not_implemented"
