@@ -398,7 +398,7 @@ async def test_files_the_agent_leaves_are_listed_and_wait_at_the_turns_files_url
         "name": "report.txt",
         "size": 9,
         "media_type": "text/plain",
-        "url": f"/v1/turns/{completion['id']}/files/report.txt",
+        "url": f"/v1/files/http/{completion['id']}/report.txt",
     }
     async with httpx.AsyncClient(base_url=url) as plain:
         assert (await plain.get(file["url"])).text == "all good\n"

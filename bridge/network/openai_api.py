@@ -20,8 +20,8 @@ cancellation). Rules, all here:
   `chat.completion.chunk`s, then `data: [DONE]`; a failed turn ends the stream
   with `data: {"error": …}`, which the OpenAI SDKs raise.
 - Usage is the agent's, in OpenAI's names; zeros when the agent reports none.
-- Files the agent leaves wait at `/v1/turns/<completion id>/files/<name>`,
-  listed in the completion's (or last chunk's) `files`.
+- Files the agent leaves wait for download where the tenant's HTTP turns' do
+  (their `url`), listed in the completion's (or last chunk's) `files`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 from uuid import uuid4
 
 from starlette.requests import Request
@@ -261,6 +260,7 @@ class ChatCompletionResponse(TurnStream):
         self._streamed = StreamedText()
         self._streamed_any = False
         self._final: dict[str, Any] | None = None
+        self._files: list[dict[str, Any]] = []  # the files the agent left: where each waits for the client
 
     def refused(self, err: RequestError) -> Response:
         if err.code == UNKNOWN_PROFILE:
@@ -296,6 +296,8 @@ class ChatCompletionResponse(TurnStream):
         kind = response["type"]
         if kind in ("permission", "question"):
             self._decline(response)
+        elif kind == "file":
+            self._files.append({field: response[field] for field in ("name", "size", "media_type", "url")})
         elif kind in ("result", "error"):
             self._final = response
         if not self._chat.stream:
@@ -335,8 +337,7 @@ class ChatCompletionResponse(TurnStream):
         if rest and self._streamed_any and not continues:
             rest = "\n\n" + rest  # the partials were not the reply: it follows them as a paragraph of its own
         frames = [self._chunk({"content": rest})] if rest else []
-        files = _files(final, self._id)
-        frames.append(self._chunk({}, _finish_reason(final), **({"files": files} if files else {})))
+        frames.append(self._chunk({}, _finish_reason(final), **({"files": self._files} if self._files else {})))
         if self._chat.include_usage:
             frames.append(_event({**self._header("chat.completion.chunk"), "choices": [], "usage": usage_of(final)}))
         frames.append(b"data: [DONE]\n\n")
@@ -350,8 +351,8 @@ class ChatCompletionResponse(TurnStream):
         message = {"role": "assistant", "content": final["reply"], "refusal": None}
         choice = {"index": 0, "message": message, "finish_reason": _finish_reason(final), "logprobs": None}
         completion: dict[str, Any] = {**self._header("chat.completion"), "choices": [choice], "usage": usage_of(final)}
-        if files := _files(final, self._id):
-            completion["files"] = files
+        if self._files:
+            completion["files"] = self._files
         return JSONResponse(completion)
 
 
@@ -390,16 +391,3 @@ def usage_of(result: dict[str, Any]) -> dict[str, Any]:
     if usage.get("reasoning_tokens") is not None:
         record["completion_tokens_details"] = {"reasoning_tokens": usage["reasoning_tokens"]}
     return record
-
-
-def _files(result: dict[str, Any], completion_id: str) -> list[dict[str, Any]]:
-    """The files the agent left, each with where it waits (`GET`, then `DELETE` when the client has it)."""
-    return [
-        {
-            "name": file["name"],
-            "size": file["size"],
-            "media_type": file["media_type"],
-            "url": f"/v1/turns/{completion_id}/files/{quote(file['name'])}",
-        }
-        for file in result.get("files") or []
-    ]
