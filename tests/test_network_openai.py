@@ -55,6 +55,7 @@ def write_profiles(root: Path) -> Path:
         "attachments.py": """
             import json, os
             print(json.dumps([item["type"] for item in json.loads(os.environ["AGENT_ATTACHMENTS"])]))
+            print("from", os.environ["AGENT_FROM_USER"] or "nobody")
             print(os.environ["AGENT_MESSAGE"])
         """,
         "hang.py": """
@@ -165,7 +166,7 @@ async def test_a_completion_is_the_reply_of_the_profile_named_as_model(url: str)
     )
 
 
-async def test_text_parts_are_joined_and_image_parts_are_the_turns_attachments(url: str) -> None:
+async def test_text_parts_are_joined_image_parts_are_attachments_and_the_user_is_from_user(url: str) -> None:
     client = sdk(url)
     content = [
         {"type": "text", "text": "what is"},
@@ -173,9 +174,11 @@ async def test_text_parts_are_joined_and_image_parts_are_the_turns_attachments(u
         {"type": "text", "text": "in this picture?"},
     ]
     completion = await in_thread(
-        lambda: client.chat.completions.create(model="attachments", messages=[{"role": "user", "content": content}])
+        lambda: client.chat.completions.create(
+            model="attachments", messages=[{"role": "user", "content": content}], user="ann"
+        )
     )
-    assert completion.choices[0].message.content == '["image"]\nwhat is\nin this picture?'
+    assert completion.choices[0].message.content == '["image"]\nfrom ann\nwhat is\nin this picture?'
 
 
 async def test_a_stream_sends_the_role_then_each_partial_then_what_the_reply_adds(url: str) -> None:
