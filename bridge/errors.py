@@ -30,6 +30,7 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── RemoteTurnError                    no worker could run the turn; `code` says why
     ├── TurnDetached                       the gateway stopped waiting for a turn that runs on
     ├── RequestError                       a serve request that gets an `error` response (`code`)
+    │   └── ChatRefused                    a chat completion the OpenAI endpoint does not take (`param`)
     └── ListenError                        the network door cannot start: its tokens, address or extra
 
 An error whose `code` is set names the error code `agent-bridge serve` answers with.
@@ -251,6 +252,14 @@ class RequestError(BridgeError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ChatRefused(RequestError):
+    """A chat completion request the OpenAI-compatible endpoint does not take; `param` names the field at fault."""
+
+    def __init__(self, code: str, message: str, param: str | None) -> None:
+        super().__init__(code, message)
+        self.param = param
 
 
 class ListenError(BridgeError):

@@ -37,7 +37,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope
 from starlette.types import Send as AsgiSend
 
-from ..errors import RequestError
+from ..errors import ChatRefused, RequestError
 from ..permissions import Decision
 from ..result import Outcome, StreamedText
 from ..serving.output import json_text
@@ -150,15 +150,6 @@ class ChatRequest:
     include_usage: bool
 
 
-class ChatRefused(Exception):
-    """A chat completion request the endpoint does not take: its message and the field at fault."""
-
-    def __init__(self, message: str, param: str | None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-
-
 def parse_chat(body: dict[str, Any], conversation: str | None, completion_id: str) -> ChatRequest:
     """The turn a chat completion request asks for; raises `ChatRefused`, or `RequestError` from `parse_turn`.
 
@@ -167,26 +158,27 @@ def parse_chat(body: dict[str, Any], conversation: str | None, completion_id: st
     """
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise ChatRefused("model must be the name of a profile (GET /v1/models lists them)", "model")
+        raise ChatRefused(INVALID_REQUEST, "model must be the name of a profile (GET /v1/models lists them)", "model")
     n = body.get("n")
     if n is not None and n != 1:
-        raise ChatRefused("n must be 1: an agent gives one reply per turn", "n")
+        raise ChatRefused(INVALID_REQUEST, "n must be 1: an agent gives one reply per turn", "n")
     for field in _TOOL_FIELDS:
         if body.get(field) not in (None, [], "none", "auto"):
             raise ChatRefused(
+                INVALID_REQUEST,
                 f"{field} is not supported: the agent behind a profile uses its own tools, and function "
                 "calling is not offered",
                 field,
             )
     stream = body.get("stream", False)
     if not isinstance(stream, bool) and stream is not None:
-        raise ChatRefused("stream must be true or false", "stream")
+        raise ChatRefused(INVALID_REQUEST, "stream must be true or false", "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
-        raise ChatRefused("stream_options must be an object", "stream_options")
+        raise ChatRefused(INVALID_REQUEST, "stream_options must be an object", "stream_options")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
-        raise ChatRefused("user must be a string", "user")
+        raise ChatRefused(INVALID_REQUEST, "user must be a string", "user")
     message, attachments = _last_user_message(body.get("messages"))
     request: dict[str, Any] = {
         "type": "turn",
@@ -204,31 +196,39 @@ def parse_chat(body: dict[str, Any], conversation: str | None, completion_id: st
 def _last_user_message(messages: Any) -> tuple[str, list[dict[str, str]]]:
     """The last `user` message's text and image attachments."""
     if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
-        raise ChatRefused("messages must be a list of {role, content} objects", "messages")
+        raise ChatRefused(INVALID_REQUEST, "messages must be a list of {role, content} objects", "messages")
     last = next((message for message in reversed(messages) if message.get("role") == "user"), None)
     if last is None:
-        raise ChatRefused("messages holds no user message: its last one is the turn", "messages")
+        raise ChatRefused(INVALID_REQUEST, "messages holds no user message: its last one is the turn", "messages")
     content = last.get("content")
     if isinstance(content, str):
         return content, []
     if not isinstance(content, list):
-        raise ChatRefused("a user message's content must be a string or a list of content parts", "messages")
+        raise ChatRefused(
+            INVALID_REQUEST, "a user message's content must be a string or a list of content parts", "messages"
+        )
     texts: list[str] = []
     attachments: list[dict[str, str]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
             if not isinstance(part.get("text"), str):
-                raise ChatRefused("a text part needs text (a string)", "messages")
+                raise ChatRefused(INVALID_REQUEST, "a text part needs text (a string)", "messages")
             texts.append(part["text"])
         elif kind == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
             if not isinstance(url, str):
-                raise ChatRefused("an image_url part needs image_url.url (an https, http or data: URL)", "messages")
+                raise ChatRefused(
+                    INVALID_REQUEST, "an image_url part needs image_url.url (an https, http or data: URL)", "messages"
+                )
             attachments.append({"type": "image", "url": url})
         else:
-            raise ChatRefused(f"content part type {kind!r} is not supported: send text and image_url parts", "messages")
+            raise ChatRefused(
+                INVALID_REQUEST,
+                f"content part type {kind!r} is not supported: send text and image_url parts",
+                "messages",
+            )
     return "\n".join(texts), attachments
 
 
@@ -241,7 +241,7 @@ async def _chat_completions(request: Request) -> Response:
         body = await read_json_body(request)
         chat = parse_chat(body, request.headers.get(CONVERSATION_HEADER), completion_id)
     except ChatRefused as err:
-        return openai_error(400, err.message, code=INVALID_REQUEST, param=err.param)
+        return _refusal(err, param=err.param)
     except RequestError as err:
         return _refusal(err)
     door = door_of(request)
