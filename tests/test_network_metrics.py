@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -27,6 +27,7 @@ from fleetkit import Fleet, eventually, release, turn
 from hostkit import Lab
 from httpx_ws import aconnect_ws
 from prometheus_client.parser import text_string_to_metric_families
+from test_postgres_fleet import fleet  # noqa: F401 (a fixture: the workers and gateways of this test's lab)
 
 import bridge
 from bridge.host.common import BaseHost
@@ -214,15 +215,6 @@ async def test_a_gateway_whose_database_is_gone_is_not_ready(pg_dsn: str) -> Non
 
 
 # ---------------------------------------------------------------------------- agent-bridge worker --metrics
-
-
-@pytest.fixture
-def fleet(lab: Lab, pg_dsn: str) -> Iterator[Fleet]:
-    fleet = Fleet(lab, pg_dsn)
-    try:
-        yield fleet
-    finally:
-        fleet.stop()
 
 
 async def test_a_gateway_counts_the_turns_its_workers_ran(fleet: Fleet, pg_dsn: str) -> None:

@@ -56,22 +56,21 @@ class Metrics:
             ["profile", "outcome"],
             registry=self.registry,
         )
-        self._duration = Histogram(
-            f"{PREFIX}turn_duration_seconds",
+        self._duration = self._by_profile(
+            "turn_duration_seconds",
             "From the turn's acceptance to its result (a wait in the queue included), by profile",
-            ["profile"],
-            buckets=DURATION_BUCKETS,
-            registry=self.registry,
+            DURATION_BUCKETS,
         )
-        self._first_partial = Histogram(
-            f"{PREFIX}turn_first_partial_seconds",
+        self._first_partial = self._by_profile(
+            "turn_first_partial_seconds",
             "From the turn's acceptance to its first partial (turns that stream), by profile",
-            ["profile"],
-            buckets=FIRST_PARTIAL_BUCKETS,
-            registry=self.registry,
+            FIRST_PARTIAL_BUCKETS,
         )
         self._now = _HostNow()
         self.registry.register(self._now)
+
+    def _by_profile(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(f"{PREFIX}{name}", documentation, ["profile"], buckets=buckets, registry=self.registry)
 
     # TurnObserver
 
