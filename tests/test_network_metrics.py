@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -267,7 +268,7 @@ def test_a_worker_shows_its_turns_and_the_fleets_queue_depth(fleet: Fleet, lab: 
     assert value(found, "agent_bridge_turn_first_partial_seconds_count", profile="rec") == 4
 
 
-def test_worker_metrics_refuse_a_public_address_without_tokens_and_need_a_token_with_them(
+def test_worker_metrics_refuse_a_public_address_without_tokens_need_a_token_with_them_and_end_with_the_drain(
     fleet: Fleet, lab: Lab, tmp_path: Path
 ) -> None:
     refused = subprocess.run(
@@ -283,9 +284,20 @@ def test_worker_metrics_refuse_a_public_address_without_tokens_and_need_a_token_
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(json.dumps(TOKENS))
     tokens.chmod(0o600)
-    fleet.worker("--metrics", "127.0.0.1:0", "--metrics-tokens", str(tokens))
+    worker = fleet.worker("--metrics", "127.0.0.1:0", "--metrics-tokens", str(tokens))
     client = httpx.Client(base_url=metrics_url(fleet, "w1"), timeout=10)
     assert client.get("/metrics").status_code == 401
     assert client.get("/readyz").status_code == 200
     answered = client.get("/metrics", headers={"Authorization": f"Bearer {ECHO_ONLY}"})
     assert value(samples(answered.text), "agent_bridge_ready") == 1
+
+    gateway = fleet.gateway()
+    gate = lab.gate()
+    gateway.send(turn("held", f"tag=h gate={gate}"))
+    eventually(lambda: "h" in lab.events("start"), "the held turn to start")
+    worker.send_signal(signal.SIGTERM)  # drains: not ready any more, while its turn finishes
+    eventually(lambda: client.get("/readyz").status_code == 503, "the draining worker to say it is not ready")
+    assert client.get("/readyz").json() == {"status": "shutting down"}
+    release(gate)
+    assert gateway.until("result", "held")[-1]["outcome"] == "ok"
+    assert worker.wait(timeout=20) == 0  # the metrics' server ends with the worker
