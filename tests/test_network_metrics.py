@@ -38,10 +38,11 @@ from bridge.network.tokens import Tokens, parse_tokens
 
 ADMIN = "admin-token-0123456789"
 ECHO_ONLY = "echo-token-0123456789"
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]  # (name, labels) → value
 TOKENS = {ADMIN: {"name": "admin"}, ECHO_ONLY: {"name": "echoer", "profiles": ["echo"]}}
 
 
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+def samples(text: str) -> Samples:
     """Every sample of a Prometheus text exposition: (name, labels) → value."""
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
@@ -50,7 +51,7 @@ def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float | None:
+def value(found: Samples, name: str, **labels: str) -> float | None:
     return found.get((name, frozenset(labels.items())))
 
 
@@ -73,9 +74,7 @@ async def door(host: BaseHost, tokens: Tokens | None = None) -> AsyncIterator[ht
         nursery.cancel_scope.cancel()
 
 
-async def scrape(
-    client: httpx.AsyncClient, token: str | None = None
-) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+async def scrape(client: httpx.AsyncClient, token: str | None = None) -> Samples:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     response = await client.get("/metrics", headers=headers)
     assert response.status_code == 200, response.text
@@ -258,7 +257,7 @@ def test_a_worker_shows_its_turns_and_the_fleets_queue_depth(fleet: Fleet, lab: 
     release(gate)
     assert set(gateway.results({"held", "q1", "q2"})) == {"held", "q1", "q2"}
 
-    def counted_four() -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
+    def counted_four() -> Samples | None:
         found = samples(client.get("/metrics").text)
         return found if value(found, "agent_bridge_turns_total", profile="rec", outcome="ok") == 4 else None
 
