@@ -458,6 +458,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "profile_mismatch (default: 30)",
         )
         _add_attachment_hosts_option(worker)
+        worker.add_argument(
+            "--metrics",
+            metavar="HOST:PORT",
+            help="serve this worker's /metrics (Prometheus), /healthz and /readyz here; without --metrics-tokens "
+            "only a loopback address (port 0: any free port, named in the log; docs/metrics.md)",
+        )
+        worker.add_argument(
+            "--metrics-tokens",
+            metavar="FILE",
+            help="serve's tokens file: /metrics then needs one of its bearer tokens, and --metrics may be any address",
+        )
         worker.set_defaults(handler=_worker_command, command_parser=worker)
     return parser
 
@@ -891,6 +902,14 @@ def _serve_command(args: argparse.Namespace) -> int:
 def _worker_command(args: argparse.Namespace) -> int:
     from ..host.postgres.worker import run_worker
 
+    metrics: dict[str, Any] = {}
+    if args.metrics is not None:
+        from ..network.worker_metrics import worker_metrics
+
+        door = worker_metrics(args.metrics, args.metrics_tokens)
+        metrics = {"observer": door.metrics, "beside": door.serve}
+    elif args.metrics_tokens is not None:
+        args.command_parser.error("--metrics-tokens is an option of --metrics: add --metrics HOST:PORT")
     return run_worker(
         args.postgres,
         args.profiles,
@@ -900,6 +919,7 @@ def _worker_command(args: argparse.Namespace) -> int:
         name=args.name,
         profile_wait_secs=args.profile_wait_secs,
         attachment_hosts=tuple(args.attachment_hosts),
+        **metrics,
     )
 
 

@@ -10,16 +10,17 @@ import hmac
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Protocol, Self
 
 import trio
 
+from ..dialects.events import PartialEvent
 from ..errors import ProtocolMisuse, SessionIdRefused
 from ..permissions import Decision
 from ..questions import QuestionAnswer
 from ..result import TurnResult
 from ..turn import Turn
-from ..turn_loop import EventCallback, PartialCallback, PermissionCallback
+from ..turn_loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback
 
 # What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.
 ClientSessionIds = Literal["any", "stored"]
@@ -54,6 +55,10 @@ class HostStats:
     outcome), `failed` those of them whose exit code was not 0, `outcomes` the
     results by outcome. `refused` counts submits turned away because the queue
     was full; `store_errors` sessions that could not be read or recorded.
+    `questions_waiting` counts the agents' permission requests and questions
+    that wait for an answer now; `fleet_queued` the turns waiting in the
+    PostgreSQL queue for any worker (None, and left out of `to_dict`, for a
+    host without one).
     """
 
     running: int
@@ -67,9 +72,44 @@ class HostStats:
     max_queued: int
     closing: bool
     warm: int = 0  # warm agents alive (between turns or taking one)
+    questions_waiting: int = 0
+    fleet_queued: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        record = dataclasses.asdict(self)
+        if self.fleet_queued is None:
+            del record["fleet_queued"]
+        return record
+
+
+class TurnObserver(Protocol):
+    """Told of each turn a host runs, as it goes (the network door's metrics implement it).
+
+    Set as a host's `observer`; a host without one calls nothing. Times are in seconds from the moment the
+    host accepted the turn, so they include a wait in the queue. The calls are synchronous and must not block.
+    """
+
+    def first_partial(self, profile: str, seconds: float) -> None:
+        """The turn's first partial reached the host."""
+
+    def turn_ended(self, profile: str, outcome: str, seconds: float) -> None:
+        """The turn has its result, with this outcome."""
+
+
+def observed(observer: TurnObserver, profile: str, started: float, emit: Emit | None) -> Emit:
+    """`emit` (or nothing), telling `observer` when the turn accepted at `started` (trio's clock) has its first
+    partial."""
+    seen = False
+
+    async def observing(event: HostEvent) -> None:
+        nonlocal seen
+        if not seen and type(event) is PartialEvent:
+            seen = True
+            observer.first_partial(profile, trio.current_time() - started)
+        if emit is not None:
+            await emit(event)
+
+    return observing
 
 
 class BaseHost(abc.ABC):
@@ -90,6 +130,7 @@ class BaseHost(abc.ABC):
         self.shutdown_grace = shutdown_grace
         self.client_session_ids = check_client_session_ids(client_session_ids)
         self._closing = False
+        self.observer: TurnObserver | None = None  # told of each turn (metrics), when set
         self._lifetime: contextlib.AsyncExitStack | None = None  # while `async with` runs the host's tasks
 
     # ------------------------------------------------------------------ turns

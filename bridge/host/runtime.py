@@ -38,7 +38,7 @@ from ..supervisor import drive_turn
 from ..turn import Turn, text_problem
 from ..turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
 from ..warm_agent import WarmAgent, start_failure_result
-from .common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
+from .common import BaseHost, ClientSessionIds, HostStats, observed, refuse_unless_stored
 from .file_turnlock import Place, TurnLocks
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
@@ -311,6 +311,9 @@ class Host(BaseHost):
 
         emit = emit_to(on_partial, on_event, on_permission, questions)
         started = trio.current_time()
+        observer = self.observer
+        if observer is not None:
+            emit = observed(observer, profile, started, emit)
         try:
             steered = await self._steer(flight, turn, log) if not runs_now and loaded.on_busy == "steer" else None
             if steered is not None:
@@ -329,6 +332,8 @@ class Host(BaseHost):
         self._outcomes[result.outcome.value] += 1
         if not result.ok:
             self._failed += 1
+        if observer is not None:
+            observer.turn_ended(profile, result.outcome.value, trio.current_time() - started)
         if emit is not None:
             await emit(result)
         return result
@@ -380,6 +385,7 @@ class Host(BaseHost):
             max_queued=self._queue.max_waiting,
             closing=self._closing,
             warm=self._pool.size if self._pool is not None else 0,
+            questions_waiting=sum(len(flight.questions.waiting) for flight in self._flights.values()),
         )
 
     async def current_stats(self) -> HostStats:

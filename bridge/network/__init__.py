@@ -3,7 +3,10 @@
 - `listen`: `serve --listen`, on hypercorn, with serve's shutdown;
 - `app`: the endpoints (Starlette) over a `door.Door`;
 - `door`: who may come in, how many at once, each tenant's turns;
-- `tokens`: the bearer tokens file.
+- `tokens`: the bearer tokens file;
+- `metrics`: health and Prometheus metrics of a host (the door's `/metrics`) or a worker;
+- `worker_metrics`: `agent-bridge worker --metrics`, a worker's own small server.
 
-Only `serve --listen` imports this package, and only it pays for hypercorn and Starlette (the `http` extra).
+Only `serve --listen` and `worker --metrics` import this package, and only they pay for hypercorn, Starlette and
+prometheus-client (the `http` extra).
 """

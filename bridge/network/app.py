@@ -1,6 +1,7 @@
 """The network door's endpoints, as one Starlette application over a `Door` (docs/network.md).
 
 - `GET /healthz`, `GET /readyz`: liveness and readiness, without a token.
+- `GET /metrics`: Prometheus' text format, the whole server's (docs/metrics.md).
 - `GET /v1/ws`: a WebSocket speaking serve's protocol, one request or
   response per text message; the connection is the client (its own ids).
 - `POST /v1/turns`: a turn request as the body; its responses as Server-Sent
@@ -50,6 +51,7 @@ from ..serving.requests import (
 )
 from ..serving.session import ClientSession, Tenant
 from .door import Door
+from .metrics import healthz, metrics_response, readyz_response
 
 WS_TRY_AGAIN_LATER = 1013  # RFC 6455 close codes
 WS_POLICY_VIOLATION = 1008
@@ -58,8 +60,9 @@ WS_POLICY_VIOLATION = 1008
 def build_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette:
     """The application serving `door`; `extra_routes` are mounted beside serve's (the OpenAI endpoints)."""
     routes: list[Any] = [
-        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", _readyz, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
         Route("/v1/stats", _stats, methods=["GET"]),
         Route("/v1/turns", _turns, methods=["POST"]),
         Route("/v1/turns/{id}/cancel", _cancel, methods=["POST"]),
@@ -120,20 +123,16 @@ async def read_json_body(request: Request) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- health and stats
 
 
-async def _healthz(request: Request) -> Response:
-    return JSONResponse({"status": "alive"})
-
-
 async def _readyz(request: Request) -> Response:
     door = door_of(request)
-    if not door.ready:
-        return JSONResponse({"status": "shutting down"}, status_code=503)
-    try:
-        await door.host.current_stats()  # the gateway asks its database: reachable
-    except Exception as err:
-        get_logger(component="network").warning("not ready: the store cannot be reached", error=str(err))
-        return JSONResponse({"status": "store unreachable"}, status_code=503)
-    return JSONResponse({"status": "ready"})
+    return await readyz_response(door.host, accepting=door.ready)
+
+
+async def _metrics(request: Request) -> Response:
+    if tenant_or_none(request) is None:
+        return unauthorized()
+    door = door_of(request)
+    return await metrics_response(door.metrics, door.host, accepting=door.ready)
 
 
 async def _stats(request: Request) -> Response:

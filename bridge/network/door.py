@@ -14,6 +14,8 @@ Rules, all here:
   `max_turns_per_connection` turns in flight.
 - A client that does not take a response within `stall_secs` is dropped, and
   its turns are cancelled: a slow reader holds one response, never a queue.
+- `/metrics` needs a token as the turn endpoints do, and shows the whole
+  server's numbers whichever tenant asks (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..host.common import BaseHost
 from ..serving.file_delivery import DEFAULT_FILE_TTL, FileDeliveries
 from ..serving.requests import MAX_REQUEST_BYTES
 from ..serving.session import ClientSession, Send, Tenant
+from .metrics import Metrics
 from .tokens import Tokens, bearer_token
 
 DEFAULT_MAX_CONNECTIONS = 2048
@@ -74,13 +77,18 @@ class Door:
     _connection_numbers: count[int] = field(default_factory=lambda: count(1))
     _nursery: trio.Nursery | None = None
     files: FileDeliveries | None = None
+    metrics: Metrics = field(default_factory=Metrics)
 
     def open(self, nursery: trio.Nursery) -> None:
-        """Start: the files agents leave and every tenant's HTTP turns live in `nursery` (the door's lifetime)."""
+        """Start: the files agents leave and every tenant's HTTP turns live in `nursery` (the door's lifetime);
+        the host's turns are counted in `metrics`."""
         self._nursery = nursery
         self.files = FileDeliveries(nursery, self.limits.file_ttl)
+        self.host.observer = self.metrics
 
     def close(self) -> None:
+        if self.host.observer is self.metrics:
+            self.host.observer = None
         if self.files is not None:
             self.files.close()
 

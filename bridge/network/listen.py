@@ -43,11 +43,11 @@ class Address:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-def parse_address(text: str) -> Address:
-    """`HOST:PORT` (`[::1]:8080` for IPv6); raises `ListenError` naming what is wrong."""
+def parse_address(text: str, *, option: str = "--listen") -> Address:
+    """`HOST:PORT` (`[::1]:8080` for IPv6); raises `ListenError` naming what is wrong (and `option`)."""
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ListenError(f"--listen {text!r}: give HOST:PORT, such as 127.0.0.1:8080 or [::1]:8080")
+        raise ListenError(f"{option} {text!r}: give HOST:PORT, such as 127.0.0.1:8080 or [::1]:8080")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return Address(host, int(port))
@@ -74,12 +74,13 @@ def check_listen(address: Address, tokens: Tokens | None) -> None:
         )
 
 
-def require_http_extra() -> None:
+def require_http_extra(option: str = "--listen") -> None:
     try:
         import hypercorn  # noqa: F401
+        import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
     except ImportError as err:
-        raise ListenError(f"--listen needs {err.name}: {HTTP_EXTRA_HINT}") from None
+        raise ListenError(f"{option} needs {err.name}: {HTTP_EXTRA_HINT}") from None
 
 
 def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | None, limits: DoorLimits) -> Any:
@@ -148,7 +149,7 @@ async def serve_network(
             await nursery.start(_shut_down_on_signals, host, stop_listening)
             await nursery.start(sweep_orphans_on_sigchld)
             async with trio.open_nursery() as server:  # ends once hypercorn has closed its connections
-                urls: list[str] = await server.start(_serve_app, serve, app, config, stop_listening.wait)
+                urls: list[str] = await server.start(serve_app, serve, app, config, stop_listening.wait)
                 who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
                 print(f"agent-bridge serve: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
                 task_status.started(urls)
@@ -158,7 +159,7 @@ async def serve_network(
     return 0
 
 
-async def _serve_app(
+async def serve_app(
     serve: Callable[..., Awaitable[None]],
     app: Any,
     config: Any,

@@ -64,7 +64,7 @@ from ...questions import QuestionAnswer, check_answers
 from ...result import TurnResult
 from ...turn import Turn, text_problem
 from ...turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
-from ..common import BaseHost, ClientSessionIds, HostStats, refuse_unless_stored
+from ..common import BaseHost, ClientSessionIds, HostStats, observed, refuse_unless_stored
 from . import fleet_files, queue
 from .db import (
     CONTROL_CHANNEL,
@@ -250,6 +250,10 @@ class RemoteHost(BaseHost):
             raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
         # Waited for under its key before it is queued: a worker may start it before the insert returns here.
         waiter = self._wait_for(turn_id, uuid.uuid4().hex, on_partial, on_event, on_permission)
+        started = trio.current_time()
+        observer = self.observer
+        if observer is not None:
+            waiter.emit = observed(observer, profile, started, waiter.emit)
         waiter.look = False  # nothing can have happened to a turn not queued yet: until a notification says so
         # With nobody to answer the agent's questions here, the worker denies them at once (as a local host does).
         record = {**turn_to_dict(turn), "answered": on_event is not None or on_permission is not None}
@@ -284,9 +288,12 @@ class RemoteHost(BaseHost):
             else:
                 self._note_definitions(profile, enqueued)
             task_status.started(turn_id)
-            return await self._await_result(waiter)
+            result = await self._await_result(waiter)
         finally:
             self._forget(waiter)
+        if observer is not None:
+            observer.turn_ended(profile, result.outcome.value, trio.current_time() - started)
+        return result
 
     async def _refuse_a_session_id_not_stored(self, profile: str, conversation: str, turn: Turn) -> None:
         """Raise `SessionIdRefused` unless the turn's session id is its conversation's stored one (in this
@@ -414,6 +421,8 @@ class RemoteHost(BaseHost):
             max_queued=self.max_queued,
             closing=self._closing,
             warm=0,
+            questions_waiting=sum(len(waiter.asked) + len(waiter.questions) for waiter in self._waiters.values()),
+            fleet_queued=numbers["queued"],
             workers=tuple(numbers["workers"]),
         )
 

@@ -575,6 +575,12 @@ def take_gateway_name(conn: Conn, *, name: str, host: str, pid: int) -> tuple[bo
     return False, (NameHolder(*row) if row is not None else None)
 
 
+def queued_count(conn: Conn) -> int:
+    """The turns waiting in the queue for a worker, every gateway's."""
+    count: int = conn.execute("SELECT count(*) FROM bridge_turns WHERE state = 'queued'").fetchone()[0]
+    return count
+
+
 def stats(conn: Conn) -> dict[str, Any]:
     counts = dict(conn.execute("SELECT state, count(*) FROM bridge_turns GROUP BY state").fetchall())
     outcomes = dict(

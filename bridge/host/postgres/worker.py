@@ -24,6 +24,7 @@ queue in their place.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -32,7 +33,7 @@ import socket
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -43,6 +44,7 @@ from ...dialects.events import FileEvent
 from ...errors import (
     AnswerRefused,
     BridgeError,
+    HostClosed,
     PostgresUnavailable,
     ProfileError,
     StoreError,
@@ -55,6 +57,7 @@ from ...permissions import Decision
 from ...profile import Profile
 from ...result import TurnResult, cancelled_result
 from ...turn_loop import HostEvent
+from ..common import HostStats, TurnObserver
 from ..registry import ProfileRegistry
 from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
 from . import fleet_files, queue
@@ -240,6 +243,7 @@ class Worker:
         name: str | None = None,
         profile_wait_secs: float = DEFAULT_PROFILE_WAIT_SECS,
         attachment_hosts: tuple[str, ...] = (),
+        observer: TurnObserver | None = None,
     ) -> None:
         if not lease_secs > 0:
             raise ValueError("lease_secs must be more than 0")
@@ -252,6 +256,7 @@ class Worker:
         self.shutdown_grace = shutdown_grace
         self.profile_wait_secs = profile_wait_secs
         self.attachment_hosts = attachment_hosts  # exceptions to the attachments' address rule (the turns fetch here)
+        self.observer = observer  # told of each turn this worker runs (metrics), when set
         self.registry = ProfileRegistry(profiles)
         self._advertised: dict[str, str] = {}  # the profiles' hashes bridge_workers has of this worker
         self._skips_logged: set[tuple[str, str, str]] = set()  # (profile, queued hash, this worker's hash)
@@ -285,6 +290,7 @@ class Worker:
                 shutdown_grace=self.shutdown_grace,
                 attachment_hosts=self.attachment_hosts,
             )
+            host.observer = self.observer
             self._host = host
             async with host, trio.open_nursery() as nursery:
                 await nursery.start(
@@ -310,6 +316,20 @@ class Worker:
                 presence.close()
                 self._sessions.close()
                 self._db.close()
+
+    @property
+    def closing(self) -> bool:
+        """True until the worker runs, and once it drains: it claims no turns then."""
+        return self._host is None or self._drain_requested.is_set()
+
+    async def current_stats(self) -> HostStats:
+        """The stats of the turns this worker runs, and `fleet_queued`: the turns waiting in the queue for any
+        worker, read from PostgreSQL (`PostgresError` when it cannot be). `HostClosed` before the worker runs."""
+        host = self._host
+        if host is None:
+            raise HostClosed("the worker is not running yet")
+        fleet_queued = await self._db.run(queue.queued_count, atomic=False)
+        return dataclasses.replace(host.stats(), fleet_queued=fleet_queued)
 
     def drain(self) -> None:
         """Stop claiming; turns in flight finish within the shutdown grace, then go back to the queue.
@@ -746,8 +766,15 @@ def _cancelled_ending(profiles: dict[str, Profile], name: str) -> tuple[TurnResu
     return cancelled_result(profile), None
 
 
-def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> int:
-    """`agent-bridge worker`: returns the exit code (0 after a drain)."""
+def run_worker(
+    dsn: str,
+    profiles: str | os.PathLike[str],
+    *,
+    beside: Callable[..., Awaitable[Any]] | None = None,
+    **options: Any,
+) -> int:
+    """`agent-bridge worker`: returns the exit code (0 after a drain). `beside(worker, task_status=)` is started
+    before the worker (its metrics' server: a port that cannot be had refuses the worker) and runs as long as it."""
     import signal
 
     from ...process import become_subreaper, log_containment, sweep_orphans_on_sigchld
@@ -768,6 +795,8 @@ def run_worker(dsn: str, profiles: str | os.PathLike[str], **options: Any) -> in
                         worker.drain()
 
             await nursery.start(on_signals)
+            if beside is not None:
+                await nursery.start(beside, worker)
             await worker.run()
             nursery.cancel_scope.cancel()
         return 0

@@ -1,0 +1,80 @@
+"""`agent-bridge worker --metrics HOST:PORT`: a worker's `/metrics`, `/healthz` and `/readyz` (docs/metrics.md).
+
+The rule of `serve --listen`, for the same reason: without `--metrics-tokens
+FILE` (serve's tokens file) only a loopback address, and a non-loopback one
+refuses to start; with it, `/metrics` needs one of the file's tokens (any:
+what a worker shows is the whole worker's). `/healthz` and `/readyz` need none.
+The worker's turns are its own (the `Host` it runs them on); the queue depth is
+the fleet's, read from PostgreSQL at each scrape.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import trio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import ListenError
+from .app import unauthorized
+from .door import DoorLimits
+from .listen import Address, hypercorn_config, is_loopback, parse_address, require_http_extra, serve_app
+from .metrics import Metrics, StatsSource, healthz, metrics_response, readyz_response
+from .tokens import Tokens, bearer_token, load_tokens
+
+
+@dataclass
+class WorkerMetrics:
+    """Where a worker shows its metrics, checked before the worker starts; `metrics` is its turns' observer."""
+
+    address: Address
+    tokens: Tokens | None
+    metrics: Metrics = field(default_factory=Metrics)
+
+    async def serve(
+        self, worker: StatsSource, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until cancelled; `task_status.started` gets the URLs (a port of 0 picks a free one)."""
+        from hypercorn.trio import serve
+
+        config = hypercorn_config(self.address, certfile=None, keyfile=None, limits=DoorLimits())
+        async with trio.open_nursery() as nursery:
+            urls: list[str] = await nursery.start(serve_app, serve, self.app(worker), config, trio.sleep_forever)
+            who = f"{len(self.tokens)} tokens" if self.tokens else "no tokens: loopback clients only"
+            print(f"agent-bridge worker: metrics on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+            task_status.started(urls)
+
+    def app(self, worker: StatsSource) -> Starlette:
+        async def metrics(request: Request) -> Response:
+            token = bearer_token(request.headers.get("authorization"))
+            if self.tokens is not None and self.tokens.tenant_of(token) is None:
+                return unauthorized()
+            return await metrics_response(self.metrics, worker)
+
+        async def readyz(request: Request) -> Response:
+            return await readyz_response(worker)
+
+        return Starlette(
+            routes=[
+                Route("/healthz", healthz, methods=["GET"]),
+                Route("/readyz", readyz, methods=["GET"]),
+                Route("/metrics", metrics, methods=["GET"]),
+            ]
+        )
+
+
+def worker_metrics(listen: str, tokens_file: str | None) -> WorkerMetrics:
+    """`--metrics HOST:PORT` and `--metrics-tokens FILE`, checked; raises `ListenError` naming the fix."""
+    require_http_extra("--metrics")
+    address = parse_address(listen, option="--metrics")
+    tokens = load_tokens(tokens_file) if tokens_file else None
+    if tokens is None and not is_loopback(address.host):
+        raise ListenError(
+            f"--metrics {address.bind} is not a loopback address and the worker has no --metrics-tokens: anyone "
+            "who can reach it could read the worker's metrics. Give --metrics-tokens FILE, or use 127.0.0.1"
+        )
+    return WorkerMetrics(address, tokens)
