@@ -83,9 +83,21 @@ def require_http_extra() -> None:
 
 
 def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | None, limits: DoorLimits) -> Any:
-    from hypercorn.config import Config
+    from hypercorn.config import Config, Sockets
 
-    config = Config()
+    class DoorConfig(Config):
+        """Its listening sockets give up on a peer that takes no data for `stall_secs` (TCP_USER_TIMEOUT, which the
+        connections they accept inherit). hypercorn shields its socket writes from cancellation, so the door's own
+        deadline cannot end a write to a client that stopped reading: the kernel ends it, and the write fails."""
+
+        def create_sockets(self) -> Sockets:
+            sockets = super().create_sockets()
+            if limits.stall_secs != float("inf"):
+                for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, int(limits.stall_secs * 1000)))
+            return sockets
+
+    config = DoorConfig()
     config.bind = [address.bind]
     config.accesslog = None  # a request's path names turns: the bridge logs what it needs itself
     config.errorlog = None
