@@ -140,8 +140,9 @@ class Client:
 
     def read(self, deadline: float) -> int:
         """Read what is there into the buffer (waiting until `deadline`); the clock when the read returned."""
-        ready, _, _ = select.select([self.fd()], [], [], max(0.0, deadline - time.monotonic()))
-        expect(bool(ready), "serve sent nothing more before the deadline: a turn never ended")
+        poll = select.poll()  # not select(): a thousand connections' descriptors go past FD_SETSIZE
+        poll.register(self.fd(), select.POLLIN)
+        expect(bool(poll.poll(max(0.0, deadline - time.monotonic()) * 1000)), "serve sent nothing before the deadline")
         chunk = os.read(self.fd(), 262144)
         arrived = time.monotonic_ns()
         expect(bool(chunk), "serve closed the connection")
@@ -311,8 +312,15 @@ class WebSocket(Client):
                 yield json.loads(payload)
 
     def idle(self) -> bool:
-        """Nothing has come: the connection is still open and quiet."""
-        return not select.select([self.sock], [], [], 0)[0]
+        """Nothing but the door's keep-alive pings (answered) has come, and the connection is open."""
+        poll = select.poll()
+        poll.register(self.fd(), select.POLLIN)
+        while poll.poll(0):
+            chunk = os.read(self.fd(), 65536)
+            self.buffer += chunk
+            if not chunk or list(self.parse()):
+                return False
+        return True
 
 
 # --------------------------------------------------------------------------- 25, 26. a turn through each door
