@@ -749,6 +749,15 @@ def machine_line(m: dict[str, Any]) -> str:
     )
 
 
+def _ms_line(measure: str, contender: str, st: dict[str, Any], places: int = 2) -> str:
+    """A line of the spread table in ms, with its p99."""
+    f = f".{places}f"
+    return (
+        f"| {measure} | {contender} | {st['n']} | {st['median']:{f}} | {st['p25']:{f}} – {st['p75']:{f}} | "
+        f"{st['min']:{f}} – {st['max']:{f}} | ms (p99 {st['p99']:{f}}) |"
+    )
+
+
 def _spread(summary: dict[str, Any]) -> list[str]:
     lines = []
     for case, metric, unit in (
@@ -853,24 +862,12 @@ def _spread(summary: dict[str, Any]) -> list[str]:
                 f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |"
             )
     network = summary.get("network", {})
-    for name, st in network.get("turn", {}).items():
-        if st.get("n"):
-            lines.append(
-                f"| echo turn | {NETWORK_TRANSPORTS[name]} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
-                f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |"
-            )
-    for name, st in network.get("latency", {}).items():
-        if st.get("n"):
-            lines.append(
-                f"| partial delay, serve's client | {name} | {st['n']} | {st['median']:.3f} | {st['p25']:.3f} – "
-                f"{st['p75']:.3f} | {st['min']:.3f} – {st['max']:.3f} | ms (p99 {st['p99']:.3f}) |"
-            )
-    for name, st in summary.get("fleet", {}).items():
-        if st.get("n"):
-            lines.append(
-                f"| fleet turn latency | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
-                f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |"
-            )
+    for measure, measured, places in (
+        ("echo turn", {NETWORK_TRANSPORTS[name]: st for name, st in network.get("turn", {}).items()}, 2),
+        ("partial delay, serve's client", network.get("latency", {}), 3),
+        ("fleet turn latency", summary.get("fleet", {}), 2),
+    ):
+        lines += [_ms_line(measure, name, st, places) for name, st in measured.items() if st.get("n")]
     for name, st in summary.get("fleet_burst", {}).items():
         if st.get("n"):
             lines.append(
