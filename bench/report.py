@@ -1071,14 +1071,15 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "24. **Memory while fetching**: peak RSS (VmHWM) of a fresh process whose only work was one turn with 10 "
             "attachments of a 50 MB file from the same server, fetched at once; its agent checks that all 10 arrived "
             "whole (count and total size). *Before the turn* is the same process's peak after its imports.",
-            "25, 26. **A turn through the network door** (bench/network.py): one `agent-bridge serve --profiles` on "
+            "25. **A turn through the network door** (bench/network.py): one `agent-bridge serve --profiles` on "
             "stdin/stdout and one with `--listen 127.0.0.1:0`, the same echo agent (`sample_agents/echo.sh`) behind "
             "both, each with a store of its own; turn by turn, the order rotating, a turn through stdin/stdout, `POST "
             "/v1/turns` as Server-Sent Events, `POST /v1/turns` as JSON (`Accept: application/json`) and WebSocket "
             "`/v1/ws`, each on one connection kept open, timed from writing the request to reading its `result`. The "
             "clients are the sample's own on bare pipes and sockets (HTTP/1.1 keep-alive with a chunked body, RFC "
             "6455 frames, masked), doing the same work on each: one `json.dumps` per request, one `json.loads` per "
-            "response. The target is the difference of the medians.",
+            "response. The target is the difference of the medians: at most 1 ms for `POST /v1/turns`, both forms.",
+            "26. **A turn through WebSocket**: row 25's sample, its `/v1/ws` turns; at most 0.5 ms over stdin/stdout.",
             "27. **Partial latency through serve**: `agents/ticker.py` (row 4's) through a serve on stdin/stdout, over "
             "SSE (`POST /v1/turns`) and over WebSocket; the client takes the clock when its read returns and subtracts "
             "the time written into each partial, so the delay holds the serve process's whole share and the "
