@@ -1,4 +1,4 @@
-"""From raw samples to medians, ratios and the targets of issues 4, 12, 20, 21 and 22; rendered as a console table and
+"""From raw samples to medians, ratios and the targets of issues 4, 12, 20, 21, 22 and 23; rendered as a console table and
 markdown."""
 
 from __future__ import annotations
@@ -34,6 +34,19 @@ INTERACTIVE = ("claude-sdk", "codex-app-server")
 # Issue 22's: fetching a 10 MB file from loopback adds at most 1.2× the time curl takes for it; 10 attachments of 50 MB
 # fetched at once keep the bridge under row 5's 80 MB.
 FETCH_VS_CURL = 1.2
+# Issue 23's, the network door on the echo agent against stdin/stdout serve in the same run: a turn through POST
+# /v1/turns at most 1 ms more at the median, through WebSocket 0.5 ms; partials over SSE p99 ≤ 2 ms; 1,000 idle
+# WebSocket connections keep the serve process under 150 MB RSS.
+HTTP_OVER_STDIN_MS = 1.0
+WS_OVER_STDIN_MS = 0.5
+SSE_LATENCY_P99_MS = 2.0
+IDLE_CONNECTIONS_RSS_MB = 150.0
+NETWORK_TRANSPORTS = {
+    "sse": "POST /v1/turns, SSE",
+    "json": "POST /v1/turns, JSON",
+    "ws": "WebSocket /v1/ws",
+    "stdin": "stdin/stdout serve",
+}
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -197,6 +210,19 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             "size": f"{plan['time']['bytes'] / 1e6:g} MB" if "time" in plan else "",
             "fetched": f"{plan['memory']['count']} × {plan['memory']['bytes'] / 1e6:g} MB" if "memory" in plan else "",
         }
+    if "network" in samples:
+        runs = samples["network"]
+        idle = runs.get("idle connections", [])
+        out["network"] = {
+            "turn": {name: stats(pooled(runs.get("turn", []), f"{name}_ms")) for name in NETWORK_TRANSPORTS},
+            "latency": {
+                label.removeprefix("latency, "): stats(pooled(s, "delay_ms"))
+                for label, s in runs.items()
+                if label.startswith("latency, ")
+            },
+            **{key: stats(pooled(idle, key)) for key in ("rss_mb", "peak_rss_mb", "before_mb", "turn_ms")},
+            "connections": raw["plan"]["network"]["variants"].get("idle connections", {}).get("connections", 0),
+        }
     out["per_round_ratios"] = per_round_ratios(samples)
     out["rows"] = rows(out)
     return out
@@ -274,6 +300,13 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
             for x in samples["attachments"]["time"]
             if "invalid" not in x
         ]
+    for name in ("sse", "json", "ws"):
+        if "turn" in samples.get("network", {}):
+            result[f"network: {NETWORK_TRANSPORTS[name]} turn − stdin/stdout serve (ms)"] = [
+                round(statistics.median(x[f"{name}_ms"]) - statistics.median(x["stdin_ms"]), 3)
+                for x in samples["network"]["turn"]
+                if "invalid" not in x
+            ]
     return result
 
 
@@ -639,6 +672,48 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             f"< {PEAK_RSS_MB:g} MB",
             _verdict(fetched["rss"]["max"] < PEAK_RSS_MB),
         )
+    network = s.get("network", {})
+    turns, plain = network.get("turn", {}), network.get("turn", {}).get("stdin", {})
+    for number, name, limit in (
+        (25, "sse", HTTP_OVER_STDIN_MS),
+        (25, "json", HTTP_OVER_STDIN_MS),
+        (26, "ws", WS_OVER_STDIN_MS),
+    ):
+        if turns.get(name, {}).get("n") and plain.get("n"):
+            added = turns[name]["median"] - plain["median"]
+            row(
+                f"{number} turn through {NETWORK_TRANSPORTS[name]}, median",
+                _ms(turns[name]["median"]),
+                f"{_ms(plain['median'])} stdin/stdout serve",
+                "",
+                f"{added:+.2f} ms",
+                f"≤ stdin serve + {limit:g} ms",
+                _verdict(added <= limit),
+            )
+    latencies = network.get("latency", {})
+    plain = latencies.get("stdin", {})
+    for name, target in (("SSE", SSE_LATENCY_P99_MS), ("WebSocket", None)):
+        lat = latencies.get(name, {})
+        if lat.get("n"):
+            row(
+                f"27 partial latency over {name}, p99 (p50)",
+                f"{lat['p99']:.3f} ms ({lat['p50']:.3f})",
+                f"{plain['p99']:.3f} ms ({plain['p50']:.3f}) stdin/stdout serve" if plain.get("n") else "",
+                "",
+                "",
+                f"p99 ≤ {target:g} ms" if target else "",
+                _verdict(lat["p99"] <= target) if target else "",
+            )
+    if network.get("rss_mb", {}).get("n"):
+        row(
+            f"28 RSS, {network['connections']:,} idle WebSocket connections",
+            f"{network['rss_mb']['max']:.1f} MB (peak {network['peak_rss_mb']['max']:.1f})",
+            f"{network['before_mb']['max']:.1f} MB before them",
+            "",
+            f"a turn beside them {_ms(network['turn_ms']['median'])}",
+            f"< {IDLE_CONNECTIONS_RSS_MB:g} MB",
+            _verdict(network["rss_mb"]["max"] < IDLE_CONNECTIONS_RSS_MB),
+        )
     return table
 
 
@@ -671,6 +746,15 @@ def machine_line(m: dict[str, Any]) -> str:
     return (
         f"{m['cpu']}, {m['usable_cores']} cores, {m['ram_gib']} GiB RAM, {m['kernel']}, Python {m['python']}, "
         f"{m['date']}, commit {m['commit']}; load average before {m['load_before'][0]}"
+    )
+
+
+def _ms_line(measure: str, contender: str, st: dict[str, Any], places: int = 2) -> str:
+    """A line of the spread table in ms, with its p99."""
+    f = f".{places}f"
+    return (
+        f"| {measure} | {contender} | {st['n']} | {st['median']:{f}} | {st['p25']:{f}} – {st['p75']:{f}} | "
+        f"{st['min']:{f}} – {st['max']:{f}} | ms (p99 {st['p99']:{f}}) |"
     )
 
 
@@ -777,12 +861,13 @@ def _spread(summary: dict[str, Any]) -> list[str]:
                 f"| fetch {fetched['size']} | {contender} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
                 f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |"
             )
-    for name, st in summary.get("fleet", {}).items():
-        if st.get("n"):
-            lines.append(
-                f"| fleet turn latency | {name} | {st['n']} | {st['median']:.2f} | {st['p25']:.2f} – "
-                f"{st['p75']:.2f} | {st['min']:.2f} – {st['max']:.2f} | ms (p99 {st['p99']:.2f}) |"
-            )
+    network = summary.get("network", {})
+    for measure, measured, places in (
+        ("echo turn", {NETWORK_TRANSPORTS[name]: st for name, st in network.get("turn", {}).items()}, 2),
+        ("partial delay, serve's client", network.get("latency", {}), 3),
+        ("fleet turn latency", summary.get("fleet", {}), 2),
+    ):
+        lines += [_ms_line(measure, name, st, places) for name, st in measured.items() if st.get("n")]
     for name, st in summary.get("fleet_burst", {}).items():
         if st.get("n"):
             lines.append(
@@ -986,6 +1071,23 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "24. **Memory while fetching**: peak RSS (VmHWM) of a fresh process whose only work was one turn with 10 "
             "attachments of a 50 MB file from the same server, fetched at once; its agent checks that all 10 arrived "
             "whole (count and total size). *Before the turn* is the same process's peak after its imports.",
+            "25. **A turn through the network door** (bench/network.py): one `agent-bridge serve --profiles` on "
+            "stdin/stdout and one with `--listen 127.0.0.1:0`, the same echo agent (`sample_agents/echo.sh`) behind "
+            "both, each with a store of its own; turn by turn, the order rotating, a turn through stdin/stdout, `POST "
+            "/v1/turns` as Server-Sent Events, `POST /v1/turns` as JSON (`Accept: application/json`) and WebSocket "
+            "`/v1/ws`, each on one connection kept open, timed from writing the request to reading its `result`. The "
+            "clients are the sample's own on bare pipes and sockets (HTTP/1.1 keep-alive with a chunked body, RFC "
+            "6455 frames, masked), doing the same work on each: one `json.dumps` per request, one `json.loads` per "
+            "response. The target is the difference of the medians: at most 1 ms for `POST /v1/turns`, both forms.",
+            "26. **A turn through WebSocket**: row 25's sample, its `/v1/ws` turns; at most 0.5 ms over stdin/stdout.",
+            "27. **Partial latency through serve**: `agents/ticker.py` (row 4's) through a serve on stdin/stdout, over "
+            "SSE (`POST /v1/turns`) and over WebSocket; the client takes the clock when its read returns and subtracts "
+            "the time written into each partial, so the delay holds the serve process's whole share and the "
+            "transport's, beside the agent's pipe.",
+            "28. **Idle connections**: 1,000 WebSocket connections opened to one listening serve (the sample raises "
+            "its soft RLIMIT_NOFILE, which serve inherits) and left idle; the serve process's VmRSS from /proc with "
+            "them open (its peak VmHWM beside it), after a turn on one more connection completed. *Before them*: its "
+            "RSS after one turn. The sample checks that no idle connection was closed or written to.",
             "",
         ]
     )

@@ -1,6 +1,6 @@
 """Run the benchmarks: issue 4's six, the JSON dialects (codex-exec, wire 0.4), warm agents (issue 10), the
-scale-out through PostgreSQL (issue 11), the real Claude Code and codex kept warm (issue 21) and attachments fetched
-(issue 22); report medians, ratios and targets.
+scale-out through PostgreSQL (issue 11), the real Claude Code and codex kept warm (issue 21), attachments fetched
+(issue 22) and the network door (issue 23); report medians, ratios and targets.
 
     make bench            # full run, ~15 minutes: rewrites bench/RESULTS.md, bench/results.png, docs/performance.md's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
@@ -222,6 +222,19 @@ def build_plan(
             2 if q else 5,
         ),
         *attachments,
+        # Issue 23's: the network door (bench/network.py), real serve processes on stdin/stdout and on loopback.
+        Case(
+            "network",
+            [
+                Variant("turn", "turn", {"turns": 30 if q else 150, "warmup": 5}),
+                *(
+                    Variant(f"latency, {name}", "latency", {**lat, "transport": transport})
+                    for name, transport in (("stdin", "stdin"), ("SSE", "sse"), ("WebSocket", "ws"))
+                ),
+                Variant("idle connections", "idle", {"connections": 1000}),
+            ],
+            2 if q else 4,
+        ),
     ]
 
 
@@ -522,7 +535,7 @@ def main() -> int:
         metavar="CASE",
         help="run only these cases (turn throughput "
         "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects claude-sdk "
-        "codex-app-server attachments)",
+        "codex-app-server attachments network)",
     )
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument(

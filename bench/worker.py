@@ -1143,7 +1143,8 @@ def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def interactive(module: str, sample: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """A sample kept in bench/claude_sdk.py or bench/codex_app_server.py (runnable alone too), imported when run."""
+    """A sample kept in a module of its own (bench/claude_sdk.py, bench/codex_app_server.py, bench/network.py;
+    each runnable alone too), imported when run."""
 
     def run(p: dict[str, Any]) -> dict[str, Any]:
         import importlib
@@ -1297,6 +1298,9 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("codex-app-server", "latency"): interactive("codex_app_server", "latency"),
     ("attachments", "time"): fetch_time,
     ("attachments", "memory"): fetch_memory,
+    ("network", "turn"): interactive("network", "turn"),
+    ("network", "latency"): interactive("network", "latency"),
+    ("network", "idle"): interactive("network", "idle"),
 }
 
 

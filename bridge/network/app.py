@@ -350,6 +350,7 @@ async def _websocket(websocket: WebSocket) -> None:
         await websocket.send_denial_response(unauthorized())
         return
     if not door.take_connection():
+        await websocket.accept()  # closed before its accept, the client would see an HTTP 403, not the code
         await websocket.close(WS_TRY_AGAIN_LATER, "the server has all the connections it takes; try again")
         return
     try:
