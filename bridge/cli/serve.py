@@ -268,7 +268,7 @@ def run_serve(
 def _network_door(options: dict[str, Any], file_ttl: float) -> Callable[[BaseHost], Awaitable[int]]:
     """Check the network door's options before anything opens; returns what serves a host through it."""
     from ..network.door import DoorLimits
-    from ..network.listen import check_listen, parse_address, require_http_extra, serve_network
+    from ..network.listen import check_listen, hypercorn_config, parse_address, require_http_extra, serve_network
     from ..network.tokens import load_tokens
 
     require_http_extra()
@@ -282,6 +282,8 @@ def _network_door(options: dict[str, Any], file_ttl: float) -> Callable[[BaseHos
         stall_secs=options.get("send_timeout", defaults.stall_secs),
         file_ttl=file_ttl,
     )
+    # The certificate and key load now: a gateway must not take its name, nor serve open its store, for nothing.
+    hypercorn_config(address, certfile=options.get("certfile"), keyfile=options.get("keyfile"), limits=limits)
 
     async def listening(host: BaseHost) -> int:
         return await serve_network(

@@ -16,6 +16,12 @@ Rules, all here:
   its turns are cancelled: a slow reader holds one response, never a queue.
 - `/metrics` needs a token as the turn endpoints do, and shows the whole
   server's numbers whichever tenant asks (docs/metrics.md).
+- No client of the door comes back for a result it was not sent (its ids are
+  its connection's, or its request's): behind a fleet gateway such a result
+  counts as delivered, not left for the next serve of the gateway's name.
+  Results an earlier gateway of the name could not send are left for a serve
+  on stdin/stdout of that name, which sends them; the door says how many wait
+  (`serve_network`).
 """
 
 from __future__ import annotations
@@ -115,6 +121,7 @@ class Door:
                 tenant=tenant,
                 scope=f"{tenant.name}/http/",
                 file_url=_file_url("http"),
+                resend_unsent=False,
             )
             self._http_sessions[tenant.name] = session
         return session
@@ -132,6 +139,7 @@ class Door:
             scope=f"{tenant.name}/ws{number}/",
             file_url=_file_url(f"ws{number}"),
             max_turns_in_flight=self.limits.max_turns_per_connection,
+            resend_unsent=False,
         )
 
     def waiting_file(self, tenant: Tenant, client: str, request_id: str, name: str) -> FileEvent | None:

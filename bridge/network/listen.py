@@ -6,6 +6,10 @@ Rules checked before anything binds:
   raises `ListenError` naming the fix.
 - The `http` extra must be installed; else `ListenError` names it.
 
+Behind a fleet gateway, results an earlier gateway of the same name could not
+send stay in the queue for a serve on stdin/stdout of that name (whose bot
+comes back for them); the door only says how many wait.
+
 Shutdown drains as stdin/stdout serve does: SIGTERM or SIGINT stops new turns
 (`shutting_down`), lets those in flight finish within the grace, then closes
 the listener; a second signal cancels every turn at once.
@@ -148,6 +152,7 @@ async def serve_network(
         try:
             await nursery.start(_shut_down_on_signals, host, stop_listening)
             await nursery.start(sweep_orphans_on_sigchld)
+            await _say_what_waits_for_stdin_serve(host)
             async with trio.open_nursery() as server:  # ends once hypercorn has closed its connections
                 urls: list[str] = await server.start(serve_app, serve, app, config, stop_listening.wait)
                 who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
@@ -157,6 +162,18 @@ async def serve_network(
             door.close()
         nursery.cancel_scope.cancel()
     return 0
+
+
+async def _say_what_waits_for_stdin_serve(host: BaseHost) -> None:
+    """Results an earlier gateway of this name accepted but could not send are left in the queue: they are a
+    stdin/stdout serve's bot's (only it comes back for results), and marking them delivered would lose them."""
+    waiting = await host.undelivered()
+    if waiting:
+        get_logger(component="network").warning(
+            "results an earlier gateway of this name could not send wait in the queue; the network door has no "
+            "client to send them to: `agent-bridge serve --postgres DSN --name NAME` on stdin/stdout sends them",
+            waiting=len(waiting),
+        )
 
 
 async def serve_app(

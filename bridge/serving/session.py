@@ -104,7 +104,11 @@ class ClientSession:
         scope: str = "",
         max_turns_in_flight: int | None = None,
         file_url: Callable[[str | int, str], str] | None = None,
+        resend_unsent: bool = True,
     ) -> None:
+        """`resend_unsent`: a result this client could not be sent waits for the next serve of the host's name
+        (a gateway's results outlive it), as stdin serve's bot comes back; False for a client that never comes
+        back for it (a network connection, whose ids are its own): such a result counts as delivered."""
         self.host = host
         self.send = send
         self.tenant = tenant
@@ -113,6 +117,7 @@ class ClientSession:
         self._scope = scope
         self._max_turns = max_turns_in_flight
         self._file_url = file_url  # the network door: where a `file` response's file is downloaded
+        self._resend_unsent = resend_unsent
         self._mine: set[str] = set()  # host turn ids of this client's turns in flight
         self._log = get_logger(component="serve")
 
@@ -329,7 +334,7 @@ class ClientSession:
     async def _deliver(self, turn_id: str, request_id: Any, result: TurnResult, send: Send) -> None:
         sent = await send({"type": "result", "id": request_id, **result.to_dict()})
         self._files.turn_over(result)
-        if sent:
+        if sent or not self._resend_unsent:
             await self.host.delivered(turn_id)
 
     async def _turn_failed(self, turn_id: str, request_id: Any, err: Exception, send: Send) -> None:
@@ -341,7 +346,7 @@ class ClientSession:
         if code == INTERNAL_ERROR:
             self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
         sent = await send({"type": "error", "id": request_id, "code": code, "message": str(err)})
-        if sent and code != DETACHED:
+        if (sent or not self._resend_unsent) and code != DETACHED:
             await self.host.delivered(turn_id)  # the turn's end reached the client: a later serve need not send it
 
     async def error(self, request_id: Any, code: str, message: str) -> bool:
