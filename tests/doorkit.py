@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 WAIT_SECS = 20.0
@@ -80,6 +81,17 @@ class ListeningServe:
             self.process.kill()
             self.process.wait()
             raise AssertionError("serve did not exit within its wait after SIGTERM") from None
+
+
+@pytest.fixture
+def serves() -> Iterator[list[ListeningServe]]:
+    """The listening serves a test starts (appended here), stopped at its end."""
+    started: list[ListeningServe] = []
+    try:
+        yield started
+    finally:
+        for serve in started:
+            serve.stop()
 
 
 def sse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:

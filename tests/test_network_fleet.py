@@ -12,46 +12,32 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import SAMPLE_AGENTS, process_state
-from doorkit import ListeningServe, serve_argv, sse_events, write_tokens
+from conftest import process_state
+from doorkit import ListeningServe, serve_argv, serves, sse_events, write_tokens  # noqa: F401 - serves: a fixture
 from fleetkit import Fleet, eventually, release, turn
 from hostkit import Lab
 from httpx_ws import connect_ws
-from test_postgres_fleet import BIG, lab, maker, started  # noqa: F401 - lab: the recorder as profile "rec"
+from test_postgres_bots import ask_profile
+from test_postgres_fleet import BIG, fleet, lab, maker, started  # noqa: F401 - fixtures: the recorder as "rec"
 
 ALPHA, BETA = "alpha-token-0123456789", "beta-token-0123456789"
 WAIT = 20.0
 
 
 @pytest.fixture
-def fleet(lab: Lab, pg_dsn: str) -> Iterator[Fleet]:
-    fleet = Fleet(lab, pg_dsn)
-    try:
-        yield fleet
-    finally:
-        fleet.stop()
+def door(fleet: Fleet, serves: list[ListeningServe]) -> ListeningServe:
+    """Two workers and a listening gateway named "bot"."""
+    fleet.worker()
+    fleet.worker()
+    return open_door(fleet, serves)
 
 
-@pytest.fixture
-def doors(fleet: Fleet, lab: Lab) -> Iterator[list[ListeningServe]]:
-    """The listening gateways a test starts (with `open_door`), stopped at its end."""
-    started: list[ListeningServe] = []
-    try:
-        yield started
-    finally:
-        for door in started:
-            door.stop()
-
-
-def open_door(fleet: Fleet, doors: list[ListeningServe], name: str = "bot", *options: str) -> ListeningServe:
+def open_door(fleet: Fleet, serves: list[ListeningServe], name: str = "bot", *options: str) -> ListeningServe:
     tokens = write_tokens(fleet.lab.root / "tokens.yaml", {ALPHA: "alpha", BETA: "beta"})
     door = ListeningServe(
         serve_argv(
@@ -59,7 +45,7 @@ def open_door(fleet: Fleet, doors: list[ListeningServe], name: str = "bot", *opt
         ),
         fleet.lab.root / f"door-{name}.log",
     )
-    doors.append(door)
+    serves.append(door)
     return door
 
 
@@ -90,11 +76,11 @@ def post_turn(http: httpx.Client, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_turns_over_websocket_and_http_are_queued_and_run_on_both_workers(
-    fleet: Fleet, lab: Lab, doors: list[ListeningServe]
+    fleet: Fleet, lab: Lab, serves: list[ListeningServe]
 ) -> None:
     fleet.worker(max_concurrent=1)
     fleet.worker(max_concurrent=1)
-    door = open_door(fleet, doors)
+    door = open_door(fleet, serves)
     one, two = lab.gate(), lab.gate()
     with client(door, ALPHA) as http, connect_ws("/v1/ws", http) as ws:
         ws.send_json(turn("w1", f"tag=w1 gate={one}", conversation="c1"))
@@ -120,11 +106,8 @@ def test_turns_over_websocket_and_http_are_queued_and_run_on_both_workers(
 
 
 def test_a_held_turn_cancelled_over_http_stops_its_agent_on_the_worker_and_no_other_token_can(
-    fleet: Fleet, lab: Lab, doors: list[ListeningServe]
+    fleet: Fleet, lab: Lab, door: ListeningServe
 ) -> None:
-    fleet.worker()
-    fleet.worker()
-    door = open_door(fleet, doors)
     gate = lab.gate()
     with client(door, ALPHA) as alpha, client(door, BETA) as beta:
         with alpha.stream("POST", "/v1/turns", json=turn("held", f"tag=held gate={gate}")) as stream:
@@ -144,11 +127,8 @@ def test_a_held_turn_cancelled_over_http_stops_its_agent_on_the_worker_and_no_ot
 
 
 def test_two_tokens_with_the_same_conversation_key_have_their_own_sessions_on_the_workers(
-    fleet: Fleet, lab: Lab, doors: list[ListeningServe]
+    fleet: Fleet, lab: Lab, door: ListeningServe
 ) -> None:
-    fleet.worker()
-    fleet.worker()
-    door = open_door(fleet, doors)
     with client(door, ALPHA) as alpha, client(door, BETA) as beta:
         assert post_turn(alpha, turn(1, "tag=a1 session=s-alpha"))["session_id"] == "s-alpha"
         with connect_ws("/v1/ws", beta) as ws:
@@ -162,20 +142,22 @@ def test_two_tokens_with_the_same_conversation_key_have_their_own_sessions_on_th
     assert conversations == {"alpha:chat", "beta:chat"}
 
 
-def test_a_websocket_dropped_mid_turn_cancels_its_turn_on_the_worker_and_nothing_waits_for_it(
-    fleet: Fleet, lab: Lab, doors: list[ListeningServe]
+def test_a_connection_dropped_mid_turn_cancels_its_turn_on_the_worker_and_nothing_waits_for_it(
+    fleet: Fleet, lab: Lab, door: ListeningServe
 ) -> None:
-    fleet.worker()
-    fleet.worker()
-    door = open_door(fleet, doors)
     gate = lab.gate()
     with client(door, ALPHA) as http:
+        with http.stream("POST", "/v1/turns", json=turn("sse", f"tag=sse gate={gate}", conversation="c2")) as stream:
+            events = sse_events(stream.iter_lines())
+            assert [next(events)["type"], next(events)["type"]] == ["accepted", "partial"]
+        [pid] = started(lab, "sse")  # the event stream is closed unread: the connection is dropped
+        eventually(lambda: process_state(pid) in (None, "Z"), "the agent of the dropped event stream's turn to die")
         with connect_ws("/v1/ws", http) as ws:
             ws.send_json(turn("gone", f"tag=gone gate={gate}"))
             until(ws, "partial", "gone")
             [pid] = started(lab, "gone")
         eventually(lambda: process_state(pid) in (None, "Z"), "the agent of the dropped connection's turn to die")
-        assert lab.events("sigint") == ["gone"]
+        assert lab.events("sigint") == ["sse", "gone"]
         # nobody can ever come back for this result through the door: it does not wait for a later serve
         eventually(
             lambda: fleet.query(
@@ -187,18 +169,11 @@ def test_a_websocket_dropped_mid_turn_cancels_its_turn_on_the_worker_and_nothing
 
 
 def test_a_permission_decided_over_http_reaches_the_worker_s_agent(
-    fleet: Fleet, lab: Lab, doors: list[ListeningServe]
+    fleet: Fleet, lab: Lab, serves: list[ListeningServe]
 ) -> None:
-    (lab.profiles / "ap4.yaml").write_text(
-        textwrap.dedent(f"""\
-        protocol: agentproc-0.4
-        command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
-        env: {{STREAM_DELAY: "0", TMPDIR: {str(lab.root)!r}}}
-        permissions: {{ask: [Read], timeout_secs: 10}}
-    """)
-    )
+    ask_profile(lab)
     fleet.worker()
-    door = open_door(fleet, doors)
+    door = open_door(fleet, serves)
     with client(door, ALPHA) as alpha, client(door, BETA) as beta:
         with alpha.stream("POST", "/v1/turns", json=turn("p1", "hi tool=Read", profile="ap4")) as stream:
             events = sse_events(stream.iter_lines())
@@ -213,11 +188,11 @@ def test_a_permission_decided_over_http_reaches_the_worker_s_agent(
 
 
 def test_files_an_agent_leaves_on_a_worker_are_offered_by_the_door(
-    fleet: Fleet, lab: Lab, doors: list[ListeningServe], tmp_path: Path
+    fleet: Fleet, lab: Lab, serves: list[ListeningServe], tmp_path: Path
 ) -> None:
     maker(lab, tmp_path)
     fleet.worker()
-    door = open_door(fleet, doors)
+    door = open_door(fleet, serves)
     with client(door, ALPHA) as alpha, client(door, BETA) as beta:
         request = turn("f1", "go", profile="maker", inline_files_max_bytes=100)
         with alpha.stream("POST", "/v1/turns", json=request) as stream:
@@ -234,7 +209,7 @@ def test_files_an_agent_leaves_on_a_worker_are_offered_by_the_door(
 
 
 def test_results_an_earlier_gateway_of_the_name_could_not_send_wait_for_a_stdin_serve_of_it(
-    fleet: Fleet, lab: Lab, doors: list[ListeningServe]
+    fleet: Fleet, lab: Lab, serves: list[ListeningServe]
 ) -> None:
     fleet.worker()
     earlier = fleet.gateway("--name", "bot")
@@ -244,12 +219,12 @@ def test_results_an_earlier_gateway_of_the_name_could_not_send_wait_for_a_stdin_
     earlier.kill()  # kill -9: turn 7 runs on, and nobody is there for its result
     release(gate)
     eventually(lambda: fleet.query("SELECT 1 FROM bridge_turns WHERE state = 'done'"), "turn 7 to finish")
-    door = open_door(fleet, doors, "bot")
+    door = open_door(fleet, serves, "bot")
     [said] = [record for record in logged(door) if "could not send" in record.get("event", "")]
     assert said["waiting"] == 1 and "serve --postgres DSN --name NAME` on stdin/stdout" in said["event"]
     with client(door, ALPHA) as alpha:
         assert post_turn(alpha, turn(7, "tag=b"))["reply"] == "reply b one"  # the door's 7 is its client's own
     assert fleet.query("SELECT delivered_at IS NULL FROM bridge_turns WHERE turn_id = '7'") == [(True,)]
     assert door.stop() == 0
-    doors.remove(door)
+    serves.remove(door)
     assert fleet.gateway("--name", "bot").until("result", 7)[-1]["reply"] == "reply a one"
