@@ -200,11 +200,12 @@ def test_files_an_agent_leaves_on_a_worker_are_offered_by_the_door(
         offered = {r["name"]: r for r in responses if r["type"] == "file"}
         assert set(offered) == {"big.bin", "empty.txt", "report.txt"}
         assert base64.b64decode(offered["report.txt"]["data"]) == b"two lines\nof report\n"
-        assert beta.get("/v1/turns/f1/files/big.bin").status_code == 404  # another tenant's turn
-        big = alpha.get("/v1/turns/f1/files/big.bin")
+        url = offered["big.bin"]["url"]
+        assert beta.get(url).status_code == 404  # another tenant's turn
+        big = alpha.get(url)
         assert (big.status_code, big.content) == (200, BIG)
-        assert alpha.delete("/v1/turns/f1/files/big.bin").status_code == 200
-        assert alpha.get("/v1/turns/f1/files/big.bin").status_code == 404
+        assert alpha.delete(url).status_code == 200
+        assert alpha.get(url).status_code == 404
     assert fleet.query("SELECT count(*) FROM bridge_turn_files") == [(0,)]  # delivered: the stored bytes are gone
 
 
