@@ -118,7 +118,7 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
         try:
             config.create_ssl_context()
         except (OSError, ValueError) as err:  # ssl.SSLError is an OSError: a file that is no PEM, a key not the cert's
-            problem = f"{err.filename}: {err.strerror}" if getattr(err, "filename", None) else str(err)
+            problem = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename else str(err)
             raise ListenError(
                 f"TLS: --certfile {certfile!r} and --keyfile {keyfile!r} do not load as a PEM certificate chain and "
                 f"its private key ({problem})"
