@@ -30,8 +30,11 @@ _databases = itertools.count(1)
 
 
 @pytest.fixture
-def pg_dsn(postgres_server: PostgresServer) -> str:
-    """The DSN of a new, empty database of its own for this test."""
+def pg_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """The DSN of a new, empty database of its own for this test, dropped after it.
+
+    Dropped one by one: a cluster left holding every test's database takes longer to remove at the end of the
+    session than a fixture's teardown may (pytest-timeout), on a loaded machine."""
     import psycopg
 
     if postgres_server.process is None or postgres_server.process.poll() is not None:
@@ -39,4 +42,9 @@ def pg_dsn(postgres_server: PostgresServer) -> str:
     name = f"test_{os.getpid()}_{next(_databases)}"
     with psycopg.connect(postgres_server.dsn("postgres"), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    return postgres_server.dsn(name)
+    yield postgres_server.dsn(name)
+    try:
+        with psycopg.connect(postgres_server.dsn("postgres"), autocommit=True, connect_timeout=5) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except psycopg.OperationalError:
+        pass  # the test stopped the server: its files go with the cluster
