@@ -137,33 +137,39 @@ class FileRoot:
         each one made (0o700) when missing. None is followed if it is a symlink — one the agent planted is
         refused, as is any component that is not a directory — so the bridge never creates, writes or removes
         outside the root. With `fresh_last` the last one must not exist yet: the caller owns all it holds."""
+        *above, last = self.directories(names, fresh_last=fresh_last)
+        for descriptor in above:
+            os.close(descriptor)
+        return last
+
+    def directories(self, names: Sequence[str], *, fresh_last: bool = False) -> list[int]:
+        """As `directory`, with a descriptor of every directory on the way: the root's, then one per name."""
         with self._lock:
             if self._descriptor is None:
                 raise FileRefused("the agent's session is over")
-            current = os.open(".", _DIRECTORY_FLAGS, dir_fd=self._descriptor)
+            opened = [os.open(".", _DIRECTORY_FLAGS, dir_fd=self._descriptor)]
         try:
             for index, name in enumerate(names):
                 if not name or name in (".", "..") or "/" in name:
                     raise FileRefused(f"{name!r} is not a single directory name")
                 try:
-                    os.mkdir(name, 0o700, dir_fd=current)
+                    os.mkdir(name, 0o700, dir_fd=opened[-1])
                 except FileExistsError:
                     if fresh_last and index == len(names) - 1:
                         raise FileRefused(f"{name} exists already; the bridge makes it afresh") from None
                 try:
-                    opened = os.open(name, _DIRECTORY_FLAGS, dir_fd=current)
+                    opened.append(os.open(name, _DIRECTORY_FLAGS, dir_fd=opened[-1]))
                 except OSError as err:
                     if err.errno in (errno.ELOOP, errno.ENOTDIR):
                         raise FileRefused(
                             f"{name} in {self.path} is a symlink or not a directory; the bridge will not follow it"
                         ) from None
                     raise
-                os.close(current)
-                current = opened
         except BaseException:
-            os.close(current)
+            for descriptor in opened:
+                os.close(descriptor)
             raise
-        return current
+        return opened
 
     # ------------------------------------------------------------------ resolving
 

@@ -77,6 +77,24 @@ def plan_warm_launch(profile: Profile, environ: Mapping[str, str], *, session_id
     return _plan(profile, environ, session_id, session_name, None)
 
 
+def turn_working_directory(profile: Profile, turn: Turn) -> str | None:
+    """The working directory `plan_launch` gives the turn's agent (None: the bridge's own), without planning the
+    rest; raises `LaunchError` as it does when a value cannot be put into `cwd`."""
+    return _working_directory(profile, _values(profile, turn.session_id, turn.session_name, turn, ""))
+
+
+def _values(
+    profile: Profile, session_id: str, session_name: str, turn: Turn | None, new_session_id: str
+) -> dict[str, str]:
+    return {
+        "MESSAGE": turn.message if turn is not None else "",
+        "SESSION_ID": session_id,
+        "SESSION_NAME": session_name,
+        "PROFILE_DIR": profile.profile_dir,
+        "NEW_SESSION_ID": new_session_id,
+    }
+
+
 def _plan(
     profile: Profile, environ: Mapping[str, str], session_id: str, session_name: str, turn: Turn | None
 ) -> LaunchPlan:
@@ -85,13 +103,7 @@ def _plan(
         import uuid  # only profiles that name new sessions pay for the module
 
         new_session_id = str(uuid.uuid4())
-    values = {
-        "MESSAGE": turn.message if turn is not None else "",
-        "SESSION_ID": session_id,
-        "SESSION_NAME": session_name,
-        "PROFILE_DIR": profile.profile_dir,
-        "NEW_SESSION_ID": new_session_id,
-    }
+    values = _values(profile, session_id, session_name, turn, new_session_id)
     notes: list[str] = []
     if turn is None or profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
         handover = Handover(keep_open=True)

@@ -23,7 +23,7 @@ from .dialects.events import ActivityEvent, FileEvent
 from .errors import OutboxError
 from .profile import Profile
 from .result import Outcome, TurnResult
-from .turn_files import TurnFiles
+from .turn_files import STATE_DIRECTORY, TurnFiles
 from .turn_loop import Emit
 
 DEFAULT_MAX_FILES = 20
@@ -153,19 +153,26 @@ def remove_file(file: FileEvent) -> None:
 
 
 def remove_outbox(directory: str) -> None:
-    """Delete the outbox `directory` with whatever is in it, then the directories above it that made it
-    (`.agent-bridge/turns/ID`) as far as they are empty."""
+    """Delete the outbox `directory` with whatever is in it; when it is a turn's outbox
+    (`.agent-bridge/turns/<turn>/outbox`), then the directories above it that made it, as far as they are empty."""
     try:
         os.rmdir(directory)  # most outboxes are left empty
     except OSError:
         shutil.rmtree(directory, ignore_errors=True)
-    parent = os.path.dirname(directory)
-    for _ in range(3):
+    turn = os.path.dirname(directory)
+    turns = os.path.dirname(turn)
+    state = os.path.dirname(turns)
+    if (os.path.basename(directory), os.path.basename(turns), os.path.basename(state)) != (
+        "outbox",
+        "turns",
+        STATE_DIRECTORY,
+    ):
+        return  # not a turn's outbox (a gateway's own directory of files): nothing above it is the bridge's
+    for made in (turn, turns, state):
         try:
-            os.rmdir(parent)
+            os.rmdir(made)
         except OSError:
             return  # not empty (the turn's attachments, another turn) or gone: not the outbox's to remove
-        parent = os.path.dirname(parent)
 
 
 def media_type_of(name: str) -> str:

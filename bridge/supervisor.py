@@ -22,7 +22,7 @@ import trio
 from .agent_io import AgentIO, TurnLimits
 from .dialects import SessionEvent
 from .errors import FileRefused, LaunchError
-from .launch import LaunchPlan, plan_launch
+from .launch import LaunchPlan, plan_launch, turn_working_directory
 from .outbox import hand_out_turn_files
 from .process import start
 from .profile import Profile
@@ -77,7 +77,7 @@ async def drive_turn(
     started = trio.current_time()
     turn_id = turn_id or os.urandom(6).hex()
     try:
-        cwd = plan_launch(profile, turn, os.environ).cwd or os.getcwd()
+        cwd = turn_working_directory(profile, turn) or os.getcwd()
     except LaunchError:  # it fails to start the same way below, before anything is made or fetched
         cwd = ""
     try:

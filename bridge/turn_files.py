@@ -20,6 +20,7 @@ from .agent_files import FileRoot
 from .errors import FileRefused
 
 STATE_DIRECTORY = ".agent-bridge"
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -52,13 +53,14 @@ class TurnFiles:
         self._turn_fd = -1  # the turn's directory: where remove_attachments() deletes
         self._made = False  # the turn's directory is this object's: remove() deletes it
         try:
-            for depth in range(3):
-                self._held.append(root.directory([STATE_DIRECTORY, "turns"][:depth]))
+            self._held = root.directories([STATE_DIRECTORY, "turns"])
             self._turn_fd = root.directory([STATE_DIRECTORY, "turns", name], fresh_last=True)
             self._made = True
+            # Nothing but the bridge can be in the fresh directory yet: its sub-directories need no walk.
+            os.mkdir("outbox", 0o700, dir_fd=self._turn_fd)
             if attachments:  # a turn without any (most) makes no directory for them: bench row 1 pays for each
-                self._attachments_fd = root.directory([STATE_DIRECTORY, "turns", name, "attachments"])
-            os.close(root.directory([STATE_DIRECTORY, "turns", name, "outbox"]))
+                os.mkdir("attachments", 0o700, dir_fd=self._turn_fd)
+                self._attachments_fd = os.open("attachments", _DIRECTORY_FLAGS, dir_fd=self._turn_fd)
         except BaseException as err:
             self.remove()
             if isinstance(err, OSError):

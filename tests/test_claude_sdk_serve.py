@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,38 @@ def claude_processes(cwd: Path) -> set[int]:
             except OSError:
                 continue
     return found
+
+
+async def test_a_question_is_answered_over_the_network_door(tmp_path: Path) -> None:
+    """The same question, through `serve --listen`: seen as a `question` event of the turn's event stream, answered
+    with `POST /v1/turns/{id}/answer`."""
+    import httpx
+
+    from bridge.network.door import DoorLimits
+    from bridge.network.listen import parse_address, serve_network
+
+    with claude_profiles(tmp_path) as (_, api, profiles):
+        host = bridge.open_host(profiles, state=tmp_path / "state.sqlite3")
+        async with host, trio.open_nursery() as nursery:
+            urls = await nursery.start(
+                partial(serve_network, host, parse_address("127.0.0.1:0"), tokens=None, limits=DoorLimits())
+            )
+            async with httpx.AsyncClient(base_url=urls[0], timeout=DEADLINE) as http:
+                body = {"id": "t1", "profile": "claude", "conversation": "c", "message": "ask colour"}
+                events: list[tuple[str, dict[str, Any]]] = []
+                async with http.stream("POST", "/v1/turns", json=body) as stream:
+                    async for line in stream.aiter_lines():
+                        if line.startswith("event: "):
+                            kind = line.removeprefix("event: ")
+                        elif line.startswith("data: "):
+                            events.append((kind, json.loads(line.removeprefix("data: "))))
+                            if kind == "question":
+                                answer = {"request_id": events[-1][1]["request_id"], "answers": {"q1": "Blue"}}
+                                wrong = await http.post("/v1/turns/t1/answer", json={**answer, "answers": {"q9": "x"}})
+                                answered = await http.post("/v1/turns/t1/answer", json=answer)
+            nursery.cancel_scope.cancel()
+    assert wrong.status_code == 400 and wrong.json()["code"] == "invalid_request"
+    assert answered.status_code == 200
+    assert events[-1][0] == "result" and events[-1][1]["outcome"] == "ok", events[-1]
+    answered_posts = [results for post in api.posts("/v1/messages") if (results := tool_results(post))]
+    assert '"Which colour?"="Blue"' in answered_posts[-1][0]["content"]
