@@ -83,6 +83,13 @@ async def until(ws: Any, kind: str, request_id: Any) -> list[dict[str, Any]]:
                 return seen
 
 
+async def started(lab: Lab, tag: str) -> None:
+    """Until the agent tagged `tag` has started (the diary is a file: polled)."""
+    with trio.fail_after(10):
+        while tag not in lab.events("start"):
+            await trio.sleep(0.02)
+
+
 def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
     """The (event, data) pairs of a text/event-stream body."""
     events = []
@@ -217,9 +224,7 @@ async def test_a_turn_posted_over_http_is_cancelled_by_its_id(lab: Lab) -> None:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(post)
-            with trio.fail_after(10):
-                while "held" not in lab.events("start"):
-                    await trio.sleep(0.02)
+            await started(lab, "held")
             cancelled = await http.post("/v1/turns/h1/cancel")
         again = await http.post("/v1/turns/h1/cancel")  # the turn is over
     assert cancelled.status_code == 200
@@ -320,9 +325,7 @@ async def test_tenants_see_only_their_own_turns_profiles_and_conversations(lab: 
         async with trio.open_nursery() as nursery:
             held = {"id": "h", "profile": "rec", "conversation": "c", "message": f"tag=h gate={gate}"}
             nursery.start_soon(partial(http.post, "/v1/turns", json=held, headers=bearer(TOKEN_A)))
-            with trio.fail_after(10):
-                while "h" not in lab.events("start"):
-                    await trio.sleep(0.02)
+            await started(lab, "h")
             other_cancel = await http.post("/v1/turns/h/cancel", headers=bearer(TOKEN_B))
             async with aconnect_ws("/v1/ws", http, headers=bearer(TOKEN_B)) as ws:
                 await ws.send_text(json.dumps({"type": "cancel", "id": "h"}))
@@ -419,9 +422,7 @@ async def test_sigterm_drains_the_turns_in_flight_then_serve_exits(lab: Lab) -> 
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(post)
-            with trio.fail_after(10):
-                while "drained" not in lab.events("start"):
-                    await trio.sleep(0.02)
+            await started(lab, "drained")
             proc.send_signal(signal.SIGTERM)
             with trio.fail_after(10):
                 while (await http.get("/readyz")).status_code != 503:
