@@ -206,6 +206,9 @@ def place(home: Path, tmp_path: Path) -> Place:
     return Place(tmp_path, fresh_shell(home, tmp_path))
 
 
+# An example may be a whole session of commands (docs/coding-clis.md runs nineteen turns): more than the 30 s
+# a single test gets, on a machine busy with the rest of the suite.
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("example", RUN, ids=lambda example: example.name)
 def test_the_example_runs_as_written(example: Example, place: Place) -> None:
     RUNNERS[example.mode](example, place)
