@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import trio
 import yaml
+from agents_cache import CACHE, npm_binary
 from conftest import (
     CLI_PROFILES,
     PYTHON,
@@ -36,6 +37,7 @@ from conftest import (
     write_profile,
 )
 from fake_clis import install_fake_clis
+from fakes.openai_responses import OpenAIResponses, write_codex_home
 from test_lifetime import read_json_until
 from test_ready_profiles_others import READY, Ready
 
@@ -47,6 +49,9 @@ from bridge.warm_agent import WarmAgent
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 BWRAP = shutil.which("bwrap")
 SECRET = "-----BEGIN FAKE PRIVATE KEY----- not-a-real-key"
+# What the tests' agents run on, wherever it is installed (a Python under the real home, as pyenv puts it, is hidden
+# with that home unless it is readable): the repository with its venv, and the Python the venv was made from.
+RUNTIME = [str(REPO), os.path.realpath(sys.base_prefix)]
 
 
 def test_bubblewrap_is_installed():
@@ -78,7 +83,7 @@ def sandboxed(tmp_path: Path, source: str, work: Path, **sandbox: Any) -> bridge
     agents.mkdir(exist_ok=True)
     name = f"agent-{uuid.uuid4().hex[:8]}.sh"
     write_agent(agents, name, source)
-    section = {"read": [str(tmp_path), str(REPO)], **sandbox}
+    section = {"read": [str(tmp_path), *RUNTIME], **sandbox}
     return bridge.Profile.from_mapping(
         {"command": [f"{{{{PROFILE_DIR}}}}/{name}"], "cwd": str(work), "sandbox": section, "kill_grace_secs": 0.5},
         profile_dir=agents,
@@ -92,7 +97,7 @@ async def run(profile: bridge.Profile, message: str = "hi", **fields: Any) -> br
 
 def outcome(argv: str) -> str:
     """A shell line that prints "ok" or "refused" for the command `argv`."""
-    return f'if {argv} 2>/dev/null; then echo ok; else echo refused; fi'
+    return f"if {argv} 2>/dev/null; then echo ok; else echo refused; fi"
 
 
 # --------------------------------------------------------------------------- what the agent can write and read
@@ -102,12 +107,13 @@ async def test_the_agent_writes_in_its_working_directory_and_nowhere_else(tmp_pa
     system_file = f"/var/tmp/agent-bridge-sandbox-{uuid.uuid4().hex}"
     profile = sandboxed(
         tmp_path,
-        f"""#!/bin/sh
+        f"""
+        #!/bin/sh
         echo "pid $$"
-        {outcome('echo inside > inside.txt')}
-        {outcome(f'echo outside > {tmp_path}/outside.txt')}
-        {outcome(f'echo system > {system_file}')}
-        {outcome('echo tmp > /tmp/private.txt')}
+        {outcome("echo inside > inside.txt")}
+        {outcome(f"echo outside > {tmp_path}/outside.txt")}
+        {outcome(f"echo system > {system_file}")}
+        {outcome("echo tmp > /tmp/private.txt")}
         {outcome('touch "$AGENT_OUTBOX/out.txt"')}
         """,
         work,
@@ -126,7 +132,8 @@ async def test_the_agent_writes_in_its_working_directory_and_nowhere_else(tmp_pa
 async def test_the_real_home_is_hidden_unless_the_profile_shows_it(tmp_path, home, work, hide_home):
     profile = sandboxed(
         tmp_path,
-        f"""#!/bin/sh
+        f"""
+        #!/bin/sh
         echo "HOME=$HOME"
         cat "$HOME/.ssh/id_rsa" {home}/.ssh/id_rsa 2>/dev/null
         ls -A "$HOME"
@@ -151,13 +158,14 @@ async def test_write_paths_are_writable_read_paths_only_readable(tmp_path, home,
     (home / ".logins").mkdir()
     profile = sandboxed(
         tmp_path,
-        f"""#!/bin/sh
+        f"""
+        #!/bin/sh
         cat ~/.tool/config
-        {outcome('echo x > ~/.tool/new')}
-        {outcome('echo token > ~/.logins/token')}
+        {outcome("echo x > ~/.tool/new")}
+        {outcome("echo token > ~/.logins/token")}
         """,
         work,
-        read=[str(REPO), "~/.tool"],
+        read=[str(tmp_path), *RUNTIME, "~/.tool"],
         write=["~/.logins", "~/.missing"],
     )
     result = await run(profile)
@@ -172,7 +180,8 @@ async def test_network_false_cannot_reach_a_listener_on_loopback(tmp_path, home,
         port = listener.getsockname()[1]
         profile = sandboxed(
             tmp_path,
-            f"""#!{PYTHON}
+            f"""
+            #!{PYTHON}
             import socket
             try:
                 socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
@@ -207,7 +216,8 @@ def running(token: str) -> list[int]:
 
 def escaping_source(token: str) -> str:
     """An agent that leaves a `setsid` sleeper (its command line marked with `token`) and says so."""
-    return f"""#!/bin/sh
+    return f"""
+    #!/bin/sh
     setsid sh -c 'touch escaped; exec sleep {token}' < /dev/null > /dev/null 2>&1 &
     while [ ! -e escaped ]; do sleep 0.01; done
     echo 'AGENT_PARTIAL:"ready"'
@@ -251,7 +261,7 @@ def test_a_setsid_escapee_inside_the_sandbox_dies_with_a_sigkilled_serve(tmp_pat
         cwd: "{tmp_path / "work"}"
         kill_grace_secs: 0.3
         timeout_secs: 60
-        sandbox: {{read: ["{tmp_path}", "{REPO}"]}}
+        sandbox: {{read: {json.dumps([str(tmp_path), *RUNTIME])}}}
         """,
         "escape.yaml",
     )
@@ -296,7 +306,7 @@ async def test_a_warm_acp_agent_in_a_sandbox_keeps_its_session_across_turns(tmp_
             "protocol": "acp",
             "cwd": str(work),
             "kill_grace_secs": 1,
-            "sandbox": {"read": [str(REPO)], "network": False},
+            "sandbox": {"read": RUNTIME, "network": False},
         },
         profile_dir=agents,
     )
@@ -337,10 +347,12 @@ def test_without_bwrap_a_sandboxed_profile_does_not_load_and_check_names_the_pac
 
 
 def test_the_placeholder_rule_judges_the_program_the_sandbox_runs(tmp_path):
-    with pytest.raises(ProfileError, match="sh"):
-        bridge.parse_profile('command: sh -c "{{MESSAGE}}"\nsandbox: {}\n')
-    with pytest.raises(ProfileError, match="bwrap"):  # a profile never writes the bridge's own part
-        bridge.parse_profile('command: bwrap --ro-bind / / sh -c "{{MESSAGE}}"\nsandbox: {}\n')
+    for command in (
+        'sh -c "{{MESSAGE}}"',
+        'bwrap --ro-bind / / sh -c "{{MESSAGE}}"',
+    ):  # a bwrap of its own is seen through
+        with pytest.raises(ProfileError, match=r"\{\{MESSAGE\}\} is the code sh -c runs"):
+            bridge.parse_profile(f"command: {command}\nsandbox: {{}}\n")
     for placeholder in ("{{SESSION_ID}}", "{{MESSAGE}}", "{{SESSION_NAME}}"):
         with pytest.raises(ProfileError, match="only {{PROFILE_DIR}} and ~ may stand in a sandbox path"):
             bridge.parse_profile(f'command: cat\nsandbox: {{write: ["/srv/{placeholder}"]}}\n')
@@ -350,7 +362,7 @@ def test_the_placeholder_rule_judges_the_program_the_sandbox_runs(tmp_path):
 async def test_a_working_directory_that_would_uncover_the_home_does_not_start(tmp_path, home):
     profile = sandboxed(tmp_path, "#!/bin/sh\necho hi\n", home)
     result = await run(profile)
-    assert result.outcome == "spawn_failed" and "uncover the home directory" in result.error
+    assert result.outcome == "spawn_failed" and "uncover the home directory" in result.error_reply
 
 
 def test_check_prints_the_effective_sandbox(tmp_path, home):
@@ -358,10 +370,10 @@ def test_check_prints_the_effective_sandbox(tmp_path, home):
     (tmp_path / "work").mkdir()
     profile = write_profile(
         tmp_path,
-        f"""
+        """
         command: cat
         cwd: work
-        sandbox: {{read: ["{{{{PROFILE_DIR}}}}/data"], write: ["~/.codex", "~/.gone"], network: false}}
+        sandbox: {read: ["{{PROFILE_DIR}}/data"], write: ["~/.codex", "~/.gone"], network: false}
         """,
     )
     done = subprocess.run([AGENT_BRIDGE, "check", str(profile)], capture_output=True, text=True, timeout=30)
@@ -396,9 +408,9 @@ def test_every_ready_profile_turns_its_sandbox_on_with_one_line(tmp_path, path):
     assert len(on.splitlines()) == len(text.splitlines()) and on != text  # one line changed
     (tmp_path / path.name).write_text(on)
     profile = bridge.load_profile(tmp_path / path.name, cache=False)
-    assert profile.sandbox == sandbox_line(path)
-    assert profile.sandbox["write"] and "~/." in profile.sandbox["write"][0]  # the CLI's own directory, writable
-    assert profile.sandbox.get("network", True)  # coding CLIs call their model's API
+    assert dict(profile.sandbox) == {"read": [], "network": True, "hide_home": True, **sandbox_line(path)}
+    assert profile.sandbox["write"][0].startswith("~/.")  # the CLI's own directory, writable
+    assert profile.sandbox["network"]  # coding CLIs call their model's API
 
 
 @pytest.mark.parametrize("ready", [*READY, Ready("aictrl", "aictrl", "")], ids=lambda ready: ready.profile)
@@ -413,7 +425,7 @@ async def test_a_ready_profile_runs_its_cli_in_its_sandbox_and_resumes(tmp_path,
     for directory in section["write"]:
         Path(os.path.expanduser(directory)).mkdir(parents=True)  # the CLI was logged in
     # The stand-ins' launchers live in the test's directory (hidden by the private /tmp), the samples in the repo.
-    profile = bridge.load_profile(path).replace(sandbox={**section, "read": [str(tmp_path / "bin"), str(REPO)]})
+    profile = bridge.load_profile(path).replace(sandbox={**section, "read": [str(tmp_path / "bin"), *RUNTIME]})
     first = await run(profile, "-h use a tool")
     assert (first.exit_code, first.outcome) == (0, "ok"), (first.error_reply, first.stderr_tail)
     assert "turn 1" in first.reply and "you said: " in first.reply and "-h use a tool" in first.reply
@@ -421,3 +433,46 @@ async def test_a_ready_profile_runs_its_cli_in_its_sandbox_and_resumes(tmp_path,
         second = await run(profile, "again", session_id=first.session_id)
         assert (second.exit_code, second.outcome) == (0, "ok"), (second.error_reply, second.stderr_tail)
         assert "last time you said" in second.reply
+
+
+def codex_in_its_sandbox(home: Path, work: Path, api: OpenAIResponses, mode: str = "read-only") -> bridge.Profile:
+    """The ready codex profile with its sandbox line on; `mode` for codex's own sandbox (the profile's: read-only)."""
+    binary = npm_binary("codex")
+    path = CLI_PROFILES / "codex.yaml"
+    write_codex_home(home / ".codex", api.base_url)  # where `codex login` would have left its config
+    profile = bridge.load_profile(path, cache=False)
+    return profile.replace(
+        command=str(profile.command).replace("--sandbox read-only", f"--sandbox {mode}"),
+        cwd=str(work),
+        env={"PATH": f"{binary.parent}{os.pathsep}{os.environ['PATH']}"},
+        sandbox={**sandbox_line(path), "read": [str(CACHE)]},  # the cached npm package, under the real home
+    )
+
+
+async def test_the_real_codex_answers_and_resumes_its_thread_in_its_ready_profiles_sandbox(tmp_path, home, work):
+    with OpenAIResponses() as api:
+        profile = codex_in_its_sandbox(home, work, api)
+        with trio.fail_after(60):
+            first = await bridge.run_turn(profile, Turn("say The first answer."))
+            second = await bridge.run_turn(profile, Turn("what did you say?", session_id=first.session_id))
+    assert first.ok and first.reply == "The first answer.", (first.error, first.stderr_tail)
+    assert second.ok and second.session_id == first.session_id, (second.error, second.stderr_tail)
+    assert list((home / ".codex" / "sessions").iterdir())  # its thread is kept where the sandbox lets it write
+
+
+async def test_as_root_codex_runs_its_commands_in_the_bridges_sandbox_only_without_its_own(tmp_path, home, work):
+    """codex's own command sandbox (bwrap again) cannot map root into a user namespace without the capability the
+    bridge's sandbox drops; with `--sandbox danger-full-access` the bridge's sandbox is what confines its commands."""
+    assert os.geteuid() == 0  # the suite runs as root (make test installs bubblewrap with apt-get)
+    outside = f"/var/tmp/agent-bridge-sandbox-{uuid.uuid4().hex}"  # the system: read-only in the sandbox
+    with OpenAIResponses() as api:
+        nested = codex_in_its_sandbox(home, work, api)
+        alone = codex_in_its_sandbox(home, work, api, "danger-full-access")
+        with trio.fail_after(60):
+            failed = await bridge.run_turn(nested, Turn("run echo ran-by-codex"))
+            ran = await bridge.run_turn(alone, Turn("run echo ran-by-codex"))
+            confined = await bridge.run_turn(alone, Turn(f"run touch {work / 'inside'} {outside}"))
+    assert failed.ok and "bwrap: setting up uid map" in failed.reply
+    assert ran.ok and ran.reply.startswith("ran: ") and ran.reply.endswith("ran-by-codex"), (ran.error, ran.reply)
+    assert confined.ok, (confined.error, confined.stderr_tail)
+    assert (work / "inside").exists() and not os.path.exists(outside)

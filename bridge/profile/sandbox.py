@@ -39,7 +39,7 @@ def find_bwrap(path: str | None = None) -> str | None:
 def missing_bwrap() -> str:
     """What to do when a sandboxed profile meets a machine without bwrap."""
     return (
-        f"sandbox: {BWRAP} is not installed (or not on the bridge's PATH), and a sandboxed agent never runs "
+        f"{BWRAP} is not installed (or not on the bridge's PATH), and a sandboxed agent never runs "
         f"unconfined; install the {BWRAP_PACKAGE} package (Debian, Ubuntu: apt-get install {BWRAP_PACKAGE}; "
         f"Fedora: dnf install {BWRAP_PACKAGE}), or remove the sandbox section"
     )
@@ -63,12 +63,18 @@ class SandboxView:
         if not self.network:
             words.append("--unshare-net")
         words += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        binds = [("--ro-bind-try", path) for path in self.read] + [("--bind-try", path) for path in self.write]
+        # Later mounts cover earlier ones: what holds a hidden home (a `read: [/home]`) is bound before the home is
+        # hidden, what lies inside one (`~/.codex`) after, so neither undoes the other.
+        inside = [any(_within(path, home) for home in self.hidden) for _, path in binds]
+        for (option, path), within_home in zip(binds, inside, strict=True):
+            if not within_home:
+                words += [option, path, path]
         for path in self.hidden:
             words += ["--tmpfs", path]
-        for path in self.read:
-            words += ["--ro-bind-try", path, path]
-        for path in self.write:
-            words += ["--bind-try", path, path]
+        for (option, path), within_home in zip(binds, inside, strict=True):
+            if within_home:
+                words += [option, path, path]
         words += ["--bind", self.cwd, self.cwd, "--chdir", self.cwd, "--"]
         return words
 

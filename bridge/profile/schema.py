@@ -129,9 +129,11 @@ class SandboxModel(BaseModel):
                 if match.group(1) != "PROFILE_DIR":
                     raise PydanticCustomError(
                         "sandbox_path",
-                        "{path}: only {{{{PROFILE_DIR}}}} and ~ may stand in a sandbox path; a value that "
-                        "comes from a chat ({found}) must never choose what the agent can see",
-                        {"path": repr(path), "found": match.group(0)},
+                        "{reason}",
+                        {
+                            "reason": f"{path!r}: only {{{{PROFILE_DIR}}}} and ~ may stand in a sandbox path; a "
+                            f"value that comes from a chat ({match.group(0)}) must never choose what the agent can see"
+                        },
                     )
         return paths
 
@@ -330,8 +332,6 @@ class ProfileModel(BaseModel):
             if reason is not None:
                 raise _located_error(("env", name), "{reason}", reason=reason)
         self._check_protocol_fields()
-        if self.sandbox is not None and find_bwrap() is None:
-            raise _located_error(("sandbox",), "{reason}", reason=missing_bwrap())
         if PROTOCOLS[self.protocol].warm:
             for argv, locations in templates.values():
                 for word, location in zip(argv, locations, strict=True):
@@ -351,6 +351,8 @@ class ProfileModel(BaseModel):
             if message_on_stdin and (reason := stdin_problem(argv)) is not None:
                 where = ("stdin",) if self.stdin != "none" else ("protocol",)
                 raise _located_error(where, "{reason}", reason=reason)
+        if self.sandbox is not None and find_bwrap() is None:
+            raise _located_error(("sandbox",), "{reason}", reason=missing_bwrap())
         self._argv_template = templates["new_session_args"][0]
         self._resume_argv_template = templates["resume_args"][0]
         return self
