@@ -476,3 +476,37 @@ async def test_as_root_codex_runs_its_commands_in_the_bridges_sandbox_only_witho
     assert ran.ok and ran.reply.startswith("ran: ") and ran.reply.endswith("ran-by-codex"), (ran.error, ran.reply)
     assert confined.ok, (confined.error, confined.stderr_tail)
     assert (work / "inside").exists() and not os.path.exists(outside)
+
+
+OUTLIVES = """
+import os, select, sys, threading, trio
+from functools import partial
+import bridge
+from bridge.cgroups import CONTAINMENT
+from bridge.launch import plan_launch
+from bridge.process import start
+
+CONTAINMENT.turn_off()  # else the spawn is in one of trio's worker threads, which lasts 10 s: this one ends at once
+profile = bridge.Profile.from_mapping(
+    {"command": ["sleep", "600"], "cwd": sys.argv[1], "sandbox": {}, "kill_grace_secs": 0.2}, profile_dir=sys.argv[1]
+)
+plan = plan_launch(profile, bridge.Turn("hi"), os.environ)
+started = []
+thread = threading.Thread(target=lambda: started.append(trio.run(partial(start, plan, kill_grace_secs=0.2))))
+thread.start()
+thread.join()
+[agent] = started
+pidfd = os.pidfd_open(agent.pid)
+readable, _, _ = select.select([pidfd], [], [], 0.5)  # readable once bwrap exited
+print("died" if readable else "alive")
+agent.reap()
+"""
+
+
+def test_a_sandboxed_agent_outlives_the_thread_that_started_it(home, work):
+    """bwrap's --die-with-parent fires when the *thread* that forked it ends, and trio's worker threads end after a
+    few idle seconds (a warm agent died with one): sandboxed agents are forked from a thread that lasts."""
+    done = subprocess.run(
+        [PYTHON, "-c", OUTLIVES, str(work)], capture_output=True, text=True, timeout=TURN_DEADLINE, cwd=work
+    )
+    assert (done.returncode, done.stdout) == (0, "alive\n"), done.stderr
