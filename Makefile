@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # Where `make install` links the command: the per-user directory pip --user and pipx use, on PATH in most logins.
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: run install uninstall lint test test-agents bench clean
+.PHONY: run install uninstall lint test test-agents bubblewrap bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +69,21 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint $(NPM_STAMP)
+# The sandbox tests run the real bwrap: installed here when missing and the machine allows it (root with apt-get);
+# elsewhere the run stops, naming the package. Never skipped.
+bubblewrap:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing bubblewrap (bwrap) for the sandbox tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null; }; \
+	  else \
+	    echo "make test needs bwrap for the sandbox tests: install the bubblewrap package" \
+	      "(Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)" >&2; exit 1; \
+	  fi; }
+	@command -v bwrap >/dev/null || { echo "make test: installing bubblewrap failed; install it by hand" >&2; exit 1; }
+
+test: lint bubblewrap $(NPM_STAMP)
 	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q -n auto
 
 # `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it

@@ -17,6 +17,7 @@ from .dialects import PROTOCOLS, Handover
 from .errors import LaunchError
 from .profile import PLACEHOLDER_PATTERN, Profile
 from .profile.fields import NEW_SESSION_ID
+from .profile.sandbox import SandboxView, find_bwrap, missing_bwrap, sandbox_view
 from .turn import Turn
 
 PROTOCOL_VERSION = "0.1"
@@ -64,6 +65,8 @@ class LaunchPlan:
     """stdin stays a pipe after `stdin` was written, for answers to the agent (its dialect's handover)."""
     new_session_id: str = ""
     """The id the bridge made up for this new session (`{{NEW_SESSION_ID}}`); it is the turn's session id."""
+    sandboxed: bool = False
+    """argv starts with bwrap's words (the profile's `sandbox`): bwrap dies with the thread that spawns it."""
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
@@ -150,15 +153,45 @@ def _plan(
                 f"{MAX_ARG_STRLEN} bytes for one variable",
             )
 
+    cwd = _working_directory(profile, values)
+    sandbox = effective_sandbox(profile, environ, cwd)
+    if sandbox is not None:
+        argv = (*sandbox.argv(), *argv)
+        if "TMPDIR" in env and "TMPDIR" not in profile.env:
+            env["TMPDIR"] = "/tmp"  # the bridge's own temporary directory is not in the sandbox's private /tmp
+
     return LaunchPlan(
         argv=argv,
         env=env,
-        cwd=_working_directory(profile, values),
+        cwd=cwd,
         stdin=handover.stdin,
         notes=tuple(notes),
         stdin_open=handover.keep_open,
         new_session_id=new_session_id,
+        sandboxed=sandbox is not None,
     )
+
+
+def effective_sandbox(profile: Profile, environ: Mapping[str, str], cwd: str | None) -> SandboxView | None:
+    """The sandbox the profile's agent gets working in `cwd` (None: the bridge's), or None when it has none.
+
+    Looks bwrap up on the bridge's PATH; raises `LaunchError` when it is not there (127, naming the package), or
+    when the working directory would uncover what the sandbox hides (126)."""
+    if profile.sandbox is None:
+        return None
+    bwrap = find_bwrap(environ.get("PATH", os.defpath))
+    if bwrap is None:
+        raise LaunchError(127, missing_bwrap())
+    try:
+        return sandbox_view(
+            profile.sandbox,
+            bwrap=bwrap,
+            cwd=cwd or os.getcwd(),
+            home=environ.get("HOME"),
+            profile_dir=profile.profile_dir,
+        )
+    except ValueError as err:
+        raise LaunchError(126, str(err)) from None
 
 
 def _base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import errno
 import os
+import queue
 import select
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -402,6 +404,8 @@ async def start(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProce
     An agent born in a cgroup of its own is spawned in a worker thread instead: joining
     the cgroup may wait for the kernel (see `Containment.joined`), and the event loop must not.
     """
+    if plan.sandboxed:
+        return await SPAWNER.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
     if CONTAINMENT.status().available:
         return await trio.to_thread.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
     others_run = bool(_LIVE_AGENTS)
@@ -409,6 +413,55 @@ async def start(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProce
     if others_run:
         await trio.lowlevel.cancel_shielded_checkpoint()  # shielded: the agent must reach its caller
     return agent
+
+
+class LastingThread:
+    """One thread that lives as long as the process, for spawns whose child dies with the thread that forked it.
+
+    bwrap's `--die-with-parent` is `PR_SET_PDEATHSIG`, which the kernel fires when the *thread* that forked bwrap
+    ends, not its process; trio's worker threads end after a few idle seconds, which would kill a sandboxed agent
+    mid-turn. Spawns are quick and few at a time, so one thread serves them in order.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    async def run_sync(self, function: Callable[[], AgentProcess]) -> AgentProcess:
+        """`function()` in the lasting thread; like `trio.to_thread.run_sync`, a cancel waits for it to finish."""
+        with self._lock:
+            if self._thread is None or self._pid != os.getpid():  # none yet, or a forked child's copy of none
+                self._jobs = queue.SimpleQueue()
+                self._thread = threading.Thread(target=self._serve, name="agent-bridge-spawner", daemon=True)
+                self._thread.start()
+                self._pid = os.getpid()
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        started: list[AgentProcess] = []
+        failed: list[BaseException] = []
+
+        def job() -> None:
+            try:
+                started.append(function())
+            except BaseException as err:  # handed to the caller, whatever it is
+                failed.append(err)
+            token.run_sync_soon(done.set)
+
+        self._jobs.put(job)
+        with trio.CancelScope(shield=True):  # the agent it starts must reach the caller, who ends it
+            await done.wait()
+        if failed:
+            raise failed[0]
+        return started[0]
+
+
+SPAWNER = LastingThread()
 
 
 def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:

@@ -5,7 +5,7 @@ It parses the arguments the way aictrl's `run` command does (stricter: an
 unknown option is a usage error, so a wrong profile fails loudly) and writes
 the NDJSON events of aictrl's `run.ts`, in the order it writes them, with the
 envelope of schema "1" (`type`, `timestamp`, `schemaVersion`, `invocationID`,
-`sessionID`). It remembers its sessions under `$HOME/.local/share/aictrl-like`,
+`sessionID`). It remembers its sessions under `$HOME/.local/share/aictrl/stand-in-sessions` (aictrl's own directory),
 so `--session <id>` continues one.
 
 Link or copy it as `aictrl` on PATH and run `profiles/clis/aictrl.yaml`. What it
@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-STATE = Path(os.environ.get("HOME", "/tmp")) / ".local" / "share" / "aictrl-like"
+STATE = Path(os.environ.get("HOME", "/tmp")) / ".local" / "share" / "aictrl" / "stand-in-sessions"
 VALUE_OPTIONS = {
     "--session": "session",
     "-s": "session",

@@ -6,8 +6,10 @@ Link this file on PATH under a CLI's name — `grok`, `kimi`, `opencode`, `pi`,
 profile in `profiles/` runs it: it parses the arguments the way the CLI does
 (stricter: an option it does not know is a usage error, exit 2, so a wrong
 profile fails loudly) and writes the output the CLI documents, from the
-sources each dialect module names. Sessions are kept under
-`$HOME/.coding-clis/<name>/`, so a resumed turn continues the conversation.
+sources each dialect module names. Sessions are kept in the CLI's own
+directory (`$HOME/.grok/stand-in-sessions/` for grok: the one its ready
+profile's sandbox line makes writable), so a resumed turn continues the
+conversation.
 
 What it does depends on words in the message:
 
@@ -29,7 +31,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 NAME = os.path.basename(sys.argv[0])
-STATE = Path(os.environ.get("HOME", "/tmp")) / ".coding-clis" / NAME
+# Each CLI's own directory under HOME (what its ready profile's `sandbox:` line lets it write).
+OWN_DIRECTORIES = {
+    "grok": ".grok",
+    "kimi": ".kimi",
+    "opencode": ".local/share/opencode",
+    "pi": ".pi",
+    "dsh": ".dsh",
+    "deepseek": ".deepseek",
+    "agy": ".gemini",
+    "aider": ".aider",
+}
+STATE = Path(os.environ.get("HOME", "/tmp")) / OWN_DIRECTORIES.get(NAME, f".{NAME}") / "stand-in-sessions"
 
 
 def usage_error(text: str) -> None:

@@ -53,6 +53,7 @@ SPEC_FIELDS = {
     "command",
     "args",
     "attachments",
+    "sandbox",
     "protocol",
     "resume_args",
     "new_session_args",

@@ -451,6 +451,7 @@ class Codex:
     home: Path  # HOME of the CLI test: codex's home is its .codex
     workspace: Path
     path: str  # PATH with the cached codex first
+    tmpdir: str  # codex's TMPDIR: see `codex`
 
     async def turn(self, message: str, session_id: str = "") -> tuple[bridge.TurnResult, list[Any]]:
         events: list[Any] = []
@@ -471,10 +472,14 @@ def codex(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Codex]:
         workspace = root / "workspace"
         workspace.mkdir()
         path = f"{binary.parent}{os.pathsep}{os.environ['PATH']}"
+        # Where bwrap is installed, codex runs its commands under it through a helper it links into its home, but
+        # never into a home inside the temporary directory (pytest's, here): codex's TMPDIR is elsewhere.
+        tmpdir = root / "tmp"
+        tmpdir.mkdir()
         profile = bridge.load_profile(CLI_PROFILES / "codex.yaml", cache=False).replace(
-            env={"CODEX_HOME": str(codex_home), "PATH": path}, cwd=str(workspace)
+            env={"CODEX_HOME": str(codex_home), "PATH": path, "TMPDIR": str(tmpdir)}, cwd=str(workspace)
         )
-        yield Codex(api, profile, root / "home", workspace, path)
+        yield Codex(api, profile, root / "home", workspace, path, str(tmpdir))
 
 
 async def test_real_codex_answers_with_its_thread_as_session_and_reports_usage(codex):
@@ -525,7 +530,7 @@ def test_real_codex_runs_a_command_from_the_ready_profile_with_run_json(codex):
     done = subprocess.run(
         [AGENT_BRIDGE, "run", "--json", "--timeout", "60", str(CLI_PROFILES / "codex.yaml"), "run echo ran-by-codex"],
         cwd=codex.workspace,
-        env={**os.environ, "HOME": str(codex.home), "PATH": codex.path},
+        env={**os.environ, "HOME": str(codex.home), "PATH": codex.path, "TMPDIR": codex.tmpdir},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

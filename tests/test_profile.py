@@ -36,6 +36,7 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
         "new_session_args": [],
         "permissions": None,
         "attachments": None,
+        "sandbox": None,
         "keep_warm_secs": 600,
         "max_warm": 16,
         "start_timeout_secs": 60,

@@ -748,10 +748,26 @@ def _check_command(args: argparse.Namespace) -> int:
         ):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         print(f"{path}: ok")
+        for line in _confinement_lines(profile):
+            print(f"  {line}")
     containment = CONTAINMENT.status()
     if not containment.available:
         print(paint(f"note: {containment.describe()}", WARNING, color), file=sys.stderr)
     return status
+
+
+def _confinement_lines(profile: Profile) -> list[str]:
+    """What the agent will be confined to, one line each, for the operator to read: its sandbox (binds, network)."""
+    from ..errors import LaunchError
+    from ..launch import effective_sandbox, plan_launch
+
+    if profile.sandbox is None:
+        return []
+    try:
+        sandbox = effective_sandbox(profile, os.environ, plan_launch(profile, Turn("hello"), os.environ).cwd)
+    except LaunchError as err:
+        return [f"sandbox: cannot start here: {err.message}"]
+    return sandbox.describe() if sandbox is not None else []
 
 
 def _protocol_warnings(profile: Profile) -> list[str]:

@@ -16,6 +16,7 @@ FIELD_NAMES = (
     "new_session_args",
     "permissions",
     "attachments",
+    "sandbox",
     "keep_warm_secs",
     "max_warm",
     "start_timeout_secs",

@@ -20,6 +20,7 @@ from ..errors import Problem, ProfileError
 from ..permissions import PermissionPolicy
 from . import cache as profile_cache
 from .fields import FIELD_NAMES
+from .sandbox import find_bwrap
 
 
 class Profile:
@@ -50,6 +51,7 @@ class Profile:
     new_session_args: tuple[str, ...]
     permissions: Mapping[str, Any] | None
     attachments: Mapping[str, Any] | None
+    sandbox: Mapping[str, Any] | None
     keep_warm_secs: float
     max_warm: int
     start_timeout_secs: float
@@ -204,6 +206,8 @@ def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile
     profile_dir = str(resolved.parent)
     if cache:
         remembered = profile_cache.lookup(str(resolved), content)
+        if remembered is not None and remembered.get("sandbox") is not None and find_bwrap() is None:
+            remembered = None  # validated where bwrap was: validating again says what to install
         if remembered is not None:
             try:
                 return Profile._trusted(remembered, profile_dir)

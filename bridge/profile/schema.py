@@ -36,6 +36,7 @@ from ..fetch_policy import DEFAULT_MAX_COUNT, DEFAULT_MAX_FILE_BYTES, DEFAULT_MA
 from ..permissions import TOOL_KINDS
 from .argv_rules import argv_problem, environment_problem, stdin_problem
 from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
+from .sandbox import find_bwrap, missing_bwrap
 
 _ENV_NAME = re.compile(r"[^=\0]+")
 
@@ -95,6 +96,48 @@ class AttachmentsModel(BaseModel):
     )
 
 
+class SandboxModel(BaseModel):
+    """The agent under bubblewrap (docs/sandbox.md): what it sees beyond the system (read-only) and its working
+    directory (writable)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    read: list[Annotated[str, Field(min_length=1)]] = Field(
+        default=[],
+        description="More paths the agent may read (bound read-only where they exist): ~ and {{PROFILE_DIR}} are "
+        "expanded, a relative path is relative to the profile's directory.",
+    )
+    write: list[Annotated[str, Field(min_length=1)]] = Field(
+        default=[],
+        description="More paths the agent may write, written like read: a coding CLI's config and log-in "
+        "directory (~/.codex, ~/.claude).",
+    )
+    network: bool = Field(
+        default=True, description="false: a network namespace of its own, with only its own loopback."
+    )
+    hide_home: bool = Field(
+        default=True,
+        description="The real home directory is hidden under an empty private one at the same path ($HOME); "
+        "false leaves it visible (read-only).",
+    )
+
+    @field_validator("read", "write")
+    @classmethod
+    def _only_the_authors_placeholders(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            for match in PLACEHOLDER_PATTERN.finditer(path):
+                if match.group(1) != "PROFILE_DIR":
+                    raise PydanticCustomError(
+                        "sandbox_path",
+                        "{reason}",
+                        {
+                            "reason": f"{path!r}: only {{{{PROFILE_DIR}}}} and ~ may stand in a sandbox path; a "
+                            f"value that comes from a chat ({match.group(0)}) must never choose what the agent can see"
+                        },
+                    )
+        return paths
+
+
 class ProfileModel(BaseModel):
     """How to launch one agent executable: every field of docs/protocol.md §1, its type, default and meaning."""
 
@@ -136,6 +179,11 @@ class ProfileModel(BaseModel):
     attachments: AttachmentsModel | None = Field(
         default=None,
         description="How the turn's attachments are fetched into its directory: limits, allowed hosts, keep.",
+    )
+    sandbox: SandboxModel | None = Field(
+        default=None,
+        description="Run the agent under bubblewrap (bwrap): the system read-only, its working directory "
+        "writable, a private /tmp, the real home hidden, a PID namespace of its own. Absent: no sandbox.",
     )
     keep_warm_secs: Annotated[float, Field(gt=0)] = Field(
         default=600.0,
@@ -303,6 +351,8 @@ class ProfileModel(BaseModel):
             if message_on_stdin and (reason := stdin_problem(argv)) is not None:
                 where = ("stdin",) if self.stdin != "none" else ("protocol",)
                 raise _located_error(where, "{reason}", reason=reason)
+        if self.sandbox is not None and find_bwrap() is None:
+            raise _located_error(("sandbox",), "{reason}", reason=missing_bwrap())
         self._argv_template = templates["new_session_args"][0]
         self._resume_argv_template = templates["resume_args"][0]
         return self

@@ -1,0 +1,158 @@
+"""The `sandbox:` section: the agent runs under bubblewrap, with an argv the bridge builds — never the profile.
+
+A profile says only what the agent may see beyond the defaults (`read`, `write`), whether it has a network, and
+whether the real home stays hidden. The bwrap command line is made here from those values and the turn's working
+directory, and put in front of the profile's own argv; the placeholder rule (`argv_rules`) judges the profile's
+argv, which is the program bwrap runs, so a message is refused wherever that program would run it.
+
+What a sandboxed agent gets (docs/sandbox.md):
+- the system read-only (`--ro-bind / /`), a fresh `/dev` and `/proc`, a private empty `/tmp`;
+- the real home directories (`$HOME`, and the user's home from the password database) hidden under empty private
+  directories at the same paths, so `$HOME` names an empty directory and `~` in `read`/`write` names the bound paths;
+- `read` bound read-only, `write` writable, then the working directory writable (and so the turn's attachments and
+  outbox, `bridge.turn_files`);
+- a PID namespace of its own (the agent's escapees die with it), IPC too, no capabilities (bwrap run by root keeps
+  them otherwise), `--die-with-parent`, and with `network: false` a network namespace with only its own loopback.
+
+The sandbox adds no process group or session: bwrap, its PID 1 and the agent share the group the bridge made, and
+the cgroup, so the engine's signals, `cgroup.kill` and the keeper reach them all (see docs/processes.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+BWRAP = "bwrap"
+BWRAP_PACKAGE = "bubblewrap"
+PROFILE_DIR = "{{PROFILE_DIR}}"
+
+
+def find_bwrap(path: str | None = None) -> str | None:
+    """bwrap's path on `path` (the bridge's PATH by default), or None."""
+    return shutil.which(BWRAP, path=path if path is not None else os.environ.get("PATH", os.defpath))
+
+
+def missing_bwrap() -> str:
+    """What to do when a sandboxed profile meets a machine without bwrap."""
+    return (
+        f"{BWRAP} is not installed (or not on the bridge's PATH), and a sandboxed agent never runs "
+        f"unconfined; install the {BWRAP_PACKAGE} package (Debian, Ubuntu: apt-get install {BWRAP_PACKAGE}; "
+        f"Fedora: dnf install {BWRAP_PACKAGE}), or remove the sandbox section"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxView:
+    """The effective sandbox of one launch: every path absolute, as bwrap is given it."""
+
+    bwrap: str
+    cwd: str
+    hidden: tuple[str, ...]
+    """The home directories under an empty private directory."""
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+    network: bool
+
+    def argv(self) -> list[str]:
+        """bwrap's words up to and including the `--` after which the agent's argv follows."""
+        words = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL"]
+        if not self.network:
+            words.append("--unshare-net")
+        words += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        binds = [("--ro-bind-try", path) for path in self.read] + [("--bind-try", path) for path in self.write]
+        # Later mounts cover earlier ones: what holds a hidden home (a `read: [/home]`) is bound before the home is
+        # hidden, what lies inside one (`~/.codex`) after, so neither undoes the other.
+        inside = [any(_within(path, home) for home in self.hidden) for _, path in binds]
+        for (option, path), within_home in zip(binds, inside, strict=True):
+            if not within_home:
+                words += [option, path, path]
+        for path in self.hidden:
+            words += ["--tmpfs", path]
+        for (option, path), within_home in zip(binds, inside, strict=True):
+            if within_home:
+                words += [option, path, path]
+        words += ["--bind", self.cwd, self.cwd, "--chdir", self.cwd, "--"]
+        return words
+
+    def describe(self) -> list[str]:
+        """What an agent gets, one line each, as `check` prints it."""
+        lines = [
+            f"sandbox: bubblewrap ({self.bwrap}): the system read-only, a PID namespace of its own, "
+            "ended with the bridge",
+            f"writable: {self.cwd} (the working directory: the turn's attachments and outbox)"
+            + "".join(f", {_shown(path)}" for path in self.write),
+        ]
+        if self.read:
+            lines.append("readable too: " + ", ".join(map(_shown, self.read)))
+        lines.append(", ".join(["private and empty: /tmp", *(f"{path} (a home directory)" for path in self.hidden)]))
+        lines.append(
+            "network: on"
+            if self.network
+            else "network: off (a network namespace of its own, with only its own loopback)"
+        )
+        return lines
+
+
+def sandbox_view(
+    section: Mapping[str, Any], *, bwrap: str, cwd: str, home: str | None, profile_dir: str
+) -> SandboxView:
+    """The sandbox a profile's validated `sandbox` section gives an agent working in `cwd` (absolute).
+
+    Raises ValueError when the working directory would uncover what the sandbox hides (it is `/`, or holds a
+    hidden home), with what to do instead.
+    """
+    hidden: list[str] = []
+    if section.get("hide_home", True):
+        for candidate in (home, _password_home()):
+            if candidate and os.path.isabs(candidate):
+                candidate = os.path.realpath(candidate)
+                if candidate != "/" and candidate not in hidden and os.path.isdir(candidate):
+                    hidden.append(candidate)
+    cwd = os.path.realpath(cwd)  # bwrap binds what a symlink names: judge, and bind, that
+    if cwd == "/" or any(_within(path, cwd) for path in hidden):
+        raise ValueError(
+            f"a sandboxed agent's working directory cannot be {cwd}: binding it writable would uncover "
+            + ("the whole system" if cwd == "/" else "the home directory the sandbox hides")
+            + "; set cwd to a directory of the agent's own"
+        )
+    return SandboxView(
+        bwrap=bwrap,
+        cwd=cwd,
+        hidden=tuple(hidden),
+        read=tuple(expand_path(path, profile_dir) for path in section.get("read", ())),
+        write=tuple(expand_path(path, profile_dir) for path in section.get("write", ())),
+        network=bool(section.get("network", True)),
+    )
+
+
+def expand_path(path: str, profile_dir: str) -> str:
+    """A `read` or `write` path as bwrap gets it: `{{PROFILE_DIR}}` and `~` expanded, relative to the profile's
+    directory (as `cwd`)."""
+    return os.path.normpath(os.path.join(profile_dir, os.path.expanduser(path.replace(PROFILE_DIR, profile_dir))))
+
+
+def _shown(path: str) -> str:
+    return path if os.path.lexists(path) else f"{path} (not there: not bound)"
+
+
+def _within(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+_home_of_user: list[str] = []
+
+
+def _password_home() -> str:
+    """This user's home in the password database (once per process): hidden too, whatever `$HOME` says."""
+    if not _home_of_user:
+        try:
+            import pwd
+
+            _home_of_user.append(pwd.getpwuid(os.getuid()).pw_dir)
+        except (ImportError, KeyError):
+            _home_of_user.append("")
+    return _home_of_user[0]
