@@ -1,4 +1,4 @@
-"""From raw samples to medians, ratios and the targets of issues 4, 12, 20, 21, 22 and 23; rendered as a console table and
+"""From raw samples to medians, ratios and the targets of issues 4, 12, 20, 21, 22, 23 and 24; rendered as a console table and
 markdown."""
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ HTTP_OVER_STDIN_MS = 1.0
 WS_OVER_STDIN_MS = 0.5
 SSE_LATENCY_P99_MS = 2.0
 IDLE_CONNECTIONS_RSS_MB = 150.0
+# Issue 24's, row 1's agent: a sandboxed turn (`sandbox: {}`) at most 1 ms more at the median than bwrap running the
+# agent alone; limits by rlimit add at most 0.1 ms to a turn.
+SANDBOX_OVER_BWRAP_MS = 1.0
+RLIMITS_OVER_PLAIN_MS = 0.1
+CONFINED = ("bridge", "rlimits", "sandboxed", "bwrap")
 NETWORK_TRANSPORTS = {
     "sse": "POST /v1/turns, SSE",
     "json": "POST /v1/turns, JSON",
@@ -223,6 +228,8 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             **{key: stats(pooled(idle, key)) for key in ("rss_mb", "peak_rss_mb", "before_mb", "turn_ms")},
             "connections": raw["plan"]["network"]["variants"].get("idle connections", {}).get("connections", 0),
         }
+    if "confined" in samples:
+        out["confined"] = {c: stats(pooled(samples["confined"]["all"], f"{c}_ms")) for c in CONFINED}
     out["per_round_ratios"] = per_round_ratios(samples)
     out["rows"] = rows(out)
     return out
@@ -714,6 +721,22 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             f"< {IDLE_CONNECTIONS_RSS_MB:g} MB",
             _verdict(network["rss_mb"]["max"] < IDLE_CONNECTIONS_RSS_MB),
         )
+    confined = s.get("confined", {})
+    for number, name, floor, floor_name, limit in (
+        (29, "sandboxed", "bwrap", "bwrap alone", SANDBOX_OVER_BWRAP_MS),
+        (30, "rlimits", "bridge", "no limits", RLIMITS_OVER_PLAIN_MS),
+    ):
+        if confined.get(name, {}).get("n") and confined.get(floor, {}).get("n"):
+            added = confined[name]["median"] - confined[floor]["median"]
+            row(
+                f"{number} turn {'in a sandbox' if name == 'sandboxed' else 'with limits by rlimit'}, median",
+                _ms(confined[name]["median"]),
+                f"{_ms(confined[floor]['median'])} {floor_name}",
+                "",
+                f"{added:+.2f} ms",
+                f"≤ {floor_name} + {limit:g} ms",
+                _verdict(added <= limit),
+            )
     return table
 
 
@@ -1088,6 +1111,12 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "its soft RLIMIT_NOFILE, which serve inherits) and left idle; the serve process's VmRSS from /proc with "
             "them open (its peak VmHWM beside it), after a turn on one more connection completed. *Before them*: its "
             "RSS after one turn. The sample checks that no idle connection was closed or written to.",
+            "29. **A sandboxed turn**: row 1's agent, turn by turn in rotating order in one process: `bridge.run_turn` "
+            "of a profile with `sandbox: {}`, and `subprocess.run` of the argv that turn runs (bwrap and the agent) "
+            "with its environment and cwd — bwrap running the agent alone. The target is the difference of the "
+            "medians: at most 1 ms. Measured where the bridge has `sandbox:` and bwrap is installed.",
+            "30. **Limits by rlimit**: row 29's sample, a turn with `limits: {cpu_secs, file_size_mb, open_files}` "
+            "(rlimits only, set between fork and exec) against the same turn without limits; at most 0.1 ms more.",
             "",
         ]
     )

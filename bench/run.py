@@ -222,6 +222,8 @@ def build_plan(
             2 if q else 5,
         ),
         *attachments,
+        # Issue 24's: a sandboxed turn against bwrap running the agent alone, and limits by rlimit against none.
+        Case("confined", [Variant("all", "all", turn)], 2 if q else 6),
         # Issue 23's: the network door (bench/network.py), real serve processes on stdin/stdout and on loopback.
         Case(
             "network",

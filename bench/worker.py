@@ -1259,6 +1259,70 @@ def fetch_memory(p: dict[str, Any]) -> dict[str, Any]:
     return {"peak_rss_mb": [peak_rss_mb()], "before_mb": [before], "seconds": [elapsed / 1e9]}
 
 
+# --------------------------------------------------------------------------- issue 24: sandbox and limits
+
+# rlimits only (no cgroup): what every limited turn pays on top of its agent's spawn.
+RLIMITS = {"cpu_secs": 600, "file_size_mb": 1024, "open_files": 1024}
+
+
+def confined_all(p: dict[str, Any]) -> dict[str, Any]:
+    """Row 1's agent turn by turn, in rotating order: a plain bridge turn, one with limits by rlimit, and, where the
+    bridge has `sandbox:` and bwrap is installed, one with `sandbox: {}` beside `subprocess.run` of the argv that
+    sandboxed turn runs (bwrap and the agent, the bridge's environment and cwd): bwrap running the agent alone."""
+    import shutil
+
+    import trio
+
+    from bridge import Turn, plan_launch
+    from bridge.profile.fields import FIELD_NAMES
+
+    runners = {
+        "bridge": bridge_turn_runner(TURN_PROFILE),
+        "rlimits": bridge_turn_runner({**TURN_PROFILE, "limits": RLIMITS}),
+    }
+    floor: Callable[[], subprocess.CompletedProcess[bytes]] | None = None
+    if "sandbox" in FIELD_NAMES and shutil.which("bwrap"):
+        sandboxed = {**TURN_PROFILE, "sandbox": {}}
+        runners["sandboxed"] = bridge_turn_runner(sandboxed)
+        plan = plan_launch(bridge_profile(sandboxed), Turn(TURN_MESSAGE), os.environ)
+        argv, env, cwd = plan.argv, plan.env, plan.cwd
+        expect(os.path.basename(argv[0]) == "bwrap", f"a sandboxed turn does not run bwrap: {argv!r}")
+
+        def floor() -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True)
+
+    async def main() -> dict[str, list[float]]:
+        for run in runners.values():
+            check_turn_bridge(await run())
+        if floor is not None:
+            done = floor()
+            expect(done.returncode == 0 and TURN_REPLY.encode() in done.stdout, f"bwrap alone failed: {done!r}")
+        for _ in range(p["warmup"]):
+            for run in runners.values():
+                await run()
+            if floor is not None:
+                floor()
+        names = [*runners, *(["bwrap"] if floor is not None else [])]
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(p["turns"]):
+            shift = (i + p["round"]) % len(names)
+            for name in names[shift:] + names[:shift]:
+                began = clock_ns()
+                if name == "bwrap":
+                    assert floor is not None
+                    done = floor()
+                    elapsed = clock_ns() - began
+                    expect(done.returncode == 0, "bwrap alone failed")
+                else:
+                    result = await runners[name]()
+                    elapsed = clock_ns() - began
+                    check_turn_bridge(result)
+                times[name].append(elapsed / 1e6)
+        return times
+
+    return {f"{name}_ms": values for name, values in trio.run(main).items()}
+
+
 # --------------------------------------------------------------------------- entry point
 
 WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -1301,6 +1365,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("network", "turn"): interactive("network", "turn"),
     ("network", "latency"): interactive("network", "latency"),
     ("network", "idle"): interactive("network", "idle"),
+    ("confined", "all"): confined_all,
 }
 
 

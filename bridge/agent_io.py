@@ -355,6 +355,7 @@ class AgentIO:
             timeout=timeout,
             cancelled=self.cancel_requested and timeout is None,
             unread=self.outbox.overflowed if self.outbox is not None else 0,
+            limit=self.agent.exceeded,
         )
 
     async def watch_cancel(self, cancel: trio.Event) -> None:
@@ -423,7 +424,7 @@ class AgentIO:
         """Collect the exited agent (killing what is left in its group first), then what it left behind and was
         handed to us (only a subreaper is); returns its status as `AgentProcess.reap`."""
         returncode = self.agent.reap()
-        await collect_orphans(trio.current_time() + REAP_SECS, self.agent.cgroup)
+        await collect_orphans(trio.current_time() + REAP_SECS, self.agent.cgroup, self.agent.limit_groups)
         return returncode
 
     def send(self, data: bytes) -> None:

@@ -77,7 +77,7 @@ def cgroup2_mount(mountinfo: str) -> tuple[str, str] | None:
         fields, _, rest = line.partition(" - ")
         words = fields.split()
         if rest.split()[:1] == ["cgroup2"] and len(words) >= 5:
-            return _unescape(words[4]), _unescape(words[3])
+            return unescape_mount_field(words[4]), unescape_mount_field(words[3])
     return None
 
 
@@ -89,19 +89,21 @@ def own_cgroup(proc_cgroup: str) -> str | None:
     return None
 
 
-def _unescape(field: str) -> str:
+def unescape_mount_field(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes."""
     for escaped, character in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
         field = field.replace(escaped, character)
     return field
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
+    """A cgroup file's (or /proc file's) text."""
     with open(path, encoding="utf-8", errors="replace") as file:
         return file.read()
 
 
-def _write(path: str, text: str) -> None:
+def write_text(path: str, text: str) -> None:
+    """Write `text` to a cgroup file in one system call (a cgroup file takes one value per write)."""
     descriptor = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(descriptor, text.encode())
@@ -121,16 +123,16 @@ class AgentCgroup:
         """SIGKILL every process in the cgroup, wherever its session or group — never this process: should it
         still stand in the cgroup (it could not leave after a spawn), nothing is killed."""
         try:
-            if str(os.getpid()) in _read(os.path.join(self.path, "cgroup.procs")).split():
+            if str(os.getpid()) in read_text(os.path.join(self.path, "cgroup.procs")).split():
                 return
-            _write(os.path.join(self.path, "cgroup.kill"), "1")
+            write_text(os.path.join(self.path, "cgroup.kill"), "1")
         except FileNotFoundError:
             pass
 
     def pids(self) -> list[int]:
         """The processes in the cgroup (none once it is removed)."""
         try:
-            return [int(word) for word in _read(os.path.join(self.path, "cgroup.procs")).split()]
+            return [int(word) for word in read_text(os.path.join(self.path, "cgroup.procs")).split()]
         except FileNotFoundError:
             return []
 
@@ -187,7 +189,7 @@ class Containment:
             self._made += 1
             try:
                 if not self._directory:
-                    self._directory = _make_directory(self._home)
+                    self._directory = make_directory(self._home)
                 path = os.path.join(self._directory, str(self._made))
                 os.mkdir(path)
             except OSError as err:
@@ -207,13 +209,13 @@ class Containment:
             yield
             return
         try:
-            _write(os.path.join(group.path, "cgroup.procs"), "0")
+            write_text(os.path.join(group.path, "cgroup.procs"), "0")
         except OSError as err:
             raise LaunchError(126, f"the agent's cgroup {group.path} cannot be entered: {err.strerror}") from None
         try:
             yield
         finally:
-            _write(os.path.join(self._home, "cgroup.procs"), "0")
+            write_text(os.path.join(self._home, "cgroup.procs"), "0")
 
     def end(self, group: AgentCgroup) -> None:
         """The agent is reaped: kill whatever is left in its cgroup, and remove the cgroup (now, or later)."""
@@ -246,8 +248,8 @@ class Containment:
 def _probe() -> tuple[ContainmentStatus, str]:
     """(status, the cgroup directory this process lives in)."""
     try:
-        mount = cgroup2_mount(_read("/proc/self/mountinfo"))
-        path = own_cgroup(_read("/proc/self/cgroup"))
+        mount = cgroup2_mount(read_text("/proc/self/mountinfo"))
+        path = own_cgroup(read_text("/proc/self/cgroup"))
     except OSError as err:
         return ContainmentStatus(False, reason=f"/proc cannot be read ({err.strerror})"), ""
     if mount is None:
@@ -265,7 +267,7 @@ def _probe() -> tuple[ContainmentStatus, str]:
     if not os.path.exists(os.path.join(home, "cgroup.procs")):
         return ContainmentStatus(False, reason=f"this process's cgroup {home} cannot be found"), ""
     try:
-        trial = _make_directory(home)
+        trial = make_directory(home)
     except OSError as err:
         why = (
             "it is not writable: run the bridge as root, or under systemd with Delegate=yes"
@@ -286,7 +288,8 @@ def _probe() -> tuple[ContainmentStatus, str]:
     return ContainmentStatus(True, where=home), home
 
 
-def _make_directory(home: str) -> str:
+def make_directory(home: str) -> str:
+    """A new directory `agent-bridge-<pid>-<random>` in cgroup `home` (cgroup v2, or a v1 hierarchy)."""
     while True:
         path = os.path.join(home, f"{DIRECTORY_PREFIX}{os.getpid()}-{secrets.token_hex(3)}")
         try:

@@ -20,8 +20,11 @@ group in it, and SIGKILL to each one still alive after its own grace — what a
 timeout does. Where agents have cgroups of their own (`bridge.cgroups`), the
 registry's first line names the bridge's directory of them: the keeper then
 kills every process left in it with `cgroup.kill` — whatever left its agent's
-group (`setsid`) included — and removes the directory. When the bridge ends
-normally the registry holds no group and the keeper only tidies up.
+group (`setsid`) included — and removes the directory. The lines after it
+name the directories of the agents' cgroup v1 groups for their limits
+(`bridge.limits`), up to a blank line: the keeper kills what is left in
+them and removes them too. When the bridge ends normally the registry holds
+no group and the keeper only tidies up.
 
 A group's slot is cleared only after the bridge has SIGKILLed the group
 while its leader is still an unreaped zombie, so the registry never holds the
@@ -37,7 +40,7 @@ import subprocess
 import threading
 
 NAME = "agent-bridge-keeper"
-_HEADER = 4096  # the registry's first line: the agents' cgroup directory (or nothing), padded with newlines
+_HEADER = 4096  # the agents' cgroup directory (or nothing), their v1 limit directories, padded with newlines
 _SLOT = 32  # bytes per registry slot after it: "PGID GRACE_MS", space-padded, then a newline
 _FREE = b" " * (_SLOT - 1) + b"\n"
 _SCRIPT = r"""
@@ -46,6 +49,9 @@ while read -r _; do :; done
 groups=
 {
   IFS= read -r cgroup
+  limited=
+  while IFS= read -r directory && [ -n "$directory" ]; do limited="$limited$directory
+"; done
   while read -r group grace; do
     case $group$grace in ''|*[!0-9]*) continue ;; esac
     groups="$groups $group:$grace"
@@ -65,14 +71,30 @@ while [ -n "$groups" ]; do
   sleep 0.05
   waited=$((waited + 50))
 done
-case $cgroup in /*) ;; *) exit 0 ;; esac
-echo 1 > "$cgroup/cgroup.kill" 2>/dev/null
-tries=0
-while [ -d "$cgroup" ] && [ "$tries" -lt 100 ]; do
-  for agent in "$cgroup"/*/; do rmdir "$agent" 2>/dev/null; done
-  rmdir "$cgroup" 2>/dev/null && break
-  sleep 0.05
-  tries=$((tries + 1))
+case $cgroup in /*)
+  echo 1 > "$cgroup/cgroup.kill" 2>/dev/null
+  tries=0
+  while [ -d "$cgroup" ] && [ "$tries" -lt 100 ]; do
+    for agent in "$cgroup"/*/; do rmdir "$agent" 2>/dev/null; done
+    rmdir "$cgroup" 2>/dev/null && break
+    sleep 0.05
+    tries=$((tries + 1))
+  done
+esac
+IFS='
+'
+for directory in $limited; do
+  tries=0
+  while [ -d "$directory" ] && [ "$tries" -lt 100 ]; do
+    for agent in "$directory"/*/; do
+      [ -d "$agent" ] || continue
+      while read -r pid; do kill -s KILL "$pid" 2>/dev/null; done < "$agent/cgroup.procs"
+      rmdir "$agent" 2>/dev/null
+    done
+    rmdir "$directory" 2>/dev/null && break
+    sleep 0.05
+    tries=$((tries + 1))
+  done
 done
 """
 _ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
@@ -91,6 +113,7 @@ class Keeper:
         self._pipe = -1  # our end of the keeper's stdin; closed only by our death (or a fork's child)
         self._registry = -1
         self._cgroups = ""  # the directory of agent cgroups named in the registry's header
+        self._limit_groups: tuple[str, ...] = ()  # the directories of agents' v1 limit groups named there too
         self._slots: dict[int, int] = {}  # pgid -> slot
         self._free: list[int] = []  # slots cleared for reuse
         self._used = 0  # slots ever used
@@ -112,14 +135,22 @@ class Keeper:
     def contain(self, directory: str) -> None:
         """Should this process die, kill every process in the cgroup `directory` (after the groups' grace)."""
         with self._lock:
-            if directory == self._cgroups:
-                return
-            self._open_registry()
-            header = directory.encode() + b"\n"
-            if len(header) > _HEADER:
-                raise ValueError(f"a cgroup path of over {_HEADER - 1} bytes: {directory!r}")
-            os.pwrite(self._registry, header.ljust(_HEADER, b"\n"), 0)
-            self._cgroups = directory
+            if directory != self._cgroups:
+                self._write_header(directory, self._limit_groups)
+
+    def contain_limit_groups(self, directories: tuple[str, ...]) -> None:
+        """Should this process die, kill every process in these directories of cgroup v1 groups, and remove them."""
+        with self._lock:
+            if directories != self._limit_groups:
+                self._write_header(self._cgroups, directories)
+
+    def _write_header(self, cgroups: str, limit_groups: tuple[str, ...]) -> None:
+        self._open_registry()
+        header = "".join(f"{line}\n" for line in (cgroups, *limit_groups)).encode() + b"\n"
+        if len(header) > _HEADER:
+            raise ValueError(f"cgroup paths of over {_HEADER - 2} bytes: {(cgroups, *limit_groups)!r}")
+        os.pwrite(self._registry, header.ljust(_HEADER, b"\n"), 0)
+        self._cgroups, self._limit_groups = cgroups, limit_groups
 
     def guard(self, pgid: int, grace_secs: float) -> None:
         """Kill group `pgid` (SIGTERM, then SIGKILL after `grace_secs`) if this process dies."""
@@ -188,6 +219,7 @@ class Keeper:
         self._pipe = self._registry = -1
         self._process = None
         self._cgroups = ""
+        self._limit_groups = ()
         self._slots, self._free, self._used = {}, [], 0
 
 

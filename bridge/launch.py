@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .dialects import PROTOCOLS, Handover
 from .errors import LaunchError
+from .limits import ResourceLimits
 from .profile import PLACEHOLDER_PATTERN, Profile
 from .profile.fields import NEW_SESSION_ID
 from .profile.sandbox import SandboxView, find_bwrap, missing_bwrap, sandbox_view
@@ -67,6 +68,8 @@ class LaunchPlan:
     """The id the bridge made up for this new session (`{{NEW_SESSION_ID}}`); it is the turn's session id."""
     sandboxed: bool = False
     """argv starts with bwrap's words (the profile's `sandbox`): bwrap dies with the thread that spawns it."""
+    limits: ResourceLimits | None = None
+    """The profile's `limits:` (`bridge.limits`), set on the agent as it starts."""
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
@@ -169,6 +172,7 @@ def _plan(
         stdin_open=handover.keep_open,
         new_session_id=new_session_id,
         sandboxed=sandbox is not None,
+        limits=ResourceLimits.of(profile.limits),
     )
 
 

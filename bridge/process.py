@@ -38,6 +38,7 @@ from .cgroups import CONTAINMENT, SPAWN_LOCK, AgentCgroup
 from .errors import LaunchError
 from .keeper import KEEPER
 from .launch import LaunchPlan
+from .limits import LIMIT_GROUPS, AgentGroups, ResourceLimits, exceeded, set_rlimits
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
@@ -67,10 +68,15 @@ class AgentProcess:
         stdout: int,
         stderr: int,
         cgroup: AgentCgroup | None = None,
+        limits: ResourceLimits | None = None,
+        limit_groups: AgentGroups | None = None,
     ) -> None:
         self._popen = popen
         self.pid = popen.pid
         self.cgroup = cgroup  # the agent's own cgroup, where the bridge may make them
+        self.limits = limits
+        self.limit_groups = limit_groups  # its groups for the limits only a cgroup controller holds
+        self.exceeded = ""  # once reaped: the limit it ended over (`bridge.limits.exceeded`), if known
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr
@@ -161,10 +167,15 @@ class AgentProcess:
         if not self.reaped:
             self.signal_group(signal.SIGKILL)
             KEEPER.release(self.pid)
-            self._popen.wait()
+            returncode = self._popen.wait()
             _LIVE_AGENTS.discard(self.pid)
+            groups = self.limit_groups
+            events = groups.events() if groups is not None else []
             if self.cgroup is not None:
                 CONTAINMENT.end(self.cgroup)
+            if groups is not None:
+                LIMIT_GROUPS.end(groups)
+            self.exceeded = exceeded(self.limits, returncode, events)
         assert self._popen.returncode is not None
         return self._popen.returncode
 
@@ -287,9 +298,11 @@ def _sweep() -> list[int]:
     return killed
 
 
-async def collect_orphans(deadline: float, cgroup: AgentCgroup | None = None) -> None:
+async def collect_orphans(
+    deadline: float, cgroup: AgentCgroup | None = None, limit_groups: AgentGroups | None = None
+) -> None:
     """Sweep until no orphan is left alive or unreaped, or until `deadline` (trio time); then remove the
-    ended agent's `cgroup` once what was killed in it has exited.
+    ended agent's `cgroup` and `limit_groups` once what was killed in them has exited.
 
     Each orphan killed hands its own children to this process when it dies,
     so the sweep repeats until a round kills nothing.
@@ -308,6 +321,10 @@ async def collect_orphans(deadline: float, cgroup: AgentCgroup | None = None) ->
     if cgroup is not None:
         with trio.move_on_at(deadline):
             while dying := CONTAINMENT.still_in(cgroup):
+                await _exited(dying[0])
+    if limit_groups is not None:
+        with trio.move_on_at(deadline):
+            while dying := LIMIT_GROUPS.still_in(limit_groups):
                 await _exited(dying[0])
 
 
@@ -401,12 +418,12 @@ async def start(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProce
     agent started 0.4 s after the first). So while other agents run, a turn yields right
     after spawning, and the others spawn first. A turn alone does not yield here.
 
-    An agent born in a cgroup of its own is spawned in a worker thread instead: joining
-    the cgroup may wait for the kernel (see `Containment.joined`), and the event loop must not.
+    An agent born in a cgroup of its own (or in groups for its limits) is spawned in a worker thread
+    instead: joining the cgroup may wait for the kernel (see `Containment.joined`), and the event loop must not.
     """
     if plan.sandboxed:
         return await SPAWNER.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
-    if CONTAINMENT.status().available:
+    if CONTAINMENT.status().available or (plan.limits is not None and plan.limits.controlled()):
         return await trio.to_thread.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
     others_run = bool(_LIVE_AGENTS)
     agent = spawn(plan, kill_grace_secs=kill_grace_secs)
@@ -491,13 +508,19 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
             stdin_arg, stdin_write = pipe()
             child_fds.append(stdin_arg)
             parent_fds.append(stdin_write)
+        preexec = _preexec(plan.limits)
         with SPAWN_LOCK:
             KEEPER.start()  # before the agent: there is no moment when it runs unguarded
-            cgroup = CONTAINMENT.create()
+            cgroup = limit_groups = None
             try:
+                cgroup = CONTAINMENT.create()
                 if cgroup is not None:
                     KEEPER.contain(CONTAINMENT.directory)
-                with CONTAINMENT.joined(cgroup):
+                if plan.limits is not None:
+                    limit_groups = LIMIT_GROUPS.create(plan.limits)
+                    if limit_groups is not None:
+                        KEEPER.contain_limit_groups(LIMIT_GROUPS.directories)
+                with CONTAINMENT.joined(cgroup), LIMIT_GROUPS.joined(limit_groups):
                     try:
                         popen = subprocess.Popen(
                             plan.argv,
@@ -508,13 +531,15 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
                             env=plan.env,
                             start_new_session=True,
                             close_fds=True,
-                            preexec_fn=_signal_reset(),
+                            preexec_fn=preexec,
                         )
-                    except (OSError, ValueError, UnicodeError) as err:
+                    except (OSError, ValueError, UnicodeError, subprocess.SubprocessError) as err:
                         raise _explain_spawn_failure(err, plan) from None
             except BaseException:
                 if cgroup is not None:
                     CONTAINMENT.end(cgroup)
+                if limit_groups is not None:
+                    LIMIT_GROUPS.end(limit_groups)
                 raise
             _LIVE_AGENTS.add(popen.pid)
         KEEPER.guard(popen.pid, kill_grace_secs)
@@ -531,6 +556,8 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
         stdout=stdout_read,
         stderr=stderr_read,
         cgroup=cgroup,
+        limits=plan.limits,
+        limit_groups=limit_groups,
     )
 
 
@@ -538,6 +565,21 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
 # exec, so an agent started by a host that ignores them (nohup, `cmd &` in a
 # script) could never be interrupted or terminated gracefully.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _preexec(limits: ResourceLimits | None) -> Callable[[], None] | None:
+    """The agent's pre-exec step: its rlimits (`bridge.limits`), and the stop signals' default handling."""
+    reset = _signal_reset()
+    rlimits = limits.rlimits() if limits is not None else ()
+    if not rlimits:
+        return reset
+
+    def before_exec() -> None:
+        set_rlimits(rlimits)
+        if reset is not None:
+            reset()
+
+    return before_exec
 
 
 def _signal_reset() -> Callable[[], None] | None:
@@ -591,6 +633,8 @@ def _explain_spawn_failure(err: BaseException, plan: LaunchPlan) -> LaunchError:
         )
     if isinstance(err, OSError):
         return LaunchError(EXIT_CANNOT_RUN, f"{program!r} cannot be executed: {err.strerror or err}")
+    if isinstance(err, subprocess.SubprocessError):  # the pre-exec step failed
+        return LaunchError(EXIT_CANNOT_RUN, f"the agent's limits could not be set: {err}")
     return LaunchError(EXIT_CANNOT_RUN, f"the command line cannot be passed to the OS: {err}")
 
 

@@ -32,6 +32,7 @@ from .dialects import (
 )
 from .dialects.events import FileEvent, QuestionRequest
 from .launch import withheld_credentials
+from .limits import ResourceLimits, describe_exceeded
 from .permissions import PermissionRequest
 from .profile import Profile
 
@@ -55,6 +56,7 @@ class Outcome(enum.StrEnum):
     NOT_READING = "not_reading"  # the agent left too much of what the bridge wrote to it unread: it was killed
     ATTACHMENT_FAILED = "attachment_failed"  # an attachment could not be fetched: the agent was never started
     WORKER_LOST = "worker_lost"  # only through PostgreSQL: the worker running the turn died (bridge.host.postgres)
+    LIMIT_EXCEEDED = "limit_exceeded"  # the agent failed over one of its profile's `limits:` (bridge.limits)
 
     def __str__(self) -> str:
         return self.value
@@ -106,6 +108,7 @@ class Ending:
     spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
     attachment_failure: str | None = None  # which attachment could not be fetched and why: the agent never ran
     unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
+    limit: str = ""  # the profile's limit the agent ended over (`bridge.limits.exceeded`), when known
 
 
 Forwarded = (
@@ -306,7 +309,7 @@ class TurnRecorder:
                 truncated = True
         error = self.error
         agent_said_why = self.error_seen and bool(error)
-        if outcome is Outcome.NOT_READING:  # the bridge stopped the agent: its reason, not what the agent said
+        if outcome in (Outcome.NOT_READING, Outcome.LIMIT_EXCEEDED):  # the bridge's reason, not the agent's words
             error, agent_said_why = f"the agent {cause}", False
         elif outcome is Outcome.ATTACHMENT_FAILED:
             error, agent_said_why = ending.attachment_failure or "", False
@@ -370,6 +373,8 @@ class TurnRecorder:
             code, cause = 128 - returncode, f"was killed by {_signal_name(-returncode)}"
         else:
             code, cause = returncode, f"exited with code {returncode}"
+        if ending.limit and code:
+            return code, Outcome.LIMIT_EXCEEDED, describe_exceeded(ending.limit, ResourceLimits.of(profile.limits))
         if self.error_seen:
             return code or 1, Outcome.AGENT_ERROR, cause if code else "reported an error"
         if code:

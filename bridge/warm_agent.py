@@ -528,7 +528,7 @@ class WarmAgent:
         if self._dead.is_set():
             await self._reaped.wait()
             log.warning("the warm agent ended during the turn", returncode=self.returncode)
-            return Ending(returncode=self.returncode if self.returncode else 1)
+            return Ending(returncode=self.returncode if self.returncode else 1, limit=io.agent.exceeded)
         if deadline.scope.cancelled_caught:
             timeout = deadline.which()
             log.warning("turn timed out; asking the warm agent to stop it", timeout=timeout)

@@ -54,6 +54,7 @@ SPEC_FIELDS = {
     "args",
     "attachments",
     "sandbox",
+    "limits",
     "protocol",
     "resume_args",
     "new_session_args",

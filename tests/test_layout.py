@@ -28,6 +28,7 @@ LAYERS = {
     "outbox": 3,
     "cgroups": 3,
     "keeper": 3,
+    "limits": 3,
     "agent_io": 3,
     "questions": 3,
     "warm_agent": 3,

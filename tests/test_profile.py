@@ -37,6 +37,7 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
         "permissions": None,
         "attachments": None,
         "sandbox": None,
+        "limits": None,
         "keep_warm_secs": 600,
         "max_warm": 16,
         "start_timeout_secs": 60,

@@ -728,6 +728,7 @@ async def _cancel_on_signals(stream: TurnStream, printer: HumanPrinter | JsonPri
 
 def _check_command(args: argparse.Namespace) -> int:
     from ..cgroups import CONTAINMENT
+    from ..limits import LIMIT_GROUPS, ResourceLimits
 
     color = wants_color(sys.stderr)
     status = 0
@@ -747,8 +748,18 @@ def _check_command(args: argparse.Namespace) -> int:
             *_protocol_warnings(profile),
         ):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
+        limits = ResourceLimits.of(profile.limits)
+        described = LIMIT_GROUPS.describe(limits) if limits is not None else []
+        if not all(holds for _, holds in described):
+            for line, holds in described:
+                if not holds:
+                    print(paint(f"{path}: error: {line}", ERROR, color), file=sys.stderr)
+            status = EXIT_USAGE
+            continue
         print(f"{path}: ok")
         for line in _confinement_lines(profile):
+            print(f"  {line}")
+        for line, _ in described:
             print(f"  {line}")
     containment = CONTAINMENT.status()
     if not containment.available:

@@ -17,6 +17,7 @@ FIELD_NAMES = (
     "permissions",
     "attachments",
     "sandbox",
+    "limits",
     "keep_warm_secs",
     "max_warm",
     "start_timeout_secs",

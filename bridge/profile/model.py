@@ -52,6 +52,7 @@ class Profile:
     permissions: Mapping[str, Any] | None
     attachments: Mapping[str, Any] | None
     sandbox: Mapping[str, Any] | None
+    limits: Mapping[str, Any] | None
     keep_warm_secs: float
     max_warm: int
     start_timeout_secs: float

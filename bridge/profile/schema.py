@@ -138,6 +138,35 @@ class SandboxModel(BaseModel):
         return paths
 
 
+class LimitsModel(BaseModel):
+    """How much the agent may take (docs/sandbox.md, "Limits"); each unset limit is no limit."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    memory_mb: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="Memory of all the agent's processes together, in MiB (a cgroup memory controller); over it, "
+        "the kernel's out-of-memory killer stops a process of the agent.",
+    )
+    cpu_secs: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="CPU time of each of the agent's processes, in seconds (RLIMIT_CPU): over it, SIGXCPU stops it. "
+        "A warm agent's process counts across all its turns.",
+    )
+    processes: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="Processes and threads the agent may have at once (a cgroup pids controller): a fork over it "
+        "fails.",
+    )
+    file_size_mb: Annotated[int, Field(gt=0)] | None = Field(
+        default=None, description="The largest file the agent may write, in MiB (RLIMIT_FSIZE): SIGXFSZ past it."
+    )
+    open_files: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="Descriptors each of the agent's processes may have open (RLIMIT_NOFILE): opening one more fails.",
+    )
+
+
 class ProfileModel(BaseModel):
     """How to launch one agent executable: every field of docs/protocol.md §1, its type, default and meaning."""
 
@@ -184,6 +213,11 @@ class ProfileModel(BaseModel):
         default=None,
         description="Run the agent under bubblewrap (bwrap): the system read-only, its working directory "
         "writable, a private /tmp, the real home hidden, a PID namespace of its own. Absent: no sandbox.",
+    )
+    limits: LimitsModel | None = Field(
+        default=None,
+        description="How much the agent may take: memory_mb, cpu_secs, processes, file_size_mb, open_files; a "
+        "limit that cannot be enforced on the machine keeps the agent from starting.",
     )
     keep_warm_secs: Annotated[float, Field(gt=0)] = Field(
         default=600.0,
