@@ -37,6 +37,7 @@ import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Generic, Protocol, TypeVar
 
 from .errors import LaunchError
 
@@ -44,6 +45,34 @@ from .errors import LaunchError
 # the whole process may stand in an agent's cgroup.
 SPAWN_LOCK = threading.Lock()
 DIRECTORY_PREFIX = "agent-bridge-"
+
+
+class _Removable(Protocol):
+    def remove(self) -> bool: ...
+
+    def pids(self) -> list[int]: ...
+
+
+Group = TypeVar("Group", bound=_Removable)
+
+
+class Leftovers(Generic[Group]):
+    """Ended agents' groups that still held a dying process when last tried: each removed as soon as it can be.
+    Not locked: its owner holds its own lock around every call."""
+
+    def __init__(self) -> None:
+        self._groups: list[Group] = []
+
+    def keep(self, group: Group) -> None:
+        self._groups.append(group)
+
+    def remove_what_can_go(self) -> None:
+        self._groups = [group for group in self._groups if not group.remove()]
+
+    def still_in(self, group: Group) -> list[int]:
+        """The processes keeping `group` from being removed; [] once it is (every other that can go goes too)."""
+        self.remove_what_can_go()
+        return group.pids() if group in self._groups else []
 
 
 class ContainmentStatus:
@@ -157,7 +186,7 @@ class Containment:
         self._home = ""  # the cgroup this process lives in, which it returns to after each spawn
         self._directory = ""  # this process's directory of agent cgroups, once made
         self._made = 0
-        self._leftovers: list[AgentCgroup] = []  # ended, but still held a dying process when last tried
+        self._leftovers: Leftovers[AgentCgroup] = Leftovers()
         self._lock = threading.Lock()
 
     @property
@@ -185,7 +214,7 @@ class Containment:
         if not self.status().available:
             return None
         with self._lock:
-            self._remove_leftovers()
+            self._leftovers.remove_what_can_go()
             self._made += 1
             try:
                 if not self._directory:
@@ -224,17 +253,13 @@ class Containment:
         group.kill()
         if not group.remove():
             with self._lock:
-                self._leftovers.append(group)
+                self._leftovers.keep(group)
 
     def still_in(self, group: AgentCgroup) -> list[int]:
         """The processes keeping an ended agent's cgroup from being removed (wait for them to exit, then ask
         again); [] once it is removed. Every other such cgroup that can be removed now is."""
         with self._lock:
-            self._remove_leftovers()
-            return group.pids() if group in self._leftovers else []
-
-    def _remove_leftovers(self) -> None:
-        self._leftovers = [group for group in self._leftovers if not group.remove()]
+            return self._leftovers.still_in(group)
 
     def forget_after_fork(self) -> None:
         """In a forked child: the parent's directory and cgroups are the parent's."""
@@ -242,7 +267,7 @@ class Containment:
         self._status = None
         self._home = self._directory = ""
         self._made = 0
-        self._leftovers = []
+        self._leftovers = Leftovers()
 
 
 def _probe() -> tuple[ContainmentStatus, str]:

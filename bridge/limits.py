@@ -43,7 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .cgroups import make_directory, read_text, unescape_mount_field, write_text
+from .cgroups import Leftovers, make_directory, read_text, unescape_mount_field, write_text
 from .errors import LaunchError
 
 MIB = 1024 * 1024
@@ -180,7 +180,7 @@ class LimitGroups:
         self._hierarchies: dict[str, Hierarchy] | None = None
         self._directories: dict[str, str] = {}  # controller -> this process's directory of agent groups there
         self._made = 0
-        self._leftovers: list[AgentGroups] = []
+        self._leftovers: Leftovers[AgentGroups] = Leftovers()
         self._lock = threading.Lock()
 
     @property
@@ -242,7 +242,7 @@ class LimitGroups:
             raise LaunchError(126, refusal)
         paths: dict[str, str] = {}
         with self._lock:
-            self._remove_leftovers()
+            self._leftovers.remove_what_can_go()
             self._made += 1
             try:
                 for name, value in controlled:
@@ -296,16 +296,12 @@ class LimitGroups:
                 pass
         if not groups.remove():
             with self._lock:
-                self._leftovers.append(groups)
+                self._leftovers.keep(groups)
 
     def still_in(self, groups: AgentGroups) -> list[int]:
         """The processes keeping an ended agent's groups from being removed; [] once they are."""
         with self._lock:
-            self._remove_leftovers()
-            return groups.pids() if groups in self._leftovers else []
-
-    def _remove_leftovers(self) -> None:
-        self._leftovers = [groups for groups in self._leftovers if not groups.remove()]
+            return self._leftovers.still_in(groups)
 
     def forget_after_fork(self) -> None:
         """In a forked child: the parent's groups are the parent's."""
@@ -313,7 +309,7 @@ class LimitGroups:
         self._hierarchies = None
         self._directories = {}
         self._made = 0
-        self._leftovers = []
+        self._leftovers = Leftovers()
 
 
 def exceeded(limits: ResourceLimits | None, returncode: int, events: list[str]) -> str:
