@@ -510,3 +510,31 @@ def test_a_sandboxed_agent_outlives_the_thread_that_started_it(home, work):
         [PYTHON, "-c", OUTLIVES, str(work)], capture_output=True, text=True, timeout=TURN_DEADLINE, cwd=work
     )
     assert (done.returncode, done.stdout) == (0, "alive\n"), done.stderr
+
+
+async def test_a_stop_signal_reaches_the_sandboxed_agent_which_has_its_grace(tmp_path, home, work):
+    """bwrap ignores SIGTERM and SIGINT, so a timed-out agent gets the signal, and its kill_grace_secs, alone."""
+    agents = tmp_path / "agents"
+    agents.mkdir(exist_ok=True)
+    write_agent(
+        agents,
+        "graceful.sh",
+        """#!/bin/sh
+        trap 'sleep 0.3; echo "saved on TERM" > graceful.txt; exit 143' TERM
+        echo 'AGENT_PARTIAL:"ready"'
+        while :; do sleep 0.05; done
+        """,
+    )
+    profile = bridge.Profile.from_mapping(
+        {
+            "command": ["{{PROFILE_DIR}}/graceful.sh"],
+            "cwd": str(work),
+            "sandbox": {"read": [str(tmp_path), *RUNTIME]},
+            "timeout_secs": 1,
+            "kill_grace_secs": 5,
+        },
+        profile_dir=agents,
+    )
+    result = await run(profile)
+    assert result.outcome == "timeout", (result.error, result.stderr_tail)
+    assert (work / "graceful.txt").read_text() == "saved on TERM\n"

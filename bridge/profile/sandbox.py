@@ -59,7 +59,12 @@ class SandboxView:
 
     def argv(self) -> list[str]:
         """bwrap's words up to and including the `--` after which the agent's argv follows."""
-        words = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL"]
+        # bwrap dies of a stop signal and takes the namespace down with it, so it and its init ignore SIGINT and
+        # SIGTERM (`env --ignore-signal`), and the agent gets their default back (`--default-signal`): the stop
+        # reaches the agent alone, which has its `kill_grace_secs`; SIGKILL still ends them all.
+        env = shutil.which("env") or "/usr/bin/env"
+        words = [env, "--ignore-signal=INT,TERM", self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+        words += ["--cap-drop", "ALL"]
         if not self.network:
             words.append("--unshare-net")
         words += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
@@ -75,7 +80,7 @@ class SandboxView:
         for (option, path), within_home in zip(binds, inside, strict=True):
             if within_home:
                 words += [option, path, path]
-        words += ["--bind", self.cwd, self.cwd, "--chdir", self.cwd, "--"]
+        words += ["--bind", self.cwd, self.cwd, "--chdir", self.cwd, "--", env, "--default-signal=INT,TERM"]
         return words
 
     def describe(self) -> list[str]:
