@@ -34,7 +34,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import RequestError
 from ..log import get_logger
-from ..serving.output import Output, json_text
+from ..serving.output import Output, json_bytes, json_text
 from ..serving.requests import (
     BAD_JSON,
     INVALID_REQUEST,
@@ -255,7 +255,8 @@ class TurnResponse(TurnStream):
             nonlocal final
             if response["type"] in ("result", "error"):
                 final = response
-            return f"event: {response['type']}\ndata: {json_text(response)}\n\n".encode()
+            kind: str = response["type"]
+            return b"event: " + kind.encode() + b"\ndata: " + json_bytes(response) + b"\n\n"
 
         try:
             if not await self.run_turn(receive, write, encode):

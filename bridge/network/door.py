@@ -57,6 +57,11 @@ class DoorLimits:
     file_ttl: float = DEFAULT_FILE_TTL
 
 
+def _scope(tenant: Tenant, client: str) -> str:
+    """The start of the host's turn ids of a tenant's client (`http`, or a WebSocket connection's `ws<n>`)."""
+    return f"{tenant.name}/{client}/"
+
+
 def _file_url(client: str) -> Callable[[str | int, str], str]:
     """Where a client downloads a file its turn's agent left (docs/network.md, "Files")."""
 
@@ -119,7 +124,7 @@ class Door:
                 self.files,
                 self._nursery,
                 tenant=tenant,
-                scope=f"{tenant.name}/http/",
+                scope=_scope(tenant, "http"),
                 file_url=_file_url("http"),
                 resend_unsent=False,
             )
@@ -136,7 +141,7 @@ class Door:
             self.files,
             turns,
             tenant=tenant,
-            scope=f"{tenant.name}/ws{number}/",
+            scope=_scope(tenant, f"ws{number}"),
             file_url=_file_url(f"ws{number}"),
             max_turns_in_flight=self.limits.max_turns_per_connection,
             resend_unsent=False,
@@ -145,11 +150,11 @@ class Door:
     def waiting_file(self, tenant: Tenant, client: str, request_id: str, name: str) -> FileEvent | None:
         """A file the tenant's client (`http`, `ws<n>`) was offered and has not acknowledged."""
         assert self.files is not None, "the door is not open"
-        return self.files.waiting(f"{tenant.name}/{client}/{request_id}", name)
+        return self.files.waiting(_scope(tenant, client) + request_id, name)
 
     def acknowledge_file(self, tenant: Tenant, client: str, request_id: str, name: str) -> bool:
         assert self.files is not None, "the door is not open"
-        return self.files.ack(f"{tenant.name}/{client}/{request_id}", name)
+        return self.files.ack(_scope(tenant, client) + request_id, name)
 
     def take_connection(self) -> bool:
         """Count one more open connection; False (and nothing counted) when `max_connections` are open."""

@@ -40,7 +40,7 @@ from starlette.types import Send as AsgiSend
 from ..errors import ChatRefused, RequestError
 from ..permissions import Decision
 from ..result import Outcome, StreamedText
-from ..serving.output import json_text
+from ..serving.output import json_bytes
 from ..serving.requests import INVALID_REQUEST, UNAUTHORIZED, UNKNOWN_PROFILE, TurnRequest, parse_turn, status_of
 from ..serving.session import ClientSession
 from .app import TurnStream, door_of, event_stream_headers, read_json_body, tenant_or_none
@@ -357,7 +357,7 @@ class ChatCompletionResponse(TurnStream):
 
 
 def _event(data: dict[str, Any]) -> bytes:
-    return f"data: {json_text(data)}\n\n".encode()
+    return b"data: " + json_bytes(data) + b"\n\n"
 
 
 def _failure(final: dict[str, Any]) -> tuple[int, str, str] | None:

@@ -11,19 +11,27 @@ import trio
 Message = TypeVar("Message")  # what the transport writes: a line of bytes, a WebSocket text, an SSE frame
 
 
-def json_text(response: dict[str, Any]) -> str:
-    """A response as one line of JSON text (without the newline)."""
+def json_bytes(response: dict[str, Any]) -> bytes:
+    """A response as one line of JSON in UTF-8 (without the newline), encoded once."""
     try:
-        text = json.dumps(response, ensure_ascii=False)
-        text.encode("utf-8")
+        return json.dumps(response, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate in a client's string: escape it rather than fail
+        return json.dumps(response).encode("ascii")
+
+
+def json_text(response: dict[str, Any]) -> str:
+    """A response as one line of JSON text, for a transport that encodes it itself (a WebSocket text message)."""
+    text = json.dumps(response, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the transport could not encode it
         text = json.dumps(response)
     return text
 
 
 def json_line(response: dict[str, Any]) -> bytes:
     """A response as one JSON line, as serve writes it on stdout."""
-    return (json_text(response) + "\n").encode("utf-8")
+    return json_bytes(response) + b"\n"
 
 
 class _Pending(Generic[Message]):
