@@ -174,9 +174,13 @@ async def test_a_process_killed_between_turns_is_replaced_by_one_that_resumes_th
             first, _ = await answering(agent, "remember me")
             killed = agent.pid
             assert killed is not None
-            # Claude Code writes the turn to its session file ~0.1 s after the result: a kill before that loses it.
+            # Claude Code writes the turn to its session file after the result: a kill before its reply is there
+            # loses the reply (the resumed session then ends on the question, and Claude Code asks to continue).
             with trio.fail_after(DEADLINE):
-                while not list((tmp_path / "home").glob(f".claude/projects/*/{first.session_id}.jsonl")):
+                while not any(
+                    '"type":"assistant"' in path.read_text()
+                    for path in (tmp_path / "home").glob(f".claude/projects/*/{first.session_id}.jsonl")
+                ):
                     await trio.sleep(0.01)
             os.killpg(killed, signal.SIGKILL)
             replacement = WarmAgent(profile, session_id=first.session_id)
