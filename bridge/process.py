@@ -70,9 +70,11 @@ class AgentProcess:
         cgroup: AgentCgroup | None = None,
         limits: ResourceLimits | None = None,
         limit_groups: AgentGroups | None = None,
+        sandboxed: bool = False,
     ) -> None:
         self._popen = popen
         self.pid = popen.pid
+        self.sandboxed = sandboxed  # the process is bwrap, which runs the agent in a session of its own
         self.cgroup = cgroup  # the agent's own cgroup, where the bridge may make them
         self.limits = limits
         self.limit_groups = limit_groups  # its groups for the limits only a cgroup controller holds
@@ -144,11 +146,19 @@ class AgentProcess:
             await trio.lowlevel.wait_readable(ready.fileno())
 
     def signal_group(self, signum: int) -> None:
-        """Send `signum` to every process in the agent's group (it leads a session of its own)."""
+        """Send `signum` to every process in the agent's group (it leads a session of its own).
+
+        A sandboxed agent's stop signals go to the group bwrap's child leads (`--new-session`): the agent and
+        what it started, and not bwrap, which would die of them and take the agent down before its grace. That
+        group id stays the agent's while bwrap, our unreaped child, has not reaped its child; after, it could
+        be reused only once the pid counter wrapped around in between."""
         if self.reaped:
             return  # the group id may belong to someone else by now
+        group = self.pid
+        if self.sandboxed and signum != signal.SIGKILL:
+            group = _child_of(self.pid) or self.pid  # none yet: bwrap has started nothing to spare
         try:
-            os.killpg(self.pid, signum)
+            os.killpg(group, signum)
         except ProcessLookupError:
             pass
         except PermissionError:  # a member changed credentials (setuid); signal what we can
@@ -558,7 +568,18 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
         cgroup=cgroup,
         limits=plan.limits,
         limit_groups=limit_groups,
+        sandboxed=plan.sandboxed,
     )
+
+
+def _child_of(pid: int) -> int:
+    """The first child of process `pid` (0 when it has none, or it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
+            first = children.read().split(maxsplit=1)
+    except OSError:
+        return 0
+    return int(first[0]) if first else 0
 
 
 # The signals the bridge stops an agent with. An ignored disposition survives

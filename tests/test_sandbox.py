@@ -513,7 +513,8 @@ def test_a_sandboxed_agent_outlives_the_thread_that_started_it(home, work):
 
 
 async def test_a_stop_signal_reaches_the_sandboxed_agent_which_has_its_grace(tmp_path, home, work):
-    """bwrap ignores SIGTERM and SIGINT, so a timed-out agent gets the signal, and its kill_grace_secs, alone."""
+    """A stop goes to the agent's own group, not to bwrap (which would take the sandbox down): a timed-out agent
+    gets SIGTERM, and its kill_grace_secs, alone."""
     agents = tmp_path / "agents"
     agents.mkdir(exist_ok=True)
     write_agent(

@@ -59,11 +59,10 @@ class SandboxView:
 
     def argv(self) -> list[str]:
         """bwrap's words up to and including the `--` after which the agent's argv follows."""
-        # bwrap dies of a stop signal and takes the namespace down with it, so it and its init ignore SIGINT and
-        # SIGTERM (`env --ignore-signal`), and the agent gets their default back (`--default-signal`): the stop
-        # reaches the agent alone, which has its `kill_grace_secs`; SIGKILL still ends them all.
-        env = shutil.which("env") or "/usr/bin/env"
-        words = [env, "--ignore-signal=INT,TERM", self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+        # `--new-session`: the agent cannot push keystrokes into a terminal (TIOCSTI), and it leads a process
+        # group apart from bwrap's, which dies of a stop signal and takes the namespace down with it; a stop goes
+        # to the agent's group alone (`AgentProcess.signal_group`), so the agent has its `kill_grace_secs`.
+        words = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc"]
         words += ["--cap-drop", "ALL"]
         if not self.network:
             words.append("--unshare-net")
@@ -80,7 +79,7 @@ class SandboxView:
         for (option, path), within_home in zip(binds, inside, strict=True):
             if within_home:
                 words += [option, path, path]
-        words += ["--bind", self.cwd, self.cwd, "--chdir", self.cwd, "--", env, "--default-signal=INT,TERM"]
+        words += ["--bind", self.cwd, self.cwd, "--chdir", self.cwd, "--"]
         return words
 
     def describe(self) -> list[str]:
