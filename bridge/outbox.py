@@ -110,6 +110,12 @@ async def hand_out_turn_files(
     outbox handed out (`hand_out`), and its directory let go of (what is left in it is the host's)."""
     if not keep_attachments:
         files.remove_attachments()
+    if files.remove_outbox_if_empty():  # as most are: nothing to read, and the turn's directory can go
+        if keep_attachments:
+            files.close()
+        else:
+            files.remove()
+        return result
     try:
         return await hand_out(files.outbox, profile, result, emit, log)  # the outbox stays while it holds files
     finally:
@@ -154,7 +160,7 @@ def remove_file(file: FileEvent) -> None:
 
 def remove_outbox(directory: str) -> None:
     """Delete the outbox `directory` with whatever is in it; when it is a turn's outbox
-    (`.agent-bridge/turns/<turn>/outbox`), then the directories above it that made it, as far as they are empty."""
+    (`.agent-bridge/turns/<turn>/outbox`), then the turn's directory too, if that leaves it empty."""
     try:
         os.rmdir(directory)  # most outboxes are left empty
     except OSError:
@@ -168,11 +174,10 @@ def remove_outbox(directory: str) -> None:
         STATE_DIRECTORY,
     ):
         return  # not a turn's outbox (a gateway's own directory of files): nothing above it is the bridge's
-    for made in (turn, turns, state):
-        try:
-            os.rmdir(made)
-        except OSError:
-            return  # not empty (the turn's attachments, another turn) or gone: not the outbox's to remove
+    try:
+        os.rmdir(turn)
+    except OSError:
+        pass  # not empty (the turn's attachments, kept) or gone: not the outbox's to remove
 
 
 def media_type_of(name: str) -> str:

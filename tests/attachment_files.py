@@ -48,3 +48,15 @@ def fetched(directory: Path, image_name: str = "shot.png") -> tuple[Attachment, 
         Attachment("image", "https://chat.example/s.png", path=str(image), media_type="image/png", size=len(PNG)),
         Attachment("file", "https://chat.example/n.txt", path=str(notes), media_type="text/plain", size=5),
     )
+
+
+def left_in(directory: Path) -> list[str]:
+    """What turns left in the working directory `directory`, sorted: its entries, each path below `.agent-bridge`
+    named, and the bridge's own `.agent-bridge/turns` (which stays, empty between turns) not at all."""
+    found = sorted(entry.name for entry in directory.iterdir() if entry.name != ".agent-bridge")
+    state = directory / ".agent-bridge"
+    if state.is_dir() and not state.is_symlink():
+        found += sorted(str(path.relative_to(directory)) for path in state.rglob("*") if path != state / "turns")
+    elif state.exists() or state.is_symlink():
+        found.append(".agent-bridge")
+    return found

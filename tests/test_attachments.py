@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+from attachment_files import left_in
 
 import bridge
 import bridge.log
@@ -173,7 +174,7 @@ def test_the_turn_directory_is_made_and_removed(tmp_path: Path) -> None:
     assert not os.path.exists(files.attachments) and os.path.isdir(files.outbox)
     (tmp_path / "mine.txt").write_text("the agent's")
     files.remove()
-    assert sorted(os.listdir(tmp_path)) == ["mine.txt"]
+    assert left_in(tmp_path) == ["mine.txt"]
     files.remove()  # once
 
 
@@ -292,7 +293,7 @@ async def fetch(tmp_path: Path, *attachments: Attachment, policy: AttachmentPoli
 async def refused(tmp_path: Path, *attachments: Attachment, policy: AttachmentPolicy = LOOPBACK) -> str:
     with pytest.raises(AttachmentFailed) as failed:
         await fetch(tmp_path, *attachments, policy=policy)
-    assert not (tmp_path / ".agent-bridge").exists()  # nothing half-written is left
+    assert left_in(tmp_path) == []  # nothing half-written is left
     return failed.value.message
 
 
@@ -393,7 +394,7 @@ async def test_a_cancel_while_fetching(tmp_path: Path, server: str) -> None:
             profile, Turn("hi", attachments=[Attachment("file", f"{server}/slow")]), cancel=cancel
         )
     assert (result.outcome, result.exit_code) == ("cancelled", 130)
-    assert not (tmp_path / ".agent-bridge").exists()
+    assert left_in(tmp_path) == []
 
 
 async def _set_later(event: trio.Event) -> None:
@@ -433,7 +434,7 @@ async def test_an_agentproc_01_agent_reads_its_file(tmp_path: Path, server: str)
     [entry] = json.loads(third)
     assert entry["path"] == first.removeprefix("image=") and entry["media_type"] == "image/png"
     assert entry["size"] == len(PNG) and entry["url"] == f"{server}/cat.png"
-    assert list(work.iterdir()) == []  # removed at the turn's end
+    assert left_in(work) == []  # removed at the turn's end
 
 
 async def test_a_profile_may_keep_the_files(tmp_path: Path, server: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from attachment_files import left_in
 from hostkit import Lab
 from test_cli import agent_profile, cli, ndjson
 from test_serve import Client
@@ -100,7 +101,7 @@ def test_read_file_refuses_a_file_swapped_for_a_link(tmp_path: Path) -> None:
         read_file(file)
 
 
-def test_remove_outbox_removes_the_turn_directories_it_was_made_in(tmp_path: Path) -> None:
+def test_remove_outbox_removes_the_turn_directory_it_was_made_in(tmp_path: Path) -> None:
     files = TurnFiles(str(tmp_path), "turn-1")
     outbox = Path(files.outbox)
     assert outbox.parent.parent == tmp_path / ".agent-bridge" / "turns"
@@ -108,7 +109,7 @@ def test_remove_outbox_removes_the_turn_directories_it_was_made_in(tmp_path: Pat
     files.remove_attachments()
     files.close()
     remove_outbox(str(outbox))
-    assert list(tmp_path.iterdir()) == []
+    assert left_in(tmp_path) == []
 
 
 def test_an_agent_writes_two_files(make_agent, tmp_path: Path) -> None:
@@ -139,7 +140,7 @@ def test_a_turn_without_files_leaves_no_directory(make_agent, tmp_path: Path) ->
     profile = make_agent('import os; print(os.path.isdir(os.environ["AGENT_OUTBOX"]))', cwd=str(tmp_path / "work"))
     result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
     assert result.reply == "True" and result.files == ()
-    assert list((tmp_path / "work").iterdir()) == []
+    assert left_in(tmp_path / "work") == []
 
 
 def test_a_huge_file_is_dropped_with_a_note(make_agent, tmp_path: Path) -> None:
@@ -200,7 +201,7 @@ def test_a_cancelled_turn_leaves_no_outbox(make_agent, tmp_path: Path) -> None:
                     break
 
     trio.run(main)
-    assert list((tmp_path / "work").iterdir()) == []
+    assert left_in(tmp_path / "work") == []
 
 
 def test_run_json_shows_the_files_before_the_result_and_on_it(tmp_path: Path) -> None:
@@ -284,7 +285,7 @@ async def test_serve_sends_each_file_by_path_before_the_result_and_deletes_it_on
         await client.send({"type": "ack_file", "id": "t1", "file": "chart.png"})
         await client.send({"type": "stats", "id": "s"})
         await client.until("stats", "s")
-        assert list((tmp_path / "work").iterdir()) == []  # the last ack took the turn's directory with it
+        assert left_in(tmp_path / "work") == []  # the last ack took the turn's directory with it
 
 
 async def test_serve_inlines_files_below_the_size_the_turn_asks_for(tmp_path: Path) -> None:
@@ -308,11 +309,11 @@ async def test_serve_deletes_files_nobody_acknowledged_in_time_and_at_its_end(tm
         responses = await client.until("result", "t1")
         await trio.sleep(0.6)
         assert not Path(responses[1]["path"]).exists()
-        assert list((tmp_path / "work").iterdir()) == []
+        assert left_in(tmp_path / "work") == []
         await client.send(maker_turn("t2"))
         responses = await client.until("result", "t2")
         assert Path(responses[1]["path"]).exists()
-    assert list((tmp_path / "work").iterdir()) == []  # the bot went away: serve took its files with it
+    assert left_in(tmp_path / "work") == []  # the bot went away: serve took its files with it
 
 
 async def test_the_host_and_a_turn_stream_see_the_files(tmp_path: Path) -> None:

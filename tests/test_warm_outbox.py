@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+from attachment_files import left_in
 from conftest import SAMPLE_AGENTS
 
 import bridge
@@ -66,7 +67,7 @@ async def test_a_warm_agent_leaves_two_files_seen_by_run_turn_in_order_before_th
     assert result.files_note == ""
     assert not (work / ".agent-bridge" / "turns" / os.path.basename(os.path.dirname(outbox)) / "attachments").exists()
     remove_outbox(outbox)
-    assert not (work / ".agent-bridge").exists()
+    assert left_in(work) == []
 
 
 async def test_the_host_gives_each_turn_of_one_warm_agent_its_own_outbox(tmp_path):
@@ -88,7 +89,7 @@ async def test_the_host_gives_each_turn_of_one_warm_agent_its_own_outbox(tmp_pat
     assert history.reply == "files one.txt:1 | hello | files two.txt:22 three.md:333"
     remove_outbox(outbox_of(first.files))
     remove_outbox(outbox_of(second.files))
-    assert not (work / ".agent-bridge").exists()  # the turns without files left nothing behind
+    assert left_in(work) == []  # the turns without files left nothing behind
 
 
 async def test_a_warm_turn_over_the_outbox_bounds_sends_what_fits_and_says_what_not(tmp_path):
