@@ -305,11 +305,12 @@ class Containment:
             return
         with self._lock:
             try:
-                if not self._directory:
-                    self._directory = make_directory(self._above)
                 plan = self.plan(controller, ours)
                 if plan.reason:
                     raise LaunchError(126, f"the agent's limits cannot be set up: {plan.reason}")
+                if not self._directory:
+                    self._directory = make_directory(self._above)
+                    plan = self.plan(controller, ours)  # now with the directory's own path
                 if plan.move:
                     leaf = os.path.join(self._directory, LEAF)
                     os.makedirs(leaf, exist_ok=True)

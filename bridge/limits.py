@@ -319,8 +319,7 @@ class LimitGroups:
     def _set_in_v2(path: str, in_v2: dict[str, int]) -> None:
         """Pass the controllers down to the agent's v2 group at `path`, and set its limits there."""
         for controller in in_v2:
-            CONTAINMENT.pass_down(controller, _companions())
-        KEEPER.take_back(CONTAINMENT.passed_above)
+            pass_down(controller)
         try:
             if "memory" in in_v2:
                 write_text(os.path.join(path, "memory.max"), str(in_v2["memory"] * MIB))
@@ -411,6 +410,13 @@ def describe_exceeded(name: str, limits: ResourceLimits | None) -> str:
         "file_size_mb": "a write past it was stopped with SIGXFSZ",
     }.get(name, "")
     return f"went over its {_WHAT.get(name, name)} limit ({setting})" + (f": {how}" if how else "")
+
+
+def pass_down(controller: str) -> None:
+    """Make cgroup v2 controller `controller` reach the agents' groups (`Containment.pass_down`, the bridge's
+    keeper moving with it), and tell the keeper what to take back should the bridge die. Call under `SPAWN_LOCK`."""
+    CONTAINMENT.pass_down(controller, _companions())
+    KEEPER.take_back(CONTAINMENT.passed_above)
 
 
 def _companions() -> frozenset[int]:
