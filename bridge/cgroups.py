@@ -178,11 +178,16 @@ def plan_controller(
     if controller in passed:
         return ControllerPlan(controller, enable=(directory,))
     if controller not in offered:
+        why = (
+            "it is bound to a cgroup v1 hierarchy, or not in this kernel"
+            if root
+            else "the cgroup above it keeps it; run the bridge under systemd with Delegate=yes, or give it a cgroup "
+            "that has the controller"
+        )
+        listed = " ".join(sorted(offered)) or "none"
         return ControllerPlan(
             controller,
-            reason=f"the {controller} controller is not offered to {home} (its cgroup.controllers: "
-            f"{' '.join(sorted(offered)) or 'none'}): the cgroup above it keeps it; run the bridge under systemd "
-            "with Delegate=yes, or give it a cgroup that has the controller",
+            reason=f"the {controller} controller is not offered to {home} (its cgroup.controllers: {listed}): {why}",
         )
     if root or not procs:
         return ControllerPlan(controller, enable=(home, directory))
