@@ -321,13 +321,8 @@ class LimitGroups:
         for controller in in_v2:
             pass_down(controller)
         try:
-            if "memory" in in_v2:
-                write_text(os.path.join(path, "memory.max"), str(in_v2["memory"] * MIB))
-                swap = os.path.join(path, "memory.swap.max")
-                if os.path.exists(swap):  # v2 counts swap apart: none, so memory and swap together stay below
-                    write_text(swap, "0")
-            if "pids" in in_v2:
-                write_text(os.path.join(path, "pids.max"), str(in_v2["pids"]))
+            for file, value in v2_settings(in_v2, swap=os.path.exists(os.path.join(path, "memory.swap.max"))):
+                write_text(os.path.join(path, file), value)
         except OSError as err:
             raise LaunchError(126, f"the agent's limits cannot be set up: {err.strerror} ({err.filename})") from None
 
@@ -343,8 +338,9 @@ class LimitGroups:
         pids_max = os.path.join(groups.v2, "pids.max")
         try:
             if "pids" in groups.in_v2:  # the whole bridge is about to stand in the v2 group: room for its threads
-                threads = len(os.listdir("/proc/self/task"))
-                write_text(pids_max, str(groups.in_v2["pids"] + threads + _SPARE_THREADS))
+                write_text(
+                    pids_max, str(pids_max_while_joined(groups.in_v2["pids"], len(os.listdir("/proc/self/task"))))
+                )
             for controller, path in groups.paths.items():
                 write_text(os.path.join(path, "tasks"), "0")
                 entered.append(controller)
@@ -410,6 +406,24 @@ def describe_exceeded(name: str, limits: ResourceLimits | None) -> str:
         "file_size_mb": "a write past it was stopped with SIGXFSZ",
     }.get(name, "")
     return f"went over its {_WHAT.get(name, name)} limit ({setting})" + (f": {how}" if how else "")
+
+
+def v2_settings(in_v2: dict[str, int], *, swap: bool) -> list[tuple[str, str]]:
+    """(file, value) to write in an agent's v2 group for its limits `in_v2` ({controller: limit}); `swap`: the
+    group has `memory.swap.max`. v2 counts swap apart from memory: none, so both together stay below the limit."""
+    settings = []
+    if "memory" in in_v2:
+        settings.append(("memory.max", str(in_v2["memory"] * MIB)))
+        if swap:
+            settings.append(("memory.swap.max", "0"))
+    if "pids" in in_v2:
+        settings.append(("pids.max", str(in_v2["pids"])))
+    return settings
+
+
+def pids_max_while_joined(processes: int, threads: int) -> int:
+    """An agent's v2 `pids.max` while the bridge, with `threads` threads, stands in its group to fork it."""
+    return processes + threads + _SPARE_THREADS
 
 
 def pass_down(controller: str) -> None:

@@ -25,6 +25,7 @@ from conftest import PYTHON, assert_no_live_process, write_agent, write_profile
 from fleetkit import eventually
 
 from bridge.cgroups import CONTAINMENT, LEAF, ControllerPlan, cgroup2_mount, plan_controller, read_text
+from bridge.limits import MIB, pids_max_while_joined, v2_settings
 
 MOUNT = (cgroup2_mount(read_text("/proc/self/mountinfo")) or ("", ""))[0]
 CONTROLLER = "hugetlb"
@@ -222,3 +223,14 @@ def test_another_process_in_home_keeps_the_controller_from_the_agents_and_is_nam
     )
     many = plan({"memory"}, procs={7, *range(100, 110)})
     assert "(pids 100 101 102 103 104 …)" in many.reason
+
+
+def test_the_files_an_agent_s_v2_group_gets_for_its_limits() -> None:
+    assert v2_settings({"memory": 256, "pids": 64}, swap=True) == [
+        ("memory.max", str(256 * MIB)),
+        ("memory.swap.max", "0"),  # no swap: memory and swap together stay below 256 MiB, as v1's memsw
+        ("pids.max", "64"),
+    ]
+    assert v2_settings({"memory": 256}, swap=False) == [("memory.max", str(256 * MIB))]  # a kernel without swap
+    assert v2_settings({"pids": 8}, swap=True) == [("pids.max", "8")]
+    assert pids_max_while_joined(8, threads=12) == 8 + 12 + 8  # the bridge's threads, and 8 it may start meanwhile
