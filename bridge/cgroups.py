@@ -37,6 +37,7 @@ import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from .errors import LaunchError
@@ -45,6 +46,8 @@ from .errors import LaunchError
 # the whole process may stand in an agent's cgroup.
 SPAWN_LOCK = threading.Lock()
 DIRECTORY_PREFIX = "agent-bridge-"
+# The bridge's own leaf inside its directory of agent cgroups, once it had to move there to pass a controller down.
+LEAF = "bridge"
 
 
 class _Removable(Protocol):
@@ -140,6 +143,66 @@ def write_text(path: str, text: str) -> None:
         os.close(descriptor)
 
 
+@dataclass(slots=True, frozen=True)
+class ControllerPlan:
+    """How cgroup v2 controller `controller` reaches the agents' groups (`plan_controller`): first this process
+    (and its keeper) moves into its leaf when `move`, then `+controller` is written to the `cgroup.subtree_control`
+    of each directory in `enable`, in order. `reason` says why it cannot reach them ("" when it can)."""
+
+    controller: str
+    enable: tuple[str, ...] = ()
+    move: bool = False
+    reason: str = ""
+
+
+def plan_controller(
+    controller: str,
+    *,
+    home: str,
+    directory: str,
+    root: bool,
+    offered: frozenset[str],
+    passed: frozenset[str],
+    procs: frozenset[int],
+    ours: frozenset[int],
+) -> ControllerPlan:
+    """How `controller` can be enabled for the groups in `directory`, this process's directory of agent groups
+    below `home` — from what was read of `home`: its `cgroup.controllers` (`offered`), `cgroup.subtree_control`
+    (`passed`) and `cgroup.procs` (`procs`); `ours` are this process and its keeper.
+
+    The kernel's rule: a cgroup other than the root that holds processes cannot pass a domain controller to its
+    children (EBUSY). `directory` never holds one, so it can pass what it has; `home` can when it is the root,
+    or once it is empty — when every process in it is ours, this process moves them into a leaf of its own
+    (`LEAF`) inside `directory` first.
+    """
+    if controller in passed:
+        return ControllerPlan(controller, enable=(directory,))
+    if controller not in offered:
+        why = (
+            "it is bound to a cgroup v1 hierarchy, or not in this kernel"
+            if root
+            else "the cgroup above it keeps it; run the bridge under systemd with Delegate=yes, or give it a cgroup "
+            "that has the controller"
+        )
+        listed = " ".join(sorted(offered)) or "none"
+        return ControllerPlan(
+            controller,
+            reason=f"the {controller} controller is not offered to {home} (its cgroup.controllers: {listed}): {why}",
+        )
+    if root or not procs:
+        return ControllerPlan(controller, enable=(home, directory))
+    if procs <= ours:
+        return ControllerPlan(controller, enable=(home, directory), move=True)
+    others = " ".join(str(pid) for pid in sorted(procs - ours)[:5])
+    return ControllerPlan(
+        controller,
+        reason=f"the {controller} controller is not passed to {home}'s children and other processes live in "
+        f"{home} (pids {others}{' …' if len(procs - ours) > 5 else ''}): run the bridge as the only process "
+        f"of its cgroup (under systemd, a service with Delegate=yes), or write +{controller} to "
+        f"{home}/cgroup.subtree_control once those processes are in a cgroup of their own below it",
+    )
+
+
 class AgentCgroup:
     """One agent's cgroup."""
 
@@ -184,7 +247,11 @@ class Containment:
     def __init__(self) -> None:
         self._status: ContainmentStatus | None = None
         self._home = ""  # the cgroup this process lives in, which it returns to after each spawn
+        self._above = ""  # the cgroup its directory is made in: `_home` until it moves into its `LEAF`
+        self._root = False  # `_above` is the root cgroup, which may hold processes and pass controllers down
         self._directory = ""  # this process's directory of agent cgroups, once made
+        self._passed: list[str] = []  # controllers passed to the agents' groups
+        self._passed_above: list[str] = []  # of which `_above` passed down only because this process asked
         self._made = 0
         self._leftovers: Leftovers[AgentCgroup] = Leftovers()
         self._lock = threading.Lock()
@@ -198,7 +265,72 @@ class Containment:
         """Whether agents get cgroups here, and why not (found once per process; creates nothing)."""
         if self._status is None:
             self._status, self._home = _probe()
+            self._above = self._home
+            self._root = bool(self._home) and not os.path.exists(os.path.join(self._home, "cgroup.type"))
         return self._status
+
+    @property
+    def passed_above(self) -> tuple[str, ...]:
+        """The controllers this process had its directory's parent pass down (its keeper takes them back)."""
+        return tuple(self._passed_above)
+
+    def plan(self, controller: str, ours: frozenset[int] = frozenset()) -> ControllerPlan:
+        """How cgroup v2 controller `controller` would reach the agents' groups, or why it cannot (reads, changes
+        nothing). `ours`: this process's other processes that may move with it (its keeper)."""
+        status = self.status()
+        if not status.available:
+            return ControllerPlan(controller, reason=f"agents get no cgroup v2 group here: {status.reason}")
+        if controller in self._passed:
+            return ControllerPlan(controller)
+        try:
+            offered, passed = (
+                frozenset(read_text(os.path.join(self._above, name)).split())
+                for name in ("cgroup.controllers", "cgroup.subtree_control")
+            )
+            procs = frozenset(int(word) for word in read_text(os.path.join(self._above, "cgroup.procs")).split())
+        except OSError as err:
+            return ControllerPlan(controller, reason=f"{self._above} cannot be read ({err.strerror})")
+        return plan_controller(
+            controller,
+            home=self._above,
+            directory=self._directory or os.path.join(self._above, f"{DIRECTORY_PREFIX}{os.getpid()}-…"),
+            root=self._root,
+            offered=offered,
+            passed=passed,
+            procs=procs,
+            ours=ours | {os.getpid()},
+        )
+
+    def pass_down(self, controller: str, ours: frozenset[int] = frozenset()) -> None:
+        """Make cgroup v2 controller `controller` reach every agent group (`plan`): once, at the first agent that
+        needs it; this process (and `ours`) may move into its leaf for it. Call under `SPAWN_LOCK`.
+
+        Raises `LaunchError` when it cannot."""
+        if controller in self._passed:
+            return
+        with self._lock:
+            try:
+                plan = self.plan(controller, ours)
+                if plan.reason:
+                    raise LaunchError(126, f"the agent's limits cannot be set up: {plan.reason}")
+                if not self._directory:
+                    self._directory = make_directory(self._above)
+                    plan = self.plan(controller, ours)  # now with the directory's own path
+                if plan.move:
+                    leaf = os.path.join(self._directory, LEAF)
+                    os.makedirs(leaf, exist_ok=True)
+                    for pid in sorted(ours):
+                        write_text(os.path.join(leaf, "cgroup.procs"), str(pid))
+                    write_text(os.path.join(leaf, "cgroup.procs"), "0")
+                    self._home = leaf
+                for directory in plan.enable:
+                    write_text(os.path.join(directory, "cgroup.subtree_control"), f"+{controller}")
+                    if directory == self._above:
+                        self._passed_above.append(controller)
+            except OSError as err:
+                why = f"{err.strerror} ({err.filename})" if err.filename else str(err.strerror)
+                raise LaunchError(126, f"the {controller} controller cannot be passed to the agents: {why}") from None
+            self._passed.append(controller)
 
     def turn_off(self, reason: str = "turned off by the host") -> None:
         """No cgroups for agents in this process from now on (a host whose process must not move between
@@ -218,12 +350,12 @@ class Containment:
             self._made += 1
             try:
                 if not self._directory:
-                    self._directory = make_directory(self._home)
+                    self._directory = make_directory(self._above)
                 path = os.path.join(self._directory, str(self._made))
                 os.mkdir(path)
             except OSError as err:
                 raise LaunchError(
-                    126, f"no cgroup can be made for the agent in {self._directory or self._home}: {err.strerror}"
+                    126, f"no cgroup can be made for the agent in {self._directory or self._above}: {err.strerror}"
                 ) from None
         return AgentCgroup(path)
 
@@ -265,7 +397,9 @@ class Containment:
         """In a forked child: the parent's directory and cgroups are the parent's."""
         self._lock = threading.Lock()
         self._status = None
-        self._home = self._directory = ""
+        self._home = self._above = self._directory = ""
+        self._root = False
+        self._passed, self._passed_above = [], []
         self._made = 0
         self._leftovers = Leftovers()
 

@@ -20,7 +20,13 @@ group in it, and SIGKILL to each one still alive after its own grace — what a
 timeout does. Where agents have cgroups of their own (`bridge.cgroups`), the
 registry's first line names the bridge's directory of them: the keeper then
 kills every process left in it with `cgroup.kill` — whatever left its agent's
-group (`setsid`) included — and removes the directory. The lines after it
+group (`setsid`) included — and removes the directory. Where the bridge had
+moved itself into a leaf of that directory to pass a cgroup v2 controller
+down (`bridge.cgroups.LEAF`), the keeper, which lives there too, kills the
+agents' groups one by one instead, then undoes the move: it takes back the
+controllers the second line names from the directory's parent, moves what
+is left in the leaf (itself, any other child of the bridge) back there, and
+removes the leaf and the directory. The lines after it
 name the directories of the agents' cgroup v1 groups for their limits
 (`bridge.limits`), up to a blank line: the keeper kills what is left in
 them and removes them too. When the bridge ends normally the registry holds
@@ -39,8 +45,10 @@ import os
 import subprocess
 import threading
 
+from .cgroups import LEAF
+
 NAME = "agent-bridge-keeper"
-_HEADER = 4096  # the agents' cgroup directory (or nothing), their v1 limit directories, padded with newlines
+_HEADER = 4096  # the agents' cgroup directory (or nothing), controllers to take back, their v1 limit directories
 _SLOT = 32  # bytes per registry slot after it: "PGID GRACE_MS", space-padded, then a newline
 _FREE = b" " * (_SLOT - 1) + b"\n"
 _SCRIPT = r"""
@@ -49,6 +57,7 @@ while read -r _; do :; done
 groups=
 {
   IFS= read -r cgroup
+  read -r passed
   limited=
   while IFS= read -r directory && [ -n "$directory" ]; do limited="$limited$directory
 "; done
@@ -72,10 +81,26 @@ while [ -n "$groups" ]; do
   waited=$((waited + 50))
 done
 case $cgroup in /*)
-  echo 1 > "$cgroup/cgroup.kill" 2>/dev/null
+  leaf="$cgroup/$2/"
+  if [ -d "$leaf" ]; then
+    for agent in "$cgroup"/*/; do [ "$agent" = "$leaf" ] || echo 1 > "${agent}cgroup.kill" 2>/dev/null; done
+  else
+    echo 1 > "$cgroup/cgroup.kill" 2>/dev/null
+  fi
   tries=0
   while [ -d "$cgroup" ] && [ "$tries" -lt 100 ]; do
-    for agent in "$cgroup"/*/; do rmdir "$agent" 2>/dev/null; done
+    left=
+    for agent in "$cgroup"/*/; do
+      [ "$agent" = "$leaf" ] || rmdir "$agent" 2>/dev/null || left=1
+    done
+    if [ -z "$left" ] && [ -d "$leaf" ]; then
+      for controller in $(cat "$cgroup/cgroup.subtree_control"); do
+        echo "-$controller" > "$cgroup/cgroup.subtree_control" 2>/dev/null
+      done
+      for controller in $passed; do echo "-$controller" > "${cgroup%/*}/cgroup.subtree_control" 2>/dev/null; done
+      while read -r pid; do echo "$pid" > "${cgroup%/*}/cgroup.procs" 2>/dev/null; done < "${leaf}cgroup.procs"
+      rmdir "$leaf" 2>/dev/null
+    fi
     rmdir "$cgroup" 2>/dev/null && break
     sleep 0.05
     tries=$((tries + 1))
@@ -113,6 +138,7 @@ class Keeper:
         self._pipe = -1  # our end of the keeper's stdin; closed only by our death (or a fork's child)
         self._registry = -1
         self._cgroups = ""  # the directory of agent cgroups named in the registry's header
+        self._passed: tuple[str, ...] = ()  # the controllers its parent passes down only for the bridge
         self._limit_groups: tuple[str, ...] = ()  # the directories of agents' v1 limit groups named there too
         self._slots: dict[int, int] = {}  # pgid -> slot
         self._free: list[int] = []  # slots cleared for reuse
@@ -136,21 +162,29 @@ class Keeper:
         """Should this process die, kill every process in the cgroup `directory` (after the groups' grace)."""
         with self._lock:
             if directory != self._cgroups:
-                self._write_header(directory, self._limit_groups)
+                self._write_header(directory, self._passed, self._limit_groups)
+
+    def take_back(self, controllers: tuple[str, ...]) -> None:
+        """Should this process die, take these cgroup v2 controllers back from its directory's parent (after
+        undoing its move into its leaf there)."""
+        with self._lock:
+            if controllers != self._passed:
+                self._write_header(self._cgroups, controllers, self._limit_groups)
 
     def contain_limit_groups(self, directories: tuple[str, ...]) -> None:
         """Should this process die, kill every process in these directories of cgroup v1 groups, and remove them."""
         with self._lock:
             if directories != self._limit_groups:
-                self._write_header(self._cgroups, directories)
+                self._write_header(self._cgroups, self._passed, directories)
 
-    def _write_header(self, cgroups: str, limit_groups: tuple[str, ...]) -> None:
+    def _write_header(self, cgroups: str, passed: tuple[str, ...], limit_groups: tuple[str, ...]) -> None:
         self._open_registry()
-        header = "".join(f"{line}\n" for line in (cgroups, *limit_groups)).encode() + b"\n"
+        lines = (cgroups, " ".join(passed), *limit_groups)
+        header = "".join(f"{line}\n" for line in lines).encode() + b"\n"
         if len(header) > _HEADER:
-            raise ValueError(f"cgroup paths of over {_HEADER - 2} bytes: {(cgroups, *limit_groups)!r}")
+            raise ValueError(f"cgroup paths of over {_HEADER - 3} bytes: {lines!r}")
         os.pwrite(self._registry, header.ljust(_HEADER, b"\n"), 0)
-        self._cgroups, self._limit_groups = cgroups, limit_groups
+        self._cgroups, self._passed, self._limit_groups = cgroups, passed, limit_groups
 
     def guard(self, pgid: int, grace_secs: float) -> None:
         """Kill group `pgid` (SIGTERM, then SIGKILL after `grace_secs`) if this process dies."""
@@ -193,7 +227,7 @@ class Keeper:
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
             self._process = subprocess.Popen(
-                ["/bin/sh", "-c", _SCRIPT, NAME, str(self._registry)],
+                ["/bin/sh", "-c", _SCRIPT, NAME, str(self._registry), LEAF],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -219,6 +253,7 @@ class Keeper:
         self._pipe = self._registry = -1
         self._process = None
         self._cgroups = ""
+        self._passed = ()
         self._limit_groups = ()
         self._slots, self._free, self._used = {}, [], 0
 

@@ -2,10 +2,14 @@
 
 Each limit is enforced by the one mechanism that can hold it here (docs/sandbox.md, "Limits"):
 
-- `memory_mb` and `processes` need a cgroup controller: a cgroup v1 `memory`
-  (`memory.limit_in_bytes`) or `pids` (`pids.max`) hierarchy the bridge may
-  make groups in (as root). Each agent gets a group of its own in each, below
-  the bridge's own group there: `<hierarchy>/<the bridge's group>/agent-bridge-<pid>-<random>/<n>`.
+- `memory_mb` and `processes` need a cgroup controller, `memory` or `pids`.
+  cgroup v2 first: the agent's own v2 group (`bridge.cgroups`) gets
+  `memory.max` (and `memory.swap.max` 0) or `pids.max`, once the controller
+  is passed down to it (`Containment.pass_down`, which may move the bridge
+  into a leaf of its own). Else a cgroup v1 hierarchy with the controller
+  that the bridge may make groups in (as root, on the hybrid layout): a group
+  of the agent's own there, `<hierarchy>/<the bridge's group>/agent-bridge-<pid>-<random>/<n>`,
+  with `memory.limit_in_bytes` or `pids.max`.
   No rlimit stands in for them: RLIMIT_AS caps address space, not memory (a
   JavaScript runtime reserves gigabytes it never touches), and RLIMIT_NPROC
   counts every process of the user, not the agent's, and binds no root.
@@ -23,12 +27,16 @@ Born inside. The agent must be in its groups before it can fork, so, as for
 its cgroup v2 group (`bridge.cgroups`), the spawning thread joins them for
 the instant of the fork (`LimitGroups.joined`, under `SPAWN_LOCK`): in a v1
 hierarchy a single thread can move, so nothing else of the bridge is
-counted against the agent's limits meanwhile.
+counted against the agent's limits meanwhile. In v2 the whole bridge process
+stands in the agent's group for that instant, and its threads count against
+`pids.max`: the limit is raised by their number (and a few more the bridge
+might start meanwhile) until the bridge is back home.
 
 An agent that ends while over a limit ends its turn with outcome
 `limit_exceeded`, naming the limit (`exceeded`): the out-of-memory killer
-acted in its memory group, a fork failed at its `pids.max`, or it died of
-SIGXCPU or SIGXFSZ.
+acted in its memory group (`memory.events` or v1's `memory.oom_control`), a
+fork failed at its `pids.max` (`pids.events`), or it died of SIGXCPU or
+SIGXFSZ.
 """
 
 from __future__ import annotations
@@ -43,13 +51,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .cgroups import Leftovers, make_directory, read_text, unescape_mount_field, write_text
+from .cgroups import CONTAINMENT, AgentCgroup, Leftovers, make_directory, read_text, unescape_mount_field, write_text
 from .errors import LaunchError
+from .keeper import KEEPER
 
 MIB = 1024 * 1024
 NAMES = ("memory_mb", "cpu_secs", "processes", "file_size_mb", "open_files")
-# Each limit a v1 controller holds: (hierarchy, the file that sets it).
-_CONTROLLED = {"memory_mb": ("memory", "memory.limit_in_bytes"), "processes": ("pids", "pids.max")}
+# Each limit a controller holds: (controller, the file that sets it in v1, in v2).
+_CONTROLLED = {
+    "memory_mb": ("memory", "memory.limit_in_bytes", "memory.max"),
+    "processes": ("pids", "pids.max", "pids.max"),
+}
+# Threads the bridge might start while it stands in an agent's v2 group, beyond those it has.
+_SPARE_THREADS = 8
 _RLIMITS = {
     "cpu_secs": ("RLIMIT_CPU", resource.RLIMIT_CPU, 1),
     "file_size_mb": ("RLIMIT_FSIZE", resource.RLIMIT_FSIZE, MIB),
@@ -128,23 +142,32 @@ class Hierarchy:
 
 
 class AgentGroups:
-    """One agent's v1 groups: {controller: path}."""
+    """One agent's v1 groups, {controller: path}, and the controllers its v2 group holds limits by
+    ({controller: value}, in the group at `v2`)."""
 
-    __slots__ = ("paths",)
+    __slots__ = ("paths", "v2", "in_v2")
 
-    def __init__(self, paths: dict[str, str]) -> None:
+    def __init__(self, paths: dict[str, str], v2: str = "", in_v2: dict[str, int] | None = None) -> None:
         self.paths = paths
+        self.v2 = v2
+        self.in_v2 = in_v2 or {}
 
     def events(self) -> list[str]:
         """The controlled limits the agent ran into: the OOM killer acted in its memory group, or a fork
         failed at its `pids.max`. Read before the groups are removed."""
         hit = []
-        memory = self.paths.get("memory")
-        if memory is not None and _counter(os.path.join(memory, "memory.oom_control"), "oom_kill"):
-            hit.append("memory_mb")
-        pids = self.paths.get("pids")
-        if pids is not None and _counter(os.path.join(pids, "pids.events"), "max"):
-            hit.append("processes")
+        for name, (controller, file_v1, key) in (
+            ("memory_mb", ("memory", "memory.oom_control", "oom_kill")),
+            ("processes", ("pids", "pids.events", "max")),
+        ):
+            if controller in self.in_v2:
+                events = os.path.join(self.v2, f"{controller}.events")
+            elif controller in self.paths:
+                events = os.path.join(self.paths[controller], file_v1)
+            else:
+                continue
+            if _counter(events, key):
+                hit.append(name)
         return hit
 
     def pids(self) -> list[int]:
@@ -178,6 +201,7 @@ class LimitGroups:
 
     def __init__(self) -> None:
         self._hierarchies: dict[str, Hierarchy] | None = None
+        self._ways: dict[str, tuple[str, str]] = {}  # controller -> ("v2" or "v1", how) or ("", why not)
         self._directories: dict[str, str] = {}  # controller -> this process's directory of agent groups there
         self._made = 0
         self._leftovers: Leftovers[AgentGroups] = Leftovers()
@@ -198,11 +222,26 @@ class LimitGroups:
         """(how limit `name` is held here, "") or ("", why it cannot be)."""
         if name in _RLIMITS:
             return f"{_RLIMITS[name][0]}, per process of the agent", ""
-        controller, file = _CONTROLLED[name]
+        version, how = self._way(_CONTROLLED[name][0])
+        return (how, "") if version else ("", how)
+
+    def _way(self, controller: str) -> tuple[str, str]:
+        """Whether `controller`'s limits are held in cgroup v2 or v1 here, and how — or why neither can: v2 when
+        it can reach the agents' groups, else v1. Decided once per process (at its first agent, or `check`)."""
+        if controller in self._ways:
+            return self._ways[controller]
+        file_v1, file_v2 = next(files for c, *files in _CONTROLLED.values() if c == controller)
+        plan = CONTAINMENT.plan(controller, _companions())
         hierarchy = self.hierarchies()[controller]
-        if hierarchy.home:
-            return f"cgroup v1 {file} in a group of its own below {hierarchy.home}", ""
-        return "", hierarchy.reason
+        if not plan.reason:
+            moved = " (the bridge moves into a leaf of its own there, to pass the controller down)" if plan.move else ""
+            way = ("v2", f"cgroup v2 {file_v2} in the agent's own group below {CONTAINMENT.status().where}{moved}")
+        elif hierarchy.home:
+            way = ("v1", f"cgroup v1 {file_v1} in a group of its own below {hierarchy.home}")
+        else:
+            way = ("", f"{hierarchy.reason}, and cgroup v2 cannot hold it: {plan.reason}")
+        self._ways[controller] = way
+        return way
 
     def describe(self, limits: ResourceLimits) -> list[tuple[str, bool]]:
         """A line for each limit, for `check`: how it is enforced here, or why it cannot be (False)."""
@@ -230,8 +269,9 @@ class LimitGroups:
             "(remove the limit from the profile, or run the bridge where it can make cgroups: docs/sandbox.md)"
         )
 
-    def create(self, limits: ResourceLimits) -> AgentGroups | None:
-        """The agent's groups with its controlled limits set; None when it has none. Call under `SPAWN_LOCK`.
+    def create(self, limits: ResourceLimits, cgroup: AgentCgroup | None) -> AgentGroups | None:
+        """The agent's groups with its controlled limits set — its v2 `cgroup` (from `CONTAINMENT`) for those v2
+        holds, v1 groups made here for the others; None when it has none. Call under `SPAWN_LOCK`.
 
         Raises `LaunchError` when a limit cannot be enforced here, or a group cannot be made."""
         controlled = limits.controlled()
@@ -240,13 +280,22 @@ class LimitGroups:
         refusal = self.refusal(limits)
         if refusal:
             raise LaunchError(126, refusal)
+        in_v2 = {
+            _CONTROLLED[name][0]: value for name, value in controlled if self._way(_CONTROLLED[name][0])[0] == "v2"
+        }
+        if in_v2:
+            if cgroup is None:
+                raise LaunchError(126, "the agent's limits cannot be set up: it has no cgroup v2 group")
+            self._set_in_v2(cgroup.path, in_v2)
         paths: dict[str, str] = {}
         with self._lock:
             self._leftovers.remove_what_can_go()
             self._made += 1
             try:
                 for name, value in controlled:
-                    controller, file = _CONTROLLED[name]
+                    controller, file, _ = _CONTROLLED[name]
+                    if controller in in_v2:
+                        continue
                     directory = self._directories.get(controller)
                     if directory is None:
                         directory = self._directories[controller] = make_directory(self.hierarchies()[controller].home)
@@ -264,17 +313,34 @@ class LimitGroups:
                 AgentGroups(paths).remove()
                 why = f"{err.strerror} ({err.filename})"
                 raise LaunchError(126, f"the agent's limits cannot be set up: {why}") from None
-        return AgentGroups(paths)
+        return AgentGroups(paths, cgroup.path if cgroup is not None else "", in_v2)
+
+    @staticmethod
+    def _set_in_v2(path: str, in_v2: dict[str, int]) -> None:
+        """Pass the controllers down to the agent's v2 group at `path`, and set its limits there."""
+        for controller in in_v2:
+            pass_down(controller)
+        try:
+            for file, value in v2_settings(in_v2, swap=os.path.exists(os.path.join(path, "memory.swap.max"))):
+                write_text(os.path.join(path, file), value)
+        except OSError as err:
+            raise LaunchError(126, f"the agent's limits cannot be set up: {err.strerror} ({err.filename})") from None
 
     @contextmanager
     def joined(self, groups: AgentGroups | None) -> Iterator[None]:
-        """The calling thread stands in the agent's groups while the block runs (it forks the agent); then back.
+        """The calling thread stands in the agent's v1 groups while the block runs (it forks the agent); then back.
+        Wraps `Containment.joined`, the move into its v2 group, whose `pids.max` it raises for that while.
         Call under `SPAWN_LOCK`."""
         if groups is None:
             yield
             return
         entered = []
+        pids_max = os.path.join(groups.v2, "pids.max")
         try:
+            if "pids" in groups.in_v2:  # the whole bridge is about to stand in the v2 group: room for its threads
+                write_text(
+                    pids_max, str(pids_max_while_joined(groups.in_v2["pids"], len(os.listdir("/proc/self/task"))))
+                )
             for controller, path in groups.paths.items():
                 write_text(os.path.join(path, "tasks"), "0")
                 entered.append(controller)
@@ -284,6 +350,8 @@ class LimitGroups:
         finally:
             for controller in entered:
                 write_text(os.path.join(self.hierarchies()[controller].home, "tasks"), "0")
+            if "pids" in groups.in_v2:
+                write_text(pids_max, str(groups.in_v2["pids"]))
 
     def end(self, groups: AgentGroups) -> None:
         """The agent is reaped: kill whatever is left in its groups, and remove them (now, or later)."""
@@ -307,6 +375,7 @@ class LimitGroups:
         """In a forked child: the parent's groups are the parent's."""
         self._lock = threading.Lock()
         self._hierarchies = None
+        self._ways = {}
         self._directories = {}
         self._made = 0
         self._leftovers = Leftovers()
@@ -339,6 +408,37 @@ def describe_exceeded(name: str, limits: ResourceLimits | None) -> str:
     return f"went over its {_WHAT.get(name, name)} limit ({setting})" + (f": {how}" if how else "")
 
 
+def v2_settings(in_v2: dict[str, int], *, swap: bool) -> list[tuple[str, str]]:
+    """(file, value) to write in an agent's v2 group for its limits `in_v2` ({controller: limit}); `swap`: the
+    group has `memory.swap.max`. v2 counts swap apart from memory: none, so both together stay below the limit."""
+    settings = []
+    if "memory" in in_v2:
+        settings.append(("memory.max", str(in_v2["memory"] * MIB)))
+        if swap:
+            settings.append(("memory.swap.max", "0"))
+    if "pids" in in_v2:
+        settings.append(("pids.max", str(in_v2["pids"])))
+    return settings
+
+
+def pids_max_while_joined(processes: int, threads: int) -> int:
+    """An agent's v2 `pids.max` while the bridge, with `threads` threads, stands in its group to fork it."""
+    return processes + threads + _SPARE_THREADS
+
+
+def pass_down(controller: str) -> None:
+    """Make cgroup v2 controller `controller` reach the agents' groups (`Containment.pass_down`, the bridge's
+    keeper moving with it), and tell the keeper what to take back should the bridge die. Call under `SPAWN_LOCK`."""
+    CONTAINMENT.pass_down(controller, _companions())
+    KEEPER.take_back(CONTAINMENT.passed_above)
+
+
+def _companions() -> frozenset[int]:
+    """This process's other processes that move with it into its leaf: its keeper."""
+    pid = KEEPER.pid
+    return frozenset() if pid is None else frozenset({pid})
+
+
 def _counter(path: str, key: str) -> int:
     """A `key value` line's value in a cgroup's events file (0 when absent or unreadable)."""
     try:
@@ -365,10 +465,7 @@ def _probe() -> dict[str, Hierarchy]:
 def _probe_one(controller: str, mountinfo: str, own: str) -> Hierarchy:
     mount = _v1_mount(mountinfo, controller)
     if mount is None:
-        return Hierarchy(
-            controller,
-            reason=f"no cgroup v1 {controller} hierarchy is mounted (cgroup v2 controllers are not used yet)",
-        )
+        return Hierarchy(controller, reason=f"no cgroup v1 {controller} hierarchy is mounted")
     mount_point, mounted_root = mount
     path = None
     for line in own.splitlines():

@@ -527,10 +527,10 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
                 if cgroup is not None:
                     KEEPER.contain(CONTAINMENT.directory)
                 if plan.limits is not None:
-                    limit_groups = LIMIT_GROUPS.create(plan.limits)
+                    limit_groups = LIMIT_GROUPS.create(plan.limits, cgroup)
                     if limit_groups is not None:
                         KEEPER.contain_limit_groups(LIMIT_GROUPS.directories)
-                with CONTAINMENT.joined(cgroup), LIMIT_GROUPS.joined(limit_groups):
+                with LIMIT_GROUPS.joined(limit_groups), CONTAINMENT.joined(cgroup):
                     try:
                         popen = subprocess.Popen(
                             plan.argv,
