@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from .dialects import PROTOCOLS, Handover
 from .errors import LaunchError
-from .limits import ResourceLimits
+from .limits import ResourceLimits, prlimit_words
 from .profile import PLACEHOLDER_PATTERN, Profile
 from .profile.fields import NEW_SESSION_ID
-from .profile.sandbox import SandboxView, find_bwrap, missing_bwrap, sandbox_view
+from .profile.sandbox import SandboxView, sandbox_view
+from .profile.tools import BWRAP, PRLIMIT, find_tool, missing_tool
 from .turn import Turn
 
 PROTOCOL_VERSION = "0.1"
@@ -70,6 +71,8 @@ class LaunchPlan:
     """argv starts with bwrap's words (the profile's `sandbox`): bwrap dies with the thread that spawns it."""
     limits: ResourceLimits | None = None
     """The profile's `limits:` (`bridge.limits`), set on the agent as it starts."""
+    command_at: int = 0
+    """Where the profile's own command starts in argv, after the bridge's programs in front of it (bwrap, prlimit)."""
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
@@ -157,11 +160,21 @@ def _plan(
             )
 
     cwd = _working_directory(profile, values)
+    # The bridge's own programs in front of the profile's command: bwrap, then prlimit inside the sandbox.
+    before: list[str] = []
     sandbox = effective_sandbox(profile, environ, cwd)
     if sandbox is not None:
-        argv = (*sandbox.argv(), *argv)
+        before += sandbox.argv()
         if "TMPDIR" in env and "TMPDIR" not in profile.env:
             env["TMPDIR"] = "/tmp"  # the bridge's own temporary directory is not in the sandbox's private /tmp
+    limits = ResourceLimits.of(profile.limits)
+    rlimits = limits.rlimits() if limits is not None else ()
+    if rlimits:
+        prlimit = find_tool(PRLIMIT, environ.get("PATH", os.defpath))
+        if prlimit is None:
+            raise LaunchError(127, missing_tool(PRLIMIT))
+        before += prlimit_words(prlimit, rlimits)
+    argv = (*before, *argv)
 
     return LaunchPlan(
         argv=argv,
@@ -172,7 +185,8 @@ def _plan(
         stdin_open=handover.keep_open,
         new_session_id=new_session_id,
         sandboxed=sandbox is not None,
-        limits=ResourceLimits.of(profile.limits),
+        limits=limits,
+        command_at=len(before),
     )
 
 
@@ -183,9 +197,9 @@ def effective_sandbox(profile: Profile, environ: Mapping[str, str], cwd: str | N
     when the working directory would uncover what the sandbox hides (126)."""
     if profile.sandbox is None:
         return None
-    bwrap = find_bwrap(environ.get("PATH", os.defpath))
+    bwrap = find_tool(BWRAP, environ.get("PATH", os.defpath))
     if bwrap is None:
-        raise LaunchError(127, missing_bwrap())
+        raise LaunchError(127, missing_tool(BWRAP))
     try:
         return sandbox_view(
             profile.sandbox,

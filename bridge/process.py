@@ -38,7 +38,7 @@ from .cgroups import CONTAINMENT, SPAWN_LOCK, AgentCgroup
 from .errors import LaunchError
 from .keeper import KEEPER
 from .launch import LaunchPlan
-from .limits import LIMIT_GROUPS, AgentGroups, ResourceLimits, exceeded, set_rlimits
+from .limits import LIMIT_GROUPS, AgentGroups, ResourceLimits, exceeded
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
@@ -518,7 +518,12 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
             stdin_arg, stdin_write = pipe()
             child_fds.append(stdin_arg)
             parent_fds.append(stdin_write)
-        preexec = _preexec(plan.limits)
+        if plan.command_at:  # bwrap or prlimit would start, then fail to find it: say so as for a bare agent
+            program = plan.argv[plan.command_at]
+            found = _resolve(program, plan)
+            if found is None or not os.path.exists(found):
+                raise _explain_not_found(program, plan)
+        preexec = _signal_reset()
         with SPAWN_LOCK:
             KEEPER.start()  # before the agent: there is no moment when it runs unguarded
             cgroup = limit_groups = None
@@ -588,21 +593,6 @@ def _child_of(pid: int) -> int:
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _preexec(limits: ResourceLimits | None) -> Callable[[], None] | None:
-    """The agent's pre-exec step: its rlimits (`bridge.limits`), and the stop signals' default handling."""
-    reset = _signal_reset()
-    rlimits = limits.rlimits() if limits is not None else ()
-    if not rlimits:
-        return reset
-
-    def before_exec() -> None:
-        set_rlimits(rlimits)
-        if reset is not None:
-            reset()
-
-    return before_exec
-
-
 def _signal_reset() -> Callable[[], None] | None:
     """A pre-exec step restoring default handling of the stop signals, when the bridge ignores them.
 
@@ -655,7 +645,7 @@ def _explain_spawn_failure(err: BaseException, plan: LaunchPlan) -> LaunchError:
     if isinstance(err, OSError):
         return LaunchError(EXIT_CANNOT_RUN, f"{program!r} cannot be executed: {err.strerror or err}")
     if isinstance(err, subprocess.SubprocessError):  # the pre-exec step failed
-        return LaunchError(EXIT_CANNOT_RUN, f"the agent's limits could not be set: {err}")
+        return LaunchError(EXIT_CANNOT_RUN, f"the agent's signal handling could not be reset: {err}")
     return LaunchError(EXIT_CANNOT_RUN, f"the command line cannot be passed to the OS: {err}")
 
 

@@ -268,10 +268,10 @@ def test_check_prints_each_limit_and_how_it_is_held(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == [
         f"{profile}: ok",
         f"  limit memory_mb: 256 by cgroup v1 memory.limit_in_bytes in a group of its own below {HOMES['memory']}",
-        "  limit cpu_secs: 10 by RLIMIT_CPU, per process of the agent",
+        "  limit cpu_secs: 10 by RLIMIT_CPU (set by prlimit as the agent starts), per process of the agent",
         f"  limit processes: 64 by cgroup v1 pids.max in a group of its own below {HOMES['pids']}",
-        "  limit file_size_mb: 10 by RLIMIT_FSIZE, per process of the agent",
-        "  limit open_files: 100 by RLIMIT_NOFILE, per process of the agent",
+        "  limit file_size_mb: 10 by RLIMIT_FSIZE (set by prlimit as the agent starts), per process of the agent",
+        "  limit open_files: 100 by RLIMIT_NOFILE (set by prlimit as the agent starts), per process of the agent",
     ]
 
 
@@ -300,6 +300,30 @@ def test_a_limit_that_cannot_be_held_keeps_the_agent_from_starting(tmp_path: Pat
         "hierarchy is mounted"
     )
     assert not started.exists()
+
+
+def test_a_profile_with_rlimits_needs_prlimit_and_names_its_package(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # a machine without util-linux's prlimit
+    with pytest.raises(bridge.ProfileError, match="prlimit is not installed.*install the util-linux package"):
+        bridge.parse_profile("command: cat\nlimits: {open_files: 64}\n")
+    controlled = bridge.parse_profile("command: cat\nlimits: {memory_mb: 64}\n")  # needs no prlimit
+    assert ResourceLimits.of(controlled.limits) == ResourceLimits(memory_mb=64)
+
+
+@pytest.mark.parametrize("confined", [{"limits": {"open_files": 64}}, {"sandbox": {}}], ids=["prlimit", "bwrap"])
+async def test_a_missing_command_behind_the_bridge_s_programs_is_reported_as_for_a_bare_agent(
+    tmp_path: Path, confined: dict[str, object]
+) -> None:
+    """prlimit or bwrap would start and then not find the agent: the bridge says so before, as for a bare one."""
+    profile = bridge.Profile.from_mapping(
+        {"command": ["no-such-agent-program-xyz"], "cwd": str(tmp_path), **confined}, profile_dir=tmp_path
+    )
+    result = await bridge.run_turn(profile, Turn("go"))
+    assert (result.outcome, result.exit_code) == (Outcome.SPAWN_FAILED, 127)
+    assert (
+        result.error_reply == "The agent could not be started: command 'no-such-agent-program-xyz' not found on PATH."
+    )
 
 
 # --------------------------------------------------------------------------- the pure parts

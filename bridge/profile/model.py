@@ -20,7 +20,7 @@ from ..errors import Problem, ProfileError
 from ..permissions import PermissionPolicy
 from . import cache as profile_cache
 from .fields import FIELD_NAMES
-from .sandbox import find_bwrap
+from .tools import BWRAP, PRLIMIT, find_tool, needs_prlimit
 
 
 class Profile:
@@ -207,8 +207,8 @@ def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile
     profile_dir = str(resolved.parent)
     if cache:
         remembered = profile_cache.lookup(str(resolved), content)
-        if remembered is not None and remembered.get("sandbox") is not None and find_bwrap() is None:
-            remembered = None  # validated where bwrap was: validating again says what to install
+        if remembered is not None and _lacks_a_tool(remembered):
+            remembered = None  # validated where the tool was: validating again says what to install
         if remembered is not None:
             try:
                 return Profile._trusted(remembered, profile_dir)
@@ -224,6 +224,13 @@ def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile
     if cache:
         profile_cache.store(str(resolved), content, values)
     return Profile._trusted(values, profile_dir)
+
+
+def _lacks_a_tool(remembered: Mapping[str, Any]) -> bool:
+    """Whether a profile validated earlier needs bwrap or prlimit (`tools`) and this machine lacks it now."""
+    if remembered.get("sandbox") is not None and find_tool(BWRAP) is None:
+        return True
+    return needs_prlimit(remembered.get("limits")) and find_tool(PRLIMIT) is None
 
 
 def parse_profile(text: str, *, source: str | os.PathLike[str] | None = None) -> Profile:

@@ -21,28 +21,11 @@ the cgroup, so the engine's signals, `cgroup.kill` and the keeper reach them all
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-BWRAP = "bwrap"
-BWRAP_PACKAGE = "bubblewrap"
 PROFILE_DIR = "{{PROFILE_DIR}}"
-
-
-def find_bwrap(path: str | None = None) -> str | None:
-    """bwrap's path on `path` (the bridge's PATH by default), or None."""
-    return shutil.which(BWRAP, path=path if path is not None else os.environ.get("PATH", os.defpath))
-
-
-def missing_bwrap() -> str:
-    """What to do when a sandboxed profile meets a machine without bwrap."""
-    return (
-        f"{BWRAP} is not installed (or not on the bridge's PATH), and a sandboxed agent never runs "
-        f"unconfined; install the {BWRAP_PACKAGE} package (Debian, Ubuntu: apt-get install {BWRAP_PACKAGE}; "
-        f"Fedora: dnf install {BWRAP_PACKAGE}), or remove the sandbox section"
-    )
 
 
 @dataclass(frozen=True, slots=True)

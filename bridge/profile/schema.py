@@ -36,7 +36,7 @@ from ..fetch_policy import DEFAULT_MAX_COUNT, DEFAULT_MAX_FILE_BYTES, DEFAULT_MA
 from ..permissions import TOOL_KINDS
 from .argv_rules import argv_problem, environment_problem, stdin_problem
 from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
-from .sandbox import find_bwrap, missing_bwrap
+from .tools import BWRAP, PRLIMIT, find_tool, missing_tool, needs_prlimit
 
 _ENV_NAME = re.compile(r"[^=\0]+")
 
@@ -385,8 +385,10 @@ class ProfileModel(BaseModel):
             if message_on_stdin and (reason := stdin_problem(argv)) is not None:
                 where = ("stdin",) if self.stdin != "none" else ("protocol",)
                 raise _located_error(where, "{reason}", reason=reason)
-        if self.sandbox is not None and find_bwrap() is None:
-            raise _located_error(("sandbox",), "{reason}", reason=missing_bwrap())
+        if self.sandbox is not None and find_tool(BWRAP) is None:
+            raise _located_error(("sandbox",), "{reason}", reason=missing_tool(BWRAP))
+        if self.limits is not None and needs_prlimit(self.limits.model_dump()) and find_tool(PRLIMIT) is None:
+            raise _located_error(("limits",), "{reason}", reason=missing_tool(PRLIMIT))
         self._argv_template = templates["new_session_args"][0]
         self._resume_argv_template = templates["resume_args"][0]
         return self
