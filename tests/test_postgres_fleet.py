@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import trio
+from attachment_files import left_in
 from conftest import SAMPLE_AGENTS, process_state
 from fake_anthropic import Conversation, tool_results, write_claude_profile
 from fake_api import FakeApi
@@ -556,7 +557,7 @@ def test_the_agent_s_files_reach_the_bot_through_the_gateway_with_their_bytes(
     assert not Path(big["path"]).is_relative_to(tmp_path)  # the gateway's own copy, not the worker's outbox
     assert base64.b64decode(report["data"]) == b"two lines\nof report\n"  # small enough to travel inline
     assert (empty["size"], base64.b64decode(empty["data"])) == (0, b"")
-    eventually(lambda: not any((tmp_path / "work").iterdir()), "the worker to remove its outbox (the bytes are stored)")
+    eventually(lambda: not left_in(tmp_path / "work"), "the worker to remove its outbox (the bytes are stored)")
     assert fleet.query("SELECT count(*) FROM bridge_turn_files") == [(0,)]  # the gateway took them
     gateway.send({"type": "ack_file", "id": "t1", "file": "big.bin"})
     eventually(lambda: not Path(big["path"]).exists(), "the acknowledged file to be deleted")
@@ -583,7 +584,7 @@ def test_the_profile_s_outbox_limits_bound_what_travels(fleet: Fleet, lab: Lab, 
     offered = [response for response in responses if response["type"] == "file"]
     assert base64.b64decode(offered[0]["data"]) == b""  # an empty file is always inline
     assert Path(offered[1]["path"]).read_bytes() == b"two lines\nof report\n"
-    eventually(lambda: not any((tmp_path / "work").iterdir()), "what was left out to go with the worker's outbox")
+    eventually(lambda: not left_in(tmp_path / "work"), "what was left out to go with the worker's outbox")
     assert gateway.close() == 0
     assert not Path(offered[1]["path"]).parent.exists()
 
