@@ -14,8 +14,10 @@ What a sandboxed agent gets (docs/sandbox.md):
 - a PID namespace of its own (the agent's escapees die with it), IPC too, no capabilities (bwrap run by root keeps
   them otherwise), `--die-with-parent`, and with `network: false` a network namespace with only its own loopback.
 
-The sandbox adds no process group or session: bwrap, its PID 1 and the agent share the group the bridge made, and
-the cgroup, so the engine's signals, `cgroup.kill` and the keeper reach them all (see docs/processes.md).
+bwrap is in the process group the bridge made; its PID 1 and the agent run in a session of their own
+(`--new-session`), where the engine's stop signals go (`AgentProcess.signal_group`), so bwrap outlives the stop
+and the agent has its grace. All of them share the agent's cgroup, so `cgroup.kill` and the keeper reach them
+all, and bwrap's end takes its namespace with it (see docs/processes.md).
 """
 
 from __future__ import annotations
