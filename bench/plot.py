@@ -1,4 +1,5 @@
-"""The summary as one PNG: a panel per benchmark, bars of medians, the target as a dashed line."""
+"""The summary as two PNGs: a panel per benchmark (rows 1-6), then a panel per group of rows 19-30; bars of medians
+(or p99s), the target as a dashed line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import matplotlib.pyplot as plt
 import report
 
 BRIDGE, FLOOR, AGENTPROC, REF = "#2b7bba", "#9e9e9e", "#e08a2b", "#c7c7c7"
+BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1}  # a target's label over a bar
 COLOURS = {
     "bridge": BRIDGE,
     "subprocess.run": FLOOR,
@@ -23,7 +25,9 @@ COLOURS = {
 }
 
 
-def _bars(ax: Any, labels: list[str], values: list[float], fmt: str, colours: list[str] | None = None) -> None:
+def _bars(
+    ax: Any, labels: list[str], values: list[float], fmt: str, colours: list[str] | None = None, boxed: bool = False
+) -> None:
     colours = colours or [COLOURS.get(label, BRIDGE) for label in labels]
     bars = ax.bar(labels, values, color=colours)
     for bar, value in zip(bars, values):
@@ -35,12 +39,13 @@ def _bars(ax: Any, labels: list[str], values: list[float], fmt: str, colours: li
             fontsize=8,
             xytext=(0, 2),
             textcoords="offset points",
+            bbox=BOX if boxed else None,
         )
     ax.margins(y=0.18)
     ax.tick_params(axis="x", labelsize=8)
 
 
-def _target(ax: Any, y: float, text: str, left: bool = False) -> None:
+def _target(ax: Any, y: float, text: str, left: bool = False, boxed: bool = False) -> None:
     ax.axhline(y, color="#c0392b", linestyle="--", linewidth=1)
     ax.annotate(
         text,
@@ -52,17 +57,21 @@ def _target(ax: Any, y: float, text: str, left: bool = False) -> None:
         color="#c0392b",
         xytext=(2 if left else -2, 1),
         textcoords="offset points",
+        bbox=BOX if boxed else None,
     )
 
 
-def _verdicts(summary: dict[str, Any], prefix: str) -> str:
+def _verdicts(summary: dict[str, Any], prefix: str | tuple[str, ...]) -> str:
     results = [r["result"] for r in summary["rows"] if r["benchmark"].startswith(prefix) and r["result"]]
     return "PASS" if results and all(r == "PASS" for r in results) else ("FAIL" if results else "")
 
 
-def _title(ax: Any, text: str, verdict: str) -> None:
-    colour = {"PASS": "#1e8449", "FAIL": "#c0392b"}.get(verdict, "black")
-    ax.set_title(f"{text}  [{verdict}]" if verdict else text, fontsize=10, color=colour)
+VERDICT_COLOURS = {"PASS": "#1e8449", "FAIL": "#c0392b"}
+
+
+def _title(ax: Any, text: str, verdict: str, fontsize: float = 10) -> None:
+    colour = VERDICT_COLOURS.get(verdict, "black")
+    ax.set_title(f"{text}  [{verdict}]" if verdict else text, fontsize=fontsize, color=colour)
 
 
 def _empty(ax: Any, text: str) -> None:
@@ -228,5 +237,262 @@ def draw(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
         f"agent-bridge benchmarks (dashed red: issue-4 target){quick}\n{report.machine_line(about)}", fontsize=10
     )
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _target_over(ax: Any, first: int, last: int, y: float, text: str) -> None:
+    """A target that holds only for the bars first..last: a dashed segment over them, its label at its right end."""
+    ax.hlines(y, first - 0.45, last + 0.45, color="#c0392b", linestyle="--", linewidth=1)
+    ax.annotate(
+        text,
+        (last + 0.45, y),
+        ha="right",
+        va="bottom",
+        fontsize=7,
+        color="#c0392b",
+        xytext=(-2, 1),
+        textcoords="offset points",
+        bbox=BOX,
+    )
+
+
+def _panel_title(panel: Any, text: str, verdict: str) -> None:
+    colour = VERDICT_COLOURS.get(verdict, "black")
+    panel.suptitle(f"{text}  [{verdict}]" if verdict else text, fontsize=11, fontweight="bold", color=colour)
+
+
+def _measured(*stats: dict[str, Any]) -> bool:
+    return all(st.get("n") for st in stats)
+
+
+def _warm_clis(summary: dict[str, Any], panel: Any) -> None:
+    """Rows 19-22: Claude Code and codex kept warm."""
+    claude, codex = summary.get("claude-sdk", {}), summary.get("codex-app-server", {})
+    _panel_title(panel, "19–22 Claude Code and codex kept warm", _verdicts(summary, ("19 ", "20 ", "21 ", "22 ")))
+    axes = panel.subplots(1, 3, width_ratios=[1, 1, 1.4])
+
+    ax = axes[0]
+    if _measured(claude.get("warm", {}), claude.get("cold", {})):
+        cold = claude["cold"]["median"]
+        _bars(
+            ax,
+            ["cold one-shot\n(claude-code.yaml)", "warm\n(claude-sdk.yaml)"],
+            [cold, claude["warm"]["median"]],
+            "{:.1f}",
+            [FLOOR, BRIDGE],
+            boxed=True,
+        )
+        _target(ax, report.CLAUDE_WARM_VS_COLD * cold, f"{report.CLAUDE_WARM_VS_COLD:g}× cold")
+        ax.set_ylabel("ms per turn (median)")
+        _title(ax, "19 Claude Code turn", _verdicts(summary, "19 "), fontsize=9)
+    else:
+        _empty(ax, "19 Claude Code turn")
+
+    ax = axes[1]
+    if _measured(codex.get("bridge", {}), codex.get("direct", {})):
+        direct = codex["direct"]["median"]
+        _bars(
+            ax,
+            ["codex app-server\ndriven directly", "codex-app-server\nthrough the bridge"],
+            [direct, codex["bridge"]["median"]],
+            "{:.1f}",
+            [FLOOR, BRIDGE],
+            boxed=True,
+        )
+        _target(ax, direct + report.CODEX_OVER_DIRECT_MS, f"direct + {report.CODEX_OVER_DIRECT_MS:g} ms", boxed=True)
+        ax.set_ylabel("ms per turn (median)")
+        _title(ax, "20 codex turn", _verdicts(summary, "20 "), fontsize=9)
+    else:
+        _empty(ax, "20 codex turn")
+
+    ax = axes[2]
+    bars = [
+        (measure, f"{cli}\n{measure}", m[measure]["p99"])
+        for measure in ("partial", "permission")
+        for cli, m in (("Claude Code", claude), ("codex", codex))
+        if m.get(measure, {}).get("n")
+    ]
+    if bars:
+        _bars(ax, [label for _, label, _ in bars], [p99 for _, _, p99 in bars], "{:.2f}", boxed=True)
+        limits = {"partial": report.JSON_LATENCY_P99_MS, "permission": report.PERMISSION_P99_MS}
+        if len(set(limits.values())) == 1:
+            _target(ax, report.JSON_LATENCY_P99_MS, f"p99 {report.JSON_LATENCY_P99_MS:g} ms", left=True, boxed=True)
+        else:
+            for measure, limit in limits.items():
+                at = [i for i, (m, _, _) in enumerate(bars) if m == measure]
+                if at:
+                    _target_over(ax, at[0], at[-1], limit, f"p99 {limit:g} ms")
+        ax.set_ylabel("ms, chunk written → host callback (p99)")
+        _title(ax, "21 partials, 22 permission requests, p99", _verdicts(summary, ("21 ", "22 ")), fontsize=9)
+    else:
+        _empty(ax, "21–22 partial and permission latency")
+
+
+def _attachments(summary: dict[str, Any], panel: Any) -> None:
+    """Rows 23-24: fetching attachments."""
+    fetched = summary.get("attachments", {})
+    _panel_title(panel, "23–24 attachments from a loopback server", _verdicts(summary, ("23 ", "24 ")))
+    axes = panel.subplots(1, 2)
+
+    ax = axes[0]
+    if _measured(*(fetched.get(name, {}) for name in ("attached", "plain", "curl"))):
+        curl = fetched["curl"]["median"]
+        added = fetched["attached"]["median"] - fetched["plain"]["median"]
+        _bars(
+            ax,
+            ["curl\n(its start included)", "the bridge's fetch\n(turn with − without)"],
+            [curl, added],
+            "{:.1f}",
+            [FLOOR, BRIDGE],
+            boxed=True,
+        )
+        _target(ax, report.FETCH_VS_CURL * curl, f"{report.FETCH_VS_CURL:g}× curl", left=True)
+        ax.set_ylabel("ms (median)")
+        _title(ax, f"23 fetch a {fetched['size']} file, median", _verdicts(summary, "23 "), fontsize=9)
+    else:
+        _empty(ax, "23 fetch an attachment")
+
+    ax = axes[1]
+    if _measured(fetched.get("rss", {}), fetched.get("rss_before", {})):
+        _bars(
+            ax,
+            ["before the turn", f"{fetched['fetched']}\nfetched at once"],
+            [fetched["rss_before"]["max"], fetched["rss"]["max"]],
+            "{:.1f}",
+            [FLOOR, BRIDGE],
+            boxed=True,
+        )
+        _target(ax, report.PEAK_RSS_MB, f"{report.PEAK_RSS_MB:g} MB", left=True)
+        ax.set_ylabel("bridge peak RSS, MB (worst sample)")
+        _title(ax, "24 memory while fetching", _verdicts(summary, "24 "), fontsize=9)
+    else:
+        _empty(ax, "24 memory while fetching")
+
+
+def _network(summary: dict[str, Any], panel: Any) -> None:
+    """Rows 25-28: the network door against stdin/stdout serve."""
+    network = summary.get("network", {})
+    _panel_title(
+        panel,
+        "25–28 the network door (serve --listen) against stdin/stdout serve",
+        _verdicts(summary, ("25 ", "26 ", "27 ", "28 ")),
+    )
+    axes = panel.subplots(1, 3, width_ratios=[1.4, 1.1, 0.9])
+    short = {"stdin": "stdin/stdout\nserve", "sse": "POST\nSSE", "json": "POST\nJSON", "ws": "WebSocket"}
+
+    ax = axes[0]
+    turns = network.get("turn", {})
+    names = [name for name in short if turns.get(name, {}).get("n")]
+    if names:
+        _bars(
+            ax,
+            [short[n] for n in names],
+            [turns[n]["median"] for n in names],
+            "{:.2f}",
+            [FLOOR if n == "stdin" else BRIDGE for n in names],
+            boxed=True,
+        )
+        if "stdin" in names:
+            plain = turns["stdin"]["median"]
+            http = [i for i, n in enumerate(names) if n in ("sse", "json")]
+            if http:
+                _target_over(
+                    ax,
+                    http[0],
+                    http[-1],
+                    plain + report.HTTP_OVER_STDIN_MS,
+                    f"stdin + {report.HTTP_OVER_STDIN_MS:g} ms",
+                )
+            if "ws" in names:
+                at = names.index("ws")
+                _target_over(ax, at, at, plain + report.WS_OVER_STDIN_MS, f"stdin + {report.WS_OVER_STDIN_MS:g} ms")
+        ax.set_ylabel("ms per turn (median)")
+        _title(ax, "25–26 echo turn", _verdicts(summary, ("25 ", "26 ")), fontsize=9)
+    else:
+        _empty(ax, "25–26 echo turn")
+
+    ax = axes[1]
+    latencies = network.get("latency", {})
+    names = [name for name in ("stdin", "SSE", "WebSocket") if latencies.get(name, {}).get("n")]
+    if names:
+        _bars(
+            ax,
+            [short.get(n, n) for n in names],
+            [latencies[n]["p99"] for n in names],
+            "{:.2f}",
+            [FLOOR if n == "stdin" else BRIDGE for n in names],
+            boxed=True,
+        )
+        if "SSE" in names:
+            at = names.index("SSE")
+            _target_over(ax, at, at, report.SSE_LATENCY_P99_MS, f"p99 {report.SSE_LATENCY_P99_MS:g} ms (SSE)")
+        ax.set_ylabel("ms, written → client's read (p99)")
+        _title(ax, "27 partial latency, p99", _verdicts(summary, "27 "), fontsize=9)
+    else:
+        _empty(ax, "27 partial latency")
+
+    ax = axes[2]
+    if _measured(network.get("rss_mb", {}), network.get("before_mb", {})):
+        _bars(
+            ax,
+            ["before them", f"{network['connections']:,} idle\nWebSocket"],
+            [network["before_mb"]["max"], network["rss_mb"]["max"]],
+            "{:.1f}",
+            [FLOOR, BRIDGE],
+            boxed=True,
+        )
+        _target(ax, report.IDLE_CONNECTIONS_RSS_MB, f"{report.IDLE_CONNECTIONS_RSS_MB:g} MB", left=True)
+        ax.set_ylabel("serve RSS, MB (worst sample)")
+        _title(ax, "28 idle connections", _verdicts(summary, "28 "), fontsize=9)
+    else:
+        _empty(ax, "28 idle connections")
+
+
+def _confined(summary: dict[str, Any], panel: Any) -> None:
+    """Rows 29-30: a sandboxed turn, a turn with rlimits."""
+    confined = summary.get("confined", {})
+    _panel_title(panel, "29–30 sandbox and limits, row 1's agent", _verdicts(summary, ("29 ", "30 ")))
+    axes = panel.subplots(1, 2)
+    for ax, number, name, floor, floor_name, limit in (
+        (axes[0], 29, "sandboxed", "bwrap", "bwrap alone", report.SANDBOX_OVER_BWRAP_MS),
+        (axes[1], 30, "rlimits", "bridge", "no limits", report.RLIMITS_OVER_PLAIN_MS),
+    ):
+        what = f"{number} {'sandboxed turn' if name == 'sandboxed' else 'turn with rlimits'}"
+        if _measured(confined.get(name, {}), confined.get(floor, {})):
+            plain = confined[floor]["median"]
+            _bars(
+                ax,
+                [floor_name, "sandbox: {}" if name == "sandboxed" else "limits: (rlimits)"],
+                [plain, confined[name]["median"]],
+                "{:.2f}",
+                [FLOOR, BRIDGE],
+                boxed=True,
+            )
+            # Row 30's target sits just above its floor's bar: its label goes over the other bar.
+            _target(ax, plain + limit, f"{floor_name} + {limit:g} ms", left=name == "sandboxed", boxed=True)
+            ax.set_ylabel("ms per turn (median)")
+            _title(ax, what, _verdicts(summary, f"{number} "), fontsize=9)
+        else:
+            _empty(ax, what)
+
+
+def draw_more(summary: dict[str, Any], about: dict[str, Any], path: str) -> None:
+    """Rows 19-30 as a second PNG: a panel per group of rows, an axes per measure, each with its target."""
+    fig = plt.figure(figsize=(17, 9.5), layout="constrained")
+    panels = fig.subfigures(2, 2, width_ratios=[3, 2], wspace=0.03, hspace=0.04)
+    _warm_clis(summary, panels[0][0])
+    _attachments(summary, panels[0][1])
+    _network(summary, panels[1][0])
+    _confined(summary, panels[1][1])
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (BRIDGE, FLOOR)]
+    fig.legend(
+        handles, ["agent-bridge", "floor / reference"], loc="outside lower center", ncol=2, fontsize=9, frameon=False
+    )
+    quick = "  —  QUICK run, not for comparison" if summary.get("quick") else ""
+    fig.suptitle(
+        f"agent-bridge benchmarks, rows 19–30 (dashed red: the issues' targets){quick}\n{report.machine_line(about)}",
+        fontsize=10,
+    )
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -636,17 +636,19 @@ def main() -> int:
     partial = args.quick or bool(args.only) or args.no_summary or bool(problems)
     markdown = report.markdown(summary, about, quick=args.quick)
     png = os.path.join(RESULTS, "results.png") if partial else os.path.join(HERE, "results.png")
+    png_more = os.path.join(os.path.dirname(png), "results-more.png")
     md = os.path.join(RESULTS, "RESULTS.md") if partial else os.path.join(HERE, "RESULTS.md")
     import plot
 
     plot.draw(summary, about, png)
+    plot.draw_more(summary, about, png_more)
     with open(md, "w") as out:
         out.write(markdown)
     if not partial and update_table_page(summary, about):
         print(f"{os.path.relpath(TABLE_PAGE, ROOT)}: table updated", file=sys.stderr)
     print(
         f"raw: {os.path.relpath(os.path.join(RESULTS, 'latest.json'), ROOT)}; "
-        f"summary: {os.path.relpath(md, ROOT)}; plot: {os.path.relpath(png, ROOT)}"
+        f"summary: {os.path.relpath(md, ROOT)}; plots: {os.path.relpath(png, ROOT)}, {os.path.relpath(png_more, ROOT)}"
     )
     return 1 if problems else 0
 
