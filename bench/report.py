@@ -963,6 +963,8 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "",
             "![benchmark results](results.png)",
             "",
+            "![benchmark results, rows 19-30](results-more.png)",
+            "",
             markdown_table(summary),
             "",
             "Floor: what the work costs with no bridge at all (per-turn: `subprocess.run` of the same agent with the "

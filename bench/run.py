@@ -2,7 +2,7 @@
 scale-out through PostgreSQL (issue 11), the real Claude Code and codex kept warm (issue 21), attachments fetched
 (issue 22) and the network door (issue 23); report medians, ratios and targets.
 
-    make bench            # full run, ~15 minutes: rewrites bench/RESULTS.md, bench/results.png, docs/performance.md's table
+    make bench            # full run, ~15 minutes: rewrites bench/RESULTS.md, bench/results*.png, docs/performance.md's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
     bench/.venv/bin/python bench/run.py --help
 
@@ -543,7 +543,7 @@ def main() -> int:
     parser.add_argument(
         "--no-summary",
         action="store_true",
-        help="do not rewrite bench/RESULTS.md and bench/results.png (implied by --quick and --only)",
+        help="do not rewrite bench/RESULTS.md and bench/results*.png (implied by --quick and --only)",
     )
     args = parser.parse_args()
 
