@@ -329,6 +329,16 @@ def _warm_clis(summary: dict[str, Any], panel: Any) -> None:
         _empty(ax, "21–22 partial and permission latency")
 
 
+def _floor_and_bridge(
+    ax: Any, labels: list[str], values: list[float], target: tuple[float, str], ylabel: str, title: tuple[str, str]
+) -> None:
+    """A floor's bar beside the bridge's, under the row's target (`target`: value, label; `title`: text, verdict)."""
+    _bars(ax, labels, values, "{:.1f}", [FLOOR, BRIDGE], boxed=True)
+    _target(ax, *target, left=True)
+    ax.set_ylabel(ylabel)
+    _title(ax, *title, fontsize=9)
+
+
 def _attachments(summary: dict[str, Any], panel: Any) -> None:
     """Rows 23-24: fetching attachments."""
     fetched = summary.get("attachments", {})
@@ -339,33 +349,27 @@ def _attachments(summary: dict[str, Any], panel: Any) -> None:
     if _measured(*(fetched.get(name, {}) for name in ("attached", "plain", "curl"))):
         curl = fetched["curl"]["median"]
         added = fetched["attached"]["median"] - fetched["plain"]["median"]
-        _bars(
+        _floor_and_bridge(
             ax,
             ["curl\n(its start included)", "the bridge's fetch\n(turn with − without)"],
             [curl, added],
-            "{:.1f}",
-            [FLOOR, BRIDGE],
-            boxed=True,
+            (report.FETCH_VS_CURL * curl, f"{report.FETCH_VS_CURL:g}× curl"),
+            "ms (median)",
+            (f"23 fetch a {fetched['size']} file, median", _verdicts(summary, "23 ")),
         )
-        _target(ax, report.FETCH_VS_CURL * curl, f"{report.FETCH_VS_CURL:g}× curl", left=True)
-        ax.set_ylabel("ms (median)")
-        _title(ax, f"23 fetch a {fetched['size']} file, median", _verdicts(summary, "23 "), fontsize=9)
     else:
         _empty(ax, "23 fetch an attachment")
 
     ax = axes[1]
     if _measured(fetched.get("rss", {}), fetched.get("rss_before", {})):
-        _bars(
+        _floor_and_bridge(
             ax,
             ["before the turn", f"{fetched['fetched']}\nfetched at once"],
             [fetched["rss_before"]["max"], fetched["rss"]["max"]],
-            "{:.1f}",
-            [FLOOR, BRIDGE],
-            boxed=True,
+            (report.PEAK_RSS_MB, f"{report.PEAK_RSS_MB:g} MB"),
+            "bridge peak RSS, MB (worst sample)",
+            ("24 memory while fetching", _verdicts(summary, "24 ")),
         )
-        _target(ax, report.PEAK_RSS_MB, f"{report.PEAK_RSS_MB:g} MB", left=True)
-        ax.set_ylabel("bridge peak RSS, MB (worst sample)")
-        _title(ax, "24 memory while fetching", _verdicts(summary, "24 "), fontsize=9)
     else:
         _empty(ax, "24 memory while fetching")
 
@@ -434,17 +438,14 @@ def _network(summary: dict[str, Any], panel: Any) -> None:
 
     ax = axes[2]
     if _measured(network.get("rss_mb", {}), network.get("before_mb", {})):
-        _bars(
+        _floor_and_bridge(
             ax,
             ["before them", f"{network['connections']:,} idle\nWebSocket"],
             [network["before_mb"]["max"], network["rss_mb"]["max"]],
-            "{:.1f}",
-            [FLOOR, BRIDGE],
-            boxed=True,
+            (report.IDLE_CONNECTIONS_RSS_MB, f"{report.IDLE_CONNECTIONS_RSS_MB:g} MB"),
+            "serve RSS, MB (worst sample)",
+            ("28 idle connections", _verdicts(summary, "28 ")),
         )
-        _target(ax, report.IDLE_CONNECTIONS_RSS_MB, f"{report.IDLE_CONNECTIONS_RSS_MB:g} MB", left=True)
-        ax.set_ylabel("serve RSS, MB (worst sample)")
-        _title(ax, "28 idle connections", _verdicts(summary, "28 "), fontsize=9)
     else:
         _empty(ax, "28 idle connections")
 
