@@ -558,7 +558,8 @@ def test_the_agent_s_files_reach_the_bot_through_the_gateway_with_their_bytes(
     assert base64.b64decode(report["data"]) == b"two lines\nof report\n"  # small enough to travel inline
     assert (empty["size"], base64.b64decode(empty["data"])) == (0, b"")
     eventually(lambda: not left_in(tmp_path / "work"), "the worker to remove its outbox (the bytes are stored)")
-    assert fleet.query("SELECT count(*) FROM bridge_turn_files") == [(0,)]  # the gateway took them
+    # The gateway took them: it deletes the rows once the result is marked delivered, just after sending it.
+    eventually(lambda: fleet.query("SELECT count(*) FROM bridge_turn_files") == [(0,)], "the stored files to go")
     gateway.send({"type": "ack_file", "id": "t1", "file": "big.bin"})
     eventually(lambda: not Path(big["path"]).exists(), "the acknowledged file to be deleted")
     assert not Path(big["path"]).parent.exists()
