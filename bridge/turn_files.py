@@ -107,13 +107,11 @@ class TurnFiles:
             os.close(self._attachments_fd)
             self._attachments_fd = -1
         if self._turn_fd >= 0:
-            if self._made:  # most turns leave an empty outbox and nothing else: two rmdirs, no walk
-                self.remove_outbox_if_empty()
             os.close(self._turn_fd)
             self._turn_fd = -1
         if self._turns_fd >= 0:
             if self._made:
-                try:
+                try:  # most turns' outbox is gone already (`remove_outbox_if_empty`): one rmdir, no walk
                     os.rmdir(self._name, dir_fd=self._turns_fd)
                 except OSError:
                     shutil.rmtree(self._name, dir_fd=self._turns_fd, ignore_errors=True)
