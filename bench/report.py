@@ -350,6 +350,12 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             }
         )
 
+    def over(bench: str, bridge: float, floor: float, floor_name: str, limit: float, of: str) -> None:
+        """A row whose target is the bridge's `limit` ms at most over the floor's (`of` names the floor there)."""
+        added = bridge - floor
+        target = f"≤ {of} + {limit:g} ms"
+        row(bench, _ms(bridge), f"{_ms(floor)} {floor_name}", "", f"{added:+.2f} ms", target, _verdict(added <= limit))
+
     def within(bench: str, bridge: str, floor: str, ratio: float, limit: float, of: str, places: int = 2) -> None:
         """A row whose target is `ratio` at most `limit` times `of`."""
         row(bench, bridge, floor, "", f"{ratio:.{places}f}× {of}", f"≤ {limit:g}× {of}", _verdict(ratio <= limit))
@@ -631,15 +637,13 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             places=3,
         )
     if codex.get("bridge", {}).get("n"):
-        bridged, direct = codex["bridge"]["median"], codex["direct"]["median"]
-        row(
+        over(
             "20 warm codex-app-server turn, median",
-            _ms(bridged),
-            f"{_ms(direct)} codex app-server driven directly",
-            "",
-            f"{bridged - direct:+.2f} ms",
-            f"≤ direct + {CODEX_OVER_DIRECT_MS:g} ms",
-            _verdict(bridged - direct <= CODEX_OVER_DIRECT_MS),
+            codex["bridge"]["median"],
+            codex["direct"]["median"],
+            "codex app-server driven directly",
+            CODEX_OVER_DIRECT_MS,
+            "direct",
         )
     for number, measure, name, target in (
         (21, "partial", "partial latency", JSON_LATENCY_P99_MS),
@@ -687,15 +691,13 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
         (26, "ws", WS_OVER_STDIN_MS),
     ):
         if turns.get(name, {}).get("n") and plain.get("n"):
-            added = turns[name]["median"] - plain["median"]
-            row(
+            over(
                 f"{number} turn through {NETWORK_TRANSPORTS[name]}, median",
-                _ms(turns[name]["median"]),
-                f"{_ms(plain['median'])} stdin/stdout serve",
-                "",
-                f"{added:+.2f} ms",
-                f"≤ stdin serve + {limit:g} ms",
-                _verdict(added <= limit),
+                turns[name]["median"],
+                plain["median"],
+                "stdin/stdout serve",
+                limit,
+                "stdin serve",
             )
     latencies = network.get("latency", {})
     plain = latencies.get("stdin", {})
@@ -727,15 +729,13 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
         (30, "rlimits", "bridge", "no limits", RLIMITS_OVER_PLAIN_MS),
     ):
         if confined.get(name, {}).get("n") and confined.get(floor, {}).get("n"):
-            added = confined[name]["median"] - confined[floor]["median"]
-            row(
+            over(
                 f"{number} turn {'in a sandbox' if name == 'sandboxed' else 'with limits by rlimit'}, median",
-                _ms(confined[name]["median"]),
-                f"{_ms(confined[floor]['median'])} {floor_name}",
-                "",
-                f"{added:+.2f} ms",
-                f"≤ {floor_name} + {limit:g} ms",
-                _verdict(added <= limit),
+                confined[name]["median"],
+                confined[floor]["median"],
+                floor_name,
+                limit,
+                floor_name,
             )
     return table
 
