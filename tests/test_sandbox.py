@@ -346,6 +346,26 @@ def test_without_bwrap_a_sandboxed_profile_does_not_load_and_check_names_the_pac
     assert "bwrap is not installed" in done.stderr and "install the bubblewrap package" in done.stderr
 
 
+async def test_a_bwrap_removed_after_the_profile_loaded_fails_the_turn_naming_the_package(
+    tmp_path, home, work, monkeypatch
+):
+    """Where bwrap was found is remembered for the next launches; a bwrap that is no longer there is not run from
+    memory: the turn fails to start and says what to install, and once it is back the next turn runs."""
+    assert BWRAP is not None
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    shutil.copy2(BWRAP, tools / "bwrap")
+    monkeypatch.setenv("PATH", str(tools))
+    profile = sandboxed(tmp_path, "#!/bin/sh\necho sandboxed", work)
+    assert (await run(profile)).reply == "sandboxed"
+    (tools / "bwrap").unlink()
+    gone = await run(profile)
+    assert (gone.outcome, gone.exit_code) == ("spawn_failed", 127)
+    assert "bwrap is not installed" in gone.error_reply and "install the bubblewrap package" in gone.error_reply
+    shutil.copy2(BWRAP, tools / "bwrap")
+    assert (await run(profile)).reply == "sandboxed"
+
+
 def test_the_placeholder_rule_judges_the_program_the_sandbox_runs(tmp_path):
     for command in (
         'sh -c "{{MESSAGE}}"',

@@ -35,8 +35,27 @@ def needs_prlimit(limits: Mapping[str, Any] | None) -> bool:
 
 
 def find_tool(tool: Tool, path: str | None = None) -> str | None:
-    """The tool's path on `path` (the bridge's PATH by default), or None."""
-    return shutil.which(tool.program, path=path if path is not None else os.environ.get("PATH", os.defpath))
+    """The tool's path on `path` (the bridge's PATH by default), or None.
+
+    Every sandboxed or limited launch asks (bench rows 29 and 30), so where it was found is remembered for each
+    PATH, as a shell's hash table does, and checked with one `access` instead of a walk of PATH; a tool that is
+    no longer there is looked up afresh."""
+    path = path if path is not None else os.environ.get("PATH", os.defpath)
+    key = (tool.program, path)
+    found = _found.get(key)
+    if found is not None and os.access(found, os.X_OK):
+        return found
+    found = shutil.which(tool.program, path=path)
+    if found is None:
+        _found.pop(key, None)
+    else:
+        if len(_found) >= 64:  # a host passing ever new PATHs: forget, rather than grow
+            _found.clear()
+        _found[key] = found
+    return found
+
+
+_found: dict[tuple[str, str], str] = {}
 
 
 def missing_tool(tool: Tool) -> str:
