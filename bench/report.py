@@ -1118,7 +1118,8 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "with its environment and cwd — bwrap running the agent alone. The target is the difference of the "
             "medians: at most 1 ms. Measured where the bridge has `sandbox:` and bwrap is installed.",
             "30. **Limits by rlimit**: row 29's sample, a turn with `limits: {cpu_secs, file_size_mb, open_files}` "
-            "(rlimits only, set between fork and exec) against the same turn without limits; at most 0.1 ms more.",
+            "(rlimits only, set by util-linux's `prlimit` in front of the agent) against the same turn without "
+            "limits; at most 0.1 ms more.",
             "",
         ]
     )
