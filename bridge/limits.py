@@ -234,6 +234,10 @@ class LimitGroups:
         version, how = self._way(_CONTROLLED[name][0])
         return (how, "") if version else ("", how)
 
+    def held_in_agent_group(self, limits: ResourceLimits | None) -> bool:
+        """Whether some of `limits` are held in the agent's own v2 group, which `CONTAINMENT` makes."""
+        return limits is not None and any(self._way(_CONTROLLED[name][0])[0] == "v2" for name, _ in limits.controlled())
+
     def _way(self, controller: str) -> tuple[str, str]:
         """Whether `controller`'s limits are held in cgroup v2 or v1 here, and how — or why neither can: v2 when
         it can reach the agents' groups, else v1. Decided once per process (at its first agent, or `check`)."""

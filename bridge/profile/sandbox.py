@@ -16,8 +16,8 @@ What a sandboxed agent gets (docs/sandbox.md):
 
 bwrap is in the process group the bridge made; its PID 1 and the agent run in a session of their own
 (`--new-session`), where the engine's stop signals go (`AgentProcess.signal_group`), so bwrap outlives the stop
-and the agent has its grace. All of them share the agent's cgroup, so `cgroup.kill` and the keeper reach them
-all, and bwrap's end takes its namespace with it (see docs/processes.md).
+and the agent has its grace. The PID namespace contains them all: bwrap's end, with the turn or with the bridge,
+takes it down with everything in it, so the agent needs no cgroup of its own (see docs/processes.md).
 """
 
 from __future__ import annotations
