@@ -8,7 +8,8 @@ Every agent's group is guarded by the keeper (`bridge.keeper`) from spawn
 until it has been killed, so the group dies even if this process is killed.
 Where the kernel lets the bridge make cgroups, each agent is also born in a
 cgroup of its own (`bridge.cgroups`), and its end kills everything left in
-it: what left the agent's group and session included.
+it: what left the agent's group and session included. A sandboxed agent's
+PID namespace does that for it (`bridge.profile.sandbox`).
 
 Orphans. A process that is a child subreaper (`become_subreaper()`: the CLI
 and `serve` are) is handed the orphaned descendants of its agents: a child
