@@ -23,7 +23,7 @@ from .dialects.events import ActivityEvent, FileEvent
 from .errors import OutboxError
 from .profile import Profile
 from .result import Outcome, TurnResult
-from .turn_files import STATE_DIRECTORY, TurnFiles
+from .turn_files import TurnFiles
 from .turn_loop import Emit
 
 DEFAULT_MAX_FILES = 20
@@ -107,14 +107,11 @@ async def hand_out_turn_files(
     files: TurnFiles, keep_attachments: bool, profile: Profile, result: TurnResult, emit: Emit | None, log: Any
 ) -> TurnResult:
     """The turn is over: its fetched attachments deleted (unless `keep_attachments`: the profile keeps them), its
-    outbox handed out (`hand_out`), and its directory let go of (what is left in it is the host's)."""
+    outbox handed out (`hand_out`), and its directories let go of (what is left in them is the host's)."""
     if not keep_attachments:
         files.remove_attachments()
-    if files.remove_outbox_if_empty():  # as most are: nothing to read, and the turn's directory can go
-        if keep_attachments:
-            files.close()
-        else:
-            files.remove()
+    if files.remove_outbox_if_empty():  # as most are: nothing to read
+        files.close()
         return result
     try:
         return await hand_out(files.outbox, profile, result, emit, log)  # the outbox stays while it holds files
@@ -159,25 +156,11 @@ def remove_file(file: FileEvent) -> None:
 
 
 def remove_outbox(directory: str) -> None:
-    """Delete the outbox `directory` with whatever is in it; when it is a turn's outbox
-    (`.agent-bridge/turns/<turn>/outbox`), then the turn's directory too, if that leaves it empty."""
+    """Delete the outbox `directory` with whatever is in it."""
     try:
         os.rmdir(directory)  # most outboxes are left empty
     except OSError:
         shutil.rmtree(directory, ignore_errors=True)
-    turn = os.path.dirname(directory)
-    turns = os.path.dirname(turn)
-    state = os.path.dirname(turns)
-    if (os.path.basename(directory), os.path.basename(turns), os.path.basename(state)) != (
-        "outbox",
-        "turns",
-        STATE_DIRECTORY,
-    ):
-        return  # not a turn's outbox (a gateway's own directory of files): nothing above it is the bridge's
-    try:
-        os.rmdir(turn)
-    except OSError:
-        pass  # not empty (the turn's attachments, kept) or gone: not the outbox's to remove
 
 
 def media_type_of(name: str) -> str:

@@ -54,7 +54,7 @@ from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
-from .turn_files import TurnFiles, turns_directory
+from .turn_files import TurnFiles, outboxes_directory
 from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
 
 
@@ -174,7 +174,7 @@ class WarmAgent:
             plan = plan_warm_launch(profile, os.environ, session_id=self.session_id, session_name=self.session_name)
             self._cwd = plan.cwd or os.getcwd()
             # The process outlives its turns: each turn's outbox is a sub-directory of this, named in the turn.
-            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": turns_directory(self._cwd)})
+            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": outboxes_directory(self._cwd)})
             with contextlib.suppress(OSError):  # then spawn says what is wrong with the directory
                 self._files = FileRoot(self._cwd)  # held before the agent runs: it has moved nothing yet
             process = await start(plan, kill_grace_secs=profile.kill_grace_secs)

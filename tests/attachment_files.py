@@ -22,7 +22,7 @@ def png(width: int = 2, height: int = 2) -> bytes:
 
 
 PNG = png()
-TURN_FILES = r"\.agent-bridge/turns/[\w-]+/attachments"
+TURN_FILES = r"\.agent-bridge/attachments/[\w-]+"
 """A pattern for where the bridge fetches a turn's attachments, under the agent's working directory."""
 
 
@@ -52,11 +52,13 @@ def fetched(directory: Path, image_name: str = "shot.png") -> tuple[Attachment, 
 
 def left_in(directory: Path) -> list[str]:
     """What turns left in the working directory `directory`, sorted: its entries, each path below `.agent-bridge`
-    named, and the bridge's own `.agent-bridge/turns` (which stays, empty between turns) not at all."""
+    named, and the bridge's own `.agent-bridge/outbox` and `.agent-bridge/attachments` (which stay, empty between
+    turns) not at all."""
     found = sorted(entry.name for entry in directory.iterdir() if entry.name != ".agent-bridge")
     state = directory / ".agent-bridge"
     if state.is_dir() and not state.is_symlink():
-        found += sorted(str(path.relative_to(directory)) for path in state.rglob("*") if path != state / "turns")
+        kept = (state / "outbox", state / "attachments")
+        found += sorted(str(path.relative_to(directory)) for path in state.rglob("*") if path not in kept)
     elif state.exists() or state.is_symlink():
         found.append(".agent-bridge")
     return found

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import trio
 from agents_cache import npm_binary
-from attachment_files import PNG, TURN_FILES, sent
+from attachment_files import PNG, TURN_FILES, left_in, sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, assert_no_live_process
 from dir_swapper import INSIDE, OUTSIDE, RaceTree
 from fakes.openai_responses import OpenAIResponses, write_codex_home
@@ -522,4 +522,4 @@ async def test_run_turn_fetches_the_attachments_and_the_agent_gets_the_image_as_
         rf"image image/png {len(PNG)} bytes {turn_files}/shot\.png\nlink {turn_files}/notes\.txt text/plain 5",
         result.reply,
     ), result.reply
-    assert not (work / ".agent-bridge" / "turns").exists() or not any((work / ".agent-bridge" / "turns").iterdir())
+    assert left_in(work) == []

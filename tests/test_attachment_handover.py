@@ -16,7 +16,7 @@ from bridge.dialects.base import files_named, with_files_named
 from bridge.launch import plan_launch
 from bridge.turn import Attachment, Turn
 
-DIR = "/work/.agent-bridge/turns/t1/attachments"
+DIR = "/work/.agent-bridge/attachments/t1"
 SHOT = Attachment("image", "https://chat.example/s.png", path=f"{DIR}/s.png", media_type="image/png", size=70)
 LOG = Attachment("file", "https://chat.example/get?id=9", name="build.log", path=f"{DIR}/build.log")
 SPACED = Attachment(

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import trio
-from attachment_files import left_in
+from attachment_files import TURN_FILES, left_in
 
 import bridge
 import bridge.log
@@ -160,13 +160,12 @@ def test_the_cli_form_takes_a_bare_path_or_url() -> None:
 # ---------------------------------------------------------------------- the turn's directory
 
 
-def test_the_turn_directory_is_made_and_removed(tmp_path: Path) -> None:
+def test_the_turn_directories_are_made_and_removed(tmp_path: Path) -> None:
     files = TurnFiles(str(tmp_path), "t1")
     other = TurnFiles(str(tmp_path), "t1")  # another host's turn-1 in the same working directory
-    assert re.fullmatch(
-        re.escape(str(tmp_path / ".agent-bridge/turns/t1-")) + "[0-9a-f]{8}/attachments", files.attachments
-    )
-    assert other.directory != files.directory
+    name = re.fullmatch(re.escape(str(tmp_path / ".agent-bridge/attachments")) + "/(t1-[0-9a-f]{8})", files.attachments)
+    assert name is not None and files.outbox == str(tmp_path / ".agent-bridge/outbox" / name[1])
+    assert other.outbox != files.outbox and other.attachments != files.attachments
     other.remove()
     assert os.path.isdir(files.outbox)
     os.close(files.create("x"))
@@ -189,11 +188,18 @@ def test_a_planted_symlink_is_never_followed(tmp_path: Path) -> None:
     assert list(elsewhere.iterdir()) == []
     (cwd / ".agent-bridge").unlink()
     (cwd / ".agent-bridge").mkdir()
-    (cwd / ".agent-bridge" / "turns").symlink_to(elsewhere)
+    (cwd / ".agent-bridge" / "outbox").symlink_to(elsewhere)
     with pytest.raises(bridge.errors.FileRefused, match="symlink"):
         TurnFiles(str(cwd), "t2")
     assert list(elsewhere.iterdir()) == []
-    assert (cwd / ".agent-bridge" / "turns").is_symlink()  # not ours: not removed
+    assert (cwd / ".agent-bridge" / "outbox").is_symlink()  # not ours: not removed
+    (cwd / ".agent-bridge" / "outbox").unlink()
+    (cwd / ".agent-bridge" / "attachments").symlink_to(elsewhere)
+    with pytest.raises(bridge.errors.FileRefused, match="symlink"):
+        TurnFiles(str(cwd), "t3")
+    assert list(elsewhere.iterdir()) == []
+    assert (cwd / ".agent-bridge" / "attachments").is_symlink()  # not ours: not removed
+    assert list((cwd / ".agent-bridge" / "outbox").iterdir()) == []  # the outbox made for t3 is
 
 
 # ---------------------------------------------------------------------- a real HTTP server on loopback
@@ -307,7 +313,7 @@ async def test_files_are_fetched_at_once_with_their_checked_types(tmp_path: Path
         Attachment("image", "data:image/png;base64," + base64.b64encode(PNG).decode()),
     )
     cat, notes, redirected, empty, data = turn.attachments
-    [directory] = [path / "attachments" for path in (tmp_path / ".agent-bridge/turns").iterdir()]
+    [directory] = (tmp_path / ".agent-bridge/attachments").iterdir()
     assert cat.path == str(directory / "cat.png") and Path(cat.path).read_bytes() == PNG
     assert (cat.media_type, cat.size) == ("image/png", len(PNG))
     assert notes.path == str(directory / "notes.txt") and notes.media_type == "text/plain"
@@ -429,7 +435,7 @@ async def test_an_agentproc_01_agent_reads_its_file(tmp_path: Path, server: str)
     assert result.ok, result.error
     work = tmp_path / "work"
     first, second, third = result.reply.splitlines()
-    assert first.startswith(f"image={work}/.agent-bridge/turns/") and first.endswith("/attachments/cat.png")
+    assert first.startswith(f"image={work}/.agent-bridge/attachments/") and first.endswith("/cat.png")
     assert "P   N   G" in second
     [entry] = json.loads(third)
     assert entry["path"] == first.removeprefix("image=") and entry["media_type"] == "image/png"
@@ -458,7 +464,7 @@ def test_run_attach_a_local_path(tmp_path: Path) -> None:
         timeout=30,
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[0].endswith("/attachments/cat.png")
+    assert re.search(rf"{TURN_FILES}/cat\.png$", run.stdout.splitlines()[0])
 
 
 def test_run_attach_fails_the_turn_before_the_agent_starts(tmp_path: Path) -> None:
@@ -483,7 +489,7 @@ async def test_through_the_host(tmp_path: Path, server: str) -> None:
     async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3") as host:
         result = await host.submit("reader", "c1", Turn("look", attachments=[Attachment("image", f"{server}/cat.png")]))
     assert result.ok, result.error
-    assert result.reply.splitlines()[0].endswith("/attachments/cat.png")
+    assert re.search(rf"{TURN_FILES}/cat\.png$", result.reply.splitlines()[0])
 
 
 async def test_the_hosts_exceptions_add_to_the_profiles(tmp_path: Path, server: str) -> None:
@@ -496,7 +502,7 @@ async def test_the_hosts_exceptions_add_to_the_profiles(tmp_path: Path, server: 
     async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3", attachment_hosts=["127.0.0.1"]) as host:
         allowed = await host.submit("reader", "c1", turn)
     assert refused.outcome.value == "attachment_failed" and "loopback" in refused.error
-    assert allowed.ok and allowed.reply.splitlines()[0].endswith("/attachments/cat.png")
+    assert allowed.ok and re.search(rf"{TURN_FILES}/cat\.png$", allowed.reply.splitlines()[0])
     with pytest.raises(TypeError, match="its workers do"):
         bridge.open_host(postgres="postgresql://nowhere/db", attachment_hosts=["127.0.0.1"])
 

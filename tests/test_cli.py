@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from attachment_files import TURN_FILES
 from conftest import (
     CLI_PROFILES,
     PROFILES,
@@ -422,7 +423,7 @@ def test_every_run_option_reaches_the_agent(tmp_path):
         "AGENT_ATTACHMENTS": env["AGENT_ATTACHMENTS"],
         "AGENT_OUTBOX": env["AGENT_OUTBOX"],
     }
-    assert env["AGENT_OUTBOX"].endswith("/outbox")
+    assert re.search(r"/\.agent-bridge/outbox/[\w-]+$", env["AGENT_OUTBOX"])
     fetched = [(item.pop("path"), item) for item in json.loads(env["AGENT_ATTACHMENTS"])]
     assert [item for _, item in fetched] == [
         {"type": "image", "url": str(tmp_path / "cat.png"), "name": "cat.png", "media_type": "image/png", "size": 16},
@@ -434,7 +435,7 @@ def test_every_run_option_reaches_the_agent(tmp_path):
             "size": 8,
         },
     ]
-    assert all(path.endswith(f"/attachments/{item['name']}") for path, item in fetched)
+    assert all(re.search(rf"{TURN_FILES}/{re.escape(item['name'])}$", path) for path, item in fetched)
 
 
 def test_bad_profiles_and_bad_arguments_exit_2_saying_what_is_wrong(tmp_path):

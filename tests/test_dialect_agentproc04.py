@@ -749,7 +749,7 @@ async def test_bundled_agentproc_echo_profile_streams_asks_and_resumes(
 
 
 def test_a_fetched_attachment_carries_its_path_media_type_and_size_an_unfetched_one_does_not() -> None:
-    path = "/w/.agent-bridge/turns/t1/attachments/x.png"
+    path = "/w/.agent-bridge/attachments/t1/x.png"
     fetched = Attachment("image", "https://e/x.png", path=path, media_type="image/png", size=68)
     handover = AgentProc04.handover(Turn("look", attachments=(fetched, Attachment("file", "https://e/a.txt"))), ASKS)
     assert json.loads(handover.stdin or b"")["attachments"] == [
@@ -757,7 +757,7 @@ def test_a_fetched_attachment_carries_its_path_media_type_and_size_an_unfetched_
             "kind": "image",
             "url": "https://e/x.png",
             "filename": "x.png",
-            "path": "/w/.agent-bridge/turns/t1/attachments/x.png",
+            "path": "/w/.agent-bridge/attachments/t1/x.png",
             "media_type": "image/png",
             "size": 68,
         },

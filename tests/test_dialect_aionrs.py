@@ -165,9 +165,9 @@ def test_local_attachments_are_files_and_urls_are_listed_in_the_text() -> None:
 def test_fetched_attachments_are_files_by_their_local_path_and_leave_the_text_alone() -> None:
     dialect = Aionrs(CONTEXT, session_id="", cwd="/w")
     dialect.feed(READY)
-    shot = Attachment("image", "https://example.com/x.png", path="/w/.agent-bridge/turns/t/attachments/x.png")
+    shot = Attachment("image", "https://example.com/x.png", path="/w/.agent-bridge/attachments/t/x.png")
     message = lines(dialect.prompt(Turn("look", attachments=(shot,))))[0]
-    assert (message["files"], message["content"]) == (["/w/.agent-bridge/turns/t/attachments/x.png"], "look")
+    assert (message["files"], message["content"]) == (["/w/.agent-bridge/attachments/t/x.png"], "look")
 
 
 def test_the_agent_speaks_first_and_closing_stdin_is_the_goodbye() -> None:

@@ -294,12 +294,10 @@ def test_a_streamed_turn_shows_its_deltas_and_its_reply_is_their_concatenation()
 
 
 def test_fetched_attachments_are_named_in_the_user_input_by_path_unfetched_ones_are_not():
-    shot = Attachment(
-        "image", "https://e/x.png", path="/w/.agent-bridge/turns/t/attachments/x.png", media_type="image/png"
-    )
+    shot = Attachment("image", "https://e/x.png", path="/w/.agent-bridge/attachments/t/x.png", media_type="image/png")
     [user_input] = ops(ready().prompt(Turn("look", attachments=(shot, Attachment("file", "https://e/y.txt")))))
     assert user_input["op"] == {
-        "UserInput": "look\n\nAttached files:\n- /w/.agent-bridge/turns/t/attachments/x.png (image, image/png)"
+        "UserInput": "look\n\nAttached files:\n- /w/.agent-bridge/attachments/t/x.png (image, image/png)"
     }
 
 

@@ -500,7 +500,7 @@ def test_fetched_images_are_local_images_and_other_fetched_files_are_named_in_th
     made.open()
     made.feed(line({"id": 0, "result": {}}))
     made.feed(line({"id": 1, "result": {"thread": {"id": "th-1"}}}))
-    turns = "/w/.agent-bridge/turns/t1/attachments"
+    turns = "/w/.agent-bridge/attachments/t1"
     attachments = (
         Attachment("image", "https://x.test/c.png", path=f"{turns}/c.png", media_type="image/png", size=9),
         Attachment("file", "https://x.test/n", name="notes.txt", path=f"{turns}/notes.txt", media_type="text/plain"),

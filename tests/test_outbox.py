@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -101,10 +102,10 @@ def test_read_file_refuses_a_file_swapped_for_a_link(tmp_path: Path) -> None:
         read_file(file)
 
 
-def test_remove_outbox_removes_the_turn_directory_it_was_made_in(tmp_path: Path) -> None:
+def test_remove_outbox_removes_the_turn_s_outbox_with_its_files(tmp_path: Path) -> None:
     files = TurnFiles(str(tmp_path), "turn-1")
     outbox = Path(files.outbox)
-    assert outbox.parent.parent == tmp_path / ".agent-bridge" / "turns"
+    assert outbox.parent == tmp_path / ".agent-bridge" / "outbox"
     (outbox / "f").write_text("x")
     files.remove_attachments()
     files.close()
@@ -123,7 +124,7 @@ def test_an_agent_writes_two_files(make_agent, tmp_path: Path) -> None:
         ("report.txt", 20, "text/plain"),
     ]
     assert Path(result.files[1].path).read_text() == "two lines\nof report\n"
-    assert Path(result.files[0].path).parent.parent.parent == tmp_path / "work" / ".agent-bridge" / "turns"
+    assert Path(result.files[0].path).parent.parent == tmp_path / "work" / ".agent-bridge" / "outbox"
     files = [event for event in events if isinstance(event, FileEvent)]
     assert files == list(result.files)
     assert events.index(files[-1]) == len(events) - 2  # the files come before the result
@@ -226,7 +227,7 @@ def test_run_names_each_file_on_a_line_of_its_own(tmp_path: Path) -> None:
     assert done.stdout == "done\n"
     lines = [line for line in done.stderr.splitlines() if line.startswith("file: ")]
     assert len(lines) == 2
-    assert lines[0].endswith("/outbox/chart.png (108 bytes, image/png)")
+    assert re.search(r"/\.agent-bridge/outbox/[\w-]+/chart\.png \(108 bytes, image/png\)$", lines[0])
 
 
 def files_lab(tmp_path: Path) -> Lab:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 import trio
+from attachment_files import TURN_FILES
 from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, read_pids, write_agent, write_profile
 
 import bridge
@@ -561,10 +563,12 @@ async def test_attachment_variables(make_agent, tmp_path, attachments, image, fi
     assert [(item["type"], item["url"], item["name"]) for item in entries] == [
         (kind, str(tmp_path / name), name) for kind, name in attachments
     ]
-    assert all(item["path"].endswith(f"/attachments/{item['name']}") and item["size"] == 16 for item in entries)
+    assert all(re.search(rf"{TURN_FILES}/{re.escape(item['name'])}$", item["path"]) for item in entries)
+    assert all(item["size"] == 16 for item in entries)
     for kind, expected in (("IMAGE", image), ("FILE", file)):
         assert env.get(f"AGENT_{kind}_URL") == (str(tmp_path / expected) if expected else None)
-        assert (env.get(f"AGENT_{kind}_PATH") or "").endswith(f"/attachments/{expected}" if expected else "")
+        path = env.get(f"AGENT_{kind}_PATH") or ""
+        assert re.search(rf"{TURN_FILES}/{re.escape(expected)}$", path) if expected else path == ""
         assert (f"AGENT_{kind}_PATH" in env) == bool(expected)
 
 

@@ -1,4 +1,4 @@
-"""Warm protocols' outbox: `AGENT_OUTBOX` at start names where the turns' directories are, each turn names its own
+"""Warm protocols' outbox: `AGENT_OUTBOX` at start names where the turns' outboxes are, each turn names its own
 outbox, and the files left there come back as for a one-process turn (`run_turn`, the host, `agent-bridge run`).
 
 The agent is the official ACP SDK's (`sample_agents/acp_agent.py`, its `files` command); how every other warm family
@@ -28,7 +28,7 @@ from bridge.outbox import remove_outbox
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 DEADLINE = 20  # a turn starts a Python agent that imports the SDK (~1 s)
-OUTBOX = "/work/.agent-bridge/turns/warm-1a2b3c4d/outbox"
+OUTBOX = "/work/.agent-bridge/outbox/warm-1a2b3c4d"
 
 
 def acp_profile(tmp_path: Path, work: Path) -> Path:
@@ -55,8 +55,7 @@ async def test_a_warm_agent_leaves_two_files_seen_by_run_turn_in_order_before_th
         result = await bridge.run_turn(profile, Turn("files report.txt:all-good data.csv:a,b"), on_event=events.append)
     assert result.ok, (result.error, result.stderr_tail)
     outbox = outbox_of(result.files)
-    base = str(work / ".agent-bridge" / "turns")
-    assert os.path.dirname(os.path.dirname(outbox)) == base and os.path.basename(outbox) == "outbox"
+    assert os.path.dirname(outbox) == str(work / ".agent-bridge" / "outbox")
     assert result.reply == f"left report.txt, data.csv in {outbox}"
     assert [(f.name, f.size, f.media_type) for f in result.files] == [
         ("data.csv", 3, "text/csv"),
@@ -65,7 +64,7 @@ async def test_a_warm_agent_leaves_two_files_seen_by_run_turn_in_order_before_th
     assert [Path(f.path).read_text() for f in result.files] == ["a,b", "all-good"]
     assert [event for event in events if isinstance(event, FileEvent)] == list(result.files)
     assert result.files_note == ""
-    assert not (work / ".agent-bridge" / "turns" / os.path.basename(os.path.dirname(outbox)) / "attachments").exists()
+    assert not (work / ".agent-bridge" / "attachments" / os.path.basename(outbox)).exists()
     remove_outbox(outbox)
     assert left_in(work) == []
 

@@ -91,8 +91,8 @@ class AttachmentsModel(BaseModel):
     )
     keep: bool = Field(
         default=False,
-        description="Leave each turn's directory (.agent-bridge/turns/<turn id>/ in the agent's working directory) "
-        "when the turn ends, instead of removing it.",
+        description="Leave each turn's attachments (.agent-bridge/attachments/<turn id>/ in the agent's working "
+        "directory) when the turn ends, instead of removing them.",
     )
 
 
