@@ -25,7 +25,7 @@ import bridge.agent_io
 import bridge.process
 import bridge.supervisor
 from bridge import ErrorEvent, PartialEvent, SessionEvent, Turn, TurnResult
-from bridge.cgroups import CONTAINMENT, Containment
+from bridge.cgroups import CONTAINMENT, SPAWN_LOCK, Containment
 from bridge.keeper import KEEPER
 
 SUFFIX = "\n\n…(truncated)"
@@ -1062,6 +1062,8 @@ async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_i
     monkeypatch.setattr(bridge.process, "spawn", spawn)
     monkeypatch.setattr(bridge.supervisor, "AgentIO", agent_io)
     lister = make_agent(FD_LISTER)
+    with SPAWN_LOCK:
+        KEEPER.start()  # its descriptors last as long as the process (the first test of a run starts it)
     before = set(os.listdir("/proc/self/fd"))
     results: list[TurnResult] = []
 
