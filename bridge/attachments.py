@@ -1,8 +1,8 @@
-"""Fetching a turn's attachments into its directory before the agent starts (docs/attachments.md).
+"""Fetching a turn's attachments into their directory before the agent starts (docs/attachments.md).
 
-`prepare_attachments` fetches every attachment into the turn's directory (`TurnFiles`) at once (a nursery), and
-gives back the turn whose attachments have `path`, `media_type` and `size`; the turn engine removes the directory
-when the turn ends (`bridge.outbox.hand_out_turn_files`). A failure of any one fails the turn before the agent
+`prepare_attachments` fetches every attachment into the turn's attachments directory (`TurnFiles`) at once (a
+nursery), and gives back the turn whose attachments have `path`, `media_type` and `size`; the turn engine removes
+the directory when the turn ends (`bridge.outbox.hand_out_turn_files`). A failure of any one fails the turn before the agent
 starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind.
 
 HTTP is h11 (sans-I/O, as the dialects are) over trio streams the bridge opens itself, so the address checked

@@ -60,7 +60,7 @@ class AttachmentPolicy:
     allow_hosts: tuple[str, ...] = ()
     """Host names (exact, any case) and addresses or CIDR networks that may be fetched from although not public."""
     keep: bool = False
-    """Leave the turn's directory in place when the turn ends (for debugging an agent)."""
+    """Leave the turn's attachments in place when the turn ends (for debugging an agent)."""
     _names: frozenset[str] = field(init=False, repr=False, compare=False)
     _networks: tuple[Network, ...] = field(init=False, repr=False, compare=False)
 

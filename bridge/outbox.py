@@ -81,16 +81,17 @@ def collect(directory: str, *, max_files: int = DEFAULT_MAX_FILES, max_bytes: in
     return Collected(tuple(files), "; ".join(notes))
 
 
-async def hand_out(directory: str, profile: Profile, result: TurnResult, emit: Emit | None, log: Any) -> TurnResult:
-    """The turn is over: `result` with the files of its outbox, each emitted as a `FileEvent` (and what was left
-    out as a `notice`) before the result. An outbox that holds nothing is removed; one that does is the host's to
-    remove (`remove_outbox`) once the files were delivered."""
+async def hand_out(files: TurnFiles, profile: Profile, result: TurnResult, emit: Emit | None, log: Any) -> TurnResult:
+    """The turn is over: `result` with the files of the turn's outbox, each emitted as a `FileEvent` (and what was
+    left out as a `notice`) before the result. An outbox that holds nothing to send is removed beneath the
+    descriptor `files` holds; one that does is the host's to remove (`remove_outbox`) once the files were
+    delivered."""
     if result.outcome is Outcome.CANCELLED:  # nobody waits for what a cancelled turn made
-        remove_outbox(directory)
+        files.remove_outbox()
         return result
-    collected = collect(directory, max_files=profile.outbox_max_files, max_bytes=profile.outbox_max_bytes)
+    collected = collect(files.outbox, max_files=profile.outbox_max_files, max_bytes=profile.outbox_max_bytes)
     if not collected.files:
-        remove_outbox(directory)
+        files.remove_outbox()
     if collected.note:
         log.warning("outbox files left out", note=collected.note)
     if emit is not None:
@@ -114,7 +115,7 @@ async def hand_out_turn_files(
         files.close()
         return result
     try:
-        return await hand_out(files.outbox, profile, result, emit, log)  # the outbox stays while it holds files
+        return await hand_out(files, profile, result, emit, log)  # the outbox stays while it holds files
     finally:
         files.close()
 

@@ -172,7 +172,7 @@ async def _one_process(
 
 
 def _turn_files(cwd: str, turn_id: str, attachments: bool) -> TurnFiles | None:
-    """The turn's directory (its attachments, its outbox) in the agent's working directory; None when that is not
+    """The turn's directories (its outbox, its attachments) in the agent's working directory; None when that is not
     a directory: the agent's start fails on it, with its own error."""
     return TurnFiles(cwd, turn_id, attachments=attachments) if cwd and os.path.isdir(cwd) else None
 

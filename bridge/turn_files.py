@@ -1,17 +1,17 @@
 """A turn's own directories in the agent's working directory: its outbox, and the attachments the bridge fetched.
 
-`TurnFiles(cwd, turn_id)` makes the turn's outbox, `<cwd>/.agent-bridge/outbox/<turn_id>-<random>/`, and for a
-turn with attachments `<cwd>/.agent-bridge/attachments/<the same name>/` (the random part: two hosts sharing a
-working directory may both have a `turn-1`). `remove_attachments()` deletes what was fetched when the turn ends; the
-outbox stays until its files were delivered (`bridge.outbox`); `remove()` deletes both. The layout is flat, one
-directory for a turn without attachments, because each directory made and removed is on the path of every turn
-(~0.1 ms a directory on ext4 mounted with `discard`: bench rows 1 and 29). `.agent-bridge/outbox` and
-`.agent-bridge/attachments` stay, empty between turns. They live inside the working directory so that a sandbox
-that binds that directory binds these too. The agent owns its working directory and may have put anything there —
-a symlink named `.agent-bridge` that points at the user's home, say — so every directory is made and opened through
-`FileRoot.directory` (never following a symlink), files are created beneath the descriptors held here
-(`O_EXCL | O_NOFOLLOW`), and the removal works beneath descriptors too (`shutil.rmtree` with `dir_fd`), so nothing
-the agent does redirects a write or a delete outside."""
+`TurnFiles(cwd, turn_id)` makes the turn's outbox, `<cwd>/.agent-bridge/outbox/<turn_id>-<random>/`, and for a turn
+with attachments `<cwd>/.agent-bridge/attachments/<the same name>/` (the random part: two hosts sharing a working
+directory may both have a `turn-1`). `remove_attachments()` deletes what was fetched when the turn ends; the outbox
+stays until its files were delivered (`bridge.outbox`), and `remove_outbox()` deletes one that holds nothing to
+deliver; `remove()` deletes both. The layout is flat, one directory for a turn without attachments, because each
+directory made and removed is on the path of every turn (~0.1 ms a directory on ext4 mounted with `discard`: bench
+rows 1 and 29). `.agent-bridge/outbox` and `.agent-bridge/attachments` stay, empty between turns. They live inside
+the working directory so that a sandbox that binds that directory binds these too. The agent owns its working
+directory and may have put anything there — a symlink named `.agent-bridge` that points at the user's home, say — so
+every directory is made and opened through `FileRoot.directory` (never following a symlink), files are created
+beneath the descriptors held here (`O_EXCL | O_NOFOLLOW`), and the removal works beneath descriptors too
+(`shutil.rmtree` with `dir_fd`), so nothing the agent does redirects a write or a delete outside."""
 
 from __future__ import annotations
 
@@ -101,17 +101,23 @@ class TurnFiles:
                 os.close(descriptor)
         self._attachments_fd = self._fetched_fd = self._outboxes_fd = -1
 
+    def remove_outbox(self) -> None:
+        """Delete the outbox with whatever is in it, beneath the descriptor held since it was made; once."""
+        if self._outboxes_fd < 0:
+            return
+        try:  # an outbox is most often left empty: one rmdir, no walk
+            os.rmdir(self._name, dir_fd=self._outboxes_fd)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            shutil.rmtree(self._name, dir_fd=self._outboxes_fd, ignore_errors=True)
+        os.close(self._outboxes_fd)
+        self._outboxes_fd = -1
+
     def remove(self) -> None:
         """Delete the turn's directories and all in them, beneath the descriptors held since they were made; once."""
         self.remove_attachments()
-        if self._outboxes_fd >= 0:
-            try:  # an outbox is most often left empty: one rmdir, no walk
-                os.rmdir(self._name, dir_fd=self._outboxes_fd)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                shutil.rmtree(self._name, dir_fd=self._outboxes_fd, ignore_errors=True)
-        self.close()
+        self.remove_outbox()
 
 
 def _made_in(root: FileRoot, kind: str, name: str) -> int:

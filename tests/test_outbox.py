@@ -136,12 +136,49 @@ def test_an_agent_writes_two_files(make_agent, tmp_path: Path) -> None:
     }
 
 
-def test_a_turn_without_files_leaves_no_directory(make_agent, tmp_path: Path) -> None:
-    (tmp_path / "work").mkdir()
-    profile = make_agent('import os; print(os.path.isdir(os.environ["AGENT_OUTBOX"]))', cwd=str(tmp_path / "work"))
+def test_a_turn_without_files_leaves_only_the_bridge_s_empty_directories(make_agent, tmp_path: Path) -> None:
+    """The agent's `AGENT_OUTBOX` is an empty directory of the turn's own right under `.agent-bridge/outbox/`; after
+    the turn `.agent-bridge/` holds the directories the bridge keeps, empty (`attachments/` from the first turn
+    that has some)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = make_agent(
+        'import os; print(os.environ["AGENT_OUTBOX"], os.listdir(os.environ["AGENT_OUTBOX"]))', cwd=str(work)
+    )
+    state = work / ".agent-bridge"
+
+    def kept() -> list[tuple[str, list[Path]]]:
+        return sorted((path.name, list(path.iterdir())) for path in state.iterdir())
+
     result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
-    assert result.reply == "True" and result.files == ()
-    assert left_in(tmp_path / "work") == []
+    assert result.ok and result.files == ()
+    assert re.fullmatch(re.escape(str(state / "outbox")) + r"/[\w-]+ \[\]", result.reply), result.reply
+    assert kept() == [("outbox", [])]
+    result = bridge.run_turn_sync(profile, bridge.Turn("hi", attachments=[bridge.Attachment("file", "data:,x")]))
+    assert result.ok and result.files == ()
+    assert kept() == [("attachments", []), ("outbox", [])]
+
+
+def test_an_outbox_with_nothing_to_send_goes_with_what_is_in_it(make_agent, tmp_path: Path) -> None:
+    """Not what a link in it points at, though."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "mine.txt").write_text("the user's")
+    profile = make_agent(
+        f"""
+        import os, pathlib
+        outbox = pathlib.Path(os.environ["AGENT_OUTBOX"])
+        (outbox / "sub").mkdir()
+        (outbox / "sub" / "deep.txt").write_text("not sent")
+        (outbox / "mine.txt").symlink_to({str(tmp_path / "mine.txt")!r})
+        print("done")
+        """,
+        cwd=str(work),
+    )
+    result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
+    assert result.ok and result.files == () and "'mine.txt', 'sub' not sent" in result.files_note
+    assert left_in(work) == []
+    assert (tmp_path / "mine.txt").read_text() == "the user's"
 
 
 def test_a_huge_file_is_dropped_with_a_note(make_agent, tmp_path: Path) -> None:
@@ -286,7 +323,7 @@ async def test_serve_sends_each_file_by_path_before_the_result_and_deletes_it_on
         await client.send({"type": "ack_file", "id": "t1", "file": "chart.png"})
         await client.send({"type": "stats", "id": "s"})
         await client.until("stats", "s")
-        assert left_in(tmp_path / "work") == []  # the last ack took the turn's directory with it
+        assert left_in(tmp_path / "work") == []  # the last ack took the turn's outbox with it
 
 
 async def test_serve_inlines_files_below_the_size_the_turn_asks_for(tmp_path: Path) -> None:
