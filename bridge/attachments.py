@@ -2,8 +2,8 @@
 
 `prepare_attachments` fetches every attachment into the turn's attachments directory (`TurnFiles`) at once (a
 nursery), and gives back the turn whose attachments have `path`, `media_type` and `size`; the turn engine removes
-the directory when the turn ends (`bridge.outbox.hand_out_turn_files`). A failure of any one fails the turn before the agent
-starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind.
+the directory when the turn ends (`bridge.outbox.hand_out_turn_files`). A failure of any one fails the turn before
+the agent starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind.
 
 HTTP is h11 (sans-I/O, as the dialects are) over trio streams the bridge opens itself, so the address checked
 is the address connected to: the host name is resolved here, every address it resolves to must pass
