@@ -53,15 +53,17 @@ class TurnFiles:
         self._outboxes_fd = -1  # `.agent-bridge/outbox`, where the outbox is made and removed
         self._fetched_fd = -1  # `.agent-bridge/attachments`, where the attachments' directory is
         self._attachments_fd = -1  # the attachments' directory, where `create` makes files
+        making = self.outbox  # for the error: which of the two could not be made
         try:
             self._outboxes_fd = _made_in(root, "outbox", name)
             if attachments:  # a turn without any (most) makes no directory for them
+                making = self.attachments
                 self._fetched_fd = _made_in(root, "attachments", name)
                 self._attachments_fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=self._fetched_fd)
         except BaseException as err:
             self.remove()
             if isinstance(err, OSError):
-                raise FileRefused(f"the turn's directory {self.outbox} cannot be made: {err.strerror}") from None
+                raise FileRefused(f"the turn's directory {making} cannot be made: {err.strerror}") from None
             raise
         finally:
             root.close()

@@ -450,6 +450,8 @@ async def test_a_profile_may_keep_the_files(tmp_path: Path, server: str) -> None
     result = await drive_turn(profile, Turn("look", attachments=[Attachment("image", f"{server}/cat.png")]))
     kept = Path(result.reply.splitlines()[0].removeprefix("image="))
     assert kept.read_bytes() == PNG
+    work = tmp_path / "work"
+    assert left_in(work) == [str(kept.parent.relative_to(work)), str(kept.relative_to(work))]  # not the outbox
 
 
 def test_run_attach_a_local_path(tmp_path: Path) -> None:
