@@ -105,14 +105,9 @@ class TurnFiles:
 
     def remove_outbox(self) -> None:
         """Delete the outbox with whatever is in it, beneath the descriptor held since it was made; once."""
-        if self._outboxes_fd < 0:
+        if self._outboxes_fd < 0 or self.remove_outbox_if_empty():  # most are left empty: one rmdir, no walk
             return
-        try:  # an outbox is most often left empty: one rmdir, no walk
-            os.rmdir(self._name, dir_fd=self._outboxes_fd)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            shutil.rmtree(self._name, dir_fd=self._outboxes_fd, ignore_errors=True)
+        shutil.rmtree(self._name, dir_fd=self._outboxes_fd, ignore_errors=True)
         os.close(self._outboxes_fd)
         self._outboxes_fd = -1
 
