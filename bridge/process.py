@@ -435,9 +435,9 @@ async def start(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProce
     thread before its agent starts (bench row 1: ~0.2 ms a turn). A sandboxed agent is always spawned in
     `SPAWNER`'s thread: from this one it measured no faster (row 29).
     """
-    others_run = bool(_LIVE_AGENTS) or SPAWN_LOCK.locked()
     if plan.sandboxed:
         return await SPAWNER.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
+    others_run = bool(_LIVE_AGENTS) or SPAWN_LOCK.locked()
     if others_run and (CONTAINMENT.status().available or (plan.limits is not None and plan.limits.controlled())):
         return await trio.to_thread.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
     agent = spawn(plan, kill_grace_secs=kill_grace_secs)
@@ -534,7 +534,7 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
             try:
                 # A sandboxed agent is contained by its PID namespace already: the kernel kills all in it when
                 # bwrap's init ends, with the turn or with the bridge (`--die-with-parent`). A cgroup of its own
-                # would cost it ~0.25 ms (bench row 29); it gets one only where its limits are held.
+                # would cost it ~0.25 ms (bench row 29); it gets one only for limits held in that group's files.
                 if not plan.sandboxed or LIMIT_GROUPS.held_in_agent_group(plan.limits):
                     cgroup = CONTAINMENT.create()
                 if cgroup is not None:
