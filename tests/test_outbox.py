@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import os
 import re
-from collections.abc import AsyncIterator
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from bridge.cli.serve import Server
 from bridge.dialects.events import FileEvent
 from bridge.errors import OutboxError
 from bridge.outbox import collect, read_file, remove_outbox
-from bridge.turn_files import TurnFiles
+from bridge.turn_files import MAX_SPARES, SPARE_OUTBOXES, TurnFiles
 
 TWO_FILES = """
 import os, pathlib
@@ -138,25 +142,138 @@ def test_an_agent_writes_two_files(make_agent, tmp_path: Path) -> None:
 
 def test_a_turn_without_files_leaves_only_the_bridge_s_empty_directories(make_agent, tmp_path: Path) -> None:
     """The agent's `AGENT_OUTBOX` is an empty directory of the turn's own right under `.agent-bridge/outbox/`; after
-    the turn `.agent-bridge/` holds the directories the bridge keeps, empty (`attachments/` from the first turn
-    that has some)."""
+    the turn `.agent-bridge/` holds the directories the bridge keeps (`attachments/` from the first turn that has
+    some), empty but for the outbox kept for the next turn, empty."""
     work = tmp_path / "work"
     work.mkdir()
     profile = make_agent(
         'import os; print(os.environ["AGENT_OUTBOX"], os.listdir(os.environ["AGENT_OUTBOX"]))', cwd=str(work)
     )
     state = work / ".agent-bridge"
+    SPARE_OUTBOXES.remove_all()  # none kept from other tests: this one's is the newest anyway
 
-    def kept() -> list[tuple[str, list[Path]]]:
-        return sorted((path.name, list(path.iterdir())) for path in state.iterdir())
+    def kept() -> list[tuple[str, list[str]]]:
+        return sorted((path.name, [spare_or(child.name) for child in path.iterdir()]) for path in state.iterdir())
+
+    def spare_or(name: str) -> str:
+        spare = state / "outbox" / name
+        return "spare" if name.startswith(".spare-") and not any(spare.iterdir()) else name
 
     result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
     assert result.ok and result.files == ()
     assert re.fullmatch(re.escape(str(state / "outbox")) + r"/[\w-]+ \[\]", result.reply), result.reply
-    assert kept() == [("outbox", [])]
+    assert kept() == [("outbox", ["spare"])]
     result = bridge.run_turn_sync(profile, bridge.Turn("hi", attachments=[bridge.Attachment("file", "data:,x")]))
     assert result.ok and result.files == ()
-    assert kept() == [("attachments", []), ("outbox", [])]
+    assert re.fullmatch(re.escape(str(state / "outbox")) + r"/[\w-]+ \[\]", result.reply), result.reply
+    assert kept() == [("attachments", []), ("outbox", ["spare"])]
+
+
+def _outbox_kept(cwd: Path) -> Path:
+    """The one spare outbox in `cwd`, empty."""
+    (spare,) = (cwd / ".agent-bridge" / "outbox").iterdir()
+    assert spare.name.startswith(".spare-") and not spare.is_symlink() and list(spare.iterdir()) == []
+    return spare
+
+
+def test_an_empty_outbox_is_kept_for_the_next_turn_in_its_directory(tmp_path: Path) -> None:
+    SPARE_OUTBOXES.remove_all()
+    first = TurnFiles(str(tmp_path), "t1", attachments=False)
+    made = os.stat(first.outbox)
+    assert first.remove_outbox_if_empty()
+    spare = _outbox_kept(tmp_path)
+    assert os.stat(spare).st_ino == made.st_ino and stat.S_IMODE(os.stat(spare).st_mode) == 0o700
+    second = TurnFiles(str(tmp_path), "t2", attachments=False)  # takes it, under its own name
+    assert os.stat(second.outbox).st_ino == made.st_ino and os.path.basename(second.outbox).startswith("t2-")
+    assert os.listdir(tmp_path / ".agent-bridge" / "outbox") == [os.path.basename(second.outbox)]
+    with open(os.path.join(second.outbox, "report.txt"), "w") as out:
+        out.write("for the user")
+    assert not second.remove_outbox_if_empty()  # a file to deliver: not kept, not removed
+    assert os.listdir(second.outbox) == ["report.txt"]
+    second.remove_outbox()
+    assert os.listdir(tmp_path / ".agent-bridge" / "outbox") == []  # no spare for the next turn: it makes one
+    third = TurnFiles(str(tmp_path), "t3", attachments=False)
+    other = TurnFiles(str(tmp_path), "t4", attachments=False)
+    assert third.remove_outbox_if_empty() and other.remove_outbox_if_empty()
+    assert _outbox_kept(tmp_path).name  # one spare a directory: the other outbox was removed
+
+
+def test_a_spare_outbox_is_taken_only_as_it_was_left(tmp_path: Path) -> None:
+    """The agents own the working directory: whatever they make of the spare, the next turn's outbox is an empty
+    directory of the bridge's own, mode 0o700, and nothing outside is touched."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret").write_text("not the bridge's")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+
+    def spoiled(spoil: Callable[[Path], object]) -> str:
+        left = TurnFiles(str(cwd), "left", attachments=False)
+        assert left.remove_outbox_if_empty()
+        spare = _outbox_kept(cwd)
+        spoil(spare)
+        taken = TurnFiles(str(cwd), "next", attachments=False)
+        info = os.lstat(taken.outbox)
+        assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700 and os.listdir(taken.outbox) == []
+        assert not os.path.lexists(spare)
+        assert os.listdir(cwd / ".agent-bridge" / "outbox") == [os.path.basename(taken.outbox)]
+        taken.remove_outbox()
+        return taken.outbox
+
+    def swapped_for_a_symlink(spare: Path) -> None:
+        spare.rmdir()
+        spare.symlink_to(elsewhere)
+
+    def swapped_for_another_directory(spare: Path) -> None:
+        spare.rename(cwd / "moved")
+        spare.mkdir(mode=0o755)
+        (spare / "planted.txt").write_text("from another agent")
+
+    SPARE_OUTBOXES.remove_all()
+    spoiled(lambda spare: (spare / "planted.txt").write_text("from another agent"))
+    spoiled(lambda spare: spare.chmod(0o777))
+    spoiled(swapped_for_a_symlink)
+    spoiled(swapped_for_another_directory)
+    spoiled(lambda spare: spare.rmdir())
+    spoiled(lambda spare: (spare.rmdir(), spare.write_text("a file")))
+    assert sorted(os.listdir(elsewhere)) == ["secret"] and (elsewhere / "secret").read_text() == "not the bridge's"
+
+
+def test_a_process_keeps_spares_in_at_most_64_directories_the_least_recently_used_losing_theirs(
+    tmp_path: Path,
+) -> None:
+    SPARE_OUTBOXES.remove_all()
+    directories = [tmp_path / str(index) for index in range(MAX_SPARES + 1)]
+    for directory in directories:
+        directory.mkdir()
+        assert TurnFiles(str(directory), "t", attachments=False).remove_outbox_if_empty()
+    assert os.listdir(directories[0] / ".agent-bridge" / "outbox") == []
+    assert all(_outbox_kept(directory) for directory in directories[1:])
+    taken = TurnFiles(str(directories[1]), "t", attachments=False)  # the oldest is used: the next oldest goes
+    assert taken.remove_outbox_if_empty()
+    assert TurnFiles(str(directories[0]), "t", attachments=False).remove_outbox_if_empty()
+    assert _outbox_kept(directories[1]) and _outbox_kept(directories[0])
+    assert os.listdir(directories[2] / ".agent-bridge" / "outbox") == []
+    SPARE_OUTBOXES.remove_all()
+    assert all(os.listdir(directory / ".agent-bridge" / "outbox") == [] for directory in directories)
+
+
+def test_a_spare_left_by_another_process_is_not_taken_and_a_process_removes_its_own_at_exit(tmp_path: Path) -> None:
+    (tmp_path / ".agent-bridge" / "outbox" / ".spare-0badc0de").mkdir(parents=True, mode=0o700)  # a kill -9'd one's
+    script = (
+        "import sys; from bridge.turn_files import TurnFiles\n"
+        "files = TurnFiles(sys.argv[1], 't1', attachments=False)\n"
+        "assert files.remove_outbox_if_empty()\n"
+        "import os; print(sorted(os.listdir(sys.argv[1] + '/.agent-bridge/outbox')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+    kept = ast.literal_eval(done.stdout)
+    assert len(kept) == 2 and ".spare-0badc0de" in kept  # its own beside the other one's, while it runs
+    assert os.listdir(tmp_path / ".agent-bridge" / "outbox") == [".spare-0badc0de"]  # its own removed at exit
+    SPARE_OUTBOXES.remove_all()
+    files = TurnFiles(str(tmp_path), "t2", attachments=False)
+    assert sorted(os.listdir(tmp_path / ".agent-bridge" / "outbox")) == [".spare-0badc0de", files.outbox[-11:]]
+    files.remove_outbox()
 
 
 def test_an_outbox_with_nothing_to_send_goes_with_what_is_in_it(make_agent, tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def sandbox_view(
     """
     hidden: list[str] = []
     if section.get("hide_home", True):
-        for candidate in (home, _password_home()):
+        for candidate in dict.fromkeys((home, _password_home())):  # most often one: $HOME is the user's home
             if candidate and os.path.isabs(candidate):
                 candidate = os.path.realpath(candidate)
                 if candidate != "/" and candidate not in hidden and os.path.isdir(candidate):
