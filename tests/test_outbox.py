@@ -272,7 +272,10 @@ def test_a_spare_left_by_another_process_is_not_taken_and_a_process_removes_its_
     assert os.listdir(tmp_path / ".agent-bridge" / "outbox") == [".spare-0badc0de"]  # its own removed at exit
     SPARE_OUTBOXES.remove_all()
     files = TurnFiles(str(tmp_path), "t2", attachments=False)
-    assert sorted(os.listdir(tmp_path / ".agent-bridge" / "outbox")) == [".spare-0badc0de", files.outbox[-11:]]
+    assert sorted(os.listdir(tmp_path / ".agent-bridge" / "outbox")) == [
+        ".spare-0badc0de",
+        os.path.basename(files.outbox),
+    ]
     files.remove_outbox()
 
 
