@@ -333,7 +333,6 @@ class AgentIO:
         assert deadline is not None, "begin_turn first"
         with deadline.scope:
             await self.wait_exited()
-        self.agent.yield_to_bwrap()
         if on_stopping is not None:
             on_stopping()
         timeout = None
@@ -425,7 +424,6 @@ class AgentIO:
         """Collect the exited agent (killing what is left in its group first), then what it left behind and was
         handed to us (only a subreaper is); returns its status as `AgentProcess.reap`."""
         returncode = self.agent.reap()
-        self.agent.yield_to_bwrap()
         await collect_orphans(trio.current_time() + REAP_SECS, self.agent.cgroup, self.agent.limit_groups)
         return returncode
 
@@ -457,7 +455,6 @@ class AgentIO:
         try:
             with reader.scope:
                 while data := await reader.receive():
-                    self.agent.yield_to_bwrap()
                     deadline = self.deadline
                     if deadline is None or deadline.idle_secs is None:
                         await on_output(data)
@@ -465,7 +462,6 @@ class AgentIO:
                         deadline.hold()  # time spent in host callbacks is not the agent's silence
                         await on_output(data)
                         deadline.renew()
-                    self.agent.yield_to_bwrap()
         finally:
             reader.done.set()
 

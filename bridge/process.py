@@ -190,19 +190,6 @@ class AgentProcess:
         assert self._popen.returncode is not None
         return self._popen.returncode
 
-    def yield_to_bwrap(self) -> None:
-        """After a stretch of work for a sandboxed agent, let this CPU pass an RCU quiescent state (`sched_yield`).
-
-        Why: bwrap's set-up and teardown of its namespaces wait for RCU grace periods, and a grace period ends only
-        once every CPU has passed a quiescent state. A CPU busy in user mode passes one at its next tick (every
-        4 ms at HZ=250) or when it schedules, so each stretch of the bridge's work on the agent's events holds
-        bwrap up until it ends. A floor that busies its CPU for 0.3 ms after the agent's output ends 0.2–0.3 ms
-        later; yielding every 30 µs of that, 0.02 ms later. Yielding where the bridge starts and ends handling an
-        event of a sandboxed agent (its spawn, each output chunk, its exit, its reaping): A/B −0.08 to −0.23 ms a
-        turn, bench row 29. One system call each, for a sandboxed agent only."""
-        if self.sandboxed:
-            os.sched_yield()
-
     def close_output(self) -> None:
         """Stop reading the agent: close our ends of stdout and stderr (idempotent)."""
         self.stdout = _close_fd(self.stdout)
@@ -586,7 +573,7 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
     finally:
         for fd in child_fds:
             os.close(fd)
-    agent = AgentProcess(
+    return AgentProcess(
         popen,
         stdin=trio.lowlevel.FdStream(stdin_write) if wants_stdin else None,
         stdout=stdout_read,
@@ -596,8 +583,6 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
         limit_groups=limit_groups,
         sandboxed=plan.sandboxed,
     )
-    agent.yield_to_bwrap()
-    return agent
 
 
 def _child_of(pid: int) -> int:
