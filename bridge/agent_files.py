@@ -84,12 +84,12 @@ class FileRoot:
 
     def __init__(self, path: str) -> None:
         self.path = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-        self._prefixes = [_names(os.path.realpath(self.path).split("/"))]
+        self._lock = threading.Lock()
+        self._descriptor: int | None = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._prefixes = [_names(_opened_path(self._descriptor, self.path).split("/"))]
         given = _names(self.path.split("/"))
         if ".." not in given and given != self._prefixes[0]:  # with `..` the name means what the kernel made of it
             self._prefixes.append(given)
-        self._lock = threading.Lock()
-        self._descriptor: int | None = os.open(self.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def close(self) -> None:
         with self._lock:
@@ -385,6 +385,16 @@ def _read_all(descriptor: int) -> bytes:
 
 def _names(parts: list[str]) -> tuple[str, ...]:
     return tuple(part for part in parts if part not in ("", "."))
+
+
+def _opened_path(descriptor: int, path: str) -> str:
+    """The path, symlinks resolved, of the directory `descriptor` (opened by `path`): the kernel's own name for
+    it, read in one call where `realpath` would walk the components again (and might find others by then)."""
+    try:
+        opened = os.readlink(f"/proc/self/fd/{descriptor}")
+    except OSError:  # no /proc
+        return os.path.realpath(path)
+    return opened if opened.startswith("/") else os.path.realpath(path)  # not a path: a pseudo file's name
 
 
 @functools.cache

@@ -431,13 +431,13 @@ async def start(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProce
 
     While other agents run, one born in a cgroup of its own (or in groups for its limits) is spawned in a
     worker thread: joining the cgroup may wait for the kernel (see `Containment.joined`), and their events
-    must not wait with it. A turn alone has no such events to delay, and spawns here, sparing the hop to a
-    thread before its agent starts (bench row 1: ~0.2 ms a turn). A sandboxed agent is always spawned in
-    `SPAWNER`'s thread: from this one it measured no faster (row 29).
+    must not wait with it; a sandboxed one in `SPAWNER`'s lasting thread, as bwrap dies with the thread that
+    forked it. A turn alone has no such events to delay, and spawns here, sparing the hop to a thread and back
+    (bench rows 1 and 29); this thread runs the event loop, which outlives the turn and so its bwrap.
     """
-    if plan.sandboxed:
-        return await SPAWNER.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
     others_run = bool(_LIVE_AGENTS) or SPAWN_LOCK.locked()
+    if others_run and plan.sandboxed:
+        return await SPAWNER.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
     if others_run and (CONTAINMENT.status().available or (plan.limits is not None and plan.limits.controlled())):
         return await trio.to_thread.run_sync(partial(spawn, plan, kill_grace_secs=kill_grace_secs))
     agent = spawn(plan, kill_grace_secs=kill_grace_secs)
