@@ -121,6 +121,25 @@ def test_symlinks_that_stay_inside_are_followed_relative_and_absolute(root: Path
     assert (root / "sub" / "created.txt").read_text() == "made" and (root / "dangling").is_symlink()
 
 
+def test_without_proc_the_root_is_still_known_by_its_resolved_name(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root's resolved name is the kernel's, read from /proc/self/fd; where /proc is not mounted, it is
+    worked out from the path."""
+    alias = root.parent / "alias"
+    alias.symlink_to(root)
+
+    readlink = os.readlink
+
+    def no_proc(path: str) -> str:
+        if path.startswith("/proc/"):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return readlink(path)
+
+    monkeypatch.setattr(os, "readlink", no_proc)
+    with FileRoot(str(alias)) as held:
+        for base in (root, alias):
+            assert read(base / "sub" / "in.txt", held) == "in", base
+
+
 def test_symlinks_that_lead_out_are_refused_and_a_loop_ends(root: Path) -> None:
     outside = root.parent
     (root / "absolute").symlink_to(outside / "out.txt")
