@@ -131,8 +131,9 @@ async def _one_process(
         plan = plan_launch(profile, turn, os.environ)
         if files is not None:
             plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": files.outbox})
-        # Made before the agent starts, not while it does: whatever the bridge does while bwrap sets a sandbox up
-        # slows that down about as much (bench row 29); an agent without one starts ~10 µs later for it (row 1).
+        # Made before the agent starts, not while it does: work the bridge does while bwrap sets a sandbox up
+        # delays that by most of its own time (bench row 29); an agent without one starts ~10 µs later (row 1).
+        # A dialect that cannot be made fails the turn here, before there is an agent to stop.
         log = _turn_logger(profile, turn_id, plan)
         recorder = TurnRecorder(profile, os.environ)
         dialect = profile.dialect(profile.dialect_context, turn)
