@@ -133,7 +133,7 @@ async def _one_process(
             plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": files.outbox})
         # Made before the agent starts, not while it does: work the bridge does while bwrap sets a sandbox up
         # delays that by most of its own time (bench row 29); an agent without one starts ~10 µs later (row 1).
-        # A dialect that cannot be made fails the turn here, before there is an agent to stop.
+        # A dialect that cannot be made raises here, before there is an agent to stop.
         log = _turn_logger(profile, turn_id, plan)
         recorder = TurnRecorder(profile, os.environ)
         dialect = profile.dialect(profile.dialect_context, turn)
