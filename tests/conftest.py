@@ -9,6 +9,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,6 +96,24 @@ def without_cgroups(argv: list[str]) -> list[str]:
         pytest.skip("a mount namespace without cgroups needs root (unshare --mount)")
     unmount = 'for m in $(findmnt -rn -t cgroup2 -o TARGET); do umount -l "$m" || exit 125; done; exec "$@"'
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", unmount, "sh", *argv]
+
+
+@pytest.fixture
+def spawning_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of the thread that spawns each agent of the test, in order."""
+    import threading
+
+    import bridge.process
+
+    names: list[str] = []
+    real_spawn = bridge.process.spawn
+
+    def spawn(plan: Any, **options: Any) -> Any:
+        names.append(threading.current_thread().name)
+        return real_spawn(plan, **options)
+
+    monkeypatch.setattr(bridge.process, "spawn", spawn)
+    return names
 
 
 def read_pids(path: Path) -> list[int]:

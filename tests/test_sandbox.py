@@ -566,19 +566,11 @@ def test_a_sandboxed_agent_spawned_beside_others_outlives_the_thread_that_starte
 
 
 async def test_a_sandboxed_agent_alone_is_forked_by_the_event_loop_s_thread_beside_others_by_the_lasting_one(
-    tmp_path, home, work, monkeypatch
+    tmp_path, home, work, spawning_threads
 ):
     """A turn alone spares the hop to a thread and back (bench row 29): its event loop's thread, which outlives
     the turn, forks bwrap. Beside another agent, whose events must not wait for the spawn, the spawner thread
     does, which lasts as long as the process."""
-    threads: list[str] = []
-    real_spawn = bridge.process.spawn
-
-    def spawn(plan: Any, **options: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return real_spawn(plan, **options)
-
-    monkeypatch.setattr(bridge.process, "spawn", spawn)
     echo = sandboxed(tmp_path, "#!/bin/sh\necho echoed\n", work)
     hangs = sandboxed(tmp_path, "#!/bin/sh\necho 'AGENT_PARTIAL:\"up\"'\nexec sleep 600\n", work)
     assert (await run(echo)).reply == "echoed"
@@ -588,7 +580,7 @@ async def test_a_sandboxed_agent_alone_is_forked_by_the_event_loop_s_thread_besi
                 break  # the other agent is running
             assert (await run(echo)).reply == "echoed"
     loop = threading.current_thread().name
-    assert threads == [loop, loop, "agent-bridge-spawner"]
+    assert spawning_threads == [loop, loop, "agent-bridge-spawner"]
 
 
 async def test_a_stop_signal_reaches_the_sandboxed_agent_which_has_its_grace(tmp_path, home, work):

@@ -1081,26 +1081,19 @@ async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_i
     assert set(os.listdir("/proc/self/fd")) == before
 
 
-async def test_a_contained_agent_is_spawned_off_the_event_loop_while_other_agents_run(make_agent, monkeypatch):
+async def test_a_contained_agent_is_spawned_off_the_event_loop_while_other_agents_run(make_agent, spawning_threads):
     """Joining an agent's cgroup may wait for the kernel: while another agent's events flow, the spawn runs in a
     worker thread, so they do not wait with it. A turn alone spawns in its own thread (no hop there and back)."""
     if not CONTAINMENT.status().available:
         pytest.skip(f"this machine cannot give agents cgroups: {CONTAINMENT.status().reason}")
-    threads: list[bool] = []
-    real_spawn = bridge.process.spawn
-
-    def spawn(plan: Any, **options: Any) -> Any:
-        threads.append(threading.current_thread() is threading.main_thread())
-        return real_spawn(plan, **options)
-
-    monkeypatch.setattr(bridge.process, "spawn", spawn)
     echo = make_agent("print('echoed')")
     assert (await run(echo)).reply == "echoed"
     async with bridge.open_turn(make_agent(HANGS, kill_grace_secs=0), Turn("x")) as events:
         async for _ in events:
             break  # the other agent is running
         assert (await run(echo)).reply == "echoed"
-    assert threads == [True, True, False]  # alone, the hanging agent, then one beside it
+    main = threading.main_thread().name
+    assert [name == main for name in spawning_threads] == [True, True, False]  # alone, the hanging one, one beside
 
 
 async def test_many_turns_in_one_run_reuse_descriptors_cleanly(make_agent):
