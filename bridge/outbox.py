@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import mimetypes
 import os
+import resource
 import shutil
 import stat
 import threading
@@ -30,6 +31,7 @@ from typing import Any, BinaryIO
 
 from .dialects.events import ActivityEvent, FileEvent
 from .errors import OutboxError
+from .log import get_logger
 from .profile import Profile
 from .result import Outcome, TurnResult
 from .turn_files import TurnFiles
@@ -215,19 +217,35 @@ def _delete_beneath(directory: int, name: str) -> None:
         pass
 
 
-MAX_HELD_OUTBOXES = 4096  # two descriptors each; beyond, the oldest is let go of (its files stay, unsent)
+MAX_HELD_OUTBOXES = 4096  # two descriptors each, and at most a quarter of the process's descriptors
 _held: dict[str, HeldOutbox] = {}  # by path, the oldest first
 _held_lock = threading.Lock()
 
 
 def hold(outbox: HeldOutbox) -> None:
-    """Keep `outbox` until it is removed (`remove_outbox`), by its path; at most `MAX_HELD_OUTBOXES`."""
+    """Keep `outbox` until it is removed (`remove_outbox`), by its path. Beyond `held_bound()` outboxes the oldest
+    is let go of: its files stay where they are, and are no longer sent or removed by the bridge."""
     with _held_lock:
         replaced = _held.pop(outbox.path, None)
         _held[outbox.path] = outbox
-        evicted = [_held.pop(next(iter(_held))) for _ in range(len(_held) - MAX_HELD_OUTBOXES)]
-    for old in [*evicted, *([replaced] if replaced is not None else [])]:
+        evicted = [_held.pop(next(iter(_held))) for _ in range(len(_held) - held_bound())]
+    if replaced is not None:
+        replaced.release()
+    for old in evicted:
+        get_logger(component="outbox").warning(
+            "too many outboxes wait for their files to be delivered; the oldest is let go of, its files left in it",
+            outbox=old.path,
+            held=len(_held),
+        )
         old.release()
+
+
+def held_bound() -> int:
+    """How many outboxes are held at most: `MAX_HELD_OUTBOXES`, fewer where the descriptors allowed are few."""
+    allowed, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if allowed == resource.RLIM_INFINITY:
+        return MAX_HELD_OUTBOXES
+    return max(16, min(MAX_HELD_OUTBOXES, allowed // 8))
 
 
 def held(directory: str) -> HeldOutbox | None:

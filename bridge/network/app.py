@@ -10,7 +10,9 @@
 - `POST /v1/turns/{id}/cancel|decide|answer`, `GET /v1/stats`.
 - `GET|DELETE /v1/files/{client}/{id}/{name}`: a file a turn's agent left,
   as its `file` response's `url` names it (`client`: `http`, or the WebSocket
-  connection's `ws<n>`); DELETE is serve's `ack_file`.
+  connection's `ws<n>`, id and name percent-encoded and routed on the raw
+  path, so an id may hold "/"); GET streams the collected inode from its
+  outbox's descriptor (410 when the agent changed it); DELETE is `ack_file`.
 
 A turn's fate is its client's: a WebSocket that closes, an event stream the
 client drops or stops reading for `stall_secs`, cancel every turn that came
