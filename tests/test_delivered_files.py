@@ -22,6 +22,7 @@ from hostkit import Lab
 from test_cli import agent_profile
 from test_network import TOKEN_A, TOKENS, bearer, door, sse_events
 from test_outbox import serving
+from test_sandbox import RUNTIME
 
 from bridge.dialects.events import FileEvent
 from bridge.host.postgres import fleet_files
@@ -75,7 +76,7 @@ def result_with(files: tuple[FileEvent, ...]) -> TurnResult:
 
 
 def turn(request_id: str, **fields: Any) -> dict[str, Any]:
-    return {"type": "turn", "id": request_id, "profile": "maker", "conversation": request_id, "message": "go", **fields}
+    return {"type": "turn", "id": request_id, "profile": "maker", "conversation": request_id, "message": "go"} | fields
 
 
 # ---------------------------------------------------------------------------- serve on stdin/stdout
@@ -260,3 +261,60 @@ def test_a_worker_stores_the_file_collected_not_what_the_agent_put_in_its_place(
     remove_outbox(str(outbox))
     assert sorted(path.name for path in home.iterdir()) == ["moved.txt", "rewritten.txt"]
     assert list(aside.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- a sandboxed agent attacks
+
+
+def attacker_profile(lab: Lab) -> None:
+    """`attacker`: a sandboxed agent that cannot see the home, and in its turn moves every other outbox of its
+    working directory aside and puts a link to the home (by path) in its place."""
+    source = f"""
+    import os
+    own = os.environ["AGENT_OUTBOX"]
+    outboxes = os.path.dirname(own)
+    assert not os.path.exists({str(home_of(lab))!r}), "the sandbox shows the home"
+    for name in os.listdir(outboxes):
+        path = os.path.join(outboxes, name)
+        if path != own and not name.startswith("."):
+            os.rename(path, path + "-aside")
+            os.symlink({str(home_of(lab))!r}, path)
+    print("moved")
+    """
+    sandbox = {"read": [str(lab.profiles), *RUNTIME]}
+    agent_profile(lab.profiles, source, name="attacker", cwd=str(lab.root / "work"), sandbox=sandbox)
+
+
+async def test_a_sandboxed_agent_s_later_turn_cannot_redirect_serve_s_deletes_home(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    attacker_profile(lab)
+    async with serving(lab) as client:
+        await client.send(turn("t1"))
+        offered = (await client.until("result", "t1"))[1]
+        await client.send(turn("t2", profile="attacker"))
+        assert (await client.until("result", "t2"))[-1]["reply"] == "moved"
+        outbox = Path(offered["path"]).parent
+        assert outbox.is_symlink()
+        await client.send({"type": "ack_file", "id": "t1", "file": "report.txt"})
+        await client.send({"type": "stats", "id": "s"})
+        await client.until("stats", "s")
+        assert (home_of(lab) / "report.txt").read_bytes() == SECRET, "ack_file deleted the home's file"
+    assert (home_of(lab) / "report.txt").read_bytes() == SECRET, "serve's end deleted the home's file"
+    assert list(Path(str(outbox) + "-aside").iterdir()) == []
+
+
+async def test_a_sandboxed_agent_s_later_turn_cannot_make_the_door_serve_or_delete_home(tmp_path: Path) -> None:
+    lab = files_lab(tmp_path)
+    attacker_profile(lab)
+    async with door(lab, tokens=TOKENS) as url, httpx.AsyncClient(base_url=url) as http:
+        body = {"id": "t1", "profile": "maker", "conversation": "c", "message": "go"}
+        events = sse_events((await http.post("/v1/turns", json=body, headers=bearer(TOKEN_A))).text)
+        offered = next(data for kind, data in events if kind == "file")
+        body = {"id": "t2", "profile": "attacker", "conversation": "c", "message": "go"}
+        events = sse_events((await http.post("/v1/turns", json=body, headers=bearer(TOKEN_A))).text)
+        assert events[-1][1]["reply"] == "moved"
+        downloaded = await http.get(offered["url"], headers=bearer(TOKEN_A))
+        assert (downloaded.status_code, downloaded.content) == (200, REPORT), "not the file the turn collected"
+        assert (await http.delete(offered["url"], headers=bearer(TOKEN_A))).status_code == 200
+        assert (home_of(lab) / "report.txt").read_bytes() == SECRET, "DELETE removed the home's file"
+    assert (home_of(lab) / "report.txt").read_bytes() == SECRET
