@@ -81,8 +81,13 @@ def collect_beneath(
     except OSError as err:
         os.close(parent)
         return Collected(note=f"the outbox could not be read ({err.strerror}); no files were sent")
-    with os.scandir(fd) as listing:
-        entries = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listing)
+    try:
+        with os.scandir(fd) as listing:
+            entries = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listing)
+    except OSError as err:
+        os.close(fd)
+        os.close(parent)
+        return Collected(note=f"the outbox could not be read ({err.strerror}); no files were sent")
     files: list[FileEvent] = []
     identities: dict[str, FileIdentity] = {}
     not_files: list[str] = []

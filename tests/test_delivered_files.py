@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from hostkit import Lab
 from test_cli import agent_profile
@@ -24,9 +25,11 @@ from test_network import TOKEN_A, TOKENS, bearer, door, sse_events
 from test_outbox import serving
 from test_sandbox import RUNTIME
 
+import bridge.outbox as outbox_module
 from bridge.dialects.events import FileEvent
+from bridge.errors import OutboxError
 from bridge.host.postgres import fleet_files
-from bridge.outbox import collect, remove_outbox
+from bridge.outbox import collect, read_file, remove_outbox
 from bridge.result import Outcome, TurnResult
 from bridge.serving.file_delivery import FileDeliveries
 
@@ -318,3 +321,22 @@ async def test_a_sandboxed_agent_s_later_turn_cannot_make_the_door_serve_or_dele
         assert (await http.delete(offered["url"], headers=bearer(TOKEN_A))).status_code == 200
         assert (home_of(lab) / "report.txt").read_bytes() == SECRET, "DELETE removed the home's file"
     assert (home_of(lab) / "report.txt").read_bytes() == SECRET
+
+
+def test_held_outboxes_are_bounded_the_oldest_let_go_of_with_its_files_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox_module, "MAX_HELD_OUTBOXES", 16)
+    outboxes = []
+    for number in range(17):
+        outbox = tmp_path / f"outbox-{number}"
+        outbox.mkdir()
+        (outbox / "report.txt").write_bytes(REPORT)
+        outboxes.append(collect(str(outbox)).files[0])
+    with pytest.raises(OutboxError, match="no longer waiting"):
+        read_file(outboxes[0])
+    remove_outbox(str(tmp_path / "outbox-0"))  # let go of: removed by its path, the last component not followed
+    assert [read_file(file) for file in outboxes[1:]] == [REPORT] * 16
+    for number in range(1, 17):
+        remove_outbox(str(tmp_path / f"outbox-{number}"))
+    assert list(tmp_path.iterdir()) == []
