@@ -34,7 +34,7 @@ from .errors import OutboxError
 from .log import get_logger
 from .profile import Profile
 from .result import Outcome, TurnResult
-from .turn_files import TurnFiles
+from .turn_files import STATE_DIRECTORY, TurnFiles
 from .turn_loop import Emit
 
 DEFAULT_MAX_FILES = 20
@@ -333,7 +333,8 @@ def remove_file(file: FileEvent) -> None:
 
 def remove_outbox(directory: str) -> None:
     """Delete the outbox `directory` with whatever is in it: a held outbox beneath its descriptors (its name only
-    while it is still the outbox); another without following its last component."""
+    while it is still the outbox); another (not collected by this process, or let go of) beneath its directory, a
+    turn's `.agent-bridge/outbox` reached from the working directory without following a link."""
     with _held_lock:
         outbox = _held.pop(directory, None)
     if outbox is not None:
@@ -341,7 +342,7 @@ def remove_outbox(directory: str) -> None:
         return
     parent_path, name = os.path.split(os.path.normpath(directory))
     try:
-        parent = os.open(parent_path or ".", _DIRECTORY_FLAGS)
+        parent = _outboxes_directory(parent_path or ".")
     except OSError:
         return
     try:
@@ -350,6 +351,23 @@ def remove_outbox(directory: str) -> None:
         shutil.rmtree(name, dir_fd=parent, ignore_errors=True)
     finally:
         os.close(parent)
+
+
+def _outboxes_directory(path: str) -> int:
+    """A descriptor of the directory `path`; when it is a working directory's `.agent-bridge/outbox` (the agent's
+    own), those two reached without following a link, the working directory as its path says (the operator's)."""
+    above, last = os.path.split(path)
+    cwd, state = os.path.split(above)
+    if (state, last) != (STATE_DIRECTORY, "outbox"):
+        return os.open(path, _DIRECTORY_FLAGS)
+    descriptor = os.open(cwd or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for name in (STATE_DIRECTORY, "outbox"):
+        try:
+            inner = os.open(name, _DIRECTORY_FLAGS, dir_fd=descriptor)
+        finally:
+            os.close(descriptor)
+        descriptor = inner
+    return descriptor
 
 
 def media_type_of(name: str) -> str:

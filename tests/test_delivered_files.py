@@ -340,3 +340,18 @@ def test_held_outboxes_are_bounded_the_oldest_let_go_of_with_its_files_left(
     for number in range(1, 17):
         remove_outbox(str(tmp_path / f"outbox-{number}"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_outbox_not_held_is_removed_only_beneath_a_state_directory_that_is_no_link(tmp_path: Path) -> None:
+    work, elsewhere = tmp_path / "work", tmp_path / "home"
+    (elsewhere / "outbox" / "turn-1").mkdir(parents=True)
+    (elsewhere / "outbox" / "turn-1" / "id_rsa").write_text("secret")
+    work.mkdir()
+    (work / ".agent-bridge").symlink_to(elsewhere)  # planted by the agent in its working directory
+    remove_outbox(str(work / ".agent-bridge" / "outbox" / "turn-1"))
+    assert (elsewhere / "outbox" / "turn-1" / "id_rsa").read_text() == "secret"
+    (work / ".agent-bridge").unlink()
+    (work / ".agent-bridge" / "outbox" / "turn-1").mkdir(parents=True)
+    (work / ".agent-bridge" / "outbox" / "turn-1" / "f").write_text("x")
+    remove_outbox(str(work / ".agent-bridge" / "outbox" / "turn-1"))
+    assert list((work / ".agent-bridge" / "outbox").iterdir()) == []
