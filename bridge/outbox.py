@@ -229,7 +229,7 @@ _held_lock = threading.Lock()
 
 def hold(outbox: HeldOutbox) -> None:
     """Keep `outbox` until it is removed (`remove_outbox`), by its path. Beyond `held_bound()` outboxes the oldest
-    is let go of: its files stay where they are, and are no longer sent or removed by the bridge."""
+    is let go of: its files are no longer sent, and go only with the outbox (`remove_outbox`, as one not held)."""
     with _held_lock:
         replaced = _held.pop(outbox.path, None)
         _held[outbox.path] = outbox
@@ -238,7 +238,7 @@ def hold(outbox: HeldOutbox) -> None:
         replaced.release()
     for old in evicted:
         get_logger(component="outbox").warning(
-            "too many outboxes wait for their files to be delivered; the oldest is let go of, its files left in it",
+            "too many outboxes wait for their files to be delivered; the oldest is let go of, its files no longer sent",
             outbox=old.path,
             held=len(_held),
         )
