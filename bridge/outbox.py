@@ -3,10 +3,18 @@
 The agent learns the directory from `AGENT_OUTBOX`; when the turn ends,
 `collect` turns what it holds into `FileEvent`s, bounded in count and bytes.
 The agent owns the directory's contents and may have planted anything there,
-so nothing is followed: the directory is opened with `O_NOFOLLOW`, entries are
-judged by `lstat` (only regular files count: no symlinks, devices, FIFOs or
-sub-directories), and `read_file` opens a file with `O_NOFOLLOW` and checks
-that what it opened is still the regular file collected.
+or change it after the turn — swap a file for a link to a secret, move the
+outbox aside and put a link to the user's home in its place — so nothing is
+done by path. Collecting an outbox holds it (`HeldOutbox`): a descriptor of
+the outbox and of the directory it is in, opened without following a link,
+and the identity (device, inode, size, times) of each regular file collected
+(by `lstat`: no symlinks, devices, FIFOs or sub-directories). Reading a file
+(`open_collected`, `read_file`) opens its name beneath the outbox's descriptor
+with `O_NOFOLLOW` and checks that it is still that inode; removing one
+(`remove_file`) unlinks its name beneath that descriptor only while it is;
+removing the outbox (`remove_outbox`) empties the directory the descriptor
+holds and removes its name only while that is still the outbox. The outbox is
+let go of (its descriptors closed) when it is removed.
 """
 
 from __future__ import annotations
@@ -14,21 +22,25 @@ from __future__ import annotations
 import dataclasses
 import mimetypes
 import os
+import resource
 import shutil
 import stat
+import threading
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .dialects.events import ActivityEvent, FileEvent
 from .errors import OutboxError
+from .log import get_logger
 from .profile import Profile
 from .result import Outcome, TurnResult
-from .turn_files import TurnFiles
+from .turn_files import STATE_DIRECTORY, TurnFiles
 from .turn_loop import Emit
 
 DEFAULT_MAX_FILES = 20
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 _NAMES_IN_NOTE = 3  # skipped entries named in a note; more are counted
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(slots=True, frozen=True)
@@ -40,37 +52,66 @@ class Collected:
 
 
 def collect(directory: str, *, max_files: int = DEFAULT_MAX_FILES, max_bytes: int = DEFAULT_MAX_BYTES) -> Collected:
-    """The regular files in `directory` (not below it), in name order, at most `max_files` totalling `max_bytes`.
+    """The regular files in `directory` (not below it), in name order, at most `max_files` totalling `max_bytes`;
+    the outbox is held (`HeldOutbox`) while they wait. The last component of `directory` is not followed.
 
     A missing or empty directory holds nothing. What is skipped — not a regular file, over the
     count, or over the bytes left — is named in `note`.
     """
+    parent_path, name = os.path.split(os.path.normpath(directory))
     try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        parent = os.open(parent_path or ".", _DIRECTORY_FLAGS)
     except FileNotFoundError:
         return Collected()
     except OSError as err:
         return Collected(note=f"the outbox could not be read ({err.strerror}); no files were sent")
+    return collect_beneath(parent, name, directory, max_files=max_files, max_bytes=max_bytes)
+
+
+def collect_beneath(
+    parent: int, name: str, directory: str, *, max_files: int = DEFAULT_MAX_FILES, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Collected:
+    """As `collect`, for the outbox `name` in the directory of the descriptor `parent` (which this takes over and
+    closes, or keeps in the `HeldOutbox`); `directory` is the outbox's path, for the `FileEvent`s."""
+    try:
+        fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        os.close(parent)
+        return Collected()
+    except OSError as err:
+        os.close(parent)
+        return Collected(note=f"the outbox could not be read ({err.strerror}); no files were sent")
     try:
         with os.scandir(fd) as listing:
             entries = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listing)
-    finally:
+    except OSError as err:
         os.close(fd)
+        os.close(parent)
+        return Collected(note=f"the outbox could not be read ({err.strerror}); no files were sent")
     files: list[FileEvent] = []
+    identities: dict[str, FileIdentity] = {}
     not_files: list[str] = []
     too_many: list[str] = []
     too_big: list[str] = []
     room = max_bytes
-    for name, info in entries:
+    for entry_name, info in entries:
         if not stat.S_ISREG(info.st_mode):
-            not_files.append(name)
+            not_files.append(entry_name)
         elif len(files) >= max_files:
-            too_many.append(name)
+            too_many.append(entry_name)
         elif info.st_size > room:
-            too_big.append(name)
+            too_big.append(entry_name)
         else:
             room -= info.st_size
-            files.append(FileEvent(name, os.path.join(directory, name), info.st_size, media_type_of(name)))
+            files.append(
+                FileEvent(entry_name, os.path.join(directory, entry_name), info.st_size, media_type_of(entry_name))
+            )
+            identities[entry_name] = identity_of(info)
+    if files:
+        hold(HeldOutbox(parent, name, fd, directory, identities))
+    else:
+        os.close(fd)
+        os.close(parent)
     notes = []
     if too_many:
         notes.append(f"{_listed(too_many)} not sent: a turn sends at most {max_files} files")
@@ -81,6 +122,143 @@ def collect(directory: str, *, max_files: int = DEFAULT_MAX_FILES, max_bytes: in
     return Collected(tuple(files), "; ".join(notes))
 
 
+FileIdentity = tuple[int, int, int, int, int]  # device, inode, size, mtime and ctime (ns): a rewrite changes times
+
+
+def identity_of(info: os.stat_result) -> FileIdentity:
+    """What a held file must still be: its device, inode, size and times."""
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+class HeldOutbox:
+    """An outbox whose collected files wait for delivery, held by descriptors: `parent` (the directory it is in)
+    and `outbox` (its own, opened beneath `parent` without following a link), and each collected file's identity
+    by name. Whatever the agent does to the paths afterwards, reads and removals reach only these inodes."""
+
+    def __init__(self, parent: int, name: str, outbox: int, path: str, files: dict[str, FileIdentity]) -> None:
+        self.path = path
+        self._parent = parent
+        self._name = name
+        self._outbox = outbox
+        self._outbox_identity = identity_of(os.fstat(outbox))[:2]
+        self._files = files
+        self._lock = threading.Lock()  # a fleet worker stores files in a thread of its own
+
+    def open(self, name: str) -> BinaryIO:
+        """File `name` open for reading, if it is still the inode collected; else `OutboxError`."""
+        expected = self._files.get(name)
+        with self._lock:
+            if expected is None or self._outbox < 0:
+                raise OutboxError(f"the file {name!r} is no longer waiting to be sent")
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._outbox)
+            except OSError as err:
+                raise OutboxError(f"the file {name!r} cannot be read: {err.strerror}") from None
+        handle = os.fdopen(fd, "rb")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or identity_of(info) != expected:
+            handle.close()
+            raise OutboxError(f"the file {name!r} changed after the turn ended; it is not sent")
+        return handle
+
+    def remove(self, name: str) -> None:
+        """Unlink file `name` beneath the outbox's descriptor, if it is still the inode collected."""
+        with self._lock:
+            expected = self._files.pop(name, None)
+            if expected is not None and self._outbox >= 0:
+                _unlink_if(self._outbox, name, expected[:2])
+
+    def remove_all(self) -> None:
+        """Delete what the outbox holds, then its name if that is still the outbox; let go of it. Once."""
+        with self._lock:
+            if self._outbox < 0:
+                return
+            try:
+                with os.scandir(self._outbox) as listing:
+                    names = [entry.name for entry in listing]
+            except OSError:
+                names = []
+            for name in names:
+                _delete_beneath(self._outbox, name)
+            try:
+                if (
+                    identity_of(os.stat(self._name, dir_fd=self._parent, follow_symlinks=False))[:2]
+                    == self._outbox_identity
+                ):
+                    os.rmdir(self._name, dir_fd=self._parent)
+            except OSError:
+                pass
+            self._close()
+
+    def release(self) -> None:
+        """Let go of the outbox and leave it as it is."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._outbox >= 0:
+            os.close(self._outbox)
+            os.close(self._parent)
+            self._outbox = self._parent = -1
+        self._files.clear()
+
+
+def _unlink_if(directory: int, name: str, inode: tuple[int, int]) -> None:
+    """Unlink `name` in `directory` while it is the file `inode` (device, inode); anything else stays."""
+    try:
+        if identity_of(os.stat(name, dir_fd=directory, follow_symlinks=False))[:2] == inode:
+            os.unlink(name, dir_fd=directory)
+    except OSError:
+        pass
+
+
+def _delete_beneath(directory: int, name: str) -> None:
+    """Delete `name` in `directory`, whatever it is, without following it."""
+    try:
+        os.unlink(name, dir_fd=directory)
+    except IsADirectoryError:
+        shutil.rmtree(name, dir_fd=directory, ignore_errors=True)
+    except OSError:
+        pass
+
+
+MAX_HELD_OUTBOXES = 4096  # two descriptors each, and at most a quarter of the process's descriptors
+_held: dict[str, HeldOutbox] = {}  # by path, the oldest first
+_held_lock = threading.Lock()
+
+
+def hold(outbox: HeldOutbox) -> None:
+    """Keep `outbox` until it is removed (`remove_outbox`), by its path. Beyond `held_bound()` outboxes the oldest
+    is let go of: its files are no longer sent, and go only with the outbox (`remove_outbox`, as one not held)."""
+    with _held_lock:
+        replaced = _held.pop(outbox.path, None)
+        _held[outbox.path] = outbox
+        evicted = [_held.pop(next(iter(_held))) for _ in range(len(_held) - held_bound())]
+    if replaced is not None:
+        replaced.release()
+    for old in evicted:
+        get_logger(component="outbox").warning(
+            "too many outboxes wait for their files to be delivered; the oldest is let go of, its files no longer sent",
+            outbox=old.path,
+            held=len(_held),
+        )
+        old.release()
+
+
+def held_bound() -> int:
+    """How many outboxes are held at most: `MAX_HELD_OUTBOXES`, fewer where the descriptors allowed are few."""
+    allowed, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if allowed == resource.RLIM_INFINITY:
+        return MAX_HELD_OUTBOXES
+    return max(16, min(MAX_HELD_OUTBOXES, allowed // 8))
+
+
+def held(directory: str) -> HeldOutbox | None:
+    """The held outbox whose path is `directory`."""
+    with _held_lock:
+        return _held.get(directory)
+
+
 async def hand_out(files: TurnFiles, profile: Profile, result: TurnResult, emit: Emit | None, log: Any) -> TurnResult:
     """The turn is over: `result` with the files of the turn's outbox, each emitted as a `FileEvent` (and what was
     left out as a `notice`) before the result. An outbox that holds nothing to send is removed beneath the
@@ -89,7 +267,10 @@ async def hand_out(files: TurnFiles, profile: Profile, result: TurnResult, emit:
     if result.outcome is Outcome.CANCELLED:  # nobody waits for what a cancelled turn made
         files.remove_outbox()
         return result
-    collected = collect(files.outbox, max_files=profile.outbox_max_files, max_bytes=profile.outbox_max_bytes)
+    parent, name = files.outbox_beneath()
+    collected = collect_beneath(
+        parent, name, files.outbox, max_files=profile.outbox_max_files, max_bytes=profile.outbox_max_bytes
+    )
     if not collected.files:
         files.remove_outbox()
     if collected.note:
@@ -121,8 +302,8 @@ async def hand_out_turn_files(
 
 
 def read_file(file: FileEvent, max_bytes: int | None = None) -> bytes:
-    """The bytes of a collected file, read without following a link; `OutboxError` when it is no longer the
-    regular file of `file.size` bytes that was collected, or is over `max_bytes`."""
+    """The bytes of a collected file, read beneath its outbox's descriptor without following a link;
+    `OutboxError` when it is no longer the regular file collected, or is over `max_bytes`."""
     if max_bytes is not None and file.size > max_bytes:
         raise OutboxError(f"the file {file.name!r} is {human_size(file.size)}, over {human_size(max_bytes)}")
     with open_collected(file) as handle:
@@ -133,35 +314,60 @@ def read_file(file: FileEvent, max_bytes: int | None = None) -> bytes:
 
 
 def open_collected(file: FileEvent) -> BinaryIO:
-    """A collected file open for reading, without following a link; `OutboxError` when it is no longer the
-    regular file of `file.size` bytes that was collected. A reader that takes it in pieces checks that it got
-    `file.size` bytes, no more."""
-    try:
-        fd = os.open(file.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as err:
-        raise OutboxError(f"the file {file.name!r} cannot be read: {err.strerror}") from None
-    handle = os.fdopen(fd, "rb")
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size != file.size:
-        handle.close()
-        raise OutboxError(f"the file {file.name!r} changed after the turn ended; it is not sent")
-    return handle
+    """A collected file open for reading, beneath its held outbox's descriptor and without following a link;
+    `OutboxError` when it is no longer the inode collected (or its outbox is no longer held). A reader that takes
+    it in pieces checks that it got `file.size` bytes, no more."""
+    outbox = held(os.path.dirname(file.path))
+    if outbox is None:
+        raise OutboxError(f"the file {file.name!r} is no longer waiting to be sent")
+    return outbox.open(file.name)
 
 
 def remove_file(file: FileEvent) -> None:
-    """Delete a collected file (gone already is fine)."""
-    try:
-        os.unlink(file.path)
-    except FileNotFoundError:
-        pass
+    """Delete a collected file beneath its outbox's descriptor, while it is the inode collected (gone already, or
+    something else now, is left alone)."""
+    outbox = held(os.path.dirname(file.path))
+    if outbox is not None:
+        outbox.remove(file.name)
 
 
 def remove_outbox(directory: str) -> None:
-    """Delete the outbox `directory` with whatever is in it."""
+    """Delete the outbox `directory` with whatever is in it: a held outbox beneath its descriptors (its name only
+    while it is still the outbox); another (not collected by this process, or let go of) beneath its directory, a
+    turn's `.agent-bridge/outbox` reached from the working directory without following a link."""
+    with _held_lock:
+        outbox = _held.pop(directory, None)
+    if outbox is not None:
+        outbox.remove_all()
+        return
+    parent_path, name = os.path.split(os.path.normpath(directory))
     try:
-        os.rmdir(directory)  # most outboxes are left empty
+        parent = _outboxes_directory(parent_path or ".")
     except OSError:
-        shutil.rmtree(directory, ignore_errors=True)
+        return
+    try:
+        os.rmdir(name, dir_fd=parent)  # most outboxes are left empty
+    except OSError:
+        shutil.rmtree(name, dir_fd=parent, ignore_errors=True)
+    finally:
+        os.close(parent)
+
+
+def _outboxes_directory(path: str) -> int:
+    """A descriptor of the directory `path`; when it is a working directory's `.agent-bridge/outbox` (the agent's
+    own), those two reached without following a link, the working directory as its path says (the operator's)."""
+    above, last = os.path.split(path)
+    cwd, state = os.path.split(above)
+    if (state, last) != (STATE_DIRECTORY, "outbox"):
+        return os.open(path, _DIRECTORY_FLAGS)
+    descriptor = os.open(cwd or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for name in (STATE_DIRECTORY, "outbox"):
+        try:
+            inner = os.open(name, _DIRECTORY_FLAGS, dir_fd=descriptor)
+        finally:
+            os.close(descriptor)
+        descriptor = inner
+    return descriptor
 
 
 def media_type_of(name: str) -> str:

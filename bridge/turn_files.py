@@ -103,6 +103,11 @@ class TurnFiles:
         self._outboxes_fd = -1
         return True
 
+    def outbox_beneath(self) -> tuple[int, str]:
+        """A new descriptor (the caller closes it) of the directory the outbox was made in, and the outbox's name
+        there: the outbox is reached beneath it, whatever the agent has made of the path since."""
+        return os.dup(self._outboxes_fd), self._name
+
     def close(self) -> None:
         """Let go of the directories and leave them in place (the outbox's files are the host's to deliver, a
         profile keeps its turns' attachments)."""

@@ -10,7 +10,9 @@
 - `POST /v1/turns/{id}/cancel|decide|answer`, `GET /v1/stats`.
 - `GET|DELETE /v1/files/{client}/{id}/{name}`: a file a turn's agent left,
   as its `file` response's `url` names it (`client`: `http`, or the WebSocket
-  connection's `ws<n>`); DELETE is serve's `ack_file`.
+  connection's `ws<n>`, id and name percent-encoded and routed on the raw
+  path, so an id may hold "/"); GET streams the collected inode from its
+  outbox's descriptor (410 when the agent changed it); DELETE is `ack_file`.
 
 A turn's fate is its client's: a WebSocket that closes, an event stream the
 client drops or stops reading for `stall_secs`, cancel every turn that came
@@ -19,21 +21,24 @@ through it. Starlette and hypercorn are imported here, so only `--listen` pays.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, BinaryIO
+from urllib.parse import quote, unquote_to_bytes
 from uuid import uuid4
 
 import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive, Scope
 from starlette.types import Send as AsgiSend
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..errors import RequestError
+from ..dialects.events import FileEvent
+from ..errors import OutboxError, RequestError
 from ..log import get_logger
+from ..outbox import open_collected
 from ..serving.output import Output, json_bytes, json_text
 from ..serving.requests import (
     BAD_JSON,
@@ -55,6 +60,7 @@ from .metrics import healthz, metrics_response, readyz_response
 
 WS_TRY_AGAIN_LATER = 1013  # RFC 6455 close codes
 WS_POLICY_VIOLATION = 1008
+_FILE_CHUNK_BYTES = 64 * 1024
 
 
 def build_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette:
@@ -68,7 +74,7 @@ def build_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette
         Route("/v1/turns/{id}/cancel", _cancel, methods=["POST"]),
         Route("/v1/turns/{id}/decide", _decide, methods=["POST"]),
         Route("/v1/turns/{id}/answer", _answer, methods=["POST"]),
-        Route("/v1/files/{client}/{id}/{name}", _file, methods=["GET", "DELETE"]),
+        Route("/v1/files/{rest:path}", _file, methods=["GET", "DELETE"]),
         WebSocketRoute("/v1/ws", _websocket),
         *(extra_routes or []),
     ]
@@ -327,18 +333,61 @@ async def _file(request: Request) -> Response:
     if tenant is None:
         return unauthorized()
     door = door_of(request)
-    client, request_id, name = (request.path_params[part] for part in ("client", "id", "name"))
+    parts = file_url_parts(request.scope)
+    if parts is None:
+        return error_response(UNKNOWN_FILE, "a file's URL is /v1/files/{client}/{id}/{name}, as its `file` names it")
+    client, request_id, name = parts
     if request.method == "DELETE":
         if door.acknowledge_file(tenant, client, request_id, name):
             return JSONResponse({"type": "done", "id": request_id})
     elif (file := door.waiting_file(tenant, client, request_id, name)) is not None:
-        return FileResponse(file.path, media_type=file.media_type, filename=file.name)
+        try:
+            handle = open_collected(file)
+        except OutboxError as err:  # the agent changed it after the turn: what is there now is not what was sent
+            return error_response(UNKNOWN_FILE, str(err), request_id=request_id, status=410)
+        return _streamed(handle, file)
     return error_response(
         UNKNOWN_FILE,
         f"turn {request_id!r} has no file {name!r} waiting: it was acknowledged already, its time ran out, or "
         "the turn left no such file",
         request_id=request_id,
     )
+
+
+def file_url_parts(scope: Scope) -> tuple[str, str, str] | None:
+    """(client, id, name) of a file's URL, each percent-decoded from the raw path: an id may hold "/"."""
+    raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+    segments = raw.split(b"?", 1)[0].split(b"/")
+    if len(segments) != 6 or segments[:3] != [b"", b"v1", b"files"]:
+        return None
+    try:
+        client, request_id, name = (unquote_to_bytes(segment).decode("utf-8") for segment in segments[3:])
+    except UnicodeDecodeError:
+        return None
+    return client, request_id, name
+
+
+def _streamed(handle: BinaryIO, file: FileEvent) -> Response:
+    """The open file's `file.size` bytes at most, read from its descriptor (never reopened by path)."""
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            left = file.size
+            while left > 0:
+                chunk = await trio.to_thread.run_sync(handle.read, min(_FILE_CHUNK_BYTES, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                yield chunk
+        finally:
+            handle.close()
+
+    quoted = quote(file.name)
+    disposition = (
+        f"attachment; filename*=utf-8''{quoted}" if quoted != file.name else f'attachment; filename="{file.name}"'
+    )
+    # No Content-Length: an agent that truncates the file while it is sent ends the body early, not the connection.
+    return StreamingResponse(body(), media_type=file.media_type, headers={"content-disposition": disposition})
 
 
 # ---------------------------------------------------------------------------- WebSocket

@@ -6,7 +6,9 @@ inline (`inline_files_max_bytes`): those travel base64 in the response and are
 deleted at once. A file never acknowledged is deleted `ttl_secs` after it was
 offered, and every file still waiting when serve ends is deleted then: none
 outlives the bot going away. A turn's outbox directory goes once its last file
-has.
+has. Reading and deleting go through `bridge.outbox`, beneath the descriptors
+of the outbox held since its files were collected, never by the paths the bot
+is shown (the agent may have changed what they lead to).
 """
 
 from __future__ import annotations

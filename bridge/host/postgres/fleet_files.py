@@ -22,12 +22,13 @@ from typing import Any, BinaryIO
 
 from ...dialects.events import FileEvent
 from ...errors import OutboxError
-from ...outbox import open_collected
+from ...outbox import FileIdentity, HeldOutbox, hold, identity_of, open_collected
 from ...result import TurnResult
 
 Conn = Any  # psycopg.Connection, imported lazily
 
 CHUNK_BYTES = 1024 * 1024
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -76,29 +77,42 @@ def load(conn: Conn, key: str, result: TurnResult) -> tuple[TurnResult, str]:
     `FileEvent`s of their paths there, and what could not be sent (a file whose rows are gone: its result was
     delivered before), also in its `files_note`. The rows stay until the result is delivered
     (`queue.mark_delivered`), so a gateway that stops before its bot has the result leaves them for the next
-    one. The directory is removed again when it holds nothing, or the loading fails."""
+    one. The directory is held as a turn's outbox is (`bridge.outbox.HeldOutbox`), and removed again when it
+    holds nothing, or the loading fails."""
     directory = tempfile.mkdtemp(prefix="agent-bridge-files-")
+    parent_path, directory_name = os.path.split(directory)
+    parent = os.open(parent_path, _DIRECTORY_FLAGS)
+    outbox = -1
     files: list[FileEvent] = []
+    identities: dict[str, FileIdentity] = {}
     missing: list[str] = []
     try:
+        outbox = os.open(directory_name, _DIRECTORY_FLAGS, dir_fd=parent)
         for place, file in enumerate(result.files):
             name = os.path.basename(file.name)
             if name in ("", ".", "..") or name != file.name:
                 missing.append(file.name)  # not a name an outbox can hold: never written anywhere
                 continue
-            path = os.path.join(directory, name)
-            written = _load_one(conn, key, place, path)
-            if written == file.size:
-                files.append(dataclasses.replace(file, path=path))
+            written, identity = _load_one(conn, key, place, outbox, name)
+            if written == file.size and identity is not None:
+                files.append(dataclasses.replace(file, path=os.path.join(directory, name)))
+                identities[name] = identity
                 continue
             if written >= 0:
-                os.unlink(path)
+                os.unlink(name, dir_fd=outbox)
             missing.append(name)
     except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(directory_name, dir_fd=parent, ignore_errors=True)
+        for descriptor in (outbox, parent):
+            if descriptor >= 0:
+                os.close(descriptor)
         raise
-    if not files:
-        shutil.rmtree(directory, ignore_errors=True)
+    if files:
+        hold(HeldOutbox(parent, directory_name, outbox, directory, identities))
+    else:
+        shutil.rmtree(directory_name, dir_fd=parent, ignore_errors=True)
+        os.close(outbox)
+        os.close(parent)
     if not missing:
         return dataclasses.replace(result, files=tuple(files)), ""
     problem = f"{', '.join(repr(name) for name in missing)} not sent: no longer stored (delivered before)"
@@ -106,9 +120,11 @@ def load(conn: Conn, key: str, result: TurnResult) -> tuple[TurnResult, str]:
     return dataclasses.replace(result, files=tuple(files), files_note=note), problem
 
 
-def _load_one(conn: Conn, key: str, place: int, path: str) -> int:
-    """Write file `place`'s pieces to `path`: the bytes written; -1 (and no file) when it has none stored."""
+def _load_one(conn: Conn, key: str, place: int, directory: int, name: str) -> tuple[int, FileIdentity | None]:
+    """Write file `place`'s pieces to `name` in `directory`: the bytes written and the file's identity once
+    written; (-1, None) and no file when it has none stored."""
     written = -1
+    identity: FileIdentity | None = None
     handle: BinaryIO | None = None
     try:
         # A named cursor fetches a few pieces at a time, not the whole file.
@@ -119,11 +135,14 @@ def _load_one(conn: Conn, key: str, place: int, path: str) -> int:
             )
             for (data,) in cursor:
                 if handle is None:
-                    handle = os.fdopen(os.open(path, _FILE_FLAGS, 0o600), "wb")
+                    handle = os.fdopen(os.open(name, _FILE_FLAGS, 0o600, dir_fd=directory), "wb")
                     written = 0
                 handle.write(data)
                 written += len(data)
+        if handle is not None:
+            handle.flush()
+            identity = identity_of(os.fstat(handle.fileno()))
     finally:
         if handle is not None:
             handle.close()
-    return written
+    return written, identity
