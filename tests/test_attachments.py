@@ -443,6 +443,21 @@ async def test_an_agentproc_01_agent_reads_its_file(tmp_path: Path, server: str)
     assert left_in(work) == []  # removed at the turn's end
 
 
+async def test_an_agentproc_01_agent_gets_a_large_data_uri_as_its_file(tmp_path: Path) -> None:
+    """Whole, a 200 KiB `data:` URI would pass the OS's 128 KiB limit for one variable: the URL names the file."""
+    picture = PNG + bytes(range(256)) * 800
+    uri = "data:image/png;base64," + base64.b64encode(picture).decode()
+    assert len(uri) > 200_000
+    profile = bridge.load_profile(reader_profile(tmp_path), cache=False)
+    for attachments in ([Attachment("image", uri)], [Attachment("image", uri), Attachment("file", "data:,notes")]):
+        result = await drive_turn(profile, Turn("look", attachments=attachments))
+        assert result.ok, (result.outcome, result.error)
+        entries = json.loads(result.reply.splitlines()[-1])
+        for entry in entries:
+            assert entry["url"] == "file://" + entry["path"]
+        assert [entry["size"] for entry in entries][:1] == [len(picture)]
+
+
 async def test_a_profile_may_keep_the_files(tmp_path: Path, server: str) -> None:
     profile = bridge.load_profile(
         reader_profile(tmp_path, attachments={"allow_hosts": ["127.0.0.1"], "keep": True}), cache=False
