@@ -157,7 +157,7 @@ def _plan(
             raise LaunchError(
                 126,
                 f"environment variable {name} is {_size(value)} bytes, over the OS limit of "
-                f"{MAX_ARG_STRLEN} bytes for one variable",
+                f"{MAX_ARG_STRLEN} bytes for one variable; {_what_to_shorten(name)}",
             )
 
     cwd = _working_directory(profile, values)
@@ -188,6 +188,28 @@ def _plan(
         sandboxed=sandbox is not None,
         limits=limits,
         command_at=len(before),
+    )
+
+
+_TURN_FIELD_OF = {
+    "AGENT_SESSION_ID": "session id",
+    "AGENT_SESSION_NAME": "session name",
+    "AGENT_FROM_USER": "from_user",
+}
+
+
+def _what_to_shorten(variable: str) -> str:
+    """What to do about environment variable `variable` being over the OS's limit."""
+    if variable == "AGENT_ATTACHMENTS":
+        return (
+            "send fewer attachments, or with shorter names, or run the agent with protocol agentproc-0.4, "
+            "which hands them over on stdin"
+        )
+    if variable in _TURN_FIELD_OF:
+        return f"the turn's {_TURN_FIELD_OF[variable]} is too long for the agent's environment: send a shorter one"
+    return (
+        "the profile's env sets it: keep what it expands to shorter ({{MESSAGE}} there takes the whole message: "
+        "let the agent read it on stdin instead, with `stdin: message`)"
     )
 
 
