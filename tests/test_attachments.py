@@ -584,7 +584,7 @@ def test_serve_takes_the_hosts_exceptions_from_its_option(tmp_path: Path, server
     done = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--profiles", str(profiles), "--state", str(tmp_path / "s.db"),
          "--allow-attachment-host", "127.0.0.0/8"],
-        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60,
+        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60, env=loopback_only.subprocess_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     [result] = [response for response in map(json.loads, done.stdout.splitlines()) if response["type"] == "result"]
@@ -592,7 +592,7 @@ def test_serve_takes_the_hosts_exceptions_from_its_option(tmp_path: Path, server
     gateway = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--postgres", "postgresql://nowhere/db",
          "--allow-attachment-host", "127.0.0.1"],
-        input="", capture_output=True, text=True, timeout=60,
+        input="", capture_output=True, text=True, timeout=60, env=loopback_only.subprocess_env(),
     )  # fmt: skip
     assert gateway.returncode == 2 and "its workers do" in gateway.stderr
 
