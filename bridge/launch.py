@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -156,7 +157,7 @@ def _plan(
             raise LaunchError(
                 126,
                 f"environment variable {name} is {_size(value)} bytes, over the OS limit of "
-                f"{MAX_ARG_STRLEN} bytes for one variable",
+                f"{MAX_ARG_STRLEN} bytes for one variable; {_what_to_shorten(name)}",
             )
 
     cwd = _working_directory(profile, values)
@@ -187,6 +188,28 @@ def _plan(
         sandboxed=sandbox is not None,
         limits=limits,
         command_at=len(before),
+    )
+
+
+_TURN_FIELD_OF = {
+    "AGENT_SESSION_ID": "session id",
+    "AGENT_SESSION_NAME": "session name",
+    "AGENT_FROM_USER": "from_user",
+}
+
+
+def _what_to_shorten(variable: str) -> str:
+    """What to do about environment variable `variable` being over the OS's limit."""
+    if variable == "AGENT_ATTACHMENTS":
+        return (
+            "send fewer attachments, or with shorter names, or run the agent with protocol agentproc-0.4, "
+            "which hands them over on stdin"
+        )
+    if variable in _TURN_FIELD_OF:
+        return f"the turn's {_TURN_FIELD_OF[variable]} is too long for the agent's environment: send a shorter one"
+    return (
+        "the profile's env sets it: keep what it expands to shorter ({{MESSAGE}} there takes the whole message: "
+        "let the agent read it on stdin instead, with `stdin: message`)"
     )
 
 
@@ -245,17 +268,30 @@ def _protocol_variables(profile: Profile, session_id: str, session_name: str, tu
         "AGENT_PROTOCOL_VERSION": PROTOCOL_VERSION,
     }
     if turn is not None and turn.attachments:
-        variables["AGENT_ATTACHMENTS"] = json.dumps(
-            [attachment.to_dict() for attachment in turn.attachments], ensure_ascii=False
-        )
+        entries = [attachment.to_dict() for attachment in turn.attachments]
+        listed = json.dumps(entries, ensure_ascii=False)
+        if _too_long("AGENT_ATTACHMENTS=" + listed):
+            # A `data:` URI carries the file itself: a few of them pass the OS's limit for one variable. The
+            # bridge holds each fetched file at its `path`, which the URL then names instead.
+            for entry in entries:
+                if "path" in entry:
+                    entry["url"] = file_url(entry["path"])
+            listed = json.dumps(entries, ensure_ascii=False)
+        variables["AGENT_ATTACHMENTS"] = listed
         if len(turn.attachments) == 1:
             only = turn.attachments[0]
             if only.type in ("image", "file"):
                 kind = only.type.upper()
-                variables[f"AGENT_{kind}_URL"] = only.url
+                too_long = only.path and _too_long(f"AGENT_{kind}_URL={only.url}")
+                variables[f"AGENT_{kind}_URL"] = file_url(only.path) if too_long else only.url
                 if only.path:
                     variables[f"AGENT_{kind}_PATH"] = only.path
     return variables
+
+
+def file_url(path: str) -> str:
+    """The `file://` URL of an absolute path."""
+    return "file://" + urllib.parse.quote(path, safe="/")
 
 
 def _working_directory(profile: Profile, values: Mapping[str, str]) -> str | None:

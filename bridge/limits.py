@@ -40,13 +40,17 @@ An agent that ends while over a limit ends its turn with outcome
 `limit_exceeded`, naming the limit (`exceeded`): the out-of-memory killer
 acted in its memory group (`memory.events` or v1's `memory.oom_control`), a
 fork failed at its `pids.max` (`pids.events`), or it died of SIGXCPU or
-SIGXFSZ.
+SIGXFSZ. An agent that ignores SIGXFSZ (CPython does, from its start) gets
+EFBIG from the write instead, and the kernel keeps no trace of the signal it
+dropped: the only evidence left is the agent's own stderr naming the error
+(`refused_write`), which then names `file_size_mb` too.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import resource
 import signal
 import threading
@@ -408,16 +412,32 @@ def exceeded(limits: ResourceLimits | None, returncode: int, events: list[str]) 
     return ""
 
 
+# EFBIG in the words programs print for it: strerror's "File too large" (C, Python, Rust, shells), Go's
+# "file too large", Node's "EFBIG", Python's and Rust's errno 27.
+_EFBIG_WORDS = re.compile(r"\bEFBIG\b|\b[Ff]ile too large\b|\[Errno 27\]|\(os error 27\)")
+REFUSED_WRITE = "file_size_mb refused"  # `refused_write`'s name for file_size_mb, which `describe_exceeded` tells
+
+
+def refused_write(limits: ResourceLimits | None, returncode: int, stderr_tail: str) -> str:
+    """`REFUSED_WRITE` when a failed agent (`returncode` ≠ 0) under `file_size_mb` said on stderr that a write
+    failed with EFBIG — the only trace left by an agent that ignores SIGXFSZ, as every Python agent does; else ""."""
+    if limits is None or limits.file_size_mb is None or returncode == 0:
+        return ""
+    return REFUSED_WRITE if _EFBIG_WORDS.search(stderr_tail) else ""
+
+
 def describe_exceeded(name: str, limits: ResourceLimits | None) -> str:
     """What a turn's error says of limit `name` (the agent "went over …")."""
-    value = getattr(limits, name, None) if limits is not None else None
-    setting = f"{name}: {value}" if value is not None else name
     how = {
         "memory_mb": "the out-of-memory killer stopped it",
         "cpu_secs": "it was stopped with SIGXCPU",
         "processes": "it could not start another process",
         "file_size_mb": "a write past it was stopped with SIGXFSZ",
+        REFUSED_WRITE: 'a write past it failed (EFBIG, "File too large") and it exited',
     }.get(name, "")
+    name = "file_size_mb" if name == REFUSED_WRITE else name
+    value = getattr(limits, name, None) if limits is not None else None
+    setting = f"{name}: {value}" if value is not None else name
     return f"went over its {_WHAT.get(name, name)} limit ({setting})" + (f": {how}" if how else "")
 
 

@@ -32,7 +32,7 @@ from .dialects import (
 )
 from .dialects.events import FileEvent, QuestionRequest
 from .launch import withheld_credentials
-from .limits import ResourceLimits, describe_exceeded
+from .limits import ResourceLimits, describe_exceeded, refused_write
 from .permissions import PermissionRequest
 from .profile import Profile
 
@@ -297,7 +297,7 @@ class TurnRecorder:
             self.error = self._unfinished
             unfinished = True
         profile = self._profile
-        exit_code, outcome, cause = self._classify(ending)
+        exit_code, outcome, cause = self._classify(ending, stderr_tail)
         succeeded = exit_code == 0
         reply = ""
         truncated = self._partials_cut or self._line_cut
@@ -345,7 +345,7 @@ class TurnRecorder:
             usage=self.usage,
         )
 
-    def _classify(self, ending: Ending) -> tuple[int, Outcome, str]:
+    def _classify(self, ending: Ending, stderr_tail: str = "") -> tuple[int, Outcome, str]:
         """(exit code, outcome, generic cause) in docs/protocol.md §4's order of precedence."""
         profile = self._profile
         if ending.timeout == "wall":
@@ -373,8 +373,10 @@ class TurnRecorder:
             code, cause = 128 - returncode, f"was killed by {_signal_name(-returncode)}"
         else:
             code, cause = returncode, f"exited with code {returncode}"
-        if ending.limit and code:
-            return code, Outcome.LIMIT_EXCEEDED, describe_exceeded(ending.limit, ResourceLimits.of(profile.limits))
+        limits = ResourceLimits.of(profile.limits)
+        limit = ending.limit or refused_write(limits, code, stderr_tail)
+        if limit and code:
+            return code, Outcome.LIMIT_EXCEEDED, describe_exceeded(limit, limits)
         if self.error_seen:
             return code or 1, Outcome.AGENT_ERROR, cause if code else "reported an error"
         if code:

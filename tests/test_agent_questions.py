@@ -44,6 +44,8 @@ def test_a_plain_label_answers_a_request_of_one_question() -> None:
         ({"size": "L"}, "no question with id 'size'"),
         ({"colour": "Green"}, "'Green' is not an option of question 'colour' \\(the options: Blue, Red\\)"),
         ({"colour": ["Red", "Blue"]}, "question 'colour' takes one answer, not 2"),
+        ({"toppings": ["Cheese", "rm -rf /"]}, "'rm -rf /' is not an option of question 'toppings'"),
+        ({"toppings": ["Cheese", "Ham", "Olives"]}, "'Olives' is not an option of question 'toppings'"),
         ({"colour": ""}, "must be a label or a list of labels"),
         ({"colour": 7}, "must be a label or a list of labels"),
         ({"name": "x" * 1501}, "longer than 1500 characters"),
@@ -53,6 +55,19 @@ def test_a_plain_label_answers_a_request_of_one_question() -> None:
 def test_an_answer_that_does_not_fit_is_refused_with_what_is_wrong(answer: Any, says: str) -> None:
     with pytest.raises(AnswerRefused, match=says):
         check_answers(REQUEST, answer)
+
+
+async def test_a_multi_select_answer_with_a_label_not_offered_leaves_the_question_waiting() -> None:
+    """What `Host.answer` and serve's `answer` do: every label is checked, the first as much as the last; a refused
+    answer reaches no agent, and the question still takes one that fits."""
+    questions = Questions()
+    with questions.asking("q-1", 10, REQUEST) as question:
+        for labels in (["Cheese", "rm -rf /"], ["rm -rf /", "Ham"]):
+            with pytest.raises(AnswerRefused, match="'rm -rf /' is not an option of question 'toppings'"):
+                questions.answer("q-1", {"colour": "Red", "toppings": labels})
+            assert questions.waiting == ["q-1"] and question.answers is None
+        assert questions.answer("q-1", {"colour": "Red", "toppings": ["Ham", "Cheese"]})
+    assert question.answers == {"colour": ("Red",), "toppings": ("Ham", "Cheese")}
 
 
 async def test_a_question_takes_answers_and_a_permission_takes_decisions_never_the_other() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import loopback_only
 import pytest
 import trio
 from attachment_files import TURN_FILES, left_in
@@ -36,6 +37,19 @@ from bridge.fetch_policy import (
 from bridge.supervisor import drive_turn
 from bridge.turn import Attachment, Turn
 from bridge.turn_files import TurnFiles
+
+
+@pytest.fixture(autouse=True)
+def loopback_only_guard() -> Iterator[None]:
+    """A fetch that a regression lets past the address rule fails on an assertion here, and sends nothing."""
+    loopback_only.attempts.clear()
+    loopback_only.install()
+    try:
+        yield
+    finally:
+        loopback_only.uninstall()
+    assert loopback_only.beyond_loopback() == [], "a test tried to connect beyond loopback"
+
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 40
 JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 40
@@ -360,9 +374,43 @@ async def test_loopback_is_refused_by_default_before_connecting(tmp_path: Path, 
     assert _Handler.requests == []
 
 
+def resolving_to(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> None:
+    """Every host name resolves to `addresses`, in that order (as a DNS answer may list them)."""
+
+    async def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+        return [
+            (trio.socket.AF_INET6 if ":" in address else trio.socket.AF_INET, trio.socket.SOCK_STREAM, 6, "",
+             (address, port) if "." in address else (address, port, 0, 0))
+            for address in addresses
+        ]  # fmt: skip
+
+    monkeypatch.setattr(trio.socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.mark.parametrize(
+    ("addresses", "refused_address", "why"),
+    [
+        (("93.184.216.34", "169.254.169.254"), "169.254.169.254", "a link-local address"),
+        (("93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "10.0.0.7"), "10.0.0.7", "a private address"),
+        (("2606:2800:220:1:248:1893:25c8:1946", "::1"), "::1", "a loopback address"),
+    ],
+)
+async def test_a_name_resolving_to_a_public_address_and_a_refused_one_is_refused_unconnected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, addresses: tuple[str, ...], refused_address: str, why: str
+) -> None:
+    """DNS rebinding: a check of the first address alone would connect to the public one (or, at the next
+    lookup, to the refused one). Every address is checked before any connection."""
+    resolving_to(monkeypatch, *addresses)
+    message = await refused(tmp_path, Attachment("file", "http://files.example/report.pdf"), policy=AttachmentPolicy())
+    assert f"files.example resolves to {refused_address}, {why}" in message
+    assert loopback_only.attempts == [], "a connection was attempted"
+
+
 async def test_every_redirect_is_checked(tmp_path: Path, server: str) -> None:
     message = await refused(tmp_path, Attachment("file", f"{server}/to-metadata"))
     assert "169.254.169.254, a link-local address" in message
+    assert loopback_only.attempts == ["127.0.0.1"], "the redirect's address was connected to"
+    loopback_only.attempts.clear()
     assert "not http or https" in await refused(tmp_path, Attachment("file", f"{server}/to-file"))
     assert "more than 5 times" in await refused(tmp_path, Attachment("file", f"{server}/loop"))
 
@@ -443,6 +491,21 @@ async def test_an_agentproc_01_agent_reads_its_file(tmp_path: Path, server: str)
     assert left_in(work) == []  # removed at the turn's end
 
 
+async def test_an_agentproc_01_agent_gets_a_large_data_uri_as_its_file(tmp_path: Path) -> None:
+    """Whole, a 200 KiB `data:` URI would pass the OS's 128 KiB limit for one variable: the URL names the file."""
+    picture = PNG + bytes(range(256)) * 800
+    uri = "data:image/png;base64," + base64.b64encode(picture).decode()
+    assert len(uri) > 200_000
+    profile = bridge.load_profile(reader_profile(tmp_path), cache=False)
+    for attachments in ([Attachment("image", uri)], [Attachment("image", uri), Attachment("file", "data:,notes")]):
+        result = await drive_turn(profile, Turn("look", attachments=attachments))
+        assert result.ok, (result.outcome, result.error)
+        entries = json.loads(result.reply.splitlines()[-1])
+        for entry in entries:
+            assert entry["url"] == "file://" + entry["path"]
+        assert [entry["size"] for entry in entries][:1] == [len(picture)]
+
+
 async def test_a_profile_may_keep_the_files(tmp_path: Path, server: str) -> None:
     profile = bridge.load_profile(
         reader_profile(tmp_path, attachments={"allow_hosts": ["127.0.0.1"], "keep": True}), cache=False
@@ -475,8 +538,9 @@ def test_run_attach_fails_the_turn_before_the_agent_starts(tmp_path: Path) -> No
     run = subprocess.run(
         [sys.executable, "-m", "bridge", "run", str(reader_profile(tmp_path)), "look", "--json", "--attach",
          "http://169.254.169.254/latest/meta-data/"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True, text=True, timeout=30, env=loopback_only.subprocess_env(),
     )  # fmt: skip
+    assert loopback_only.REFUSED not in run.stdout + run.stderr
     assert run.returncode == 1, run.stderr
     result = json.loads(run.stdout.splitlines()[-1])
     assert result["outcome"] == "attachment_failed"
@@ -520,7 +584,7 @@ def test_serve_takes_the_hosts_exceptions_from_its_option(tmp_path: Path, server
     done = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--profiles", str(profiles), "--state", str(tmp_path / "s.db"),
          "--allow-attachment-host", "127.0.0.0/8"],
-        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60,
+        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60, env=loopback_only.subprocess_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     [result] = [response for response in map(json.loads, done.stdout.splitlines()) if response["type"] == "result"]
@@ -528,7 +592,7 @@ def test_serve_takes_the_hosts_exceptions_from_its_option(tmp_path: Path, server
     gateway = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--postgres", "postgresql://nowhere/db",
          "--allow-attachment-host", "127.0.0.1"],
-        input="", capture_output=True, text=True, timeout=60,
+        input="", capture_output=True, text=True, timeout=60, env=loopback_only.subprocess_env(),
     )  # fmt: skip
     assert gateway.returncode == 2 and "its workers do" in gateway.stderr
 

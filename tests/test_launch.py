@@ -256,6 +256,33 @@ def test_over_long_argument_is_a_clear_error() -> None:
         plan(Turn("m" * MAX_ARG_STRLEN), args=["{{MESSAGE}}"], stdin="message")
 
 
+def test_a_fetched_data_uri_too_long_for_the_environment_is_named_by_its_file() -> None:
+    picture = Attachment(
+        "image", "data:image/png;base64," + "A" * MAX_ARG_STRLEN, path="/w/.agent-bridge/attachments/t/a b.png"
+    )
+    env = plan(Turn("look", attachments=[picture])).env
+    assert json.loads(env["AGENT_ATTACHMENTS"])[0]["url"] == "file:///w/.agent-bridge/attachments/t/a%20b.png"
+    assert env["AGENT_IMAGE_URL"] == "file:///w/.agent-bridge/attachments/t/a%20b.png"
+    small = Attachment("image", "data:image/png;base64,AAAA", path="/w/a.png")
+    assert json.loads(plan(Turn("look", attachments=[small])).env["AGENT_ATTACHMENTS"])[0]["url"] == small.url
+
+
+@pytest.mark.parametrize(
+    ("turn", "fields", "says"),
+    [
+        (Turn("hi", attachments=[Attachment("file", "https://x/y", name="n" * MAX_ARG_STRLEN)]), {}, "fewer attach"),
+        (Turn("hi", from_user="u" * MAX_ARG_STRLEN), {}, "the turn's from_user is too long"),
+        (Turn("m" * (LIMIT + 100)), {"env": {"COPY": "{{MESSAGE}}"}, "stdin": "message"}, "stdin: message"),
+    ],
+)
+def test_any_variable_over_the_os_limit_is_a_clear_error_saying_what_to_shorten(
+    turn: Turn, fields: dict[str, object], says: str
+) -> None:
+    with pytest.raises(LaunchError, match="over the OS limit") as caught:
+        plan(turn, **fields)
+    assert says in caught.value.message
+
+
 @pytest.mark.parametrize("env_inherit", ["minimal", "all"])
 def test_a_change_to_os_environ_reaches_the_next_turn(monkeypatch: pytest.MonkeyPatch, env_inherit: str) -> None:
     """What was inherited from os.environ is reused while os.environ is unchanged; every change is seen."""

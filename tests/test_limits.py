@@ -116,6 +116,31 @@ async def test_a_100_mb_write_under_10_mb_fails(make_agent: Callable[..., bridge
     assert written.stat().st_size == 10 * MIB
 
 
+async def test_a_python_agent_writing_past_file_size_mb_ends_over_its_limit(
+    make_agent: Callable[..., bridge.Profile], tmp_path: Path
+) -> None:
+    """CPython ignores SIGXFSZ: its write fails with EFBIG and it exits 1, which is still the limit, not its own fault."""
+    written = tmp_path / "big"
+    source = f"""
+        with open({str(written)!r}, "wb") as file:
+            file.write(b"x" * (20 << 20))
+    """
+    result = await run(make_agent, source, {"file_size_mb": 10})
+    assert (result.outcome, result.exit_code) == (Outcome.LIMIT_EXCEEDED, 1), result.stderr_tail
+    assert result.error_reply == (
+        "The agent went over its file size limit (file_size_mb: 10): "
+        'a write past it failed (EFBIG, "File too large") and it exited.'
+    )
+    assert written.stat().st_size == 10 * MIB
+
+
+async def test_a_python_agent_failing_otherwise_under_file_size_mb_is_its_own_failure(
+    make_agent: Callable[..., bridge.Profile],
+) -> None:
+    result = await run(make_agent, "raise SystemExit('no such thing')", {"file_size_mb": 10})
+    assert (result.outcome, result.exit_code) == (Outcome.EXIT_NONZERO, 1)
+
+
 async def test_cpu_secs_1_stops_a_busy_loop(make_agent: Callable[..., bridge.Profile]) -> None:
     result = await run(make_agent, "while True:\n    pass", {"cpu_secs": 1})
     assert (result.outcome, result.exit_code) == (Outcome.LIMIT_EXCEEDED, 128 + 24)
@@ -349,6 +374,23 @@ def test_which_limit_a_failed_agent_ran_into() -> None:
     assert exceeded(limits, 0, ["memory_mb"]) == ""  # it coped: a child was killed, the agent succeeded
     assert exceeded(ResourceLimits(memory_mb=5), -24, []) == ""  # SIGXCPU from elsewhere names no limit of its
     assert exceeded(None, -24, []) == ""
+
+
+def test_efbig_in_a_failed_agent_s_stderr_names_file_size_mb_only_when_it_is_set() -> None:
+    for words in (
+        "OSError: [Errno 27] File too large",  # Python
+        "Error: EFBIG: file too large, write",  # Node
+        "write big: file too large",  # Go
+        "sh: echo: write error: File too large",
+    ):
+        result = TurnRecorder(bridge.Profile(command="cat", limits={"file_size_mb": 1})).finish(
+            Ending(returncode=1), stderr_tail=f"Traceback\n{words}\n"
+        )
+        assert result.outcome is Outcome.LIMIT_EXCEEDED, words
+    unlimited = TurnRecorder(bridge.Profile(command="cat", limits={"open_files": 10}))
+    assert unlimited.finish(Ending(returncode=1), stderr_tail="File too large\n").outcome is Outcome.EXIT_NONZERO
+    coped = TurnRecorder(bridge.Profile(command="cat", limits={"file_size_mb": 1}))
+    assert coped.finish(Ending(returncode=0), stderr_tail="File too large\n").outcome is Outcome.OK
 
 
 def test_a_limit_exceeded_outranks_the_agent_s_own_error_but_not_a_timeout() -> None:

@@ -7,6 +7,8 @@ running turn of Claude Code or Codex is tested with the real CLIs (test_claude_s
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +59,57 @@ async def test_interrupt_stops_the_running_turn_and_the_new_message_runs_next(la
     assert lab.events("sigint") == ["slow"]
     assert lab.events("start") == ["slow", "next"]  # never at the same time: next started once slow was gone
     assert lab.lines().index(["sigint", "slow"]) < lab.lines().index(["start", "next", "-", str(lab.pid("next"))])
+
+
+async def release_unless_interrupted(lab: Lab, gate: Path, tag: str) -> None:
+    """Open `tag`'s gate — at once if its agent waits there; failing, not hanging, if it was interrupted."""
+    while True:
+        assert tag not in lab.events("sigint"), f"a message of another conversation interrupted turn {tag}"
+        try:
+            os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))  # ENXIO: nothing reads the gate (yet)
+            return
+        except OSError as err:
+            if err.errno != errno.ENXIO:
+                raise
+        await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("max_concurrent", [1, 4])
+async def test_interrupt_stops_only_its_own_conversation_s_turn(lab: Lab, max_concurrent: int) -> None:
+    """Two conversations on one profile: a message that waits in conversation `b` — behind `b`'s running turn, or
+    (one turn at a time) behind `a`'s — never interrupts `a`'s turn."""
+    lab.profile("rec", extra="on_busy: interrupt\n")
+    gate_a, gate_b = lab.gate(), lab.gate()
+    results: dict[str, TurnResult] = {}
+
+    async def submit(host: bridge.BaseHost, conversation: str, tag: str, words: str = "") -> None:
+        results[tag] = await host.submit("rec", conversation, Turn(f"tag={tag} {words}"))
+
+    with trio.fail_after(DEADLINE):
+        async with (
+            bridge.open_host(lab.profiles, state=lab.state, max_concurrent=max_concurrent) as host,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(submit, host, "room-a", "a", f"gate={gate_a}")
+            while "a" not in lab.events("start"):
+                await trio.sleep(0.01)
+            if max_concurrent > 1:
+                nursery.start_soon(submit, host, "room-b", "b", f"gate={gate_b}")
+                while "b" not in lab.events("start"):
+                    await trio.sleep(0.01)
+                nursery.start_soon(submit, host, "room-b", "b2")
+                while not lab.events("sigint"):
+                    await trio.sleep(0.01)
+                assert lab.events("sigint") == ["b"], "a message of another conversation interrupted turn a"
+            else:
+                nursery.start_soon(submit, host, "room-b", "b2")
+                # b2 waits for a slot: on_busy has acted on it by then (or it ran at once, a interrupted for it)
+                while (await host.current_stats()).queued < 1 and not lab.events("sigint"):
+                    await trio.sleep(0.01)
+            await release_unless_interrupted(lab, gate_a, "a")
+    assert (results["a"].ok, results["a"].reply) == (True, "reply a one"), results["a"].error
+    assert results["b2"].ok
+    assert lab.events("sigint") == (["b"] if max_concurrent > 1 else [])
 
 
 async def test_queue_leaves_the_running_turn_alone(lab: Lab) -> None:

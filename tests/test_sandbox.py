@@ -426,6 +426,21 @@ def test_check_prints_the_effective_sandbox(tmp_path, home):
     ]
 
 
+def test_check_warns_that_a_sandbox_with_the_network_reaches_loopback_services(tmp_path):
+    """A token-less door on loopback would run unsandboxed profiles for a sandboxed agent: check says so."""
+    networked = write_profile(tmp_path, "command: cat\nsandbox: {}\n", name="networked.yaml")
+    offline = write_profile(tmp_path, "command: cat\nsandbox: {network: false}\n", name="offline.yaml")
+    unsandboxed = write_profile(tmp_path, "command: cat\n", name="plain.yaml")
+    done = subprocess.run(
+        [AGENT_BRIDGE, "check", str(networked), str(offline), str(unsandboxed)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [warning] = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warning.startswith(f"{networked}: warning: sandbox with network: true — the agent reaches this machine's")
+    assert "serve --listen` without tokens" in warning and "set `network: false`" in warning
+
+
 # --------------------------------------------------------------------------- the ready profiles' sandbox lines
 
 

@@ -746,6 +746,7 @@ def _check_command(args: argparse.Namespace) -> int:
             *_ignored_env_warnings(profile),
             *_option_injection_warnings(profile),
             *_protocol_warnings(profile),
+            *_sandbox_warnings(profile),
         ):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         limits = ResourceLimits.of(profile.limits)
@@ -779,6 +780,18 @@ def _confinement_lines(profile: Profile) -> list[str]:
     except LaunchError as err:
         return [f"sandbox: cannot start here: {err.message}"]
     return sandbox.describe() if sandbox is not None else []
+
+
+def _sandbox_warnings(profile: Profile) -> list[str]:
+    """A sandbox that leaves the agent the network leaves it this machine's loopback services too."""
+    if profile.sandbox is None or not profile.sandbox.get("network", True):
+        return []
+    return [
+        "sandbox with network: true — the agent reaches this machine's services on loopback too: an "
+        "`agent-bridge serve --listen` without tokens there runs any of its profiles, unsandboxed ones included, "
+        "for the agent; set `network: false` in its sandbox unless it needs the network (a coding agent calling "
+        "its model's API does: then give every door on this machine tokens)"
+    ]
 
 
 def _protocol_warnings(profile: Profile) -> list[str]:
