@@ -1,0 +1,212 @@
+"""A request the agent withdraws while the bot decides: the bot is told, and its late answer reaches nobody.
+
+The agent is a small Python script speaking Claude Code's stream-json control
+protocol (`protocol: claude-sdk`): it asks (a permission for Bash, or an
+AskUserQuestion), waits until the test says the bot is deciding, withdraws
+the request (`control_cancel_request`), then waits again — the bot answers
+meanwhile — and ends the turn. It records every line the bridge writes to it,
+so the test sees that no answer to the withdrawn request was written. Gates
+are FIFOs the test opens: no timer is involved.
+
+The same holds through the Python host and through `agent-bridge serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+
+import bridge
+from bridge import QuestionRequest, RequestWithdrawn, Turn
+from bridge.permissions import PermissionRequest
+
+DEADLINE = 10
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+
+AGENT = textwrap.dedent(
+    """\
+    import json, os, sys
+    ASKS = {
+        "Bash": {"command": "rm -rf build"},
+        "AskUserQuestion": {"questions": [{"question": "Which colour?", "header": "Colour", "multiSelect": False,
+                                           "options": [{"label": "Red"}, {"label": "Blue"}]}]},
+    }
+    def say(**message):
+        sys.stdout.write(json.dumps(message) + "\\n")
+        sys.stdout.flush()
+    def gate():
+        with open(os.environ["GATE"]) as fifo:  # returns once the test opened it for writing and closed it
+            fifo.read()
+    for line in sys.stdin:
+        with open(os.environ["RECORD"], "a") as record:
+            record.write(line)
+        message = json.loads(line)
+        if message["type"] == "control_request" and message["request"]["subtype"] == "initialize":
+            say(type="control_response", response={"subtype": "success", "request_id": message["request_id"],
+                                                   "response": {}})
+        elif message["type"] == "user":
+            tool = os.environ["TOOL"]
+            say(type="system", subtype="init", session_id="s-1")
+            say(type="control_request", request_id="r1",
+                request={"subtype": "can_use_tool", "tool_name": tool, "input": ASKS[tool]})
+            gate()  # the bot is deciding
+            say(type="control_cancel_request", request_id="r1")
+            gate()  # the bot answered, late
+            say(type="result", subtype="success", is_error=False, result="went on without it", session_id="s-1")
+    """
+)
+
+
+def write_profiles(tmp_path: Path, tool: str) -> tuple[Path, Path, Path]:
+    """The profiles directory (profile `asker`), the agent's gate (a FIFO) and the file recording its stdin."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    gate, record = tmp_path / "gate", tmp_path / "stdin.jsonl"
+    os.mkfifo(gate)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    profile = {
+        "command": [sys.executable, str(tmp_path / "agent.py")],
+        "protocol": "claude-sdk",
+        "env": {"GATE": str(gate), "RECORD": str(record), "TOOL": tool},
+        "permissions": {"ask": ["Bash"], "timeout_secs": 60},
+        "kill_grace_secs": 2,
+    }
+    (profiles / "asker.yaml").write_text(yaml.safe_dump(profile))
+    return profiles, gate, record
+
+
+async def open_gate(gate: Path) -> None:
+    """Let the agent past its gate (opening a FIFO for writing waits for its reader)."""
+    with trio.fail_after(DEADLINE):
+        await trio.to_thread.run_sync(lambda: open(gate, "w").close(), abandon_on_cancel=True)
+
+
+def answers_written(record: Path) -> list[dict[str, Any]]:
+    """What the bridge wrote to the agent in answer to its request r1."""
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    return [line for line in lines if line["type"] == "control_response" and line["response"]["request_id"] == "r1"]
+
+
+@pytest.mark.parametrize("tool", ["Bash", "AskUserQuestion"])
+async def test_the_host_is_told_of_a_withdrawn_request_and_its_late_answer_is_refused(
+    tmp_path: Path, tool: str
+) -> None:
+    profiles, gate, record = write_profiles(tmp_path, tool)
+    events: list[Any] = []
+    asked, withdrawn = trio.Event(), trio.Event()
+
+    def on_event(event: Any) -> None:
+        events.append(event)
+        if isinstance(event, PermissionRequest | QuestionRequest):
+            asked.set()
+        elif isinstance(event, RequestWithdrawn):
+            withdrawn.set()
+
+    async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3") as host:
+        async with trio.open_nursery() as nursery:
+            result: list[bridge.TurnResult] = []
+
+            async def submit() -> None:
+                result.append(await host.submit("asker", "c", Turn("go"), turn_id="t1", on_event=on_event))
+
+            nursery.start_soon(submit)
+            with trio.fail_after(DEADLINE):
+                await asked.wait()
+            await open_gate(gate)
+            with trio.move_on_after(DEADLINE):
+                await withdrawn.wait()
+            assert withdrawn.is_set(), "the host was not told the agent withdrew its request"
+            late = host.decide("t1", "r1", True) if tool == "Bash" else host.answer("t1", "r1", "Red")
+            assert late is False  # it waits for no answer: serve calls this unknown_request
+            await open_gate(gate)
+    [ended] = result
+    assert ended.ok and ended.reply == "went on without it", ended.error
+    request, gone = [
+        event for event in events if isinstance(event, PermissionRequest | QuestionRequest | RequestWithdrawn)
+    ]
+    assert gone == RequestWithdrawn(request.request_id)
+    assert answers_written(record) == []
+
+
+class Serve:
+    """A real `agent-bridge serve`: requests as JSON lines on its stdin, responses read with a deadline."""
+
+    def __init__(self, profiles: Path, state: Path) -> None:
+        self.process = subprocess.Popen(
+            [AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state", str(state)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self._buffer = b""
+
+    def send(self, request: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def until(self, kind: str) -> list[dict[str, Any]]:
+        """Every response up to the first of type `kind`."""
+        seen = []
+        while True:
+            response = self._receive(kind)
+            seen.append(response)
+            if response["type"] == kind:
+                return seen
+
+    def _receive(self, kind: str) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self.process.stdout], [], [], DEADLINE)
+            assert ready, f"serve said no {kind!r} within {DEADLINE} s"
+            data = self.process.stdout.read1(65536)  # type: ignore[attr-defined]
+            assert data, "serve closed its output"
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            return self.process.wait(DEADLINE)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.mark.parametrize(
+    ("tool", "asks", "late"), [("Bash", "permission", "decide"), ("AskUserQuestion", "question", "answer")]
+)
+async def test_serve_says_withdrawn_and_the_late_answer_is_unknown_request(
+    tmp_path: Path, tool: str, asks: str, late: str
+) -> None:
+    profiles, gate, record = write_profiles(tmp_path, tool)
+    serve = Serve(profiles, tmp_path / "state.sqlite3")
+    try:
+        serve.send({"type": "turn", "id": "t1", "profile": "asker", "conversation": "c", "message": "go"})
+        request_id = serve.until(asks)[-1]["request_id"]
+        await open_gate(gate)
+        withdrawn = serve.until("withdrawn")[-1]
+        assert withdrawn == {"type": "withdrawn", "id": "t1", "request_id": request_id}
+        answer = {"allow": True} if late == "decide" else {"answers": "Red"}
+        serve.send({"type": late, "id": "t1", "request_id": request_id, **answer})
+        refused = serve.until("error")[-1]
+        assert (refused["id"], refused["code"]) == ("t1", "unknown_request"), refused
+        await open_gate(gate)
+        result = serve.until("result")[-1]
+        assert (result["outcome"], result["reply"]) == ("ok", "went on without it"), result
+    finally:
+        assert serve.close() == 0
+    assert answers_written(record) == []
