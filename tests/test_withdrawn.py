@@ -8,7 +8,8 @@ meanwhile — and ends the turn. It records every line the bridge writes to it,
 so the test sees that no answer to the withdrawn request was written. Gates
 are FIFOs the test opens: no timer is involved.
 
-The same holds through the Python host and through `agent-bridge serve`.
+The same holds through the Python host, `agent-bridge serve` and `chat`'s
+prompt; the fleet's relay of the event is checked on its own.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import select
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import yaml
+from terminal import Terminal
 
 import bridge
 from bridge import QuestionRequest, RequestWithdrawn, Turn
@@ -89,6 +92,14 @@ async def open_gate(gate: Path) -> None:
     """Let the agent past its gate (opening a FIFO for writing waits for its reader)."""
     with trio.fail_after(DEADLINE):
         await trio.to_thread.run_sync(lambda: open(gate, "w").close(), abandon_on_cancel=True)
+
+
+def open_gate_now(gate: Path) -> None:
+    """`open_gate` for a test without trio."""
+    opener = threading.Thread(target=lambda: open(gate, "w").close(), daemon=True)
+    opener.start()
+    opener.join(DEADLINE)
+    assert not opener.is_alive(), f"the agent did not reach its gate within {DEADLINE} s"
 
 
 def answers_written(record: Path) -> list[dict[str, Any]]:
@@ -210,3 +221,29 @@ async def test_serve_says_withdrawn_and_the_late_answer_is_unknown_request(
     finally:
         assert serve.close() == 0
     assert answers_written(record) == []
+
+
+def test_chat_drops_a_withdrawn_question_from_the_prompt_saying_so(tmp_path: Path) -> None:
+    profiles, gate, record = write_profiles(tmp_path, "AskUserQuestion")
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("AGENT_")}
+    env = {**environ, "TMPDIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "xdg-state"), "TERM": "dumb"}
+    terminal = Terminal("chat", str(profiles / "asker.yaml"), env=env)
+    try:
+        terminal.expect(b"you> ")
+        terminal.send(b"go\n")
+        assert b"Colour: Which colour?" in terminal.expect(b"(an empty line declines): ")
+        open_gate_now(gate)
+        terminal.expect(b"the agent withdrew its question: nothing was answered")
+        open_gate_now(gate)
+        assert b"went on without it" in terminal.expect(b"you> ")
+        terminal.send(b"/exit\n")
+        assert terminal.exit_code() == 0
+    finally:
+        terminal.close()
+    assert answers_written(record) == []
+
+
+def test_the_fleet_carries_a_withdrawal_from_worker_to_gateway() -> None:
+    from bridge.host.postgres.json_codec import event_from_dict, event_to_dict
+
+    assert event_from_dict(event_to_dict(RequestWithdrawn("r1"))) == RequestWithdrawn("r1")
