@@ -8,8 +8,9 @@ meanwhile — and ends the turn. It records every line the bridge writes to it,
 so the test sees that no answer to the withdrawn request was written. Gates
 are FIFOs the test opens: no timer is involved.
 
-The same holds through the Python host, `agent-bridge serve` and `chat`'s
-prompt; the fleet's relay of the event is checked on its own.
+The same holds through the Python host, `agent-bridge serve`, the network
+door (its HTTP event stream and its WebSocket) and `chat`'s prompt; the
+fleet's relay of the event is checked on its own.
 """
 
 from __future__ import annotations
@@ -21,16 +22,24 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import yaml
+from httpx_ws import aconnect_ws
 from terminal import Terminal
 
 import bridge
 from bridge import QuestionRequest, RequestWithdrawn, Turn
+from bridge.host.runtime import open_host
+from bridge.network.door import DoorLimits
+from bridge.network.listen import parse_address, serve_network
 from bridge.permissions import PermissionRequest
 
 DEADLINE = 10
@@ -247,3 +256,79 @@ def test_the_fleet_carries_a_withdrawal_from_worker_to_gateway() -> None:
     from bridge.host.postgres.json_codec import event_from_dict, event_to_dict
 
     assert event_from_dict(event_to_dict(RequestWithdrawn("r1"))) == RequestWithdrawn("r1")
+
+
+@asynccontextmanager
+async def door(profiles: Path, state: Path) -> AsyncIterator[str]:
+    """A listening network door on loopback (no tokens) over `profiles`; yields its base URL."""
+    host = open_host(profiles, state=state)
+    async with host, trio.open_nursery() as nursery:
+        urls = await nursery.start(
+            partial(serve_network, host, parse_address("127.0.0.1:0"), tokens=None, limits=DoorLimits())
+        )
+        yield urls[0]
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_doors_event_stream_says_withdrawn_and_the_late_decide_is_unknown_request(tmp_path: Path) -> None:
+    profiles, gate, record = write_profiles(tmp_path, "Bash")
+    text, late = "", None
+    async with door(profiles, tmp_path / "state.sqlite3") as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
+        body = {"id": "t1", "profile": "asker", "conversation": "c", "message": "go"}
+        with trio.fail_after(DEADLINE):
+            async with http.stream("POST", "/v1/turns", json=body) as stream:
+                async for chunk in stream.aiter_text():
+                    text += chunk
+                    if not text.endswith("\n\n"):
+                        continue
+                    kinds = [kind for kind, _ in sse_events(text)]
+                    if kinds[-1] == "permission":
+                        await open_gate(gate)
+                    elif kinds[-1] == "withdrawn" and late is None:
+                        request_id = sse_events(text)[-1][1]["request_id"]
+                        late = await http.post("/v1/turns/t1/decide", json={"request_id": request_id, "allow": True})
+                        await open_gate(gate)
+    events = sse_events(text)
+    assert [kind for kind, _ in events if kind in ("permission", "withdrawn", "result")] == [
+        "permission",
+        "withdrawn",
+        "result",
+    ]
+    assert late is not None and late.status_code == 404 and late.json()["code"] == "unknown_request"
+    assert events[-1][1]["outcome"] == "ok"
+    assert answers_written(record) == []
+
+
+async def test_the_doors_websocket_says_withdrawn(tmp_path: Path) -> None:
+    profiles, gate, record = write_profiles(tmp_path, "AskUserQuestion")
+    async with door(profiles, tmp_path / "state.sqlite3") as url, aconnect_ws(f"{url}/v1/ws") as ws:
+        with trio.fail_after(DEADLINE):
+            await ws.send_text(
+                json.dumps({"type": "turn", "id": "t1", "profile": "asker", "conversation": "c"} | {"message": "go"})
+            )
+            kinds = []
+            while "question" not in kinds:
+                kinds.append(json.loads(await ws.receive_text())["type"])
+            await open_gate(gate)
+            while (response := json.loads(await ws.receive_text()))["type"] != "withdrawn":
+                pass
+            await ws.send_text(
+                json.dumps({"type": "answer", "id": "t1", "request_id": response["request_id"], "answers": "Red"})
+            )
+            while (refused := json.loads(await ws.receive_text()))["type"] != "error":
+                pass
+            assert refused["code"] == "unknown_request"
+            await open_gate(gate)
+            while (result := json.loads(await ws.receive_text()))["type"] != "result":
+                pass
+    assert result["outcome"] == "ok"
+    assert answers_written(record) == []
+
+
+def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (event, data) pairs of a text/event-stream body."""
+    events = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
