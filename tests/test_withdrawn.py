@@ -22,8 +22,8 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -97,9 +97,19 @@ def write_profiles(tmp_path: Path, tool: str) -> tuple[Path, Path, Path]:
     return profiles, gate, record
 
 
+@contextmanager
+def within(what: str) -> Iterator[None]:
+    """`what` must be done within `DEADLINE`, else the test fails saying so."""
+    try:
+        with trio.fail_after(DEADLINE):
+            yield
+    except trio.TooSlowError:
+        raise AssertionError(f"not within {DEADLINE} s: {what}") from None
+
+
 async def open_gate(gate: Path) -> None:
     """Let the agent past its gate (opening a FIFO for writing waits for its reader)."""
-    with trio.fail_after(DEADLINE):
+    with within("the agent reaches its gate"):
         await trio.to_thread.run_sync(lambda: open(gate, "w").close(), abandon_on_cancel=True)
 
 
@@ -140,7 +150,7 @@ async def test_the_host_is_told_of_a_withdrawn_request_and_its_late_answer_is_re
                 result.append(await host.submit("asker", "c", Turn("go"), turn_id="t1", on_event=on_event))
 
             nursery.start_soon(submit)
-            with trio.fail_after(DEADLINE):
+            with within("the agent asks"):
                 await asked.wait()
             await open_gate(gate)
             with trio.move_on_after(DEADLINE):
@@ -275,7 +285,7 @@ async def test_the_doors_event_stream_says_withdrawn_and_the_late_decide_is_unkn
     text, late = "", None
     async with door(profiles, tmp_path / "state.sqlite3") as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
         body = {"id": "t1", "profile": "asker", "conversation": "c", "message": "go"}
-        with trio.fail_after(DEADLINE):
+        with within("the turn asks, withdraws and ends on the event stream"):
             async with http.stream("POST", "/v1/turns", json=body) as stream:
                 async for chunk in stream.aiter_text():
                     text += chunk
@@ -302,7 +312,7 @@ async def test_the_doors_event_stream_says_withdrawn_and_the_late_decide_is_unkn
 async def test_the_doors_websocket_says_withdrawn(tmp_path: Path) -> None:
     profiles, gate, record = write_profiles(tmp_path, "AskUserQuestion")
     async with door(profiles, tmp_path / "state.sqlite3") as url, aconnect_ws(f"{url}/v1/ws") as ws:
-        with trio.fail_after(DEADLINE):
+        with within("the turn asks, withdraws and ends on the WebSocket"):
             await ws.send_text(
                 json.dumps({"type": "turn", "id": "t1", "profile": "asker", "conversation": "c"} | {"message": "go"})
             )
