@@ -9,8 +9,8 @@ so the test sees that no answer to the withdrawn request was written. Gates
 are FIFOs the test opens: no timer is involved.
 
 The same holds through the Python host, `agent-bridge serve`, the network
-door (its HTTP event stream and its WebSocket) and `chat`'s prompt; the
-fleet's relay of the event is checked on its own.
+door (its HTTP event stream and its WebSocket), the fleet (a worker and a
+gateway on PostgreSQL) and `chat`'s prompt.
 """
 
 from __future__ import annotations
@@ -342,3 +342,43 @@ def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
         fields = dict(line.split(": ", 1) for line in block.splitlines())
         events.append((fields["event"], json.loads(fields["data"])))
     return events
+
+
+async def test_a_bot_behind_the_fleet_is_told_of_a_withdrawn_request_and_its_late_answer_is_refused(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    from bridge.host.postgres.gateway import RemoteHost
+    from bridge.host.postgres.worker import Worker
+
+    profiles, gate, record = write_profiles(tmp_path, "Bash")
+    asked, withdrawn = trio.Event(), trio.Event()
+    seen: list[Any] = []
+
+    def on_event(event: Any) -> None:
+        seen.append(event)
+        if isinstance(event, PermissionRequest):
+            asked.set()
+        elif isinstance(event, RequestWithdrawn):
+            withdrawn.set()
+
+    result: list[bridge.TurnResult] = []
+    async with trio.open_nursery() as nursery:
+        runner = Worker(pg_dsn, profiles, max_concurrent=1, lease_secs=2.0)
+        await nursery.start(runner.run)
+        async with RemoteHost(pg_dsn, name="bot") as host, trio.open_nursery() as turns:
+
+            async def submit() -> None:
+                result.append(await host.submit("asker", "c", Turn("go"), turn_id="t1", on_event=on_event))
+
+            turns.start_soon(submit)
+            with within("the agent asks, through the worker and the gateway"):
+                await asked.wait()
+            await open_gate(gate)
+            with within("the gateway tells the bot the request was withdrawn"):
+                await withdrawn.wait()
+            assert host.decide("t1", seen[-1].request_id, True) is False  # serve --postgres: unknown_request
+            await open_gate(gate)
+        runner.drain()
+    [ended] = result
+    assert ended.ok and ended.reply == "went on without it", ended.error
+    assert answers_written(record) == []
