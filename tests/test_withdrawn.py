@@ -4,7 +4,8 @@ The agent is a small Python script speaking Claude Code's stream-json control
 protocol (`protocol: claude-sdk`): it asks (a permission for Bash, or an
 AskUserQuestion), waits until the test says the bot is deciding, withdraws
 the request (`control_cancel_request`), then waits again — the bot answers
-meanwhile — and ends the turn. It records every line the bridge writes to it,
+meanwhile — and ends the turn. Another speaks codex app-server's JSON-RPC
+and resolves its command approval on its own (`serverRequest/resolved`). It records every line the bridge writes to it,
 so the test sees that no answer to the withdrawn request was written. Gates
 are FIFOs the test opens: no timer is involved.
 
@@ -79,18 +80,55 @@ AGENT = textwrap.dedent(
 )
 
 
+# The same agent as codex app-server (`protocol: codex-app-server`): it asks to run a command, and resolves the
+# approval on its own (`serverRequest/resolved`).
+CODEX_AGENT = textwrap.dedent(
+    """\
+    import json, os, sys
+    def say(**message):
+        sys.stdout.write(json.dumps(message) + "\\n")
+        sys.stdout.flush()
+    def gate():
+        with open(os.environ["GATE"]) as fifo:
+            fifo.read()
+    turn = {"threadId": "th-1", "turnId": "T1"}
+    for line in sys.stdin:
+        with open(os.environ["RECORD"], "a") as record:
+            record.write(line)
+        message = json.loads(line)
+        method = message.get("method")
+        if method == "initialize":
+            say(id=message["id"], result={"userAgent": "scripted"})
+        elif method == "thread/start":
+            say(id=message["id"], result={"thread": {"id": "th-1"}, "model": "scripted"})
+        elif method == "turn/start":
+            say(id=message["id"], result={"turn": {"id": "T1", "status": "inProgress", "items": []}})
+            say(id=900, method="item/commandExecution/requestApproval",
+                params={**turn, "itemId": "c1", "command": "rm -rf build"})
+            gate()  # the bot is deciding
+            say(method="serverRequest/resolved", params={"threadId": "th-1", "requestId": 900})
+            gate()  # the bot answered, late
+            say(method="item/completed",
+                params={**turn, "item": {"type": "agentMessage", "id": "m1", "text": "went on without it"}})
+            say(method="turn/completed", params={"threadId": "th-1", "turn": {"id": "T1", "status": "completed"}})
+    """
+)
+
+
 def write_profiles(tmp_path: Path, tool: str) -> tuple[Path, Path, Path]:
-    """The profiles directory (profile `asker`), the agent's gate (a FIFO) and the file recording its stdin."""
-    (tmp_path / "agent.py").write_text(AGENT)
+    """The profiles directory (profile `asker`), the agent's gate (a FIFO) and the file recording its stdin. `tool`
+    is what the agent asks for: `Bash` or `AskUserQuestion` (claude-sdk), `command_execution` (codex app-server)."""
+    codex = tool == "command_execution"
+    (tmp_path / "agent.py").write_text(CODEX_AGENT if codex else AGENT)
     gate, record = tmp_path / "gate", tmp_path / "stdin.jsonl"
     os.mkfifo(gate)
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     profile = {
         "command": [sys.executable, str(tmp_path / "agent.py")],
-        "protocol": "claude-sdk",
+        "protocol": "codex-app-server" if codex else "claude-sdk",
         "env": {"GATE": str(gate), "RECORD": str(record), "TOOL": tool},
-        "permissions": {"ask": ["Bash"], "timeout_secs": 60},
+        "permissions": {"ask": ["Bash", "command_execution"], "timeout_secs": 60},
         "kill_grace_secs": 2,
     }
     (profiles / "asker.yaml").write_text(yaml.safe_dump(profile))
@@ -122,12 +160,17 @@ def open_gate_now(gate: Path) -> None:
 
 
 def answers_written(record: Path) -> list[dict[str, Any]]:
-    """What the bridge wrote to the agent in answer to its request r1."""
+    """What the bridge wrote to the agent in answer to its request (claude-sdk's r1, codex's 900)."""
     lines = [json.loads(line) for line in record.read_text().splitlines()]
-    return [line for line in lines if line["type"] == "control_response" and line["response"]["request_id"] == "r1"]
+    return [
+        line
+        for line in lines
+        if (line.get("type") == "control_response" and line["response"]["request_id"] == "r1")
+        or (line.get("id") == 900 and "method" not in line)
+    ]
 
 
-@pytest.mark.parametrize("tool", ["Bash", "AskUserQuestion"])
+@pytest.mark.parametrize("tool", ["Bash", "AskUserQuestion", "command_execution"])
 async def test_the_host_is_told_of_a_withdrawn_request_and_its_late_answer_is_refused(
     tmp_path: Path, tool: str
 ) -> None:
@@ -156,7 +199,14 @@ async def test_the_host_is_told_of_a_withdrawn_request_and_its_late_answer_is_re
             with trio.move_on_after(DEADLINE):
                 await withdrawn.wait()
             assert withdrawn.is_set(), "the host was not told the agent withdrew its request"
-            late = host.decide("t1", "r1", True) if tool == "Bash" else host.answer("t1", "r1", "Red")
+            request_id = next(
+                event.request_id for event in events if isinstance(event, PermissionRequest | QuestionRequest)
+            )
+            late = (
+                host.answer("t1", request_id, "Red")
+                if tool == "AskUserQuestion"
+                else host.decide("t1", request_id, True)
+            )
             assert late is False  # it waits for no answer: serve calls this unknown_request
             await open_gate(gate)
     [ended] = result
@@ -217,7 +267,12 @@ class Serve:
 
 
 @pytest.mark.parametrize(
-    ("tool", "asks", "late"), [("Bash", "permission", "decide"), ("AskUserQuestion", "question", "answer")]
+    ("tool", "asks", "late"),
+    [
+        ("Bash", "permission", "decide"),
+        ("AskUserQuestion", "question", "answer"),
+        ("command_execution", "permission", "decide"),
+    ],
 )
 async def test_serve_says_withdrawn_and_the_late_answer_is_unknown_request(
     tmp_path: Path, tool: str, asks: str, late: str
