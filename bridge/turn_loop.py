@@ -89,7 +89,19 @@ class TurnLoop:
     events wait in `held`.
     """
 
-    __slots__ = ("dialect", "recorder", "policy", "emit", "log", "send", "questions", "read", "held", "_told")
+    __slots__ = (
+        "dialect",
+        "recorder",
+        "policy",
+        "emit",
+        "log",
+        "send",
+        "questions",
+        "read",
+        "held",
+        "_told",
+        "_withdrawn_unasked",
+    )
 
     def __init__(
         self,
@@ -112,6 +124,8 @@ class TurnLoop:
         self.read = read
         self.held: list[Event] = []  # what the agent said while a question waited, not handled yet
         self._told: set[str] = set()  # the requests the host was asked and not told the end of
+        # Requests withdrawn while another waited, before they were asked (one batch asked both): never asked.
+        self._withdrawn_unasked: set[str] = set()
 
     async def on_output(self, data: bytes) -> None:
         """One chunk of the agent's stdout, then whatever was read while a question of it waited."""
@@ -128,10 +142,10 @@ class TurnLoop:
                 if emit is not None:
                     await emit(event)
             elif isinstance(event, PermissionRequest):
-                if not _withdrawn_in(events, event.request_id, self.log):
+                if not self._withdrawn_before_asked(event.request_id, events):
                     await self.answer(event)
             elif isinstance(event, QuestionRequest):
-                if not _withdrawn_in(events, event.request_id, self.log):
+                if not self._withdrawn_before_asked(event.request_id, events):
                     await self.ask(event)
             elif isinstance(event, RequestWithdrawn):
                 if event.request_id in self._told:  # else the host never saw it, or saw its answer
@@ -214,17 +228,19 @@ class TurnLoop:
             events = self.dialect.feed(data)
             self.held.extend(events)
             for event in events:
-                if type(event) is RequestWithdrawn:
-                    self.questions.withdraw(event.request_id)
+                if type(event) is RequestWithdrawn and not self.questions.withdraw(event.request_id):
+                    self._withdrawn_unasked.add(event.request_id)
 
-
-def _withdrawn_in(events: list[Event], request_id: str, log: Any) -> bool:
-    """The agent withdrew `request_id` in the same batch that asks it: nobody is asked, and nothing answers it."""
-    for event in events:
-        if type(event) is RequestWithdrawn and event.request_id == request_id:
-            log.info("the agent withdrew a request before it was asked")
-            return True
-    return False
+    def _withdrawn_before_asked(self, request_id: str, batch: list[Event]) -> bool:
+        """The agent withdrew `request_id` before it could be asked — in the batch that asks it, or while another
+        request waited: nobody is asked, and nothing answers it."""
+        withdrawn = request_id in self._withdrawn_unasked or any(
+            type(event) is RequestWithdrawn and event.request_id == request_id for event in batch
+        )
+        if withdrawn:
+            self._withdrawn_unasked.discard(request_id)
+            self.log.info("the agent withdrew a request before it was asked")
+        return withdrawn
 
 
 def turn_logger(profile: Profile, turn_id: str | None) -> Any:

@@ -150,7 +150,8 @@ def test_the_terminal_takes_option_numbers_or_the_persons_own_words() -> None:
 
 
 class WithdrawingDialect(AskingDialect):
-    """Asks one question on b"ask"; b"withdraw" withdraws it, b"later" is a partial, b"both" asks and withdraws."""
+    """Asks one question on b"ask"; b"withdraw" withdraws it, b"later" is a partial, b"both" asks and withdraws,
+    b"two" asks two questions at once, b"withdraw second" withdraws the second."""
 
     def feed(self, data: bytes) -> list[Any]:
         asked = QuestionRequest("q-1", (COLOUR,), tool="AskUserQuestion")
@@ -159,6 +160,8 @@ class WithdrawingDialect(AskingDialect):
             b"withdraw": [RequestWithdrawn("q-1")],
             b"later": [PartialEvent("later")],
             b"both": [asked, RequestWithdrawn("q-1")],
+            b"two": [asked, QuestionRequest("q-2", (COLOUR,), tool="AskUserQuestion")],
+            b"withdraw second": [RequestWithdrawn("q-2")],
         }[data]
 
 
@@ -222,3 +225,14 @@ async def test_what_the_agent_says_while_a_question_waits_reaches_the_host_after
     dialect, sent = await run_reading_loop(emit, questions, b"ask", b"later")
     assert dialect.answered == [({"colour": ("Red",)}, "")] and sent == [b"answer\n"]
     assert [type(event).__name__ for event in seen] == ["QuestionRequest", "ActivityEvent", "PartialEvent"]
+
+
+async def test_a_request_withdrawn_while_an_earlier_one_waits_is_never_put_to_the_host() -> None:
+    seen: list[Any] = []
+
+    async def emit(event: Any) -> None:
+        seen.append(event)
+
+    dialect, sent = await run_reading_loop(emit, Questions(), b"two", b"withdraw second", b"withdraw")
+    assert seen == [QuestionRequest("q-1", (COLOUR,), tool="AskUserQuestion"), RequestWithdrawn("q-1")]
+    assert dialect.answered == [] and sent == []
