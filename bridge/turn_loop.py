@@ -228,7 +228,9 @@ class TurnLoop:
             events = self.dialect.feed(data)
             self.held.extend(events)
             for event in events:
-                if type(event) is RequestWithdrawn and not self.questions.withdraw(event.request_id):
+                if type(event) is not RequestWithdrawn or self.questions.withdraw(event.request_id):
+                    continue
+                if event.request_id not in self._told:  # not the one that waits, answered just before
                     self._withdrawn_unasked.add(event.request_id)
 
     def _withdrawn_before_asked(self, request_id: str, batch: list[Event]) -> bool:
