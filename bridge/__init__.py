@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         PlanStep,
         Question,
         QuestionRequest,
+        RequestWithdrawn,
         SessionEvent,
         Usage,
     )
@@ -67,6 +68,7 @@ _WHERE = {
             "PlanStep",
             "Question",
             "QuestionRequest",
+            "RequestWithdrawn",
             "SessionEvent",
             "Usage",
         ),
@@ -148,6 +150,7 @@ __all__ = [
     "Question",
     "QuestionRequest",
     "QueueFull",
+    "RequestWithdrawn",
     "SessionEvent",
     "SessionIdRefused",
     "SessionRecord",

@@ -8,7 +8,10 @@ prompt), a `QuestionRequest` with `answer` (`TurnStream.answer`,
 waits for ever: a question nobody answers within the profile's
 `permissions.timeout_secs` is answered deny, or declined; when the turn ends
 (the agent exited, timed out, was cancelled) every question still open — and
-whatever the host was doing to answer it — is answered as cancelled.
+whatever the host was doing to answer it — is answered as cancelled. A
+question the agent withdraws (`withdraw`) is closed at once: the agent is
+sent no answer, and an answer the host gives later is refused as for a
+question that does not exist.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ QuestionAnswer = Mapping[str, str | Sequence[str]] | str | None
 NOBODY_ANSWERED = "nobody answered in time"
 TURN_ENDED = "the turn was cancelled"
 DECLINED = "the user declined to answer"
+WITHDRAWN = "the agent withdrew the question"
 # An answer's text, all questions together: a chat message's worth, and what a PostgreSQL NOTIFY carries to a worker.
 MAX_ANSWER_CHARS = 1500
 
@@ -39,7 +43,7 @@ MAX_ANSWER_CHARS = 1500
 class OpenQuestion:
     """One open question: `decision` (a permission) or `answers` (a question) once answered."""
 
-    __slots__ = ("kind", "request", "scope", "answered", "settled", "decision", "answers", "why")
+    __slots__ = ("kind", "request", "scope", "answered", "settled", "decision", "answers", "why", "withdrawn")
 
     def __init__(self, kind: Kind, timeout_secs: float, request: QuestionRequest | None = None) -> None:
         self.kind = kind
@@ -50,6 +54,7 @@ class OpenQuestion:
         self.decision: Decision | None = None
         self.answers: Answers | None = None
         self.why = NOBODY_ANSWERED  # why `answers` is None, once the question is closed
+        self.withdrawn = False  # the agent withdrew it: it takes no answer
 
     async def answer(self) -> None:
         """Wait until the host answers (the `asking` block's deadline bounds it)."""
@@ -59,11 +64,12 @@ class OpenQuestion:
 class Questions:
     """Open questions by request id; one object per turn, shared by the engine and whoever answers."""
 
-    __slots__ = ("_open", "_closed", "listening", "hears_questions")
+    __slots__ = ("_open", "_closed", "_withdrawn", "listening", "hears_questions")
 
     def __init__(self, *, listening: bool = True, hears_questions: bool | None = None) -> None:
         self._open: dict[str, OpenQuestion] = {}
         self._closed = False
+        self._withdrawn: set[str] = set()  # the requests the agent withdrew
         self.listening = listening  # False: nobody hears the permission requests, so each is denied at once
         # False: nobody sees the agent's questions (a host with on_permission alone), so each is declined at once
         self.hears_questions = listening if hears_questions is None else hears_questions
@@ -129,6 +135,23 @@ class Questions:
         checked = check_answers(question.request, answer) if answer is not None else None
         self._settle(request_id, checked, DECLINED if checked is None else "")
         return True
+
+    def withdraw(self, request_id: str) -> bool:
+        """The agent withdrew `request_id`: it is closed with no answer, and whatever the host was doing to answer it
+        is cancelled. False when it was not open."""
+        question = self._open.pop(request_id, None)
+        if question is None:
+            return False
+        self._withdrawn.add(request_id)
+        question.withdrawn = True
+        question.why = WITHDRAWN
+        question.answered.set()
+        question.scope.cancel()
+        return True
+
+    def was_withdrawn(self, request_id: str) -> bool:
+        """The agent withdrew `request_id` before it was answered."""
+        return request_id in self._withdrawn
 
     def _settle(self, request_id: str, answers: Answers | None, why: str) -> None:
         question = self._open.pop(request_id)

@@ -30,7 +30,7 @@ from .dialects import (
     Usage,
     UsageEvent,
 )
-from .dialects.events import FileEvent, QuestionRequest
+from .dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
 from .launch import withheld_credentials
 from .limits import ResourceLimits, describe_exceeded, refused_write
 from .permissions import PermissionRequest
@@ -118,6 +118,7 @@ Forwarded = (
     | ActivityEvent
     | PermissionRequest
     | QuestionRequest
+    | RequestWithdrawn
     | AgentInput
     | ProtocolWarning
 )
@@ -249,7 +250,10 @@ class TurnRecorder:
             elif type(event) is UsageEvent:
                 usage = event.usage
                 self.usage = usage if event.replace or self.usage is None else self.usage.plus(usage)
-            elif isinstance(event, (ActivityEvent, PermissionRequest, QuestionRequest, AgentInput, ProtocolWarning)):
+            elif isinstance(
+                event,
+                (ActivityEvent, PermissionRequest, QuestionRequest, RequestWithdrawn, AgentInput, ProtocolWarning),
+            ):
                 if isinstance(event, LineCut):
                     self._line_cut = True
                 forward.append(event)

@@ -136,6 +136,10 @@ class TurnStream:
         """Return once `request_id` waits for no answer (answered, timed out, or the turn ended)."""
         await self._questions.settled(request_id)
 
+    def withdrawn(self, request_id: str) -> bool:
+        """The agent withdrew `request_id` before it was answered (the stream has a `RequestWithdrawn` for it)."""
+        return self._questions.was_withdrawn(request_id)
+
     @property
     def result(self) -> TurnResult:
         """The turn's result, once the stream has delivered it."""

@@ -146,7 +146,7 @@ async def _one_process(
 
     io = AgentIO(plan, agent, log, TurnLimits.of(profile), on_stderr)
     io.begin_turn(started)
-    loop = TurnLoop(dialect, recorder, profile.permission_policy, emit, log, io.send, questions)
+    loop = TurnLoop(dialect, recorder, profile.permission_policy, emit, log, io.send, questions, io.stdout.receive)
     log.info("agent started", pid=agent.pid, program=plan.argv[0])
     try:
         if plan.new_session_id:  # the profile let the bridge name the new session: that is the turn's session

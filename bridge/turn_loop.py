@@ -14,6 +14,12 @@ sync or async; `emit_to` makes them one `Emit`, the plain async callable the
 loop awaits for every event. An async `on_event` alone is one already and is
 used as it is, so a partial goes from the dialect to the host's code with
 nothing in between.
+
+While a question waits for the host, the loop keeps reading the agent (given
+`read`): what the agent says meanwhile waits in `held` for its turn, in
+order, but a withdrawal of a waiting request (`RequestWithdrawn`) closes it at
+once, so the host's late answer is refused and nothing is written to the
+agent. Whoever feeds the loop hands `held` on once its own events are done.
 """
 
 from __future__ import annotations
@@ -26,15 +32,22 @@ from typing import Any, cast
 import trio
 
 from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
-from .dialects.events import FileEvent, QuestionRequest
+from .dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
 from .log import get_logger
 from .permissions import Decision, PermissionPolicy, PermissionRequest
 from .profile import Profile
-from .questions import QuestionAnswer, Questions
+from .questions import OpenQuestion, QuestionAnswer, Questions
 from .result import Ending, TurnRecorder, TurnResult
 
 HostEvent = (
-    PartialEvent | SessionEvent | ErrorEvent | ActivityEvent | PermissionRequest | QuestionRequest | FileEvent
+    PartialEvent
+    | SessionEvent
+    | ErrorEvent
+    | ActivityEvent
+    | PermissionRequest
+    | QuestionRequest
+    | RequestWithdrawn
+    | FileEvent
 ) | TurnResult
 # Delivers one event to the host, in order: the turn waits until it returns.
 Emit = Callable[[HostEvent], Awaitable[None]]
@@ -62,16 +75,33 @@ __all__ = [
 
 # Events that go to the host as they are (the others are acted on here).
 _FOR_THE_HOST = (PartialEvent, SessionEvent, ErrorEvent, ActivityEvent)
+# What the loop reads of the agent while a question waits before it stops reading (and the agent, once its pipe
+# is full, waits too): enough for any withdrawal, bounded against an agent that floods meanwhile.
+READ_WHILE_ASKING_BYTES = 1024 * 1024
 
 
 class TurnLoop:
     """Feeds the agent's output to its dialect and carries out the events, in order.
 
     `send` writes to the agent's stdin (a turn's process, or a warm agent's);
-    `questions` holds what waits for the host's answer.
+    `questions` holds what waits for the host's answer. `read` gives the agent's
+    next stdout chunk (b"" at its end), to read while a question waits; its
+    events wait in `held`.
     """
 
-    __slots__ = ("dialect", "recorder", "policy", "emit", "log", "send", "questions")
+    __slots__ = (
+        "dialect",
+        "recorder",
+        "policy",
+        "emit",
+        "log",
+        "send",
+        "questions",
+        "read",
+        "held",
+        "_told",
+        "_withdrawn_unasked",
+    )
 
     def __init__(
         self,
@@ -82,6 +112,7 @@ class TurnLoop:
         log: Any,
         send: Callable[[bytes], None],
         questions: Questions,
+        read: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         self.dialect = dialect
         self.recorder = recorder
@@ -90,10 +121,18 @@ class TurnLoop:
         self.log = log
         self.send = send
         self.questions = questions
+        self.read = read
+        self.held: list[Event] = []  # what the agent said while a question waited, not handled yet
+        self._told: set[str] = set()  # the requests the host was asked and not told the end of
+        # Requests withdrawn while another waited, before they were asked (one batch asked both): never asked.
+        self._withdrawn_unasked: set[str] = set()
 
     async def on_output(self, data: bytes) -> None:
-        """One chunk of the agent's stdout."""
+        """One chunk of the agent's stdout, then whatever was read while a question of it waited."""
         await self.handle(self.dialect.feed(data))
+        while self.held:
+            events, self.held = self.held, []
+            await self.handle(events)
 
     async def handle(self, events: list[Event]) -> None:
         """Record `events` and carry out what the recorder passes on."""
@@ -103,9 +142,16 @@ class TurnLoop:
                 if emit is not None:
                     await emit(event)
             elif isinstance(event, PermissionRequest):
-                await self.answer(event)
+                if not self._withdrawn_before_asked(event.request_id, events):
+                    await self.answer(event)
             elif isinstance(event, QuestionRequest):
-                await self.ask(event)
+                if not self._withdrawn_before_asked(event.request_id, events):
+                    await self.ask(event)
+            elif isinstance(event, RequestWithdrawn):
+                if event.request_id in self._told:  # else the host never saw it, or saw its answer
+                    self._told.discard(event.request_id)
+                    if emit is not None:
+                        await emit(event)
             elif isinstance(event, AgentInput):
                 self.send(event.data)
             else:
@@ -117,6 +163,8 @@ class TurnLoop:
         asked = decision is None
         if decision is None:
             decision = await self._ask(request)
+            if decision is None:
+                return
         self.log.info(
             "the agent asked to run a tool", tool=request.tool, kind=request.kind, allowed=decision.allow, asked=asked
         )
@@ -134,8 +182,10 @@ class TurnLoop:
         why = "nobody is there to answer"
         if self.emit is not None and self.questions.hears_questions:
             with self.questions.asking(request.request_id, self.policy.timeout_secs, request) as question:
-                await self.emit(request)
-                await question.answer()
+                await self._wait_for_host(request, question)
+            if question.withdrawn:
+                self.log.info("the agent withdrew its question", tool=request.tool)
+                return
             answers, why = question.answers, question.why
         self.log.info("the agent asked the user", tool=request.tool, answered=answers is not None)
         self.send(self.dialect.answer_question(request, answers, why))
@@ -143,13 +193,56 @@ class TurnLoop:
             status = "answered" if answers is not None else "declined"
             await self.emit(ActivityEvent("tool", tool=request.tool, status=status, call_id=request.request_id))
 
-    async def _ask(self, request: PermissionRequest) -> Decision:
+    async def _ask(self, request: PermissionRequest) -> Decision | None:
+        """The host's decision; None when the agent withdrew the request first."""
         if self.emit is None or not self.questions.listening:  # nobody hears questions: no answer can come
             return Decision(allow=False, message="nobody is there to answer")
         with self.questions.asking(request.request_id, self.policy.timeout_secs) as question:
-            await self.emit(request)
-            await question.answer()
+            await self._wait_for_host(request, question)
+        if question.withdrawn:
+            self.log.info("the agent withdrew its permission request", tool=request.tool, kind=request.kind)
+            return None
         return self.questions.result(question)
+
+    async def _wait_for_host(self, request: PermissionRequest | QuestionRequest, question: OpenQuestion) -> None:
+        """Tell the host of `request` and wait for its answer, reading the agent meanwhile (see `held`)."""
+        assert self.emit is not None
+        self._told.add(request.request_id)
+        try:
+            async with trio.open_nursery() as reading:
+                if self.read is not None:
+                    reading.start_soon(self._read_while_waiting)
+                await self.emit(request)
+                await question.answer()
+                reading.cancel_scope.cancel()
+        finally:
+            if not question.withdrawn:  # the host hears of its end from its answer's outcome
+                self._told.discard(request.request_id)
+
+    async def _read_while_waiting(self) -> None:
+        """Feed what the agent says to its dialect, into `held`; a withdrawal closes its question now."""
+        assert self.read is not None
+        budget = READ_WHILE_ASKING_BYTES
+        while budget > 0 and (data := await self.read()):
+            budget -= len(data)
+            events = self.dialect.feed(data)
+            self.held.extend(events)
+            for event in events:
+                if type(event) is not RequestWithdrawn or self.questions.withdraw(event.request_id):
+                    continue
+                if event.request_id not in self._told:  # not the one that waits, answered just before
+                    self._withdrawn_unasked.add(event.request_id)
+
+    def _withdrawn_before_asked(self, request_id: str, batch: list[Event]) -> bool:
+        """The agent withdrew `request_id` before it could be asked — in the batch that asks it, or while another
+        request waited: nobody is asked, and nothing answers it."""
+        withdrawn = request_id in self._withdrawn_unasked or any(
+            type(event) is RequestWithdrawn and event.request_id == request_id for event in batch
+        )
+        if withdrawn:
+            self._withdrawn_unasked.discard(request_id)
+            self.log.info("the agent withdrew a request before it was asked")
+        return withdrawn
 
 
 def turn_logger(profile: Profile, turn_id: str | None) -> Any:

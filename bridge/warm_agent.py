@@ -273,7 +273,11 @@ class WarmAgent:
         self._wake_turn()
 
     async def _on_output(self, data: bytes) -> None:
+        loop = self._loop
         await self._route(self._dialect.feed(data))
+        while loop is not None and loop.held:  # what the agent said while a question of the turn waited
+            events, loop.held = loop.held, []
+            await self._route(events)
 
     async def _route(self, events: list[Event]) -> None:
         """The turn gets its events; the session keeps its own (ready, input to write); the rest is dropped."""
@@ -441,7 +445,9 @@ class WarmAgent:
             keep = policy.keep
         questions = questions if questions is not None else Questions()
         emit = emit_to(None, on_event)
-        loop = TurnLoop(self._dialect, recorder, profile.permission_policy, emit, log, io.send, questions)
+        loop = TurnLoop(
+            self._dialect, recorder, profile.permission_policy, emit, log, io.send, questions, io.stdout.receive
+        )
         io.stderr_tail.clear()
         io.stderr_tail.on_chunk = on_stderr
         self._wake = trio.Event()

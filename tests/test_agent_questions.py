@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from conftest import PROFILES
 
 import bridge
 from bridge import AnswerRefused, Option, Question, QuestionRequest
 from bridge.cli.terminal import chosen_labels as chosen
-from bridge.dialects.events import ActivityEvent
+from bridge.dialects.events import ActivityEvent, PartialEvent, RequestWithdrawn
 from bridge.permissions import PermissionPolicy
 from bridge.questions import DECLINED, NOBODY_ANSWERED, TURN_ENDED, Questions, check_answers
 from bridge.result import TurnRecorder
@@ -161,3 +162,92 @@ def test_the_terminal_takes_option_numbers_or_the_persons_own_words() -> None:
     assert chosen(TOPPINGS, "1, 2") == ["Cheese", "Ham"]
     assert chosen(COLOUR, "1, 2") is None
     assert chosen(NAME, "Ada") == ["Ada"]
+
+
+class WithdrawingDialect(AskingDialect):
+    """Asks one question on b"ask"; b"withdraw" withdraws it, b"later" is a partial, b"both" asks and withdraws,
+    b"two" asks two questions at once, b"withdraw second" withdraws the second."""
+
+    def feed(self, data: bytes) -> list[Any]:
+        asked = QuestionRequest("q-1", (COLOUR,), tool="AskUserQuestion")
+        return {
+            b"ask": [asked],
+            b"withdraw": [RequestWithdrawn("q-1")],
+            b"later": [PartialEvent("later")],
+            b"both": [asked, RequestWithdrawn("q-1")],
+            b"two": [asked, QuestionRequest("q-2", (COLOUR,), tool="AskUserQuestion")],
+            b"withdraw second": [RequestWithdrawn("q-2")],
+        }[data]
+
+
+async def run_reading_loop(
+    emit: Any, questions: Questions, first: bytes, *then: bytes
+) -> tuple[WithdrawingDialect, list[bytes]]:
+    """The loop fed `first`, reading `then` (one chunk a read, then nothing more) while a question waits."""
+    profile = bridge.load_profile(PROFILES / "echo.yaml")
+    dialect = WithdrawingDialect()
+    sent: list[bytes] = []
+    chunks = list(then)
+
+    async def read() -> bytes:
+        if chunks:
+            return chunks.pop(0)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    loop = TurnLoop(
+        dialect, TurnRecorder(profile), PermissionPolicy(), emit, bridge.log.get_logger(), sent.append, questions, read
+    )
+    with trio.fail_after(5):
+        await loop.on_output(first)
+    return dialect, sent
+
+
+async def test_a_question_the_agent_withdraws_while_the_host_decides_is_closed_and_never_answered() -> None:
+    questions = Questions()
+    seen: list[Any] = []
+
+    async def emit(event: Any) -> None:
+        seen.append(event)  # the host decides, and does not answer in time
+
+    dialect, sent = await run_reading_loop(emit, questions, b"ask", b"withdraw")
+    assert seen == [QuestionRequest("q-1", (COLOUR,), tool="AskUserQuestion"), RequestWithdrawn("q-1")]
+    assert dialect.answered == [] and sent == []
+    assert questions.answer("q-1", "Red") is False  # serve: unknown_request
+    assert questions.was_withdrawn("q-1")
+
+
+async def test_a_request_withdrawn_in_the_batch_that_asks_it_is_never_put_to_the_host() -> None:
+    seen: list[Any] = []
+
+    async def emit(event: Any) -> None:
+        seen.append(event)
+
+    dialect, sent = await run_reading_loop(emit, Questions(), b"both")
+    assert seen == [] and dialect.answered == [] and sent == []
+
+
+async def test_what_the_agent_says_while_a_question_waits_reaches_the_host_after_the_answer_in_order() -> None:
+    questions = Questions()
+    seen: list[Any] = []
+
+    async def emit(event: Any) -> None:
+        seen.append(event)
+        if isinstance(event, QuestionRequest):
+            await trio.testing.wait_all_tasks_blocked()  # the loop has read what the agent said meanwhile
+            assert questions.answer(event.request_id, "Red")
+
+    dialect, sent = await run_reading_loop(emit, questions, b"ask", b"later")
+    assert dialect.answered == [({"colour": ("Red",)}, "")] and sent == [b"answer\n"]
+    assert [type(event).__name__ for event in seen] == ["QuestionRequest", "ActivityEvent", "PartialEvent"]
+
+
+async def test_a_request_withdrawn_while_an_earlier_one_waits_is_never_put_to_the_host() -> None:
+    seen: list[Any] = []
+
+    async def emit(event: Any) -> None:
+        seen.append(event)
+
+    dialect, sent = await run_reading_loop(emit, Questions(), b"two", b"withdraw second", b"withdraw")
+    assert seen == [QuestionRequest("q-1", (COLOUR,), tool="AskUserQuestion"), RequestWithdrawn("q-1")]
+    assert dialect.answered == [] and sent == []

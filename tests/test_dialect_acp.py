@@ -30,6 +30,7 @@ from bridge.dialects.events import (
     ProtocolWarning,
     Ready,
     ReplyEvent,
+    RequestWithdrawn,
     SessionGone,
     TurnEnd,
     Usage,
@@ -884,3 +885,16 @@ def test_a_warm_profile_refuses_the_message_in_argv(tmp_path):
         bridge.Profile.from_mapping(
             {"command": ["a"], "protocol": "acp", "args": ["{{MESSAGE}}"]}, profile_dir=tmp_path
         )
+
+
+def test_a_permission_the_agent_withdraws_is_answered_cancelled_at_once_and_the_late_answer_writes_nothing():
+    acp = in_turn()
+    request = asked(acp, permission(rpc_id=7))
+    withdrawn, answered = acp.feed(line({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 7}}))
+    assert withdrawn == RequestWithdrawn(request.request_id)
+    assert isinstance(answered, AgentInput)
+    assert sent(answered.data) == [
+        {"jsonrpc": "2.0", "id": 7, "error": {"code": -32800, "message": "request cancelled"}}
+    ]
+    assert acp.answer(request, Decision(allow=True)) == b""
+    assert acp.feed(line({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 7}})) == []

@@ -40,7 +40,7 @@ from bridge.dialects import (
     dialect_class,
 )
 from bridge.dialects.aionrs import NOT_READY, UNFINISHED, Aionrs
-from bridge.dialects.events import Ready, TurnEnd
+from bridge.dialects.events import Ready, RequestWithdrawn, TurnEnd
 from bridge.errors import ProtocolMisuse
 from bridge.permissions import Decision, PermissionRequest
 from bridge.questions import Questions
@@ -377,7 +377,8 @@ def test_a_cancel_the_agent_made_itself_is_a_failed_tool() -> None:
     dialect.feed(ASKS_TO_WRITE)
     events = dialect.feed(b'{"type":"tool_cancelled","msg_id":"bridge-1","call_id":"t1","reason":"timed out"}\n')
     assert events == [
-        ActivityEvent("tool", tool="Write", title="/src/hello.rs", status="failed", call_id="t1", text="timed out")
+        RequestWithdrawn("t1"),  # it waited for the host's answer: the host is told it is gone
+        ActivityEvent("tool", tool="Write", title="/src/hello.rs", status="failed", call_id="t1", text="timed out"),
     ]
     assert dialect.answer(WRITE_REQUEST, Decision(allow=True)) == b""  # nothing waits for it any more
 
@@ -1074,3 +1075,14 @@ def test_piped_chat_carries_the_conversation_and_denies_what_nobody_can_be_asked
         "(last time you said: hello)",
     ]
     assert "denied Write: Write notes.txt (nobody at a terminal to ask)" in done.stderr
+
+
+def test_a_tool_the_agent_runs_before_the_answer_came_withdraws_its_request() -> None:
+    dialect = started()
+    dialect.feed(ASKS_TO_WRITE)
+    events = dialect.feed(WROTE)
+    assert events[:2] == [
+        RequestWithdrawn("t1"),
+        ActivityEvent("tool", tool="Write", title="/src/hello.rs", status="started", call_id="t1"),
+    ]
+    assert dialect.answer(WRITE_REQUEST, Decision(allow=False)) == b""

@@ -30,6 +30,7 @@ from bridge.dialects import (
     QuestionRequest,
     Ready,
     ReplyEvent,
+    RequestWithdrawn,
     SessionEvent,
     SessionGone,
     SteerOutcome,
@@ -366,11 +367,40 @@ def test_cancel_with_a_question_pending_interrupts_and_a_late_answer_writes_noth
     ]
 
 
-def test_a_withdrawn_request_gets_no_answer():
+def test_a_withdrawn_request_is_said_once_and_gets_no_answer():
     sdk = in_turn()
     [asked] = sdk.feed(encode(can_use_tool("r1", "Bash", {"command": "ls"})))
-    assert sdk.feed(encode({"type": "control_cancel_request", "request_id": "r1"})) == []
+    withdrawal = encode({"type": "control_cancel_request", "request_id": "r1"})
+    assert sdk.feed(withdrawal) == [RequestWithdrawn("r1")]
+    assert sdk.feed(withdrawal) == []  # gone already
     assert sdk.answer(asked, Decision(allow=True)) == b""
+
+
+def test_a_withdrawn_question_gets_no_answer_and_an_answered_one_is_not_withdrawn():
+    sdk = in_turn()
+    ask = can_use_tool(
+        "q1",
+        "AskUserQuestion",
+        {
+            "questions": [
+                {
+                    "question": "Colour?",
+                    "header": "Colour",
+                    "options": [{"label": "red"}, {"label": "blue"}],
+                    "multiSelect": False,
+                }
+            ]
+        },
+    )
+    [question] = sdk.feed(encode(ask))
+    assert isinstance(question, QuestionRequest)
+    assert sdk.feed(encode({"type": "control_cancel_request", "request_id": "q1"})) == [RequestWithdrawn("q1")]
+    assert sdk.answer_question(question, {question.questions[0].id: ("red",)}) == b""
+    [again] = sdk.feed(encode({**ask, "request_id": "q2"}))
+    assert sdk.answer_question(again, {again.questions[0].id: ("red",)}) != b""
+    assert (
+        sdk.feed(encode({"type": "control_cancel_request", "request_id": "q2"})) == []
+    )  # answered: nothing to withdraw
 
 
 def test_an_answer_after_cancel_writes_nothing_and_cancel_is_sent_once():

@@ -36,6 +36,7 @@ from bridge.dialects.events import (
     QuestionRequest,
     Ready,
     ReplyEvent,
+    RequestWithdrawn,
     SessionGone,
     SteerOutcome,
     TurnEnd,
@@ -400,8 +401,16 @@ def test_a_request_codex_resolves_by_itself_takes_no_answer_later():
     params = {"turnId": "T1", "itemId": "c1", "command": "/bin/bash -lc 'rm x'", "commandActions": []}
     [request] = made.feed(line({"id": 4, "method": "item/commandExecution/requestApproval", "params": params}))
     assert request.title == "/bin/bash -lc 'rm x'"  # no parsed action: the command as codex runs it
-    made.feed(note("serverRequest/resolved", requestId=4))
+    assert made.feed(note("serverRequest/resolved", requestId=4)) == [RequestWithdrawn("4")]
     assert made.answer(request, Decision(allow=True)) == b""
+
+
+def test_a_request_the_bridge_answered_is_not_withdrawn_by_its_resolution():
+    made = in_turn()
+    params = {"turnId": "T1", "itemId": "c1", "command": "ls", "commandActions": []}
+    [request] = made.feed(line({"id": 5, "method": "item/commandExecution/requestApproval", "params": params}))
+    assert made.answer(request, Decision(allow=True)) != b""
+    assert made.feed(note("serverRequest/resolved", requestId=5)) == []
 
 
 def test_a_steer_unanswered_when_the_turn_completes_holds_the_turns_end_until_codex_answers():

@@ -23,7 +23,8 @@ user to choose (`ask_question`: Claude Code's AskUserQuestion, a plan to
 approve, Codex's questions), each question is shown with numbered options:
 the person types a number (several, separated by commas, where more than one
 may be chosen), or their own words where the agent takes them; an empty line
-declines. Without a terminal to ask — piped input, `run --json` — the answer
+declines. A question the agent withdraws is dropped from the screen, with a
+line saying so. Without a terminal to ask — piped input, `run --json` — the answer
 is deny (or declined) at once, and a notice says so; a program that wants to
 answer uses `serve` or the Python host.
 """
@@ -86,7 +87,7 @@ async def ask(
         reader.put_back(earlier)
         printer.answered(typed=answered)
     if not answered:
-        printer.notice("the agent no longer waits for an answer: denied", DIM)
+        printer.notice(_no_longer_waited("denied", stream, request.request_id), DIM)
 
 
 async def ask_question(
@@ -133,7 +134,14 @@ async def ask_question(
             printer.notice(f"{refused}; declined", WARNING)
             stream.answer(request.request_id, None)
     else:
-        printer.notice("the agent no longer waits for an answer: declined", DIM)
+        printer.notice(_no_longer_waited("declined", stream, request.request_id), DIM)
+
+
+def _no_longer_waited(outcome: str, stream: TurnStream, request_id: str) -> str:
+    """What the person is told when the question on screen is gone before their answer."""
+    if stream.withdrawn(request_id):
+        return "the agent withdrew its question: nothing was answered"
+    return f"the agent no longer waits for an answer: {outcome}"
 
 
 async def _while_waited_for(

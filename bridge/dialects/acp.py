@@ -27,7 +27,10 @@ holds one session for many turns:
   `PermissionRequest` (the policy or the host decides; `answer` picks the
   agent's option of that kind); `fs/read_text_file`/`fs/write_text_file`
   become `FileRequest`s when the profile granted them; anything else is
-  answered "method not found", so the agent never waits for an answer;
+  answered "method not found", so the agent never waits for an answer.
+  `$/cancel_request` of a permission request still waiting withdraws it:
+  `RequestWithdrawn`, the request is answered with error -32800 at once, and
+  the host's later answer writes nothing;
 - `cancel()`: `session/cancel`, and every permission still pending answered
   `cancelled`, as the spec requires (so is a question the engine closes with
   `permissions.CANCELLED`). Closing stdin is the goodbye.
@@ -68,11 +71,12 @@ from .events import (
     PlanStep,
     ProtocolWarning,
     ReplyEvent,
+    RequestWithdrawn,
     SessionGone,
     Usage,
     UsageEvent,
 )
-from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Wire, error_text, request_key
+from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, Wire, error_text, request_key, valid_id
 from .settings import AcpSettings
 from .warm import WarmDialect, WarmState
 
@@ -80,6 +84,7 @@ PROTOCOL_VERSION = 1
 # ACP's "authentication required" and "resource not found" (JSON-RPC's own codes: `jsonrpc`).
 AUTH_REQUIRED = -32000
 RESOURCE_NOT_FOUND = -32002
+REQUEST_CANCELLED = -32800  # the answer to a request its sender withdrew (`$/cancel_request`)
 
 # ACP's tool kinds in the policy's words (permissions.TOOL_KINDS): only `execute` differs.
 _KINDS = {kind: kind for kind in TOOL_KINDS} | {"execute": "exec"}
@@ -428,6 +433,21 @@ class Acp(WarmDialect):
             )
         ]
 
+    def _cancel_request(self, params: Any) -> list[Event]:
+        """`$/cancel_request`: the agent withdraws a permission request still waiting for its answer. The spec wants
+        every request answered, so it is, at once, with the cancellation error; the host's late answer writes
+        nothing."""
+        rpc_id = params.get("requestId") if isinstance(params, dict) else None
+        if not valid_id(rpc_id):
+            return []
+        request_id = request_key(rpc_id)
+        if self._asked.pop(request_id, None) is None:
+            return []  # answered already, never asked, or a file request (answered as soon as it is served)
+        return [
+            RequestWithdrawn(request_id),
+            AgentInput(self._rpc.error(rpc_id, REQUEST_CANCELLED, "request cancelled")),
+        ]
+
     def _read_file(self, rpc_id: Any, params: Mapping[str, Any]) -> list[Event]:
         if not self._settings.fs_read:
             return [AgentInput(self._rpc.not_offered(rpc_id, "fs/read_text_file"))]
@@ -485,7 +505,10 @@ class Acp(WarmDialect):
     }
     """The agent's requests the bridge serves: method → the method that answers (given the JSON-RPC id and params);
     any other is answered "method not found"."""
-    notifications: ClassVar[Mapping[str, Callable[[Any, Any], list[Event]]]] = {"session/update": _on_update}
+    notifications: ClassVar[Mapping[str, Callable[[Any, Any], list[Event]]]] = {
+        "session/update": _on_update,
+        "$/cancel_request": _cancel_request,
+    }
     results: ClassVar[Mapping[str, Handler]] = {
         "initialize": _initialized,
         "session/new": _session_created,

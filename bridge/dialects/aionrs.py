@@ -29,7 +29,9 @@ own source (crates/aion-protocol, crates/aion-cli/src/json_stream, 0.2.10).
   read, edit → edit, exec → exec, mcp → other); `answer` writes `tool_approve`
   (scope `always` for a `Decision.always`) or `tool_deny` with the reason.
   `tool_running`, `tool_result` and `tool_cancelled` are tool activity (a
-  cancel the bridge itself asked for is not reported twice).
+  cancel the bridge itself asked for is not reported twice); either of the
+  first and last for a request still waiting for its answer withdraws it
+  (`RequestWithdrawn`: aionrs decided on its own).
 - `stream_end` → the reply, its usage (aionrs 0.2.10 reports the session's
   running total, kept across `--resume`), `TurnEnd`.
 - `error`: the turn fails with its message. A `retryable` one does not end
@@ -74,6 +76,7 @@ from .events import (
     Event,
     ProtocolWarning,
     ReplyEvent,
+    RequestWithdrawn,
     Usage,
     UsageEvent,
 )
@@ -281,11 +284,13 @@ class Aionrs(WarmDialect):
         call_id = text_of(message.get("call_id"))
         call = self._asked.get(call_id)
         name = text_of(message.get("tool_name")) or (call.tool if call else "")
-        if call is not None and call.allowed is None:
-            call.allowed = True  # it runs: whoever decided, nothing is pending any more
         if call is None:
             return self._tools.started(name, None, call_id)
-        return self._tools.started_as(name, call.title, call.plan, call_id)
+        withdrawn: list[Event] = []
+        if call.allowed is None:  # it runs before the answer came: aionrs decided, nothing is pending any more
+            call.allowed = True
+            withdrawn.append(RequestWithdrawn(call_id))
+        return [*withdrawn, *self._tools.started_as(name, call.title, call.plan, call_id)]
 
     def _on_tool_result(self, message: Mapping[str, Any]) -> list[Event]:
         self._began = True
@@ -310,16 +315,20 @@ class Aionrs(WarmDialect):
         call = self._asked.get(call_id)
         if call is not None and call.allowed is False:
             return []  # the bridge denied it: the host was told so with the answer
+        withdrawn: list[Event] = []
         if call is not None:
+            if call.allowed is None:  # cancelled before the answer came: nothing is pending any more
+                withdrawn.append(RequestWithdrawn(call_id))
             call.allowed = False
         return [
+            *withdrawn,
             self._tools.ended(
                 call_id,
                 failed=True,
                 output=message.get("reason"),
                 tool=call.tool if call else "",
                 title=call.title if call else "",
-            )
+            ),
         ]
 
     def _on_stream_end(self, message: Mapping[str, Any]) -> list[Event]:

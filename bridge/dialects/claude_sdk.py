@@ -29,7 +29,8 @@ Claude Code 2.1.197 (tests/test_claude_sdk_live.py):
   `.claude/settings.local.json`. `AskUserQuestion` and `ExitPlanMode` arrive
   the same way and are `QuestionRequest`s (`questions_of`). Any other
   request of the CLI gets the error envelope at once. `control_cancel_request`
-  withdraws a request: a later answer to it writes nothing;
+  withdraws a request still waiting for its answer: `RequestWithdrawn`, and
+  a later answer to it writes nothing;
 - `cancel()`: the `interrupt` control request; the CLI withdraws what it
   asked and ends the turn with an `aborted_*` result: `TurnEnd("cancelled")`,
   no error;
@@ -72,6 +73,7 @@ from .events import (
     Question,
     QuestionRequest,
     ReplyEvent,
+    RequestWithdrawn,
     SessionGone,
     SteerOutcome,
     Usage,
@@ -330,8 +332,10 @@ class ClaudeSdk(WarmDialect):
         ]
 
     def _cancel_request(self, message: Mapping[str, Any]) -> list[Event]:
-        self._asked.pop(text_of(message.get("request_id")), None)
-        return []
+        request_id = text_of(message.get("request_id"))
+        if self._asked.pop(request_id, None) is None:
+            return []  # answered already, or never asked
+        return [RequestWithdrawn(request_id)]
 
     def _control_response(self, message: Mapping[str, Any]) -> list[Event]:
         response = message.get("response")

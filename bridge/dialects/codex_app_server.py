@@ -30,8 +30,9 @@ process holds one thread for many turns:
   or, for an "always", `acceptForSession` (codex remembers it in memory for
   this thread only; never `acceptWithExecpolicyAmendment`, which writes a
   rule that outlives the conversation). `item/tool/requestUserInput` (Plan
-  mode only) becomes a `QuestionRequest`. `serverRequest/resolved` withdraws
-  a request (a later answer writes nothing). Any other request is answered
+  mode only) becomes a `QuestionRequest`. `serverRequest/resolved` of a
+  request still waiting for its answer withdraws it: `RequestWithdrawn`, and
+  a later answer writes nothing. Any other request is answered
   with an error at once, so no turn waits for an answer that never comes;
 - `cancel()`: `turn/interrupt` (sent once the turn's id is known); codex
   withdraws what it was asking. `steer()`: `turn/steer` with the running
@@ -71,6 +72,7 @@ from .events import (
     Question,
     QuestionRequest,
     ReplyEvent,
+    RequestWithdrawn,
     SessionGone,
     SteerOutcome,
     Usage,
@@ -369,9 +371,12 @@ class CodexAppServer(WarmDialect):
 
     def _resolved(self, params: Mapping[str, Any]) -> list[Event]:
         rpc_id = params.get("requestId")
-        if valid_id(rpc_id):
-            self._asked.pop(request_key(rpc_id), None)
-        return []
+        if not valid_id(rpc_id):
+            return []
+        request_id = request_key(rpc_id)
+        if self._asked.pop(request_id, None) is None:
+            return []  # the answer the bridge wrote resolved it (or it was never asked)
+        return [RequestWithdrawn(request_id)]
 
     def _turn_completed(self, params: Mapping[str, Any]) -> list[Event]:
         turn = params.get("turn")

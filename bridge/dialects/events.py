@@ -12,7 +12,8 @@ Claude Code's JSON — its dialect says it with these events:
 - `UsageEvent`: tokens and cost, reported on the result;
 - `PermissionRequest` (from `bridge.permissions`): the agent asks before a tool;
   `QuestionRequest`: the agent asks the user to choose (one or more
-  `Question`s, each with its `Option`s);
+  `Question`s, each with its `Option`s); `RequestWithdrawn`: the agent
+  withdrew one of those before it was answered;
 - `AgentInput`: bytes the dialect writes back to the agent on its own;
 - `Ready`, `TurnEnd`, `FileRequest`, `SteerOutcome`, `SessionGone`: what
   long-lived (warm) agents add: the session takes turns, a turn is over, the
@@ -24,7 +25,7 @@ Claude Code's JSON — its dialect says it with these events:
 which the engine reports when the turn ends (`bridge.outbox`).
 
 `PartialEvent`, `SessionEvent`, `ErrorEvent`, `ActivityEvent`,
-`QuestionRequest` and `FileEvent` are also what
+`QuestionRequest`, `RequestWithdrawn` and `FileEvent` are also what
 a host receives while a turn runs (after the turn-level rules have filtered
 them), so one class serves both the wire and the public API.
 
@@ -293,6 +294,20 @@ class QuestionRequest:
 
 
 @dataclass(slots=True)
+class RequestWithdrawn:
+    """The agent withdrew its `PermissionRequest` or `QuestionRequest` `request_id` before it was answered (Claude
+    Code's `control_cancel_request`, codex's `serverRequest/resolved`, ACP's `$/cancel_request`): the request is
+    gone, and an answer to it is refused as for a request that does not exist."""
+
+    kind: ClassVar[str] = "withdrawn"
+
+    request_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, "request_id": self.request_id}
+
+
+@dataclass(slots=True)
 class SteerOutcome:
     """What became of a message steered into the running turn (`WarmDialect.steer`): `folded` when the agent took
     it into that turn, else it must run as a turn of its own (the agent refused it, or the turn had ended)."""
@@ -349,6 +364,7 @@ Event = (
     | UsageEvent
     | PermissionRequest
     | QuestionRequest
+    | RequestWithdrawn
     | AgentInput
     | Ready
     | TurnEnd

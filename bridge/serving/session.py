@@ -23,7 +23,7 @@ from typing import Any
 import trio
 
 from ..dialects import ActivityEvent, PartialEvent, SessionEvent
-from ..dialects.events import FileEvent, QuestionRequest
+from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
 from ..errors import (
     AnswerRefused,
     BridgeError,
@@ -283,7 +283,12 @@ class ClientSession:
                 await send({"type": "partial", "id": request_id, "text": event.text})
             elif type(event) is SessionEvent:
                 await send({"type": "session", "id": request_id, "session_id": event.session_id})
-            elif type(event) is ActivityEvent or type(event) is PermissionRequest or type(event) is QuestionRequest:
+            elif (
+                type(event) is ActivityEvent
+                or type(event) is PermissionRequest
+                or type(event) is QuestionRequest
+                or type(event) is RequestWithdrawn
+            ):
                 record = event.to_dict()
                 kind = record.pop("event")
                 await send({"type": kind, "id": request_id, **record})

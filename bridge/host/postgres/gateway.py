@@ -46,7 +46,7 @@ from typing import Any
 import trio
 
 from ...dialects import ActivityEvent
-from ...dialects.events import QuestionRequest
+from ...dialects.events import QuestionRequest, RequestWithdrawn
 from ...errors import (
     DuplicateTurn,
     GatewayNameTaken,
@@ -569,6 +569,9 @@ class RemoteHost(BaseHost):
             waiter.asked.add(event.request_id)
         elif isinstance(event, QuestionRequest):
             waiter.questions[event.request_id] = event
+        elif isinstance(event, RequestWithdrawn):  # an answer to it is now an unknown request's
+            waiter.asked.discard(event.request_id)
+            waiter.questions.pop(event.request_id, None)
         if waiter.emit is not None:
             await waiter.emit(event)
         if isinstance(event, PermissionRequest) and waiter.on_permission is not None:

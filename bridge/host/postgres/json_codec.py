@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ...dialects import ActivityEvent, PartialEvent, SessionEvent
-from ...dialects.events import FileEvent, Option, PlanStep, Question, QuestionRequest, Usage
+from ...dialects.events import FileEvent, Option, PlanStep, Question, QuestionRequest, RequestWithdrawn, Usage
 from ...permissions import PermissionRequest
 from ...result import Outcome, TurnResult
 from ...turn import Attachment, Turn
 
-RemoteEvent = PartialEvent | SessionEvent | ActivityEvent | PermissionRequest | QuestionRequest
+RemoteEvent = PartialEvent | SessionEvent | ActivityEvent | PermissionRequest | QuestionRequest | RequestWithdrawn
 
 WORKER_LOST_EXIT_CODE = 1
 WORKER_LOST_REPLY = "The bridge lost the worker running this turn before it finished. Please send it again."
@@ -82,6 +82,8 @@ def event_from_dict(record: dict[str, Any]) -> RemoteEvent | None:
             ),
             tool=record.get("tool", ""),
         )
+    if kind == "withdrawn":
+        return RequestWithdrawn(record["request_id"])
     return None
 
 
