@@ -17,6 +17,7 @@ the listener; a second signal cancels every turn at once.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import signal
 import socket
@@ -87,6 +88,51 @@ def require_http_extra(option: str = "--listen") -> None:
         raise ListenError(f"{option} needs {err.name}: {HTTP_EXTRA_HINT}") from None
 
 
+def contain_connection_errors() -> None:
+    """Make hypercorn's trio server end only the connection whose handling raised, never the whole server.
+
+    hypercorn runs each accepted connection as a `TCPServer` in the server's nursery: an exception escaping
+    one (h11's `LocalProtocolError` when it answers a WebSocket upgrade followed by other bytes, a protocol
+    error in a task of the connection) would cancel every other connection and end serve. hypercorn's trio
+    `worker_serve` names the class through its module, `hypercorn.trio.run.TCPServer`, and offers no other
+    seam for it: this replaces that name by `ContainedTCPServer` (tests/test_network_hardening.py fails if
+    hypercorn stops looking the class up there). Idempotent.
+    """
+    from hypercorn.trio import run
+
+    server_class = getattr(run, "TCPServer", None)
+    if server_class is _contained_tcp_server_class():
+        return
+    if not isinstance(server_class, type) or server_class.__name__ != "TCPServer":
+        raise ListenError(
+            "this hypercorn no longer runs its connections as hypercorn.trio.run.TCPServer, so one connection's "
+            f"error could end serve: install the hypercorn version the http extra pins ({HTTP_EXTRA_HINT})"
+        )
+    setattr(run, "TCPServer", _contained_tcp_server_class())  # noqa: B010 (an attribute of another module)
+
+
+@functools.cache
+def _contained_tcp_server_class() -> type:
+    from hypercorn.trio.tcp_server import TCPServer
+
+    class ContainedTCPServer(TCPServer):
+        """A hypercorn connection whose errors are logged (their type only: never what the client sent) and end
+        it alone; its ASGI tasks (a WebSocket's, a turn stream's) are cancelled with it."""
+
+        async def run(self) -> None:
+            try:
+                await super().run()
+            except* Exception as errors:
+                get_logger(component="network").warning(
+                    "a connection's handling failed; closed that connection",
+                    errors=sorted({type(error).__name__ for error in errors.exceptions}),
+                )
+                with trio.CancelScope(shield=True):
+                    await self.stream.aclose()
+
+    return ContainedTCPServer
+
+
 def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | None, limits: DoorLimits) -> Any:
     from hypercorn.config import Config, Sockets
 
@@ -147,6 +193,7 @@ async def serve_network(
     from .openai_api import openai_routes
 
     check_listen(address, tokens)
+    contain_connection_errors()
     config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
     door = Door(host, tokens, limits)
     app = build_app(door, extra_routes=[*openai_routes(), *(extra_routes(door) if extra_routes else [])])

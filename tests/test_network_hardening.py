@@ -1,0 +1,149 @@
+"""The network door against hostile connections (issue 34): what one connection sends ends that connection alone.
+
+A real `agent-bridge serve --listen` process on loopback (tests/doorkit.py) runs tests/hostkit.py's recorder;
+the hostile clients are raw sockets writing the exact bytes, and a well-behaved client (httpx, httpx-ws) runs a
+turn at the same time to show that nothing reached it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from doorkit import ListeningServe, serve_argv, serves  # noqa: F401  (serves is a fixture)
+from hostkit import Lab
+from httpx_ws import aconnect_ws
+
+DEADLINE = 10.0
+SECRET_TEXT = b"secret-message-text-0123"
+
+UPGRADE = (
+    b"GET /any/path HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+TLS_CLIENT_HELLO = bytes.fromhex("160301002f0100002b0303") + bytes(32) + bytes.fromhex("000002002f0100")
+
+# Each is written whole, in one write, on a connection of its own.
+HOSTILE_BYTES = {
+    "a WebSocket upgrade followed by other bytes (issue 34)": UPGRADE + SECRET_TEXT,
+    "a WebSocket upgrade to /v1/ws followed by other bytes": UPGRADE.replace(b"/any/path", b"/v1/ws") + SECRET_TEXT,
+    "an invalid WebSocket upgrade followed by other bytes": UPGRADE.replace(b"Sec-WebSocket-Version: 13", b"X: y")
+    + SECRET_TEXT,
+    "a WebSocket upgrade whose frame is garbage": UPGRADE.replace(b"/any/path", b"/v1/ws") + b"\xff" * 64,
+    "a TLS handshake on the plain port": TLS_CLIENT_HELLO,
+    "a bad Host header": b"GET /healthz HTTP/1.1\r\nHost: \x00\x01bad host\r\n\r\n" + SECRET_TEXT,
+    "two Host headers and a body past its length": b"POST /v1/turns HTTP/1.1\r\nHost: a\r\nHost: b\r\n"
+    b"Content-Length: 2\r\n\r\n{}" + SECRET_TEXT,
+    "a request line of garbage": b"\x16\x03\x01 / HTTP/9.9\r\n\r\n" + SECRET_TEXT,
+    "a chunked body that lies": b"POST /v1/turns HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"zz\r\n" + SECRET_TEXT,
+}
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+async def send_and_read_until_closed(url: str, data: bytes, *, reset: bool = False) -> bytes:
+    """Write `data` in one write, and end the sending side; read what the door answers until it ends the connection
+    (or, with `reset`, reset the connection after the first bytes of the answer)."""
+    sock = trio.socket.socket()
+    received = bytearray()
+    with sock, trio.fail_after(DEADLINE):
+        await sock.connect(("127.0.0.1", port_of(url)))
+        await sock.send(data)
+        if not reset:
+            sock.shutdown(socket.SHUT_WR)
+        while True:
+            try:
+                chunk = await sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += chunk
+            if reset:  # SO_LINGER 0: close() sends a RST
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                break
+    return bytes(received)
+
+
+async def assert_still_serving(http: httpx.AsyncClient, serve: ListeningServe, after: str) -> None:
+    try:
+        with trio.fail_after(DEADLINE):
+            response = await http.get("/healthz")
+    except httpx.TransportError as err:
+        raise AssertionError(f"after {after}, serve answers no more ({err!r}): {serve.output()}") from None
+    assert response.status_code == 200, response.text
+
+
+def start_serve(lab: Lab, serves: list[ListeningServe], *options: str) -> ListeningServe:
+    argv = serve_argv("--profiles", str(lab.profiles), "--state", str(lab.state), "--listen", "127.0.0.1:0", *options)
+    serve = ListeningServe(argv, lab.root / "serve.log")
+    serves.append(serve)
+    return serve
+
+
+def turn(request_id: str, message: str, **fields: Any) -> str:
+    return json.dumps(
+        {"type": "turn", "id": request_id, "profile": "rec", "conversation": request_id} | fields | {"message": message}
+    )
+
+
+async def receive_until(ws: Any, kind: str) -> dict[str, Any]:
+    with trio.fail_after(DEADLINE):
+        while (response := json.loads(await ws.receive_text()))["type"] != kind:
+            assert response["type"] in ("accepted", "partial"), response
+    return response
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Lab:
+    lab = Lab(tmp_path)
+    lab.profile("rec")
+    return lab
+
+
+async def test_no_bytes_a_connection_sends_end_serve_or_touch_another_connections_turn(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    serve = start_serve(lab, serves)
+    gate = lab.gate()
+    async with httpx.AsyncClient(base_url=serve.url) as http, aconnect_ws("/v1/ws", http) as ws:
+        await ws.send_text(turn("held", f"tag=held gate={gate}"))
+        await receive_until(ws, "partial")
+        for what, data in HOSTILE_BYTES.items():
+            await send_and_read_until_closed(serve.url, data)
+            await assert_still_serving(http, serve, what)
+        healthz = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        await send_and_read_until_closed(serve.url, healthz, reset=True)
+        await assert_still_serving(http, serve, "a client that resets mid-response")
+
+        await lab.release(gate)
+        result = await receive_until(ws, "result")
+        assert result["id"] == "held" and result["outcome"] == "ok", result
+        with trio.fail_after(DEADLINE):
+            after = await http.post(
+                "/v1/turns", content=turn("after", "tag=after"), headers={"Accept": "application/json"}
+            )
+        assert after.status_code == 200 and after.json()["reply"] == "reply after one", after.text
+    assert serve.stop() == 0, serve.output()
+    assert SECRET_TEXT.decode() not in serve.output()
+
+
+def test_the_door_contains_connection_errors_where_hypercorn_looks_up_its_connection_class() -> None:
+    """The seam `contain_connection_errors` replaces: hypercorn's trio `worker_serve` runs each connection as the
+    `TCPServer` its module names. If hypercorn changes that, this fails before a hostile client finds out."""
+    from hypercorn.trio import run
+
+    from bridge.network.listen import contain_connection_errors
+
+    contain_connection_errors()
+    assert "TCPServer" in run.worker_serve.__code__.co_names
+    assert run.TCPServer.__name__ == "ContainedTCPServer"
