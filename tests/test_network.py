@@ -356,6 +356,77 @@ def test_a_tokens_file_that_does_not_hold_is_refused_naming_the_entry_not_the_to
         assert TOKEN_A not in str(refused.value) and TOKEN_B not in str(refused.value)
 
 
+def test_tenants_whose_conversation_prefixes_nest_are_refused_so_no_two_share_a_store_key() -> None:
+    from bridge.errors import ListenError
+
+    for data, names in (
+        ({TOKEN_A: {"name": "ops:eu"}, TOKEN_B: {"name": "ops"}}, ("'ops'", "'ops:eu'", "'eu:room'")),
+        ({TOKEN_A: {"name": "a", "conversation_prefix": "x"}, TOKEN_B: {"name": "b", "conversation_prefix": "x"}}, ()),
+        ({TOKEN_A: {"name": "a", "conversation_prefix": ""}, TOKEN_B: {"name": "b"}}, ("'a'", "'b'")),
+    ):
+        with pytest.raises(ListenError) as refused:
+            parse_tokens(data)
+        assert "conversation_prefix" in str(refused.value) and all(name in str(refused.value) for name in names)
+        assert TOKEN_A not in str(refused.value) and TOKEN_B not in str(refused.value)
+    apart = parse_tokens({TOKEN_A: {"name": "ops:eu", "conversation_prefix": "ops-eu:"}, TOKEN_B: {"name": "ops"}})
+    assert len(apart) == 2
+
+
+def test_a_tenant_with_an_empty_conversation_prefix_is_said_loudly(capsys: pytest.CaptureFixture[str]) -> None:
+    import bridge.log
+
+    bridge.log.configure_logging("warning", "json")
+    try:
+        parse_tokens({TOKEN_A: {"name": "everything", "conversation_prefix": ""}})
+        [warning] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        bridge.log.configure_logging()
+    assert warning["level"] == "warning" and "every conversation" in warning["event"], warning
+    assert warning["tenant"] == "everything" and TOKEN_A not in json.dumps(warning)
+
+
+def test_serve_with_nesting_tenants_refuses_to_start_naming_them(lab: Lab, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(json.dumps({TOKEN_A: {"name": "ops:eu"}, TOKEN_B: {"name": "ops"}}))
+    tokens.chmod(0o600)
+    argv = [sys.executable, "-m", "bridge", "serve", "--profiles", str(lab.profiles), "--state", str(lab.state)]
+    serve = subprocess.Popen(
+        [*argv, "--listen", "127.0.0.1:0", "--tokens", str(tokens)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serve.stderr is not None
+        said = []
+        for line in iter(serve.stderr.readline, ""):  # until serve exits, or says it listens
+            assert not line.startswith("agent-bridge serve: listening"), f"serve started with nesting tenants: {said}"
+            said.append(line)
+        assert serve.wait(timeout=10) != 0, said
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    assert "'ops'" in "".join(said) and "'ops:eu'" in "".join(said), said
+
+
+async def test_a_token_with_no_profiles_is_a_monitoring_token(lab: Lab) -> None:
+    monitor = "token-of-the-monitor-0123456789"
+    async with door(lab, tokens={**TOKENS, monitor: {"name": "grafana", "profiles": []}}) as url:
+        async with httpx.AsyncClient(base_url=url, headers=bearer(monitor)) as http:
+            assert (await http.get("/metrics")).status_code == 200
+            assert (await http.get("/v1/stats")).status_code == 200
+            body = {"profile": "rec", "conversation": "c", "message": "tag=monitor"}
+            refused = await http.post("/v1/turns", json=body)
+            async with aconnect_ws("/v1/ws", http) as ws:
+                await ws.send_text(turn("w", "tag=monitor-ws"))
+                over_ws = (await until(ws, "error", "w"))[-1]
+    assert refused.status_code == 404 and refused.json()["code"] == "unknown_profile", refused.text
+    assert over_ws["code"] == "unknown_profile", over_ws
+    assert lab.events("start") == []
+
+
 # ---------------------------------------------------------------------------- bad input
 
 
