@@ -20,6 +20,8 @@ from doorkit import ListeningServe, serve_argv, serves  # noqa: F401  (serves is
 from hostkit import Lab
 from httpx_ws import aconnect_ws
 
+from bridge.network.door import SOCKETS_BEYOND_CONNECTIONS
+
 DEADLINE = 10.0
 SECRET_TEXT = b"secret-message-text-0123"
 
@@ -50,27 +52,34 @@ def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
 
-async def send_and_read_until_closed(url: str, data: bytes, *, reset: bool = False) -> bytes:
-    """Write `data` in one write, and end the sending side; read what the door answers until it ends the connection
-    (or, with `reset`, reset the connection after the first bytes of the answer)."""
+async def send_and_read_until_closed(url: str, data: bytes, *, reset: bool = False, half_close: bool = True) -> bytes:
+    """Write `data` in one write (and, with `half_close`, end the sending side); read what the door answers until
+    it ends the connection (or, with `reset`, reset the connection after the first bytes of the answer)."""
     sock = trio.socket.socket()
     received = bytearray()
-    with sock, trio.fail_after(DEADLINE):
+    with sock:
         await sock.connect(("127.0.0.1", port_of(url)))
-        await sock.send(data)
-        if not reset:
-            sock.shutdown(socket.SHUT_WR)
-        while True:
-            try:
-                chunk = await sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            received += chunk
-            if reset:  # SO_LINGER 0: close() sends a RST
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                break
+        try:
+            await sock.send(data)
+            if half_close and not reset:
+                sock.shutdown(socket.SHUT_WR)
+        except OSError:  # the door ended the connection already (reset, or not connected any more)
+            return b""
+        with trio.move_on_after(DEADLINE) as waiting:
+            while True:
+                try:
+                    chunk = await sock.recv(65536)
+                except ConnectionResetError:
+                    break
+                if not chunk:
+                    break
+                received += chunk
+                if reset:  # SO_LINGER 0: close() sends a RST
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    break
+    assert not waiting.cancelled_caught, (
+        f"the door neither ended the connection nor reset it within {DEADLINE} s: {bytes(received)!r}"
+    )
     return bytes(received)
 
 
@@ -147,3 +156,81 @@ def test_the_door_contains_connection_errors_where_hypercorn_looks_up_its_connec
     contain_connection_errors()
     assert "TCPServer" in run.worker_serve.__code__.co_names
     assert run.TCPServer.__name__ == "ContainedTCPServer"
+
+
+async def test_a_body_that_does_not_come_within_the_body_timeout_is_answered_408_and_the_connection_closed(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    serve = start_serve(lab, serves, "--body-timeout", "0.5")
+    head = (
+        b"POST /v1/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
+    answer = await send_and_read_until_closed(serve.url, head + b'{"profile"', half_close=False)
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b'"code":"request_timeout"' in answer.replace(b" ", b""), answer
+    assert lab.events("start") == []
+
+
+async def test_connections_past_the_listeners_bound_are_closed_unread_while_others_still_send_their_head(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    serve = start_serve(lab, serves, "--max-connections", "1")
+    bound = 1 + SOCKETS_BEYOND_CONNECTIONS
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    stalled = []
+    try:
+        for _ in range(bound):  # each sends the start of a head and no more
+            sock = trio.socket.socket()
+            await sock.connect(("127.0.0.1", port_of(serve.url)))
+            await sock.send(b"GET /healthz HTTP/1.1\r\nHost: 127")
+            stalled.append(sock)
+        assert await send_and_read_until_closed(serve.url, healthz) == b"", "one past the bound was let in"
+        stalled.pop().close()
+        with trio.fail_after(DEADLINE):
+            while not (answer := await send_and_read_until_closed(serve.url, healthz)):
+                await trio.sleep(0.01)  # the door counts the closed one back once it has seen it go
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+async def test_a_request_head_over_64_kib_is_refused_and_one_of_64_kib_is_served(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    serve = start_serve(lab, serves)
+
+    def head_of(size: int) -> bytes:
+        start, end = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Pad: ", b"\r\n\r\n"
+        return start + b"a" * (size - len(start) - len(end)) + end
+
+    for size, status in ((64 * 1024, b"200"), (64 * 1024 + 1, b"431"), (120 * 1024, b"431")):
+        answer = await send_and_read_until_closed(serve.url, head_of(size))
+        assert answer.startswith(b"HTTP/1.1 " + status), (size, answer[:200])
+
+
+async def test_a_door_without_tokens_warns_at_start_that_every_local_process_can_come_in(
+    lab: Lab, serves: list[ListeningServe], tmp_path: Path
+) -> None:
+    without = start_serve(lab, serves)
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(json.dumps({"token-of-tenant-a-0123456789": {"name": "a"}}))
+    tokens.chmod(0o600)
+    with_tokens = ListeningServe(
+        serve_argv(
+            "--profiles",
+            str(lab.profiles),
+            "--state",
+            str(tmp_path / "other.sqlite3"),
+            "--listen",
+            "127.0.0.1:0",
+            "--tokens",
+            str(tokens),
+        ),
+        tmp_path / "with-tokens.log",
+    )
+    serves.append(with_tokens)
+    assert without.stop() == 0 and with_tokens.stop() == 0
+    warning = "any process on this machine can run every profile"
+    assert warning in without.output() and "network: true" in without.output(), without.output()
+    assert warning not in with_tokens.output(), with_tokens.output()

@@ -36,6 +36,8 @@ from .door import Door, DoorLimits
 from .tokens import Tokens
 
 HTTP_EXTRA_HINT = "install the network door's libraries: pip install 'agent-bridge[http]'"
+MAX_REQUEST_HEAD_BYTES = 64 * 1024  # a request line and its headers (docs/network.md)
+KEEP_ALIVE_SECS = 15  # an idle connection's life, and the time a request's line and headers have to come
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,15 +113,39 @@ def contain_connection_errors() -> None:
     setattr(run, "TCPServer", _contained_tcp_server_class())  # noqa: B010 (an attribute of another module)
 
 
+class SocketBudget:
+    """The TCP connections a listener holds open, at most `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def take(self) -> bool:
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def give_back(self) -> None:
+        self.open -= 1
+
+
 @functools.cache
 def _contained_tcp_server_class() -> type:
     from hypercorn.trio.tcp_server import TCPServer
 
     class ContainedTCPServer(TCPServer):
         """A hypercorn connection whose errors are logged (their type only: never what the client sent) and end
-        it alone; its ASGI tasks (a WebSocket's, a turn stream's) are cancelled with it."""
+        it alone; its ASGI tasks (a WebSocket's, a turn stream's) are cancelled with it. Under a config with a
+        `socket_budget`, a connection past it is closed before a byte is read. Overrides hypercorn's `run` and
+        `_read_data`: tests/test_network_hardening.py fails if either stops doing its part."""
 
         async def run(self) -> None:
+            budget: SocketBudget | None = getattr(self.config, "socket_budget", None)
+            if budget is not None and not budget.take():
+                with trio.CancelScope(shield=True):
+                    await self.stream.aclose()
+                return
             try:
                 await super().run()
             except* Exception as errors:
@@ -129,14 +155,59 @@ def _contained_tcp_server_class() -> type:
                 )
                 with trio.CancelScope(shield=True):
                     await self.stream.aclose()
+            finally:
+                if budget is not None:
+                    budget.give_back()
+
+        async def _read_data(self) -> None:
+            await super()._read_data()
+            # The peer has ended the connection: no request can come any more. hypercorn would wait out the
+            # keep-alive timer of an idle connection before it lets it go, holding its place in the budget.
+            await self.idle_task.stop()
 
     return ContainedTCPServer
+
+
+class RequestHeadLimit:
+    """ASGI middleware: a request whose line and headers are over `MAX_REQUEST_HEAD_BYTES` gets 431 (a WebSocket
+    handshake is refused), before the application sees it.
+
+    h11 refuses a head only while it is incomplete and past its limit, and hypercorn feeds it 64 KiB at a time:
+    a head that comes complete in the second read would pass up to twice the limit. The head is measured as
+    parsed (h11 drops the spaces around header values).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and _head_bytes(scope) > MAX_REQUEST_HEAD_BYTES:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1009})
+                return
+            body = b'{"type": "error", "id": null, "code": "request_too_large", "message": "the request line and '
+            body += b'headers are longer than %d bytes"}' % MAX_REQUEST_HEAD_BYTES
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+            await send({"type": "http.response.start", "status": 431, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def _head_bytes(scope: Any) -> int:
+    """The length of a request's line and headers as h11 parsed them (`METHOD target HTTP/1.1`, `name: value`)."""
+    method: str = scope.get("method", "GET")
+    target = len(scope.get("raw_path") or b"") + (len(scope["query_string"]) + 1 if scope.get("query_string") else 0)
+    line = len(method) + 1 + target + len(" HTTP/1.1\r\n")
+    return line + sum(len(name) + 2 + len(value) + 2 for name, value in scope["headers"]) + 2
 
 
 def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | None, limits: DoorLimits) -> Any:
     from hypercorn.config import Config, Sockets
 
     class DoorConfig(Config):
+        socket_budget: SocketBudget | None = None  # ContainedTCPServer's
+
         def create_sockets(self) -> Sockets:
             """The listening sockets, with TCP_USER_TIMEOUT: a connection whose peer takes no data for the send
             timeout is aborted by the kernel. Accepted connections inherit it. hypercorn shields its writes from
@@ -149,12 +220,13 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
             return sockets
 
     config = DoorConfig()
+    config.socket_budget = SocketBudget(limits.max_sockets)
     config.bind = [address.bind]
     config.accesslog = None  # a request's path names turns: the bridge logs what it needs itself
     config.errorlog = None
     config.websocket_max_message_size = limits.max_body_bytes
-    config.h11_max_incomplete_size = 64 * 1024  # a request line and headers
-    config.keep_alive_timeout = 15
+    config.h11_max_incomplete_size = MAX_REQUEST_HEAD_BYTES  # the rest of the limit: RequestHeadLimit
+    config.keep_alive_timeout = KEEP_ALIVE_SECS  # hypercorn restarts it only once a request's head has come
     config.websocket_ping_interval = 30.0  # a peer gone without a word is noticed
     config.graceful_timeout = 2.0
     if certfile or keyfile:
@@ -196,7 +268,8 @@ async def serve_network(
     contain_connection_errors()
     config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
     door = Door(host, tokens, limits)
-    app = build_app(door, extra_routes=[*openai_routes(), *(extra_routes(door) if extra_routes else [])])
+    routes = [*openai_routes(), *(extra_routes(door) if extra_routes else [])]
+    app = RequestHeadLimit(build_app(door, extra_routes=routes))
     stop_listening = trio.Event()
     async with trio.open_nursery() as nursery:
         door.open(nursery)
@@ -208,11 +281,20 @@ async def serve_network(
                 urls: list[str] = await server.start(serve_app, serve, app, config, stop_listening.wait)
                 who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
                 print(f"agent-bridge serve: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+                if tokens is None:
+                    _say_every_local_process_may_come_in()
                 task_status.started(urls)
         finally:
             door.close()
         nursery.cancel_scope.cancel()
     return 0
+
+
+def _say_every_local_process_may_come_in() -> None:
+    get_logger(component="network").warning(
+        "the door has no --tokens: any process on this machine can run every profile through it, a sandboxed "
+        "agent with the default `network: true` included; give --tokens FILE to say who may",
+    )
 
 
 async def _say_what_waits_for_stdin_serve(host: BaseHost) -> None:
