@@ -229,6 +229,7 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
     config.keep_alive_timeout = KEEP_ALIVE_SECS  # hypercorn restarts it only once a request's head has come
     config.websocket_ping_interval = 30.0  # a peer gone without a word is noticed
     config.graceful_timeout = 2.0
+    config.ssl_handshake_timeout = KEEP_ALIVE_SECS  # a TLS connection's handshake, as a request's head, comes soon
     if certfile or keyfile:
         if not (certfile and keyfile):
             raise ListenError("TLS needs both --certfile and --keyfile")
