@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,18 @@ HOSTILE_BYTES = {
     b"zz\r\n" + SECRET_TEXT,
 }
 
+WS_UPGRADE = UPGRADE.replace(b"/any/path", b"/v1/ws")
+NO_MASK = bytes(4)
+# Each after the handshake's 101, on a connection of its own.
+HOSTILE_FRAMES = {
+    "a ping longer than a control frame may be": b"\x89\xfe\x00\xc8" + NO_MASK + b"a" * 200,
+    "a close longer than a control frame may be": b"\x88\xfe\x00\xc8" + NO_MASK + b"a" * 200,
+    "a fragmented ping": b"\x09\x81" + NO_MASK + b"a",
+    "a frame of a reserved opcode": b"\x83\x81" + NO_MASK + b"a",
+    "an unmasked text frame": b"\x81\x05hello",
+    "a text frame that is not UTF-8": b"\x81\x82" + NO_MASK + b"\xff\xfe",
+}
+
 
 def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
@@ -81,6 +95,25 @@ async def send_and_read_until_closed(url: str, data: bytes, *, reset: bool = Fal
         f"the door neither ended the connection nor reset it within {DEADLINE} s: {bytes(received)!r}"
     )
     return bytes(received)
+
+
+async def send_after_the_handshake(url: str, frame: bytes) -> None:
+    """Open a WebSocket on /v1/ws by hand, and once the door said 101, write `frame`; read until it ends it."""
+    sock = trio.socket.socket()
+    with sock:
+        await sock.connect(("127.0.0.1", port_of(url)))
+        await sock.send(WS_UPGRADE)
+        with trio.fail_after(DEADLINE):
+            answer = await sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 101"), answer
+        await sock.send(frame)
+        with trio.move_on_after(DEADLINE) as waiting:
+            try:
+                while await sock.recv(65536):
+                    pass
+            except ConnectionResetError:
+                pass
+    assert not waiting.cancelled_caught, f"the door did not end the connection within {DEADLINE} s"
 
 
 async def assert_still_serving(http: httpx.AsyncClient, serve: ListeningServe, after: str) -> None:
@@ -129,6 +162,9 @@ async def test_no_bytes_a_connection_sends_end_serve_or_touch_another_connection
         await receive_until(ws, "partial")
         for what, data in HOSTILE_BYTES.items():
             await send_and_read_until_closed(serve.url, data)
+            await assert_still_serving(http, serve, what)
+        for what, frame in HOSTILE_FRAMES.items():
+            await send_after_the_handshake(serve.url, frame)
             await assert_still_serving(http, serve, what)
         healthz = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         await send_and_read_until_closed(serve.url, healthz, reset=True)
@@ -234,3 +270,45 @@ async def test_a_door_without_tokens_warns_at_start_that_every_local_process_can
     warning = "any process on this machine can run every profile"
     assert warning in without.output() and "network: true" in without.output(), without.output()
     assert warning not in with_tokens.output(), with_tokens.output()
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """(certificate, key): self-signed for 127.0.0.1, made by `openssl` (as tests/test_network_tls.py does)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_over_tls_no_handshake_garbage_nor_bytes_inside_it_end_serve(
+    lab: Lab, serves: list[ListeningServe], certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    serve = start_serve(lab, serves, "--certfile", str(cert), "--keyfile", str(key))
+    trusting = ssl.create_default_context(cafile=str(cert))
+    async with httpx.AsyncClient(base_url=serve.url, verify=trusting) as http:
+        for what, data in {
+            "a ClientHello of garbage": TLS_CLIENT_HELLO,
+            "plain HTTP on the TLS port": b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            "random bytes": bytes(range(256)) * 4,
+        }.items():
+            await send_and_read_until_closed(serve.url.replace("https://", "http://"), data)
+            await assert_still_serving(http, serve, what)
+        with trio.fail_after(DEADLINE):
+            tcp = await trio.open_tcp_stream("127.0.0.1", port_of(serve.url))
+            tls = trio.SSLStream(tcp, trusting, server_hostname="127.0.0.1")
+            await tls.send_all(UPGRADE + SECRET_TEXT)  # the issue's bytes, inside TLS
+            try:
+                while await tls.receive_some(65536):
+                    pass
+            except trio.BrokenResourceError:
+                pass
+            await trio.aclose_forcefully(tls)
+        await assert_still_serving(http, serve, "a WebSocket upgrade followed by other bytes inside TLS")
+    assert serve.stop() == 0, serve.output()

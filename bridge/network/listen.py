@@ -143,8 +143,7 @@ def _contained_tcp_server_class() -> type:
         async def run(self) -> None:
             budget: SocketBudget | None = getattr(self.config, "socket_budget", None)
             if budget is not None and not budget.take():
-                with trio.CancelScope(shield=True):
-                    await self.stream.aclose()
+                await trio.aclose_forcefully(self.stream)
                 return
             try:
                 await super().run()
@@ -153,8 +152,7 @@ def _contained_tcp_server_class() -> type:
                     "a connection's handling failed; closed that connection",
                     errors=sorted({type(error).__name__ for error in errors.exceptions}),
                 )
-                with trio.CancelScope(shield=True):
-                    await self.stream.aclose()
+                await trio.aclose_forcefully(self.stream)  # no goodbye to a connection in an unknown state
             finally:
                 if budget is not None:
                     budget.give_back()
