@@ -264,11 +264,10 @@ async def serve_network(
     from .openai_api import openai_routes
 
     check_listen(address, tokens)
-    contain_connection_errors()
     config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
     door = Door(host, tokens, limits)
     routes = [*openai_routes(), *(extra_routes(door) if extra_routes else [])]
-    app = RequestHeadLimit(build_app(door, extra_routes=routes))
+    app = build_app(door, extra_routes=routes)
     stop_listening = trio.Event()
     async with trio.open_nursery() as nursery:
         door.open(nursery)
@@ -315,8 +314,11 @@ async def serve_app(
     shutdown_trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
+    """hypercorn's `serve` of `app` (the door's, or a worker's metrics), each connection's errors its own, and
+    request heads held to `MAX_REQUEST_HEAD_BYTES`."""
+    contain_connection_errors()
     try:
-        await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+        await serve(RequestHeadLimit(app), config, shutdown_trigger=shutdown_trigger, task_status=task_status)
     except OSError as err:
         raise ListenError(f"cannot listen on {config.bind[0]}: {err.strerror or err}") from None
 
