@@ -194,6 +194,19 @@ def test_the_door_contains_connection_errors_where_hypercorn_looks_up_its_connec
     assert run.TCPServer.__name__ == "ContainedTCPServer"
 
 
+def test_the_door_refuses_to_start_on_a_hypercorn_whose_connections_it_cannot_contain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hypercorn.trio import run
+
+    from bridge.errors import ListenError
+    from bridge.network.listen import contain_connection_errors
+
+    monkeypatch.delattr(run, "TCPServer")
+    with pytest.raises(ListenError, match="hypercorn.trio.run.TCPServer"):
+        contain_connection_errors()
+
+
 async def test_a_body_that_does_not_come_within_the_body_timeout_is_answered_408_and_the_connection_closed(
     lab: Lab, serves: list[ListeningServe]
 ) -> None:

@@ -100,6 +100,8 @@ def contain_connection_errors() -> None:
     seam for it: this replaces that name by `ContainedTCPServer` (tests/test_network_hardening.py fails if
     hypercorn stops looking the class up there). Idempotent.
     """
+    from importlib.metadata import version
+
     from hypercorn.trio import run
 
     server_class = getattr(run, "TCPServer", None)
@@ -107,8 +109,9 @@ def contain_connection_errors() -> None:
         return
     if not isinstance(server_class, type) or server_class.__name__ != "TCPServer":
         raise ListenError(
-            "this hypercorn no longer runs its connections as hypercorn.trio.run.TCPServer, so one connection's "
-            f"error could end serve: install the hypercorn version the http extra pins ({HTTP_EXTRA_HINT})"
+            f"hypercorn {version('hypercorn')} no longer runs its connections as hypercorn.trio.run.TCPServer, "
+            "which the door wraps so that one connection's error cannot end serve: install hypercorn 0.18 "
+            "(pip install 'hypercorn==0.18.*'), and report this version to agent-bridge"
         )
     setattr(run, "TCPServer", _contained_tcp_server_class())  # noqa: B010 (an attribute of another module)
 
@@ -266,8 +269,7 @@ async def serve_network(
     check_listen(address, tokens)
     config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
     door = Door(host, tokens, limits)
-    routes = [*openai_routes(), *(extra_routes(door) if extra_routes else [])]
-    app = build_app(door, extra_routes=routes)
+    app = build_app(door, extra_routes=[*openai_routes(), *(extra_routes(door) if extra_routes else [])])
     stop_listening = trio.Event()
     async with trio.open_nursery() as nursery:
         door.open(nursery)
