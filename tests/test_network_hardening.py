@@ -324,3 +324,34 @@ async def test_over_tls_no_handshake_garbage_nor_bytes_inside_it_end_serve(
             await trio.aclose_forcefully(tls)
         await assert_still_serving(http, serve, "a WebSocket upgrade followed by other bytes inside TLS")
     assert serve.stop() == 0, serve.output()
+
+
+async def test_clients_that_stall_their_bodies_cannot_take_the_descriptors_a_turn_needs(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    descriptors = 700  # serve's whole descriptor limit, hard too: it cannot raise it
+    argv = serve_argv("--profiles", str(lab.profiles), "--state", str(lab.state), "--listen", "127.0.0.1:0")
+    serve = ListeningServe(["prlimit", f"--nofile={descriptors}:{descriptors}", *argv], lab.root / "serve.log")
+    serves.append(serve)
+    stalled_body = b"POST /v1/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"
+    stalled: list[trio.socket.SocketType] = []
+    try:
+        async with httpx.AsyncClient(base_url=serve.url) as http, aconnect_ws("/v1/ws", http) as ws:
+            for _ in range(descriptors + 100):  # more than serve could hold open
+                sock = trio.socket.socket()
+                stalled.append(sock)
+                with trio.move_on_after(2) as stuck:
+                    try:
+                        await sock.connect(("127.0.0.1", port_of(serve.url)))
+                        await sock.send(stalled_body)
+                    except OSError:  # closed unread: past what the door holds
+                        pass
+                if stuck.cancelled_caught:
+                    break  # the door takes no more connections at all
+            await ws.send_text(turn("after", "tag=after"))
+            result = await receive_until(ws, "result")
+    finally:
+        for sock in stalled:
+            sock.close()
+    assert result["outcome"] == "ok", result
+    assert "descriptor limit" in serve.output(), serve.output()

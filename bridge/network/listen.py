@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import resource
 import signal
 import socket
 import sys
@@ -38,6 +39,8 @@ from .tokens import Tokens
 HTTP_EXTRA_HINT = "install the network door's libraries: pip install 'agent-bridge[http]'"
 MAX_REQUEST_HEAD_BYTES = 64 * 1024  # a request line and its headers (docs/network.md)
 KEEP_ALIVE_SECS = 15  # an idle connection's life, and the time a request's line and headers have to come
+# Descriptors kept from the door's connections for the rest of serve: its turns' agents' pipes, the store, the logs.
+DESCRIPTORS_BESIDE_CONNECTIONS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,30 @@ def contain_connection_errors() -> None:
             "(pip install 'hypercorn==0.18.*'), and report this version to agent-bridge"
         )
     setattr(run, "TCPServer", _contained_tcp_server_class())  # noqa: B010 (an attribute of another module)
+
+
+def sockets_within_descriptors(wanted: int) -> int:
+    """How many TCP connections the door may hold: `wanted`, or fewer when the descriptor limit (RLIMIT_NOFILE)
+    cannot hold them and `DESCRIPTORS_BESIDE_CONNECTIONS` more, even raised to its hard limit (as it is, as far as
+    needed). Connections past it are closed unread, so clients cannot take the descriptors turns need."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted + DESCRIPTORS_BESIDE_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+        if raised > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return wanted
+    room = max(soft - DESCRIPTORS_BESIDE_CONNECTIONS, soft // 2)
+    get_logger(component="network").warning(
+        "the descriptor limit leaves room for fewer connections than the door would hold; the door holds no more "
+        "than fit: raise the hard limit (ulimit -Hn, systemd's LimitNOFILE=) or lower --max-connections",
+        descriptor_limit=soft,
+        connections=room,
+        wanted=wanted,
+    )
+    return room
 
 
 class SocketBudget:
@@ -268,6 +295,7 @@ async def serve_network(
 
     check_listen(address, tokens)
     config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
+    config.socket_budget = SocketBudget(sockets_within_descriptors(limits.max_sockets))
     door = Door(host, tokens, limits)
     app = build_app(door, extra_routes=[*openai_routes(), *(extra_routes(door) if extra_routes else [])])
     stop_listening = trio.Event()
