@@ -232,6 +232,28 @@ async def test_a_turn_posted_over_http_is_cancelled_by_its_id(lab: Lab) -> None:
     assert again.status_code == 404 and again.json()["code"] == "unknown_turn"
 
 
+HANG_UP_NOTICED_SECS = 3.0  # the door hears of a hang-up at once; this leaves room for a loaded machine
+
+
+async def test_an_event_stream_client_that_hangs_up_has_its_turn_cancelled_within_moments(lab: Lab) -> None:
+    gate = lab.gate()
+    async with door(lab) as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
+        body = {"id": "sse", "profile": "rec", "conversation": "c", "message": f"tag=listener gate={gate}"}
+        async with http.stream("POST", "/v1/turns", json=body) as stream:
+            async for line in stream.aiter_lines():
+                if line == "event: partial":
+                    break  # the agent runs: hang up, and the door should stop it
+        with trio.move_on_after(HANG_UP_NOTICED_SECS):
+            while "listener" not in lab.events("sigint"):
+                await trio.sleep(0.02)
+        assert "listener" in lab.events("sigint"), (
+            f"the turn of an event-stream client that hung up was not cancelled within {HANG_UP_NOTICED_SECS} s"
+        )
+        assert_no_live_process([lab.pid("listener")])
+        stats = (await http.get("/v1/stats")).json()
+    assert stats["outcomes"]["cancelled"] == 1, stats
+
+
 async def test_a_permission_is_decided_over_http(lab: Lab) -> None:
     (lab.profiles / "ap4.yaml").write_text(
         f"protocol: agentproc-0.4\n"
@@ -354,6 +376,106 @@ def test_a_tokens_file_that_does_not_hold_is_refused_naming_the_entry_not_the_to
             parse_tokens(data)
         assert words in str(refused.value)
         assert TOKEN_A not in str(refused.value) and TOKEN_B not in str(refused.value)
+
+
+def test_tokens_are_told_apart_by_compare_digest_against_every_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a token is is decided by a constant-time comparison with each entry, all of them, whichever matches:
+    a `==`, or a loop that stops at the match, would say by its time how much of a guess was right."""
+    import hmac
+
+    import bridge.network.tokens
+
+    tokens = parse_tokens({TOKEN_A: {"name": "alpha"}, TOKEN_B: {"name": "beta"}, "token-c-0123456789": {"name": "c"}})
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def recording(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(bridge.network.tokens.hmac, "compare_digest", recording)
+    alpha = tokens.tenant_of(TOKEN_A)
+    assert alpha is not None and alpha.name == "alpha"
+    assert len(compared) == 3, f"the token was compared with {len(compared)} of the 3 entries in constant time"
+    assert all(isinstance(a, bytes) and isinstance(b, bytes) and len(a) == len(b) for a, b in compared)
+
+    compared.clear()
+    assert tokens.tenant_of("a-wrong-token-0123456789") is None
+    assert len(compared) == 3
+    # compare_digest alone decides: told that everything matches, the door believes it
+    monkeypatch.setattr(bridge.network.tokens.hmac, "compare_digest", lambda a, b: True)
+    assert tokens.tenant_of("a-wrong-token-0123456789") is not None, "something other than compare_digest decided"
+
+
+def test_tenants_whose_conversation_prefixes_nest_are_refused_so_no_two_share_a_store_key() -> None:
+    from bridge.errors import ListenError
+
+    for data, names in (
+        ({TOKEN_A: {"name": "ops:eu"}, TOKEN_B: {"name": "ops"}}, ("'ops'", "'ops:eu'", "'eu:room'")),
+        ({TOKEN_A: {"name": "a", "conversation_prefix": "x"}, TOKEN_B: {"name": "b", "conversation_prefix": "x"}}, ()),
+        ({TOKEN_A: {"name": "a", "conversation_prefix": ""}, TOKEN_B: {"name": "b"}}, ("'a'", "'b'")),
+    ):
+        with pytest.raises(ListenError) as refused:
+            parse_tokens(data)
+        assert "conversation_prefix" in str(refused.value) and all(name in str(refused.value) for name in names)
+        assert TOKEN_A not in str(refused.value) and TOKEN_B not in str(refused.value)
+    apart = parse_tokens({TOKEN_A: {"name": "ops:eu", "conversation_prefix": "ops-eu:"}, TOKEN_B: {"name": "ops"}})
+    assert len(apart) == 2
+
+
+def test_a_tenant_with_an_empty_conversation_prefix_is_said_loudly(capsys: pytest.CaptureFixture[str]) -> None:
+    import bridge.log
+
+    bridge.log.configure_logging("warning", "json")
+    try:
+        parse_tokens({TOKEN_A: {"name": "everything", "conversation_prefix": ""}})
+        [warning] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        bridge.log.configure_logging()
+    assert warning["level"] == "warning" and "every conversation" in warning["event"], warning
+    assert warning["tenant"] == "everything" and TOKEN_A not in json.dumps(warning)
+
+
+def test_serve_with_nesting_tenants_refuses_to_start_naming_them(lab: Lab, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(json.dumps({TOKEN_A: {"name": "ops:eu"}, TOKEN_B: {"name": "ops"}}))
+    tokens.chmod(0o600)
+    argv = [sys.executable, "-m", "bridge", "serve", "--profiles", str(lab.profiles), "--state", str(lab.state)]
+    serve = subprocess.Popen(
+        [*argv, "--listen", "127.0.0.1:0", "--tokens", str(tokens)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serve.stderr is not None
+        said = []
+        for line in iter(serve.stderr.readline, ""):  # until serve exits, or says it listens
+            assert not line.startswith("agent-bridge serve: listening"), f"serve started with nesting tenants: {said}"
+            said.append(line)
+        assert serve.wait(timeout=10) != 0, said
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    assert "'ops'" in "".join(said) and "'ops:eu'" in "".join(said), said
+
+
+async def test_a_token_with_no_profiles_is_a_monitoring_token(lab: Lab) -> None:
+    monitor = "token-of-the-monitor-0123456789"
+    async with door(lab, tokens={**TOKENS, monitor: {"name": "grafana", "profiles": []}}) as url:
+        async with httpx.AsyncClient(base_url=url, headers=bearer(monitor)) as http:
+            assert (await http.get("/metrics")).status_code == 200
+            assert (await http.get("/v1/stats")).status_code == 200
+            body = {"profile": "rec", "conversation": "c", "message": "tag=monitor"}
+            refused = await http.post("/v1/turns", json=body)
+            async with aconnect_ws("/v1/ws", http) as ws:
+                await ws.send_text(turn("w", "tag=monitor-ws"))
+                over_ws = (await until(ws, "error", "w"))[-1]
+    assert refused.status_code == 404 and refused.json()["code"] == "unknown_profile", refused.text
+    assert over_ws["code"] == "unknown_profile", over_ws
+    assert lab.events("start") == []
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -408,6 +408,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             type=_seconds(zero_ok=False),
             help="a client that takes no response for this long is dropped and its turns cancelled (default: 30)",
         )
+        door.add_argument(
+            "--body-timeout",
+            metavar="SECS",
+            type=_seconds(zero_ok=False),
+            help="a request's body must come whole within this long of its headers, else 408 and the connection "
+            "is closed (default: 30)",
+        )
         serve.set_defaults(handler=_serve_command, command_parser=serve)
 
     if command in (None, "worker"):
@@ -915,7 +922,15 @@ def _serve_command(args: argparse.Namespace) -> int:
         args.command_parser.error(
             "a gateway fetches no attachments, its workers do: give --allow-attachment-host to agent-bridge worker"
         )
-    door_options = ("tokens", "certfile", "keyfile", "max_connections", "max_turns_per_connection", "send_timeout")
+    door_options = (
+        "tokens",
+        "certfile",
+        "keyfile",
+        "max_connections",
+        "max_turns_per_connection",
+        "send_timeout",
+        "body_timeout",
+    )
     if args.listen is None and (given := [name for name in door_options if getattr(args, name) is not None]):
         args.command_parser.error(f"--{given[0].replace('_', '-')} is an option of the network door: add --listen")
     limits = {

@@ -236,7 +236,7 @@ def run_serve(
     host's `client_session_ids`. `file_ttl`: seconds a file an agent left waits for the bot's `ack_file`.
     `attachment_hosts`: the host's exceptions to the attachments' address rule.
     `door`: serve over the network instead (`listen`, and `tokens`, `certfile`, `keyfile`, `max_connections`,
-    `max_turns_per_connection`, `send_timeout`: the CLI's options of those names).
+    `max_turns_per_connection`, `send_timeout`, `body_timeout`: the CLI's options of those names).
     """
     listening = _network_door(door, file_ttl) if door is not None else None
     from ..process import become_subreaper, log_containment
@@ -280,6 +280,7 @@ def _network_door(options: dict[str, Any], file_ttl: float) -> Callable[[BaseHos
         max_connections=options.get("max_connections", defaults.max_connections),
         max_turns_per_connection=options.get("max_turns_per_connection", defaults.max_turns_per_connection),
         stall_secs=options.get("send_timeout", defaults.stall_secs),
+        body_secs=options.get("body_timeout", defaults.body_secs),
         file_ttl=file_ttl,
     )
     # The certificate and key load now: a gateway must not take its name, nor serve open its store, for nothing.

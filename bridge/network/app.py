@@ -43,6 +43,7 @@ from ..serving.output import Output, json_bytes, json_text
 from ..serving.requests import (
     BAD_JSON,
     INVALID_REQUEST,
+    REQUEST_TIMEOUT,
     REQUEST_TOO_LARGE,
     TOO_MANY_CONNECTIONS,
     UNAUTHORIZED,
@@ -90,10 +91,13 @@ def door_of(request: Request | WebSocket) -> Door:
 
 def error_response(code: str, message: str, *, request_id: Any = None, status: int | None = None) -> JSONResponse:
     """serve's `error` response as an HTTP error, its status from its code."""
-    return JSONResponse(
+    response = JSONResponse(
         {"type": "error", "id": request_id, "code": code, "message": message},
         status_code=status or status_of(code),
     )
+    if code == REQUEST_TIMEOUT:  # the rest of the body may still come: the connection cannot carry another request
+        response.headers["connection"] = "close"
+    return response
 
 
 def unauthorized() -> JSONResponse:
@@ -107,18 +111,23 @@ def tenant_or_none(request: Request | WebSocket) -> Tenant | None:
 
 
 async def read_json_body(request: Request) -> dict[str, Any]:
-    """The request's body as a JSON object, read no further than the door's limit; raises `RequestError`."""
-    limit = door_of(request).limits.max_body_bytes
+    """The request's body as a JSON object, read no further than the door's limit, nor for longer than its
+    `body_secs`; raises `RequestError`."""
+    limits = door_of(request).limits
+    limit = limits.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(REQUEST_TOO_LARGE, f"the body is longer than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(REQUEST_TOO_LARGE, f"the body is longer than {limit} bytes")
-        chunks.append(chunk)
+    with trio.move_on_after(limits.body_secs) as reading:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(REQUEST_TOO_LARGE, f"the body is longer than {limit} bytes")
+            chunks.append(chunk)
+    if reading.cancelled_caught:
+        raise RequestError(REQUEST_TIMEOUT, f"the body did not come whole within {limits.body_secs:g} s")
     try:
         text = b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
@@ -441,7 +450,7 @@ async def _serve_websocket(door: Door, tenant: Tenant, websocket: WebSocket) -> 
                         continue
                     await session.handle_text(text)
             except Exception as err:  # the connection broke: its turns are cancelled below
-                log.info("a WebSocket connection ended", error=repr(err))
+                log.info("a WebSocket connection ended", error=type(err).__name__)  # never what the client sent
             finally:
                 output.hung_up()
         await output.close()

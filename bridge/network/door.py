@@ -11,7 +11,10 @@ Rules, all here:
   Tenant names cannot hold "/", so no scope is a prefix of another's.
 - At most `max_connections` WebSocket connections and streaming HTTP requests
   at once (more get 503 / close code 1013), each WebSocket connection at most
-  `max_turns_per_connection` turns in flight.
+  `max_turns_per_connection` turns in flight. At most `max_sockets` TCP
+  connections at all (the listener closes one more unread): so connections
+  still sending a request, whose headers must come within the keep-alive
+  timeout and whose body within `body_secs` (else 408), are bounded too.
 - A client that does not take a response within `stall_secs` is dropped, and
   its turns are cancelled: a slow reader holds one response, never a queue.
 - `/metrics` needs a token as the turn endpoints do, and shows the whole
@@ -44,6 +47,10 @@ from .tokens import Tokens, bearer_token
 DEFAULT_MAX_CONNECTIONS = 2048
 DEFAULT_MAX_TURNS_PER_CONNECTION = 32
 DEFAULT_STALL_SECS = 30.0
+DEFAULT_BODY_SECS = 30.0
+# TCP connections the listener holds beyond `max_connections`: room for requests being read and short answers,
+# including the 503 and close code 1013 that tell a client past `max_connections` why.
+SOCKETS_BEYOND_CONNECTIONS = 256
 
 LOOPBACK_TENANT = Tenant("local")  # no tokens: the loopback clients, every profile, conversations as given
 
@@ -55,6 +62,12 @@ class DoorLimits:
     max_turns_per_connection: int = DEFAULT_MAX_TURNS_PER_CONNECTION
     stall_secs: float = DEFAULT_STALL_SECS
     file_ttl: float = DEFAULT_FILE_TTL
+    body_secs: float = DEFAULT_BODY_SECS
+
+    @property
+    def max_sockets(self) -> int:
+        """TCP connections open at once, whatever they are doing; a new one past them is closed unread."""
+        return self.max_connections + SOCKETS_BEYOND_CONNECTIONS
 
 
 def _scope(tenant: Tenant, client: str) -> str:

@@ -17,7 +17,9 @@ the listener; a second signal cancels every turn at once.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import resource
 import signal
 import socket
 import sys
@@ -35,6 +37,10 @@ from .door import Door, DoorLimits
 from .tokens import Tokens
 
 HTTP_EXTRA_HINT = "install the network door's libraries: pip install 'agent-bridge[http]'"
+MAX_REQUEST_HEAD_BYTES = 64 * 1024  # a request line and its headers (docs/network.md)
+KEEP_ALIVE_SECS = 15  # an idle connection's life, and the time a request's line and headers have to come
+# Descriptors kept from the door's connections for the rest of serve: its turns' agents' pipes, the store, the logs.
+DESCRIPTORS_BESIDE_CONNECTIONS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +93,149 @@ def require_http_extra(option: str = "--listen") -> None:
         raise ListenError(f"{option} needs {err.name}: {HTTP_EXTRA_HINT}") from None
 
 
+def contain_connection_errors() -> None:
+    """Make hypercorn's trio server end only the connection whose handling raised, never the whole server.
+
+    hypercorn runs each accepted connection as a `TCPServer` in the server's nursery: an exception escaping
+    one (h11's `LocalProtocolError` when it answers a WebSocket upgrade followed by other bytes, a protocol
+    error in a task of the connection) would cancel every other connection and end serve. hypercorn's trio
+    `worker_serve` names the class through its module, `hypercorn.trio.run.TCPServer`, and offers no other
+    seam for it: this replaces that name by `ContainedTCPServer` (tests/test_network_hardening.py fails if
+    hypercorn stops looking the class up there). Idempotent.
+    """
+    from importlib.metadata import version
+
+    from hypercorn.trio import run
+
+    server_class = getattr(run, "TCPServer", None)
+    if server_class is _contained_tcp_server_class():
+        return
+    if not isinstance(server_class, type) or server_class.__name__ != "TCPServer":
+        raise ListenError(
+            f"hypercorn {version('hypercorn')} no longer runs its connections as hypercorn.trio.run.TCPServer, "
+            "which the door wraps so that one connection's error cannot end serve: install hypercorn 0.18 "
+            "(pip install 'hypercorn==0.18.*'), and report this version to agent-bridge"
+        )
+    setattr(run, "TCPServer", _contained_tcp_server_class())  # noqa: B010 (an attribute of another module)
+
+
+def sockets_within_descriptors(wanted: int) -> int:
+    """How many TCP connections the door may hold: `wanted`, or fewer when the descriptor limit (RLIMIT_NOFILE)
+    cannot hold them and `DESCRIPTORS_BESIDE_CONNECTIONS` more, even raised to its hard limit (as it is, as far as
+    needed). Connections past it are closed unread, so clients cannot take the descriptors turns need."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted + DESCRIPTORS_BESIDE_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+        if raised > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return wanted
+    room = max(soft - DESCRIPTORS_BESIDE_CONNECTIONS, soft // 2)
+    get_logger(component="network").warning(
+        "the descriptor limit leaves room for fewer connections than the door would hold; the door holds no more "
+        "than fit: raise the hard limit (ulimit -Hn, systemd's LimitNOFILE=) or lower --max-connections",
+        descriptor_limit=soft,
+        connections=room,
+        wanted=wanted,
+    )
+    return room
+
+
+class SocketBudget:
+    """The TCP connections a listener holds open, at most `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def take(self) -> bool:
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def give_back(self) -> None:
+        self.open -= 1
+
+
+@functools.cache
+def _contained_tcp_server_class() -> type:
+    from hypercorn.trio.tcp_server import TCPServer
+
+    class ContainedTCPServer(TCPServer):
+        """A hypercorn connection whose errors are logged (their type only: never what the client sent) and end
+        it alone; its ASGI tasks (a WebSocket's, a turn stream's) are cancelled with it. Under a config with a
+        `socket_budget`, a connection past it is closed before a byte is read. Overrides hypercorn's `run` and
+        `_read_data`: tests/test_network_hardening.py fails if either stops doing its part."""
+
+        async def run(self) -> None:
+            budget: SocketBudget | None = getattr(self.config, "socket_budget", None)
+            if budget is not None and not budget.take():
+                await trio.aclose_forcefully(self.stream)
+                return
+            try:
+                await super().run()
+            except* Exception as errors:
+                get_logger(component="network").warning(
+                    "a connection's handling failed; closed that connection",
+                    errors=sorted({type(error).__name__ for error in errors.exceptions}),
+                )
+                await trio.aclose_forcefully(self.stream)  # no goodbye to a connection in an unknown state
+            finally:
+                if budget is not None:
+                    budget.give_back()
+
+        async def _read_data(self) -> None:
+            await super()._read_data()
+            # The peer has ended the connection: no request can come any more. hypercorn would wait out the
+            # keep-alive timer of an idle connection before it lets it go, holding its place in the budget.
+            await self.idle_task.stop()
+
+    return ContainedTCPServer
+
+
+class RequestHeadLimit:
+    """ASGI middleware: a request whose line and headers are over `MAX_REQUEST_HEAD_BYTES` gets 431 (a WebSocket
+    handshake is refused), before the application sees it.
+
+    h11 refuses a head only while it is incomplete and past its limit, and hypercorn feeds it 64 KiB at a time:
+    a head that comes complete in the second read would pass up to twice the limit. The head is measured as
+    parsed (h11 drops the spaces around header values).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and _head_bytes(scope) > MAX_REQUEST_HEAD_BYTES:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1009})
+                return
+            body = b'{"type": "error", "id": null, "code": "request_too_large", "message": "the request line and '
+            body += b'headers are longer than %d bytes"}' % MAX_REQUEST_HEAD_BYTES
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+            await send({"type": "http.response.start", "status": 431, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def _head_bytes(scope: Any) -> int:
+    """The length of a request's line and headers as h11 parsed them (`METHOD target HTTP/1.1`, `name: value`)."""
+    method: str = scope.get("method", "GET")
+    target = len(scope.get("raw_path") or b"") + (len(scope["query_string"]) + 1 if scope.get("query_string") else 0)
+    line = len(method) + 1 + target + len(" HTTP/1.1\r\n")
+    return line + sum(len(name) + 2 + len(value) + 2 for name, value in scope["headers"]) + 2
+
+
 def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | None, limits: DoorLimits) -> Any:
     from hypercorn.config import Config, Sockets
 
     class DoorConfig(Config):
+        socket_budget: SocketBudget | None = None  # ContainedTCPServer's
+
         def create_sockets(self) -> Sockets:
             """The listening sockets, with TCP_USER_TIMEOUT: a connection whose peer takes no data for the send
             timeout is aborted by the kernel. Accepted connections inherit it. hypercorn shields its writes from
@@ -103,14 +248,16 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
             return sockets
 
     config = DoorConfig()
+    config.socket_budget = SocketBudget(limits.max_sockets)
     config.bind = [address.bind]
     config.accesslog = None  # a request's path names turns: the bridge logs what it needs itself
     config.errorlog = None
     config.websocket_max_message_size = limits.max_body_bytes
-    config.h11_max_incomplete_size = 64 * 1024  # a request line and headers
-    config.keep_alive_timeout = 15
+    config.h11_max_incomplete_size = MAX_REQUEST_HEAD_BYTES  # the rest of the limit: RequestHeadLimit
+    config.keep_alive_timeout = KEEP_ALIVE_SECS  # hypercorn restarts it only once a request's head has come
     config.websocket_ping_interval = 30.0  # a peer gone without a word is noticed
     config.graceful_timeout = 2.0
+    config.ssl_handshake_timeout = KEEP_ALIVE_SECS  # a TLS connection's handshake, as a request's head, comes soon
     if certfile or keyfile:
         if not (certfile and keyfile):
             raise ListenError("TLS needs both --certfile and --keyfile")
@@ -148,6 +295,7 @@ async def serve_network(
 
     check_listen(address, tokens)
     config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
+    config.socket_budget = SocketBudget(sockets_within_descriptors(limits.max_sockets))
     door = Door(host, tokens, limits)
     app = build_app(door, extra_routes=[*openai_routes(), *(extra_routes(door) if extra_routes else [])])
     stop_listening = trio.Event()
@@ -161,11 +309,20 @@ async def serve_network(
                 urls: list[str] = await server.start(serve_app, serve, app, config, stop_listening.wait)
                 who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
                 print(f"agent-bridge serve: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+                if tokens is None:
+                    _say_every_local_process_may_come_in()
                 task_status.started(urls)
         finally:
             door.close()
         nursery.cancel_scope.cancel()
     return 0
+
+
+def _say_every_local_process_may_come_in() -> None:
+    get_logger(component="network").warning(
+        "the door has no --tokens: any process on this machine can run every profile through it, a sandboxed "
+        "agent with the default `network: true` included; give --tokens FILE to say who may",
+    )
 
 
 async def _say_what_waits_for_stdin_serve(host: BaseHost) -> None:
@@ -187,8 +344,11 @@ async def serve_app(
     shutdown_trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
+    """hypercorn's `serve` of `app` (the door's, or a worker's metrics), each connection's errors its own, and
+    request heads held to `MAX_REQUEST_HEAD_BYTES`."""
+    contain_connection_errors()
     try:
-        await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+        await serve(RequestHeadLimit(app), config, shutdown_trigger=shutdown_trigger, task_status=task_status)
     except OSError as err:
         raise ListenError(f"cannot listen on {config.bind[0]}: {err.strerror or err}") from None
 

@@ -76,6 +76,8 @@ def openai_error(
         response.headers["x-should-retry"] = "false"
     if status == 401:
         response.headers["WWW-Authenticate"] = "Bearer"
+    if status == 408:  # the body did not come whole: the connection cannot carry another request
+        response.headers["connection"] = "close"
     return response
 
 

@@ -14,12 +14,21 @@ Rules, checked here and nowhere else:
   error message.
 - Two entries with the same name are one tenant (a token being rotated): they
   must say the same about profiles and prefix, else the file is refused.
+- No tenant's conversation prefix begins another's (`ops:` and `ops:eu:`, the
+  defaults of `ops` and `ops:eu`, would make `ops`' conversation `eu:room` the
+  store key of `ops:eu`'s `room`), else the file is refused: so no two tenants
+  ever produce the same store key, and every key stored so far stays as it was.
+  An empty prefix begins every other, so such a tenant is the file's only one;
+  it reaches every conversation of the store, which is said loudly at load.
+- `profiles: []` is a tenant that may use no profile (a monitoring token:
+  `/metrics` and `/v1/stats`); a missing `profiles` allows every one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -114,7 +123,29 @@ def parse_tokens(data: Any, *, source: str = "the tokens file") -> Tokens:
                 "conversation prefix; tokens of one name are one tenant (a rotation) and must agree"
             )
         entries.append((token, tenant))
+    _check_prefixes_apart(by_name.values(), source)
     return Tokens(entries)
+
+
+def _check_prefixes_apart(tenants: Iterable[Tenant], source: str) -> None:
+    """Refuse two tenants one of whose conversation prefixes begins the other's: their store keys could meet."""
+    by_prefix = sorted(tenants, key=lambda tenant: tenant.conversation_prefix)
+    # Sorted, a prefix that begins another begins every prefix between the two: neighbours are enough to check.
+    for shorter, longer in itertools.pairwise(by_prefix):
+        if longer.conversation_prefix.startswith(shorter.conversation_prefix):
+            rest = longer.conversation_prefix[len(shorter.conversation_prefix) :]
+            raise ListenError(
+                f"{source}: the tenants {shorter.name!r} and {longer.name!r} have the conversation prefixes "
+                f"{shorter.conversation_prefix!r} and {longer.conversation_prefix!r}, so {shorter.name!r}'s "
+                f"conversation {rest + 'room'!r} would be {longer.name!r}'s 'room' (its session and history). Give one "
+                "of them a conversation_prefix that neither begins nor is begun by another tenant's"
+            )
+    if by_prefix and by_prefix[0].conversation_prefix == "":
+        get_logger(component="network").warning(
+            "a tenant has an empty conversation_prefix: it reaches every conversation in the session store, "
+            "those of a stdin/stdout serve on it and of any earlier tenant included",
+            tenant=by_prefix[0].name,
+        )
 
 
 def _check_token(token: Any, where: str) -> None:
