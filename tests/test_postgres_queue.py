@@ -15,7 +15,7 @@ import pytest
 from bridge.dialects.events import FileEvent
 from bridge.host.postgres import fleet_files, queue
 from bridge.host.postgres.db import SCHEMA_VERSION, connect
-from bridge.outbox import media_type_of
+from bridge.outbox import collect, remove_outbox
 from bridge.result import Outcome, TurnResult
 
 TURN = {"message": "hi", "session_id": "", "session_name": "default", "from_user": "", "attachments": []}
@@ -356,14 +356,17 @@ def with_files(*files: FileEvent) -> TurnResult:
 def test_a_file_changed_after_the_turn_is_left_out_and_rows_stay_until_the_result_is_delivered(
     conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    kept, changed = tmp_path / "kept.txt", tmp_path / "changed.txt"
+    outbox = tmp_path / "outbox"
+    outbox.mkdir()
+    kept, changed = outbox / "kept.txt", outbox / "changed.txt"
     kept.write_bytes(b"kept")
     changed.write_bytes(b"before")
-    files = [FileEvent(path.name, str(path), path.stat().st_size, media_type_of(path.name)) for path in (changed, kept)]
+    files = collect(str(outbox)).files  # held, as a turn's end holds its outbox
     changed.write_bytes(b"after, and longer")
     enqueue(conn, "k1")
     with conn.transaction():
         stored = fleet_files.store(conn, "k1", with_files(*files))
+    remove_outbox(str(outbox))
     assert [file.name for file in stored.files] == ["kept.txt"]
     assert "'changed.txt' changed after the turn ended" in stored.files_note
     with conn.transaction():

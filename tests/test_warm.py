@@ -185,14 +185,16 @@ async def test_a_host_callback_that_raises_reaches_the_host_and_the_turn_is_stop
 
 
 @pytest.mark.parametrize(
-    "env, reason",
-    [
-        ({"FAIL_START": "1"}, "no session for you"),
-        ({"SLOW_START": "1"}, "did not set its session up within 0.3 s"),
+    "env, start_timeout_secs, reason",
+    [  # an agent that says why it failed has time to say it on a busy machine; one that hangs, a short time
+        ({"FAIL_START": "1"}, 5, "no session for you"),
+        ({"SLOW_START": "1"}, 0.3, "did not set its session up within 0.3 s"),
     ],
 )
-async def test_an_agent_that_cannot_set_its_session_up_is_a_clear_spawn_failure(warm_profile, env, reason) -> None:  # type: ignore[no-untyped-def]
-    profile = warm_profile(env=env, start_timeout_secs=0.3)
+async def test_an_agent_that_cannot_set_its_session_up_is_a_clear_spawn_failure(  # type: ignore[no-untyped-def]
+    warm_profile, env, start_timeout_secs, reason
+) -> None:
+    profile = warm_profile(env=env, start_timeout_secs=start_timeout_secs)
     with trio.fail_after(TURN_DEADLINE):
         result = await bridge.run_turn(profile, Turn("hi"))
     assert result.outcome == "spawn_failed" and reason in result.error_reply
