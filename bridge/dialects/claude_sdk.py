@@ -118,6 +118,9 @@ KEEP_PLANNING = "Keep planning"
 _QUESTION_TOOLS = ("AskUserQuestion", "ExitPlanMode")
 
 
+APPEND_SYSTEM_PROMPT = "--append-system-prompt"
+
+
 class ClaudeSdk(WarmDialect):
     """One Claude Code process driven by its SDKs' protocol (see the module docstring)."""
 
@@ -128,6 +131,7 @@ class ClaudeSdk(WarmDialect):
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         super().__init__(context, session_id=session_id, cwd=cwd)
         self._stored_session = session_id
+        self._standing = ""  # added to the system prompt (`tell_standing`)
         self._next_id = 0
         self._calls: dict[str, str] = {}  # our control requests awaiting an answer: request id → subtype
         self._asked: dict[str, tuple[str, Mapping[str, Any]]] = {}  # the CLI's open requests: id → (tool, input)
@@ -208,6 +212,27 @@ class ClaudeSdk(WarmDialect):
             if labels:
                 replies[question.prompt] = ", ".join(labels)
         return _success(request.request_id, {"behavior": "allow", "updatedInput": {**tool_input, "answers": replies}})
+
+    def tell_standing(self, instructions: str) -> bool:
+        self._standing = instructions  # `--append-system-prompt` on the command line
+        return True
+
+    def command_line(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """`argv` with `--append-system-prompt` of the standing instructions; a profile's own
+        `--append-system-prompt` keeps its text, the instructions after it (the CLI reads the flag once)."""
+        if not self._standing:
+            return tuple(argv)
+        words = list(argv)
+        for index, word in enumerate(words):
+            if word == "--":
+                break
+            if word == APPEND_SYSTEM_PROMPT and index + 1 < len(words):
+                words[index + 1] = f"{words[index + 1]}\n\n{self._standing}"
+                return tuple(words)
+            if word.startswith(APPEND_SYSTEM_PROMPT + "="):
+                words[index] = f"{word}\n\n{self._standing}"
+                return tuple(words)
+        return (*words, APPEND_SYSTEM_PROMPT, self._standing)
 
     @classmethod
     def argv_problems(cls, argv: Sequence[str]) -> list[str]:
