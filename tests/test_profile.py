@@ -54,6 +54,7 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
         "kill_grace_secs": 5,
         "max_reply_chars": 8000,
         "truncation_suffix": "\n\n…(truncated)",
+        "outbox": None,
         "outbox_max_files": 20,
         "outbox_max_bytes": 52428800,
         "include_stderr_in_reply": False,
