@@ -227,7 +227,7 @@ class WarmAgent:
             return plan
         # A dialect of its own making (a plugin's, a test's) that is no WarmDialect has no channel of its own.
         if isinstance(dialect, WarmDialect) and dialect.tell_standing(outbox_named(self._outbox.path)):
-            return dataclasses.replace(plan, argv=dialect.command_line(plan.argv))
+            return dataclasses.replace(plan, argv=dialect.command_line(plan.argv, plan.command_at))
         self._outbox_due = self._outbox.path
         return plan
 

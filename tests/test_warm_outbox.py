@@ -24,6 +24,7 @@ import bridge
 from bridge import FileEvent, Turn
 from bridge.dialects import DialectContext, dialect_class
 from bridge.dialects.base import outbox_named
+from bridge.dialects.claude_stream import with_system_prompt_appended
 from bridge.dialects.warm import WarmState
 from bridge.outbox import remove_outbox
 
@@ -163,9 +164,7 @@ async def test_the_bridge_marks_its_state_directory_ignored_by_git(tmp_path):
         result = await bridge.run_turn(profile, Turn("hello"))
     assert result.ok, result.error
     assert (work / ".agent-bridge" / ".gitignore").read_text() == "*\n"
-    check = subprocess.run(
-        ["git", "-C", str(work), "init", "-q"], capture_output=True, text=True, timeout=DEADLINE, check=True
-    )
+    subprocess.run(["git", "-C", str(work), "init", "-q"], capture_output=True, timeout=DEADLINE, check=True)
     check = subprocess.run(
         ["git", "-C", str(work), "status", "--porcelain", "--untracked-files=all"],
         capture_output=True,
@@ -226,3 +225,59 @@ def test_the_families_whose_turn_is_one_text_name_the_outbox_after_the_message(f
 def test_outbox_named_says_nothing_without_an_outbox():
     assert outbox_named("") == ""
     assert outbox_named(OUTBOX).startswith(f"Files for the user: write them to {OUTBOX} ")
+
+
+# ---------------------------------------------------------------------- standing instructions (sans-I/O)
+
+
+def test_claude_codes_system_prompt_gets_the_instructions_after_the_profiles_own():
+    note = outbox_named(OUTBOX)
+    assert with_system_prompt_appended(["claude", "-p", "--", "hi"], 0, note) == (
+        "claude",
+        "--append-system-prompt",
+        note,
+        "-p",
+        "--",
+        "hi",
+    )
+    assert with_system_prompt_appended(["bwrap", "claude", "--append-system-prompt", "Be brief."], 1, note) == (
+        "bwrap",
+        "claude",
+        "--append-system-prompt",
+        f"Be brief.\n\n{note}",
+    )
+    assert with_system_prompt_appended(["claude", "--append-system-prompt=Be brief."], 0, note) == (
+        "claude",
+        f"--append-system-prompt=Be brief.\n\n{note}",
+    )
+    # After `--` a word is the message, whatever it says.
+    assert with_system_prompt_appended(["claude", "--", "--append-system-prompt"], 0, note)[1:3] == (
+        "--append-system-prompt",
+        note,
+    )
+
+
+def started(family: str, session_id: str = "") -> Any:
+    return dialect_class(family)(DialectContext(), session_id=session_id, cwd="/work")
+
+
+def test_codex_app_server_gives_the_instructions_to_thread_start_and_thread_resume():
+    for session_id, method in (("", "thread/start"), ("t1", "thread/resume")):
+        dialect = started("codex-app-server", session_id)
+        assert dialect.tell_standing("standing words")
+        dialect.open()
+        [handshake] = dialect.feed(b'{"id": 0, "result": {}}\n')
+        [_, request] = [json.loads(line) for line in handshake.data.splitlines()]
+        assert (request["method"], request["params"]["developerInstructions"]) == (method, "standing words")
+
+
+def test_ante_appends_the_instructions_to_a_new_sessions_system_prompt_and_a_resumed_one_says_them_in_a_turn():
+    dialect = started("ante")
+    assert dialect.tell_standing("standing words")
+    assert json.loads(dialect.open())["op"]["StartSession"]["append_system_prompt"] == "standing words"
+    assert not started("ante", "ses_1").tell_standing("standing words")
+
+
+@pytest.mark.parametrize("family", ["acp", "aionrs"])
+def test_the_families_without_a_channel_for_standing_instructions_say_so(family):
+    assert not started(family).tell_standing("standing words")

@@ -62,7 +62,7 @@ from ..errors import ProtocolMisuse
 from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .base import DialectContext, Handler, shorten, text_of, with_files_named, with_outbox_named
-from .claude_stream import ClaudeStream, result_error_text, result_usage
+from .claude_stream import ClaudeStream, result_error_text, result_usage, with_system_prompt_appended
 from .coding_agents import TITLE_CHARS, image_data, tool_title
 from .events import (
     AgentInput,
@@ -116,9 +116,6 @@ PLAN_QUESTION = "plan"
 APPROVE = "Approve"
 KEEP_PLANNING = "Keep planning"
 _QUESTION_TOOLS = ("AskUserQuestion", "ExitPlanMode")
-
-
-APPEND_SYSTEM_PROMPT = "--append-system-prompt"
 
 
 class ClaudeSdk(WarmDialect):
@@ -217,22 +214,10 @@ class ClaudeSdk(WarmDialect):
         self._standing = instructions  # `--append-system-prompt` on the command line
         return True
 
-    def command_line(self, argv: Sequence[str]) -> tuple[str, ...]:
-        """`argv` with `--append-system-prompt` of the standing instructions; a profile's own
-        `--append-system-prompt` keeps its text, the instructions after it (the CLI reads the flag once)."""
+    def command_line(self, argv: Sequence[str], command_at: int) -> tuple[str, ...]:
         if not self._standing:
             return tuple(argv)
-        words = list(argv)
-        for index, word in enumerate(words):
-            if word == "--":
-                break
-            if word == APPEND_SYSTEM_PROMPT and index + 1 < len(words):
-                words[index + 1] = f"{words[index + 1]}\n\n{self._standing}"
-                return tuple(words)
-            if word.startswith(APPEND_SYSTEM_PROMPT + "="):
-                words[index] = f"{word}\n\n{self._standing}"
-                return tuple(words)
-        return (*words, APPEND_SYSTEM_PROMPT, self._standing)
+        return with_system_prompt_appended(argv, command_at, self._standing)
 
     @classmethod
     def argv_problems(cls, argv: Sequence[str]) -> list[str]:

@@ -129,9 +129,10 @@ class WarmDialect(JsonLinesReader):
         where it has none, the bridge puts them in the first turn's message instead."""
         return False
 
-    def command_line(self, argv: Sequence[str]) -> tuple[str, ...]:
-        """The agent's command line `argv` with what the family adds to it (standing instructions given to
-        `tell_standing`, say); bridge-built words, never the user's."""
+    def command_line(self, argv: Sequence[str], command_at: int) -> tuple[str, ...]:
+        """The agent's command line `argv` (the profile's command from `command_at` on, after the bridge's programs)
+        with what the family adds to it (standing instructions given to `tell_standing`, say); bridge-built words,
+        never the user's."""
         return tuple(argv)
 
     def prompt(self, turn: Turn, outbox: str = "") -> bytes:
