@@ -184,8 +184,10 @@ class WarmAgent:
         except LaunchError as err:
             raise WarmStartError(err.exit_code, err.message) from None
         finally:
-            if process is None and self._files is not None:
-                self._files.close()
+            if process is None:
+                self._drop_outbox()
+                if self._files is not None:
+                    self._files.close()
         self._dialect = dialect
         self.log = self.log.bind(pid=process.pid)
         self.log.info("warm agent started", program=plan.argv[0], resuming=bool(self.session_id))

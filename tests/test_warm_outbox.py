@@ -281,3 +281,14 @@ def test_ante_appends_the_instructions_to_a_new_sessions_system_prompt_and_a_res
 @pytest.mark.parametrize("family", ["acp", "aionrs"])
 def test_the_families_without_a_channel_for_standing_instructions_say_so(family):
     assert not started(family).tell_standing("standing words")
+
+
+async def test_a_warm_agent_that_cannot_start_leaves_no_session_outbox(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    path = tmp_path / "missing.yaml"
+    path.write_text(f"command: [{str(tmp_path / 'no-such-agent')!r}]\nprotocol: acp\ncwd: {str(work)!r}\n")
+    with trio.fail_after(DEADLINE):
+        result = await bridge.run_turn(bridge.load_profile(path, cache=False), Turn("hello"))
+    assert not result.ok
+    assert left_in(work) == []
