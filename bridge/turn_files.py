@@ -7,12 +7,14 @@ its files were delivered (`bridge.outbox`): `remove_outbox_if_empty()` lets go o
 `remove_outbox()` deletes one with what is in it, `remove()` deletes both. Each directory made and removed is on the
 path of every turn, so the layout is flat, one directory for a turn without attachments, and an outbox left empty is
 kept for the next turn in the same directory (`SpareOutboxes`). `.agent-bridge/outbox` and `.agent-bridge/attachments`
-stay between turns, empty but for that spare. They live inside the working directory so that a sandbox that binds that
-directory binds these too. The agent owns its working directory and may have put anything there — a symlink named
-`.agent-bridge` that points at the user's home, say — so every directory is made and opened through `FileRoot.directory`
-(never following a symlink), files are created beneath the descriptors held here (`O_EXCL | O_NOFOLLOW`), and the
-removal works beneath descriptors too (`shutil.rmtree` with `dir_fd`), so nothing the agent does redirects a write or a
-delete outside."""
+stay between turns, empty but for that spare; `.agent-bridge` gets a `.gitignore` of `*` when the bridge makes it
+(the working directory is often the user's repository). A warm agent writes to its session's outbox
+(`SessionOutbox`), whose entries move into the turn's outbox when the turn ends. They live inside the working
+directory so that a sandbox that binds that directory binds these too. The agent owns its working directory and may
+have put anything there — a symlink named `.agent-bridge` that points at the user's home, say — so every directory is
+made and opened through `FileRoot.directory` (never following a symlink), files are created beneath the descriptors
+held here (`O_EXCL | O_NOFOLLOW`), and the removal works beneath descriptors too (`shutil.rmtree` with `dir_fd`), so
+nothing the agent does redirects a write or a delete outside."""
 
 from __future__ import annotations
 

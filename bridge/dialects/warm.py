@@ -136,8 +136,9 @@ class WarmDialect(JsonLinesReader):
         return tuple(argv)
 
     def prompt(self, turn: Turn, outbox: str = "") -> bytes:
-        """The bytes that start `turn`, naming `outbox` (the turn's outbox directory, "" for none) to the agent; only
-        when the session is ready (`ProtocolMisuse` otherwise)."""
+        """The bytes that start `turn`, naming `outbox` (the session's outbox, when this message is to tell it; "" for
+        nothing: the user's message as sent) to the agent; only when the session is ready (`ProtocolMisuse`
+        otherwise)."""
         self.move(Turn)
         return self.start_turn(turn, outbox)
 
