@@ -21,6 +21,8 @@ import trio
 
 from .agent_io import AgentIO, TurnLimits
 from .dialects import SessionEvent
+from .dialects.base import outbox_named
+from .dialects.claude_stream import is_claude_code, with_system_prompt_appended
 from .errors import FileRefused, LaunchError
 from .launch import LaunchPlan, plan_launch, turn_working_directory
 from .outbox import hand_out_turn_files
@@ -130,7 +132,9 @@ async def _one_process(
     try:
         plan = plan_launch(profile, turn, os.environ)
         if files is not None:
-            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": files.outbox})
+            plan = dataclasses.replace(
+                plan, env={**plan.env, "AGENT_OUTBOX": files.outbox}, argv=_outbox_told(profile, plan, files.outbox)
+            )
         # Made before the agent starts, not while it does: work the bridge does while bwrap sets a sandbox up
         # delays that by most of its own time (bench row 29); an agent without one starts ~10 µs later (row 1).
         # A dialect that cannot be made raises here, before there is an agent to stop.
@@ -188,3 +192,15 @@ def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None)
     for note in plan.notes if plan is not None else ():
         log.warning(note)
     return log
+
+
+def _outbox_told(profile: Profile, plan: LaunchPlan, outbox: str) -> tuple[str, ...]:
+    """The turn's command line, telling Claude Code (`claude -p`) the turn's outbox in its system prompt unless the
+    profile says `outbox: {tell_agent: never}`; any other program learns it from `AGENT_OUTBOX` alone."""
+    if (
+        profile.tell_agent_outbox == "never"
+        or profile.protocol != "claude-stream-json"
+        or not is_claude_code(plan.argv, plan.command_at)
+    ):
+        return plan.argv
+    return with_system_prompt_appended(plan.argv, plan.command_at, outbox_named(outbox))

@@ -7,12 +7,14 @@ its files were delivered (`bridge.outbox`): `remove_outbox_if_empty()` lets go o
 `remove_outbox()` deletes one with what is in it, `remove()` deletes both. Each directory made and removed is on the
 path of every turn, so the layout is flat, one directory for a turn without attachments, and an outbox left empty is
 kept for the next turn in the same directory (`SpareOutboxes`). `.agent-bridge/outbox` and `.agent-bridge/attachments`
-stay between turns, empty but for that spare. They live inside the working directory so that a sandbox that binds that
-directory binds these too. The agent owns its working directory and may have put anything there — a symlink named
-`.agent-bridge` that points at the user's home, say — so every directory is made and opened through `FileRoot.directory`
-(never following a symlink), files are created beneath the descriptors held here (`O_EXCL | O_NOFOLLOW`), and the
-removal works beneath descriptors too (`shutil.rmtree` with `dir_fd`), so nothing the agent does redirects a write or a
-delete outside."""
+stay between turns, empty but for that spare; `.agent-bridge` gets a `.gitignore` of `*` when the bridge makes it
+(the working directory is often the user's repository). A warm agent writes to its session's outbox
+(`SessionOutbox`), whose entries move into the turn's outbox when the turn ends. They live inside the working
+directory so that a sandbox that binds that directory binds these too. The agent owns its working directory and may
+have put anything there — a symlink named `.agent-bridge` that points at the user's home, say — so every directory is
+made and opened through `FileRoot.directory` (never following a symlink), files are created beneath the descriptors
+held here (`O_EXCL | O_NOFOLLOW`), and the removal works beneath descriptors too (`shutil.rmtree` with `dir_fd`), so
+nothing the agent does redirects a write or a delete outside."""
 
 from __future__ import annotations
 
@@ -130,12 +132,88 @@ class TurnFiles:
         self.remove_outbox()
 
 
-def _made_in(root: FileRoot, kind: str, name: str) -> int:
+class SessionOutbox:
+    """The outbox of one warm agent's session, `<cwd>/.agent-bridge/outbox/session-<random>/`: one path for all its
+    turns, so the agent can be told it once. At each turn's end `hand_over` moves what it holds into that turn's
+    outbox (`TurnFiles`), which is collected and held for delivery as a one-turn outbox is, and this one is empty
+    again: the next turn may write the same names without touching files still waiting to be sent.
+
+    Raises `FileRefused` as `TurnFiles` does."""
+
+    def __init__(self, cwd: str) -> None:
+        name = f"session-{secrets.token_hex(4)}"
+        try:
+            root = FileRoot(cwd)
+        except OSError as err:
+            raise FileRefused(f"the working directory {cwd} cannot be opened: {err.strerror}") from None
+        self.path = os.path.join(outboxes_directory(root.path), name)
+        self._name = name
+        self._parent = self._outbox = -1
+        try:
+            self._parent = _made_in(root, "outbox", name, spare=False)
+            self._outbox = os.open(name, _DIRECTORY_FLAGS, dir_fd=self._parent)
+        except BaseException as err:
+            self.remove()
+            if isinstance(err, OSError):
+                raise FileRefused(f"the session's outbox {self.path} cannot be made: {err.strerror}") from None
+            raise
+        finally:
+            root.close()
+
+    def hand_over(self, turn: TurnFiles) -> None:
+        """Move everything in this outbox into `turn`'s outbox (renamed beneath the descriptors held since each was
+        made, links moved as links, never followed), where it is collected; this outbox is left empty."""
+        if self._outbox < 0 or turn._outboxes_fd < 0:
+            return
+        try:
+            with os.scandir(self._outbox) as listing:
+                names = [entry.name for entry in listing]
+        except OSError:
+            return
+        if not names:
+            return
+        try:
+            destination = os.open(turn._name, _DIRECTORY_FLAGS, dir_fd=turn._outboxes_fd)
+        except OSError:
+            return
+        try:
+            for name in names:
+                try:
+                    os.rename(name, name, src_dir_fd=self._outbox, dst_dir_fd=destination)
+                except OSError:
+                    _delete(self._outbox, name)  # the outbox is emptied at every turn's end, sent or not
+        finally:
+            os.close(destination)
+
+    def remove(self) -> None:
+        """Delete the outbox with what is left in it (its name only while it is still this directory); once."""
+        if self._outbox >= 0:
+            try:
+                with os.scandir(self._outbox) as listing:
+                    names = [entry.name for entry in listing]
+            except OSError:
+                names = []
+            for name in names:
+                _delete(self._outbox, name)
+            try:
+                if _key(self._outbox) == _key_of(self._parent, self._name):
+                    os.rmdir(self._name, dir_fd=self._parent)
+            except OSError:
+                pass
+            os.close(self._outbox)
+            self._outbox = -1
+        if self._parent >= 0:
+            os.close(self._parent)
+            self._parent = -1
+
+
+def _made_in(root: FileRoot, kind: str, name: str, *, spare: bool = True) -> int:
     """A descriptor of `.agent-bridge/<kind>` beneath `root`, after making the turn's directory `name` in it (an
-    outbox: the spare one renamed, when there is one)."""
+    outbox: the spare one renamed, when there is one and `spare` allows it)."""
+    _make_state_directory(root)
     parent = root.directory([STATE_DIRECTORY, kind])
     try:
-        if not (kind == "outbox" and SPARE_OUTBOXES.take(parent, name)):
+        if not (kind == "outbox" and spare and SPARE_OUTBOXES.take(parent, name)):
             os.mkdir(name, 0o700, dir_fd=parent)
     except BaseException as err:
         os.close(parent)
@@ -143,6 +221,30 @@ def _made_in(root: FileRoot, kind: str, name: str) -> int:
             raise FileRefused(f"{name} exists already; the bridge makes it afresh") from None
         raise
     return parent
+
+
+def _make_state_directory(root: FileRoot) -> None:
+    """Make `.agent-bridge` beneath `root` when it is missing, with a `.gitignore` of `*`: the working directory is
+    often the user's own repository, and what the bridge keeps there is not the project's."""
+    (descriptor,) = root.directories([])
+    try:
+        try:
+            os.mkdir(STATE_DIRECTORY, 0o700, dir_fd=descriptor)
+        except FileExistsError:
+            return
+        state = os.open(STATE_DIRECTORY, _DIRECTORY_FLAGS, dir_fd=descriptor)
+        try:
+            ignore = os.open(".gitignore", _FILE_FLAGS, 0o644, dir_fd=state)
+            try:
+                os.write(ignore, b"*\n")
+            finally:
+                os.close(ignore)
+        except FileExistsError:
+            pass  # a name planted in the moment between: left as it is
+        finally:
+            os.close(state)
+    finally:
+        os.close(descriptor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +341,12 @@ SPARE_OUTBOXES = SpareOutboxes()
 def _key(directory: int) -> tuple[int, int]:
     """The directory's device and inode: the same `.agent-bridge/outbox` by whatever path it was reached."""
     info = os.fstat(directory)
+    return info.st_dev, info.st_ino
+
+
+def _key_of(parent: int, name: str) -> tuple[int, int]:
+    """The device and inode of `name` in `parent`, not followed if it is a link."""
+    info = os.stat(name, dir_fd=parent, follow_symlinks=False)
     return info.st_dev, info.st_ino
 
 

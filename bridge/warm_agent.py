@@ -43,10 +43,11 @@ import trio
 from .agent_files import FileRoot, serve_file_request
 from .agent_io import AgentIO, TurnDeadline, TurnLimits
 from .dialects import ActivityEvent, ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
+from .dialects.base import outbox_named
 from .dialects.events import AgentInput, FileRequest, SessionGone, SteerOutcome
-from .dialects.warm import WarmState
+from .dialects.warm import WarmDialect, WarmState
 from .errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
-from .launch import plan_warm_launch
+from .launch import LaunchPlan, plan_warm_launch
 from .log import get_logger
 from .outbox import hand_out_turn_files
 from .process import start
@@ -54,7 +55,7 @@ from .profile import Profile
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
 from .turn import Turn
-from .turn_files import TurnFiles, outboxes_directory
+from .turn_files import SessionOutbox, TurnFiles
 from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
 
 
@@ -83,6 +84,8 @@ class WarmAgent:
         self._dialect: Any = None
         self._cwd = ""
         self._files: FileRoot | None = None  # the working directory, held open while the agent lives
+        self._outbox: SessionOutbox | None = None  # the session's outbox, one path for all the process's turns
+        self._outbox_due = ""  # the outbox to name in the next message (`tell_agent: session`, no other channel)
         self._file_request: trio.CancelScope | None = None  # the file request being served
         self._file_threads = trio.CapacityLimiter(1)  # an abandoned request's thread keeps its token until it ends
         self._ready = trio.Event()
@@ -173,17 +176,19 @@ class WarmAgent:
         try:
             plan = plan_warm_launch(profile, os.environ, session_id=self.session_id, session_name=self.session_name)
             self._cwd = plan.cwd or os.getcwd()
-            # The process outlives its turns: each turn's outbox is a sub-directory of this, named in the turn.
-            plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": outboxes_directory(self._cwd)})
+            dialect = profile.dialect(profile.dialect_context, session_id=self.session_id, cwd=self._cwd)
+            plan = self._with_outbox(plan, dialect)
             with contextlib.suppress(OSError):  # then spawn says what is wrong with the directory
                 self._files = FileRoot(self._cwd)  # held before the agent runs: it has moved nothing yet
             process = await start(plan, kill_grace_secs=profile.kill_grace_secs)
         except LaunchError as err:
             raise WarmStartError(err.exit_code, err.message) from None
         finally:
-            if process is None and self._files is not None:
-                self._files.close()
-        self._dialect = profile.dialect(profile.dialect_context, session_id=self.session_id, cwd=self._cwd)
+            if process is None:
+                self._drop_outbox()
+                if self._files is not None:
+                    self._files.close()
+        self._dialect = dialect
         self.log = self.log.bind(pid=process.pid)
         self.log.info("warm agent started", program=plan.argv[0], resuming=bool(self.session_id))
         self._io = io = AgentIO(plan, process, self.log, TurnLimits.of(profile), on_not_reading=self._not_reading)
@@ -208,6 +213,41 @@ class WarmAgent:
             reason = self._start_error or f"it did not set its session up within {profile.start_timeout_secs:g} s"
         await self.close(grace=0)
         raise WarmStartError(126, f"the agent could not start its session: {reason}", io.stderr_text())
+
+    def _with_outbox(self, plan: LaunchPlan, dialect: Any) -> LaunchPlan:
+        """`plan` with the session's outbox made and named in `AGENT_OUTBOX`, and told to the agent as the profile's
+        `outbox.tell_agent` says: `session`, through the protocol's channel for standing instructions (`dialect`'s),
+        or else in the first message; `every_turn`, in every message (`turn`); `never`, not at all."""
+        self._drop_outbox()
+        try:
+            self._outbox = SessionOutbox(self._cwd)
+        except FileRefused as err:  # a read-only working directory costs the agent its outbox, not its session
+            self.log.warning("the session's outbox cannot be made; the agent gets none", reason=str(err))
+            return plan
+        plan = dataclasses.replace(plan, env={**plan.env, "AGENT_OUTBOX": self._outbox.path})
+        if self.profile.tell_agent_outbox != "session":
+            return plan
+        # A dialect of its own making (a plugin's, a test's) that is no WarmDialect has no channel of its own.
+        if isinstance(dialect, WarmDialect) and dialect.tell_standing(outbox_named(self._outbox.path)):
+            return dataclasses.replace(plan, argv=dialect.command_line(plan.argv, plan.command_at))
+        self._outbox_due = self._outbox.path
+        return plan
+
+    def _outbox_to_name(self) -> str:
+        """The outbox the next message names ("" for none), as the profile's `outbox.tell_agent` says."""
+        if self._outbox is None:
+            return ""
+        if self.profile.tell_agent_outbox == "every_turn":
+            return self._outbox.path
+        due, self._outbox_due = self._outbox_due, ""
+        return due
+
+    def _drop_outbox(self) -> None:
+        """Remove the session's outbox, once its process's turns are over."""
+        if self._outbox is not None:
+            self._outbox.remove()
+            self._outbox = None
+        self._outbox_due = ""
 
     async def close(self, grace: float | None = None) -> None:
         """Say goodbye, give the agent `grace` (default `kill_grace_secs`) to exit, then kill its group."""
@@ -261,6 +301,8 @@ class WarmAgent:
                 io.agent.close()
                 if self._files is not None:
                     self._files.close()
+                if self._wake is None:  # else the turn in progress hands its files over first
+                    self._drop_outbox()
                 self.log.info("warm agent ended", returncode=self.returncode, turns=self.turns)
                 self._reaped.set()
                 self._wake_turn()
@@ -461,11 +503,12 @@ class WarmAgent:
                 await loop.handle([ActivityEvent("notice", text=notice)])
             self._loop = loop
             deadline = io.begin_turn(started)
-            io.send(self._dialect.prompt(turn, files.outbox if files is not None else ""))
+            io.send(self._dialect.prompt(turn, self._outbox_to_name() if files is not None else ""))
             ending = await self._wait_for_turn(io, deadline, questions, cancel, log)
             self._raise_turn_error()
         except BaseException:
             if files is not None:
+                self._move_outbox_files(files)
                 files.remove()
             raise
         finally:
@@ -479,7 +522,15 @@ class WarmAgent:
         result = finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
         if files is None:
             return result
+        self._move_outbox_files(files)
         return await hand_out_turn_files(files, keep, profile, result, emit, log)
+
+    def _move_outbox_files(self, files: TurnFiles) -> None:
+        """The turn is over: what the session's outbox holds moves to the turn's, to be sent from there."""
+        if self._outbox is not None:
+            self._outbox.hand_over(files)
+            if self._dead.is_set():  # the process is gone: no turn writes there any more
+                self._drop_outbox()
 
     @property
     def can_steer(self) -> bool:

@@ -30,8 +30,9 @@ servers of the tests:
     refuse | max_tokens | max_turn_requests   streams a word, then ends with that stop reason
     fail TEXT        fails the turn with a JSON-RPC error whose message is TEXT
     slow N TEXT      waits N seconds, then answers "echo: TEXT"
-    files NAME:TEXT ...   writes each TEXT to a file NAME in the turn's outbox (the directory under $AGENT_OUTBOX
-                     that a later text block of the prompt names); answers "left NAME, NAME in OUTBOX"
+    files NAME:TEXT ...   writes each TEXT to a file NAME in the session's outbox ($AGENT_OUTBOX); answers
+                     "left NAME, NAME in OUTBOX"
+    texts            answers with the prompt's text blocks, all of them, as a JSON list
     blocks           answers with the prompt's blocks other than text, one per line: "image MIME N bytes URI"
                      (N: the decoded base64 data) or "link URI MIME SIZE"
     anything else    answers "echo: PROMPT", streamed a few characters per chunk
@@ -149,7 +150,7 @@ class SampleAgent(Agent):
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         session = self._open(session_id)
         texts = [block.text for block in prompt if getattr(block, "type", "") == "text"]
-        text = texts[0] if texts else ""  # the user's message; a later text block names the turn's outbox
+        text = texts[0] if texts else ""  # the user's message; a later text block may name the outbox
         links = [block.uri for block in prompt if getattr(block, "type", "") == "resource_link"]
         cancelled = self.cancelled[session_id] = asyncio.Event()
         word, _, argument = text.strip().partition(" ")
@@ -208,7 +209,9 @@ class SampleAgent(Agent):
         elif word == "blocks":
             reply = "\n".join(_described(block) for block in prompt if getattr(block, "type", "") != "text")
         elif word == "files":
-            reply = _leave_files(texts[1:], argument)
+            reply = _leave_files(argument)
+        elif word == "texts":
+            reply = json.dumps(texts)
         elif word == "slow":
             seconds, _, rest = argument.partition(" ")
             await asyncio.sleep(float(seconds))
@@ -312,12 +315,10 @@ def _described(block: Any) -> str:
     return block.type
 
 
-def _leave_files(notes: list[str], argument: str) -> str:
-    base = os.environ.get("AGENT_OUTBOX", "")
-    words = [word.rstrip(".,)") for note in notes for word in note.split()]
-    outbox = next((word for word in words if base and word.startswith(base + "/")), "")
+def _leave_files(argument: str) -> str:
+    outbox = os.environ.get("AGENT_OUTBOX", "")
     if not outbox:
-        return f"no outbox under {base!r} in {notes!r}"
+        return "no AGENT_OUTBOX"
     names = []
     for pair in argument.split():
         name, _, content = pair.partition(":")

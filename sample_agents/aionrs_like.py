@@ -75,7 +75,7 @@ SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _write_lock = threading.Lock()
 
 # The sentence the bridge adds to a warm turn naming its outbox: an instruction to the model, not the user's words.
-OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when this turn ends\)\.")
+OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when the turn ends\)\.")
 
 
 def send(event: dict[str, Any]) -> None:

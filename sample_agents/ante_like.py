@@ -52,7 +52,7 @@ MAKE_BELIEVE = {"Bash": ({"command": "ls -la"}, "total 0"), "Read": ({"file_path
 _write = threading.Lock()
 
 # The sentence the bridge adds to a warm turn naming its outbox: an instruction to the model, not the user's words.
-OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when this turn ends\)\.")
+OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when the turn ends\)\.")
 
 
 def new_id(prefix: str) -> str:

@@ -25,6 +25,7 @@ import uuid
 
 FLAVORS = {"claude": "claude", "codebuddy": "codebuddy", "agent": "cursor", "cursor-agent": "cursor", "qwen": "qwen"}
 VALUED = {
+    "--append-system-prompt",
     "--output-format",
     "--input-format",
     "--resume",

@@ -52,12 +52,13 @@ def fetched(directory: Path, image_name: str = "shot.png") -> tuple[Attachment, 
 
 def left_in(directory: Path) -> list[str]:
     """What turns left in the working directory `directory`, sorted: its entries, each path below `.agent-bridge`
-    named, and the bridge's own `.agent-bridge/outbox` and `.agent-bridge/attachments` (which stay between turns)
+    named, and the bridge's own `.agent-bridge/outbox`, `.agent-bridge/attachments` (which stay between turns),
+    `.agent-bridge/.gitignore`
     and the outbox kept empty for the next turn (`.agent-bridge/outbox/.spare-…`) not at all."""
     found = sorted(entry.name for entry in directory.iterdir() if entry.name != ".agent-bridge")
     state = directory / ".agent-bridge"
     if state.is_dir() and not state.is_symlink():
-        kept = [state / "outbox", state / "attachments"]
+        kept = [state / "outbox", state / "attachments", state / ".gitignore"]
         kept += [path for path in state.glob("outbox/.spare-*") if is_empty_directory(path)]
         found += sorted(str(path.relative_to(directory)) for path in state.rglob("*") if path not in kept)
     elif state.exists() or state.is_symlink():

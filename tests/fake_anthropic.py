@@ -56,7 +56,7 @@ def said(text: str) -> str:
     return _OUTBOX_NOTE.sub("", text)
 
 
-_OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when this turn ends\)\.")
+_OUTBOX_NOTE = re.compile(r"(?:\n\n)?Files for the user: write them to .*? \(they are sent when the turn ends\)\.")
 
 
 def tool_results(request: Request) -> list[dict[str, Any]]:

@@ -110,6 +110,29 @@ async def test_two_turns_run_on_one_process_in_one_session(tmp_path):
     assert user_texts(api.posts("/v1/messages")[-1]) == ["hello", "again"]
 
 
+async def test_claude_code_gets_the_users_messages_as_sent_and_its_outbox_in_the_system_prompt(tmp_path):
+    with fake_claude(tmp_path) as (_, api, profile):
+        async with started_agent(profile) as (agent, _):
+            with trio.fail_after(DEADLINE):
+                first = await agent.turn(Turn("hello"))
+                second = await agent.turn(Turn("again"))
+    assert first.ok and second.ok, (first.error, second.error)
+    request = api.posts("/v1/messages")[-1].body
+    written = [
+        block["text"]
+        for message in request["messages"]
+        if message["role"] == "user"
+        for block in ([{"type": "text", "text": message["content"]}] if isinstance(message["content"], str) else [])
+        + [b for b in message["content"] if isinstance(message["content"], list) and b.get("type") == "text"]
+        if not block["text"].startswith("<system-reminder>")
+    ]
+    assert written == ["hello", "again"]  # byte for byte: nothing added to the user's words
+    system = request["system"]
+    system_text = system if isinstance(system, str) else "\n".join(block.get("text", "") for block in system)
+    outbox = re.escape(str(tmp_path / "work" / ".agent-bridge" / "outbox"))
+    assert re.search(rf"Files for the user: write them to {outbox}/session-[0-9a-f]+ \(", system_text), system_text
+
+
 @pytest.mark.parametrize(
     ("permissions", "made"), [({"default": "allow"}, True), ({"default": "allow", "deny": ["Bash"]}, False)]
 )
@@ -250,8 +273,5 @@ async def test_a_fetched_image_reaches_the_model_as_an_image_block_and_a_file_by
     # The file the engine fetched into the turn's directory, named by its path.
     notes = rf"what is this\?\n\nAttached files:\n- {tmp_path}/work/{TURN_FILES}/notes\.txt"
     assert [
-        b["text"]
-        for b in blocks
-        if b["type"] == "text"
-        and re.match(notes + r" \(file, text/plain\)\n\nFiles for the user: write them to /", b["text"])
+        b["text"] for b in blocks if b["type"] == "text" and re.fullmatch(notes + r" \(file, text/plain\)", b["text"])
     ]

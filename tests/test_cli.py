@@ -76,6 +76,7 @@ SPEC_FIELDS = {
     "kill_grace_secs",
     "max_reply_chars",
     "truncation_suffix",
+    "outbox",
     "outbox_max_files",
     "outbox_max_bytes",
     "include_stderr_in_reply",

@@ -100,6 +100,29 @@ async def test_two_turns_on_one_process_stream_and_keep_the_thread(codex, tmp_pa
     assert_no_live_process([pid])
 
 
+async def test_codex_gets_the_users_messages_as_sent_and_its_outbox_in_developer_instructions(codex, tmp_path):
+    home, api = codex
+    async with trio.open_nursery() as nursery:
+        agent = WarmAgent(profile(home, tmp_path / "work"))
+        with trio.fail_after(DEADLINE):
+            await agent.start(nursery)
+        first = await turn(agent, "say one")
+        second = await turn(agent, "say two")
+        await agent.close()
+    assert (first.reply, second.reply) == ("one", "two"), (first.error, second.error)
+    body = api.responses_requests()[-1].body
+    messages = [
+        (item["role"], "".join(part.get("text", "") for part in item["content"]))
+        for item in body["input"]
+        if item.get("type") == "message"
+    ]
+    said = [text for role, text in messages if role == "user" and not text.startswith("<")]
+    assert said == ["say one", "say two"]  # byte for byte: nothing added to the user's words
+    outbox = re.escape(str(tmp_path / "work" / ".agent-bridge" / "outbox"))
+    told = [text for role, text in messages if role == "developer" and "Files for the user" in text]
+    assert told and re.search(rf"Files for the user: write them to {outbox}/session-[0-9a-f]+ \(", told[0]), messages
+
+
 async def test_approvals_allowed_declined_and_allowed_for_the_session(codex, tmp_path):
     home, _ = codex
     work = tmp_path / "work"

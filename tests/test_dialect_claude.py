@@ -425,6 +425,24 @@ async def test_real_claude_streams_its_reply_with_session_and_usage_and_resumes_
     assert prompts(requests[-1]) == ["-p is not an option here", "and again"]
 
 
+def system_text(request: Any) -> str:
+    system = request.body.get("system", "")
+    return system if isinstance(system, str) else "\n".join(block.get("text", "") for block in system)
+
+
+@pytest.mark.parametrize("tell_agent", ["session", "never"])
+async def test_real_claude_is_told_the_turns_outbox_in_its_system_prompt_unless_never(tmp_path, tell_agent):
+    with fake_anthropic("text") as api:
+        profile = claude_profile(tmp_path, api).replace(outbox={"tell_agent": tell_agent})
+        result, _ = await run(profile, "hello there")
+    assert result.ok, (result.error, result.stderr_tail)
+    [request] = api.posts("/v1/messages")[-1:]
+    assert prompts(request) == ["hello there"]
+    outbox = re.escape(str(tmp_path / "work" / ".agent-bridge" / "outbox"))
+    told = re.search(rf"Files for the user: write them to {outbox}/[\w-]+ \(", system_text(request))
+    assert bool(told) == (tell_agent == "session"), system_text(request)[-400:]
+
+
 async def test_real_claude_tool_calls_are_activity(tmp_path):
     with fake_anthropic("tool") as api:
         result, events = await run(claude_profile(tmp_path, api), "run echo hi")

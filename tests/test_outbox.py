@@ -143,7 +143,7 @@ def test_an_agent_writes_two_files(make_agent, tmp_path: Path) -> None:
 def test_a_turn_without_files_leaves_only_the_bridge_s_empty_directories(make_agent, tmp_path: Path) -> None:
     """The agent's `AGENT_OUTBOX` is an empty directory of the turn's own right under `.agent-bridge/outbox/`; after
     the turn `.agent-bridge/` holds the directories the bridge keeps (`attachments/` from the first turn that has
-    some), empty but for the outbox kept for the next turn, empty."""
+    some), empty but for the outbox kept for the next turn, empty, and the `.gitignore` made with it."""
     work = tmp_path / "work"
     work.mkdir()
     profile = make_agent(
@@ -153,7 +153,9 @@ def test_a_turn_without_files_leaves_only_the_bridge_s_empty_directories(make_ag
     SPARE_OUTBOXES.remove_all()  # none kept from other tests: this one's is the newest anyway
 
     def kept() -> list[tuple[str, list[str]]]:
-        return sorted((path.name, [spare_or(child.name) for child in path.iterdir()]) for path in state.iterdir())
+        return sorted(
+            (path.name, [spare_or(child.name) for child in path.iterdir()]) for path in state.iterdir() if path.is_dir()
+        )
 
     def spare_or(name: str) -> str:
         spare = state / "outbox" / name
@@ -163,6 +165,7 @@ def test_a_turn_without_files_leaves_only_the_bridge_s_empty_directories(make_ag
     assert result.ok and result.files == ()
     assert re.fullmatch(re.escape(str(state / "outbox")) + r"/[\w-]+ \[\]", result.reply), result.reply
     assert kept() == [("outbox", ["spare"])]
+    assert (state / ".gitignore").read_text() == "*\n"
     result = bridge.run_turn_sync(profile, bridge.Turn("hi", attachments=[bridge.Attachment("file", "data:,x")]))
     assert result.ok and result.files == ()
     assert re.fullmatch(re.escape(str(state / "outbox")) + r"/[\w-]+ \[\]", result.reply), result.reply

@@ -54,6 +54,7 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
         "kill_grace_secs": 5,
         "max_reply_chars": 8000,
         "truncation_suffix": "\n\n…(truncated)",
+        "outbox": None,
         "outbox_max_files": 20,
         "outbox_max_bytes": 52428800,
         "include_stderr_in_reply": False,
@@ -789,3 +790,11 @@ def test_every_argv_is_judged_without_error_and_a_program_from_the_user_is_alway
         for word in argv
     ):
         assert problem is not None  # -c{{MESSAGE}}: embedded
+
+
+def test_outbox_tell_agent_is_session_by_default_and_takes_only_its_three_words() -> None:
+    assert parse_profile("command: ./agent\n").tell_agent_outbox == "session"
+    assert parse_profile("command: ./agent\noutbox: {tell_agent: never}\n").tell_agent_outbox == "never"
+    [wrong] = problems("command: ./agent\noutbox:\n  tell_agent: sometimes\n")
+    assert wrong.startswith("p.yaml:3: outbox.tell_agent") and "session" in wrong and "every_turn" in wrong, wrong
+    assert problems("command: ./agent\noutbox: {tel_agent: never}\n") == ["p.yaml:2: unknown key 'tel_agent' in outbox"]

@@ -129,6 +129,7 @@ class Ante(WarmDialect):
     __slots__ = (
         "_settings",
         "_stored_session",
+        "_standing",
         "_cwd",
         "_resuming",
         "_turn_started",
@@ -151,6 +152,7 @@ class Ante(WarmDialect):
         super().__init__(context, session_id=session_id, cwd=cwd)
         self._settings = context.settings if context.settings is not None else AnteSettings()
         self._stored_session = session_id
+        self._standing = ""  # added to the system prompt of a new session (`tell_standing`)
         self._cwd = cwd
         # Finer steps within the WarmState: STARTING is a start or a resume; IN_TURN waits for the turn's TurnStart
         # after prompt(), then is inside the turn.
@@ -217,8 +219,15 @@ class Ante(WarmDialect):
     def shutdown(self) -> bytes:
         return _op("Shutdown")[1]
 
+    def tell_standing(self, instructions: str) -> bool:
+        if self._stored_session:  # ResumeSession takes no system prompt: the first turn says it
+            return False
+        self._standing = instructions
+        return True
+
     def _start_session(self) -> bytes:
         settings = self._settings
+        append = "\n\n".join(text for text in (settings.append_system_prompt, self._standing) if text) or None
         self._resuming = False
         self._handshake_op, data = _op(
             {
@@ -228,7 +237,7 @@ class Ante(WarmDialect):
                     "policy": settings.policy,
                     "streaming": settings.streaming,
                     "system_prompt": settings.system_prompt,
-                    "append_system_prompt": settings.append_system_prompt,
+                    "append_system_prompt": append,
                     "allowed_tools": list(settings.allowed_tools) if settings.allowed_tools is not None else None,
                     "disallowed_tools": list(settings.disallowed_tools)
                     if settings.disallowed_tools is not None

@@ -276,9 +276,9 @@ def with_outbox_named(message: str, outbox: str) -> str:
 
 
 def outbox_named(outbox: str) -> str:
-    """The words that tell a warm agent (and its model) where the turn's files for the user go ("" for no outbox):
-    its process outlives the turn, so `AGENT_OUTBOX` cannot name the turn's own directory."""
-    return f"Files for the user: write them to {outbox} (they are sent when this turn ends)." if outbox else ""
+    """The words that tell an agent's model where its files for the user go ("" for no outbox): once per session
+    as a standing instruction, or after a message (`outbox.tell_agent`); the program itself has `AGENT_OUTBOX`."""
+    return f"Files for the user: write them to {outbox} (they are sent when the turn ends)." if outbox else ""
 
 
 def files_named(attachments: Sequence[Attachment], mention: str = "{path}") -> str:

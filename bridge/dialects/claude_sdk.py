@@ -62,7 +62,7 @@ from ..errors import ProtocolMisuse
 from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .base import DialectContext, Handler, shorten, text_of, with_files_named, with_outbox_named
-from .claude_stream import ClaudeStream, result_error_text, result_usage
+from .claude_stream import ClaudeStream, result_error_text, result_usage, with_system_prompt_appended
 from .coding_agents import TITLE_CHARS, image_data, tool_title
 from .events import (
     AgentInput,
@@ -128,6 +128,7 @@ class ClaudeSdk(WarmDialect):
     def __init__(self, context: DialectContext, *, session_id: str, cwd: str) -> None:
         super().__init__(context, session_id=session_id, cwd=cwd)
         self._stored_session = session_id
+        self._standing = ""  # added to the system prompt (`tell_standing`)
         self._next_id = 0
         self._calls: dict[str, str] = {}  # our control requests awaiting an answer: request id → subtype
         self._asked: dict[str, tuple[str, Mapping[str, Any]]] = {}  # the CLI's open requests: id → (tool, input)
@@ -208,6 +209,15 @@ class ClaudeSdk(WarmDialect):
             if labels:
                 replies[question.prompt] = ", ".join(labels)
         return _success(request.request_id, {"behavior": "allow", "updatedInput": {**tool_input, "answers": replies}})
+
+    def tell_standing(self, instructions: str) -> bool:
+        self._standing = instructions  # `--append-system-prompt` on the command line
+        return True
+
+    def command_line(self, argv: Sequence[str], command_at: int) -> tuple[str, ...]:
+        if not self._standing:
+            return tuple(argv)
+        return with_system_prompt_appended(argv, command_at, self._standing)
 
     @classmethod
     def argv_problems(cls, argv: Sequence[str]) -> list[str]:

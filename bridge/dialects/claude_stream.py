@@ -29,7 +29,8 @@ Lines from a subagent (`parent_tool_use_id` set) add tool activity, never text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..turn import Turn
@@ -37,6 +38,32 @@ from .base import DialectContext, Handler, JsonLinesDialect, number, text_of
 from .coding_agents import TEXT_BOUND, THINKING_CHARS, UNFINISHED, Paragraphs, SessionIds, ToolCalls
 from .events import ActivityEvent, ErrorEvent, Event, ReplyEvent, Usage, UsageEvent
 from .settings import ClaudeStreamSettings
+
+APPEND_SYSTEM_PROMPT = "--append-system-prompt"
+
+
+def with_system_prompt_appended(argv: Sequence[str], command_at: int, text: str) -> tuple[str, ...]:
+    """Claude Code's command line `argv` (its program at `command_at`) with `text` added to its system prompt: after
+    the text of the profile's own `--append-system-prompt` (the CLI takes the flag once), else in a flag of its own
+    right after the program."""
+    words = list(argv)
+    for index in range(command_at + 1, len(words)):
+        word = words[index]
+        if word == "--":
+            break
+        if word == APPEND_SYSTEM_PROMPT and index + 1 < len(words):
+            words[index + 1] = f"{words[index + 1]}\n\n{text}"
+            return tuple(words)
+        if word.startswith(APPEND_SYSTEM_PROMPT + "="):
+            words[index] = f"{word}\n\n{text}"
+            return tuple(words)
+    return (*words[: command_at + 1], APPEND_SYSTEM_PROMPT, text, *words[command_at + 1 :])
+
+
+def is_claude_code(argv: Sequence[str], command_at: int) -> bool:
+    """The program is Claude Code's `claude` (another CLI speaking its stream-json, CodeBuddy's or Cursor's, may
+    not take its flags)."""
+    return command_at < len(argv) and posixpath.basename(argv[command_at]) == "claude"
 
 
 class ClaudeStream(JsonLinesDialect):

@@ -117,6 +117,7 @@ class CodexAppServer(WarmDialect):
         self._rpc = Wire(version=False)
         self._thread = ""
         self._model = ""  # the thread's model, as codex reports it (Plan mode names it)
+        self._standing = ""  # the thread's developer instructions (`tell_standing`)
         self._begin_turn()
 
     def _begin_turn(self) -> None:
@@ -142,6 +143,10 @@ class CodexAppServer(WarmDialect):
         capabilities: dict[str, Any] = {"experimentalApi": self._settings.plan_mode, "optOutNotificationMethods": QUIET}
         client = {"name": "agent-bridge", "title": "agent-bridge", "version": __version__}
         return self._rpc.request("initialize", {"clientInfo": client, "capabilities": capabilities})
+
+    def tell_standing(self, instructions: str) -> bool:
+        self._standing = instructions  # `developerInstructions` of thread/start or thread/resume
+        return True
 
     def start_turn(self, turn: Turn, outbox: str) -> bytes:
         self._begin_turn()
@@ -250,6 +255,8 @@ class CodexAppServer(WarmDialect):
             params["sandbox"] = self._settings.sandbox
         if self._settings.model is not None:
             params["model"] = self._settings.model
+        if self._standing:
+            params["developerInstructions"] = self._standing
         data = self._rpc.notification("initialized")
         if self._stored_session:
             data += self._rpc.request(

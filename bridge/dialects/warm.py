@@ -123,9 +123,22 @@ class WarmDialect(JsonLinesReader):
         """The first bytes of the handshake (b"" when the agent speaks first)."""
         raise NotImplementedError
 
+    def tell_standing(self, instructions: str) -> bool:
+        """Give the agent `instructions` for its whole session through the protocol's own channel for standing
+        instructions (the handshake, or `command_line`), if it has one; whether it does. Called before `open`:
+        where it has none, the bridge puts them in the first turn's message instead."""
+        return False
+
+    def command_line(self, argv: Sequence[str], command_at: int) -> tuple[str, ...]:
+        """The agent's command line `argv` (the profile's command from `command_at` on, after the bridge's programs)
+        with what the family adds to it (standing instructions given to `tell_standing`, say); bridge-built words,
+        never the user's."""
+        return tuple(argv)
+
     def prompt(self, turn: Turn, outbox: str = "") -> bytes:
-        """The bytes that start `turn`, naming `outbox` (the turn's outbox directory, "" for none) to the agent; only
-        when the session is ready (`ProtocolMisuse` otherwise)."""
+        """The bytes that start `turn`, naming `outbox` (the session's outbox, when this message is to tell it; "" for
+        nothing: the user's message as sent) to the agent; only when the session is ready (`ProtocolMisuse`
+        otherwise)."""
         self.move(Turn)
         return self.start_turn(turn, outbox)
 

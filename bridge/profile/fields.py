@@ -34,6 +34,7 @@ FIELD_NAMES = (
     "kill_grace_secs",
     "max_reply_chars",
     "truncation_suffix",
+    "outbox",
     "outbox_max_files",
     "outbox_max_bytes",
     "include_stderr_in_reply",

@@ -69,6 +69,7 @@ class Profile:
     kill_grace_secs: float
     max_reply_chars: int | None
     truncation_suffix: str
+    outbox: Mapping[str, Any] | None
     outbox_max_files: int
     outbox_max_bytes: int
     include_stderr_in_reply: bool
@@ -141,6 +142,11 @@ class Profile:
         )
         object.__setattr__(self, "permission_policy", PermissionPolicy.from_mapping(self.permissions))
         object.__setattr__(self, "profile_dir", profile_dir)
+
+    @property
+    def tell_agent_outbox(self) -> str:
+        """How the agent is told its outbox (`outbox.tell_agent`): session, every_turn or never."""
+        return str(self.outbox.get("tell_agent", "session")) if self.outbox is not None else "session"
 
     @property
     def warm(self) -> bool:

@@ -96,6 +96,19 @@ class AttachmentsModel(BaseModel):
     )
 
 
+class OutboxModel(BaseModel):
+    """How the agent learns where its files for the user go (docs/attachments-out.md)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    tell_agent: Literal["session", "every_turn", "never"] = Field(
+        default="session",
+        description="How the agent is told its outbox: session (once per agent session, through the protocol's "
+        "channel for standing instructions, the user's message untouched), every_turn (a sentence after every "
+        "message) or never (only the AGENT_OUTBOX variable).",
+    )
+
+
 class SandboxModel(BaseModel):
     """The agent under bubblewrap (docs/sandbox.md): what it sees beyond the system (read-only) and its working
     directory (writable)."""
@@ -287,6 +300,10 @@ class ProfileModel(BaseModel):
         description="Cap on the reply body, and on the cumulative text of forwarded partials; null = no cap.",
     )
     truncation_suffix: str = Field(default="\n\n…(truncated)", description="Appended once where the cap cut text.")
+    outbox: OutboxModel | None = Field(
+        default=None,
+        description="How the agent is told where its files for the user go (tell_agent; session by default).",
+    )
     outbox_max_files: Annotated[int, Field(ge=0)] = Field(
         default=20, description="At most this many files the agent leaves in its outbox are sent; more are noted."
     )

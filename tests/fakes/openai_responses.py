@@ -406,7 +406,7 @@ def _prompt(body: Any) -> str:
     return _OUTBOX_NOTE.sub("", texts[-1]).strip() if texts else ""
 
 
-_OUTBOX_NOTE = re.compile(r"Files for the user: write them to .*? \(they are sent when this turn ends\)\.")
+_OUTBOX_NOTE = re.compile(r"Files for the user: write them to .*? \(they are sent when the turn ends\)\.")
 
 
 def _tool_output(body: Any) -> str | None:
