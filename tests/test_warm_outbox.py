@@ -255,6 +255,17 @@ def test_claude_codes_system_prompt_gets_the_instructions_after_the_profiles_own
         "--append-system-prompt",
         note,
     )
+    # Another program speaking the protocol (a script run by its interpreter): the flag after its words, so the
+    # interpreter does not take it for its own option.
+    assert with_system_prompt_appended(["python3", "agent.py", "--", "x"], 0, note) == (
+        "python3",
+        "agent.py",
+        "--append-system-prompt",
+        note,
+        "--",
+        "x",
+    )
+    assert with_system_prompt_appended(["python3", "agent.py"], 0, note)[2:] == ("--append-system-prompt", note)
 
 
 def started(family: str, session_id: str = "") -> Any:

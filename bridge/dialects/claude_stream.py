@@ -44,8 +44,9 @@ APPEND_SYSTEM_PROMPT = "--append-system-prompt"
 
 def with_system_prompt_appended(argv: Sequence[str], command_at: int, text: str) -> tuple[str, ...]:
     """Claude Code's command line `argv` (its program at `command_at`) with `text` added to its system prompt: after
-    the text of the profile's own `--append-system-prompt` (the CLI takes the flag once), else in a flag of its own
-    right after the program."""
+    the text of the profile's own `--append-system-prompt` (the CLI takes the flag once), else in a flag of its own:
+    right after `claude`, or after the words of another program (a wrapper script, a test double run by an
+    interpreter, which would take a flag right after it as its own option), before any `--`."""
     words = list(argv)
     for index in range(command_at + 1, len(words)):
         word = words[index]
@@ -57,7 +58,11 @@ def with_system_prompt_appended(argv: Sequence[str], command_at: int, text: str)
         if word.startswith(APPEND_SYSTEM_PROMPT + "="):
             words[index] = f"{word}\n\n{text}"
             return tuple(words)
-    return (*words[: command_at + 1], APPEND_SYSTEM_PROMPT, text, *words[command_at + 1 :])
+    if is_claude_code(words, command_at):
+        at = command_at + 1
+    else:
+        at = words.index("--", command_at + 1) if "--" in words[command_at + 1 :] else len(words)
+    return (*words[:at], APPEND_SYSTEM_PROMPT, text, *words[at:])
 
 
 def is_claude_code(argv: Sequence[str], command_at: int) -> bool:
