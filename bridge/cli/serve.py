@@ -267,11 +267,13 @@ def run_serve(
 
 def _network_door(options: dict[str, Any], file_ttl: float) -> Callable[[BaseHost], Awaitable[int]]:
     """Check the network door's options before anything opens; returns what serves a host through it."""
+    from ..network.extra import require_http_extra
+
+    require_http_extra()  # before the door's modules, which import its libraries
     from ..network.door import DoorLimits
-    from ..network.listen import check_listen, hypercorn_config, parse_address, require_http_extra, serve_network
+    from ..network.listen import check_listen, hypercorn_config, parse_address, serve_network
     from ..network.tokens import load_tokens
 
-    require_http_extra()
     address = parse_address(options["listen"])
     tokens = load_tokens(options["tokens"]) if options.get("tokens") else None
     check_listen(address, tokens)
