@@ -168,23 +168,12 @@ def test_a_tokens_file_that_is_not_yaml_is_named_with_its_line_and_never_its_tex
     assert "s3cret" not in done.stderr
 
 
-def test_a_certificate_file_that_is_not_there_is_named(profiles: Path, tmp_path: Path) -> None:
-    key = tmp_path / "key.pem"
-    key.write_text("not a key\n")
-    done = agent_bridge(
-        *("serve", "--profiles", str(profiles), "--listen", "127.0.0.1:0"),
-        *("--certfile", str(tmp_path / "cert.pem"), "--keyfile", str(key)),
-    )
-    assert the_one_line(done) == (
-        f"agent-bridge: TLS: --certfile '{tmp_path / 'cert.pem'}' cannot be read: No such file or directory"
-    )
-
-
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
         ("tokens file missing", "agent-bridge: the tokens file '{tmp}/tokens.yaml' cannot be read: No such file"),
         ("tokens file a directory", "agent-bridge: the tokens file '{tmp}' cannot be read: Is a directory"),
+        ("certificate missing", "agent-bridge: TLS: --certfile '{tmp}/cert.pem' and --keyfile '{tmp}/bad.pem' do"),
         ("certificate not PEM", "agent-bridge: TLS: --certfile '{tmp}/bad.pem' and --keyfile '{tmp}/bad.pem' do not"),
         ("profiles missing", "agent-bridge: {tmp}/nothing: the profiles directory cannot be read: No such file"),
         ("state under a file", "agent-bridge: cannot create session store {tmp}/bad.pem/s.sqlite3: "),
@@ -201,6 +190,13 @@ def test_each_start_up_failure_is_one_line_that_names_what_to_fix(
     args = {
         "tokens file missing": (*listen, "--tokens", str(tmp_path / "tokens.yaml")),
         "tokens file a directory": (*listen, "--tokens", str(tmp_path)),
+        "certificate missing": (
+            *listen,
+            "--certfile",
+            str(tmp_path / "cert.pem"),
+            "--keyfile",
+            str(tmp_path / "bad.pem"),
+        ),
         "certificate not PEM": (
             *listen,
             "--certfile",

@@ -254,12 +254,6 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
         if not (certfile and keyfile):
             raise ListenError("TLS needs both --certfile and --keyfile")
         config.certfile, config.keyfile = certfile, keyfile
-        for option, path in (("--certfile", certfile), ("--keyfile", keyfile)):
-            try:
-                with open(path, "rb"):
-                    pass
-            except OSError as err:
-                raise ListenError(f"TLS: {option} {path!r} cannot be read: {err.strerror or err}") from None
         try:
             config.create_ssl_context()
         except (OSError, ValueError) as err:  # ssl.SSLError is an OSError: a file that is no PEM, a key not the cert's
