@@ -75,14 +75,6 @@ def main(argv: Sequence[str] | None = None, *, early_place: Place | None = None)
     except BridgeError as err:
         print(f"agent-bridge: {paint(str(err), ERROR, wants_color(sys.stderr))}", file=sys.stderr)
         return EXIT_USAGE
-    except BaseExceptionGroup as group:
-        # A long-lived command's start-up error raised in a trio nursery (a port in use) comes in a group.
-        errors = _only_bridge_errors(group)
-        if not errors:
-            raise
-        for message in dict.fromkeys(str(err) for err in errors):
-            print(f"agent-bridge: {paint(message, ERROR, wants_color(sys.stderr))}", file=sys.stderr)
-        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except _Stopped as stopped:
@@ -92,21 +84,6 @@ def main(argv: Sequence[str] | None = None, *, early_place: Place | None = None)
         # in a pipeline; the turn was cancelled and its agent stopped on the way out.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
-
-
-def _only_bridge_errors(error: BaseException) -> list[BridgeError]:
-    """The `BridgeError`s of a (nested) exception group that holds nothing else; else none."""
-    if isinstance(error, BridgeError):
-        return [error]
-    if not isinstance(error, BaseExceptionGroup):
-        return []
-    found: list[BridgeError] = []
-    for inner in error.exceptions:
-        errors = _only_bridge_errors(inner)
-        if not errors:
-            return []
-        found += errors
-    return found
 
 
 RUN_EPILOG = """\
