@@ -345,10 +345,10 @@ async def serve_app(
     try:
         await serve(RequestHeadLimit(app), config, shutdown_trigger=shutdown_trigger, task_status=task_status)
     except* OSError as errors:  # hypercorn binds in a nursery of its own: the error comes in a group
-        raise ListenError(cannot_listen(option, config.bind[0], _first_leaf(errors))) from None
+        raise ListenError(_cannot_listen(option, config.bind[0], _first_leaf(errors))) from None
 
 
-def cannot_listen(option: str, bind: str, error: BaseException) -> str:
+def _cannot_listen(option: str, bind: str, error: BaseException) -> str:
     """What to tell the operator when binding `bind` failed with `error`."""
     where = f"{option} {bind}"
     code = error.errno if isinstance(error, OSError) else None
