@@ -959,6 +959,9 @@ def _worker_command(args: argparse.Namespace) -> int:
 
     metrics: dict[str, Any] = {}
     if args.metrics is not None:
+        from ..network.extra import require_http_extra
+
+        require_http_extra("--metrics")  # before worker_metrics, which imports the extra's libraries
         from ..network.worker_metrics import worker_metrics
 
         door = worker_metrics(args.metrics, args.metrics_tokens)

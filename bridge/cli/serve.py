@@ -25,6 +25,7 @@ from ..host.common import BaseHost, ClientSessionIds
 from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
 from ..process import sweep_orphans_on_sigchld
+from ..runner import ungrouped
 from ..serving.file_delivery import DEFAULT_FILE_TTL, FileDeliveries
 from ..serving.output import Output, json_line
 from ..serving.requests import MAX_REQUEST_BYTES, REQUEST_TOO_LARGE
@@ -262,16 +263,19 @@ def run_serve(
                 return await listening(host)
             return await serve_stdio(host, file_ttl=file_ttl)
 
-    return trio.run(main)
+    with ungrouped():  # a BridgeError at start (the door's port in use…) reaches the CLI as itself
+        return trio.run(main)
 
 
 def _network_door(options: dict[str, Any], file_ttl: float) -> Callable[[BaseHost], Awaitable[int]]:
     """Check the network door's options before anything opens; returns what serves a host through it."""
+    from ..network.extra import require_http_extra
+
+    require_http_extra()  # before the door's modules, which import its libraries
     from ..network.door import DoorLimits
-    from ..network.listen import check_listen, hypercorn_config, parse_address, require_http_extra, serve_network
+    from ..network.listen import check_listen, hypercorn_config, parse_address, serve_network
     from ..network.tokens import load_tokens
 
-    require_http_extra()
     address = parse_address(options["listen"])
     tokens = load_tokens(options["tokens"]) if options.get("tokens") else None
     check_listen(address, tokens)

@@ -6,6 +6,7 @@
 - `tokens`: the bearer tokens file;
 - `metrics`: health and Prometheus metrics of a host (the door's `/metrics`) or a worker;
 - `worker_metrics`: `agent-bridge worker --metrics`, a worker's own small server.
+- `extra`: whether the `http` extra is installed, asked before the modules above import it.
 
 Only `serve --listen` and `worker --metrics` import this package, and only they pay for hypercorn, Starlette and
 prometheus-client (the `http` extra).

@@ -4,7 +4,8 @@ Rules checked before anything binds:
 - Without tokens, only a loopback address: anyone who can reach a public
   port could otherwise run agents. A public address without `--tokens`
   raises `ListenError` naming the fix.
-- The `http` extra must be installed; else `ListenError` names it.
+- The `http` extra must be installed; else `ListenError` names it (`extra`, checked before this module
+  is imported: importing it imports the extra's libraries).
 
 Behind a fleet gateway, results an earlier gateway of the same name could not
 send stay in the queue for a serve on stdin/stdout of that name (whose bot
@@ -17,6 +18,7 @@ the listener; a second signal cancels every turn at once.
 
 from __future__ import annotations
 
+import errno
 import functools
 import ipaddress
 import resource
@@ -36,7 +38,6 @@ from ..process import sweep_orphans_on_sigchld
 from .door import Door, DoorLimits
 from .tokens import Tokens
 
-HTTP_EXTRA_HINT = "install the network door's libraries: pip install 'agent-bridge[http]'"
 MAX_REQUEST_HEAD_BYTES = 64 * 1024  # a request line and its headers (docs/network.md)
 KEEP_ALIVE_SECS = 15  # an idle connection's life, and the time a request's line and headers have to come
 # Descriptors kept from the door's connections for the rest of serve: its turns' agents' pipes, the store, the logs.
@@ -82,15 +83,6 @@ def check_listen(address: Address, tokens: Tokens | None) -> None:
             f"--listen {address.bind} is not a loopback address and serve has no --tokens: anyone who can reach "
             "it could run agents. Give --tokens FILE, or listen on 127.0.0.1"
         )
-
-
-def require_http_extra(option: str = "--listen") -> None:
-    try:
-        import hypercorn  # noqa: F401
-        import prometheus_client  # noqa: F401
-        import starlette  # noqa: F401
-    except ImportError as err:
-        raise ListenError(f"{option} needs {err.name}: {HTTP_EXTRA_HINT}") from None
 
 
 def contain_connection_errors() -> None:
@@ -343,14 +335,46 @@ async def serve_app(
     config: Any,
     shutdown_trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    *,
+    option: str = "--listen",
 ) -> None:
     """hypercorn's `serve` of `app` (the door's, or a worker's metrics), each connection's errors its own, and
-    request heads held to `MAX_REQUEST_HEAD_BYTES`."""
+    request heads held to `MAX_REQUEST_HEAD_BYTES`. An address it cannot listen on raises `ListenError` naming
+    `option`."""
     contain_connection_errors()
     try:
         await serve(RequestHeadLimit(app), config, shutdown_trigger=shutdown_trigger, task_status=task_status)
-    except OSError as err:
-        raise ListenError(f"cannot listen on {config.bind[0]}: {err.strerror or err}") from None
+    except* OSError as errors:  # hypercorn binds in a nursery of its own: the error comes in a group
+        raise ListenError(_cannot_listen(option, config.bind[0], _first_leaf(errors))) from None
+
+
+def _cannot_listen(option: str, bind: str, error: BaseException) -> str:
+    """What to tell the operator when binding `bind` failed with `error`."""
+    where = f"{option} {bind}"
+    code = error.errno if isinstance(error, OSError) else None
+    if code == errno.EADDRINUSE:
+        return f"{where}: the address is in use; stop what listens there, or give another port"
+    if code == errno.EACCES:
+        port = bind.rpartition(":")[2]
+        if port.isdigit() and int(port) < 1024:
+            return (
+                f"{where}: permission denied: a port below 1024 needs root or CAP_NET_BIND_SERVICE; give a port "
+                "of 1024 or above"
+            )
+        return f"{where}: permission denied"
+    if code == errno.EADDRNOTAVAIL:
+        return f"{where}: no network interface of this machine has that address; give one of its addresses"
+    if isinstance(error, socket.gaierror):
+        return f"{where}: the host name does not resolve ({error.strerror}); give an address or a name that resolves"
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    return f"{where}: cannot listen: {reason}"
+
+
+def _first_leaf(group: BaseExceptionGroup[OSError]) -> OSError:
+    error: OSError | BaseExceptionGroup[OSError] = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 async def _shut_down_on_signals(

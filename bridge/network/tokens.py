@@ -96,12 +96,21 @@ def load_tokens(path: str | os.PathLike[str]) -> Tokens:
     except OSError as err:
         raise ListenError(f"the tokens file {os.fspath(path)!r} cannot be read: {err.strerror}") from None
     except yaml.YAMLError as err:
-        raise ListenError(f"the tokens file {os.fspath(path)!r} is not valid YAML: {err}") from None
+        raise ListenError(f"the tokens file {os.fspath(path)!r} is not valid YAML: {_yaml_problem(err)}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         get_logger(component="network").warning(
             "the tokens file can be read by other users; chmod 600 it", path=os.fspath(path)
         )
     return parse_tokens(data, source=os.fspath(path))
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """YAML's complaint on one line, with the line it found it at (never the file's text: it holds tokens)."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        reason = error.problem or error.context or "syntax error"
+        return f"line {mark.line + 1}: {reason}" if mark is not None else reason
+    return " ".join(str(error).split())
 
 
 def parse_tokens(data: Any, *, source: str = "the tokens file") -> Tokens:

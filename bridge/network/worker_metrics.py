@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 from starlette.applications import Starlette
@@ -22,7 +23,8 @@ from starlette.routing import Route
 from ..errors import ListenError
 from .app import unauthorized
 from .door import DoorLimits
-from .listen import Address, hypercorn_config, is_loopback, parse_address, require_http_extra, serve_app
+from .extra import require_http_extra
+from .listen import Address, hypercorn_config, is_loopback, parse_address, serve_app
 from .metrics import Metrics, StatsSource, healthz, metrics_response, readyz_response
 from .tokens import Tokens, bearer_token, load_tokens
 
@@ -43,7 +45,9 @@ class WorkerMetrics:
 
         config = hypercorn_config(self.address, certfile=None, keyfile=None, limits=DoorLimits())
         async with trio.open_nursery() as nursery:
-            urls: list[str] = await nursery.start(serve_app, serve, self.app(worker), config, trio.sleep_forever)
+            urls: list[str] = await nursery.start(
+                partial(serve_app, option="--metrics"), serve, self.app(worker), config, trio.sleep_forever
+            )
             who = f"{len(self.tokens)} tokens" if self.tokens else "no tokens: loopback clients only"
             print(f"agent-bridge worker: metrics on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
             task_status.started(urls)
