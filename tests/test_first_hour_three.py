@@ -1,0 +1,62 @@
+"""The first hour, round three (issue 35, section 3), through the CLI as real processes: the messages a newcomer
+meets say what to do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+
+
+def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([AGENT_BRIDGE, *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def serve_once(profiles: Path, state: Path, request: dict[str, object]) -> dict[str, object]:
+    """The first response of a real `serve` to one request (stdin then closes)."""
+    done = cli("serve", "--profiles", str(profiles), "--state", str(state), stdin=json.dumps(request) + "\n")
+    response: dict[str, object] = json.loads(done.stdout.splitlines()[0])
+    return response
+
+
+def test_a_profile_asked_for_by_its_file_name_is_told_its_name(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "echo.yaml").write_text((REPO / "profiles" / "echo.yaml").read_text())
+    turn = {"type": "turn", "id": "t", "conversation": "c", "message": "hi"}
+    response = serve_once(profiles, tmp_path / "s.sqlite3", {**turn, "profile": "echo.yaml"})
+    assert response["code"] == "unknown_profile"
+    assert str(response["message"]).endswith(
+        "no profile named 'echo.yaml': a profile is named without its file's .yaml; use 'echo'"
+    )
+    response = serve_once(profiles, tmp_path / "s.sqlite3", {**turn, "profile": "other.yml"})
+    assert str(response["message"]).endswith(
+        "no profile named 'other.yml' (available: echo); a profile is named without its file's .yml: "
+        "add other.yaml there and use 'other', or use one of the available names"
+    )
+    assert ".yaml.yaml" not in str(response["message"])
+
+
+def test_an_unclosed_quote_is_named_where_it_opened(tmp_path: Path) -> None:
+    profile = tmp_path / "agent.yaml"
+    profile.write_text('name: agent\ncommand: "python3 -c x\ntimeout_secs: 5\n\n# the end\n')
+    checked = cli("check", str(profile))
+    assert checked.returncode == 2
+    assert checked.stderr.splitlines() == [
+        f'{profile}:2: invalid YAML: a quote is probably unclosed: the " opened at line 2, column 10 has no '
+        'closing " (YAML: found unexpected end of stream)'
+    ]
+
+
+def test_run_attach_of_a_loopback_url_names_the_profile_field_run_has(tmp_path: Path) -> None:
+    # Refused before any connection: nothing listens there, and nothing is needed to.
+    ran = cli("run", str(REPO / "profiles" / "echo.yaml"), "hi", "--attach", "http://127.0.0.1:9/notes.txt")
+    assert ran.returncode == 1
+    assert "127.0.0.1 resolves to 127.0.0.1, a loopback address" in ran.stderr
+    assert "unless the profile's attachments.allow_hosts names it (serve and worker also take " in ran.stderr
+    assert "the host's option" not in ran.stderr
