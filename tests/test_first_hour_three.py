@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from conftest import REPO
+from test_claude_sdk_serve import Serve, claude_profiles
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 
@@ -60,3 +61,22 @@ def test_run_attach_of_a_loopback_url_names_the_profile_field_run_has(tmp_path: 
     assert "127.0.0.1 resolves to 127.0.0.1, a loopback address" in ran.stderr
     assert "unless the profile's attachments.allow_hosts names it (serve and worker also take " in ran.stderr
     assert "the host's option" not in ran.stderr
+
+
+def test_serve_says_a_claude_sdk_turns_session_once(tmp_path: Path) -> None:
+    with claude_profiles(tmp_path) as (_, _, profiles):
+        serve = Serve(profiles, tmp_path / "state.sqlite3")
+        try:
+            turns = []
+            for number in (1, 2):
+                serve.send(
+                    {"type": "turn", "id": f"t{number}", "profile": "claude", "conversation": "c", "message": "hi"}
+                )
+                turns.append(serve.until("result", f"t{number}"))
+        finally:
+            assert serve.close() == 0
+    for responses in turns:
+        assert responses[-1]["outcome"] == "ok", responses[-1]
+        sessions = [response for response in responses if response["type"] == "session"]
+        assert len(sessions) == 1, sessions
+        assert sessions[0]["session_id"] == responses[-1]["session_id"]
