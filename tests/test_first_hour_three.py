@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 from conftest import REPO
+from doorkit import ListeningServe, serve_argv, sse_events, write_tokens
 from test_claude_sdk_serve import Serve, claude_profiles
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -80,3 +82,45 @@ def test_serve_says_a_claude_sdk_turns_session_once(tmp_path: Path) -> None:
         sessions = [response for response in responses if response["type"] == "session"]
         assert len(sessions) == 1, sessions
         assert sessions[0]["session_id"] == responses[-1]["session_id"]
+
+
+def test_a_json_result_names_each_files_url_as_the_event_stream_does(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    agent = tmp_path / "writer.sh"
+    agent.write_text('#!/bin/sh\nprintf "report body" > "$AGENT_OUTBOX/report.txt"\necho done\n')
+    agent.chmod(0o755)
+    (profiles / "writer.yaml").write_text(f'command: ["{agent}"]\n')
+    tokens = write_tokens(tmp_path / "tokens.yaml", {"token-of-alice-0123456789": "alice"})
+    door = ListeningServe(
+        serve_argv(
+            "--profiles",
+            str(profiles),
+            "--state",
+            str(tmp_path / "s.sqlite3"),
+            "--listen",
+            "127.0.0.1:0",
+            "--tokens",
+            str(tokens),
+        ),
+        tmp_path / "serve.log",
+    )
+    try:
+        with httpx.Client(
+            base_url=door.url, headers={"Authorization": "Bearer token-of-alice-0123456789"}, timeout=30
+        ) as http:
+
+            def post(request_id: str, accept: str) -> httpx.Response:
+                body = {"id": request_id, "profile": "writer", "conversation": request_id, "message": "go"}
+                return http.post("/v1/turns", json=body, headers={"Accept": accept})
+
+            streamed = list(sse_events(post("sse", "text/event-stream").iter_lines()))
+            as_json = post("json", "application/json").json()
+            [offered] = [response for response in streamed if response["type"] == "file"]
+            [listed] = as_json["files"]
+            downloaded = http.get(listed["url"])
+    finally:
+        door.stop()
+    assert offered["url"] == "/v1/files/http/sse/report.txt"
+    assert listed["url"] == "/v1/files/http/json/report.txt"
+    assert downloaded.status_code == 200 and downloaded.content == b"report body"
