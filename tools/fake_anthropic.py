@@ -31,6 +31,7 @@ from fake_api import Answer, Events, FakeApi, Json, Request
 TEXT_PIECES = ["Hello", " from", " fake Claude."]
 TEXT_REPLY = "".join(TEXT_PIECES)
 MODEL = "claude-fake-1"
+CLI_PROFILES = Path(__file__).resolve().parent.parent / "profiles" / "clis"
 USAGE = {"input_tokens": 100, "output_tokens": 1, "cache_read_input_tokens": 7, "cache_creation_input_tokens": 0}
 
 
@@ -218,7 +219,6 @@ def write_claude_profile(path: Path, api: FakeApi, root: Path, **overrides: Any)
     """`path`: the ready claude-sdk profile as shipped, running the cached Claude Code against `api`, its HOME and
     working directory under `root` (`root/home`, `root/work`); `overrides` replace fields."""
     from agents_cache import npm_binary
-    from conftest import CLI_PROFILES
 
     home, work = root / "home", root / "work"
     home.mkdir(exist_ok=True)
