@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import httpx
+import yaml
+from agents_cache import npm_binary
 from conftest import REPO
 from doorkit import ListeningServe, serve_argv, sse_events, write_tokens
 from test_claude_sdk_serve import Serve, claude_profiles
@@ -124,3 +126,41 @@ def test_a_json_result_names_each_files_url_as_the_event_stream_does(tmp_path: P
     assert offered["url"] == "/v1/files/http/sse/report.txt"
     assert listed["url"] == "/v1/files/http/json/report.txt"
     assert downloaded.status_code == 200 and downloaded.content == b"report body"
+
+
+def test_check_warns_where_codex_would_make_no_helper_for_its_own_sandbox(tmp_path: Path) -> None:
+    codex_home = tmp_path / "home" / ".codex"
+    codex_home.mkdir(parents=True)
+    elsewhere = tmp_path / "not-temporary"
+    elsewhere.mkdir()
+    shipped = yaml.safe_load((REPO / "profiles" / "clis" / "codex-app-server.yaml").read_text())
+    command = [str(npm_binary("codex")), "app-server"]
+    inside = tmp_path / "inside.yaml"
+    inside.write_text(
+        yaml.safe_dump({**shipped, "command": command, "env": {"CODEX_HOME": str(codex_home), "TMPDIR": str(tmp_path)}})
+    )
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(
+        yaml.safe_dump(
+            {**shipped, "command": command, "env": {"CODEX_HOME": str(codex_home), "TMPDIR": str(elsewhere)}}
+        )
+    )
+    unsandboxed = tmp_path / "unsandboxed.yaml"
+    unsandboxed.write_text(
+        yaml.safe_dump(
+            {
+                **shipped,
+                "command": command,
+                "env": {"CODEX_HOME": str(codex_home)},
+                "codex-app-server": {"sandbox": "danger-full-access"},
+            }
+        )
+    )
+    checked = cli("check", str(inside), str(moved), str(unsandboxed))
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stderr.splitlines() == [
+        f"{inside}: warning: codex's home {codex_home} is inside the temporary directory {tmp_path}: codex then makes no "
+        "codex-linux-sandbox helper, and every command it runs in its own sandbox fails (bwrap: execvp "
+        "codex-linux-sandbox: No such file or directory) inside a turn that ends ok; give it a CODEX_HOME (or "
+        "HOME) outside it, or another TMPDIR, in `env`"
+    ]
