@@ -69,6 +69,11 @@ fleet-db: $(VENV)/.installed
 	@$(BIN)/python -c 'import psycopg' 2>/dev/null || $(BIN)/python -m pip install -q -e '.[postgres]'
 	@$(BIN)/python tools/fleet_db.py
 
+# Chat with the real Claude Code or Codex offline: a fake model server on loopback, the ready profile
+# (profiles/clis/claude-sdk.yaml, codex-app-server.yaml), and what to type to see an approval and a question.
+try-claude try-codex: $(VENV)/.installed $(NPM_STAMP)
+	@AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python tools/try_cli.py $(@:try-%=%)
+
 # Lint, format and types: the quick loop, and the first step of `make test` (so CI keeps them).
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -167,7 +167,7 @@ def answer(scenario: str, command: str = "echo hi") -> Any:
             )
             results = tool_results(request) if calls >= len(user_texts(request)) else []
             if results:
-                return message_stream([("text", ["The tool said: ", result_text(results[0])])])
+                return message_stream([("text", ["The tool said: ", result_text(results[-1])])])
             return message_stream(
                 [
                     ("text", ["Let me run it."]),
@@ -312,7 +312,7 @@ class Conversation:
             )
         results = tool_results(request)
         if results and (prompt.startswith("run ") or prompt == "ask colour"):
-            return message_stream([("text", ["The tool said: ", result_text(results[0])])])
+            return message_stream([("text", ["The tool said: ", result_text(results[-1])])])
         if prompt == "slow":
             self.started.set()
             self.release.wait(30)
