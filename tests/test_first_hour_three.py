@@ -13,6 +13,7 @@ import yaml
 from agents_cache import npm_binary
 from conftest import REPO
 from doorkit import ListeningServe, serve_argv, sse_events, write_tokens
+from fakes.openai_responses import OpenAIResponses, write_codex_home
 from test_claude_sdk_serve import Serve, claude_profiles
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -164,3 +165,34 @@ def test_check_warns_where_codex_would_make_no_helper_for_its_own_sandbox(tmp_pa
         "codex-linux-sandbox: No such file or directory) inside a turn that ends ok; give it a CODEX_HOME (or "
         "HOME) outside it, or another TMPDIR, in `env`"
     ]
+
+
+def test_serve_says_a_resumed_codex_threads_session_once(tmp_path: Path) -> None:
+    codex_home = tmp_path / "home" / ".codex"
+    with OpenAIResponses() as api:
+        write_codex_home(codex_home, api.base_url)
+        profiles = tmp_path / "profiles"
+        profiles.mkdir()
+        (tmp_path / "work").mkdir()
+        shipped = yaml.safe_load((REPO / "profiles" / "clis" / "codex-app-server.yaml").read_text())
+        shipped.update(
+            command=[str(npm_binary("codex")), "app-server"],
+            cwd=str(tmp_path / "work"),
+            env={"CODEX_HOME": str(codex_home), "HOME": str(codex_home.parent)},
+        )
+        (profiles / "codex.yaml").write_text(yaml.safe_dump(shipped))
+        turns = []
+        for number in (1, 2):  # a serve each: the second turn's codex is a new process that resumes the thread
+            serve = Serve(profiles, tmp_path / "state.sqlite3")
+            try:
+                serve.send(
+                    {"type": "turn", "id": f"t{number}", "profile": "codex", "conversation": "c", "message": "say hi"}
+                )
+                turns.append(serve.until("result", f"t{number}"))
+            finally:
+                assert serve.close() == 0
+    assert turns[0][-1]["session_id"] == turns[1][-1]["session_id"]
+    for responses in turns:
+        assert responses[-1]["outcome"] == "ok", responses[-1]
+        sessions = [response for response in responses if response["type"] == "session"]
+        assert [session["session_id"] for session in sessions] == [responses[-1]["session_id"]]
