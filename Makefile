@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # Where `make install` links the command: the per-user directory pip --user and pipx use, on PATH in most logins.
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: run install uninstall lint test test-agents bubblewrap bench clean
+.PHONY: run install uninstall lint test test-agents bubblewrap bench clean fleet-db try-claude try-codex
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,17 @@ $(NPM_STAMP):
 	touch $@
 
 test-agents: $(NPM_STAMP)
+
+# A throwaway PostgreSQL on loopback for trying the fleet (docs/fleet.md): prints its DSN; Ctrl-C stops it and
+# removes its data. Needs PostgreSQL's server installed (as `make test`) and the postgres extra, added here.
+fleet-db: $(VENV)/.installed
+	@$(BIN)/python -c 'import psycopg' 2>/dev/null || $(BIN)/python -m pip install -q -e '.[postgres]'
+	@$(BIN)/python tools/fleet_db.py
+
+# Chat with the real Claude Code or Codex offline: a fake model server on loopback, the ready profile
+# (profiles/clis/claude-sdk.yaml, codex-app-server.yaml), and what to type to see an approval and a question.
+try-claude try-codex: $(VENV)/.installed $(NPM_STAMP)
+	@AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python tools/try_cli.py $(@:try-%=%)
 
 # Lint, format and types: the quick loop, and the first step of `make test` (so CI keeps them).
 lint: $(VENV)/.installed-dev

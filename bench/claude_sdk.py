@@ -30,7 +30,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT / "tests"), str(HERE / "agents")]  # the fake model server and the CLIs' cache; the relay
+sys.path[:0] = [str(ROOT / "tools"), str(HERE / "agents")]  # the fake model server and the CLIs' cache; the relay
 
 DELTAS = 20  # text deltas in each of the latency case's streaming turns
 

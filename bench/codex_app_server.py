@@ -31,7 +31,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT / "tests"), str(HERE / "agents")]  # the fake model server and the CLIs' cache; the relay
+sys.path[:0] = [str(ROOT / "tools"), str(HERE / "agents")]  # the fake model server and the CLIs' cache; the relay
 
 MESSAGE = "say one two three four five six seven eight nine ten"  # four deltas
 WORDS = 60  # the latency case's streaming turns: "say" 60 words, a few words a delta

@@ -13,7 +13,7 @@ machine (other jobs, thermal, page cache) lands on all contenders alike.
 Raw numbers and the machine's description go to bench/results/ (not
 committed); the summary table and the plot are committed under bench/.
 The scale-out cases start one throwaway PostgreSQL cluster for the run
-(tests/pgcluster.py; PostgreSQL's server must be installed, as for the
+(tools/pgcluster.py; PostgreSQL's server must be installed, as for the
 tests), and each of their samples works in a database of its own.
 """
 
@@ -449,13 +449,13 @@ def installed_matches_tree() -> bool:
 
 @contextlib.contextmanager
 def postgres_cluster(plan: list[Case], about: dict[str, Any]) -> Iterator[None]:
-    """One throwaway cluster (tests/pgcluster.py) for the run's PostgreSQL cases; each sample makes a database."""
+    """One throwaway cluster (tools/pgcluster.py) for the run's PostgreSQL cases; each sample makes a database."""
     if not any(case.name in POSTGRES_CASES for case in plan):
         yield
         return
     import psycopg
 
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
     from pgcluster import PostgresServer
 
     server = PostgresServer(POSTGRES_SETTINGS)

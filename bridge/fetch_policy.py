@@ -94,7 +94,8 @@ class AttachmentPolicy:
                 carried = "" if inner is ip else f" (it carries {inner})"
                 return (
                     f"{host} resolves to {address}{carried}, {kind}; the bridge fetches from public addresses only "
-                    "unless the profile's attachments.allow_hosts (or the host's option) names it"
+                    "unless the profile's attachments.allow_hosts names it (serve and worker also take "
+                    "--allow-attachment-host)"
                 )
         return None
 

@@ -101,6 +101,7 @@ class WarmAgent:
         self._wake: trio.Event | None = None  # set when the turn is over, failed in a callback, or the agent died
         self._turn_over = False
         self._turn_error: BaseException | None = None  # a host callback raised while the pumps ran the turn
+        self._told_session = ""  # the session id the turn's host was given: the agent may say it again
 
     # ------------------------------------------------------------------ state
 
@@ -352,6 +353,9 @@ class WarmAgent:
             elif self._loop is not None:
                 if type(event) is SessionEvent:  # a family that names a new session in its first turn (claude-sdk)
                     self.session_id = event.session_id
+                    if event.session_id == self._told_session:
+                        continue
+                    self._told_session = event.session_id
                 batch.append(event)
             elif isinstance(event, ProtocolWarning):
                 self.log.warning(event.message)
@@ -495,6 +499,7 @@ class WarmAgent:
         self._wake = trio.Event()
         self._turn_over = False
         self._turn_error = None
+        self._told_session = self.session_id
         try:
             if self.session_id:
                 await loop.handle([SessionEvent(self.session_id)])

@@ -19,6 +19,8 @@ from bridge.launch import looks_like_credential
 pytest_plugins = ["pgserver"]  # postgres_server, pg_dsn: a throwaway PostgreSQL cluster
 
 REPO = Path(__file__).resolve().parent.parent
+# The fake model servers, the agents' cache and the PostgreSQL cluster: shared with `make try-*`, `make fleet-db`.
+sys.path.insert(0, str(REPO / "tools"))
 PROFILES = REPO / "profiles"
 CLI_PROFILES = PROFILES / "clis"  # ready profiles of coding CLIs
 SAMPLE_AGENTS = REPO / "sample_agents"

@@ -1,4 +1,4 @@
-"""protocol: claude-sdk with the real Claude Code (the pinned npm version) against tests/fake_anthropic.py.
+"""protocol: claude-sdk with the real Claude Code (the pinned npm version) against tools/fake_anthropic.py.
 
 profiles/clis/claude-sdk.yaml as shipped, its `claude` replaced by the cached
 binary, in a fresh HOME and working directory; the fake server's

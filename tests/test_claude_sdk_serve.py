@@ -1,6 +1,6 @@
 """protocol: claude-sdk behind the host and `agent-bridge serve`: what a chat bot relies on, with the real Claude Code.
 
-The pinned Claude Code runs against tests/fake_anthropic.py's `Conversation` (see test_claude_sdk_live). Here the
+The pinned Claude Code runs against tools/fake_anthropic.py's `Conversation` (see test_claude_sdk_live). Here the
 bot's side: an AskUserQuestion answered with serve's `answer` request (a real `agent-bridge serve` process), and a
 message steered into a running turn (`on_busy: steer`).
 """

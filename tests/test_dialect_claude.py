@@ -4,7 +4,7 @@ Three layers:
 - the pure dialect, fed real transcripts of Claude Code 2.1.197 (tests/transcripts/claude-*.jsonl),
   whole, a byte at a time and split at every byte, plus damaged and hand-made streams;
 - the real Claude Code (installed by `make test-agents`) driven through the bridge with the ready
-  profile profiles/clis/claude-code.yaml, against tests/fake_anthropic.py on loopback;
+  profile profiles/clis/claude-code.yaml, against tools/fake_anthropic.py on loopback;
 - every ready profile of the family (claude-code, codebuddy, cursor, qwen-code) run against
   sample_agents/claude_like.py installed under the CLI's name, and accepted by `agent-bridge check`.
 """

@@ -754,6 +754,7 @@ def _check_command(args: argparse.Namespace) -> int:
             *_option_injection_warnings(profile),
             *_protocol_warnings(profile),
             *_sandbox_warnings(profile),
+            *_codex_helper_warnings(profile),
         ):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         limits = ResourceLimits.of(profile.limits)
@@ -798,6 +799,32 @@ def _sandbox_warnings(profile: Profile) -> list[str]:
         "`agent-bridge serve --listen` without tokens there runs any of its profiles, unsandboxed ones included, "
         "for the agent; set `network: false` in its sandbox unless it needs the network (a coding agent calling "
         "its model's API does: then give every door on this machine tokens)"
+    ]
+
+
+def _codex_helper_warnings(profile: Profile) -> list[str]:
+    """Codex makes the helper its own command sandbox runs (codex-linux-sandbox) under its home, and makes none when
+    that home is inside the temporary directory: then every sandboxed command fails, inside a turn that ends ok."""
+    from ..errors import LaunchError
+    from ..launch import plan_launch
+
+    program = os.path.basename(profile.argv_template[0])
+    if not program.startswith("codex") or profile.protocol_settings.get("sandbox") == "danger-full-access":
+        return []
+    try:
+        env = plan_launch(profile, Turn("hello"), os.environ).env
+    except LaunchError:
+        return []
+    codex_home = env.get("CODEX_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".codex")
+    temporary = env.get("TMPDIR") or "/tmp"
+    home_path, temporary_path = os.path.realpath(codex_home), os.path.realpath(temporary)
+    if os.path.commonpath([home_path, temporary_path]) != temporary_path:
+        return []
+    return [
+        f"codex's home {codex_home} is inside the temporary directory {temporary}: codex then makes no "
+        "codex-linux-sandbox helper, and every command it runs in its own sandbox fails (bwrap: execvp "
+        "codex-linux-sandbox: No such file or directory) inside a turn that ends ok; give it a CODEX_HOME (or "
+        "HOME) outside it, or another TMPDIR, in `env`"
     ]
 
 

@@ -88,16 +88,20 @@ class ProfileRegistry:
                     )
                 ]
             )
+        raise UnknownProfile([Problem(self._unknown_name_reason(name), str(self.directory))])
+
+    def _unknown_name_reason(self, name: str) -> str:
+        """What to do about a name no file declares; a file name given for a profile name is the usual slip."""
         available = ", ".join(self.names()) or "none"
-        raise UnknownProfile(
-            [
-                Problem(
-                    f"no profile named {name!r} (available: {available}); add {name}.yaml "
-                    "there, or use one of the available names",
-                    str(self.directory),
-                )
-            ]
-        )
+        stem, dot, suffix = name.rpartition(".")
+        if dot and stem and suffix.lower() in ("yaml", "yml"):
+            if stem in self._by_name:
+                return f"no profile named {name!r}: a profile is named without its file's .{suffix}; use {stem!r}"
+            return (
+                f"no profile named {name!r} (available: {available}); a profile is named without its file's "
+                f".{suffix}: add {stem}.yaml there and use {stem!r}, or use one of the available names"
+            )
+        return f"no profile named {name!r} (available: {available}); add {name}.yaml there, or use one of them"
 
     def loaded(self) -> dict[str, Profile]:
         """Every profile that loads, by name, as of a refresh now (immutable: safe to hand to other threads)."""

@@ -256,6 +256,7 @@ class TurnResponse(TurnStream):
     async def respond(self, scope: Scope, receive: Receive, send: AsgiSend) -> None:
         started = False
         final: dict[str, Any] | None = None
+        file_urls: dict[str, str] = {}  # the `file` responses' URLs, by name: the JSON result's files carry them too
 
         async def write(frame: bytes) -> None:
             nonlocal started
@@ -270,6 +271,8 @@ class TurnResponse(TurnStream):
             nonlocal final
             if response["type"] in ("result", "error"):
                 final = response
+            elif response["type"] == "file" and "url" in response:
+                file_urls[response["name"]] = response["url"]
             kind: str = response["type"]
             return b"event: " + kind.encode() + b"\ndata: " + json_bytes(response) + b"\n\n"
 
@@ -281,6 +284,9 @@ class TurnResponse(TurnStream):
             return
         if self._as_json:
             assert final is not None
+            for file in final.get("files") or ():
+                if file.get("name") in file_urls:
+                    file["url"] = file_urls[file["name"]]
             status = 200 if final["type"] == "result" else status_of(final["code"])
             await JSONResponse(final, status_code=status)(scope, receive, send)
             return

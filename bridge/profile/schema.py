@@ -570,6 +570,21 @@ def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple
             )
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as err:
+        if err.context_mark is not None and "quoted scalar" in (err.context or ""):
+            opened = err.context_mark
+            return (
+                None,
+                {},
+                [
+                    Problem(
+                        f"invalid YAML: a quote is probably unclosed: the {text[opened.index]} opened at line "
+                        f"{opened.line + 1}, column {opened.column + 1} has no closing {text[opened.index]} "
+                        f"(YAML: {err.problem or 'syntax error'})",
+                        where,
+                        opened.line + 1,
+                    )
+                ],
+            )
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else None
         reason = err.problem or err.context or "syntax error"

@@ -4,7 +4,7 @@
 
 Each scenario writes NAME.jsonl (codex's stdout, byte for byte) and NAME.script.json (what the bridge did, and
 at which byte of that stdout: prompts, answers, a cancel, a steer), which tests/test_dialect_codex_app_server.py
-replays through the pure dialect. Runs offline against tests/fakes/openai_responses.py.
+replays through the pure dialect. Runs offline against tools/fakes/openai_responses.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))  # tests/: the harness, the fake, the cache
+sys.path[:0] = [str(HERE.parent.parent), str(HERE.parent.parent.parent / "tools")]  # the harness; the fake, the cache
 
 from acp_harness import AcpProcess  # noqa: E402
 from agents_cache import npm_binary  # noqa: E402

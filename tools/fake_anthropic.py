@@ -31,6 +31,7 @@ from fake_api import Answer, Events, FakeApi, Json, Request
 TEXT_PIECES = ["Hello", " from", " fake Claude."]
 TEXT_REPLY = "".join(TEXT_PIECES)
 MODEL = "claude-fake-1"
+CLI_PROFILES = Path(__file__).resolve().parent.parent / "profiles" / "clis"
 USAGE = {"input_tokens": 100, "output_tokens": 1, "cache_read_input_tokens": 7, "cache_creation_input_tokens": 0}
 
 
@@ -166,7 +167,7 @@ def answer(scenario: str, command: str = "echo hi") -> Any:
             )
             results = tool_results(request) if calls >= len(user_texts(request)) else []
             if results:
-                return message_stream([("text", ["The tool said: ", result_text(results[0])])])
+                return message_stream([("text", ["The tool said: ", result_text(results[-1])])])
             return message_stream(
                 [
                     ("text", ["Let me run it."]),
@@ -218,7 +219,6 @@ def write_claude_profile(path: Path, api: FakeApi, root: Path, **overrides: Any)
     """`path`: the ready claude-sdk profile as shipped, running the cached Claude Code against `api`, its HOME and
     working directory under `root` (`root/home`, `root/work`); `overrides` replace fields."""
     from agents_cache import npm_binary
-    from conftest import CLI_PROFILES
 
     home, work = root / "home", root / "work"
     home.mkdir(exist_ok=True)
@@ -312,7 +312,7 @@ class Conversation:
             )
         results = tool_results(request)
         if results and (prompt.startswith("run ") or prompt == "ask colour"):
-            return message_stream([("text", ["The tool said: ", result_text(results[0])])])
+            return message_stream([("text", ["The tool said: ", result_text(results[-1])])])
         if prompt == "slow":
             self.started.set()
             self.release.wait(30)

@@ -29,7 +29,7 @@ FAST_SETTINGS = {
 }
 
 
-def _server_binaries() -> Path:
+def server_binaries() -> Path:
     configured = os.environ.get("PG_BIN")
     if configured:
         return Path(configured)
@@ -53,7 +53,7 @@ class PostgresServer:
 
     def __init__(self, settings: dict[str, str] | None = None) -> None:
         self.settings = {**FAST_SETTINGS, **(settings or {})}
-        self.bin = _server_binaries()
+        self.bin = server_binaries()
         self.root = Path(tempfile.mkdtemp(prefix="agent-bridge-pg-"))
         self.root.chmod(0o755)
         self.data = self.root / "data"
@@ -89,25 +89,24 @@ class PostgresServer:
             raise RuntimeError(f"{argv[0]} failed: {done.stderr.decode(errors='replace')}")
 
     def start(self) -> None:
-        log = open(self.root / "server.log", "ab")
-        self.process = subprocess.Popen(
-            [
-                str(self.bin / "postgres"),
-                "-D",
-                str(self.data),
-                "-p",
-                str(self.port),
-                "-k",
-                str(self.sockets),
-                *(arg for name, value in self.settings.items() for arg in ("-c", f"{name}={value}")),
-            ],
-            user=self._user,
-            stdout=log,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
+        with open(self.root / "server.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    str(self.bin / "postgres"),
+                    "-D",
+                    str(self.data),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.sockets),
+                    *(arg for name, value in self.settings.items() for arg in ("-c", f"{name}={value}")),
+                ],
+                user=self._user,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._wait_ready()
 
     def _wait_ready(self) -> None:
