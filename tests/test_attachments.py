@@ -297,6 +297,7 @@ def server() -> Iterator[str]:
 
 
 LOOPBACK = AttachmentPolicy(allow_hosts=("127.0.0.1",))
+LOOPBACK_FETCH = {"fetch": True, "allow_hosts": ["127.0.0.1"]}  # a profile's section (agentproc-0.1 passes through)
 
 
 async def fetch(tmp_path: Path, *attachments: Attachment, policy: AttachmentPolicy = LOOPBACK) -> Turn:
@@ -429,7 +430,7 @@ async def test_a_url_with_credentials_is_refused_and_never_logged(tmp_path: Path
     lines: list[str] = []
     bridge.log.configure_logging("debug", "json")
     url = server.replace("http://", "http://bob:hunter2@") + "/notes.txt?token=SECRET"
-    profile = bridge.Profile(command=["true"], attachments={"allow_hosts": ["127.0.0.1"]}, cwd=str(tmp_path))
+    profile = bridge.Profile(command=["true"], attachments=LOOPBACK_FETCH, cwd=str(tmp_path))
     with bridge.log.records_to(lines.append):
         result = await drive_turn(profile, Turn("hi", attachments=[Attachment("file", url)]))
     bridge.log.configure_logging("warning", "json")
@@ -441,7 +442,7 @@ async def test_a_url_with_credentials_is_refused_and_never_logged(tmp_path: Path
 
 async def test_a_cancel_while_fetching(tmp_path: Path, server: str) -> None:
     cancel = trio.Event()
-    profile = bridge.Profile(command=["true"], attachments={"allow_hosts": ["127.0.0.1"]}, cwd=str(tmp_path))
+    profile = bridge.Profile(command=["true"], attachments=LOOPBACK_FETCH, cwd=str(tmp_path))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_set_later, cancel)
         result = await drive_turn(
@@ -471,7 +472,8 @@ def reader_profile(tmp_path: Path, **fields: Any) -> Path:
     script.chmod(0o755)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    profile = {"command": [str(script)], "cwd": str(work), "attachments": {"allow_hosts": ["127.0.0.1"]}, **fields}
+    attachments = {"fetch": True, "allow_hosts": ["127.0.0.1"]}  # agentproc-0.1 passes URLs through by default
+    profile = {"command": [str(script)], "cwd": str(work), "attachments": attachments, **fields}
     path = tmp_path / "reader.yaml"
     path.write_text(json.dumps(profile))
     return path
@@ -508,7 +510,7 @@ async def test_an_agentproc_01_agent_gets_a_large_data_uri_as_its_file(tmp_path:
 
 async def test_a_profile_may_keep_the_files(tmp_path: Path, server: str) -> None:
     profile = bridge.load_profile(
-        reader_profile(tmp_path, attachments={"allow_hosts": ["127.0.0.1"], "keep": True}), cache=False
+        reader_profile(tmp_path, attachments={"fetch": True, "allow_hosts": ["127.0.0.1"], "keep": True}), cache=False
     )
     result = await drive_turn(profile, Turn("look", attachments=[Attachment("image", f"{server}/cat.png")]))
     kept = Path(result.reply.splitlines()[0].removeprefix("image="))
@@ -561,7 +563,8 @@ async def test_through_the_host(tmp_path: Path, server: str) -> None:
 async def test_the_hosts_exceptions_add_to_the_profiles(tmp_path: Path, server: str) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    reader_profile(tmp_path, attachments={}).rename(profiles / "reader.yaml")  # the profile allows no loopback
+    # the profile allows no loopback
+    reader_profile(tmp_path, attachments={"fetch": True}).rename(profiles / "reader.yaml")
     turn = Turn("look", attachments=[Attachment("image", f"{server}/cat.png")])
     async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3") as host:
         refused = await host.submit("reader", "c1", turn)
@@ -576,7 +579,7 @@ async def test_the_hosts_exceptions_add_to_the_profiles(tmp_path: Path, server: 
 def test_serve_takes_the_hosts_exceptions_from_its_option(tmp_path: Path, server: str) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    reader_profile(tmp_path, attachments={}).rename(profiles / "reader.yaml")
+    reader_profile(tmp_path, attachments={"fetch": True}).rename(profiles / "reader.yaml")
     request = {"type": "turn", "profile": "reader", "conversation": "c", "message": "look"}
     lines = [
         json.dumps({**request, "id": "t1", "attachments": [{"type": "image", "url": f"{server}/cat.png"}]}),
