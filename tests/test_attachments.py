@@ -751,7 +751,8 @@ def test_serve_passes_the_urls_through_to_an_agentproc_01_agent(tmp_path: Path) 
 async def test_a_coding_cli_still_fetches_by_default(
     tmp_path: Path, server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pi's ready profile: the fetched file is named in its prompt; `fetch: false` leaves it out, fetching nothing."""
+    """pi's ready profile: the fetched file is named in its prompt by path; `fetch: false` names its URL, fetched by
+    nobody but the agent."""
     from conftest import CLI_PROFILES
     from fake_clis import install_fake_clis
 
@@ -767,7 +768,7 @@ async def test_a_coding_cli_still_fetches_by_default(
     assert _Handler.requests == ["/cat.png"]
     with trio.fail_after(30):
         passed = await drive_turn(profile.replace(attachments={"fetch": False}), turn, allow_hosts=("127.0.0.1",))
-    assert passed.ok and "Attached files" not in passed.reply, passed.reply
+    assert passed.ok and f"Attached files:\n- {server}/cat.png (image)" in passed.reply, passed.reply
     assert _Handler.requests == ["/cat.png"]
 
 
