@@ -208,7 +208,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             default=[],
             type=_attachment,
             help="a file for the agent: a local path, an https/http URL or a data: URI, fetched before the agent "
-            "starts; its type comes from its name, or write TYPE=URL (image, file, audio, video); repeatable",
+            "starts (an agentproc-0.1 agent gets URLs as given, unless its profile says attachments: {fetch: true}); "
+            "its type comes from its name, or write TYPE=URL (image, file, audio, video); repeatable",
         )
         run.add_argument(
             "--timeout", metavar="SECS", type=_seconds(zero_ok=False), help="override the profile's timeout_secs"
