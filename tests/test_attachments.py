@@ -787,3 +787,45 @@ async def test_fetch_false_on_a_warm_protocol_hands_the_agent_the_url_its_way(tm
     assert result.ok, (result.outcome, result.error, result.stderr_tail)
     assert result.reply.startswith(f"link {url} "), result.reply
     assert _Handler.requests == []
+
+
+async def test_passed_through_an_agentproc_04_agent_gets_what_the_reference_runner_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference runner (agentproc 0.20, wire 0.4 only: it has no AGENT_* attachment variables) hands the
+    caller's attachment entries over as they are; with `fetch: false` the bridge writes the same turn line, byte for
+    byte, for URLs it could not fetch."""
+    from agentproc import runner as reference
+
+    async def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"{host} was looked up")
+
+    monkeypatch.setattr(trio.socket, "getaddrinfo", getaddrinfo)
+    recorder = tmp_path / "recorder.py"
+    recorder.write_text(
+        "import sys\nopen(sys.argv[1], 'wb').write(sys.stdin.buffer.readline())\n"
+        'print(\'{"type":"result","text":"ok"}\')\n'
+    )
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    signed = "https://files.internal.invalid/cat.png?sig=abc"
+    attachments = (Attachment("image", signed, name="cat.png"), Attachment("file", "http://10.0.0.7/r.pdf"))
+    fields = {
+        "protocol": "agentproc-0.4",
+        "command": [sys.executable, str(recorder), str(ours)],
+        "cwd": str(tmp_path),
+        "attachments": {"fetch": False},
+    }
+    with trio.fail_after(15):
+        result = await drive_turn(bridge.Profile.from_mapping(fields), Turn("look", attachments=attachments))
+    assert (result.ok, result.reply) == (True, "ok"), result.error
+    entries = [{"kind": "image", "url": signed, "filename": "cat.png"}, {"kind": "file", "url": attachments[1].url,
+               "filename": "r.pdf"}]  # fmt: skip
+    done = await trio.to_thread.run_sync(
+        lambda: reference.run(
+            {"command": sys.executable, "args": [str(recorder), str(theirs)], "timeout_secs": 10},
+            reference.RunOptions(message="look", attachments=entries),
+        )
+    )
+    assert done.reply == "ok"
+    assert ours.read_bytes() == theirs.read_bytes()
+    assert json.loads(ours.read_bytes())["attachments"] == entries
