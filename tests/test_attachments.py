@@ -829,3 +829,24 @@ async def test_passed_through_an_agentproc_04_agent_gets_what_the_reference_runn
     assert done.reply == "ok"
     assert ours.read_bytes() == theirs.read_bytes()
     assert json.loads(ours.read_bytes())["attachments"] == entries
+
+
+def test_check_warns_of_an_agentproc_01_attachments_section_that_does_not_say_fetch(tmp_path: Path) -> None:
+    """A profile written when agentproc-0.1 fetched (its allow_hosts, its limits) now gets URLs: `check` says so."""
+    written = {
+        "old.yaml": "command: [cat]\nattachments: {allow_hosts: [127.0.0.1]}\n",
+        "fetches.yaml": "command: [cat]\nattachments: {fetch: true, allow_hosts: [127.0.0.1]}\n",
+        "passes.yaml": "command: [cat]\nattachments: {fetch: false}\n",
+        "plain.yaml": "command: [cat]\n",
+        "cli.yaml": "command: [cat]\nprotocol: pi-json\nattachments: {max_count: 3}\n",
+    }
+    for name, text in written.items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "check", *(str(tmp_path / name) for name in written)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "warning: attachments:" in line]
+    assert len(warned) == 1 and warned[0].startswith(f"{tmp_path / 'old.yaml'}: warning: attachments: "), warned
+    assert "add `fetch: true`" in warned[0]

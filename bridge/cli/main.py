@@ -748,6 +748,7 @@ def _check_command(args: argparse.Namespace) -> int:
             *_option_injection_warnings(profile),
             *_protocol_warnings(profile),
             *_sandbox_warnings(profile),
+            *_attachment_warnings(profile),
         ):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         limits = ResourceLimits.of(profile.limits)
@@ -792,6 +793,21 @@ def _sandbox_warnings(profile: Profile) -> list[str]:
         "`agent-bridge serve --listen` without tokens there runs any of its profiles, unsandboxed ones included, "
         "for the agent; set `network: false` in its sandbox unless it needs the network (a coding agent calling "
         "its model's API does: then give every door on this machine tokens)"
+    ]
+
+
+def _attachment_warnings(profile: Profile) -> list[str]:
+    """An `attachments` section whose settings nothing uses: the protocol passes URLs through (agentproc-0.1's
+    default), so a profile written for fetched files (limits, allow_hosts, keep) gets URLs instead."""
+    from ..dialects import PROTOCOLS
+
+    section = profile.attachments or {}
+    if not section or section.get("fetch") is not None or PROTOCOLS[profile.protocol].fetches_attachments:
+        return []
+    return [
+        f"attachments: protocol {profile.protocol} hands the agent attachment URLs as sent and fetches nothing, "
+        "so this section's allow_hosts and limits hardly apply; add `fetch: true` to it if the agent reads files "
+        "(AGENT_IMAGE_PATH, AGENT_FILE_PATH, `path` in AGENT_ATTACHMENTS), or `fetch: false` if it takes the URLs"
     ]
 
 
