@@ -743,12 +743,12 @@ def _check_command(args: argparse.Namespace) -> int:
             continue
         for warning in (
             *_environment_warnings(profile),
+            *_attachment_warnings(profile),
             *_unset_variable_warnings(profile),
             *_ignored_env_warnings(profile),
             *_option_injection_warnings(profile),
             *_protocol_warnings(profile),
             *_sandbox_warnings(profile),
-            *_attachment_warnings(profile),
         ):
             print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
         limits = ResourceLimits.of(profile.limits)
@@ -796,6 +796,18 @@ def _sandbox_warnings(profile: Profile) -> list[str]:
     ]
 
 
+def _protocol_warnings(profile: Profile) -> list[str]:
+    """What the profile's protocol cannot work without on its command line, and an `on_busy` it cannot honour."""
+    dialect = profile.dialect
+    warnings = list(dialect.argv_problems(profile.argv_template)) if hasattr(dialect, "argv_problems") else []
+    if profile.on_busy == "steer" and not getattr(dialect, "can_steer", False):
+        warnings.append(
+            f"on_busy: steer — protocol {profile.protocol} cannot give a running turn another message, so a "
+            "message that comes while its conversation's turn runs is queued (as on_busy: queue)"
+        )
+    return warnings
+
+
 def _attachment_warnings(profile: Profile) -> list[str]:
     """An `attachments` section whose settings nothing uses: the protocol passes URLs through (agentproc-0.1's
     default), so a profile written for fetched files (limits, allow_hosts, keep) gets URLs instead."""
@@ -809,18 +821,6 @@ def _attachment_warnings(profile: Profile) -> list[str]:
         "so this section's allow_hosts and limits hardly apply; add `fetch: true` to it if the agent reads files "
         "(AGENT_IMAGE_PATH, AGENT_FILE_PATH, `path` in AGENT_ATTACHMENTS), or `fetch: false` if it takes the URLs"
     ]
-
-
-def _protocol_warnings(profile: Profile) -> list[str]:
-    """What the profile's protocol cannot work without on its command line, and an `on_busy` it cannot honour."""
-    dialect = profile.dialect
-    warnings = list(dialect.argv_problems(profile.argv_template)) if hasattr(dialect, "argv_problems") else []
-    if profile.on_busy == "steer" and not getattr(dialect, "can_steer", False):
-        warnings.append(
-            f"on_busy: steer — protocol {profile.protocol} cannot give a running turn another message, so a "
-            "message that comes while its conversation's turn runs is queued (as on_busy: queue)"
-        )
-    return warnings
 
 
 def _option_injection_warnings(profile: Profile) -> list[str]:
