@@ -51,7 +51,7 @@ from .result import Ending
 from .turn import Attachment, Turn
 from .turn_files import TurnFiles
 
-__all__ = ["AttachmentFailed", "ending_of", "policy_of", "prepare_attachments"]
+__all__ = ["AttachmentFailed", "ending_of", "makes_files", "policy_of", "prepare_attachments"]
 
 _CHUNK = 64 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -75,6 +75,12 @@ def policy_of(profile: Any, allow_hosts: tuple[str, ...] = ()) -> AttachmentPoli
             "fetch": PROTOCOLS[profile.protocol].fetches_attachments if fetch is None else fetch,
         }
     ).with_hosts(allow_hosts)
+
+
+def makes_files(profile: Any, attachments: tuple[Attachment, ...], allow_hosts: tuple[str, ...] = ()) -> bool:
+    """Whether `attachments` become files in the turn's directory under `profile` (fetched, or what a pass-through
+    makes): a pass-through turn that makes none needs no attachments directory, and cannot fail for want of one."""
+    return bool(attachments) and (policy_of(profile, allow_hosts).fetch or bool(_made_here(attachments)))
 
 
 async def prepare_attachments(
@@ -104,12 +110,7 @@ async def _passed_through(
     is made a file (as a fetch would, within the same limits) — a local path (the host's own file, which the
     agent may not see from its directory or sandbox), and every `data:` URI when the list of them all would not
     fit in one environment variable (`AGENT_ATTACHMENTS`; its URLs then name the files)."""
-    fits = attachments_fit(attachments)
-    local = [
-        index
-        for index, attachment in enumerate(attachments)
-        if (kind := source_kind_or_none(attachment.url)) == "path" or (kind == "data" and not fits)
-    ]
+    local = _made_here(attachments)
     if not local:
         return attachments
     made = await _fetch_all(tuple(attachments[index] for index in local), files, policy, log, cancel)
@@ -117,6 +118,16 @@ async def _passed_through(
     for index, attachment in zip(local, made, strict=True):
         handed[index] = attachment
     return tuple(handed)
+
+
+def _made_here(attachments: tuple[Attachment, ...]) -> list[int]:
+    """The indexes of the attachments a pass-through still makes files of (see `_passed_through`)."""
+    fits = attachments_fit(attachments)
+    return [
+        index
+        for index, attachment in enumerate(attachments)
+        if (kind := source_kind_or_none(attachment.url)) == "path" or (kind == "data" and not fits)
+    ]
 
 
 def _failed(message: str) -> AttachmentFailed:
