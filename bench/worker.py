@@ -1159,9 +1159,15 @@ def interactive(module: str, sample: str) -> Callable[[dict[str, Any]], dict[str
 
 
 def attachment_profile(command: list[str], cwd: str, total: int) -> Any:
-    """A profile of `command` in `cwd` whose attachments may come from loopback (the bench's file server) and
-    add up to `total` bytes."""
-    limits = {"allow_hosts": ["127.0.0.1"], "max_file_bytes": total, "max_turn_bytes": total, "timeout_secs": 600}
+    """A profile of `command` in `cwd` whose attachments are fetched (an agentproc-0.1 agent's are passed through by
+    default), may come from loopback (the bench's file server) and add up to `total` bytes."""
+    limits = {
+        "fetch": True,
+        "allow_hosts": ["127.0.0.1"],
+        "max_file_bytes": total,
+        "max_turn_bytes": total,
+        "timeout_secs": 600,
+    }
     return bridge_profile({"command": command, "cwd": cwd, "timeout_secs": 600, "attachments": limits})
 
 

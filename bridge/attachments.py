@@ -3,7 +3,9 @@
 `prepare_attachments` fetches every attachment into the turn's attachments directory (`TurnFiles`) at once (a
 nursery), and gives back the turn whose attachments have `path`, `media_type` and `size`; the turn engine removes
 the directory when the turn ends (`bridge.outbox.hand_out_turn_files`). A failure of any one fails the turn before
-the agent starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind.
+the agent starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind. With the profile's
+`attachments.fetch` off (agentproc-0.1's default: its contract hands the agent the URLs), nothing is fetched and
+the turn keeps its URLs; only a local path and an oversized list's `data:` URIs become files (`_passed_through`).
 
 HTTP is h11 (sans-I/O, as the dialects are) over trio streams the bridge opens itself, so the address checked
 is the address connected to: the host name is resolved here, every address it resolves to must pass
@@ -27,6 +29,7 @@ from typing import Any
 import h11
 import trio
 
+from .dialects import PROTOCOLS
 from .errors import AttachmentFailed, AttachmentRefused
 from .fetch_policy import (
     MAX_REDIRECTS,
@@ -43,11 +46,12 @@ from .fetch_policy import (
     source_kind,
     source_kind_or_none,
 )
+from .launch import attachments_fit
 from .result import Ending
 from .turn import Attachment, Turn
 from .turn_files import TurnFiles
 
-__all__ = ["AttachmentFailed", "ending_of", "policy_of", "prepare_attachments"]
+__all__ = ["AttachmentFailed", "ending_of", "makes_files", "policy_of", "prepare_attachments"]
 
 _CHUNK = 64 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -60,22 +64,70 @@ def ending_of(failure: AttachmentFailed) -> Ending:
 
 
 def policy_of(profile: Any, allow_hosts: tuple[str, ...] = ()) -> AttachmentPolicy:
-    """The attachment policy of `profile`'s `attachments` section, with a host's `allow_hosts` added."""
+    """The attachment policy of `profile`'s `attachments` section, with a host's `allow_hosts` added; `fetch`
+    unset is the protocol's default."""
     section: Mapping[str, Any] = profile.attachments or {}
-    return AttachmentPolicy(**{**section, "allow_hosts": tuple(section.get("allow_hosts", ()))}).with_hosts(allow_hosts)
+    fetch = section.get("fetch")
+    return AttachmentPolicy(
+        **{
+            **section,
+            "allow_hosts": tuple(section.get("allow_hosts", ())),
+            "fetch": PROTOCOLS[profile.protocol].fetches_attachments if fetch is None else fetch,
+        }
+    ).with_hosts(allow_hosts)
+
+
+def makes_files(profile: Any, attachments: tuple[Attachment, ...], allow_hosts: tuple[str, ...] = ()) -> bool:
+    """Whether `attachments` become files in the turn's directory under `profile` (fetched, or what a pass-through
+    makes): a pass-through turn that makes none needs no attachments directory, and cannot fail for want of one."""
+    return bool(attachments) and (policy_of(profile, allow_hosts).fetch or bool(_made_here(attachments)))
 
 
 async def prepare_attachments(
     turn: Turn, files: TurnFiles, policy: AttachmentPolicy, log: Any, cancel: trio.Event | None = None
 ) -> Turn:
-    """`turn` with its attachments fetched into `files.attachments`. Raises `AttachmentFailed`; then, as on a trio
-    cancellation, nothing fetched is left (the caller removes `files`)."""
+    """`turn` with its attachments fetched into `files.attachments` (with `policy.fetch` off, only those
+    `_passed_through` says). Raises `AttachmentFailed`; then, as on a trio cancellation, nothing fetched is left
+    (the caller removes `files`)."""
+    if not policy.fetch:
+        return turn.replace(attachments=await _passed_through(turn.attachments, files, policy, log, cancel))
     if len(turn.attachments) > policy.max_count:
         raise _failed(
             f"the turn has {len(turn.attachments)} attachments, over the {policy.max_count} allowed "
             "(attachments.max_count); nothing was fetched"
         )
     return turn.replace(attachments=await _fetch_all(turn.attachments, files, policy, log, cancel))
+
+
+async def _passed_through(
+    attachments: tuple[Attachment, ...],
+    files: TurnFiles,
+    policy: AttachmentPolicy,
+    log: Any,
+    cancel: trio.Event | None,
+) -> tuple[Attachment, ...]:
+    """The attachments as sent, URLs untouched, no address reached: only what the agent could not get otherwise
+    is made a file (as a fetch would, within the same limits) — a local path (the host's own file, which the
+    agent may not see from its directory or sandbox), and every `data:` URI when the list of them all would not
+    fit in one environment variable (`AGENT_ATTACHMENTS`; its URLs then name the files)."""
+    local = _made_here(attachments)
+    if not local:
+        return attachments
+    made = await _fetch_all(tuple(attachments[index] for index in local), files, policy, log, cancel)
+    handed = list(attachments)
+    for index, attachment in zip(local, made, strict=True):
+        handed[index] = attachment
+    return tuple(handed)
+
+
+def _made_here(attachments: tuple[Attachment, ...]) -> list[int]:
+    """The indexes of the attachments a pass-through still makes files of (see `_passed_through`)."""
+    fits = attachments_fit(attachments)
+    return [
+        index
+        for index, attachment in enumerate(attachments)
+        if (kind := source_kind_or_none(attachment.url)) == "path" or (kind == "data" and not fits)
+    ]
 
 
 def _failed(message: str) -> AttachmentFailed:

@@ -61,6 +61,8 @@ class AttachmentPolicy:
     """Host names (exact, any case) and addresses or CIDR networks that may be fetched from although not public."""
     keep: bool = False
     """Leave the turn's attachments in place when the turn ends (for debugging an agent)."""
+    fetch: bool = True
+    """Fetch the attachments before the agent starts; False hands the agent their URLs as sent (pass-through)."""
     _names: frozenset[str] = field(init=False, repr=False, compare=False)
     _networks: tuple[Network, ...] = field(init=False, repr=False, compare=False)
 

@@ -11,7 +11,7 @@ import json
 import os
 import re
 import urllib.parse
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from .dialects import PROTOCOLS, Handover
@@ -21,7 +21,7 @@ from .profile import PLACEHOLDER_PATTERN, Profile
 from .profile.fields import NEW_SESSION_ID
 from .profile.sandbox import SandboxView, sandbox_view
 from .profile.tools import BWRAP, PRLIMIT, find_tool, missing_tool
-from .turn import Turn
+from .turn import Attachment, Turn
 
 PROTOCOL_VERSION = "0.1"
 INFRA_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ"})
@@ -287,6 +287,12 @@ def _protocol_variables(profile: Profile, session_id: str, session_name: str, tu
                 if only.path:
                     variables[f"AGENT_{kind}_PATH"] = only.path
     return variables
+
+
+def attachments_fit(attachments: Sequence[Attachment]) -> bool:
+    """Whether `AGENT_ATTACHMENTS` listing `attachments` as they are fits the OS's limit for one variable."""
+    listed = json.dumps([attachment.to_dict() for attachment in attachments], ensure_ascii=False)
+    return not _too_long("AGENT_ATTACHMENTS=" + listed)
 
 
 def file_url(path: str) -> str:

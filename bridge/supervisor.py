@@ -82,10 +82,16 @@ async def drive_turn(
         cwd = turn_working_directory(profile, turn) or os.getcwd()
     except LaunchError:  # it fails to start the same way below, before anything is made or fetched
         cwd = ""
+    makes_files = False
+    if turn.attachments:
+        # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
+        from .attachments import makes_files as attachments_make_files
+
+        makes_files = attachments_make_files(profile, turn.attachments, allow_hosts)
     try:
-        files = _turn_files(cwd, turn_id, bool(turn.attachments))
+        files = _turn_files(cwd, turn_id, makes_files)
     except FileRefused as err:
-        if turn.attachments:
+        if makes_files:
             return _not_started(
                 profile, turn_id, started, LaunchError(126, f"the turn's directory cannot be made: {err}")
             )
@@ -95,8 +101,7 @@ async def drive_turn(
         )
         files = None
     keep = False
-    if turn.attachments and files is not None:
-        # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
+    if makes_files and files is not None:
         from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
 
         policy = policy_of(profile, allow_hosts)

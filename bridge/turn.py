@@ -45,8 +45,9 @@ class Attachment:
     `url` says where it is: an `https://` or `http://` URL, a `data:` URI, or —
     from the host's own code or the CLI, never from a serve client — a local
     path. Before the agent starts, the bridge fetches it into the turn's
-    attachments directory: then `path` is that file (absolute), `media_type`
-    its checked type and `size` its bytes. `name` is the file's name for
+    attachments directory (unless the profile's `attachments.fetch` passes
+    URLs through): then `path` is that file (absolute), `media_type` its
+    checked type and `size` its bytes. `name` is the file's name for
     people (from the URL when not given).
     """
 

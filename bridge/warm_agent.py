@@ -457,13 +457,19 @@ class WarmAgent:
                 questions.close()
             ending = Ending(spawn_failure=(126, "the warm agent is not running"))
             return finish_turn(recorder, ending, "", started, log, warm=True)
+        makes_files = False
+        if turn.attachments:
+            # Imported here: a turn without attachments does not load HTTP and TLS.
+            from .attachments import makes_files as attachments_make_files
+
+            makes_files = attachments_make_files(profile, turn.attachments, allow_hosts)
         files: TurnFiles | None
         try:
             files = TurnFiles(
-                self._cwd, "warm", attachments=bool(turn.attachments)
+                self._cwd, "warm", attachments=makes_files
             )  # the agent runs there: it is a directory (unless it was removed)
         except FileRefused as err:
-            if turn.attachments:
+            if makes_files:
                 if questions is not None:
                     questions.close()
                 ending = Ending(spawn_failure=(126, f"the turn's directory cannot be made: {err}"))
@@ -473,8 +479,7 @@ class WarmAgent:
             log.warning("the turn's directory cannot be made; the agent gets no outbox", reason=str(err))
             files = None
         keep = False
-        if turn.attachments and files is not None:
-            # Imported here: a turn without attachments does not load HTTP and TLS.
+        if makes_files and files is not None:
             from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
 
             policy = policy_of(profile, allow_hosts)

@@ -22,23 +22,31 @@ LOG = Attachment("file", "https://chat.example/get?id=9", name="build.log", path
 SPACED = Attachment(
     "file", "https://chat.example/a%20b.txt", name="a b.txt", path=f"{DIR}/a b.txt", media_type="text/plain"
 )
-UNFETCHED = Attachment("file", "https://chat.example/later.txt")
+UNFETCHED = Attachment("file", "https://chat.example/later.txt")  # as `attachments.fetch: false` leaves it
+LATER = UNFETCHED.url
 
 
 def test_fetched_files_are_listed_by_path_with_their_type_and_the_name_they_were_sent_as():
-    assert (
-        files_named([SHOT, LOG, UNFETCHED])
-        == f"Attached files:\n- {DIR}/s.png (image, image/png)\n- {DIR}/build.log (file)"
+    assert files_named([SHOT, LOG, UNFETCHED]) == (
+        f"Attached files:\n- {DIR}/s.png (image, image/png)\n- {DIR}/build.log (file)\n- {LATER} (file)"
     )
     renamed = Attachment("file", "https://e/x", name="report (final).pdf", path=f"{DIR}/report_final_.pdf")
     assert files_named([renamed]) == f"Attached files:\n- {DIR}/report_final_.pdf (file, sent as 'report (final).pdf')"
-    assert files_named([UNFETCHED]) == ""
+    assert files_named([]) == ""
+
+
+def test_an_attachment_passed_through_is_listed_by_its_url_as_sent():
+    """`attachments.fetch: false`: a CLI that reads only its prompt still learns of the file, by its URL."""
+    signed = Attachment("image", "https://e/get?id=9&sig=abc", name="cat.png")
+    assert files_named([UNFETCHED, signed], "@{path}") == (
+        f"Attached files:\n- {LATER} (file)\n- https://e/get?id=9&sig=abc (image, sent as 'cat.png')"
+    )
 
 
 def test_the_message_comes_first_and_nothing_changes_without_a_fetched_file():
     assert with_files_named("look", [SHOT]) == f"look\n\nAttached files:\n- {DIR}/s.png (image, image/png)"
     assert with_files_named("  ", [SHOT]) == f"Attached files:\n- {DIR}/s.png (image, image/png)"
-    assert with_files_named("look", [UNFETCHED]) is None
+    assert with_files_named("look", [UNFETCHED]) == f"look\n\nAttached files:\n- {LATER} (file)"
     assert with_files_named("look", []) is None
 
 
@@ -55,14 +63,14 @@ def plan(profile_name: str, turn: Turn) -> tuple[str, ...]:
 
 def test_codex_exec_gets_an_image_option_per_fetched_image_before_the_session_words_and_files_in_the_prompt():
     turn = Turn("look", attachments=(SHOT, LOG, UNFETCHED, SHOT))
-    image, prompt = f"--image={DIR}/s.png", f"look\n\nAttached files:\n- {DIR}/build.log (file)"
+    image, prompt = f"--image={DIR}/s.png", f"look\n\nAttached files:\n- {DIR}/build.log (file)\n- {LATER} (file)"
     assert plan("codex.yaml", turn)[-4:] == (image, image, "--", prompt)
     assert plan("codex.yaml", turn.replace(session_id="th-1"))[-6:] == (image, image, "resume", "--", "th-1", prompt)
     # Without a fetched image, codex's argv is what it always was.
     assert plan("codex.yaml", Turn("look", attachments=(UNFETCHED,)))[-3:] == (
         "unbounded_connection_retries",
         "--",
-        "look",
+        f"look\n\nAttached files:\n- {LATER} (file)",
     )
 
 
@@ -85,8 +93,9 @@ def test_codex_exec_gets_an_image_option_per_fetched_image_before_the_session_wo
 )
 def test_one_shot_clis_get_the_paths_in_their_prompt(profile_name, prompt):
     argv = plan(profile_name, Turn("look", attachments=(SHOT, SPACED, UNFETCHED)))
-    assert argv[-1] == prompt
-    assert plan(profile_name, Turn("look", attachments=(UNFETCHED,)))[-1] == prompt.split("look")[0] + "look"
+    assert argv[-1] == f"{prompt}\n- {LATER} (file)"
+    listed = f"{prompt.split('look')[0]}look\n\nAttached files:\n- {LATER} (file)"
+    assert plan(profile_name, Turn("look", attachments=(UNFETCHED,)))[-1] == listed
 
 
 def test_the_named_prompt_fills_message_in_env_too_and_agent_message_stays_as_sent():

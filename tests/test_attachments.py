@@ -297,6 +297,7 @@ def server() -> Iterator[str]:
 
 
 LOOPBACK = AttachmentPolicy(allow_hosts=("127.0.0.1",))
+LOOPBACK_FETCH = {"fetch": True, "allow_hosts": ["127.0.0.1"]}  # a profile's section (agentproc-0.1 passes through)
 
 
 async def fetch(tmp_path: Path, *attachments: Attachment, policy: AttachmentPolicy = LOOPBACK) -> Turn:
@@ -429,7 +430,7 @@ async def test_a_url_with_credentials_is_refused_and_never_logged(tmp_path: Path
     lines: list[str] = []
     bridge.log.configure_logging("debug", "json")
     url = server.replace("http://", "http://bob:hunter2@") + "/notes.txt?token=SECRET"
-    profile = bridge.Profile(command=["true"], attachments={"allow_hosts": ["127.0.0.1"]}, cwd=str(tmp_path))
+    profile = bridge.Profile(command=["true"], attachments=LOOPBACK_FETCH, cwd=str(tmp_path))
     with bridge.log.records_to(lines.append):
         result = await drive_turn(profile, Turn("hi", attachments=[Attachment("file", url)]))
     bridge.log.configure_logging("warning", "json")
@@ -441,7 +442,7 @@ async def test_a_url_with_credentials_is_refused_and_never_logged(tmp_path: Path
 
 async def test_a_cancel_while_fetching(tmp_path: Path, server: str) -> None:
     cancel = trio.Event()
-    profile = bridge.Profile(command=["true"], attachments={"allow_hosts": ["127.0.0.1"]}, cwd=str(tmp_path))
+    profile = bridge.Profile(command=["true"], attachments=LOOPBACK_FETCH, cwd=str(tmp_path))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_set_later, cancel)
         result = await drive_turn(
@@ -471,7 +472,8 @@ def reader_profile(tmp_path: Path, **fields: Any) -> Path:
     script.chmod(0o755)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    profile = {"command": [str(script)], "cwd": str(work), "attachments": {"allow_hosts": ["127.0.0.1"]}, **fields}
+    attachments = {"fetch": True, "allow_hosts": ["127.0.0.1"]}  # agentproc-0.1 passes URLs through by default
+    profile = {"command": [str(script)], "cwd": str(work), "attachments": attachments, **fields}
     path = tmp_path / "reader.yaml"
     path.write_text(json.dumps(profile))
     return path
@@ -508,7 +510,7 @@ async def test_an_agentproc_01_agent_gets_a_large_data_uri_as_its_file(tmp_path:
 
 async def test_a_profile_may_keep_the_files(tmp_path: Path, server: str) -> None:
     profile = bridge.load_profile(
-        reader_profile(tmp_path, attachments={"allow_hosts": ["127.0.0.1"], "keep": True}), cache=False
+        reader_profile(tmp_path, attachments={"fetch": True, "allow_hosts": ["127.0.0.1"], "keep": True}), cache=False
     )
     result = await drive_turn(profile, Turn("look", attachments=[Attachment("image", f"{server}/cat.png")]))
     kept = Path(result.reply.splitlines()[0].removeprefix("image="))
@@ -561,7 +563,8 @@ async def test_through_the_host(tmp_path: Path, server: str) -> None:
 async def test_the_hosts_exceptions_add_to_the_profiles(tmp_path: Path, server: str) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    reader_profile(tmp_path, attachments={}).rename(profiles / "reader.yaml")  # the profile allows no loopback
+    # the profile allows no loopback
+    reader_profile(tmp_path, attachments={"fetch": True}).rename(profiles / "reader.yaml")
     turn = Turn("look", attachments=[Attachment("image", f"{server}/cat.png")])
     async with bridge.open_host(profiles, state=tmp_path / "state.sqlite3") as host:
         refused = await host.submit("reader", "c1", turn)
@@ -576,7 +579,7 @@ async def test_the_hosts_exceptions_add_to_the_profiles(tmp_path: Path, server: 
 def test_serve_takes_the_hosts_exceptions_from_its_option(tmp_path: Path, server: str) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    reader_profile(tmp_path, attachments={}).rename(profiles / "reader.yaml")
+    reader_profile(tmp_path, attachments={"fetch": True}).rename(profiles / "reader.yaml")
     request = {"type": "turn", "profile": "reader", "conversation": "c", "message": "look"}
     lines = [
         json.dumps({**request, "id": "t1", "attachments": [{"type": "image", "url": f"{server}/cat.png"}]}),
@@ -605,3 +608,245 @@ def test_serve_refuses_a_local_path() -> None:
         with pytest.raises(bridge.errors.RequestError, match=why):
             parse_turn({**request, "attachments": [{"type": "file", "url": url}]})
     assert parse_turn({**request, "attachments": [{"type": "file", "url": "https://x/y"}]})
+
+
+# ---------------------------------------------------------------------- pass-through (attachments.fetch: false)
+
+ENV_PRINTER = """import json, os
+print(json.dumps({name: os.environ.get(name) for name in
+                  ("AGENT_ATTACHMENTS", "AGENT_IMAGE_URL", "AGENT_FILE_URL", "AGENT_IMAGE_PATH", "AGENT_FILE_PATH")}))
+"""
+
+
+def env_printer_profile(tmp_path: Path, **fields: Any) -> Path:
+    """An agentproc-0.1 agent (the default protocol) that answers with its attachment variables, as JSON."""
+    script = tmp_path / "env_printer.py"
+    script.write_text(ENV_PRINTER)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    path = tmp_path / "printer.yaml"
+    path.write_text(json.dumps({"command": [sys.executable, str(script)], "cwd": str(work), **fields}))
+    return path
+
+
+async def attachment_variables(profile_path: Path, *attachments: Attachment) -> dict[str, Any]:
+    profile = bridge.load_profile(profile_path, cache=False)
+    with trio.fail_after(15):
+        result = await drive_turn(profile, Turn("look", attachments=attachments))
+    assert result.ok, (result.outcome, result.error)
+    variables: dict[str, Any] = json.loads(result.reply)
+    return variables
+
+
+def test_each_protocol_has_its_default_and_a_profile_overrides_it() -> None:
+    from bridge.attachments import policy_of
+    from bridge.dialects import PROTOCOLS
+
+    for protocol in PROTOCOLS:
+        profile = bridge.Profile(command=["true"], protocol=protocol)
+        assert policy_of(profile).fetch is (protocol != "agentproc-0.1"), protocol
+        for fetch in (True, False):
+            assert policy_of(profile.replace(attachments={"fetch": fetch})).fetch is fetch, protocol
+    with pytest.raises(bridge.errors.ProfileError, match="fetch"):
+        bridge.Profile(command=["true"], attachments={"fetch": "no"})
+
+
+async def test_an_agentproc_01_agent_gets_the_urls_as_sent_and_nothing_is_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The contract's pass-through: `{type, url, name}` and the single-attachment URL, whatever the URL names — a
+    host this machine does not resolve, a signed URL, a private service — and the turn does not fail."""
+    looked_up: list[str] = []
+
+    async def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(host)
+        raise trio.socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(trio.socket, "getaddrinfo", getaddrinfo)
+    profile = env_printer_profile(tmp_path)
+    signed = "https://files.internal.invalid/cat.png?X-Amz-Signature=abc&X-Amz-Expires=60"
+    variables = await attachment_variables(profile, Attachment("image", signed))
+    assert variables == {
+        "AGENT_ATTACHMENTS": json.dumps([{"type": "image", "url": signed, "name": "cat.png"}]),
+        "AGENT_IMAGE_URL": signed,
+        "AGENT_FILE_URL": None,
+        "AGENT_IMAGE_PATH": None,
+        "AGENT_FILE_PATH": None,
+    }
+    private = Attachment("file", "http://10.1.2.3:8080/report.pdf", name="Report")
+    variables = await attachment_variables(profile, private)
+    assert json.loads(variables["AGENT_ATTACHMENTS"]) == [
+        {"type": "file", "url": "http://10.1.2.3:8080/report.pdf", "name": "Report"}
+    ]
+    assert (variables["AGENT_FILE_URL"], variables["AGENT_IMAGE_URL"]) == ("http://10.1.2.3:8080/report.pdf", None)
+    variables = await attachment_variables(profile, Attachment("image", signed), private)
+    assert [entry["url"] for entry in json.loads(variables["AGENT_ATTACHMENTS"])] == [signed, private.url]
+    assert variables["AGENT_IMAGE_URL"] is None and variables["AGENT_FILE_URL"] is None  # two: only the list
+    assert looked_up == [] and loopback_only.attempts == []
+    assert left_in(tmp_path / "work") == []
+
+
+async def test_pass_through_does_not_reach_a_server_the_bridge_could_fetch_from(tmp_path: Path, server: str) -> None:
+    url = f"{server}/cat.png"
+    variables = await attachment_variables(env_printer_profile(tmp_path), Attachment("image", url))
+    assert (variables["AGENT_IMAGE_URL"], variables["AGENT_IMAGE_PATH"]) == (url, None)
+    assert _Handler.requests == [] and loopback_only.attempts == []
+
+
+async def test_fetch_true_on_agentproc_01_fetches_and_adds_the_path(tmp_path: Path, server: str) -> None:
+    profile = env_printer_profile(tmp_path, attachments=LOOPBACK_FETCH)
+    variables = await attachment_variables(profile, Attachment("image", f"{server}/cat.png"))
+    [entry] = json.loads(variables["AGENT_ATTACHMENTS"])
+    assert entry["url"] == variables["AGENT_IMAGE_URL"] == f"{server}/cat.png"
+    assert entry["path"] == variables["AGENT_IMAGE_PATH"] and entry["path"].endswith("/cat.png")
+    assert (entry["media_type"], entry["size"]) == ("image/png", len(PNG))
+    assert _Handler.requests == ["/cat.png"]
+
+
+async def test_a_data_uri_is_passed_through_unless_it_cannot_fit_in_the_environment(tmp_path: Path) -> None:
+    profile = env_printer_profile(tmp_path)
+    small = "data:text/plain;base64," + base64.b64encode(b"some notes").decode()
+    variables = await attachment_variables(profile, Attachment("file", small, name="notes.txt"))
+    assert variables["AGENT_FILE_URL"] == small and variables["AGENT_FILE_PATH"] is None
+    assert json.loads(variables["AGENT_ATTACHMENTS"]) == [{"type": "file", "url": small, "name": "notes.txt"}]
+
+    picture = PNG + bytes(range(256)) * 800
+    large = "data:image/png;base64," + base64.b64encode(picture).decode()  # 200 KiB: over the 128 KiB of a variable
+    variables = await attachment_variables(profile, Attachment("image", large), Attachment("file", small))
+    entries = json.loads(variables["AGENT_ATTACHMENTS"])
+    for entry in entries:  # decoded into the turn's directory, and named by file:// URL
+        assert entry["url"] == "file://" + entry["path"]
+        assert entry["path"].startswith(str(tmp_path / "work" / ".agent-bridge" / "attachments"))
+    assert [entry["size"] for entry in entries] == [len(picture), len(b"some notes")]
+    variables = await attachment_variables(profile, Attachment("image", large))
+    assert variables["AGENT_IMAGE_URL"] == "file://" + variables["AGENT_IMAGE_PATH"]
+
+
+def test_serve_passes_the_urls_through_to_an_agentproc_01_agent(tmp_path: Path) -> None:
+    """Through the serve door as a client sends them: a private service's URL and the cloud metadata address (IP
+    literals: no name is looked up even if this regresses) reach the agent, and the turn is ok."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    env_printer_profile(tmp_path).rename(profiles / "printer.yaml")
+    urls = ["http://10.255.255.1/private.png", "http://169.254.169.254/latest/meta-data/"]
+    request = {
+        "type": "turn", "id": "t1", "profile": "printer", "conversation": "c", "message": "look",
+        "attachments": [{"type": "image", "url": urls[0]}, {"type": "file", "url": urls[1], "name": "meta"}],
+    }  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--profiles", str(profiles), "--state", str(tmp_path / "s.db")],
+        input=json.dumps(request) + "\n", capture_output=True, text=True, timeout=60,
+        env=loopback_only.subprocess_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert loopback_only.REFUSED not in done.stdout + done.stderr
+    [result] = [response for response in map(json.loads, done.stdout.splitlines()) if response["type"] == "result"]
+    assert result["outcome"] == "ok", result
+    assert json.loads(json.loads(result["reply"])["AGENT_ATTACHMENTS"]) == [
+        {"type": "image", "url": urls[0], "name": "private.png"},
+        {"type": "file", "url": urls[1], "name": "meta"},
+    ]
+
+
+async def test_a_coding_cli_still_fetches_by_default(
+    tmp_path: Path, server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pi's ready profile: the fetched file is named in its prompt by path; `fetch: false` names its URL, fetched by
+    nobody but the agent."""
+    from conftest import CLI_PROFILES
+    from fake_clis import install_fake_clis
+
+    install_fake_clis(tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = bridge.load_profile(CLI_PROFILES / "pi.yaml", cache=False).replace(cwd=str(work))
+    turn = Turn("look", attachments=[Attachment("image", f"{server}/cat.png")])
+    with trio.fail_after(30):
+        fetched = await drive_turn(profile, turn, allow_hosts=("127.0.0.1",))
+    assert fetched.ok, (fetched.outcome, fetched.error)
+    assert re.search(rf"Attached files:\n- {work}/{TURN_FILES}/cat\.png \(image, image/png\)", fetched.reply)
+    assert _Handler.requests == ["/cat.png"]
+    with trio.fail_after(30):
+        passed = await drive_turn(profile.replace(attachments={"fetch": False}), turn, allow_hosts=("127.0.0.1",))
+    assert passed.ok and f"Attached files:\n- {server}/cat.png (image)" in passed.reply, passed.reply
+    assert _Handler.requests == ["/cat.png"]
+
+
+async def test_fetch_false_on_a_warm_protocol_hands_the_agent_the_url_its_way(tmp_path: Path, server: str) -> None:
+    """ACP (the official SDK's sample agent): an unfetched attachment is a resource link to its URL."""
+    from conftest import SAMPLE_AGENTS
+
+    command = [sys.executable, str(SAMPLE_AGENTS / "acp_agent.py"), "--store", str(tmp_path / "sessions")]
+    work = tmp_path / "work"
+    work.mkdir()
+    fields = {"command": command, "protocol": "acp", "cwd": str(work), "attachments": {"fetch": False}}
+    profile = bridge.Profile.from_mapping(fields)
+    url = f"{server}/notes.txt"
+    with trio.fail_after(20):
+        result = await bridge.run_turn(profile, Turn("blocks", attachments=[Attachment("file", url)]))
+    assert result.ok, (result.outcome, result.error, result.stderr_tail)
+    assert result.reply.startswith(f"link {url} "), result.reply
+    assert _Handler.requests == []
+
+
+async def test_passed_through_an_agentproc_04_agent_gets_what_the_reference_runner_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference runner (agentproc 0.20, wire 0.4 only: it has no AGENT_* attachment variables) hands the
+    caller's attachment entries over as they are; with `fetch: false` the bridge writes the same turn line, byte for
+    byte, for URLs it could not fetch."""
+    from agentproc import runner as reference
+
+    async def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"{host} was looked up")
+
+    monkeypatch.setattr(trio.socket, "getaddrinfo", getaddrinfo)
+    recorder = tmp_path / "recorder.py"
+    recorder.write_text(
+        "import sys\nopen(sys.argv[1], 'wb').write(sys.stdin.buffer.readline())\n"
+        'print(\'{"type":"result","text":"ok"}\')\n'
+    )
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    signed = "https://files.internal.invalid/cat.png?sig=abc"
+    attachments = (Attachment("image", signed, name="cat.png"), Attachment("file", "http://10.0.0.7/r.pdf"))
+    fields = {
+        "protocol": "agentproc-0.4",
+        "command": [sys.executable, str(recorder), str(ours)],
+        "cwd": str(tmp_path),
+        "attachments": {"fetch": False},
+    }
+    with trio.fail_after(15):
+        result = await drive_turn(bridge.Profile.from_mapping(fields), Turn("look", attachments=attachments))
+    assert (result.ok, result.reply) == (True, "ok"), result.error
+    entries = [{"kind": "image", "url": signed, "filename": "cat.png"}, {"kind": "file", "url": attachments[1].url,
+               "filename": "r.pdf"}]  # fmt: skip
+    done = await trio.to_thread.run_sync(
+        lambda: reference.run(
+            {"command": sys.executable, "args": [str(recorder), str(theirs)], "timeout_secs": 10},
+            reference.RunOptions(message="look", attachments=entries),
+        )
+    )
+    assert done.reply == "ok"
+    assert ours.read_bytes() == theirs.read_bytes()
+    assert json.loads(ours.read_bytes())["attachments"] == entries
+
+
+def test_check_warns_of_an_agentproc_01_attachments_section_that_does_not_say_fetch(tmp_path: Path) -> None:
+    """A profile written when agentproc-0.1 fetched (its allow_hosts, its limits) now gets URLs: `check` says so."""
+    written = {
+        "old.yaml": "command: [cat]\nattachments: {allow_hosts: [127.0.0.1]}\n",
+        "fetches.yaml": "command: [cat]\nattachments: {fetch: true, allow_hosts: [127.0.0.1]}\n",
+        "passes.yaml": "command: [cat]\nattachments: {fetch: false}\n",
+        "plain.yaml": "command: [cat]\n",
+        "cli.yaml": "command: [cat]\nprotocol: pi-json\nattachments: {max_count: 3}\n",
+    }
+    for name, text in written.items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "check", *(str(tmp_path / name) for name in written)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "warning: attachments:" in line]
+    assert len(warned) == 1 and warned[0].startswith(f"{tmp_path / 'old.yaml'}: warning: attachments: "), warned
+    assert "add `fetch: true`" in warned[0]

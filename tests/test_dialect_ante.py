@@ -293,11 +293,12 @@ def test_a_streamed_turn_shows_its_deltas_and_its_reply_is_their_concatenation()
     assert ante.feed(streamed_turn(user_input["id"])) == STREAMED_EVENTS
 
 
-def test_fetched_attachments_are_named_in_the_user_input_by_path_unfetched_ones_are_not():
+def test_fetched_attachments_are_named_in_the_user_input_by_path_unfetched_ones_by_url():
     shot = Attachment("image", "https://e/x.png", path="/w/.agent-bridge/attachments/t/x.png", media_type="image/png")
     [user_input] = ops(ready().prompt(Turn("look", attachments=(shot, Attachment("file", "https://e/y.txt")))))
     assert user_input["op"] == {
-        "UserInput": "look\n\nAttached files:\n- /w/.agent-bridge/attachments/t/x.png (image, image/png)"
+        "UserInput": "look\n\nAttached files:\n- /w/.agent-bridge/attachments/t/x.png (image, image/png)\n"
+        "- https://e/y.txt (file)"
     }
 
 

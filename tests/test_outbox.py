@@ -147,7 +147,9 @@ def test_a_turn_without_files_leaves_only_the_bridge_s_empty_directories(make_ag
     work = tmp_path / "work"
     work.mkdir()
     profile = make_agent(
-        'import os; print(os.environ["AGENT_OUTBOX"], os.listdir(os.environ["AGENT_OUTBOX"]))', cwd=str(work)
+        'import os; print(os.environ["AGENT_OUTBOX"], os.listdir(os.environ["AGENT_OUTBOX"]))',
+        cwd=str(work),
+        attachments={"fetch": True},
     )
     state = work / ".agent-bridge"
     SPARE_OUTBOXES.remove_all()  # none kept from other tests: this one's is the newest anyway
@@ -329,7 +331,7 @@ def test_a_huge_file_is_dropped_with_a_note(make_agent, tmp_path: Path) -> None:
 def test_a_turn_directory_that_cannot_be_made_costs_the_outbox_not_the_turn(make_agent, tmp_path: Path) -> None:
     """The bridge writes nothing through a link the agent planted (nor in a working directory it may not write to,
     serve started in /, say: the same refusal), and the turn still runs, without an outbox — unless it has
-    attachments, which need the directory."""
+    attachments to fetch, which need the directory (URLs passed through need none)."""
     agent = "import os; print('outbox:', os.environ.get('AGENT_OUTBOX', 'none'))"
     (tmp_path / "work").mkdir()
     (tmp_path / "elsewhere").mkdir()
@@ -338,8 +340,13 @@ def test_a_turn_directory_that_cannot_be_made_costs_the_outbox_not_the_turn(make
     assert (result.ok, result.reply) == (True, "outbox: none")
     assert list((tmp_path / "elsewhere").iterdir()) == []
     attached = bridge.Turn("hi", attachments=[bridge.Attachment("file", "data:,x")])
-    result = bridge.run_turn_sync(make_agent(agent, cwd=str(tmp_path / "work")), attached)
+    fetching = make_agent(agent, cwd=str(tmp_path / "work"), attachments={"fetch": True})
+    result = bridge.run_turn_sync(fetching, attached)
     assert result.outcome == "spawn_failed" and "the turn's directory cannot be made" in result.error_reply  # no room
+    # An IP literal the address rule refuses: were it fetched, the turn would fail before any packet left.
+    passed = bridge.Turn("hi", attachments=[bridge.Attachment("file", "http://10.255.255.1/x")])
+    result = bridge.run_turn_sync(make_agent(agent, cwd=str(tmp_path / "work")), passed)
+    assert (result.ok, result.reply) == (True, "outbox: none"), result.error
 
 
 def test_a_cancelled_turn_leaves_no_outbox(make_agent, tmp_path: Path) -> None:

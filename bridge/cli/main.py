@@ -208,7 +208,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             default=[],
             type=_attachment,
             help="a file for the agent: a local path, an https/http URL or a data: URI, fetched before the agent "
-            "starts; its type comes from its name, or write TYPE=URL (image, file, audio, video); repeatable",
+            "starts (an agentproc-0.1 agent gets URLs as given, unless its profile says attachments: {fetch: true}); "
+            "its type comes from its name, or write TYPE=URL (image, file, audio, video); repeatable",
         )
         run.add_argument(
             "--timeout", metavar="SECS", type=_seconds(zero_ok=False), help="override the profile's timeout_secs"
@@ -749,6 +750,7 @@ def _check_command(args: argparse.Namespace) -> int:
             continue
         for warning in (
             *_environment_warnings(profile),
+            *_attachment_warnings(profile),
             *_unset_variable_warnings(profile),
             *_ignored_env_warnings(profile),
             *_option_injection_warnings(profile),
@@ -838,6 +840,21 @@ def _protocol_warnings(profile: Profile) -> list[str]:
             "message that comes while its conversation's turn runs is queued (as on_busy: queue)"
         )
     return warnings
+
+
+def _attachment_warnings(profile: Profile) -> list[str]:
+    """An `attachments` section whose settings nothing uses: the protocol passes URLs through (agentproc-0.1's
+    default), so a profile written for fetched files (limits, allow_hosts, keep) gets URLs instead."""
+    from ..dialects import PROTOCOLS
+
+    section = profile.attachments or {}
+    if not section or section.get("fetch") is not None or PROTOCOLS[profile.protocol].fetches_attachments:
+        return []
+    return [
+        f"attachments: protocol {profile.protocol} hands the agent attachment URLs as sent and fetches nothing, "
+        "so this section's allow_hosts and limits hardly apply; add `fetch: true` to it if the agent reads files "
+        "(AGENT_IMAGE_PATH, AGENT_FILE_PATH, `path` in AGENT_ATTACHMENTS), or `fetch: false` if it takes the URLs"
+    ]
 
 
 def _option_injection_warnings(profile: Profile) -> list[str]:

@@ -80,6 +80,7 @@ class ProtocolInfo(NamedTuple):
     message_on_stdin: bool = False  # its handover always writes the message to the agent's stdin
     summary: str = ""
     warm: bool = False  # one process per conversation, many turns (a `warm.WarmDialect`), not one per turn
+    fetches_attachments: bool = True  # the default of the profile's `attachments.fetch` (docs/attachments.md)
 
 
 DEFAULT_PROTOCOL = "agentproc-0.1"
@@ -88,6 +89,7 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
         "agentproc01",
         "AgentProc01",
         NoSettings,
+        fetches_attachments=False,  # the contract hands the agent the URLs themselves
         summary="AGENT_* environment in, AGENT_PARTIAL:/AGENT_SESSION:/AGENT_ERROR: lines and the reply body out",
     ),
     "agentproc-0.4": ProtocolInfo(

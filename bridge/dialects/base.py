@@ -42,6 +42,7 @@ import json.decoder
 import json.scanner
 import posixpath
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, cast
@@ -230,7 +231,7 @@ class JsonLinesDialect(JsonLinesReader):
 
     @classmethod
     def handover(cls, turn: Turn, context: DialectContext) -> Handover:
-        # The turn is in argv: stdin is at end of file at once. Fetched files are named in the prompt, which is all a
+        # The turn is in argv: stdin is at end of file at once. Attachments are named in the prompt, which is all a
         # CLI without an input of its own for files can be given.
         return Handover(message=with_files_named(turn.message, turn.attachments, cls.mention))
 
@@ -257,9 +258,9 @@ class JsonLinesDialect(JsonLinesReader):
 
 
 def with_files_named(message: str, attachments: Sequence[Attachment], mention: str = "{path}") -> str | None:
-    """`message` followed by a list of the fetched files among `attachments`, each as `mention` spells it (`{path}`:
-    its absolute path; `@{path}` for a CLI that reads a file named so); None when none was fetched (the message
-    as it is). The one way every family names files in its prompt."""
+    """`message` followed by a list of `attachments`, each fetched file as `mention` spells it (`{path}`: its absolute
+    path; `@{path}` for a CLI that reads a file named so), one passed through by its URL; None without attachments
+    (the message as it is). The one way every family names files in its prompt."""
     listing = files_named(attachments, mention)
     if not listing:
         return None
@@ -282,17 +283,18 @@ def outbox_named(outbox: str) -> str:
 
 
 def files_named(attachments: Sequence[Attachment], mention: str = "{path}") -> str:
-    """The fetched files among `attachments` as lines of text for the agent ("" when none was fetched)."""
+    """`attachments` as lines of text for the agent ("" when there are none): a fetched file by its path, one the
+    profile passes through (`attachments.fetch: false`) by its URL as sent, for the agent to use itself."""
     lines = ["Attached files:"]
     for attachment in attachments:
-        if not attachment.path:
-            continue
         about: list[str] = [attachment.type]
         if attachment.media_type:
             about.append(attachment.media_type)
-        if attachment.name and attachment.name != posixpath.basename(attachment.path):
+        where = attachment.path or urllib.parse.urlsplit(attachment.url).path
+        if attachment.name and attachment.name != posixpath.basename(where):
             about.append(f"sent as {attachment.name!r}")
-        lines.append(f"- {mention.format(path=_mentioned(attachment.path, mention))} ({', '.join(about)})")
+        named = mention.format(path=_mentioned(attachment.path, mention)) if attachment.path else attachment.url
+        lines.append(f"- {named} ({', '.join(about)})")
     return "\n".join(lines) if len(lines) > 1 else ""
 
 

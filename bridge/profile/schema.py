@@ -94,6 +94,13 @@ class AttachmentsModel(BaseModel):
         description="Leave each turn's attachments (.agent-bridge/attachments/<turn id>/ in the agent's working "
         "directory) when the turn ends, instead of removing them.",
     )
+    fetch: bool | None = Field(
+        default=None,
+        description="Fetch each attachment before the agent starts (true: the agent gets its file's path too), or "
+        "hand the agent the URLs as sent (false: nothing is fetched, and a URL the bridge could not fetch does not "
+        "fail the turn). Absent: the protocol's default, false for agentproc-0.1 (its contract passes URLs "
+        "through), true for every other protocol.",
+    )
 
 
 class OutboxModel(BaseModel):
@@ -220,7 +227,8 @@ class ProfileModel(BaseModel):
     )
     attachments: AttachmentsModel | None = Field(
         default=None,
-        description="How the turn's attachments are fetched into its directory: limits, allowed hosts, keep.",
+        description="Whether the turn's attachments are fetched into its directory (fetch), and how: limits, allowed "
+        "hosts, keep.",
     )
     sandbox: SandboxModel | None = Field(
         default=None,
