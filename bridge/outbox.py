@@ -34,7 +34,7 @@ from .errors import OutboxError
 from .log import get_logger
 from .profile import Profile
 from .result import Outcome, TurnResult
-from .turn_files import STATE_DIRECTORY, TurnFiles
+from .turn_files import STATE_DIRECTORY, TurnFiles, remove_directory_beneath
 from .turn_loop import Emit
 
 DEFAULT_MAX_FILES = 20
@@ -140,7 +140,6 @@ class HeldOutbox:
         self._parent = parent
         self._name = name
         self._outbox = outbox
-        self._outbox_identity = identity_of(os.fstat(outbox))[:2]
         self._files = files
         self._lock = threading.Lock()  # a fleet worker stores files in a thread of its own
 
@@ -173,21 +172,7 @@ class HeldOutbox:
         with self._lock:
             if self._outbox < 0:
                 return
-            try:
-                with os.scandir(self._outbox) as listing:
-                    names = [entry.name for entry in listing]
-            except OSError:
-                names = []
-            for name in names:
-                _delete_beneath(self._outbox, name)
-            try:
-                if (
-                    identity_of(os.stat(self._name, dir_fd=self._parent, follow_symlinks=False))[:2]
-                    == self._outbox_identity
-                ):
-                    os.rmdir(self._name, dir_fd=self._parent)
-            except OSError:
-                pass
+            remove_directory_beneath(self._parent, self._name, self._outbox)
             self._close()
 
     def release(self) -> None:
@@ -208,16 +193,6 @@ def _unlink_if(directory: int, name: str, inode: tuple[int, int]) -> None:
     try:
         if identity_of(os.stat(name, dir_fd=directory, follow_symlinks=False))[:2] == inode:
             os.unlink(name, dir_fd=directory)
-    except OSError:
-        pass
-
-
-def _delete_beneath(directory: int, name: str) -> None:
-    """Delete `name` in `directory`, whatever it is, without following it."""
-    try:
-        os.unlink(name, dir_fd=directory)
-    except IsADirectoryError:
-        shutil.rmtree(name, dir_fd=directory, ignore_errors=True)
     except OSError:
         pass
 

@@ -181,25 +181,14 @@ class SessionOutbox:
                 try:
                     os.rename(name, name, src_dir_fd=self._outbox, dst_dir_fd=destination)
                 except OSError:
-                    _delete(self._outbox, name)  # the outbox is emptied at every turn's end, sent or not
+                    delete_beneath(self._outbox, name)  # the outbox is emptied at every turn's end, sent or not
         finally:
             os.close(destination)
 
     def remove(self) -> None:
         """Delete the outbox with what is left in it (its name only while it is still this directory); once."""
         if self._outbox >= 0:
-            try:
-                with os.scandir(self._outbox) as listing:
-                    names = [entry.name for entry in listing]
-            except OSError:
-                names = []
-            for name in names:
-                _delete(self._outbox, name)
-            try:
-                if _key(self._outbox) == _key_of(self._parent, self._name):
-                    os.rmdir(self._name, dir_fd=self._parent)
-            except OSError:
-                pass
+            remove_directory_beneath(self._parent, self._name, self._outbox)
             os.close(self._outbox)
             self._outbox = -1
         if self._parent >= 0:
@@ -302,7 +291,7 @@ class SpareOutboxes:
             return False
         if _is_empty_outbox(parent, name):
             return True
-        _delete(parent, name)
+        delete_beneath(parent, name)
         return False
 
     def keep(self, parent: int, outbox: str) -> bool:
@@ -363,7 +352,25 @@ def _is_empty_outbox(parent: int, name: str) -> bool:
         os.close(descriptor)
 
 
-def _delete(parent: int, name: str) -> None:
+def remove_directory_beneath(parent: int, name: str, directory: int) -> None:
+    """Delete what the directory `directory` (a descriptor) holds, then its name `name` in `parent` (a descriptor)
+    only while that name is still this directory: whatever the agent made of the names meanwhile, nothing outside
+    it goes. The descriptors stay open."""
+    try:
+        with os.scandir(directory) as listing:
+            names = [entry.name for entry in listing]
+    except OSError:
+        names = []
+    for entry in names:
+        delete_beneath(directory, entry)
+    try:
+        if _key(directory) == _key_of(parent, name):
+            os.rmdir(name, dir_fd=parent)
+    except OSError:
+        pass
+
+
+def delete_beneath(parent: int, name: str) -> None:
     """Delete `name` in `parent`, whatever it is, without following it."""
     try:
         os.unlink(name, dir_fd=parent)

@@ -60,8 +60,14 @@ def test_an_unclosed_quote_is_named_where_it_opened(tmp_path: Path) -> None:
 
 
 def test_run_attach_of_a_loopback_url_names_the_profile_field_run_has(tmp_path: Path) -> None:
-    # Refused before any connection: nothing listens there, and nothing is needed to.
-    ran = cli("run", str(REPO / "profiles" / "echo.yaml"), "hi", "--attach", "http://127.0.0.1:9/notes.txt")
+    # Refused before any connection: nothing listens there, and nothing is needed to. The profile fetches its
+    # attachments (an agentproc-0.1 profile passes URLs through unless it says so).
+    profile = tmp_path / "fetching.yaml"
+    profile.write_text(
+        f"command: {json.dumps(str(REPO / 'sample_agents' / 'echo.sh'))}\ntimeout_secs: 10\n"
+        "attachments: {fetch: true}\n"
+    )
+    ran = cli("run", str(profile), "hi", "--attach", "http://127.0.0.1:9/notes.txt")
     assert ran.returncode == 1
     assert "127.0.0.1 resolves to 127.0.0.1, a loopback address" in ran.stderr
     assert "unless the profile's attachments.allow_hosts names it (serve and worker also take " in ran.stderr
