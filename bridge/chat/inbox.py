@@ -87,7 +87,9 @@ class Inbox:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None)
+            self._db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None, check_same_thread=False
+            )
         except (OSError, sqlite3.Error) as err:
             raise StoreError(
                 f"cannot open the chat store {self.path}: {err}; make its directory writable by this user, "

@@ -18,7 +18,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -205,7 +205,7 @@ class ChatBridge:
         if stored.state == "answered":
             self._nursery.start_soon(self._deliver_stored, stored)
         elif isinstance(item, ButtonPress):
-            self._nursery.start_soon(self._on_press, item)
+            self._on_press(item)
         elif (
             self.settings.answer_in_groups == "mentioned"
             and item.is_group
@@ -215,9 +215,11 @@ class ChatBridge:
         elif item.user not in self.settings.allow_users:
             self._nursery.start_soon(self._refuse, item)
         elif item.text.startswith("/") and not item.files:
-            self._nursery.start_soon(self._command, item)
+            # Its effect at once and in order (a /status after a /profile sees the switch); its reply
+            # paced like any other, without holding up the updates after it.
+            self._nursery.start_soon(self._reply, item, await self._command(item))
         elif (prompt := self._conversation(item).free_text) is not None:
-            self._nursery.start_soon(self._free_text, prompt, item)
+            self._free_text(prompt, item)
         else:
             # Waits only until the host admits the turn, so a conversation's turns keep their order.
             await self._nursery.start(self._turn, item)
@@ -415,7 +417,8 @@ class ChatBridge:
 
     # ------------------------------------------------------------------ commands
 
-    async def _command(self, item: Incoming) -> None:
+    async def _command(self, item: Incoming) -> str:
+        """Carry out a command; its answer."""
         word, _, rest = item.text[1:].partition(" ")
         name = word.partition("@")[0].lower()  # Telegram's /cmd@botname in groups
         conversation = self._conversation(item)
@@ -444,7 +447,7 @@ class ChatBridge:
         else:
             lines = [f"/{command} — {description}" for command, description in COMMANDS]
             text = "\n".join(["Send a message to talk to the agent. Commands:", *lines])
-        await self._reply(item, text)
+        return text
 
     async def _switch_profile(self, conversation: _Conversation, name: str) -> str:
         current = await self._profile_of(conversation)
@@ -507,20 +510,20 @@ class ChatBridge:
             choices.append(Choice("Done", f"{prompt.token}:done"))
         return tuple(choices)
 
-    async def _on_press(self, press: ButtonPress) -> None:
-        try:
-            await self._handle_press(press)
-        finally:
-            await self._mark(press.update_id, "delivered")
+    def _on_press(self, press: ButtonPress) -> None:
+        """Decide at once, in the order the presses came (a multi-select's toggles, then Done); what the platform
+        is told follows in tasks of its own."""
+        self._handle_press(press)
+        self._later(self._mark, press.update_id, "delivered")
 
-    async def _handle_press(self, press: ButtonPress) -> None:
+    def _handle_press(self, press: ButtonPress) -> None:
         token, _, choice = press.data.partition(":")
         prompt = self._prompts.get(token)
         if press.user not in self.settings.allow_users:
-            await self.platform.answer_press(press, "You may not answer this.")
+            self._later(self.platform.answer_press, press, "You may not answer this.")
             return
         if prompt is None or not self.host.in_flight(prompt.turn_id):
-            await self.platform.answer_press(press, NO_LONGER_WAITING)
+            self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
             return
         who = press.user_name or press.user
         if prompt.permission is not None:
@@ -530,37 +533,39 @@ class ChatBridge:
                 "deny": (Decision(allow=False), "Denied"),
             }.get(choice)
             if decision is None or not self.host.decide(prompt.turn_id, prompt.request_id, decision[0]):
-                await self.platform.answer_press(press, NO_LONGER_WAITING)
+                self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
                 self._forget(prompt)
                 return
-            await self.platform.answer_press(press, decision[1])
+            self._later(self.platform.answer_press, press, decision[1])
             self._forget(prompt)
-            await self._edit(prompt, f"{prompt.text}\n\n{decision[1]} by {who}.")
+            self._later(
+                self._edit, prompt.conversation.chat, prompt.message_key, f"{prompt.text}\n\n{decision[1]} by {who}."
+            )
             return
         question = prompt.question
         assert question is not None
         if choice == "done":
-            await self.platform.answer_press(press, "Done")
-            await self._answered(prompt, list(prompt.selected), who)
+            self._later(self.platform.answer_press, press, "Done")
+            self._answered(prompt, list(prompt.selected), who)
             return
         if not choice.isdigit() or int(choice) >= len(question.options):
-            await self.platform.answer_press(press, NO_LONGER_WAITING)
+            self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
             return
         label = question.options[int(choice)].label
         if question.multi_select:
             prompt.selected.remove(label) if label in prompt.selected else prompt.selected.append(label)
-            await self.platform.answer_press(press, label)
-            await self._edit(prompt, prompt.text, self._choices(prompt))
+            self._later(self.platform.answer_press, press, label)
+            self._later(self._edit_choices, prompt)
             return
-        await self.platform.answer_press(press, label)
-        await self._answered(prompt, label, who)
+        self._later(self.platform.answer_press, press, label)
+        self._answered(prompt, label, who)
 
-    async def _free_text(self, prompt: _Prompt, item: Incoming) -> None:
+    def _free_text(self, prompt: _Prompt, item: Incoming) -> None:
         if self.host.in_flight(prompt.turn_id) and prompt.token in self._prompts:
-            await self._answered(prompt, item.text, item.user_name or item.user)
-        await self._mark(item.update_id, "delivered")
+            self._answered(prompt, item.text, item.user_name or item.user)
+        self._later(self._mark, item.update_id, "delivered")
 
-    async def _answered(self, prompt: _Prompt, answer: str | list[str], who: str) -> None:
+    def _answered(self, prompt: _Prompt, answer: str | list[str], who: str) -> None:
         """A question of the prompt has its answer: show the decision, then ask the next or answer them all."""
         question, request = prompt.question, prompt.request
         assert question is not None and request is not None
@@ -568,10 +573,12 @@ class ChatBridge:
             prompt.conversation.free_text = None
         prompt.answers[question.id] = answer
         shown = answer if isinstance(answer, str) else ", ".join(answer) or "nothing"
-        await self._edit(prompt, f"{prompt.text}\n\n{who} answered: {shown}")
+        self._later(
+            self._edit, prompt.conversation.chat, prompt.message_key, f"{prompt.text}\n\n{who} answered: {shown}"
+        )
         if prompt.index + 1 < len(request.questions):
             prompt.index += 1
-            await self._show(prompt)
+            self._later(self._show, prompt)
             return
         self._forget(prompt)
         try:
@@ -579,17 +586,26 @@ class ChatBridge:
         except AnswerRefused as err:
             self._log.warning("an answer did not fit the question", error=str(err))
 
+    def _later(self, operation: Callable[..., Awaitable[object]], *args: Any) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(operation, *args)
+
+    async def _edit_choices(self, prompt: _Prompt) -> None:
+        """Show a multi-select prompt's choices as they are when the edit goes out."""
+        await self._edit(prompt.conversation.chat, prompt.message_key, prompt.text, self._choices(prompt))
+
     async def _withdrawn(self, conversation: _Conversation, request_id: str) -> None:
         for prompt in list(self._prompts.values()):
             if prompt.conversation is conversation and prompt.request_id == request_id:
                 self._forget(prompt)
-                await self._edit(prompt, f"{prompt.text}\n\nThe agent withdrew this request.")
+                text = f"{prompt.text}\n\nThe agent withdrew this request."
+                await self._edit(prompt.conversation.chat, prompt.message_key, text)
 
-    async def _edit(self, prompt: _Prompt, text: str, choices: tuple[Choice, ...] = ()) -> None:
-        if not prompt.message_key:
+    async def _edit(self, chat: str, message_key: str, text: str, choices: tuple[Choice, ...] = ()) -> None:
+        if not message_key:
             return
         try:
-            await self.platform.edit_text(prompt.conversation.chat, prompt.message_key, text, choices=choices)
+            await self.platform.edit_text(chat, message_key, text, choices=choices)
         except BridgeError as err:
             self._log.warning("a prompt could not be updated", error=str(err))
 
