@@ -48,7 +48,7 @@ class FakePlatform:
 
     def __init__(self, directory: Path | None = None, *, crash_on: str = "") -> None:
         self.directory = directory
-        self.crash_on = crash_on  # "ack", "typing", or "send:<text>": SIGKILL this process there, once
+        self.crash_on = crash_on  # "ack", "acked", "typing", or "send:<text>": SIGKILL this process there, once
         self.updates: list[Incoming | ButtonPress] = []
         self.records: list[Record] = []
         self.refuse_sends = 0
@@ -121,6 +121,7 @@ class FakePlatform:
         self.offset = int(position)
         if self.directory is not None:
             (self.directory / "acked").write_text(position)
+        self._maybe_crash("acked")
         self._record(Record("ack", text=position))
 
     async def send_text(

@@ -443,7 +443,7 @@ async def wait_records(setup: Path, what: str, check: object) -> None:
             await trio.sleep(0.02)  # noqa: ASYNC110 - another process's file: nothing to wait on but its growth
 
 
-@pytest.mark.parametrize("crash_on", ["ack", "typing", "send:echo: hi"])
+@pytest.mark.parametrize("crash_on", ["ack", "acked", "typing", "send:echo: hi"])
 async def test_a_bot_killed_at_any_step_of_a_turn_answers_each_message_exactly_once(setup: Path, crash_on: str) -> None:
     platform = FakePlatform(setup)
     platform.push(message(1, "hi"))
