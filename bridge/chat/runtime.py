@@ -26,7 +26,7 @@ from typing import Any, Literal
 import trio
 
 from ..dialects.events import FileEvent, PartialEvent, Question, QuestionRequest, RequestWithdrawn
-from ..errors import AnswerRefused, BridgeError, OutboxError, PlatformRefused, PlatformUnavailable
+from ..errors import AnswerRefused, BridgeError, HostClosed, OutboxError, PlatformRefused, PlatformUnavailable
 from ..host.common import BaseHost
 from ..log import get_logger
 from ..outbox import open_collected, remove_file, remove_outbox
@@ -122,7 +122,7 @@ class _Preview:
         self._platform = platform
         self._chat, self._thread = chat, thread
         self.text = ""
-        self.message_key = ""
+        self.message_keys: list[str] = []  # the first is edited; more only when the first send was split
         self._changed = trio.Event()
         self._idle = trio.Event()
         self._idle.set()
@@ -139,11 +139,10 @@ class _Preview:
             try:
                 if not self.text.strip():
                     continue
-                if not self.message_key:
-                    keys = await self._platform.send_text(self._chat, self._thread, self.text)
-                    self.message_key = keys[0] if keys else ""
+                if not self.message_keys:
+                    self.message_keys = await self._platform.send_text(self._chat, self._thread, self.text)
                 else:
-                    await self._platform.edit_text(self._chat, self.message_key, self.text)
+                    await self._platform.edit_text(self._chat, self.message_keys[0], self.text)
             except BridgeError as err:
                 get_logger(component="chat").warning("the live preview could not be updated", error=str(err))
             finally:
@@ -255,7 +254,12 @@ class ChatBridge:
                     conversation.turn_id = await helpers.start(
                         self._submit, profile, conversation, turn, preview, results, helpers.cancel_scope.cancel
                     )
-                except BridgeError as err:  # refused before it ran: full queue, unknown profile, shutting down
+                except HostClosed:  # shutting down: the next start runs it
+                    await self._mark(item.update_id, "queued")
+                    task_status.started()
+                    helpers.cancel_scope.cancel()
+                    return
+                except BridgeError as err:  # refused before it ran: a full queue, an unknown profile
                     self._log.warning("the turn was refused", error=str(err))
                     results.append(_refused(str(err)))
                     helpers.cancel_scope.cancel()
@@ -269,7 +273,7 @@ class ChatBridge:
                     lambda: self.inbox.add_usage(self.platform.name, item.user, self._today(), cost_usd=cost)
                 )
             await preview.settled()
-            await self._answer(item, _reply_text(result), preview.message_key, result.files)
+            await self._answer(item, _reply_text(result), preview.message_keys, result.files)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -330,10 +334,10 @@ class ChatBridge:
 
     # ------------------------------------------------------------------ delivery
 
-    async def _answer(self, item: Incoming, text: str, preview_key: str, files: tuple[FileEvent, ...]) -> None:
+    async def _answer(self, item: Incoming, text: str, preview: list[str], files: tuple[FileEvent, ...]) -> None:
         """Store the reply, then deliver it: a crash in between delivers it after the restart."""
-        await self._mark(item.update_id, "answered", json.dumps({"text": text, "preview": preview_key}))
-        await self._deliver(item, text, preview_key)
+        await self._mark(item.update_id, "answered", json.dumps({"text": text, "preview": preview}))
+        await self._deliver(item, text, preview)
         for file in files:
             await self._send_file(item, file)
         if files:
@@ -342,12 +346,12 @@ class ChatBridge:
     async def _deliver_stored(self, stored: Stored) -> None:
         assert isinstance(stored.item, Incoming) and stored.reply is not None
         reply = json.loads(stored.reply)
-        await self._deliver(stored.item, reply["text"], reply.get("preview", ""))
+        await self._deliver(stored.item, reply["text"], reply.get("preview", []))
 
-    async def _deliver(self, item: Incoming, text: str, preview_key: str) -> None:
-        if preview_key:
+    async def _deliver(self, item: Incoming, text: str, preview: list[str]) -> None:
+        for key in preview:
             try:
-                await self.platform.delete(item.chat, preview_key)
+                await self.platform.delete(item.chat, key)
             except BridgeError as err:
                 self._log.warning("the preview could not be deleted", error=str(err))
         if text and await self._send(item.chat, item.thread, text) is None:
@@ -399,7 +403,7 @@ class ChatBridge:
     async def _reply(self, item: Incoming, text: str) -> None:
         """Answer an update with a short note (a command's, a refusal) and mark it delivered."""
         await self._mark(item.update_id, "answered", json.dumps({"text": text}))
-        await self._deliver(item, text, "")
+        await self._deliver(item, text, [])
 
     async def _mark(self, update_id: str, state: Any, reply: str | None = None) -> None:
         await trio.to_thread.run_sync(self.inbox.mark, self.platform.name, update_id, state, reply)
