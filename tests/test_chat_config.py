@@ -338,6 +338,17 @@ def test_an_unknown_profile_with_the_directory_known(tmp_path: Path) -> None:
     )
 
 
+def test_a_token_put_in_the_wrong_place_is_shown_as_its_variable(tmp_path: Path) -> None:
+    message = refusal(
+        tmp_path,
+        "telegram:\n  token: '${TELEGRAM_BOT_TOKEN}'\n  profile: '${TELEGRAM_BOT_TOKEN}'\n  allow_users: [1]\n",
+        known_profiles={"claude-sdk"},
+    )
+    assert message.endswith(
+        "chat.yaml:3: telegram.profile: no profile named ${TELEGRAM_BOT_TOKEN} (the directory has: claude-sdk)"
+    )
+
+
 def test_several_mistakes_are_all_reported_in_line_order(tmp_path: Path) -> None:
     message = refusal(
         tmp_path,

@@ -282,12 +282,19 @@ def load_chat_config(
     if problems:
         raise ChatConfigError(problems)
     try:
+        return _validate(data, lines, where, known_profiles)
+    except ChatConfigError as err:
+        raise ChatConfigError([_hide(problem, expanded) for problem in err.problems]) from None
+
+
+def _validate(
+    data: dict[str, Any], lines: Mapping[tuple[Any, ...], int], where: str, known_profiles: Collection[str] | None
+) -> ChatConfig:
+    try:
         config = ChatConfig.model_validate(data)
     except ValidationError as err:
         found = explain(err, lines, where, keys=_keys_at)
-        raise ChatConfigError(
-            sorted((_hide(problem, expanded) for problem in found), key=lambda problem: problem.line or 0)
-        ) from None
+        raise ChatConfigError(sorted(found, key=lambda problem: problem.line or 0)) from None
     if config.telegram is None and config.matrix is None:
         no_platform = "the config names no platform; it needs telegram: or matrix: (docs/chat.md)"
         raise ChatConfigError([Problem(no_platform, where, 1)])
