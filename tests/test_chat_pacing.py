@@ -197,6 +197,13 @@ CASES: list[tuple[str, PaceLimits, tuple[str, ...], list[tuple[float, Op[str]]],
         [(0.0, Send("a", "first")), (1.0, Send("a", "final")), (2.0, Delete("a", "preview"))],
     ),
     (
+        "an edit of a message about to be deleted is dropped",
+        TELEGRAM_LIMITS,
+        (),
+        [(0.0, Send("a", "final")), (0.0, Delete("a", "preview")), (0.1, Edit("a", "preview", "late partial"))],
+        [(0.0, Send("a", "final")), (1.0, Delete("a", "preview"))],
+    ),
+    (
         "a group gets 20 a minute",
         TELEGRAM_LIMITS,
         ("g",),
@@ -364,6 +371,18 @@ def test_a_429_storm_never_sends_early_and_loses_nothing() -> None:
         assert [op for op in sends if op.chat == chat] == [Send(chat, f"{chat}/{part}") for part in range(4)]
         edits = [op for op in delivered if isinstance(op, Edit) and op.chat == chat]
         assert edits and edits[-1] == Edit(chat, f"{chat}-preview", "v4"), "the preview ends on the last version"
+
+
+def test_a_429_the_caller_knows_to_be_global_holds_every_chat() -> None:
+    pacer: Pacer[str] = Pacer(TELEGRAM_LIMITS)
+    pacer.submit(Send("a", "1"), 0.0)
+    pacer.submit(Send("b", "1"), 0.0)
+    first, _ = pacer.next(0.0)
+    assert first == Send("a", "1")
+    pacer.retry_after(first, 4.0, 0.1, everything=True)
+    assert pacer.next(0.1) == (None, pytest.approx(4.0))
+    assert pacer.next(4.1) == (Send("a", "1"), 0.0)  # back first
+    assert pacer.next(4.1) == (Send("b", "1"), 0.0)
 
 
 def test_an_edit_repeating_the_message_a_send_made_is_dropped() -> None:
