@@ -1,0 +1,1 @@
+"""The chat kit: connectors that carry turns to chat platforms (docs/chat.md)."""
