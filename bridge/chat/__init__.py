@@ -1,4 +1,5 @@
-"""Chat platforms built in: the delivery kit (`runtime`, `inbox`) and its connectors (`platform` says what one is).
+"""The chat kit: connectors that carry turns to chat platforms (docs/chat.md).
 
-Imported only by `agent-bridge connect`: nothing else in bridge imports this package.
+The delivery kit (`runtime`, `inbox`, `botlock`) is the same for every platform; a connector implements
+`platform.Platform`. Imported only by `agent-bridge connect`: nothing else in bridge imports this package.
 """
