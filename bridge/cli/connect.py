@@ -17,7 +17,7 @@ from collections.abc import Callable
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -26,6 +26,10 @@ from ..host.location import store_path
 from ..host.runtime import DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
 from ..runner import ungrouped
+
+if TYPE_CHECKING:  # the chat kit loads only when connect runs
+    from ..chat.config import MatrixConfig, TelegramConfig
+    from ..chat.runtime import ChatSettings
 
 # The connectors, by the config's section name: module and class (each `Class(section, client_factory)`).
 CONNECTORS = {
@@ -53,15 +57,17 @@ def chat_store_path(state: str | None, postgres: str | None, name: str) -> Path:
     return sessions.with_name(sessions.name + ".chat")
 
 
-def bot_identity(platform: str, section: Any) -> str:
+def bot_identity(section: TelegramConfig | MatrixConfig) -> str:
     """What makes two configs the same bot: the Telegram token, the Matrix account."""
-    if platform == "telegram":
-        return str(section.token.get_secret_value()) if section.token is not None else ""
+    from ..chat.config import TelegramConfig
+
+    if isinstance(section, TelegramConfig):
+        return section.token.get_secret_value() if section.token is not None else ""
     return f"{section.homeserver}\0{section.user_id}"
 
 
-def settings_of(section: Any) -> Any:
-    """The runtime's settings from a config section (`TelegramConfig`, `MatrixConfig`)."""
+def settings_of(section: TelegramConfig | MatrixConfig) -> ChatSettings:
+    """The runtime's settings from a config section."""
     from ..chat.runtime import ChatSettings
 
     return ChatSettings(
@@ -90,23 +96,25 @@ def run_connect(
     import httpx
 
     from ..chat.botlock import BotLock, lock_path
+    from ..chat.config import load_chat_config
     from ..chat.inbox import Inbox
     from ..chat.runtime import ChatBridge
 
-    load_chat_config = import_module("bridge.chat.config").load_chat_config
     known = None
     if profiles is not None:
         from ..host.registry import ProfileRegistry
 
         known = sorted(ProfileRegistry(profiles).loaded())
     config = load_chat_config(config_path, known_profiles=known)
-    sections = [(platform, getattr(config, platform)) for platform in CONNECTORS if getattr(config, platform)]
+    sections: list[tuple[str, TelegramConfig | MatrixConfig]] = [
+        (platform, section) for platform in CONNECTORS if (section := getattr(config, platform)) is not None
+    ]
     if not sections:
         raise ChatError(f"{config_path} names no platform: add a telegram: or matrix: section (docs/chat.md)")
     chat_store = chat_store_path(state, postgres, name)
     log = get_logger(component="connect")
     locks = [
-        BotLock(lock_path(chat_store.parent, platform, bot_identity(platform, section)), platform)
+        BotLock(lock_path(chat_store.parent, platform, bot_identity(section)), platform)
         for platform, section in sections
     ]
     held: list[BotLock] = []
