@@ -167,7 +167,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
 
-COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "worker", "connect")
+COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
