@@ -473,3 +473,26 @@ async def test_a_bot_killed_at_any_step_of_a_turn_answers_each_message_exactly_o
     inbox = Inbox(setup / "state.sqlite3.chat")
     assert inbox.unfinished("fake") == []
     assert json.loads(json.dumps(inbox.position("fake"))) == "2"
+
+
+async def test_a_message_mid_turn_waits_for_the_running_turn_when_on_busy_is_queue(setup: Path) -> None:
+    async with running_bridge(setup) as (_, platform):
+        platform.push(message(1, "wait for me"))
+        await platform.wait_for("the agent runs", lambda: runs(setup))
+        platform.push(message(2, "hi"))
+        await platform.wait_for("the second stored", lambda: [r for r in platform.of("ack") if r.text == "2"])
+        assert runs(setup) == ["wait for me"] and not platform.sent_texts()
+        await open_gate(setup)
+        await platform.wait_for("both replies", lambda: len(platform.sent_texts()) == 2)
+        assert platform.sent_texts() == ["waited", "echo: hi"]
+
+
+async def test_a_message_mid_turn_interrupts_it_when_on_busy_is_interrupt(setup: Path) -> None:
+    profile = setup / "profiles" / "agent.yaml"
+    profile.write_text(profile.read_text() + "on_busy: interrupt\n")
+    async with running_bridge(setup) as (_, platform):
+        platform.push(message(1, "wait for me"))
+        await platform.wait_for("the agent runs", lambda: runs(setup))
+        platform.push(message(2, "hi"))
+        await platform.wait_for("both replies", lambda: len(platform.sent_texts()) == 2)
+        assert sorted(platform.sent_texts()) == ["Cancelled.", "echo: hi"]
