@@ -496,3 +496,58 @@ async def test_a_message_mid_turn_interrupts_it_when_on_busy_is_interrupt(setup:
         platform.push(message(2, "hi"))
         await platform.wait_for("both replies", lambda: len(platform.sent_texts()) == 2)
         assert sorted(platform.sent_texts()) == ["Cancelled.", "echo: hi"]
+
+
+# ---------------------------------------------------------------------------- the fleet
+
+
+async def test_over_a_gateway_two_workers_answer_every_chat_once_and_a_press_reaches_the_worker(
+    setup: Path, pg_dsn: str
+) -> None:
+    workers = []
+    for name in ("w1", "w2"):
+        log = open(setup / f"{name}.log", "ab")  # noqa: SIM115 - the worker's own log, closed with the test
+        workers.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bridge",
+                    "worker",
+                    "--postgres",
+                    pg_dsn,
+                    "--profiles",
+                    str(setup / "profiles"),
+                    "--name",
+                    name,
+                    "--lease-secs",
+                    "1",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        )
+        log.close()
+    try:
+        platform = FakePlatform()
+        inbox = Inbox(setup / "chat.sqlite3")
+        settings = ChatSettings(profile="agent", profiles=("agent", "asker"), allow_users=frozenset({"7"}))
+        async with open_host(postgres=pg_dsn, gateway_name="chat") as host, trio.open_nursery() as nursery:
+            bridge = ChatBridge(host, platform, settings, inbox)
+            await nursery.start(bridge.run)
+            platform.push(*(message(index, f"hello {index}", chat=f"c{index}") for index in range(1, 5)))
+            await platform.wait_for("every chat answered", lambda: len(platform.sent_texts()) == 4)
+            assert sorted(platform.sent_texts()) == [f"echo: hello {index}" for index in range(1, 5)]
+            platform.push(message(5, "/profile asker", chat="c9"), message(6, "run the build", chat="c9"))
+            await platform.wait_for("the prompt", lambda: platform.of("send")[-1].choices)
+            platform.push(press(7, platform.choice("Deny"), chat="c9"))
+            await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+            assert '"behavior": "deny"' in next(t for t in platform.sent_texts() if t.startswith("decided"))
+            nursery.cancel_scope.cancel()
+        inbox.close()
+        assert sorted(runs(setup)) == [f"hello {index}" for index in range(1, 5)]
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
