@@ -5,8 +5,8 @@ numbered, `poll` hands out those at or after the acknowledged position (so a bot
 acknowledged gets them again), and what the bot sends, edits, deletes and answers is recorded in `records`.
 With a `directory`, the platform's side survives the bot's process (updates, the acknowledged position and
 the records are files), which the crash tests use: they run the bot with `python tests/chatkit.py DIR …` and
-kill it. Faults: `crash_on` kills the bot's process (SIGKILL, once) at a named step; `refuse_sends` makes
-the next sends fail as the platform refusing them.
+kill it. Faults: `crash_on` kills the bot's process (SIGKILL, once) at a named step; `refuse_sends`,
+`refuse_presses` and `unavailable_polls` make the next calls fail as the platform would.
 
 Waiting is on events with a deadline (`wait_for`), never on sleeps.
 """
@@ -26,7 +26,7 @@ import trio
 
 from bridge.chat.inbox import decode, encode
 from bridge.chat.platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
-from bridge.errors import PlatformRefused
+from bridge.errors import PlatformRefused, PlatformUnavailable
 
 DEADLINE = 15
 
@@ -52,6 +52,8 @@ class FakePlatform:
         self.updates: list[Incoming | ButtonPress] = []
         self.records: list[Record] = []
         self.refuse_sends = 0
+        self.unavailable_polls = 0  # the next polls fail as an unreachable platform
+        self.refuse_presses = 0  # the next answer_press calls fail (Telegram: "query is too old")
         self.files: dict[str, bytes] = {}  # file_ref -> content, for download
         self.offset = 0
         self._handed = 0  # updates handed out since start (not yet acknowledged, perhaps)
@@ -105,6 +107,10 @@ class FakePlatform:
         self._handed = self.offset
 
     async def poll(self) -> Batch:
+        if self.unavailable_polls:
+            self.unavailable_polls -= 1
+            self._record(Record("unavailable"))
+            raise PlatformUnavailable("connection refused")
         while self._handed >= len(self.updates):
             if self.directory is not None:  # another process may add updates: look again now and then
                 with trio.move_on_after(0.05):
@@ -143,6 +149,9 @@ class FakePlatform:
         self._record(Record("delete", chat, key=message_key))
 
     async def answer_press(self, press: ButtonPress, text: str = "") -> None:
+        if self.refuse_presses:
+            self.refuse_presses -= 1
+            raise PlatformRefused("Bad Request: query is too old and response timeout expired or query ID is invalid")
         self._record(Record("press", press.chat, text, press.message_key))
 
     async def typing(self, chat: str, thread: str) -> None:

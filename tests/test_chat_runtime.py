@@ -551,3 +551,16 @@ async def test_over_a_gateway_two_workers_answer_every_chat_once_and_a_press_rea
         for worker in workers:
             worker.kill()
             worker.wait()
+
+
+async def test_a_platform_unreachable_for_a_while_or_refusing_a_press_does_not_stop_the_bot(setup: Path) -> None:
+    platform = FakePlatform()
+    platform.unavailable_polls = 1
+    async with running_bridge(setup, platform, profile="asker") as (_, platform):
+        await platform.wait_for("a poll failed", lambda: platform.of("unavailable"))
+        platform.push(message(1, "run the build"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        platform.refuse_presses = 1
+        platform.push(press(2, platform.choice("Allow")))
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+        assert '"behavior": "allow"' in next(t for t in platform.sent_texts() if t.startswith("decided"))

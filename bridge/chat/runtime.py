@@ -26,7 +26,15 @@ from typing import Any, Literal
 import trio
 
 from ..dialects.events import FileEvent, PartialEvent, Question, QuestionRequest, RequestWithdrawn
-from ..errors import AnswerRefused, BridgeError, HostClosed, OutboxError, PlatformRefused, PlatformUnavailable
+from ..errors import (
+    AnswerRefused,
+    BridgeError,
+    ChatError,
+    HostClosed,
+    OutboxError,
+    PlatformRefused,
+    PlatformUnavailable,
+)
 from ..host.common import BaseHost
 from ..log import get_logger
 from ..outbox import open_collected, remove_file, remove_outbox
@@ -35,7 +43,7 @@ from ..result import Outcome, TurnResult
 from ..turn import Attachment, Turn
 from ..turn_loop import HostEvent
 from .inbox import Inbox, Stored
-from .platform import ButtonPress, Choice, Incoming, Platform
+from .platform import Batch, ButtonPress, Choice, Incoming, Platform
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "forget this conversation and start afresh"),
@@ -48,6 +56,7 @@ REFUSAL = "Sorry, this bot only answers the people its owner allowed."
 NO_LONGER_WAITING = "no longer waiting"
 KEYCAPS = ("1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣", "🔟")
 DELIVERY_ATTEMPTS = 5
+MAX_POLL_BACKOFF_SECS = 30.0
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,8 @@ class _Preview:
                 if not self.text.strip():
                     continue
                 if not self.message_keys:
-                    self.message_keys = await self._platform.send_text(self._chat, self._thread, self.text)
+                    with trio.CancelScope(shield=True):  # a preview sent must be known, to be deleted
+                        self.message_keys = await self._platform.send_text(self._chat, self._thread, self.text)
                 else:
                     await self._platform.edit_text(self._chat, self.message_keys[0], self.text)
             except BridgeError as err:
@@ -186,13 +196,24 @@ class ChatBridge:
             task_status.started()
             with self._polling:
                 while True:
-                    batch = await self.platform.poll()
+                    batch = await self._poll()
                     # Stored (with the position) before the platform may forget them: a crash in between
                     # gets the batch again, and the ids already stored are skipped.
                     new = await trio.to_thread.run_sync(self.inbox.store_batch, name, batch.items, batch.position)
                     await self.platform.acknowledge(batch.position)
                     for stored in new:
                         await self._dispatch(stored)
+
+    async def _poll(self) -> Batch:
+        """The next batch, waiting out an unreachable platform (a conflict or a refused login ends the bot)."""
+        delay = 1.0
+        while True:
+            try:
+                return await self.platform.poll()
+            except PlatformUnavailable as err:
+                self._log.warning("the platform is unavailable; polling again", reason=str(err), in_secs=delay)
+                await trio.sleep(delay)
+                delay = min(delay * 2, MAX_POLL_BACKOFF_SECS)
 
     def stop(self) -> None:
         """Stop polling; `run()` returns once the turns in flight are over."""
@@ -217,8 +238,9 @@ class ChatBridge:
             # Its effect at once and in order (a /status after a /profile sees the switch); its reply
             # paced like any other, without holding up the updates after it.
             self._nursery.start_soon(self._reply, item, await self._command(item))
-        elif (prompt := self._conversation(item).free_text) is not None:
-            self._free_text(prompt, item)
+        elif (prompt := self._waiting_for_words(item)) is not None:
+            self._answered(prompt, item.text, item.user_name or item.user)
+            self._later(self._mark, item.update_id, "delivered")
         else:
             # Waits only until the host admits the turn, so a conversation's turns keep their order.
             await self._nursery.start(self._turn, item)
@@ -364,10 +386,6 @@ class ChatBridge:
         for attempt in range(DELIVERY_ATTEMPTS):
             try:
                 return await self.platform.send_text(chat, thread, text, choices=choices)
-            except PlatformRefused as err:
-                self.undeliverable += 1
-                self._log.error("a reply could not be delivered: the platform refused it", reason=str(err))
-                return []
             except PlatformUnavailable as err:
                 if attempt == DELIVERY_ATTEMPTS - 1:
                     self.undeliverable += 1
@@ -378,6 +396,10 @@ class ChatBridge:
                 self._log.warning("the platform is unavailable; trying again", reason=str(err), in_secs=delay)
                 await trio.sleep(delay)
                 delay *= 2
+            except ChatError as err:  # refused for good (PlatformRefused), or anything else it will not take
+                self.undeliverable += 1
+                self._log.error("a reply could not be delivered: the platform refused it", reason=str(err))
+                return []
         return None
 
     async def _send_file(self, item: Incoming, file: FileEvent) -> None:
@@ -564,10 +586,13 @@ class ChatBridge:
         self._later(self.platform.answer_press, press, label)
         self._answered(prompt, label, who)
 
-    def _free_text(self, prompt: _Prompt, item: Incoming) -> None:
-        if self.host.in_flight(prompt.turn_id) and prompt.token in self._prompts:
-            self._answered(prompt, item.text, item.user_name or item.user)
-        self._later(self._mark, item.update_id, "delivered")
+    def _waiting_for_words(self, item: Incoming) -> _Prompt | None:
+        """The question of the conversation the user's next message answers, if one still waits."""
+        conversation = self._conversation(item)
+        prompt = conversation.free_text
+        if prompt is not None and (prompt.token not in self._prompts or not self.host.in_flight(prompt.turn_id)):
+            conversation.free_text = prompt = None  # its turn is over: the message is a message
+        return prompt
 
     def _answered(self, prompt: _Prompt, answer: str | list[str], who: str) -> None:
         """A question of the prompt has its answer: show the decision, then ask the next or answer them all."""
@@ -591,8 +616,16 @@ class ChatBridge:
             self._log.warning("an answer did not fit the question", error=str(err))
 
     def _later(self, operation: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Run `operation` in a task of its own; a platform's error there is logged, and the bot goes on."""
+
+        async def guarded() -> None:
+            try:
+                await operation(*args)
+            except ChatError as err:
+                self._log.warning("the platform did not take a call", error=str(err))
+
         assert self._nursery is not None
-        self._nursery.start_soon(operation, *args)
+        self._nursery.start_soon(guarded)
 
     async def _edit_choices(self, prompt: _Prompt) -> None:
         """Show a multi-select prompt's choices as they are when the edit goes out."""
@@ -664,6 +697,8 @@ def _reply_text(result: TurnResult) -> str:
     if result.outcome is Outcome.CANCELLED:
         return "Cancelled."
     text = result.reply if result.ok else (result.error_reply or result.error or "The agent failed.")
+    if not text.strip() and not result.files:
+        text = "(The agent gave no reply.)"
     if result.files_note:
         text = f"{text}\n\n{result.files_note}" if text else result.files_note
     return text
