@@ -16,6 +16,7 @@ in it, rebased to its start; whitespace at a cut is dropped, nothing else.
 from __future__ import annotations
 
 import bisect
+import functools
 import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -98,6 +99,7 @@ _LINKABLE_SCHEMES = ("http://", "https://", "mailto:", "tg://", "ftp://")
 _RULE = "———"
 
 
+@functools.cache
 def _parser() -> MarkdownIt:
     return MarkdownIt("commonmark").enable(["table", "strikethrough"])
 
@@ -313,73 +315,79 @@ _CUTS = ("\n\n", "\n", " ")
 def _split(document: _Document, limit: int, count: Callable[[str], int]) -> list[_Document]:
     if limit < 1:
         raise ValueError(f"a message limit must be at least 1, not {limit}")
-    text = document.text
-    totals = [0]
-    for character in text:
-        totals.append(totals[-1] + count(character))
-    parts: list[_Document] = []
-    start = _skip_whitespace(document, 0)
-    while start < len(text):
-        fits = bisect.bisect_right(totals, totals[start] + limit) - 1
-        if fits == start:
-            raise ValueError(f"a message limit of {limit} cannot hold the character {text[start]!r}")
-        if fits >= len(text):
-            end, following = len(text), len(text)
-        else:
-            end, following = _cut(document, start, fits)
-        end = _trim_end(document, start, end)
-        if text[start:end].strip():  # a platform refuses a message of blanks (a cut in a code block's indentation)
-            parts.append(_part(document, start, end))
-        start = _skip_whitespace(document, following)
-    return parts
+    return _Cutter(document, limit, count).parts()
 
 
-def _cut(document: _Document, start: int, fits: int) -> tuple[int, int]:
-    """Where the part from `start` (which may run up to `fits`) ends, and where the next one begins."""
-    text = document.text
-    half = start + (fits - start) // 2
-    for avoided in (_UNBREAKABLE | _KEPT_WHOLE_IF_POSSIBLE, _UNBREAKABLE, frozenset[str]()):
-        for earliest in (half, start + 1):
-            for separator in _CUTS:
-                position = text.rfind(separator, earliest, fits + len(separator))
-                while position >= earliest:
-                    following = position + len(separator)
-                    if text[start:position].strip() and not _crosses(document, position, following, avoided):
-                        return position, following
-                    position = text.rfind(separator, earliest, position + len(separator) - 1)
-    return fits, fits
+class _Cutter:
+    """Cuts one document into parts of at most `limit` (as `count` measures), each valid on its own."""
+
+    def __init__(self, document: _Document, limit: int, count: Callable[[str], int]) -> None:
+        self.document = document
+        self.text = document.text
+        self.limit = limit
+        self.totals = [0]  # totals[i]: the measure of text[:i]
+        for character in self.text:
+            self.totals.append(self.totals[-1] + count(character))
+        self.code = [(span.start, span.end) for span in document.spans if span.kind == "pre"]
+
+    def parts(self) -> list[_Document]:
+        text = self.text
+        parts: list[_Document] = []
+        start = self.skip_whitespace(0)
+        while start < len(text):
+            fits = bisect.bisect_right(self.totals, self.totals[start] + self.limit) - 1
+            if fits == start:
+                raise ValueError(f"a message limit of {self.limit} cannot hold the character {text[start]!r}")
+            if fits >= len(text):
+                end, following = len(text), len(text)
+            else:
+                end, following = self.cut(start, fits)
+            end = self.trim_end(start, end)
+            if text[start:end].strip():  # a platform refuses a message of blanks (a cut in a code block's indentation)
+                parts.append(_part(self.document, start, end))
+            start = self.skip_whitespace(following)
+        return parts
+
+    def cut(self, start: int, fits: int) -> tuple[int, int]:
+        """Where the part from `start` (which may run up to `fits`) ends, and where the next one begins."""
+        text = self.text
+        nearby = [span for span in self.document.spans if span.start <= fits and span.end > start]
+        half = start + (fits - start) // 2
+        for avoided in (_UNBREAKABLE | _KEPT_WHOLE_IF_POSSIBLE, _UNBREAKABLE, frozenset[str]()):
+            kept_whole = [span for span in nearby if span.kind in avoided]
+            for earliest in (half, start + 1):
+                for separator in _CUTS:
+                    position = text.rfind(separator, earliest, fits + len(separator))
+                    while position >= earliest:
+                        following = position + len(separator)
+                        if text[start:position].strip() and not _crosses(kept_whole, position, following):
+                            return position, following
+                        position = text.rfind(separator, earliest, position + len(separator) - 1)
+        return fits, fits
+
+    def inside_code(self, position: int) -> bool:
+        return any(start <= position < end for start, end in self.code)
+
+    def skip_whitespace(self, position: int) -> int:
+        """The next part begins at its first visible character, or at a code block's line as it is (indented)."""
+        text = self.text
+        while position < len(text) and text[position].isspace() and not self.inside_code(position):
+            position += 1
+        return position
+
+    def trim_end(self, start: int, end: int) -> int:
+        text = self.text
+        while end > start and text[end - 1].isspace() and not self.inside_code(end - 1):
+            end -= 1
+        return end
 
 
-def _crosses(document: _Document, cut_start: int, cut_end: int, kinds: frozenset[str]) -> bool:
-    """Whether cutting out `cut_start:cut_end` would leave a span of `kinds` on both sides of the cut."""
+def _crosses(spans: list[_Span], cut_start: int, cut_end: int) -> bool:
+    """Whether cutting out `cut_start:cut_end` would leave one of `spans` on both sides of the cut."""
     return any(
-        span.kind in kinds and span.start < cut_end and span.end > cut_start and not _holds(span, cut_start, cut_end)
-        for span in document.spans
+        span.start < cut_end and span.end > cut_start and not (span.start >= cut_start and span.end <= cut_end)
+        for span in spans
     )
-
-
-def _holds(span: _Span, cut_start: int, cut_end: int) -> bool:
-    """Whether the cut is just the span's own text (a separator): it may go."""
-    return span.start >= cut_start and span.end <= cut_end
-
-
-def _inside_code(document: _Document, position: int) -> bool:
-    return any(span.kind == "pre" and span.start <= position < span.end for span in document.spans)
-
-
-def _skip_whitespace(document: _Document, position: int) -> int:
-    """The next part begins at its first visible character, or at a code block's line as it is (its indentation)."""
-    text = document.text
-    while position < len(text) and text[position].isspace() and not _inside_code(document, position):
-        position += 1
-    return position
-
-
-def _trim_end(document: _Document, start: int, end: int) -> int:
-    text = document.text
-    while end > start and text[end - 1].isspace() and not _inside_code(document, end - 1):
-        end -= 1
-    return end
 
 
 def _part(document: _Document, start: int, end: int) -> _Document:
