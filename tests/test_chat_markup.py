@@ -276,6 +276,14 @@ def test_without_paragraph_breaks_it_is_cut_at_line_breaks() -> None:
         assert all(re.fullmatch(r"line \d+ x{40}", line) for line in part.text.split("\n")), part.text
 
 
+def test_a_paragraph_break_early_in_the_room_gives_way_to_a_line_break_late_in_it() -> None:
+    markdown = "A short opening paragraph.\n\n" + "\n".join(f"line {index} " + "x" * 40 for index in range(100))
+    parts = telegram_parts(markdown, limit=1000)
+    assert_valid_telegram_parts(markdown, parts, 1000)
+    assert utf16_length(parts[0].text) > 900, "the first part is filled, not ended after its first paragraph"
+    assert parts[0].text.startswith("A short opening paragraph.\n\nline 0 ")
+
+
 def test_without_line_breaks_it_is_cut_between_words() -> None:
     markdown = " ".join(f"word{index}" for index in range(1000))
     parts = plain_parts(markdown, 300)
@@ -293,6 +301,11 @@ def test_a_hard_cut_never_splits_a_surrogate_pair() -> None:
     parts = plain_parts("😀" * 3000, 4095)  # an odd limit: 2047 emoji fill 4094 units, the 2048th would not fit
     assert [len(part) for part in parts] == [2047, 953]
     assert "".join(parts) == "😀" * 3000
+
+
+def test_no_part_is_blank_even_where_a_code_blocks_indentation_is_cut() -> None:
+    parts = telegram_parts("```\n" + " " * 10 + "x\n```", limit=4)
+    assert [part.text for part in parts] == ["  x"]  # cut hard in the indentation: the blank pieces are not sent
 
 
 def test_plain_parts_counts_as_it_is_told() -> None:
@@ -346,7 +359,7 @@ def long_reply_with_code_blocks() -> tuple[str, list[tuple[str, str]]]:
     blocks: list[tuple[str, str]] = []
     sections: list[str] = []
     for index in range(6):
-        language = ["python", "rust", "", "sh", "python", "go"][index]
+        language = ["python", "", "rust", "sh", "python", "go"][index]
         lines = 220 if index == 2 else 12 + index * 4
         code = "\n".join(
             f"    value_{index}_{line} = compute({line}) * 2  # {'😀' if line % 7 == 0 else 'x'}"
@@ -411,8 +424,9 @@ def test_a_10000_character_reply_with_code_blocks_is_cut_into_valid_telegram_mes
 
 
 def test_a_code_block_that_fits_a_message_is_never_cut() -> None:
-    code = "\n".join(f"line {index}" for index in range(300))  # about 2,700 units: fits one message of 4096
-    markdown = paragraphs(12) + f"\n\n```python\n{code}\n```\n\n" + paragraphs(3)
+    code = "\n".join(f"line {index}" for index in range(420))  # 3,669 units: fits one message of 4096
+    # The paragraphs before it end early in the first part's room: a cut inside the block would fill that part more.
+    markdown = paragraphs(3) + f"\n\n```python\n{code}\n```\n\n" + paragraphs(3)
     parts = telegram_parts(markdown)
     assert_valid_telegram_parts(markdown, parts, 4096)
     pre = [(part, entity) for part in parts for entity in part.entities if entity["type"] == "pre"]
