@@ -41,6 +41,7 @@ def assert_valid_telegram_parts(markdown: str, parts: list[TelegramText], limit:
     for part in parts:
         assert part.text.strip(), parts
         assert utf16_length(part.text) <= limit
+        assert len(part.entities) <= 100, "Telegram ignores the entities past the 100th"
         boundaries = {0}
         for character in part.text:
             boundaries.add(max(boundaries) + utf16_length(character))
@@ -167,7 +168,10 @@ def test_entity_offsets_and_lengths_count_utf16_units_after_astral_characters() 
         ("![](https://e.org/cat.png)", "https://e.org/cat.png", [("text_link", "https://e.org/cat.png")]),
         ("[guide](docs/guide.md)", "guide (docs/guide.md)", []),  # no link to put it behind: the path is shown
         ("[x](javascript:alert(1))", "[x](javascript:alert(1))", []),
-        ("mail <me@example.org>", "mail me@example.org", [("text_link", "me@example.org")]),
+        ("mail <me@example.org>", "mail me@example.org", []),  # Telegram links an address itself
+        ("[write](mailto:me@example.org)", "write (mailto:me@example.org)", []),
+        ("[file](ftp://e.org/f)", "file (ftp://e.org/f)", []),
+        ("[chat](tg://resolve?domain=x)", "chat", [("text_link", "chat")]),
     ],
 )
 def test_links_and_images_become_text_links(markdown: str, text: str, entities: list) -> None:
@@ -211,6 +215,8 @@ def test_nothing_to_say_is_no_message(markdown: str) -> None:
             '<p><a href="https://e.org/c.png">cat</a></p>',
         ),
         ("[guide](guide.md)", "guide (guide.md)", "<p>guide (guide.md)</p>"),
+        ("<me@e.org>", "me@e.org", '<p><a href="mailto:me@e.org">me@e.org</a></p>'),
+        ("[chat](tg://resolve?domain=x)", "chat (tg://resolve?domain=x)", "<p>chat (tg://resolve?domain=x)</p>"),
         ("- a\n- b", "• a\n• b", "<ul><li>a</li><li>b</li></ul>"),
         ("- a\n\n- b", "• a\n• b", "<ul><li><p>a</p></li><li><p>b</p></li></ul>"),
         ("1. a\n2. b", "1. a\n2. b", "<ol><li>a</li><li>b</li></ol>"),
@@ -335,6 +341,16 @@ def test_a_cut_never_falls_inside_bold_italic_code_or_a_link_when_another_fits()
     assert [text for kind, text in found if kind == "italic"] == [f"italic words {index}" for index in range(60)]
     assert [text for kind, text in found if kind == "code"] == [f"code {index}" for index in range(60)]
     assert [text for kind, text in found if kind == "text_link"] == [f"a link {index}" for index in range(60)]
+
+
+def test_a_message_carries_at_most_100_entities_as_telegram_ignores_the_rest() -> None:
+    markdown = " ".join(f"**b{index}** and `c{index}`" for index in range(150))  # 300 entities, 3,000 units
+    parts = telegram_parts(markdown)
+    assert len(parts) == 3
+    assert_valid_telegram_parts(markdown, parts, 4096)
+    assert all(len(part.entities) <= 100 for part in parts)
+    found = [text for part in parts for text in entity_texts(part)]
+    assert found == [pair for index in range(150) for pair in (("bold", f"b{index}"), ("code", f"c{index}"))]
 
 
 def test_a_bold_span_longer_than_a_message_is_cut_and_each_part_keeps_it_bold() -> None:

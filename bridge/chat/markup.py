@@ -10,7 +10,8 @@ with spans over it (bold, a link, a code block, a list item…); that text is th
 paragraph break, else a line break, else a space, else hard — never inside a span the platform shows as one piece
 (bold, a link, inline code, a heading) unless nothing else fits. A code block or a quote longer than a message is cut
 at a line inside it and closed and reopened, with its language, in the next part. Each part gets the spans that fall
-in it, rebased to its start; whitespace at a cut is dropped, nothing else.
+in it, rebased to its start; whitespace at a cut is dropped, nothing else. A Telegram part holds at most 100 entities
+(Telegram ignores the rest); a Matrix part's HTML fits the limit too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 TELEGRAM_LIMIT = 4096
+TELEGRAM_MAX_ENTITIES = 100  # a message's entities past the 100th are silently ignored by Telegram
 MATRIX_LIMIT = 32000
 
 
@@ -52,13 +54,16 @@ def utf16_length(text: str) -> int:
 
 def telegram_parts(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[TelegramText]:
     """`markdown` as Telegram messages of at most `limit` UTF-16 code units each, with their entities."""
-    document = _render(markdown, urls_in_text=False)
-    return [_telegram_text(part) for part in _split(document, limit, utf16_length)]
+    document = _render(markdown, urls_in_text=False, link_schemes=_TELEGRAM_LINK_SCHEMES)
+    messages: list[TelegramText] = []
+    for part in _split(document, limit, utf16_length):
+        messages.extend(_telegram_texts(part))
+    return messages
 
 
 def matrix_parts(markdown: str, limit: int = MATRIX_LIMIT) -> list[MatrixText]:
     """`markdown` as Matrix messages whose `body` and `formatted_body` are each at most `limit` characters."""
-    document = _render(markdown, urls_in_text=True)
+    document = _render(markdown, urls_in_text=True, link_schemes=_MATRIX_LINK_SCHEMES)
     messages: list[MatrixText] = []
     for part in _split(document, limit, len):
         messages.extend(_matrix_texts(part, limit))
@@ -95,7 +100,9 @@ _PLAIN_ONLY = frozenset({"marker", "url", "separator"})
 _UNBREAKABLE = frozenset({"bold", "italic", "strikethrough", "code", "link", "heading", "marker", "url"})
 # Blocks cut inside (closed in one part and reopened in the next) only when no cut outside them fits.
 _KEPT_WHOLE_IF_POSSIBLE = frozenset({"pre", "blockquote"})
-_LINKABLE_SCHEMES = ("http://", "https://", "mailto:", "tg://", "ftp://")
+# The links each platform opens (Matrix clients keep these in a sanitised message); another URL is shown as text.
+_TELEGRAM_LINK_SCHEMES = ("http://", "https://", "tg://")
+_MATRIX_LINK_SCHEMES = ("http://", "https://", "ftp://", "mailto:", "magnet:")
 _RULE = "———"
 
 
@@ -107,8 +114,9 @@ def _parser() -> MarkdownIt:
 class _Builder:
     """Writes the rendered text and records the spans over it while markdown-it's tokens are walked."""
 
-    def __init__(self, *, urls_in_text: bool) -> None:
+    def __init__(self, *, urls_in_text: bool, link_schemes: tuple[str, ...]) -> None:
         self.urls_in_text = urls_in_text
+        self.link_schemes = link_schemes
         self.chunks: list[str] = []
         self.length = 0
         self.spans: list[_Span] = []
@@ -168,8 +176,8 @@ class _Builder:
         return _Document("".join(self.chunks), tuple(self.spans))
 
 
-def _render(markdown: str, *, urls_in_text: bool) -> _Document:
-    builder = _Builder(urls_in_text=urls_in_text)
+def _render(markdown: str, *, urls_in_text: bool, link_schemes: tuple[str, ...]) -> _Document:
+    builder = _Builder(urls_in_text=urls_in_text, link_schemes=link_schemes)
     for token in _parser().parse(markdown):
         _render_block(builder, token)
     return builder.document()
@@ -284,7 +292,7 @@ def _render_inline(builder: _Builder, token: Token) -> None:
 
 
 def _open_link(builder: _Builder, url: str) -> None:
-    linkable = url.lower().startswith(_LINKABLE_SCHEMES)
+    linkable = url.lower().startswith(builder.link_schemes)
     builder.links.append((url, builder.length, linkable))
     if linkable:
         builder.open("link", url)
@@ -331,22 +339,29 @@ class _Cutter:
         self.code = [(span.start, span.end) for span in document.spans if span.kind == "pre"]
 
     def parts(self) -> list[_Document]:
-        text = self.text
         parts: list[_Document] = []
         start = self.skip_whitespace(0)
-        while start < len(text):
-            fits = bisect.bisect_right(self.totals, self.totals[start] + self.limit) - 1
-            if fits == start:
-                raise ValueError(f"a message limit of {self.limit} cannot hold the character {text[start]!r}")
-            if fits >= len(text):
-                end, following = len(text), len(text)
-            else:
-                end, following = self.cut(start, fits)
-            end = self.trim_end(start, end)
-            if text[start:end].strip():  # a platform refuses a message of blanks (a cut in a code block's indentation)
-                parts.append(_part(self.document, start, end))
-            start = self.skip_whitespace(following)
+        while start < len(self.text):
+            part, start = self.next_part(start)
+            if part is not None:
+                parts.append(part)
         return parts
+
+    def next_part(self, start: int) -> tuple[_Document | None, int]:
+        """The part that begins at `start` (None: only blanks), and where the one after it begins."""
+        text = self.text
+        fits = bisect.bisect_right(self.totals, self.totals[start] + self.limit) - 1
+        if fits == start:
+            raise ValueError(f"a message limit of {self.limit} cannot hold the character {text[start]!r}")
+        if fits >= len(text):
+            end, following = len(text), len(text)
+        else:
+            end, following = self.cut(start, fits)
+        end = self.trim_end(start, end)
+        following = self.skip_whitespace(following)
+        if not text[start:end].strip():  # a platform refuses a message of blanks (a cut in a code block's indentation)
+            return None, following
+        return _part(self.document, start, end), following
 
     def cut(self, start: int, fits: int) -> tuple[int, int]:
         """Where the part from `start` (which may run up to `fits`) ends, and where the next one begins."""
@@ -415,6 +430,20 @@ _TELEGRAM_ENTITIES = {
     "link": "text_link",
     "blockquote": "blockquote",
 }
+
+
+def _telegram_texts(part: _Document) -> list[TelegramText]:
+    """The part as Telegram messages: cut again before the entity Telegram would ignore (it keeps the first 100)."""
+    message = _telegram_text(part)
+    if len(message.entities) <= TELEGRAM_MAX_ENTITIES:
+        return [message]
+    units_before_the_first_ignored = message.entities[TELEGRAM_MAX_ENTITIES]["offset"]
+    if units_before_the_first_ignored == 0:  # cannot happen: markdown-it nests at most 20 deep
+        raise ValueError("more than 100 entities start at the same character")
+    cutter = _Cutter(part, units_before_the_first_ignored, utf16_length)
+    head, following = cutter.next_part(cutter.skip_whitespace(0))
+    rest = _telegram_texts(_part(part, following, len(part.text))) if following < len(part.text) else []
+    return ([_telegram_text(head)] if head is not None else []) + rest
 
 
 def _telegram_text(part: _Document) -> TelegramText:
