@@ -168,6 +168,8 @@ def test_entity_offsets_and_lengths_count_utf16_units_after_astral_characters() 
         ("![](https://e.org/cat.png)", "https://e.org/cat.png", [("text_link", "https://e.org/cat.png")]),
         ("[guide](docs/guide.md)", "guide (docs/guide.md)", []),  # no link to put it behind: the path is shown
         ("[x](javascript:alert(1))", "[x](javascript:alert(1))", []),
+        ("[![logo](https://e.org/l.png)](https://e.org)", "logo", [("text_link", "logo")]),
+        ("[*a* `b`](https://e.org)", "a b", [("text_link", "a b"), ("italic", "a"), ("code", "b")]),
         ("mail <me@example.org>", "mail me@example.org", []),  # Telegram links an address itself
         ("[write](mailto:me@example.org)", "write (mailto:me@example.org)", []),
         ("[file](ftp://e.org/f)", "file (ftp://e.org/f)", []),
@@ -216,6 +218,11 @@ def test_nothing_to_say_is_no_message(markdown: str) -> None:
         ),
         ("[guide](guide.md)", "guide (guide.md)", "<p>guide (guide.md)</p>"),
         ("<me@e.org>", "me@e.org", '<p><a href="mailto:me@e.org">me@e.org</a></p>'),
+        (
+            "[![logo](https://e.org/l.png)](https://e.org)",
+            "logo (https://e.org)",
+            '<p><a href="https://e.org">logo</a></p>',
+        ),
         ("[chat](tg://resolve?domain=x)", "chat (tg://resolve?domain=x)", "<p>chat (tg://resolve?domain=x)</p>"),
         ("- a\n- b", "• a\n• b", "<ul><li>a</li><li>b</li></ul>"),
         ("- a\n\n- b", "• a\n• b", "<ul><li><p>a</p></li><li><p>b</p></li></ul>"),

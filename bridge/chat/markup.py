@@ -111,6 +111,14 @@ def _parser() -> MarkdownIt:
     return MarkdownIt("commonmark").enable(["table", "strikethrough"])
 
 
+@dataclass(frozen=True)
+class _OpenLink:
+    url: str
+    first_chunk: int  # where its text begins in _Builder.chunks
+    linkable: bool  # a link the platform opens, not a path shown as text
+    nested: bool
+
+
 class _Builder:
     """Writes the rendered text and records the spans over it while markdown-it's tokens are walked."""
 
@@ -126,7 +134,7 @@ class _Builder:
         self.list_depth = 0
         self.list_kinds: list[str] = []
         self.markers: list[str] = []
-        self.links: list[tuple[str, int, bool]] = []
+        self.links: list[_OpenLink] = []
         self.table_row_cells = 0
         self.table_rows = 0
 
@@ -144,9 +152,6 @@ class _Builder:
         assert opened_kind == kind, (opened_kind, kind)
         if self.length > start:
             self.spans.append(_Span(kind, start, self.length, attribute, order))
-
-    def text_since(self, start: int) -> str:
-        return "".join(self.chunks)[start:]
 
     def block_break(self) -> None:
         """Before a block: a blank line after the previous one (a line break between the items of a list)."""
@@ -292,25 +297,25 @@ def _render_inline(builder: _Builder, token: Token) -> None:
 
 
 def _open_link(builder: _Builder, url: str) -> None:
-    linkable = url.lower().startswith(builder.link_schemes)
-    builder.links.append((url, builder.length, linkable))
+    nested = bool(builder.links)  # an image inside a link: its alt text is part of the outer link's text
+    linkable = url.lower().startswith(builder.link_schemes) and not nested
+    builder.links.append(_OpenLink(url, len(builder.chunks), linkable, nested))
     if linkable:
         builder.open("link", url)
 
 
 def _close_link(builder: _Builder) -> None:
-    url, start, linkable = builder.links.pop()
-    if linkable:
+    link = builder.links.pop()
+    if link.linkable:
         builder.close("link")
-    label = builder.text_since(start)
-    shows_its_url = url in (label, f"mailto:{label}")
-    if shows_its_url:
+    label = "".join(builder.chunks[link.first_chunk :])
+    if link.nested or link.url in (label, f"mailto:{label}"):
         return
-    if not linkable:  # no link to hide it behind (a relative path): the URL is part of the text everywhere
-        builder.write(f" ({url})")
+    if not link.linkable:  # no link to hide it behind (a relative path): the URL is part of the text everywhere
+        builder.write(f" ({link.url})")
     elif builder.urls_in_text:
         builder.open("url")
-        builder.write(f" ({url})")
+        builder.write(f" ({link.url})")
         builder.close("url")
 
 
