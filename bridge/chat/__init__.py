@@ -1,5 +1,14 @@
-"""The chat kit: connectors that carry turns to chat platforms (docs/chat.md).
+"""The chat side (`agent-bridge connect`): a delivery kit, and the connectors between turns and chat platforms.
 
-The delivery kit (`runtime`, `inbox`, `botlock`) is the same for every platform; a connector implements
-`platform.Platform`. Imported only by `agent-bridge connect`: nothing else in bridge imports this package.
+Imported only by `connect` (the `chat` extra: `pip install 'agent-bridge[chat]'`), never by `run` or `serve`. Its
+pure parts do no I/O and read no clock (times are passed in):
+
+- `markup`: the agent's Markdown as each platform's rich text (Telegram message entities, Matrix HTML beside a plain
+  body), cut at the platform's limit.
+- `pacing`: one outbox per chat and a global one, paced at each platform's limits.
+- `platform`: the `Platform` protocol a connector implements, and the neutral values it trades in.
+- `config`: the `connect` configuration file.
+- `runtime`: `ChatBridge`, one platform's updates carried to a host's turns and the replies back; `inbox`, its
+  durable store of updates; `botlock`, one process per bot.
+- one module per platform's connector (Telegram, Matrix).
 """
