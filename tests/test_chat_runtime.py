@@ -564,3 +564,15 @@ async def test_a_platform_unreachable_for_a_while_or_refusing_a_press_does_not_s
         platform.push(press(2, platform.choice("Allow")))
         await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
         assert '"behavior": "allow"' in next(t for t in platform.sent_texts() if t.startswith("decided"))
+
+
+def test_the_inbox_keeps_only_the_latest_delivered_updates(tmp_path: Path) -> None:
+    inbox = Inbox(tmp_path / "chat.sqlite3", keep_delivered=3)
+    for index in range(1, 8):
+        (stored,) = inbox.store_batch("fake", [message(index, f"m{index}")], str(index + 1))
+        if index != 2:
+            inbox.mark("fake", stored.update_id, "delivered")
+    assert [stored.update_id for stored in inbox.unfinished("fake")] == ["2"]  # never dropped while undelivered
+    assert inbox.state_of("fake", "1") is None and inbox.state_of("fake", "5") == "delivered"
+    assert inbox.store_batch("fake", [message(6, "m6"), message(8, "m8")], "9")[0].update_id == "8"
+    inbox.close()

@@ -28,6 +28,9 @@ from .platform import ButtonPress, Incoming, IncomingFile
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_SECS = 10.0
+# Delivered updates are kept only to recognise one the platform sends again (a batch polled again after a
+# crash before its acknowledgement): the latest this many per platform are plenty, and the file stays small.
+KEEP_DELIVERED = 10_000
 T = TypeVar("T")
 State = Literal["queued", "running", "answered", "delivered"]
 _SCHEMA = (
@@ -82,8 +85,9 @@ def decode(text: str) -> Incoming | ButtonPress:
 class Inbox:
     """The chat bridge's store (see the module's docstring); one file may serve several platforms."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, keep_delivered: int = KEEP_DELIVERED) -> None:
         self.path = Path(path)
+        self.keep_delivered = keep_delivered
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
@@ -134,6 +138,10 @@ class Inbox:
                 ).rowcount
                 if inserted:
                     new.append(Stored(item.update_id, item, "queued", None))
+            db.execute(
+                "DELETE FROM chat_updates WHERE platform = ? AND state = 'delivered' AND seq <= ?",
+                (platform, seq - self.keep_delivered),
+            )
             db.execute(
                 "INSERT INTO chat_positions (platform, position) VALUES (?, ?) "
                 "ON CONFLICT (platform) DO UPDATE SET position = excluded.position",
