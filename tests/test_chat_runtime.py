@@ -576,3 +576,21 @@ def test_the_inbox_keeps_only_the_latest_delivered_updates(tmp_path: Path) -> No
     assert inbox.state_of("fake", "1") is None and inbox.state_of("fake", "5") == "delivered"
     assert inbox.store_batch("fake", [message(6, "m6"), message(8, "m8")], "9")[0].update_id == "8"
     inbox.close()
+
+
+async def test_a_press_decides_the_turn_that_asked_while_another_message_waits_behind_it(setup: Path) -> None:
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "run the build"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        platform.push(message(2, "run it again"))  # queued behind the turn that asks (on_busy: queue)
+        await platform.wait_for("the second stored", lambda: [r for r in platform.of("ack") if r.text == "2"])
+        platform.push(press(3, platform.choice("Allow")), message(4, "/status"))
+        await platform.wait_for(
+            "the first reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")]
+        )
+        await platform.wait_for("the status", lambda: [t for t in platform.sent_texts() if t.startswith("Profile:")])
+        assert platform.of("press")[0].text == "Allowed"
+        assert any(text.startswith("Profile: asker. Now: a turn is running") for text in platform.sent_texts())
+        await platform.wait_for("the second prompt", lambda: len([r for r in platform.of("send") if r.choices]) == 2)
+        platform.push(message(5, "/cancel"))
+        await platform.wait_for("the second turn cancelled", lambda: "Cancelled." in platform.sent_texts())

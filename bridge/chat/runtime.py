@@ -99,7 +99,7 @@ class _Conversation:
     base: str  # the key without the generation
     chat: str
     thread: str
-    turn_id: str = ""  # the turn running (or queued) now, for /cancel and /status
+    turn_ids: list[str] = field(default_factory=list)  # its turns in flight, oldest (the running one) first
     free_text: _Prompt | None = None  # a question the user's next message answers
 
 
@@ -269,12 +269,21 @@ class ChatBridge:
             )
             preview = _Preview(self.platform, item.chat, item.thread)
             results: list[TurnResult] = []
+            # Unique among turns in flight, a previous run's on the fleet included; the prompts name it.
+            turn_id = f"{self.platform.name}-{item.update_id}-{secrets.token_hex(3)}"
             async with trio.open_nursery() as helpers:
                 helpers.start_soon(preview.run)
                 helpers.start_soon(self._keep_typing, conversation)
                 try:
-                    conversation.turn_id = await helpers.start(
-                        self._submit, profile, conversation, turn, preview, results, helpers.cancel_scope.cancel
+                    await helpers.start(
+                        self._submit,
+                        profile,
+                        conversation,
+                        turn,
+                        turn_id,
+                        preview,
+                        results,
+                        helpers.cancel_scope.cancel,
                     )
                 except HostClosed:  # shutting down: the next start runs it
                     await self._mark(item.update_id, "queued")
@@ -286,7 +295,6 @@ class ChatBridge:
                     results.append(_refused(str(err)))
                     helpers.cancel_scope.cancel()
                 task_status.started()
-            turn_id, conversation.turn_id = conversation.turn_id, ""
             self._close_prompts(turn_id)
             result = results[0]
             if result.usage is not None and result.usage.cost_usd:
@@ -304,6 +312,7 @@ class ChatBridge:
         profile: str,
         conversation: _Conversation,
         turn: Turn,
+        turn_id: str,
         preview: _Preview,
         results: list[TurnResult],
         done: Callable[[], None],
@@ -313,14 +322,21 @@ class ChatBridge:
             if isinstance(event, PartialEvent):
                 preview.add(event.text)
             elif isinstance(event, PermissionRequest | QuestionRequest):
-                await self._ask(conversation, event)
+                await self._ask(conversation, turn_id, event)
             elif isinstance(event, RequestWithdrawn):
-                await self._withdrawn(conversation, event.request_id)
+                await self._withdrawn(turn_id, event.request_id)
 
         key = conversation_key(
             self.platform.name, conversation.chat, conversation.thread, await self._generation(conversation)
         )
-        results.append(await self.host.submit(profile, key, turn, on_event=on_event, task_status=task_status))
+        conversation.turn_ids.append(turn_id)
+        try:
+            result = await self.host.submit(
+                profile, key, turn, on_event=on_event, turn_id=turn_id, task_status=task_status
+            )
+        finally:
+            conversation.turn_ids.remove(turn_id)
+        results.append(result)
         done()  # the preview and the typing end with the turn
 
     async def _keep_typing(self, conversation: _Conversation) -> None:
@@ -457,7 +473,7 @@ class ChatBridge:
             )
             text = "Started a new conversation: the agent no longer remembers this one."
         elif name == "cancel":
-            if conversation.turn_id and self.host.cancel(conversation.turn_id):
+            if any(self.host.cancel(turn_id) for turn_id in conversation.turn_ids[:1]):
                 text = "Cancelling the running turn."
             else:
                 text = "Nothing is running."
@@ -466,7 +482,12 @@ class ChatBridge:
         elif name == "status":
             profile = await self._profile_of(conversation)
             turns, cost = await trio.to_thread.run_sync(self.inbox.usage, self.platform.name, item.user, self._today())
-            state = "a turn is running" if conversation.turn_id else "idle"
+            waiting = len(conversation.turn_ids) - 1
+            state = (
+                "idle"
+                if not conversation.turn_ids
+                else "a turn is running" + (f", {waiting} waiting" if waiting > 0 else "")
+            )
             used = f"{turns} turn(s)" + (f", ${cost:.2f}" if cost else "")
             limit = f" of {self.settings.turns_per_day}" if self.settings.turns_per_day is not None else ""
             text = f"Profile: {profile}. Now: {state}. Today you used {used}{limit}."
@@ -490,8 +511,10 @@ class ChatBridge:
 
     # ------------------------------------------------------------------ approvals and questions
 
-    async def _ask(self, conversation: _Conversation, request: PermissionRequest | QuestionRequest) -> None:
-        prompt = _Prompt(secrets.token_hex(4), conversation, conversation.turn_id, request.request_id, "")
+    async def _ask(
+        self, conversation: _Conversation, turn_id: str, request: PermissionRequest | QuestionRequest
+    ) -> None:
+        prompt = _Prompt(secrets.token_hex(4), conversation, turn_id, request.request_id, "")
         if isinstance(request, PermissionRequest):
             prompt.permission = request
             what = request.title or request.tool
@@ -631,9 +654,9 @@ class ChatBridge:
         """Show a multi-select prompt's choices as they are when the edit goes out."""
         await self._edit(prompt.conversation.chat, prompt.message_key, prompt.text, self._choices(prompt))
 
-    async def _withdrawn(self, conversation: _Conversation, request_id: str) -> None:
+    async def _withdrawn(self, turn_id: str, request_id: str) -> None:
         for prompt in list(self._prompts.values()):
-            if prompt.conversation is conversation and prompt.request_id == request_id:
+            if prompt.turn_id == turn_id and prompt.request_id == request_id:
                 self._forget(prompt)
                 text = f"{prompt.text}\n\nThe agent withdrew this request."
                 await self._edit(prompt.conversation.chat, prompt.message_key, text)
