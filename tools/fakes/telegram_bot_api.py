@@ -180,6 +180,9 @@ class FakeBotApi:
         self.bot_user = {"id": int(token.split(":")[0]) if token.split(":")[0].isdigit() else 1, "is_bot": True}
         self.bot_user |= {"first_name": "Fake Bot", "username": username, "can_join_groups": True}
         self.limits = limits or FloodLimits()
+        self.upload_limit = UPLOAD_LIMIT  # tests lower them rather than send 50 MB
+        self.photo_upload_limit = PHOTO_UPLOAD_LIMIT
+        self.download_limit = DOWNLOAD_LIMIT
         self.api_url = ""
         self.calls: list[Call] = []
         self.messages: dict[tuple[int, int], Message] = {}
@@ -300,13 +303,13 @@ class FakeBotApi:
     def pending_updates(self) -> int:
         return len(self._updates)
 
-    async def wait_until(self, condition: Callable[[], object], timeout: float = 5.0) -> None:
-        """Return as soon as `condition()` holds (checked after every call the bot makes); fail after `timeout`."""
-        with trio.move_on_after(timeout) as scope:
+    async def wait_until(self, condition: Callable[[], object], within: float = 5.0) -> None:
+        """Return as soon as `condition()` holds (checked after each of the bot's calls); fail after `within` s."""
+        with trio.move_on_after(within) as scope:
             while not condition():
                 await self._changed.wait()
         if scope.cancelled_caught:
-            raise AssertionError(f"the fake Bot API did not see that within {timeout} s; calls: {self._summary()}")
+            raise AssertionError(f"the fake Bot API did not see that within {within} s; calls: {self._summary()}")
 
     # ------------------------------------------------------------------ the server side
 
@@ -460,7 +463,7 @@ class FakeBotApi:
         stored = self.files.get(str(params.get("file_id", "")))
         if stored is None:
             raise _bad_request("invalid file_id")
-        if len(stored.data) > DOWNLOAD_LIMIT:
+        if len(stored.data) > self.download_limit:
             raise _bad_request("file is too big")
         return {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id, "file_size": len(stored.data)} | {
             "file_path": stored.file_path
@@ -472,7 +475,7 @@ class FakeBotApi:
         if field_name not in files:
             raise _bad_request(f"there is no {field_name} in the request")
         file_name, media_type, data = files[field_name]
-        if len(data) > (PHOTO_UPLOAD_LIMIT if method == "sendPhoto" else UPLOAD_LIMIT):
+        if len(data) > (self.photo_upload_limit if method == "sendPhoto" else self.upload_limit):
             raise _Refused(ApiFault(413, "Request Entity Too Large"))
         caption = str(params.get("caption", ""))
         entities = self._checked_text(caption, params, CAPTION_LIMIT, empty=None, field_name="caption")
