@@ -328,7 +328,8 @@ async def test_nothing_pending_is_dropped_and_only_acknowledged_updates_are_conf
     assert again.items == batch.items, "not acknowledged: the next poll brings the same updates"
     await platform.acknowledge(batch.position)
     fake.user_says(ALICE, ALICE, "later")
-    await platform.aclose()
+    assert [item.text for item in (await platform.poll()).items] == ["later"]
+    await platform.aclose()  # "later" is not acknowledged: killed here, the bot sees it again after a restart
 
     restarted = await started(fake, batch.position)  # a restart, from the stored position
     after = await restarted.poll()
