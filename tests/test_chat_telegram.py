@@ -434,6 +434,20 @@ async def test_sends_keep_telegrams_pace_without_a_single_429(fake: FakeBotApi) 
     await platform.aclose()
 
 
+async def test_a_send_whose_caller_gave_up_is_still_delivered_in_order(fake: FakeBotApi) -> None:
+    fake.user_says(ALICE, ALICE, "hi")
+    platform = await started(
+        fake, limits=PaceLimits(per_chat_interval=0.3, group_per_minute=1000, global_per_second=1000)
+    )
+    await platform.send_text(str(ALICE), "", "one")
+    with trio.move_on_after(0.05):  # the caller stops waiting while "two" waits for the chat's pace
+        await platform.send_text(str(ALICE), "", "two")
+    with trio.fail_after(5):
+        await platform.send_text(str(ALICE), "", "three")
+    assert [message.text for message in fake.sent_to(ALICE)] == ["one", "two", "three"]
+    await platform.aclose()
+
+
 async def test_edits_are_merged_and_an_unchanged_edit_is_not_sent(fake: FakeBotApi) -> None:
     fake.user_says(ALICE, ALICE, "hi")
     platform = await started(

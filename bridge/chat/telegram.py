@@ -391,20 +391,10 @@ class TelegramPlatform:
         return ticket.result
 
     async def _perform(self, op: Send | Edit | Delete) -> None:
+        """Perform an op the pacer handed out, and tell the callers waiting for it (an op whose caller gave up is
+        performed all the same: nothing handed to the outbox is dropped)."""
         outbox = self._outbox
-        tickets = [ticket for ticket in outbox.tickets if ticket.op is op]
-        if not tickets:  # the pacer handed back an equal op, not the same object
-            tickets = [next(ticket for ticket in outbox.tickets if ticket.op == op and not ticket.running)][:1]
-        if isinstance(op, Edit):  # pending edits of one message were merged into this one
-            tickets += [
-                ticket
-                for ticket in outbox.tickets
-                if isinstance(ticket.op, Edit)
-                and ticket.op.chat == op.chat
-                and ticket.op.message_key == op.message_key
-                and not ticket.running
-                and ticket not in tickets
-            ]
+        tickets = self._tickets_of(op)
         for ticket in tickets:
             ticket.running = True
         try:
@@ -412,22 +402,39 @@ class TelegramPlatform:
         except ChatError as error:
             outbox.pacer.done(op, self._clock())
             _settle(tickets, error=error)
+            outbox.notify()
             return
         except BaseException:
             outbox.pacer.retry_after(op, 0.0, self._clock())  # cancelled: back first in its chat, for another
             for ticket in tickets:
                 ticket.running = False
-            raise
-        finally:
             outbox.notify()
+            raise
         if reply.status == 429 and reply.retry_after is not None:
             self._log.info("telegram_flood_wait", op=_OP_NAMES[type(op)], retry_after=reply.retry_after)
             outbox.pacer.retry_after(op, reply.retry_after, self._clock())
             for ticket in tickets:
                 ticket.running = False
-            return
-        outbox.pacer.done(op, self._clock())
-        _settle(tickets, reply=reply)
+        else:
+            outbox.pacer.done(op, self._clock())
+            _settle(tickets, reply=reply)
+        outbox.notify()
+
+    def _tickets_of(self, op: Send | Edit | Delete) -> list[_Ticket]:
+        """The callers waiting for `op`: its own, and for an edit those of earlier edits merged into it."""
+        waiting = [ticket for ticket in self._outbox.tickets if not ticket.running and not ticket.done]
+        tickets = [ticket for ticket in waiting if ticket.op is op]
+        if not tickets:  # the pacer handed back an equal op, not the same object
+            tickets = [ticket for ticket in waiting if ticket.op == op][:1]
+        if isinstance(op, Edit):
+            tickets += [
+                ticket
+                for ticket in waiting
+                if isinstance(ticket.op, Edit)
+                and (ticket.op.chat, ticket.op.message_key) == (op.chat, op.message_key)
+                and ticket not in tickets
+            ]
+        return tickets
 
     async def _execute(self, op: Send | Edit | Delete) -> _Reply:
         if isinstance(op, Delete):
