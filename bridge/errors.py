@@ -266,26 +266,25 @@ class ChatRefused(RequestError):
         self.param = param
 
 
-class ListenError(BridgeError):
-    """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
-    without tokens, a certificate that does not load, or the `http` extra not installed."""
-
-
 # ---------------------------------------------------------------------------- chat platforms
 
 
 class ChatError(BridgeError):
-    """A chat platform's connector (`agent-bridge connect`) cannot do what it was asked."""
+    """`agent-bridge connect` and its chat platforms (bridge.chat)."""
 
 
 class PlatformConflict(ChatError):
-    """Another process is polling the same bot (Telegram's 409 on getUpdates): only one may; stop the other."""
+    """Another process already serves this bot (the same token): one process per bot; stop the other first."""
 
 
 class PlatformRefused(ChatError):
-    """The platform refused a request for good (a wrong token, a file over its limit, a message it will not take);
-    trying again as is will not help."""
+    """The platform refused a request for good (a file over its limit, a chat the bot may not write to)."""
 
 
 class PlatformUnavailable(ChatError):
-    """The platform cannot be reached right now, or answered with a server error: worth trying again later."""
+    """The platform cannot be reached or answered with a server error; worth trying again later."""
+
+
+class ListenError(BridgeError):
+    """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
+    without tokens, a certificate that does not load, or the `http` extra not installed."""
