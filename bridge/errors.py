@@ -266,25 +266,26 @@ class ChatRefused(RequestError):
         self.param = param
 
 
+class ListenError(BridgeError):
+    """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
+    without tokens, a certificate that does not load, or the `http` extra not installed."""
+
+
 # ---------------------------------------------------------------------------- chat platforms
 
 
 class ChatError(BridgeError):
-    """`agent-bridge connect` and its chat platforms (bridge.chat)."""
+    """A chat platform's connector (`agent-bridge connect`) cannot do what it was asked."""
 
 
 class PlatformConflict(ChatError):
-    """Another process already serves this bot (the same token): one process per bot; stop the other first."""
+    """Another process is polling the same bot (Telegram's 409 on getUpdates): only one may; stop the other."""
 
 
 class PlatformRefused(ChatError):
-    """The platform refused a request for good (a file over its limit, a chat the bot may not write to)."""
+    """The platform refused a request for good (a wrong token, a file over its limit, a message it will not take);
+    trying again as is will not help."""
 
 
 class PlatformUnavailable(ChatError):
-    """The platform cannot be reached or answered with a server error; worth trying again later."""
-
-
-class ListenError(BridgeError):
-    """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
-    without tokens, a certificate that does not load, or the `http` extra not installed."""
+    """The platform cannot be reached right now, or answered with a server error: worth trying again later."""
