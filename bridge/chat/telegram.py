@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import httpx
 import trio
@@ -68,8 +67,8 @@ class _Text:
     text: str
     entities: str  # JSON of the MessageEntity list
     keyboard: str  # JSON of the reply_markup, or ""
-    thread: str = ""
-    reply_to: str = ""
+    thread: str = field(default="", compare=False)  # where a send goes, not what the message shows
+    reply_to: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -80,11 +79,14 @@ class _Upload:
     thread: str
 
 
+_Op: TypeAlias = Send[_Text | _Upload] | Edit[_Text | _Upload] | Delete
+
+
 @dataclass(eq=False)
 class _Ticket:
     """One caller's operation in the pacer, until whoever took it from the pacer reports how it went."""
 
-    op: Send | Edit | Delete
+    op: _Op
     running: bool = False
     done: bool = False
     result: _Reply | None = None
@@ -95,7 +97,7 @@ class _Ticket:
 class _Outbox:
     """The pacer and the operations waiting in it; every waiting caller takes whatever op is due and performs it."""
 
-    pacer: Pacer
+    pacer: Pacer[_Text | _Upload]
     tickets: list[_Ticket] = field(default_factory=list)
     changed: trio.Event = field(default_factory=trio.Event)
 
@@ -191,6 +193,7 @@ class TelegramPlatform:
                 user=str(query["from"]["id"]),
                 message_key=str(message["message_id"]),
                 data=str(query["data"]),
+                user_name=_name_of(query["from"]),
             )
         message = update.get("message")
         if message is None or "from" not in message:
@@ -211,7 +214,7 @@ class TelegramPlatform:
             chat=str(chat["id"]),
             thread=_thread_of(message),
             user=str(sender["id"]),
-            user_name=str(sender.get("username") or sender.get("first_name", "")),
+            user_name=_name_of(sender),
             text=text,
             is_group=is_group,
             mentioned=self._mentions_bot(message, text),
@@ -363,23 +366,22 @@ class TelegramPlatform:
 
     # ------------------------------------------------------------------ pacing
 
-    async def _paced(self, op: Send | Edit | Delete) -> _Reply:
+    async def _paced(self, op: _Op) -> _Reply:
         """Perform `op` at the pace Telegram allows and return its reply; 429s are waited out in the pacer.
 
         There is no task of the connector's own: every caller waiting for an op takes whatever op is due (its own
-        or another's) and performs it, so the outbox moves as long as anyone waits on it."""
+        or another's) and performs it, so the outbox moves as long as anyone waits on it. A full outbox raises
+        `OutboxFull` (nothing is kept of the op)."""
         outbox = self._outbox
         ticket = _Ticket(op)
         outbox.tickets.append(ticket)
-        outbox.pacer.submit(op, self._clock())
-        outbox.notify()
         try:
+            self._submit(ticket)
+            outbox.notify()
             while not ticket.done:
                 due, wait = outbox.pacer.next(self._clock())
                 if due is not None:
                     await self._perform(due)
-                    continue
-                if math.isinf(wait) and _settle_dropped_edits(outbox.tickets):
                     continue
                 with trio.move_on_after(wait):
                     await outbox.changed.wait()
@@ -390,7 +392,35 @@ class TelegramPlatform:
         assert ticket.result is not None
         return ticket.result
 
-    async def _perform(self, op: Send | Edit | Delete) -> None:
+    def _submit(self, ticket: _Ticket) -> None:
+        """Hand the ticket's op to the pacer, and settle at once what the pacer absorbs: an edit showing what its
+        message shows, the edits a delete makes moot."""
+        op, pacer = ticket.op, self._outbox.pacer
+        before = pacer.pending(op.chat)
+        pacer.submit(op, self._clock())
+        if isinstance(op, Delete):
+            _settle(self._waiting_edits(op.chat, op.message_key, but=ticket), reply=_Reply(ok=True))
+        if not isinstance(op, Edit) or pacer.pending(op.chat) > before:
+            return
+        earlier = self._waiting_edits(op.chat, op.message_key, but=ticket)
+        if pacer.pending(op.chat) < before:  # back to what the message shows: the pending edit is gone too
+            _settle([*earlier, ticket], reply=_Reply(ok=True))
+        elif not earlier:  # dropped: the message shows it already, or is about to be deleted
+            _settle([ticket], reply=_Reply(ok=True))
+        # else merged into an earlier edit of the message, which goes out with this payload
+
+    def _waiting_edits(self, chat: str, message_key: str, *, but: _Ticket) -> list[_Ticket]:
+        return [
+            other
+            for other in self._outbox.tickets
+            if other is not but
+            and isinstance(other.op, Edit)
+            and (other.op.chat, other.op.message_key) == (chat, message_key)
+            and not other.running
+            and not other.done
+        ]
+
+    async def _perform(self, op: _Op) -> None:
         """Perform an op the pacer handed out, and tell the callers waiting for it (an op whose caller gave up is
         performed all the same: nothing handed to the outbox is dropped)."""
         outbox = self._outbox
@@ -400,7 +430,7 @@ class TelegramPlatform:
         try:
             reply = await self._execute(op)
         except ChatError as error:
-            outbox.pacer.done(op, self._clock())
+            outbox.pacer.done(op, self._clock(), failed=True)
             _settle(tickets, error=error)
             outbox.notify()
             return
@@ -416,11 +446,12 @@ class TelegramPlatform:
             for ticket in tickets:
                 ticket.running = False
         else:
-            outbox.pacer.done(op, self._clock())
+            made = str(reply.result["message_id"]) if reply.ok and isinstance(op, Send) else None
+            outbox.pacer.done(op, self._clock(), message_key=made, failed=not reply.ok)
             _settle(tickets, reply=reply)
         outbox.notify()
 
-    def _tickets_of(self, op: Send | Edit | Delete) -> list[_Ticket]:
+    def _tickets_of(self, op: _Op) -> list[_Ticket]:
         """The callers waiting for `op`: its own, and for an edit those of earlier edits merged into it."""
         waiting = [ticket for ticket in self._outbox.tickets if not ticket.running and not ticket.done]
         tickets = [ticket for ticket in waiting if ticket.op is op]
@@ -436,7 +467,7 @@ class TelegramPlatform:
             ]
         return tickets
 
-    async def _execute(self, op: Send | Edit | Delete) -> _Reply:
+    async def _execute(self, op: _Op) -> _Reply:
         if isinstance(op, Delete):
             return await self._call("deleteMessage", {"chat_id": op.chat, "message_id": op.message_key})
         if isinstance(op.payload, _Upload):
@@ -519,14 +550,6 @@ class TelegramPlatform:
         return PlatformRefused(f"Telegram refused {method}: {reply.status} {reply.description}")
 
 
-def _settle_dropped_edits(tickets: list[_Ticket]) -> bool:
-    """With nothing left in the pacer, an edit nobody took was merged into a later one of its message, or dropped as
-    showing what the message already shows: it is done. Whether there was one."""
-    dropped = [ticket for ticket in tickets if isinstance(ticket.op, Edit) and not ticket.running and not ticket.done]
-    _settle(dropped, reply=_Reply(ok=True))
-    return bool(dropped)
-
-
 def _settle(tickets: list[_Ticket], *, reply: _Reply | None = None, error: ChatError | None = None) -> None:
     for ticket in tickets:
         ticket.running = False
@@ -536,10 +559,8 @@ def _settle(tickets: list[_Ticket], *, reply: _Reply | None = None, error: ChatE
 
 
 def _token_of(config: TelegramSettings) -> str:
+    """The bot token (`bridge.chat.config` has read a token_file into it already)."""
     token = config.token.get_secret_value() if config.token is not None else ""
-    token_file = getattr(config, "token_file", None)
-    if not token and token_file:
-        token = Path(token_file).read_text().strip()
     if not re.fullmatch(r"[0-9]+:[A-Za-z0-9_-]+", token):
         raise PlatformRefused(
             "telegram.token is not a bot token (digits, a colon, then letters, digits, _ and -): copy it from "
@@ -560,6 +581,10 @@ def _conflict_message(description: str) -> str:
     )
 
 
+def _name_of(user: dict[str, Any]) -> str:
+    return str(user.get("username") or user.get("first_name", ""))
+
+
 def _thread_of(message: dict[str, Any]) -> str:
     """The forum topic a message belongs to ("" outside topics): replies in a plain group carry a thread id too,
     but sending with it there is refused."""
@@ -572,12 +597,12 @@ def _files_of(message: dict[str, Any]) -> tuple[IncomingFile, ...]:
     if message.get("photo"):
         largest = max(message["photo"], key=lambda size: (size.get("file_size", 0), size.get("width", 0)))
         name = f"photo_{largest.get('file_unique_id', 'telegram')}.jpg"
-        return (IncomingFile(str(largest["file_id"]), name, "image/jpeg", int(largest.get("file_size", 0))),)
+        return (IncomingFile(str(largest["file_id"]), name, "image/jpeg", largest.get("file_size")),)
     document = message.get("document")
     if document:
         name = str(document.get("file_name") or f"document_{document.get('file_unique_id', 'telegram')}")
         media_type = str(document.get("mime_type") or "application/octet-stream")
-        return (IncomingFile(str(document["file_id"]), name, media_type, int(document.get("file_size", 0))),)
+        return (IncomingFile(str(document["file_id"]), name, media_type, document.get("file_size")),)
     return ()
 
 
