@@ -9,6 +9,9 @@ retries, and that the bot token never leaves it.
 from __future__ import annotations
 
 import logging
+import select
+import subprocess
+import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -430,6 +433,18 @@ async def test_a_part_telegram_cannot_parse_is_sent_again_as_plain_text_once(fak
     await platform.aclose()
 
 
+async def test_a_part_refused_as_too_long_is_sent_again_split_as_plain_text(fake: FakeBotApi) -> None:
+    fake.user_says(ALICE, ALICE, "hi")
+    platform = await started(fake)
+    fake.fail_next("sendMessage", ApiFault(400, "Bad Request: message is too long"))
+    keys = await platform.send_text(str(ALICE), "", "**first line**\nsecond line", choices=(Choice("OK", "ok"),))
+    sent = fake.sent_to(ALICE)
+    assert keys == [str(message.message_id) for message in sent] and sent
+    assert "".join(message.text for message in sent).replace("\n", "") == "first linesecond line"
+    assert sent[-1].reply_markup is not None, "the buttons stay on the last part"
+    await platform.aclose()
+
+
 async def test_a_429_storm_is_waited_out_as_retry_after_says_and_nothing_is_lost(fake: FakeBotApi) -> None:
     fake.user_says(ALICE, ALICE, "hi")
     platform = await started(fake)
@@ -606,6 +621,22 @@ async def test_the_token_never_appears_in_logs_or_errors(fake: FakeBotApi, caplo
     assert all(TOKEN not in record.getMessage() for record in caplog.records)
     await platform.aclose()
     await unreachable.aclose()
+
+
+def test_the_fake_runs_as_a_process_and_prints_its_url() -> None:
+    fake_script = Path(__file__).resolve().parent.parent / "tools" / "fakes" / "telegram_bot_api.py"
+    process = subprocess.Popen([sys.executable, str(fake_script), "--token", TOKEN], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 10)
+        assert ready, "the fake did not print its URL within 10 s"
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        answer = httpx.post(f"{url}/bot{TOKEN}/getMe", timeout=5).json()
+        assert answer["ok"] and answer["result"]["is_bot"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def shown_causes(error: BaseException) -> str:
