@@ -39,6 +39,7 @@ LAYERS = {
     "runner": 3,
     "host": 4,
     "cli": 5,
+    "chat": 5,
     "serving": 5,
     "network": 5,
     "chat": 5,  # the chat connectors (`agent-bridge connect`): only the cli imports them
