@@ -42,7 +42,6 @@ LAYERS = {
     "chat": 5,
     "serving": 5,
     "network": 5,
-    "chat": 5,  # the chat connectors (`agent-bridge connect`): only the cli imports them
     "command": 5,
 }
 TOP = 6  # bridge/__init__.py and __main__.py re-export from every layer
