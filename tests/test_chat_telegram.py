@@ -548,6 +548,8 @@ async def test_typing_and_commands_only_set_when_they_changed(fake: FakeBotApi) 
     assert fake.set_commands_calls == 1
     await platform.set_commands((*commands, ("help", "What the bot does")))
     assert fake.set_commands_calls == 2 and [c["command"] for c in fake.commands] == ["new", "cancel", "help"]
+    fake.fail_next("setMyCommands", too_many_requests(5))
+    await platform.set_commands(commands)  # refused: logged, and the bot carries on (the commands work typed)
     await platform.aclose()
 
 

@@ -330,8 +330,8 @@ class TelegramPlatform:
         if current.ok and current.result == wanted:
             return
         reply = await self._call("setMyCommands", {"commands": wanted})
-        if not reply.ok:
-            raise self._failure("setMyCommands", reply)
+        if not reply.ok:  # the menu is a convenience: the commands work typed all the same
+            self._log.warning("telegram_commands_not_set", status=reply.status, reason=reply.description)
 
     async def download(self, file: IncomingFile, directory: str) -> str:
         reply = await self._call("getFile", {"file_id": file.file_ref})
