@@ -486,6 +486,24 @@ async def test_a_send_whose_caller_gave_up_is_still_delivered_in_order(fake: Fak
     await platform.aclose()
 
 
+async def test_a_group_gets_the_group_limit_a_private_chat_does_not(fake: FakeBotApi) -> None:
+    fake.limits = FloodLimits(per_chat_interval=0.0, group_per_minute=2, global_per_second=1000)
+    group = -1009
+    fake.user_says(group, ALICE, "hi")
+    fake.user_says(ALICE, ALICE, "hi")
+    platform = await started(fake, limits=PaceLimits(per_chat_interval=0.0, group_per_minute=2, global_per_second=1000))
+    for n in range(3):
+        await platform.send_text(str(ALICE), "", f"private {n}")
+    for n in range(2):
+        await platform.send_text(str(group), "", f"group {n}")
+    with trio.move_on_after(0.5) as waited:  # a group's third message within the minute waits in the outbox
+        await platform.send_text(str(group), "", "group 2")
+    assert waited.cancelled_caught
+    assert [m.text for m in fake.sent_to(group)] == ["group 0", "group 1"] and len(fake.sent_to(ALICE)) == 3
+    assert all(call.status == 200 for call in fake.calls_of("sendMessage"))
+    await platform.aclose()
+
+
 async def test_edits_are_merged_and_an_unchanged_edit_is_not_sent(fake: FakeBotApi) -> None:
     fake.user_says(ALICE, ALICE, "hi")
     platform = await started(

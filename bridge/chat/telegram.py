@@ -205,9 +205,6 @@ class TelegramPlatform:
         sender = message["from"]
         chat = message["chat"]
         is_group = chat.get("type") in ("group", "supergroup")
-        if is_group and str(chat["id"]) not in self._groups:
-            self._groups.add(str(chat["id"]))
-            self._outbox.pacer.is_group(str(chat["id"]), True)
         reply_to = message.get("reply_to_message") or {}
         return Incoming(
             update_id=update_id,
@@ -396,6 +393,9 @@ class TelegramPlatform:
         """Hand the ticket's op to the pacer, and settle at once what the pacer absorbs: an edit showing what its
         message shows, the edits a delete makes moot."""
         op, pacer = ticket.op, self._outbox.pacer
+        if op.chat.startswith("-") and op.chat not in self._groups:  # Telegram's groups have negative ids
+            self._groups.add(op.chat)
+            pacer.is_group(op.chat, True)
         before = pacer.pending(op.chat)
         pacer.submit(op, self._clock())
         if isinstance(op, Delete):
