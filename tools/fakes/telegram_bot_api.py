@@ -127,7 +127,8 @@ def cannot_parse_entities(reason: str = "Can't find end of the entity starting a
 
 @dataclass
 class Call:
-    """One call the bot made: the method, its parameters (files as their names and sizes), when, and the answer."""
+    """One call the bot made: the method, its parameters (files as their sizes), when, and the answer's status
+    (0: the connection was dropped)."""
 
     method: str
     params: dict[str, Any]
@@ -328,9 +329,11 @@ class FakeBotApi:
             if isinstance(fault, ApiFault):
                 raise _Refused(fault)
             if isinstance(fault, ResetConnection) and not fault.after_effect:
+                call.status = 0
                 return Reset()
             result = await self._method(method, params, files)
             if isinstance(fault, ResetConnection):
+                call.status = 0  # it took effect, but the bot never hears so
                 return Reset()
             return Ok(result)
         except _Refused as refused:
