@@ -343,6 +343,23 @@ async def test_nothing_pending_is_dropped_and_only_acknowledged_updates_are_conf
     await restarted.aclose()
 
 
+async def test_a_poll_that_fails_says_whether_to_try_again(fake: FakeBotApi) -> None:
+    platform = await started(fake)
+    fake.fail_next("getUpdates", ApiFault(502, "Bad Gateway"))
+    with pytest.raises(PlatformUnavailable, match="try again"):
+        await platform.poll()
+    fake.fail_next("getUpdates", ResetConnection())
+    with pytest.raises(PlatformUnavailable):
+        await platform.poll()
+    fake.fail_next("getUpdates", too_many_requests(1))
+    fake.user_says(ALICE, ALICE, "still here")
+    start = trio.current_time()
+    assert (await platform.poll()).items == (), "a 429 is waited out and the poll ends empty"
+    assert trio.current_time() - start >= 1.0
+    assert [item.text for item in (await platform.poll()).items] == ["still here"]
+    await platform.aclose()
+
+
 async def test_a_second_process_polling_the_same_bot_is_a_clear_conflict(fake: FakeBotApi) -> None:
     first, second = await started(fake), await started(fake)
     errors: list[BaseException] = []
