@@ -637,7 +637,6 @@ async def test_the_token_never_appears_in_logs_or_errors(fake: FakeBotApi, caplo
     platform = await started(fake)
     await platform.send_text(str(ALICE), "", "logged?")
     await platform.poll()
-    assert fake.token in fake.api_url + "/bot" + fake.token  # the calls did go to URLs holding it
     with pytest.raises(PlatformRefused) as wrong_token:
         await started(fake, token="999:not-the-right-one")
     fake.fail_next("getMe", ResetConnection())
@@ -654,7 +653,9 @@ async def test_the_token_never_appears_in_logs_or_errors(fake: FakeBotApi, caplo
         printed = "".join(traceback.format_exception_only(error)) + shown_causes(error)
         assert TOKEN not in printed and "999:not-the-right-one" not in printed
     assert "Unauthorized" in str(wrong_token.value)
-    assert caplog.records, "httpx logged its requests"
+    assert any("/bot<bot-token>/sendMessage" in record.getMessage() for record in caplog.records), (
+        "httpx logs each request's URL, with the token written out"
+    )
     assert all(TOKEN not in record.getMessage() for record in caplog.records)
     await platform.aclose()
     await unreachable.aclose()
