@@ -2,10 +2,10 @@
 
 `running_fake_bot_api()` serves it in-process on trio (hypercorn and Starlette, a free port on 127.0.0.1):
 
-    async with running_fake_bot_api(token="123:secret") as fake:
-        platform = TelegramPlatform(config_with(api_url=fake.api_url), ...)
+    async with running_fake_bot_api("123:secret") as fake:
+        platform = TelegramPlatform(section_with(api_url=fake.api_url), httpx.AsyncClient)
         fake.user_says(chat=42, user=42, text="hello")
-        await fake.wait_until(lambda: fake.sent_to(42), timeout=5)
+        await fake.wait_until(lambda: fake.sent_to(42), within=5)
 
 `python tools/fakes/telegram_bot_api.py --token T [--port P]` runs it as a process (for the try commands).
 
@@ -17,12 +17,13 @@ What it does as Telegram does:
   is remembered until the next call that gives it; a getUpdates arriving while another waits ends the older with 409
   "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running".
 - `sendMessage`/`editMessageText`: text of 1..4096 UTF-16 code units ("message is too long", "message text is
-  empty"), `entities` checked against the text in UTF-16 ("can't parse entities: ..."), `parse_mode` honoured only as
-  far as refusing Markdown a fault says it cannot parse, `reply_markup.inline_keyboard` with `callback_data` of
+  empty"), `entities` checked against the text in UTF-16 ("can't parse entities: ..."; text sent with a `parse_mode` is
+  taken as plain: a fault stands in for a parse failure), `reply_markup.inline_keyboard` with `callback_data` of
   1..64 bytes ("BUTTON_DATA_INVALID"); an edit to the same text and markup is "message is not modified".
 - The documented flood limits, enforced: one message a second per chat, 20 a minute per group, 30 a second overall
-  (sends and edits count); a call past them gets 429 "Too Many Requests: retry after N", and so does every call
-  into that chat (or any, for the overall limit) until N seconds have passed.
+  (sends and edits count; `FloodLimits`, with 50 ms of arrival jitter allowed in a chat); a call past them gets 429
+  "Too Many Requests: retry after N", and so does every call into that chat (or any, for the overall limit) until N
+  seconds have passed.
 - `getFile` and `/file/bot<token>/<file_path>`: files the users sent; 20 MB download limit ("file is too big").
 - `sendDocument`/`sendPhoto` multipart uploads: 50 MB (10 MB for a photo) else 413 "Request Entity Too Large".
 - `deleteMessage`, `sendChatAction`, `answerCallbackQuery`, `setMyCommands`/`getMyCommands`, `getMe`.
