@@ -1,14 +1,19 @@
-"""`agent-bridge connect` as a user runs it: its options, its config errors, and one process per bot."""
+"""`agent-bridge connect` as a user runs it: its options, its config errors, one process per bot, and end to end against
+the fake Telegram Bot API (`tools/fakes/telegram_bot_api.py`) with real agent processes."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import trio
+import yaml
+from fakes.telegram_bot_api import running_fake_bot_api
 
 from bridge.chat.botlock import lock_path
 from bridge.cli.connect import chat_store_path
@@ -93,3 +98,128 @@ def test_a_config_naming_a_missing_profile_is_refused_with_its_line(bot: Path) -
 def test_the_chat_store_lives_beside_the_session_store(tmp_path: Path) -> None:
     assert chat_store_path(str(tmp_path / "bot.sqlite3"), None, "connect") == tmp_path / "bot.sqlite3.chat"
     assert chat_store_path(None, "postgresql://db/bridge", "bot1").name == "chat-bot1.sqlite3"
+
+
+# ---------------------------------------------------------------------------- end to end, against the fake Bot API
+
+AGENT = textwrap.dedent(
+    """\
+    import json, os, sys
+    message = os.environ["AGENT_MESSAGE"]
+    with open(os.environ["RUNS"], "a") as runs:
+        runs.write(message + "\\n")
+    print("AGENT_PARTIAL:" + json.dumps("Thinking about "), flush=True)
+    print("AGENT_PARTIAL:" + json.dumps(message), flush=True)
+    print("**echo**: " + message)
+    """
+)
+
+
+async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_kill_9_repeats_nothing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "agent.py").write_text(AGENT)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "echo.yaml").write_text(
+        yaml.safe_dump(
+            {"command": [sys.executable, str(tmp_path / "agent.py")], "env": {"RUNS": str(tmp_path / "runs")}}
+        )
+    )
+    async with running_fake_bot_api(TOKEN) as fake:
+        (tmp_path / "bot.yaml").write_text(
+            f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: echo\n'
+            "  allow_users: [42]\n"
+        )
+        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
+        env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
+        fake.user_says(chat=42, user=42, text="hello")
+        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
+        try:
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "echo: hello"], within=20)
+            reply = next(m for m in fake.sent_to(42) if m.text == "echo: hello")
+            assert reply.entities == [{"type": "bold", "offset": 0, "length": 4}]
+            fake.user_says(chat=42, user=42, text="/status")
+            await fake.wait_until(
+                lambda: [m for m in fake.sent_to(42) if m.text.startswith("Profile: echo")], within=20
+            )
+            fake.user_says(chat=7, user=7, text="let me in")
+            await fake.wait_until(lambda: fake.sent_to(7), within=20)
+            second = await trio.run_process(argv, cwd=tmp_path, env=env, check=False, capture_stderr=True)
+            assert second.returncode == 2 and b"already served by agent-bridge connect" in second.stderr
+        finally:
+            process.kill()
+            await process.wait()
+        fake.user_says(chat=42, user=42, text="again")
+        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
+        try:
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "echo: again"], within=20)
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(20):
+                assert await process.wait() == 0
+        finally:
+            process.kill()
+        texts = [m.text for m in fake.sent_to(42) if not m.deleted]
+        assert texts.count("echo: hello") == 1 and texts.count("echo: again") == 1, texts
+        assert (tmp_path / "runs").read_text().splitlines() == ["hello", "again"]
+        assert [m.text for m in fake.sent_to(7)] == ["Sorry, this bot only answers the people its owner allowed."]
+
+
+ASKER = textwrap.dedent(
+    """\
+    import json, sys
+    def say(**message):
+        sys.stdout.write(json.dumps(message) + "\\n")
+        sys.stdout.flush()
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message["type"] == "control_request" and message["request"]["subtype"] == "initialize":
+            say(type="control_response", response={"subtype": "success", "request_id": message["request_id"],
+                                                   "response": {}})
+        elif message["type"] == "user":
+            say(type="system", subtype="init", session_id="s-1")
+            say(type="control_request", request_id="r1", request={"subtype": "can_use_tool", "tool_name": "Bash",
+                                                                  "input": {"command": "make"}})
+        elif message["type"] == "control_response" and message["response"]["request_id"] == "r1":
+            answer = message["response"]["response"]
+            say(type="result", subtype="success", is_error=False, session_id="s-1", result="bash " + answer["behavior"])
+    """
+)
+
+
+async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -> None:
+    (tmp_path / "asker.py").write_text(ASKER)
+    (tmp_path / "agent.py").write_text(AGENT)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "asker.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "command": [sys.executable, str(tmp_path / "asker.py")],
+                "protocol": "claude-sdk",
+                "permissions": {"ask": ["Bash"]},
+            }
+        )
+    )
+    async with running_fake_bot_api(TOKEN) as fake:
+        (tmp_path / "bot.yaml").write_text(
+            f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: asker\n'
+            "  allow_users: [42]\n"
+        )
+        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
+        env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
+        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
+        try:
+            fake.user_says(chat=42, user=42, text="build it")
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.reply_markup], within=20)
+            prompt = next(m for m in fake.sent_to(42) if m.reply_markup)
+            buttons = [b for row in prompt.reply_markup["inline_keyboard"] for b in row]
+            assert [b["text"] for b in buttons] == ["Allow", "Allow for this session", "Deny"]
+            fake.user_presses(prompt, buttons[2]["callback_data"], user=42)
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "bash deny"], within=20)
+            await fake.wait_until(lambda: fake.answers, within=20)
+            await fake.wait_until(lambda: [e for e in fake.edits if "Denied by " in e[2]], within=20)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(20):
+                await process.wait()
