@@ -29,7 +29,8 @@ from ..runner import ungrouped
 
 if TYPE_CHECKING:  # the chat kit loads only when connect runs
     from ..chat.config import MatrixConfig, TelegramConfig
-    from ..chat.runtime import ChatSettings
+    from ..chat.runtime import ChatBridge, ChatSettings
+    from ..host.common import BaseHost
 
 # The connectors, by the config's section name: module and class (each `Class(section, client_factory)`).
 CONNECTORS = {
@@ -125,15 +126,16 @@ def run_connect(
         inbox = Inbox(chat_store)
         try:
             factory = client_factory or (lambda: httpx.AsyncClient(timeout=httpx.Timeout(60.0)))
-            platforms = []
-            for platform, section in sections:
-                module, class_name = CONNECTORS[platform]
-                platforms.append((getattr(import_module(module), class_name)(section, factory), section))
+            connectors = [
+                (getattr(import_module(CONNECTORS[platform][0]), CONNECTORS[platform][1]), section)
+                for platform, section in sections
+            ]
 
             async def main() -> int:
                 from ..process import become_subreaper, sweep_orphans_on_sigchld
 
                 become_subreaper()
+                platforms = [(connector(section, factory), section) for connector, section in connectors]
                 host = open_host(
                     profiles, state=state, postgres=postgres, gateway_name=name, shutdown_grace=shutdown_grace
                 )
@@ -165,7 +167,10 @@ def run_connect(
 
 
 async def _stop_on_signals(
-    bridges: list[Any], host: Any, grace: float, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    bridges: list[ChatBridge],
+    host: BaseHost,
+    grace: float,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """SIGTERM or SIGINT: stop polling and let the turns in flight finish for `grace` seconds, then cancel them;
     a second signal cancels them at once."""
