@@ -265,3 +265,19 @@ class ChatRefused(RequestError):
 class ListenError(BridgeError):
     """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
     without tokens, a certificate that does not load, or the `http` extra not installed."""
+
+
+class ChatError(BridgeError):
+    """A chat platform (Telegram, Matrix) that `agent-bridge connect` talks to failed or refused."""
+
+
+class PlatformConflict(ChatError):
+    """Another process is already polling the same bot account."""
+
+
+class PlatformRefused(ChatError):
+    """The platform refused a request for good (a bad token, a file over its limit): retrying will not help."""
+
+
+class PlatformUnavailable(ChatError):
+    """The platform could not be reached or answered with a server error: retrying later may help."""

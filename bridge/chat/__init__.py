@@ -1,0 +1,1 @@
+"""Chat platforms: the delivery kit and its connectors (`agent-bridge connect`)."""
