@@ -8,7 +8,6 @@ runs in a network namespace with only loopback, where pip cannot reach PyPI.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import socket
 import subprocess
@@ -28,6 +27,7 @@ STAMP = VENV / f".installed-{SYNAPSE_VERSION}"
 SERVER_NAME = "localhost"
 # Synapse starts in a few seconds; a machine busy with other tests may take several times that.
 START_DEADLINE = 60.0
+MAX_UPLOAD_SIZE = "1M"
 
 # Every rate limit Synapse applies to clients, raised so tests that are not about 429s never meet one.
 _RAISED = {"per_second": 10_000, "burst_count": 10_000}
@@ -126,6 +126,7 @@ class SynapseServer:
             report_stats=False,
             presence={"enabled": False},
             url_preview_enabled=False,
+            max_upload_size=MAX_UPLOAD_SIZE,  # small, so a test can go over it cheaply
         )
         if not self.real_rate_limits:
             config.update(RAISED_RATE_LIMITS)

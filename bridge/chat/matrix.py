@@ -13,6 +13,7 @@ acknowledged position: nothing pending is dropped.
 
 from __future__ import annotations
 
+import json
 import math
 import mimetypes
 import re
@@ -40,7 +41,7 @@ MEDIA_V3 = "/_matrix/media/v3"
 AUTHENTICATED_MEDIA = "/_matrix/client/v1/media"
 # The prompt's choices, carried in its own event so that a reply or reaction is understood after a restart.
 CHOICES_FIELD = "org.agent_bridge.choices"
-KEYCAPS = tuple(f"{digit}\ufe0f\u20e3" for digit in "123456789") + ("\U0001f51f",)  # 1️⃣ … 9️⃣, 🔟
+KEYCAPS = (*(f"{digit}\ufe0f\u20e3" for digit in "123456789"), "\U0001f51f")  # 1️⃣ … 9️⃣, 🔟
 MESSAGE_LIMIT = 32000  # characters of a body; Synapse refuses events over 64 KiB, body and HTML together
 FIRST_START_EVENTS = 500
 TIMELINE_LIMIT = 100  # events a room per sync before the timeline reports a gap
@@ -170,7 +171,7 @@ class MatrixPlatform:
         params: dict[str, Any] | None = None,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
-        timeout: float | None = None,
+        time_limit: float = 30.0,
         paced: bool = False,
     ) -> dict[str, Any]:
         """One request; its JSON answer. A 429 waits `retry_after_ms` and retries, unless `paced` (the pacer
@@ -178,7 +179,6 @@ class MatrixPlatform:
         all_headers = dict(headers or {})
         if self._token:
             all_headers["Authorization"] = f"Bearer {self._token}"
-        request_timeout = httpx.Timeout(timeout if timeout is not None else 30.0)
         for attempt in range(RETRIES):
             try:
                 response = await self._client.request(
@@ -188,7 +188,7 @@ class MatrixPlatform:
                     params=params,
                     content=content,
                     headers=all_headers,
-                    timeout=request_timeout,
+                    timeout=time_limit,
                 )
             except httpx.HTTPError as error:
                 if attempt + 1 == RETRIES:
@@ -276,13 +276,11 @@ class MatrixPlatform:
     async def poll(self) -> Batch:
         params: dict[str, Any] = {
             "timeout": self._sync_timeout_ms,
-            "filter": '{"room":{"timeline":{"limit":%d}}}' % TIMELINE_LIMIT,
+            "filter": json.dumps({"room": {"timeline": {"limit": TIMELINE_LIMIT}}}),
         }
         if self._since is not None:
             params["since"] = self._since
-        answer = await self._call(
-            "GET", f"{CLIENT}/sync", params=params, timeout=self._sync_timeout_ms / 1000 + 30
-        )
+        answer = await self._call("GET", f"{CLIENT}/sync", params=params, time_limit=self._sync_timeout_ms / 1000 + 30)
         rooms = answer.get("rooms", {})
         items: list[Incoming | ButtonPress] = []
         for room_id, invite in rooms.get("invite", {}).items():
@@ -370,9 +368,9 @@ class MatrixPlatform:
         sender = str(event.get("sender", ""))
         if kind == "m.room.encryption" or kind == "m.room.encrypted":
             room.encrypted = True
-        if sender == self.user_id or "state_key" in event and kind != "m.room.encrypted":
+        if sender == self.user_id or ("state_key" in event and kind != "m.room.encrypted"):
             return None
-        if kind == "m.room.encrypted" or room.encrypted and kind == "m.room.message":
+        if kind == "m.room.encrypted" or (room.encrypted and kind == "m.room.message"):
             await self._refuse_encrypted(room_id, room)
             return None
         if sender not in self._config.allow_users and kind == "m.reaction":
@@ -532,9 +530,7 @@ class MatrixPlatform:
             plain = {key: value for key, value in content.items() if key not in ("format", "formatted_body")}
             return await self._send_event(chat, plain)
 
-    async def edit_text(
-        self, chat: str, message_key: str, markdown: str, *, choices: tuple[Choice, ...] = ()
-    ) -> None:
+    async def edit_text(self, chat: str, message_key: str, markdown: str, *, choices: tuple[Choice, ...] = ()) -> None:
         if choices:
             markdown = f"{markdown}\n\n{numbered_choices(choices)}"
         part = matrix_parts(markdown, MESSAGE_LIMIT)[0]
@@ -607,9 +603,9 @@ class MatrixPlatform:
                         raise PlatformRefused(
                             f"matrix: downloading {file.name!r} was refused (HTTP {response.status_code})"
                         )
-                    with target.open("wb") as out:
+                    async with await trio.open_file(target, "wb") as out:
                         async for chunk in response.aiter_bytes():
-                            out.write(chunk)
+                            await out.write(chunk)
             except httpx.HTTPError as error:
                 raise PlatformUnavailable(
                     f"matrix: downloading {file.name!r} failed ({type(error).__name__}); it is retried on restart"
@@ -618,7 +614,7 @@ class MatrixPlatform:
         raise PlatformRefused(f"matrix: the homeserver has no media download for {file.name!r}")
 
     async def send_file(self, chat: str, thread: str, path: str, name: str, media_type: str) -> str:
-        data = Path(path).read_bytes()
+        data = await trio.Path(path).read_bytes()
         limit = await self._upload_limit()
         if limit is not None and len(data) > limit:
             raise PlatformRefused(
@@ -631,7 +627,7 @@ class MatrixPlatform:
             params={"filename": name},
             content=data,
             headers={"Content-Type": media_type},
-            timeout=120.0,
+            time_limit=120.0,
         )
         content: dict[str, Any] = {
             "msgtype": "m.image" if media_type.startswith("image/") else "m.file",
@@ -691,8 +687,10 @@ def _answer(response: httpx.Response, path: str) -> dict[str, Any]:
     code = body.get("errcode", "") if isinstance(body, dict) else ""
     error = body.get("error", "") if isinstance(body, dict) else ""
     where = _path_for_log(path)
-    if response.status_code in (401, 403) and code in ("M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_FORBIDDEN") and (
-        where.endswith("/login") or where.endswith("/whoami")
+    if (
+        response.status_code in (401, 403)
+        and code in ("M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_FORBIDDEN")
+        and (where.endswith(("/login", "/whoami")))
     ):
         raise PlatformRefused(
             f"matrix: the homeserver refused the bot's login ({code}): check `user_id` and `password` or "

@@ -1,0 +1,433 @@
+"""The Matrix connector against a real Synapse on loopback (tools/synapse.py): the bot's side through the
+`Platform` interface, the person's side through the client-server API as any Matrix client speaks it."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+import trio
+from pydantic import SecretStr
+from synapse import SynapseServer
+
+from bridge.chat.matrix import ENCRYPTED_ROOM_NOTICE, MatrixPlatform
+from bridge.chat.platform import ButtonPress, Choice, Incoming
+from bridge.errors import PlatformRefused
+
+CLIENT = "/_matrix/client/v3"
+PASSWORD = "correct-horse-battery-staple"
+POLL_DEADLINE = 10  # seconds for an event to come through /sync on loopback; a hang fails in that
+
+
+@pytest.fixture(scope="session")
+def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SynapseServer]:
+    """One Synapse for the module's tests (starting one costs ~5 s), its rate limits raised; every test
+    registers a bot of its own, so no test sees another's rooms."""
+    server = SynapseServer(tmp_path_factory.mktemp("synapse"))
+    server.start()
+    server.register("alice", PASSWORD)
+    server.register("mallory", PASSWORD)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+_bots = itertools.count(1)
+
+
+@dataclass
+class Section:
+    """The config's `matrix:` section as the connector reads it."""
+
+    homeserver: str
+    user_id: str
+    password: SecretStr | None = None
+    access_token: SecretStr | None = None
+    allow_users: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def bot(synapse: SynapseServer) -> Section:
+    localpart = f"bot{next(_bots)}"
+    user_id = synapse.register(localpart, PASSWORD)
+    return Section(synapse.url, user_id, password=SecretStr(PASSWORD), allow_users=[synapse.user_id("alice")])
+
+
+def connector(section: Section, **options: Any) -> MatrixPlatform:
+    return MatrixPlatform(section, lambda: httpx.AsyncClient(), sync_timeout_ms=200, **options)
+
+
+class Person:
+    """A person in Matrix, through the client-server API as their client would speak it."""
+
+    def __init__(self, synapse: SynapseServer, localpart: str) -> None:
+        self.user_id = synapse.user_id(localpart)
+        self.client = httpx.AsyncClient(
+            base_url=synapse.url, headers={"Authorization": f"Bearer {synapse.login(localpart, PASSWORD)}"}
+        )
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = await self.client.request(method, path, **kwargs)
+        assert response.is_success, f"{method} {path}: {response.status_code} {response.text}"
+        return dict(response.json())
+
+    async def room_with(self, bot: Section, *, encrypted: bool = False) -> str:
+        body: dict[str, Any] = {"preset": "private_chat", "invite": [bot.user_id]}
+        if encrypted:
+            body["initial_state"] = [
+                {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+            ]
+        return str((await self.call("POST", f"{CLIENT}/createRoom", json=body))["room_id"])
+
+    async def send(self, room: str, content: dict[str, Any], kind: str = "m.room.message") -> str:
+        path = f"{CLIENT}/rooms/{quote(room)}/send/{kind}/{uuid.uuid4().hex}"
+        return str((await self.call("PUT", path, json=content))["event_id"])
+
+    async def say(self, room: str, text: str, **extra: Any) -> str:
+        return await self.send(room, {"msgtype": "m.text", "body": text, **extra})
+
+    async def event(self, room: str, event_id: str) -> dict[str, Any]:
+        return await self.call("GET", f"{CLIENT}/rooms/{quote(room)}/event/{quote(event_id)}")
+
+    async def messages_from(self, room: str, sender: str) -> list[dict[str, Any]]:
+        """The room's message events by `sender`, oldest first."""
+        page = await self.call("GET", f"{CLIENT}/rooms/{quote(room)}/messages", params={"dir": "b", "limit": 200})
+        return [
+            event
+            for event in reversed(page["chunk"])
+            if event["sender"] == sender and event["type"] == "m.room.message"
+        ]
+
+    async def members(self, room: str) -> set[str]:
+        return set((await self.call("GET", f"{CLIENT}/rooms/{quote(room)}/joined_members"))["joined"])
+
+
+@pytest.fixture
+async def alice(synapse: SynapseServer) -> Any:
+    person = Person(synapse, "alice")
+    yield person
+    await person.client.aclose()
+
+
+async def poll_until(
+    platform: MatrixPlatform, enough: Callable[[list[Incoming | ButtonPress]], bool], *, acknowledge: bool = True
+) -> list[Incoming | ButtonPress]:
+    """Items of successive polls until `enough` says so; fails within POLL_DEADLINE."""
+    items: list[Incoming | ButtonPress] = []
+    with trio.move_on_after(POLL_DEADLINE):
+        while not enough(items):
+            batch = await platform.poll()
+            items.extend(batch.items)
+            if acknowledge:
+                await platform.acknowledge(batch.position)
+        return items
+    raise AssertionError(f"not enough within {POLL_DEADLINE} s; got {items}")
+
+
+async def joined(platform: MatrixPlatform, alice: Person, room: str) -> None:
+    """Polls until the bot has accepted the invite to `room`."""
+    with trio.move_on_after(POLL_DEADLINE):
+        while platform.user_id not in await alice.members(room):
+            await platform.acknowledge((await platform.poll()).position)
+        return
+    raise AssertionError(f"the bot did not join {room} within {POLL_DEADLINE} s")
+
+
+def texts(items: list[Incoming | ButtonPress]) -> list[str]:
+    return [item.text for item in items if isinstance(item, Incoming)]
+
+
+async def test_login_by_password_and_by_access_token(synapse: SynapseServer, bot: Section) -> None:
+    by_password = connector(bot)
+    await by_password.start(None)
+    await by_password.aclose()
+
+    token = synapse.login(bot.user_id.split(":")[0][1:], PASSWORD)
+    by_token = connector(Section(bot.homeserver, bot.user_id, access_token=SecretStr(token)))
+    await by_token.start(None)
+    await by_token.aclose()
+
+    wrong = connector(Section(bot.homeserver, bot.user_id, password=SecretStr("not-the-password")))
+    with pytest.raises(PlatformRefused, match="check `user_id` and `password`") as refused:
+        await wrong.start(None)
+    await wrong.aclose()
+    assert "not-the-password" not in str(refused.value)
+
+    stolen = connector(Section(bot.homeserver, synapse.user_id("mallory"), access_token=SecretStr(token)))
+    with pytest.raises(PlatformRefused, match="belongs to") as mismatch:
+        await stolen.start(None)
+    await stolen.aclose()
+    assert token not in str(mismatch.value)
+
+
+async def test_an_allowed_users_invite_is_accepted_and_their_message_comes_in(
+    synapse: SynapseServer, bot: Section, alice: Person
+) -> None:
+    platform = connector(bot)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+    sent = await alice.say(room, "hello bot")
+
+    items = await poll_until(platform, lambda items: bool(items))
+    assert items == [
+        Incoming(
+            update_id=sent,
+            chat=room,
+            thread="",
+            user=alice.user_id,
+            user_name="alice",
+            text="hello bot",
+            is_group=False,
+            mentioned=False,
+            reply_to_bot=False,
+            files=(),
+        )
+    ]
+
+    mentioning = await alice.say(room, f"look, {bot.user_id}", **{"m.mentions": {"user_ids": [bot.user_id]}})
+    in_thread = await alice.say(room, "in a thread", **{"m.relates_to": {"rel_type": "m.thread", "event_id": sent}})
+    items = await poll_until(platform, lambda items: len(items) >= 2)
+    assert [(item.update_id, item.mentioned, item.thread) for item in items if isinstance(item, Incoming)] == [
+        (mentioning, True, ""),
+        (in_thread, False, sent),
+    ]
+    await platform.aclose()
+
+
+async def test_an_invite_from_anyone_else_is_declined(synapse: SynapseServer, bot: Section) -> None:
+    mallory = Person(synapse, "mallory")
+    platform = connector(bot)
+    await platform.start(None)
+    room = await mallory.room_with(bot)
+    with trio.move_on_after(POLL_DEADLINE):
+        while True:
+            await platform.acknowledge((await platform.poll()).position)
+            state = await mallory.call("GET", f"{CLIENT}/rooms/{quote(room)}/state/m.room.member/{quote(bot.user_id)}")
+            if state["membership"] == "leave":
+                break
+    assert state["membership"] == "leave"
+    await platform.aclose()
+    await mallory.client.aclose()
+
+
+async def test_send_edit_and_redact(synapse: SynapseServer, bot: Section, alice: Person) -> None:
+    platform = connector(bot)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+
+    [key] = await platform.send_text(room, "", "**thinking**")
+    event = await alice.event(room, key)
+    assert event["content"]["format"] == "org.matrix.custom.html"
+    assert "thinking" in event["content"]["body"] and "thinking" in event["content"]["formatted_body"]
+
+    await platform.edit_text(room, key, "done thinking")
+    [_, edit] = await alice.messages_from(room, bot.user_id)
+    assert edit["content"]["m.relates_to"] == {"rel_type": "m.replace", "event_id": key}
+    assert "done thinking" in edit["content"]["m.new_content"]["body"]
+
+    await platform.delete(room, key)
+    assert (await alice.event(room, key))["content"] == {}  # redacted
+    await platform.aclose()
+
+
+async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
+    synapse: SynapseServer, bot: Section, alice: Person
+) -> None:
+    platform = connector(bot)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+    choices = (Choice("Allow", "allow:7"), Choice("Allow for this session", "always:7"), Choice("Deny", "deny:7"))
+
+    [prompt] = await platform.send_text(room, "", "May I run `ls`?", choices=choices)
+    body = (await alice.event(room, prompt))["content"]["body"]
+    assert "1. Allow\n2. Allow for this session\n3. Deny" in body
+
+    reply = await alice.say(room, "3", **{"m.relates_to": {"m.in_reply_to": {"event_id": prompt}}})
+    assert await poll_until(platform, lambda items: bool(items)) == [
+        ButtonPress(update_id=reply, chat=room, thread="", user=alice.user_id, message_key=prompt, data="deny:7")
+    ]
+
+    # A new process (a restart) still understands an answer: the choices travel in the prompt's event.
+    position = (await platform.poll()).position
+    await platform.aclose()
+    platform = connector(bot)
+    await platform.start(position)
+    reaction = await alice.send(
+        room,
+        {"m.relates_to": {"rel_type": "m.annotation", "event_id": prompt, "key": "2\ufe0f\u20e3"}},
+        kind="m.reaction",
+    )
+    assert await poll_until(platform, lambda items: bool(items)) == [
+        ButtonPress(update_id=reaction, chat=room, thread="", user=alice.user_id, message_key=prompt, data="always:7")
+    ]
+    # A number that is not a choice is a message like any other.
+    await alice.say(room, "9", **{"m.relates_to": {"m.in_reply_to": {"event_id": prompt}}})
+    [item] = await poll_until(platform, lambda items: bool(items))
+    assert isinstance(item, Incoming) and item.text == "9" and item.reply_to_bot
+    await platform.aclose()
+
+
+async def test_an_encrypted_room_gets_one_clear_message_and_no_turn(
+    synapse: SynapseServer, bot: Section, alice: Person
+) -> None:
+    platform = connector(bot)
+    await platform.start(None)
+    room = await alice.room_with(bot, encrypted=True)
+    await joined(platform, alice, room)
+    ciphertext = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "s", "device_id": "D"}
+    for _ in range(2):
+        await alice.send(room, ciphertext, kind="m.room.encrypted")
+    # Until the bot's notice is there, then once more: by then both events have come through /sync.
+    items: list[Incoming | ButtonPress] = []
+    with trio.move_on_after(POLL_DEADLINE):
+        while not await alice.messages_from(room, bot.user_id):
+            batch = await platform.poll()
+            items.extend(batch.items)
+            await platform.acknowledge(batch.position)
+    batch = await platform.poll()
+    items.extend(batch.items)
+    assert items == []
+    notices = await alice.messages_from(room, bot.user_id)
+    assert [notice["content"]["body"] for notice in notices] == [ENCRYPTED_ROOM_NOTICE]
+    await platform.aclose()
+
+
+async def test_files_both_ways(synapse: SynapseServer, bot: Section, alice: Person, tmp_path: Path) -> None:
+    platform = connector(bot)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+
+    data = b"col1,col2\n1,2\n"
+    uploaded = await alice.call(
+        "POST",
+        "/_matrix/media/v3/upload",
+        params={"filename": "table.csv"},
+        content=data,
+        headers={"Content-Type": "text/csv"},
+    )
+    await alice.send(
+        room,
+        {
+            "msgtype": "m.file",
+            "body": "table.csv",
+            "url": uploaded["content_uri"],
+            "info": {"mimetype": "text/csv", "size": len(data)},
+        },
+    )
+    [item] = await poll_until(platform, lambda items: bool(items))
+    assert isinstance(item, Incoming) and item.text == ""
+    [incoming_file] = item.files
+    assert (incoming_file.name, incoming_file.media_type, incoming_file.size) == ("table.csv", "text/csv", len(data))
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    path = await platform.download(incoming_file, str(inbox))
+    assert Path(path).parent == inbox and Path(path).read_bytes() == data
+
+    picture = tmp_path / "plot.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
+    key = await platform.send_file(room, "", str(picture), "plot.png", "image/png")
+    content = (await alice.event(room, key))["content"]
+    assert (content["msgtype"], content["body"], content["info"]["mimetype"]) == ("m.image", "plot.png", "image/png")
+    server_name, media_id = content["url"].removeprefix("mxc://").split("/")
+    media = await alice.client.get(f"/_matrix/client/v1/media/download/{server_name}/{media_id}")
+    assert media.content == picture.read_bytes()
+
+    too_big = tmp_path / "big.bin"
+    too_big.write_bytes(bytes(2 * 1024 * 1024))
+    with pytest.raises(PlatformRefused, match="over this homeserver's upload limit"):
+        await platform.send_file(room, "", str(too_big), "big.bin", "application/octet-stream")
+    await platform.aclose()
+
+
+async def test_sync_position_resumes_without_repeats_or_losses(
+    synapse: SynapseServer, bot: Section, alice: Person
+) -> None:
+    room = await alice.room_with(bot)
+    before_join = await alice.say(room, "said before the bot joined")  # history, never answered
+    platform = connector(bot)
+    await platform.start(None)
+    await joined(platform, alice, room)
+    await platform.aclose()
+
+    # Sent while no connector runs, and never acknowledged: a first start answers them.
+    first = await alice.say(room, "one")
+    second = await alice.say(room, "two")
+    platform = connector(bot)
+    await platform.start(None)
+    items = await poll_until(platform, lambda items: len(items) >= 2, acknowledge=False)
+    assert [item.update_id for item in items] == [first, second]
+    assert before_join not in [item.update_id for item in items]
+    # Not acknowledged (the process died before storing them): the next start sees them again.
+    await platform.aclose()
+    platform = connector(bot)
+    await platform.start(None)
+    batch = await platform.poll()
+    assert [item.update_id for item in batch.items] == [first, second]
+    await platform.acknowledge(batch.position)
+    await platform.aclose()
+
+    # Acknowledged: a restart from that position sees only what came after.
+    third = await alice.say(room, "three")
+    platform = connector(bot)
+    await platform.start(batch.position)
+    items = await poll_until(platform, lambda items: bool(items))
+    assert [item.update_id for item in items] == [third]
+    await platform.aclose()
+
+
+@pytest.fixture
+def synapse_with_real_rate_limits(tmp_path: Path) -> Iterator[SynapseServer]:
+    """A Synapse with its default message rate limit (a burst of 10, then one message each 5 s); its own, since
+    this one answers 429 where the session's never does."""
+    server = SynapseServer(tmp_path / "synapse", real_rate_limits=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_real_429_waits_retry_after_ms_and_every_message_arrives_once(
+    synapse_with_real_rate_limits: SynapseServer,
+) -> None:
+    synapse = synapse_with_real_rate_limits
+    synapse.register("alice", PASSWORD)
+    bot = Section(
+        synapse.url,
+        synapse.register("bot", PASSWORD),
+        password=SecretStr(PASSWORD),
+        allow_users=[synapse.user_id("alice")],
+    )
+    alice = Person(synapse, "alice")
+    statuses: list[int] = []
+
+    async def record(response: httpx.Response) -> None:
+        statuses.append(response.status_code)
+
+    platform = MatrixPlatform(bot, lambda: httpx.AsyncClient(event_hooks={"response": [record]}), sync_timeout_ms=200)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+
+    sent = [f"message {number}" for number in range(10)]  # with its join, one over the burst of 10
+    keys = [key for text in sent for key in await platform.send_text(room, "", text)]
+
+    assert 429 in statuses, "Synapse's default rate limit never answered 429: the test did not test backoff"
+    bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
+    assert bodies == sent
+    assert len(set(keys)) == len(sent)
+    await platform.aclose()
+    await alice.client.aclose()
