@@ -8,7 +8,8 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
 
     BridgeError
     ├── ProfileError (ValueError)          a profile does not load; `problems` lists why
-    │   └── UnknownProfile (LookupError)   no profile has the name a turn asked for
+    │   ├── UnknownProfile (LookupError)   no profile has the name a turn asked for
+    │   └── ChatConfigError                `agent-bridge connect`'s config does not load; `problems` lists why
     ├── TurnError (ValueError)             a turn's input cannot be sent to an agent
     ├── AnswerRefused (ValueError)         an answer to an agent's question names no option it offered
     ├── ProtocolMisuse (RuntimeError)      a dialect, warm agent, turn stream or host used out of order
@@ -20,6 +21,7 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── OutboxError                        a turn's outbox cannot be made, or a file in it read
     ├── HostClosed                         the host is shutting down and takes no new turns
     ├── QueueFull                          every slot is busy and the queue is full
+    │   └── OutboxFull                     a chat's outbox (bridge.chat.pacing) holds as many messages as allowed
     ├── DuplicateTurn (ValueError)         a turn with this id is already in flight
     ├── SessionIdRefused                   the turn names a session that is not its conversation's
     ├── StoreError                         the SQLite session store's file cannot be used
@@ -108,6 +110,10 @@ class UnknownProfile(ProfileError, LookupError):
     """No profile in the directory has the name a turn asked for."""
 
 
+class ChatConfigError(ProfileError):
+    """The config of `agent-bridge connect` (bridge.chat.config) does not load; `problems` lists every reason."""
+
+
 class WarmStartError(BridgeError):
     """The agent could not be started, or its session not set up; `exit_code` as for a spawn failure."""
 
@@ -149,6 +155,11 @@ class HostClosed(BridgeError):
 
 class QueueFull(BridgeError):
     """Every slot is busy and the queue holds as many turns as allowed; try again later."""
+
+
+class OutboxFull(QueueFull):
+    """A chat's outbox (or all of them) holds as many messages as allowed: this one is refused, not dropped
+    unseen, so the connector can log it and count it as undelivered."""
 
 
 class DuplicateTurn(BridgeError, ValueError):
@@ -262,22 +273,25 @@ class ChatRefused(RequestError):
         self.param = param
 
 
-class ListenError(BridgeError):
-    """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
-    without tokens, a certificate that does not load, or the `http` extra not installed."""
+# ---------------------------------------------------------------------------- chat platforms
 
 
 class ChatError(BridgeError):
-    """A chat platform (Telegram, Matrix) that `agent-bridge connect` talks to failed or refused."""
+    """`agent-bridge connect` and its chat platforms (bridge.chat)."""
 
 
 class PlatformConflict(ChatError):
-    """Another process is already polling the same bot account."""
+    """Another process already serves this bot (the same token): one process per bot; stop the other first."""
 
 
 class PlatformRefused(ChatError):
-    """The platform refused a request for good (a bad token, a file over its limit): retrying will not help."""
+    """The platform refused a request for good (a file over its limit, a chat the bot may not write to)."""
 
 
 class PlatformUnavailable(ChatError):
-    """The platform could not be reached or answered with a server error: retrying later may help."""
+    """The platform cannot be reached or answered with a server error; worth trying again later."""
+
+
+class ListenError(BridgeError):
+    """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
+    without tokens, a certificate that does not load, or the `http` extra not installed."""

@@ -18,12 +18,15 @@ from pydantic import SecretStr
 from synapse import SynapseServer
 
 from bridge.chat.matrix import ENCRYPTED_ROOM_NOTICE, MatrixPlatform
+from bridge.chat.pacing import PaceLimits
 from bridge.chat.platform import ButtonPress, Choice, Incoming
 from bridge.errors import PlatformRefused
 
 CLIENT = "/_matrix/client/v3"
 PASSWORD = "correct-horse-battery-staple"
 POLL_DEADLINE = 10  # seconds for an event to come through /sync on loopback; a hang fails in that
+# The pacer out of the way (the test Synapse's limits are raised too): these tests are about the wire, not pace.
+UNPACED = PaceLimits(per_chat_interval=0.0, group_per_minute=10_000, global_per_second=10_000)
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +65,7 @@ def bot(synapse: SynapseServer) -> Section:
 
 
 def connector(section: Section, **options: Any) -> MatrixPlatform:
-    return MatrixPlatform(section, lambda: httpx.AsyncClient(), sync_timeout_ms=200, **options)
+    return MatrixPlatform(section, lambda: httpx.AsyncClient(), sync_timeout_ms=200, limits=UNPACED, **options)
 
 
 class Person:
@@ -255,7 +258,15 @@ async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
 
     reply = await alice.say(room, "3", **{"m.relates_to": {"m.in_reply_to": {"event_id": prompt}}})
     assert await poll_until(platform, lambda items: bool(items)) == [
-        ButtonPress(update_id=reply, chat=room, thread="", user=alice.user_id, message_key=prompt, data="deny:7")
+        ButtonPress(
+            update_id=reply,
+            chat=room,
+            thread="",
+            user=alice.user_id,
+            message_key=prompt,
+            data="deny:7",
+            user_name="alice",
+        )
     ]
 
     # A new process (a restart) still understands an answer: the choices travel in the prompt's event.
@@ -269,7 +280,15 @@ async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
         kind="m.reaction",
     )
     assert await poll_until(platform, lambda items: bool(items)) == [
-        ButtonPress(update_id=reaction, chat=room, thread="", user=alice.user_id, message_key=prompt, data="always:7")
+        ButtonPress(
+            update_id=reaction,
+            chat=room,
+            thread="",
+            user=alice.user_id,
+            message_key=prompt,
+            data="always:7",
+            user_name="alice",
+        )
     ]
     # A number that is not a choice is a message like any other.
     await alice.say(room, "9", **{"m.relates_to": {"m.in_reply_to": {"event_id": prompt}}})
@@ -417,7 +436,11 @@ async def test_a_real_429_waits_retry_after_ms_and_every_message_arrives_once(
     async def record(response: httpx.Response) -> None:
         statuses.append(response.status_code)
 
-    platform = MatrixPlatform(bot, lambda: httpx.AsyncClient(event_hooks={"response": [record]}), sync_timeout_ms=200)
+    # The pacer allows more than this homeserver does (as it would for a homeserver configured stricter than
+    # Synapse's default): Synapse's own 429s must be waited out.
+    platform = MatrixPlatform(
+        bot, lambda: httpx.AsyncClient(event_hooks={"response": [record]}), sync_timeout_ms=200, limits=UNPACED
+    )
     await platform.start(None)
     room = await alice.room_with(bot)
     await joined(platform, alice, room)

@@ -42,6 +42,7 @@ LAYERS = {
     "serving": 5,
     "network": 5,
     "command": 5,
+    "chat": 5,
 }
 TOP = 6  # bridge/__init__.py and __main__.py re-export from every layer
 

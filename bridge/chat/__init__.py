@@ -1,1 +1,4 @@
-"""Chat platforms: the delivery kit and its connectors (`agent-bridge connect`)."""
+"""Chat platforms built in: the delivery kit (`runtime`, `inbox`) and its connectors (`platform` says what one is).
+
+Imported only by `agent-bridge connect`: nothing else in bridge imports this package.
+"""

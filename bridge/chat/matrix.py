@@ -30,7 +30,7 @@ import trio
 from pydantic import SecretStr
 
 from bridge.chat.markup import matrix_parts
-from bridge.chat.pacing import MATRIX_LIMITS, Delete, Edit, Op, Pacer, Send
+from bridge.chat.pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
 from bridge.chat.platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
 from bridge.errors import PlatformRefused, PlatformUnavailable
 
@@ -74,15 +74,14 @@ class _RateLimited(Exception):
 
 @dataclass(eq=False)
 class _Job:
-    """A paced request: the payload of a pacing operation, performed by whichever caller the pacer lets go first."""
+    """A paced request, the payload of its pacing operation; equal to another when the message would show the
+    same (`shown`): the pacer drops an edit equal to what the message shows."""
 
     perform: Callable[[], Awaitable[str]]
-    content: dict[str, Any]
-    result: str = ""
-    finished: bool = False
+    shown: dict[str, Any]
 
-    def __eq__(self, other: object) -> bool:  # an edit equal to the last one sent is dropped by the pacer
-        return isinstance(other, _Job) and other.content == self.content
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Job) and other.shown == self.shown
 
     __hash__ = object.__hash__
 
@@ -143,6 +142,7 @@ class MatrixPlatform:
         client_factory: Callable[[], httpx.AsyncClient],
         *,
         sync_timeout_ms: int = 30_000,
+        limits: PaceLimits = MATRIX_LIMITS,
     ) -> None:
         self._config = config
         self._homeserver = config.homeserver.rstrip("/")
@@ -156,9 +156,8 @@ class MatrixPlatform:
         self._rooms: dict[str, _Room] = {}
         self._prompts: dict[str, tuple[Choice, ...]] = {}  # event id → its choices (a cache of CHOICES_FIELD)
         self._own_events: set[str] = set()
-        self._pacer = Pacer(MATRIX_LIMITS)
+        self._pacer: Pacer[_Job] = Pacer(limits)
         self._pacer_lock = trio.Lock()
-        self._deletes: dict[int, _Job] = {}  # a Delete op has no payload: its job, by the op's identity
 
     # --- HTTP ---------------------------------------------------------------------------------------------------
 
@@ -211,37 +210,30 @@ class MatrixPlatform:
             return _answer(response, path)
         raise PlatformUnavailable(f"the Matrix homeserver kept refusing {_path_for_log(path)} (rate limit)")
 
-    async def _paced(self, op_for: Callable[[_Job], Op], job: _Job) -> str:
-        """Do `job` when the pacer lets it go (Matrix limits; a 429 puts it back first and waits retry_after_ms).
-
-        One caller drives the pacer at a time; whoever drives does every op that is due, its own or another
-        caller's, so nothing waits on a caller that is asleep."""
-        op = op_for(job)
+    async def _paced(self, op: Op[_Job], job: _Job) -> str:
+        """Do `job` when the pacer lets it go (the homeserver's limits; a 429 puts it back first and holds every
+        room for retry_after_ms). One caller at a time drives the pacer, so the op it hands out is the caller's."""
         async with self._pacer_lock:
             self._pacer.submit(op, trio.current_time())
-            while not job.finished:
+            while True:
                 chosen, wait = self._pacer.next(trio.current_time())
                 if chosen is None:
                     if math.isinf(wait):
-                        job.finished = True  # merged into a later edit, or equal to the text already shown
-                        break
+                        return ""  # an edit to the text the message already shows: nothing to send
                     await trio.sleep(wait)
                     continue
-                chosen_job = chosen.payload if not isinstance(chosen, Delete) else self._deletes.pop(id(chosen))
                 try:
-                    chosen_job.result = await chosen_job.perform()
+                    result = await job.perform()
                 except _RateLimited as limited:
-                    log.info("matrix.rate_limited", chat_kind="room", retry_after=limited.seconds)
+                    log.info("matrix.rate_limited", retry_after=limited.seconds)
                     self._pacer.retry_after(chosen, limited.seconds, trio.current_time())
-                    if isinstance(chosen, Delete):
-                        self._deletes[id(chosen)] = chosen_job
                     continue
                 except BaseException:
-                    chosen_job.finished = True
+                    self._pacer.done(chosen, trio.current_time(), failed=True)
                     raise
-                chosen_job.finished = True
-                self._pacer.done(chosen, trio.current_time())
-        return job.result
+                key = result if isinstance(chosen, Send) else None
+                self._pacer.done(chosen, trio.current_time(), message_key=key)
+                return result
 
     # --- start, sync --------------------------------------------------------------------------------------------
 
@@ -290,6 +282,7 @@ class MatrixPlatform:
             count = joined.get("summary", {}).get("m.joined_member_count")
             if count is not None:
                 room.members = int(count)
+                self._pacer.is_group(room_id, room.members > 2)
             events = [*joined.get("state", {}).get("events", []), *await self._timeline(room_id, joined)]
             for event in events:
                 item = await self._item(room_id, room, event)
@@ -384,7 +377,8 @@ class MatrixPlatform:
             choices = await self._choices_of(room_id, target) if number is not None else ()
             if number is None or not 1 <= number <= len(choices):
                 return None
-            return ButtonPress(str(event["event_id"]), room_id, thread, sender, target, choices[number - 1].data)
+            name = await self._member_name(room_id, sender)
+            return ButtonPress(str(event["event_id"]), room_id, thread, sender, target, choices[number - 1].data, name)
         if kind != "m.room.message" or relates.get("rel_type") == "m.replace":
             return None  # an edit of an earlier message is not a new one
         msgtype = content.get("msgtype")
@@ -398,9 +392,9 @@ class MatrixPlatform:
             text = strip_reply_fallback(text)
             choices = await self._choices_of(room_id, replied)
             if choices and text.strip().isdigit() and 1 <= int(text.strip()) <= len(choices):
-                return ButtonPress(
-                    str(event["event_id"]), room_id, thread, sender, replied, choices[int(text.strip()) - 1].data
-                )
+                data = choices[int(text.strip()) - 1].data
+                name = await self._member_name(room_id, sender)
+                return ButtonPress(str(event["event_id"]), room_id, thread, sender, replied, data, name)
         files: tuple[IncomingFile, ...] = ()
         if msgtype in ("m.image", "m.file", "m.video", "m.audio") and isinstance(content.get("url"), str):
             info = content.get("info", {})
@@ -443,6 +437,7 @@ class MatrixPlatform:
         if room.members == 0:
             answer = await self._call("GET", f"{CLIENT}/rooms/{quote(room_id)}/joined_members")
             room.members = len(answer.get("joined", {}))
+            self._pacer.is_group(room_id, room.members > 2)
         return room.members
 
     async def _member_name(self, room_id: str, user: str) -> str:
@@ -490,7 +485,8 @@ class MatrixPlatform:
         if not paced:
             event_id = await perform()
         else:
-            event_id = await self._paced(lambda job: Send(room_id, job), _Job(perform, content))
+            job = _Job(perform, _shown(content))
+            event_id = await self._paced(Send(room_id, job), job)
         self._own_events.add(event_id)
         return event_id
 
@@ -549,7 +545,8 @@ class MatrixPlatform:
             path = f"{CLIENT}/rooms/{quote(chat)}/send/m.room.message/{transaction}"
             return str((await self._call("PUT", path, json=content, paced=True))["event_id"])
 
-        await self._paced(lambda job: Edit(chat, message_key, job), _Job(perform, new_content))
+        job = _Job(perform, _shown(new_content))
+        await self._paced(Edit(chat, message_key, job), job)
 
     async def delete(self, chat: str, message_key: str) -> None:
         transaction = uuid.uuid4().hex
@@ -559,15 +556,8 @@ class MatrixPlatform:
             await self._call("PUT", path, json={}, paced=True)
             return ""
 
-        job = _Job(perform, {"redacts": message_key})
-
-        def delete_op(job: _Job) -> Op:
-            op = Delete(chat, message_key)
-            self._deletes[id(op)] = job
-            return op
-
         self._prompts.pop(message_key, None)
-        await self._paced(delete_op, job)
+        await self._paced(Delete(chat, message_key), _Job(perform, {}))
 
     async def answer_press(self, press: ButtonPress, text: str = "") -> None:
         if not text:
@@ -670,6 +660,11 @@ def _retry_after(response: httpx.Response) -> float:
         header = response.headers.get("Retry-After", "")
         return float(header) if header.replace(".", "", 1).isdigit() else 1.0
     return max(float(milliseconds) / 1000, 0.0)
+
+
+def _shown(content: dict[str, Any]) -> dict[str, Any]:
+    """What a message shows, to compare an edit with: its text and choices, not its relations."""
+    return {key: content[key] for key in ("body", "formatted_body", CHOICES_FIELD) if key in content}
 
 
 def _path_for_log(path: str) -> str:
