@@ -406,6 +406,33 @@ async def test_sync_position_resumes_without_repeats_or_losses(
     await platform.aclose()
 
 
+async def test_a_gap_in_the_sync_timeline_is_filled_with_every_message_in_order(
+    synapse: SynapseServer, bot: Section, alice: Person
+) -> None:
+    room = await alice.room_with(bot)
+    platform = connector(bot, timeline_limit=2)  # a sync shows 2 events a room, then reports a gap
+    await platform.start(None)
+    await joined(platform, alice, room)
+    while (batch := await platform.poll()).items:
+        await platform.acknowledge(batch.position)
+    await platform.acknowledge(batch.position)
+    await platform.aclose()
+
+    # While no connector runs, more than a sync shows: a restart from the position gets them all, once.
+    said = [await alice.say(room, f"message {number}") for number in range(5)]
+    platform = connector(bot, timeline_limit=2)
+    await platform.start(batch.position)
+    items = await poll_until(platform, lambda items: len(items) >= 5)
+    assert [item.update_id for item in items] == said
+    await platform.aclose()
+
+    # And a first start (no position) gets every message since the bot joined, back past the gap.
+    platform = connector(bot, timeline_limit=2)
+    await platform.start(None)
+    assert [item.update_id for item in (await platform.poll()).items] == said
+    await platform.aclose()
+
+
 @pytest.fixture
 def synapse_with_real_rate_limits(tmp_path: Path) -> Iterator[SynapseServer]:
     """A Synapse with its default message rate limit (a burst of 10, then one message each 5 s); its own, since

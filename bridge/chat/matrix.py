@@ -143,11 +143,13 @@ class MatrixPlatform:
         *,
         sync_timeout_ms: int = 30_000,
         limits: PaceLimits = MATRIX_LIMITS,
+        timeline_limit: int = TIMELINE_LIMIT,
     ) -> None:
         self._config = config
         self._homeserver = config.homeserver.rstrip("/")
         self._client = client_factory()
         self._sync_timeout_ms = sync_timeout_ms
+        self._timeline_limit = timeline_limit
         self._token = ""
         self._logged_in_by_password = False
         self.user_id = config.user_id
@@ -268,7 +270,7 @@ class MatrixPlatform:
     async def poll(self) -> Batch:
         params: dict[str, Any] = {
             "timeout": self._sync_timeout_ms,
-            "filter": json.dumps({"room": {"timeline": {"limit": TIMELINE_LIMIT}}}),
+            "filter": json.dumps({"room": {"timeline": {"limit": self._timeline_limit}}}),
         }
         if self._since is not None:
             params["since"] = self._since
