@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -14,9 +13,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 import trio
-from pydantic import SecretStr
 from synapse import SynapseServer
 
+from bridge.chat.config import MatrixConfig
 from bridge.chat.matrix import ENCRYPTED_ROOM_NOTICE, MatrixPlatform
 from bridge.chat.pacing import PaceLimits
 from bridge.chat.platform import ButtonPress, Choice, Incoming
@@ -46,25 +45,23 @@ def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SynapseServer]
 _bots = itertools.count(1)
 
 
-@dataclass
-class Section:
-    """The config's `matrix:` section as the connector reads it."""
-
-    homeserver: str
-    user_id: str
-    password: SecretStr | None = None
-    access_token: SecretStr | None = None
-    allow_users: list[str] = field(default_factory=list)
+def section(synapse: SynapseServer, user_id: str, **credentials: str) -> MatrixConfig:
+    """The config's `matrix:` section for the bot `user_id`, alice allowed."""
+    return MatrixConfig(
+        homeserver=synapse.url,
+        user_id=user_id,
+        profile="agent",
+        allow_users=[synapse.user_id("alice")],
+        **credentials,
+    )
 
 
 @pytest.fixture
-def bot(synapse: SynapseServer) -> Section:
-    localpart = f"bot{next(_bots)}"
-    user_id = synapse.register(localpart, PASSWORD)
-    return Section(synapse.url, user_id, password=SecretStr(PASSWORD), allow_users=[synapse.user_id("alice")])
+def bot(synapse: SynapseServer) -> MatrixConfig:
+    return section(synapse, synapse.register(f"bot{next(_bots)}", PASSWORD), password=PASSWORD)
 
 
-def connector(section: Section, **options: Any) -> MatrixPlatform:
+def connector(section: MatrixConfig, **options: Any) -> MatrixPlatform:
     return MatrixPlatform(section, lambda: httpx.AsyncClient(), sync_timeout_ms=200, limits=UNPACED, **options)
 
 
@@ -82,7 +79,7 @@ class Person:
         assert response.is_success, f"{method} {path}: {response.status_code} {response.text}"
         return dict(response.json())
 
-    async def room_with(self, bot: Section, *, encrypted: bool = False) -> str:
+    async def room_with(self, bot: MatrixConfig, *, encrypted: bool = False) -> str:
         body: dict[str, Any] = {"preset": "private_chat", "invite": [bot.user_id]}
         if encrypted:
             body["initial_state"] = [
@@ -148,23 +145,23 @@ def texts(items: list[Incoming | ButtonPress]) -> list[str]:
     return [item.text for item in items if isinstance(item, Incoming)]
 
 
-async def test_login_by_password_and_by_access_token(synapse: SynapseServer, bot: Section) -> None:
+async def test_login_by_password_and_by_access_token(synapse: SynapseServer, bot: MatrixConfig) -> None:
     by_password = connector(bot)
     await by_password.start(None)
     await by_password.aclose()
 
     token = synapse.login(bot.user_id.split(":")[0][1:], PASSWORD)
-    by_token = connector(Section(bot.homeserver, bot.user_id, access_token=SecretStr(token)))
+    by_token = connector(section(synapse, bot.user_id, access_token=token))
     await by_token.start(None)
     await by_token.aclose()
 
-    wrong = connector(Section(bot.homeserver, bot.user_id, password=SecretStr("not-the-password")))
+    wrong = connector(section(synapse, bot.user_id, password="not-the-password"))
     with pytest.raises(PlatformRefused, match="check `user_id` and `password`") as refused:
         await wrong.start(None)
     await wrong.aclose()
     assert "not-the-password" not in str(refused.value)
 
-    stolen = connector(Section(bot.homeserver, synapse.user_id("mallory"), access_token=SecretStr(token)))
+    stolen = connector(section(synapse, synapse.user_id("mallory"), access_token=token))
     with pytest.raises(PlatformRefused, match="belongs to") as mismatch:
         await stolen.start(None)
     await stolen.aclose()
@@ -172,7 +169,7 @@ async def test_login_by_password_and_by_access_token(synapse: SynapseServer, bot
 
 
 async def test_an_allowed_users_invite_is_accepted_and_their_message_comes_in(
-    synapse: SynapseServer, bot: Section, alice: Person
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     platform = connector(bot)
     await platform.start(None)
@@ -206,7 +203,7 @@ async def test_an_allowed_users_invite_is_accepted_and_their_message_comes_in(
     await platform.aclose()
 
 
-async def test_an_invite_from_anyone_else_is_declined(synapse: SynapseServer, bot: Section) -> None:
+async def test_an_invite_from_anyone_else_is_declined(synapse: SynapseServer, bot: MatrixConfig) -> None:
     mallory = Person(synapse, "mallory")
     platform = connector(bot)
     await platform.start(None)
@@ -222,7 +219,7 @@ async def test_an_invite_from_anyone_else_is_declined(synapse: SynapseServer, bo
     await mallory.client.aclose()
 
 
-async def test_send_edit_and_redact(synapse: SynapseServer, bot: Section, alice: Person) -> None:
+async def test_send_edit_and_redact(synapse: SynapseServer, bot: MatrixConfig, alice: Person) -> None:
     platform = connector(bot)
     await platform.start(None)
     room = await alice.room_with(bot)
@@ -244,7 +241,7 @@ async def test_send_edit_and_redact(synapse: SynapseServer, bot: Section, alice:
 
 
 async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
-    synapse: SynapseServer, bot: Section, alice: Person
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     platform = connector(bot)
     await platform.start(None)
@@ -298,7 +295,7 @@ async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
 
 
 async def test_an_encrypted_room_gets_one_clear_message_and_no_turn(
-    synapse: SynapseServer, bot: Section, alice: Person
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     platform = connector(bot)
     await platform.start(None)
@@ -322,7 +319,7 @@ async def test_an_encrypted_room_gets_one_clear_message_and_no_turn(
     await platform.aclose()
 
 
-async def test_files_both_ways(synapse: SynapseServer, bot: Section, alice: Person, tmp_path: Path) -> None:
+async def test_files_both_ways(synapse: SynapseServer, bot: MatrixConfig, alice: Person, tmp_path: Path) -> None:
     platform = connector(bot)
     await platform.start(None)
     room = await alice.room_with(bot)
@@ -371,7 +368,7 @@ async def test_files_both_ways(synapse: SynapseServer, bot: Section, alice: Pers
 
 
 async def test_sync_position_resumes_without_repeats_or_losses(
-    synapse: SynapseServer, bot: Section, alice: Person
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     room = await alice.room_with(bot)
     before_join = await alice.say(room, "said before the bot joined")  # history, never answered
@@ -407,7 +404,7 @@ async def test_sync_position_resumes_without_repeats_or_losses(
 
 
 async def test_a_gap_in_the_sync_timeline_is_filled_with_every_message_in_order(
-    synapse: SynapseServer, bot: Section, alice: Person
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     room = await alice.room_with(bot)
     platform = connector(bot, timeline_limit=2)  # a sync shows 2 events a room, then reports a gap
@@ -451,12 +448,7 @@ async def test_a_real_429_waits_retry_after_ms_and_every_message_arrives_once(
 ) -> None:
     synapse = synapse_with_real_rate_limits
     synapse.register("alice", PASSWORD)
-    bot = Section(
-        synapse.url,
-        synapse.register("bot", PASSWORD),
-        password=SecretStr(PASSWORD),
-        allow_users=[synapse.user_id("alice")],
-    )
+    bot = section(synapse, synapse.register("bot", PASSWORD), password=PASSWORD)
     alice = Person(synapse, "alice")
     statuses: list[int] = []
 

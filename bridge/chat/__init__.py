@@ -1,4 +1,1 @@
-"""Chat platforms built in: the delivery kit (`runtime`, `inbox`) and its connectors (`platform` says what one is).
-
-Imported only by `agent-bridge connect`: nothing else in bridge imports this package.
-"""
+"""The chat kit: connectors that carry turns to chat platforms (docs/chat.md)."""

@@ -21,14 +21,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import structlog
 import trio
-from pydantic import SecretStr
 
+from bridge.chat.config import MatrixConfig
 from bridge.chat.markup import matrix_parts
 from bridge.chat.pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
 from bridge.chat.platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
@@ -50,21 +50,6 @@ ENCRYPTED_ROOM_NOTICE = (
     "This room is end-to-end encrypted, and agent-bridge does not support encrypted rooms: it cannot read "
     "messages here. Invite me to a room without encryption (encryption cannot be turned off in a room once on)."
 )
-
-
-class MatrixSection(Protocol):
-    """What the connector reads of the config's `matrix:` section (bridge.chat.config.MatrixConfig)."""
-
-    @property
-    def homeserver(self) -> str: ...
-    @property
-    def user_id(self) -> str: ...
-    @property
-    def password(self) -> SecretStr | None: ...
-    @property
-    def access_token(self) -> SecretStr | None: ...
-    @property
-    def allow_users(self) -> list[str]: ...
 
 
 class _RateLimited(Exception):
@@ -138,7 +123,7 @@ class MatrixPlatform:
 
     def __init__(
         self,
-        config: MatrixSection,
+        config: MatrixConfig,
         client_factory: Callable[[], httpx.AsyncClient],
         *,
         sync_timeout_ms: int = 30_000,

@@ -11,9 +11,9 @@ or how long until one is due; it reports each one handed out back with `done` or
   a send waiting goes before one with only edits, and among equals the chat that has waited longest goes first;
 - the pending edits of one message are merged (only the last payload is kept, in the first one's place); an edit
   whose payload is what that message already shows (or is being changed to) is dropped; a delete drops the
-  pending edits of its message;
+  pending edits of its message, and an edit of a message whose delete is pending is dropped;
 - a 429 puts its operation back first in its chat and holds the chat (or every chat, for a platform whose limit
-  is the account's) for the seconds the platform asked;
+  is the account's, or when the caller says so) for the seconds the platform asked;
 - memory is bounded: at most `max_pending_per_chat` operations wait in one chat and `max_pending` in all;
   one more is refused with `OutboxFull`, never dropped unseen, so the caller can log and count it.
 """
@@ -174,6 +174,10 @@ class Pacer(Generic[Payload]):
                 return
             if key in self._shown and self._shown[key] == op.payload:
                 return
+            if chat is not None and any(
+                isinstance(entry.op, Delete) and entry.op.message_key == op.message_key for entry in chat.first
+            ):
+                return  # its message is about to go
         self._check_room(op, chat)
         if chat is None:
             chat = self._chats[op.chat] = _Chat()
@@ -228,13 +232,14 @@ class Pacer(Generic[Payload]):
         if isinstance(op, Edit) and failed:
             self._shown.pop((op.chat, op.message_key), None)  # the message may show anything: do not drop edits
 
-    def retry_after(self, op: Op[Payload], seconds: float, now: float) -> None:
+    def retry_after(self, op: Op[Payload], seconds: float, now: float, *, everything: bool | None = None) -> None:
         """The platform answered `op` (handed out by `next`) with a 429: it goes back first in its chat, and
-        the chat — or every chat, when the limits say a 429 is the account's — waits `seconds`."""
+        the chat — or every chat (`everything`; by default when the limits say a 429 is the account's) — waits
+        `seconds`."""
         chat = self._finish(op)
         until = now + max(seconds, 0.0)
         chat.held_until = max(chat.held_until, until)
-        if self.limits.retry_after_holds_all:
+        if self.limits.retry_after_holds_all if everything is None else everything:
             self._held_until = max(self._held_until, until)
         self._seq += 1
         if isinstance(op, Edit):

@@ -484,7 +484,7 @@ def validate_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def validate_text(text: str, where: str, default_name: str | None = None) -> dict[str, Any]:
     """Validate profile YAML; every problem is reported as `where:line: message`."""
-    data, lines, problems = _read_yaml(text, where)
+    data, lines, problems = read_yaml(text, where)
     if data is not None and "name" not in data and default_name is not None:
         data["name"] = default_name
     if data is None or problems:
@@ -498,7 +498,7 @@ def _validate(data: dict[str, Any], lines: Mapping[tuple[Any, ...], int], where:
     try:
         model = ProfileModel.model_validate(data)
     except ValidationError as err:
-        problems.extend(_explain(err, lines, where))
+        problems.extend(explain(err, lines, where))
         model = None
     protocol = model.protocol if model is not None else data.get("protocol", DEFAULT_PROTOCOL)
     settings: dict[str, Any] = {}
@@ -517,7 +517,7 @@ def _validate(data: dict[str, Any], lines: Mapping[tuple[Any, ...], int], where:
             settings = _validate_settings(PROTOCOLS[key].settings, section)
         except ValidationError as err:
             keys = [field.name for field in dataclasses.fields(PROTOCOLS[key].settings)]
-            problems.extend(_explain(err, lines, where, prefix=(key,), keys=keys))
+            problems.extend(explain(err, lines, where, prefix=(key,), keys=keys))
     if problems or model is None:
         raise ProfileError(sorted(problems, key=lambda problem: problem.line or 0))
     values = model.values()
@@ -560,13 +560,16 @@ def _validate_settings(settings: type, section: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- YAML with line numbers
 
 
-def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple[Any, ...], int], list[Problem]]:
-    """Parse YAML into data plus the line of every key, so errors can point at it."""
+def read_yaml(
+    text: str, where: str, *, what: str = "profile", needs: str = "at least `command:`"
+) -> tuple[dict[str, Any] | None, dict[tuple[Any, ...], int], list[Problem]]:
+    """Parse YAML into data plus the line of every key, so errors can point at it. `what` the file is (a
+    profile; the chat config of bridge.chat.config) and what it `needs` name it in the errors."""
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
-            return None, {}, [Problem("the profile is empty; it needs at least `command:`", where, 1)]
+            return None, {}, [Problem(f"the {what} is empty; it needs {needs}", where, 1)]
         lines: dict[tuple[Any, ...], int] = {}
         problems: list[Problem] = []
         _index_lines(node, (), lines, problems, where)
@@ -574,7 +577,7 @@ def _read_yaml(text: str, where: str) -> tuple[dict[str, Any] | None, dict[tuple
             return (
                 None,
                 lines,
-                [Problem("a profile must be a mapping of keys to values", where, node.start_mark.line + 1)],
+                [Problem(f"a {what} must be a mapping of keys to values", where, node.start_mark.line + 1)],
             )
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as err:
@@ -657,6 +660,7 @@ _TYPE_WORDS = {
     "bool_type": "expected true or false",
     "list_type": "expected a list",
     "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
     "literal_error": "expected {expected}",
     "greater_than": "must be greater than {gt}",
     "greater_than_equal": "must be at least {ge}",
@@ -670,14 +674,15 @@ def _located_error(loc: tuple[str | int, ...], message: str, **context: Any) -> 
     return PydanticCustomError("located", message, {**context, "loc": loc})
 
 
-def _explain(
+def explain(
     err: ValidationError,
     lines: Mapping[tuple[Any, ...], int],
     where: str | None,
     prefix: tuple[str, ...] = (),
-    keys: typing.Iterable[str] | None = None,
+    keys: typing.Iterable[str] | typing.Callable[[tuple[str | int, ...]], typing.Iterable[str]] | None = None,
 ) -> list[Problem]:
-    """Problems as people read them; `keys` are the valid keys a misspelt one is compared with."""
+    """Problems as people read them; `keys` are the valid keys a misspelt one is compared with (or, called with
+    the location of the mapping it is in, gives them: the chat config's sections have keys of their own)."""
     if keys is None:
         keys = [*ProfileModel.model_fields, *PROTOCOLS]
     problems = []
@@ -691,7 +696,8 @@ def _explain(
             key = str(loc[-1])
             parent = ".".join(str(part) for part in loc[:-1])
             message = f"unknown key {key!r}" + (f" in {parent}" if parent else "")
-            close = difflib.get_close_matches(key, list(keys), n=1, cutoff=0.6)
+            candidates = keys(loc[:-1]) if callable(keys) else keys
+            close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
             if close:
                 message += f"; did you mean {close[0]!r}?"
         else:
@@ -704,11 +710,11 @@ def _explain(
             message = f"{field}: {reason}"
             if kind.endswith("_type") and not isinstance(detail["input"], (dict, list)):
                 message += f", got {detail['input']!r}"
-        problems.append(Problem(message, where, _line_of(loc, lines)))
+        problems.append(Problem(message, where, line_of(loc, lines)))
     return problems
 
 
-def _line_of(loc: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int]) -> int | None:
+def line_of(loc: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int]) -> int | None:
     for end in range(len(loc), -1, -1):
         line = lines.get(loc[:end])
         if line is not None:
