@@ -319,8 +319,21 @@ async def test_an_encrypted_room_gets_one_clear_message_and_no_turn(
     await platform.aclose()
 
 
-async def test_files_both_ways(synapse: SynapseServer, bot: MatrixConfig, alice: Person, tmp_path: Path) -> None:
-    platform = connector(bot)
+async def test_files_both_ways(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = synapse.login(bot.user_id.split(":")[0][1:], PASSWORD)
+    urls: list[str] = []
+
+    async def record(request: httpx.Request) -> None:
+        urls.append(str(request.url))
+
+    platform = MatrixPlatform(
+        section(synapse, bot.user_id, access_token=token),
+        lambda: httpx.AsyncClient(event_hooks={"request": [record]}),
+        sync_timeout_ms=200,
+        limits=UNPACED,
+    )
     await platform.start(None)
     room = await alice.room_with(bot)
     await joined(platform, alice, room)
@@ -365,6 +378,13 @@ async def test_files_both_ways(synapse: SynapseServer, bot: MatrixConfig, alice:
     with pytest.raises(PlatformRefused, match="over this homeserver's upload limit"):
         await platform.send_file(room, "", str(too_big), "big.bin", "application/octet-stream")
     await platform.aclose()
+
+    # The access token went in a header only: no URL, path or log line holds it.
+    assert any("/media/" in url for url in urls)
+    assert not [url for url in urls if token in url]
+    assert token not in path
+    captured = capsys.readouterr()
+    assert token not in captured.out + captured.err
 
 
 async def test_sync_position_resumes_without_repeats_or_losses(
