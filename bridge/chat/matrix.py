@@ -18,8 +18,9 @@ import math
 import mimetypes
 import re
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -28,11 +29,11 @@ import httpx
 import structlog
 import trio
 
-from bridge.chat.config import MatrixConfig
-from bridge.chat.markup import matrix_parts
-from bridge.chat.pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
-from bridge.chat.platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
-from bridge.errors import PlatformRefused, PlatformUnavailable
+from ..errors import PlatformRefused, PlatformUnavailable
+from .config import MatrixConfig
+from .markup import matrix_parts
+from .pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
+from .platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +46,7 @@ KEYCAPS = (*(f"{digit}\ufe0f\u20e3" for digit in "123456789"), "\U0001f51f")  # 
 MESSAGE_LIMIT = 32000  # characters of a body; Synapse refuses events over 64 KiB, body and HTML together
 FIRST_START_EVENTS = 500
 TIMELINE_LIMIT = 100  # events a room per sync before the timeline reports a gap
+CACHE_LIMIT = 4096  # entries of each cache of prompts, own events and names
 RETRIES = 8  # of one request refused with 429 or failing with a server error, before PlatformUnavailable
 ENCRYPTED_ROOM_NOTICE = (
     "This room is end-to-end encrypted, and agent-bridge does not support encrypted rooms: it cannot read "
@@ -78,14 +80,6 @@ class _Room:
     told_encrypted: bool = False
 
 
-@dataclass
-class _SyncRooms:
-    """The room data of one sync answer, in the order events happened."""
-
-    invites: dict[str, Any] = field(default_factory=dict)
-    joined: dict[str, Any] = field(default_factory=dict)
-
-
 def keycap_number(key: str) -> int | None:
     """1 for 1️⃣ … 10 for 🔟 (with or without the variation selector); None for any other reaction."""
     normalized = key if key in KEYCAPS else key.replace("\u20e3", "\ufe0f\u20e3")
@@ -107,10 +101,10 @@ def numbered_choices(choices: Iterable[Choice]) -> str:
     return "\n".join(lines) + "\n\nAnswer with a reply holding the number, or react with its keycap (1️⃣ …)."
 
 
-def _content(markdown_part_body: str, formatted_body: str, msgtype: str = "m.text") -> dict[str, Any]:
+def _content(body: str, formatted_body: str, msgtype: str = "m.text") -> dict[str, Any]:
     return {
         "msgtype": msgtype,
-        "body": markdown_part_body,
+        "body": body,
         "format": "org.matrix.custom.html",
         "formatted_body": formatted_body,
     }
@@ -141,8 +135,10 @@ class MatrixPlatform:
         self._display_name = ""
         self._since: str | None = None
         self._rooms: dict[str, _Room] = {}
-        self._prompts: dict[str, tuple[Choice, ...]] = {}  # event id → its choices (a cache of CHOICES_FIELD)
-        self._own_events: set[str] = set()
+        # Caches, bounded (_remember): what the homeserver would tell again, at the cost of a request.
+        self._prompts: OrderedDict[str, tuple[Choice, ...]] = OrderedDict()  # event id → its CHOICES_FIELD
+        self._own_events: OrderedDict[str, None] = OrderedDict()
+        self._names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (room, user) → display name
         self._pacer: Pacer[_Job] = Pacer(limits)
         self._pacer_lock = trio.Lock()
 
@@ -348,6 +344,8 @@ class MatrixPlatform:
         sender = str(event.get("sender", ""))
         if kind == "m.room.encryption" or kind == "m.room.encrypted":
             room.encrypted = True
+        if kind == "m.room.member":
+            self._names.pop((room_id, str(event.get("state_key", ""))), None)  # a new display name, maybe
         if sender == self.user_id or ("state_key" in event and kind != "m.room.encrypted"):
             return None
         if kind == "m.room.encrypted" or (room.encrypted and kind == "m.room.message"):
@@ -428,11 +426,15 @@ class MatrixPlatform:
         return room.members
 
     async def _member_name(self, room_id: str, user: str) -> str:
+        if (room_id, user) in self._names:
+            return self._names[(room_id, user)]
         try:
             state = await self._call("GET", f"{CLIENT}/rooms/{quote(room_id)}/state/m.room.member/{quote(user)}")
         except PlatformRefused:
             return user
-        return str(state.get("displayname") or user)
+        name = str(state.get("displayname") or user)
+        _remember(self._names, (room_id, user), name)
+        return name
 
     async def _event(self, room_id: str, event_id: str) -> dict[str, Any] | None:
         try:
@@ -448,7 +450,7 @@ class MatrixPlatform:
             return ()
         raw = event.get("content", {}).get(CHOICES_FIELD, [])
         choices = tuple(Choice(str(item["label"]), str(item["data"])) for item in raw if isinstance(item, dict))
-        self._prompts[event_id] = choices
+        _remember(self._prompts, event_id, choices)
         return choices
 
     async def _sent_by_bot(self, room_id: str, event_id: str) -> bool:
@@ -474,7 +476,7 @@ class MatrixPlatform:
         else:
             job = _Job(perform, _shown(content))
             event_id = await self._paced(Send(room_id, job), job)
-        self._own_events.add(event_id)
+        _remember(self._own_events, event_id, None)
         return event_id
 
     async def send_text(
@@ -500,7 +502,7 @@ class MatrixPlatform:
                 content[CHOICES_FIELD] = [{"label": choice.label, "data": choice.data} for choice in choices]
             keys.append(await self._send_with_plain_fallback(chat, content))
             if choices and index == len(parts) - 1:
-                self._prompts[keys[-1]] = choices
+                _remember(self._prompts, keys[-1], choices)
         return keys
 
     async def _send_with_plain_fallback(self, chat: str, content: dict[str, Any]) -> str:
@@ -525,7 +527,7 @@ class MatrixPlatform:
             "m.new_content": new_content,
             "m.relates_to": {"rel_type": "m.replace", "event_id": message_key},
         }
-        self._prompts[message_key] = choices
+        _remember(self._prompts, message_key, choices)
         transaction = uuid.uuid4().hex
 
         async def perform() -> str:
@@ -647,6 +649,13 @@ def _retry_after(response: httpx.Response) -> float:
         header = response.headers.get("Retry-After", "")
         return float(header) if header.replace(".", "", 1).isdigit() else 1.0
     return max(float(milliseconds) / 1000, 0.0)
+
+
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > CACHE_LIMIT:
+        cache.popitem(last=False)
 
 
 def _shown(content: dict[str, Any]) -> dict[str, Any]:
