@@ -23,6 +23,8 @@ from bridge.errors import PlatformRefused
 
 CLIENT = "/_matrix/client/v3"
 PASSWORD = "correct-horse-battery-staple"
+# A test's own deadlines are its polls'; this one covers a first test that also waits for Synapse to start.
+pytestmark = pytest.mark.timeout(60)
 POLL_DEADLINE = 10  # seconds for an event to come through /sync on loopback; a hang fails in that
 # The pacer out of the way (the test Synapse's limits are raised too): these tests are about the wire, not pace.
 UNPACED = PaceLimits(per_chat_interval=0.0, group_per_minute=10_000, global_per_second=10_000)
@@ -462,7 +464,6 @@ def synapse_with_real_rate_limits(tmp_path: Path) -> Iterator[SynapseServer]:
         server.stop()
 
 
-@pytest.mark.timeout(60)
 async def test_a_real_429_waits_retry_after_ms_and_every_message_arrives_once(
     synapse_with_real_rate_limits: SynapseServer,
 ) -> None:

@@ -384,7 +384,9 @@ class MatrixPlatform:
         if msgtype in ("m.image", "m.file", "m.video", "m.audio") and isinstance(content.get("url"), str):
             info = content.get("info", {})
             name = str(content.get("filename") or text or "file")
-            files = (IncomingFile(content["url"], name, str(info.get("mimetype", "")), int(info.get("size", 0))),)
+            size = info.get("size")
+            media_type = str(info.get("mimetype", ""))
+            files = (IncomingFile(content["url"], name, media_type, int(size) if size is not None else None),)
             text = text if content.get("filename") and text != content.get("filename") else ""
         elif msgtype not in ("m.text", "m.emote"):
             return None
