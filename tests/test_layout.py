@@ -39,10 +39,10 @@ LAYERS = {
     "runner": 3,
     "host": 4,
     "cli": 5,
+    "chat": 5,
     "serving": 5,
     "network": 5,
     "command": 5,
-    "chat": 5,
 }
 TOP = 6  # bridge/__init__.py and __main__.py re-export from every layer
 

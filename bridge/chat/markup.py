@@ -10,12 +10,14 @@ with spans over it (bold, a link, a code block, a list item…); that text is th
 paragraph break, else a line break, else a space, else hard — never inside a span the platform shows as one piece
 (bold, a link, inline code, a heading) unless nothing else fits. A code block or a quote longer than a message is cut
 at a line inside it and closed and reopened, with its language, in the next part. Each part gets the spans that fall
-in it, rebased to its start; whitespace at a cut is dropped, nothing else.
+in it, rebased to its start; whitespace at a cut is dropped, nothing else. A Telegram part holds at most 100 entities
+(Telegram ignores the rest); a Matrix part's HTML fits the limit too.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 TELEGRAM_LIMIT = 4096
+TELEGRAM_MAX_ENTITIES = 100  # a message's entities past the 100th are silently ignored by Telegram
 MATRIX_LIMIT = 32000
 
 
@@ -51,13 +54,16 @@ def utf16_length(text: str) -> int:
 
 def telegram_parts(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[TelegramText]:
     """`markdown` as Telegram messages of at most `limit` UTF-16 code units each, with their entities."""
-    document = _render(markdown, urls_in_text=False)
-    return [_telegram_text(part) for part in _split(document, limit, utf16_length)]
+    document = _render(markdown, urls_in_text=False, link_schemes=_TELEGRAM_LINK_SCHEMES)
+    messages: list[TelegramText] = []
+    for part in _split(document, limit, utf16_length):
+        messages.extend(_telegram_texts(part))
+    return messages
 
 
 def matrix_parts(markdown: str, limit: int = MATRIX_LIMIT) -> list[MatrixText]:
     """`markdown` as Matrix messages whose `body` and `formatted_body` are each at most `limit` characters."""
-    document = _render(markdown, urls_in_text=True)
+    document = _render(markdown, urls_in_text=True, link_schemes=_MATRIX_LINK_SCHEMES)
     messages: list[MatrixText] = []
     for part in _split(document, limit, len):
         messages.extend(_matrix_texts(part, limit))
@@ -94,19 +100,31 @@ _PLAIN_ONLY = frozenset({"marker", "url", "separator"})
 _UNBREAKABLE = frozenset({"bold", "italic", "strikethrough", "code", "link", "heading", "marker", "url"})
 # Blocks cut inside (closed in one part and reopened in the next) only when no cut outside them fits.
 _KEPT_WHOLE_IF_POSSIBLE = frozenset({"pre", "blockquote"})
-_LINKABLE_SCHEMES = ("http://", "https://", "mailto:", "tg://", "ftp://")
+# The links each platform opens (Matrix clients keep these in a sanitised message); another URL is shown as text.
+_TELEGRAM_LINK_SCHEMES = ("http://", "https://", "tg://")
+_MATRIX_LINK_SCHEMES = ("http://", "https://", "ftp://", "mailto:", "magnet:")
 _RULE = "———"
 
 
+@functools.cache
 def _parser() -> MarkdownIt:
     return MarkdownIt("commonmark").enable(["table", "strikethrough"])
+
+
+@dataclass(frozen=True)
+class _OpenLink:
+    url: str
+    first_chunk: int  # where its text begins in _Builder.chunks
+    linkable: bool  # a link the platform opens, not a path shown as text
+    nested: bool
 
 
 class _Builder:
     """Writes the rendered text and records the spans over it while markdown-it's tokens are walked."""
 
-    def __init__(self, *, urls_in_text: bool) -> None:
+    def __init__(self, *, urls_in_text: bool, link_schemes: tuple[str, ...]) -> None:
         self.urls_in_text = urls_in_text
+        self.link_schemes = link_schemes
         self.chunks: list[str] = []
         self.length = 0
         self.spans: list[_Span] = []
@@ -116,7 +134,7 @@ class _Builder:
         self.list_depth = 0
         self.list_kinds: list[str] = []
         self.markers: list[str] = []
-        self.links: list[tuple[str, int, bool]] = []
+        self.links: list[_OpenLink] = []
         self.table_row_cells = 0
         self.table_rows = 0
 
@@ -134,9 +152,6 @@ class _Builder:
         assert opened_kind == kind, (opened_kind, kind)
         if self.length > start:
             self.spans.append(_Span(kind, start, self.length, attribute, order))
-
-    def text_since(self, start: int) -> str:
-        return "".join(self.chunks)[start:]
 
     def block_break(self) -> None:
         """Before a block: a blank line after the previous one (a line break between the items of a list)."""
@@ -166,8 +181,8 @@ class _Builder:
         return _Document("".join(self.chunks), tuple(self.spans))
 
 
-def _render(markdown: str, *, urls_in_text: bool) -> _Document:
-    builder = _Builder(urls_in_text=urls_in_text)
+def _render(markdown: str, *, urls_in_text: bool, link_schemes: tuple[str, ...]) -> _Document:
+    builder = _Builder(urls_in_text=urls_in_text, link_schemes=link_schemes)
     for token in _parser().parse(markdown):
         _render_block(builder, token)
     return builder.document()
@@ -282,25 +297,25 @@ def _render_inline(builder: _Builder, token: Token) -> None:
 
 
 def _open_link(builder: _Builder, url: str) -> None:
-    linkable = url.lower().startswith(_LINKABLE_SCHEMES)
-    builder.links.append((url, builder.length, linkable))
+    nested = bool(builder.links)  # an image inside a link: its alt text is part of the outer link's text
+    linkable = url.lower().startswith(builder.link_schemes) and not nested
+    builder.links.append(_OpenLink(url, len(builder.chunks), linkable, nested))
     if linkable:
         builder.open("link", url)
 
 
 def _close_link(builder: _Builder) -> None:
-    url, start, linkable = builder.links.pop()
-    if linkable:
+    link = builder.links.pop()
+    if link.linkable:
         builder.close("link")
-    label = builder.text_since(start)
-    shows_its_url = url in (label, f"mailto:{label}")
-    if shows_its_url:
+    label = "".join(builder.chunks[link.first_chunk :])
+    if link.nested or link.url in (label, f"mailto:{label}"):
         return
-    if not linkable:  # no link to hide it behind (a relative path): the URL is part of the text everywhere
-        builder.write(f" ({url})")
+    if not link.linkable:  # no link to hide it behind (a relative path): the URL is part of the text everywhere
+        builder.write(f" ({link.url})")
     elif builder.urls_in_text:
         builder.open("url")
-        builder.write(f" ({url})")
+        builder.write(f" ({link.url})")
         builder.close("url")
 
 
@@ -313,73 +328,86 @@ _CUTS = ("\n\n", "\n", " ")
 def _split(document: _Document, limit: int, count: Callable[[str], int]) -> list[_Document]:
     if limit < 1:
         raise ValueError(f"a message limit must be at least 1, not {limit}")
-    text = document.text
-    totals = [0]
-    for character in text:
-        totals.append(totals[-1] + count(character))
-    parts: list[_Document] = []
-    start = _skip_whitespace(document, 0)
-    while start < len(text):
-        fits = bisect.bisect_right(totals, totals[start] + limit) - 1
+    return _Cutter(document, limit, count).parts()
+
+
+class _Cutter:
+    """Cuts one document into parts of at most `limit` (as `count` measures), each valid on its own."""
+
+    def __init__(self, document: _Document, limit: int, count: Callable[[str], int]) -> None:
+        self.document = document
+        self.text = document.text
+        self.limit = limit
+        self.totals = [0]  # totals[i]: the measure of text[:i]
+        for character in self.text:
+            self.totals.append(self.totals[-1] + count(character))
+        self.code = [(span.start, span.end) for span in document.spans if span.kind == "pre"]
+
+    def parts(self) -> list[_Document]:
+        parts: list[_Document] = []
+        start = self.skip_whitespace(0)
+        while start < len(self.text):
+            part, start = self.next_part(start)
+            if part is not None:
+                parts.append(part)
+        return parts
+
+    def next_part(self, start: int) -> tuple[_Document | None, int]:
+        """The part that begins at `start` (None: only blanks), and where the one after it begins."""
+        text = self.text
+        fits = bisect.bisect_right(self.totals, self.totals[start] + self.limit) - 1
         if fits == start:
-            raise ValueError(f"a message limit of {limit} cannot hold the character {text[start]!r}")
+            raise ValueError(f"a message limit of {self.limit} cannot hold the character {text[start]!r}")
         if fits >= len(text):
             end, following = len(text), len(text)
         else:
-            end, following = _cut(document, start, fits)
-        end = _trim_end(document, start, end)
-        if text[start:end].strip():  # a platform refuses a message of blanks (a cut in a code block's indentation)
-            parts.append(_part(document, start, end))
-        start = _skip_whitespace(document, following)
-    return parts
+            end, following = self.cut(start, fits)
+        end = self.trim_end(start, end)
+        following = self.skip_whitespace(following)
+        if not text[start:end].strip():  # a platform refuses a message of blanks (a cut in a code block's indentation)
+            return None, following
+        return _part(self.document, start, end), following
+
+    def cut(self, start: int, fits: int) -> tuple[int, int]:
+        """Where the part from `start` (which may run up to `fits`) ends, and where the next one begins."""
+        text = self.text
+        nearby = [span for span in self.document.spans if span.start <= fits and span.end > start]
+        half = start + (fits - start) // 2
+        for avoided in (_UNBREAKABLE | _KEPT_WHOLE_IF_POSSIBLE, _UNBREAKABLE, frozenset[str]()):
+            kept_whole = [span for span in nearby if span.kind in avoided]
+            for earliest in (half, start + 1):
+                for separator in _CUTS:
+                    position = text.rfind(separator, earliest, fits + len(separator))
+                    while position >= earliest:
+                        following = position + len(separator)
+                        if text[start:position].strip() and not _crosses(kept_whole, position, following):
+                            return position, following
+                        position = text.rfind(separator, earliest, position + len(separator) - 1)
+        return fits, fits
+
+    def inside_code(self, position: int) -> bool:
+        return any(start <= position < end for start, end in self.code)
+
+    def skip_whitespace(self, position: int) -> int:
+        """The next part begins at its first visible character, or at a code block's line as it is (indented)."""
+        text = self.text
+        while position < len(text) and text[position].isspace() and not self.inside_code(position):
+            position += 1
+        return position
+
+    def trim_end(self, start: int, end: int) -> int:
+        text = self.text
+        while end > start and text[end - 1].isspace() and not self.inside_code(end - 1):
+            end -= 1
+        return end
 
 
-def _cut(document: _Document, start: int, fits: int) -> tuple[int, int]:
-    """Where the part from `start` (which may run up to `fits`) ends, and where the next one begins."""
-    text = document.text
-    half = start + (fits - start) // 2
-    for avoided in (_UNBREAKABLE | _KEPT_WHOLE_IF_POSSIBLE, _UNBREAKABLE, frozenset[str]()):
-        for earliest in (half, start + 1):
-            for separator in _CUTS:
-                position = text.rfind(separator, earliest, fits + len(separator))
-                while position >= earliest:
-                    following = position + len(separator)
-                    if text[start:position].strip() and not _crosses(document, position, following, avoided):
-                        return position, following
-                    position = text.rfind(separator, earliest, position + len(separator) - 1)
-    return fits, fits
-
-
-def _crosses(document: _Document, cut_start: int, cut_end: int, kinds: frozenset[str]) -> bool:
-    """Whether cutting out `cut_start:cut_end` would leave a span of `kinds` on both sides of the cut."""
+def _crosses(spans: list[_Span], cut_start: int, cut_end: int) -> bool:
+    """Whether cutting out `cut_start:cut_end` would leave one of `spans` on both sides of the cut."""
     return any(
-        span.kind in kinds and span.start < cut_end and span.end > cut_start and not _holds(span, cut_start, cut_end)
-        for span in document.spans
+        span.start < cut_end and span.end > cut_start and not (span.start >= cut_start and span.end <= cut_end)
+        for span in spans
     )
-
-
-def _holds(span: _Span, cut_start: int, cut_end: int) -> bool:
-    """Whether the cut is just the span's own text (a separator): it may go."""
-    return span.start >= cut_start and span.end <= cut_end
-
-
-def _inside_code(document: _Document, position: int) -> bool:
-    return any(span.kind == "pre" and span.start <= position < span.end for span in document.spans)
-
-
-def _skip_whitespace(document: _Document, position: int) -> int:
-    """The next part begins at its first visible character, or at a code block's line as it is (its indentation)."""
-    text = document.text
-    while position < len(text) and text[position].isspace() and not _inside_code(document, position):
-        position += 1
-    return position
-
-
-def _trim_end(document: _Document, start: int, end: int) -> int:
-    text = document.text
-    while end > start and text[end - 1].isspace() and not _inside_code(document, end - 1):
-        end -= 1
-    return end
 
 
 def _part(document: _Document, start: int, end: int) -> _Document:
@@ -407,6 +435,20 @@ _TELEGRAM_ENTITIES = {
     "link": "text_link",
     "blockquote": "blockquote",
 }
+
+
+def _telegram_texts(part: _Document) -> list[TelegramText]:
+    """The part as Telegram messages: cut again before the entity Telegram would ignore (it keeps the first 100)."""
+    message = _telegram_text(part)
+    if len(message.entities) <= TELEGRAM_MAX_ENTITIES:
+        return [message]
+    units_before_the_first_ignored = message.entities[TELEGRAM_MAX_ENTITIES]["offset"]
+    if units_before_the_first_ignored == 0:  # cannot happen: markdown-it nests at most 20 deep
+        raise ValueError("more than 100 entities start at the same character")
+    cutter = _Cutter(part, units_before_the_first_ignored, utf16_length)
+    head, following = cutter.next_part(cutter.skip_whitespace(0))
+    rest = _telegram_texts(_part(part, following, len(part.text))) if following < len(part.text) else []
+    return ([_telegram_text(head)] if head is not None else []) + rest
 
 
 def _telegram_text(part: _Document) -> TelegramText:
