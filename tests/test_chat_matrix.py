@@ -195,13 +195,17 @@ async def test_an_allowed_users_invite_is_accepted_and_their_message_comes_in(
         )
     ]
 
+    # A third member makes the room a group.
+    await alice.call("POST", f"{CLIENT}/rooms/{quote(room)}/invite", json={"user_id": synapse.user_id("mallory")})
+    mallory = Person(synapse, "mallory")
+    await mallory.call("POST", f"{CLIENT}/join/{quote(room)}", json={})
+    await mallory.client.aclose()
     mentioning = await alice.say(room, f"look, {bot.user_id}", **{"m.mentions": {"user_ids": [bot.user_id]}})
     in_thread = await alice.say(room, "in a thread", **{"m.relates_to": {"rel_type": "m.thread", "event_id": sent}})
     items = await poll_until(platform, lambda items: len(items) >= 2)
-    assert [(item.update_id, item.mentioned, item.thread) for item in items if isinstance(item, Incoming)] == [
-        (mentioning, True, ""),
-        (in_thread, False, sent),
-    ]
+    assert [
+        (item.update_id, item.mentioned, item.thread, item.is_group) for item in items if isinstance(item, Incoming)
+    ] == [(mentioning, True, "", True), (in_thread, False, sent, True)]
     await platform.aclose()
 
 
@@ -227,10 +231,16 @@ async def test_send_edit_and_redact(synapse: SynapseServer, bot: MatrixConfig, a
     room = await alice.room_with(bot)
     await joined(platform, alice, room)
 
+    await platform.typing(room, "")
+    everything = await alice.call("GET", f"{CLIENT}/sync", params={"timeout": 0})
+    ephemeral = everything["rooms"]["join"][room]["ephemeral"]["events"]
+    assert {"type": "m.typing", "content": {"user_ids": [bot.user_id]}} in ephemeral
+
     [key] = await platform.send_text(room, "", "**thinking**")
     event = await alice.event(room, key)
     assert event["content"]["format"] == "org.matrix.custom.html"
-    assert "thinking" in event["content"]["body"] and "thinking" in event["content"]["formatted_body"]
+    assert event["content"]["body"] == "thinking"
+    assert event["content"]["formatted_body"] == "<p><strong>thinking</strong></p>"
 
     await platform.edit_text(room, key, "done thinking")
     [_, edit] = await alice.messages_from(room, bot.user_id)
@@ -267,6 +277,15 @@ async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
             user_name="alice",
         )
     ]
+
+    # The kit then shows the decision in the prompt, and may add a note (Matrix has no press to acknowledge).
+    await platform.edit_text(room, prompt, "May I run `ls`? **Denied** by alice")
+    press = ButtonPress(reply, room, "", alice.user_id, prompt, "deny:7", "alice")
+    await platform.answer_press(press, "Denied.")
+    *_, edit, note = await alice.messages_from(room, bot.user_id)
+    assert "Denied" in edit["content"]["m.new_content"]["body"]
+    assert "1. Allow" not in edit["content"]["m.new_content"]["body"]
+    assert (note["content"]["msgtype"], note["content"]["body"]) == ("m.notice", "Denied.")
 
     # A new process (a restart) still understands an answer: the choices travel in the prompt's event.
     position = (await platform.poll()).position

@@ -344,8 +344,9 @@ class MatrixPlatform:
         sender = str(event.get("sender", ""))
         if kind == "m.room.encryption" or kind == "m.room.encrypted":
             room.encrypted = True
-        if kind == "m.room.member":
-            self._names.pop((room_id, str(event.get("state_key", ""))), None)  # a new display name, maybe
+        if kind == "m.room.member":  # someone joined or left, or took a new display name
+            self._names.pop((room_id, str(event.get("state_key", ""))), None)
+            room.members = 0  # counted again when next needed
         if sender == self.user_id or ("state_key" in event and kind != "m.room.encrypted"):
             return None
         if kind == "m.room.encrypted" or (room.encrypted and kind == "m.room.message"):
