@@ -252,6 +252,40 @@ async def test_send_edit_and_redact(synapse: SynapseServer, bot: MatrixConfig, a
     await platform.aclose()
 
 
+class RefusesFormattedOnce(httpx.AsyncBaseTransport):
+    """Loopback to the real Synapse, except the first message with HTML, answered as a homeserver refusing it."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.refused = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT" and "/send/m.room.message/" in request.url.path and not self.refused:
+            if b"formatted_body" in await request.aread():
+                self.refused += 1
+                return httpx.Response(400, json={"errcode": "M_BAD_JSON", "error": "cannot parse formatted_body"})
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_part_the_homeserver_refuses_as_html_is_sent_again_as_plain_text(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    transport = RefusesFormattedOnce()
+    platform = MatrixPlatform(bot, lambda: httpx.AsyncClient(transport=transport), sync_timeout_ms=200, limits=UNPACED)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+
+    [key] = await platform.send_text(room, "", "**bold** claim")
+    content = (await alice.event(room, key))["content"]
+    assert transport.refused == 1
+    assert content == {"msgtype": "m.text", "body": "bold claim"}
+    await platform.aclose()
+
+
 async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
     synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
