@@ -252,6 +252,23 @@ async def test_send_edit_and_redact(synapse: SynapseServer, bot: MatrixConfig, a
     await platform.aclose()
 
 
+async def test_a_long_reply_is_split_into_events_the_homeserver_takes(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    platform = connector(bot)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+
+    # 40,000 characters of 3 bytes each: 32,000 of them would make an event over Synapse's 64 KiB.
+    paragraphs = ["漢字" * 500 for _ in range(40)]
+    keys = await platform.send_text(room, "", "\n\n".join(paragraphs))
+    assert len(keys) > 2
+    bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
+    assert "".join(bodies).replace("\n", "") == "".join(paragraphs)
+    await platform.aclose()
+
+
 class RefusesFormattedOnce(httpx.AsyncBaseTransport):
     """Loopback to the real Synapse, except the first message with HTML, answered as a homeserver refusing it."""
 
@@ -320,6 +337,10 @@ async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
     assert "Denied" in edit["content"]["m.new_content"]["body"]
     assert "1. Allow" not in edit["content"]["m.new_content"]["body"]
     assert (note["content"]["msgtype"], note["content"]["body"]) == ("m.notice", "Denied.")
+    # A late answer to the decided prompt is still a press (the kit answers it "no longer waiting"), not a message.
+    late = await alice.say(room, "1", **{"m.relates_to": {"m.in_reply_to": {"event_id": prompt}}})
+    [late_press] = await poll_until(platform, lambda items: bool(items))
+    assert late_press == ButtonPress(late, room, "", alice.user_id, prompt, "allow:7", "alice")
 
     # A new process (a restart) still understands an answer: the choices travel in the prompt's event.
     position = (await platform.poll()).position

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpx
 import structlog
@@ -31,7 +31,7 @@ import trio
 
 from ..errors import PlatformRefused, PlatformUnavailable
 from .config import MatrixConfig
-from .markup import matrix_parts
+from .markup import MatrixText, matrix_parts
 from .pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
 from .platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
 
@@ -43,7 +43,10 @@ AUTHENTICATED_MEDIA = "/_matrix/client/v1/media"
 # The prompt's choices, carried in its own event so that a reply or reaction is understood after a restart.
 CHOICES_FIELD = "org.agent_bridge.choices"
 KEYCAPS = (*(f"{digit}\ufe0f\u20e3" for digit in "123456789"), "\U0001f51f")  # 1️⃣ … 9️⃣, 🔟
-MESSAGE_LIMIT = 32000  # characters of a body; Synapse refuses events over 64 KiB, body and HTML together
+# Characters of a part's body (and of its HTML), tried in turn until every part fits EVENT_BYTES: the homeserver
+# refuses an event over 64 KiB of JSON, body and HTML together, with room left for the event's own fields.
+PART_LIMITS = (32000, 16000, 8000, 4000)
+EVENT_BYTES = 60_000
 FIRST_START_EVENTS = 500
 TIMELINE_LIMIT = 100  # events a room per sync before the timeline reports a gap
 CACHE_LIMIT = 4096  # entries of each cache of prompts, own events and names
@@ -487,7 +490,7 @@ class MatrixPlatform:
     ) -> list[str]:
         if choices:
             markdown = f"{markdown}\n\n{numbered_choices(choices)}"
-        parts = matrix_parts(markdown, MESSAGE_LIMIT)
+        parts = _parts_that_fit(markdown)
         keys: list[str] = []
         for index, part in enumerate(parts):
             content = _content(part.body, part.formatted_body)
@@ -521,7 +524,7 @@ class MatrixPlatform:
     async def edit_text(self, chat: str, message_key: str, markdown: str, *, choices: tuple[Choice, ...] = ()) -> None:
         if choices:
             markdown = f"{markdown}\n\n{numbered_choices(choices)}"
-        part = matrix_parts(markdown, MESSAGE_LIMIT)[0]
+        part = _parts_that_fit(markdown)[0]
         new_content = _content(part.body, part.formatted_body)
         if choices:
             new_content[CHOICES_FIELD] = [{"label": choice.label, "data": choice.data} for choice in choices]
@@ -530,7 +533,8 @@ class MatrixPlatform:
             "m.new_content": new_content,
             "m.relates_to": {"rel_type": "m.replace", "event_id": message_key},
         }
-        _remember(self._prompts, message_key, choices)
+        if choices:  # a decided prompt keeps its choices: a late answer is told it is no longer awaited
+            _remember(self._prompts, message_key, choices)
         transaction = uuid.uuid4().hex
 
         async def perform() -> str:
@@ -654,6 +658,19 @@ def _retry_after(response: httpx.Response) -> float:
     return max(float(milliseconds) / 1000, 0.0)
 
 
+def _parts_that_fit(markdown: str) -> list[MatrixText]:
+    """`markdown` rendered and split at the longest of PART_LIMITS whose parts each fit in one event."""
+    for limit in PART_LIMITS:
+        parts = matrix_parts(markdown, limit)
+        if all(_event_bytes(part) <= EVENT_BYTES for part in parts):
+            return parts
+    return parts
+
+
+def _event_bytes(part: MatrixText) -> int:
+    return len(json.dumps(_content(part.body, part.formatted_body), ensure_ascii=False).encode())
+
+
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
     cache[key] = value
     cache.move_to_end(key)
@@ -668,7 +685,7 @@ def _shown(content: dict[str, Any]) -> dict[str, Any]:
 
 def _path_for_log(path: str) -> str:
     """The endpoint without room, event and transaction ids: logs carry no message or room identifiers."""
-    return re.sub(r"/[!$@#][^/]*|/[0-9a-f]{32}", "/…", path)
+    return re.sub(r"/[!$@#][^/]*|/[0-9a-f]{32}", "/…", unquote(path))
 
 
 def _answer(response: httpx.Response, path: str) -> dict[str, Any]:
