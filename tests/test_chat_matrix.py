@@ -35,10 +35,10 @@ def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SynapseServer]
     """One Synapse for the module's tests (starting one costs ~5 s), its rate limits raised; every test
     registers a bot of its own, so no test sees another's rooms."""
     server = SynapseServer(tmp_path_factory.mktemp("synapse"))
-    server.start()
-    server.register("alice", PASSWORD)
-    server.register("mallory", PASSWORD)
     try:
+        server.start()
+        server.register("alice", PASSWORD)
+        server.register("mallory", PASSWORD)
         yield server
     finally:
         server.stop()
@@ -531,8 +531,8 @@ def synapse_with_real_rate_limits(tmp_path: Path) -> Iterator[SynapseServer]:
     """A Synapse with its default message rate limit (a burst of 10, then one message each 5 s); its own, since
     this one answers 429 where the session's never does."""
     server = SynapseServer(tmp_path / "synapse", real_rate_limits=True)
-    server.start()
     try:
+        server.start()
         yield server
     finally:
         server.stop()
