@@ -33,7 +33,11 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── TurnDetached                       the gateway stopped waiting for a turn that runs on
     ├── RequestError                       a serve request that gets an `error` response (`code`)
     │   └── ChatRefused                    a chat completion the OpenAI endpoint does not take (`param`)
-    └── ListenError                        the network door cannot start: its tokens, address or extra
+    ├── ListenError                        the network door cannot start: its tokens, address or extra
+    └── ChatError                          a chat platform (Telegram, Matrix) cannot be used as asked
+        ├── PlatformConflict               another process polls the same bot
+        ├── PlatformRefused                the platform refused a request for good (the message says why)
+        └── PlatformUnavailable            the platform cannot be reached right now: worth trying again
 
 An error whose `code` is set names the error code `agent-bridge serve` answers with.
 """
@@ -295,3 +299,23 @@ class PlatformUnavailable(ChatError):
 class ListenError(BridgeError):
     """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
     without tokens, a certificate that does not load, or the `http` extra not installed."""
+
+
+# ---------------------------------------------------------------------------- chat platforms
+
+
+class ChatError(BridgeError):
+    """A chat platform's connector (`agent-bridge connect`) cannot do what it was asked."""
+
+
+class PlatformConflict(ChatError):
+    """Another process is polling the same bot (Telegram's 409 on getUpdates): only one may; stop the other."""
+
+
+class PlatformRefused(ChatError):
+    """The platform refused a request for good (a wrong token, a file over its limit, a message it will not take);
+    trying again as is will not help."""
+
+
+class PlatformUnavailable(ChatError):
+    """The platform cannot be reached right now, or answered with a server error: worth trying again later."""

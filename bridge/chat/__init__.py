@@ -8,5 +8,7 @@ pure parts do no I/O and read no clock (times are passed in):
 - `pacing`: one outbox per chat and a global one, paced at each platform's limits.
 - `platform`: the `Platform` protocol a connector implements, and the neutral values it trades in.
 - `config`: the `connect` configuration file.
+- `runtime`: `ChatBridge`, one platform's updates carried to a host's turns and the replies back; `inbox`, its
+  durable store of updates; `botlock`, one process per bot.
 - one module per platform's connector (Telegram, Matrix).
 """

@@ -129,6 +129,16 @@ exit codes:
   2        bad arguments, or the profiles directory or the session store cannot be used
 """
 
+CONNECT_EPILOG = """\
+examples:
+  agent-bridge connect bot.yaml --profiles profiles/ --state bot.sqlite3
+  agent-bridge connect bot.yaml --postgres postgresql://bridge@db/bridge --name bot1   # turns on the workers
+
+exit codes:
+  0        shut down (SIGTERM or SIGINT) once the turns in flight were over
+  2        bad arguments, a config that does not load, a bot another process serves, a refused token
+"""
+
 WORKER_EPILOG = """\
 examples:
   agent-bridge worker --postgres postgresql://bridge@db/bridge --profiles profiles/
@@ -157,7 +167,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
 
-COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "worker")
+COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -417,6 +427,35 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "is closed (default: 30)",
         )
         serve.set_defaults(handler=_serve_command, command_parser=serve)
+
+    if command in (None, "connect"):
+        connect = commands.add_parser(
+            "connect",
+            parents=[common],
+            help="answer in Telegram or Matrix: the chat platforms a config names, over one host",
+            formatter_class=explained,
+            epilog=CONNECT_EPILOG,
+            description="Runs the bots CONFIG names (telegram:, matrix:; docs/chat.md) over one host. SIGTERM or\n"
+            "SIGINT stop polling and let the turns in flight finish; a second signal cancels them.",
+        )
+        connect.add_argument("config", metavar="CONFIG", help="the chat config (YAML; docs/chat.md)")
+        connect.add_argument("--profiles", metavar="DIR", help="directory of profiles, as for serve")
+        connect.add_argument("--state", metavar="PATH", help=_STATE_HELP + "; the chat store is PATH.chat beside it")
+        connect.add_argument(
+            "--postgres",
+            metavar="DSN",
+            help="run the turns on the fleet's workers, through a gateway on this PostgreSQL database",
+        )
+        connect.add_argument(
+            "--name", metavar="NAME", default="connect", help="with --postgres: the gateway's name (default: connect)"
+        )
+        connect.add_argument(
+            "--shutdown-grace",
+            metavar="SECS",
+            type=_seconds(zero_ok=True),
+            help="on shutdown, how long turns in flight may finish before they are cancelled (default: 10)",
+        )
+        connect.set_defaults(handler=_connect_command, command_parser=connect)
 
     if command in (None, "worker"):
         worker = commands.add_parser(
@@ -996,6 +1035,15 @@ def _serve_command(args: argparse.Namespace) -> int:
         attachment_hosts=tuple(args.attachment_hosts),
         **limits,
     )
+
+
+def _connect_command(args: argparse.Namespace) -> int:
+    from .connect import check_connect_options, run_connect  # lazily: only connect pays for the chat kit
+
+    if problem := check_connect_options(args.profiles, args.postgres):
+        args.command_parser.error(problem)
+    options = {"shutdown_grace": args.shutdown_grace} if args.shutdown_grace is not None else {}
+    return run_connect(args.config, args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options)
 
 
 def _worker_command(args: argparse.Namespace) -> int:

@@ -1,0 +1,277 @@
+"""The chat bridge's durable state: one SQLite file holding every update until its reply is delivered.
+
+An update's life: `queued` (stored, in the same transaction as the platform position that acknowledges it)
+→ `running` (its turn started) → `answered` (the reply is stored, not yet delivered) → `delivered`. After a
+crash, `queued` and `running` updates run again (a turn that was cut off never replied), `answered` ones
+are delivered, `delivered` ones never come back; an update id seen again is ignored. Beside them: the
+platform's acknowledged position, each conversation's profile, per-user daily usage and when each chat was
+last refused.
+
+Every write is one `BEGIN IMMEDIATE` transaction with `synchronous=FULL`: once a call returns, its change
+survives a `kill -9` and a power cut. Calls are synchronous (sub-millisecond); the runtime makes them in a
+worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from ..errors import StoreError
+from .platform import ButtonPress, Incoming, IncomingFile
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_SECS = 10.0
+# Delivered updates are kept only to recognise one the platform sends again (a batch polled again after a
+# crash before its acknowledgement): the latest this many per platform are plenty, and the file stays small.
+KEEP_DELIVERED = 10_000
+T = TypeVar("T")
+State = Literal["queued", "running", "answered", "delivered"]
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS chat_updates (
+        platform  TEXT NOT NULL,
+        update_id TEXT NOT NULL,
+        seq       INTEGER NOT NULL,
+        item      TEXT NOT NULL,  -- the Incoming or ButtonPress, as JSON
+        state     TEXT NOT NULL,
+        reply     TEXT,           -- the reply to deliver, once answered
+        PRIMARY KEY (platform, update_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS chat_updates_pending ON chat_updates (platform, state, seq)",
+    "CREATE TABLE IF NOT EXISTS chat_positions (platform TEXT PRIMARY KEY, position TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS chat_conversations (
+        platform TEXT NOT NULL, conversation TEXT NOT NULL, profile TEXT NOT NULL,
+        generation INTEGER NOT NULL DEFAULT 0,  -- /new moves the chat to a fresh host conversation
+        PRIMARY KEY (platform, conversation))""",
+    """CREATE TABLE IF NOT EXISTS chat_usage (
+        platform TEXT NOT NULL, user TEXT NOT NULL, day TEXT NOT NULL,
+        turns INTEGER NOT NULL DEFAULT 0, cost_usd REAL NOT NULL DEFAULT 0,
+        PRIMARY KEY (platform, user, day))""",
+    """CREATE TABLE IF NOT EXISTS chat_refusals (
+        platform TEXT NOT NULL, chat TEXT NOT NULL, refused_at REAL NOT NULL,
+        PRIMARY KEY (platform, chat))""",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An update as the inbox holds it."""
+
+    update_id: str
+    item: Incoming | ButtonPress
+    state: State
+    reply: str | None
+
+
+def encode(item: Incoming | ButtonPress) -> str:
+    kind = "press" if isinstance(item, ButtonPress) else "message"
+    return json.dumps({"kind": kind, **asdict(item)}, ensure_ascii=False)
+
+
+def decode(text: str) -> Incoming | ButtonPress:
+    values: dict[str, Any] = json.loads(text)
+    if values.pop("kind") == "press":
+        return ButtonPress(**values)
+    values["files"] = tuple(IncomingFile(**file) for file in values["files"])
+    return Incoming(**values)
+
+
+class Inbox:
+    """The chat bridge's store (see the module's docstring); one file may serve several platforms."""
+
+    def __init__(self, path: str | os.PathLike[str], *, keep_delivered: int = KEEP_DELIVERED) -> None:
+        self.path = Path(path)
+        self.keep_delivered = keep_delivered
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            self._db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as err:
+            raise StoreError(
+                f"cannot open the chat store {self.path}: {err}; make its directory writable by this user, "
+                "or pass another --state"
+            ) from None
+        self._db_lock = threading.Lock()
+        self._run(self._prepare)
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")  # an acknowledged update must survive a power cut
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"chat store {self.path} was written by a newer agent-bridge; upgrade agent-bridge")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # ------------------------------------------------------------------ updates
+
+    def store_batch(self, platform: str, items: Sequence[Incoming | ButtonPress], position: str) -> list[Stored]:
+        """Store a poll's items (those not seen before) and the position acknowledging them, in one transaction;
+        the new ones, in order."""
+
+        def store(db: sqlite3.Connection) -> list[Stored]:
+            (seq,) = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM chat_updates WHERE platform = ?", (platform,)
+            ).fetchone()
+            new: list[Stored] = []
+            for item in items:
+                seq += 1
+                inserted = db.execute(
+                    "INSERT OR IGNORE INTO chat_updates (platform, update_id, seq, item, state) "
+                    "VALUES (?, ?, ?, ?, 'queued')",
+                    (platform, item.update_id, seq, encode(item)),
+                ).rowcount
+                if inserted:
+                    new.append(Stored(item.update_id, item, "queued", None))
+            db.execute(
+                "DELETE FROM chat_updates WHERE platform = ? AND state = 'delivered' AND seq <= ?",
+                (platform, seq - self.keep_delivered),
+            )
+            db.execute(
+                "INSERT INTO chat_positions (platform, position) VALUES (?, ?) "
+                "ON CONFLICT (platform) DO UPDATE SET position = excluded.position",
+                (platform, position),
+            )
+            return new
+
+        return self._write(store)
+
+    def position(self, platform: str) -> str | None:
+        """The last position stored with a batch; None before the first."""
+        row = self._run(
+            lambda db: db.execute("SELECT position FROM chat_positions WHERE platform = ?", (platform,)).fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    def unfinished(self, platform: str) -> list[Stored]:
+        """The updates whose reply was not delivered, in arrival order (what a restart picks up)."""
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT update_id, item, state, reply FROM chat_updates "
+                "WHERE platform = ? AND state != 'delivered' ORDER BY seq",
+                (platform,),
+            ).fetchall()
+        )
+        return [Stored(update_id, decode(item), state, reply) for update_id, item, state, reply in rows]
+
+    def mark(self, platform: str, update_id: str, state: State, reply: str | None = None) -> None:
+        """Move an update on; `reply` is stored with `answered`."""
+        self._write(
+            lambda db: db.execute(
+                "UPDATE chat_updates SET state = ?, reply = COALESCE(?, reply) WHERE platform = ? AND update_id = ?",
+                (state, reply, platform, update_id),
+            )
+        )
+
+    def state_of(self, platform: str, update_id: str) -> State | None:
+        row = self._run(
+            lambda db: db.execute(
+                "SELECT state FROM chat_updates WHERE platform = ? AND update_id = ?", (platform, update_id)
+            ).fetchone()
+        )
+        return None if row is None else row[0]
+
+    # ------------------------------------------------------------------ conversations, access, budgets
+
+    def conversation(self, platform: str, conversation: str) -> tuple[str, int] | None:
+        """The profile a chat switched to and its generation (see `/new`); None while it has the defaults."""
+        row = self._run(
+            lambda db: db.execute(
+                "SELECT profile, generation FROM chat_conversations WHERE platform = ? AND conversation = ?",
+                (platform, conversation),
+            ).fetchone()
+        )
+        return None if row is None else (str(row[0]), int(row[1]))
+
+    def set_conversation(self, platform: str, conversation: str, profile: str, generation: int) -> None:
+        self._write(
+            lambda db: db.execute(
+                "INSERT INTO chat_conversations (platform, conversation, profile, generation) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (platform, conversation) DO UPDATE SET profile = excluded.profile, "
+                "generation = excluded.generation",
+                (platform, conversation, profile, generation),
+            )
+        )
+
+    def usage(self, platform: str, user: str, day: str) -> tuple[int, float]:
+        """(turns, cost in USD) of `user` on `day`."""
+        row = self._run(
+            lambda db: db.execute(
+                "SELECT turns, cost_usd FROM chat_usage WHERE platform = ? AND user = ? AND day = ?",
+                (platform, user, day),
+            ).fetchone()
+        )
+        return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+
+    def add_usage(self, platform: str, user: str, day: str, *, turns: int = 0, cost_usd: float = 0.0) -> None:
+        self._write(
+            lambda db: db.execute(
+                "INSERT INTO chat_usage (platform, user, day, turns, cost_usd) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (platform, user, day) DO UPDATE SET turns = turns + excluded.turns, "
+                "cost_usd = cost_usd + excluded.cost_usd",
+                (platform, user, day, turns, cost_usd),
+            )
+        )
+
+    def claim_refusal(self, platform: str, chat: str, now: float, interval: float) -> bool:
+        """True (and `now` recorded) when `chat` was last refused more than `interval` seconds ago, or never."""
+
+        def claim(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "SELECT refused_at FROM chat_refusals WHERE platform = ? AND chat = ?", (platform, chat)
+            ).fetchone()
+            if row is not None and now - float(row[0]) < interval:
+                return False
+            db.execute(
+                "INSERT INTO chat_refusals (platform, chat, refused_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (platform, chat) DO UPDATE SET refused_at = excluded.refused_at",
+                (platform, chat, now),
+            )
+            return True
+
+        return self._write(claim)
+
+    # ------------------------------------------------------------------ the file
+
+    def close(self) -> None:
+        with self._db_lock:
+            self._db.close()
+
+    def _run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
+        with self._db_lock:
+            try:
+                return operation(self._db)
+            except sqlite3.Error as err:
+                raise StoreError(f"chat store {self.path}: {err}; check the file and its disk") from None
+
+    def _write(self, operation: Callable[[sqlite3.Connection], T]) -> T:
+        def transaction(db: sqlite3.Connection) -> T:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                value = operation(db)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            return value
+
+        return self._run(transaction)
+
+
+__all__ = ["Inbox", "State", "Stored"]

@@ -1,0 +1,252 @@
+"""A chat platform in memory, for the delivery kit's tests: scripted updates in, everything the bot does recorded.
+
+`FakePlatform` implements `bridge.chat.platform.Platform` as a platform server would behave: updates are
+numbered, `poll` hands out those at or after the acknowledged position (so a bot that restarts before it
+acknowledged gets them again), and what the bot sends, edits, deletes and answers is recorded in `records`.
+With a `directory`, the platform's side survives the bot's process (updates, the acknowledged position and
+the records are files), which the crash tests use: they run the bot with `python tests/chatkit.py DIR …` and
+kill it. Faults: `crash_on` kills the bot's process (SIGKILL, once) at a named step; `refuse_sends`,
+`refuse_presses` and `unavailable_polls` make the next calls fail as the platform would.
+
+Waiting is on events with a deadline (`wait_for`), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bridge.chat.inbox import decode, encode
+from bridge.chat.platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
+from bridge.errors import PlatformRefused, PlatformUnavailable
+
+DEADLINE = 15
+
+
+@dataclass
+class Record:
+    """One thing the bot did: `op` is send, refused (a send the platform refused), edit, delete, press, typing, file, start, ack or commands."""
+
+    op: str
+    chat: str = ""
+    text: str = ""
+    key: str = ""
+    choices: list[list[str]] = field(default_factory=list)  # [label, data]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class FakePlatform:
+    name = "fake"
+
+    def __init__(self, directory: Path | None = None, *, crash_on: str = "") -> None:
+        self.directory = directory
+        self.crash_on = crash_on  # "ack", "acked", "typing", or "send:<text>": SIGKILL this process there, once
+        self.updates: list[Incoming | ButtonPress] = []
+        self.records: list[Record] = []
+        self.refuse_sends = 0
+        self.unavailable_polls = 0  # the next polls fail as an unreachable platform
+        self.refuse_presses = 0  # the next answer_press calls fail (Telegram: "query is too old")
+        self.files: dict[str, bytes] = {}  # file_ref -> content, for download
+        self.offset = 0
+        self._handed = 0  # updates handed out since start (not yet acknowledged, perhaps)
+        self._changed = trio.Event()
+        self._keys = 0
+        if directory is not None:
+            self.updates = [decode(line) for line in self._read("updates.jsonl")]
+            self._keys = len(self._read("records.jsonl"))
+
+    # ------------------------------------------------------------------ the test's side
+
+    def push(self, *items: Incoming | ButtonPress) -> None:
+        self.updates.extend(items)
+        if self.directory is not None:
+            with open(self.directory / "updates.jsonl", "a") as file:
+                file.writelines(encode(item) + "\n" for item in items)
+        self._touch()
+
+    def of(self, op: str) -> list[Record]:
+        return [record for record in self.records if record.op == op]
+
+    async def wait_for(self, what: str, check: Callable[[], Any]) -> Any:
+        """Wait until `check()` is truthy (re-checked at each record), at most `DEADLINE` seconds."""
+        try:
+            with trio.fail_after(DEADLINE):
+                while not (value := check()):
+                    await self._changed.wait()
+                return value
+        except trio.TooSlowError:
+            raise AssertionError(f"not within {DEADLINE} s: {what}; the bot did: {self.records}") from None
+
+    def sent_texts(self, chat: str | None = None) -> list[str]:
+        return [record.text for record in self.of("send") if chat is None or record.chat == chat]
+
+    def choice(self, label: str) -> tuple[str, str]:
+        """(message key, data) of the last choice labelled `label` the bot offered."""
+        for record in reversed(self.records):
+            for shown, data in record.choices:
+                if shown == label:
+                    return record.key, data
+        raise AssertionError(f"no choice {label!r} offered; the bot did: {self.records}")
+
+    # ------------------------------------------------------------------ the Platform
+
+    async def start(self, position: str | None) -> None:
+        self._record(Record("start", text=position or ""))
+        if position is not None:
+            self.offset = int(position)
+        elif self.directory is not None and (self.directory / "acked").exists():
+            self.offset = int((self.directory / "acked").read_text())
+        self._handed = self.offset
+
+    async def poll(self) -> Batch:
+        if self.unavailable_polls:
+            self.unavailable_polls -= 1
+            self._record(Record("unavailable"))
+            raise PlatformUnavailable("connection refused")
+        while self._handed >= len(self.updates):
+            if self.directory is not None:  # another process may add updates: look again now and then
+                with trio.move_on_after(0.05):
+                    await self._changed.wait()
+                self.updates = [decode(line) for line in self._read("updates.jsonl")]
+            else:
+                await self._changed.wait()
+        items = tuple(self.updates[self._handed :])
+        self._handed = len(self.updates)
+        return Batch(items, str(self._handed))
+
+    async def acknowledge(self, position: str) -> None:
+        self._maybe_crash("ack")
+        self.offset = int(position)
+        if self.directory is not None:
+            (self.directory / "acked").write_text(position)
+        self._maybe_crash("acked")
+        self._record(Record("ack", text=position))
+
+    async def send_text(
+        self, chat: str, thread: str, markdown: str, *, choices: tuple[Choice, ...] = (), reply_to: str = ""
+    ) -> list[str]:
+        self._maybe_crash(f"send:{markdown}")
+        if self.refuse_sends:
+            self.refuse_sends -= 1
+            self._record(Record("refused", chat, markdown))
+            raise PlatformRefused("Bad Request: chat not found")
+        key = self._key()
+        self._record(Record("send", chat, markdown, key, [[c.label, c.data] for c in choices]))
+        return [key]
+
+    async def edit_text(self, chat: str, message_key: str, markdown: str, *, choices: tuple[Choice, ...] = ()) -> None:
+        self._record(Record("edit", chat, markdown, message_key, [[c.label, c.data] for c in choices]))
+
+    async def delete(self, chat: str, message_key: str) -> None:
+        self._record(Record("delete", chat, key=message_key))
+
+    async def answer_press(self, press: ButtonPress, text: str = "") -> None:
+        if self.refuse_presses:
+            self.refuse_presses -= 1
+            raise PlatformRefused("Bad Request: query is too old and response timeout expired or query ID is invalid")
+        self._record(Record("press", press.chat, text, press.message_key))
+
+    async def typing(self, chat: str, thread: str) -> None:
+        self._maybe_crash("typing")
+        self._record(Record("typing", chat))
+
+    async def download(self, file: IncomingFile, directory: str) -> str:
+        path = os.path.join(directory, file.name)
+        Path(path).write_bytes(self.files[file.file_ref])
+        return path
+
+    async def send_file(self, chat: str, thread: str, path: str, name: str, media_type: str) -> str:
+        key = self._key()
+        content = Path(path).read_bytes()
+        self._record(Record("file", chat, name, key, extra={"media_type": media_type, "content": content.decode()}))
+        return key
+
+    async def set_commands(self, commands: tuple[tuple[str, str], ...]) -> None:
+        self._record(Record("commands", text=" ".join(name for name, _ in commands)))
+
+    async def aclose(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ inside
+
+    def _key(self) -> str:
+        self._keys += 1
+        return f"m{self._keys}-{os.getpid()}"
+
+    def _record(self, record: Record) -> None:
+        self.records.append(record)
+        if self.directory is not None:
+            with open(self.directory / "records.jsonl", "a") as file:
+                file.write(json.dumps(asdict(record)) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+        self._touch()
+
+    def _touch(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _maybe_crash(self, step: str) -> None:
+        if not self.crash_on or not step.startswith(self.crash_on) or self.directory is None:
+            return
+        marker = self.directory / "crashed"
+        if marker.exists():
+            return
+        marker.write_text(step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def _read(self, name: str) -> list[str]:
+        assert self.directory is not None
+        path = self.directory / name
+        return path.read_text().splitlines() if path.exists() else []
+
+
+def message(update_id: int | str, text: str, *, user: str = "7", chat: str = "c1", **more: Any) -> Incoming:
+    return Incoming(str(update_id), chat, more.pop("thread", ""), user, more.pop("user_name", "Ann"), text, **more)
+
+
+def press(update_id: int | str, key_and_data: tuple[str, str], *, user: str = "7", chat: str = "c1") -> ButtonPress:
+    key, data = key_and_data
+    return ButtonPress(str(update_id), chat, "", user, key, data, user_name="Ann")
+
+
+def records_in(directory: Path) -> list[Record]:
+    path = directory / "records.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [Record(**json.loads(line)) for line in lines]
+
+
+async def _child(directory: Path, profiles: str, state: str, crash_on: str) -> None:
+    """The bot in a process of its own, for the crash tests: runs until SIGTERM (or its crash)."""
+    from bridge.chat.inbox import Inbox
+    from bridge.chat.runtime import ChatBridge, ChatSettings
+    from bridge.host.runtime import open_host
+
+    platform = FakePlatform(directory, crash_on=crash_on)
+    inbox = Inbox(state + ".chat")
+    settings = ChatSettings(profile="agent", allow_users=frozenset({"7"}))
+    async with open_host(profiles, state=state) as host, trio.open_nursery() as nursery:
+        bridge = ChatBridge(host, platform, settings, inbox)
+
+        async def stop_on_sigterm() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                (directory / "ready").write_text(str(os.getpid()))
+                async for _ in signals:
+                    bridge.stop()
+                    return
+
+        nursery.start_soon(stop_on_sigterm)
+        await bridge.run()
+        nursery.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    trio.run(_child, Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "")
