@@ -277,25 +277,6 @@ class ChatRefused(RequestError):
         self.param = param
 
 
-# ---------------------------------------------------------------------------- chat platforms
-
-
-class ChatError(BridgeError):
-    """`agent-bridge connect` and its chat platforms (bridge.chat)."""
-
-
-class PlatformConflict(ChatError):
-    """Another process already serves this bot (the same token): one process per bot; stop the other first."""
-
-
-class PlatformRefused(ChatError):
-    """The platform refused a request for good (a file over its limit, a chat the bot may not write to)."""
-
-
-class PlatformUnavailable(ChatError):
-    """The platform cannot be reached or answered with a server error; worth trying again later."""
-
-
 class ListenError(BridgeError):
     """`serve --listen` (or `worker --metrics`) cannot start: a tokens file that does not load, a public address
     without tokens, a certificate that does not load, or the `http` extra not installed."""
