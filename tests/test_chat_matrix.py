@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,13 +14,17 @@ from urllib.parse import quote
 import httpx
 import pytest
 import trio
+import yaml
 from synapse import SynapseServer
 
 from bridge.chat.config import MatrixConfig
+from bridge.chat.inbox import Inbox
 from bridge.chat.matrix import ENCRYPTED_ROOM_NOTICE, MatrixPlatform
 from bridge.chat.pacing import PaceLimits
 from bridge.chat.platform import ButtonPress, Choice, Incoming
+from bridge.chat.runtime import ChatBridge, ChatSettings
 from bridge.errors import PlatformRefused
+from bridge.host.runtime import open_host
 
 CLIENT = "/_matrix/client/v3"
 PASSWORD = "correct-horse-battery-staple"
@@ -568,3 +573,83 @@ async def test_a_real_429_waits_retry_after_ms_and_every_message_arrives_once(
     assert len(set(keys)) == len(sent)
     await platform.aclose()
     await alice.client.aclose()
+
+
+ECHO_AGENT = "import os\nprint('echo: ' + os.environ['AGENT_MESSAGE'])\n"
+ASKING_AGENT = """\
+import json, sys
+def say(**message):
+    sys.stdout.write(json.dumps(message) + "\\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    message = json.loads(line)
+    if message["type"] == "control_request" and message["request"]["subtype"] == "initialize":
+        say(type="control_response", response={"subtype": "success", "request_id": message["request_id"],
+                                               "response": {}})
+    elif message["type"] == "user":
+        say(type="system", subtype="init", session_id="s-1")
+        say(type="control_request", request_id="r1", request={"subtype": "can_use_tool", "tool_name": "Bash",
+                                                              "input": {"command": "make"}})
+    elif message["type"] == "control_response" and message["response"]["request_id"] == "r1":
+        behavior = message["response"]["response"]["behavior"]
+        say(type="result", subtype="success", is_error=False, session_id="s-1", result="decided: " + behavior)
+"""
+
+
+async def test_a_turn_through_the_kit_answers_in_the_room_and_a_reaction_decides_an_approval(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person, tmp_path: Path
+) -> None:
+    """The whole way: a message in a Matrix room, the delivery kit, real agent processes, the reply in the room."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (tmp_path / "echo.py").write_text(ECHO_AGENT)
+    (tmp_path / "asker.py").write_text(ASKING_AGENT)
+    (profiles / "agent.yaml").write_text(yaml.safe_dump({"command": [sys.executable, str(tmp_path / "echo.py")]}))
+    (profiles / "asker.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "command": [sys.executable, str(tmp_path / "asker.py")],
+                "protocol": "claude-sdk",
+                "permissions": {"ask": ["Bash"], "timeout_secs": 60},
+            }
+        )
+    )
+    room = await alice.room_with(bot)
+    platform = connector(bot)
+    settings = ChatSettings(profile="agent", profiles=("agent", "asker"), allow_users=frozenset({alice.user_id}))
+    inbox = Inbox(tmp_path / "chat.sqlite3")
+
+    async def bot_says(check: Callable[[list[str]], bool]) -> list[str]:
+        """What the bot said in the room, once `check` holds: alice's client long-polls /sync for news."""
+        since = (await alice.call("GET", f"{CLIENT}/sync", params={"timeout": 0}))["next_batch"]
+        with trio.move_on_after(POLL_DEADLINE):
+            while True:
+                bodies = [event["content"].get("body", "") for event in await alice.messages_from(room, bot.user_id)]
+                if check(bodies):
+                    return bodies
+                answer = await alice.call("GET", f"{CLIENT}/sync", params={"since": since, "timeout": 1000})
+                since = answer["next_batch"]
+        raise AssertionError(f"the bot did not say it within {POLL_DEADLINE} s")
+
+    async with open_host(profiles, state=tmp_path / "state.sqlite3") as host, trio.open_nursery() as nursery:
+        bridge = ChatBridge(host, platform, settings, inbox)
+        await nursery.start(bridge.run)
+        await alice.say(room, "hello")
+        await bot_says(lambda bodies: "echo: hello" in bodies)
+
+        await alice.say(room, "/profile asker")
+        await alice.say(room, "build it")
+        bodies = await bot_says(lambda bodies: any("1. Allow" in body for body in bodies))
+        prompt = [
+            event for event in await alice.messages_from(room, bot.user_id) if "1. Allow" in event["content"]["body"]
+        ]
+        await alice.send(
+            room,
+            {"m.relates_to": {"rel_type": "m.annotation", "event_id": prompt[-1]["event_id"], "key": "1\ufe0f\u20e3"}},
+            kind="m.reaction",
+        )
+        bodies = await bot_says(lambda bodies: "decided: allow" in bodies)
+        assert bodies.count("echo: hello") == 1
+        nursery.cancel_scope.cancel()
+    inbox.close()
+    await platform.aclose()
