@@ -342,6 +342,7 @@ async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
     assert "Denied" in edit["content"]["m.new_content"]["body"]
     assert "1. Allow" not in edit["content"]["m.new_content"]["body"]
     assert (note["content"]["msgtype"], note["content"]["body"]) == ("m.notice", "Denied.")
+    assert note["content"]["m.relates_to"] == {"m.in_reply_to": {"event_id": prompt}}
     # A late answer to the decided prompt is still a press (the kit answers it "no longer waiting"), not a message.
     late = await alice.say(room, "1", **{"m.relates_to": {"m.in_reply_to": {"event_id": prompt}}})
     [late_press] = await poll_until(platform, lambda items: bool(items))

@@ -558,9 +558,11 @@ class MatrixPlatform:
     async def answer_press(self, press: ButtonPress, text: str = "") -> None:
         if not text:
             return
-        content: dict[str, Any] = {"msgtype": "m.notice", "body": text}
+        # A notice in reply to the prompt: an edit of the prompt notifies nobody, and a reaction has no toast.
+        relation: dict[str, Any] = {"m.in_reply_to": {"event_id": press.message_key}}
         if press.thread:
-            content["m.relates_to"] = {"rel_type": "m.thread", "event_id": press.thread, "is_falling_back": True}
+            relation.update({"rel_type": "m.thread", "event_id": press.thread, "is_falling_back": False})
+        content: dict[str, Any] = {"msgtype": "m.notice", "body": text, "m.relates_to": relation}
         await self._send_event(press.chat, content)
 
     async def typing(self, chat: str, thread: str) -> None:
