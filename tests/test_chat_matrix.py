@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -86,8 +88,8 @@ class Person:
         assert response.is_success, f"{method} {path}: {response.status_code} {response.text}"
         return dict(response.json())
 
-    async def room_with(self, bot: MatrixConfig, *, encrypted: bool = False) -> str:
-        body: dict[str, Any] = {"preset": "private_chat", "invite": [bot.user_id]}
+    async def room_with(self, bot: MatrixConfig, *, encrypted: bool = False, invite: bool = True) -> str:
+        body: dict[str, Any] = {"preset": "private_chat", "invite": [bot.user_id] if invite else []}
         if encrypted:
             body["initial_state"] = [
                 {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
@@ -472,8 +474,10 @@ async def test_files_both_ways(
 async def test_sync_position_resumes_without_repeats_or_losses(
     synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
-    room = await alice.room_with(bot)
-    before_join = await alice.say(room, "said before the bot joined")  # history, never answered
+    room = await alice.room_with(bot, invite=False)
+    before_join = await alice.say(room, "said before the bot was invited")  # history, never answered
+    await alice.call("POST", f"{CLIENT}/rooms/{quote(room)}/invite", json={"user_id": bot.user_id})
+    while_invited = await alice.say(room, "said while the invite waits")
     platform = connector(bot)
     await platform.start(None)
     await joined(platform, alice, room)
@@ -484,15 +488,15 @@ async def test_sync_position_resumes_without_repeats_or_losses(
     second = await alice.say(room, "two")
     platform = connector(bot)
     await platform.start(None)
-    items = await poll_until(platform, lambda items: len(items) >= 2, acknowledge=False)
-    assert [item.update_id for item in items] == [first, second]
+    items = await poll_until(platform, lambda items: len(items) >= 3, acknowledge=False)
+    assert [item.update_id for item in items] == [while_invited, first, second]
     assert before_join not in [item.update_id for item in items]
     # Not acknowledged (the process died before storing them): the next start sees them again.
     await platform.aclose()
     platform = connector(bot)
     await platform.start(None)
     batch = await platform.poll()
-    assert [item.update_id for item in batch.items] == [first, second]
+    assert [item.update_id for item in batch.items] == [while_invited, first, second]
     await platform.acknowledge(batch.position)
     await platform.aclose()
 
@@ -654,3 +658,80 @@ async def test_a_turn_through_the_kit_answers_in_the_room_and_a_reaction_decides
         nursery.cancel_scope.cancel()
     inbox.close()
     await platform.aclose()
+
+
+async def test_connect_answers_in_a_matrix_room_and_after_kill_9_repeats_nothing(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person, tmp_path: Path
+) -> None:
+    """`agent-bridge connect` as a user runs it, with a `matrix:` section: killed with SIGKILL and started again,
+    every message is answered once and run once."""
+    (tmp_path / "echo.py").write_text(
+        "import os\nopen(os.environ['RUNS'], 'a').write(os.environ['AGENT_MESSAGE'] + '\\n')\n"
+        "print('echo: ' + os.environ['AGENT_MESSAGE'])\n"
+    )
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "echo.yaml").write_text(
+        yaml.safe_dump(
+            {"command": [sys.executable, str(tmp_path / "echo.py")], "env": {"RUNS": str(tmp_path / "runs")}}
+        )
+    )
+    (tmp_path / "bot.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "matrix": {
+                    "homeserver": synapse.url,
+                    "user_id": bot.user_id,
+                    "password": "${MATRIX_PASSWORD}",
+                    "profile": "echo",
+                    "allow_users": [alice.user_id],
+                }
+            }
+        )
+    )
+    argv = [str(Path(sys.executable).parent / "agent-bridge"), "connect", "bot.yaml", "--profiles", "profiles"]
+    argv += ["--state", "bot.sqlite3"]
+    env = {**os.environ, "MATRIX_PASSWORD": PASSWORD}
+    room = await alice.room_with(bot)
+
+    async def bot_said(text: str) -> None:
+        since = (await alice.call("GET", f"{CLIENT}/sync", params={"timeout": 0}))["next_batch"]
+        with trio.move_on_after(30):
+            while text not in [event["content"].get("body") for event in await alice.messages_from(room, bot.user_id)]:
+                since = (await alice.call("GET", f"{CLIENT}/sync", params={"since": since, "timeout": 1000}))[
+                    "next_batch"
+                ]
+            return
+        raise AssertionError(f"the bot did not say {text!r} within 30 s")
+
+    await alice.say(room, "hello")  # while the invite waits: answered once the bot has joined
+    process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
+    try:
+        await joined_by_someone_else(alice, room, bot.user_id)
+        await alice.say(room, "after the join")
+        await bot_said("echo: after the join")
+    finally:
+        process.kill()  # SIGKILL: no goodbye
+        await process.wait()
+    await alice.say(room, "again")
+    process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
+    try:
+        await bot_said("echo: again")
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(20):
+            assert await process.wait() == 0
+    finally:
+        process.kill()
+    bodies = [event["content"].get("body") for event in await alice.messages_from(room, bot.user_id)]
+    assert [bodies.count(f"echo: {text}") for text in ("hello", "after the join", "again")] == [1, 1, 1], bodies
+    assert (tmp_path / "runs").read_text().splitlines() == ["hello", "after the join", "again"]
+
+
+async def joined_by_someone_else(alice: Person, room: str, user_id: str) -> None:
+    """Waits (alice's /sync long-polls) until `user_id` has joined `room`."""
+    since = (await alice.call("GET", f"{CLIENT}/sync", params={"timeout": 0}))["next_batch"]
+    with trio.move_on_after(30):
+        while user_id not in await alice.members(room):
+            since = (await alice.call("GET", f"{CLIENT}/sync", params={"since": since, "timeout": 1000}))["next_batch"]
+        return
+    raise AssertionError(f"{user_id} did not join within 30 s")

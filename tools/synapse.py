@@ -43,6 +43,10 @@ RAISED_RATE_LIMITS: dict[str, Any] = {
     "rc_presence": {"per_user": _RAISED},
     "rc_delayed_event_mgmt": _RAISED,
     "rc_reports": _RAISED,
+    "rc_room_creation": _RAISED,  # 10, then one a minute: the tests create a room each
+    "rc_third_party_invite": _RAISED,
+    "rc_profile": _RAISED,
+    "rc_user_directory": _RAISED,
 }
 
 

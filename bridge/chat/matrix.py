@@ -4,11 +4,12 @@ Conversations are rooms (and `m.thread` threads in them). Matrix has no buttons:
 answered by a reply whose text is the number or by a keycap reaction (1️⃣ …). The choices travel inside the
 prompt's own event (`CHOICES_FIELD`), so an answer is understood after a restart too.
 
-Where a first start begins (`start(None)`, no acknowledged position): every message sent in a joined room after
-the bot's own join is pending and is answered; older history never is. The initial sync shows only the latest
-events of a room, so the rest is fetched back (`/messages`) until the bot's join event, at most
-`FIRST_START_EVENTS` events a room. A later sync whose timeline has a gap (`limited`) is filled exactly, back to the
-acknowledged position: nothing pending is dropped.
+Which messages are the bot's: those sent in a room after the bot was invited to it (or joined it, a room it needed
+no invite for) — a message written while the invite waits is answered once the bot has joined; the room's older
+history never is. On a first start (`start(None)`, no acknowledged position) the initial sync shows only a room's
+latest events, so the rest is fetched back (`/messages`) to where the bot came in, at most `FIRST_START_EVENTS`
+events a room. A later sync whose timeline has a gap (`limited`) is filled back to the acknowledged position:
+nothing pending is dropped.
 """
 
 from __future__ import annotations
@@ -296,36 +297,36 @@ class MatrixPlatform:
             log.info("matrix.invite_declined", allowed_inviter=False)
 
     async def _timeline(self, room_id: str, joined: dict[str, Any]) -> list[dict[str, Any]]:
-        """The room's new events in order: the sync's, plus those a gap left out (see the module's doc)."""
+        """The room's new events in order: the sync's, plus those a gap left out, none from before the bot was
+        invited (see the module's doc)."""
         timeline = joined.get("timeline", {})
         events: list[dict[str, Any]] = list(timeline.get("events", []))
-        first_start = self._since is None
-        if first_start:
-            joined_at = self._own_join_index(events)
-            if joined_at is None and timeline.get("limited") and timeline.get("prev_batch"):
-                earlier = await self._earlier_events(room_id, timeline["prev_batch"], until=None)
-                events = earlier + events
-                joined_at = self._own_join_index(events)
-            return events[joined_at + 1 :] if joined_at is not None else events
         if timeline.get("limited") and timeline.get("prev_batch"):
             events = await self._earlier_events(room_id, timeline["prev_batch"], until=self._since) + events
-        return events
+        arrival = self._arrival_index(events)
+        if arrival is None:
+            arrival = self._membership_index(events, lambda now, before: now == "join" and before != "join")
+        return events[arrival + 1 :] if arrival is not None else events
 
-    def _own_join_index(self, events: list[dict[str, Any]]) -> int | None:
+    def _arrival_index(self, events: list[dict[str, Any]]) -> int | None:
+        """Where the bot came into the room: its invite, or a join without one (a public room)."""
+        return self._membership_index(
+            events, lambda now, before: now == "invite" or (now == "join" and before not in ("join", "invite"))
+        )
+
+    def _membership_index(self, events: list[dict[str, Any]], matches: Callable[[str, str], bool]) -> int | None:
+        """The last of the bot's own membership events that `matches` (its membership, and the one before)."""
         found = None
         for index, event in enumerate(events):
-            if (
-                event.get("type") == "m.room.member"
-                and event.get("state_key") == self.user_id
-                and event.get("content", {}).get("membership") == "join"
-                and event.get("unsigned", {}).get("prev_content", {}).get("membership") != "join"
-            ):
-                found = index
+            if event.get("type") == "m.room.member" and event.get("state_key") == self.user_id:
+                before = event.get("unsigned", {}).get("prev_content", {}).get("membership", "")
+                if matches(str(event.get("content", {}).get("membership", "")), str(before)):
+                    found = index
         return found
 
     async def _earlier_events(self, room_id: str, start: str, until: str | None) -> list[dict[str, Any]]:
-        """Events before `start`, oldest first: back to `until` (a sync position), or on a first start back to the
-        bot's own join (at most FIRST_START_EVENTS)."""
+        """Events before `start`, oldest first: back to `until` (a sync position), or on a first start back to
+        where the bot came in (at most FIRST_START_EVENTS)."""
         collected: list[dict[str, Any]] = []  # newest first
         token = start
         while len(collected) < FIRST_START_EVENTS:
@@ -335,7 +336,7 @@ class MatrixPlatform:
             page = await self._call("GET", f"{CLIENT}/rooms/{quote(room_id)}/messages", params=params)
             chunk = page.get("chunk", [])
             collected.extend(chunk)
-            if until is None and self._own_join_index(list(reversed(chunk))) is not None:
+            if until is None and self._arrival_index(chunk) is not None:
                 break
             if not chunk or not page.get("end") or page.get("end") == token:
                 break
