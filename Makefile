@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # Where `make install` links the command: the per-user directory pip --user and pipx use, on PATH in most logins.
 BINDIR ?= $(HOME)/.local/bin
 
-.PHONY: run install uninstall lint test test-agents bubblewrap bench clean fleet-db try-claude try-codex
+.PHONY: run install uninstall lint test test-agents test-synapse bubblewrap bench clean fleet-db try-claude try-codex
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,16 @@ $(NPM_STAMP):
 
 test-agents: $(NPM_STAMP)
 
+# A real Synapse homeserver for the Matrix tests (tools/synapse.py starts it on loopback), installed once into a
+# venv of its own in the same cache; the pin is tools/synapse.py's SYNAPSE_VERSION line.
+SYNAPSE_VERSION := $(shell sed -n 's/^SYNAPSE_VERSION = "\([^"]*\)".*/\1/p' tools/synapse.py)
+SYNAPSE_STAMP   := $(TEST_CACHE)/synapse-venv/.installed-$(SYNAPSE_VERSION)
+
+$(SYNAPSE_STAMP):
+	AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(PYTHON) tools/synapse.py install
+
+test-synapse: $(SYNAPSE_STAMP)
+
 # A throwaway PostgreSQL on loopback for trying the fleet (docs/fleet.md): prints its DSN; Ctrl-C stops it and
 # removes its data. Needs PostgreSQL's server installed (as `make test`) and the postgres extra, added here.
 fleet-db: $(VENV)/.installed
@@ -99,7 +109,7 @@ bubblewrap:
 # Elsewhere it runs in the machine's network, and says so (docs/contributing.md).
 LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$@"' sh
 
-test: lint bubblewrap $(NPM_STAMP)
+test: lint bubblewrap $(NPM_STAMP) $(SYNAPSE_STAMP)
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && unshare --net true 2>/dev/null; then \
 	  echo "make test: pytest runs in a network namespace of its own, only loopback up"; \
 	  AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(LOOPBACK_ONLY) $(BIN)/python -m pytest -q -n auto; \
