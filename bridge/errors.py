@@ -38,6 +38,7 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
         ├── PlatformConflict               another process polls the same bot
         ├── PlatformRefused                the platform refused a request for good (the message says why)
         └── PlatformUnavailable            the platform cannot be reached right now: worth trying again
+            └── PlatformRateLimited        it asked to wait (a 429): the pacer holds and tries again
 
 An error whose `code` is set names the error code `agent-bridge serve` answers with.
 """
@@ -300,3 +301,12 @@ class PlatformRefused(ChatError):
 
 class PlatformUnavailable(ChatError):
     """The platform cannot be reached right now, or answered with a server error: worth trying again later."""
+
+
+class PlatformRateLimited(PlatformUnavailable):
+    """The platform asked the bot to wait `seconds` before its next request (a 429); the connector's pacer holds
+    the chat, or every chat, that long and tries again."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the platform asked to wait {seconds:g} s before the next request")
+        self.seconds = seconds

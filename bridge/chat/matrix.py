@@ -30,7 +30,7 @@ import httpx
 import structlog
 import trio
 
-from ..errors import PlatformRefused, PlatformUnavailable
+from ..errors import PlatformRateLimited, PlatformRefused, PlatformUnavailable
 from .config import MatrixConfig
 from .markup import MatrixText, matrix_parts
 from .pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
@@ -56,11 +56,6 @@ ENCRYPTED_ROOM_NOTICE = (
     "This room is end-to-end encrypted, and agent-bridge does not support encrypted rooms: it cannot read "
     "messages here. Invite me to a room without encryption (encryption cannot be turned off in a room once on)."
 )
-
-
-class _RateLimited(Exception):
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
 
 
 @dataclass(eq=False)
@@ -161,7 +156,7 @@ class MatrixPlatform:
         paced: bool = False,
     ) -> dict[str, Any]:
         """One request; its JSON answer. A 429 waits `retry_after_ms` and retries, unless `paced` (the pacer
-        decides then: _RateLimited). The access token goes in a header only, never in a URL, log or error."""
+        decides then: PlatformRateLimited). The access token goes in a header only, never in a URL, log or error."""
         all_headers = dict(headers or {})
         if self._token:
             all_headers["Authorization"] = f"Bearer {self._token}"
@@ -187,7 +182,7 @@ class MatrixPlatform:
             if response.status_code == 429:
                 seconds = _retry_after(response)
                 if paced:
-                    raise _RateLimited(seconds)
+                    raise PlatformRateLimited(seconds)
                 log.info("matrix.rate_limited", path=_path_for_log(path), retry_after=seconds)
                 await trio.sleep(seconds)
                 continue
@@ -211,7 +206,7 @@ class MatrixPlatform:
                     continue
                 try:
                     result = await job.perform()
-                except _RateLimited as limited:
+                except PlatformRateLimited as limited:
                     log.info("matrix.rate_limited", retry_after=limited.seconds)
                     self._pacer.retry_after(chosen, limited.seconds, trio.current_time())
                     continue
