@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ..errors import StoreError
+from ..host.sqlite_store import in_write_transaction
 from .platform import ButtonPress, Incoming, IncomingFile
 
 SCHEMA_VERSION = 1
@@ -108,15 +109,7 @@ class Inbox:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(f"chat store {self.path} was written by a newer agent-bridge; upgrade agent-bridge")
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _SCHEMA:
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        in_write_transaction(db, _create_schema)
 
     # ------------------------------------------------------------------ updates
 
@@ -260,18 +253,13 @@ class Inbox:
                 raise StoreError(f"chat store {self.path}: {err}; check the file and its disk") from None
 
     def _write(self, operation: Callable[[sqlite3.Connection], T]) -> T:
-        def transaction(db: sqlite3.Connection) -> T:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                value = operation(db)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            return value
+        return self._run(lambda db: in_write_transaction(db, operation))
 
-        return self._run(transaction)
+
+def _create_schema(db: sqlite3.Connection) -> None:
+    for statement in _SCHEMA:
+        db.execute(statement)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 __all__ = ["Inbox", "State", "Stored"]

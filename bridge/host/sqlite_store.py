@@ -75,6 +75,22 @@ ON CONFLICT (profile, conversation, session_name) DO UPDATE SET
     last_exit_code = excluded.last_exit_code
 """
 T = TypeVar("T")
+
+
+def in_write_transaction(db: sqlite3.Connection, operation: Callable[[sqlite3.Connection], T]) -> T:
+    """`operation(db)` in a transaction that holds the write lock from its start (`BEGIN IMMEDIATE`: no upgrade
+    that could fail half-way), committed when it returns and rolled back when it raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        value = operation(db)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return value
+
+
 _COLUMNS = "profile, conversation, session_name, session_id, last_used, last_outcome, last_exit_code"
 
 
@@ -301,22 +317,18 @@ class SessionStore:
                 f"session store {self.path} was written by a newer agent-bridge (schema "
                 f"{version}); upgrade agent-bridge, or use another file with --state PATH"
             )
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if db.execute("PRAGMA user_version").fetchone()[0] == 0 and tables - {_TABLE}:
-                raise StoreError(
-                    f"{self.path} is an SQLite database of something else (tables: "
-                    f"{', '.join(sorted(tables))}), not an agent-bridge session store; "
-                    "pass another file with --state PATH"
-                )
-            db.execute(_SCHEMA)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
+        in_write_transaction(db, self._create_schema)
+
+    def _create_schema(self, db: sqlite3.Connection) -> None:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if db.execute("PRAGMA user_version").fetchone()[0] == 0 and tables - {_TABLE}:
+            raise StoreError(
+                f"{self.path} is an SQLite database of something else (tables: "
+                f"{', '.join(sorted(tables))}), not an agent-bridge session store; "
+                "pass another file with --state PATH"
+            )
+        db.execute(_SCHEMA)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @staticmethod
     def _prepare_reader(db: sqlite3.Connection) -> None:
@@ -331,18 +343,7 @@ class SessionStore:
             raise self._error(err) from None
 
     def _write(self, operation: Any) -> Any:
-        def transaction(db: sqlite3.Connection) -> Any:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                value = operation(db)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            return value
-
-        return self._run(self._writer, transaction)
+        return self._run(self._writer, lambda db: in_write_transaction(db, operation))
 
     def _error(self, err: sqlite3.Error) -> StoreError:
         """Turn SQLite's terse message into one that says what to do."""
