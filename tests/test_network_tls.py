@@ -77,8 +77,17 @@ def test_https_and_wss_with_a_certificate_the_client_trusts_and_nothing_in_plain
     with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):  # hung up on: not a timeout
         httpx.get(f"{plain}/healthz", verify=trusting, timeout=WAIT)
     trusts_nobody = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, with no authority: the check is real
-    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-        httpx.get(f"{serve.url}/healthz", verify=trusts_nobody, timeout=WAIT)
+    # In two fresh-clone runs of the whole suite the door once closed such a connection before its certificate
+    # came (UNEXPECTED_EOF); not reproduced alone. Every try must fail, and one within three for the certificate.
+    failures = []
+    for _ in range(3):
+        with pytest.raises(httpx.ConnectError) as refused:
+            httpx.get(f"{serve.url}/healthz", verify=trusts_nobody, timeout=WAIT)
+        failures.append(str(refused.value))
+        if "CERTIFICATE_VERIFY_FAILED" in failures[-1]:
+            break
+        assert "UNEXPECTED_EOF" in failures[-1], failures
+    assert "CERTIFICATE_VERIFY_FAILED" in failures[-1], failures
 
 
 @pytest.mark.parametrize(
