@@ -140,6 +140,7 @@ class MatrixPlatform:
         self._names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (room, user) → display name
         self._pacer: Pacer[_Job] = Pacer(limits)
         self._pacer_lock = trio.Lock()
+        self.rate_limited = 0  # 429s waited out (connect --metrics)
 
     # --- HTTP ---------------------------------------------------------------------------------------------------
 
@@ -183,6 +184,7 @@ class MatrixPlatform:
                 seconds = _retry_after(response)
                 if paced:
                     raise PlatformRateLimited(seconds)
+                self.rate_limited += 1
                 log.info("matrix.rate_limited", path=_path_for_log(path), retry_after=seconds)
                 await trio.sleep(seconds)
                 continue
@@ -207,6 +209,7 @@ class MatrixPlatform:
                 try:
                     result = await job.perform()
                 except PlatformRateLimited as limited:
+                    self.rate_limited += 1
                     log.info("matrix.rate_limited", retry_after=limited.seconds)
                     self._pacer.retry_after(chosen, limited.seconds, trio.current_time())
                     continue

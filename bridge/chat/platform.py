@@ -76,6 +76,7 @@ class Platform(Protocol):
     """A chat platform's connector; see docs/chat.md "Writing a connector"."""
 
     name: str
+    rate_limited: int  # the platform's 429s waited out so far (connect --metrics)
 
     async def start(self, position: str | None) -> None:
         """Log in and check the credentials; `position` is the last acknowledged (None: from the platform's own

@@ -85,6 +85,18 @@ class ChatSettings:
         return self.profiles or (self.profile,)
 
 
+@dataclass
+class ChatCounts:
+    """What one platform's bot did since the process started, for `connect --metrics` (docs/metrics.md)."""
+
+    updates_received: int = 0  # messages and button presses stored (an update seen again is not counted)
+    turns_started: int = 0
+    replies_delivered: int = 0  # replies (and commands' answers) the platform took
+    undeliverable: int = 0  # replies or files that finally could not be delivered (logged with their reason)
+    refusals: int = 0  # messages from users not in allow_users (answered at most once an hour per chat)
+    budget_refusals: int = 0  # turns not started: the user's daily budget was spent
+
+
 def conversation_key(platform: str, chat: str, thread: str = "", generation: int = 0) -> str:
     """The host's conversation key: `<platform>:<chat>[:<thread>][#<generation>]`, with `%`, `:` and `#` in
     the ids escaped, so two chats never share a key (Matrix room ids hold colons). `/new` moves a chat to its
@@ -171,12 +183,17 @@ class ChatBridge:
         self.platform = platform
         self.settings = settings
         self.inbox = inbox
-        self.undeliverable = 0  # replies that finally could not be delivered (logged with their reason)
+        self.counts = ChatCounts()
         self._conversations: dict[str, _Conversation] = {}
         self._prompts: dict[str, _Prompt] = {}
         self._nursery: trio.Nursery | None = None
         self._polling = trio.CancelScope()
         self._log = get_logger(component="chat", platform=platform.name)
+
+    @property
+    def undeliverable(self) -> int:
+        """Replies and files that finally could not be delivered."""
+        return self.counts.undeliverable
 
     # ------------------------------------------------------------------ the loop
 
@@ -200,6 +217,7 @@ class ChatBridge:
                     # Stored (with the position) before the platform may forget them: a crash in between
                     # gets the batch again, and the ids already stored are skipped.
                     new = await trio.to_thread.run_sync(self.inbox.store_batch, name, batch.items, batch.position)
+                    self.counts.updates_received += len(new)
                     await self.platform.acknowledge(batch.position)
                     for stored in new:
                         await self._dispatch(stored)
@@ -251,6 +269,7 @@ class ChatBridge:
         conversation = self._conversation(item)
         refusal = await self._over_budget(item.user)
         if refusal:
+            self.counts.budget_refusals += 1
             task_status.started()
             await self._reply(item, refusal)
             return
@@ -294,6 +313,8 @@ class ChatBridge:
                     self._log.warning("the turn was refused", error=str(err))
                     results.append(_refused(str(err)))
                     helpers.cancel_scope.cancel()
+                else:
+                    self.counts.turns_started += 1
                 task_status.started()
             self._close_prompts(turn_id)
             result = results[0]
@@ -392,8 +413,12 @@ class ChatBridge:
                 await self.platform.delete(item.chat, key)
             except BridgeError as err:
                 self._log.warning("the preview could not be deleted", error=str(err))
-        if text and await self._send(item.chat, item.thread, text) is None:
-            return  # left answered: the next start tries again
+        if text:
+            sent = await self._send(item.chat, item.thread, text)
+            if sent is None:
+                return  # left answered: the next start tries again
+            if sent:
+                self.counts.replies_delivered += 1
         await self._mark(item.update_id, "delivered")
 
     async def _send(self, chat: str, thread: str, text: str, choices: tuple[Choice, ...] = ()) -> list[str] | None:
@@ -404,7 +429,7 @@ class ChatBridge:
                 return await self.platform.send_text(chat, thread, text, choices=choices)
             except PlatformUnavailable as err:
                 if attempt == DELIVERY_ATTEMPTS - 1:
-                    self.undeliverable += 1
+                    self.counts.undeliverable += 1
                     self._log.error(
                         "a reply could not be delivered; it is tried again at the next start", reason=str(err)
                     )
@@ -413,7 +438,7 @@ class ChatBridge:
                 await trio.sleep(delay)
                 delay *= 2
             except ChatError as err:  # refused for good (PlatformRefused), or anything else it will not take
-                self.undeliverable += 1
+                self.counts.undeliverable += 1
                 self._log.error("a reply could not be delivered: the platform refused it", reason=str(err))
                 return []
         return None
@@ -433,7 +458,7 @@ class ChatBridge:
         except (PlatformRefused, OutboxError) as err:
             await self._send(item.chat, item.thread, f"The file {file.name!r} could not be sent: {err}")
         except BridgeError as err:
-            self.undeliverable += 1
+            self.counts.undeliverable += 1
             self._log.error("a file could not be delivered", reason=str(err))
         finally:
             remove_file(file)
@@ -450,6 +475,7 @@ class ChatBridge:
 
     async def _refuse(self, item: Incoming) -> None:
         self._log.info("a message from a user not allowed; no turn")
+        self.counts.refusals += 1
         now = self.settings.clock()
         interval = self.settings.refusal_interval_secs
         if await trio.to_thread.run_sync(self.inbox.claim_refusal, self.platform.name, item.chat, now, interval):
@@ -727,4 +753,4 @@ def _reply_text(result: TurnResult) -> str:
     return text
 
 
-__all__ = ["COMMANDS", "ChatBridge", "ChatSettings", "conversation_key"]
+__all__ = ["COMMANDS", "ChatBridge", "ChatCounts", "ChatSettings", "conversation_key"]

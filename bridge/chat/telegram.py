@@ -132,6 +132,7 @@ class TelegramPlatform:
         self._press_ids: OrderedDict[str, str] = OrderedDict()  # update_id -> callback_query id
         self._groups: set[str] = set()
         self._log = get_logger(component="telegram")
+        self.rate_limited = 0  # 429s waited out (connect --metrics)
         _hide_token_in_httpx_logs(self._token)
 
     # ------------------------------------------------------------------ receiving
@@ -159,6 +160,7 @@ class TelegramPlatform:
             if reply.status == 409:
                 raise PlatformConflict(_conflict_message(reply.description))
             if reply.status == 429 and reply.retry_after is not None:
+                self.rate_limited += 1
                 await trio.sleep(reply.retry_after)
                 return Batch((), self._position())
             raise self._failure("getUpdates", reply)
@@ -442,6 +444,7 @@ class TelegramPlatform:
             raise
         if reply.status == 429 and reply.retry_after is not None:
             self._log.info("telegram_flood_wait", op=_OP_NAMES[type(op)], retry_after=reply.retry_after)
+            self.rate_limited += 1
             outbox.pacer.retry_after(op, reply.retry_after, self._clock())
             for ticket in tickets:
                 ticket.running = False
