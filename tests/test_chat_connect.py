@@ -294,3 +294,38 @@ async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_
     assert 'agent_bridge_turns_total{outcome="ok",profile="echo"} 2.0' in lines  # the host's own
     assert [m.text for m in fake.sent_to(42) if m.text == "hi"] == ["hi"]
     assert TOKEN not in text and "hello" not in text
+
+
+async def test_a_connect_killed_between_the_parts_of_a_long_reply_sends_only_the_rest_after_the_restart(
+    bot: Path,
+) -> None:
+    from fakes.telegram_bot_api import SlowDown
+
+    first, second = "A" * 3000, "B" * 3000  # two messages: Telegram takes 4096 UTF-16 units in one
+    (bot / "profiles" / "echo.yaml").write_text(
+        yaml.safe_dump({"command": [sys.executable, "-c", f"print({first!r} + chr(10) * 2 + {second!r})"]})
+    )
+    async with running_fake_bot_api(TOKEN) as fake:
+        config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
+        (bot / "bot.yaml").write_text(config)
+        fake.fail_next("sendMessage", SlowDown(0))  # the first part goes through
+        fake.fail_next("sendMessage", SlowDown(600))  # the second hangs until the bot is killed
+        fake.user_says(chat=42, user=42, text="long, please")
+        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
+        env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
+        process = await trio.lowlevel.open_process(argv, cwd=bot, env=env)
+        try:
+            await fake.wait_until(lambda: len(fake.calls_of("sendMessage")) == 2, within=DEADLINE)
+            assert [m.text for m in fake.sent_to(42)] == [first]
+        finally:
+            process.kill()  # SIGKILL: no shutdown of any kind
+            await process.wait()
+        process = await trio.lowlevel.open_process(argv, cwd=bot, env=env)
+        try:
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == second], within=DEADLINE)
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(DEADLINE):
+                assert await process.wait() == 0
+        finally:
+            process.kill()
+        assert [m.text for m in fake.sent_to(42)] == [first, second]

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -37,13 +37,13 @@ from ..errors import (
 )
 from ..host.common import BaseHost
 from ..log import get_logger
-from ..outbox import open_collected, remove_file, remove_outbox
+from ..outbox import open_collected, remove_outbox
 from ..permissions import Decision, PermissionRequest
 from ..result import Outcome, TurnResult
 from ..turn import Attachment, Turn
 from ..turn_loop import HostEvent
 from .inbox import Inbox, Stored
-from .platform import Batch, ButtonPress, Choice, Incoming, Platform
+from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, Platform
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "forget this conversation and start afresh"),
@@ -134,6 +134,29 @@ class _Prompt:
     @property
     def question(self) -> Question | None:
         return self.request.questions[self.index] if self.request is not None else None
+
+
+@dataclass
+class _Reply:
+    """A reply as the inbox keeps it until delivered: its text, the preview to delete, its files (name, media type,
+    and the path of the copy beside the store, or why there is none), and how far its delivery got."""
+
+    text: str
+    preview: list[str] = field(default_factory=list)
+    files: list[dict[str, str]] = field(default_factory=list)
+    parts_sent: int = 0
+    files_sent: int = 0
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def loads(cls, text: str) -> _Reply:
+        values = json.loads(text)
+        return cls(**{name: values[name] for name in _REPLY_FIELDS if name in values})
+
+
+_REPLY_FIELDS = ("text", "preview", "files", "parts_sent", "files_sent")
 
 
 class _Preview:
@@ -394,39 +417,72 @@ class ChatBridge:
     # ------------------------------------------------------------------ delivery
 
     async def _answer(self, item: Incoming, text: str, preview: list[str], files: tuple[FileEvent, ...]) -> None:
-        """Store the reply, then deliver it: a crash in between delivers it after the restart."""
-        await self._mark(item.update_id, "answered", json.dumps({"text": text, "preview": preview}))
-        await self._deliver(item, text, preview)
-        for file in files:
-            await self._send_file(item, file)
+        """Store the reply (its files copied beside the store), then deliver it: a crash in between delivers it
+        after the restart."""
+        reply = _Reply(text, preview, await self._keep_files(item, files))
+        await self._mark(item.update_id, "answered", reply.dumps())
         if files:
             remove_outbox(files[0].path.rpartition("/")[0])
+        await self._deliver(item, reply)
+
+    async def _keep_files(self, item: Incoming, files: tuple[FileEvent, ...]) -> list[dict[str, str]]:
+        """Copy the outbox's files (read beneath its held descriptor, never by path) into the store's directory."""
+        kept: list[dict[str, str]] = []
+        for number, file in enumerate(files):
+            entry = {"name": file.name, "media_type": file.media_type}
+
+            def keep(file: FileEvent = file, number: int = number) -> str:
+                with open_collected(file) as source:
+                    return self.inbox.keep_file(self.platform.name, item.update_id, number, source)
+
+            try:
+                entry["path"] = await trio.to_thread.run_sync(keep)
+            except OutboxError as err:
+                entry["error"] = str(err)
+            kept.append(entry)
+        return kept
 
     async def _deliver_stored(self, stored: Stored) -> None:
         assert isinstance(stored.item, Incoming) and stored.reply is not None
-        reply = json.loads(stored.reply)
-        await self._deliver(stored.item, reply["text"], reply.get("preview", []))
+        await self._deliver(stored.item, _Reply.loads(stored.reply))
 
-    async def _deliver(self, item: Incoming, text: str, preview: list[str]) -> None:
-        for key in preview:
-            try:
-                await self.platform.delete(item.chat, key)
-            except BridgeError as err:
-                self._log.warning("the preview could not be deleted", error=str(err))
-        if text:
-            sent = await self._send(item.chat, item.thread, text)
+    async def _deliver(self, item: Incoming, reply: _Reply) -> None:
+        """Send what of the reply the platform has not taken yet, recording each part and file as it is taken (one
+        transaction each), then mark the update delivered."""
+        if not reply.parts_sent:
+            for key in reply.preview:
+                try:
+                    await self.platform.delete(item.chat, key)
+                except BridgeError as err:
+                    self._log.warning("the preview could not be deleted", error=str(err))
+
+        async def part_sent(count: int) -> None:
+            reply.parts_sent = count
+            await self._mark(item.update_id, "answered", reply.dumps())
+
+        if reply.text:
+            delivery = Delivery(f"{self.platform.name}:{item.update_id}", reply.parts_sent, part_sent)
+            sent = await self._send(item.chat, item.thread, reply.text, delivery=delivery)
             if sent is None:
-                return  # left answered: the next start tries again
-            if sent:
+                return  # left answered: the next start tries again, from the part not taken
+            if sent or reply.parts_sent:
                 self.counts.replies_delivered += 1
+        for number in range(reply.files_sent, len(reply.files)):
+            await self._send_file(item, reply.files[number])
+            reply.files_sent = number + 1
+            await self._mark(item.update_id, "answered", reply.dumps())
         await self._mark(item.update_id, "delivered")
+        if reply.files:
+            await trio.to_thread.run_sync(self.inbox.drop_files, self.platform.name, item.update_id)
 
-    async def _send(self, chat: str, thread: str, text: str, choices: tuple[Choice, ...] = ()) -> list[str] | None:
+    async def _send(
+        self, chat: str, thread: str, text: str, choices: tuple[Choice, ...] = (), delivery: Delivery | None = None
+    ) -> list[str] | None:
         """Send, trying again while the platform is unavailable; None (logged, counted) when it never took it."""
         delay = 1.0
         for attempt in range(DELIVERY_ATTEMPTS):
             try:
-                return await self.platform.send_text(chat, thread, text, choices=choices)
+                return await self.platform.send_text(chat, thread, text, choices=choices, delivery=delivery)
             except PlatformUnavailable as err:
                 if attempt == DELIVERY_ATTEMPTS - 1:
                     self.counts.undeliverable += 1
@@ -443,30 +499,24 @@ class ChatBridge:
                 return []
         return None
 
-    async def _send_file(self, item: Incoming, file: FileEvent) -> None:
-        """Copy an outbox file (read beneath its held outbox, never by path) to a private temp file, send it."""
+    async def _send_file(self, item: Incoming, file: dict[str, str]) -> None:
+        """Send one of the reply's kept files, or a note saying why it cannot be."""
+        name = file["name"]
         try:
-            with tempfile.TemporaryDirectory(prefix="agent-bridge-chat-out-") as directory:
-                path = f"{directory}/file"
-
-                def copy() -> None:
-                    with open_collected(file) as source, open(path, "wb") as target:
-                        shutil.copyfileobj(source, target)
-
-                await trio.to_thread.run_sync(copy)
-                await self.platform.send_file(item.chat, item.thread, path, file.name, file.media_type)
+            if "error" in file:
+                raise OutboxError(file["error"])
+            await self.platform.send_file(item.chat, item.thread, file["path"], name, file["media_type"])
         except (PlatformRefused, OutboxError) as err:
-            await self._send(item.chat, item.thread, f"The file {file.name!r} could not be sent: {err}")
+            await self._send(item.chat, item.thread, f"The file {name!r} could not be sent: {err}")
         except BridgeError as err:
             self.counts.undeliverable += 1
             self._log.error("a file could not be delivered", reason=str(err))
-        finally:
-            remove_file(file)
 
     async def _reply(self, item: Incoming, text: str) -> None:
         """Answer an update with a short note (a command's, a refusal) and mark it delivered."""
-        await self._mark(item.update_id, "answered", json.dumps({"text": text}))
-        await self._deliver(item, text, [])
+        reply = _Reply(text)
+        await self._mark(item.update_id, "answered", reply.dumps())
+        await self._deliver(item, reply)
 
     async def _mark(self, update_id: str, state: Any, reply: str | None = None) -> None:
         await trio.to_thread.run_sync(self.inbox.mark, self.platform.name, update_id, state, reply)

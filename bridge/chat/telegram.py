@@ -27,7 +27,7 @@ from ..errors import ChatError, PlatformConflict, PlatformRefused, PlatformUnava
 from ..log import get_logger
 from .markup import plain_parts, telegram_parts
 from .pacing import TELEGRAM_LIMITS, Delete, Edit, PaceLimits, Pacer, Send
-from .platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
+from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
 
 MESSAGE_LIMIT = 4096  # UTF-16 code units
 CALLBACK_DATA_LIMIT = 64  # bytes
@@ -243,12 +243,21 @@ class TelegramPlatform:
     # ------------------------------------------------------------------ sending
 
     async def send_text(
-        self, chat: str, thread: str, markdown: str, *, choices: tuple[Choice, ...] = (), reply_to: str = ""
+        self,
+        chat: str,
+        thread: str,
+        markdown: str,
+        *,
+        choices: tuple[Choice, ...] = (),
+        reply_to: str = "",
+        delivery: Delivery | None = None,
     ) -> list[str]:
         keyboard = _keyboard(choices)
         parts = telegram_parts(markdown, MESSAGE_LIMIT)
         keys: list[str] = []
         for number, part in enumerate(parts):
+            if delivery is not None and number < delivery.parts_sent:
+                continue  # taken before a restart; Telegram has no idempotency key, so the kit remembers
             last = number == len(parts) - 1
             text = _Text(
                 part.text,
@@ -258,6 +267,8 @@ class TelegramPlatform:
                 reply_to if number == 0 else "",
             )
             keys.extend(await self._send_one(chat, text))
+            if delivery is not None and delivery.part_sent is not None:
+                await delivery.part_sent(number + 1)
         return keys
 
     async def _send_one(self, chat: str, text: _Text) -> list[str]:
