@@ -1143,7 +1143,7 @@ def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def interactive(module: str, sample: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """A sample kept in a module of its own (bench/claude_sdk.py, bench/codex_app_server.py, bench/network.py;
+    """A sample kept in a module of its own (bench/claude_sdk.py, bench/codex_app_server.py, bench/network.py, chat.py;
     each runnable alone too), imported when run."""
 
     def run(p: dict[str, Any]) -> dict[str, Any]:
@@ -1371,6 +1371,9 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("network", "turn"): interactive("network", "turn"),
     ("network", "latency"): interactive("network", "latency"),
     ("network", "idle"): interactive("network", "idle"),
+    ("chat", "turn"): interactive("chat", "turn"),
+    ("chat", "burst"): interactive("chat", "burst"),
+    ("chat", "preview"): interactive("chat", "preview"),
     ("confined", "all"): confined_all,
 }
 
