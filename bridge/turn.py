@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from .errors import TurnError
-from .fetch_policy import guessed_media_type
+from .files.fetch_policy import guessed_media_type
 
 
 def text_problem(value: str) -> str | None:

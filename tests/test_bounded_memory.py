@@ -34,10 +34,10 @@ from test_dialect_ante import ready as ante_ready
 
 import bridge
 from bridge import PermissionRequest, Turn
-from bridge.agent_io import OUTBOX_LIMIT_BYTES, Outbox
 from bridge.dialects import AgentInput
 from bridge.dialects.coding_agents import ToolCalls
-from bridge.warm_agent import WarmAgent
+from bridge.engine.driver import OUTBOX_LIMIT_BYTES, Outbox
+from bridge.engine.warm_agents import WarmAgent
 
 MIB = 1024 * 1024
 

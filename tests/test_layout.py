@@ -1,56 +1,68 @@
-"""The package's layout is its architecture: lower layers never import higher ones, and nothing imports the CLI.
+"""The package's layout is its architecture: lower floors never import higher ones, and nothing imports the CLI.
 
-base (errors, turn, log) < dialects < profile < turn engine < host < cli
+The bottom (errors, log, version, turn) < dialects < profile < confinement < a turn's files < the engine < host
+< serving < network, chat < cli, command; inside the three wings each module has its own floor (`FLOORS`).
 
-Within and across layers the imports form no circle, and no module imports another one's private (`_name`) names.
+Within and across floors the imports form no circle, no module imports another one's private (`_name`) names,
+and the longest chain of imports is at most `MOST_FLOORS` long.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bridge"
-LAYERS = {
+WINGS = ("engine", "files", "confinement")
+FLOORS = {
+    "engine": 0,  # the wings' __init__ says what the wing holds, and imports nothing
+    "files": 0,
     "errors": 0,
-    "turn": 0,
     "log": 0,
-    "permissions": 0,
-    "dialects": 1,
-    "profile": 2,
-    "agent_files": 3,
-    "turn_files": 3,
-    "fetch_policy": 0,
-    "attachments": 3,
-    "launch": 3,
-    "outbox": 3,
-    "cgroups": 3,
-    "keeper": 3,
-    "limits": 3,
-    "agent_io": 3,
-    "questions": 3,
-    "warm_agent": 3,
-    "process": 3,
-    "result": 3,
-    "supervisor": 3,
-    "turn_loop": 3,
-    "runner": 3,
-    "host": 4,
-    "cli": 5,
-    "chat": 5,
-    "serving": 5,
-    "network": 5,
-    "command": 5,
+    "version": 0,
+    "engine.permissions": 0,
+    "files.fetch_policy": 0,
+    "turn": 1,
+    "confinement": 1,
+    "dialects": 2,
+    "files.agent_requests": 3,
+    "profile": 3,
+    "engine.launch": 4,
+    "files.turn_directory": 4,
+    "confinement.process": 5,
+    "engine.questions": 5,
+    "engine.result": 5,
+    "engine.driver": 6,
+    "engine.loop": 6,
+    "files.attachments": 6,
+    "files.outbox": 7,
+    "engine.warm_agents": 8,
+    "engine.one_process": 9,
+    "engine.run": 10,
+    "host": 11,
+    "serving": 12,
+    "network": 13,
+    "chat": 13,
+    "cli": 14,
+    "command": 14,
 }
-TOP = 6  # bridge/__init__.py and __main__.py re-export from every layer
+"""Each module's floor, by the longest dotted prefix listed: a module imports only from its own floor or lower."""
+TOP = 15  # bridge/__init__.py and __main__.py re-export from every floor
+MOST_FLOORS = 12
+"""The issue's bound on the longest import chain, counting a wing's module, a package or a top module as one floor."""
 
 
-def layer_of(parts: tuple[str, ...]) -> int:
-    if parts == ("__version__",):
-        return 0  # the package's version, read by `--version`
-    return LAYERS[parts[0]] if parts and parts[0] in LAYERS else TOP
+def floor_of(parts: tuple[str, ...]) -> int:
+    if parts in (("__init__",), ("__main__",)):
+        return TOP
+    for length in range(len(parts), 0, -1):
+        floor = FLOORS.get(".".join(parts[:length]))
+        if floor is not None:
+            return floor
+    return TOP
 
 
 def imported_modules(path: Path) -> set[tuple[str, ...]]:
@@ -106,16 +118,20 @@ MODULES = sorted(path for path in PACKAGE.rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(PACKAGE)))
-def test_a_module_imports_only_from_its_own_layer_or_lower_ones(path: Path) -> None:
+def test_a_module_imports_only_from_its_own_floor_or_lower_ones(path: Path) -> None:
     here = path.relative_to(PACKAGE).with_suffix("").parts
-    own = layer_of(here) if here[0] not in ("__init__", "__main__") else TOP
-    upward = {".".join(target) for target in imported_modules(path) if layer_of(target) > own}
-    assert not upward, f"{path.relative_to(PACKAGE)} (layer {own}) imports from higher layers: {sorted(upward)}"
+    own = floor_of(here)
+    upward = {".".join(target) for target in imported_modules(path) if floor_of(target) > own}
+    assert not upward, f"{path.relative_to(PACKAGE)} (floor {own}) imports from higher floors: {sorted(upward)}"
 
 
-def test_the_layer_table_covers_every_module() -> None:
-    tops = {path.relative_to(PACKAGE).with_suffix("").parts[0] for path in MODULES}
-    assert tops - {"__init__", "__main__"} == set(LAYERS)
+def test_the_floor_table_covers_every_module() -> None:
+    unplaced = [
+        ".".join(parts)
+        for parts in (path.relative_to(PACKAGE).with_suffix("").parts for path in MODULES)
+        if parts not in (("__init__",), ("__main__",)) and floor_of(parts) == TOP
+    ]
+    assert not unplaced, f"modules with no floor in FLOORS: {unplaced}"
 
 
 def test_the_import_graph_has_no_circle() -> None:

@@ -17,7 +17,7 @@ from conftest import PROFILES, TURN_DEADLINE
 
 import bridge
 from bridge import Decision, PermissionRequest, Turn
-from bridge.questions import Questions
+from bridge.engine.questions import Questions
 
 
 def asking_profile(tmp_path: Path, **permissions: object) -> bridge.Profile:
@@ -163,8 +163,8 @@ async def test_questions_close_answers_what_is_open_and_refuses_what_comes_later
             questions.close()
         with questions.asking("b", 60) as question:
             await question.answer()  # cancelled at once: the turn is over
-    assert results == [("a", bridge.permissions.CANCELLED)]
-    assert questions.result(question) == bridge.permissions.CANCELLED
+    assert results == [("a", bridge.engine.permissions.CANCELLED)]
+    assert questions.result(question) == bridge.engine.permissions.CANCELLED
     assert not questions.decide("a", Decision(allow=True))
 
 

@@ -14,14 +14,14 @@ import urllib.parse
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from .dialects import PROTOCOLS, Handover
-from .errors import LaunchError
-from .limits import ResourceLimits, prlimit_words
-from .profile import PLACEHOLDER_PATTERN, Profile
-from .profile.fields import NEW_SESSION_ID
-from .profile.sandbox import SandboxView, sandbox_view
-from .profile.tools import BWRAP, PRLIMIT, find_tool, missing_tool
-from .turn import Attachment, Turn
+from ..confinement.limits import ResourceLimits, prlimit_words
+from ..confinement.programs import BWRAP, PRLIMIT, find_tool, missing_tool
+from ..confinement.sandbox import SandboxView, sandbox_view
+from ..dialects import PROTOCOLS, Handover
+from ..errors import LaunchError
+from ..profile import PLACEHOLDER_PATTERN, Profile
+from ..profile.fields import NEW_SESSION_ID
+from ..turn import Attachment, Turn
 
 PROTOCOL_VERSION = "0.1"
 INFRA_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ"})
@@ -71,7 +71,7 @@ class LaunchPlan:
     sandboxed: bool = False
     """argv starts with bwrap's words (the profile's `sandbox`): bwrap dies with the thread that spawns it."""
     limits: ResourceLimits | None = None
-    """The profile's `limits:` (`bridge.limits`), set on the agent as it starts."""
+    """The profile's `limits:` (`bridge.confinement.limits`), set on the agent as it starts."""
     command_at: int = 0
     """Where the profile's own command starts in argv, after the bridge's programs in front of it (bwrap, prlimit)."""
 

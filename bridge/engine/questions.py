@@ -22,9 +22,9 @@ from typing import Literal
 
 import trio
 
-from .dialects.events import QuestionRequest
-from .dialects.warm import Answers
-from .errors import AnswerRefused
+from ..dialects.events import QuestionRequest
+from ..dialects.warm import Answers
+from ..errors import AnswerRefused
 from .permissions import CANCELLED, UNANSWERED, Decision
 
 Kind = Literal["permission", "question"]

@@ -1,6 +1,6 @@
 """What the bridge may fetch for a turn's attachments, and how a fetched file is named and typed. Pure: no I/O.
 
-The fetching itself is `bridge.attachments`; everything it decides is here, so the rules are tested without a
+The fetching itself is `bridge.files.attachments`; everything it decides is here, so the rules are tested without a
 network:
 
 - `AttachmentPolicy`: the limits (per file, per turn, count, time) and the hosts and networks a URL may reach
@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .errors import AttachmentRefused as AttachmentRefused  # re-exported, as bridge.errors says
+from ..errors import AttachmentRefused as AttachmentRefused  # re-exported, as bridge.errors says
 
 MIB = 1024 * 1024
 # Defaults a chat platform fits: Telegram's bots download up to 20 MB, Discord's uploads are 10-25 MB and a message

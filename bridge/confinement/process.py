@@ -4,12 +4,12 @@ Waiting uses a pidfd, so a turn costs no thread. `wait_exited()` returns while
 the agent is still an unreaped zombie: as long as the zombie exists its process
 group id cannot be reused, so `signal_group()` can never hit a stranger.
 
-Every agent's group is guarded by the keeper (`bridge.keeper`) from spawn
+Every agent's group is guarded by the keeper (`bridge.confinement.keeper`) from spawn
 until it has been killed, so the group dies even if this process is killed.
 Where the kernel lets the bridge make cgroups, each agent is also born in a
-cgroup of its own (`bridge.cgroups`), and its end kills everything left in
+cgroup of its own (`bridge.confinement.cgroups`), and its end kills everything left in
 it: what left the agent's group and session included. A sandboxed agent's
-PID namespace does that for it (`bridge.profile.sandbox`).
+PID namespace does that for it (`bridge.confinement.sandbox`).
 
 Orphans. A process that is a child subreaper (`become_subreaper()`: the CLI
 and `serve` are) is handed the orphaned descendants of its agents: a child
@@ -35,10 +35,10 @@ from typing import Any
 
 import trio
 
+from ..engine.launch import LaunchPlan
+from ..errors import LaunchError
 from .cgroups import CONTAINMENT, SPAWN_LOCK, AgentCgroup
-from .errors import LaunchError
 from .keeper import KEEPER
-from .launch import LaunchPlan
 from .limits import LIMIT_GROUPS, AgentGroups, ResourceLimits, exceeded
 
 EXIT_NOT_FOUND = 127
@@ -79,7 +79,7 @@ class AgentProcess:
         self.cgroup = cgroup  # the agent's own cgroup, where the bridge may make them
         self.limits = limits
         self.limit_groups = limit_groups  # its groups for the limits only a cgroup controller holds
-        self.exceeded = ""  # once reaped: the limit it ended over (`bridge.limits.exceeded`), if known
+        self.exceeded = ""  # once reaped: the limit it ended over (`bridge.confinement.limits.exceeded`), if known
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr

@@ -29,13 +29,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from .dialects.events import ActivityEvent, FileEvent
-from .errors import OutboxError
-from .log import get_logger
-from .profile import Profile
-from .result import Outcome, TurnResult
-from .turn_files import STATE_DIRECTORY, TurnFiles, remove_directory_beneath
-from .turn_loop import Emit
+from ..dialects.events import ActivityEvent, FileEvent
+from ..engine.loop import Emit
+from ..engine.result import Outcome, TurnResult
+from ..errors import OutboxError
+from ..log import get_logger
+from ..profile import Profile
+from .turn_directory import STATE_DIRECTORY, TurnFiles, remove_directory_beneath
 
 DEFAULT_MAX_FILES = 20
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .dialects import (
+from ..confinement.limits import ResourceLimits, describe_exceeded, refused_write
+from ..dialects import (
     ActivityEvent,
     AgentInput,
     ErrorEvent,
@@ -30,11 +31,10 @@ from .dialects import (
     Usage,
     UsageEvent,
 )
-from .dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
+from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
+from ..profile import Profile
 from .launch import withheld_credentials
-from .limits import ResourceLimits, describe_exceeded, refused_write
 from .permissions import PermissionRequest
-from .profile import Profile
 
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 130
@@ -56,7 +56,9 @@ class Outcome(enum.StrEnum):
     NOT_READING = "not_reading"  # the agent left too much of what the bridge wrote to it unread: it was killed
     ATTACHMENT_FAILED = "attachment_failed"  # an attachment could not be fetched: the agent was never started
     WORKER_LOST = "worker_lost"  # only through PostgreSQL: the worker running the turn died (bridge.host.postgres)
-    LIMIT_EXCEEDED = "limit_exceeded"  # the agent failed over one of its profile's `limits:` (bridge.limits)
+    LIMIT_EXCEEDED = (
+        "limit_exceeded"  # the agent failed over one of its profile's `limits:` (bridge.confinement.limits)
+    )
 
     def __str__(self) -> str:
         return self.value
@@ -108,7 +110,7 @@ class Ending:
     spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
     attachment_failure: str | None = None  # which attachment could not be fetched and why: the agent never ran
     unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
-    limit: str = ""  # the profile's limit the agent ended over (`bridge.limits.exceeded`), when known
+    limit: str = ""  # the profile's limit the agent ended over (`bridge.confinement.limits.exceeded`), when known
 
 
 Forwarded = (

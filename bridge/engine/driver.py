@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from ..confinement.process import READ_CHUNK, AgentProcess, collect_orphans
 from .launch import LaunchPlan
-from .process import READ_CHUNK, AgentProcess, collect_orphans
 from .result import Ending
 
 if TYPE_CHECKING:
-    from .profile import Profile
+    from ..profile import Profile
 
 STDERR_TAIL_BYTES = 4096
 # After the agent exits and its group is killed, output still in the pipes is

@@ -40,23 +40,23 @@ from typing import Any
 
 import trio
 
-from .agent_files import FileRoot, serve_file_request
-from .agent_io import AgentIO, TurnDeadline, TurnLimits
-from .dialects import ActivityEvent, ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
-from .dialects.base import outbox_named
-from .dialects.events import AgentInput, FileRequest, SessionGone, SteerOutcome
-from .dialects.warm import WarmDialect, WarmState
-from .errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
+from ..confinement.process import start
+from ..dialects import ActivityEvent, ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
+from ..dialects.base import outbox_named
+from ..dialects.events import AgentInput, FileRequest, SessionGone, SteerOutcome
+from ..dialects.warm import WarmDialect, WarmState
+from ..errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
+from ..files.agent_requests import FileRoot, serve_file_request
+from ..files.outbox import hand_out_turn_files
+from ..files.turn_directory import SessionOutbox, TurnFiles
+from ..log import get_logger
+from ..profile import Profile
+from ..turn import Turn
+from .driver import AgentIO, TurnDeadline, TurnLimits
 from .launch import LaunchPlan, plan_warm_launch
-from .log import get_logger
-from .outbox import hand_out_turn_files
-from .process import start
-from .profile import Profile
+from .loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
-from .turn import Turn
-from .turn_files import SessionOutbox, TurnFiles
-from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
 
 
 def start_failure_result(error: WarmStartError, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
@@ -460,7 +460,7 @@ class WarmAgent:
         makes_files = False
         if turn.attachments:
             # Imported here: a turn without attachments does not load HTTP and TLS.
-            from .attachments import makes_files as attachments_make_files
+            from ..files.attachments import makes_files as attachments_make_files
 
             makes_files = attachments_make_files(profile, turn.attachments, allow_hosts)
         files: TurnFiles | None
@@ -480,7 +480,7 @@ class WarmAgent:
             files = None
         keep = False
         if makes_files and files is not None:
-            from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
+            from ..files.attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
 
             policy = policy_of(profile, allow_hosts)
             try:

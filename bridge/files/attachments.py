@@ -2,7 +2,7 @@
 
 `prepare_attachments` fetches every attachment into the turn's attachments directory (`TurnFiles`) at once (a
 nursery), and gives back the turn whose attachments have `path`, `media_type` and `size`; the turn engine removes
-the directory when the turn ends (`bridge.outbox.hand_out_turn_files`). A failure of any one fails the turn before
+the directory when the turn ends (`bridge.files.outbox.hand_out_turn_files`). A failure of any one fails the turn before
 the agent starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind. With the profile's
 `attachments.fetch` off (agentproc-0.1's default: its contract hands the agent the URLs), nothing is fetched and
 the turn keeps its URLs; only a local path and an oversized list's `data:` URIs become files (`_passed_through`).
@@ -29,8 +29,11 @@ from typing import Any
 import h11
 import trio
 
-from .dialects import PROTOCOLS
-from .errors import AttachmentFailed, AttachmentRefused
+from ..dialects import PROTOCOLS
+from ..engine.launch import attachments_fit
+from ..engine.result import Ending
+from ..errors import AttachmentFailed, AttachmentRefused
+from ..turn import Attachment, Turn
 from .fetch_policy import (
     MAX_REDIRECTS,
     SNIFF_BYTES,
@@ -46,10 +49,7 @@ from .fetch_policy import (
     source_kind,
     source_kind_or_none,
 )
-from .launch import attachments_fit
-from .result import Ending
-from .turn import Attachment, Turn
-from .turn_files import TurnFiles
+from .turn_directory import TurnFiles
 
 __all__ = ["AttachmentFailed", "ending_of", "makes_files", "policy_of", "prepare_attachments"]
 
