@@ -141,9 +141,9 @@ def timed_warm_turns(
 
     from bridge import Turn
     from bridge.dialects.events import PartialEvent
-    from bridge.engine.permissions import Decision, PermissionRequest
     from bridge.engine.questions import Questions
     from bridge.engine.warm_agents import WarmAgent
+    from bridge.permissions import Decision, PermissionRequest
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:

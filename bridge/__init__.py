@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     )
     from .engine.launch import LaunchPlan, plan_launch
     from .engine.loop import HostEvent
-    from .engine.permissions import Decision, PermissionRequest
     from .engine.result import Outcome, TurnResult
     from .engine.run import TurnStream, open_turn, run_turn, run_turn_sync
     from .errors import (
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from .host.interface import BaseHost, HostStats
     from .host.runtime import Host, open_host
     from .host.sqlite_store import SessionRecord, SessionStore
+    from .permissions import Decision, PermissionRequest
     from .profile import Profile, json_schema, load_profile, parse_profile
     from .turn import Attachment, Turn
 
@@ -95,7 +95,7 @@ _WHERE = {
         "errors",
     ),
     **dict.fromkeys(("LaunchPlan", "plan_launch"), "engine.launch"),
-    **dict.fromkeys(("Decision", "PermissionRequest"), "engine.permissions"),
+    **dict.fromkeys(("Decision", "PermissionRequest"), "permissions"),
     **dict.fromkeys(("Profile", "json_schema", "load_profile", "parse_profile"), "profile"),
     **dict.fromkeys(("Outcome", "TurnResult"), "engine.result"),
     **dict.fromkeys(("TurnStream", "open_turn", "run_turn", "run_turn_sync"), "engine.run"),

@@ -105,16 +105,16 @@ def spawning_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The name of the thread that spawns each agent of the test, in order."""
     import threading
 
-    import bridge.confinement.process
+    import bridge.confinement.spawner
 
     names: list[str] = []
-    real_spawn = bridge.confinement.process.spawn
+    real_spawn = bridge.confinement.spawner.spawn
 
     def spawn(plan: Any, **options: Any) -> Any:
         names.append(threading.current_thread().name)
         return real_spawn(plan, **options)
 
-    monkeypatch.setattr(bridge.confinement.process, "spawn", spawn)
+    monkeypatch.setattr(bridge.confinement.spawner, "spawn", spawn)
     return names
 
 

@@ -37,7 +37,7 @@ from bridge.dialects.events import (
     TurnEnd,
 )
 from bridge.dialects.settings import AcpSettings
-from bridge.engine.permissions import Decision, PermissionRequest
+from bridge.permissions import Decision, PermissionRequest
 from bridge.turn import Attachment, Turn
 
 SAMPLE = [sys.executable, str(SAMPLE_AGENTS / "acp_agent.py")]

@@ -32,8 +32,8 @@ from fakes.openai_responses import OpenAIResponses, write_codex_home
 import bridge
 from bridge import Turn
 from bridge.dialects import ActivityEvent
-from bridge.engine.permissions import Decision, PermissionRequest
 from bridge.engine.warm_agents import WarmAgent
+from bridge.permissions import Decision, PermissionRequest
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 DEADLINE = 20  # a turn here starts a Python agent that imports the SDK (~1 s), or codex-acp

@@ -37,8 +37,8 @@ from bridge.dialects.events import (
     UsageEvent,
 )
 from bridge.dialects.settings import AcpSettings
-from bridge.engine.permissions import Decision, PermissionRequest
 from bridge.errors import ProfileError, ProtocolMisuse
+from bridge.permissions import Decision, PermissionRequest
 from bridge.turn import Attachment, Turn
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts" / "acp"
@@ -698,7 +698,7 @@ def test_cancel_answers_every_pending_question_cancelled():
 def test_a_question_the_engine_closes_for_a_cancel_is_answered_cancelled():
     acp = in_turn()
     request = asked(acp, permission())
-    assert chosen(acp.answer(request, bridge.engine.permissions.CANCELLED)) == "cancelled"
+    assert chosen(acp.answer(request, bridge.permissions.CANCELLED)) == "cancelled"
     assert sent(acp.cancel()) == [{"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": SESSION}}]
 
 

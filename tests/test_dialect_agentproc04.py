@@ -43,7 +43,7 @@ from bridge.dialects import (
     dialect_class,
 )
 from bridge.dialects.agentproc04 import AgentProc04
-from bridge.engine.permissions import Decision, PermissionRequest
+from bridge.permissions import Decision, PermissionRequest
 from bridge.turn import Attachment
 
 ECHO_AGENT = Path(str(importlib.resources.files("agentproc") / "hub_data" / "echo-agent" / "bridge.py"))

@@ -41,10 +41,10 @@ from bridge.dialects import (
 )
 from bridge.dialects.aionrs import NOT_READY, UNFINISHED, Aionrs
 from bridge.dialects.events import Ready, RequestWithdrawn, TurnEnd
-from bridge.engine.permissions import Decision, PermissionRequest
 from bridge.engine.questions import Questions
 from bridge.engine.warm_agents import WarmAgent
 from bridge.errors import ProtocolMisuse
+from bridge.permissions import Decision, PermissionRequest
 from bridge.turn import Attachment
 
 AGENT = SAMPLE_AGENTS / "aionrs_like.py"

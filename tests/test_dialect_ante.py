@@ -45,9 +45,9 @@ from bridge.dialects import (
 from bridge.dialects.ante import Ante, new_op_id
 from bridge.dialects.events import Ready, TurnEnd
 from bridge.dialects.settings import AnteSettings
-from bridge.engine.permissions import Decision, PermissionRequest
 from bridge.engine.warm_agents import WarmAgent
 from bridge.errors import ProfileError, ProtocolMisuse
+from bridge.permissions import Decision, PermissionRequest
 from bridge.turn import Attachment
 
 SAMPLE = SAMPLE_AGENTS / "ante_like.py"

@@ -40,8 +40,8 @@ from bridge.dialects import (
 )
 from bridge.dialects.claude_sdk import ClaudeSdk, questions_of
 from bridge.dialects.warm import WarmState
-from bridge.engine.permissions import CANCELLED, Decision, PermissionRequest
 from bridge.errors import ProtocolMisuse
+from bridge.permissions import CANCELLED, Decision, PermissionRequest
 from bridge.turn import Attachment, Turn
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts" / "claude-sdk"

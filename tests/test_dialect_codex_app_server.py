@@ -44,8 +44,8 @@ from bridge.dialects.events import (
     UsageEvent,
 )
 from bridge.dialects.settings import CodexAppServerSettings
-from bridge.engine.permissions import CANCELLED, Decision, PermissionRequest
 from bridge.errors import ProtocolMisuse
+from bridge.permissions import CANCELLED, Decision, PermissionRequest
 from bridge.turn import Attachment, Turn
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "transcripts" / "codex-app-server"

@@ -332,9 +332,9 @@ def test_cli_run_kills_what_its_agent_left_behind(tmp_path: Path) -> None:
 
 
 LIBRARY_HOST = """
-import json, subprocess, sys, bridge, bridge.confinement.process
+import json, subprocess, sys, bridge, bridge.confinement.orphans
 if sys.argv[2] == "subreaper":
-    assert bridge.confinement.process.become_subreaper()
+    assert bridge.confinement.orphans.become_subreaper()
 own = subprocess.Popen(["sleep", "600"])                             # the host's own child, in its session
 apart = subprocess.Popen(["sleep", "600"], start_new_session=True)  # the host's own, in a session apart
 result = bridge.run_turn_sync(bridge.load_profile(sys.argv[1]), bridge.Turn("hi"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.engine.permissions import PermissionPolicy, PermissionRequest
+from bridge.permissions import PermissionPolicy, PermissionRequest
 
 
 def answer(policy: dict[str, object], tool: str, kind: str = "") -> str:

@@ -163,8 +163,8 @@ async def test_questions_close_answers_what_is_open_and_refuses_what_comes_later
             questions.close()
         with questions.asking("b", 60) as question:
             await question.answer()  # cancelled at once: the turn is over
-    assert results == [("a", bridge.engine.permissions.CANCELLED)]
-    assert questions.result(question) == bridge.engine.permissions.CANCELLED
+    assert results == [("a", bridge.permissions.CANCELLED)]
+    assert questions.result(question) == bridge.permissions.CANCELLED
     assert not questions.decide("a", Decision(allow=True))
 
 

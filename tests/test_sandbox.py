@@ -535,7 +535,7 @@ from functools import partial
 import bridge
 from bridge.confinement.cgroups import CONTAINMENT
 from bridge.engine.launch import plan_launch
-from bridge.confinement.process import start
+from bridge.confinement.spawner import start
 
 CONTAINMENT.turn_off()  # else the spawn is in one of trio's worker threads, which lasts 10 s: this one ends at once
 profile = bridge.Profile.from_mapping(

@@ -21,7 +21,7 @@ from attachment_files import TURN_FILES
 from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, read_pids, write_agent, write_profile
 
 import bridge
-import bridge.confinement.process
+import bridge.confinement.spawner
 import bridge.engine.driver
 import bridge.engine.one_process
 from bridge import ErrorEvent, PartialEvent, SessionEvent, Turn, TurnResult
@@ -932,7 +932,7 @@ HOST_IGNORING_SIGINT = """
 import signal, sys
 import bridge
 import bridge.engine.driver
-import bridge.confinement.process
+import bridge.confinement.spawner
 import bridge.engine.one_process
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 profile = bridge.Profile.from_mapping({"command": ["grep", "^SigIgn:", "/proc/self/status"]})
@@ -1044,10 +1044,10 @@ async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_i
     if not cgroups:
         uncontained = Containment()
         uncontained.turn_off()
-        monkeypatch.setattr(bridge.confinement.process, "CONTAINMENT", uncontained)
+        monkeypatch.setattr(bridge.confinement.spawner, "CONTAINMENT", uncontained)
     steps: list[str] = []
     guarded: list[bool] = []
-    real_spawn, real_agent_io = bridge.confinement.process.spawn, bridge.engine.one_process.AgentIO
+    real_spawn, real_agent_io = bridge.confinement.spawner.spawn, bridge.engine.one_process.AgentIO
 
     def spawn(plan: Any, **options: Any) -> Any:
         agent = real_spawn(plan, **options)
@@ -1059,7 +1059,7 @@ async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_i
         steps.append("set up")
         return real_agent_io(*args, **options)
 
-    monkeypatch.setattr(bridge.confinement.process, "spawn", spawn)
+    monkeypatch.setattr(bridge.confinement.spawner, "spawn", spawn)
     monkeypatch.setattr(bridge.engine.one_process, "AgentIO", agent_io)
     lister = make_agent(FD_LISTER)
     with SPAWN_LOCK:

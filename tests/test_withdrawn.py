@@ -38,10 +38,10 @@ from terminal import Terminal
 
 import bridge
 from bridge import QuestionRequest, RequestWithdrawn, Turn
-from bridge.engine.permissions import PermissionRequest
 from bridge.host.runtime import open_host
 from bridge.network.door import DoorLimits
 from bridge.network.listen import parse_address, serve_network
+from bridge.permissions import PermissionRequest
 
 DEADLINE = 10
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")

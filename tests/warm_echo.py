@@ -28,7 +28,7 @@ from bridge.dialects import (
     TurnEnd,
 )
 from bridge.dialects.settings import JsonSettings
-from bridge.engine.permissions import Decision, PermissionRequest
+from bridge.permissions import Decision, PermissionRequest
 
 AGENT = f"""#!{sys.executable}
 import json, os, sys, time, uuid

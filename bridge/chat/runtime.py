@@ -27,7 +27,6 @@ import trio
 
 from ..dialects.events import FileEvent, PartialEvent, Question, QuestionRequest, RequestWithdrawn
 from ..engine.loop import HostEvent
-from ..engine.permissions import Decision, PermissionRequest
 from ..engine.result import Outcome, TurnResult
 from ..errors import (
     AnswerRefused,
@@ -41,6 +40,7 @@ from ..errors import (
 from ..files.outbox import open_collected, remove_file, remove_outbox
 from ..host.interface import BaseHost
 from ..log import get_logger
+from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .inbox import Inbox, Stored
 from .platform import Batch, ButtonPress, Choice, Incoming, Platform

@@ -37,12 +37,12 @@ import trio
 
 from ..dialects import MAX_LINE_BYTES
 from ..dialects.events import QuestionRequest
-from ..engine.permissions import PermissionRequest
 from ..engine.result import TurnResult
 from ..engine.run import TurnStream, open_turn
 from ..engine.warm_agents import WarmAgent, start_failure_result
 from ..errors import BridgeError, WarmStartError
 from ..log import get_logger, wants_color
+from ..permissions import PermissionRequest
 from ..profile import Profile
 from ..turn import Attachment, Turn
 from .printer import DIM, WARNING, HumanPrinter, paint
@@ -72,7 +72,7 @@ def run_chat(
     from_user: str = "",
 ) -> int:
     """Run the REPL on this process's stdin/stdout/stderr until /exit, EOF or a signal; the exit code."""
-    from ..confinement.process import become_subreaper
+    from ..confinement.orphans import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     # The interpreter's own stdout, a TextIOWrapper; sys's stub types it as the TextIO protocol.

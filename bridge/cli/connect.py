@@ -132,7 +132,7 @@ def run_connect(
             ]
 
             async def main() -> int:
-                from ..confinement.process import become_subreaper, sweep_orphans_on_sigchld
+                from ..confinement.orphans import become_subreaper, sweep_orphans_on_sigchld
 
                 become_subreaper()
                 platforms = [(connector(section, factory), section) for connector, section in connectors]

@@ -22,11 +22,11 @@ import trio
 
 from ..dialects import session_id_problem
 from ..dialects.events import QuestionRequest
-from ..engine.permissions import PermissionRequest
 from ..engine.result import TurnResult
 from ..engine.run import TurnStream, open_turn
 from ..errors import BridgeError, ProfileError
 from ..log import LEVELS, configure_logging, get_logger, wants_color
+from ..permissions import PermissionRequest
 from ..profile import Profile, json_schema, load_profile
 from ..turn import Attachment, Turn
 from ..version import __version__
@@ -639,7 +639,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _run_now(args: argparse.Namespace, profile: Profile, turn: Turn) -> TurnResult:
-    from ..confinement.process import become_subreaper
+    from ..confinement.orphans import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     # The interpreter's own stdout, a TextIOWrapper; sys's stub types it as the TextIO protocol.

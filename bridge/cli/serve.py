@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from ..confinement.process import sweep_orphans_on_sigchld
+from ..confinement.orphans import sweep_orphans_on_sigchld
 from ..dialects import LineSplitter
 from ..engine.run import ungrouped
 from ..host.interface import BaseHost, ClientSessionIds
@@ -240,7 +240,7 @@ def run_serve(
     `max_turns_per_connection`, `send_timeout`, `body_timeout`: the CLI's options of those names).
     """
     listening = _network_door(door, file_ttl) if door is not None else None
-    from ..confinement.process import become_subreaper, log_containment
+    from ..confinement.orphans import become_subreaper, log_containment
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     log_containment(get_logger(component="serve"))

@@ -17,7 +17,7 @@ The end of a turn, or of a warm agent, kills and removes its agent's cgroup
 directory (`bridge.confinement.keeper`). Where no cgroup can be had (no cgroup v2, not
 root and nothing delegated, a read-only /sys/fs/cgroup), `status()` says why
 and agents run as before: their process groups are killed, and escapees are
-caught only by a subreaper (`bridge.confinement.process.become_subreaper`).
+caught only by a subreaper (`bridge.confinement.orphans.become_subreaper`).
 
 Born inside. Python 3.11 cannot fork straight into a cgroup (`clone3` with
 `CLONE_INTO_CGROUP`), and an agent moved there after its exec could fork

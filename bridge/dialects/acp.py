@@ -47,7 +47,7 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
-from ..engine.permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
+from ..permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from ..version import __version__
 from .agentproc01 import session_id_problem

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..engine.permissions import Decision, PermissionRequest
 from ..errors import ProtocolMisuse
+from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .base import DialectContext, Handover, replace_lone_surrogates, scan_json_string
 from .events import ErrorEvent, Event, LineCut, PartialEvent, ProtocolWarning, SessionEvent

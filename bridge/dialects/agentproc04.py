@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..engine.permissions import Decision, PermissionRequest
+from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import MAX_SESSION_ID_CHARS
 from .base import DialectContext, Handler, Handover, JsonLinesDialect, number, scan_json_string, shorten, text_of

@@ -54,7 +54,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..engine.permissions import Decision, PermissionRequest
+from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, Handler, number, shorten, text_of, with_outbox_named

@@ -59,7 +59,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..engine.permissions import Decision, PermissionRequest
+from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .agentproc01 import session_id_problem
 from .base import DialectContext, number, shorten, text_of, with_files_named, with_outbox_named

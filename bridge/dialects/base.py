@@ -47,8 +47,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, cast
 
-from ..engine.permissions import Decision, PermissionRequest
 from ..errors import ProtocolMisuse
+from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .events import Event, LineCut, ProtocolWarning
 from .framing import Lines, LineSplitter

@@ -58,8 +58,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..engine.permissions import CANCELLED, Decision, PermissionRequest
 from ..errors import ProtocolMisuse
+from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .base import DialectContext, Handler, shorten, text_of, with_files_named, with_outbox_named
 from .claude_stream import ClaudeStream, result_error_text, result_usage, with_system_prompt_appended

@@ -54,8 +54,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..engine.permissions import CANCELLED, Decision, PermissionRequest
 from ..errors import ProtocolMisuse
+from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from ..version import __version__
 from .agentproc01 import session_id_problem

@@ -10,7 +10,7 @@ Claude Code's JSON — its dialect says it with these events:
 - `ActivityEvent`: what the agent is doing — thinking, a tool call started or
   finished, a plan. It never enters the reply;
 - `UsageEvent`: tokens and cost, reported on the result;
-- `PermissionRequest` (from `bridge.engine.permissions`): the agent asks before a tool;
+- `PermissionRequest` (from `bridge.permissions`): the agent asks before a tool;
   `QuestionRequest`: the agent asks the user to choose (one or more
   `Question`s, each with its `Option`s); `RequestWithdrawn`: the agent
   withdrew one of those before it was answered;
@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Literal
 
-from ..engine.permissions import PermissionRequest
+from ..permissions import PermissionRequest
 
 
 @dataclass(slots=True)

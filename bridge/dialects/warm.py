@@ -47,8 +47,8 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from ..engine.permissions import Decision, PermissionRequest
 from ..errors import ProtocolMisuse
+from ..permissions import Decision, PermissionRequest
 from ..turn import Turn
 from .base import DialectContext, JsonLinesReader
 from .events import ErrorEvent, Event, QuestionRequest, Ready, TurnEnd

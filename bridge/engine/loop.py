@@ -34,8 +34,8 @@ import trio
 from ..dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
 from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
 from ..log import get_logger
+from ..permissions import Decision, PermissionPolicy, PermissionRequest
 from ..profile import Profile
-from .permissions import Decision, PermissionPolicy, PermissionRequest
 from .questions import OpenQuestion, QuestionAnswer, Questions
 from .result import Ending, TurnRecorder, TurnResult
 

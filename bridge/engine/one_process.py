@@ -19,20 +19,20 @@ from typing import Any
 
 import trio
 
-from ..confinement.process import start
+from ..confinement.spawner import start
 from ..dialects import SessionEvent
 from ..dialects.base import outbox_named
 from ..dialects.claude_stream import is_claude_code, with_system_prompt_appended
 from ..errors import FileRefused, LaunchError
-from ..files.outbox import hand_out_turn_files
 from ..files.turn_directory import TurnFiles
 from ..profile import Profile
 from ..turn import Turn
 from .driver import AgentIO, TurnLimits
+from .hand_out import hand_out_turn_files
 from .launch import LaunchPlan, plan_launch, turn_working_directory
 from .loop import Emit, TurnLoop, finish_turn, turn_logger
 from .questions import Questions
-from .result import Ending, TurnRecorder, TurnResult
+from .result import Ending, TurnRecorder, TurnResult, ending_of
 
 __all__ = ["drive_turn"]
 
@@ -102,7 +102,7 @@ async def drive_turn(
         files = None
     keep = False
     if makes_files and files is not None:
-        from ..files.attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
+        from ..files.attachments import AttachmentFailed, policy_of, prepare_attachments
 
         policy = policy_of(profile, allow_hosts)
         log = turn_logger(profile, turn_id)

@@ -32,9 +32,10 @@ from ..dialects import (
     UsageEvent,
 )
 from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
+from ..errors import AttachmentFailed
+from ..permissions import PermissionRequest
 from ..profile import Profile
 from .launch import withheld_credentials
-from .permissions import PermissionRequest
 
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 130
@@ -109,7 +110,7 @@ class Ending:
     cancelled: bool = False
     spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
     attachment_failure: str | None = None  # which attachment could not be fetched and why: the agent never ran
-    unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
+    unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (`StdinQueue`)
     limit: str = ""  # the profile's limit the agent ended over (`bridge.confinement.limits.exceeded`), when known
 
 
@@ -445,3 +446,8 @@ def _signal_name(number: int) -> str:
 
 def _with_stderr(text: str, stderr_tail: str) -> str:
     return f"{text}\n\n[stderr]\n{stderr_tail}" if text else f"[stderr]\n{stderr_tail}"
+
+
+def ending_of(failure: AttachmentFailed) -> Ending:
+    """How a turn whose attachments failed ends (its result's outcome: `attachment_failed`, or `cancelled`)."""
+    return Ending(cancelled=True) if failure.cancelled else Ending(attachment_failure=failure.message)

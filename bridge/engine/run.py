@@ -15,6 +15,7 @@ import trio
 
 from ..dialects.events import QuestionRequest
 from ..errors import ProtocolMisuse
+from ..permissions import Decision, PermissionRequest
 from ..profile import Profile
 from ..turn import Turn
 from .loop import (
@@ -27,7 +28,6 @@ from .loop import (
     emit_to,
 )
 from .one_process import drive_turn
-from .permissions import Decision, PermissionRequest
 from .questions import QuestionAnswer, Questions
 from .result import TurnResult
 

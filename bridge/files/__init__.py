@@ -4,7 +4,6 @@ It owns the rules for fetching an attachment (`fetch_policy`), the fetching itse
 directory under `.agent-bridge/` (`turn_directory`), the files a turn leaves for the user (`outbox`) and the files a
 warm agent asks the bridge to read or write (`agent_requests`).
 
-It may import the bottom modules (`errors`, `log`, `turn`), `dialects`, `profile` and the engine's lower floors
-(`engine.launch`, `engine.result`, `engine.loop`: the plan's sizes, a turn's ending, the `Emit` callable); never
-`host`, `serving`, `network`, `chat` or `cli`.
+It may import the bottom modules (`errors`, `log`, `turn`), `dialects`, `confinement` and `profile`; never the
+engine, which uses it, nor `host`, `serving`, `network`, `chat` or `cli`.
 """

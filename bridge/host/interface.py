@@ -16,10 +16,10 @@ import trio
 
 from ..dialects.events import PartialEvent
 from ..engine.loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback
-from ..engine.permissions import Decision
 from ..engine.questions import QuestionAnswer
 from ..engine.result import TurnResult
 from ..errors import ProtocolMisuse, SessionIdRefused
+from ..permissions import Decision
 from ..turn import Turn
 
 # What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.

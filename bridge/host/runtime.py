@@ -29,13 +29,13 @@ import trio
 from ..engine.driver import DRAIN_SECS, REAP_SECS
 from ..engine.loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
 from ..engine.one_process import drive_turn
-from ..engine.permissions import Decision
 from ..engine.questions import QuestionAnswer, Questions
 from ..engine.result import Outcome, TurnResult, cancelled_result, folded_result
 from ..engine.run import ungrouped
 from ..engine.warm_agents import WarmAgent, start_failure_result
 from ..errors import BridgeError, DuplicateTurn, HostClosed, QueueFull, SessionIdRefused, TurnError, WarmStartError
 from ..log import get_logger
+from ..permissions import Decision
 from ..profile import Profile
 from ..turn import Turn, text_problem
 from .file_turnlock import Place, TurnLocks

@@ -31,7 +31,7 @@ from typing import Any
 
 import trio
 
-from ..confinement.process import sweep_orphans_on_sigchld
+from ..confinement.orphans import sweep_orphans_on_sigchld
 from ..errors import ListenError
 from ..host.interface import BaseHost
 from ..log import get_logger

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from ..confinement.programs import BWRAP, PRLIMIT, find_tool, needs_prlimit
 from ..dialects import PROTOCOLS, DialectContext, dialect_class
-from ..engine.permissions import PermissionPolicy
 from ..errors import Problem, ProfileError
+from ..permissions import PermissionPolicy
 from . import cache as profile_cache
 from .fields import FIELD_NAMES
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..dialects import MAX_SESSION_ID_CHARS, session_id_problem
-from ..engine.permissions import Decision
 from ..errors import AttachmentRefused, RequestError, TurnError
 from ..files.fetch_policy import shown_url, source_kind
+from ..permissions import Decision
 from ..turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
 from .file_delivery import MAX_INLINE_FILE_BYTES
 

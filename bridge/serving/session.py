@@ -25,7 +25,6 @@ import trio
 from ..dialects import ActivityEvent, PartialEvent, SessionEvent
 from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
 from ..engine.loop import HostEvent
-from ..engine.permissions import PermissionRequest
 from ..engine.result import TurnResult
 from ..errors import (
     AnswerRefused,
@@ -42,6 +41,7 @@ from ..errors import (
 )
 from ..host.interface import BaseHost
 from ..log import get_logger
+from ..permissions import PermissionRequest
 from .file_delivery import FileDeliveries
 from .requests import (
     DETACHED,

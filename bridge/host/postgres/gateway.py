@@ -48,7 +48,6 @@ import trio
 from ...dialects import ActivityEvent
 from ...dialects.events import QuestionRequest, RequestWithdrawn
 from ...engine.loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
-from ...engine.permissions import Decision, PermissionRequest
 from ...engine.questions import QuestionAnswer, check_answers
 from ...engine.result import TurnResult
 from ...errors import (
@@ -63,6 +62,7 @@ from ...errors import (
     TurnError,
 )
 from ...log import get_logger
+from ...permissions import Decision, PermissionRequest
 from ...turn import Turn, text_problem
 from ..interface import BaseHost, ClientSessionIds, HostStats, observed, refuse_unless_stored
 from . import fleet_files, queue

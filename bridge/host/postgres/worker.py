@@ -42,7 +42,6 @@ import trio
 
 from ...dialects.events import FileEvent
 from ...engine.loop import HostEvent
-from ...engine.permissions import Decision
 from ...engine.result import TurnResult, cancelled_result
 from ...errors import (
     AnswerRefused,
@@ -56,6 +55,7 @@ from ...errors import (
 )
 from ...files.outbox import remove_outbox
 from ...log import get_logger
+from ...permissions import Decision
 from ...profile import Profile
 from ..interface import HostStats, TurnObserver
 from ..registry import ProfileRegistry
@@ -777,7 +777,7 @@ def run_worker(
     before the worker (its metrics' server: a port that cannot be had refuses the worker) and runs as long as it."""
     import signal
 
-    from ...confinement.process import become_subreaper, log_containment, sweep_orphans_on_sigchld
+    from ...confinement.orphans import become_subreaper, log_containment, sweep_orphans_on_sigchld
 
     become_subreaper()
     worker = Worker(dsn, profiles, **options)

@@ -27,7 +27,7 @@ from fakes.openai_responses import OpenAIResponses, write_codex_home  # noqa: E4
 
 from bridge.dialects.events import QuestionRequest, Ready, SessionGone, SteerOutcome, TurnEnd  # noqa: E402
 from bridge.dialects.settings import CodexAppServerSettings  # noqa: E402
-from bridge.engine.permissions import Decision, PermissionRequest  # noqa: E402
+from bridge.permissions import Decision, PermissionRequest  # noqa: E402
 from bridge.turn import Turn  # noqa: E402
 
 
