@@ -329,3 +329,46 @@ async def test_a_connect_killed_between_the_parts_of_a_long_reply_sends_only_the
         finally:
             process.kill()
         assert [m.text for m in fake.sent_to(42)] == [first, second]
+
+
+PREVIEWER = textwrap.dedent(
+    """\
+    import json, os, time
+    def partial(text):
+        print("AGENT_PARTIAL:" + json.dumps(text), flush=True)
+    partial("first ")
+    open(os.environ["GATE"]).read()  # the test saw the preview
+    partial("second ")
+    time.sleep(0.2)  # well within Telegram's second between two edits of one chat
+    partial("third")
+    open(os.environ["GATE"]).read()
+    print("done")
+    """
+)
+
+
+async def test_a_partial_arriving_while_an_edit_waits_for_its_turn_goes_out_with_that_edit(bot: Path) -> None:
+    (bot / "previewer.py").write_text(PREVIEWER)
+    os.mkfifo(bot / "gate")
+    (bot / "profiles" / "echo.yaml").write_text(
+        yaml.safe_dump({"command": [sys.executable, str(bot / "previewer.py")], "env": {"GATE": str(bot / "gate")}})
+    )
+    async with running_fake_bot_api(TOKEN) as fake:
+        (bot / "bot.yaml").write_text((bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url))
+        fake.user_says(chat=42, user=42, text="go")
+        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
+        process = await trio.lowlevel.open_process(argv, cwd=bot, env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN})
+        try:
+            await fake.wait_until(lambda: fake.sent_to(42), within=DEADLINE)
+            await trio.to_thread.run_sync((bot / "gate").write_text, "")  # the FIFO: the agent goes on
+            await fake.wait_until(lambda: fake.calls_of("editMessageText"), within=DEADLINE)
+            await trio.to_thread.run_sync((bot / "gate").write_text, "")
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "done"], within=DEADLINE)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(DEADLINE):
+                await process.wait()
+    preview = fake.sent_to(42)[0]
+    # One edit, a second after the first message, showing both later partials: not "first second", then the rest
+    # a second later still.
+    assert [text for _, text in preview.history] == ["first", "first second third"]
