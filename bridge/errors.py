@@ -270,6 +270,15 @@ class RequestError(BridgeError):
         self.message = message
 
 
+class AcpRefused(BridgeError):
+    """A JSON-RPC request `agent-bridge acp` answers with an error (its JSON-RPC `code`); the door carries on."""
+
+    def __init__(self, rpc_code: int, message: str) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
+        self.message = message
+
+
 class ChatRefused(RequestError):
     """A chat completion request the OpenAI-compatible endpoint does not take; `param` names the field at fault."""
 
