@@ -1,0 +1,245 @@
+"""`agent-bridge acp PROFILE` driven by real ACP clients: the headless `acpx` (npm) and the official Python SDK.
+
+Behind the bridge: the SDK's sample agent (`sample_agents/acp_agent.py`, a real ACP agent, through `protocol:
+acp` with `permissions: {default: ask}` so its requests reach the editor), a shell script, and `profiles/`'
+stream and echo agents. Every client runs with a deadline; a hanging bridge fails the test in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from agents_cache import npm_binary
+from attachment_files import PNG
+from conftest import REPO, SAMPLE_AGENTS, assert_no_live_process
+
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+SDK_CLIENT = str(Path(__file__).parent / "acp_sdk_client.py")
+DEADLINE = 40
+
+
+def sdk_agent_profile(tmp_path: Path) -> Path:
+    """The SDK's sample agent (it takes images and loads its sessions), asking the editor before a tool runs."""
+    directory = tmp_path / "profiles"
+    directory.mkdir(exist_ok=True)
+    command = [sys.executable, str(SAMPLE_AGENTS / "acp_agent.py"), "--load", "--images", "--store", str(tmp_path)]
+    path = directory / "sdk.yaml"
+    path.write_text(
+        f"command: {command!r}\nprotocol: acp\nkill_grace_secs: 2\npermissions: {{default: ask, timeout_secs: 20}}\n"
+    )
+    return path
+
+
+def shell_profile(tmp_path: Path, script: str, more: str = "") -> Path:
+    directory = tmp_path / "profiles"
+    directory.mkdir(exist_ok=True)
+    path = directory / "shell.yaml"
+    path.write_text(f"command: {['sh', '-c', script]!r}\ntimeout_secs: 30\nkill_grace_secs: 1\n{more}")
+    return path
+
+
+def acp_command(profile: Path, tmp_path: Path) -> list[str]:
+    return [AGENT_BRIDGE, "acp", str(profile), "--state", str(tmp_path / "state.sqlite3")]
+
+
+def sdk(tmp_path: Path, profile: Path, scenario: str, *args: str) -> list[dict[str, Any]]:
+    """What the SDK's client saw running `scenario` against `agent-bridge acp profile`."""
+    command = [sys.executable, SDK_CLIENT, scenario, *args, "--", *acp_command(profile, tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def texts(seen: list[dict[str, Any]]) -> str:
+    return "".join(record["chunk"] for record in seen if "chunk" in record)
+
+
+def acpx(tmp_path: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """acpx, its state under tmp_path (HOME), driving the bridge; its idle agents exit after a second."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(exist_ok=True)
+    work.mkdir(exist_ok=True)
+    agent = " ".join(acp_command(profile, tmp_path))
+    command = [str(npm_binary("acpx")), "--agent", agent, "--ttl", "1", "--format", "quiet", *args]
+    env = os.environ | {"HOME": str(home)}
+    return subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE, cwd=work, env=env)
+
+
+# ---------------------------------------------------------------------------- acpx
+
+
+def test_acpx_prompts_a_streaming_profile_and_gets_the_reply_once(tmp_path):
+    done = acpx(tmp_path, REPO / "profiles" / "stream.yaml", "exec", "hello from the editor")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "hello from the editor"
+
+
+def test_acpx_answers_the_agents_permission_request(tmp_path):
+    profile = sdk_agent_profile(tmp_path)
+    allowed = acpx(tmp_path, profile, "--approve-all", "exec", "ask rm x")
+    assert "ran rm x (allow_once-id)" in allowed.stdout, allowed.stderr
+    denied = acpx(tmp_path, profile, "--deny-all", "exec", "ask rm x")
+    assert "did not run rm x (reject_once-id)" in denied.stdout, denied.stderr
+
+
+def test_acpx_cancels_a_running_prompt(tmp_path):
+    profile = sdk_agent_profile(tmp_path)
+    assert acpx(tmp_path, profile, "sessions", "new").returncode == 0
+    home, work = tmp_path / "home", tmp_path / "work"
+    agent = " ".join(acp_command(profile, tmp_path))
+    prompt = subprocess.Popen(
+        [str(npm_binary("acpx")), "--agent", agent, "--format", "json", "prompt", "hang"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=work,
+        env=os.environ | {"HOME": str(home)},
+    )
+    try:
+        assert prompt.stdout is not None
+        for line in prompt.stdout:  # the agent is waiting once its first chunk came
+            if "agent_message_chunk" in line:
+                break
+        assert acpx(tmp_path, profile, "cancel").returncode == 0
+        out, _ = prompt.communicate(timeout=DEADLINE)
+    finally:
+        prompt.kill()
+    assert '"stopReason":"cancelled"' in out
+
+
+def test_acpx_goes_on_with_a_session_after_the_bridge_restarted(tmp_path):
+    profile = sdk_agent_profile(tmp_path)
+    assert acpx(tmp_path, profile, "sessions", "new").returncode == 0
+    assert acpx(tmp_path, profile, "prompt", "first words").stdout.strip() == "echo: first words"
+    bridges = subprocess.run(["pgrep", "-f", f"acp {profile}"], capture_output=True, text=True).stdout.split()
+    assert bridges, "acpx keeps the bridge while the session is idle"
+    assert_no_live_process([int(pid) for pid in bridges], within=10)  # its --ttl 1 ran out: the bridge stopped
+    again = acpx(tmp_path, profile, "prompt", "history")
+    assert again.stdout.strip() == "first words", again.stderr
+
+
+# ---------------------------------------------------------------------------- the official Python SDK
+
+
+def test_the_sdk_client_streams_a_prompt_and_sees_tool_calls(tmp_path):
+    seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "prompt", "work the plan")
+    assert texts(seen) == "did: the plan"
+    assert {"tool": "tool_call", "status": "in_progress"} in seen
+    assert seen[-1] == {"stop": "end_turn"}
+
+
+def test_the_sdk_client_answers_a_permission_request_with_the_agents_options(tmp_path):
+    seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "ask", "ask rm x", "allow_always")
+    asked = next(record for record in seen if "permission" in record)
+    assert asked == {"permission": ["allow_once", "allow_always", "reject_once"], "title": "rm x"}
+    assert texts(seen) == "ran rm x (allow_always-id)"
+
+
+def test_the_sdk_client_cancels_a_prompt(tmp_path):
+    seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "cancel", "hang")
+    assert seen[-1] == {"stop": "cancelled"}
+
+
+def test_the_sdk_client_loads_a_session_after_the_bridge_restarted(tmp_path):
+    profile = sdk_agent_profile(tmp_path)
+    first = sdk(tmp_path, profile, "prompt", "remember me")
+    session_id = first[0]["session"]
+    again = sdk(tmp_path, profile, "load", session_id, "history")
+    assert texts(again) == "remember me"
+
+
+def test_an_image_block_reaches_the_agent_as_a_file(tmp_path):
+    image = tmp_path / "red.png"
+    image.write_bytes(PNG)
+    profile = shell_profile(tmp_path, 'wc -c < "$AGENT_IMAGE_PATH"', "attachments: {fetch: true}\n")
+    seen = sdk(tmp_path, profile, "image", str(image), "what is this?")
+    assert texts(seen).strip() == str(len(PNG))
+
+
+def test_a_failed_turn_is_an_error_with_its_error_reply(tmp_path):
+    profile = shell_profile(tmp_path, "echo 'it broke' >&2; exit 3")
+    seen = sdk(tmp_path, profile, "prompt", "hi")
+    assert "error" in seen[-1] and "exit" in seen[-1]["error"]
+
+
+# ---------------------------------------------------------------------------- bad input, vanishing clients
+
+
+class RawClient:
+    """`agent-bridge acp` on pipes, spoken to line by line."""
+
+    def __init__(self, profile: Path, tmp_path: Path) -> None:
+        self.process = subprocess.Popen(
+            acp_command(profile, tmp_path),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def send(self, data: bytes | dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data if isinstance(data, bytes) else json.dumps(data).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, "the bridge closed stdout"
+        return json.loads(line)
+
+    def request(self, rpc_id: int, method: str, **params: Any) -> dict[str, Any]:
+        self.send({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+        return self.receive()
+
+
+def test_bad_messages_get_json_rpc_errors_and_the_door_goes_on(tmp_path):
+    client = RawClient(REPO / "profiles" / "echo.yaml", tmp_path)
+    try:
+        assert client.request(0, "initialize", protocolVersion=1)["result"]["protocolVersion"] == 1
+        client.send(b"{this is not json\n")
+        assert client.receive()["error"]["code"] == -32700
+        assert client.request(1, "no/such/method")["error"]["code"] == -32601
+        stranger = client.request(2, "session/prompt", sessionId="acp-notthisclientssession12", prompt=[])
+        assert stranger["error"]["code"] == -32002
+        client.send(
+            b'{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"text":"' + b"x" * (33 << 20) + b'"}}\n'
+        )
+        too_big = client.receive()
+        assert too_big["id"] is None and "longer than" in too_big["error"]["message"]
+        session = client.request(4, "session/new", cwd="/", mcpServers=[])["result"]["sessionId"]
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "session/prompt",
+                "params": {"sessionId": session, "prompt": [{"type": "text", "text": "still here"}]},
+            }
+        )
+        assert client.receive()["params"]["update"]["content"]["text"] == "echo: still here"
+        assert client.receive() == {"jsonrpc": "2.0", "id": 5, "result": {"stopReason": "end_turn"}}
+    finally:
+        client.process.kill()
+        client.process.wait()
+
+
+def test_an_editor_that_vanishes_mid_prompt_leaves_no_process(tmp_path):
+    profile = shell_profile(tmp_path, 'echo "AGENT_PARTIAL:pid $$"; exec sleep 60')
+    client = RawClient(profile, tmp_path)
+    client.request(0, "initialize", protocolVersion=1)
+    session = client.request(1, "session/new", cwd="/", mcpServers=[])["result"]["sessionId"]
+    prompt = [{"type": "text", "text": "wait"}]
+    client.send(
+        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": prompt}}
+    )
+    partial = client.receive()["params"]["update"]["content"]["text"]
+    agent_pid = int(partial.split()[1])
+    assert client.process.stdin is not None and client.process.stdout is not None
+    client.process.stdin.close()  # the editor is gone
+    client.process.stdout.close()
+    assert client.process.wait(timeout=15) in (0, 1)
+    assert_no_live_process([agent_pid])
