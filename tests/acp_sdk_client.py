@@ -3,7 +3,7 @@
     python acp_sdk_client.py SCENARIO ARG... -- AGENT_COMMAND...
 
 Prints what the client saw as JSON lines on stdout: {"session": id}, {"chunk": text}, {"tool": update kind},
-{"permission": [option kinds]}, {"link": uri}, then {"stop": reason} or {"error": message}. Scenarios:
+{"permission": [option kinds]}, {"link": uri, "name", "text"}, then {"stop": reason} or {"error": message}. Scenarios:
 
     prompt TEXT              a new session, one prompt
     ask TEXT OPTION_ID       a new session, one prompt; a permission request is answered with OPTION_ID
@@ -41,7 +41,8 @@ class Editor(Client):
             if content.type == "text":
                 say(chunk=content.text)
             elif content.type == "resource_link":
-                say(link=content.uri, name=content.name)
+                with open(content.uri.removeprefix("file://"), encoding="utf-8") as file:  # while the turn's file waits
+                    say(link=content.uri, name=content.name, text=file.read())
             self.first_chunk.set()
         elif kind in ("tool_call", "tool_call_update"):
             say(tool=kind, status=update.status)

@@ -161,6 +161,13 @@ def test_an_image_block_reaches_the_agent_as_a_file(tmp_path):
     assert texts(seen).strip() == str(len(PNG))
 
 
+def test_files_the_agent_leaves_come_back_as_resource_links(tmp_path):
+    seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "prompt", "files notes.txt:milk")
+    (link,) = [record for record in seen if "link" in record]
+    assert link["link"].startswith("file:///") and (link["name"], link["text"]) == ("notes.txt", "milk")
+    assert not Path(link["link"].removeprefix("file://")).exists()  # the bridge ended: nothing it left stays
+
+
 def test_a_failed_turn_is_an_error_with_its_error_reply(tmp_path):
     profile = shell_profile(tmp_path, "echo 'it broke' >&2; exit 3")
     seen = sdk(tmp_path, profile, "prompt", "hi")
