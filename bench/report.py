@@ -1140,6 +1140,11 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "30. **Limits by rlimit**: row 29's sample, a turn with `limits: {cpu_secs, file_size_mb, open_files}` "
             "(rlimits only, set by util-linux's `prlimit` in front of the agent) against the same turn without "
             "limits; at most 0.1 ms more.",
+            "31. **A turn through the ACP door** (bench/acp.py): one `agent-bridge serve --profiles` and one "
+            "`agent-bridge acp PROFILE` on stdin/stdout, the echo agent behind both, each with a store of its own; "
+            "turn by turn, the order rotating, a serve `turn` and a `session/prompt` in one ACP session, each timed "
+            "from writing the request to reading its end (serve's `result`, the prompt's response). At most 1 ms "
+            "more at the median.",
             "",
         ]
     )
