@@ -147,7 +147,7 @@ class AcpDoor:
         async def forward(event: HostEvent) -> None:
             uri = ""
             if type(event) is FileEvent:
-                uri = "file://" + files.offer(turn_id, event, 0)["path"]
+                uri = "file://" + files.offer(turn_id, event, -1)["path"]  # never inline: an empty file too waits
             await self._act(self._side.event(session_id, event, uri), files, turns)
 
         try:
