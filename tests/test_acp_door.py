@@ -180,9 +180,9 @@ def test_a_failed_turn_is_an_error_with_its_error_reply(tmp_path):
 class RawClient:
     """`agent-bridge acp` on pipes, spoken to line by line."""
 
-    def __init__(self, profile: Path, tmp_path: Path) -> None:
+    def __init__(self, profile: Path, tmp_path: Path, *options: str) -> None:
         self.process = subprocess.Popen(
-            acp_command(profile, tmp_path),
+            [*acp_command(profile, tmp_path), *options],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -250,3 +250,21 @@ def test_an_editor_that_vanishes_mid_prompt_leaves_no_process(tmp_path):
     client.process.stdout.close()
     assert client.process.wait(timeout=15) in (0, 1)
     assert_no_live_process([agent_pid])
+
+
+def test_nothing_but_json_rpc_reaches_stdout_with_debug_logs_and_an_agent_writing_to_stderr(tmp_path):
+    profile = shell_profile(tmp_path, 'echo "a word on stderr" >&2; echo "the reply"')
+    client = RawClient(profile, tmp_path, "--log-level", "debug")
+    client.request(0, "initialize", protocolVersion=1)
+    session = client.request(1, "session/new", cwd="/", mcpServers=[])["result"]["sessionId"]
+    prompt = [{"type": "text", "text": "hi"}]
+    client.send(
+        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": prompt}}
+    )
+    messages = [client.receive()]
+    while messages[-1].get("id") != 2:
+        messages.append(client.receive())  # each line must be JSON
+    assert messages[-1] == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
+    out, err = client.process.communicate(timeout=DEADLINE)
+    assert out == b"" and all(message["jsonrpc"] == "2.0" for message in messages)
+    assert b"debug" in err.lower() or b"info" in err.lower()  # the logs went to stderr
