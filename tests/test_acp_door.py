@@ -11,12 +11,16 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
 from agents_cache import npm_binary
 from attachment_files import PNG
-from conftest import REPO, SAMPLE_AGENTS, assert_no_live_process
+from conftest import CLI_PROFILES, REPO, SAMPLE_AGENTS, assert_no_live_process
+from fakes.openai_responses import OpenAIResponses, write_codex_home
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 SDK_CLIENT = str(Path(__file__).parent / "acp_sdk_client.py")
@@ -121,6 +125,42 @@ def test_acpx_goes_on_with_a_session_after_the_bridge_restarted(tmp_path):
     assert_no_live_process([int(pid) for pid in bridges], within=10)  # its --ttl 1 ran out: the bridge stopped
     again = acpx(tmp_path, profile, "prompt", "history")
     assert again.stdout.strip() == "first words", again.stderr
+
+
+@pytest.fixture(scope="module")
+def codex_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    npm_binary("codex-acp")
+    with OpenAIResponses() as api:
+        yield write_codex_home(tmp_path_factory.mktemp("codex-acp") / "home", api.base_url)
+
+
+def ready_codex_profile(tmp_path: Path, home: Path) -> Path:
+    """profiles/clis/codex-acp.yaml as shipped (its policy asks before a command), run by the cached codex-acp in
+    tmp_path/work against the fake OpenAI server."""
+    profile = yaml.safe_load((CLI_PROFILES / "codex-acp.yaml").read_text())
+    profile |= {
+        "command": str(npm_binary("codex-acp")),
+        "cwd": str(tmp_path / "work"),
+        "kill_grace_secs": 0.5,
+        "env": {"CODEX_HOME": str(home), "HOME": str(home.parent)},
+    }
+    directory = tmp_path / "profiles"
+    directory.mkdir(exist_ok=True)
+    (tmp_path / "work").mkdir(exist_ok=True)
+    path = directory / "codex-acp.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return path
+
+
+def test_acpx_drives_the_ready_codex_acp_profile_and_answers_its_permission_requests(tmp_path, codex_home):
+    profile = ready_codex_profile(tmp_path, codex_home)
+    said = acpx(tmp_path, profile, "exec", "say one two three four five")
+    assert said.stdout.strip() == "one two three four five", said.stderr
+    allowed = acpx(tmp_path, profile, "--approve-all", "exec", "escalate touch allowed-file")
+    assert (tmp_path / "work" / "allowed-file").exists(), allowed.stderr
+    denied = acpx(tmp_path, profile, "--deny-all", "exec", "escalate touch denied-file")
+    assert not (tmp_path / "work" / "denied-file").exists(), denied.stdout
+    assert denied.returncode != 0  # the denied command failed the turn, which acpx reports
 
 
 # ---------------------------------------------------------------------------- the official Python SDK
