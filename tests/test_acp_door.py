@@ -180,6 +180,12 @@ def test_the_sdk_client_answers_a_permission_request_with_the_agents_options(tmp
     assert texts(seen) == "ran rm x (allow_always-id)"
 
 
+@pytest.mark.parametrize(("word", "stop"), [("max_tokens", "max_tokens"), ("refuse", "refusal")])
+def test_an_agent_that_stops_short_gives_the_editor_its_stop_reason(tmp_path, word, stop):
+    seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "prompt", word)
+    assert seen[-1] == {"stop": stop}
+
+
 def test_the_sdk_client_cancels_a_prompt(tmp_path):
     seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "cancel", "hang")
     assert seen[-1] == {"stop": "cancelled"}
