@@ -226,9 +226,9 @@ def test_a_failed_turn_is_an_error_with_its_error_reply(tmp_path):
 class RawClient:
     """`agent-bridge acp` on pipes, spoken to line by line."""
 
-    def __init__(self, profile: Path, tmp_path: Path, *options: str) -> None:
+    def __init__(self, profile: Path, tmp_path: Path, *options: str, command: list[str] | None = None) -> None:
         self.process = subprocess.Popen(
-            [*acp_command(profile, tmp_path), *options],
+            command or [*acp_command(profile, tmp_path), *options],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -314,3 +314,27 @@ def test_nothing_but_json_rpc_reaches_stdout_with_debug_logs_and_an_agent_writin
     out, err = client.process.communicate(timeout=DEADLINE)
     assert out == b"" and all(message["jsonrpc"] == "2.0" for message in messages)
     assert b"debug" in err.lower() or b"info" in err.lower()  # the logs went to stderr
+
+
+def test_prompts_run_on_the_fleets_workers_through_a_gateway(tmp_path, pg_dsn):
+    from fleetkit import Fleet
+    from hostkit import Lab
+
+    fleet = Fleet(Lab(tmp_path), pg_dsn)
+    shell_profile(tmp_path, 'echo "worker says: $AGENT_MESSAGE"')
+    fleet.worker()
+    gateway = [AGENT_BRIDGE, "acp", "shell", "--postgres", pg_dsn, "--name", "editor"]
+    client = RawClient(tmp_path, tmp_path, command=gateway)
+    try:
+        client.request(0, "initialize", protocolVersion=1)
+        session = client.request(1, "session/new", cwd="/", mcpServers=[])["result"]["sessionId"]
+        prompt = [{"type": "text", "text": "hello"}]
+        client.send(
+            {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": prompt}}
+        )
+        assert client.receive()["params"]["update"]["content"]["text"] == "worker says: hello"
+        assert client.receive() == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
+    finally:
+        client.process.kill()
+        client.process.wait()
+        fleet.stop()
