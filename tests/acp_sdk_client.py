@@ -3,7 +3,7 @@
     python acp_sdk_client.py SCENARIO ARG... -- AGENT_COMMAND...
 
 Prints what the client saw as JSON lines on stdout: {"session": id}, {"chunk": text}, {"tool": update kind},
-{"permission": [option kinds]}, {"link": uri, "name", "text"}, then {"stop": reason} or {"error": message}. Scenarios:
+{"permission": [option kinds], "options": [their ids]}, {"link": uri, "name", "text"}, then {"stop": reason} or {"error": message}. Scenarios:
 
     prompt TEXT              a new session, one prompt
     ask TEXT OPTION_ID       a new session, one prompt; a permission request is answered with OPTION_ID
@@ -48,7 +48,7 @@ class Editor(Client):
             say(tool=kind, status=update.status)
 
     async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kwargs: Any) -> Any:
-        say(permission=[option.kind for option in options], title=tool_call.title)
+        say(permission=[option.kind for option in options], options=[option.option_id for option in options])
         if not self.answer:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.answer))

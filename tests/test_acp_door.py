@@ -20,6 +20,8 @@ import yaml
 from agents_cache import npm_binary
 from attachment_files import PNG
 from conftest import CLI_PROFILES, REPO, SAMPLE_AGENTS, assert_no_live_process
+from fake_anthropic import write_claude_profile
+from fake_api import FakeApi
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -176,7 +178,7 @@ def test_the_sdk_client_streams_a_prompt_and_sees_tool_calls(tmp_path):
 def test_the_sdk_client_answers_a_permission_request_with_the_agents_options(tmp_path):
     seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "ask", "ask rm x", "allow_always")
     asked = next(record for record in seen if "permission" in record)
-    assert asked == {"permission": ["allow_once", "allow_always", "reject_once"], "title": "rm x"}
+    assert asked["permission"] == ["allow_once", "allow_always", "reject_once"]
     assert texts(seen) == "ran rm x (allow_always-id)"
 
 
@@ -184,6 +186,21 @@ def test_the_sdk_client_answers_a_permission_request_with_the_agents_options(tmp
 def test_an_agent_that_stops_short_gives_the_editor_its_stop_reason(tmp_path, word, stop):
     seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "prompt", word)
     assert seen[-1] == {"stop": stop}
+
+
+def test_a_question_of_claude_code_is_a_choice_of_its_options_in_the_editor(tmp_path):
+    from fake_anthropic import Conversation
+
+    with FakeApi(Conversation()) as api:
+        profiles = tmp_path / "profiles"
+        profiles.mkdir()
+        write_claude_profile(profiles / "claude.yaml", api, tmp_path)
+        seen = sdk(tmp_path, profiles / "claude.yaml", "ask", "ask colour", "Blue")
+    asked = next(record for record in seen if "permission" in record)
+    assert asked["options"] == ["Red", "Blue", "decline"]
+    assert asked["permission"] == ["allow_once", "allow_once", "reject_once"]
+    assert '"Which colour?"="Blue"' in texts(seen)  # what Claude Code told its model the user chose
+    assert seen[-1] == {"stop": "end_turn"}
 
 
 def test_the_sdk_client_cancels_a_prompt(tmp_path):
