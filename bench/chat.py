@@ -1,4 +1,4 @@
-"""Rows 31–33, the chat side (issue 36): a real `agent-bridge connect` against the fake Telegram Bot API
+"""Rows 32–34, the chat side (issue 36): a real `agent-bridge connect` against the fake Telegram Bot API
 (tools/fakes/telegram_bot_api.py, in this process, on loopback), with real agent processes.
 
 `make bench` runs these samples in its workers (case `chat`); alone, from the repository, one of each:

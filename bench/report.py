@@ -41,6 +41,8 @@ HTTP_OVER_STDIN_MS = 1.0
 WS_OVER_STDIN_MS = 0.5
 SSE_LATENCY_P99_MS = 2.0
 IDLE_CONNECTIONS_RSS_MB = 150.0
+# Issue 38's: a turn through `agent-bridge acp` at most 1 ms more at the median than through stdin/stdout serve.
+ACP_OVER_STDIN_MS = 1.0
 # Issue 24's, row 1's agent: a sandboxed turn (`sandbox: {}`) at most 1 ms more at the median than bwrap running the
 # agent alone; limits by rlimit add at most 0.1 ms to a turn.
 SANDBOX_OVER_BWRAP_MS = 1.0
@@ -237,6 +239,8 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             **{key: stats(pooled(idle, key)) for key in ("rss_mb", "peak_rss_mb", "before_mb", "turn_ms")},
             "connections": raw["plan"]["network"]["variants"].get("idle connections", {}).get("connections", 0),
         }
+    if "acp" in samples:
+        out["acp"] = {name: stats(pooled(samples["acp"].get("turn", []), f"{name}_ms")) for name in ("stdin", "acp")}
     if "chat" in samples:
         runs = samples["chat"]
         burst = runs.get("200 chats", [])
@@ -335,6 +339,12 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
                 for x in samples["network"]["turn"]
                 if "invalid" not in x
             ]
+    if "turn" in samples.get("acp", {}):
+        result["acp: turn − stdin/stdout serve (ms)"] = [
+            round(statistics.median(x["acp_ms"]) - statistics.median(x["stdin_ms"]), 3)
+            for x in samples["acp"]["turn"]
+            if "invalid" not in x
+        ]
     return result
 
 
@@ -744,6 +754,16 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             f"< {IDLE_CONNECTIONS_RSS_MB:g} MB",
             _verdict(network["rss_mb"]["max"] < IDLE_CONNECTIONS_RSS_MB),
         )
+    acp = s.get("acp", {})
+    if acp.get("acp", {}).get("n") and acp.get("stdin", {}).get("n"):
+        over(
+            "31 turn through agent-bridge acp, median",
+            acp["acp"]["median"],
+            acp["stdin"]["median"],
+            "stdin/stdout serve",
+            ACP_OVER_STDIN_MS,
+            "stdin serve",
+        )
     confined = s.get("confined", {})
     for number, name, floor, floor_name, limit in (
         (29, "sandboxed", "bwrap", "bwrap alone", SANDBOX_OVER_BWRAP_MS),
@@ -763,11 +783,11 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def chat_rows(chat: dict[str, Any], row: Any, over: Any) -> None:
-    """Rows 31–33, the chat side (bench/chat.py)."""
+    """Rows 32–34, the chat side (bench/chat.py)."""
     telegram, plain = chat.get("turn", {}).get("telegram", {}), chat.get("turn", {}).get("stdin", {})
     if telegram.get("n") and plain.get("n"):
         over(
-            "31 echo turn through Telegram, median",
+            "32 echo turn through Telegram, median",
             telegram["median"],
             plain["median"],
             "stdin/stdout serve",
@@ -779,7 +799,7 @@ def chat_rows(chat: dict[str, Any], row: Any, over: Any) -> None:
         gap = chat["min_chat_gap_s"]["min"] if chat["min_chat_gap_s"].get("n") else None
         ok = most <= CHAT_SENDS_PER_SECOND and rss < CHAT_RSS_MB and (gap is None or gap >= CHAT_INTERVAL_S - 0.05)
         row(
-            f"32 {chat['chats']} chats at once, each answered once",
+            f"33 {chat['chats']} chats at once, each answered once",
             f"{most:g} sends/s at most, {rss:.1f} MB",
             f"all answered in {chat['seconds']['median']:.1f} s",
             "",
@@ -790,7 +810,7 @@ def chat_rows(chat: dict[str, Any], row: Any, over: Any) -> None:
     lat = chat.get("preview", {})
     if lat.get("n"):
         row(
-            "33 partial shown in the preview, p99 (p50)",
+            "34 partial shown in the preview, p99 (p50)",
             f"{lat['p99']:.0f} ms ({lat['p50']:.0f})",
             "",
             "",
@@ -1180,16 +1200,21 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "30. **Limits by rlimit**: row 29's sample, a turn with `limits: {cpu_secs, file_size_mb, open_files}` "
             "(rlimits only, set by util-linux's `prlimit` in front of the agent) against the same turn without "
             "limits; at most 0.1 ms more.",
-            "31. **A turn through Telegram** (bench/chat.py): a real `agent-bridge connect` against the fake Bot API "
+            "31. **A turn through the ACP door** (bench/acp.py): one `agent-bridge serve --profiles` and one "
+            "`agent-bridge acp PROFILE` on stdin/stdout, the echo agent behind both, each with a store of its own; "
+            "turn by turn, the order rotating, a serve `turn` and a `session/prompt` in one ACP session, each timed "
+            "from writing the request to reading its end (serve's `result`, the prompt's response). At most 1 ms "
+            "more at the median.",
+            "32. **A turn through Telegram** (bench/chat.py): a real `agent-bridge connect` against the fake Bot API "
             "(tools/fakes/telegram_bot_api.py, on loopback) and a stdin/stdout `serve`, the echo agent behind both, "
             "turn by turn in rotating order; a Telegram turn is timed on the fake's clock from the update being "
             "available to `getUpdates` to the reply's `sendMessage` arriving, each in a chat of its own and spaced so "
             "that no pacing limit is engaged. At most 3 ms over stdin/stdout serve at the median.",
-            "32. **200 chats at once**: 200 allowed users send a message each at the same moment; each chat must get "
+            "33. **200 chats at once**: 200 allowed users send a message each at the same moment; each chat must get "
             "its reply exactly once (checked two seconds after the last), and from the fake's record the most "
             "`sendMessage` calls arriving in any second (≤ 30), the shortest gap between two in one chat (≤ 1 a "
             "second), the 429s met, and connect's peak RSS (VmHWM) from /proc (< 150 MB).",
-            "33. **A partial in the preview**: agents print a partial every 100 ms for 3 s naming the monotonic time "
+            "34. **A partial in the preview**: agents print a partial every 100 ms for 3 s naming the monotonic time "
             "they wrote it; for each, the delay until the preview message (its `sendMessage` or an "
             "`editMessageText`) first shows it. Telegram allows an edit a second in a chat: p99 ≤ 1 s + 50 ms.",
             "",

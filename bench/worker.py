@@ -1371,6 +1371,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("network", "turn"): interactive("network", "turn"),
     ("network", "latency"): interactive("network", "latency"),
     ("network", "idle"): interactive("network", "idle"),
+    ("acp", "turn"): interactive("acp", "turn"),
     ("chat", "turn"): interactive("chat", "turn"),
     ("chat", "burst"): interactive("chat", "burst"),
     ("chat", "preview"): interactive("chat", "preview"),

@@ -31,6 +31,7 @@ FLOORS = {
     "serving": 7,
     "network": 8,
     "chat": 8,
+    "acp_door": 8,
     "cli": 9,
     "command": 10,
 }

@@ -109,8 +109,8 @@ class Inbox:
 
     def _prepare(self, db: sqlite3.Connection) -> None:
         db.execute("PRAGMA journal_mode = WAL")
-        # Not FULL, an fsync at every commit (~5 ms on a VM's disk, four of them in a turn's path): row 31 of
-        # `make bench` (a Telegram turn within 3 ms of serve's) would miss by 20 ms. One fsync per polled batch,
+        # Not FULL, an fsync at every commit (~5 ms on a VM's disk, four of them in a turn's path): row 32 of
+        # `make bench` (a Telegram turn within 3 ms of serve's) measured +25 ms with them. One fsync per polled batch,
         # `sync()` before its acknowledgement, keeps what must survive a power cut: the updates acknowledged.
         db.execute("PRAGMA synchronous = NORMAL")
         version = db.execute("PRAGMA user_version").fetchone()[0]

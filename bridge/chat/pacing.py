@@ -63,7 +63,7 @@ class PaceLimits:
             raise ValueError("global_per_second must be a whole number when global_burst is None (a window)")
 
 
-# The window's margin, for row 32 of `make bench` (200 chats at once): a send handed out on time can reach Telegram
+# The window's margin, for row 33 of `make bench` (200 chats at once): a send handed out on time can reach Telegram
 # tens of milliseconds late when the bot is busy, and the next one in time: 31 arrivals in one second, a 429 that
 # holds the bot for a second, and the sends of every other chat meeting it (measured: 165 429s and 12 s for the 200
 # replies without the margin; none and 7.8 s with it).

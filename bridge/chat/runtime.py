@@ -164,7 +164,7 @@ class _Preview:
 
     Each change is handed to the platform at once, without waiting for the edit before it: the pacer merges the
     edits of one message still waiting, so the one that goes out shows the text as it is when its turn comes (a
-    partial waits at most one pacing interval, not two; row 33 of `make bench`)."""
+    partial waits at most one pacing interval, not two; row 34 of `make bench`)."""
 
     def __init__(self, platform: Platform, chat: str, thread: str) -> None:
         self._platform = platform

@@ -167,7 +167,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
 
-COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker")
+COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker", "acp")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -523,6 +523,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             help="serve's tokens file: /metrics then needs one of its bearer tokens, and --metrics may be any address",
         )
         worker.set_defaults(handler=_worker_command, command_parser=worker)
+
+    if command in (None, "acp"):
+        acp = commands.add_parser(
+            "acp",
+            parents=[common],
+            help="be an ACP agent for an editor (Zed, JetBrains, acpx) on stdin/stdout",
+            description="Speaks the Agent Client Protocol on stdin/stdout; every prompt is a turn of PROFILE, every\n"
+            "ACP session a conversation of the store (docs/editors.md). Logs go to stderr.",
+            formatter_class=explained,
+        )
+        acp.add_argument(
+            "profile", metavar="PROFILE", help="the profile's YAML file (a name with --profiles/--postgres)"
+        )
+        acp.add_argument("--profiles", metavar="DIR", help="take PROFILE by name from this directory of profiles")
+        acp.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+        acp.add_argument("--namespace", metavar="NAME", help=_NAMESPACE_HELP)
+        acp.add_argument(
+            "--postgres", metavar="DSN", help="run the prompts on the fleet's workers, as serve --postgres"
+        )
+        acp.add_argument(
+            "--name", metavar="NAME", default="acp", help="with --postgres: the gateway's name (default: acp)"
+        )
+        acp.set_defaults(handler=_acp_command, command_parser=acp)
     return parser
 
 
@@ -1051,6 +1074,17 @@ def _connect_command(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"shutdown_grace": args.shutdown_grace} if args.shutdown_grace is not None else {}
     options.update(metrics=args.metrics, metrics_tokens=args.metrics_tokens)
     return run_connect(args.config, args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options)
+
+
+def _acp_command(args: argparse.Namespace) -> int:
+    from .acp import run_acp  # lazily: only acp pays for the host runtime
+
+    if args.postgres is not None and args.namespace is not None:
+        args.command_parser.error("a gateway's namespace is its --name: use --name instead of --namespace")
+    options = {"namespace": args.namespace} if args.postgres is None else {}
+    return run_acp(
+        args.profile, profiles=args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options
+    )
 
 
 def _worker_command(args: argparse.Namespace) -> int:
