@@ -257,7 +257,7 @@ class ChatBridge:
                     batch = await self._poll()
                     # Stored (with the position) before the platform may forget them: a crash in between
                     # gets the batch again, and the ids already stored are skipped.
-                    new = await trio.to_thread.run_sync(self.inbox.store_batch, name, batch.items, batch.position)
+                    new = self.inbox.store_batch(name, batch.items, batch.position)  # on trio's thread: see _mark
                     self.counts.updates_received += len(new)
                     for stored in new:
                         await self._dispatch(stored)
@@ -317,19 +317,18 @@ class ChatBridge:
             task_status.started()
             await self._reply(item, refusal)
             return
-        profile = await self._profile_of(conversation)
-        await self._mark(item.update_id, "running")
         directory = tempfile.mkdtemp(prefix="agent-bridge-chat-")
         try:
-            try:
+            try:  # before the update is marked running: a crash meanwhile runs it again all the same
                 turn = Turn(item.text, from_user=item.user, attachments=await self._download(item, directory))
             except BridgeError as err:
                 task_status.started()
                 await self._reply(item, f"Your files could not be received: {err}")
                 return
-            await trio.to_thread.run_sync(
-                lambda: self.inbox.add_usage(self.platform.name, item.user, self._today(), turns=1)
+            stored = self.inbox.begin_turn(  # on trio's thread: see _mark
+                self.platform.name, item.update_id, item.user, self._today(), conversation.base
             )
+            profile, generation = self._profile_in(stored), 0 if stored is None else stored[1]
             preview = _Preview(self.platform, item.chat, item.thread)
             results: list[TurnResult] = []
             # Unique among turns in flight, a previous run's on the fleet included; the prompts name it.
@@ -341,6 +340,7 @@ class ChatBridge:
                     await helpers.start(
                         self._submit,
                         profile,
+                        generation,
                         conversation,
                         turn,
                         turn_id,
@@ -375,6 +375,7 @@ class ChatBridge:
     async def _submit(
         self,
         profile: str,
+        generation: int,
         conversation: _Conversation,
         turn: Turn,
         turn_id: str,
@@ -391,9 +392,7 @@ class ChatBridge:
             elif isinstance(event, RequestWithdrawn):
                 await self._withdrawn(turn_id, event.request_id)
 
-        key = conversation_key(
-            self.platform.name, conversation.chat, conversation.thread, await self._generation(conversation)
-        )
+        key = conversation_key(self.platform.name, conversation.chat, conversation.thread, generation)
         conversation.turn_ids.append(turn_id)
         try:
             result = await self.host.submit(
@@ -540,7 +539,12 @@ class ChatBridge:
         await self._deliver(item, reply)
 
     async def _mark(self, update_id: str, state: Any, reply: str | None = None) -> None:
-        await trio.to_thread.run_sync(self.inbox.mark, self.platform.name, update_id, state, reply)
+        # The inbox's writes on a turn's path (this, `store_batch`, `begin_turn`) run on trio's thread: each is one
+        # sub-millisecond SQLite transaction that never waits for another process (the bot lock keeps them off the
+        # file; the fsyncs and checkpoints are `sync()`'s, in a worker thread). A hop to a worker thread and back
+        # cost ~1.5 ms on a loaded machine, and a turn made three: row 32 of `make bench`.
+        await trio.lowlevel.checkpoint()
+        self.inbox.mark(self.platform.name, update_id, state, reply)
 
     # ------------------------------------------------------------------ access
 
@@ -785,7 +789,12 @@ class ChatBridge:
         return conversation
 
     async def _profile_of(self, conversation: _Conversation) -> str:
-        stored = await trio.to_thread.run_sync(self.inbox.conversation, self.platform.name, conversation.base)
+        return self._profile_in(
+            await trio.to_thread.run_sync(self.inbox.conversation, self.platform.name, conversation.base)
+        )
+
+    def _profile_in(self, stored: tuple[str, int] | None) -> str:
+        """The profile of a conversation as the inbox holds it (None: the defaults)."""
         if stored is None or stored[0] not in self.settings.switchable:
             return self.settings.profile
         return stored[0]
