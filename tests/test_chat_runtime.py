@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -604,6 +605,18 @@ def test_the_inbox_keeps_only_the_latest_delivered_updates(tmp_path: Path) -> No
     assert inbox.state_of("fake", "1") is None and inbox.state_of("fake", "5") == "delivered"
     assert inbox.store_batch("fake", [message(6, "m6"), message(8, "m8")], "9")[0].update_id == "8"
     inbox.close()
+
+
+def test_the_inbox_log_is_copied_into_its_file_by_sync_once_it_has_grown(tmp_path: Path) -> None:
+    inbox = Inbox(tmp_path / "chat.sqlite3")
+    for index in range(1, 601):  # some 10 MB of log: past the size at which `sync` checkpoints
+        inbox.store_batch("fake", [message(index, "x" * 4000)], str(index + 1))
+    inbox.sync()
+    shutil.copy(tmp_path / "chat.sqlite3", tmp_path / "copy.sqlite3")  # the file alone, without its log
+    inbox.close()
+    copy = Inbox(tmp_path / "copy.sqlite3")
+    assert len(copy.unfinished("fake")) == 600 and copy.position("fake") == "601"
+    copy.close()
 
 
 async def test_a_press_decides_the_turn_that_asked_while_another_message_waits_behind_it(setup: Path) -> None:
