@@ -245,7 +245,7 @@ async def _child(directory: Path, profiles: str, state: str, crash_on: str) -> N
 
     platform = FakePlatform(directory, crash_on=crash_on)
     inbox = Inbox(state + ".chat")
-    settings = ChatSettings(profile="agent", allow_users=frozenset({"7"}))
+    settings = ChatSettings(profile="agent", allow_users=frozenset({"7"}), typing_after_secs=0.0)  # crash_on="typing"
     async with open_host(profiles, state=state) as host, trio.open_nursery() as nursery:
         bridge = ChatBridge(host, platform, settings, inbox)
 

@@ -171,7 +171,7 @@ async def test_a_streamed_reply_is_a_preview_edited_then_a_new_message_and_the_p
             ),
         )
         assert not [text for text in platform.sent_texts() if "in full" in text]
-        assert platform.of("typing"), "typing is shown while the agent works"
+        await platform.wait_for("typing shown while the agent works", lambda: platform.of("typing"))
         await open_gate(setup)
         await platform.wait_for(
             "the final reply",
@@ -182,6 +182,13 @@ async def test_a_streamed_reply_is_a_preview_edited_then_a_new_message_and_the_p
         final = [record for record in platform.of("send") if "in full" in record.text]
         assert len(final) == 1 and final[0].key != preview_key
         assert platform.of("ack")[-1].text == "1"
+
+
+async def test_a_reply_that_comes_before_typing_is_due_is_sent_without_a_typing_indicator(setup: Path) -> None:
+    async with running_bridge(setup, typing_after_secs=DEADLINE) as (_, platform):
+        platform.push(message(1, "hi"))
+        await platform.wait_for("the reply", lambda: "echo: hi" in replies(platform))
+        assert not platform.of("typing")
 
 
 @pytest.mark.parametrize(
