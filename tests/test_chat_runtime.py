@@ -218,6 +218,21 @@ async def test_an_approval_is_decided_by_a_press_while_the_turn_that_asked_still
             assert "addRules" in reply or "updatedPermissions" in reply or "allow" in reply
 
 
+async def test_a_press_that_comes_before_the_prompts_send_returns_still_edits_the_prompt(setup: Path) -> None:
+    platform = FakePlatform()
+    platform.hold_prompts = trio.Event()  # the user sees the buttons before the bot hears that the send went
+    async with running_bridge(setup, platform, profile="asker"):
+        platform.push(message(1, "run the build"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        platform.push(press(2, platform.choice("Deny")))
+        await platform.wait_for("the press answered", lambda: platform.of("press"))
+        platform.hold_prompts.set()
+        await platform.wait_for(
+            "the prompt edited", lambda: [r for r in platform.of("edit") if r.text.endswith("Denied by Ann.")]
+        )
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+
+
 async def test_a_question_is_answered_by_a_press(setup: Path) -> None:
     async with running_bridge(setup, profile="asker") as (_, platform):
         platform.push(message(1, "a question"))

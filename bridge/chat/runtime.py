@@ -118,6 +118,15 @@ class _Conversation:
 
 
 @dataclass
+class _PromptMessage:
+    """The message showing a prompt's question: its key once the platform took the send ("" if it never did). A
+    press can arrive before the send's answer does (the user sees the message first): its edit waits for `sent`."""
+
+    key: str = ""
+    sent: trio.Event = field(default_factory=trio.Event)
+
+
+@dataclass
 class _Prompt:
     """A permission request or a question shown with choices, until it is answered or its turn ends."""
 
@@ -126,7 +135,7 @@ class _Prompt:
     turn_id: str
     request_id: str
     text: str
-    message_key: str = ""
+    message: _PromptMessage = field(default_factory=_PromptMessage)
     permission: PermissionRequest | None = None
     request: QuestionRequest | None = None
     index: int = 0  # the question of `request` shown now
@@ -643,10 +652,14 @@ class ChatBridge:
                 prompt.text += (
                     "\n\n(answer with a message)" if not question.options else "\n\n(or answer with a message)"
                 )
-        keys = await self._send(
-            prompt.conversation.chat, prompt.conversation.thread, prompt.text, self._choices(prompt)
-        )
-        prompt.message_key = keys[-1] if keys else ""
+        message = prompt.message = _PromptMessage()
+        try:
+            keys = await self._send(
+                prompt.conversation.chat, prompt.conversation.thread, prompt.text, self._choices(prompt)
+            )
+            message.key = keys[-1] if keys else ""
+        finally:
+            message.sent.set()
 
     def _choices(self, prompt: _Prompt) -> tuple[Choice, ...]:
         if prompt.permission is not None:
@@ -694,7 +707,7 @@ class ChatBridge:
             self._later(self.platform.answer_press, press, decision[1])
             self._forget(prompt)
             self._later(
-                self._edit, prompt.conversation.chat, prompt.message_key, f"{prompt.text}\n\n{decision[1]} by {who}."
+                self._edit, prompt.conversation.chat, prompt.message, f"{prompt.text}\n\n{decision[1]} by {who}."
             )
             return
         question = prompt.question
@@ -731,9 +744,7 @@ class ChatBridge:
             prompt.conversation.free_text = None
         prompt.answers[question.id] = answer
         shown = answer if isinstance(answer, str) else ", ".join(answer) or "nothing"
-        self._later(
-            self._edit, prompt.conversation.chat, prompt.message_key, f"{prompt.text}\n\n{who} answered: {shown}"
-        )
+        self._later(self._edit, prompt.conversation.chat, prompt.message, f"{prompt.text}\n\n{who} answered: {shown}")
         if prompt.index + 1 < len(request.questions):
             prompt.index += 1
             self._later(self._show, prompt)
@@ -758,20 +769,21 @@ class ChatBridge:
 
     async def _edit_choices(self, prompt: _Prompt) -> None:
         """Show a multi-select prompt's choices as they are when the edit goes out."""
-        await self._edit(prompt.conversation.chat, prompt.message_key, prompt.text, self._choices(prompt))
+        await self._edit(prompt.conversation.chat, prompt.message, prompt.text, self._choices(prompt))
 
     async def _withdrawn(self, turn_id: str, request_id: str) -> None:
         for prompt in list(self._prompts.values()):
             if prompt.turn_id == turn_id and prompt.request_id == request_id:
                 self._forget(prompt)
                 text = f"{prompt.text}\n\nThe agent withdrew this request."
-                await self._edit(prompt.conversation.chat, prompt.message_key, text)
+                await self._edit(prompt.conversation.chat, prompt.message, text)
 
-    async def _edit(self, chat: str, message_key: str, text: str, choices: tuple[Choice, ...] = ()) -> None:
-        if not message_key:
+    async def _edit(self, chat: str, message: _PromptMessage, text: str, choices: tuple[Choice, ...] = ()) -> None:
+        await message.sent.wait()
+        if not message.key:
             return
         try:
-            await self.platform.edit_text(chat, message_key, text, choices=choices)
+            await self.platform.edit_text(chat, message.key, text, choices=choices)
         except BridgeError as err:
             self._log.warning("a prompt could not be updated", error=str(err))
 
