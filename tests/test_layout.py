@@ -42,6 +42,7 @@ LAYERS = {
     "chat": 5,
     "serving": 5,
     "network": 5,
+    "mcp_door": 5,
     "command": 5,
 }
 TOP = 6  # bridge/__init__.py and __main__.py re-export from every layer

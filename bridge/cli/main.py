@@ -167,7 +167,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
 
-COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker")
+COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker", "mcp")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -517,6 +517,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             help="serve's tokens file: /metrics then needs one of its bearer tokens, and --metrics may be any address",
         )
         worker.set_defaults(handler=_worker_command, command_parser=worker)
+
+    if command in (None, "mcp"):
+        from .mcp import add_mcp_parser
+
+        add_mcp_parser(commands, common, _STATE_HELP)
     return parser
 
 

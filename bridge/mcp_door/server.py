@@ -1,0 +1,178 @@
+"""The MCP server: each profile a tool, each call a turn on the host (docs/mcp.md).
+
+Built on the official SDK's low-level `Server` (anyio, which runs on trio's own loop here: no asyncio). A call
+runs as `serve`'s turns do, through `BaseHost.submit`:
+
+- partials go out as `notifications/progress` (the SDK sends none when the call carried no progress token);
+- the client's `notifications/cancelled` cancels the call's handler, and so the turn: its agent is stopped;
+- a permission request of the agent is answered by its profile's `permissions:` alone — a tool call has nobody
+  to ask — so what the policy leaves to a person is denied, saying why; with `elicit`, a client that declared
+  the elicitation capability is asked instead (`elicitation/create`, a yes/no form);
+- a question of the agent is declined (it gets no answer, as a turn without a client would).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from ..dialects import PartialEvent
+from ..dialects.events import QuestionRequest
+from ..errors import BridgeError, TurnError
+from ..host.common import BaseHost
+from ..log import get_logger
+from ..permissions import Decision, PermissionRequest
+from ..serving.file_delivery import FileDeliveries
+from ..serving.session import LOCAL, Tenant
+from ..turn_loop import HostEvent
+from .tools import EMBED_MAX_BYTES, parse_call, result_content, tool_definition
+
+NOBODY_TO_ASK = (
+    "denied: this agent runs as an MCP tool, and a tool call has nobody to ask; allow the tool in the profile's "
+    "`permissions:`, or start agent-bridge mcp with --elicit for a client that can ask its user"
+)
+INVALID_PARAMS = -32602
+
+
+class McpDoor:
+    """The tools of `profiles` (name → description) over `host`; one door serves every MCP connection."""
+
+    def __init__(
+        self,
+        host: BaseHost,
+        profiles: Mapping[str, str | None],
+        files: FileDeliveries,
+        *,
+        local_paths: bool,
+        elicit: bool = False,
+        tenant_of: Callable[[Any], Tenant | None] = lambda _request: LOCAL,
+        embed_max_bytes: int = EMBED_MAX_BYTES,
+    ) -> None:
+        """`tenant_of(request)`: who sent a call (the HTTP request the SDK hands over; None on stdio)."""
+        self.host = host
+        self.profiles = dict(profiles)
+        self._files = files
+        self._local_paths = local_paths
+        self._elicit = elicit
+        self._tenant_of = tenant_of
+        self._embed_max_bytes = embed_max_bytes
+        self._log = get_logger(component="mcp")
+
+    def server(self) -> Any:
+        """The SDK's low-level `Server` with this door's handlers."""
+        from mcp.server.lowlevel import Server
+
+        from .. import __version__
+
+        server = Server(
+            "agent-bridge",
+            version=__version__,
+            instructions="Each tool is an agent: call it with a message; pass the same conversation to go on.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        server.middleware = []  # no OpenTelemetry spans: the bridge logs what it needs itself
+        return server
+
+    def _tenant(self, ctx: Any) -> Tenant:
+        tenant = self._tenant_of(ctx.request)
+        if tenant is None:  # the door's ASGI check refuses such a request before the SDK sees it
+            raise BridgeError("a call without a valid token reached the MCP server")
+        return tenant
+
+    async def _list_tools(self, ctx: Any, params: Any) -> Any:
+        import mcp_types
+
+        tenant = self._tenant(ctx)
+        tools = [
+            tool_definition(name, description)
+            for name, description in sorted(self.profiles.items())
+            if tenant.may_use(name)
+        ]
+        return mcp_types.ListToolsResult.model_validate({"tools": tools})
+
+    async def _call_tool(self, ctx: Any, params: Any) -> Any:
+        import mcp_types
+        from mcp.shared.exceptions import MCPError
+
+        tenant = self._tenant(ctx)
+        name = params.name
+        if name not in self.profiles or not tenant.may_use(name):
+            raise MCPError(INVALID_PARAMS, f"unknown tool {name[:200]!r}; tools/list names the tools")
+        try:
+            call = parse_call(params.arguments, local_paths=self._local_paths)
+        except TurnError as err:
+            return mcp_types.CallToolResult.model_validate(
+                {"content": [{"type": "text", "text": str(err)}], "isError": True}
+            )
+        result = await self._run(ctx, name, tenant.conversation_prefix + call.conversation, call.turn)
+        return mcp_types.CallToolResult.model_validate(result)
+
+    async def _run(self, ctx: Any, profile: str, conversation: str, turn: Any) -> dict[str, Any]:
+        turn_id = f"mcp-{uuid.uuid4().hex}"
+        partials = 0
+
+        async def forward(event: HostEvent) -> None:
+            nonlocal partials
+            if type(event) is PartialEvent:
+                partials += 1
+                await ctx.session.report_progress(partials, None, event.text)
+            elif type(event) is QuestionRequest:
+                self.host.answer(turn_id, event.request_id, None)
+
+        finished = False
+        try:
+            result = await self.host.submit(
+                profile,
+                conversation,
+                turn,
+                on_event=forward,
+                on_permission=lambda request: self._permission(ctx, request),
+                turn_id=turn_id,
+            )
+            finished = True
+        except BridgeError as err:
+            finished = True
+            return {"content": [{"type": "text", "text": str(err)}], "isError": True}
+        finally:
+            if not finished:  # the client cancelled the call, or went away: the turn goes with it
+                self.host.cancel(turn_id)
+        files = [self._files.offer(turn_id, file, self._embed_max_bytes) for file in result.files]
+        self._files.turn_over(result)
+        return result_content(result, files)
+
+    async def _permission(self, ctx: Any, request: PermissionRequest) -> Decision:
+        if not self._elicit or not _can_elicit(ctx):
+            self._log.info("a permission request was denied: a tool call has nobody to ask", tool=request.tool)
+            return Decision(allow=False, message=NOBODY_TO_ASK)
+        schema = {
+            "type": "object",
+            "properties": {"allow": {"type": "boolean", "title": "Allow", "description": "let the agent do it"}},
+            "required": ["allow"],
+        }
+        what = request.title or request.tool
+        answer = await ctx.session.elicit_form(
+            f"The agent asks to run {request.tool}: {what}", schema, related_request_id=ctx.request_id
+        )
+        allowed = answer.action == "accept" and bool((answer.content or {}).get("allow"))
+        return Decision(allow=allowed, message="" if allowed else "denied by the MCP client's user")
+
+
+def _can_elicit(ctx: Any) -> bool:
+    capabilities = ctx.session.client_capabilities
+    return capabilities is not None and capabilities.elicitation is not None
+
+
+async def run_stdio(door: McpDoor) -> None:
+    """Serve MCP on this process's stdin/stdout until the client closes stdin; every call in flight is then
+    cancelled, its turn with it. The SDK's stdio transport points fd 1 at stderr meanwhile, so nothing but MCP
+    reaches stdout."""
+    from mcp.server.stdio import stdio_server
+
+    server = door.server()
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+    await trio.lowlevel.checkpoint()
