@@ -170,9 +170,30 @@ async def run_stdio(door: McpDoor) -> None:
     """Serve MCP on this process's stdin/stdout until the client closes stdin; every call in flight is then
     cancelled, its turn with it. The SDK's stdio transport points fd 1 at stderr meanwhile, so nothing but MCP
     reaches stdout."""
+    import anyio
     from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
 
     server = door.server()
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
-    await trio.lowlevel.checkpoint()
+    async with stdio_server() as (read_stream, write_stream), trio.open_nursery() as nursery:
+        checked_send, checked = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        nursery.start_soon(answer_parse_errors, read_stream, checked_send, write_stream)
+        await server.run(checked, write_stream, server.create_initialization_options())
+        nursery.cancel_scope.cancel()
+
+
+async def answer_parse_errors(read_stream: Any, forward: Any, write_stream: Any) -> None:
+    """Pass the client's messages on; a line that is no JSON-RPC message gets the parse error JSON-RPC asks
+    for (-32700, id null), where the SDK would drop it without a word and leave its sender waiting."""
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
+    async with forward:
+        async for item in read_stream:
+            if isinstance(item, Exception):
+                error = mcp_types.ErrorData(
+                    code=mcp_types.PARSE_ERROR, message="not a JSON-RPC message: each line must be one JSON object"
+                )
+                await write_stream.send(SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
+            else:
+                await forward.send(item)

@@ -130,7 +130,6 @@ def result_content(result: TurnResult, files: list[dict[str, Any]]) -> dict[str,
     return {
         "content": content,
         "isError": not result.ok,
-        "structuredContent": None,
         "_meta": {"agent-bridge/outcome": str(result.outcome), "agent-bridge/session_id": result.session_id},
     }
 

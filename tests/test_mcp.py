@@ -1,0 +1,217 @@
+"""`agent-bridge mcp`: every profile a tool, driven by the official MCP SDK's client over stdio and Streamable HTTP,
+and by raw JSON-RPC lines for what a well-behaved client never sends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from conftest import PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent
+from doorkit import write_tokens
+
+mcp_client_session = pytest.importorskip("mcp.client.session")
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+DEADLINE = 20
+
+HANGING_AGENT = f"""\
+#!{PYTHON}
+import os, time
+with open(os.environ["PID_FILE"], "a") as out:
+    out.write(f"{{os.getpid()}}\\n")
+print('AGENT_PARTIAL:"started"', flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def profiles(tmp_path: Path) -> Path:
+    """echo (described), stream (partials, a session), fail, and slow (never ends; records its pid)."""
+    directory = tmp_path / "profiles"
+    directory.mkdir()
+    write_agent(tmp_path, "slow.py", HANGING_AGENT)
+    (directory / "echo.yaml").write_text(
+        f'description: Echoes the message back.\ncommand: "{SAMPLE_AGENTS}/echo.sh"\ntimeout_secs: 10\n'
+    )
+    (directory / "stream.yaml").write_text(
+        f'command: ["{PYTHON}", "{SAMPLE_AGENTS}/stream.py"]\nenv: {{STREAM_DELAY: "0"}}\ntimeout_secs: 10\n'
+    )
+    (directory / "fail.yaml").write_text(f'command: "{SAMPLE_AGENTS}/fail.sh"\ntimeout_secs: 10\n')
+    (directory / "slow.yaml").write_text(
+        textwrap.dedent(f"""\
+            command: "{tmp_path}/slow.py"
+            env: {{PID_FILE: "{tmp_path}/pids"}}
+            timeout_secs: 30
+            kill_grace_secs: 1
+            """)
+    )
+    return directory
+
+
+def mcp_argv(profiles: Path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "bridge", "mcp", "--profiles", str(profiles), *options]
+
+
+def stdio_parameters(profiles: Path, tmp_path: Path, *options: str) -> StdioServerParameters:
+    argv = mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), *options)
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+async def test_profiles_are_tools_and_a_call_is_a_turn(profiles: Path, tmp_path: Path) -> None:
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+                assert sorted(tools) == ["echo", "fail", "slow", "stream"]
+                assert tools["echo"].description == "Echoes the message back."
+                assert tools["stream"].input_schema["required"] == ["message"]
+                result = await session.call_tool("echo", {"message": "hello there"})
+                assert not result.is_error
+                assert text_of(result) == "echo: hello there"
+
+
+async def test_partials_are_progress_and_a_conversation_goes_on(profiles: Path, tmp_path: Path) -> None:
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                first = await session.call_tool(
+                    "stream", {"message": "one two", "conversation": "c1"}, progress_callback=on_progress
+                )
+                second = await session.call_tool("stream", {"message": "three", "conversation": "c1"})
+                other = await session.call_tool("stream", {"message": "four"})
+    assert [message for _, message in progress] == ["one ", "two "]
+    assert [value for value, _ in progress] == [1, 2]
+    session_id = first.meta["agent-bridge/session_id"]
+    assert text_of(first) == f"turn 1 of session {session_id}\nyou said: one two"
+    assert text_of(second) == f"turn 2 of session {session_id}\nlast time you said: one two\nyou said: three"
+    assert text_of(other).startswith("turn 1 of session ")
+
+
+async def test_a_failed_turn_is_an_error_result_and_bad_arguments_are_too(profiles: Path, tmp_path: Path) -> None:
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                failed = await session.call_tool("fail", {"message": "hi"})
+                missing = await session.call_tool("echo", {"conversation": "c"})
+                huge = await session.call_tool("echo", {"message": "x" * (1024 * 1024 + 1)})
+                with pytest.raises(MCPError, match="unknown tool 'nope'"):
+                    await session.call_tool("nope", {"message": "hi"})
+                still = await session.call_tool("echo", {"message": "still here"})
+    assert failed.is_error and text_of(failed) == "The upstream service is rate limited. Try again in a minute."
+    assert failed.meta["agent-bridge/outcome"] == "agent_error"
+    assert missing.is_error and "message is required" in text_of(missing)
+    assert huge.is_error and "the limit is 1048576" in text_of(huge)
+    assert text_of(still) == "echo: still here"
+
+
+async def test_a_cancelled_call_stops_its_agent(profiles: Path, tmp_path: Path) -> None:
+    started = trio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                async with trio.open_nursery() as nursery:
+
+                    async def call() -> None:
+                        await session.call_tool("slow", {"message": "take your time"}, progress_callback=on_progress)
+
+                    nursery.start_soon(call)
+                    await started.wait()
+                    (pid,) = read_pids(tmp_path / "pids")
+                    nursery.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+                await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+                assert text_of(await session.call_tool("echo", {"message": "after"})) == "echo: after"
+
+
+def send(process: subprocess.Popen[str], message: Any) -> None:
+    assert process.stdin is not None
+    process.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
+    process.stdin.flush()
+
+
+def receive(process: subprocess.Popen[str]) -> dict[str, Any]:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line, "agent-bridge mcp closed stdout"
+    return dict(json.loads(line))
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+
+
+@pytest.fixture
+def raw_mcp(profiles: Path, tmp_path: Path) -> Any:
+    process = subprocess.Popen(
+        mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3")),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "stderr", "w"),  # noqa: SIM115 - the child holds it
+        text=True,
+    )
+    try:
+        send(process, INITIALIZE)
+        assert receive(process)["result"]["serverInfo"]["name"] == "agent-bridge"
+        send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def test_malformed_json_rpc_gets_a_parse_error_and_the_server_goes_on(raw_mcp: subprocess.Popen[str]) -> None:
+    send(raw_mcp, "this is not json")
+    assert receive(raw_mcp) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "not a JSON-RPC message: each line must be one JSON object"},
+    }
+    send(raw_mcp, {"jsonrpc": "2.0", "id": 2, "method": "no/such/method"})
+    assert receive(raw_mcp)["error"]["code"] == -32601
+    send(
+        raw_mcp,
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "ok"}}},
+    )
+    assert receive(raw_mcp)["result"]["content"] == [{"type": "text", "text": "echo: ok"}]
+
+
+def test_a_client_that_vanishes_mid_call_leaves_no_process(raw_mcp: subprocess.Popen[str], tmp_path: Path) -> None:
+    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    send(raw_mcp, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+    assert receive(raw_mcp)["method"] == "notifications/progress"
+    (pid,) = read_pids(tmp_path / "pids")
+    assert raw_mcp.stdin is not None and raw_mcp.stdout is not None
+    raw_mcp.stdin.close()
+    raw_mcp.stdout.close()
+    assert raw_mcp.wait(timeout=DEADLINE) == 0
+    assert_no_live_process([pid], within=5.0)
