@@ -13,13 +13,11 @@ from typing import Any
 
 import pytest
 import trio
-
 from conftest import PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent
 from doorkit import write_tokens
-
-mcp_client_session = pytest.importorskip("mcp.client.session")
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
+from mcp.client import session as mcp_client_session
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
 
 DEADLINE = 20
 
@@ -215,3 +213,64 @@ def test_a_client_that_vanishes_mid_call_leaves_no_process(raw_mcp: subprocess.P
     raw_mcp.stdout.close()
     assert raw_mcp.wait(timeout=DEADLINE) == 0
     assert_no_live_process([pid], within=5.0)
+
+
+ALICE = "alice-token-0123456789abcdef"
+
+
+@pytest.fixture
+def mcp_http(profiles: Path, tmp_path: Path) -> Any:
+    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file: alice may use echo and slow. Yields its URL."""
+    tokens = write_tokens(tmp_path / "tokens.yaml", {ALICE: "alice"}, profiles=["echo", "slow"])
+    argv = mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), "--listen", "127.0.0.1:0")
+    process = subprocess.Popen([*argv, "--tokens", str(tokens)], stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        said = []
+        for line in process.stderr:
+            said.append(line)
+            if line.startswith("agent-bridge mcp: listening on "):
+                break
+        else:
+            raise AssertionError(f"agent-bridge mcp exited before it listened: {said}")
+        yield line.split()[4]
+    finally:
+        process.terminate()
+        process.wait(timeout=DEADLINE)
+
+
+async def test_over_http_a_token_sees_its_profiles_as_tools(mcp_http: str, tmp_path: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    assert mcp_http.endswith("/mcp")
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
+    with trio.fail_after(DEADLINE):
+        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+            async with mcp_client_session.ClientSession(read, write) as session:
+                await session.initialize()
+                assert [tool.name for tool in (await session.list_tools()).tools] == ["echo", "slow"]
+                result = await session.call_tool("echo", {"message": "over http", "conversation": "c"})
+                assert text_of(result) == "echo: over http"
+                with pytest.raises(MCPError, match="unknown tool 'stream'"):
+                    await session.call_tool("stream", {"message": "not yours"})
+                path = await session.call_tool("echo", {"message": "hi", "attachments": ["/etc/passwd"]})
+                assert path.is_error and "a local path is only for a client on stdio" in text_of(path)
+
+
+async def test_over_http_a_wrong_token_gets_401_and_runs_nothing(mcp_http: str, tmp_path: Path) -> None:
+    import httpx
+
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"message": "x"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(timeout=DEADLINE) as client:
+        for authorization in ({}, {"Authorization": "Bearer not-alice-token-0123456789"}):
+            response = await client.post(mcp_http, json=call, headers={**headers, **authorization})
+            assert response.status_code == 401
+            assert response.json()["error"] == "unauthorized"
+    assert read_pids(tmp_path / "pids") == []
