@@ -123,7 +123,7 @@ class McpDoor:
             elif type(event) is QuestionRequest:
                 self.host.answer(turn_id, event.request_id, None)
 
-        finished = False
+        # The client's notifications/cancelled, or its going away, cancels this handler: the host stops the agent.
         try:
             result = await self.host.submit(
                 profile,
@@ -133,13 +133,8 @@ class McpDoor:
                 on_permission=lambda request: self._permission(ctx, request),
                 turn_id=turn_id,
             )
-            finished = True
-        except BridgeError as err:
-            finished = True
+        except BridgeError as err:  # refused before it ran: a full queue, a profile that no longer loads
             return {"content": [{"type": "text", "text": str(err)}], "isError": True}
-        finally:
-            if not finished:  # the client cancelled the call, or went away: the turn goes with it
-                self.host.cancel(turn_id)
         files = [self._files.offer(turn_id, file, self._embed_max_bytes) for file in result.files]
         self._files.turn_over(result)
         return result_content(result, files)
