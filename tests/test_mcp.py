@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 import trio
+from agents_cache import npm_binary
 from conftest import PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent
 from doorkit import write_tokens
+from fake_anthropic import claude_env, message_stream, result_text, tool_results
+from fake_api import FakeApi, Json, Request
 from mcp.client import session as mcp_client_session
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
@@ -274,3 +277,60 @@ async def test_over_http_a_wrong_token_gets_401_and_runs_nothing(mcp_http: str, 
             assert response.status_code == 401
             assert response.json()["error"] == "unauthorized"
     assert read_pids(tmp_path / "pids") == []
+
+
+def delegating_model(tool: str, message: str) -> Any:
+    """A fake Anthropic model that calls MCP tool `tool` with `message` once the tool is offered, then answers
+    with what the tool said."""
+
+    def respond(request: Request) -> Any:
+        if not request.path.startswith("/v1/messages") or not request.body.get("stream"):
+            return Json(200, {"input_tokens": 10})
+        if results := tool_results(request):
+            return message_stream([("text", ["The bridge's agent said: ", result_text(results[-1])])])
+        offered = [each.get("name") for each in request.body.get("tools", [])]
+        if tool not in offered:
+            return message_stream([("text", [f"no tool {tool} among {offered}"])])
+        call = {"id": "toolu_bridge", "name": tool, "input": {"message": message}}
+        return message_stream([("tool_use", call)], "tool_use")
+
+    return respond
+
+
+def test_claude_code_delegates_to_a_profile_through_agent_bridge_mcp(profiles: Path, tmp_path: Path) -> None:
+    home = tmp_path / "claude-home"
+    config = {
+        "mcpServers": {
+            "bridge": {
+                "command": sys.executable,
+                "args": ["-m", "bridge", *mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"))[3:]],
+                "env": {"PYTHONPATH": os.pathsep.join(sys.path)},
+            }
+        }
+    }
+    (tmp_path / "mcp.json").write_text(json.dumps(config))
+    with FakeApi(delegating_model("mcp__bridge__stream", "summarise the logs")) as api:
+        claude = subprocess.run(
+            [
+                str(npm_binary("claude")),
+                "-p",
+                "ask the bridge's stream agent to summarise the logs",
+                "--output-format",
+                "json",
+                "--mcp-config",
+                str(tmp_path / "mcp.json"),
+                "--allowedTools",
+                "mcp__bridge__stream",
+            ],
+            # MCP_CONNECTION_NONBLOCKING=false: the first request waits for the bridge's tools (else Claude Code
+            # connects its MCP servers while the model answers, and offers them from a later request on).
+            env={"PATH": os.environ["PATH"], **claude_env(api, str(home)), "MCP_CONNECTION_NONBLOCKING": "false"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE * 3,
+        )
+    assert claude.returncode == 0, claude.stderr
+    reply = json.loads(claude.stdout)["result"]
+    assert reply.startswith("The bridge's agent said: turn 1 of session ")
+    assert reply.endswith("you said: summarise the logs")
