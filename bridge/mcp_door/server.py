@@ -13,13 +13,14 @@ runs as `serve`'s turns do, through `BaseHost.submit`:
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
 
-from ..dialects import PartialEvent
+from ..dialects import LineSplitter, PartialEvent
 from ..dialects.events import QuestionRequest
 from ..errors import BridgeError, TurnError
 from ..host.common import BaseHost
@@ -35,6 +36,8 @@ NOBODY_TO_ASK = (
     "`permissions:`, or start agent-bridge mcp with --elicit for a client that can ask its user"
 )
 INVALID_PARAMS = -32602
+MAX_LINE_BYTES = 8 * 1024 * 1024  # a message of 1 MiB, escaped as JSON at worst, and the rest of the call
+READ_CHUNK = 64 * 1024
 
 
 class McpDoor:
@@ -163,32 +166,69 @@ def _can_elicit(ctx: Any) -> bool:
 
 async def run_stdio(door: McpDoor) -> None:
     """Serve MCP on this process's stdin/stdout until the client closes stdin; every call in flight is then
-    cancelled, its turn with it. The SDK's stdio transport points fd 1 at stderr meanwhile, so nothing but MCP
-    reaches stdout."""
+    cancelled, its turn with it. File descriptor 1 is pointed at stderr once the protocol has its own copy of it,
+    so nothing but MCP reaches the client's stdout (as `serve` does).
+
+    The transport is the bridge's, not the SDK's `stdio_server`: that one reads and writes each line in a worker
+    thread (anyio's `wrap_file`), three thread hand-offs a call, which cost more than the 1 ms a tool call may add
+    to a turn (bench/mcp_door.py); trio reads the pipes in its own loop. It also answers a line that is no
+    JSON-RPC message with the parse error JSON-RPC asks for (-32700, id null), where the SDK drops it without a
+    word and leaves its sender waiting.
+    """
     import anyio
-    from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
 
+    protocol_out = os.dup(1)
+    os.dup2(2, 1)
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    stdout = trio.lowlevel.FdStream(protocol_out)
     server = door.server()
-    async with stdio_server() as (read_stream, write_stream), trio.open_nursery() as nursery:
-        checked_send, checked = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        nursery.start_soon(answer_parse_errors, read_stream, checked_send, write_stream)
-        await server.run(checked, write_stream, server.create_initialization_options())
+    inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
+    async with stdin, stdout, trio.open_nursery() as nursery:
+        nursery.start_soon(_read_messages, stdin, inbound_send, outbound)
+        nursery.start_soon(_write_messages, outbound_receive, stdout)
+        await server.run(inbound, outbound, server.create_initialization_options())
         nursery.cancel_scope.cancel()
 
 
-async def answer_parse_errors(read_stream: Any, forward: Any, write_stream: Any) -> None:
-    """Pass the client's messages on; a line that is no JSON-RPC message gets the parse error JSON-RPC asks
-    for (-32700, id null), where the SDK would drop it without a word and leave its sender waiting."""
+async def _read_messages(stdin: trio.lowlevel.FdStream, inbound: Any, outbound: Any) -> None:
+    """Each line of stdin, as a JSON-RPC message for the server; a line that is none is answered here."""
     import mcp_types
     from mcp.shared.message import SessionMessage
 
-    async with forward:
-        async for item in read_stream:
-            if isinstance(item, Exception):
-                error = mcp_types.ErrorData(
-                    code=mcp_types.PARSE_ERROR, message="not a JSON-RPC message: each line must be one JSON object"
-                )
-                await write_stream.send(SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
-            else:
-                await forward.send(item)
+    lines = LineSplitter(MAX_LINE_BYTES)
+    async with inbound:
+        while True:
+            try:
+                data = await stdin.receive_some(READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            batch = lines.feed(data) if data else lines.close()
+            for index, line in enumerate(batch.text):
+                if not line.strip():
+                    continue
+                if index in batch.cut:
+                    problem = (mcp_types.INVALID_REQUEST, f"a message is longer than {MAX_LINE_BYTES} bytes")
+                else:
+                    try:
+                        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    except ValueError:
+                        problem = (mcp_types.PARSE_ERROR, "not a JSON-RPC message: each line must be one JSON object")
+                    else:
+                        await inbound.send(SessionMessage(message))
+                        continue
+                error = mcp_types.ErrorData(code=problem[0], message=problem[1])
+                await outbound.send(SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
+            if not data:
+                return  # the client closed stdin, or went away: server.run ends, and its calls with it
+
+
+async def _write_messages(outbound: Any, stdout: trio.lowlevel.FdStream) -> None:
+    async with outbound:
+        async for message in outbound:
+            line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+            try:
+                await stdout.send_all(line.encode() + b"\n")
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return  # nobody reads stdout any more: stdin's end follows
