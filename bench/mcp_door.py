@@ -39,7 +39,11 @@ class McpStdio(Client):
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in, self._out = self.process.stdin.fileno(), self.process.stdout.fileno()
-        initialize = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
+        initialize = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"},
+        }
         self.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": initialize})
         self.read_response()
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
