@@ -1371,6 +1371,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("network", "turn"): interactive("network", "turn"),
     ("network", "latency"): interactive("network", "latency"),
     ("network", "idle"): interactive("network", "idle"),
+    ("mcp", "turn"): interactive("mcp_door", "turn"),
     ("confined", "all"): confined_all,
 }
 
