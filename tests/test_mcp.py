@@ -3,11 +3,13 @@ and by raw JSON-RPC lines for what a well-behaved client never sends."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +336,89 @@ def test_claude_code_delegates_to_a_profile_through_agent_bridge_mcp(profiles: P
     reply = json.loads(claude.stdout)["result"]
     assert reply.startswith("The bridge's agent said: turn 1 of session ")
     assert reply.endswith("you said: summarise the logs")
+
+
+def write_asking_profile(profiles: Path, tmp_path: Path) -> None:
+    """ap4: an agentproc-0.4 agent that asks to use the tool its message names (`tool=Read`), its profile saying ask."""
+    (profiles / "ap4.yaml").write_text(
+        textwrap.dedent(f"""\
+            protocol: agentproc-0.4
+            command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
+            env: {{STREAM_DELAY: "0", TMPDIR: {str(tmp_path)!r}}}
+            permissions: {{ask: [Read], allow: [Grep], timeout_secs: 5}}
+            """)
+    )
+
+
+@pytest.mark.parametrize("elicit", [False, True])
+async def test_a_permission_the_policy_leaves_to_a_person_is_denied_without_elicitation(
+    profiles: Path, tmp_path: Path, elicit: bool
+) -> None:
+    write_asking_profile(profiles, tmp_path)
+    options = ("--elicit",) if elicit else ()  # --elicit, but a client without the capability: the same answer
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path, *options)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                asked = await session.call_tool("ap4", {"message": "hi tool=Read"})
+                allowed = await session.call_tool("ap4", {"message": "hi tool=Grep"})
+    assert "(Read was denied: denied: this agent runs as an MCP tool, and a tool call has nobody to ask" in text_of(
+        asked
+    )
+    assert "(Grep was allowed)" in text_of(allowed)
+
+
+async def test_with_elicit_the_clients_user_answers_a_permission(profiles: Path, tmp_path: Path) -> None:
+    import mcp_types
+
+    write_asking_profile(profiles, tmp_path)
+    asked: list[str] = []
+    answers = iter([True, False])
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"allow": next(answers)})
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path, "--elicit")) as streams:
+            async with mcp_client_session.ClientSession(*streams, elicitation_callback=elicitation) as session:
+                await session.initialize()
+                yes = await session.call_tool("ap4", {"message": "hi tool=Read"})
+                no = await session.call_tool("ap4", {"message": "hi again tool=Read"})
+    assert asked == ["The agent asks to run Read: count the 2 word(s) of your message"] + [
+        "The agent asks to run Read: count the 3 word(s) of your message"
+    ]
+    assert "(Read was allowed)" in text_of(yes)
+    assert "(Read was denied: denied by the MCP client's user)" in text_of(no)
+
+
+async def test_files_the_agent_left_come_embedded_or_as_links_by_size(profiles: Path, tmp_path: Path) -> None:
+    write_agent(
+        tmp_path,
+        "files.py",
+        f"""\
+        #!{PYTHON}
+        import os, pathlib
+        outbox = pathlib.Path(os.environ["AGENT_OUTBOX"])
+        (outbox / "notes.txt").write_text("all good\\n")
+        (outbox / "small.bin").write_bytes(bytes(range(256)))
+        (outbox / "big.bin").write_bytes(b"x" * (1024 * 1024 + 1))
+        print("done")
+        """,
+    )
+    (profiles / "files.yaml").write_text(f'command: "{tmp_path}/files.py"\ntimeout_secs: 10\n')
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                result = await session.call_tool("files", {"message": "make files"})
+                blocks = {
+                    getattr(block, "name", None) or block.resource.uri.rsplit("/", 1)[-1]: block
+                    for block in result.content[1:]
+                }
+                assert result.content[0].text == "done"
+                assert blocks["notes.txt"].resource.text == "all good\n"
+                assert base64.b64decode(blocks["small.bin"].resource.blob) == bytes(range(256))
+                link = blocks["big.bin"]
+                assert (link.type, link.size) == ("resource_link", 1024 * 1024 + 1)
+                assert Path(urllib.parse.unquote(link.uri.removeprefix("file://"))).stat().st_size == link.size
