@@ -422,3 +422,34 @@ async def test_files_the_agent_left_come_embedded_or_as_links_by_size(profiles: 
                 link = blocks["big.bin"]
                 assert (link.type, link.size) == ("resource_link", 1024 * 1024 + 1)
                 assert Path(urllib.parse.unquote(link.uri.removeprefix("file://"))).stat().st_size == link.size
+
+
+async def test_over_http_partials_are_progress_and_a_cancel_stops_the_agent(mcp_http: str, tmp_path: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    started = trio.Event()
+    said: list[str | None] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        said.append(message)
+        started.set()
+
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
+    with trio.fail_after(DEADLINE):
+        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+            async with mcp_client_session.ClientSession(read, write) as session:
+                await session.initialize()
+                failed = await session.call_tool("echo", {"message": ""})
+                assert failed.is_error and "message is required" in text_of(failed)
+                async with trio.open_nursery() as nursery:
+
+                    async def call() -> None:
+                        await session.call_tool("slow", {"message": "take your time"}, progress_callback=on_progress)
+
+                    nursery.start_soon(call)
+                    await started.wait()
+                    (pid,) = read_pids(tmp_path / "pids")
+                    nursery.cancel_scope.cancel()
+                await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+                assert said == ["started"]
