@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -453,3 +454,15 @@ async def test_over_http_partials_are_progress_and_a_cancel_stops_the_agent(mcp_
                     nursery.cancel_scope.cancel()
                 await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
                 assert said == ["started"]
+
+
+def test_sigterm_lets_the_call_in_flight_end_and_stops_its_agent(
+    raw_mcp: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    send(raw_mcp, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+    assert receive(raw_mcp)["method"] == "notifications/progress"
+    (pid,) = read_pids(tmp_path / "pids")
+    raw_mcp.send_signal(signal.SIGTERM)  # the host's shutdown grace (10 s), then the turn is cancelled
+    assert raw_mcp.wait(timeout=DEADLINE) == 0
+    assert_no_live_process([pid], within=5.0)

@@ -9,14 +9,11 @@ tenant sees only its profiles as tools and only its conversations (its prefix). 
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from typing import Any
 
 import trio
 
-from ..host.common import BaseHost
-from ..log import get_logger
 from ..network.door import DoorLimits
 from ..network.listen import (
     Address,
@@ -28,7 +25,7 @@ from ..network.listen import (
 )
 from ..network.tokens import Tokens, bearer_token
 from ..serving.session import LOCAL, Tenant
-from .server import McpDoor
+from .server import McpDoor, shut_down_on_signals
 
 MCP_PATH = "/mcp"
 
@@ -92,7 +89,7 @@ async def serve_mcp_http(
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=address.host)
     stop_listening = trio.Event()
     async with trio.open_nursery() as nursery:
-        await nursery.start(_stop_on_signals, door.host, stop_listening)
+        await nursery.start(shut_down_on_signals, door.host, stop_listening)
         urls: list[str] = await nursery.start(serve_app, serve, RequireToken(app, tokens), config, stop_listening.wait)
         urls = [f"{url.rstrip('/')}{MCP_PATH}" for url in urls]
         who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
@@ -100,18 +97,3 @@ async def serve_mcp_http(
         task_status.started(urls)
         await stop_listening.wait()
         nursery.cancel_scope.cancel()
-
-
-async def _stop_on_signals(
-    host: BaseHost, stop_listening: trio.Event, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> None:
-    """SIGTERM or SIGINT: no new calls, the turns in flight get the host's grace, then the listener closes."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        task_status.started()
-        async for signum in signals:
-            get_logger(component="mcp").info("signal received; shutting down", signal=signal.Signals(signum).name)
-            try:
-                await host.aclose()
-            finally:
-                stop_listening.set()
-            return

@@ -14,6 +14,7 @@ runs as `serve`'s turns do, through `BaseHost.submit`:
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -185,11 +186,35 @@ async def run_stdio(door: McpDoor) -> None:
     server = door.server()
     inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
+    stopped = trio.Event()
     async with stdin, stdout, trio.open_nursery() as nursery:
+        await nursery.start(shut_down_on_signals, door.host, stopped)
+        nursery.start_soon(_cancel_when_set, stopped, nursery.cancel_scope)
         nursery.start_soon(_read_messages, stdin, inbound_send, outbound)
         nursery.start_soon(_write_messages, outbound_receive, stdout)
         await server.run(inbound, outbound, server.create_initialization_options())
         nursery.cancel_scope.cancel()
+
+
+async def shut_down_on_signals(
+    host: BaseHost, stopped: trio.Event, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """SIGTERM or SIGINT: no new calls (each gets an error result), the turns in flight get the host's shutdown
+    grace and are then cancelled; `stopped` is set once they are over."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            get_logger(component="mcp").info("signal received; shutting down", signal=signal.Signals(signum).name)
+            try:
+                await host.aclose()
+            finally:
+                stopped.set()
+            return
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def _read_messages(stdin: trio.lowlevel.FdStream, inbound: Any, outbound: Any) -> None:
