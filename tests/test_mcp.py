@@ -226,8 +226,9 @@ ALICE = "alice-token-0123456789abcdef"
 
 @pytest.fixture
 def mcp_http(profiles: Path, tmp_path: Path) -> Any:
-    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file: alice may use echo and slow. Yields its URL."""
-    tokens = write_tokens(tmp_path / "tokens.yaml", {ALICE: "alice"}, profiles=["echo", "slow"])
+    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file: alice may use echo, slow and stream. Yields its
+    URL."""
+    tokens = write_tokens(tmp_path / "tokens.yaml", {ALICE: "alice"}, profiles=["echo", "slow", "stream"])
     argv = mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), "--listen", "127.0.0.1:0")
     process = subprocess.Popen([*argv, "--tokens", str(tokens)], stderr=subprocess.PIPE, text=True)
     try:
@@ -255,13 +256,23 @@ async def test_over_http_a_token_sees_its_profiles_as_tools(mcp_http: str, tmp_p
         async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
             async with mcp_client_session.ClientSession(read, write) as session:
                 await session.initialize()
-                assert [tool.name for tool in (await session.list_tools()).tools] == ["echo", "slow"]
-                result = await session.call_tool("echo", {"message": "over http", "conversation": "c"})
+                assert [tool.name for tool in (await session.list_tools()).tools] == ["echo", "slow", "stream"]
+                result = await session.call_tool("echo", {"message": "over http"})
                 assert text_of(result) == "echo: over http"
-                with pytest.raises(MCPError, match="unknown tool 'stream'"):
-                    await session.call_tool("stream", {"message": "not yours"})
+                with pytest.raises(MCPError, match="unknown tool 'fail'"):
+                    await session.call_tool("fail", {"message": "not yours"})
+                streamed = await session.call_tool("stream", {"message": "hi", "conversation": "c"})
                 path = await session.call_tool("echo", {"message": "hi", "attachments": ["/etc/passwd"]})
                 assert path.is_error and "a local path is only for a client on stdio" in text_of(path)
+    listing = await trio.run_process(
+        [sys.executable, "-m", "bridge", "sessions", "list", "--state", str(tmp_path / "state.sqlite3"), "--json"],
+        capture_stdout=True,
+    )
+    stored = [json.loads(line) for line in listing.stdout.decode().splitlines()]
+    assert all(record["conversation"].startswith("alice:") for record in stored)  # the tenant's prefix
+    assert {record["conversation"]: record["session_id"] for record in stored}["alice:c"] == streamed.meta[
+        "agent-bridge/session_id"
+    ]
 
 
 async def test_over_http_a_wrong_token_gets_401_and_runs_nothing(mcp_http: str, tmp_path: Path) -> None:
