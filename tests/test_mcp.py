@@ -477,3 +477,20 @@ def test_sigterm_lets_the_call_in_flight_end_and_stops_its_agent(
     raw_mcp.send_signal(signal.SIGTERM)  # the host's shutdown grace (10 s), then the turn is cancelled
     assert raw_mcp.wait(timeout=DEADLINE) == 0
     assert_no_live_process([pid], within=5.0)
+
+
+async def test_over_http_a_profile_gone_since_is_an_error_that_names_no_path(
+    mcp_http: str, profiles: Path, tmp_path: Path
+) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
+    with trio.fail_after(DEADLINE):
+        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+            async with mcp_client_session.ClientSession(read, write) as session:
+                await session.initialize()
+                (profiles / "echo.yaml").unlink()
+                gone = await session.call_tool("echo", {"message": "hi"})
+    assert gone.is_error
+    assert text_of(gone) == "profile 'echo' does not load now; the server's log says why"

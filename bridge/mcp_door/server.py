@@ -23,7 +23,7 @@ import trio
 
 from ..dialects import LineSplitter, PartialEvent
 from ..dialects.events import QuestionRequest
-from ..errors import BridgeError, TurnError
+from ..errors import BridgeError, ProfileError, TurnError
 from ..host.common import BaseHost
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
@@ -112,10 +112,10 @@ class McpDoor:
             return mcp_types.CallToolResult.model_validate(
                 {"content": [{"type": "text", "text": str(err)}], "isError": True}
             )
-        result = await self._run(ctx, name, tenant.conversation_prefix + call.conversation, call.turn)
+        result = await self._run(ctx, name, tenant.conversation_prefix + call.conversation, call.turn, tenant)
         return mcp_types.CallToolResult.model_validate(result)
 
-    async def _run(self, ctx: Any, profile: str, conversation: str, turn: Any) -> dict[str, Any]:
+    async def _run(self, ctx: Any, profile: str, conversation: str, turn: Any, tenant: Tenant) -> dict[str, Any]:
         turn_id = f"mcp-{uuid.uuid4().hex}"
         partials = 0
 
@@ -138,7 +138,11 @@ class McpDoor:
                 turn_id=turn_id,
             )
         except BridgeError as err:  # refused before it ran: a full queue, a profile that no longer loads
-            return {"content": [{"type": "text", "text": str(err)}], "isError": True}
+            problem = str(err)
+            if isinstance(err, ProfileError) and tenant is not LOCAL:  # its file's path is not a client's business
+                problem = f"profile {profile!r} does not load now; the server's log says why"
+                self._log.warning("a tool's profile does not load", profile=profile, error=str(err))
+            return {"content": [{"type": "text", "text": problem}], "isError": True}
         files = [self._files.offer(turn_id, file, self._embed_max_bytes) for file in result.files]
         self._files.turn_over(result)
         return result_content(result, files)
