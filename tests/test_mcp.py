@@ -385,11 +385,14 @@ async def test_with_elicit_the_clients_user_answers_a_permission(profiles: Path,
 
     write_asking_profile(profiles, tmp_path)
     asked: list[str] = []
-    answers = iter([True, False])
+    answers = iter([True, False, None])
 
     async def elicitation(context: Any, params: Any) -> Any:
         asked.append(params.message)
-        return mcp_types.ElicitResult(action="accept", content={"allow": next(answers)})
+        answer = next(answers)
+        if answer is None:  # a client that cannot ask its user now
+            return mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message="no user at hand")
+        return mcp_types.ElicitResult(action="accept", content={"allow": answer})
 
     with trio.fail_after(DEADLINE):
         async with stdio_client(stdio_parameters(profiles, tmp_path, "--elicit")) as streams:
@@ -397,11 +400,11 @@ async def test_with_elicit_the_clients_user_answers_a_permission(profiles: Path,
                 await session.initialize()
                 yes = await session.call_tool("ap4", {"message": "hi tool=Read"})
                 no = await session.call_tool("ap4", {"message": "hi again tool=Read"})
-    assert asked == ["The agent asks to run Read: count the 2 word(s) of your message"] + [
-        "The agent asks to run Read: count the 3 word(s) of your message"
-    ]
+                unasked = await session.call_tool("ap4", {"message": "hi tool=Read"})
+    assert asked == [f"The agent asks to run Read: count the {n} word(s) of your message" for n in (2, 3, 2)]
     assert "(Read was allowed)" in text_of(yes)
     assert "(Read was denied: denied by the MCP client's user)" in text_of(no)
+    assert "(Read was denied: denied: this agent runs as an MCP tool, and a tool call has nobody" in text_of(unasked)
 
 
 async def test_files_the_agent_left_come_embedded_or_as_links_by_size(profiles: Path, tmp_path: Path) -> None:

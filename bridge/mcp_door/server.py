@@ -156,10 +156,16 @@ class McpDoor:
             "properties": {"allow": {"type": "boolean", "title": "Allow", "description": "let the agent do it"}},
             "required": ["allow"],
         }
+        from mcp.shared.exceptions import MCPError
+
         what = request.title or request.tool
-        answer = await ctx.session.elicit_form(
-            f"The agent asks to run {request.tool}: {what}", schema, related_request_id=ctx.request_id
-        )
+        try:
+            answer = await ctx.session.elicit_form(
+                f"The agent asks to run {request.tool}: {what}", schema, related_request_id=ctx.request_id
+            )
+        except MCPError as err:  # the client could not ask (no user at hand, a form it cannot show)
+            self._log.info("the MCP client did not ask its user; denied", tool=request.tool, error=str(err))
+            return Decision(allow=False, message=NOBODY_TO_ASK)
         allowed = answer.action == "accept" and bool((answer.content or {}).get("allow"))
         return Decision(allow=allowed, message="" if allowed else "denied by the MCP client's user")
 
