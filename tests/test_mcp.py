@@ -200,6 +200,12 @@ def test_malformed_json_rpc_gets_a_parse_error_and_the_server_goes_on(raw_mcp: s
         "id": None,
         "error": {"code": -32700, "message": "not a JSON-RPC message: each line must be one JSON object"},
     }
+    send(raw_mcp, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"message": "x" * (9 * 1024 * 1024)}})
+    assert receive(raw_mcp) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "a message is longer than 8388608 bytes"},
+    }
     send(raw_mcp, {"jsonrpc": "2.0", "id": 2, "method": "no/such/method"})
     assert receive(raw_mcp)["error"]["code"] == -32601
     send(
