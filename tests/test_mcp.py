@@ -503,3 +503,28 @@ async def test_over_http_a_profile_gone_since_is_an_error_that_names_no_path(
                 gone = await session.call_tool("echo", {"message": "hi"})
     assert gone.is_error
     assert text_of(gone) == "profile 'echo' does not load now; the server's log says why"
+
+
+async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_process(
+    mcp_http: str, tmp_path: Path
+) -> None:
+    import httpx
+
+    headers = {
+        "Authorization": f"Bearer {ALICE}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    with trio.fail_after(DEADLINE):
+        async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            opened = await client.post(mcp_http, json=INITIALIZE, headers=headers)
+            headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+            await client.post(mcp_http, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            async with client.stream("POST", mcp_http, json=request, headers=headers) as response:
+                async for line in response.aiter_lines():
+                    if "notifications/progress" in line:
+                        break
+        (pid,) = read_pids(tmp_path / "pids")
+        await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)

@@ -25,7 +25,7 @@ from ..network.listen import (
 )
 from ..network.tokens import Tokens, bearer_token
 from ..serving.session import LOCAL, Tenant
-from .server import McpDoor, shut_down_on_signals
+from .server import CLIENT_GONE, McpDoor, shut_down_on_signals
 
 MCP_PATH = "/mcp"
 
@@ -43,7 +43,9 @@ def tenant_lookup(tokens: Tokens | None) -> Any:
 
 
 class RequireToken:
-    """ASGI middleware: with tokens, a request without a valid one gets 401 and reaches nothing else."""
+    """ASGI middleware: with tokens, a request without a valid one gets 401 and reaches nothing else. Each request
+    that passes carries an event in its scope (`CLIENT_GONE`), set when its client disconnects, which cancels a
+    call still running for it."""
 
     def __init__(self, app: Any, tokens: Tokens | None) -> None:
         self.app = app
@@ -68,7 +70,18 @@ class RequireToken:
                 )
                 await send({"type": "http.response.body", "body": body})
                 return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        gone = trio.Event()
+
+        async def receive_noting_disconnect() -> Any:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            return message
+
+        await self.app({**scope, CLIENT_GONE: gone}, receive_noting_disconnect, send)
 
 
 async def serve_mcp_http(

@@ -39,6 +39,7 @@ NOBODY_TO_ASK = (
 INVALID_PARAMS = -32602
 MAX_LINE_BYTES = 8 * 1024 * 1024  # a message of 1 MiB, escaped as JSON at worst, and the rest of the call
 READ_CHUNK = 64 * 1024
+CLIENT_GONE = "agent_bridge.client_gone"  # an HTTP request's scope key: a trio.Event set once its client has gone
 
 
 class McpDoor:
@@ -127,25 +128,42 @@ class McpDoor:
             elif type(event) is QuestionRequest:
                 self.host.answer(turn_id, event.request_id, None)
 
-        # The client's notifications/cancelled, or its going away, cancels this handler: the host stops the agent.
-        try:
-            result = await self.host.submit(
-                profile,
-                conversation,
-                turn,
-                on_event=forward,
-                on_permission=lambda request: self._permission(ctx, request),
-                turn_id=turn_id,
-            )
-        except BridgeError as err:  # refused before it ran: a full queue, a profile that no longer loads
-            problem = str(err)
-            if isinstance(err, ProfileError) and tenant is not LOCAL:  # its file's path is not a client's business
-                problem = f"profile {profile!r} does not load now; the server's log says why"
-                self._log.warning("a tool's profile does not load", profile=profile, error=str(err))
-            return {"content": [{"type": "text", "text": problem}], "isError": True}
+        # The client's notifications/cancelled, or stdin's end, cancels this handler: the host stops the agent.
+        # Over HTTP, the SDK keeps a call whose response stream was dropped running for the session: the door's
+        # middleware marks the request's scope when its connection goes, and that cancels the call too.
+        gone: trio.Event | None = getattr(ctx.request, "scope", {}).get(CLIENT_GONE)
+        with trio.CancelScope() as call:
+            async with trio.open_nursery() as watcher:
+                if gone is not None:
+                    watcher.start_soon(_cancel_when_set, gone, call)
+                try:
+                    result = await self.host.submit(
+                        profile,
+                        conversation,
+                        turn,
+                        on_event=forward,
+                        on_permission=lambda request: self._permission(ctx, request),
+                        turn_id=turn_id,
+                    )
+                except BridgeError as err:  # refused before it ran: a full queue, a profile that no longer loads
+                    return self._refused(err, profile, tenant)
+                finally:
+                    watcher.cancel_scope.cancel()
+        if call.cancelled_caught:
+            return {
+                "content": [{"type": "text", "text": "the client went away; the turn was cancelled"}],
+                "isError": True,
+            }
         files = [self._files.offer(turn_id, file, self._embed_max_bytes) for file in result.files]
         self._files.turn_over(result)
         return result_content(result, files)
+
+    def _refused(self, err: BridgeError, profile: str, tenant: Tenant) -> dict[str, Any]:
+        problem = str(err)
+        if isinstance(err, ProfileError) and tenant is not LOCAL:  # its file's path is not a client's business
+            problem = f"profile {profile!r} does not load now; the server's log says why"
+            self._log.warning("a tool's profile does not load", profile=profile, error=str(err))
+        return {"content": [{"type": "text", "text": problem}], "isError": True}
 
     async def _permission(self, ctx: Any, request: PermissionRequest) -> Decision:
         if not self._elicit or not _can_elicit(ctx):
