@@ -80,6 +80,7 @@ def test_a_file_is_text_a_blob_or_a_link() -> None:
         (["--tokens", "t.yaml"], "--tokens is an option of the HTTP door: add --listen"),
         (["--listen", "0.0.0.0:0"], "is not a loopback address and serve has no --tokens"),
         (["--profile", "nope"], "no profile named 'nope'"),
+        (["--state", "s.sqlite3", "--postgres", "postgresql://nobody@127.0.0.1/none"], "leave out --state"),
     ],
 )
 def test_mcp_refuses_bad_options_before_it_serves(options: list[str], says: str, tmp_path: Path) -> None:

@@ -59,6 +59,8 @@ def add_mcp_parser(commands: Any, common: argparse.ArgumentParser, state_help: s
 def mcp_command(args: argparse.Namespace) -> int:
     if args.tokens is not None and args.listen is None:
         args.command_parser.error("--tokens is an option of the HTTP door: add --listen")
+    if args.state is not None and args.postgres is not None:
+        args.command_parser.error("with --postgres the workers keep the sessions: leave out --state")
     try:
         import mcp  # noqa: F401
     except ImportError as err:
