@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 import trio
+import yaml
 from agents_cache import npm_binary
-from conftest import PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent
+from conftest import CLI_PROFILES, PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent
 from doorkit import write_tokens
 from fake_anthropic import claude_env, message_stream, result_text, tool_results
 from fake_api import FakeApi, Json, Request
@@ -317,7 +318,9 @@ def delegating_model(tool: str, message: str) -> Any:
     return respond
 
 
-def test_claude_code_delegates_to_a_profile_through_agent_bridge_mcp(profiles: Path, tmp_path: Path) -> None:
+def ask_claude(profiles: Path, tmp_path: Path, tool: str, task: str) -> str:
+    """Claude Code's reply to a prompt, its fake model calling the bridge's `tool` with `task` through
+    `agent-bridge mcp --profiles profiles` (its --mcp-config)."""
     home = tmp_path / "claude-home"
     config = {
         "mcpServers": {
@@ -329,18 +332,18 @@ def test_claude_code_delegates_to_a_profile_through_agent_bridge_mcp(profiles: P
         }
     }
     (tmp_path / "mcp.json").write_text(json.dumps(config))
-    with FakeApi(delegating_model("mcp__bridge__stream", "summarise the logs")) as api:
+    with FakeApi(delegating_model(f"mcp__bridge__{tool}", task)) as api:
         claude = subprocess.run(
             [
                 str(npm_binary("claude")),
                 "-p",
-                "ask the bridge's stream agent to summarise the logs",
+                f"ask the bridge's {tool} agent: {task}",
                 "--output-format",
                 "json",
                 "--mcp-config",
                 str(tmp_path / "mcp.json"),
                 "--allowedTools",
-                "mcp__bridge__stream",
+                f"mcp__bridge__{tool}",
             ],
             # MCP_CONNECTION_NONBLOCKING=false: the first request waits for the bridge's tools (else Claude Code
             # connects its MCP servers while the model answers, and offers them from a later request on).
@@ -351,9 +354,35 @@ def test_claude_code_delegates_to_a_profile_through_agent_bridge_mcp(profiles: P
             timeout=DEADLINE * 3,
         )
     assert claude.returncode == 0, claude.stderr
-    reply = json.loads(claude.stdout)["result"]
+    return str(json.loads(claude.stdout)["result"])
+
+
+def test_claude_code_delegates_to_a_script_agent_through_agent_bridge_mcp(profiles: Path, tmp_path: Path) -> None:
+    reply = ask_claude(profiles, tmp_path, "stream", "summarise the logs")
     assert reply.startswith("The bridge's agent said: turn 1 of session ")
     assert reply.endswith("you said: summarise the logs")
+
+
+def test_claude_code_delegates_to_codex_through_agent_bridge_mcp(profiles: Path, tmp_path: Path) -> None:
+    from fakes.openai_responses import OpenAIResponses, write_codex_home
+
+    codex = npm_binary("codex")
+    (tmp_path / "codex-work").mkdir()
+    (tmp_path / "codex-tmp").mkdir()
+    with OpenAIResponses() as api:
+        ready = yaml.safe_load((CLI_PROFILES / "codex.yaml").read_text())
+        ready.update(
+            env={
+                "CODEX_HOME": str(write_codex_home(tmp_path / "codex-home" / ".codex", api.base_url)),
+                "PATH": f"{codex.parent}{os.pathsep}{os.environ['PATH']}",
+                "TMPDIR": str(tmp_path / "codex-tmp"),
+            },
+            cwd=str(tmp_path / "codex-work"),
+        )
+        (profiles / "codex.yaml").write_text(yaml.safe_dump(ready))
+        reply = ask_claude(profiles, tmp_path, "codex", "say The logs are clean.")
+        assert [request.prompt for request in api.responses_requests()] == ["say The logs are clean."]
+    assert reply == "The bridge's agent said: The logs are clean."
 
 
 def write_asking_profile(profiles: Path, tmp_path: Path) -> None:
