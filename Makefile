@@ -131,7 +131,7 @@ $(BENCH_BIN)/python:
 	$(BENCH_BIN)/python -m pip install -q --upgrade pip
 
 $(BENCH_VENV)/.tools: bench/requirements.txt pyproject.toml Makefile | $(BENCH_BIN)/python
-	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt '.[postgres,http]'
+	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt '.[postgres,http,mcp]'
 	touch $@
 
 $(BENCH_VENV)/.bridge: pyproject.toml $(shell find bridge -name '*.py' -o -name py.typed) | $(BENCH_VENV)/.tools

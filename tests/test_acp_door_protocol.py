@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from bridge.acp_door.protocol import (
+from bridge.dialects import ActivityEvent, PartialEvent, Usage
+from bridge.dialects.events import FileEvent, Option, Question, QuestionRequest, RequestWithdrawn
+from bridge.engine.result import Outcome, TurnResult
+from bridge.permissions import Decision, PermissionRequest
+from bridge.serving.acp_protocol import (
     AcpAgentSide,
     Answer,
     CancelPrompt,
@@ -21,10 +25,6 @@ from bridge.acp_door.protocol import (
     StartPrompt,
     unsent_reply,
 )
-from bridge.dialects import ActivityEvent, PartialEvent, Usage
-from bridge.dialects.events import FileEvent, Option, Question, QuestionRequest, RequestWithdrawn
-from bridge.engine.result import Outcome, TurnResult
-from bridge.permissions import Decision, PermissionRequest
 
 SESSION = "acp-0123456789abcdefghijklmnop"
 

@@ -31,7 +31,6 @@ FLOORS = {
     "serving": 7,
     "network": 8,
     "chat": 8,
-    "acp_door": 8,
     "cli": 9,
     "command": 10,
 }

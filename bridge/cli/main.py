@@ -167,7 +167,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
 
-COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker", "acp")
+COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker", "acp", "mcp")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -540,6 +540,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "--name", metavar="NAME", default="acp", help="with --postgres: the gateway's name (default: acp)"
         )
         acp.set_defaults(handler=_acp_command, command_parser=acp)
+    if command in (None, "mcp"):
+        from .mcp import add_mcp_parser
+
+        add_mcp_parser(commands, common, _STATE_HELP)
     return parser
 
 
