@@ -22,7 +22,6 @@ import os
 import ssl
 import stat
 import urllib.parse
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +46,8 @@ from .fetch_policy import (
     source_kind_or_none,
 )
 from .launch import attachments_fit
+from .profile import Profile
+from .profile.sections import AttachmentsSettings
 from .result import Ending
 from .turn import Attachment, Turn
 from .turn_files import TurnFiles
@@ -63,21 +64,22 @@ def ending_of(failure: AttachmentFailed) -> Ending:
     return Ending(cancelled=True) if failure.cancelled else Ending(attachment_failure=failure.message)
 
 
-def policy_of(profile: Any, allow_hosts: tuple[str, ...] = ()) -> AttachmentPolicy:
+def policy_of(profile: Profile, allow_hosts: tuple[str, ...] = ()) -> AttachmentPolicy:
     """The attachment policy of `profile`'s `attachments` section, with a host's `allow_hosts` added; `fetch`
     unset is the protocol's default."""
-    section: Mapping[str, Any] = profile.attachments or {}
-    fetch = section.get("fetch")
+    section = profile.attachments or AttachmentsSettings()
     return AttachmentPolicy(
-        **{
-            **section,
-            "allow_hosts": tuple(section.get("allow_hosts", ())),
-            "fetch": PROTOCOLS[profile.protocol].fetches_attachments if fetch is None else fetch,
-        }
+        max_file_bytes=section.max_file_bytes,
+        max_turn_bytes=section.max_turn_bytes,
+        max_count=section.max_count,
+        timeout_secs=section.timeout_secs,
+        allow_hosts=section.allow_hosts,
+        keep=section.keep,
+        fetch=PROTOCOLS[profile.protocol].fetches_attachments if section.fetch is None else section.fetch,
     ).with_hosts(allow_hosts)
 
 
-def makes_files(profile: Any, attachments: tuple[Attachment, ...], allow_hosts: tuple[str, ...] = ()) -> bool:
+def makes_files(profile: Profile, attachments: tuple[Attachment, ...], allow_hosts: tuple[str, ...] = ()) -> bool:
     """Whether `attachments` become files in the turn's directory under `profile` (fetched, or what a pass-through
     makes): a pass-through turn that makes none needs no attachments directory, and cannot fail for want of one."""
     return bool(attachments) and (policy_of(profile, allow_hosts).fetch or bool(_made_here(attachments)))

@@ -54,17 +54,16 @@ import re
 import resource
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from .cgroups import CONTAINMENT, AgentCgroup, Leftovers, make_directory, read_text, unescape_mount_field, write_text
 from .errors import LaunchError
 from .keeper import KEEPER
+from .profile.sections import LimitsSettings
 
 MIB = 1024 * 1024
-NAMES = ("memory_mb", "cpu_secs", "processes", "file_size_mb", "open_files")
 # Each limit a controller holds: (controller, the file that sets it in v1, in v2).
 _CONTROLLED = {
     "memory_mb": ("memory", "memory.limit_in_bytes", "memory.max"),
@@ -88,26 +87,15 @@ _WHAT = {
 
 
 @dataclass(slots=True, frozen=True)
-class ResourceLimits:
-    """A profile's `limits:`; None leaves that one unlimited."""
-
-    memory_mb: int | None = None
-    cpu_secs: int | None = None
-    processes: int | None = None
-    file_size_mb: int | None = None
-    open_files: int | None = None
+class ResourceLimits(LimitsSettings):
+    """A profile's `limits:` (its fields and defaults are `LimitsSettings`'), with how each is enforced."""
 
     @classmethod
-    def of(cls, section: Mapping[str, Any] | None) -> ResourceLimits | None:
-        """The limits of a profile's (validated) `limits:` section; None when it sets none."""
-        if not section:
+    def of(cls, section: LimitsSettings | None) -> ResourceLimits | None:
+        """The limits of a profile's `limits:` section; None when it sets none."""
+        if section is None or not section.items():
             return None
-        limits = cls(**{name: section.get(name) for name in NAMES})
-        return limits if limits.items() else None
-
-    def items(self) -> list[tuple[str, int]]:
-        """(name, value) of each limit set, in `NAMES` order."""
-        return [(field.name, value) for field in fields(self) if (value := getattr(self, field.name)) is not None]
+        return cls(**dict(section.items()))
 
     def controlled(self) -> list[tuple[str, int]]:
         """The limits only a cgroup controller holds."""

@@ -75,7 +75,7 @@ ALLOWED = Decision(allow=True)
 
 @dataclass(slots=True, frozen=True)
 class PermissionPolicy:
-    """A profile's `permissions:` section."""
+    """A profile's `permissions:` section, typed: its defaults are the schema's (`bridge.profile.schema`)."""
 
     default: Literal["allow", "deny", "ask"] = "deny"
     allow: tuple[str, ...] = ()
@@ -96,16 +96,23 @@ class PermissionPolicy:
         return Decision(allow=False, message=f"{request.tool or 'this tool'} is not in the profile's allow list")
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> PermissionPolicy:
-        if not values:
-            return cls()
-        return cls(
-            default=values.get("default", "deny"),
-            allow=tuple(values.get("allow", ())),
-            deny=tuple(values.get("deny", ())),
-            ask=tuple(values.get("ask", ())),
-            timeout_secs=float(values.get("timeout_secs", 120.0)),
-        )
+    def from_values(cls, values: Mapping[str, Any]) -> PermissionPolicy:
+        """The policy of a validated `permissions:` section (lists become tuples; a key left out keeps its
+        default)."""
+        typed: dict[str, Any] = {
+            key: tuple(value) if isinstance(value, list) else value for key, value in values.items()
+        }
+        return cls(**typed)
+
+    def to_values(self) -> dict[str, Any]:
+        """The section as the schema writes it (tuples become lists)."""
+        return {
+            "default": self.default,
+            "allow": list(self.allow),
+            "deny": list(self.deny),
+            "ask": list(self.ask),
+            "timeout_secs": self.timeout_secs,
+        }
 
 
 UNANSWERED = Decision(allow=False, message="nobody answered in time")

@@ -20,6 +20,7 @@ from ..errors import Problem, ProfileError
 from ..permissions import PermissionPolicy
 from . import cache as profile_cache
 from .fields import FIELD_NAMES
+from .sections import DEFAULT_OUTBOX, AttachmentsSettings, LimitsSettings, OutboxSettings, SandboxSettings
 from .tools import BWRAP, PRLIMIT, find_tool, needs_prlimit
 
 
@@ -49,10 +50,10 @@ class Profile:
     protocol: str
     resume_args: tuple[str, ...]
     new_session_args: tuple[str, ...]
-    permissions: Mapping[str, Any] | None
-    attachments: Mapping[str, Any] | None
-    sandbox: Mapping[str, Any] | None
-    limits: Mapping[str, Any] | None
+    permissions: PermissionPolicy | None
+    attachments: AttachmentsSettings | None
+    sandbox: SandboxSettings | None
+    limits: LimitsSettings | None
     keep_warm_secs: float
     max_warm: int
     start_timeout_secs: float
@@ -69,7 +70,7 @@ class Profile:
     kill_grace_secs: float
     max_reply_chars: int | None
     truncation_suffix: str
-    outbox: Mapping[str, Any] | None
+    outbox: OutboxSettings | None
     outbox_max_files: int
     outbox_max_bytes: int
     include_stderr_in_reply: bool
@@ -118,7 +119,9 @@ class Profile:
     def _assign(self, values: Mapping[str, Any], profile_dir: str) -> None:
         for name in FIELD_NAMES:
             value = values[name]
-            if isinstance(value, list):
+            if name in _SECTIONS:
+                value = None if value is None else _SECTIONS[name].from_values(value)
+            elif isinstance(value, list):
                 value = tuple(value)
             elif isinstance(value, dict):
                 value = MappingProxyType(dict(value))
@@ -140,13 +143,13 @@ class Profile:
                 permissions=self.permissions is not None,
             ),
         )
-        object.__setattr__(self, "permission_policy", PermissionPolicy.from_mapping(self.permissions))
+        object.__setattr__(self, "permission_policy", self.permissions or PermissionPolicy())
         object.__setattr__(self, "profile_dir", profile_dir)
 
     @property
     def tell_agent_outbox(self) -> str:
         """How the agent is told its outbox (`outbox.tell_agent`): session, every_turn or never."""
-        return str(self.outbox.get("tell_agent", "session")) if self.outbox is not None else "session"
+        return (self.outbox or DEFAULT_OUTBOX).tell_agent
 
     @property
     def warm(self) -> bool:
@@ -169,6 +172,8 @@ class Profile:
                 value = list(value)
             elif isinstance(value, MappingProxyType):
                 value = dict(value)
+            elif name in _SECTIONS and value is not None:
+                value = value.to_values()
             values[name] = value
         if self.protocol_settings:
             values[self.protocol] = dict(self.protocol_settings)
@@ -192,6 +197,18 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile(name={self.name!r}, command={self.command!r})"
+
+
+_SECTIONS: Mapping[
+    str, type[PermissionPolicy | AttachmentsSettings | OutboxSettings | SandboxSettings | LimitsSettings]
+] = {
+    "permissions": PermissionPolicy,
+    "attachments": AttachmentsSettings,
+    "outbox": OutboxSettings,
+    "sandbox": SandboxSettings,
+    "limits": LimitsSettings,
+}
+"""The sections that are typed objects, by field name: built from validated values, given back by `to_values`."""
 
 
 def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile:
