@@ -31,7 +31,10 @@ from typing import Any, NamedTuple
 _FORMAT = 2
 # What decides whether a profile is valid, and what validation produces: an edit to any of them validates afresh.
 _VALIDATORS = (
-    *(Path(__file__).with_name(name) for name in ("schema.py", "argv_rules.py", "fields.py", "sections.py")),
+    *(
+        Path(__file__).with_name(name)
+        for name in ("schema.py", "argv_rules.py", "argv_programs.py", "fields.py", "sections.py")
+    ),
     # The sections' defaults (`sections.py` takes the attachments' limits from fetch_policy).
     *(Path(__file__).parent.parent / name for name in ("dialects/settings.py", "permissions.py", "fetch_policy.py")),
 )
