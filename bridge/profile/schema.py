@@ -13,7 +13,7 @@ import inspect
 import re
 import shlex
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -39,6 +39,8 @@ from .sections import AttachmentsSettings, LimitsSettings, OutboxSettings, Sandb
 from .tools import BWRAP, PRLIMIT, find_tool, missing_tool, needs_prlimit
 
 _ENV_NAME = re.compile(r"[^=\0]+")
+_Template = tuple[tuple[str, ...], tuple[tuple[str | int, ...], ...]]
+"""An argv template's words, and where in the profile each comes from (("command",), ("args", 0), …)."""
 # The sections' defaults are written once, in their typed classes (`bridge.profile.sections`, `PermissionPolicy`).
 _PERMISSIONS = PermissionPolicy()
 _ATTACHMENTS = AttachmentsSettings()
@@ -375,6 +377,35 @@ class ProfileModel(BaseModel):
 
     @model_validator(mode="after")
     def _build_argv_template(self) -> ProfileModel:
+        templates = self._argv_templates()
+        for text, location in self._templated_fields(templates.values()):
+            _check_placeholders(text, location)
+        for name, value in self.env.items():
+            reason = environment_problem(name, value)
+            if reason is not None:
+                raise _located_error(("env", name), "{reason}", reason=reason)
+        self._check_protocol_fields()
+        if PROTOCOLS[self.protocol].warm:
+            self._check_no_message_in_warm_argv(templates.values())
+        message_on_stdin = self.stdin != "none" or PROTOCOLS[self.protocol].message_on_stdin
+        for argv, locations in templates.values():
+            problem = argv_problem(argv)
+            if problem is not None:
+                raise _located_error(locations[problem.index], "{reason}", reason=problem.message)
+            if message_on_stdin and (reason := stdin_problem(argv)) is not None:
+                where = ("stdin",) if self.stdin != "none" else ("protocol",)
+                raise _located_error(where, "{reason}", reason=reason)
+        if self.sandbox is not None and find_tool(BWRAP) is None:
+            raise _located_error(("sandbox",), "{reason}", reason=missing_tool(BWRAP))
+        if self.limits is not None and needs_prlimit(self.limits.model_dump()) and find_tool(PRLIMIT) is None:
+            raise _located_error(("limits",), "{reason}", reason=missing_tool(PRLIMIT))
+        self._argv_template = templates["new_session_args"][0]
+        self._resume_argv_template = templates["resume_args"][0]
+        return self
+
+    def _argv_templates(self) -> dict[str, _Template]:
+        """A new session's and a resumed session's argv (by the field that makes them differ), with where in the
+        profile each word comes from."""
         if isinstance(self.command, str):
             try:
                 words = shlex.split(self.command, posix=True)
@@ -393,39 +424,19 @@ class ProfileModel(BaseModel):
         for kind, extra in (("new_session_args", self.new_session_args), ("resume_args", self.resume_args)):
             locations = (*word_locations, *((kind, index) for index in range(len(extra))), *args)
             templates[kind] = ((*words, *extra, *self.args), locations)
-        for text, location in self._templated_fields(templates.values()):
-            _check_placeholders(text, location)
-        for name, value in self.env.items():
-            reason = environment_problem(name, value)
-            if reason is not None:
-                raise _located_error(("env", name), "{reason}", reason=reason)
-        self._check_protocol_fields()
-        if PROTOCOLS[self.protocol].warm:
-            for argv, locations in templates.values():
-                for word, location in zip(argv, locations, strict=True):
-                    if "{{MESSAGE}}" in word:
-                        raise _located_error(
-                            location,
-                            "{{{{MESSAGE}}}} cannot be in the argv of protocol {protocol}: "
-                            "its agent starts before any message and keeps running for the whole "
-                            "conversation; the messages reach it through the protocol (remove it)",
-                            protocol=self.protocol,
-                        )
-        message_on_stdin = self.stdin != "none" or PROTOCOLS[self.protocol].message_on_stdin
-        for argv, locations in templates.values():
-            problem = argv_problem(argv)
-            if problem is not None:
-                raise _located_error(locations[problem.index], "{reason}", reason=problem.message)
-            if message_on_stdin and (reason := stdin_problem(argv)) is not None:
-                where = ("stdin",) if self.stdin != "none" else ("protocol",)
-                raise _located_error(where, "{reason}", reason=reason)
-        if self.sandbox is not None and find_tool(BWRAP) is None:
-            raise _located_error(("sandbox",), "{reason}", reason=missing_tool(BWRAP))
-        if self.limits is not None and needs_prlimit(self.limits.model_dump()) and find_tool(PRLIMIT) is None:
-            raise _located_error(("limits",), "{reason}", reason=missing_tool(PRLIMIT))
-        self._argv_template = templates["new_session_args"][0]
-        self._resume_argv_template = templates["resume_args"][0]
-        return self
+        return templates
+
+    def _check_no_message_in_warm_argv(self, templates: Iterable[_Template]) -> None:
+        for argv, locations in templates:
+            for word, location in zip(argv, locations, strict=True):
+                if "{{MESSAGE}}" in word:
+                    raise _located_error(
+                        location,
+                        "{{{{MESSAGE}}}} cannot be in the argv of protocol {protocol}: "
+                        "its agent starts before any message and keeps running for the whole "
+                        "conversation; the messages reach it through the protocol (remove it)",
+                        protocol=self.protocol,
+                    )
 
     def _check_protocol_fields(self) -> None:
         """Fields that mean something to some protocols only are refused with the others."""
@@ -460,7 +471,7 @@ class ProfileModel(BaseModel):
                 protocol=self.protocol,
             )
 
-    def _templated_fields(self, templates: Any) -> Iterator[tuple[str, tuple[str | int, ...]]]:
+    def _templated_fields(self, templates: Iterable[_Template]) -> Iterator[tuple[str, tuple[str | int, ...]]]:
         for argv, locations in templates:
             yield from zip(argv, locations, strict=True)
         if self.cwd is not None:
