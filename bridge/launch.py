@@ -114,7 +114,7 @@ def _plan(
     if turn is None or profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
         handover = Handover(keep_open=True)
     else:
-        handover = profile.dialect.handover(turn, profile.dialect_context)
+        handover = profile.turn_dialect.handover(turn, profile.dialect_context)
     # The prompt as the protocol hands it (the message with its fetched files named) fills argv and env; cwd keeps
     # the message as sent, whose rules (one path component) a list of paths could never meet.
     given = values if handover.message is None else {**values, "MESSAGE": handover.message}

@@ -89,3 +89,16 @@ def test_the_schema_defaults_are_the_typed_sections_defaults(name: str) -> None:
     defaults = kind().to_values()
     assert set(properties) == set(defaults)
     assert {key: properties[key].get("default") for key in properties} == defaults
+
+
+def test_the_dialect_is_a_turn_dialect_or_a_warm_one_as_the_protocol_says() -> None:
+    from bridge.dialects.warm import WarmDialect
+
+    one_turn = bridge.parse_profile("command: agent\n")
+    assert one_turn.turn_dialect is one_turn.dialect and not issubclass(one_turn.dialect, WarmDialect)
+    with pytest.raises(TypeError, match="one process per turn"):
+        one_turn.warm_dialect  # noqa: B018
+    warm = bridge.parse_profile("command: agent\nprotocol: acp\n")
+    assert warm.warm_dialect is warm.dialect and issubclass(warm.dialect, WarmDialect)
+    with pytest.raises(TypeError, match="keeps its agent warm"):
+        warm.turn_dialect  # noqa: B018

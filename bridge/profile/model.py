@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..dialects import PROTOCOLS, DialectContext, dialect_class
 from ..errors import Problem, ProfileError
@@ -22,6 +22,10 @@ from . import cache as profile_cache
 from .fields import FIELD_NAMES
 from .sections import DEFAULT_OUTBOX, AttachmentsSettings, LimitsSettings, OutboxSettings, SandboxSettings
 from .tools import BWRAP, PRLIMIT, find_tool, needs_prlimit
+
+if TYPE_CHECKING:
+    from ..dialects import Dialect
+    from ..dialects.warm import WarmDialect
 
 
 class Profile:
@@ -85,10 +89,11 @@ class Profile:
     """A resumed session's argv: `command` split into words, `resume_args`, `args`."""
     protocol_settings: Mapping[str, Any]
     """The profile's section named after its protocol, as written (defaults left out)."""
-    settings: Any
-    """The protocol's settings object: `protocol_settings` over its defaults."""
-    dialect: Any
-    """The protocol's dialect class (see `bridge.dialects.base.Dialect`)."""
+    settings: object
+    """The protocol's settings object (its class in `bridge.dialects.settings`): `protocol_settings` over its
+    defaults."""
+    dialect: type[Dialect] | type[WarmDialect]
+    """The protocol's dialect class: a `WarmDialect` when `warm`, else a one-turn `Dialect`."""
     dialect_context: DialectContext
     """What the protocol's dialect is told of this profile."""
     permission_policy: PermissionPolicy
@@ -155,6 +160,20 @@ class Profile:
     def warm(self) -> bool:
         """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.warm_agent`."""
         return PROTOCOLS[self.protocol].warm
+
+    @property
+    def turn_dialect(self) -> type[Dialect]:
+        """`dialect`, for a protocol that runs one process per turn (not `warm`)."""
+        if self.warm:
+            raise TypeError(f"protocol {self.protocol} keeps its agent warm: its dialect is `warm_dialect`")
+        return cast("type[Dialect]", self.dialect)  # PROTOCOLS says which kind, where the class is named
+
+    @property
+    def warm_dialect(self) -> type[WarmDialect]:
+        """`dialect`, for a protocol that keeps one process per conversation (`warm`)."""
+        if not self.warm:
+            raise TypeError(f"protocol {self.protocol} runs one process per turn: its dialect is `turn_dialect`")
+        return cast("type[WarmDialect]", self.dialect)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a Profile is immutable; use profile.replace({name}=...)")
