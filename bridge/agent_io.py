@@ -23,11 +23,12 @@ import signal
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
 from .launch import LaunchPlan
+from .log import Logger
 from .process import READ_CHUNK, AgentProcess, collect_orphans
 from .result import Ending
 
@@ -272,7 +273,7 @@ class AgentIO:
         self,
         plan: LaunchPlan,
         agent: AgentProcess,
-        log: Any,
+        log: Logger,
         limits: TurnLimits,
         on_stderr: Callable[[bytes], None] | None = None,
         on_not_reading: Callable[[], None] | None = None,

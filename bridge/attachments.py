@@ -23,7 +23,6 @@ import ssl
 import stat
 import urllib.parse
 from dataclasses import dataclass, replace
-from typing import Any
 
 import h11
 import trio
@@ -46,6 +45,7 @@ from .fetch_policy import (
     source_kind_or_none,
 )
 from .launch import attachments_fit
+from .log import Logger
 from .profile import Profile
 from .profile.sections import AttachmentsSettings
 from .result import Ending
@@ -86,7 +86,7 @@ def makes_files(profile: Profile, attachments: tuple[Attachment, ...], allow_hos
 
 
 async def prepare_attachments(
-    turn: Turn, files: TurnFiles, policy: AttachmentPolicy, log: Any, cancel: trio.Event | None = None
+    turn: Turn, files: TurnFiles, policy: AttachmentPolicy, log: Logger, cancel: trio.Event | None = None
 ) -> Turn:
     """`turn` with its attachments fetched into `files.attachments` (with `policy.fetch` off, only those
     `_passed_through` says). Raises `AttachmentFailed`; then, as on a trio cancellation, nothing fetched is left
@@ -105,7 +105,7 @@ async def _passed_through(
     attachments: tuple[Attachment, ...],
     files: TurnFiles,
     policy: AttachmentPolicy,
-    log: Any,
+    log: Logger,
     cancel: trio.Event | None,
 ) -> tuple[Attachment, ...]:
     """The attachments as sent, URLs untouched, no address reached: only what the agent could not get otherwise
@@ -147,7 +147,7 @@ async def _fetch_all(
     attachments: tuple[Attachment, ...],
     files: TurnFiles,
     policy: AttachmentPolicy,
-    log: Any,
+    log: Logger,
     cancel: trio.Event | None,
 ) -> tuple[Attachment, ...]:
     taken: set[str] = set()

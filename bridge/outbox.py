@@ -27,11 +27,11 @@ import shutil
 import stat
 import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from .dialects.events import ActivityEvent, FileEvent
 from .errors import OutboxError
-from .log import get_logger
+from .log import Logger, get_logger
 from .profile import Profile
 from .result import Outcome, TurnResult
 from .turn_files import STATE_DIRECTORY, TurnFiles, remove_directory_beneath
@@ -234,7 +234,9 @@ def held(directory: str) -> HeldOutbox | None:
         return _held.get(directory)
 
 
-async def hand_out(files: TurnFiles, profile: Profile, result: TurnResult, emit: Emit | None, log: Any) -> TurnResult:
+async def hand_out(
+    files: TurnFiles, profile: Profile, result: TurnResult, emit: Emit | None, log: Logger
+) -> TurnResult:
     """The turn is over: `result` with the files of the turn's outbox, each emitted as a `FileEvent` (and what was
     left out as a `notice`) before the result. An outbox that holds nothing to send is removed beneath the
     descriptor `files` holds; one that does is the host's to remove (`remove_outbox`) once the files were
@@ -261,7 +263,7 @@ async def hand_out(files: TurnFiles, profile: Profile, result: TurnResult, emit:
 
 
 async def hand_out_turn_files(
-    files: TurnFiles, keep_attachments: bool, profile: Profile, result: TurnResult, emit: Emit | None, log: Any
+    files: TurnFiles, keep_attachments: bool, profile: Profile, result: TurnResult, emit: Emit | None, log: Logger
 ) -> TurnResult:
     """The turn is over: its fetched attachments deleted (unless `keep_attachments`: the profile keeps them), its
     outbox handed out (`hand_out`), and its directories let go of (what is left in them is the host's)."""
