@@ -96,23 +96,13 @@ class PermissionPolicy:
         return Decision(allow=False, message=f"{request.tool or 'this tool'} is not in the profile's allow list")
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> PermissionPolicy:
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> PermissionPolicy:
         """The policy of a validated `permissions:` section (lists become tuples; a key left out keeps its
-        default)."""
+        default); None: the defaults (deny)."""
         typed: dict[str, Any] = {
-            key: tuple(value) if isinstance(value, list) else value for key, value in values.items()
+            key: tuple(value) if isinstance(value, list) else value for key, value in (values or {}).items()
         }
         return cls(**typed)
-
-    def to_values(self) -> dict[str, Any]:
-        """The section as the schema writes it (tuples become lists)."""
-        return {
-            "default": self.default,
-            "allow": list(self.allow),
-            "deny": list(self.deny),
-            "ask": list(self.ask),
-            "timeout_secs": self.timeout_secs,
-        }
 
 
 UNANSWERED = Decision(allow=False, message="nobody answered in time")

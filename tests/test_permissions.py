@@ -8,7 +8,7 @@ from bridge.permissions import PermissionPolicy, PermissionRequest
 
 
 def answer(policy: dict[str, object], tool: str, kind: str = "") -> str:
-    decision = PermissionPolicy.from_values(policy).decide(PermissionRequest("r1", tool, kind))
+    decision = PermissionPolicy.from_mapping(policy).decide(PermissionRequest("r1", tool, kind))
     return "ask" if decision is None else "allow" if decision.allow else "deny"
 
 

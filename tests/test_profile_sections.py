@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 import bridge
+from bridge.confinement.limits import ResourceLimits
+from bridge.confinement.sandbox import SandboxSettings
 from bridge.permissions import PermissionPolicy
-from bridge.profile.sections import AttachmentsSettings, LimitsSettings, OutboxSettings, SandboxSettings
+from bridge.profile.sections import AttachmentsSettings, OutboxSettings
 
 EVERY_SECTION = """\
 command: agent
@@ -27,7 +29,7 @@ SECTION_TYPES = {
     "attachments": (AttachmentsSettings, "AttachmentsModel"),
     "outbox": (OutboxSettings, "OutboxModel"),
     "sandbox": (SandboxSettings, "SandboxModel"),
-    "limits": (LimitsSettings, "LimitsModel"),
+    "limits": (ResourceLimits, "LimitsModel"),
 }
 
 
@@ -39,7 +41,7 @@ def test_each_section_is_read_by_attribute_with_its_defaults_filled_in() -> None
     assert profile.outbox == OutboxSettings(tell_agent="never") and profile.tell_agent_outbox == "never"
     assert profile.sandbox == SandboxSettings(write=("~/.agent",), network=False)
     assert profile.sandbox.hide_home and profile.sandbox.read == ()
-    assert profile.limits == LimitsSettings(memory_mb=64) and profile.limits.items() == [("memory_mb", 64)]
+    assert profile.limits == ResourceLimits(memory_mb=64) and profile.limits.items() == [("memory_mb", 64)]
     assert profile.permission_policy is profile.permissions
 
 
@@ -79,14 +81,17 @@ def test_to_dict_and_replace_give_each_section_back_as_the_schema_writes_it() ->
         "memory_mb": 64
     }
     changed = profile.replace(limits={"memory_mb": 32})
-    assert changed.limits == LimitsSettings(memory_mb=32) and changed.sandbox == profile.sandbox
+    assert changed.limits == ResourceLimits(memory_mb=32) and changed.sandbox == profile.sandbox
 
 
 @pytest.mark.parametrize("name", SECTION_TYPES)
 def test_the_schema_defaults_are_the_typed_sections_defaults(name: str) -> None:
     kind, model = SECTION_TYPES[name]
     properties = bridge.profile.json_schema()["$defs"][model]["properties"]
-    defaults = kind().to_values()
+    defaults = {
+        field.name: list(default) if isinstance(default := field.default, tuple) else default
+        for field in dataclasses.fields(kind)
+    }
     assert set(properties) == set(defaults)
     assert {key: properties[key].get("default") for key in properties} == defaults
 

@@ -44,9 +44,9 @@ from test_ready_profiles_others import READY, Ready
 
 import bridge
 from bridge import Turn
-from bridge.cgroups import CONTAINMENT, own_cgroup
+from bridge.confinement.cgroups import CONTAINMENT, own_cgroup
+from bridge.engine.warm_agents import WarmAgent
 from bridge.errors import ProfileError
-from bridge.warm_agent import WarmAgent
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 BWRAP = shutil.which("bwrap")
@@ -460,7 +460,7 @@ def test_every_ready_profile_turns_its_sandbox_on_with_one_line(tmp_path, path):
     (tmp_path / path.name).write_text(on)
     profile = bridge.load_profile(tmp_path / path.name, cache=False)
     assert profile.sandbox is not None
-    assert profile.sandbox.to_values() == {"read": [], "network": True, "hide_home": True, **sandbox_line(path)}
+    assert profile.to_dict()["sandbox"] == {"read": [], "network": True, "hide_home": True, **sandbox_line(path)}
     assert profile.sandbox.write[0].startswith("~/.")  # the CLI's own directory, writable
     assert profile.sandbox.network  # coding CLIs call their model's API
 
@@ -534,9 +534,9 @@ OUTLIVES = """
 import os, select, sys, threading, trio
 from functools import partial
 import bridge
-from bridge.cgroups import CONTAINMENT
-from bridge.launch import plan_launch
-from bridge.process import start
+from bridge.confinement.cgroups import CONTAINMENT
+from bridge.engine.launch import plan_launch
+from bridge.confinement.spawner import start
 
 CONTAINMENT.turn_off()  # else the spawn is in one of trio's worker threads, which lasts 10 s: this one ends at once
 profile = bridge.Profile.from_mapping(

@@ -27,10 +27,10 @@ from collections import Counter, OrderedDict
 
 import trio
 
+from ..engine.warm_agents import WarmAgent
 from ..errors import WarmStartError
 from ..log import Logger
 from ..profile import Profile
-from ..warm_agent import WarmAgent
 
 Key = tuple[str, str, str]  # (profile name, conversation, session name)
 

@@ -35,8 +35,11 @@ _VALIDATORS = (
         Path(__file__).with_name(name)
         for name in ("schema.py", "argv_rules.py", "argv_programs.py", "fields.py", "sections.py")
     ),
-    # The sections' defaults (`sections.py` takes the attachments' limits from fetch_policy).
-    *(Path(__file__).parent.parent / name for name in ("dialects/settings.py", "permissions.py", "fetch_policy.py")),
+    # The other sections' types, which hold their defaults (see `sections.py`).
+    *(
+        Path(__file__).parent.parent / name
+        for name in ("dialects/settings.py", "permissions.py", "confinement/sandbox.py", "confinement/limits.py")
+    ),
 )
 _MAX_SYMLINKS = 40  # the kernel's own limit before ELOOP
 

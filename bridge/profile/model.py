@@ -9,19 +9,22 @@ pydantic's model machinery — which costs more start-up than all of the bridge.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from ..confinement.limits import ResourceLimits
+from ..confinement.programs import BWRAP, PRLIMIT, find_tool, needs_prlimit
+from ..confinement.sandbox import SandboxSettings
 from ..dialects import PROTOCOLS, DialectContext, dialect_class
 from ..errors import Problem, ProfileError
 from ..permissions import PermissionPolicy
 from . import cache as profile_cache
 from .fields import FIELD_NAMES
-from .sections import DEFAULT_OUTBOX, AttachmentsSettings, LimitsSettings, OutboxSettings, SandboxSettings
-from .tools import BWRAP, PRLIMIT, find_tool, needs_prlimit
+from .sections import DEFAULT_OUTBOX, AttachmentsSettings, OutboxSettings
 
 if TYPE_CHECKING:
     from ..dialects import Dialect
@@ -57,7 +60,7 @@ class Profile:
     permissions: PermissionPolicy | None
     attachments: AttachmentsSettings | None
     sandbox: SandboxSettings | None
-    limits: LimitsSettings | None
+    limits: ResourceLimits | None
     keep_warm_secs: float
     max_warm: int
     start_timeout_secs: float
@@ -125,7 +128,7 @@ class Profile:
         for name in FIELD_NAMES:
             value = values[name]
             if name in _SECTIONS:
-                value = None if value is None else _SECTIONS[name].from_values(value)
+                value = None if value is None else _section(_SECTIONS[name], value)
             elif isinstance(value, list):
                 value = tuple(value)
             elif isinstance(value, dict):
@@ -158,7 +161,7 @@ class Profile:
 
     @property
     def warm(self) -> bool:
-        """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.warm_agent`."""
+        """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.engine.warm_agents`."""
         return PROTOCOLS[self.protocol].warm
 
     @property
@@ -192,7 +195,7 @@ class Profile:
             elif isinstance(value, MappingProxyType):
                 value = dict(value)
             elif name in _SECTIONS and value is not None:
-                value = value.to_values()
+                value = _section_values(value)
             values[name] = value
         if self.protocol_settings:
             values[self.protocol] = dict(self.protocol_settings)
@@ -218,16 +221,29 @@ class Profile:
         return f"Profile(name={self.name!r}, command={self.command!r})"
 
 
-_SECTIONS: Mapping[
-    str, type[PermissionPolicy | AttachmentsSettings | OutboxSettings | SandboxSettings | LimitsSettings]
-] = {
+_Section = PermissionPolicy | AttachmentsSettings | OutboxSettings | SandboxSettings | ResourceLimits
+_SECTIONS: Mapping[str, type[_Section]] = {
     "permissions": PermissionPolicy,
     "attachments": AttachmentsSettings,
     "outbox": OutboxSettings,
     "sandbox": SandboxSettings,
-    "limits": LimitsSettings,
+    "limits": ResourceLimits,
 }
-"""The sections that are typed objects, by field name: built from validated values, given back by `to_values`."""
+"""The sections of a profile, by field name: each a frozen dataclass that holds its defaults."""
+
+
+def _section(kind: type[_Section], values: Mapping[str, Any]) -> _Section:
+    """A section from its validated values (lists become tuples; a key left out keeps its default)."""
+    typed: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    return kind(**typed)
+
+
+def _section_values(section: _Section) -> dict[str, Any]:
+    """Every key of a section with its value, as the schema writes them (tuples become lists)."""
+    return {
+        field.name: list(value) if isinstance(value := getattr(section, field.name), tuple) else value
+        for field in dataclasses.fields(section)
+    }
 
 
 def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile:

@@ -30,13 +30,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..confinement.limits import ResourceLimits
+from ..confinement.programs import BWRAP, PRLIMIT, find_tool, missing_tool, needs_prlimit
+from ..confinement.sandbox import SandboxSettings
 from ..dialects import DEFAULT_PROTOCOL, PROTOCOLS
 from ..errors import Problem, ProfileError
 from ..permissions import TOOL_KINDS, PermissionPolicy
 from .argv_rules import argv_problem, environment_problem, stdin_problem
 from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
-from .sections import AttachmentsSettings, LimitsSettings, OutboxSettings, SandboxSettings
-from .tools import BWRAP, PRLIMIT, find_tool, missing_tool, needs_prlimit
+from .sections import AttachmentsSettings, OutboxSettings
 
 _ENV_NAME = re.compile(r"[^=\0]+")
 _Template = tuple[tuple[str, ...], tuple[tuple[str | int, ...], ...]]
@@ -46,7 +48,7 @@ _PERMISSIONS = PermissionPolicy()
 _ATTACHMENTS = AttachmentsSettings()
 _OUTBOX = OutboxSettings()
 _SANDBOX = SandboxSettings()
-_LIMITS = LimitsSettings()
+_LIMITS = ResourceLimits()
 
 
 class PermissionsModel(BaseModel):

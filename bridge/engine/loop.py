@@ -31,11 +31,11 @@ from typing import Any, cast
 
 import trio
 
-from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
-from .dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
-from .log import Logger, get_logger
-from .permissions import Decision, PermissionPolicy, PermissionRequest
-from .profile import Profile
+from ..dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
+from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
+from ..log import Logger, get_logger
+from ..permissions import Decision, PermissionPolicy, PermissionRequest
+from ..profile import Profile
 from .questions import OpenQuestion, QuestionAnswer, Questions
 from .result import Ending, TurnRecorder, TurnResult
 

@@ -3,7 +3,7 @@
 Each limit is enforced by the one mechanism that can hold it here (docs/sandbox.md, "Limits"):
 
 - `memory_mb` and `processes` need a cgroup controller, `memory` or `pids`.
-  cgroup v2 first: the agent's own v2 group (`bridge.cgroups`) gets
+  cgroup v2 first: the agent's own v2 group (`bridge.confinement.cgroups`) gets
   `memory.max` (and `memory.swap.max` 0) or `pids.max`, once the controller
   is passed down to it (`Containment.pass_down`, which may move the bridge
   into a leaf of its own). Else a cgroup v1 hierarchy with the controller
@@ -28,7 +28,7 @@ not started (`LaunchError`, the turn's outcome `spawn_failed`), and
 `agent-bridge check` says which and why.
 
 Born inside. The agent must be in its groups before it can fork, so, as for
-its cgroup v2 group (`bridge.cgroups`), the spawning thread joins them for
+its cgroup v2 group (`bridge.confinement.cgroups`), the spawning thread joins them for
 the instant of the fork (`LimitGroups.joined`, under `SPAWN_LOCK`): in a v1
 hierarchy a single thread can move, so nothing else of the bridge is
 counted against the agent's limits meanwhile. In v2 the whole bridge process
@@ -56,12 +56,11 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from ..errors import LaunchError
 from .cgroups import CONTAINMENT, AgentCgroup, Leftovers, make_directory, read_text, unescape_mount_field, write_text
-from .errors import LaunchError
 from .keeper import KEEPER
-from .profile.sections import LimitsSettings
 
 MIB = 1024 * 1024
 # Each limit a controller holds: (controller, the file that sets it in v1, in v2).
@@ -87,15 +86,24 @@ _WHAT = {
 
 
 @dataclass(slots=True, frozen=True)
-class ResourceLimits(LimitsSettings):
-    """A profile's `limits:` (its fields and defaults are `LimitsSettings`'), with how each is enforced."""
+class ResourceLimits:
+    """A profile's `limits:` section (`Profile.limits`), and how each limit is enforced; None leaves that one
+    unlimited."""
+
+    memory_mb: int | None = None
+    cpu_secs: int | None = None
+    processes: int | None = None
+    file_size_mb: int | None = None
+    open_files: int | None = None
 
     @classmethod
-    def of(cls, section: LimitsSettings | None) -> ResourceLimits | None:
-        """The limits of a profile's `limits:` section; None when it sets none."""
-        if section is None or not section.items():
-            return None
-        return cls(**dict(section.items()))
+    def of(cls, section: ResourceLimits | None) -> ResourceLimits | None:
+        """A profile's `limits:`, or None when it sets none."""
+        return section if section is not None and section.items() else None
+
+    def items(self) -> list[tuple[str, int]]:
+        """(name, value) of each limit set, in the order of the fields."""
+        return [(field.name, value) for field in fields(self) if (value := getattr(self, field.name)) is not None]
 
     def controlled(self) -> list[tuple[str, int]]:
         """The limits only a cgroup controller holds."""
