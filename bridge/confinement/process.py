@@ -39,9 +39,9 @@ its pid cannot be reused by a stranger while the lock is held."""
 class AgentProcess:
     """A running agent and the parent's ends of its pipes.
 
-    stdout and stderr are raw non-blocking descriptors: the driver (`agent_io`) reads
+    stdout and stderr are raw non-blocking descriptors: the driver (`bridge.engine.driver`) reads
     them directly, which saves an event-loop iteration per read over a stream
-    object (see `agent_io.Reader`).
+    object (see `driver.Reader`).
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """The agent's process as the bridge drives it: pipes, per-turn deadlines, kill escalation and its end.
 
 `AgentIO` is the one driver of an agent process, whether it lives for one turn
-(`supervisor`) or for many (`warm_agent`). It knows nothing of what the agent
+(`one_process`) or for many (`warm_agents`). It knows nothing of what the agent
 says: it reads stdout (`Reader`) and hands each chunk to whoever drives the
 turn, keeps the stderr tail (`StderrTail`), writes to stdin as often as asked
 (the handover, then whatever `send` queues in its `StdinQueue`), drains the pipes

@@ -2,7 +2,7 @@
 
 Everything a spawn needs is decided here — argv, environment, working
 directory and stdin bytes — so the rules of docs/protocol.md §1–§2 are tested without a
-process, and the supervisor only executes a finished plan.
+process, and the one-process turn only executes a finished plan.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ class TurnResult:
 
 @dataclass(slots=True, frozen=True)
 class Ending:
-    """How the agent's process ended, as its driver (`agent_io`, `warm_agent`) saw it."""
+    """How the agent's process ended, as its driver (`driver`, `warm_agents`) saw it."""
 
     returncode: int | None = None  # as from waitpid: -N when killed by signal N
     timeout: Literal["wall", "idle"] | None = None

@@ -1,6 +1,6 @@
 """The Python API for running turns (docs/protocol.md §8): a call, a stream, and a blocking call.
 
-A host's callbacks may each be sync or async; `turn_loop.emit_to` makes them
+A host's callbacks may each be sync or async; `loop.emit_to` makes them
 one `Emit`, the plain async callable the turn engine awaits for every event.
 """
 
