@@ -459,9 +459,10 @@ def test_every_ready_profile_turns_its_sandbox_on_with_one_line(tmp_path, path):
     assert len(on.splitlines()) == len(text.splitlines()) and on != text  # one line changed
     (tmp_path / path.name).write_text(on)
     profile = bridge.load_profile(tmp_path / path.name, cache=False)
-    assert dict(profile.sandbox) == {"read": [], "network": True, "hide_home": True, **sandbox_line(path)}
-    assert profile.sandbox["write"][0].startswith("~/.")  # the CLI's own directory, writable
-    assert profile.sandbox["network"]  # coding CLIs call their model's API
+    assert profile.sandbox is not None
+    assert profile.to_dict()["sandbox"] == {"read": [], "network": True, "hide_home": True, **sandbox_line(path)}
+    assert profile.sandbox.write[0].startswith("~/.")  # the CLI's own directory, writable
+    assert profile.sandbox.network  # coding CLIs call their model's API
 
 
 @pytest.mark.parametrize("ready", [*READY, Ready("aictrl", "aictrl", "")], ids=lambda ready: ready.profile)

@@ -860,7 +860,7 @@ def _confinement_lines(profile: Profile) -> list[str]:
 
 def _sandbox_warnings(profile: Profile) -> list[str]:
     """A sandbox that leaves the agent the network leaves it this machine's loopback services too."""
-    if profile.sandbox is None or not profile.sandbox.get("network", True):
+    if profile.sandbox is None or not profile.sandbox.network:
         return []
     return [
         "sandbox with network: true — the agent reaches this machine's services on loopback too: an "
@@ -913,8 +913,8 @@ def _attachment_warnings(profile: Profile) -> list[str]:
     default), so a profile written for fetched files (limits, allow_hosts, keep) gets URLs instead."""
     from ..dialects import PROTOCOLS
 
-    section = profile.attachments or {}
-    if not section or section.get("fetch") is not None or PROTOCOLS[profile.protocol].fetches_attachments:
+    section = profile.attachments
+    if section is None or section.fetch is not None or PROTOCOLS[profile.protocol].fetches_attachments:
         return []
     return [
         f"attachments: protocol {profile.protocol} hands the agent attachment URLs as sent and fetches nothing, "

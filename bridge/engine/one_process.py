@@ -145,7 +145,7 @@ async def _one_process(
         # A dialect that cannot be made raises here, before there is an agent to stop.
         log = _turn_logger(profile, turn_id, plan)
         recorder = TurnRecorder(profile, os.environ)
-        dialect = profile.dialect(profile.dialect_context, turn)
+        dialect = profile.turn_dialect(profile.dialect_context, turn)
         questions = questions if questions is not None else Questions()
         agent = await start(plan, kill_grace_secs=profile.kill_grace_secs)
     except LaunchError as err:

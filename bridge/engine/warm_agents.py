@@ -177,7 +177,7 @@ class WarmAgent:
         try:
             plan = plan_warm_launch(profile, os.environ, session_id=self.session_id, session_name=self.session_name)
             self._cwd = plan.cwd or os.getcwd()
-            dialect = profile.dialect(profile.dialect_context, session_id=self.session_id, cwd=self._cwd)
+            dialect = profile.warm_dialect(profile.dialect_context, session_id=self.session_id, cwd=self._cwd)
             plan = self._with_outbox(plan, dialect)
             with contextlib.suppress(OSError):  # then spawn says what is wrong with the directory
                 self._files = FileRoot(self._cwd)  # held before the agent runs: it has moved nothing yet
