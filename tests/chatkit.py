@@ -33,7 +33,8 @@ DEADLINE = 15
 # A Claude Code stand-in speaking its stream-json control protocol (the `claude-sdk` dialect): each message asks
 # before a tool — Bash, running the command given as its argument — or, for a message that mentions "question",
 # asks AskUserQuestion (multi-select for "multi"); "withdraw" withdraws the request once the test opens the GATE
-# FIFO. The reply says what was decided: `decided: {"behavior": …, "updatedInput": …}` (sorted keys).
+# FIFO. The reply says what was decided: `decided: {"behavior": …, "updatedInput": …, "updatedPermissions": …}`
+# (sorted keys; the permissions are the session rule of "Allow for this session").
 ASKING_AGENT = """\
 import json, os, sys
 BASH_COMMAND = sys.argv[1]
@@ -64,7 +65,8 @@ for line in sys.stdin:
     elif message["type"] == "control_response" and message["response"]["request_id"] == "r1":
         answer = message["response"]["response"]
         say(type="result", subtype="success", is_error=False, session_id="s-1",
-            result="decided: " + json.dumps({k: answer[k] for k in ("behavior", "updatedInput") if k in answer},
+            result="decided: " + json.dumps({k: answer[k] for k in ("behavior", "updatedInput", "updatedPermissions")
+                                             if k in answer},
                                              sort_keys=True))
 """
 

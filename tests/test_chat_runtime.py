@@ -161,7 +161,7 @@ async def test_an_approval_is_decided_by_a_press_while_the_turn_that_asked_still
         assert [record.text for record in platform.of("press")] == [shown.removesuffix(" by Ann")]
         assert any(record.text.endswith(shown + ".") for record in platform.of("edit"))
         if label == "Allow for this session":
-            assert "addRules" in reply or "updatedPermissions" in reply or "allow" in reply
+            assert '"destination": "session"' in reply and '"type": "addRules"' in reply
 
 
 async def test_a_question_is_answered_by_a_press(setup: Path) -> None:

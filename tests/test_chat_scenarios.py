@@ -149,6 +149,40 @@ async def test_a_streamed_reply_is_previewed_then_sent_as_a_new_message(bot: Pat
         assert [m.text for m in fake.visible(ALICE)] == ["Hello world, in full"]
 
 
+ALLOWED = '{"behavior": "allow", "updatedInput": {"command": "rm -rf build"}'
+SESSION_RULE = (
+    '"updatedPermissions": [{"behavior": "allow", "destination": "session", '
+    '"rules": [{"ruleContent": "rm -rf build", "toolName": "Bash"}], "type": "addRules"}]'
+)
+
+
+@pytest.mark.parametrize(
+    ("label", "decided", "shown"),
+    [
+        ("Allow", ALLOWED + "}", "Allowed by alice"),
+        ("Deny", '{"behavior": "deny"}', "Denied by alice"),
+        # Claude Code keeps the rule for the session: the same command is not asked again.
+        ("Allow for this session", f"{ALLOWED}, {SESSION_RULE}}}", "Allowed for this session by alice"),
+    ],
+)
+async def test_an_approval_by_button_allows_denies_or_allows_for_the_session(
+    bot: Path, label: str, decided: str, shown: str
+) -> None:
+    async with running_fake_bot_api(TOKEN) as fake, connected(bot, fake, profile="asker"):
+        fake.user_says(ALICE, ALICE, "run the build")
+        await fake.wait_until(lambda: [m for m in fake.sent_to(ALICE) if m.reply_markup], WITHIN)
+        prompt = next(m for m in fake.sent_to(ALICE) if m.reply_markup)
+        assert prompt.text == "The agent asks to use Bash: rm -rf build" and prompt.reply_markup is not None
+        buttons = {button["text"]: button for row in prompt.reply_markup["inline_keyboard"] for button in row}
+        assert list(buttons) == ["Allow", "Allow for this session", "Deny"]
+        fake.user_presses(prompt, buttons[label]["callback_data"], user=ALICE)
+        await fake.wait_until(said(fake, lambda text: text.startswith("decided")), WITHIN)
+        assert said(fake, lambda text: text.startswith("decided"))()[0].text == f"decided: {decided}"
+        await fake.wait_until(lambda: [edit for edit in fake.edits if edit[2].endswith(shown + ".")], WITHIN)
+        assert len(fake.answers) == 1, "the press was answered: no spinning button"
+        assert prompt.reply_markup is None, "the decided prompt keeps no buttons"
+
+
 async def test_a_question_is_answered_by_a_button_then_by_free_text(bot: Path) -> None:
     async with running_fake_bot_api(TOKEN) as fake, connected(bot, fake, profile="asker"):
         fake.user_says(ALICE, ALICE, "a question")
