@@ -21,6 +21,7 @@ from conftest import (
     PROFILES,
     PYTHON,
     REPO,
+    RESULT_FIELDS,
     assert_no_live_process,
     process_state,
     read_pids,
@@ -33,23 +34,6 @@ import bridge
 from bridge import Turn
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
-RESULT_FIELDS = {
-    "reply",
-    "session_id",
-    "error",
-    "error_reply",
-    "exit_code",
-    "timed_out",
-    "outcome",
-    "stderr_tail",
-    "duration_ms",
-    "partials",
-    "truncated",
-    "usage",
-    "folded_into",
-    "files",
-    "files_note",
-}
 SPEC_FIELDS = {
     "command",
     "args",

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
 import pytest
 import trio
@@ -12,13 +11,6 @@ from hostkit import Lab
 
 import bridge
 from bridge.host import BaseHost, Host, RemoteHost
-
-
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile("rec")
-    return lab
 
 
 def interface() -> list[str]:

@@ -487,10 +487,9 @@ def test_turn_locks_on_a_server_out_of_reach_say_what_to_do() -> None:
 
 
 @pytest.fixture
-def lab(tmp_path: Path, pg_dsn: str) -> Lab:
-    lab = Lab(tmp_path)
+def lab(lab: Lab, pg_dsn: str) -> Lab:
+    """conftest.py's, its sessions on the test's database."""
     lab.state = pg_dsn  # type: ignore[assignment]
-    lab.profile("rec")
     return lab
 
 
