@@ -51,6 +51,25 @@ RESULT_FIELDS = frozenset(
 )
 
 
+def turn_result(
+    session_id: str = "", exit_code: int = 0, outcome: bridge.Outcome = bridge.Outcome.OK
+) -> bridge.TurnResult:
+    """A finished turn's result as a store records it: its session id and how it ended."""
+    return bridge.TurnResult(
+        reply="",
+        session_id=session_id,
+        error="",
+        error_reply="",
+        exit_code=exit_code,
+        timed_out=False,
+        outcome=outcome,
+        stderr_tail="",
+        duration_ms=1,
+        partials=0,
+        truncated=False,
+    )
+
+
 async def run(
     profile: bridge.Profile, message: str = "hello", *, deadline: float = TURN_DEADLINE, **turn_and_callbacks: Any
 ) -> bridge.TurnResult:
