@@ -52,22 +52,23 @@ RESULT_FIELDS = frozenset(
 
 
 def turn_result(
-    session_id: str = "", exit_code: int = 0, outcome: bridge.Outcome = bridge.Outcome.OK
+    session_id: str = "", exit_code: int = 0, outcome: bridge.Outcome = bridge.Outcome.OK, **fields: Any
 ) -> bridge.TurnResult:
-    """A finished turn's result as a store records it: its session id and how it ended."""
-    return bridge.TurnResult(
-        reply="",
-        session_id=session_id,
-        error="",
-        error_reply="",
-        exit_code=exit_code,
-        timed_out=False,
-        outcome=outcome,
-        stderr_tail="",
-        duration_ms=1,
-        partials=0,
-        truncated=False,
-    )
+    """A finished turn's result: its session id and how it ended, any other field in `fields`, the rest empty."""
+    values: dict[str, Any] = {
+        "reply": "",
+        "session_id": session_id,
+        "error": "",
+        "error_reply": "",
+        "exit_code": exit_code,
+        "timed_out": False,
+        "outcome": outcome,
+        "stderr_tail": "",
+        "duration_ms": 1,
+        "partials": 0,
+        "truncated": False,
+    }
+    return bridge.TurnResult(**(values | fields))
 
 
 async def run(

@@ -28,6 +28,7 @@ from conftest import PROFILES, PYTHON, REPO, write_agent, write_profile
 from conftest import turn_result as result
 from hostkit import Lab, Started, max_overlap
 from pgserver import PostgresServer
+from test_sessions_cli import cli, env, session_of  # noqa: F401 - env: the fixture
 from test_turn_queue import Bench, Serve, queued
 
 import bridge
@@ -431,23 +432,6 @@ async def test_two_hosts_on_one_database_never_run_a_conversation_twice_at_once(
 
 
 # --------------------------------------------------------------------------- the commands
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    environ = {name: value for name, value in os.environ.items() if not name.startswith("AGENT_")}
-    return {**environ, "TMPDIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "xdg-state")}
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=env
-    )
-
-
-def session_of(stdout: str) -> str:
-    """The session id the sample stream agent reports in its reply ("turn N of session ID")."""
-    return next(line for line in stdout.splitlines() if " of session " in line).rsplit(" ", 1)[1]
 
 
 def test_run_with_a_database_resumes_the_conversation_run_after_run(
