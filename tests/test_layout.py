@@ -35,6 +35,7 @@ LAYERS = {
     "process": 3,
     "result": 3,
     "supervisor": 3,
+    "turn_setup": 3,
     "turn_loop": 3,
     "runner": 3,
     "host": 4,
