@@ -324,25 +324,9 @@ class WarmAgent:
 
     async def _route(self, events: list[Event]) -> None:
         """The turn gets its events; the session keeps its own (ready, input to write); the rest is dropped."""
-        assert self._io is not None
         batch: list[Event] = []
         for event in events:
-            if isinstance(event, Ready):
-                self.session_id = event.session_id
-                self._ready.set()
-            elif isinstance(event, SessionGone):
-                if not self._ready.is_set():
-                    self._gone_detail = event.detail
-                    self._gone.set()
-                elif self._loop is not None:
-                    batch.append(ErrorEvent(f"the agent no longer has the session: {event.detail}"))
-            elif isinstance(event, SteerOutcome):
-                steer = self._steers.get(event.steer_id)
-                if steer is not None:
-                    steer.settle(event.folded)
-            elif isinstance(event, AgentInput):
-                self._io.send(event.data)
-            elif isinstance(event, FileRequest):
+            if isinstance(event, FileRequest):
                 await self._serve_file(event)
             elif isinstance(event, TurnEnd):
                 await self._hand_over(batch)
@@ -350,19 +334,48 @@ class WarmAgent:
                 if self._wake is not None:  # a turn is in progress (its loop may be gone: a callback raised)
                     self._turn_over = True
                     self._wake_turn()
+            elif isinstance(event, (Ready, SessionGone, SteerOutcome, AgentInput)):
+                said = self._keep_session_event(event)
+                if said is not None:
+                    batch.append(said)
             elif self._loop is not None:
-                if type(event) is SessionEvent:  # a family that names a new session in its first turn (claude-sdk)
-                    self.session_id = event.session_id
-                    if event.session_id == self._told_session:
-                        continue
-                    self._told_session = event.session_id
-                batch.append(event)
+                if self._is_news_to_the_turn(event):
+                    batch.append(event)
             elif isinstance(event, ProtocolWarning):
                 self.log.warning(event.message)
             elif isinstance(event, ErrorEvent) and not self._ready.is_set():
                 self._start_error = event.text
         if batch:
             await self._hand_over(batch)
+
+    def _keep_session_event(self, event: Ready | SessionGone | SteerOutcome | AgentInput) -> Event | None:
+        """What the session keeps of an event of its own; what the turn in progress is to be told of it, if any."""
+        assert self._io is not None
+        if isinstance(event, Ready):
+            self.session_id = event.session_id
+            self._ready.set()
+        elif isinstance(event, SessionGone):
+            if not self._ready.is_set():
+                self._gone_detail = event.detail
+                self._gone.set()
+            elif self._loop is not None:
+                return ErrorEvent(f"the agent no longer has the session: {event.detail}")
+        elif isinstance(event, SteerOutcome):
+            steer = self._steers.get(event.steer_id)
+            if steer is not None:
+                steer.settle(event.folded)
+        else:
+            self._io.send(event.data)
+        return None
+
+    def _is_news_to_the_turn(self, event: Event) -> bool:
+        """Whether the turn in progress is to see `event`: all but a session it was told of already."""
+        if type(event) is SessionEvent:  # a family that names a new session in its first turn (claude-sdk)
+            self.session_id = event.session_id
+            if event.session_id == self._told_session:
+                return False
+            self._told_session = event.session_id
+        return True
 
     async def _serve_file(self, request: FileRequest) -> None:
         """A file the agent asks the bridge to read or write (the profile granted it), beneath its cwd.
