@@ -501,88 +501,102 @@ def spawn(plan: LaunchPlan, *, kill_grace_secs: float = 5.0) -> AgentProcess:
     The agent's group is guarded by the keeper from here on: should this
     process die, the group gets SIGTERM, then SIGKILL after `kill_grace_secs`.
     """
-    parent_fds: list[int] = []
-    child_fds: list[int] = []
-
-    def pipe() -> tuple[int, int]:
-        read_end, write_end = os.pipe2(os.O_CLOEXEC)
-        return read_end, write_end
-
+    pipes = _AgentPipes()
     try:
-        stdout_read, stdout_write = pipe()
-        parent_fds.append(stdout_read)
-        child_fds.append(stdout_write)
-        stderr_read, stderr_write = pipe()
-        parent_fds.append(stderr_read)
-        child_fds.append(stderr_write)
-        stdin_arg: int = subprocess.DEVNULL
-        stdin_write = -1
-        wants_stdin = plan.stdin is not None or plan.stdin_open
-        if wants_stdin:
-            stdin_arg, stdin_write = pipe()
-            child_fds.append(stdin_arg)
-            parent_fds.append(stdin_write)
+        pipes.open(wants_stdin=plan.stdin is not None or plan.stdin_open)
         if plan.command_at:  # bwrap or prlimit would start, then fail to find it: say so as for a bare agent
             program = plan.argv[plan.command_at]
             found = _resolve(program, plan)
             if found is None or not os.path.exists(found):
                 raise _explain_not_found(program, plan)
-        preexec = _signal_reset()
-        with SPAWN_LOCK:
-            KEEPER.start()  # before the agent: there is no moment when it runs unguarded
-            cgroup = limit_groups = None
-            try:
-                # A sandboxed agent is contained by its PID namespace already: the kernel kills all in it when
-                # bwrap's init ends, with the turn or with the bridge (`--die-with-parent`). A cgroup of its own
-                # would cost it ~0.25 ms (bench row 29); it gets one only for limits held in that group's files.
-                if not plan.sandboxed or LIMIT_GROUPS.held_in_agent_group(plan.limits):
-                    cgroup = CONTAINMENT.create()
-                if cgroup is not None:
-                    KEEPER.contain(CONTAINMENT.directory)
-                if plan.limits is not None:
-                    limit_groups = LIMIT_GROUPS.create(plan.limits, cgroup)
-                    if limit_groups is not None:
-                        KEEPER.contain_limit_groups(LIMIT_GROUPS.directories)
-                with LIMIT_GROUPS.joined(limit_groups), CONTAINMENT.joined(cgroup):
-                    try:
-                        popen = subprocess.Popen(
-                            plan.argv,
-                            stdin=stdin_arg,
-                            stdout=stdout_write,
-                            stderr=stderr_write,
-                            cwd=plan.cwd,
-                            env=plan.env,
-                            start_new_session=True,
-                            close_fds=True,
-                            preexec_fn=preexec,
-                        )
-                    except (OSError, ValueError, UnicodeError, subprocess.SubprocessError) as err:
-                        raise _explain_spawn_failure(err, plan) from None
-            except BaseException:
-                if cgroup is not None:
-                    CONTAINMENT.end(cgroup)
-                if limit_groups is not None:
-                    LIMIT_GROUPS.end(limit_groups)
-                raise
-            _LIVE_AGENTS.add(popen.pid)
+        popen, cgroup, limit_groups = _fork_contained(plan, pipes)
         KEEPER.guard(popen.pid, kill_grace_secs)
     except BaseException:
-        for fd in parent_fds:
-            os.close(fd)
+        pipes.close_parent_ends()
         raise
     finally:
-        for fd in child_fds:
-            os.close(fd)
+        pipes.close_child_ends()
     return AgentProcess(
         popen,
-        stdin=trio.lowlevel.FdStream(stdin_write) if wants_stdin else None,
-        stdout=stdout_read,
-        stderr=stderr_read,
+        stdin=trio.lowlevel.FdStream(pipes.stdin_write) if pipes.stdin_write >= 0 else None,
+        stdout=pipes.stdout_read,
+        stderr=pipes.stderr_read,
         cgroup=cgroup,
         limits=plan.limits,
         limit_groups=limit_groups,
         sandboxed=plan.sandboxed,
     )
+
+
+class _AgentPipes:
+    """The agent's stdout and stderr pipes, and its stdin's when it takes one (else it reads /dev/null): the
+    bridge's ends stay open for the agent's life, the agent's are closed once it has them."""
+
+    def __init__(self) -> None:
+        self.stdout_read = self.stdout_write = self.stderr_read = self.stderr_write = -1
+        self.stdin_read: int = subprocess.DEVNULL
+        self.stdin_write = -1
+
+    def open(self, *, wants_stdin: bool) -> None:
+        self.stdout_read, self.stdout_write = os.pipe2(os.O_CLOEXEC)
+        self.stderr_read, self.stderr_write = os.pipe2(os.O_CLOEXEC)
+        if wants_stdin:
+            self.stdin_read, self.stdin_write = os.pipe2(os.O_CLOEXEC)
+
+    def close_child_ends(self) -> None:
+        for fd in (self.stdout_write, self.stderr_write, self.stdin_read):
+            if fd >= 0:
+                os.close(fd)
+
+    def close_parent_ends(self) -> None:
+        for fd in (self.stdout_read, self.stderr_read, self.stdin_write):
+            if fd >= 0:
+                os.close(fd)
+
+
+def _fork_contained(
+    plan: LaunchPlan, pipes: _AgentPipes
+) -> tuple[subprocess.Popen[bytes], AgentCgroup | None, AgentGroups | None]:
+    """The agent forked under the keeper's guard, born in its cgroup and its limits' groups where it gets them."""
+    preexec = _signal_reset()
+    with SPAWN_LOCK:
+        KEEPER.start()  # before the agent: there is no moment when it runs unguarded
+        cgroup = limit_groups = None
+        try:
+            # A sandboxed agent is contained by its PID namespace already: the kernel kills all in it when
+            # bwrap's init ends, with the turn or with the bridge (`--die-with-parent`). A cgroup of its own
+            # would cost it ~0.25 ms (bench row 29); it gets one only for limits held in that group's files.
+            if not plan.sandboxed or LIMIT_GROUPS.held_in_agent_group(plan.limits):
+                cgroup = CONTAINMENT.create()
+            if cgroup is not None:
+                KEEPER.contain(CONTAINMENT.directory)
+            if plan.limits is not None:
+                limit_groups = LIMIT_GROUPS.create(plan.limits, cgroup)
+                if limit_groups is not None:
+                    KEEPER.contain_limit_groups(LIMIT_GROUPS.directories)
+            with LIMIT_GROUPS.joined(limit_groups), CONTAINMENT.joined(cgroup):
+                try:
+                    popen = subprocess.Popen(
+                        plan.argv,
+                        stdin=pipes.stdin_read,
+                        stdout=pipes.stdout_write,
+                        stderr=pipes.stderr_write,
+                        cwd=plan.cwd,
+                        env=plan.env,
+                        start_new_session=True,
+                        close_fds=True,
+                        preexec_fn=preexec,
+                    )
+                except (OSError, ValueError, UnicodeError, subprocess.SubprocessError) as err:
+                    raise _explain_spawn_failure(err, plan) from None
+        except BaseException:
+            if cgroup is not None:
+                CONTAINMENT.end(cgroup)
+            if limit_groups is not None:
+                LIMIT_GROUPS.end(limit_groups)
+            raise
+        _LIVE_AGENTS.add(popen.pid)
+    return popen, cgroup, limit_groups
 
 
 def _child_of(pid: int) -> int:
