@@ -669,7 +669,7 @@ def warm_turn(p: dict[str, Any]) -> dict[str, Any]:
     import trio
 
     from bridge import Turn, run_turn
-    from bridge.warm_agent import WarmAgent
+    from bridge.engine.warm_agents import WarmAgent
 
     profile = bridge_profile(ACP_ECHO)
     turn = Turn(TURN_MESSAGE)

@@ -15,12 +15,12 @@ from typing import Any, Literal, Protocol, Self
 import trio
 
 from ..dialects.events import PartialEvent
+from ..engine.loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback
+from ..engine.questions import QuestionAnswer
+from ..engine.result import TurnResult
 from ..errors import ProtocolMisuse, SessionIdRefused
 from ..permissions import Decision
-from ..questions import QuestionAnswer
-from ..result import TurnResult
 from ..turn import Turn
-from ..turn_loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback
 
 # What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.
 ClientSessionIds = Literal["any", "stored"]

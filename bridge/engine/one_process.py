@@ -19,18 +19,18 @@ from typing import Any
 
 import trio
 
-from .agent_io import AgentIO, TurnLimits
-from .dialects import SessionEvent
-from .dialects.base import outbox_named
-from .dialects.claude_stream import is_claude_code, with_system_prompt_appended
-from .errors import LaunchError
+from ..confinement.spawner import start
+from ..dialects import SessionEvent
+from ..dialects.base import outbox_named
+from ..dialects.claude_stream import is_claude_code, with_system_prompt_appended
+from ..errors import LaunchError
+from ..profile import Profile
+from ..turn import Turn
+from .driver import AgentIO, TurnLimits
 from .launch import LaunchPlan, plan_launch, turn_working_directory
-from .process import start
-from .profile import Profile
+from .loop import Emit, TurnLoop, finish_turn, turn_logger
 from .questions import Questions
 from .result import Ending, TurnRecorder, TurnResult
-from .turn import Turn
-from .turn_loop import Emit, TurnLoop, finish_turn, turn_logger
 from .turn_setup import TurnSetup, turn_set_up
 
 __all__ = ["drive_turn"]
@@ -55,15 +55,15 @@ async def drive_turn(
     tags the turn's log records (default: a random id). `on_stderr` is given
     each chunk of the agent's stderr as it is read (the tail is kept anyway).
     When the profile's `permissions` say ask, `emit` gets the `PermissionRequest`
-    and the host answers it through `questions` (see `bridge.questions`).
+    and the host answers it through `questions` (see `bridge.engine.questions`).
     The turn's attachments are fetched into its directory before the agent
-    starts (`bridge.attachments`); a failure ends the turn there
+    starts (`bridge.files.attachments`); a failure ends the turn there
     (`attachment_failed`), and the directory is removed when the turn ends.
     `allow_hosts`: the host's exceptions to the attachments' address rule, on top of the profile's.
     """
     if profile.warm:  # a long-lived agent, started for this one turn
         # Imported here: a one-shot run (the CLI's cold start, bench row 6) does not load the warm engine.
-        from .warm_agent import run_warm_turn
+        from .warm_agents import run_warm_turn
 
         return await run_warm_turn(
             profile,

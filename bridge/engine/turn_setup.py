@@ -1,9 +1,9 @@
 """A turn's files set up before its agent gets the turn, and handed out after: one set-up for every engine.
 
 `turn_set_up` is the one place where a turn's directories are made in the agent's working directory
-(`bridge.turn_files`), its attachments fetched into them (`bridge.attachments`), and, when the turn is over, its
-outbox collected for the host (`bridge.outbox`). The one-process turn (`bridge.supervisor`) and the warm agent
-(`bridge.warm_agent`) both run their turn inside it:
+(`bridge.files.turn_directory`), its attachments fetched into them (`bridge.files.attachments`), and, when the turn
+is over, its outbox collected for the host (`bridge.engine.hand_out`). The one-process turn
+(`bridge.engine.one_process`) and the warm agent (`bridge.engine.warm_agents`) both run their turn inside it:
 
     async with turn_set_up(profile, turn, cwd, label, log, allow_hosts=..., cancel=...) as setup:
         if setup.ending is not None:       # the turn ends before its agent gets it
@@ -23,13 +23,13 @@ from typing import Any
 
 import trio
 
-from .errors import FileRefused
-from .outbox import hand_out_turn_files
-from .profile import Profile
-from .result import Ending, TurnResult
-from .turn import Turn
-from .turn_files import TurnFiles
-from .turn_loop import Emit
+from ..errors import FileRefused
+from ..files.turn_directory import TurnFiles
+from ..profile import Profile
+from ..turn import Turn
+from .hand_out import hand_out_turn_files
+from .loop import Emit
+from .result import Ending, TurnResult, ending_of
 
 __all__ = ["TurnSetup", "turn_set_up"]
 
@@ -54,7 +54,7 @@ class TurnSetup:
 
     async def hand_out(self, profile: Profile, result: TurnResult, emit: Emit | None) -> TurnResult:
         """The turn is over: `result` with the files of its outbox (each emitted before), its fetched attachments
-        deleted unless the profile keeps them (`bridge.outbox.hand_out_turn_files`)."""
+        deleted unless the profile keeps them (`bridge.engine.hand_out.hand_out_turn_files`)."""
         if self.files is None:
             return result
         self._handed_out = True  # from here the outbox is the host's: it stays while it holds files
@@ -99,7 +99,7 @@ async def _prepare(
     makes_files = False
     if setup.turn.attachments:
         # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
-        from .attachments import makes_files as attachments_make_files
+        from ..files.attachments import makes_files as attachments_make_files
 
         makes_files = attachments_make_files(profile, setup.turn.attachments, allow_hosts)
     if not cwd:  # the agent's start fails on its working directory, with its own error
@@ -121,7 +121,7 @@ async def _prepare(
 async def _fetch_attachments(
     setup: TurnSetup, files: TurnFiles, profile: Profile, allow_hosts: tuple[str, ...], cancel: trio.Event | None
 ) -> None:
-    from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
+    from ..files.attachments import AttachmentFailed, policy_of, prepare_attachments
 
     policy = policy_of(profile, allow_hosts)
     try:
