@@ -62,7 +62,7 @@ _TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
 
 
 def openai_app(door: Door) -> Starlette:
-    """The OpenAI-compatible endpoints, as the application `build_app` mounts beside serve's: a request without
+    """The OpenAI-compatible endpoints, as the application `listen.door_app` mounts beside serve's: a request without
     a valid token gets OpenAI's 401 (`invalid_api_key`), which the SDKs raise as `AuthenticationError`."""
     app = Starlette(
         routes=[
