@@ -111,33 +111,26 @@ def open_host(
 ) -> BaseHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
-    `state` is the session store: a file path, a `postgresql://` URL (a
-    database that hosts on many machines may share; needs the postgres
-    extra), `None` for the default file
-    (`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`), or a store object the
-    caller owns (anything with `get` and `record`, such as a `SessionStore`).
-    With a `SessionStore` or a `PostgresSessionStore` (named, or given),
-    turns also queue with those of other processes using the same store (CLI
-    runs, other hosts): in `<store file>.turns/` (see `turnlock`), or with
-    the database's advisory locks (see `postgres.advisory_turnlock`). `namespace` is
-    the bot whose sessions a `postgresql://` `state` holds (default: "serve",
-    as the default gateway name): bots sharing a database need one each.
-    `max_concurrent` turns run at once; `max_queued` more may wait, then
-    `submit` raises `QueueFull`. On shutdown, turns in flight get
-    `shutdown_grace` seconds to finish before they are cancelled.
-    `client_session_ids="stored"` refuses a turn whose `session_id` is set
-    and is not its conversation's stored one (`SessionIdRefused`); "any"
-    (the default) runs a turn on whatever session it names.
-    `attachment_hosts`: host names, addresses and CIDR networks the turns'
-    attachments may be fetched from although they are not public (loopback,
-    a private network), on top of each profile's `attachments.allow_hosts`.
+    `state` is the session store: a file path, a `postgresql://` URL (a database that hosts on many machines
+    may share; needs the postgres extra), `None` for the default file
+    (`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`), or a store object the caller owns (anything with `get`
+    and `record`, such as a `SessionStore`). It opens when the host is entered, not here (a store that cannot
+    open raises there). With a `SessionStore` or a `PostgresSessionStore` (named, or given), turns also queue
+    with those of other processes using the same store (CLI runs, other hosts): in `<store file>.turns/` (see
+    `turnlock`), or with the database's advisory locks (see `postgres.advisory_turnlock`). `namespace` is the
+    bot whose sessions a `postgresql://` `state` holds (default: "serve", as the default gateway name): bots
+    sharing a database need one each. `max_concurrent` turns run at once; `max_queued` more may wait, then
+    `submit` raises `QueueFull`. On shutdown, turns in flight get `shutdown_grace` seconds to finish before
+    they are cancelled. `client_session_ids="stored"` refuses a turn whose `session_id` is set and is not its
+    conversation's stored one (`SessionIdRefused`); "any" (the default) runs a turn on whatever session it
+    names. `attachment_hosts`: host names, addresses and CIDR networks the turns' attachments may be fetched
+    from although they are not public (loopback, a private network), on top of each profile's
+    `attachments.allow_hosts`.
 
-    With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`):
-    turns go to the PostgreSQL queue and run on `agent-bridge worker`s, which
-    have the profiles (`profiles` and `state` are not used; `max_concurrent`
-    is the workers'). `gateway_name` names this gateway's turns and is its
-    bot's namespace: one live gateway per name; results not yet delivered
-    are sent again by the next gateway of that name.
+    With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`): turns go to the PostgreSQL queue
+    and run on `agent-bridge worker`s, which have the profiles (`profiles` and `state` are not used;
+    `max_concurrent` is the workers'). `gateway_name` names this gateway's turns and is its bot's namespace:
+    one live gateway per name; results not yet delivered are sent again by the next gateway of that name.
     """
     hosts = _attachment_hosts(attachment_hosts)
     if postgres is not None:
@@ -322,17 +315,8 @@ class Host(BaseHost):
 
     async def _stored_session(self, profile: str, conversation: str, session_name: str) -> str:
         self.registry.get(profile)  # an unknown profile is refused as such, before the store is read
-        try:
-            stored, _ = await trio.to_thread.run_sync(self._lookup, (profile, conversation, session_name))
-        except BridgeError as err:
-            self._store_errors += 1
-            self._log.error(
-                "the stored session cannot be read to check the turn's session_id; the turn does not run",
-                profile=profile,
-                conversation=conversation,
-                error=str(err),
-            )
-            raise
+        log = self._log.bind(profile=profile, conversation=conversation)
+        stored, _ = await self._read_session((profile, conversation, session_name), log)
         return stored
 
     async def _run_submitted(self, submitted: Submitted, task_status: trio.TaskStatus[str]) -> TurnResult:
@@ -535,12 +519,7 @@ class Host(BaseHost):
             self._pool.discard(key)  # the profile stopped being warm: its old agent would miss this turn
         stamp = ""
         if not turn.session_id or pool is not None:
-            try:
-                stored, stamp = await trio.to_thread.run_sync(self._lookup, key)
-            except BridgeError as err:
-                self._store_errors += 1
-                log.error("the stored session cannot be read; the turn does not run", error=str(err))
-                raise
+            stored, stamp = await self._read_session(key, log)
             if stored and not turn.session_id:
                 turn = turn.replace(session_id=stored)
         if flight.cancel.is_set():  # cancelled before the agent started: do not start it
@@ -578,22 +557,32 @@ class Host(BaseHost):
                             allow_hosts=self.attachment_hosts,
                         )
                         flight.agent = None
-            try:
-                recorded = await trio.to_thread.run_sync(
-                    self.store.record, name, conversation, turn.session_name, result
-                )
-                stamp = recorded or ""
-            except BridgeError as err:
-                # The turn happened and its result stands; only the session link is lost.
-                self._store_errors += 1
-                log.error(
-                    "the turn's session could not be stored; the next turn may start a new session", error=str(err)
-                )
+            stamp = await self._record_session(key, result, log, stamp)
         finally:
             if agent is not None:
                 assert pool is not None  # the agent came from it
                 pool.checkin(key, stamp)
         return result
+
+    async def _read_session(self, key: Key, log: Any) -> tuple[str, str]:
+        """`_lookup` in a worker thread; `StoreError` (counted and logged) when the store cannot be read."""
+        try:
+            return await trio.to_thread.run_sync(self._lookup, key)
+        except BridgeError as err:
+            self._store_errors += 1
+            log.error("the stored session cannot be read; the turn does not run", error=str(err))
+            raise
+
+    async def _record_session(self, key: Key, result: TurnResult, log: Any, stamp: str) -> str:
+        """Store the result's session; the record's stamp, or `stamp` (the one read) when it could not be stored."""
+        try:
+            recorded = await trio.to_thread.run_sync(self.store.record, *key, result)
+        except BridgeError as err:
+            # The turn happened and its result stands; only the session link is lost.
+            self._store_errors += 1
+            log.error("the turn's session could not be stored; the next turn may start a new session", error=str(err))
+            return stamp
+        return recorded or ""
 
     def _lookup(self, key: Key) -> tuple[str, str]:
         """The stored session id and its record's stamp ("" when the store cannot tell: see `pool`)."""
