@@ -53,7 +53,7 @@ uninstall:
 # cache outside the repo, re-installed when this list changes. Pinned: their output formats are what we test.
 TEST_CACHE  ?= $(HOME)/.cache/agent-bridge-tests
 NPM_AGENTS  := @openai/codex@0.169.0 @google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.197 \
-               @zed-industries/codex-acp@0.16.0
+               @zed-industries/codex-acp@0.16.0 acpx@0.19.1
 NPM_STAMP   := $(TEST_CACHE)/npm/.installed-$(shell echo '$(NPM_AGENTS)' | cksum | cut -d' ' -f1)
 
 $(NPM_STAMP):

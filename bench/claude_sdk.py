@@ -68,7 +68,7 @@ def turn(p: dict[str, Any]) -> dict[str, Any]:
 
     import bridge
     from bridge import Turn
-    from bridge.warm_agent import WarmAgent
+    from bridge.engine.warm_agents import WarmAgent
 
     with claude_setup() as (claude, env, work):
         warm_fields = warm_profile(claude, env, work)
@@ -141,9 +141,9 @@ def timed_warm_turns(
 
     from bridge import Turn
     from bridge.dialects.events import PartialEvent
+    from bridge.engine.questions import Questions
+    from bridge.engine.warm_agents import WarmAgent
     from bridge.permissions import Decision, PermissionRequest
-    from bridge.questions import Questions
-    from bridge.warm_agent import WarmAgent
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:

@@ -119,7 +119,7 @@ def turn(p: dict[str, Any]) -> dict[str, Any]:
     from worker import clock_ns, expect
 
     from bridge import Turn
-    from bridge.warm_agent import WarmAgent
+    from bridge.engine.warm_agents import WarmAgent
 
     with codex_setup() as (codex, env, work, profile):
 

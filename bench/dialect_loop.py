@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/dialect_loop.py FILE [PROTOCOL] [REPEATS]   # MB/s of each repeat, then the median
 
-The turn loop of bridge/turn_loop.py as a turn runs it — the dialect, the turn recorder, the host's `on_event`
+The turn loop of bridge/engine/loop.py as a turn runs it — the dialect, the turn recorder, the host's `on_event`
 (taking every event, doing nothing) — without the pipe, trio and the process. CPU time, not wall time: the
 machine is shared. Run it under cProfile, pyinstrument or py-spy to see where the time goes.
 """
@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 from bridge import Profile, Turn
+from bridge.engine.loop import TurnLoop, emit_to
+from bridge.engine.questions import Questions
+from bridge.engine.result import Ending, TurnRecorder
 from bridge.log import get_logger
-from bridge.questions import Questions
-from bridge.result import Ending, TurnRecorder
-from bridge.turn_loop import TurnLoop, emit_to
 
 CHUNK = 64 * 1024
 

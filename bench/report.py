@@ -41,6 +41,8 @@ HTTP_OVER_STDIN_MS = 1.0
 WS_OVER_STDIN_MS = 0.5
 SSE_LATENCY_P99_MS = 2.0
 IDLE_CONNECTIONS_RSS_MB = 150.0
+# Issue 38's: a turn through `agent-bridge acp` at most 1 ms more at the median than through stdin/stdout serve.
+ACP_OVER_STDIN_MS = 1.0
 # Issue 24's, row 1's agent: a sandboxed turn (`sandbox: {}`) at most 1 ms more at the median than bwrap running the
 # agent alone; limits by rlimit add at most 0.1 ms to a turn.
 SANDBOX_OVER_BWRAP_MS = 1.0
@@ -228,6 +230,8 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             **{key: stats(pooled(idle, key)) for key in ("rss_mb", "peak_rss_mb", "before_mb", "turn_ms")},
             "connections": raw["plan"]["network"]["variants"].get("idle connections", {}).get("connections", 0),
         }
+    if "acp" in samples:
+        out["acp"] = {name: stats(pooled(samples["acp"].get("turn", []), f"{name}_ms")) for name in ("stdin", "acp")}
     if "confined" in samples:
         out["confined"] = {c: stats(pooled(samples["confined"]["all"], f"{c}_ms")) for c in CONFINED}
     out["per_round_ratios"] = per_round_ratios(samples)
@@ -314,6 +318,12 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
                 for x in samples["network"]["turn"]
                 if "invalid" not in x
             ]
+    if "turn" in samples.get("acp", {}):
+        result["acp: turn − stdin/stdout serve (ms)"] = [
+            round(statistics.median(x["acp_ms"]) - statistics.median(x["stdin_ms"]), 3)
+            for x in samples["acp"]["turn"]
+            if "invalid" not in x
+        ]
     return result
 
 
@@ -723,6 +733,16 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             f"< {IDLE_CONNECTIONS_RSS_MB:g} MB",
             _verdict(network["rss_mb"]["max"] < IDLE_CONNECTIONS_RSS_MB),
         )
+    acp = s.get("acp", {})
+    if acp.get("acp", {}).get("n") and acp.get("stdin", {}).get("n"):
+        over(
+            "31 turn through agent-bridge acp, median",
+            acp["acp"]["median"],
+            acp["stdin"]["median"],
+            "stdin/stdout serve",
+            ACP_OVER_STDIN_MS,
+            "stdin serve",
+        )
     confined = s.get("confined", {})
     for number, name, floor, floor_name, limit in (
         (29, "sandboxed", "bwrap", "bwrap alone", SANDBOX_OVER_BWRAP_MS),
@@ -1120,6 +1140,11 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "30. **Limits by rlimit**: row 29's sample, a turn with `limits: {cpu_secs, file_size_mb, open_files}` "
             "(rlimits only, set by util-linux's `prlimit` in front of the agent) against the same turn without "
             "limits; at most 0.1 ms more.",
+            "31. **A turn through the ACP door** (bench/acp.py): one `agent-bridge serve --profiles` and one "
+            "`agent-bridge acp PROFILE` on stdin/stdout, the echo agent behind both, each with a store of its own; "
+            "turn by turn, the order rotating, a serve `turn` and a `session/prompt` in one ACP session, each timed "
+            "from writing the request to reading its end (serve's `result`, the prompt's response). At most 1 ms "
+            "more at the median.",
             "",
         ]
     )

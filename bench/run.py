@@ -237,6 +237,8 @@ def build_plan(
             ],
             2 if q else 4,
         ),
+        # Issue 38's: the ACP door (bench/acp.py), `agent-bridge acp` against stdin/stdout serve, the echo agent.
+        Case("acp", [Variant("turn", "turn", {"turns": 30 if q else 150, "warmup": 5})], 2 if q else 4),
     ]
 
 
@@ -537,7 +539,7 @@ def main() -> int:
         metavar="CASE",
         help="run only these cases (turn throughput "
         "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects claude-sdk "
-        "codex-app-server attachments network)",
+        "codex-app-server attachments network acp)",
     )
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument(

@@ -669,7 +669,7 @@ def warm_turn(p: dict[str, Any]) -> dict[str, Any]:
     import trio
 
     from bridge import Turn, run_turn
-    from bridge.warm_agent import WarmAgent
+    from bridge.engine.warm_agents import WarmAgent
 
     profile = bridge_profile(ACP_ECHO)
     turn = Turn(TURN_MESSAGE)
@@ -1371,6 +1371,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("network", "turn"): interactive("network", "turn"),
     ("network", "latency"): interactive("network", "latency"),
     ("network", "idle"): interactive("network", "idle"),
+    ("acp", "turn"): interactive("acp", "turn"),
     ("confined", "all"): confined_all,
 }
 

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
         SessionEvent,
         Usage,
     )
+    from .engine.launch import LaunchPlan, plan_launch
+    from .engine.loop import HostEvent
+    from .engine.result import Outcome, TurnResult
+    from .engine.run import TurnStream, open_turn, run_turn, run_turn_sync
     from .errors import (
         AnswerRefused,
         BridgeError,
@@ -42,18 +46,14 @@ if TYPE_CHECKING:
         TurnLockError,
         UnknownProfile,
     )
-    from .host.common import BaseHost, HostStats
+    from .host.interface import BaseHost, HostStats
     from .host.runtime import Host, open_host
     from .host.sqlite_store import SessionRecord, SessionStore
-    from .launch import LaunchPlan, plan_launch
     from .permissions import Decision, PermissionRequest
     from .profile import Profile, json_schema, load_profile, parse_profile
-    from .result import Outcome, TurnResult
-    from .runner import TurnStream, open_turn, run_turn, run_turn_sync
     from .turn import Attachment, Turn
-    from .turn_loop import HostEvent
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__  # read by `--version`, and re-exported as before
 
 # Every name loads on first use: `import bridge` costs nothing, and the `agent-bridge` command takes a
 # conversation's place in its queue before the turn engine (trio, the dialects) is imported.
@@ -94,12 +94,12 @@ _WHERE = {
         ),
         "errors",
     ),
-    **dict.fromkeys(("LaunchPlan", "plan_launch"), "launch"),
+    **dict.fromkeys(("LaunchPlan", "plan_launch"), "engine.launch"),
     **dict.fromkeys(("Decision", "PermissionRequest"), "permissions"),
     **dict.fromkeys(("Profile", "json_schema", "load_profile", "parse_profile"), "profile"),
-    **dict.fromkeys(("Outcome", "TurnResult"), "result"),
-    **dict.fromkeys(("TurnStream", "open_turn", "run_turn", "run_turn_sync"), "runner"),
-    "HostEvent": "turn_loop",
+    **dict.fromkeys(("Outcome", "TurnResult"), "engine.result"),
+    **dict.fromkeys(("TurnStream", "open_turn", "run_turn", "run_turn_sync"), "engine.run"),
+    "HostEvent": "engine.loop",
     **dict.fromkeys(("Attachment", "Turn"), "turn"),
     # the host runtime's names, through `bridge.host`
     **dict.fromkeys(

@@ -33,6 +33,7 @@ re-export theirs, so `bridge.host.sqlite_store.StoreError` and the like still im
     ├── TurnDetached                       the gateway stopped waiting for a turn that runs on
     ├── RequestError                       a serve request that gets an `error` response (`code`)
     │   └── ChatRefused                    a chat completion the OpenAI endpoint does not take (`param`)
+    ├── AcpRefused                         an ACP request `agent-bridge acp` answers with an error (`rpc_code`)
     ├── ListenError                        the network door cannot start: its tokens, address or extra
     └── ChatError                          a chat platform (Telegram, Matrix) cannot be used as asked
         ├── PlatformConflict               another process polls the same bot
@@ -267,6 +268,15 @@ class RequestError(BridgeError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+        self.message = message
+
+
+class AcpRefused(BridgeError):
+    """A JSON-RPC request `agent-bridge acp` answers with an error (its JSON-RPC `code`); the door carries on."""
+
+    def __init__(self, rpc_code: int, message: str) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
         self.message = message
 
 

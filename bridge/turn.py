@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import mimetypes
 import posixpath
+import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from .errors import TurnError
-from .fetch_policy import guessed_media_type
 
 
 def text_problem(value: str) -> str | None:
@@ -127,3 +128,16 @@ class Turn:
     def replace(self, **changes: Any) -> Turn:
         """A copy with `changes` applied, checked as a new turn is."""
         return dataclasses.replace(self, **changes)
+
+
+def normalised_media_type(value: str) -> str:
+    """A Content-Type as a bare media type, lowercase (`image/jpeg`); "" when absent or not `type/subtype`."""
+    kind = value.split(";", 1)[0].strip().lower()
+    if kind == "image/jpg":
+        return "image/jpeg"
+    return kind if re.fullmatch(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+", kind) else ""
+
+
+def guessed_media_type(name: str) -> str:
+    """The media type a file name's extension suggests, or ""."""
+    return normalised_media_type(mimetypes.guess_type(name, strict=False)[0] or "")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import bridge
-from bridge.launch import looks_like_credential
+from bridge.engine.launch import looks_like_credential
 
 pytest_plugins = ["pgserver"]  # postgres_server, pg_dsn: a throwaway PostgreSQL cluster
 
@@ -105,16 +105,16 @@ def spawning_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The name of the thread that spawns each agent of the test, in order."""
     import threading
 
-    import bridge.process
+    import bridge.confinement.spawner
 
     names: list[str] = []
-    real_spawn = bridge.process.spawn
+    real_spawn = bridge.confinement.spawner.spawn
 
     def spawn(plan: Any, **options: Any) -> Any:
         names.append(threading.current_thread().name)
         return real_spawn(plan, **options)
 
-    monkeypatch.setattr(bridge.process, "spawn", spawn)
+    monkeypatch.setattr(bridge.confinement.spawner, "spawn", spawn)
     return names
 
 

@@ -32,8 +32,8 @@ from fakes.openai_responses import OpenAIResponses, write_codex_home
 import bridge
 from bridge import Turn
 from bridge.dialects import ActivityEvent
+from bridge.engine.warm_agents import WarmAgent
 from bridge.permissions import Decision, PermissionRequest
-from bridge.warm_agent import WarmAgent
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 DEADLINE = 20  # a turn here starts a Python agent that imports the SDK (~1 s), or codex-acp
@@ -434,7 +434,7 @@ async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_t
         release.wait(BLOCKED_SECS)  # bounded: a turn that waits for it fails the test rather than hanging it
         return "read after all"
 
-    monkeypatch.setattr("bridge.warm_agent.serve_file_request", stuck)
+    monkeypatch.setattr("bridge.engine.warm_agents.serve_file_request", stuck)
     work = tmp_path / "work"
     work.mkdir()
     limits = {"timeout": "timeout_secs: 2\n", "idle": "idle_timeout_secs: 1\n"}.get(stop, "")

@@ -1,4 +1,4 @@
-"""Files a warm agent asks the bridge for (bridge/agent_files.py): lines, limits, and the working directory's walls.
+"""Files a warm agent asks the bridge for (bridge/files/agent_requests.py): lines, limits, and the working directory's walls.
 
 The walls hold against an agent that changes the directory while the bridge
 works in it (`dir_swapper.py` swaps a directory for a symlink out, for real),
@@ -19,9 +19,16 @@ from pathlib import Path
 import pytest
 from dir_swapper import INSIDE, OUTSIDE, RaceTree
 
-from bridge.agent_files import MAX_FILE_BYTES, MAX_PATH_BYTES, MAX_SYMLINKS, FileRefused, FileRoot, serve_file_request
 from bridge.dialects.events import FileRequest
 from bridge.errors import BridgeError
+from bridge.files.agent_requests import (
+    MAX_FILE_BYTES,
+    MAX_PATH_BYTES,
+    MAX_SYMLINKS,
+    FileRefused,
+    FileRoot,
+    serve_file_request,
+)
 
 BOUND = 5.0  # seconds any one request may take here: a request that blocks fails the test instead of hanging it
 

@@ -17,10 +17,10 @@ import bridge
 from bridge import AnswerRefused, Option, Question, QuestionRequest
 from bridge.cli.terminal import chosen_labels as chosen
 from bridge.dialects.events import ActivityEvent, PartialEvent, RequestWithdrawn
+from bridge.engine.loop import TurnLoop
+from bridge.engine.questions import DECLINED, NOBODY_ANSWERED, TURN_ENDED, Questions, check_answers
+from bridge.engine.result import TurnRecorder
 from bridge.permissions import PermissionPolicy
-from bridge.questions import DECLINED, NOBODY_ANSWERED, TURN_ENDED, Questions, check_answers
-from bridge.result import TurnRecorder
-from bridge.turn_loop import TurnLoop
 
 COLOUR = Question("colour", "Which colour?", (Option("Red", "warm"), Option("Blue", "cool")), header="Colour")
 TOPPINGS = Question("toppings", "Which toppings?", (Option("Cheese"), Option("Ham")), multi_select=True)

@@ -13,7 +13,7 @@ from conftest import CLI_PROFILES
 import bridge
 from bridge.dialects import DialectContext, dialect_class
 from bridge.dialects.base import files_named, with_files_named
-from bridge.launch import plan_launch
+from bridge.engine.launch import plan_launch
 from bridge.turn import Attachment, Turn
 
 DIR = "/work/.agent-bridge/attachments/t1"

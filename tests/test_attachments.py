@@ -23,9 +23,10 @@ from attachment_files import TURN_FILES, left_in
 
 import bridge
 import bridge.log
-from bridge.attachments import AttachmentFailed, prepare_attachments
+from bridge.engine.one_process import drive_turn
 from bridge.errors import AttachmentRefused
-from bridge.fetch_policy import (
+from bridge.files.attachments import AttachmentFailed, prepare_attachments
+from bridge.files.fetch_policy import (
     AttachmentPolicy,
     checked_media_type,
     decode_data_uri,
@@ -34,9 +35,8 @@ from bridge.fetch_policy import (
     shown_url,
     source_kind,
 )
-from bridge.supervisor import drive_turn
+from bridge.files.turn_directory import TurnFiles
 from bridge.turn import Attachment, Turn
-from bridge.turn_files import TurnFiles
 
 
 @pytest.fixture(autouse=True)
@@ -639,8 +639,8 @@ async def attachment_variables(profile_path: Path, *attachments: Attachment) -> 
 
 
 def test_each_protocol_has_its_default_and_a_profile_overrides_it() -> None:
-    from bridge.attachments import policy_of
     from bridge.dialects import PROTOCOLS
+    from bridge.files.attachments import policy_of
 
     for protocol in PROTOCOLS:
         profile = bridge.Profile(command=["true"], protocol=protocol)

@@ -1,6 +1,6 @@
 """Bounded memory toward the agent and toward a client (issue 19, section 3).
 
-What the bridge writes to an agent waits in an `Outbox` bounded by bytes: an
+What the bridge writes to an agent waits in an `StdinQueue` bounded by bytes: an
 agent that asks for work and does not read the answers is killed and fails its
 turn (`not_reading`), and what waited for it is released. What a dialect keeps
 of the calls in flight is bounded in size, not only in number. `serve` holds no
@@ -34,10 +34,10 @@ from test_dialect_ante import ready as ante_ready
 
 import bridge
 from bridge import PermissionRequest, Turn
-from bridge.agent_io import OUTBOX_LIMIT_BYTES, Outbox
 from bridge.dialects import AgentInput
 from bridge.dialects.coding_agents import ToolCalls
-from bridge.warm_agent import WarmAgent
+from bridge.engine.driver import STDIN_QUEUE_LIMIT_BYTES, StdinQueue
+from bridge.engine.warm_agents import WarmAgent
 
 MIB = 1024 * 1024
 
@@ -46,22 +46,22 @@ class OutboxWatch:
     """Every outbox a test's engines made, and the most bytes any of them held unwritten."""
 
     def __init__(self) -> None:
-        self.outboxes: list[Outbox] = []
+        self.outboxes: list[StdinQueue] = []
         self.most_waiting = 0
 
 
 @pytest.fixture
 def watch(monkeypatch: pytest.MonkeyPatch) -> Iterator[OutboxWatch]:
     seen = OutboxWatch()
-    put = Outbox.put
+    put = StdinQueue.put
 
-    def watched_put(outbox: Outbox, data: bytes) -> None:
+    def watched_put(outbox: StdinQueue, data: bytes) -> None:
         if all(known is not outbox for known in seen.outboxes):
             seen.outboxes.append(outbox)
         put(outbox, data)
         seen.most_waiting = max(seen.most_waiting, outbox.waiting)
 
-    monkeypatch.setattr(Outbox, "put", watched_put)
+    monkeypatch.setattr(StdinQueue, "put", watched_put)
     yield seen
 
 
@@ -70,7 +70,7 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Iterator[OutboxWatch]:
 
 async def test_an_outbox_writes_in_order_and_fails_the_agent_past_its_limit_releasing_what_waited() -> None:
     failed: list[int] = []
-    outbox = Outbox(lambda: failed.append(outbox.waiting), limit=10)
+    outbox = StdinQueue(lambda: failed.append(outbox.waiting), limit=10)
     outbox.put(b"x" * 25)  # nothing waits: one message over the limit still goes (the largest answer must)
     outbox.put(b"")  # nothing to write: not a message
     assert (outbox.waiting, failed) == (25, [])
@@ -80,7 +80,7 @@ async def test_an_outbox_writes_in_order_and_fails_the_agent_past_its_limit_rele
     assert failed == [0] and outbox.waiting == 0  # told once; nothing more is taken
 
     sender, receiver = trio.testing.memory_stream_one_way_pair()
-    written = Outbox(lambda: failed.append(-1), limit=10)
+    written = StdinQueue(lambda: failed.append(-1), limit=10)
     for piece in (b"ab", b"cd", b"efghij"):
         written.put(piece)
     written.close()
@@ -145,7 +145,7 @@ def flooding_acp_profile(tmp_path: Path, mode: str, count: int) -> bridge.Profil
 async def test_a_warm_agent_that_asks_and_does_not_read_is_killed_and_fails_its_turn(
     tmp_path: Path, watch: OutboxWatch, mode: str
 ) -> None:
-    count = OUTBOX_LIMIT_BYTES // MIB + 36  # ~100 MiB of answers, ~1 or 4 MiB each
+    count = STDIN_QUEUE_LIMIT_BYTES // MIB + 36  # ~100 MiB of answers, ~1 or 4 MiB each
     profile = flooding_acp_profile(tmp_path, mode, count if mode != "read" else count // 4)
     with trio.fail_after(TURN_DEADLINE):
         async with trio.open_nursery() as nursery:
@@ -158,7 +158,7 @@ async def test_a_warm_agent_that_asks_and_does_not_read_is_killed_and_fails_its_
     assert (result.outcome, result.exit_code, result.reply) == ("not_reading", 1, ""), result
     assert result.error.startswith("the agent stopped reading its stdin (") and "MiB" in result.error
     assert result.error_reply.startswith("The agent stopped reading its stdin")
-    assert watch.most_waiting <= OUTBOX_LIMIT_BYTES, watch.most_waiting
+    assert watch.most_waiting <= STDIN_QUEUE_LIMIT_BYTES, watch.most_waiting
     assert [outbox.waiting for outbox in watch.outboxes] == [0]  # released
     assert_no_live_process([pid])
 
@@ -171,7 +171,7 @@ FLOODING_AGENTPROC_AGENT = f"""#!{PYTHON}
 import json, sys, time
 sys.stdin.readline()  # the turn; nothing is read after it
 padding = "x" * (1 << 20)
-for number in range({OUTBOX_LIMIT_BYTES // MIB + 36}):
+for number in range({STDIN_QUEUE_LIMIT_BYTES // MIB + 36}):
     print(json.dumps({{"type": "permission_request", "request_id": f"{{number}}-{{padding}}", "tool_name": "Read",
                       "input": {{}}}}), flush=True)
 time.sleep(60)
@@ -190,7 +190,7 @@ async def test_a_one_process_agent_that_asks_and_does_not_read_is_killed_and_fai
         result = await bridge.run_turn(profile, Turn("flood me"))
     assert (result.outcome, result.exit_code, result.reply) == ("not_reading", 1, ""), result
     assert result.error_reply.startswith("The agent stopped reading its stdin")
-    assert watch.most_waiting <= OUTBOX_LIMIT_BYTES, watch.most_waiting
+    assert watch.most_waiting <= STDIN_QUEUE_LIMIT_BYTES, watch.most_waiting
     assert [outbox.waiting for outbox in watch.outboxes] == [0]
 
 

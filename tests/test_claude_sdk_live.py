@@ -31,10 +31,10 @@ from fake_api import FakeApi
 import bridge
 from bridge import Turn
 from bridge.dialects import ActivityEvent, DialectContext, QuestionRequest, SessionGone, dialect_class
+from bridge.engine.questions import Questions
+from bridge.engine.warm_agents import WarmAgent
 from bridge.errors import WarmStartError
 from bridge.permissions import Decision, PermissionRequest
-from bridge.questions import Questions
-from bridge.warm_agent import WarmAgent
 
 DEADLINE = 30
 

@@ -29,9 +29,9 @@ import bridge
 from bridge import Turn
 from bridge.dialects.events import QuestionRequest, Ready, SessionGone, SteerOutcome, TurnEnd
 from bridge.dialects.settings import CodexAppServerSettings
+from bridge.engine.questions import Questions
+from bridge.engine.warm_agents import WarmAgent
 from bridge.permissions import Decision, PermissionRequest
-from bridge.questions import Questions
-from bridge.warm_agent import WarmAgent
 
 DEADLINE = 30  # codex's start-up is ~0.3 s; a loaded machine with other suites running is slower
 

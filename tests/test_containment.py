@@ -40,7 +40,7 @@ from hostkit import Lab
 from test_lifetime import read_json_until
 
 import bridge
-from bridge.cgroups import CONTAINMENT, cgroup2_mount, own_cgroup
+from bridge.confinement.cgroups import CONTAINMENT, cgroup2_mount, own_cgroup
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 CONTAINED = CONTAINMENT.status()
@@ -232,7 +232,7 @@ def test_no_cgroup_is_left_behind(tmp_path: Path) -> None:
             "-c",
             """
 import sys, bridge
-from bridge.cgroups import CONTAINMENT
+from bridge.confinement.cgroups import CONTAINMENT
 profile = bridge.load_profile(sys.argv[1])
 for _ in range(3):
     bridge.run_turn_sync(profile, bridge.Turn("hi"))

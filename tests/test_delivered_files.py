@@ -25,12 +25,12 @@ from test_network import TOKEN_A, TOKENS, bearer, door, sse_events
 from test_outbox import serving
 from test_sandbox import RUNTIME
 
-import bridge.outbox as outbox_module
+import bridge.files.outbox as outbox_module
 from bridge.dialects.events import FileEvent
+from bridge.engine.result import Outcome, TurnResult
 from bridge.errors import OutboxError
+from bridge.files.outbox import collect, read_file, remove_outbox
 from bridge.host.postgres import fleet_files
-from bridge.outbox import collect, read_file, remove_outbox
-from bridge.result import Outcome, TurnResult
 from bridge.serving.file_delivery import FileDeliveries
 
 REPORT = b"the agent's report\n"

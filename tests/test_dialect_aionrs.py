@@ -41,11 +41,11 @@ from bridge.dialects import (
 )
 from bridge.dialects.aionrs import NOT_READY, UNFINISHED, Aionrs
 from bridge.dialects.events import Ready, RequestWithdrawn, TurnEnd
+from bridge.engine.questions import Questions
+from bridge.engine.warm_agents import WarmAgent
 from bridge.errors import ProtocolMisuse
 from bridge.permissions import Decision, PermissionRequest
-from bridge.questions import Questions
 from bridge.turn import Attachment
-from bridge.warm_agent import WarmAgent
 
 AGENT = SAMPLE_AGENTS / "aionrs_like.py"
 CONTEXT = DialectContext(settings=JsonSettings(), permissions=True)

@@ -45,10 +45,10 @@ from bridge.dialects import (
 from bridge.dialects.ante import Ante, new_op_id
 from bridge.dialects.events import Ready, TurnEnd
 from bridge.dialects.settings import AnteSettings
+from bridge.engine.warm_agents import WarmAgent
 from bridge.errors import ProfileError, ProtocolMisuse
 from bridge.permissions import Decision, PermissionRequest
 from bridge.turn import Attachment
-from bridge.warm_agent import WarmAgent
 
 SAMPLE = SAMPLE_AGENTS / "ante_like.py"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -827,9 +827,9 @@ async def test_the_host_decides_and_always_is_remembered_for_the_session(sample)
 
     with trio.fail_after(TURN_DEADLINE):
         async with warm(profile) as agent:
-            questions = bridge.questions.Questions()
+            questions = bridge.engine.questions.Questions()
             first = await agent.turn(Turn("use the tools"), on_event, questions=questions)
-            questions = bridge.questions.Questions()
+            questions = bridge.engine.questions.Questions()
             second = await agent.turn(Turn("a tool again"), on_event, questions=questions)
     assert asked == ["Bash", "Read"]  # Bash was not asked again: Ante accepts it for the session
     assert first.reply.startswith("Let me check.\n\nBash: ran. Read: skipped.")

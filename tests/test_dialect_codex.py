@@ -44,7 +44,7 @@ from bridge.dialects import (
     UsageEvent,
     dialect_class,
 )
-from bridge.result import Outcome
+from bridge.engine.result import Outcome
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts" / "codex"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")

@@ -123,9 +123,9 @@ def test_protocol_misuse_is_still_a_runtime_error() -> None:
         ("bridge.host", "TurnLockError"),
         ("bridge.host", "UnknownProfile"),
         # the modules that raise them, as tests and earlier code import them
-        ("bridge.agent_files", "FileRefused"),
+        ("bridge.files.agent_requests", "FileRefused"),
         ("bridge.serving.requests", "RequestError"),
-        ("bridge.warm_agent", "WarmStartError"),
+        ("bridge.engine.warm_agents", "WarmStartError"),
         ("bridge.host.sqlite_store", "StoreError"),
         ("bridge.host.file_turnlock", "TurnLockError"),
         ("bridge.host.registry", "UnknownProfile"),

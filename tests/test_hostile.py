@@ -481,7 +481,7 @@ async def test_an_endless_flood_is_stopped_at_its_timeout_while_another_turn_run
 async def test_a_pipe_that_never_runs_dry_does_not_starve_other_tasks():
     """Deterministic version of the above: /dev/zero always has data, so only the reader's own
     schedule points let anything else run. A regression fails here instead of hanging."""
-    from bridge.agent_io import Reader
+    from bridge.engine.driver import Reader
 
     reader = Reader(os.open("/dev/zero", os.O_RDONLY | os.O_NONBLOCK))
     reads = 0

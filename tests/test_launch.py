@@ -8,7 +8,7 @@ import os
 import pytest
 
 from bridge import Attachment, LaunchError, Profile, Turn, TurnError, plan_launch
-from bridge.launch import MAX_ARG_STRLEN
+from bridge.engine.launch import MAX_ARG_STRLEN
 
 HOST_ENV = {
     "PATH": "/usr/bin:/bin",

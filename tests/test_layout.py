@@ -1,56 +1,66 @@
-"""The package's layout is its architecture: lower layers never import higher ones, and nothing imports the CLI.
+"""The package's layout is its architecture: lower floors never import higher ones, and nothing imports the CLI.
 
-base (errors, turn, log) < dialects < profile < turn engine < host < cli
+errors, log, version, permissions < turn < dialects, confinement < profile < files < engine < host < serving
+< network, chat < cli < command (`FLOORS`); inside the engine each module has its own floor (`ENGINE_FLOORS`).
 
-Within and across layers the imports form no circle, and no module imports another one's private (`_name`) names.
+Within and across floors the imports form no circle, no module imports another one's private (`_name`) names,
+and the longest chain of imports between the package's parts is at most `MOST_FLOORS` long.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bridge"
-LAYERS = {
+FLOORS = {
     "errors": 0,
-    "turn": 0,
     "log": 0,
+    "version": 0,
     "permissions": 0,
-    "dialects": 1,
-    "profile": 2,
-    "agent_files": 3,
-    "turn_files": 3,
-    "fetch_policy": 0,
-    "attachments": 3,
-    "launch": 3,
-    "outbox": 3,
-    "cgroups": 3,
-    "keeper": 3,
-    "limits": 3,
-    "agent_io": 3,
-    "questions": 3,
-    "warm_agent": 3,
-    "process": 3,
-    "result": 3,
-    "supervisor": 3,
-    "turn_loop": 3,
-    "runner": 3,
-    "host": 4,
-    "cli": 5,
-    "chat": 5,
-    "serving": 5,
-    "network": 5,
-    "command": 5,
+    "turn": 1,
+    "dialects": 2,
+    "confinement": 2,
+    "profile": 3,
+    "files": 4,
+    "engine": 5,
+    "host": 6,
+    "serving": 7,
+    "network": 8,
+    "chat": 8,
+    "acp_door": 8,
+    "cli": 9,
+    "command": 10,
 }
-TOP = 6  # bridge/__init__.py and __main__.py re-export from every layer
+"""The floor of each part of the package (a module at the top, or a package): a part imports only lower floors."""
+ENGINE_FLOORS = {
+    "__init__": 0,
+    "launch": 0,
+    "questions": 0,
+    "result": 1,
+    "driver": 2,
+    "loop": 2,
+    "hand_out": 3,
+    "warm_agents": 4,
+    "one_process": 5,
+    "run": 6,
+}
+"""The floors inside the engine: an engine module imports only engine modules of a lower floor."""
+TOP = 11  # bridge/__init__.py and __main__.py re-export from every floor
+MOST_FLOORS = 12
+"""Issue 37's bound on the longest chain of imports between the package's parts, `__main__` included (18 before)."""
 
 
-def layer_of(parts: tuple[str, ...]) -> int:
-    if parts == ("__version__",):
-        return 0  # the package's version, read by `--version`
-    return LAYERS[parts[0]] if parts and parts[0] in LAYERS else TOP
+def part_of(parts: tuple[str, ...]) -> str:
+    """The part of the package a module is in: its top-level module or package."""
+    return parts[0] if parts else "__init__"
+
+
+def floor_of(parts: tuple[str, ...]) -> int:
+    return FLOORS.get(part_of(parts), TOP)
 
 
 def imported_modules(path: Path) -> set[tuple[str, ...]]:
@@ -106,16 +116,47 @@ MODULES = sorted(path for path in PACKAGE.rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(PACKAGE)))
-def test_a_module_imports_only_from_its_own_layer_or_lower_ones(path: Path) -> None:
+def test_a_module_imports_only_from_its_own_part_or_lower_floors(path: Path) -> None:
     here = path.relative_to(PACKAGE).with_suffix("").parts
-    own = layer_of(here) if here[0] not in ("__init__", "__main__") else TOP
-    upward = {".".join(target) for target in imported_modules(path) if layer_of(target) > own}
-    assert not upward, f"{path.relative_to(PACKAGE)} (layer {own}) imports from higher layers: {sorted(upward)}"
+    own = floor_of(here)
+    upward = {
+        ".".join(target)
+        for target in imported_modules(path)
+        if part_of(target) != part_of(here) and floor_of(target) >= own
+    }
+    assert not upward, f"{path.relative_to(PACKAGE)} (floor {own}) imports from its floor or higher: {sorted(upward)}"
 
 
-def test_the_layer_table_covers_every_module() -> None:
-    tops = {path.relative_to(PACKAGE).with_suffix("").parts[0] for path in MODULES}
-    assert tops - {"__init__", "__main__"} == set(LAYERS)
+@pytest.mark.parametrize("path", sorted(PACKAGE.glob("engine/*.py")), ids=lambda path: path.name)
+def test_an_engine_module_imports_only_lower_floors_of_the_engine(path: Path) -> None:
+    own = ENGINE_FLOORS[path.stem]
+    upward = {
+        ".".join(target)
+        for target in imported_modules(path)
+        if target[:1] == ("engine",) and len(target) > 1 and ENGINE_FLOORS.get(target[1], TOP) >= own
+    }
+    assert not upward, f"engine/{path.name} (engine floor {own}) imports from its floor or higher: {sorted(upward)}"
+
+
+def test_the_floor_tables_cover_every_module() -> None:
+    parts = {part_of(path.relative_to(PACKAGE).with_suffix("").parts) for path in MODULES}
+    assert parts - {"__init__", "__main__"} == set(FLOORS)
+    assert {path.stem for path in PACKAGE.glob("engine/*.py")} == set(ENGINE_FLOORS)
+
+
+def test_the_longest_chain_of_imports_between_the_parts_is_at_most_twelve_floors() -> None:
+    between_parts: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        edges = between_parts.setdefault(part_of(module), set())
+        edges.update(part_of(target) for target in targets if part_of(target) not in (part_of(module), "__init__"))
+
+    @functools.cache
+    def longest_from(part: str) -> tuple[str, ...]:
+        chains = [longest_from(target) for target in sorted(between_parts.get(part, ()))]
+        return (part, *max(chains, key=len, default=()))
+
+    longest = max((longest_from(part) for part in between_parts if part != "__init__"), key=len)
+    assert len(longest) <= MOST_FLOORS, f"{len(longest)} floors: {' -> '.join(longest)}"
 
 
 def test_the_import_graph_has_no_circle() -> None:

@@ -214,7 +214,7 @@ def test_sigkilled_serve_takes_every_agent_in_flight_with_it(tmp_path: Path) -> 
 
 HOST_SCRIPT = """
 import sys, bridge
-from bridge.keeper import KEEPER
+from bridge.confinement.keeper import KEEPER
 profile = bridge.load_profile(sys.argv[1])
 bridge.run_turn_sync(profile, bridge.Turn("first"), on_partial=lambda text: None)
 print(KEEPER.pid, flush=True)
@@ -332,9 +332,9 @@ def test_cli_run_kills_what_its_agent_left_behind(tmp_path: Path) -> None:
 
 
 LIBRARY_HOST = """
-import json, subprocess, sys, bridge, bridge.process
+import json, subprocess, sys, bridge, bridge.confinement.orphans
 if sys.argv[2] == "subreaper":
-    assert bridge.process.become_subreaper()
+    assert bridge.confinement.orphans.become_subreaper()
 own = subprocess.Popen(["sleep", "600"])                             # the host's own child, in its session
 apart = subprocess.Popen(["sleep", "600"], start_new_session=True)  # the host's own, in a session apart
 result = bridge.run_turn_sync(bridge.load_profile(sys.argv[1]), bridge.Turn("hi"))
@@ -378,7 +378,7 @@ def test_what_a_library_host_gets(tmp_path: Path, kind: str) -> None:
 
 
 def test_the_keepers_registry_holds_exactly_the_guarded_groups_and_reuses_freed_slots() -> None:
-    from bridge.keeper import Keeper
+    from bridge.confinement.keeper import Keeper
 
     keeper = Keeper()
     keeper.guard(101, 5.0)

@@ -34,9 +34,9 @@ from test_lifetime import read_json_until
 
 import bridge
 from bridge import Turn
-from bridge.limits import LIMIT_GROUPS, MIB, ResourceLimits, exceeded
-from bridge.result import Ending, Outcome, TurnRecorder
-from bridge.warm_agent import WarmAgent
+from bridge.confinement.limits import LIMIT_GROUPS, MIB, ResourceLimits, exceeded
+from bridge.engine.result import Ending, Outcome, TurnRecorder
+from bridge.engine.warm_agents import WarmAgent
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 HOMES = {controller: hierarchy.home for controller, hierarchy in LIMIT_GROUPS.hierarchies().items()}
@@ -224,7 +224,7 @@ def test_no_limit_group_is_left_behind(tmp_path: Path) -> None:
             "-c",
             """
 import sys, bridge
-from bridge.limits import LIMIT_GROUPS
+from bridge.confinement.limits import LIMIT_GROUPS
 profile = bridge.load_profile(sys.argv[1])
 for _ in range(3):
     assert bridge.run_turn_sync(profile, bridge.Turn("hi")).reply == "started"

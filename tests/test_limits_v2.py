@@ -24,8 +24,8 @@ import pytest
 from conftest import PYTHON, assert_no_live_process, write_agent, write_profile
 from fleetkit import eventually
 
-from bridge.cgroups import CONTAINMENT, LEAF, ControllerPlan, cgroup2_mount, plan_controller, read_text
-from bridge.limits import MIB, pids_max_while_joined, v2_settings
+from bridge.confinement.cgroups import CONTAINMENT, LEAF, ControllerPlan, cgroup2_mount, plan_controller, read_text
+from bridge.confinement.limits import MIB, pids_max_while_joined, v2_settings
 
 MOUNT = (cgroup2_mount(read_text("/proc/self/mountinfo")) or ("", ""))[0]
 CONTROLLER = "hugetlb"
@@ -34,9 +34,9 @@ LOCK = "/tmp/agent-bridge-tests-v2-controller.lock"
 
 HOST = f"""
 import sys, bridge
-from bridge.cgroups import CONTAINMENT, SPAWN_LOCK
-from bridge.keeper import KEEPER
-from bridge.limits import pass_down
+from bridge.confinement.cgroups import CONTAINMENT, SPAWN_LOCK
+from bridge.confinement.keeper import KEEPER
+from bridge.confinement.limits import pass_down
 quick, sleeper = map(bridge.load_profile, sys.argv[1:3])
 assert bridge.run_turn_sync(quick, bridge.Turn("hi")).reply == "hi"  # the keeper now runs, in this cgroup
 with SPAWN_LOCK:
@@ -130,9 +130,9 @@ def test_a_controller_is_not_passed_down_past_another_process(home: Path, tmp_pa
     try:
         eventually(lambda: other.pid in procs(home), "the other process to join")
         script = (
-            "import bridge.limits\nfrom bridge.cgroups import CONTAINMENT, SPAWN_LOCK\nfrom bridge.errors import "
+            "import bridge.confinement.limits\nfrom bridge.confinement.cgroups import CONTAINMENT, SPAWN_LOCK\nfrom bridge.errors import "
             f"LaunchError\nprint(CONTAINMENT.plan({CONTROLLER!r}).reason)\n"
-            f"with SPAWN_LOCK:\n    try:\n        bridge.limits.pass_down({CONTROLLER!r})\n"
+            f"with SPAWN_LOCK:\n    try:\n        bridge.confinement.limits.pass_down({CONTROLLER!r})\n"
             "    except LaunchError as err:\n        print(err)\n"
         )
         done = subprocess.run(in_cgroup(home, [PYTHON, "-c", script]), capture_output=True, text=True, timeout=30)

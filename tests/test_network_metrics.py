@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_postgres_fleet import fleet  # noqa: F401 (a fixture: the workers and gateways of this test's lab)
 
 import bridge
-from bridge.host.common import BaseHost
+from bridge.host.interface import BaseHost
 from bridge.network.door import DoorLimits
 from bridge.network.listen import parse_address, serve_network
 from bridge.network.tokens import Tokens, parse_tokens

@@ -26,8 +26,8 @@ import bridge
 from bridge.cli.serve import Server
 from bridge.dialects.events import FileEvent
 from bridge.errors import OutboxError
-from bridge.outbox import collect, read_file, remove_outbox
-from bridge.turn_files import MAX_SPARES, SPARE_OUTBOXES, TurnFiles
+from bridge.files.outbox import collect, read_file, remove_outbox
+from bridge.files.turn_directory import MAX_SPARES, SPARE_OUTBOXES, TurnFiles
 
 TWO_FILES = """
 import os, pathlib
@@ -266,7 +266,7 @@ def test_a_process_keeps_spares_in_at_most_64_directories_the_least_recently_use
 def test_a_spare_left_by_another_process_is_not_taken_and_a_process_removes_its_own_at_exit(tmp_path: Path) -> None:
     (tmp_path / ".agent-bridge" / "outbox" / ".spare-0badc0de").mkdir(parents=True, mode=0o700)  # a kill -9'd one's
     script = (
-        "import sys; from bridge.turn_files import TurnFiles\n"
+        "import sys; from bridge.files.turn_directory import TurnFiles\n"
         "files = TurnFiles(sys.argv[1], 't1', attachments=False)\n"
         "assert files.remove_outbox_if_empty()\n"
         "import os; print(sorted(os.listdir(sys.argv[1] + '/.agent-bridge/outbox')))\n"

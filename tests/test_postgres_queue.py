@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from bridge.dialects.events import FileEvent
+from bridge.engine.result import Outcome, TurnResult
+from bridge.files.outbox import collect, remove_outbox
 from bridge.host.postgres import fleet_files, queue
 from bridge.host.postgres.db import SCHEMA_VERSION, connect
-from bridge.outbox import collect, remove_outbox
-from bridge.result import Outcome, TurnResult
 
 TURN = {"message": "hi", "session_id": "", "session_name": "default", "from_user": "", "attachments": []}
 

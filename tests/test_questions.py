@@ -17,7 +17,7 @@ from conftest import PROFILES, TURN_DEADLINE
 
 import bridge
 from bridge import Decision, PermissionRequest, Turn
-from bridge.questions import Questions
+from bridge.engine.questions import Questions
 
 
 def asking_profile(tmp_path: Path, **permissions: object) -> bridge.Profile:

@@ -6,7 +6,7 @@ import pytest
 
 from bridge import Outcome, Profile
 from bridge.dialects import BodyLine, ErrorEvent, LineCut, PartialEvent, ProtocolWarning, SessionEvent
-from bridge.result import HARD_REPLY_LIMIT, Ending, TurnRecorder
+from bridge.engine.result import HARD_REPLY_LIMIT, Ending, TurnRecorder
 
 SUFFIX = "…cut"
 

@@ -44,9 +44,9 @@ from test_ready_profiles_others import READY, Ready
 
 import bridge
 from bridge import Turn
-from bridge.cgroups import CONTAINMENT, own_cgroup
+from bridge.confinement.cgroups import CONTAINMENT, own_cgroup
+from bridge.engine.warm_agents import WarmAgent
 from bridge.errors import ProfileError
-from bridge.warm_agent import WarmAgent
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 BWRAP = shutil.which("bwrap")
@@ -533,9 +533,9 @@ OUTLIVES = """
 import os, select, sys, threading, trio
 from functools import partial
 import bridge
-from bridge.cgroups import CONTAINMENT
-from bridge.launch import plan_launch
-from bridge.process import start
+from bridge.confinement.cgroups import CONTAINMENT
+from bridge.engine.launch import plan_launch
+from bridge.confinement.spawner import start
 
 CONTAINMENT.turn_off()  # else the spawn is in one of trio's worker threads, which lasts 10 s: this one ends at once
 profile = bridge.Profile.from_mapping(

@@ -21,12 +21,12 @@ from attachment_files import TURN_FILES
 from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, read_pids, write_agent, write_profile
 
 import bridge
-import bridge.agent_io
-import bridge.process
-import bridge.supervisor
+import bridge.confinement.spawner
+import bridge.engine.driver
+import bridge.engine.one_process
 from bridge import ErrorEvent, PartialEvent, SessionEvent, Turn, TurnResult
-from bridge.cgroups import CONTAINMENT, SPAWN_LOCK, Containment
-from bridge.keeper import KEEPER
+from bridge.confinement.cgroups import CONTAINMENT, SPAWN_LOCK, Containment
+from bridge.confinement.keeper import KEEPER
 
 SUFFIX = "\n\n…(truncated)"
 RESULT_FIELDS = {
@@ -931,9 +931,9 @@ async def test_an_agent_ignoring_sigint_is_killed_after_the_grace(make_recorded_
 HOST_IGNORING_SIGINT = """
 import signal, sys
 import bridge
-import bridge.agent_io
-import bridge.process
-import bridge.supervisor
+import bridge.engine.driver
+import bridge.confinement.spawner
+import bridge.engine.one_process
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 profile = bridge.Profile.from_mapping({"command": ["grep", "^SigIgn:", "/proc/self/status"]})
 print(bridge.run_turn_sync(profile, bridge.Turn("x")).reply.split()[1])
@@ -1044,10 +1044,10 @@ async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_i
     if not cgroups:
         uncontained = Containment()
         uncontained.turn_off()
-        monkeypatch.setattr(bridge.process, "CONTAINMENT", uncontained)
+        monkeypatch.setattr(bridge.confinement.spawner, "CONTAINMENT", uncontained)
     steps: list[str] = []
     guarded: list[bool] = []
-    real_spawn, real_agent_io = bridge.process.spawn, bridge.supervisor.AgentIO
+    real_spawn, real_agent_io = bridge.confinement.spawner.spawn, bridge.engine.one_process.AgentIO
 
     def spawn(plan: Any, **options: Any) -> Any:
         agent = real_spawn(plan, **options)
@@ -1059,8 +1059,8 @@ async def test_turns_started_together_spawn_every_agent_first_each_guarded_and_i
         steps.append("set up")
         return real_agent_io(*args, **options)
 
-    monkeypatch.setattr(bridge.process, "spawn", spawn)
-    monkeypatch.setattr(bridge.supervisor, "AgentIO", agent_io)
+    monkeypatch.setattr(bridge.confinement.spawner, "spawn", spawn)
+    monkeypatch.setattr(bridge.engine.one_process, "AgentIO", agent_io)
     lister = make_agent(FD_LISTER)
     with SPAWN_LOCK:
         KEEPER.start()  # its descriptors last as long as the process (the first test of a run starts it)
@@ -1157,7 +1157,7 @@ async def test_a_slow_host_gets_every_partial_written_before_the_agent_exited(ma
     The agent enlarges its stdout pipe to 1 MiB, fills it and exits: the slow
     host then works through output that takes many reads after the exit.
     """
-    monkeypatch.setattr(bridge.agent_io, "DRAIN_SECS", 0.02)
+    monkeypatch.setattr(bridge.engine.driver, "DRAIN_SECS", 0.02)
     profile = make_agent(
         """
         import fcntl, os

@@ -1,4 +1,4 @@
-"""The warm engine (bridge/warm_agent.py): one process, many turns, every rule of a turn, no process left behind.
+"""The warm engine (bridge/engine/warm_agents.py): one process, many turns, every rule of a turn, no process left behind.
 
 Driven with `tests/warm_echo.py`, a tiny warm protocol made for these tests, so
 the engine is tested apart from any family's dialect.
@@ -15,7 +15,7 @@ from conftest import TURN_DEADLINE, assert_no_live_process, write_agent
 
 import bridge
 from bridge import Turn
-from bridge.warm_agent import WarmAgent
+from bridge.engine.warm_agents import WarmAgent
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ async def test_a_turn_the_agent_reports_failed_is_an_agent_error_and_the_agent_s
 
 async def test_questions_go_to_the_host_and_its_answer_to_the_agent(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(permissions={"default": "ask"})
-    questions = bridge.questions.Questions()
+    questions = bridge.engine.questions.Questions()
     asked = []
 
     def on_event(event: object) -> None:
@@ -159,7 +159,7 @@ async def test_questions_go_to_the_host_and_its_answer_to_the_agent(warm_profile
             agent = WarmAgent(profile)
             await agent.start(nursery)
             allowed = await agent.turn(Turn("ask Read"), on_event, questions=questions)
-            questions = bridge.questions.Questions()
+            questions = bridge.engine.questions.Questions()
             denied = await agent.turn(Turn("ask Bash"), on_event, questions=questions)
             await agent.close()
     assert asked == ["Read", "Bash"]
@@ -219,7 +219,7 @@ def test_a_warm_profile_refuses_the_message_in_argv_and_per_turn_profiles_refuse
 
 async def test_a_question_waiting_for_the_host_is_not_the_agents_silence(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(idle_timeout_secs=0.2, permissions={"default": "ask"})
-    questions = bridge.questions.Questions()
+    questions = bridge.engine.questions.Questions()
 
     async def on_event(event: object) -> None:
         if isinstance(event, bridge.PermissionRequest):

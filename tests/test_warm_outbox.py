@@ -26,7 +26,7 @@ from bridge.dialects import DialectContext, dialect_class
 from bridge.dialects.base import outbox_named
 from bridge.dialects.claude_stream import with_system_prompt_appended
 from bridge.dialects.warm import WarmState
-from bridge.outbox import remove_outbox
+from bridge.files.outbox import remove_outbox
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 DEADLINE = 20  # a turn starts a Python agent that imports the SDK (~1 s)

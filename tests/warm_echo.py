@@ -1,4 +1,4 @@
-"""A tiny warm protocol for testing the warm engine itself (bridge/warm_agent.py, the host's pool).
+"""A tiny warm protocol for testing the warm engine itself (bridge/engine/warm_agents.py, the host's pool).
 
 Not a family anyone ships: one JSON object per line, both ways.
 

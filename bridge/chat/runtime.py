@@ -26,6 +26,8 @@ from typing import Any, Literal
 import trio
 
 from ..dialects.events import FileEvent, PartialEvent, Question, QuestionRequest, RequestWithdrawn
+from ..engine.loop import HostEvent
+from ..engine.result import Outcome, TurnResult
 from ..errors import (
     AnswerRefused,
     BridgeError,
@@ -35,13 +37,11 @@ from ..errors import (
     PlatformRefused,
     PlatformUnavailable,
 )
-from ..host.common import BaseHost
+from ..files.outbox import open_collected, remove_file, remove_outbox
+from ..host.interface import BaseHost
 from ..log import get_logger
-from ..outbox import open_collected, remove_file, remove_outbox
 from ..permissions import Decision, PermissionRequest
-from ..result import Outcome, TurnResult
 from ..turn import Attachment, Turn
-from ..turn_loop import HostEvent
 from .inbox import Inbox, Stored
 from .platform import Batch, ButtonPress, Choice, Incoming, Platform
 

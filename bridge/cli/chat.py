@@ -37,14 +37,14 @@ import trio
 
 from ..dialects import MAX_LINE_BYTES
 from ..dialects.events import QuestionRequest
+from ..engine.result import TurnResult
+from ..engine.run import TurnStream, open_turn
+from ..engine.warm_agents import WarmAgent, start_failure_result
 from ..errors import BridgeError, WarmStartError
 from ..log import get_logger, wants_color
 from ..permissions import PermissionRequest
 from ..profile import Profile
-from ..result import TurnResult
-from ..runner import TurnStream, open_turn
 from ..turn import Attachment, Turn
-from ..warm_agent import WarmAgent, start_failure_result
 from .printer import DIM, WARNING, HumanPrinter, paint
 from .terminal import LineReader, ask, ask_question
 
@@ -72,7 +72,7 @@ def run_chat(
     from_user: str = "",
 ) -> int:
     """Run the REPL on this process's stdin/stdout/stderr until /exit, EOF or a signal; the exit code."""
-    from ..process import become_subreaper
+    from ..confinement.orphans import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     # The interpreter's own stdout, a TextIOWrapper; sys's stub types it as the TextIO protocol.

@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..engine.run import ungrouped
 from ..errors import ChatError
 from ..host.location import store_path
 from ..host.runtime import DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
-from ..runner import ungrouped
 
 if TYPE_CHECKING:  # the chat kit loads only when connect runs
     from ..chat.config import MatrixConfig, TelegramConfig
     from ..chat.runtime import ChatBridge, ChatSettings
-    from ..host.common import BaseHost
+    from ..host.interface import BaseHost
 
 # The connectors, by the config's section name: module and class (each `Class(section, client_factory)`).
 CONNECTORS = {
@@ -132,7 +132,7 @@ def run_connect(
             ]
 
             async def main() -> int:
-                from ..process import become_subreaper, sweep_orphans_on_sigchld
+                from ..confinement.orphans import become_subreaper, sweep_orphans_on_sigchld
 
                 become_subreaper()
                 platforms = [(connector(section, factory), section) for connector, section in connectors]

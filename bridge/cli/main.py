@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import trio
 
-from .. import __version__
 from ..dialects import session_id_problem
 from ..dialects.events import QuestionRequest
+from ..engine.result import TurnResult
+from ..engine.run import TurnStream, open_turn
 from ..errors import BridgeError, ProfileError
 from ..log import LEVELS, configure_logging, get_logger, wants_color
 from ..permissions import PermissionRequest
 from ..profile import Profile, json_schema, load_profile
-from ..result import TurnResult
-from ..runner import TurnStream, open_turn
 from ..turn import Attachment, Turn
+from ..version import __version__
 from .printer import ERROR, WARNING, HumanPrinter, JsonPrinter, paint
 from .terminal import LineReader, ask, ask_question
 
@@ -167,7 +167,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
 
-COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker")
+COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker", "acp")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -517,6 +517,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             help="serve's tokens file: /metrics then needs one of its bearer tokens, and --metrics may be any address",
         )
         worker.set_defaults(handler=_worker_command, command_parser=worker)
+
+    if command in (None, "acp"):
+        acp = commands.add_parser(
+            "acp",
+            parents=[common],
+            help="be an ACP agent for an editor (Zed, JetBrains, acpx) on stdin/stdout",
+            description="Speaks the Agent Client Protocol on stdin/stdout; every prompt is a turn of PROFILE, every\n"
+            "ACP session a conversation of the store (docs/editors.md). Logs go to stderr.",
+            formatter_class=explained,
+        )
+        acp.add_argument(
+            "profile", metavar="PROFILE", help="the profile's YAML file (a name with --profiles/--postgres)"
+        )
+        acp.add_argument("--profiles", metavar="DIR", help="take PROFILE by name from this directory of profiles")
+        acp.add_argument("--state", metavar="PATH", help=_STATE_HELP)
+        acp.add_argument("--namespace", metavar="NAME", help=_NAMESPACE_HELP)
+        acp.add_argument(
+            "--postgres", metavar="DSN", help="run the prompts on the fleet's workers, as serve --postgres"
+        )
+        acp.add_argument(
+            "--name", metavar="NAME", default="acp", help="with --postgres: the gateway's name (default: acp)"
+        )
+        acp.set_defaults(handler=_acp_command, command_parser=acp)
     return parser
 
 
@@ -639,7 +662,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _run_now(args: argparse.Namespace, profile: Profile, turn: Turn) -> TurnResult:
-    from ..process import become_subreaper
+    from ..confinement.orphans import become_subreaper
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     # The interpreter's own stdout, a TextIOWrapper; sys's stub types it as the TextIO protocol.
@@ -751,7 +774,7 @@ async def _run_turn(
 async def _cancel_on_signals(stream: TurnStream, printer: HumanPrinter | JsonPrinter) -> None:
     """Ctrl-C (or SIGTERM) stops the agent as a host cancel (SIGINT, `kill_grace_secs`, SIGKILL); a second one
     kills it at once. Either way the turn ends with its result (130)."""
-    from ..process import kill_agents_now
+    from ..confinement.process import kill_agents_now
 
     person = printer if isinstance(printer, HumanPrinter) else None  # --json: a program, told by the log
     interrupted = False
@@ -774,8 +797,8 @@ async def _cancel_on_signals(stream: TurnStream, printer: HumanPrinter | JsonPri
 
 
 def _check_command(args: argparse.Namespace) -> int:
-    from ..cgroups import CONTAINMENT
-    from ..limits import LIMIT_GROUPS, ResourceLimits
+    from ..confinement.cgroups import CONTAINMENT
+    from ..confinement.limits import LIMIT_GROUPS, ResourceLimits
 
     color = wants_color(sys.stderr)
     status = 0
@@ -819,8 +842,8 @@ def _check_command(args: argparse.Namespace) -> int:
 
 def _confinement_lines(profile: Profile) -> list[str]:
     """What the agent will be confined to, one line each, for the operator to read: its sandbox (binds, network)."""
+    from ..engine.launch import effective_sandbox, plan_launch
     from ..errors import LaunchError
-    from ..launch import effective_sandbox, plan_launch
 
     if profile.sandbox is None:
         return []
@@ -846,8 +869,8 @@ def _sandbox_warnings(profile: Profile) -> list[str]:
 def _codex_helper_warnings(profile: Profile) -> list[str]:
     """Codex makes the helper its own command sandbox runs (codex-linux-sandbox) under its home, and makes none when
     that home is inside the temporary directory: then every sandboxed command fails, inside a turn that ends ok."""
+    from ..engine.launch import plan_launch
     from ..errors import LaunchError
-    from ..launch import plan_launch
 
     program = os.path.basename(profile.argv_template[0])
     if not program.startswith("codex") or profile.protocol_settings.get("sandbox") == "danger-full-access":
@@ -913,8 +936,8 @@ def _option_injection_warnings(profile: Profile) -> list[str]:
 
 def _unset_variable_warnings(profile: Profile) -> tuple[str, ...]:
     """What `run` would warn about the environment it runs in: a `${VAR}` in `env` that is unset (or not allowed)."""
+    from ..engine.launch import plan_launch
     from ..errors import LaunchError
-    from ..launch import plan_launch
 
     try:
         return plan_launch(profile, Turn("hello"), os.environ).notes
@@ -924,7 +947,7 @@ def _unset_variable_warnings(profile: Profile) -> tuple[str, ...]:
 
 def _ignored_env_warnings(profile: Profile) -> list[str]:
     """`env` entries the bridge overrides: the protocol's AGENT_* variables always describe the turn."""
-    from ..launch import PROTOCOL_VARIABLES
+    from ..engine.launch import PROTOCOL_VARIABLES
 
     return [
         f"env.{name} is ignored: the bridge sets {name} for every turn (the protocol's AGENT_* variables "
@@ -1044,6 +1067,17 @@ def _connect_command(args: argparse.Namespace) -> int:
         args.command_parser.error(problem)
     options = {"shutdown_grace": args.shutdown_grace} if args.shutdown_grace is not None else {}
     return run_connect(args.config, args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options)
+
+
+def _acp_command(args: argparse.Namespace) -> int:
+    from .acp import run_acp  # lazily: only acp pays for the host runtime
+
+    if args.postgres is not None and args.namespace is not None:
+        args.command_parser.error("a gateway's namespace is its --name: use --name instead of --namespace")
+    options = {"namespace": args.namespace} if args.postgres is None else {}
+    return run_acp(
+        args.profile, profiles=args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options
+    )
 
 
 def _worker_command(args: argparse.Namespace) -> int:

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 import trio
 
 from ..dialects import ActivityEvent, FileEvent
-from ..launch import withheld_credentials
+from ..engine.launch import withheld_credentials
+from ..engine.result import Outcome, StreamedText, TurnResult, credentials_note
+from ..files.outbox import human_size
 from ..log import records_to, wants_color
-from ..outbox import human_size
-from ..result import Outcome, StreamedText, TurnResult, credentials_note
 
 if TYPE_CHECKING:
     from ..profile import Profile

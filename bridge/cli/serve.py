@@ -20,12 +20,12 @@ from typing import Any
 
 import trio
 
+from ..confinement.orphans import sweep_orphans_on_sigchld
 from ..dialects import LineSplitter
-from ..host.common import BaseHost, ClientSessionIds
+from ..engine.run import ungrouped
+from ..host.interface import BaseHost, ClientSessionIds
 from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
-from ..process import sweep_orphans_on_sigchld
-from ..runner import ungrouped
 from ..serving.file_delivery import DEFAULT_FILE_TTL, FileDeliveries
 from ..serving.output import Output, json_line
 from ..serving.requests import MAX_REQUEST_BYTES, REQUEST_TOO_LARGE
@@ -240,7 +240,7 @@ def run_serve(
     `max_turns_per_connection`, `send_timeout`, `body_timeout`: the CLI's options of those names).
     """
     listening = _network_door(door, file_ttl) if door is not None else None
-    from ..process import become_subreaper, log_containment
+    from ..confinement.orphans import become_subreaper, log_containment
 
     become_subreaper()  # this process is ours: killed grandchildren get reaped here
     log_containment(get_logger(component="serve"))

@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..engine.result import TurnResult
 from ..errors import BridgeError
 from ..host.file_turnlock import TurnLocks
 from ..host.location import store_path
 from ..host.sqlite_store import SessionRecord
 from ..host.state import check_namespace_applies, open_store, open_turn_locks, store_exists
 from ..profile import load_profile
-from ..result import TurnResult
 
 if TYPE_CHECKING:
     from ..host.file_turnlock import Place

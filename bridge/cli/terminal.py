@@ -40,9 +40,9 @@ import trio
 
 from ..dialects import MAX_LINE_BYTES, LineSplitter
 from ..dialects.events import Question, QuestionRequest
+from ..engine.run import TurnStream
 from ..errors import AnswerRefused
 from ..permissions import Decision, PermissionRequest
-from ..runner import TurnStream
 from .printer import DIM, WARNING, HumanPrinter, JsonPrinter
 
 READ_CHUNK = 64 * 1024

@@ -47,9 +47,9 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
-from .. import __version__
 from ..permissions import CANCELLED, TOOL_KINDS, Decision, PermissionRequest
 from ..turn import Attachment, Turn
+from ..version import __version__
 from .agentproc01 import session_id_problem
 from .base import DialectContext, Handler, number, outbox_named, shorten, text_of
 from .coding_agents import (

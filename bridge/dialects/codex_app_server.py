@@ -54,10 +54,10 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from .. import __version__
 from ..errors import ProtocolMisuse
 from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
+from ..version import __version__
 from .agentproc01 import session_id_problem
 from .base import DialectContext, Handler, number, outbox_named, shorten, text_of, with_files_named
 from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, model_image

@@ -92,7 +92,7 @@ _PLAN_STATUSES = {
     "completed": "completed",
     "cancelled": "completed",
 }
-# A reply is never held beyond 8 MiB characters (bridge.result.HARD_REPLY_LIMIT); one more is
+# A reply is never held beyond 8 MiB characters (bridge.engine.result.HARD_REPLY_LIMIT); one more is
 # kept so the recorder still sees it must cut. Bounds a dialect's memory whatever the agent writes.
 TEXT_BOUND = 8 * 1024 * 1024 + 1
 OPEN_CALLS = 10_000

@@ -22,7 +22,7 @@ Claude Code's JSON — its dialect says it with these events:
 - `ProtocolWarning`: something the dialect had to ignore or cut; logged.
 
 `FileEvent` is no dialect's: it is a file the agent left in the turn's outbox,
-which the engine reports when the turn ends (`bridge.outbox`).
+which the engine reports when the turn ends (`bridge.files.outbox`).
 
 `PartialEvent`, `SessionEvent`, `ErrorEvent`, `ActivityEvent`,
 `QuestionRequest`, `RequestWithdrawn` and `FileEvent` are also what

@@ -37,7 +37,7 @@ session is ready or during a turn, a feed after close. A family may keep finer
 steps of its own inside a state (Ante: resuming or starting; waiting for the
 turn's start or in it).
 
-The turn engine (`bridge.warm_agent`) owns the process, the deadlines and the
+The turn engine (`bridge.engine.warm_agents`) owns the process, the deadlines and the
 policy; a warm dialect only speaks. Every rule is tested from transcripts.
 """
 

@@ -1,6 +1,6 @@
 """The host runtime: what a bot holds for its lifetime to run turns for many conversations.
 
-- `common`: `BaseHost`, the interface of every host `open_host` returns, and `HostStats`;
+- `interface`: `BaseHost`, the interface of every host `open_host` returns, and `HostStats`;
 - `runtime`: `Host` and `open_host` (ordering, limits, sessions, shutdown);
 - `scheduler`: which waiting turn may start (pure);
 - `registry`: profiles by name from a directory, re-read when edited;
@@ -33,7 +33,7 @@ from ..errors import (
 )
 
 if TYPE_CHECKING:
-    from .common import BaseHost, HostStats
+    from .interface import BaseHost, HostStats
     from .postgres.gateway import FleetStats, RemoteHost
     from .postgres.pg_store import PostgresSessionStore
     from .postgres.worker import Worker
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from .state import open_store
 
 _WHERE = {
-    "BaseHost": "common",
-    "HostStats": "common",
+    "BaseHost": "interface",
+    "HostStats": "interface",
     "Host": "runtime",
     "SessionStoreLike": "runtime",
     "open_host": "runtime",

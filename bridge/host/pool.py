@@ -28,9 +28,9 @@ from typing import Any
 
 import trio
 
+from ..engine.warm_agents import WarmAgent
 from ..errors import WarmStartError
 from ..profile import Profile
-from ..warm_agent import WarmAgent
 
 Key = tuple[str, str, str]  # (profile name, conversation, session name)
 

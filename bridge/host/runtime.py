@@ -26,20 +26,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ..agent_io import DRAIN_SECS, REAP_SECS
+from ..engine.driver import DRAIN_SECS, REAP_SECS
+from ..engine.loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision
+from ..engine.one_process import drive_turn
+from ..engine.questions import QuestionAnswer, Questions
+from ..engine.result import Outcome, TurnResult, cancelled_result, folded_result
+from ..engine.run import ungrouped
+from ..engine.warm_agents import WarmAgent, start_failure_result
 from ..errors import BridgeError, DuplicateTurn, HostClosed, ProtocolMisuse, QueueFull, SessionIdRefused, WarmStartError
 from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
-from ..questions import QuestionAnswer, Questions
-from ..result import Outcome, TurnResult, cancelled_result, folded_result
-from ..runner import ungrouped
-from ..supervisor import drive_turn
 from ..turn import Turn
-from ..turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision
-from ..warm_agent import WarmAgent, start_failure_result
-from .common import BaseHost, ClientSessionIds, HostStats, Submitted
 from .file_turnlock import Place, TurnLocks
+from .interface import BaseHost, ClientSessionIds, HostStats, Submitted
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
 from .scheduler import Ticket, TurnQueue

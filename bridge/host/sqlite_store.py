@@ -39,9 +39,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ..engine.result import TurnResult
 from ..errors import StoreError
 from ..log import get_logger
-from ..result import TurnResult
 from .location import store_path
 
 # How long a writer waits for another process's transaction before giving up.

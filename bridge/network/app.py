@@ -40,8 +40,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..dialects.events import FileEvent
 from ..errors import OutboxError, RequestError
+from ..files.outbox import open_collected
 from ..log import get_logger
-from ..outbox import open_collected
 from ..serving.output import Output, json_bytes, json_text
 from ..serving.requests import (
     BAD_JSON,

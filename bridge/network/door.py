@@ -37,7 +37,7 @@ from urllib.parse import quote
 import trio
 
 from ..dialects.events import FileEvent
-from ..host.common import BaseHost
+from ..host.interface import BaseHost
 from ..serving.file_delivery import DEFAULT_FILE_TTL, FileDeliveries
 from ..serving.requests import MAX_REQUEST_BYTES
 from ..serving.session import ClientSession, Send, Tenant

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..confinement.orphans import sweep_orphans_on_sigchld
 from ..errors import ListenError
-from ..host.common import BaseHost
+from ..host.interface import BaseHost
 from ..log import get_logger
-from ..process import sweep_orphans_on_sigchld
 from .door import Door, DoorLimits
 from .tokens import Tokens
 

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..host.common import HostStats
+from ..host.interface import HostStats
 from ..log import get_logger
 
 PREFIX = "agent_bridge_"

@@ -39,9 +39,9 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope
 from starlette.types import Send as AsgiSend
 
+from ..engine.result import Outcome, StreamedText
 from ..errors import ChatRefused, RequestError
 from ..permissions import Decision
-from ..result import Outcome, StreamedText
 from ..serving.output import json_bytes
 from ..serving.requests import INVALID_REQUEST, UNAUTHORIZED, UNKNOWN_PROFILE, TurnRequest, parse_turn, status_of
 from ..serving.session import ClientSession

@@ -13,7 +13,7 @@ argv is walked through wrapper commands (`timeout -s KILL 5 sh -c …`,
 does not know one of a wrapper's options, the walk reads argv each way that
 option could be read, and a placeholder is refused if any reading refuses it.
 
-The profile's `sandbox:` adds nothing to see through: bwrap's words are the bridge's own (`bridge.profile.sandbox`),
+The profile's `sandbox:` adds nothing to see through: bwrap's words are the bridge's own (`bridge.confinement.sandbox`),
 put before argv at launch and never written by a profile, so the argv judged here is the program the sandbox runs.
 
 Pure: no I/O. `bridge.profile.schema` refuses what `argv_problem` and

@@ -1,8 +1,16 @@
-"""The names a profile is made of: its fields and its placeholders. Shared by the model and the schema."""
+"""The names a profile is made of (its fields and its placeholders) and the defaults of its `attachments:` section."""
 
 from __future__ import annotations
 
 import re
+
+MIB = 1024 * 1024
+# Defaults a chat platform fits: Telegram's bots download up to 20 MB, Discord's uploads are 10-25 MB and a message
+# carries at most 10 files, Slack's 10 per message too; a minute is ample for that much on any link the bridge runs on.
+DEFAULT_MAX_FILE_BYTES = 25 * MIB
+DEFAULT_MAX_TURN_BYTES = 100 * MIB
+DEFAULT_MAX_COUNT = 10
+DEFAULT_TIMEOUT_SECS = 60.0
 
 PLACEHOLDERS = ("MESSAGE", "SESSION_ID", "SESSION_NAME", "PROFILE_DIR", "NEW_SESSION_ID")
 NEW_SESSION_ID = "{{NEW_SESSION_ID}}"

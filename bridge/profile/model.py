@@ -15,12 +15,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from ..confinement.programs import BWRAP, PRLIMIT, find_tool, needs_prlimit
 from ..dialects import PROTOCOLS, DialectContext, dialect_class
 from ..errors import Problem, ProfileError
 from ..permissions import PermissionPolicy
 from . import cache as profile_cache
 from .fields import FIELD_NAMES
-from .tools import BWRAP, PRLIMIT, find_tool, needs_prlimit
 
 
 class Profile:
@@ -150,7 +150,7 @@ class Profile:
 
     @property
     def warm(self) -> bool:
-        """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.warm_agent`."""
+        """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.engine.warm_agents`."""
         return PROTOCOLS[self.protocol].warm
 
     def __setattr__(self, name: str, value: object) -> None:

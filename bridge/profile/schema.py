@@ -30,13 +30,19 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..confinement.programs import BWRAP, PRLIMIT, find_tool, missing_tool, needs_prlimit
 from ..dialects import DEFAULT_PROTOCOL, PROTOCOLS
 from ..errors import Problem, ProfileError
-from ..fetch_policy import DEFAULT_MAX_COUNT, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TURN_BYTES, DEFAULT_TIMEOUT_SECS
 from ..permissions import TOOL_KINDS
 from .argv_rules import argv_problem, environment_problem, stdin_problem
-from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
-from .tools import BWRAP, PRLIMIT, find_tool, missing_tool, needs_prlimit
+from .fields import (
+    DEFAULT_MAX_COUNT,
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_TURN_BYTES,
+    DEFAULT_TIMEOUT_SECS,
+    PLACEHOLDER_PATTERN,
+    PLACEHOLDERS,
+)
 
 _ENV_NAME = re.compile(r"[^=\0]+")
 

@@ -6,7 +6,7 @@ inline (`inline_files_max_bytes`): those travel base64 in the response and are
 deleted at once. A file never acknowledged is deleted `ttl_secs` after it was
 offered, and every file still waiting when serve ends is deleted then: none
 outlives the bot going away. A turn's outbox directory goes once its last file
-has. Reading and deleting go through `bridge.outbox`, beneath the descriptors
+has. Reading and deleting go through `bridge.files.outbox`, beneath the descriptors
 of the outbox held since its files were collected, never by the paths the bot
 is shown (the agent may have changed what they lead to).
 """
@@ -21,10 +21,10 @@ from typing import Any
 import trio
 
 from ..dialects.events import FileEvent
+from ..engine.result import TurnResult
 from ..errors import OutboxError
+from ..files.outbox import read_file, remove_file, remove_outbox
 from ..log import get_logger
-from ..outbox import read_file, remove_file, remove_outbox
-from ..result import TurnResult
 
 DEFAULT_FILE_TTL = 600.0
 MAX_INLINE_FILE_BYTES = 8 * 1024 * 1024  # a base64 body is a third larger, on one response line

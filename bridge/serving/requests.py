@@ -14,7 +14,7 @@ from typing import Any
 
 from ..dialects import MAX_SESSION_ID_CHARS, session_id_problem
 from ..errors import AttachmentRefused, RequestError, TurnError
-from ..fetch_policy import shown_url, source_kind
+from ..files.fetch_policy import shown_url, source_kind
 from ..permissions import Decision
 from ..turn import ATTACHMENT_TYPES, Attachment, Turn, text_problem
 from .file_delivery import MAX_INLINE_FILE_BYTES

@@ -24,6 +24,8 @@ import trio
 
 from ..dialects import ActivityEvent, PartialEvent, SessionEvent
 from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
+from ..engine.loop import HostEvent
+from ..engine.result import TurnResult
 from ..errors import (
     AnswerRefused,
     BridgeError,
@@ -37,11 +39,9 @@ from ..errors import (
     TurnError,
     UnknownProfile,
 )
-from ..host.common import BaseHost
+from ..host.interface import BaseHost
 from ..log import get_logger
 from ..permissions import PermissionRequest
-from ..result import TurnResult
-from ..turn_loop import HostEvent
 from .file_delivery import FileDeliveries
 from .requests import (
     DETACHED,

@@ -21,9 +21,9 @@ import tempfile
 from typing import Any, BinaryIO
 
 from ...dialects.events import FileEvent
+from ...engine.result import TurnResult
 from ...errors import OutboxError
-from ...outbox import FileIdentity, HeldOutbox, hold, identity_of, open_collected
-from ...result import TurnResult
+from ...files.outbox import FileIdentity, HeldOutbox, hold, identity_of, open_collected
 
 Conn = Any  # psycopg.Connection, imported lazily
 
@@ -77,7 +77,7 @@ def load(conn: Conn, key: str, result: TurnResult) -> tuple[TurnResult, str]:
     `FileEvent`s of their paths there, and what could not be sent (a file whose rows are gone: its result was
     delivered before), also in its `files_note`. The rows stay until the result is delivered
     (`queue.mark_delivered`), so a gateway that stops before its bot has the result leaves them for the next
-    one. The directory is held as a turn's outbox is (`bridge.outbox.HeldOutbox`), and removed again when it
+    one. The directory is held as a turn's outbox is (`bridge.files.outbox.HeldOutbox`), and removed again when it
     holds nothing, or the loading fails."""
     directory = tempfile.mkdtemp(prefix="agent-bridge-files-")
     parent_path, directory_name = os.path.split(directory)

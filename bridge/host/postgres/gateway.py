@@ -47,6 +47,9 @@ import trio
 
 from ...dialects import ActivityEvent
 from ...dialects.events import QuestionRequest, RequestWithdrawn
+from ...engine.loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
+from ...engine.questions import QuestionAnswer, check_answers
+from ...engine.result import TurnResult
 from ...errors import (
     GatewayNameTaken,
     PostgresError,
@@ -56,11 +59,8 @@ from ...errors import (
 )
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
-from ...questions import QuestionAnswer, check_answers
-from ...result import TurnResult
 from ...turn import Turn, text_problem
-from ...turn_loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
-from ..common import BaseHost, ClientSessionIds, HostStats, Submitted
+from ..interface import BaseHost, ClientSessionIds, HostStats, Submitted
 from . import fleet_files, queue
 from .db import (
     CONTROL_CHANNEL,

@@ -6,8 +6,8 @@ from typing import Any
 
 from ...dialects import ActivityEvent, PartialEvent, SessionEvent
 from ...dialects.events import FileEvent, Option, PlanStep, Question, QuestionRequest, RequestWithdrawn, Usage
+from ...engine.result import Outcome, TurnResult
 from ...permissions import PermissionRequest
-from ...result import Outcome, TurnResult
 from ...turn import Attachment, Turn
 
 RemoteEvent = PartialEvent | SessionEvent | ActivityEvent | PermissionRequest | QuestionRequest | RequestWithdrawn

@@ -34,8 +34,8 @@ from datetime import UTC
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...engine.result import TurnResult
 from ...errors import PostgresError, StoreError
-from ...result import TurnResult
 from ...turn import text_problem
 from ..sqlite_store import SessionRecord, now_iso, session_key
 from .db import DEFAULT_NAMESPACE, connect, first_line, require_psycopg, shown_dsn

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from ...result import Outcome, TurnResult
+from ...engine.result import Outcome, TurnResult
 from .db import WORK_CHANNEL, events_channel
 from .json_codec import worker_lost_result
 

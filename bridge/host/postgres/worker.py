@@ -41,6 +41,8 @@ from typing import Any
 import trio
 
 from ...dialects.events import FileEvent
+from ...engine.loop import HostEvent
+from ...engine.result import TurnResult, cancelled_result
 from ...errors import (
     AnswerRefused,
     BridgeError,
@@ -51,13 +53,11 @@ from ...errors import (
     TurnError,
     UnknownProfile,
 )
+from ...files.outbox import remove_outbox
 from ...log import get_logger
-from ...outbox import remove_outbox
 from ...permissions import Decision
 from ...profile import Profile
-from ...result import TurnResult, cancelled_result
-from ...turn_loop import HostEvent
-from ..common import HostStats, TurnObserver
+from ..interface import HostStats, TurnObserver
 from ..registry import ProfileRegistry
 from ..runtime import DEFAULT_SHUTDOWN_GRACE, Host
 from . import fleet_files, queue
@@ -777,7 +777,7 @@ def run_worker(
     before the worker (its metrics' server: a port that cannot be had refuses the worker) and runs as long as it."""
     import signal
 
-    from ...process import become_subreaper, log_containment, sweep_orphans_on_sigchld
+    from ...confinement.orphans import become_subreaper, log_containment, sweep_orphans_on_sigchld
 
     become_subreaper()
     worker = Worker(dsn, profiles, **options)
@@ -801,7 +801,7 @@ def run_worker(
             nursery.cancel_scope.cancel()
         return 0
 
-    from ...runner import ungrouped
+    from ...engine.run import ungrouped
 
     with ungrouped():  # a BridgeError (PostgreSQL unreachable at start…) reaches the CLI as itself
         return trio.run(main)

@@ -10,7 +10,7 @@ What a sandboxed agent gets (docs/sandbox.md):
 - the real home directories (`$HOME`, and the user's home from the password database) hidden under empty private
   directories at the same paths, so `$HOME` names an empty directory and `~` in `read`/`write` names the bound paths;
 - `read` bound read-only, `write` writable, then the working directory writable (and so the turn's attachments and
-  outbox, `bridge.turn_files`);
+  outbox, `bridge.files.turn_directory`);
 - a PID namespace of its own (the agent's escapees die with it), IPC too, no capabilities (bwrap run by root keeps
   them otherwise), `--die-with-parent`, and with `network: false` a network namespace with only its own loopback.
 

@@ -3,7 +3,7 @@
 `TurnFiles(cwd, turn_id)` makes the turn's outbox, `<cwd>/.agent-bridge/outbox/<turn_id>-<random>/`, and for a turn with
 attachments `<cwd>/.agent-bridge/attachments/<the same name>/` (the random part: two hosts sharing a working directory
 may both have a `turn-1`). `remove_attachments()` deletes what was fetched when the turn ends; the outbox stays until
-its files were delivered (`bridge.outbox`): `remove_outbox_if_empty()` lets go of one that holds nothing,
+its files were delivered (`bridge.files.outbox`): `remove_outbox_if_empty()` lets go of one that holds nothing,
 `remove_outbox()` deletes one with what is in it, `remove()` deletes both. Each directory made and removed is on the
 path of every turn, so the layout is flat, one directory for a turn without attachments, and an outbox left empty is
 kept for the next turn in the same directory (`SpareOutboxes`). `.agent-bridge/outbox` and `.agent-bridge/attachments`
@@ -26,8 +26,8 @@ import stat
 import threading
 from dataclasses import dataclass
 
-from .agent_files import FileRoot
-from .errors import FileRefused
+from ..errors import FileRefused
+from .agent_requests import FileRoot
 
 STATE_DIRECTORY = ".agent-bridge"
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -1,6 +1,6 @@
 """The Python API for running turns (docs/protocol.md §8): a call, a stream, and a blocking call.
 
-A host's callbacks may each be sync or async; `turn_loop.emit_to` makes them
+A host's callbacks may each be sync or async; `loop.emit_to` makes them
 one `Emit`, the plain async callable the turn engine awaits for every event.
 """
 
@@ -13,15 +13,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .dialects.events import QuestionRequest
-from .errors import ProtocolMisuse
-from .permissions import Decision, PermissionRequest
-from .profile import Profile
-from .questions import QuestionAnswer, Questions
-from .result import TurnResult
-from .supervisor import drive_turn
-from .turn import Turn
-from .turn_loop import (
+from ..dialects.events import QuestionRequest
+from ..errors import ProtocolMisuse
+from ..permissions import Decision, PermissionRequest
+from ..profile import Profile
+from ..turn import Turn
+from .loop import (
     EventCallback,
     HostEvent,
     PartialCallback,
@@ -30,9 +27,12 @@ from .turn_loop import (
     as_decision,
     emit_to,
 )
+from .one_process import drive_turn
+from .questions import QuestionAnswer, Questions
+from .result import TurnResult
 
 if TYPE_CHECKING:
-    from .warm_agent import WarmAgent
+    from .warm_agents import WarmAgent
 
 # Events a slow consumer of `open_turn` may fall behind by before the agent's
 # output is back-pressured (bounded memory instead of an unbounded queue).

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .dialects import (
+from ..confinement.limits import ResourceLimits, describe_exceeded, refused_write
+from ..dialects import (
     ActivityEvent,
     AgentInput,
     ErrorEvent,
@@ -30,11 +31,11 @@ from .dialects import (
     Usage,
     UsageEvent,
 )
-from .dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
+from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
+from ..errors import AttachmentFailed
+from ..permissions import PermissionRequest
+from ..profile import Profile
 from .launch import withheld_credentials
-from .limits import ResourceLimits, describe_exceeded, refused_write
-from .permissions import PermissionRequest
-from .profile import Profile
 
 EXIT_TIMEOUT = 124
 EXIT_CANCELLED = 130
@@ -56,7 +57,9 @@ class Outcome(enum.StrEnum):
     NOT_READING = "not_reading"  # the agent left too much of what the bridge wrote to it unread: it was killed
     ATTACHMENT_FAILED = "attachment_failed"  # an attachment could not be fetched: the agent was never started
     WORKER_LOST = "worker_lost"  # only through PostgreSQL: the worker running the turn died (bridge.host.postgres)
-    LIMIT_EXCEEDED = "limit_exceeded"  # the agent failed over one of its profile's `limits:` (bridge.limits)
+    LIMIT_EXCEEDED = (
+        "limit_exceeded"  # the agent failed over one of its profile's `limits:` (bridge.confinement.limits)
+    )
 
     def __str__(self) -> str:
         return self.value
@@ -100,15 +103,15 @@ class TurnResult:
 
 @dataclass(slots=True, frozen=True)
 class Ending:
-    """How the agent's process ended, as its driver (`agent_io`, `warm_agent`) saw it."""
+    """How the agent's process ended, as its driver (`driver`, `warm_agents`) saw it."""
 
     returncode: int | None = None  # as from waitpid: -N when killed by signal N
     timeout: Literal["wall", "idle"] | None = None
     cancelled: bool = False
     spawn_failure: tuple[int, str] | None = None  # (exit code, what is wrong)
     attachment_failure: str | None = None  # which attachment could not be fetched and why: the agent never ran
-    unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (see agent_io.Outbox)
-    limit: str = ""  # the profile's limit the agent ended over (`bridge.limits.exceeded`), when known
+    unread: int = 0  # > 0: the agent was killed for leaving this many bytes written to it unread (`StdinQueue`)
+    limit: str = ""  # the profile's limit the agent ended over (`bridge.confinement.limits.exceeded`), when known
 
 
 Forwarded = (
@@ -443,3 +446,8 @@ def _signal_name(number: int) -> str:
 
 def _with_stderr(text: str, stderr_tail: str) -> str:
     return f"{text}\n\n[stderr]\n{stderr_tail}" if text else f"[stderr]\n{stderr_tail}"
+
+
+def ending_of(failure: AttachmentFailed) -> Ending:
+    """How a turn whose attachments failed ends (its result's outcome: `attachment_failed`, or `cancelled`)."""
+    return Ending(cancelled=True) if failure.cancelled else Ending(attachment_failure=failure.message)

@@ -1,6 +1,6 @@
 """What the bridge may fetch for a turn's attachments, and how a fetched file is named and typed. Pure: no I/O.
 
-The fetching itself is `bridge.attachments`; everything it decides is here, so the rules are tested without a
+The fetching itself is `bridge.files.attachments`; everything it decides is here, so the rules are tested without a
 network:
 
 - `AttachmentPolicy`: the limits (per file, per turn, count, time) and the hosts and networks a URL may reach
@@ -20,7 +20,6 @@ import base64
 import binascii
 import dataclasses
 import ipaddress
-import mimetypes
 import re
 import unicodedata
 import urllib.parse
@@ -28,15 +27,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .errors import AttachmentRefused as AttachmentRefused  # re-exported, as bridge.errors says
+from ..errors import AttachmentRefused as AttachmentRefused  # re-exported, as bridge.errors says
+from ..profile.fields import DEFAULT_MAX_COUNT, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TURN_BYTES, DEFAULT_TIMEOUT_SECS
+from ..turn import normalised_media_type
 
 MIB = 1024 * 1024
-# Defaults a chat platform fits: Telegram's bots download up to 20 MB, Discord's uploads are 10-25 MB and a message
-# carries at most 10 files, Slack's 10 per message too; a minute is ample for that much on any link the bridge runs on.
-DEFAULT_MAX_FILE_BYTES = 25 * MIB
-DEFAULT_MAX_TURN_BYTES = 100 * MIB
-DEFAULT_MAX_COUNT = 10
-DEFAULT_TIMEOUT_SECS = 60.0
 MAX_REDIRECTS = 5
 MAX_NAME_BYTES = 120  # of a file name in the attachments directory: far below NAME_MAX (255), room for "-2"
 SNIFF_BYTES = 16  # enough of a file's start for every magic number below
@@ -271,19 +266,6 @@ def sniffed_type(head: bytes) -> str:
         if head[offset : offset + len(magic)] == magic and (kind != "image/webp" or head[:4] == b"RIFF"):
             return kind
     return ""
-
-
-def normalised_media_type(value: str) -> str:
-    """A Content-Type as a bare media type, lowercase (`image/jpeg`); "" when absent or not `type/subtype`."""
-    kind = value.split(";", 1)[0].strip().lower()
-    if kind == "image/jpg":
-        return "image/jpeg"
-    return kind if re.fullmatch(r"[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+", kind) else ""
-
-
-def guessed_media_type(name: str) -> str:
-    """The media type a file name's extension suggests, or ""."""
-    return normalised_media_type(mimetypes.guess_type(name, strict=False)[0] or "")
 
 
 def checked_media_type(attachment_type: str, declared: str, head: bytes) -> str:

@@ -4,8 +4,8 @@
 records the events by the turn's rules (`TurnRecorder`), answers the agent's
 permission requests by the profile's policy (asking the host when it says
 ask), writes what the dialect wants written to the agent's stdin, and hands
-the rest to the host's `Emit`. A one-process turn (`supervisor`) and a warm
-agent's turn (`warm_agent`) both run their events through it; `finish_turn`
+the rest to the host's `Emit`. A one-process turn (`one_process`) and a warm
+agent's turn (`warm_agents`) both run their events through it; `finish_turn`
 builds and logs the result for both. The result is returned, never emitted:
 the caller delivers it when it is ready to (a host stores the session first).
 
@@ -31,11 +31,11 @@ from typing import Any, cast
 
 import trio
 
-from .dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
-from .dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
-from .log import get_logger
-from .permissions import Decision, PermissionPolicy, PermissionRequest
-from .profile import Profile
+from ..dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
+from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
+from ..log import get_logger
+from ..permissions import Decision, PermissionPolicy, PermissionRequest
+from ..profile import Profile
 from .questions import OpenQuestion, QuestionAnswer, Questions
 from .result import Ending, TurnRecorder, TurnResult
 

@@ -26,7 +26,7 @@ class Tool:
 BWRAP = Tool("bwrap", "bubblewrap", "a sandboxed agent", "the sandbox section")
 PRLIMIT = Tool("prlimit", "util-linux", "an agent with cpu_secs, file_size_mb or open_files", "those limits")
 PRLIMIT_LIMITS = ("cpu_secs", "file_size_mb", "open_files")
-"""The limits that are rlimits, which prlimit sets as the agent starts (`bridge.limits`)."""
+"""The limits that are rlimits, which prlimit sets as the agent starts (`bridge.confinement.limits`)."""
 
 
 def needs_prlimit(limits: Mapping[str, Any] | None) -> bool:

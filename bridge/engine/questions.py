@@ -22,10 +22,10 @@ from typing import Literal
 
 import trio
 
-from .dialects.events import QuestionRequest
-from .dialects.warm import Answers
-from .errors import AnswerRefused
-from .permissions import CANCELLED, UNANSWERED, Decision
+from ..dialects.events import QuestionRequest
+from ..dialects.warm import Answers
+from ..errors import AnswerRefused
+from ..permissions import CANCELLED, UNANSWERED, Decision
 
 Kind = Literal["permission", "question"]
 # A host's answer to a `QuestionRequest`: question id → labels (or one label; a plain string for a request of one

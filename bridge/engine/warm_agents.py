@@ -40,23 +40,23 @@ from typing import Any
 
 import trio
 
-from .agent_files import FileRoot, serve_file_request
-from .agent_io import AgentIO, TurnDeadline, TurnLimits
-from .dialects import ActivityEvent, ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
-from .dialects.base import outbox_named
-from .dialects.events import AgentInput, FileRequest, SessionGone, SteerOutcome
-from .dialects.warm import WarmDialect, WarmState
-from .errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
+from ..confinement.spawner import start
+from ..dialects import ActivityEvent, ErrorEvent, Event, ProtocolWarning, Ready, SessionEvent, TurnEnd
+from ..dialects.base import outbox_named
+from ..dialects.events import AgentInput, FileRequest, SessionGone, SteerOutcome
+from ..dialects.warm import WarmDialect, WarmState
+from ..errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
+from ..files.agent_requests import FileRoot, serve_file_request
+from ..files.turn_directory import SessionOutbox, TurnFiles
+from ..log import get_logger
+from ..profile import Profile
+from ..turn import Turn
+from .driver import AgentIO, TurnDeadline, TurnLimits
+from .hand_out import hand_out_turn_files
 from .launch import LaunchPlan, plan_warm_launch
-from .log import get_logger
-from .outbox import hand_out_turn_files
-from .process import start
-from .profile import Profile
+from .loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
 from .questions import Questions
-from .result import Ending, TurnRecorder, TurnResult
-from .turn import Turn
-from .turn_files import SessionOutbox, TurnFiles
-from .turn_loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
+from .result import Ending, TurnRecorder, TurnResult, ending_of
 
 
 def start_failure_result(error: WarmStartError, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
@@ -208,7 +208,7 @@ class WarmAgent:
         if self._dead.is_set():
             await self._reaped.wait()
             reason = self._start_error or f"it exited ({self._exit_text()}) while setting its session up"
-            if io.outbox is not None and io.outbox.overflowed:
+            if io.stdin_queue is not None and io.stdin_queue.overflowed:
                 reason = "it stopped reading its stdin, so it was killed"
         else:
             reason = self._start_error or f"it did not set its session up within {profile.start_timeout_secs:g} s"
@@ -260,8 +260,8 @@ class WarmAgent:
             if not self._dead.is_set():
                 if grace > 0 and self._dialect is not None:
                     io.send(self._dialect.shutdown())
-                if io.outbox is not None:
-                    io.outbox.close()  # end of file on its stdin, once what was queued is written
+                if io.stdin_queue is not None:
+                    io.stdin_queue.close()  # end of file on its stdin, once what was queued is written
                 with trio.move_on_after(grace):
                     await self._dead.wait()
                 if not self._dead.is_set():
@@ -282,8 +282,8 @@ class WarmAgent:
                 self._wake_turn()
                 if self._file_request is not None:
                     self._file_request.cancel()  # nobody is there to read its answer
-                if io.outbox is not None:
-                    io.outbox.drop()  # nobody will read it
+                if io.stdin_queue is not None:
+                    io.stdin_queue.drop()  # nobody will read it
                 self.returncode = await io.reap()  # its group killed first, so only a stray process holds the pipes
                 await io.drain()
                 pumps.cancel_scope.cancel()
@@ -460,7 +460,7 @@ class WarmAgent:
         makes_files = False
         if turn.attachments:
             # Imported here: a turn without attachments does not load HTTP and TLS.
-            from .attachments import makes_files as attachments_make_files
+            from ..files.attachments import makes_files as attachments_make_files
 
             makes_files = attachments_make_files(profile, turn.attachments, allow_hosts)
         files: TurnFiles | None
@@ -480,7 +480,7 @@ class WarmAgent:
             files = None
         keep = False
         if makes_files and files is not None:
-            from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
+            from ..files.attachments import AttachmentFailed, policy_of, prepare_attachments
 
             policy = policy_of(profile, allow_hosts)
             try:
@@ -583,7 +583,7 @@ class WarmAgent:
             with trio.CancelScope(shield=True):
                 await self._stop_turn(io, questions, log, "the host went away")
             raise
-        unread = io.outbox.overflowed if io.outbox is not None else 0
+        unread = io.stdin_queue.overflowed if io.stdin_queue is not None else 0
         if unread:  # whatever else the agent said: it was killed
             await self._reaped.wait()
             return Ending(returncode=self.returncode, unread=unread)

@@ -16,12 +16,12 @@ from typing import Any, Literal, Protocol, Self
 import trio
 
 from ..dialects.events import PartialEvent
+from ..engine.loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback, emit_to
+from ..engine.questions import QuestionAnswer, Questions
+from ..engine.result import TurnResult
 from ..errors import DuplicateTurn, HostClosed, ProtocolMisuse, SessionIdRefused, TurnError
 from ..permissions import Decision
-from ..questions import QuestionAnswer, Questions
-from ..result import TurnResult
 from ..turn import Turn, text_problem
-from ..turn_loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback, emit_to
 
 # What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.
 ClientSessionIds = Literal["any", "stored"]

@@ -19,20 +19,20 @@ from typing import Any
 
 import trio
 
-from .agent_io import AgentIO, TurnLimits
-from .dialects import SessionEvent
-from .dialects.base import outbox_named
-from .dialects.claude_stream import is_claude_code, with_system_prompt_appended
-from .errors import FileRefused, LaunchError
+from ..confinement.spawner import start
+from ..dialects import SessionEvent
+from ..dialects.base import outbox_named
+from ..dialects.claude_stream import is_claude_code, with_system_prompt_appended
+from ..errors import FileRefused, LaunchError
+from ..files.turn_directory import TurnFiles
+from ..profile import Profile
+from ..turn import Turn
+from .driver import AgentIO, TurnLimits
+from .hand_out import hand_out_turn_files
 from .launch import LaunchPlan, plan_launch, turn_working_directory
-from .outbox import hand_out_turn_files
-from .process import start
-from .profile import Profile
+from .loop import Emit, TurnLoop, finish_turn, turn_logger
 from .questions import Questions
-from .result import Ending, TurnRecorder, TurnResult
-from .turn import Turn
-from .turn_files import TurnFiles
-from .turn_loop import Emit, TurnLoop, finish_turn, turn_logger
+from .result import Ending, TurnRecorder, TurnResult, ending_of
 
 __all__ = ["drive_turn"]
 
@@ -56,15 +56,15 @@ async def drive_turn(
     tags the turn's log records (default: a random id). `on_stderr` is given
     each chunk of the agent's stderr as it is read (the tail is kept anyway).
     When the profile's `permissions` say ask, `emit` gets the `PermissionRequest`
-    and the host answers it through `questions` (see `bridge.questions`).
+    and the host answers it through `questions` (see `bridge.engine.questions`).
     The turn's attachments are fetched into its directory before the agent
-    starts (`bridge.attachments`); a failure ends the turn there
+    starts (`bridge.files.attachments`); a failure ends the turn there
     (`attachment_failed`), and the directory is removed when the turn ends.
     `allow_hosts`: the host's exceptions to the attachments' address rule, on top of the profile's.
     """
     if profile.warm:  # a long-lived agent, started for this one turn
         # Imported here: a one-shot run (the CLI's cold start, bench row 6) does not load the warm engine.
-        from .warm_agent import run_warm_turn
+        from .warm_agents import run_warm_turn
 
         return await run_warm_turn(
             profile,
@@ -85,7 +85,7 @@ async def drive_turn(
     makes_files = False
     if turn.attachments:
         # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
-        from .attachments import makes_files as attachments_make_files
+        from ..files.attachments import makes_files as attachments_make_files
 
         makes_files = attachments_make_files(profile, turn.attachments, allow_hosts)
     try:
@@ -102,7 +102,7 @@ async def drive_turn(
         files = None
     keep = False
     if makes_files and files is not None:
-        from .attachments import AttachmentFailed, ending_of, policy_of, prepare_attachments
+        from ..files.attachments import AttachmentFailed, policy_of, prepare_attachments
 
         policy = policy_of(profile, allow_hosts)
         log = turn_logger(profile, turn_id)

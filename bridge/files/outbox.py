@@ -19,7 +19,6 @@ let go of (its descriptors closed) when it is removed.
 
 from __future__ import annotations
 
-import dataclasses
 import mimetypes
 import os
 import resource
@@ -27,15 +26,12 @@ import shutil
 import stat
 import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from .dialects.events import ActivityEvent, FileEvent
-from .errors import OutboxError
-from .log import get_logger
-from .profile import Profile
-from .result import Outcome, TurnResult
-from .turn_files import STATE_DIRECTORY, TurnFiles, remove_directory_beneath
-from .turn_loop import Emit
+from ..dialects.events import FileEvent
+from ..errors import OutboxError
+from ..log import get_logger
+from .turn_directory import STATE_DIRECTORY, remove_directory_beneath
 
 DEFAULT_MAX_FILES = 20
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
@@ -232,48 +228,6 @@ def held(directory: str) -> HeldOutbox | None:
     """The held outbox whose path is `directory`."""
     with _held_lock:
         return _held.get(directory)
-
-
-async def hand_out(files: TurnFiles, profile: Profile, result: TurnResult, emit: Emit | None, log: Any) -> TurnResult:
-    """The turn is over: `result` with the files of the turn's outbox, each emitted as a `FileEvent` (and what was
-    left out as a `notice`) before the result. An outbox that holds nothing to send is removed beneath the
-    descriptor `files` holds; one that does is the host's to remove (`remove_outbox`) once the files were
-    delivered."""
-    if result.outcome is Outcome.CANCELLED:  # nobody waits for what a cancelled turn made
-        files.remove_outbox()
-        return result
-    parent, name = files.outbox_beneath()
-    collected = collect_beneath(
-        parent, name, files.outbox, max_files=profile.outbox_max_files, max_bytes=profile.outbox_max_bytes
-    )
-    if not collected.files:
-        files.remove_outbox()
-    if collected.note:
-        log.warning("outbox files left out", note=collected.note)
-    if emit is not None:
-        for file in collected.files:
-            await emit(file)
-        if collected.note:
-            await emit(ActivityEvent("notice", text=collected.note))
-    if not collected.files and not collected.note:
-        return result
-    return dataclasses.replace(result, files=collected.files, files_note=collected.note)
-
-
-async def hand_out_turn_files(
-    files: TurnFiles, keep_attachments: bool, profile: Profile, result: TurnResult, emit: Emit | None, log: Any
-) -> TurnResult:
-    """The turn is over: its fetched attachments deleted (unless `keep_attachments`: the profile keeps them), its
-    outbox handed out (`hand_out`), and its directories let go of (what is left in them is the host's)."""
-    if not keep_attachments:
-        files.remove_attachments()
-    if files.remove_outbox_if_empty():  # as most are: nothing to read
-        files.close()
-        return result
-    try:
-        return await hand_out(files, profile, result, emit, log)  # the outbox stays while it holds files
-    finally:
-        files.close()
 
 
 def read_file(file: FileEvent, max_bytes: int | None = None) -> bytes:

@@ -2,8 +2,8 @@
 
 `prepare_attachments` fetches every attachment into the turn's attachments directory (`TurnFiles`) at once (a
 nursery), and gives back the turn whose attachments have `path`, `media_type` and `size`; the turn engine removes
-the directory when the turn ends (`bridge.outbox.hand_out_turn_files`). A failure of any one fails the turn before
-the agent starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind. With the profile's
+the directory when the turn ends (`bridge.engine.hand_out.hand_out_turn_files`). A failure of any one fails the turn
+before the agent starts (`AttachmentFailed`, outcome `attachment_failed`) and leaves nothing behind. With the profile's
 `attachments.fetch` off (agentproc-0.1's default: its contract hands the agent the URLs), nothing is fetched and
 the turn keeps its URLs; only a local path and an oversized list's `data:` URIs become files (`_passed_through`).
 
@@ -29,38 +29,30 @@ from typing import Any
 import h11
 import trio
 
-from .dialects import PROTOCOLS
-from .errors import AttachmentFailed, AttachmentRefused
+from ..confinement.exec_limits import attachments_fit
+from ..dialects import PROTOCOLS
+from ..errors import AttachmentFailed, AttachmentRefused
+from ..turn import Attachment, Turn, guessed_media_type, normalised_media_type
 from .fetch_policy import (
     MAX_REDIRECTS,
     SNIFF_BYTES,
     AttachmentPolicy,
     checked_media_type,
     decode_data_uri,
-    guessed_media_type,
     http_target,
-    normalised_media_type,
     safe_name,
     shown_url,
     size_text,
     source_kind,
     source_kind_or_none,
 )
-from .launch import attachments_fit
-from .result import Ending
-from .turn import Attachment, Turn
-from .turn_files import TurnFiles
+from .turn_directory import TurnFiles
 
-__all__ = ["AttachmentFailed", "ending_of", "makes_files", "policy_of", "prepare_attachments"]
+__all__ = ["AttachmentFailed", "makes_files", "policy_of", "prepare_attachments"]
 
 _CHUNK = 64 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _USER_AGENT = "agent-bridge (attachment fetch)"
-
-
-def ending_of(failure: AttachmentFailed) -> Ending:
-    """How a turn whose attachments failed ends (its result's outcome: `attachment_failed`, or `cancelled`)."""
-    return Ending(cancelled=True) if failure.cancelled else Ending(attachment_failure=failure.message)
 
 
 def policy_of(profile: Any, allow_hosts: tuple[str, ...] = ()) -> AttachmentPolicy:

@@ -3,7 +3,7 @@
 Each limit is enforced by the one mechanism that can hold it here (docs/sandbox.md, "Limits"):
 
 - `memory_mb` and `processes` need a cgroup controller, `memory` or `pids`.
-  cgroup v2 first: the agent's own v2 group (`bridge.cgroups`) gets
+  cgroup v2 first: the agent's own v2 group (`bridge.confinement.cgroups`) gets
   `memory.max` (and `memory.swap.max` 0) or `pids.max`, once the controller
   is passed down to it (`Containment.pass_down`, which may move the bridge
   into a leaf of its own). Else a cgroup v1 hierarchy with the controller
@@ -28,7 +28,7 @@ not started (`LaunchError`, the turn's outcome `spawn_failed`), and
 `agent-bridge check` says which and why.
 
 Born inside. The agent must be in its groups before it can fork, so, as for
-its cgroup v2 group (`bridge.cgroups`), the spawning thread joins them for
+its cgroup v2 group (`bridge.confinement.cgroups`), the spawning thread joins them for
 the instant of the fork (`LimitGroups.joined`, under `SPAWN_LOCK`): in a v1
 hierarchy a single thread can move, so nothing else of the bridge is
 counted against the agent's limits meanwhile. In v2 the whole bridge process
@@ -59,8 +59,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..errors import LaunchError
 from .cgroups import CONTAINMENT, AgentCgroup, Leftovers, make_directory, read_text, unescape_mount_field, write_text
-from .errors import LaunchError
 from .keeper import KEEPER
 
 MIB = 1024 * 1024

@@ -14,10 +14,10 @@ its own cgroup, and each agent a cgroup in it:
 
 The end of a turn, or of a warm agent, kills and removes its agent's cgroup
 (`AgentCgroup.end`); when the bridge dies, its keeper kills the whole
-directory (`bridge.keeper`). Where no cgroup can be had (no cgroup v2, not
+directory (`bridge.confinement.keeper`). Where no cgroup can be had (no cgroup v2, not
 root and nothing delegated, a read-only /sys/fs/cgroup), `status()` says why
 and agents run as before: their process groups are killed, and escapees are
-caught only by a subreaper (`bridge.process.become_subreaper`).
+caught only by a subreaper (`bridge.confinement.orphans.become_subreaper`).
 
 Born inside. Python 3.11 cannot fork straight into a cgroup (`clone3` with
 `CLONE_INTO_CGROUP`), and an agent moved there after its exec could fork
@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from .errors import LaunchError
+from ..errors import LaunchError
 
 # Every child this process starts (agents, the keeper) is started under this lock: while it is held by a spawn,
 # the whole process may stand in an agent's cgroup.

@@ -17,18 +17,18 @@ It holds two things from the bridge:
 
 At the end of file the keeper reads the registry, sends SIGTERM to every
 group in it, and SIGKILL to each one still alive after its own grace — what a
-timeout does. Where agents have cgroups of their own (`bridge.cgroups`), the
+timeout does. Where agents have cgroups of their own (`bridge.confinement.cgroups`), the
 registry's first line names the bridge's directory of them: the keeper then
 kills every process left in it with `cgroup.kill` — whatever left its agent's
 group (`setsid`) included — and removes the directory. Where the bridge had
 moved itself into a leaf of that directory to pass a cgroup v2 controller
-down (`bridge.cgroups.LEAF`), the keeper, which lives there too, kills the
+down (`bridge.confinement.cgroups.LEAF`), the keeper, which lives there too, kills the
 agents' groups one by one instead, then undoes the move: it takes back the
 controllers the second line names from the directory's parent, moves what
 is left in the leaf (itself, any other child of the bridge) back there, and
 removes the leaf and the directory. The lines after it
 name the directories of the agents' cgroup v1 groups for their limits
-(`bridge.limits`), up to a blank line: the keeper kills what is left in
+(`bridge.confinement.limits`), up to a blank line: the keeper kills what is left in
 them and removes them too. When the bridge ends normally the registry holds
 no group and the keeper only tidies up.
 
@@ -152,7 +152,7 @@ class Keeper:
 
     def start(self) -> None:
         """Make sure a keeper runs: start one, or replace one that died. Call before spawning an agent, under
-        `bridge.cgroups.SPAWN_LOCK` (the keeper must not be born in an agent's cgroup)."""
+        `bridge.confinement.cgroups.SPAWN_LOCK` (the keeper must not be born in an agent's cgroup)."""
         with self._lock:
             self._open_registry()
             if self._process is None or self._process.poll() is not None:

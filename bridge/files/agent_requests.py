@@ -38,9 +38,9 @@ import stat
 import threading
 from collections.abc import Callable, Sequence
 
-from .dialects.base import shorten
-from .dialects.events import FileRequest
-from .errors import FileRefused
+from ..dialects.base import shorten
+from ..dialects.events import FileRequest
+from ..errors import FileRefused
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 _MIB = MAX_FILE_BYTES // (1024 * 1024)

@@ -2,7 +2,7 @@
 
 Everything a spawn needs is decided here — argv, environment, working
 directory and stdin bytes — so the rules of docs/protocol.md §1–§2 are tested without a
-process, and the supervisor only executes a finished plan.
+process, and the one-process turn only executes a finished plan.
 """
 
 from __future__ import annotations
@@ -11,17 +11,18 @@ import json
 import os
 import re
 import urllib.parse
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from .dialects import PROTOCOLS, Handover
-from .errors import LaunchError
-from .limits import ResourceLimits, prlimit_words
-from .profile import PLACEHOLDER_PATTERN, Profile
-from .profile.fields import NEW_SESSION_ID
-from .profile.sandbox import SandboxView, sandbox_view
-from .profile.tools import BWRAP, PRLIMIT, find_tool, missing_tool
-from .turn import Attachment, Turn
+from ..confinement.exec_limits import MAX_ARG_STRLEN, byte_size, too_long
+from ..confinement.limits import ResourceLimits, prlimit_words
+from ..confinement.programs import BWRAP, PRLIMIT, find_tool, missing_tool
+from ..confinement.sandbox import SandboxView, sandbox_view
+from ..dialects import PROTOCOLS, Handover
+from ..errors import LaunchError
+from ..profile import PLACEHOLDER_PATTERN, Profile
+from ..profile.fields import NEW_SESSION_ID
+from ..turn import Turn
 
 PROTOCOL_VERSION = "0.1"
 INFRA_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ"})
@@ -43,9 +44,6 @@ PROTOCOL_VARIABLES = frozenset(
         "AGENT_OUTBOX",
     }
 )
-# Linux refuses any single argv or environment string longer than this
-# (MAX_ARG_STRLEN, 32 pages), counting "NAME=" and the terminating NUL.
-MAX_ARG_STRLEN = 32 * 4096
 
 _TEMPLATE = re.compile(PLACEHOLDER_PATTERN.pattern + r"|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Names that usually hold what an agent logs in with: ANTHROPIC_API_KEY, GH_TOKEN, AWS_SECRET_ACCESS_KEY,
@@ -71,7 +69,7 @@ class LaunchPlan:
     sandboxed: bool = False
     """argv starts with bwrap's words (the profile's `sandbox`): bwrap dies with the thread that spawns it."""
     limits: ResourceLimits | None = None
-    """The profile's `limits:` (`bridge.limits`), set on the agent as it starts."""
+    """The profile's `limits:` (`bridge.confinement.limits`), set on the agent as it starts."""
     command_at: int = 0
     """Where the profile's own command starts in argv, after the bridge's programs in front of it (bwrap, prlimit)."""
 
@@ -129,10 +127,10 @@ def _plan(
         after_command -= len(profile.args)
         argv = (*argv[:after_command], *handover.options, *argv[after_command:])
     for index, word in enumerate(argv):
-        if _too_long(word):
+        if too_long(word):
             raise LaunchError(
                 126,
-                f"argument {index} is {_size(word)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
+                f"argument {index} is {byte_size(word)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
                 "bytes for one argument; pass the message in AGENT_MESSAGE or with `stdin: message`",
             )
 
@@ -142,21 +140,21 @@ def _plan(
             env[name] = _render(value_template, given, environ, profile.env_allowlist, notes, name)
     env.update(_protocol_variables(profile, session_id, session_name, turn))
     message = env["AGENT_MESSAGE"]
-    if _too_long("AGENT_MESSAGE=" + message):
+    if too_long("AGENT_MESSAGE=" + message):
         if not (profile.stdin != "none" or PROTOCOLS[profile.protocol].message_on_stdin):
             raise LaunchError(
                 126,
-                f"the message is {_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
+                f"the message is {byte_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
                 "bytes for one environment variable; set `stdin: message` in the profile so long "
                 "messages reach the agent on stdin",
             )
         env["AGENT_MESSAGE"] = _cut_to_bytes(message, MAX_ARG_STRLEN - len("AGENT_MESSAGE=") - 1)
         notes.append("the message is too long for AGENT_MESSAGE; it holds a truncated copy, stdin has all of it")
     for name, value in env.items():
-        if (len(name) + len(value)) * 4 + 2 > MAX_ARG_STRLEN and _too_long(f"{name}={value}"):
+        if (len(name) + len(value)) * 4 + 2 > MAX_ARG_STRLEN and too_long(f"{name}={value}"):
             raise LaunchError(
                 126,
-                f"environment variable {name} is {_size(value)} bytes, over the OS limit of "
+                f"environment variable {name} is {byte_size(value)} bytes, over the OS limit of "
                 f"{MAX_ARG_STRLEN} bytes for one variable; {_what_to_shorten(name)}",
             )
 
@@ -270,7 +268,7 @@ def _protocol_variables(profile: Profile, session_id: str, session_name: str, tu
     if turn is not None and turn.attachments:
         entries = [attachment.to_dict() for attachment in turn.attachments]
         listed = json.dumps(entries, ensure_ascii=False)
-        if _too_long("AGENT_ATTACHMENTS=" + listed):
+        if too_long("AGENT_ATTACHMENTS=" + listed):
             # A `data:` URI carries the file itself: a few of them pass the OS's limit for one variable. The
             # bridge holds each fetched file at its `path`, which the URL then names instead.
             for entry in entries:
@@ -282,17 +280,11 @@ def _protocol_variables(profile: Profile, session_id: str, session_name: str, tu
             only = turn.attachments[0]
             if only.type in ("image", "file"):
                 kind = only.type.upper()
-                too_long = only.path and _too_long(f"AGENT_{kind}_URL={only.url}")
-                variables[f"AGENT_{kind}_URL"] = file_url(only.path) if too_long else only.url
+                over = only.path and too_long(f"AGENT_{kind}_URL={only.url}")
+                variables[f"AGENT_{kind}_URL"] = file_url(only.path) if over else only.url
                 if only.path:
                     variables[f"AGENT_{kind}_PATH"] = only.path
     return variables
-
-
-def attachments_fit(attachments: Sequence[Attachment]) -> bool:
-    """Whether `AGENT_ATTACHMENTS` listing `attachments` as they are fits the OS's limit for one variable."""
-    listed = json.dumps([attachment.to_dict() for attachment in attachments], ensure_ascii=False)
-    return not _too_long("AGENT_ATTACHMENTS=" + listed)
 
 
 def file_url(path: str) -> str:
@@ -363,15 +355,6 @@ def _render(
         return environ[reference]
 
     return _TEMPLATE.sub(substitute, template)
-
-
-def _size(text: str) -> int:
-    return len(text.encode("utf-8", "surrogateescape"))
-
-
-def _too_long(text: str) -> bool:
-    # A character is at most 4 bytes in UTF-8, so short strings skip the encode.
-    return len(text) * 4 + 1 > MAX_ARG_STRLEN and _size(text) + 1 > MAX_ARG_STRLEN
 
 
 def _cut_to_bytes(text: str, limit: int) -> str:

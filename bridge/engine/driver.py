@@ -1,10 +1,10 @@
 """The agent's process as the bridge drives it: pipes, per-turn deadlines, kill escalation and its end.
 
 `AgentIO` is the one driver of an agent process, whether it lives for one turn
-(`supervisor`) or for many (`warm_agent`). It knows nothing of what the agent
+(`one_process`) or for many (`warm_agents`). It knows nothing of what the agent
 says: it reads stdout (`Reader`) and hands each chunk to whoever drives the
 turn, keeps the stderr tail (`StderrTail`), writes to stdin as often as asked
-(the handover, then whatever `send` queues in its `Outbox`), drains the pipes
+(the handover, then whatever `send` queues in its `StdinQueue`), drains the pipes
 for a bounded time once the agent has exited, and reaps the agent and whatever
 it left behind. A turn's wall and idle deadlines are a `TurnDeadline`, armed
 per turn (`begin_turn`): a one-turn process waits for its exit under it, a
@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from ..confinement.orphans import collect_orphans
+from ..confinement.process import READ_CHUNK, AgentProcess
 from .launch import LaunchPlan
-from .process import READ_CHUNK, AgentProcess, collect_orphans
 from .result import Ending
 
 if TYPE_CHECKING:
-    from .profile import Profile
+    from ..profile import Profile
 
 STDERR_TAIL_BYTES = 4096
 # After the agent exits and its group is killed, output still in the pipes is
@@ -45,7 +46,7 @@ REAP_SECS = 1.0
 # normal text file the bridge reads for it (at most 16 MiB) takes at most 32 MiB as a JSON line, so two such
 # answers fit; one larger message (16 MiB of control characters, escaped) still gets through while nothing
 # else waits.
-OUTBOX_LIMIT_BYTES = 64 * 1024 * 1024
+STDIN_QUEUE_LIMIT_BYTES = 64 * 1024 * 1024
 
 
 class Reader:
@@ -148,19 +149,19 @@ class StderrTail:
         return tail.decode("utf-8", "replace")
 
 
-class Outbox:
+class StdinQueue:
     """What the bridge writes to an agent's stdin, in order, bounded by bytes; `write_to` writes it.
 
     `put` never waits: it is called while the agent's output is being handled. What waits unwritten
     (queued, or being written) may exceed `limit` bytes only by one message put while nothing waited,
     so the largest answer reaches an agent that reads. Past that, the agent is not reading what it
-    asked for: the outbox drops all it holds at once, takes nothing more, and calls `on_overflow`
+    asked for: the queue drops all it holds at once, takes nothing more, and calls `on_overflow`
     (once), whose driver kills the agent.
     """
 
     __slots__ = ("limit", "waiting", "overflowed", "_queue", "_closed", "_on_overflow", "_wakeup", "_writing")
 
-    def __init__(self, on_overflow: Callable[[], None], limit: int = OUTBOX_LIMIT_BYTES) -> None:
+    def __init__(self, on_overflow: Callable[[], None], limit: int = STDIN_QUEUE_LIMIT_BYTES) -> None:
         self.limit = limit
         self.waiting = 0  # bytes put and not yet written
         self.overflowed = 0  # when the agent was failed: the bytes that would have waited (0: never)
@@ -287,7 +288,7 @@ class AgentIO:
         # With a pidfd, stderr is read by the wait for the agent's exit, not by a task of its own.
         self._on_stderr = self._stderr_while_waiting if agent.reads_stderr_while_waiting else None
         # Only an agent whose stdin stays open is written to later.
-        self.outbox = Outbox(self._not_reading) if plan.stdin_open else None
+        self.stdin_queue = StdinQueue(self._not_reading) if plan.stdin_open else None
         self._on_not_reading = on_not_reading
         self.deadline: TurnDeadline | None = None  # the turn in progress's, if any
         self.cancel_requested = False
@@ -354,7 +355,7 @@ class AgentIO:
             returncode=returncode,
             timeout=timeout,
             cancelled=self.cancel_requested and timeout is None,
-            unread=self.outbox.overflowed if self.outbox is not None else 0,
+            unread=self.stdin_queue.overflowed if self.stdin_queue is not None else 0,
             limit=self.agent.exceeded,
         )
 
@@ -429,19 +430,19 @@ class AgentIO:
 
     def send(self, data: bytes) -> None:
         """Write `data` to the agent's stdin after what was queued before (a no-op once stdin is closed)."""
-        if self.outbox is not None:
-            self.outbox.put(data)
+        if self.stdin_queue is not None:
+            self.stdin_queue.put(data)
 
     def stderr_text(self) -> str:
         return self.stderr_tail.text()
 
     def _not_reading(self) -> None:
-        """The agent let more than the outbox's limit wait unread on its stdin: it is killed, and fails the turn."""
-        assert self.outbox is not None
+        """The agent left more than its stdin queue's limit unread: it is killed, and fails the turn."""
+        assert self.stdin_queue is not None
         self.log.warning(
             "the agent stopped reading its stdin; killing it",
-            unread_bytes=self.outbox.overflowed,
-            limit_bytes=self.outbox.limit,
+            unread_bytes=self.stdin_queue.overflowed,
+            limit_bytes=self.stdin_queue.limit,
             in_result=True,
         )
         self.kill()
@@ -487,12 +488,12 @@ class AgentIO:
         try:
             if self.plan.stdin:
                 await stream.send_all(self.plan.stdin)
-            if self.outbox is not None:
-                await self.outbox.write_to(stream)
+            if self.stdin_queue is not None:
+                await self.stdin_queue.write_to(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.log.info("agent closed stdin before reading all that was written to it")
         finally:
-            if self.outbox is not None:
-                self.outbox.drop()
+            if self.stdin_queue is not None:
+                self.stdin_queue.drop()
             with trio.CancelScope(shield=True):
                 await stream.aclose()
