@@ -39,6 +39,7 @@ class WorkerMetrics:
     address: Address
     tokens: Tokens | None
     metrics: Metrics = field(default_factory=Metrics)
+    program: str = "worker"  # the command, as the log line names it (connect shares this server)
 
     async def serve(
         self, worker: StatsSource, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
@@ -52,7 +53,7 @@ class WorkerMetrics:
                 partial(serve_app, option="--metrics"), serve, self.app(worker), config, trio.sleep_forever
             )
             who = f"{len(self.tokens)} tokens" if self.tokens else "no tokens: loopback clients only"
-            print(f"agent-bridge worker: metrics on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+            print(f"agent-bridge {self.program}: metrics on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
             task_status.started(urls)
 
     def app(self, worker: StatsSource) -> Starlette:
@@ -80,14 +81,14 @@ class WorkerMetrics:
         return self.tokens.tenant_of(bearer_token(authorization))
 
 
-def worker_metrics(listen: str, tokens_file: str | None) -> WorkerMetrics:
+def worker_metrics(listen: str, tokens_file: str | None, program: str = "worker") -> WorkerMetrics:
     """`--metrics HOST:PORT` and `--metrics-tokens FILE`, checked; raises `ListenError` naming the fix."""
     require_http_extra("--metrics")
     address = parse_address(listen, option="--metrics")
     tokens = load_tokens(tokens_file) if tokens_file else None
     if tokens is None and not is_loopback(address.host):
         raise ListenError(
-            f"--metrics {address.bind} is not a loopback address and the worker has no --metrics-tokens: anyone "
-            "who can reach it could read the worker's metrics. Give --metrics-tokens FILE, or use 127.0.0.1"
+            f"--metrics {address.bind} is not a loopback address and the {program} has no --metrics-tokens: "
+            f"anyone who can reach it could read the {program}'s metrics. Give --metrics-tokens FILE, or use 127.0.0.1"
         )
-    return WorkerMetrics(address, tokens)
+    return WorkerMetrics(address, tokens, program=program)
