@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from ..engine.driver import DRAIN_SECS, REAP_SECS
-from ..engine.loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision
+from ..engine.loop import Emit, as_decision
 from ..engine.one_process import drive_turn
 from ..engine.questions import QuestionAnswer, Questions
 from ..engine.result import Outcome, TurnResult, cancelled_result, folded_result
@@ -210,7 +210,31 @@ def _store_opener(state: str | os.PathLike[str] | SessionStoreLike | None, names
 class Host(BaseHost):
     """Runs turns for many conversations with ordering, limits, sessions and a clean shutdown, in this process.
 
-    Build it with `open_host`. One host belongs to one trio run.
+    Build it with `open_host`. One host belongs to one trio run. How its `submit` runs a turn:
+
+    Turns of the same (profile, conversation, session name) run one at a time in the order they were submitted; with
+    a store file or database, a turn that may start also waits for the conversation's turns in other processes
+    sharing it (it counts as running meanwhile). When `turn.session_id` is empty, the stored session id is used, and
+    the result's id is stored for the next turn (no valid session line keeps the stored one).
+
+    `on_partial(text)` / `on_event(event)` see the turn's events as in `run_turn`; the `TurnResult` reaches
+    `on_event` last, once the session is stored and the next turn of the conversation may start. When the profile's
+    `permissions` say ask, `on_permission(request)` answers the agent's request to run a tool, as in `run_turn`;
+    without it, the `PermissionRequest` reaches `on_event` and `decide(turn_id, ...)` answers it (with neither, the
+    answer is deny). A `QuestionRequest` (the agent asks the user to choose) reaches `on_event`, and
+    `answer(turn_id, ...)` answers it (without `on_event`, it is declined).
+
+    A warm profile's turn runs on its conversation's live agent when there is one that fits (see `bridge.host.pool`)
+    — only inside `async with`, which runs the pool; otherwise a fresh agent resumes the stored session for the
+    turn.
+
+    Refused at once, before anything runs: `HostClosed`, `QueueFull`, `UnknownProfile` / `ProfileError` (the profile
+    is missing or does not load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`, and with
+    `client_session_ids="stored"` `SessionIdRefused` (`turn.session_id` is set and is not the conversation's stored
+    one, as read at submit). `nursery.start(host.submit, ...)` returns the turn id once the turn was accepted.
+    `StoreError` when the stored session cannot be read, and `TurnLockError` when the conversation's queue cannot be
+    used (the turn does not run: resuming the wrong session would be worse). `client_id` is not kept: a result does
+    not outlive this host.
     """
 
     def __init__(
@@ -245,67 +269,6 @@ class Host(BaseHost):
         self._pool: WarmPool | None = None  # warm agents by conversation, while `async with` runs it
 
     # ------------------------------------------------------------------ turns
-
-    async def submit(
-        self,
-        profile: str,
-        conversation: str,
-        turn: Turn,
-        *,
-        on_partial: PartialCallback | None = None,
-        on_event: EventCallback | None = None,
-        on_permission: PermissionCallback | None = None,
-        turn_id: str | None = None,
-        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-        client_id: str | int | None = None,
-    ) -> TurnResult:
-        """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
-
-        Turns of the same (profile, conversation, session name) run one at a
-        time in the order they were submitted; with a store file or
-        database, a turn that may start also waits for the conversation's
-        turns in other processes sharing it (it counts as running meanwhile). When
-        `turn.session_id` is empty, the stored session id is used, and the
-        result's id is stored for the next turn (no valid session line keeps
-        the stored one).
-
-        `on_partial(text)` / `on_event(event)` see the turn's events as in
-        `run_turn`; the `TurnResult` reaches `on_event` last, once the session
-        is stored and the next turn of the conversation may start. When the
-        profile's `permissions` say ask, `on_permission(request)` answers the
-        agent's request to run a tool, as in `run_turn`; without it, the
-        `PermissionRequest` reaches `on_event` and `decide(turn_id, ...)`
-        answers it (with neither, the answer is deny). A `QuestionRequest` (the
-        agent asks the user to choose) reaches `on_event`, and `answer(turn_id,
-        ...)` answers it (without `on_event`, it is declined).
-
-        A warm profile's turn runs on its conversation's live agent when
-        there is one that fits (see `bridge.host.pool`) — only inside
-        `async with`, which runs the pool; otherwise a fresh agent resumes
-        the stored session for the turn.
-
-        Refused at once, before anything runs: `HostClosed`, `QueueFull`,
-        `UnknownProfile` / `ProfileError` (the profile is missing or does not
-        load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`, and with
-        `client_session_ids="stored"` `SessionIdRefused` (`turn.session_id` is
-        set and is not the conversation's stored one, as read at submit).
-        `nursery.start(host.submit, ...)` returns the turn id once the turn
-        was accepted. `StoreError` when the stored session cannot be read, and
-        `TurnLockError` when the conversation's queue cannot be used (the
-        turn does not run: resuming the wrong session would be worse). `client_id` is not kept: a result
-        does not outlive this host.
-        """
-        return await super().submit(
-            profile,
-            conversation,
-            turn,
-            on_partial=on_partial,
-            on_event=on_event,
-            on_permission=on_permission,
-            turn_id=turn_id,
-            task_status=task_status,
-            client_id=client_id,
-        )
 
     def _new_turn_id(self) -> str:
         turn_id = f"turn-{next(self._ids)}"

@@ -47,7 +47,7 @@ import trio
 
 from ...dialects import ActivityEvent
 from ...dialects.events import QuestionRequest, RequestWithdrawn
-from ...engine.loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
+from ...engine.loop import Emit, EventCallback, PermissionCallback, as_decision, emit_to
 from ...engine.questions import QuestionAnswer, check_answers
 from ...engine.result import TurnResult
 from ...errors import (
@@ -59,7 +59,7 @@ from ...errors import (
 )
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
-from ...turn import Turn, text_problem
+from ...turn import text_problem
 from ..interface import BaseHost, ClientSessionIds, HostStats, Submitted
 from . import fleet_files, queue
 from .db import (
@@ -119,7 +119,13 @@ class RemoteHost(BaseHost):
     """Turns through the PostgreSQL queue; use it as `async with open_host(postgres=DSN) as host`.
 
     Its results outlive it: one no client was sent waits in the queue for the next gateway of the same name
-    (`undelivered`, `follow`, `delivered`).
+    (`undelivered`, `follow`, `delivered`). Its `submit` queues the turn and waits for its result (events stream
+    from the worker). A `turn_id` this gateway's name already queued is a resend: nothing new runs, and the submit
+    returns that turn's result (at once, if it has one). Ids are the bot's: another gateway's turn of the same id is
+    another turn. Raises `QueueFull`, `HostClosed`, `DuplicateTurn` (the id is being waited for here already),
+    `TurnError`, `SessionIdRefused`, `PostgresError` (the server stayed unreachable, or this gateway lost its name);
+    `RemoteTurnError` when no worker could run it. `client_id` is the id a client used for the turn (serve's request
+    id), sent back with the result by a later gateway.
     """
 
     def __init__(
@@ -208,43 +214,6 @@ class RemoteHost(BaseHost):
             self.cancel(turn_id)
 
     # ------------------------------------------------------------------ turns
-
-    async def submit(
-        self,
-        profile: str,
-        conversation: str,
-        turn: Turn,
-        *,
-        on_partial: PartialCallback | None = None,
-        on_event: EventCallback | None = None,
-        on_permission: PermissionCallback | None = None,
-        turn_id: str | None = None,
-        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-        client_id: str | int | None = None,
-    ) -> TurnResult:
-        """Queue the turn and wait for its result, as `Host.submit` (events stream from the worker).
-
-        A `turn_id` this gateway's name already queued is a resend: nothing
-        new runs, and the submit returns that turn's result (at once, if it
-        has one). Ids are the bot's: another gateway's turn of the same id is
-        another turn. Raises `QueueFull`, `HostClosed`, `DuplicateTurn` (the
-        id is being waited for here already), `TurnError`, `SessionIdRefused`,
-        `PostgresError` (the server stayed unreachable, or this gateway lost its name);
-        `RemoteTurnError` when no worker could run it. `client_id` is the id
-        a client used for the turn (serve's request id), sent back with the
-        result by a later gateway.
-        """
-        return await super().submit(
-            profile,
-            conversation,
-            turn,
-            on_partial=on_partial,
-            on_event=on_event,
-            on_permission=on_permission,
-            turn_id=turn_id,
-            task_status=task_status,
-            client_id=client_id,
-        )
 
     def _refuse_if_closed(self) -> None:
         if self._name_lost is not None:
