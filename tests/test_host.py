@@ -24,13 +24,6 @@ from bridge.host.scheduler import Ticket, TurnQueue
 from bridge.host.sqlite_store import SessionStore, StoreError
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile("rec")
-    return lab
-
-
 def host_for(lab: Lab, **options: Any) -> Host:
     return bridge.open_host(lab.profiles, state=lab.state, **options)
 

@@ -19,13 +19,6 @@ from bridge import Turn
 from bridge.host import BaseHost, Host, RemoteHost
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile("rec")
-    return lab
-
-
 def interface() -> list[str]:
     """The public methods and properties of the interface."""
     return [name for name in vars(BaseHost) if not name.startswith("_")]

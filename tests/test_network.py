@@ -41,12 +41,7 @@ TOKENS = {
 }
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile("rec")
-    lab.profile("other")
-    return lab
+LAB_PROFILES = ("rec", "other")  # the `lab` fixture's (conftest.py)
 
 
 @asynccontextmanager

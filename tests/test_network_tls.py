@@ -16,7 +16,6 @@ import pytest
 from doorkit import ListeningServe, serve_argv, serves, write_tokens  # noqa: F401 - serves: a fixture
 from hostkit import Lab
 from httpx_ws import aconnect_ws
-from test_postgres_fleet import lab  # noqa: F401 - the fixture: a lab with the recorder as profile "rec"
 
 TOKEN = "a-token-of-the-tests-0123456789"
 WAIT = 20.0
