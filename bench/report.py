@@ -43,6 +43,9 @@ SSE_LATENCY_P99_MS = 2.0
 IDLE_CONNECTIONS_RSS_MB = 150.0
 # Issue 38's: a turn through `agent-bridge acp` at most 1 ms more at the median than through stdin/stdout serve.
 ACP_OVER_STDIN_MS = 1.0
+# Issue 38's: an MCP tool call over stdio on the echo agent at most 1 ms more at the median than the same turn through
+# stdin/stdout serve, in the same run.
+MCP_OVER_STDIN_MS = 1.0
 # Issue 24's, row 1's agent: a sandboxed turn (`sandbox: {}`) at most 1 ms more at the median than bwrap running the
 # agent alone; limits by rlimit add at most 0.1 ms to a turn.
 SANDBOX_OVER_BWRAP_MS = 1.0
@@ -241,6 +244,8 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         }
     if "acp" in samples:
         out["acp"] = {name: stats(pooled(samples["acp"].get("turn", []), f"{name}_ms")) for name in ("stdin", "acp")}
+    if "mcp" in samples:
+        out["mcp"] = {name: stats(pooled(samples["mcp"].get("turn", []), f"{name}_ms")) for name in ("stdin", "mcp")}
     if "chat" in samples:
         runs = samples["chat"]
         burst = runs.get("200 chats", [])
@@ -343,6 +348,12 @@ def per_round_ratios(samples: dict[str, Any]) -> dict[str, list[float]]:
         result["acp: turn − stdin/stdout serve (ms)"] = [
             round(statistics.median(x["acp_ms"]) - statistics.median(x["stdin_ms"]), 3)
             for x in samples["acp"]["turn"]
+            if "invalid" not in x
+        ]
+    if "turn" in samples.get("mcp", {}):
+        result["mcp: tool call over stdio − stdin/stdout serve turn (ms)"] = [
+            round(statistics.median(x["mcp_ms"]) - statistics.median(x["stdin_ms"]), 3)
+            for x in samples["mcp"]["turn"]
             if "invalid" not in x
         ]
     return result
@@ -762,6 +773,16 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
             acp["stdin"]["median"],
             "stdin/stdout serve",
             ACP_OVER_STDIN_MS,
+            "stdin serve",
+        )
+    mcp = s.get("mcp", {})
+    if mcp.get("mcp", {}).get("n") and mcp.get("stdin", {}).get("n"):
+        over(
+            "35 MCP tool call over stdio, median",
+            mcp["mcp"]["median"],
+            mcp["stdin"]["median"],
+            "stdin/stdout serve",
+            MCP_OVER_STDIN_MS,
             "stdin serve",
         )
     confined = s.get("confined", {})

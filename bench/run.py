@@ -239,6 +239,8 @@ def build_plan(
         ),
         # Issue 38's: the ACP door (bench/acp.py), `agent-bridge acp` against stdin/stdout serve, the echo agent.
         Case("acp", [Variant("turn", "turn", {"turns": 30 if q else 150, "warmup": 5})], 2 if q else 4),
+        # Issue 38's: an MCP tool call over stdio against the same turn through stdin/stdout serve (bench/mcp_door.py).
+        Case("mcp", [Variant("turn", "turn", {"turns": 30 if q else 150, "warmup": 5})], 2 if q else 4),
         # Issue 36's: the chat side (bench/chat.py), a real connect against the fake Telegram Bot API.
         Case(
             "chat",
@@ -549,7 +551,7 @@ def main() -> int:
         metavar="CASE",
         help="run only these cases (turn throughput "
         "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects claude-sdk "
-        "codex-app-server attachments network acp chat)",
+        "codex-app-server attachments network acp mcp chat)",
     )
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument(

@@ -1372,6 +1372,7 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("network", "latency"): interactive("network", "latency"),
     ("network", "idle"): interactive("network", "idle"),
     ("acp", "turn"): interactive("acp", "turn"),
+    ("mcp", "turn"): interactive("mcp_door", "turn"),
     ("chat", "turn"): interactive("chat", "turn"),
     ("chat", "burst"): interactive("chat", "burst"),
     ("chat", "preview"): interactive("chat", "preview"),

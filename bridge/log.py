@@ -21,13 +21,24 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 LogFormat = Literal["auto", "console", "json"]
 LEVELS = ("debug", "info", "warning", "error")
 # The numbers of the standard library's levels, which structlog's filtering loggers use.
 _NUMBERS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "exception": 40, "critical": 50}
 IN_RESULT = "in_result"
+
+
+class Logger(Protocol):
+    """What the bridge calls on a logger: a structlog bound logger, or the stand-in `get_logger` hands out first."""
+
+    def bind(self, **context: Any) -> Logger: ...
+    def debug(self, event: str, *args: Any, **kw: Any) -> Any: ...
+    def info(self, event: str, *args: Any, **kw: Any) -> Any: ...
+    def warning(self, event: str, *args: Any, **kw: Any) -> Any: ...
+    def error(self, event: str, *args: Any, **kw: Any) -> Any: ...
+    def exception(self, event: str, *args: Any, **kw: Any) -> Any: ...
 
 
 def wants_color(stream: TextIO) -> bool:
@@ -127,12 +138,13 @@ class _CurrentStderr:
             sys.stderr.flush()
 
 
-def _structlog_logger(context: dict[str, Any]) -> Any:
+def _structlog_logger(context: dict[str, Any]) -> Logger:
     import structlog
 
     if not structlog.is_configured():
         _apply(*(_pending or ("warning", "auto", False)))
-    return structlog.get_logger("bridge").bind(**context)
+    logger: Logger = structlog.get_logger("bridge").bind(**context)
+    return logger
 
 
 class _Logger:
@@ -142,9 +154,9 @@ class _Logger:
 
     def __init__(self, context: dict[str, Any]) -> None:
         self._context = context
-        self._real: Any = None
+        self._real: Logger | None = None
 
-    def _logger(self) -> Any:
+    def _logger(self) -> Logger:
         if self._real is None:
             self._real = _structlog_logger(self._context)
         return self._real
@@ -152,7 +164,7 @@ class _Logger:
     def _below(self, number: int) -> bool:
         return number < _level and self._real is None and "structlog" not in sys.modules
 
-    def bind(self, **context: Any) -> Any:
+    def bind(self, **context: Any) -> Logger:
         if self._real is not None:
             return self._real.bind(**context)
         return _Logger({**self._context, **context})
@@ -176,7 +188,7 @@ class _Logger:
         return getattr(self._logger(), name)
 
 
-def get_logger(**context: Any) -> Any:
+def get_logger(**context: Any) -> Logger:
     """The bridge's logger, bound to `context` (turn id, profile name…)."""
     if "structlog" in sys.modules:
         return _structlog_logger(context)

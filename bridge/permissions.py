@@ -75,7 +75,7 @@ ALLOWED = Decision(allow=True)
 
 @dataclass(slots=True, frozen=True)
 class PermissionPolicy:
-    """A profile's `permissions:` section."""
+    """A profile's `permissions:` section, typed: its defaults are the schema's (`bridge.profile.schema`)."""
 
     default: Literal["allow", "deny", "ask"] = "deny"
     allow: tuple[str, ...] = ()
@@ -97,15 +97,12 @@ class PermissionPolicy:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> PermissionPolicy:
-        if not values:
-            return cls()
-        return cls(
-            default=values.get("default", "deny"),
-            allow=tuple(values.get("allow", ())),
-            deny=tuple(values.get("deny", ())),
-            ask=tuple(values.get("ask", ())),
-            timeout_secs=float(values.get("timeout_secs", 120.0)),
-        )
+        """The policy of a validated `permissions:` section (lists become tuples; a key left out keeps its
+        default); None: the defaults (deny)."""
+        typed: dict[str, Any] = {
+            key: tuple(value) if isinstance(value, list) else value for key, value in (values or {}).items()
+        }
+        return cls(**typed)
 
 
 UNANSWERED = Decision(allow=False, message="nobody answered in time")

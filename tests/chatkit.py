@@ -30,6 +30,59 @@ from bridge.errors import PlatformRefused, PlatformUnavailable
 
 DEADLINE = 15
 
+# A Claude Code stand-in speaking its stream-json control protocol (the `claude-sdk` dialect): each message asks
+# before a tool — Bash, running the command given as its argument — or, for a message that mentions "question",
+# asks AskUserQuestion (multi-select for "multi"); "withdraw" withdraws the request once the test opens the GATE
+# FIFO. The reply says what was decided: `decided: {"behavior": …, "updatedInput": …, "updatedPermissions": …}`
+# (sorted keys; the permissions are the session rule of "Allow for this session").
+ASKING_AGENT = """\
+import json, os, sys
+BASH_COMMAND = sys.argv[1]
+def say(**message):
+    sys.stdout.write(json.dumps(message) + "\\n")
+    sys.stdout.flush()
+def question(multi):
+    return {"questions": [{"question": "Which colour?", "header": "Colour", "multiSelect": multi,
+                           "options": [{"label": "Red"}, {"label": "Blue"}]}]}
+for line in sys.stdin:
+    message = json.loads(line)
+    if message["type"] == "control_request" and message["request"]["subtype"] == "initialize":
+        say(type="control_response", response={"subtype": "success", "request_id": message["request_id"],
+                                               "response": {}})
+    elif message["type"] == "user":
+        text = json.dumps(message["message"])
+        say(type="system", subtype="init", session_id="s-1")
+        if "question" in text:
+            tool, ask = "AskUserQuestion", question("multi" in text)
+        else:
+            tool, ask = "Bash", {"command": BASH_COMMAND}
+        say(type="control_request", request_id="r1", request={"subtype": "can_use_tool", "tool_name": tool,
+                                                              "input": ask})
+        if "withdraw" in text:
+            open(os.environ["GATE"]).read()  # the prompt is shown
+            say(type="control_cancel_request", request_id="r1")
+            say(type="result", subtype="success", is_error=False, result="went on without it", session_id="s-1")
+    elif message["type"] == "control_response" and message["response"]["request_id"] == "r1":
+        answer = message["response"]["response"]
+        say(type="result", subtype="success", is_error=False, session_id="s-1",
+            result="decided: " + json.dumps({k: answer[k] for k in ("behavior", "updatedInput", "updatedPermissions")
+                                             if k in answer},
+                                             sort_keys=True))
+"""
+
+
+def asking_profile(directory: Path, bash_command: str = "rm -rf build", **more: Any) -> dict[str, Any]:
+    """Writes ASKING_AGENT into `directory` and returns a `claude-sdk` profile that runs it, Bash asked of the
+    user; `more` adds to the profile (env, cwd, …)."""
+    script = directory / "asker.py"
+    script.write_text(ASKING_AGENT)
+    return {
+        "command": [sys.executable, str(script), bash_command],
+        "protocol": "claude-sdk",
+        "permissions": {"ask": ["Bash"], "timeout_secs": 60},
+        **more,
+    }
+
 
 @dataclass
 class Record:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 import yaml
+from chatkit import asking_profile
 from fakes.telegram_bot_api import running_fake_bot_api
 
 from bridge.chat.botlock import lock_path
@@ -165,42 +166,10 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
         assert [m.text for m in fake.sent_to(7)] == ["Sorry, this bot only answers the people its owner allowed."]
 
 
-ASKER = textwrap.dedent(
-    """\
-    import json, sys
-    def say(**message):
-        sys.stdout.write(json.dumps(message) + "\\n")
-        sys.stdout.flush()
-    for line in sys.stdin:
-        message = json.loads(line)
-        if message["type"] == "control_request" and message["request"]["subtype"] == "initialize":
-            say(type="control_response", response={"subtype": "success", "request_id": message["request_id"],
-                                                   "response": {}})
-        elif message["type"] == "user":
-            say(type="system", subtype="init", session_id="s-1")
-            say(type="control_request", request_id="r1", request={"subtype": "can_use_tool", "tool_name": "Bash",
-                                                                  "input": {"command": "make"}})
-        elif message["type"] == "control_response" and message["response"]["request_id"] == "r1":
-            answer = message["response"]["response"]
-            say(type="result", subtype="success", is_error=False, session_id="s-1", result="bash " + answer["behavior"])
-    """
-)
-
-
 async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -> None:
-    (tmp_path / "asker.py").write_text(ASKER)
-    (tmp_path / "agent.py").write_text(AGENT)
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    (profiles / "asker.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "command": [sys.executable, str(tmp_path / "asker.py")],
-                "protocol": "claude-sdk",
-                "permissions": {"ask": ["Bash"]},
-            }
-        )
-    )
+    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, "make")))
     async with running_fake_bot_api(TOKEN) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: asker\n'
@@ -216,7 +185,8 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
             buttons = [b for row in prompt.reply_markup["inline_keyboard"] for b in row]
             assert [b["text"] for b in buttons] == ["Allow", "Allow for this session", "Deny"]
             fake.user_presses(prompt, buttons[2]["callback_data"], user=42)
-            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "bash deny"], within=20)
+            decided = 'decided: {"behavior": "deny"}'
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == decided], within=20)
             await fake.wait_until(lambda: fake.answers, within=20)
             await fake.wait_until(lambda: [e for e in fake.edits if "Denied by " in e[2]], within=20)
         finally:

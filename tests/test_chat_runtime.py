@@ -3,7 +3,7 @@ processes through the real host, and the replies back.
 
 The platform is `chatkit.FakePlatform` (scripted updates in, everything the bot does recorded); the agents are
 small Python scripts: one speaks agentproc-0.1 (partials, an outbox file, attachments), one Claude Code's
-stream-json control protocol (`claude-sdk`: permission requests and AskUserQuestion). An agent that must wait
+stream-json control protocol (`chatkit.ASKING_AGENT`: permission requests and AskUserQuestion). An agent that must wait
 for the test waits on a FIFO the test opens: no timer synchronises anything. The crash tests run the bot in a
 process of its own (`python tests/chatkit.py`), kill it with SIGKILL at a step of a turn, start it again and
 count what the user received.
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import trio
 import yaml
-from chatkit import DEADLINE, FakePlatform, message, press, records_in
+from chatkit import DEADLINE, FakePlatform, asking_profile, message, press, records_in
 
 from bridge.chat.botlock import BotLock, lock_path
 from bridge.chat.inbox import Inbox
@@ -59,42 +59,6 @@ SIMPLE_AGENT = textwrap.dedent(
     """
 )
 
-ASKING_AGENT = textwrap.dedent(
-    """\
-    import json, os, sys
-    def say(**message):
-        sys.stdout.write(json.dumps(message) + "\\n")
-        sys.stdout.flush()
-    def question(multi):
-        return {"questions": [{"question": "Which colour?", "header": "Colour", "multiSelect": multi,
-                               "options": [{"label": "Red"}, {"label": "Blue"}]}]}
-    for line in sys.stdin:
-        message = json.loads(line)
-        if message["type"] == "control_request" and message["request"]["subtype"] == "initialize":
-            say(type="control_response", response={"subtype": "success", "request_id": message["request_id"],
-                                                   "response": {}})
-        elif message["type"] == "user":
-            text = json.dumps(message["message"])
-            say(type="system", subtype="init", session_id="s-1")
-            if "question" in text:
-                tool, ask = "AskUserQuestion", question("multi" in text)
-            else:
-                tool, ask = "Bash", {"command": "rm -rf build"}
-            say(type="control_request", request_id="r1", request={"subtype": "can_use_tool", "tool_name": tool,
-                                                                  "input": ask})
-            if "withdraw" in text:
-                open(os.environ["GATE"]).read()  # the prompt is shown
-                say(type="control_cancel_request", request_id="r1")
-                say(type="result", subtype="success", is_error=False, result="went on without it", session_id="s-1")
-        elif message["type"] == "control_response" and message["response"]["request_id"] == "r1":
-            answer = message["response"]["response"]
-            say(type="result", subtype="success", is_error=False, session_id="s-1",
-                result="decided: " + json.dumps({k: answer[k] for k in ("behavior", "updatedInput") if k in answer},
-                                                 sort_keys=True))
-    """
-)
-
-
 # The smallest PNG there is: one transparent pixel.
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8cfc0f01f0005000"
@@ -106,7 +70,6 @@ PNG = bytes.fromhex(
 def setup(tmp_path: Path) -> Path:
     """Profiles `agent` (agentproc-0.1) and `asker` (claude-sdk), a gate FIFO and the agents' run log."""
     (tmp_path / "simple.py").write_text(SIMPLE_AGENT)
-    (tmp_path / "asker.py").write_text(ASKING_AGENT)
     os.mkfifo(tmp_path / "gate")
     work = tmp_path / "work"
     work.mkdir()
@@ -117,16 +80,7 @@ def setup(tmp_path: Path) -> Path:
     (profiles / "agent.yaml").write_text(
         yaml.safe_dump({"command": [sys.executable, str(tmp_path / "simple.py")], **common})
     )
-    (profiles / "asker.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "command": [sys.executable, str(tmp_path / "asker.py")],
-                "protocol": "claude-sdk",
-                "permissions": {"ask": ["Bash"], "timeout_secs": 60},
-                **common,
-            }
-        )
-    )
+    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, **common)))
     return tmp_path
 
 
@@ -215,7 +169,7 @@ async def test_an_approval_is_decided_by_a_press_while_the_turn_that_asked_still
         assert [record.text for record in platform.of("press")] == [shown.removesuffix(" by Ann")]
         assert any(record.text.endswith(shown + ".") for record in platform.of("edit"))
         if label == "Allow for this session":
-            assert "addRules" in reply or "updatedPermissions" in reply or "allow" in reply
+            assert '"destination": "session"' in reply and '"type": "addRules"' in reply
 
 
 async def test_a_press_that_comes_before_the_prompts_send_returns_still_edits_the_prompt(setup: Path) -> None:

@@ -33,6 +33,7 @@ from conftest import (
     TURN_DEADLINE,
     assert_no_live_process,
     process_state,
+    run,
     without_cgroups,
     write_agent,
     write_profile,
@@ -90,11 +91,6 @@ def sandboxed(tmp_path: Path, source: str, work: Path, **sandbox: Any) -> bridge
         {"command": [f"{{{{PROFILE_DIR}}}}/{name}"], "cwd": str(work), "sandbox": section, "kill_grace_secs": 0.5},
         profile_dir=agents,
     )
-
-
-async def run(profile: bridge.Profile, message: str = "hi", **fields: Any) -> bridge.TurnResult:
-    with trio.fail_after(TURN_DEADLINE):
-        return await bridge.run_turn(profile, Turn(message, **fields))
 
 
 def outcome(argv: str) -> str:
@@ -459,9 +455,10 @@ def test_every_ready_profile_turns_its_sandbox_on_with_one_line(tmp_path, path):
     assert len(on.splitlines()) == len(text.splitlines()) and on != text  # one line changed
     (tmp_path / path.name).write_text(on)
     profile = bridge.load_profile(tmp_path / path.name, cache=False)
-    assert dict(profile.sandbox) == {"read": [], "network": True, "hide_home": True, **sandbox_line(path)}
-    assert profile.sandbox["write"][0].startswith("~/.")  # the CLI's own directory, writable
-    assert profile.sandbox["network"]  # coding CLIs call their model's API
+    assert profile.sandbox is not None
+    assert profile.to_dict()["sandbox"] == {"read": [], "network": True, "hide_home": True, **sandbox_line(path)}
+    assert profile.sandbox.write[0].startswith("~/.")  # the CLI's own directory, writable
+    assert profile.sandbox.network  # coding CLIs call their model's API
 
 
 @pytest.mark.parametrize("ready", [*READY, Ready("aictrl", "aictrl", "")], ids=lambda ready: ready.profile)

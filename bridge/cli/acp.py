@@ -56,9 +56,9 @@ def run_acp(
     namespace: str | None = None,
 ) -> int:
     """`agent-bridge acp`: returns the exit code (0 when the editor closed stdin)."""
-    from ..acp_door.protocol import Capabilities
-    from ..acp_door.runner import serve_acp_stdio
     from ..confinement.orphans import become_subreaper, log_containment
+    from ..serving.acp import serve_acp_stdio
+    from ..serving.acp_protocol import Capabilities
 
     directory, profile_name, loaded = resolve_profile(profile, profiles, postgres)
     load_session, images = capabilities_of(loaded)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -139,6 +140,16 @@ exit codes:
   2        bad arguments, a config that does not load, a bot another process serves, a refused token
 """
 
+CHECK_EPILOG = """\
+examples:
+  agent-bridge check profiles/echo.yaml profiles/stream.yaml
+  agent-bridge check bot.yaml --profiles profiles/      # a chat config and the profiles it names
+
+exit codes:
+  0        every file is valid (warnings, on stderr, do not change it)
+  2        a file does not load, or a profile asks for limits this machine cannot hold
+"""
+
 WORKER_EPILOG = """\
 examples:
   agent-bridge worker --postgres postgresql://bridge@db/bridge --profiles profiles/
@@ -167,7 +178,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {paint('error:', ERROR, wants_color(sys.stderr))} {message}\n")
 
 
-COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker", "acp")
+COMMANDS = ("run", "chat", "init", "sessions", "check", "schema", "serve", "connect", "worker", "acp", "mcp")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -311,14 +322,35 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         check = commands.add_parser(
             "check",
             parents=[common],
-            help="validate profiles",
-            description="Validate profiles; exit 0 if all are valid, else 2.",
+            help="validate profiles and chat configs",
+            description="Validate profiles, and chat configs (a file whose top-level keys name a platform:\n"
+            "telegram:, matrix:); exit 0 if all are valid, else 2. With --profiles, a chat\n"
+            "config's profiles must be in that directory and valid too.",
+            formatter_class=explained,
+            epilog=CHECK_EPILOG,
         )
-        check.add_argument("profiles", metavar="PROFILE", nargs="+")
+        check.add_argument("profiles", metavar="FILE", nargs="+", help="a profile or a chat config (YAML)")
+        check.add_argument(
+            "--profiles",
+            dest="profiles_dir",
+            metavar="DIR",
+            help="the directory `connect --profiles` will be given: every profile a chat config names must be "
+            "there and valid",
+        )
         check.set_defaults(handler=_check_command, command_parser=check)
 
     if command in (None, "schema"):
-        schema = commands.add_parser("schema", parents=[common], help="print the profile JSON Schema, for editors")
+        schema = commands.add_parser(
+            "schema", parents=[common], help="print the JSON Schema of a profile (or of a chat config), for editors"
+        )
+        schema.add_argument(
+            "of",
+            metavar="OF",
+            nargs="?",
+            choices=("profile", "chat"),
+            default="profile",
+            help="profile (the default), or chat: the config of `agent-bridge connect`",
+        )
         schema.set_defaults(handler=_schema_command, command_parser=schema)
 
     if command in (None, "serve"):
@@ -546,6 +578,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "--name", metavar="NAME", default="acp", help="with --postgres: the gateway's name (default: acp)"
         )
         acp.set_defaults(handler=_acp_command, command_parser=acp)
+    if command in (None, "mcp"):
+        from .mcp import add_mcp_parser
+
+        add_mcp_parser(commands, common, _STATE_HELP)
     return parser
 
 
@@ -804,11 +840,18 @@ async def _cancel_on_signals(stream: TurnStream, printer: HumanPrinter | JsonPri
 
 def _check_command(args: argparse.Namespace) -> int:
     from ..confinement.cgroups import CONTAINMENT
-    from ..confinement.limits import LIMIT_GROUPS, ResourceLimits
+    from .check_chat import check_chat_config, is_chat_config
 
     color = wants_color(sys.stderr)
     status = 0
+    chat_configs = [path for path in args.profiles if is_chat_config(path)]
+    if args.profiles_dir is not None and not chat_configs:
+        print(paint("warning: --profiles is for a chat config; no file given is one", WARNING, color), file=sys.stderr)
     for path in args.profiles:
+        if path in chat_configs:
+            report = functools.partial(_report_profile, color=color)
+            status = max(status, check_chat_config(path, args.profiles_dir, report, color=color))
+            continue
         try:
             profile = load_profile(path, cache=False)
         except ProfileError as err:
@@ -816,34 +859,42 @@ def _check_command(args: argparse.Namespace) -> int:
                 print(paint(str(problem), ERROR, color), file=sys.stderr)
             status = EXIT_USAGE
             continue
-        for warning in (
-            *_environment_warnings(profile),
-            *_attachment_warnings(profile),
-            *_unset_variable_warnings(profile),
-            *_ignored_env_warnings(profile),
-            *_option_injection_warnings(profile),
-            *_protocol_warnings(profile),
-            *_sandbox_warnings(profile),
-            *_codex_helper_warnings(profile),
-        ):
-            print(paint(f"{path}: warning: {warning}", WARNING, color), file=sys.stderr)
-        limits = ResourceLimits.of(profile.limits)
-        described = LIMIT_GROUPS.describe(limits) if limits is not None else []
-        if not all(holds for _, holds in described):
-            for line, holds in described:
-                if not holds:
-                    print(paint(f"{path}: error: {line}", ERROR, color), file=sys.stderr)
-            status = EXIT_USAGE
-            continue
-        print(f"{path}: ok")
-        for line in _confinement_lines(profile):
-            print(f"  {line}")
-        for line, _ in described:
-            print(f"  {line}")
+        status = max(status, _report_profile(path, profile, color=color))
     containment = CONTAINMENT.status()
     if not containment.available:
         print(paint(f"note: {containment.describe()}", WARNING, color), file=sys.stderr)
     return status
+
+
+def _report_profile(label: str, profile: Profile, *, color: bool, indent: str = "") -> int:
+    """Print what `check` says of a profile that loads (its warnings; `ok` and how it is confined, or the limits
+    this machine cannot hold); returns the exit status it earns."""
+    from ..confinement.limits import LIMIT_GROUPS, ResourceLimits
+
+    for warning in (
+        *_environment_warnings(profile),
+        *_attachment_warnings(profile),
+        *_unset_variable_warnings(profile),
+        *_ignored_env_warnings(profile),
+        *_option_injection_warnings(profile),
+        *_protocol_warnings(profile),
+        *_sandbox_warnings(profile),
+        *_codex_helper_warnings(profile),
+    ):
+        print(paint(f"{label}: warning: {warning}", WARNING, color), file=sys.stderr)
+    limits = ResourceLimits.of(profile.limits)
+    described = LIMIT_GROUPS.describe(limits) if limits is not None else []
+    if not all(holds for _, holds in described):
+        for line, holds in described:
+            if not holds:
+                print(paint(f"{label}: error: {line}", ERROR, color), file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{indent}{label}: ok")
+    for line in _confinement_lines(profile):
+        print(f"{indent}  {line}")
+    for line, _ in described:
+        print(f"{indent}  {line}")
+    return 0
 
 
 def _confinement_lines(profile: Profile) -> list[str]:
@@ -862,7 +913,7 @@ def _confinement_lines(profile: Profile) -> list[str]:
 
 def _sandbox_warnings(profile: Profile) -> list[str]:
     """A sandbox that leaves the agent the network leaves it this machine's loopback services too."""
-    if profile.sandbox is None or not profile.sandbox.get("network", True):
+    if profile.sandbox is None or not profile.sandbox.network:
         return []
     return [
         "sandbox with network: true — the agent reaches this machine's services on loopback too: an "
@@ -915,8 +966,8 @@ def _attachment_warnings(profile: Profile) -> list[str]:
     default), so a profile written for fetched files (limits, allow_hosts, keep) gets URLs instead."""
     from ..dialects import PROTOCOLS
 
-    section = profile.attachments or {}
-    if not section or section.get("fetch") is not None or PROTOCOLS[profile.protocol].fetches_attachments:
+    section = profile.attachments
+    if section is None or section.fetch is not None or PROTOCOLS[profile.protocol].fetches_attachments:
         return []
     return [
         f"attachments: protocol {profile.protocol} hands the agent attachment URLs as sent and fetches nothing, "
@@ -1115,5 +1166,10 @@ def _worker_command(args: argparse.Namespace) -> int:
 
 
 def _schema_command(args: argparse.Namespace) -> int:
+    if args.of == "chat":
+        from ..chat.config import chat_json_schema
+
+        print(json.dumps(chat_json_schema(), indent=2, ensure_ascii=False))
+        return 0
     print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
     return 0

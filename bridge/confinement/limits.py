@@ -54,17 +54,15 @@ import re
 import resource
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any
 
 from ..errors import LaunchError
 from .cgroups import CONTAINMENT, AgentCgroup, Leftovers, make_directory, read_text, unescape_mount_field, write_text
 from .keeper import KEEPER
 
 MIB = 1024 * 1024
-NAMES = ("memory_mb", "cpu_secs", "processes", "file_size_mb", "open_files")
 # Each limit a controller holds: (controller, the file that sets it in v1, in v2).
 _CONTROLLED = {
     "memory_mb": ("memory", "memory.limit_in_bytes", "memory.max"),
@@ -89,7 +87,8 @@ _WHAT = {
 
 @dataclass(slots=True, frozen=True)
 class ResourceLimits:
-    """A profile's `limits:`; None leaves that one unlimited."""
+    """A profile's `limits:` section (`Profile.limits`), and how each limit is enforced; None leaves that one
+    unlimited."""
 
     memory_mb: int | None = None
     cpu_secs: int | None = None
@@ -98,15 +97,12 @@ class ResourceLimits:
     open_files: int | None = None
 
     @classmethod
-    def of(cls, section: Mapping[str, Any] | None) -> ResourceLimits | None:
-        """The limits of a profile's (validated) `limits:` section; None when it sets none."""
-        if not section:
-            return None
-        limits = cls(**{name: section.get(name) for name in NAMES})
-        return limits if limits.items() else None
+    def of(cls, section: ResourceLimits | None) -> ResourceLimits | None:
+        """A profile's `limits:`, or None when it sets none."""
+        return section if section is not None and section.items() else None
 
     def items(self) -> list[tuple[str, int]]:
-        """(name, value) of each limit set, in `NAMES` order."""
+        """(name, value) of each limit set, in the order of the fields."""
         return [(field.name, value) for field in fields(self) if (value := getattr(self, field.name)) is not None]
 
     def controlled(self) -> list[tuple[str, int]]:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
-from typing import Any
 
 import trio
 
+from ..log import Logger
 from .cgroups import CONTAINMENT, SPAWN_LOCK, AgentCgroup
 from .keeper import KEEPER
 from .limits import LIMIT_GROUPS, AgentGroups
@@ -50,7 +50,7 @@ def become_subreaper() -> bool:
     return _subreaper
 
 
-def log_containment(log: Any) -> None:
+def log_containment(log: Logger) -> None:
     """Say once, at start-up, whether this process's agents get cgroups of their own, and why not."""
     status = CONTAINMENT.status()
     if status.available:

@@ -23,11 +23,20 @@ takes it down with everything in it, so the agent needs no cgroup of its own (se
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 PROFILE_DIR = "{{PROFILE_DIR}}"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSettings:
+    """`sandbox:` — what the agent sees under bubblewrap beyond the system and its working directory
+    (docs/sandbox.md); `read` and `write` as written, before `~` and `{{PROFILE_DIR}}` are expanded."""
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    network: bool = True
+    hide_home: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +95,14 @@ class SandboxView:
         return lines
 
 
-def sandbox_view(
-    section: Mapping[str, Any], *, bwrap: str, cwd: str, home: str | None, profile_dir: str
-) -> SandboxView:
-    """The sandbox a profile's validated `sandbox` section gives an agent working in `cwd` (absolute).
+def sandbox_view(section: SandboxSettings, *, bwrap: str, cwd: str, home: str | None, profile_dir: str) -> SandboxView:
+    """The sandbox a profile's `sandbox` section gives an agent working in `cwd` (absolute).
 
     Raises ValueError when the working directory would uncover what the sandbox hides (it is `/`, or holds a
     hidden home), with what to do instead.
     """
     hidden: list[str] = []
-    if section.get("hide_home", True):
+    if section.hide_home:
         for candidate in dict.fromkeys((home, _password_home())):  # most often one: $HOME is the user's home
             if candidate and os.path.isabs(candidate):
                 candidate = os.path.realpath(candidate)
@@ -112,9 +119,9 @@ def sandbox_view(
         bwrap=bwrap,
         cwd=cwd,
         hidden=tuple(hidden),
-        read=tuple(expand_path(path, profile_dir) for path in section.get("read", ())),
-        write=tuple(expand_path(path, profile_dir) for path in section.get("write", ())),
-        network=bool(section.get("network", True)),
+        read=tuple(expand_path(path, profile_dir) for path in section.read),
+        write=tuple(expand_path(path, profile_dir) for path in section.write),
+        network=section.network,
     )
 
 

@@ -22,7 +22,7 @@ first use: a turn pays only for the dialect it speaks.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .agentproc01 import (
     ERROR_PREFIX,
@@ -61,6 +61,10 @@ from .events import (
     UsageEvent,
 )
 from .framing import LineSplitter
+
+if TYPE_CHECKING:
+    from .warm import WarmDialect  # imported with the warm protocols' modules, not with every profile
+
 from .settings import (
     AcpSettings,
     AnteSettings,
@@ -223,12 +227,14 @@ PROTOCOLS: dict[str, ProtocolInfo] = {
 }
 
 
-def dialect_class(protocol: str) -> Any:
-    """The dialect class of `protocol` (a `KeyError` for a name not in `PROTOCOLS`)."""
+def dialect_class(protocol: str) -> type[Dialect] | type[WarmDialect]:
+    """The dialect class of `protocol` (a `KeyError` for a name not in `PROTOCOLS`): a `WarmDialect` for the
+    protocols that keep one process per conversation (`ProtocolInfo.warm`), else a one-turn `Dialect`."""
     if protocol == DEFAULT_PROTOCOL:
         return AgentProc01
     info = PROTOCOLS[protocol]
-    return getattr(import_module(f".{info.module}", __name__), info.dialect)
+    found: type[Dialect] | type[WarmDialect] = getattr(import_module(f".{info.module}", __name__), info.dialect)
+    return found
 
 
 __all__ = [

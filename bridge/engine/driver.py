@@ -23,12 +23,13 @@ import signal
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
 from ..confinement.orphans import collect_orphans
 from ..confinement.process import READ_CHUNK, AgentProcess
+from ..log import Logger
 from .launch import LaunchPlan
 from .result import Ending
 
@@ -273,7 +274,7 @@ class AgentIO:
         self,
         plan: LaunchPlan,
         agent: AgentProcess,
-        log: Any,
+        log: Logger,
         limits: TurnLimits,
         on_stderr: Callable[[bytes], None] | None = None,
         on_not_reading: Callable[[], None] | None = None,

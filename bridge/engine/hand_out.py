@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from ..dialects.events import ActivityEvent
 from ..files.outbox import collect_beneath
 from ..files.turn_directory import TurnFiles
+from ..log import Logger
 from ..profile import Profile
 from .loop import Emit
 from .result import Outcome, TurnResult
 
 
-async def hand_out(files: TurnFiles, profile: Profile, result: TurnResult, emit: Emit | None, log: Any) -> TurnResult:
+async def hand_out(
+    files: TurnFiles, profile: Profile, result: TurnResult, emit: Emit | None, log: Logger
+) -> TurnResult:
     """The turn is over: `result` with the files of the turn's outbox, each emitted as a `FileEvent` (and what was
     left out as a `notice`) before the result. An outbox that holds nothing to send is removed beneath the
     descriptor `files` holds; one that does is the host's to remove (`remove_outbox`) once the files were
@@ -40,7 +42,7 @@ async def hand_out(files: TurnFiles, profile: Profile, result: TurnResult, emit:
 
 
 async def hand_out_turn_files(
-    files: TurnFiles, keep_attachments: bool, profile: Profile, result: TurnResult, emit: Emit | None, log: Any
+    files: TurnFiles, keep_attachments: bool, profile: Profile, result: TurnResult, emit: Emit | None, log: Logger
 ) -> TurnResult:
     """The turn is over: its fetched attachments deleted (unless `keep_attachments`: the profile keeps them), its
     outbox handed out (`hand_out`), and its directories let go of (what is left in them is the host's)."""

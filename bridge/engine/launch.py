@@ -106,77 +106,34 @@ def _values(
 def _plan(
     profile: Profile, environ: Mapping[str, str], session_id: str, session_name: str, turn: Turn | None
 ) -> LaunchPlan:
-    new_session_id = ""
-    if not session_id and any(NEW_SESSION_ID in word for word in profile.new_session_args):
-        import uuid  # only profiles that name new sessions pay for the module
-
-        new_session_id = str(uuid.uuid4())
+    new_session_id = _new_session_id(profile, session_id)
     values = _values(profile, session_id, session_name, turn, new_session_id)
     notes: list[str] = []
     if turn is None or profile.warm:  # a long-lived agent: its dialect writes to stdin for the whole session
         handover = Handover(keep_open=True)
     else:
-        handover = profile.dialect.handover(turn, profile.dialect_context)
+        handover = profile.turn_dialect.handover(turn, profile.dialect_context)
     # The prompt as the protocol hands it (the message with its fetched files named) fills argv and env; cwd keeps
     # the message as sent, whose rules (one path component) a list of paths could never meet.
     given = values if handover.message is None else {**values, "MESSAGE": handover.message}
-    template = profile.resume_argv_template if session_id else profile.argv_template
-    argv = tuple(_render(word, given) for word in template)
-    if handover.options:
-        after_command = len(template) - len(profile.resume_args if session_id else profile.new_session_args)
-        after_command -= len(profile.args)
-        argv = (*argv[:after_command], *handover.options, *argv[after_command:])
-    for index, word in enumerate(argv):
-        if too_long(word):
-            raise LaunchError(
-                126,
-                f"argument {index} is {byte_size(word)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
-                "bytes for one argument; pass the message in AGENT_MESSAGE or with `stdin: message`",
-            )
-
+    argv = _argv(profile, given, session_id, handover.options)
     env = _base_environment(profile, environ)
     for name, value_template in profile.env.items():
         if name not in PROTOCOL_VARIABLES:
             env[name] = _render(value_template, given, environ, profile.env_allowlist, notes, name)
     env.update(_protocol_variables(profile, session_id, session_name, turn))
-    message = env["AGENT_MESSAGE"]
-    if too_long("AGENT_MESSAGE=" + message):
-        if not (profile.stdin != "none" or PROTOCOLS[profile.protocol].message_on_stdin):
-            raise LaunchError(
-                126,
-                f"the message is {byte_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
-                "bytes for one environment variable; set `stdin: message` in the profile so long "
-                "messages reach the agent on stdin",
-            )
-        env["AGENT_MESSAGE"] = _cut_to_bytes(message, MAX_ARG_STRLEN - len("AGENT_MESSAGE=") - 1)
-        notes.append("the message is too long for AGENT_MESSAGE; it holds a truncated copy, stdin has all of it")
-    for name, value in env.items():
-        if (len(name) + len(value)) * 4 + 2 > MAX_ARG_STRLEN and too_long(f"{name}={value}"):
-            raise LaunchError(
-                126,
-                f"environment variable {name} is {byte_size(value)} bytes, over the OS limit of "
-                f"{MAX_ARG_STRLEN} bytes for one variable; {_what_to_shorten(name)}",
-            )
-
+    _fit_the_message(profile, env, notes)
+    _check_environment_sizes(env)
     cwd = _working_directory(profile, values)
     # The bridge's own programs in front of the profile's command: bwrap, then prlimit inside the sandbox.
-    before: list[str] = []
     sandbox = effective_sandbox(profile, environ, cwd)
-    if sandbox is not None:
-        before += sandbox.argv()
-        if "TMPDIR" in env and "TMPDIR" not in profile.env:
-            env["TMPDIR"] = "/tmp"  # the bridge's own temporary directory is not in the sandbox's private /tmp
+    before = sandbox.argv() if sandbox is not None else []
+    if sandbox is not None and "TMPDIR" in env and "TMPDIR" not in profile.env:
+        env["TMPDIR"] = "/tmp"  # the bridge's own temporary directory is not in the sandbox's private /tmp
     limits = ResourceLimits.of(profile.limits)
-    rlimits = limits.rlimits() if limits is not None else ()
-    if rlimits:
-        prlimit = find_tool(PRLIMIT, environ.get("PATH", os.defpath))
-        if prlimit is None:
-            raise LaunchError(127, missing_tool(PRLIMIT))
-        before += prlimit_words(prlimit, rlimits)
-    argv = (*before, *argv)
-
+    before += _prlimit_words(limits, environ)
     return LaunchPlan(
-        argv=argv,
+        argv=(*before, *argv),
         env=env,
         cwd=cwd,
         stdin=handover.stdin,
@@ -187,6 +144,71 @@ def _plan(
         limits=limits,
         command_at=len(before),
     )
+
+
+def _new_session_id(profile: Profile, session_id: str) -> str:
+    """A fresh id for a turn that starts a session under a profile that names it (`{{NEW_SESSION_ID}}`), else ""."""
+    if session_id or not any(NEW_SESSION_ID in word for word in profile.new_session_args):
+        return ""
+    import uuid  # only profiles that name new sessions pay for the module
+
+    return str(uuid.uuid4())
+
+
+def _argv(profile: Profile, given: Mapping[str, str], session_id: str, options: tuple[str, ...]) -> tuple[str, ...]:
+    """The profile's argv rendered, with the dialect's `options` after the command's own words."""
+    template = profile.resume_argv_template if session_id else profile.argv_template
+    argv = tuple(_render(word, given) for word in template)
+    if options:
+        after_command = len(template) - len(profile.resume_args if session_id else profile.new_session_args)
+        after_command -= len(profile.args)
+        argv = (*argv[:after_command], *options, *argv[after_command:])
+    for index, word in enumerate(argv):
+        if too_long(word):
+            raise LaunchError(
+                126,
+                f"argument {index} is {byte_size(word)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
+                "bytes for one argument; pass the message in AGENT_MESSAGE or with `stdin: message`",
+            )
+    return argv
+
+
+def _fit_the_message(profile: Profile, env: dict[str, str], notes: list[str]) -> None:
+    """A message too long for AGENT_MESSAGE is cut there when stdin has all of it; else `LaunchError`."""
+    message = env["AGENT_MESSAGE"]
+    if not too_long("AGENT_MESSAGE=" + message):
+        return
+    if not (profile.stdin != "none" or PROTOCOLS[profile.protocol].message_on_stdin):
+        raise LaunchError(
+            126,
+            f"the message is {byte_size(message)} bytes, over the OS limit of {MAX_ARG_STRLEN} "
+            "bytes for one environment variable; set `stdin: message` in the profile so long "
+            "messages reach the agent on stdin",
+        )
+    env["AGENT_MESSAGE"] = _cut_to_bytes(message, MAX_ARG_STRLEN - len("AGENT_MESSAGE=") - 1)
+    notes.append("the message is too long for AGENT_MESSAGE; it holds a truncated copy, stdin has all of it")
+
+
+def _check_environment_sizes(env: Mapping[str, str]) -> None:
+    """`LaunchError` for a variable over the OS's limit, saying what to shorten."""
+    for name, value in env.items():
+        if (len(name) + len(value)) * 4 + 2 > MAX_ARG_STRLEN and too_long(f"{name}={value}"):
+            raise LaunchError(
+                126,
+                f"environment variable {name} is {byte_size(value)} bytes, over the OS limit of "
+                f"{MAX_ARG_STRLEN} bytes for one variable; {_what_to_shorten(name)}",
+            )
+
+
+def _prlimit_words(limits: ResourceLimits | None, environ: Mapping[str, str]) -> list[str]:
+    """prlimit's words that set the rlimits among `limits` on the agent (none: no words); `LaunchError` without it."""
+    rlimits = limits.rlimits() if limits is not None else ()
+    if not rlimits:
+        return []
+    prlimit = find_tool(PRLIMIT, environ.get("PATH", os.defpath))
+    if prlimit is None:
+        raise LaunchError(127, missing_tool(PRLIMIT))
+    return prlimit_words(prlimit, rlimits)
 
 
 _TURN_FIELD_OF = {

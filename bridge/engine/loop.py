@@ -33,7 +33,7 @@ import trio
 
 from ..dialects import ActivityEvent, AgentInput, ErrorEvent, Event, PartialEvent, SessionEvent
 from ..dialects.events import FileEvent, QuestionRequest, RequestWithdrawn
-from ..log import get_logger
+from ..log import Logger, get_logger
 from ..permissions import Decision, PermissionPolicy, PermissionRequest
 from ..profile import Profile
 from .questions import OpenQuestion, QuestionAnswer, Questions
@@ -109,7 +109,7 @@ class TurnLoop:
         recorder: TurnRecorder,
         policy: PermissionPolicy,
         emit: Emit | None,
-        log: Any,
+        log: Logger,
         send: Callable[[bytes], None],
         questions: Questions,
         read: Callable[[], Awaitable[bytes]] | None = None,
@@ -251,7 +251,7 @@ def turn_logger(profile: Profile, turn_id: str | None) -> Any:
 
 
 def finish_turn(
-    recorder: TurnRecorder, ending: Ending, stderr_tail: str, started: float, log: Any, **fields: Any
+    recorder: TurnRecorder, ending: Ending, stderr_tail: str, started: float, log: Logger, **fields: Any
 ) -> TurnResult:
     """The turn's result by the recorder's rules, logged with `fields`."""
     duration_ms = round((trio.current_time() - started) * 1000)

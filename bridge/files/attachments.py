@@ -22,9 +22,7 @@ import os
 import ssl
 import stat
 import urllib.parse
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 import h11
 import trio
@@ -32,6 +30,9 @@ import trio
 from ..confinement.exec_limits import attachments_fit
 from ..dialects import PROTOCOLS
 from ..errors import AttachmentFailed, AttachmentRefused
+from ..log import Logger
+from ..profile import Profile
+from ..profile.sections import AttachmentsSettings
 from ..turn import Attachment, Turn, guessed_media_type, normalised_media_type
 from .fetch_policy import (
     MAX_REDIRECTS,
@@ -55,28 +56,29 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _USER_AGENT = "agent-bridge (attachment fetch)"
 
 
-def policy_of(profile: Any, allow_hosts: tuple[str, ...] = ()) -> AttachmentPolicy:
+def policy_of(profile: Profile, allow_hosts: tuple[str, ...] = ()) -> AttachmentPolicy:
     """The attachment policy of `profile`'s `attachments` section, with a host's `allow_hosts` added; `fetch`
     unset is the protocol's default."""
-    section: Mapping[str, Any] = profile.attachments or {}
-    fetch = section.get("fetch")
+    section = profile.attachments or AttachmentsSettings()
     return AttachmentPolicy(
-        **{
-            **section,
-            "allow_hosts": tuple(section.get("allow_hosts", ())),
-            "fetch": PROTOCOLS[profile.protocol].fetches_attachments if fetch is None else fetch,
-        }
+        max_file_bytes=section.max_file_bytes,
+        max_turn_bytes=section.max_turn_bytes,
+        max_count=section.max_count,
+        timeout_secs=section.timeout_secs,
+        allow_hosts=section.allow_hosts,
+        keep=section.keep,
+        fetch=PROTOCOLS[profile.protocol].fetches_attachments if section.fetch is None else section.fetch,
     ).with_hosts(allow_hosts)
 
 
-def makes_files(profile: Any, attachments: tuple[Attachment, ...], allow_hosts: tuple[str, ...] = ()) -> bool:
+def makes_files(profile: Profile, attachments: tuple[Attachment, ...], allow_hosts: tuple[str, ...] = ()) -> bool:
     """Whether `attachments` become files in the turn's directory under `profile` (fetched, or what a pass-through
     makes): a pass-through turn that makes none needs no attachments directory, and cannot fail for want of one."""
     return bool(attachments) and (policy_of(profile, allow_hosts).fetch or bool(_made_here(attachments)))
 
 
 async def prepare_attachments(
-    turn: Turn, files: TurnFiles, policy: AttachmentPolicy, log: Any, cancel: trio.Event | None = None
+    turn: Turn, files: TurnFiles, policy: AttachmentPolicy, log: Logger, cancel: trio.Event | None = None
 ) -> Turn:
     """`turn` with its attachments fetched into `files.attachments` (with `policy.fetch` off, only those
     `_passed_through` says). Raises `AttachmentFailed`; then, as on a trio cancellation, nothing fetched is left
@@ -95,7 +97,7 @@ async def _passed_through(
     attachments: tuple[Attachment, ...],
     files: TurnFiles,
     policy: AttachmentPolicy,
-    log: Any,
+    log: Logger,
     cancel: trio.Event | None,
 ) -> tuple[Attachment, ...]:
     """The attachments as sent, URLs untouched, no address reached: only what the agent could not get otherwise
@@ -137,7 +139,7 @@ async def _fetch_all(
     attachments: tuple[Attachment, ...],
     files: TurnFiles,
     policy: AttachmentPolicy,
-    log: Any,
+    log: Logger,
     cancel: trio.Event | None,
 ) -> tuple[Attachment, ...]:
     taken: set[str] = set()

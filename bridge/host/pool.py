@@ -24,12 +24,12 @@ the host's shutdown) is killed at once.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from typing import Any
 
 import trio
 
 from ..engine.warm_agents import WarmAgent
 from ..errors import WarmStartError
+from ..log import Logger
 from ..profile import Profile
 
 Key = tuple[str, str, str]  # (profile name, conversation, session name)
@@ -46,7 +46,7 @@ class _Entry:
 class WarmPool:
     """Live warm agents by conversation. Its tasks (the agents' pipes, idle timers, goodbyes) run in `nursery`."""
 
-    def __init__(self, nursery: trio.Nursery, log: Any) -> None:
+    def __init__(self, nursery: trio.Nursery, log: Logger) -> None:
         self._nursery = nursery
         self._log = log
         self._idle: dict[str, OrderedDict[Key, _Entry]] = {}  # by profile name; least recently used first
@@ -60,7 +60,7 @@ class WarmPool:
         idle = sum(entry.agent.alive for entries in self._idle.values() for entry in entries.values())
         return idle + len(self._busy)
 
-    async def checkout(self, key: Key, profile: Profile, session_id: str, stamp: str, log: Any) -> WarmAgent:
+    async def checkout(self, key: Key, profile: Profile, session_id: str, stamp: str, log: Logger) -> WarmAgent:
         """The agent for `key`'s next turn: the warm one if it fits, else a new one that resumes `session_id`.
 
         Raises `WarmStartError` when a new agent cannot be started; the pool

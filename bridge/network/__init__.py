@@ -5,6 +5,7 @@
 - `door`: who may come in, how many at once, each tenant's turns;
 - `tokens`: the bearer tokens file;
 - `metrics`: health and Prometheus metrics of a host (the door's `/metrics`) or a worker;
+- `mcp`: `agent-bridge mcp --listen`, the MCP door (`serving.mcp`) at `/mcp` over Streamable HTTP;
 - `worker_metrics`: `agent-bridge worker --metrics`, a worker's own small server.
 - `extra`: whether the `http` extra is installed, asked before the modules above import it.
 

@@ -16,13 +16,16 @@ from functools import partial
 
 import trio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import ListenError
+from ..serving.session import Tenant
 from .app import unauthorized
-from .door import DoorLimits
+from .auth import TenantGate
+from .door import LOOPBACK_TENANT, DoorLimits
 from .extra import require_http_extra
 from .listen import Address, hypercorn_config, is_loopback, parse_address, serve_app
 from .metrics import Metrics, StatsSource, healthz, metrics_response, readyz_response
@@ -55,9 +58,6 @@ class WorkerMetrics:
 
     def app(self, worker: StatsSource) -> Starlette:
         async def metrics(request: Request) -> Response:
-            token = bearer_token(request.headers.get("authorization"))
-            if self.tokens is not None and self.tokens.tenant_of(token) is None:
-                return unauthorized()
             return await metrics_response(self.metrics, worker)
 
         async def readyz(request: Request) -> Response:
@@ -68,8 +68,17 @@ class WorkerMetrics:
                 Route("/healthz", healthz, methods=["GET"]),
                 Route("/readyz", readyz, methods=["GET"]),
                 Route("/metrics", metrics, methods=["GET"]),
-            ]
+            ],
+            middleware=[
+                Middleware(TenantGate, tenant_of=self.tenant_of, refusal=unauthorized, public=("/healthz", "/readyz"))
+            ],
         )
+
+    def tenant_of(self, authorization: str | None) -> Tenant | None:
+        """Whoever may read the metrics: any token of the file (no file: the loopback clients)."""
+        if self.tokens is None:
+            return LOOPBACK_TENANT
+        return self.tokens.tenant_of(bearer_token(authorization))
 
 
 def worker_metrics(listen: str, tokens_file: str | None, program: str = "worker") -> WorkerMetrics:

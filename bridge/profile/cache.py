@@ -31,8 +31,15 @@ from typing import Any, NamedTuple
 _FORMAT = 2
 # What decides whether a profile is valid, and what validation produces: an edit to any of them validates afresh.
 _VALIDATORS = (
-    *(Path(__file__).with_name(name) for name in ("schema.py", "argv_rules.py", "fields.py")),
-    Path(__file__).parent.parent / "dialects" / "settings.py",
+    *(
+        Path(__file__).with_name(name)
+        for name in ("schema.py", "argv_rules.py", "argv_programs.py", "fields.py", "sections.py")
+    ),
+    # The other sections' types, which hold their defaults (see `sections.py`).
+    *(
+        Path(__file__).parent.parent / name
+        for name in ("dialects/settings.py", "permissions.py", "confinement/sandbox.py", "confinement/limits.py")
+    ),
 )
 _MAX_SYMLINKS = 40  # the kernel's own limit before ELOOP
 

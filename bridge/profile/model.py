@@ -9,18 +9,26 @@ pydantic's model machinery — which costs more start-up than all of the bridge.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
+from ..confinement.limits import ResourceLimits
 from ..confinement.programs import BWRAP, PRLIMIT, find_tool, needs_prlimit
+from ..confinement.sandbox import SandboxSettings
 from ..dialects import PROTOCOLS, DialectContext, dialect_class
 from ..errors import Problem, ProfileError
 from ..permissions import PermissionPolicy
 from . import cache as profile_cache
 from .fields import FIELD_NAMES
+from .sections import DEFAULT_OUTBOX, AttachmentsSettings, OutboxSettings
+
+if TYPE_CHECKING:
+    from ..dialects import Dialect
+    from ..dialects.warm import WarmDialect
 
 
 class Profile:
@@ -49,10 +57,10 @@ class Profile:
     protocol: str
     resume_args: tuple[str, ...]
     new_session_args: tuple[str, ...]
-    permissions: Mapping[str, Any] | None
-    attachments: Mapping[str, Any] | None
-    sandbox: Mapping[str, Any] | None
-    limits: Mapping[str, Any] | None
+    permissions: PermissionPolicy | None
+    attachments: AttachmentsSettings | None
+    sandbox: SandboxSettings | None
+    limits: ResourceLimits | None
     keep_warm_secs: float
     max_warm: int
     start_timeout_secs: float
@@ -69,7 +77,7 @@ class Profile:
     kill_grace_secs: float
     max_reply_chars: int | None
     truncation_suffix: str
-    outbox: Mapping[str, Any] | None
+    outbox: OutboxSettings | None
     outbox_max_files: int
     outbox_max_bytes: int
     include_stderr_in_reply: bool
@@ -84,10 +92,11 @@ class Profile:
     """A resumed session's argv: `command` split into words, `resume_args`, `args`."""
     protocol_settings: Mapping[str, Any]
     """The profile's section named after its protocol, as written (defaults left out)."""
-    settings: Any
-    """The protocol's settings object: `protocol_settings` over its defaults."""
-    dialect: Any
-    """The protocol's dialect class (see `bridge.dialects.base.Dialect`)."""
+    settings: object
+    """The protocol's settings object (its class in `bridge.dialects.settings`): `protocol_settings` over its
+    defaults."""
+    dialect: type[Dialect] | type[WarmDialect]
+    """The protocol's dialect class: a `WarmDialect` when `warm`, else a one-turn `Dialect`."""
     dialect_context: DialectContext
     """What the protocol's dialect is told of this profile."""
     permission_policy: PermissionPolicy
@@ -118,7 +127,9 @@ class Profile:
     def _assign(self, values: Mapping[str, Any], profile_dir: str) -> None:
         for name in FIELD_NAMES:
             value = values[name]
-            if isinstance(value, list):
+            if name in _SECTIONS:
+                value = None if value is None else _section(_SECTIONS[name], value)
+            elif isinstance(value, list):
                 value = tuple(value)
             elif isinstance(value, dict):
                 value = MappingProxyType(dict(value))
@@ -140,18 +151,32 @@ class Profile:
                 permissions=self.permissions is not None,
             ),
         )
-        object.__setattr__(self, "permission_policy", PermissionPolicy.from_mapping(self.permissions))
+        object.__setattr__(self, "permission_policy", self.permissions or PermissionPolicy())
         object.__setattr__(self, "profile_dir", profile_dir)
 
     @property
     def tell_agent_outbox(self) -> str:
         """How the agent is told its outbox (`outbox.tell_agent`): session, every_turn or never."""
-        return str(self.outbox.get("tell_agent", "session")) if self.outbox is not None else "session"
+        return (self.outbox or DEFAULT_OUTBOX).tell_agent
 
     @property
     def warm(self) -> bool:
         """Its protocol keeps one agent process for many turns (ACP, aionrs, Ante): see `bridge.engine.warm_agents`."""
         return PROTOCOLS[self.protocol].warm
+
+    @property
+    def turn_dialect(self) -> type[Dialect]:
+        """`dialect`, for a protocol that runs one process per turn (not `warm`)."""
+        if self.warm:
+            raise TypeError(f"protocol {self.protocol} keeps its agent warm: its dialect is `warm_dialect`")
+        return cast("type[Dialect]", self.dialect)  # PROTOCOLS says which kind, where the class is named
+
+    @property
+    def warm_dialect(self) -> type[WarmDialect]:
+        """`dialect`, for a protocol that keeps one process per conversation (`warm`)."""
+        if not self.warm:
+            raise TypeError(f"protocol {self.protocol} runs one process per turn: its dialect is `turn_dialect`")
+        return cast("type[WarmDialect]", self.dialect)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a Profile is immutable; use profile.replace({name}=...)")
@@ -169,6 +194,8 @@ class Profile:
                 value = list(value)
             elif isinstance(value, MappingProxyType):
                 value = dict(value)
+            elif name in _SECTIONS and value is not None:
+                value = _section_values(value)
             values[name] = value
         if self.protocol_settings:
             values[self.protocol] = dict(self.protocol_settings)
@@ -192,6 +219,31 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile(name={self.name!r}, command={self.command!r})"
+
+
+_Section = PermissionPolicy | AttachmentsSettings | OutboxSettings | SandboxSettings | ResourceLimits
+_SECTIONS: Mapping[str, type[_Section]] = {
+    "permissions": PermissionPolicy,
+    "attachments": AttachmentsSettings,
+    "outbox": OutboxSettings,
+    "sandbox": SandboxSettings,
+    "limits": ResourceLimits,
+}
+"""The sections of a profile, by field name: each a frozen dataclass that holds its defaults."""
+
+
+def _section(kind: type[_Section], values: Mapping[str, Any]) -> _Section:
+    """A section from its validated values (lists become tuples; a key left out keeps its default)."""
+    typed: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    return kind(**typed)
+
+
+def _section_values(section: _Section) -> dict[str, Any]:
+    """Every key of a section with its value, as the schema writes them (tuples become lists)."""
+    return {
+        field.name: list(value) if isinstance(value := getattr(section, field.name), tuple) else value
+        for field in dataclasses.fields(section)
+    }
 
 
 def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile:

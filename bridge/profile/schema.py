@@ -13,7 +13,7 @@ import inspect
 import re
 import shlex
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -30,21 +30,25 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..confinement.limits import ResourceLimits
 from ..confinement.programs import BWRAP, PRLIMIT, find_tool, missing_tool, needs_prlimit
+from ..confinement.sandbox import SandboxSettings
 from ..dialects import DEFAULT_PROTOCOL, PROTOCOLS
 from ..errors import Problem, ProfileError
-from ..permissions import TOOL_KINDS
+from ..permissions import TOOL_KINDS, PermissionPolicy
 from .argv_rules import argv_problem, environment_problem, stdin_problem
-from .fields import (
-    DEFAULT_MAX_COUNT,
-    DEFAULT_MAX_FILE_BYTES,
-    DEFAULT_MAX_TURN_BYTES,
-    DEFAULT_TIMEOUT_SECS,
-    PLACEHOLDER_PATTERN,
-    PLACEHOLDERS,
-)
+from .fields import PLACEHOLDER_PATTERN, PLACEHOLDERS
+from .sections import AttachmentsSettings, OutboxSettings
 
 _ENV_NAME = re.compile(r"[^=\0]+")
+_Template = tuple[tuple[str, ...], tuple[tuple[str | int, ...], ...]]
+"""An argv template's words, and where in the profile each comes from (("command",), ("args", 0), …)."""
+# The sections' defaults are written once, in their typed classes (`bridge.profile.sections`, `PermissionPolicy`).
+_PERMISSIONS = PermissionPolicy()
+_ATTACHMENTS = AttachmentsSettings()
+_OUTBOX = OutboxSettings()
+_SANDBOX = SandboxSettings()
+_LIMITS = ResourceLimits()
 
 
 class PermissionsModel(BaseModel):
@@ -53,23 +57,25 @@ class PermissionsModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     default: Literal["allow", "deny", "ask"] = Field(
-        default="deny",
+        default=_PERMISSIONS.default,
         description="What a tool that neither list names gets: allow, deny (the default), or ask "
         "(the host decides: a chat user, a bot through serve's decide request, a Python callback).",
     )
     allow: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=[],
+        default=list(_PERMISSIONS.allow),
         description="Tools to allow: names as the agent calls them, in any case (wildcards * ? [...] "
         f"allowed), or kinds ({', '.join(TOOL_KINDS)}).",
     )
     deny: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=[], description="Tools to deny, written like allow; deny wins over allow."
+        default=list(_PERMISSIONS.deny), description="Tools to deny, written like allow; deny wins over allow."
     )
     ask: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=[], description="Tools the host decides, written like allow (deny and allow win over ask)."
+        default=list(_PERMISSIONS.ask),
+        description="Tools the host decides, written like allow (deny and allow win over ask).",
     )
     timeout_secs: Annotated[float, Field(gt=0)] = Field(
-        default=120.0, description="How long a question may wait for the host's answer; then the answer is deny."
+        default=_PERMISSIONS.timeout_secs,
+        description="How long a question may wait for the host's answer; then the answer is deny.",
     )
 
 
@@ -79,29 +85,29 @@ class AttachmentsModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     max_file_bytes: Annotated[int, Field(gt=0)] = Field(
-        default=DEFAULT_MAX_FILE_BYTES, description="The largest attachment, in bytes (25 MiB by default)."
+        default=_ATTACHMENTS.max_file_bytes, description="The largest attachment, in bytes (25 MiB by default)."
     )
     max_turn_bytes: Annotated[int, Field(gt=0)] = Field(
-        default=DEFAULT_MAX_TURN_BYTES, description="The most a turn's attachments may bring together (100 MiB)."
+        default=_ATTACHMENTS.max_turn_bytes, description="The most a turn's attachments may bring together (100 MiB)."
     )
     max_count: Annotated[int, Field(ge=0)] = Field(
-        default=DEFAULT_MAX_COUNT, description="The most attachments one turn may have (10)."
+        default=_ATTACHMENTS.max_count, description="The most attachments one turn may have (10)."
     )
     timeout_secs: Annotated[float, Field(gt=0)] = Field(
-        default=DEFAULT_TIMEOUT_SECS, description="How long fetching all of a turn's attachments may take (60 s)."
+        default=_ATTACHMENTS.timeout_secs, description="How long fetching all of a turn's attachments may take (60 s)."
     )
     allow_hosts: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=[],
+        default=list(_ATTACHMENTS.allow_hosts),
         description="Host names, addresses and CIDR networks that may be fetched from although they are loopback, "
         "private or link-local (refused by default: a chat user's URL must not reach the bridge's own network).",
     )
     keep: bool = Field(
-        default=False,
+        default=_ATTACHMENTS.keep,
         description="Leave each turn's attachments (.agent-bridge/attachments/<turn id>/ in the agent's working "
         "directory) when the turn ends, instead of removing them.",
     )
     fetch: bool | None = Field(
-        default=None,
+        default=_ATTACHMENTS.fetch,
         description="Fetch each attachment before the agent starts (true: the agent gets its file's path too), or "
         "hand the agent the URLs as sent (false: nothing is fetched, and a URL the bridge could not fetch does not "
         "fail the turn). Absent: the protocol's default, false for agentproc-0.1 (its contract passes URLs "
@@ -115,7 +121,7 @@ class OutboxModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     tell_agent: Literal["session", "every_turn", "never"] = Field(
-        default="session",
+        default=_OUTBOX.tell_agent,
         description="How the agent is told its outbox: session (once per agent session, through the protocol's "
         "channel for standing instructions, the user's message untouched), every_turn (a sentence after every "
         "message) or never (only the AGENT_OUTBOX variable).",
@@ -129,20 +135,20 @@ class SandboxModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     read: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=[],
+        default=list(_SANDBOX.read),
         description="More paths the agent may read (bound read-only where they exist): ~ and {{PROFILE_DIR}} are "
         "expanded, a relative path is relative to the profile's directory.",
     )
     write: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=[],
+        default=list(_SANDBOX.write),
         description="More paths the agent may write, written like read: a coding CLI's config and log-in "
         "directory (~/.codex, ~/.claude).",
     )
     network: bool = Field(
-        default=True, description="false: a network namespace of its own, with only its own loopback."
+        default=_SANDBOX.network, description="false: a network namespace of its own, with only its own loopback."
     )
     hide_home: bool = Field(
-        default=True,
+        default=_SANDBOX.hide_home,
         description="The real home directory is hidden under an empty private one at the same path ($HOME); "
         "false leaves it visible (read-only).",
     )
@@ -170,25 +176,26 @@ class LimitsModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     memory_mb: Annotated[int, Field(gt=0)] | None = Field(
-        default=None,
+        default=_LIMITS.memory_mb,
         description="Memory of all the agent's processes together, in MiB (a cgroup memory controller); over it, "
         "the kernel's out-of-memory killer stops a process of the agent.",
     )
     cpu_secs: Annotated[int, Field(gt=0)] | None = Field(
-        default=None,
+        default=_LIMITS.cpu_secs,
         description="CPU time of each of the agent's processes, in seconds (RLIMIT_CPU): over it, SIGXCPU stops it. "
         "A warm agent's process counts across all its turns.",
     )
     processes: Annotated[int, Field(gt=0)] | None = Field(
-        default=None,
+        default=_LIMITS.processes,
         description="Processes and threads the agent may have at once (a cgroup pids controller): a fork over it "
         "fails.",
     )
     file_size_mb: Annotated[int, Field(gt=0)] | None = Field(
-        default=None, description="The largest file the agent may write, in MiB (RLIMIT_FSIZE): SIGXFSZ past it."
+        default=_LIMITS.file_size_mb,
+        description="The largest file the agent may write, in MiB (RLIMIT_FSIZE): SIGXFSZ past it.",
     )
     open_files: Annotated[int, Field(gt=0)] | None = Field(
-        default=None,
+        default=_LIMITS.open_files,
         description="Descriptors each of the agent's processes may have open (RLIMIT_NOFILE): opening one more fails.",
     )
 
@@ -372,6 +379,35 @@ class ProfileModel(BaseModel):
 
     @model_validator(mode="after")
     def _build_argv_template(self) -> ProfileModel:
+        templates = self._argv_templates()
+        for text, location in self._templated_fields(templates.values()):
+            _check_placeholders(text, location)
+        for name, value in self.env.items():
+            reason = environment_problem(name, value)
+            if reason is not None:
+                raise _located_error(("env", name), "{reason}", reason=reason)
+        self._check_protocol_fields()
+        if PROTOCOLS[self.protocol].warm:
+            self._check_no_message_in_warm_argv(templates.values())
+        message_on_stdin = self.stdin != "none" or PROTOCOLS[self.protocol].message_on_stdin
+        for argv, locations in templates.values():
+            problem = argv_problem(argv)
+            if problem is not None:
+                raise _located_error(locations[problem.index], "{reason}", reason=problem.message)
+            if message_on_stdin and (reason := stdin_problem(argv)) is not None:
+                where = ("stdin",) if self.stdin != "none" else ("protocol",)
+                raise _located_error(where, "{reason}", reason=reason)
+        if self.sandbox is not None and find_tool(BWRAP) is None:
+            raise _located_error(("sandbox",), "{reason}", reason=missing_tool(BWRAP))
+        if self.limits is not None and needs_prlimit(self.limits.model_dump()) and find_tool(PRLIMIT) is None:
+            raise _located_error(("limits",), "{reason}", reason=missing_tool(PRLIMIT))
+        self._argv_template = templates["new_session_args"][0]
+        self._resume_argv_template = templates["resume_args"][0]
+        return self
+
+    def _argv_templates(self) -> dict[str, _Template]:
+        """A new session's and a resumed session's argv (by the field that makes them differ), with where in the
+        profile each word comes from."""
         if isinstance(self.command, str):
             try:
                 words = shlex.split(self.command, posix=True)
@@ -390,39 +426,19 @@ class ProfileModel(BaseModel):
         for kind, extra in (("new_session_args", self.new_session_args), ("resume_args", self.resume_args)):
             locations = (*word_locations, *((kind, index) for index in range(len(extra))), *args)
             templates[kind] = ((*words, *extra, *self.args), locations)
-        for text, location in self._templated_fields(templates.values()):
-            _check_placeholders(text, location)
-        for name, value in self.env.items():
-            reason = environment_problem(name, value)
-            if reason is not None:
-                raise _located_error(("env", name), "{reason}", reason=reason)
-        self._check_protocol_fields()
-        if PROTOCOLS[self.protocol].warm:
-            for argv, locations in templates.values():
-                for word, location in zip(argv, locations, strict=True):
-                    if "{{MESSAGE}}" in word:
-                        raise _located_error(
-                            location,
-                            "{{{{MESSAGE}}}} cannot be in the argv of protocol {protocol}: "
-                            "its agent starts before any message and keeps running for the whole "
-                            "conversation; the messages reach it through the protocol (remove it)",
-                            protocol=self.protocol,
-                        )
-        message_on_stdin = self.stdin != "none" or PROTOCOLS[self.protocol].message_on_stdin
-        for argv, locations in templates.values():
-            problem = argv_problem(argv)
-            if problem is not None:
-                raise _located_error(locations[problem.index], "{reason}", reason=problem.message)
-            if message_on_stdin and (reason := stdin_problem(argv)) is not None:
-                where = ("stdin",) if self.stdin != "none" else ("protocol",)
-                raise _located_error(where, "{reason}", reason=reason)
-        if self.sandbox is not None and find_tool(BWRAP) is None:
-            raise _located_error(("sandbox",), "{reason}", reason=missing_tool(BWRAP))
-        if self.limits is not None and needs_prlimit(self.limits.model_dump()) and find_tool(PRLIMIT) is None:
-            raise _located_error(("limits",), "{reason}", reason=missing_tool(PRLIMIT))
-        self._argv_template = templates["new_session_args"][0]
-        self._resume_argv_template = templates["resume_args"][0]
-        return self
+        return templates
+
+    def _check_no_message_in_warm_argv(self, templates: Iterable[_Template]) -> None:
+        for argv, locations in templates:
+            for word, location in zip(argv, locations, strict=True):
+                if "{{MESSAGE}}" in word:
+                    raise _located_error(
+                        location,
+                        "{{{{MESSAGE}}}} cannot be in the argv of protocol {protocol}: "
+                        "its agent starts before any message and keeps running for the whole "
+                        "conversation; the messages reach it through the protocol (remove it)",
+                        protocol=self.protocol,
+                    )
 
     def _check_protocol_fields(self) -> None:
         """Fields that mean something to some protocols only are refused with the others."""
@@ -457,7 +473,7 @@ class ProfileModel(BaseModel):
                 protocol=self.protocol,
             )
 
-    def _templated_fields(self, templates: Any) -> Iterator[tuple[str, tuple[str | int, ...]]]:
+    def _templated_fields(self, templates: Iterable[_Template]) -> Iterator[tuple[str, tuple[str | int, ...]]]:
         for argv, locations in templates:
             yield from zip(argv, locations, strict=True)
         if self.cwd is not None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from ...errors import BridgeError, PostgresError, PostgresUnavailable
-from ...log import get_logger
+from ...log import Logger, get_logger
 
 if TYPE_CHECKING:
     import psycopg
@@ -342,7 +342,12 @@ class Database:
             return await trio.to_thread.run_sync(self._run, operation, atomic)
 
     async def run_retrying(
-        self, operation: Callable[[psycopg.Connection[Any]], T], *, log: Any = None, what: str = "", atomic: bool = True
+        self,
+        operation: Callable[[psycopg.Connection[Any]], T],
+        *,
+        log: Logger | None = None,
+        what: str = "",
+        atomic: bool = True,
     ) -> T:
         """`run`, again and again while the server cannot be reached (backing off up to 2 s)."""
         pauses = backoff()
@@ -416,7 +421,7 @@ async def listen(
     channels: tuple[str, ...],
     deliver: Callable[[Notification | Reconnected], None],
     *,
-    log: Any,
+    log: Logger,
     prepare: Callable[[psycopg.Connection[Any]], None] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:

@@ -54,7 +54,7 @@ from ...errors import (
     UnknownProfile,
 )
 from ...files.outbox import remove_outbox
-from ...log import get_logger
+from ...log import Logger, get_logger
 from ...permissions import Decision
 from ...profile import Profile
 from ..interface import HostStats, TurnObserver
@@ -153,7 +153,7 @@ class _Publisher:
     then ends with an error.
     """
 
-    def __init__(self, db: Database, log: Any, overflowed: Callable[[str, str], None]) -> None:
+    def __init__(self, db: Database, log: Logger, overflowed: Callable[[str, str], None]) -> None:
         self._db = db
         self._log = log
         self._overflowed = overflowed
@@ -435,7 +435,7 @@ class Worker:
                 del self._sessions.stamps[stamp_key]
             self._slots.release()
 
-    async def _outcome(self, held: _Held, log: Any) -> tuple[TurnResult | None, dict[str, Any] | None]:
+    async def _outcome(self, held: _Held, log: Logger) -> tuple[TurnResult | None, dict[str, Any] | None]:
         assert self._host is not None
         claimed = held.claimed
         try:
@@ -472,7 +472,7 @@ class Worker:
             return None, {"code": "store_error", "message": str(err)}
         return result, None
 
-    async def _record(self, held: _Held, result: TurnResult | None, error: dict[str, Any] | None, log: Any) -> None:
+    async def _record(self, held: _Held, result: TurnResult | None, error: dict[str, Any] | None, log: Logger) -> None:
         claimed = held.claimed
         stamp = claimed.stamp
 

@@ -101,7 +101,7 @@ Action = Send | StartPrompt | CancelPrompt | Decide | Answer
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What `initialize` says the profile can do (see `acp_door.runner.capabilities_of`)."""
+    """What `initialize` says the profile can do (see `serving.acp.capabilities_of`)."""
 
     load_session: bool
     images: bool

@@ -28,7 +28,7 @@ from ..log import get_logger
 from ..serving.file_delivery import DEFAULT_FILE_TTL, FileDeliveries
 from ..serving.output import Output
 from ..turn import Turn
-from .protocol import AcpAgentSide, Action, Answer, CancelPrompt, Capabilities, Decide, Send, StartPrompt
+from .acp_protocol import AcpAgentSide, Action, Answer, CancelPrompt, Capabilities, Decide, Send, StartPrompt
 
 READ_CHUNK = 64 * 1024
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # one JSON-RPC line: a prompt with its images, base64

@@ -1,0 +1,112 @@
+"""`agent-bridge mcp --listen HOST:PORT`: the MCP door over Streamable HTTP at `/mcp`, on hypercorn under trio.
+
+The same rules as `serve --listen` (bridge.network.listen): without `--tokens`, only a loopback address; with
+them, every request needs `Authorization: Bearer <token>` (else 401, before the SDK sees it), and a token's
+tenant sees only its profiles as tools and only its conversations (its prefix). hypercorn runs through
+`serve_app`, so one connection's error ends that connection alone and request heads are bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import trio
+
+from ..network.door import DoorLimits
+from ..network.listen import (
+    Address,
+    SocketBudget,
+    check_listen,
+    hypercorn_config,
+    serve_app,
+    sockets_within_descriptors,
+)
+from ..network.tokens import Tokens, bearer_token
+from ..serving.mcp import CLIENT_GONE, McpDoor, shut_down_on_signals
+from ..serving.session import LOCAL, Tenant
+
+MCP_PATH = "/mcp"
+
+
+def tenant_lookup(tokens: Tokens | None) -> Any:
+    """Who an HTTP request is: its token's tenant, `LOCAL` without tokens, None for a missing or wrong token."""
+
+    def tenant_of(request: Any) -> Tenant | None:
+        if tokens is None:
+            return LOCAL
+        headers = getattr(request, "headers", None)
+        return tokens.tenant_of(bearer_token(headers.get("authorization") if headers is not None else None))
+
+    return tenant_of
+
+
+class RequireToken:
+    """ASGI middleware: with tokens, a request without a valid one gets 401 and reaches nothing else. Each request
+    that passes carries an event in its scope (`CLIENT_GONE`), set when its client disconnects, which cancels a
+    call still running for it."""
+
+    def __init__(self, app: Any, tokens: Tokens | None) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.tokens is not None:
+            headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+            if self.tokens.tenant_of(bearer_token(headers.get("authorization"))) is None:
+                body = json.dumps(
+                    {
+                        "error": "unauthorized",
+                        "message": "give Authorization: Bearer <token>, a token of the tokens file",
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        gone = trio.Event()
+
+        async def receive_noting_disconnect() -> Any:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            return message
+
+        await self.app({**scope, CLIENT_GONE: gone}, receive_noting_disconnect, send)
+
+
+async def serve_mcp_http(
+    door: McpDoor,
+    address: Address,
+    *,
+    tokens: Tokens | None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve `door` at `/mcp` on `address` until SIGTERM or SIGINT; `task_status` gets the URLs."""
+    from hypercorn.trio import serve
+
+    check_listen(address, tokens)
+    limits = DoorLimits()
+    config = hypercorn_config(address, certfile=None, keyfile=None, limits=limits)
+    config.socket_budget = SocketBudget(sockets_within_descriptors(limits.max_sockets))
+    server = door.server()
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=address.host)
+    stop_listening = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(shut_down_on_signals, door.host, stop_listening)
+        urls: list[str] = await nursery.start(serve_app, serve, RequireToken(app, tokens), config, stop_listening.wait)
+        urls = [f"{url.rstrip('/')}{MCP_PATH}" for url in urls]
+        who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
+        print(f"agent-bridge mcp: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+        task_status.started(urls)
+        await stop_listening.wait()
+        nursery.cancel_scope.cancel()

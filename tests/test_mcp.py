@@ -1,0 +1,559 @@
+"""`agent-bridge mcp`: every profile a tool, driven by the official MCP SDK's client over stdio and Streamable HTTP,
+and by raw JSON-RPC lines for what a well-behaved client never sends."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+from agents_cache import npm_binary
+from conftest import CLI_PROFILES, PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent
+from doorkit import write_tokens
+from fake_anthropic import claude_env, message_stream, result_text, tool_results
+from fake_api import FakeApi, Json, Request
+from mcp.client import session as mcp_client_session
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+DEADLINE = 20
+
+HANGING_AGENT = f"""\
+#!{PYTHON}
+import os, time
+with open(os.environ["PID_FILE"], "a") as out:
+    out.write(f"{{os.getpid()}}\\n")
+print('AGENT_PARTIAL:"started"', flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def profiles(tmp_path: Path) -> Path:
+    """echo (described), stream (partials, a session), fail, and slow (never ends; records its pid)."""
+    directory = tmp_path / "profiles"
+    directory.mkdir()
+    write_agent(tmp_path, "slow.py", HANGING_AGENT)
+    (directory / "echo.yaml").write_text(
+        f'description: Echoes the message back.\ncommand: "{SAMPLE_AGENTS}/echo.sh"\ntimeout_secs: 10\n'
+    )
+    (directory / "stream.yaml").write_text(
+        f'command: ["{PYTHON}", "{SAMPLE_AGENTS}/stream.py"]\nenv: {{STREAM_DELAY: "0"}}\ntimeout_secs: 10\n'
+    )
+    (directory / "fail.yaml").write_text(f'command: "{SAMPLE_AGENTS}/fail.sh"\ntimeout_secs: 10\n')
+    (directory / "slow.yaml").write_text(
+        textwrap.dedent(f"""\
+            command: "{tmp_path}/slow.py"
+            env: {{PID_FILE: "{tmp_path}/pids"}}
+            timeout_secs: 30
+            kill_grace_secs: 1
+            """)
+    )
+    return directory
+
+
+def mcp_argv(profiles: Path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "bridge", "mcp", "--profiles", str(profiles), *options]
+
+
+def stdio_parameters(profiles: Path, tmp_path: Path, *options: str) -> StdioServerParameters:
+    argv = mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), *options)
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+async def test_profiles_are_tools_and_a_call_is_a_turn(profiles: Path, tmp_path: Path) -> None:
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+                assert sorted(tools) == ["echo", "fail", "slow", "stream"]
+                assert tools["echo"].description == "Echoes the message back."
+                assert tools["stream"].input_schema["required"] == ["message"]
+                result = await session.call_tool("echo", {"message": "hello there"})
+                assert not result.is_error
+                assert text_of(result) == "echo: hello there"
+
+
+async def test_partials_are_progress_and_a_conversation_goes_on(profiles: Path, tmp_path: Path) -> None:
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                first = await session.call_tool(
+                    "stream", {"message": "one two", "conversation": "c1"}, progress_callback=on_progress
+                )
+                second = await session.call_tool("stream", {"message": "three", "conversation": "c1"})
+                other = await session.call_tool("stream", {"message": "four"})
+    assert [message for _, message in progress] == ["one ", "two "]
+    assert [value for value, _ in progress] == [1, 2]
+    session_id = first.meta["agent-bridge/session_id"]
+    assert text_of(first) == f"turn 1 of session {session_id}\nyou said: one two"
+    assert text_of(second) == f"turn 2 of session {session_id}\nlast time you said: one two\nyou said: three"
+    assert text_of(other).startswith("turn 1 of session ")
+
+
+async def test_a_failed_turn_is_an_error_result_and_bad_arguments_are_too(profiles: Path, tmp_path: Path) -> None:
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                failed = await session.call_tool("fail", {"message": "hi"})
+                missing = await session.call_tool("echo", {"conversation": "c"})
+                huge = await session.call_tool("echo", {"message": "x" * (1024 * 1024 + 1)})
+                with pytest.raises(MCPError, match="unknown tool 'nope'"):
+                    await session.call_tool("nope", {"message": "hi"})
+                still = await session.call_tool("echo", {"message": "still here"})
+    assert failed.is_error and text_of(failed) == "The upstream service is rate limited. Try again in a minute."
+    assert failed.meta["agent-bridge/outcome"] == "agent_error"
+    assert missing.is_error and "message is required" in text_of(missing)
+    assert huge.is_error and "the limit is 1048576" in text_of(huge)
+    assert text_of(still) == "echo: still here"
+
+
+async def test_a_cancelled_call_stops_its_agent(profiles: Path, tmp_path: Path) -> None:
+    started = trio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                async with trio.open_nursery() as nursery:
+
+                    async def call() -> None:
+                        await session.call_tool("slow", {"message": "take your time"}, progress_callback=on_progress)
+
+                    nursery.start_soon(call)
+                    await started.wait()
+                    (pid,) = read_pids(tmp_path / "pids")
+                    nursery.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+                await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+                assert text_of(await session.call_tool("echo", {"message": "after"})) == "echo: after"
+
+
+def send(process: subprocess.Popen[str], message: Any) -> None:
+    assert process.stdin is not None
+    process.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
+    process.stdin.flush()
+
+
+def receive(process: subprocess.Popen[str]) -> dict[str, Any]:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line, "agent-bridge mcp closed stdout"
+    return dict(json.loads(line))
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+
+
+@pytest.fixture
+def raw_mcp(profiles: Path, tmp_path: Path) -> Any:
+    process = subprocess.Popen(
+        mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3")),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "stderr", "w"),  # noqa: SIM115 - the child holds it
+        text=True,
+    )
+    try:
+        send(process, INITIALIZE)
+        assert receive(process)["result"]["serverInfo"]["name"] == "agent-bridge"
+        send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def test_malformed_json_rpc_gets_a_parse_error_and_the_server_goes_on(raw_mcp: subprocess.Popen[str]) -> None:
+    send(raw_mcp, "this is not json")
+    assert receive(raw_mcp) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "not a JSON-RPC message: each line must be one JSON object"},
+    }
+    send(raw_mcp, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"message": "x" * (9 * 1024 * 1024)}})
+    assert receive(raw_mcp) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "a message is longer than 8388608 bytes"},
+    }
+    send(raw_mcp, {"jsonrpc": "2.0", "id": 2, "method": "no/such/method"})
+    assert receive(raw_mcp)["error"]["code"] == -32601
+    send(
+        raw_mcp,
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "ok"}}},
+    )
+    assert receive(raw_mcp)["result"]["content"] == [{"type": "text", "text": "echo: ok"}]
+
+
+def test_a_client_that_vanishes_mid_call_leaves_no_process(raw_mcp: subprocess.Popen[str], tmp_path: Path) -> None:
+    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    send(raw_mcp, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+    assert receive(raw_mcp)["method"] == "notifications/progress"
+    (pid,) = read_pids(tmp_path / "pids")
+    assert raw_mcp.stdin is not None and raw_mcp.stdout is not None
+    raw_mcp.stdin.close()
+    raw_mcp.stdout.close()
+    assert raw_mcp.wait(timeout=DEADLINE) == 0
+    assert_no_live_process([pid], within=5.0)
+
+
+ALICE = "alice-token-0123456789abcdef"
+
+
+@pytest.fixture
+def mcp_http(profiles: Path, tmp_path: Path) -> Any:
+    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file: alice may use echo, slow and stream. Yields its
+    URL."""
+    tokens = write_tokens(tmp_path / "tokens.yaml", {ALICE: "alice"}, profiles=["echo", "slow", "stream"])
+    argv = mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), "--listen", "127.0.0.1:0")
+    process = subprocess.Popen([*argv, "--tokens", str(tokens)], stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        said = []
+        for line in process.stderr:
+            said.append(line)
+            if line.startswith("agent-bridge mcp: listening on "):
+                break
+        else:
+            raise AssertionError(f"agent-bridge mcp exited before it listened: {said}")
+        yield line.split()[4]
+    finally:
+        process.terminate()
+        process.wait(timeout=DEADLINE)
+
+
+async def test_over_http_a_token_sees_its_profiles_as_tools(mcp_http: str, tmp_path: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    assert mcp_http.endswith("/mcp")
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
+    with trio.fail_after(DEADLINE):
+        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+            async with mcp_client_session.ClientSession(read, write) as session:
+                await session.initialize()
+                assert [tool.name for tool in (await session.list_tools()).tools] == ["echo", "slow", "stream"]
+                result = await session.call_tool("echo", {"message": "over http"})
+                assert text_of(result) == "echo: over http"
+                with pytest.raises(MCPError, match="unknown tool 'fail'"):
+                    await session.call_tool("fail", {"message": "not yours"})
+                streamed = await session.call_tool("stream", {"message": "hi", "conversation": "c"})
+                path = await session.call_tool("echo", {"message": "hi", "attachments": ["/etc/passwd"]})
+                assert path.is_error and "a local path is only for a client on stdio" in text_of(path)
+    listing = await trio.run_process(
+        [sys.executable, "-m", "bridge", "sessions", "list", "--state", str(tmp_path / "state.sqlite3"), "--json"],
+        capture_stdout=True,
+    )
+    stored = [json.loads(line) for line in listing.stdout.decode().splitlines()]
+    assert all(record["conversation"].startswith("alice:") for record in stored)  # the tenant's prefix
+    assert {record["conversation"]: record["session_id"] for record in stored}["alice:c"] == streamed.meta[
+        "agent-bridge/session_id"
+    ]
+
+
+async def test_over_http_a_wrong_token_gets_401_and_runs_nothing(mcp_http: str, tmp_path: Path) -> None:
+    import httpx
+
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"message": "x"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(timeout=DEADLINE) as client:
+        for authorization in ({}, {"Authorization": "Bearer not-alice-token-0123456789"}):
+            response = await client.post(mcp_http, json=call, headers={**headers, **authorization})
+            assert response.status_code == 401
+            assert response.json()["error"] == "unauthorized"
+    assert read_pids(tmp_path / "pids") == []
+
+
+def delegating_model(tool: str, message: str) -> Any:
+    """A fake Anthropic model that calls MCP tool `tool` with `message` once the tool is offered, then answers
+    with what the tool said."""
+
+    def respond(request: Request) -> Any:
+        if not request.path.startswith("/v1/messages") or not request.body.get("stream"):
+            return Json(200, {"input_tokens": 10})
+        if results := tool_results(request):
+            return message_stream([("text", ["The bridge's agent said: ", result_text(results[-1])])])
+        offered = [each.get("name") for each in request.body.get("tools", [])]
+        if tool not in offered:
+            return message_stream([("text", [f"no tool {tool} among {offered}"])])
+        call = {"id": "toolu_bridge", "name": tool, "input": {"message": message}}
+        return message_stream([("tool_use", call)], "tool_use")
+
+    return respond
+
+
+def ask_claude(profiles: Path, tmp_path: Path, tool: str, task: str) -> str:
+    """Claude Code's reply to a prompt, its fake model calling the bridge's `tool` with `task` through
+    `agent-bridge mcp --profiles profiles` (its --mcp-config)."""
+    home = tmp_path / "claude-home"
+    config = {
+        "mcpServers": {
+            "bridge": {
+                "command": sys.executable,
+                "args": ["-m", "bridge", *mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"))[3:]],
+                "env": {"PYTHONPATH": os.pathsep.join(sys.path)},
+            }
+        }
+    }
+    (tmp_path / "mcp.json").write_text(json.dumps(config))
+    with FakeApi(delegating_model(f"mcp__bridge__{tool}", task)) as api:
+        claude = subprocess.run(
+            [
+                str(npm_binary("claude")),
+                "-p",
+                f"ask the bridge's {tool} agent: {task}",
+                "--output-format",
+                "json",
+                "--mcp-config",
+                str(tmp_path / "mcp.json"),
+                "--allowedTools",
+                f"mcp__bridge__{tool}",
+            ],
+            # MCP_CONNECTION_NONBLOCKING=false: the first request waits for the bridge's tools (else Claude Code
+            # connects its MCP servers while the model answers, and offers them from a later request on).
+            env={"PATH": os.environ["PATH"], **claude_env(api, str(home)), "MCP_CONNECTION_NONBLOCKING": "false"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE * 3,
+        )
+    assert claude.returncode == 0, claude.stderr
+    return str(json.loads(claude.stdout)["result"])
+
+
+def test_claude_code_delegates_to_a_script_agent_through_agent_bridge_mcp(profiles: Path, tmp_path: Path) -> None:
+    reply = ask_claude(profiles, tmp_path, "stream", "summarise the logs")
+    assert reply.startswith("The bridge's agent said: turn 1 of session ")
+    assert reply.endswith("you said: summarise the logs")
+
+
+def test_claude_code_delegates_to_codex_through_agent_bridge_mcp(profiles: Path, tmp_path: Path) -> None:
+    from fakes.openai_responses import OpenAIResponses, write_codex_home
+
+    codex = npm_binary("codex")
+    (tmp_path / "codex-work").mkdir()
+    (tmp_path / "codex-tmp").mkdir()
+    with OpenAIResponses() as api:
+        ready = yaml.safe_load((CLI_PROFILES / "codex.yaml").read_text())
+        ready.update(
+            env={
+                "CODEX_HOME": str(write_codex_home(tmp_path / "codex-home" / ".codex", api.base_url)),
+                "PATH": f"{codex.parent}{os.pathsep}{os.environ['PATH']}",
+                "TMPDIR": str(tmp_path / "codex-tmp"),
+            },
+            cwd=str(tmp_path / "codex-work"),
+        )
+        (profiles / "codex.yaml").write_text(yaml.safe_dump(ready))
+        reply = ask_claude(profiles, tmp_path, "codex", "say The logs are clean.")
+        assert [request.prompt for request in api.responses_requests()] == ["say The logs are clean."]
+    assert reply == "The bridge's agent said: The logs are clean."
+
+
+def write_asking_profile(profiles: Path, tmp_path: Path) -> None:
+    """ap4: an agentproc-0.4 agent that asks to use the tool its message names (`tool=Read`), its profile saying ask."""
+    (profiles / "ap4.yaml").write_text(
+        textwrap.dedent(f"""\
+            protocol: agentproc-0.4
+            command: [{sys.executable!r}, {str(SAMPLE_AGENTS / "wire04_agent.py")!r}]
+            env: {{STREAM_DELAY: "0", TMPDIR: {str(tmp_path)!r}}}
+            permissions: {{ask: [Read], allow: [Grep], timeout_secs: 5}}
+            """)
+    )
+
+
+@pytest.mark.parametrize("elicit", [False, True])
+async def test_a_permission_the_policy_leaves_to_a_person_is_denied_without_elicitation(
+    profiles: Path, tmp_path: Path, elicit: bool
+) -> None:
+    write_asking_profile(profiles, tmp_path)
+    options = ("--elicit",) if elicit else ()  # --elicit, but a client without the capability: the same answer
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path, *options)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                asked = await session.call_tool("ap4", {"message": "hi tool=Read"})
+                allowed = await session.call_tool("ap4", {"message": "hi tool=Grep"})
+    assert "(Read was denied: denied: this agent runs as an MCP tool, and a tool call has nobody to ask" in text_of(
+        asked
+    )
+    assert "(Grep was allowed)" in text_of(allowed)
+
+
+async def test_with_elicit_the_clients_user_answers_a_permission(profiles: Path, tmp_path: Path) -> None:
+    import mcp_types
+
+    write_asking_profile(profiles, tmp_path)
+    asked: list[str] = []
+    answers = iter([True, False, None])
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        answer = next(answers)
+        if answer is None:  # a client that cannot ask its user now
+            return mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message="no user at hand")
+        return mcp_types.ElicitResult(action="accept", content={"allow": answer})
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path, "--elicit")) as streams:
+            async with mcp_client_session.ClientSession(*streams, elicitation_callback=elicitation) as session:
+                await session.initialize()
+                yes = await session.call_tool("ap4", {"message": "hi tool=Read"})
+                no = await session.call_tool("ap4", {"message": "hi again tool=Read"})
+                unasked = await session.call_tool("ap4", {"message": "hi tool=Read"})
+    assert asked == [f"The agent asks to run Read: count the {n} word(s) of your message" for n in (2, 3, 2)]
+    assert "(Read was allowed)" in text_of(yes)
+    assert "(Read was denied: denied by the MCP client's user)" in text_of(no)
+    assert "(Read was denied: denied: this agent runs as an MCP tool, and a tool call has nobody" in text_of(unasked)
+
+
+async def test_files_the_agent_left_come_embedded_or_as_links_by_size(profiles: Path, tmp_path: Path) -> None:
+    write_agent(
+        tmp_path,
+        "files.py",
+        f"""\
+        #!{PYTHON}
+        import os, pathlib
+        outbox = pathlib.Path(os.environ["AGENT_OUTBOX"])
+        (outbox / "notes.txt").write_text("all good\\n")
+        (outbox / "small.bin").write_bytes(bytes(range(256)))
+        (outbox / "big.bin").write_bytes(b"x" * (1024 * 1024 + 1))
+        print("done")
+        """,
+    )
+    (profiles / "files.yaml").write_text(f'command: "{tmp_path}/files.py"\ntimeout_secs: 10\n')
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams) as session:
+                await session.initialize()
+                result = await session.call_tool("files", {"message": "make files"})
+                blocks = {
+                    getattr(block, "name", None) or block.resource.uri.rsplit("/", 1)[-1]: block
+                    for block in result.content[1:]
+                }
+                assert result.content[0].text == "done"
+                assert blocks["notes.txt"].resource.text == "all good\n"
+                assert base64.b64decode(blocks["small.bin"].resource.blob) == bytes(range(256))
+                link = blocks["big.bin"]
+                assert (link.type, link.size) == ("resource_link", 1024 * 1024 + 1)
+                assert Path(urllib.parse.unquote(link.uri.removeprefix("file://"))).stat().st_size == link.size
+
+
+async def test_over_http_partials_are_progress_and_a_cancel_stops_the_agent(mcp_http: str, tmp_path: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    started = trio.Event()
+    said: list[str | None] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        said.append(message)
+        started.set()
+
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
+    with trio.fail_after(DEADLINE):
+        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+            async with mcp_client_session.ClientSession(read, write) as session:
+                await session.initialize()
+                failed = await session.call_tool("echo", {"message": ""})
+                assert failed.is_error and "message is required" in text_of(failed)
+                async with trio.open_nursery() as nursery:
+
+                    async def call() -> None:
+                        await session.call_tool("slow", {"message": "take your time"}, progress_callback=on_progress)
+
+                    nursery.start_soon(call)
+                    await started.wait()
+                    (pid,) = read_pids(tmp_path / "pids")
+                    nursery.cancel_scope.cancel()
+                await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+                assert said == ["started"]
+
+
+def test_sigterm_lets_the_call_in_flight_end_and_stops_its_agent(
+    raw_mcp: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    send(raw_mcp, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+    assert receive(raw_mcp)["method"] == "notifications/progress"
+    (pid,) = read_pids(tmp_path / "pids")
+    raw_mcp.send_signal(signal.SIGTERM)  # the host's shutdown grace (10 s), then the turn is cancelled
+    assert raw_mcp.wait(timeout=DEADLINE) == 0
+    assert_no_live_process([pid], within=5.0)
+
+
+async def test_over_http_a_profile_gone_since_is_an_error_that_names_no_path(
+    mcp_http: str, profiles: Path, tmp_path: Path
+) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
+    with trio.fail_after(DEADLINE):
+        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+            async with mcp_client_session.ClientSession(read, write) as session:
+                await session.initialize()
+                (profiles / "echo.yaml").unlink()
+                gone = await session.call_tool("echo", {"message": "hi"})
+    assert gone.is_error
+    assert text_of(gone) == "profile 'echo' does not load now; the server's log says why"
+
+
+async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_process(
+    mcp_http: str, tmp_path: Path
+) -> None:
+    import httpx
+
+    headers = {
+        "Authorization": f"Bearer {ALICE}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    with trio.fail_after(DEADLINE):
+        async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            opened = await client.post(mcp_http, json=INITIALIZE, headers=headers)
+            headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+            await client.post(mcp_http, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            async with client.stream("POST", mcp_http, json=request, headers=headers) as response:
+                async for line in response.aiter_lines():
+                    if "notifications/progress" in line:
+                        break
+        (pid,) = read_pids(tmp_path / "pids")
+        await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
