@@ -109,6 +109,7 @@ class FakePlatform:
         self.unavailable_polls = 0  # the next polls fail as an unreachable platform
         self.refuse_presses = 0  # the next answer_press calls fail (Telegram: "query is too old")
         self.files: dict[str, bytes] = {}  # file_ref -> content, for download
+        self.hold_prompts: trio.Event | None = None  # a send with choices is shown, its answer waits for this
         self.offset = 0
         self._handed = 0  # updates handed out since start (not yet acknowledged, perhaps)
         self._changed = trio.Event()
@@ -203,6 +204,8 @@ class FakePlatform:
             raise PlatformRefused("Bad Request: chat not found")
         key = self._key()
         self._record(Record("send", chat, markdown, key, [[c.label, c.data] for c in choices]))
+        if choices and self.hold_prompts is not None:
+            await self.hold_prompts.wait()
         if delivery is not None and delivery.part_sent is not None:
             await delivery.part_sent(1)
         return [key]
@@ -298,7 +301,7 @@ async def _child(directory: Path, profiles: str, state: str, crash_on: str) -> N
 
     platform = FakePlatform(directory, crash_on=crash_on)
     inbox = Inbox(state + ".chat")
-    settings = ChatSettings(profile="agent", allow_users=frozenset({"7"}))
+    settings = ChatSettings(profile="agent", allow_users=frozenset({"7"}), typing_after_secs=0.0)  # crash_on="typing"
     async with open_host(profiles, state=state) as host, trio.open_nursery() as nursery:
         bridge = ChatBridge(host, platform, settings, inbox)
 

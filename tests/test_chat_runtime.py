@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,7 +125,7 @@ async def test_a_streamed_reply_is_a_preview_edited_then_a_new_message_and_the_p
             ),
         )
         assert not [text for text in platform.sent_texts() if "in full" in text]
-        assert platform.of("typing"), "typing is shown while the agent works"
+        await platform.wait_for("typing shown while the agent works", lambda: platform.of("typing"))
         await open_gate(setup)
         await platform.wait_for(
             "the final reply",
@@ -135,6 +136,13 @@ async def test_a_streamed_reply_is_a_preview_edited_then_a_new_message_and_the_p
         final = [record for record in platform.of("send") if "in full" in record.text]
         assert len(final) == 1 and final[0].key != preview_key
         assert platform.of("ack")[-1].text == "1"
+
+
+async def test_a_reply_that_comes_before_typing_is_due_is_sent_without_a_typing_indicator(setup: Path) -> None:
+    async with running_bridge(setup, typing_after_secs=DEADLINE) as (_, platform):
+        platform.push(message(1, "hi"))
+        await platform.wait_for("the reply", lambda: "echo: hi" in replies(platform))
+        assert not platform.of("typing")
 
 
 @pytest.mark.parametrize(
@@ -162,6 +170,21 @@ async def test_an_approval_is_decided_by_a_press_while_the_turn_that_asked_still
         assert any(record.text.endswith(shown + ".") for record in platform.of("edit"))
         if label == "Allow for this session":
             assert '"destination": "session"' in reply and '"type": "addRules"' in reply
+
+
+async def test_a_press_that_comes_before_the_prompts_send_returns_still_edits_the_prompt(setup: Path) -> None:
+    platform = FakePlatform()
+    platform.hold_prompts = trio.Event()  # the user sees the buttons before the bot hears that the send went
+    async with running_bridge(setup, platform, profile="asker"):
+        platform.push(message(1, "run the build"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        platform.push(press(2, platform.choice("Deny")))
+        await platform.wait_for("the press answered", lambda: platform.of("press"))
+        platform.hold_prompts.set()
+        await platform.wait_for(
+            "the prompt edited", lambda: [r for r in platform.of("edit") if r.text.endswith("Denied by Ann.")]
+        )
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
 
 
 async def test_a_question_is_answered_by_a_press(setup: Path) -> None:
@@ -558,6 +581,18 @@ def test_the_inbox_keeps_only_the_latest_delivered_updates(tmp_path: Path) -> No
     assert inbox.state_of("fake", "1") is None and inbox.state_of("fake", "5") == "delivered"
     assert inbox.store_batch("fake", [message(6, "m6"), message(8, "m8")], "9")[0].update_id == "8"
     inbox.close()
+
+
+def test_the_inbox_log_is_copied_into_its_file_by_sync_once_it_has_grown(tmp_path: Path) -> None:
+    inbox = Inbox(tmp_path / "chat.sqlite3")
+    for index in range(1, 601):  # some 10 MB of log: past the size at which `sync` checkpoints
+        inbox.store_batch("fake", [message(index, "x" * 4000)], str(index + 1))
+    inbox.sync()
+    shutil.copy(tmp_path / "chat.sqlite3", tmp_path / "copy.sqlite3")  # the file alone, without its log
+    inbox.close()
+    copy = Inbox(tmp_path / "copy.sqlite3")
+    assert len(copy.unfinished("fake")) == 600 and copy.position("fake") == "601"
+    copy.close()
 
 
 async def test_a_press_decides_the_turn_that_asked_while_another_message_waits_behind_it(setup: Path) -> None:

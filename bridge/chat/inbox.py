@@ -10,8 +10,8 @@ last refused. The files of a reply wait beside the store (`<store>.files/`) unti
 Every write is one `BEGIN IMMEDIATE` transaction in WAL mode with `synchronous=NORMAL`: once a call returns, its
 change survives a `kill -9` (it is in the log, which the kernel holds); `sync()` puts the log on the disk, so it
 also survives a power cut — the runtime calls it before it acknowledges a batch to the platform. Calls are
-synchronous (sub-millisecond, `sync` the time of one fsync); the runtime makes them in a
-worker thread.
+synchronous (sub-millisecond, `sync` the time of one fsync, and of a checkpoint once the log has grown; no other
+call ever waits for the disk); the runtime makes `sync` in a worker thread, the writes on a turn's path on trio's.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import shutil
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, TypeVar
@@ -36,6 +37,7 @@ BUSY_TIMEOUT_SECS = 10.0
 # Delivered updates are kept only to recognise one the platform sends again (a batch polled again after a
 # crash before its acknowledgement): the latest this many per platform are plenty, and the file stays small.
 KEEP_DELIVERED = 10_000
+CHECKPOINT_LOG_BYTES = 4 * 1024 * 1024  # SQLite's own default: a checkpoint once the log holds 1000 pages
 T = TypeVar("T")
 State = Literal["queued", "running", "answered", "delivered"]
 _SCHEMA = (
@@ -105,6 +107,7 @@ class Inbox:
                 "or pass another --state"
             ) from None
         self._db_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
         self._run(self._prepare)
 
     def _prepare(self, db: sqlite3.Connection) -> None:
@@ -113,6 +116,9 @@ class Inbox:
         # `make bench` (a Telegram turn within 3 ms of serve's) measured +25 ms with them. One fsync per polled batch,
         # `sync()` before its acknowledgement, keeps what must survive a power cut: the updates acknowledged.
         db.execute("PRAGMA synchronous = NORMAL")
+        # No checkpoint at a commit (the runtime commits on trio's thread, which a checkpoint's fsync would block):
+        # `sync()`, in a worker thread, checkpoints once the log has grown.
+        db.execute("PRAGMA wal_autocheckpoint = 0")
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(f"chat store {self.path} was written by a newer agent-bridge; upgrade agent-bridge")
@@ -162,8 +168,19 @@ class Inbox:
             raise StoreError(f"chat store {self.path}: cannot sync its log: {err}; check the disk") from None
         try:
             os.fsync(descriptor)
+            grown = os.fstat(descriptor).st_size > CHECKPOINT_LOG_BYTES
         finally:
             os.close(descriptor)
+        if grown:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Copy the log into the file, without waiting for the writes going on (a connection of its own)."""
+        try:
+            with self._checkpoint_lock, closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECS)) as db:
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as err:
+            raise StoreError(f"chat store {self.path}: cannot checkpoint its log: {err}; check the disk") from None
 
     def position(self, platform: str) -> str | None:
         """The last position stored with a batch; None before the first."""
@@ -191,6 +208,27 @@ class Inbox:
                 (state, reply, platform, update_id),
             )
         )
+
+    def begin_turn(
+        self, platform: str, update_id: str, user: str, day: str, conversation: str
+    ) -> tuple[str, int] | None:
+        """Mark the update `running` and count a turn in `user`'s usage of `day`, in one transaction; what
+        `conversation()` gives. One call where three were: each is a hop to a worker thread and back on a turn's path
+        (row 32 of `make bench`)."""
+
+        def begin(db: sqlite3.Connection) -> tuple[str, int] | None:
+            db.execute(
+                "UPDATE chat_updates SET state = 'running' WHERE platform = ? AND update_id = ?",
+                (platform, update_id),
+            )
+            _add_usage(db, platform, user, day, turns=1, cost_usd=0.0)
+            row = db.execute(
+                "SELECT profile, generation FROM chat_conversations WHERE platform = ? AND conversation = ?",
+                (platform, conversation),
+            ).fetchone()
+            return None if row is None else (str(row[0]), int(row[1]))
+
+        return self._write(begin)
 
     def state_of(self, platform: str, update_id: str) -> State | None:
         row = self._run(
@@ -233,14 +271,7 @@ class Inbox:
         return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
 
     def add_usage(self, platform: str, user: str, day: str, *, turns: int = 0, cost_usd: float = 0.0) -> None:
-        self._write(
-            lambda db: db.execute(
-                "INSERT INTO chat_usage (platform, user, day, turns, cost_usd) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (platform, user, day) DO UPDATE SET turns = turns + excluded.turns, "
-                "cost_usd = cost_usd + excluded.cost_usd",
-                (platform, user, day, turns, cost_usd),
-            )
-        )
+        self._write(lambda db: _add_usage(db, platform, user, day, turns=turns, cost_usd=cost_usd))
 
     def claim_refusal(self, platform: str, chat: str, now: float, interval: float) -> bool:
         """True (and `now` recorded) when `chat` was last refused more than `interval` seconds ago, or never."""
@@ -316,6 +347,15 @@ def _sync_directory(directory: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _add_usage(db: sqlite3.Connection, platform: str, user: str, day: str, *, turns: int, cost_usd: float) -> None:
+    db.execute(
+        "INSERT INTO chat_usage (platform, user, day, turns, cost_usd) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (platform, user, day) DO UPDATE SET turns = turns + excluded.turns, "
+        "cost_usd = cost_usd + excluded.cost_usd",
+        (platform, user, day, turns, cost_usd),
+    )
 
 
 def _create_schema(db: sqlite3.Connection) -> None:

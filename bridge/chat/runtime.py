@@ -66,7 +66,8 @@ class ChatSettings:
     `allow_users`: the user ids (as the platform's `Incoming.user` gives them) who run turns and press
     buttons; nobody else. `answer_in_groups`: "mentioned" (only a message naming the bot or replying to it)
     or "always". Budgets are per user per UTC day; None: no limit. `clock` gives the time (seconds since the
-    epoch) for days and the hourly refusal.
+    epoch) for days and the hourly refusal. The "typing" indicator is shown once a turn has run
+    `typing_after_secs` (a reply that comes sooner needs none), then every `typing_interval_secs`.
     """
 
     profile: str
@@ -76,6 +77,7 @@ class ChatSettings:
     turns_per_day: int | None = None
     cost_usd_per_day: float | None = None
     refusal_interval_secs: float = 3600.0
+    typing_after_secs: float = 0.5
     typing_interval_secs: float = 4.0
     clock: Callable[[], float] = time.time
 
@@ -116,6 +118,15 @@ class _Conversation:
 
 
 @dataclass
+class _PromptMessage:
+    """The message showing a prompt's question: its key once the platform took the send ("" if it never did). A
+    press can arrive before the send's answer does (the user sees the message first): its edit waits for `sent`."""
+
+    key: str = ""
+    sent: trio.Event = field(default_factory=trio.Event)
+
+
+@dataclass
 class _Prompt:
     """A permission request or a question shown with choices, until it is answered or its turn ends."""
 
@@ -124,7 +135,7 @@ class _Prompt:
     turn_id: str
     request_id: str
     text: str
-    message_key: str = ""
+    message: _PromptMessage = field(default_factory=_PromptMessage)
     permission: PermissionRequest | None = None
     request: QuestionRequest | None = None
     index: int = 0  # the question of `request` shown now
@@ -257,7 +268,7 @@ class ChatBridge:
                     batch = await self._poll()
                     # Stored (with the position) before the platform may forget them: a crash in between
                     # gets the batch again, and the ids already stored are skipped.
-                    new = await trio.to_thread.run_sync(self.inbox.store_batch, name, batch.items, batch.position)
+                    new = self.inbox.store_batch(name, batch.items, batch.position)  # on trio's thread: see _mark
                     self.counts.updates_received += len(new)
                     for stored in new:
                         await self._dispatch(stored)
@@ -317,19 +328,18 @@ class ChatBridge:
             task_status.started()
             await self._reply(item, refusal)
             return
-        profile = await self._profile_of(conversation)
-        await self._mark(item.update_id, "running")
         directory = tempfile.mkdtemp(prefix="agent-bridge-chat-")
         try:
-            try:
+            try:  # before the update is marked running: a crash meanwhile runs it again all the same
                 turn = Turn(item.text, from_user=item.user, attachments=await self._download(item, directory))
             except BridgeError as err:
                 task_status.started()
                 await self._reply(item, f"Your files could not be received: {err}")
                 return
-            await trio.to_thread.run_sync(
-                lambda: self.inbox.add_usage(self.platform.name, item.user, self._today(), turns=1)
+            stored = self.inbox.begin_turn(  # on trio's thread: see _mark
+                self.platform.name, item.update_id, item.user, self._today(), conversation.base
             )
+            profile, generation = self._profile_in(stored), 0 if stored is None else stored[1]
             preview = _Preview(self.platform, item.chat, item.thread)
             results: list[TurnResult] = []
             # Unique among turns in flight, a previous run's on the fleet included; the prompts name it.
@@ -341,6 +351,7 @@ class ChatBridge:
                     await helpers.start(
                         self._submit,
                         profile,
+                        generation,
                         conversation,
                         turn,
                         turn_id,
@@ -375,6 +386,7 @@ class ChatBridge:
     async def _submit(
         self,
         profile: str,
+        generation: int,
         conversation: _Conversation,
         turn: Turn,
         turn_id: str,
@@ -391,9 +403,7 @@ class ChatBridge:
             elif isinstance(event, RequestWithdrawn):
                 await self._withdrawn(turn_id, event.request_id)
 
-        key = conversation_key(
-            self.platform.name, conversation.chat, conversation.thread, await self._generation(conversation)
-        )
+        key = conversation_key(self.platform.name, conversation.chat, conversation.thread, generation)
         conversation.turn_ids.append(turn_id)
         try:
             result = await self.host.submit(
@@ -405,6 +415,9 @@ class ChatBridge:
         done()  # the preview and the typing end with the turn
 
     async def _keep_typing(self, conversation: _Conversation) -> None:
+        # Telegram's advice: only for a reply that takes noticeable time. Sent as the turn starts, the call shared
+        # the CPU with the agent's start and cost a quick turn ~10 ms at the median (row 32 of `make bench`).
+        await trio.sleep(self.settings.typing_after_secs)
         while True:
             try:
                 await self.platform.typing(conversation.chat, conversation.thread)
@@ -540,7 +553,12 @@ class ChatBridge:
         await self._deliver(item, reply)
 
     async def _mark(self, update_id: str, state: Any, reply: str | None = None) -> None:
-        await trio.to_thread.run_sync(self.inbox.mark, self.platform.name, update_id, state, reply)
+        # The inbox's writes on a turn's path (this, `store_batch`, `begin_turn`) run on trio's thread: each is one
+        # sub-millisecond SQLite transaction that never waits for another process (the bot lock keeps them off the
+        # file; the fsyncs and checkpoints are `sync()`'s, in a worker thread). A hop to a worker thread and back
+        # cost ~1.5 ms on a loaded machine, and a turn made three: row 32 of `make bench`.
+        await trio.lowlevel.checkpoint()
+        self.inbox.mark(self.platform.name, update_id, state, reply)
 
     # ------------------------------------------------------------------ access
 
@@ -634,10 +652,14 @@ class ChatBridge:
                 prompt.text += (
                     "\n\n(answer with a message)" if not question.options else "\n\n(or answer with a message)"
                 )
-        keys = await self._send(
-            prompt.conversation.chat, prompt.conversation.thread, prompt.text, self._choices(prompt)
-        )
-        prompt.message_key = keys[-1] if keys else ""
+        message = prompt.message = _PromptMessage()
+        try:
+            keys = await self._send(
+                prompt.conversation.chat, prompt.conversation.thread, prompt.text, self._choices(prompt)
+            )
+            message.key = keys[-1] if keys else ""
+        finally:
+            message.sent.set()
 
     def _choices(self, prompt: _Prompt) -> tuple[Choice, ...]:
         if prompt.permission is not None:
@@ -685,7 +707,7 @@ class ChatBridge:
             self._later(self.platform.answer_press, press, decision[1])
             self._forget(prompt)
             self._later(
-                self._edit, prompt.conversation.chat, prompt.message_key, f"{prompt.text}\n\n{decision[1]} by {who}."
+                self._edit, prompt.conversation.chat, prompt.message, f"{prompt.text}\n\n{decision[1]} by {who}."
             )
             return
         question = prompt.question
@@ -722,9 +744,7 @@ class ChatBridge:
             prompt.conversation.free_text = None
         prompt.answers[question.id] = answer
         shown = answer if isinstance(answer, str) else ", ".join(answer) or "nothing"
-        self._later(
-            self._edit, prompt.conversation.chat, prompt.message_key, f"{prompt.text}\n\n{who} answered: {shown}"
-        )
+        self._later(self._edit, prompt.conversation.chat, prompt.message, f"{prompt.text}\n\n{who} answered: {shown}")
         if prompt.index + 1 < len(request.questions):
             prompt.index += 1
             self._later(self._show, prompt)
@@ -749,20 +769,21 @@ class ChatBridge:
 
     async def _edit_choices(self, prompt: _Prompt) -> None:
         """Show a multi-select prompt's choices as they are when the edit goes out."""
-        await self._edit(prompt.conversation.chat, prompt.message_key, prompt.text, self._choices(prompt))
+        await self._edit(prompt.conversation.chat, prompt.message, prompt.text, self._choices(prompt))
 
     async def _withdrawn(self, turn_id: str, request_id: str) -> None:
         for prompt in list(self._prompts.values()):
             if prompt.turn_id == turn_id and prompt.request_id == request_id:
                 self._forget(prompt)
                 text = f"{prompt.text}\n\nThe agent withdrew this request."
-                await self._edit(prompt.conversation.chat, prompt.message_key, text)
+                await self._edit(prompt.conversation.chat, prompt.message, text)
 
-    async def _edit(self, chat: str, message_key: str, text: str, choices: tuple[Choice, ...] = ()) -> None:
-        if not message_key:
+    async def _edit(self, chat: str, message: _PromptMessage, text: str, choices: tuple[Choice, ...] = ()) -> None:
+        await message.sent.wait()
+        if not message.key:
             return
         try:
-            await self.platform.edit_text(chat, message_key, text, choices=choices)
+            await self.platform.edit_text(chat, message.key, text, choices=choices)
         except BridgeError as err:
             self._log.warning("a prompt could not be updated", error=str(err))
 
@@ -785,7 +806,12 @@ class ChatBridge:
         return conversation
 
     async def _profile_of(self, conversation: _Conversation) -> str:
-        stored = await trio.to_thread.run_sync(self.inbox.conversation, self.platform.name, conversation.base)
+        return self._profile_in(
+            await trio.to_thread.run_sync(self.inbox.conversation, self.platform.name, conversation.base)
+        )
+
+    def _profile_in(self, stored: tuple[str, int] | None) -> str:
+        """The profile of a conversation as the inbox holds it (None: the defaults)."""
         if stored is None or stored[0] not in self.settings.switchable:
             return self.settings.profile
         return stored[0]
