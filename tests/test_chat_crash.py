@@ -35,9 +35,9 @@ WITHIN = 20
 PREVIEW = "Thinking about hello"
 FINAL = "echo: hello"
 
-# Writes its message to RUNS when it starts; with HOLD naming a step ("start": before any output, "partial": after
-# its partial), it connects to the test's gate there, says where it is, and waits: the test kills connect meanwhile,
-# and the agent ends when the test closes the gate.
+# Writes its message to RUNS when it starts; with HOLD naming steps ("start": before any output, "partial": after its
+# first partial, "edited": after its second), it connects to the test's gate at each, says where it is, and waits
+# for the test to let it go on; the test kills connect meanwhile, and the agent ends when the test closes the gate.
 AGENT = textwrap.dedent(
     """\
     import json, os, pathlib, socket, sys
@@ -45,14 +45,17 @@ AGENT = textwrap.dedent(
     with open(os.environ["RUNS"], "a") as runs:
         runs.write(message + "\\n")
     def gate(step):
-        if os.environ.get("HOLD") == step:
+        if step in os.environ.get("HOLD", "").split():
             with socket.create_connection(("127.0.0.1", int(os.environ["GATE_PORT"]))) as held:
                 held.sendall(step.encode() + b"\\n")
-                held.recv(1)
-            sys.exit(1)
+                if not held.recv(1):
+                    sys.exit(1)
     gate("start")
-    print("AGENT_PARTIAL:" + json.dumps("Thinking about " + message), flush=True)
-    gate("partial")
+    if message != "after":
+        print("AGENT_PARTIAL:" + json.dumps("Thinking about " + message), flush=True)
+        gate("partial")
+        print("AGENT_PARTIAL:" + json.dumps(" (still)"), flush=True)
+        gate("edited")
     if message.startswith("file"):
         pathlib.Path(os.environ["AGENT_OUTBOX"], "notes.txt").write_text("the notes")
     print("**echo**: " + message)
@@ -65,6 +68,7 @@ class Gate:
 
     def __init__(self) -> None:
         self.reached: list[str] = []
+        self._held: dict[str, trio.SocketStream] = {}
         self.port = 0
         self._changed = trio.Event()
 
@@ -80,10 +84,16 @@ class Gate:
             if not chunk:
                 return
             said += chunk
-        self.reached.append(said.decode().strip())
+        step = said.decode().strip()
+        self._held[step] = stream
+        self.reached.append(step)
         self._changed.set()
         self._changed = trio.Event()
         await trio.sleep_forever()
+
+    async def go_on(self, step: str) -> None:
+        """Let the agent held at `step` go on."""
+        await self._held.pop(step).send_all(b"!")
 
     async def wait_for(self, step: str) -> None:
         with trio.move_on_after(WITHIN) as scope:
@@ -187,10 +197,13 @@ async def answered_not_sent(bot: Bot) -> str:
 
 
 async def preview_sent(bot: Bot) -> str:
-    """(5) The preview sent, the agent still working on its final reply."""
+    """(5) The preview sent (and edited: the bot knows it sent it), the agent still working on its final reply."""
     bot.fake.user_says(ALICE, ALICE, "hello")
     await bot.gate.wait_for("partial")
     await bot.fake.wait_until(lambda: bot.sent(PREVIEW), WITHIN)
+    await bot.gate.go_on("partial")
+    await bot.gate.wait_for("edited")
+    await bot.fake.wait_until(lambda: bot.fake.calls_of("editMessageText"), WITHIN)
     return "hello"
 
 
@@ -229,7 +242,7 @@ STEPS = {
     "2-stored-not-acknowledged": Step(stored_not_acknowledged, hold="start", runs=2),
     "3-acknowledged-turn-running": Step(acknowledged_turn_running, hold="start", runs=2),
     "4-answered-not-sent": Step(answered_not_sent),
-    "5-preview-sent-final-not": Step(preview_sent, hold="partial", runs=2),
+    "5-preview-sent-final-not": Step(preview_sent, hold="partial edited", runs=2),
     # docs/chat.md "Durability": a crash after the platform took a reply and before the store marks it delivered
     # sends that reply again at the next start (the Bot API has no idempotency key).
     "6-final-sent-not-marked-delivered": Step(sent_not_marked, replies=2),
@@ -273,6 +286,9 @@ async def restart_and_check(bot: Bot, step: Step, text: str) -> None:
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(WITHIN):
             assert await process.wait() == 0
-    assert len(bot.sent(final)) == step.replies, [m.text for m in fake.sent_to(ALICE)]
+    shown = [message.text for message in fake.visible(ALICE)]
+    assert shown == [final] * step.replies + ["echo: after"], "each reply once, and no preview left behind"
     assert bot.runs() == [text] * step.runs + ["after"]
-    assert len(bot.sent("echo: after")) == 1
+    # docs/chat.md "Durability": files the agent left are sent after the reply and are not kept for a restart; a
+    # file is never sent twice.
+    assert len([call for call in fake.calls_of("sendDocument") if call.status == 200]) <= 1

@@ -127,9 +127,12 @@ class _Prompt:
 class _Preview:
     """The partials of one turn as one message, edited as they grow; the platform paces the edits."""
 
-    def __init__(self, platform: Platform, chat: str, thread: str) -> None:
+    def __init__(
+        self, platform: Platform, chat: str, thread: str, on_sent: Callable[[list[str]], Awaitable[None]]
+    ) -> None:
         self._platform = platform
         self._chat, self._thread = chat, thread
+        self._on_sent = on_sent  # stores the keys: a preview left by a crash is deleted at the restart
         self.text = ""
         self.message_keys: list[str] = []  # the first is edited; more only when the first send was split
         self._changed = trio.Event()
@@ -151,6 +154,7 @@ class _Preview:
                 if not self.message_keys:
                     with trio.CancelScope(shield=True):  # a preview sent must be known, to be deleted
                         self.message_keys = await self._platform.send_text(self._chat, self._thread, self.text)
+                        await self._on_sent(self.message_keys)
                 else:
                     await self._platform.edit_text(self._chat, self.message_keys[0], self.text)
             except BridgeError as err:
@@ -243,11 +247,15 @@ class ChatBridge:
             self._later(self._mark, item.update_id, "delivered")
         else:
             # Waits only until the host admits the turn, so a conversation's turns keep their order.
-            await self._nursery.start(self._turn, item)
+            # A turn cut off by a crash runs again; the preview it had sent goes first.
+            left_preview = json.loads(stored.reply).get("preview", []) if stored.reply else []
+            await self._nursery.start(self._turn, item, left_preview)
 
     # ------------------------------------------------------------------ turns
 
-    async def _turn(self, item: Incoming, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _turn(
+        self, item: Incoming, left_preview: list[str], task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         conversation = self._conversation(item)
         refusal = await self._over_budget(item.user)
         if refusal:
@@ -267,7 +275,12 @@ class ChatBridge:
             await trio.to_thread.run_sync(
                 lambda: self.inbox.add_usage(self.platform.name, item.user, self._today(), turns=1)
             )
-            preview = _Preview(self.platform, item.chat, item.thread)
+            await self._delete_preview(item, left_preview)
+
+            async def store_preview(keys: list[str]) -> None:
+                await self._mark(item.update_id, "running", json.dumps({"preview": keys}))
+
+            preview = _Preview(self.platform, item.chat, item.thread, store_preview)
             results: list[TurnResult] = []
             # Unique among turns in flight, a previous run's on the fleet included; the prompts name it.
             turn_id = f"{self.platform.name}-{item.update_id}-{secrets.token_hex(3)}"
@@ -387,14 +400,17 @@ class ChatBridge:
         await self._deliver(stored.item, reply["text"], reply.get("preview", []))
 
     async def _deliver(self, item: Incoming, text: str, preview: list[str]) -> None:
-        for key in preview:
+        await self._delete_preview(item, preview)
+        if text and await self._send(item.chat, item.thread, text) is None:
+            return  # left answered: the next start tries again
+        await self._mark(item.update_id, "delivered")
+
+    async def _delete_preview(self, item: Incoming, keys: list[str]) -> None:
+        for key in keys:
             try:
                 await self.platform.delete(item.chat, key)
             except BridgeError as err:
                 self._log.warning("the preview could not be deleted", error=str(err))
-        if text and await self._send(item.chat, item.thread, text) is None:
-            return  # left answered: the next start tries again
-        await self._mark(item.update_id, "delivered")
 
     async def _send(self, chat: str, thread: str, text: str, choices: tuple[Choice, ...] = ()) -> list[str] | None:
         """Send, trying again while the platform is unavailable; None (logged, counted) when it never took it."""
