@@ -235,10 +235,11 @@ class Step:
     hold: str = ""  # where the agent stops in the run that is killed
     runs: int = 1  # how often the agent starts, the killed run included
     replies: int = 1  # how often the final reply is in the chat
+    handed_out: int = 1  # how often Telegram handed the update out: once stored, the restart resumes past it
 
 
 STEPS = {
-    "1-fetched-not-stored": Step(fetched_not_stored),
+    "1-fetched-not-stored": Step(fetched_not_stored, handed_out=2),
     "2-stored-not-acknowledged": Step(stored_not_acknowledged, hold="start", runs=2),
     "3-acknowledged-turn-running": Step(acknowledged_turn_running, hold="start", runs=2),
     "4-answered-not-sent": Step(answered_not_sent),
@@ -289,6 +290,7 @@ async def restart_and_check(bot: Bot, step: Step, text: str) -> None:
     shown = [message.text for message in fake.visible(ALICE)]
     assert shown == [final] * step.replies + ["echo: after"], "each reply once, and no preview left behind"
     assert bot.runs() == [text] * step.runs + ["after"]
+    assert fake.handed_out.count(min(fake.handed_out)) == step.handed_out, "the message's update, handed out"
     # docs/chat.md "Durability": files the agent left are sent after the reply and are not kept for a restart; a
     # file is never sent twice.
     assert len([call for call in fake.calls_of("sendDocument") if call.status == 200]) <= 1
