@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import sys
 import textwrap
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ import pytest
 import trio
 import yaml
 from fakes.telegram_bot_api import FakeBotApi, FloodLimits, Held, running_fake_bot_api
+from synapse import SynapseServer
+from test_chat_matrix import CLIENT, PASSWORD, Person, alice, joined_by_someone_else, section, synapse  # noqa: F401  # fixtures: one Synapse for this module's tests
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
@@ -294,3 +297,81 @@ async def restart_and_check(bot: Bot, step: Step, text: str) -> None:
     # docs/chat.md "Durability": files the agent left are sent after the reply and are not kept for a restart; a
     # file is never sent twice.
     assert len([call for call in fake.calls_of("sendDocument") if call.status == 200]) <= 1
+
+
+# ---------------------------------------------------------------------------- Matrix, against a real Synapse
+# The steps reached through the agent alone (no homeserver call can be held without a proxy in front of Synapse):
+# the turn running after its event was stored and the sync token moved on (3), the preview sent and edited (5).
+
+MATRIX_STEPS = {
+    "3-acknowledged-turn-running": Step(acknowledged_turn_running, hold="start", runs=2),
+    "5-preview-sent-final-not": Step(preview_sent, hold="partial edited", runs=2),
+}
+
+
+def shown_in(events: list[dict[str, Any]]) -> list[str]:
+    """The bot's messages as the room shows them: edits folded away, redacted ones gone."""
+    return [
+        event["content"]["body"]
+        for event in events
+        if "body" in event["content"] and event["content"].get("m.relates_to", {}).get("rel_type") != "m.replace"
+    ]
+
+
+async def room_until(alice: Person, room: str, sender: str, check: Callable[[list[dict[str, Any]]], bool]) -> None:
+    """Wait (alice's /sync long-polls) until `check` holds of the room's messages from `sender`."""
+    since = (await alice.call("GET", f"{CLIENT}/sync", params={"timeout": 0}))["next_batch"]
+    with trio.move_on_after(WITHIN):
+        while not check(await alice.messages_from(room, sender)):
+            since = (await alice.call("GET", f"{CLIENT}/sync", params={"since": since, "timeout": 1000}))["next_batch"]
+        return
+    raise AssertionError(f"the room did not show that within {WITHIN} s: {await alice.messages_from(room, sender)}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(MATRIX_STEPS))
+async def test_kill_9_of_connect_in_a_matrix_room_then_a_restart_answers_each_message_once(
+    synapse: SynapseServer, alice: Person, tmp_path: Path, name: str
+) -> None:
+    step = MATRIX_STEPS[name]
+    bot_id = synapse.register(f"crash{uuid.uuid4().hex[:8]}", PASSWORD)
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "profiles").mkdir()
+    config = {"homeserver": synapse.url, "user_id": bot_id, "password": "${MATRIX_PASSWORD}", "profile": "agent"}
+    (tmp_path / "bot.yaml").write_text(yaml.safe_dump({"matrix": config | {"allow_users": [alice.user_id]}}))
+    argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
+    env = {**os.environ, "MATRIX_PASSWORD": PASSWORD, "XDG_STATE_HOME": str(tmp_path / "state")}
+    gate = Gate()
+    room = await alice.room_with(section(synapse, bot_id, password=PASSWORD))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(gate.serve)
+        bot = Bot(tmp_path, FakeBotApi(), gate)  # the fake stays idle: only the profile and the runs are used
+        bot.configure(step.hold)
+        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
+        try:
+            await joined_by_someone_else(alice, room, bot_id)
+            await alice.say(room, "hello")
+            await gate.wait_for("start" if step.hold == "start" else "partial")
+            if step.hold != "start":
+                await room_until(alice, room, bot_id, lambda events: PREVIEW in shown_in(events))
+                await gate.go_on("partial")
+                await gate.wait_for("edited")
+                await room_until(alice, room, bot_id, lambda events: len(events) > len(shown_in(events)))
+        finally:
+            process.kill()
+            await process.wait()
+        bot.configure("")
+        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
+        try:
+            await room_until(alice, room, bot_id, lambda events: FINAL in shown_in(events))
+            await alice.say(room, "after")
+            await room_until(alice, room, bot_id, lambda events: "echo: after" in shown_in(events))
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(WITHIN):
+                assert await process.wait() == 0
+        finally:
+            process.kill()
+            await process.wait()
+        nursery.cancel_scope.cancel()
+    assert shown_in(await alice.messages_from(room, bot_id)) == [FINAL, "echo: after"]
+    assert bot.runs() == ["hello"] * step.runs + ["after"]
