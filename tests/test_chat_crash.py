@@ -1,7 +1,7 @@
 """`kill -9` of `agent-bridge connect` at each step of a turn, then a restart: each message is answered exactly once.
 
-The real `connect` process against the fake Telegram Bot API (`tools/fakes/telegram_bot_api.py`), with a real
-agent. Each step is reached from outside, never by a sleep: the fake holds the Bot API call the bot is making
+The real `connect` process against the fake Telegram Bot API (`tools/fakes/telegram_bot_api.py`), and against a
+real Synapse (steps 3 and 5, the ones reached through the agent alone), with a real agent. Each step is reached from outside, never by a sleep: the fake holds the Bot API call the bot is making
 (`FakeBotApi.hold`), the agent stops at a gate (a loopback connection to the test) and tells the test where it
 is, or the test holds the chat store's write lock. Then SIGKILL, and a restart with nothing held.
 
