@@ -120,9 +120,9 @@ test: lint bubblewrap $(NPM_STAMP) $(SYNAPSE_STAMP)
 	fi
 
 # `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it
-# (re-installed whenever bridge/ changes) with the postgres extra (the scale-out cases) and the http extra (the
-# network door's), plus the comparison and plotting tools of bench/requirements.txt. The scale-out cases need
-# PostgreSQL's server (as `make test`), the cases of Claude Code and codex the npm agents of `make test-agents`.
+# (re-installed whenever bridge/ changes) with the postgres extra (the scale-out cases), the http extra (the
+# network door's) and the chat extra (connect's rows), plus the comparison and plotting tools of
+# bench/requirements.txt. The scale-out cases need PostgreSQL's server (as `make test`), the cases of Claude Code and codex the npm agents of `make test-agents`.
 BENCH_VENV := bench/.venv
 BENCH_BIN  := $(BENCH_VENV)/bin
 
@@ -131,7 +131,7 @@ $(BENCH_BIN)/python:
 	$(BENCH_BIN)/python -m pip install -q --upgrade pip
 
 $(BENCH_VENV)/.tools: bench/requirements.txt pyproject.toml Makefile | $(BENCH_BIN)/python
-	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt '.[postgres,http,mcp]'
+	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt '.[postgres,http,mcp,chat]'
 	touch $@
 
 $(BENCH_VENV)/.bridge: pyproject.toml $(shell find bridge -name '*.py' -o -name py.typed) | $(BENCH_VENV)/.tools

@@ -392,8 +392,7 @@ async def test_shutdown_lets_turns_in_flight_finish_within_the_grace(lab: Lab) -
     started = Started()
     gate = lab.gate()
     results: dict[str, TurnResult] = {}
-    host = host_for(lab, shutdown_grace=30)
-    async with trio.open_nursery() as nursery:
+    async with host_for(lab, shutdown_grace=30) as host, trio.open_nursery() as nursery:
         await submit_in_order(nursery, host, results, started, "a", "running", f"gate={gate}")
         await submit_in_order(nursery, host, results, started, "a", "queued")
         await started.wait("running")

@@ -18,13 +18,8 @@ TABLES_AND_PARSERS = {
 }
 # issue 37: remaining hot spots (pyproject.toml's per-file-ignores list those above complexity 15).
 REMAINING = {
-    "host/runtime.py:Host.submit",
-    "host/runtime.py:open_host",
-    "host/runtime.py:Host._run_in_place",
-    "host/postgres/gateway.py:RemoteHost.submit",
-    "engine/warm_agents.py:WarmAgent.turn",
-    "engine/one_process.py:drive_turn",
     "cli/connect.py:run_connect",
+    "chat/runtime.py:ChatBridge._turn",
     "chat/markup.py:_render_block",
     "chat/matrix.py:MatrixPlatform._item",
 }

@@ -487,6 +487,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             type=_seconds(zero_ok=True),
             help="on shutdown, how long turns in flight may finish before they are cancelled (default: 10)",
         )
+        connect.add_argument(
+            "--metrics",
+            metavar="HOST:PORT",
+            help="serve /metrics (the bots' and the host's), /healthz and /readyz here, as worker --metrics does",
+        )
+        connect.add_argument("--metrics-tokens", metavar="FILE", help="as for worker: /metrics then needs a token")
         connect.set_defaults(handler=_connect_command, command_parser=connect)
 
     if command in (None, "worker"):
@@ -1116,7 +1122,8 @@ def _connect_command(args: argparse.Namespace) -> int:
 
     if problem := check_connect_options(args.profiles, args.postgres):
         args.command_parser.error(problem)
-    options = {"shutdown_grace": args.shutdown_grace} if args.shutdown_grace is not None else {}
+    options: dict[str, Any] = {"shutdown_grace": args.shutdown_grace} if args.shutdown_grace is not None else {}
+    options.update(metrics=args.metrics, metrics_tokens=args.metrics_tokens)
     return run_connect(args.config, args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options)
 
 

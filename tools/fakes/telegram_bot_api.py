@@ -349,6 +349,7 @@ class FakeBotApi:
         now = trio.current_time()
         call = Call(method, params | {name: f"<{len(data)} bytes>" for name, (_, _, data) in files.items()}, now)
         self.calls.append(call)
+        self._poke()  # a test waiting for a call sees it arrive, even one a fault holds up
         held = self._next_hold(method, params)
         if held is not None:
             return await self._held_call(held, call, params, files)
