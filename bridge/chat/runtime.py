@@ -177,9 +177,12 @@ class _Preview:
     edits of one message still waiting, so the one that goes out shows the text as it is when its turn comes (a
     partial waits at most one pacing interval, not two; row 34 of `make bench`)."""
 
-    def __init__(self, platform: Platform, chat: str, thread: str) -> None:
+    def __init__(
+        self, platform: Platform, chat: str, thread: str, on_sent: Callable[[list[str]], Awaitable[None]]
+    ) -> None:
         self._platform = platform
         self._chat, self._thread = chat, thread
+        self._on_sent = on_sent  # stores the keys: a preview left by a crash is deleted at the restart
         self.text = ""
         self.message_keys: list[str] = []  # the first is edited; more only when the first send was split
         self._changed = trio.Event()
@@ -206,6 +209,7 @@ class _Preview:
 
     async def _send_first(self) -> None:
         self.message_keys = await self._platform.send_text(self._chat, self._thread, self.text)
+        await self._on_sent(self.message_keys)
 
     async def _edit(self, text: str) -> None:
         await self._platform.edit_text(self._chat, self.message_keys[0], text)
@@ -316,11 +320,15 @@ class ChatBridge:
             self._later(self._mark, item.update_id, "delivered")
         else:
             # Waits only until the host admits the turn, so a conversation's turns keep their order.
-            await self._nursery.start(self._turn, item)
+            # A turn cut off by a crash runs again; the preview it had sent goes first.
+            left_preview = json.loads(stored.reply).get("preview", []) if stored.reply else []
+            await self._nursery.start(self._turn, item, left_preview)
 
     # ------------------------------------------------------------------ turns
 
-    async def _turn(self, item: Incoming, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _turn(
+        self, item: Incoming, left_preview: list[str], task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         conversation = self._conversation(item)
         refusal = await self._over_budget(item.user)
         if refusal:
@@ -340,7 +348,12 @@ class ChatBridge:
                 self.platform.name, item.update_id, item.user, self._today(), conversation.base
             )
             profile, generation = self._profile_in(stored), 0 if stored is None else stored[1]
-            preview = _Preview(self.platform, item.chat, item.thread)
+            await self._delete_preview(item, left_preview)
+
+            async def store_preview(keys: list[str]) -> None:
+                await self._mark(item.update_id, "running", json.dumps({"preview": keys}))
+
+            preview = _Preview(self.platform, item.chat, item.thread, store_preview)
             results: list[TurnResult] = []
             # Unique among turns in flight, a previous run's on the fleet included; the prompts name it.
             turn_id = f"{self.platform.name}-{item.update_id}-{secrets.token_hex(3)}"
@@ -484,11 +497,7 @@ class ChatBridge:
         """Send what of the reply the platform has not taken yet, recording each part and file as it is taken (one
         transaction each), then mark the update delivered."""
         if not reply.parts_sent:
-            for key in reply.preview:
-                try:
-                    await self.platform.delete(item.chat, key)
-                except BridgeError as err:
-                    self._log.warning("the preview could not be deleted", error=str(err))
+            await self._delete_preview(item, reply.preview)
 
         async def part_sent(count: int) -> None:
             reply.parts_sent = count
@@ -508,6 +517,13 @@ class ChatBridge:
         await self._mark(item.update_id, "delivered")
         if reply.files:
             await trio.to_thread.run_sync(self.inbox.drop_files, self.platform.name, item.update_id)
+
+    async def _delete_preview(self, item: Incoming, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                await self.platform.delete(item.chat, key)
+            except BridgeError as err:
+                self._log.warning("the preview could not be deleted", error=str(err))
 
     async def _send(
         self, chat: str, thread: str, text: str, choices: tuple[Choice, ...] = (), delivery: Delivery | None = None

@@ -31,7 +31,9 @@ What it does as Telegram does:
 The test side: `user_says`, `user_presses`, `user_sends_photo`, `user_sends_document` make updates;
 `sent`, `edits`, `deletions`, `actions`, `answers`, `calls`, `set_commands_calls` record what the bot did (with the
 trio clock's time); `fail_next(method, fault, count)` injects a fault: an `ApiFault` (any error answer; see
-`too_many_requests`, `cannot_parse_entities`), `ResetConnection()` or `SlowDown(seconds)`.
+`too_many_requests`, `cannot_parse_entities`), `ResetConnection()` or `SlowDown(seconds)`; `hold(method, when)` stops
+the next matching call where the test wants the bot killed (`Held.arrived` is set when it is there); `handed_out` lists
+the update ids `getUpdates` answered with.
 """
 
 from __future__ import annotations
@@ -116,6 +118,19 @@ class SlowDown:
 
 
 Fault = ApiFault | ResetConnection | SlowDown
+
+
+@dataclass
+class Held:
+    """A call held where the test stops the bot (see `FakeBotApi.hold`): `arrived` is set once the call is held;
+    it then waits for `release` and drops the connection, as a server does when its client is gone.
+    `after_effect`: the call takes effect (a message sent, an offset confirmed) before it is held."""
+
+    method: str
+    when: Callable[[dict[str, Any]], bool]
+    after_effect: bool = False
+    arrived: trio.Event = field(default_factory=trio.Event)
+    release: trio.Event = field(default_factory=trio.Event)
 
 
 def too_many_requests(retry_after: int) -> ApiFault:
@@ -209,6 +224,8 @@ class FakeBotApi:
         self._poll_generation = 0
         self._changed = trio.Event()  # set (and replaced) on every change: long polls and `wait_until` wake on it
         self._faults: dict[str, deque[Fault]] = defaultdict(deque)
+        self._holds: list[Held] = []
+        self.handed_out: list[int] = []  # the update ids getUpdates answered with, in order
         self._sends_per_chat: dict[int, deque[float]] = defaultdict(deque)
         self._sends_overall: deque[float] = deque()
         self._penalty_until: dict[int | None, float] = {}  # chat (None: every chat) -> the end of its 429 wait
@@ -294,6 +311,15 @@ class FakeBotApi:
         """The next `count` calls of `method` ("*": any method) meet `fault` instead of their normal answer."""
         self._faults[method].extend([fault] * count)
 
+    def hold(
+        self, method: str, when: Callable[[dict[str, Any]], bool] = lambda params: True, *, after_effect: bool = False
+    ) -> Held:
+        """Hold the next call of `method` whose parameters satisfy `when`: the bot waits for its answer until the
+        test kills it (then `release` it). `after_effect`: the call takes effect first."""
+        held = Held(method, when, after_effect)
+        self._holds.append(held)
+        return held
+
     def sent_to(self, chat: int) -> list[Message]:
         """The messages the bot sent into `chat`, in order (deleted ones included; see `.deleted`)."""
         return [message for message in self.sent if message.chat_id == chat]
@@ -324,6 +350,9 @@ class FakeBotApi:
         call = Call(method, params | {name: f"<{len(data)} bytes>" for name, (_, _, data) in files.items()}, now)
         self.calls.append(call)
         self._poke()  # a test waiting for a call sees it arrive, even one a fault holds up
+        held = self._next_hold(method, params)
+        if held is not None:
+            return await self._held_call(held, call, params, files)
         fault = self._next_fault(method)
         try:
             if isinstance(fault, SlowDown):
@@ -343,6 +372,26 @@ class FakeBotApi:
             return Err(refused.fault)
         finally:
             self._poke()
+
+    async def _held_call(
+        self, held: Held, call: Call, params: dict[str, Any], files: dict[str, tuple[str, str, bytes]]
+    ) -> Answer:
+        call.status = 0  # the bot never hears an answer
+        try:
+            if held.after_effect:
+                await self._method(held.method, params, files)
+        finally:
+            held.arrived.set()
+            self._poke()
+        await held.release.wait()
+        return Reset()
+
+    def _next_hold(self, method: str, params: dict[str, Any]) -> Held | None:
+        for held in self._holds:
+            if held.method == method and held.when(params):
+                self._holds.remove(held)
+                return held
+        return None
 
     async def _method(self, method: str, params: dict[str, Any], files: dict[str, tuple[str, str, bytes]]) -> Any:
         if method == "getMe":
@@ -394,7 +443,9 @@ class FakeBotApi:
                     raise _Refused(ApiFault(409, CONFLICT))
         if generation != self._poll_generation:
             raise _Refused(ApiFault(409, CONFLICT))
-        return self._deliverable()[:limit]
+        answer = self._deliverable()[:limit]
+        self.handed_out.extend(update["update_id"] for update in answer)
+        return answer
 
     def _deliverable(self) -> list[dict[str, Any]]:
         default_excluded = {"chat_member", "message_reaction", "message_reaction_count"}
