@@ -18,6 +18,7 @@ import pytest
 import trio
 import yaml
 from agents_cache import npm_binary
+from chatkit import asking_profile
 from conftest import CLI_PROFILES, PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent
 from doorkit import write_tokens
 from fake_anthropic import claude_env, message_stream, result_text, tool_results
@@ -440,6 +441,64 @@ async def test_with_elicit_the_clients_user_answers_a_permission(profiles: Path,
     assert "(Read was allowed)" in text_of(yes)
     assert "(Read was denied: denied by the MCP client's user)" in text_of(no)
     assert "(Read was denied: denied: this agent runs as an MCP tool, and a tool call has nobody" in text_of(unasked)
+
+
+def write_question_profile(profiles: Path, tmp_path: Path) -> None:
+    """asker: a claude-sdk agent that asks "Which colour?" (Red or Blue; both may be chosen when its message says
+    multi) and replies with what it was told."""
+    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path)))
+
+
+async def test_without_elicit_an_agents_question_is_declined_and_the_turn_ends(profiles: Path, tmp_path: Path) -> None:
+    write_question_profile(profiles, tmp_path)
+    asked: list[str] = []
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        raise AssertionError("the server asked without --elicit")
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams, elicitation_callback=elicitation) as session:
+                await session.initialize()
+                result = await session.call_tool("asker", {"message": "a question"})
+    assert asked == []
+    assert not result.is_error
+    decided = json.loads(text_of(result).removeprefix("decided: "))
+    assert decided["behavior"] == "deny" and "updatedInput" not in decided
+
+
+async def test_with_elicit_the_clients_user_answers_an_agents_question(profiles: Path, tmp_path: Path) -> None:
+    import mcp_types
+
+    write_question_profile(profiles, tmp_path)
+    forms: list[tuple[str, dict[str, Any]]] = []
+    replies = iter(["Blue", ["Red", "Blue"], None])
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        forms.append((params.message, params.requested_schema))
+        reply = next(replies)
+        if reply is None:
+            return mcp_types.ElicitResult(action="decline")
+        (field,) = params.requested_schema["properties"]
+        return mcp_types.ElicitResult(action="accept", content={field: reply})
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path, "--elicit")) as streams:
+            async with mcp_client_session.ClientSession(*streams, elicitation_callback=elicitation) as session:
+                await session.initialize()
+                single = await session.call_tool("asker", {"message": "a question"})
+                multi = await session.call_tool("asker", {"message": "a multi question"})
+                declined = await session.call_tool("asker", {"message": "a question"})
+    assert [message for message, _ in forms] == ["The agent asks: Which colour?"] * 3
+    (single_field,) = forms[0][1]["properties"].values()
+    assert single_field["enum"] == ["Red", "Blue"]
+    (multi_field,) = forms[1][1]["properties"].values()
+    assert multi_field["type"] == "array" and multi_field["items"]["enum"] == ["Red", "Blue"]
+    answers = [json.loads(text_of(result).removeprefix("decided: ")) for result in (single, multi, declined)]
+    assert answers[0]["behavior"] == "allow" and answers[0]["updatedInput"]["answers"] == {"Which colour?": "Blue"}
+    assert answers[1]["updatedInput"]["answers"] == {"Which colour?": "Red, Blue"}
+    assert answers[2]["behavior"] == "deny"
 
 
 async def test_files_the_agent_left_come_embedded_or_as_links_by_size(profiles: Path, tmp_path: Path) -> None:
