@@ -154,6 +154,62 @@ async def test_a_cancelled_call_stops_its_agent(profiles: Path, tmp_path: Path) 
                 assert text_of(await session.call_tool("echo", {"message": "after"})) == "echo: after"
 
 
+def ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, its parent's parent, … up to init, from /proc."""
+    found = []
+    while pid > 1:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        found.append(pid)
+    return found
+
+
+async def test_over_a_fleet_a_call_runs_on_a_worker_and_a_cancel_stops_it_there(
+    profiles: Path, tmp_path: Path, pg_dsn: str
+) -> None:
+    import shutil
+
+    from fleetkit import Fleet
+    from hostkit import Lab
+
+    (tmp_path / "fleet").mkdir()
+    fleet = Fleet(Lab(tmp_path / "fleet"), pg_dsn)
+    shutil.copytree(profiles, fleet.lab.profiles, dirs_exist_ok=True)
+    started = trio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    try:
+        worker = await trio.to_thread.run_sync(fleet.worker)
+        argv = [*mcp_argv(fleet.lab.profiles, "--postgres", pg_dsn, "--name", "tools")]
+        parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+        with trio.fail_after(DEADLINE):
+            async with stdio_client(parameters) as streams:
+                async with mcp_client_session.ClientSession(*streams) as session:
+                    await session.initialize()
+                    echoed = await session.call_tool("echo", {"message": "from the fleet"})
+                    assert not echoed.is_error and text_of(echoed) == "echo: from the fleet"
+                    async with trio.open_nursery() as nursery:
+
+                        async def call() -> None:
+                            await session.call_tool(
+                                "slow", {"message": "take your time"}, progress_callback=on_progress
+                            )
+
+                        nursery.start_soon(call)
+                        await started.wait()
+                        (pid,) = read_pids(tmp_path / "pids")
+                        assert worker.pid in ancestors(pid), "the agent runs under the worker, not the MCP server"
+                        nursery.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+                    await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+        assert worker.poll() is None, "the worker cancelled the turn and goes on"
+        turns = fleet.query("SELECT profile, gateway, worker, outcome FROM bridge_turns ORDER BY seq")
+        assert turns == [("echo", "tools", "w1", "ok"), ("slow", "tools", "w1", "cancelled")]
+    finally:
+        fleet.stop()
+
+
 def send(process: subprocess.Popen[str], message: Any) -> None:
     assert process.stdin is not None
     process.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")

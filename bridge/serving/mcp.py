@@ -4,7 +4,8 @@ Built on the official SDK's low-level `Server` (anyio, which runs on trio's own 
 runs as `serve`'s turns do, through `BaseHost.submit`:
 
 - partials go out as `notifications/progress` (the SDK sends none when the call carried no progress token);
-- the client's `notifications/cancelled` cancels the call's handler, and so the turn: its agent is stopped;
+- the client's `notifications/cancelled` cancels the call's handler, which cancels the turn through the host
+  (`host.cancel`, which reaches a fleet's worker too): its agent is stopped;
 - a permission request of the agent is answered by its profile's `permissions:` alone — a tool call has nobody
   to ask — so what the policy leaves to a person is denied, saying why; with `elicit`, a client that declared
   the elicitation capability is asked instead (`elicitation/create`, a yes/no form);
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -26,6 +27,7 @@ import trio
 from ..dialects import LineSplitter, PartialEvent
 from ..dialects.events import QuestionRequest
 from ..engine.loop import HostEvent
+from ..engine.result import TurnResult
 from ..errors import AnswerRefused, BridgeError, ProfileError, TurnError
 from ..host.interface import BaseHost
 from ..log import get_logger
@@ -140,13 +142,16 @@ class McpDoor:
                 if gone is not None:
                     watcher.start_soon(_cancel_when_set, gone, call)
                 try:
-                    result = await self.host.submit(
-                        profile,
-                        conversation,
-                        turn,
-                        on_event=forward,
-                        on_permission=lambda request: self._permission(ctx, request),
-                        turn_id=turn_id,
+                    result = await self._submit_stoppable(
+                        turn_id,
+                        lambda: self.host.submit(
+                            profile,
+                            conversation,
+                            turn,
+                            on_event=forward,
+                            on_permission=lambda request: self._permission(ctx, request),
+                            turn_id=turn_id,
+                        ),
                     )
                 except BridgeError as err:  # refused before it ran: a full queue, a profile that no longer loads
                     return self._refused(err, profile, tenant)
@@ -160,6 +165,34 @@ class McpDoor:
         files = [self._files.offer(turn_id, file, self._embed_max_bytes) for file in result.files]
         self._files.turn_over(result)
         return result_content(result, files)
+
+    async def _submit_stoppable(self, turn_id: str, submit: Callable[[], Awaitable[TurnResult]]) -> TurnResult:
+        """`submit()`, its turn stopped through `host.cancel` when the call is cancelled: cancelling the task that
+        waits for a fleet worker's turn (`--postgres`) would leave the turn running on the worker."""
+        running = trio.CancelScope(shield=True)
+        finished = False
+
+        async def stop_when_cancelled() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                if not finished and not self.host.cancel(turn_id):
+                    running.cancel()  # not in the host yet (or no more): nothing runs to stop
+
+        refused: BridgeError | None = None
+        async with trio.open_nursery() as stopper:
+            stopper.start_soon(stop_when_cancelled)
+            try:
+                with running:
+                    result = await submit()
+            except BridgeError as err:  # raised past the nursery, it would come out in an exception group
+                refused = err
+            finally:
+                finished = True
+                stopper.cancel_scope.cancel()
+        if refused is not None:
+            raise refused
+        return result
 
     def _refused(self, err: BridgeError, profile: str, tenant: Tenant) -> dict[str, Any]:
         problem = str(err)
