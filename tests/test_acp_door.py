@@ -315,6 +315,26 @@ def test_an_editor_that_vanishes_mid_prompt_leaves_no_process(tmp_path):
     assert_no_live_process([agent_pid])
 
 
+def test_an_editor_that_closes_stdout_mid_prompt_gets_it_cancelled_though_stdin_stays_open(tmp_path):
+    profile = shell_profile(tmp_path, 'echo "AGENT_PARTIAL:pid $$"; exec sleep 60')
+    client = RawClient(profile, tmp_path)
+    client.request(0, "initialize", protocolVersion=1)
+    session = client.request(1, "session/new", cwd="/", mcpServers=[])["result"]["sessionId"]
+    prompt = [{"type": "text", "text": "wait"}]
+    client.send(
+        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": prompt}}
+    )
+    agent_pid = int(client.receive()["params"]["update"]["content"]["text"].split()[1])
+    assert client.process.stdout is not None
+    client.process.stdout.close()  # the editor stops reading; it still holds stdin open
+    try:
+        assert client.process.wait(timeout=15) == 1
+        assert_no_live_process([agent_pid])
+    finally:
+        client.process.kill()
+        client.process.wait()
+
+
 def test_nothing_but_json_rpc_reaches_stdout_with_debug_logs_and_an_agent_writing_to_stderr(tmp_path):
     profile = shell_profile(tmp_path, 'echo "a word on stderr" >&2; echo "the reply"')
     client = RawClient(profile, tmp_path, "--log-level", "debug")

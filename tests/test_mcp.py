@@ -18,6 +18,7 @@ import pytest
 import trio
 import yaml
 from agents_cache import npm_binary
+from chatkit import asking_profile
 from conftest import CLI_PROFILES, PYTHON, SAMPLE_AGENTS, assert_no_live_process, read_pids, write_agent
 from doorkit import write_tokens
 from fake_anthropic import claude_env, message_stream, result_text, tool_results
@@ -151,6 +152,62 @@ async def test_a_cancelled_call_stops_its_agent(profiles: Path, tmp_path: Path) 
                     nursery.cancel_scope.cancel()  # the SDK sends notifications/cancelled
                 await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
                 assert text_of(await session.call_tool("echo", {"message": "after"})) == "echo: after"
+
+
+def ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, its parent's parent, … up to init, from /proc."""
+    found = []
+    while pid > 1:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        found.append(pid)
+    return found
+
+
+async def test_over_a_fleet_a_call_runs_on_a_worker_and_a_cancel_stops_it_there(
+    profiles: Path, tmp_path: Path, pg_dsn: str
+) -> None:
+    import shutil
+
+    from fleetkit import Fleet
+    from hostkit import Lab
+
+    (tmp_path / "fleet").mkdir()
+    fleet = Fleet(Lab(tmp_path / "fleet"), pg_dsn)
+    shutil.copytree(profiles, fleet.lab.profiles, dirs_exist_ok=True)
+    started = trio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    try:
+        worker = await trio.to_thread.run_sync(fleet.worker)
+        argv = [*mcp_argv(fleet.lab.profiles, "--postgres", pg_dsn, "--name", "tools")]
+        parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+        with trio.fail_after(DEADLINE):
+            async with stdio_client(parameters) as streams:
+                async with mcp_client_session.ClientSession(*streams) as session:
+                    await session.initialize()
+                    echoed = await session.call_tool("echo", {"message": "from the fleet"})
+                    assert not echoed.is_error and text_of(echoed) == "echo: from the fleet"
+                    async with trio.open_nursery() as nursery:
+
+                        async def call() -> None:
+                            await session.call_tool(
+                                "slow", {"message": "take your time"}, progress_callback=on_progress
+                            )
+
+                        nursery.start_soon(call)
+                        await started.wait()
+                        (pid,) = read_pids(tmp_path / "pids")
+                        assert worker.pid in ancestors(pid), "the agent runs under the worker, not the MCP server"
+                        nursery.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+                    await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+        assert worker.poll() is None, "the worker cancelled the turn and goes on"
+        turns = fleet.query("SELECT profile, gateway, worker, outcome FROM bridge_turns ORDER BY seq")
+        assert turns == [("echo", "tools", "w1", "ok"), ("slow", "tools", "w1", "cancelled")]
+    finally:
+        fleet.stop()
 
 
 def send(process: subprocess.Popen[str], message: Any) -> None:
@@ -440,6 +497,64 @@ async def test_with_elicit_the_clients_user_answers_a_permission(profiles: Path,
     assert "(Read was allowed)" in text_of(yes)
     assert "(Read was denied: denied by the MCP client's user)" in text_of(no)
     assert "(Read was denied: denied: this agent runs as an MCP tool, and a tool call has nobody" in text_of(unasked)
+
+
+def write_question_profile(profiles: Path, tmp_path: Path) -> None:
+    """asker: a claude-sdk agent that asks "Which colour?" (Red or Blue; both may be chosen when its message says
+    multi) and replies with what it was told."""
+    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path)))
+
+
+async def test_without_elicit_an_agents_question_is_declined_and_the_turn_ends(profiles: Path, tmp_path: Path) -> None:
+    write_question_profile(profiles, tmp_path)
+    asked: list[str] = []
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        raise AssertionError("the server asked without --elicit")
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path)) as streams:
+            async with mcp_client_session.ClientSession(*streams, elicitation_callback=elicitation) as session:
+                await session.initialize()
+                result = await session.call_tool("asker", {"message": "a question"})
+    assert asked == []
+    assert not result.is_error
+    decided = json.loads(text_of(result).removeprefix("decided: "))
+    assert decided["behavior"] == "deny" and "updatedInput" not in decided
+
+
+async def test_with_elicit_the_clients_user_answers_an_agents_question(profiles: Path, tmp_path: Path) -> None:
+    import mcp_types
+
+    write_question_profile(profiles, tmp_path)
+    forms: list[tuple[str, dict[str, Any]]] = []
+    replies = iter(["Blue", ["Red", "Blue"], None])
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        forms.append((params.message, params.requested_schema))
+        reply = next(replies)
+        if reply is None:
+            return mcp_types.ElicitResult(action="decline")
+        (field,) = params.requested_schema["properties"]
+        return mcp_types.ElicitResult(action="accept", content={field: reply})
+
+    with trio.fail_after(DEADLINE):
+        async with stdio_client(stdio_parameters(profiles, tmp_path, "--elicit")) as streams:
+            async with mcp_client_session.ClientSession(*streams, elicitation_callback=elicitation) as session:
+                await session.initialize()
+                single = await session.call_tool("asker", {"message": "a question"})
+                multi = await session.call_tool("asker", {"message": "a multi question"})
+                declined = await session.call_tool("asker", {"message": "a question"})
+    assert [message for message, _ in forms] == ["The agent asks: Which colour?"] * 3
+    (single_field,) = forms[0][1]["properties"].values()
+    assert single_field["enum"] == ["Red", "Blue"]
+    (multi_field,) = forms[1][1]["properties"].values()
+    assert multi_field["type"] == "array" and multi_field["items"]["enum"] == ["Red", "Blue"]
+    answers = [json.loads(text_of(result).removeprefix("decided: ")) for result in (single, multi, declined)]
+    assert answers[0]["behavior"] == "allow" and answers[0]["updatedInput"]["answers"] == {"Which colour?": "Blue"}
+    assert answers[1]["updatedInput"]["answers"] == {"Which colour?": "Red, Blue"}
+    assert answers[2]["behavior"] == "deny"
 
 
 async def test_files_the_agent_left_come_embedded_or_as_links_by_size(profiles: Path, tmp_path: Path) -> None:

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from bridge.dialects.events import Option, Question, QuestionRequest
 from bridge.errors import TurnError
 from bridge.serving.mcp_tools import (
     MAX_ATTACHMENTS,
     file_content,
     parse_call,
+    question_answer,
+    question_form,
     tool_definition,
     tool_name_problem,
 )
@@ -90,3 +93,25 @@ def test_mcp_refuses_bad_options_before_it_serves(options: list[str], says: str,
     assert done.returncode == 2
     assert says in done.stderr
     assert done.stdout == ""
+
+
+def test_a_question_is_a_form_of_its_choices_and_only_what_it_asked_answers_it() -> None:
+    colour = Question("colour", "Which colour?", (Option("Red"), Option("Blue")), header="Colour")
+    sizes = Question("sizes", "Which sizes?", (Option("S"), Option("M")), multi_select=True)
+    name = Question("name", "Its name?", free_text=True)
+    request = QuestionRequest("r1", (colour, sizes, name))
+    message, schema = question_form(request)
+    assert message == "The agent asks: Which colour? / Which sizes? / Its name?"
+    assert schema["required"] == ["colour", "sizes", "name"]
+    assert schema["properties"]["colour"] == {
+        "title": "Colour",
+        "description": "Which colour?",
+        "type": "string",
+        "enum": ["Red", "Blue"],
+    }
+    assert schema["properties"]["sizes"]["items"] == {"type": "string", "enum": ["S", "M"]}
+    assert schema["properties"]["name"]["type"] == "string"
+    given = {"colour": "Blue", "sizes": ["S", "M"], "name": "", "other": "x"}
+    assert question_answer(request, given) == {"colour": "Blue", "sizes": ["S", "M"]}
+    assert question_answer(request, {"sizes": [1, 2], "name": ""}) is None
+    assert question_answer(request, None) is None

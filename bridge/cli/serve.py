@@ -12,7 +12,6 @@ process; `serve_stdio` wires it to the process's stdin/stdout and signals.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import stat
 from collections.abc import Awaitable, Callable
@@ -27,12 +26,11 @@ from ..host.interface import BaseHost, ClientSessionIds
 from ..host.runtime import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUED, DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
 from ..serving.file_delivery import DEFAULT_FILE_TTL, FileDeliveries
-from ..serving.output import Output, json_line
+from ..serving.output import Output, json_line, watch_for_hang_up
 from ..serving.requests import MAX_REQUEST_BYTES, REQUEST_TOO_LARGE
 from ..serving.session import ClientSession
 
 READ_CHUNK = 64 * 1024
-HANG_UP_POLL_SECS = 0.2
 
 
 class Server:
@@ -159,7 +157,7 @@ async def serve_stdio(host: BaseHost, *, file_ttl: float = DEFAULT_FILE_TTL) -> 
     async with stdin, stdout, trio.open_nursery() as nursery:
         await nursery.start(_shut_down_on_signals, server)  # handlers in place before any agent starts
         await nursery.start(sweep_orphans_on_sigchld)
-        nursery.start_soon(_watch_for_hang_up, protocol_out, server.output)
+        nursery.start_soon(watch_for_hang_up, protocol_out, server.output)
         await server.run()
         nursery.cancel_scope.cancel()
     return 1 if server.output.broken else 0
@@ -188,20 +186,6 @@ class _FileStream(trio.abc.ReceiveStream):
             os.close(self._fd)
             self._fd = -1
         await trio.lowlevel.checkpoint()
-
-
-async def _watch_for_hang_up(fd: int, output: Output[bytes]) -> None:
-    """Notice the client closing its end of our stdout even while nothing is written to it.
-
-    A write would fail at once, but a turn may run for minutes without a word;
-    its agent should not run on for nobody. POLLERR and POLLHUP are reported
-    without being asked for (a regular file or /dev/null reports neither).
-    """
-    poller = select.poll()
-    poller.register(fd, 0)
-    while not poller.poll(0):  # noqa: ASYNC110 - no event says "hung up": trio waits only for readable/writable
-        await trio.sleep(HANG_UP_POLL_SECS)
-    output.hung_up()
 
 
 async def _shut_down_on_signals(server: Server, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

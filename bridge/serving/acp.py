@@ -26,7 +26,7 @@ from ..errors import AnswerRefused, BridgeError
 from ..host.interface import BaseHost
 from ..log import get_logger
 from ..serving.file_delivery import DEFAULT_FILE_TTL, FileDeliveries
-from ..serving.output import Output
+from ..serving.output import Output, watch_for_hang_up
 from ..turn import Turn
 from .acp_protocol import AcpAgentSide, Action, Answer, CancelPrompt, Capabilities, Decide, Send, StartPrompt
 
@@ -196,6 +196,7 @@ async def serve_acp_stdio(
     async with stdin, stdout, trio.open_nursery() as nursery:
         await nursery.start(_stop_on_signals, door)
         await nursery.start(sweep_orphans_on_sigchld)
+        nursery.start_soon(watch_for_hang_up, protocol_out, door.output)
         await door.run()
         nursery.cancel_scope.cancel()
     return 1 if door.output.broken else 0

@@ -4,11 +4,14 @@ Built on the official SDK's low-level `Server` (anyio, which runs on trio's own 
 runs as `serve`'s turns do, through `BaseHost.submit`:
 
 - partials go out as `notifications/progress` (the SDK sends none when the call carried no progress token);
-- the client's `notifications/cancelled` cancels the call's handler, and so the turn: its agent is stopped;
+- the client's `notifications/cancelled` cancels the call's handler, which cancels the turn through the host
+  (`host.cancel`, which reaches a fleet's worker too): its agent is stopped;
 - a permission request of the agent is answered by its profile's `permissions:` alone — a tool call has nobody
   to ask — so what the policy leaves to a person is denied, saying why; with `elicit`, a client that declared
   the elicitation capability is asked instead (`elicitation/create`, a yes/no form);
-- a question of the agent is declined (it gets no answer, as a turn without a client would).
+- a question of the agent is declined (it gets no answer, as a turn without a client would); with `elicit`, a
+  client that declared the elicitation capability is asked it as a form (`question_form`) and its answer reaches
+  the agent (declining or cancelling the form declines the question).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -24,13 +27,14 @@ import trio
 from ..dialects import LineSplitter, PartialEvent
 from ..dialects.events import QuestionRequest
 from ..engine.loop import HostEvent
-from ..errors import BridgeError, ProfileError, TurnError
+from ..engine.result import TurnResult
+from ..errors import AnswerRefused, BridgeError, ProfileError, TurnError
 from ..host.interface import BaseHost
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..serving.file_delivery import FileDeliveries
 from ..serving.session import LOCAL, Tenant
-from .mcp_tools import EMBED_MAX_BYTES, parse_call, result_content, tool_definition
+from .mcp_tools import EMBED_MAX_BYTES, parse_call, question_answer, question_form, result_content, tool_definition
 
 NOBODY_TO_ASK = (
     "denied: this agent runs as an MCP tool, and a tool call has nobody to ask; allow the tool in the profile's "
@@ -120,30 +124,34 @@ class McpDoor:
         turn_id = f"mcp-{uuid.uuid4().hex}"
         partials = 0
 
-        async def forward(event: HostEvent) -> None:
-            nonlocal partials
-            if type(event) is PartialEvent:
-                partials += 1
-                await ctx.session.report_progress(partials, None, event.text)
-            elif type(event) is QuestionRequest:
-                self.host.answer(turn_id, event.request_id, None)
-
         # The client's notifications/cancelled, or stdin's end, cancels this handler: the host stops the agent.
         # Over HTTP, the SDK keeps a call whose response stream was dropped running for the session: the door's
         # middleware marks the request's scope when its connection goes, and that cancels the call too.
         gone: trio.Event | None = getattr(ctx.request, "scope", {}).get(CLIENT_GONE)
         with trio.CancelScope() as call:
             async with trio.open_nursery() as watcher:
+
+                async def forward(event: HostEvent) -> None:
+                    nonlocal partials
+                    if type(event) is PartialEvent:
+                        partials += 1
+                        await ctx.session.report_progress(partials, None, event.text)
+                    elif type(event) is QuestionRequest:  # asked beside the turn: its events go on meanwhile
+                        watcher.start_soon(self._question, ctx, turn_id, event)
+
                 if gone is not None:
                     watcher.start_soon(_cancel_when_set, gone, call)
                 try:
-                    result = await self.host.submit(
-                        profile,
-                        conversation,
-                        turn,
-                        on_event=forward,
-                        on_permission=lambda request: self._permission(ctx, request),
-                        turn_id=turn_id,
+                    result = await self._submit_stoppable(
+                        turn_id,
+                        lambda: self.host.submit(
+                            profile,
+                            conversation,
+                            turn,
+                            on_event=forward,
+                            on_permission=lambda request: self._permission(ctx, request),
+                            turn_id=turn_id,
+                        ),
                     )
                 except BridgeError as err:  # refused before it ran: a full queue, a profile that no longer loads
                     return self._refused(err, profile, tenant)
@@ -157,6 +165,34 @@ class McpDoor:
         files = [self._files.offer(turn_id, file, self._embed_max_bytes) for file in result.files]
         self._files.turn_over(result)
         return result_content(result, files)
+
+    async def _submit_stoppable(self, turn_id: str, submit: Callable[[], Awaitable[TurnResult]]) -> TurnResult:
+        """`submit()`, its turn stopped through `host.cancel` when the call is cancelled: cancelling the task that
+        waits for a fleet worker's turn (`--postgres`) would leave the turn running on the worker."""
+        running = trio.CancelScope(shield=True)
+        finished = False
+
+        async def stop_when_cancelled() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                if not finished and not self.host.cancel(turn_id):
+                    running.cancel()  # not in the host yet (or no more): nothing runs to stop
+
+        refused: BridgeError | None = None
+        async with trio.open_nursery() as stopper:
+            stopper.start_soon(stop_when_cancelled)
+            try:
+                with running:
+                    result = await submit()
+            except BridgeError as err:  # raised past the nursery, it would come out in an exception group
+                refused = err
+            finally:
+                finished = True
+                stopper.cancel_scope.cancel()
+        if refused is not None:
+            raise refused
+        return result
 
     def _refused(self, err: BridgeError, profile: str, tenant: Tenant) -> dict[str, Any]:
         problem = str(err)
@@ -186,6 +222,26 @@ class McpDoor:
             return Decision(allow=False, message=NOBODY_TO_ASK)
         allowed = answer.action == "accept" and bool((answer.content or {}).get("allow"))
         return Decision(allow=allowed, message="" if allowed else "denied by the MCP client's user")
+
+    async def _question(self, ctx: Any, turn_id: str, request: QuestionRequest) -> None:
+        from mcp.shared.exceptions import MCPError
+
+        answer = None
+        if not self._elicit or not _can_elicit(ctx):
+            self._log.info("a question of the agent was declined: a tool call has nobody to ask", tool=request.tool)
+        else:
+            message, schema = question_form(request)
+            try:
+                form = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+            except MCPError as err:
+                self._log.info("the MCP client did not ask its user; the question is declined", error=str(err))
+            else:
+                answer = question_answer(request, form.content) if form.action == "accept" else None
+        try:
+            self.host.answer(turn_id, request.request_id, answer)
+        except AnswerRefused as err:  # a client that sent what its form did not offer
+            self._log.info("the MCP client's answer fits no option; the question is declined", error=str(err))
+            self.host.answer(turn_id, request.request_id, None)
 
 
 def _can_elicit(ctx: Any) -> bool:

@@ -8,6 +8,9 @@ Rules:
 - A failed turn is a result with `isError: true` and the turn's error reply as its text.
 - A file the agent left comes back embedded (text, or base64 for other files) when it is at most the embed limit,
   else as a `resource_link` to where it waits on this machine (deleted after the file time-to-live).
+- An agent's question, for a client that can ask its user (`--elicit`), is an elicitation form: one field per
+  question, a choice as an enum of its labels (an array of them where several may be chosen; no own words then),
+  words as a string where the agent offered no options.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..dialects.events import Question, QuestionRequest
+from ..engine.questions import QuestionAnswer
 from ..engine.result import TurnResult
 from ..errors import AttachmentRefused, TurnError
 from ..files.fetch_policy import source_kind
@@ -155,3 +160,38 @@ def file_content(record: Mapping[str, Any]) -> dict[str, Any]:
         else:
             return {"type": "resource", "resource": {"uri": uri, "mimeType": media_type, "text": text}}
     return {"type": "resource", "resource": {"uri": uri, "mimeType": media_type, "blob": data}}
+
+
+def question_form(request: QuestionRequest) -> tuple[str, dict[str, Any]]:
+    """(message, requested schema) of an `elicitation/create` form asking `request`'s questions, each required."""
+    properties = {question.id: _question_field(question) for question in request.questions}
+    prompts = [question.prompt for question in request.questions]
+    message = f"The agent asks: {prompts[0]}" if len(prompts) == 1 else "The agent asks: " + " / ".join(prompts)
+    return message, {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def _question_field(question: Question) -> dict[str, Any]:
+    labels = [option.label for option in question.options]
+    field: dict[str, Any] = {"title": question.header or question.prompt, "description": question.prompt}
+    if labels and question.multi_select:
+        return field | {"type": "array", "items": {"type": "string", "enum": labels}}
+    if labels:  # a form's choice takes only its options: the user's own words are for a question without any
+        return field | {"type": "string", "enum": labels}
+    return field | {"type": "string"}
+
+
+def question_answer(request: QuestionRequest, content: Mapping[str, Any] | None) -> QuestionAnswer:
+    """The host's answer to `request` from an accepted form's `content`: each question's id → the label (or labels,
+    or words) the user gave; None (declined) when the form answered none of them."""
+    answer: dict[str, str | list[str]] = {}
+    for question in request.questions:
+        value: Any = (content or {}).get(question.id)
+        if _given(value):
+            answer[question.id] = value
+    return answer or None
+
+
+def _given(value: object) -> bool:
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(label, str) for label in value)
+    return isinstance(value, str) and bool(value)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import select
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import trio
+
+HANG_UP_POLL_SECS = 0.2
 
 Message = TypeVar("Message")  # what the transport writes: a line of bytes, a WebSocket text, an SSE frame
 
@@ -144,3 +147,17 @@ class Output(Generic[Message]):
                 self._current.done.set()
             self._handoff.close()
             self._on_broken()
+
+
+async def watch_for_hang_up(fd: int, output: Output[Any]) -> None:
+    """Notice the client closing its end of `fd` (a stdio door's stdout) even while nothing is written to it.
+
+    A write would fail at once, but a turn may run for minutes without a word;
+    its agent should not run on for nobody. POLLERR and POLLHUP are reported
+    without being asked for (a regular file or /dev/null reports neither).
+    """
+    poller = select.poll()
+    poller.register(fd, 0)
+    while not poller.poll(0):  # noqa: ASYNC110 - no event says "hung up": trio waits only for readable/writable
+        await trio.sleep(HANG_UP_POLL_SECS)
+    output.hung_up()
