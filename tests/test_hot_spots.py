@@ -25,8 +25,6 @@ REMAINING = {
     "engine/warm_agents.py:WarmAgent.turn",
     "engine/one_process.py:drive_turn",
     "cli/connect.py:run_connect",
-    "chat/markup.py:_render_block",
-    "chat/matrix.py:MatrixPlatform._item",
 }
 
 
