@@ -22,8 +22,6 @@ REMAINING = {
     "host/runtime.py:open_host",
     "host/runtime.py:Host._run_in_place",
     "host/postgres/gateway.py:RemoteHost.submit",
-    "engine/warm_agents.py:WarmAgent.turn",
-    "engine/one_process.py:drive_turn",
     "cli/connect.py:run_connect",
 }
 

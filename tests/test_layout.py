@@ -43,9 +43,10 @@ ENGINE_FLOORS = {
     "driver": 2,
     "loop": 2,
     "hand_out": 3,
-    "warm_agents": 4,
-    "one_process": 5,
-    "run": 6,
+    "turn_setup": 4,
+    "warm_agents": 5,
+    "one_process": 6,
+    "run": 7,
 }
 """The floors inside the engine: an engine module imports only engine modules of a lower floor."""
 TOP = 11  # bridge/__init__.py and __main__.py re-export from every floor

@@ -117,6 +117,20 @@ def test_remove_outbox_removes_the_turn_s_outbox_with_its_files(tmp_path: Path) 
     assert left_in(tmp_path) == []
 
 
+async def test_one_process_turns_that_never_start_their_agent_leave_no_turn_directory(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    missing = bridge.Profile(command=[str(tmp_path / "no-such-agent")], cwd=str(work))
+    fetching = bridge.Profile(command=["true"], cwd=str(work), attachments={"fetch": True})
+    refused = bridge.Turn("look", attachments=[bridge.Attachment("file", "http://127.0.0.1:9/notes.txt")])
+    with trio.fail_after(10):
+        not_started = await bridge.run_turn(missing, bridge.Turn("hi"))  # its directory was made, then the start failed
+        not_fetched = await bridge.run_turn(fetching, refused)  # made, then the fetch was refused
+    assert not_started.outcome == "spawn_failed" and "no-such-agent" in not_started.error_reply
+    assert not_fetched.outcome == "attachment_failed" and "loopback" in not_fetched.error
+    assert left_in(work) == []
+
+
 def test_an_agent_writes_two_files(make_agent, tmp_path: Path) -> None:
     profile = make_agent(TWO_FILES, cwd=str(tmp_path / "work"))
     (tmp_path / "work").mkdir()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 import warm_echo
+from attachment_files import left_in
 from conftest import TURN_DEADLINE, assert_no_live_process, write_agent
 
 import bridge
@@ -261,3 +262,26 @@ async def test_silence_after_output_times_out_on_idle_before_the_wall(warm_profi
     assert (silent.outcome, silent.error_reply) == ("timeout", "The agent timed out after 0.3 s without output."), (
         f"silence after output did not time out on idle_timeout_secs: {silent.error_reply}"
     )
+
+
+async def test_warm_turns_that_never_reach_their_end_leave_no_turn_directory(warm_profile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = warm_profile(cwd=str(work), attachments={"fetch": True})
+    refused = Turn("look", attachments=[bridge.Attachment("file", "http://127.0.0.1:9/notes.txt")])
+    with trio.fail_after(TURN_DEADLINE):
+        async with trio.open_nursery() as nursery:
+            agent = WarmAgent(profile)
+            await agent.start(nursery)
+            not_fetched = await agent.turn(refused)  # its directories were made, then the fetch was refused
+            with trio.CancelScope() as host_gone:  # the host's task is cancelled in the middle of a turn
+                await agent.turn(
+                    Turn("talk then hang"),
+                    lambda event: host_gone.cancel() if isinstance(event, bridge.PartialEvent) else None,
+                )
+            after = await agent.turn(Turn("still there"))
+            await agent.close()
+    assert not_fetched.outcome == "attachment_failed" and "loopback" in not_fetched.error
+    assert host_gone.cancelled_caught
+    assert after.ok
+    assert left_in(work) == []

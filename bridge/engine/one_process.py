@@ -23,16 +23,15 @@ from ..confinement.spawner import start
 from ..dialects import SessionEvent
 from ..dialects.base import outbox_named
 from ..dialects.claude_stream import is_claude_code, with_system_prompt_appended
-from ..errors import FileRefused, LaunchError
-from ..files.turn_directory import TurnFiles
+from ..errors import LaunchError
 from ..profile import Profile
 from ..turn import Turn
 from .driver import AgentIO, TurnLimits
-from .hand_out import hand_out_turn_files
 from .launch import LaunchPlan, plan_launch, turn_working_directory
 from .loop import Emit, TurnLoop, finish_turn, turn_logger
 from .questions import Questions
-from .result import Ending, TurnRecorder, TurnResult, ending_of
+from .result import Ending, TurnRecorder, TurnResult
+from .turn_setup import TurnSetup, turn_set_up
 
 __all__ = ["drive_turn"]
 
@@ -78,80 +77,43 @@ async def drive_turn(
         )
     started = trio.current_time()
     turn_id = turn_id or os.urandom(6).hex()
-    try:
-        cwd = turn_working_directory(profile, turn) or os.getcwd()
-    except LaunchError:  # it fails to start the same way below, before anything is made or fetched
-        cwd = ""
-    makes_files = False
-    if turn.attachments:
-        # Imported here: a turn without attachments (the CLI's cold start, bench row 6) does not load HTTP and TLS.
-        from ..files.attachments import makes_files as attachments_make_files
-
-        makes_files = attachments_make_files(profile, turn.attachments, allow_hosts)
-    try:
-        files = _turn_files(cwd, turn_id, makes_files)
-    except FileRefused as err:
-        if makes_files:
-            return _not_started(
-                profile, turn_id, started, LaunchError(126, f"the turn's directory cannot be made: {err}")
-            )
-        # A read-only working directory (serve started in /, say) costs the agent its outbox, not its turn.
-        turn_logger(profile, turn_id).warning(
-            "the turn's directory cannot be made; the agent gets no outbox", reason=str(err)
-        )
-        files = None
-    keep = False
-    if makes_files and files is not None:
-        from ..files.attachments import AttachmentFailed, policy_of, prepare_attachments
-
-        policy = policy_of(profile, allow_hosts)
-        log = turn_logger(profile, turn_id)
-        try:
-            turn = await prepare_attachments(turn, files, policy, log, cancel)
-        except BaseException as err:
-            files.remove()
-            if not isinstance(err, AttachmentFailed):
-                raise
-            log.warning("the agent was not started: its attachments were not fetched", reason=str(err), in_result=True)
-            return finish_turn(TurnRecorder(profile), ending_of(err), "", started, log)
-        keep = policy.keep
-    return await _one_process(profile, turn, files, keep, emit, cancel, turn_id, on_stderr, questions, started)
+    log = turn_logger(profile, turn_id)
+    async with turn_set_up(
+        profile, turn, _agent_directory(profile, turn), turn_id, log, allow_hosts=allow_hosts, cancel=cancel
+    ) as setup:
+        if setup.ending is not None:
+            return finish_turn(TurnRecorder(profile), setup.ending, "", started, log)
+        return await _one_process(profile, setup, emit, cancel, log, on_stderr, questions, started)
 
 
 async def _one_process(
     profile: Profile,
-    turn: Turn,
-    files: TurnFiles | None,
-    keep: bool,
+    setup: TurnSetup,
     emit: Emit | None,
     cancel: trio.Event | None,
-    turn_id: str,
+    log: Any,
     on_stderr: Callable[[bytes], None] | None,
     questions: Questions | None,
     started: float,
 ) -> TurnResult:
-    """A one-process turn whose attachments (if any) are in `files`, where its outbox is too (`keep`: the profile
-    keeps the attachments after the turn)."""
+    """A one-process turn whose files (its attachments, its outbox) are `setup`'s."""
     plan: LaunchPlan | None = None
-    log = None
     try:
-        plan = plan_launch(profile, turn, os.environ)
-        if files is not None:
+        plan = plan_launch(profile, setup.turn, os.environ)
+        if setup.files is not None:
             plan = dataclasses.replace(
-                plan, env={**plan.env, "AGENT_OUTBOX": files.outbox}, argv=_outbox_told(profile, plan, files.outbox)
+                plan, env={**plan.env, "AGENT_OUTBOX": setup.outbox}, argv=_outbox_told(profile, plan, setup.outbox)
             )
         # Made before the agent starts, not while it does: work the bridge does while bwrap sets a sandbox up
         # delays that by most of its own time (bench row 29); an agent without one starts ~10 µs later (row 1).
         # A dialect that cannot be made raises here, before there is an agent to stop.
-        log = _turn_logger(profile, turn_id, plan)
+        _log_notes(log, plan)
         recorder = TurnRecorder(profile, os.environ)
-        dialect = profile.turn_dialect(profile.dialect_context, turn)
+        dialect = profile.turn_dialect(profile.dialect_context, setup.turn)
         questions = questions if questions is not None else Questions()
         agent = await start(plan, kill_grace_secs=profile.kill_grace_secs)
     except LaunchError as err:
-        if files is not None:
-            files.remove()
-        return _not_started(profile, turn_id, started, err, plan, log)
+        return _not_started(profile, started, err, log)
 
     io = AgentIO(plan, agent, log, TurnLimits.of(profile), on_stderr)
     io.begin_turn(started)
@@ -165,38 +127,32 @@ async def _one_process(
     except BaseException:
         with trio.CancelScope(shield=True):
             await io.abandon()
-        if files is not None:
-            files.remove()
         log.info("turn abandoned by the host; agent stopped", exit_code=130)
         raise
     finally:
         agent.close()
     result = finish_turn(recorder, ending, io.stderr_text(), started, log)
-    if files is None:
-        return result
-    return await hand_out_turn_files(files, keep, profile, result, emit, log)
+    return await setup.hand_out(profile, result, emit)
 
 
-def _turn_files(cwd: str, turn_id: str, attachments: bool) -> TurnFiles | None:
-    """The turn's directories (its outbox, its attachments) in the agent's working directory; None when that is not
-    a directory: the agent's start fails on it, with its own error."""
-    return TurnFiles(cwd, turn_id, attachments=attachments) if cwd and os.path.isdir(cwd) else None
+def _agent_directory(profile: Profile, turn: Turn) -> str:
+    """The directory the agent runs in, where its turn's directories are made; "" when it is not one: the agent's
+    start fails on it, with its own error, before anything is made or fetched."""
+    try:
+        cwd = turn_working_directory(profile, turn) or os.getcwd()
+    except LaunchError:
+        return ""
+    return cwd if os.path.isdir(cwd) else ""
 
 
-def _not_started(
-    profile: Profile, turn_id: str, started: float, err: LaunchError, plan: LaunchPlan | None = None, log: Any = None
-) -> TurnResult:
-    if log is None:
-        log = _turn_logger(profile, turn_id, plan)
+def _not_started(profile: Profile, started: float, err: LaunchError, log: Any) -> TurnResult:
     log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)
     return finish_turn(TurnRecorder(profile), Ending(spawn_failure=(err.exit_code, err.message)), "", started, log)
 
 
-def _turn_logger(profile: Profile, turn_id: str | None, plan: LaunchPlan | None) -> Any:
-    log = turn_logger(profile, turn_id)
-    for note in plan.notes if plan is not None else ():
+def _log_notes(log: Any, plan: LaunchPlan) -> None:
+    for note in plan.notes:
         log.warning(note)
-    return log
 
 
 def _outbox_told(profile: Profile, plan: LaunchPlan, outbox: str) -> tuple[str, ...]:

@@ -47,16 +47,16 @@ from ..dialects.events import AgentInput, FileRequest, SessionGone, SteerOutcome
 from ..dialects.warm import WarmDialect, WarmState
 from ..errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
 from ..files.agent_requests import FileRoot, serve_file_request
-from ..files.turn_directory import SessionOutbox, TurnFiles
+from ..files.turn_directory import SessionOutbox
 from ..log import get_logger
 from ..profile import Profile
 from ..turn import Turn
 from .driver import AgentIO, TurnDeadline, TurnLimits
-from .hand_out import hand_out_turn_files
 from .launch import LaunchPlan, plan_warm_launch
 from .loop import Emit, EventCallback, TurnLoop, emit_to, finish_turn, turn_logger
 from .questions import Questions
-from .result import Ending, TurnRecorder, TurnResult, ending_of
+from .result import Ending, TurnRecorder, TurnResult
+from .turn_setup import TurnSetup, turn_set_up
 
 
 def start_failure_result(error: WarmStartError, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
@@ -324,25 +324,9 @@ class WarmAgent:
 
     async def _route(self, events: list[Event]) -> None:
         """The turn gets its events; the session keeps its own (ready, input to write); the rest is dropped."""
-        assert self._io is not None
         batch: list[Event] = []
         for event in events:
-            if isinstance(event, Ready):
-                self.session_id = event.session_id
-                self._ready.set()
-            elif isinstance(event, SessionGone):
-                if not self._ready.is_set():
-                    self._gone_detail = event.detail
-                    self._gone.set()
-                elif self._loop is not None:
-                    batch.append(ErrorEvent(f"the agent no longer has the session: {event.detail}"))
-            elif isinstance(event, SteerOutcome):
-                steer = self._steers.get(event.steer_id)
-                if steer is not None:
-                    steer.settle(event.folded)
-            elif isinstance(event, AgentInput):
-                self._io.send(event.data)
-            elif isinstance(event, FileRequest):
+            if isinstance(event, FileRequest):
                 await self._serve_file(event)
             elif isinstance(event, TurnEnd):
                 await self._hand_over(batch)
@@ -350,19 +334,48 @@ class WarmAgent:
                 if self._wake is not None:  # a turn is in progress (its loop may be gone: a callback raised)
                     self._turn_over = True
                     self._wake_turn()
+            elif isinstance(event, (Ready, SessionGone, SteerOutcome, AgentInput)):
+                said = self._keep_session_event(event)
+                if said is not None:
+                    batch.append(said)
             elif self._loop is not None:
-                if type(event) is SessionEvent:  # a family that names a new session in its first turn (claude-sdk)
-                    self.session_id = event.session_id
-                    if event.session_id == self._told_session:
-                        continue
-                    self._told_session = event.session_id
-                batch.append(event)
+                if self._is_news_to_the_turn(event):
+                    batch.append(event)
             elif isinstance(event, ProtocolWarning):
                 self.log.warning(event.message)
             elif isinstance(event, ErrorEvent) and not self._ready.is_set():
                 self._start_error = event.text
         if batch:
             await self._hand_over(batch)
+
+    def _keep_session_event(self, event: Ready | SessionGone | SteerOutcome | AgentInput) -> Event | None:
+        """What the session keeps of an event of its own; what the turn in progress is to be told of it, if any."""
+        assert self._io is not None
+        if isinstance(event, Ready):
+            self.session_id = event.session_id
+            self._ready.set()
+        elif isinstance(event, SessionGone):
+            if not self._ready.is_set():
+                self._gone_detail = event.detail
+                self._gone.set()
+            elif self._loop is not None:
+                return ErrorEvent(f"the agent no longer has the session: {event.detail}")
+        elif isinstance(event, SteerOutcome):
+            steer = self._steers.get(event.steer_id)
+            if steer is not None:
+                steer.settle(event.folded)
+        else:
+            self._io.send(event.data)
+        return None
+
+    def _is_news_to_the_turn(self, event: Event) -> bool:
+        """Whether the turn in progress is to see `event`: all but a session it was told of already."""
+        if type(event) is SessionEvent:  # a family that names a new session in its first turn (claude-sdk)
+            self.session_id = event.session_id
+            if event.session_id == self._told_session:
+                return False
+            self._told_session = event.session_id
+        return True
 
     async def _serve_file(self, request: FileRequest) -> None:
         """A file the agent asks the bridge to read or write (the profile granted it), beneath its cwd.
@@ -446,59 +459,44 @@ class WarmAgent:
         returned."""
         if self._wake is not None:
             raise ProtocolMisuse("a warm agent takes one turn at a time")
-        profile = self.profile
         log = log if log is not None else self.log
         started = trio.current_time()
-        recorder = TurnRecorder(profile, os.environ)
+        recorder = TurnRecorder(self.profile, os.environ)
         self.turns += 1
-        io = self._io
-        if io is None or not self.alive:
-            if questions is not None:
-                questions.close()
-            ending = Ending(spawn_failure=(126, "the warm agent is not running"))
-            return finish_turn(recorder, ending, "", started, log, warm=True)
-        makes_files = False
-        if turn.attachments:
-            # Imported here: a turn without attachments does not load HTTP and TLS.
-            from ..files.attachments import makes_files as attachments_make_files
-
-            makes_files = attachments_make_files(profile, turn.attachments, allow_hosts)
-        files: TurnFiles | None
-        try:
-            files = TurnFiles(
-                self._cwd, "warm", attachments=makes_files
-            )  # the agent runs there: it is a directory (unless it was removed)
-        except FileRefused as err:
-            if makes_files:
-                if questions is not None:
-                    questions.close()
-                ending = Ending(spawn_failure=(126, f"the turn's directory cannot be made: {err}"))
-                log.warning("the turn did not start", reason=str(err), in_result=True)
-                return finish_turn(recorder, ending, "", started, log, warm=True)
-            # A read-only working directory costs the agent its outbox, not its turn.
-            log.warning("the turn's directory cannot be made; the agent gets no outbox", reason=str(err))
-            files = None
-        keep = False
-        if makes_files and files is not None:
-            from ..files.attachments import AttachmentFailed, policy_of, prepare_attachments
-
-            policy = policy_of(profile, allow_hosts)
-            try:
-                turn = await prepare_attachments(turn, files, policy, log, cancel)
-            except BaseException as err:
-                files.remove()
-                if questions is not None:
-                    questions.close()
-                if not isinstance(err, AttachmentFailed):
-                    raise
-                log.warning("the turn did not start: its attachments were not fetched", reason=str(err), in_result=True)
-                return finish_turn(recorder, ending_of(err), "", started, log, warm=True)
-            keep = policy.keep
         questions = questions if questions is not None else Questions()
-        emit = emit_to(None, on_event)
-        loop = TurnLoop(
-            self._dialect, recorder, profile.permission_policy, emit, log, io.send, questions, io.stdout.receive
-        )
+        io = self._io
+        try:
+            if io is None or not self.alive:
+                ending = Ending(spawn_failure=(126, "the warm agent is not running"))
+                return finish_turn(recorder, ending, "", started, log, warm=True)
+            # the agent runs in its working directory: it is one (unless it was removed)
+            async with turn_set_up(
+                self.profile, turn, self._cwd, "warm", log, allow_hosts=allow_hosts, cancel=cancel
+            ) as setup:
+                if setup.ending is not None:
+                    return finish_turn(recorder, setup.ending, "", started, log, warm=True)
+                emit = emit_to(None, on_event)
+                loop = TurnLoop(
+                    self._dialect, recorder, self.profile.permission_policy, emit, log, io.send, questions,
+                    io.stdout.receive,
+                )  # fmt: skip
+                ending = await self._run_turn(io, loop, setup, on_stderr, cancel, started)
+                result = finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
+                self._move_outbox_files(setup)
+                return await setup.hand_out(self.profile, result, emit)
+        finally:
+            questions.close()  # a turn that did not start too: whoever waits on a question is answered
+
+    async def _run_turn(
+        self,
+        io: AgentIO,
+        loop: TurnLoop,
+        setup: TurnSetup,
+        on_stderr: Callable[[bytes], None] | None,
+        cancel: trio.Event | None,
+        started: float,
+    ) -> Ending:
+        """The turn's prompt given to the agent, and how the turn ended once the agent said so (or did not)."""
         io.stderr_tail.clear()
         io.stderr_tail.on_chunk = on_stderr
         self._wake = trio.Event()
@@ -513,32 +511,26 @@ class WarmAgent:
                 await loop.handle([ActivityEvent("notice", text=notice)])
             self._loop = loop
             deadline = io.begin_turn(started)
-            io.send(self._dialect.prompt(turn, self._outbox_to_name() if files is not None else ""))
-            ending = await self._wait_for_turn(io, deadline, questions, cancel, log)
+            io.send(self._dialect.prompt(setup.turn, self._outbox_to_name() if setup.files is not None else ""))
+            ending = await self._wait_for_turn(io, deadline, loop.questions, cancel, loop.log)
             self._raise_turn_error()
         except BaseException:
-            if files is not None:
-                self._move_outbox_files(files)
-                files.remove()
+            self._move_outbox_files(setup)  # what the session's outbox holds goes with the turn's
             raise
         finally:
             self._loop = None
             self._wake = None
             io.end_turn()
             io.stderr_tail.on_chunk = None
-            questions.close()
+            loop.questions.close()
             for steer in self._steers.values():  # the dialect said nothing of them: they run as turns of their own
                 steer.settle(False)
-        result = finish_turn(recorder, ending, io.stderr_text(), started, log, warm=True)
-        if files is None:
-            return result
-        self._move_outbox_files(files)
-        return await hand_out_turn_files(files, keep, profile, result, emit, log)
+        return ending
 
-    def _move_outbox_files(self, files: TurnFiles) -> None:
+    def _move_outbox_files(self, setup: TurnSetup) -> None:
         """The turn is over: what the session's outbox holds moves to the turn's, to be sent from there."""
-        if self._outbox is not None:
-            self._outbox.hand_over(files)
+        if self._outbox is not None and setup.files is not None:
+            self._outbox.hand_over(setup.files)
             if self._dead.is_set():  # the process is gone: no turn writes there any more
                 self._drop_outbox()
 
