@@ -108,21 +108,24 @@ bubblewrap:
 # and ip): no test, broken or not, can reach anything beyond this machine. Everything installs before, outside it.
 # Elsewhere it runs in the machine's network, and says so (docs/contributing.md).
 LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$@"' sh
+# Every core; an idle worker takes tests queued for a busy one, so a few slow files (the ACP door's, Matrix's) that
+# land on one worker late do not keep the run waiting on it alone.
+XDIST := -n auto --dist worksteal
 
 test: lint bubblewrap $(NPM_STAMP) $(SYNAPSE_STAMP)
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && unshare --net true 2>/dev/null; then \
 	  echo "make test: pytest runs in a network namespace of its own, only loopback up"; \
-	  AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(LOOPBACK_ONLY) $(BIN)/python -m pytest -q -n auto; \
+	  AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(LOOPBACK_ONLY) $(BIN)/python -m pytest -q $(XDIST); \
 	else \
 	  echo "make test: not root, or no unshare or ip here: pytest runs in the machine's network" \
 	    "(the tests connect to loopback only, but nothing stops one that would not)"; \
-	  AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q -n auto; \
+	  AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(BIN)/python -m pytest -q $(XDIST); \
 	fi
 
 # `make bench` (QUICK=1 for a smoke run): its own venv, the project installed non-editable as users get it
-# (re-installed whenever bridge/ changes) with the postgres extra (the scale-out cases) and the http extra (the
-# network door's), plus the comparison and plotting tools of bench/requirements.txt. The scale-out cases need
-# PostgreSQL's server (as `make test`), the cases of Claude Code and codex the npm agents of `make test-agents`.
+# (re-installed whenever bridge/ changes) with the postgres extra (the scale-out cases), the http extra (the
+# network door's) and the chat extra (connect's rows), plus the comparison and plotting tools of
+# bench/requirements.txt. The scale-out cases need PostgreSQL's server (as `make test`), the cases of Claude Code and codex the npm agents of `make test-agents`.
 BENCH_VENV := bench/.venv
 BENCH_BIN  := $(BENCH_VENV)/bin
 
@@ -131,7 +134,7 @@ $(BENCH_BIN)/python:
 	$(BENCH_BIN)/python -m pip install -q --upgrade pip
 
 $(BENCH_VENV)/.tools: bench/requirements.txt pyproject.toml Makefile | $(BENCH_BIN)/python
-	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt '.[postgres,http,mcp]'
+	$(BENCH_BIN)/python -m pip install -q -r bench/requirements.txt '.[postgres,http,mcp,chat]'
 	touch $@
 
 $(BENCH_VENV)/.bridge: pyproject.toml $(shell find bridge -name '*.py' -o -name py.typed) | $(BENCH_VENV)/.tools

@@ -1,4 +1,4 @@
-"""Row 32, the MCP door (issue 38): a tool call to `agent-bridge mcp` on stdio against the same turn through
+"""Row 35, the MCP door (issue 38): a tool call to `agent-bridge mcp` on stdio against the same turn through
 stdin/stdout `agent-bridge serve`, the echo agent behind both, measured in the same run.
 
 `make bench` runs this sample in its workers (case `mcp`); alone, from the repository:

@@ -51,6 +51,15 @@ MCP_OVER_STDIN_MS = 1.0
 SANDBOX_OVER_BWRAP_MS = 1.0
 RLIMITS_OVER_PLAIN_MS = 0.1
 CONFINED = ("bridge", "rlimits", "sandboxed", "bwrap")
+# Issue 36's, a real `connect` against the fake Telegram Bot API: an echo turn at most 3 ms more at the median than
+# through stdin/stdout serve in the same run; 200 chats at once each answered exactly once, at most 30 sends in any
+# second and one a second in a chat, connect under 150 MB RSS; a partial shown in the preview within one pacing
+# interval (Telegram's 1 s per chat) + 50 ms at p99.
+CHAT_OVER_STDIN_MS = 3.0
+CHAT_SENDS_PER_SECOND = 30
+CHAT_INTERVAL_S = 1.0
+CHAT_RSS_MB = 150.0
+CHAT_PREVIEW_P99_MS = 1050.0
 NETWORK_TRANSPORTS = {
     "sse": "POST /v1/turns, SSE",
     "json": "POST /v1/turns, JSON",
@@ -237,6 +246,18 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         out["acp"] = {name: stats(pooled(samples["acp"].get("turn", []), f"{name}_ms")) for name in ("stdin", "acp")}
     if "mcp" in samples:
         out["mcp"] = {name: stats(pooled(samples["mcp"].get("turn", []), f"{name}_ms")) for name in ("stdin", "mcp")}
+    if "chat" in samples:
+        runs = samples["chat"]
+        burst = runs.get("200 chats", [])
+        out["chat"] = {
+            "turn": {name: stats(pooled(runs.get("turn", []), f"{name}_ms")) for name in ("telegram", "stdin")},
+            "preview": stats(pooled(runs.get("preview", []), "delay_ms")),
+            **{
+                key: stats([x[key] for x in burst if "invalid" not in x and x.get(key) is not None])
+                for key in ("seconds", "max_per_second", "min_chat_gap_s", "rate_limited", "peak_rss_mb")
+            },
+            "chats": raw["plan"]["chat"]["variants"].get("200 chats", {}).get("chats", 0),
+        }
     if "confined" in samples:
         out["confined"] = {c: stats(pooled(samples["confined"]["all"], f"{c}_ms")) for c in CONFINED}
     out["per_round_ratios"] = per_round_ratios(samples)
@@ -757,7 +778,7 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
     mcp = s.get("mcp", {})
     if mcp.get("mcp", {}).get("n") and mcp.get("stdin", {}).get("n"):
         over(
-            "32 MCP tool call over stdio, median",
+            "35 MCP tool call over stdio, median",
             mcp["mcp"]["median"],
             mcp["stdin"]["median"],
             "stdin/stdout serve",
@@ -778,7 +799,46 @@ def rows(s: dict[str, Any]) -> list[dict[str, str]]:
                 limit,
                 floor_name,
             )
+    chat_rows(s.get("chat", {}), row, over)
     return table
+
+
+def chat_rows(chat: dict[str, Any], row: Any, over: Any) -> None:
+    """Rows 32–34, the chat side (bench/chat.py)."""
+    telegram, plain = chat.get("turn", {}).get("telegram", {}), chat.get("turn", {}).get("stdin", {})
+    if telegram.get("n") and plain.get("n"):
+        over(
+            "32 echo turn through Telegram, median",
+            telegram["median"],
+            plain["median"],
+            "stdin/stdout serve",
+            CHAT_OVER_STDIN_MS,
+            "stdin serve",
+        )
+    if chat.get("peak_rss_mb", {}).get("n"):
+        most, rss = chat["max_per_second"]["max"], chat["peak_rss_mb"]["max"]
+        gap = chat["min_chat_gap_s"]["min"] if chat["min_chat_gap_s"].get("n") else None
+        ok = most <= CHAT_SENDS_PER_SECOND and rss < CHAT_RSS_MB and (gap is None or gap >= CHAT_INTERVAL_S - 0.05)
+        row(
+            f"33 {chat['chats']} chats at once, each answered once",
+            f"{most:g} sends/s at most, {rss:.1f} MB",
+            f"all answered in {chat['seconds']['median']:.1f} s",
+            "",
+            f"{chat['rate_limited']['max']:g} 429s" + (f", {gap:.2f} s in a chat" if gap is not None else ""),
+            f"≤ {CHAT_SENDS_PER_SECOND}/s, ≤ 1/s a chat, < {CHAT_RSS_MB:g} MB",
+            _verdict(ok),
+        )
+    lat = chat.get("preview", {})
+    if lat.get("n"):
+        row(
+            "34 partial shown in the preview, p99 (p50)",
+            f"{lat['p99']:.0f} ms ({lat['p50']:.0f})",
+            "",
+            "",
+            "",
+            f"p99 ≤ {CHAT_PREVIEW_P99_MS:g} ms",
+            _verdict(lat["p99"] <= CHAT_PREVIEW_P99_MS),
+        )
 
 
 COLUMNS = ("benchmark", "bridge", "floor", "agentproc", "ratio", "target", "result")
@@ -1166,6 +1226,18 @@ def markdown(summary: dict[str, Any], about: dict[str, Any], *, quick: bool) -> 
             "turn by turn, the order rotating, a serve `turn` and a `session/prompt` in one ACP session, each timed "
             "from writing the request to reading its end (serve's `result`, the prompt's response). At most 1 ms "
             "more at the median.",
+            "32. **A turn through Telegram** (bench/chat.py): a real `agent-bridge connect` against the fake Bot API "
+            "(tools/fakes/telegram_bot_api.py, on loopback) and a stdin/stdout `serve`, the echo agent behind both, "
+            "turn by turn in rotating order; a Telegram turn is timed on the fake's clock from the update being "
+            "available to `getUpdates` to the reply's `sendMessage` arriving, each in a chat of its own and spaced so "
+            "that no pacing limit is engaged. At most 3 ms over stdin/stdout serve at the median.",
+            "33. **200 chats at once**: 200 allowed users send a message each at the same moment; each chat must get "
+            "its reply exactly once (checked two seconds after the last), and from the fake's record the most "
+            "`sendMessage` calls arriving in any second (≤ 30), the shortest gap between two in one chat (≤ 1 a "
+            "second), the 429s met, and connect's peak RSS (VmHWM) from /proc (< 150 MB).",
+            "34. **A partial in the preview**: agents print a partial every 100 ms for 3 s naming the monotonic time "
+            "they wrote it; for each, the delay until the preview message (its `sendMessage` or an "
+            "`editMessageText`) first shows it. Telegram allows an edit a second in a chat: p99 ≤ 1 s + 50 ms.",
             "",
         ]
     )

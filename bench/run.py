@@ -1,6 +1,6 @@
 """Run the benchmarks: issue 4's six, the JSON dialects (codex-exec, wire 0.4), warm agents (issue 10), the
 scale-out through PostgreSQL (issue 11), the real Claude Code and codex kept warm (issue 21), attachments fetched
-(issue 22) and the network door (issue 23); report medians, ratios and targets.
+(issue 22), the network door (issue 23) and the chat side (issue 36); report medians, ratios and targets.
 
     make bench            # full run, ~15 minutes: rewrites bench/RESULTS.md, bench/results*.png, docs/performance.md's table
     make bench QUICK=1    # smoke run with small sizes; writes only to bench/results/
@@ -241,6 +241,16 @@ def build_plan(
         Case("acp", [Variant("turn", "turn", {"turns": 30 if q else 150, "warmup": 5})], 2 if q else 4),
         # Issue 38's: an MCP tool call over stdio against the same turn through stdin/stdout serve (bench/mcp_door.py).
         Case("mcp", [Variant("turn", "turn", {"turns": 30 if q else 150, "warmup": 5})], 2 if q else 4),
+        # Issue 36's: the chat side (bench/chat.py), a real connect against the fake Telegram Bot API.
+        Case(
+            "chat",
+            [
+                Variant("turn", "turn", {"turns": 20 if q else 60, "warmup": 3}),
+                Variant("200 chats", "burst", {"chats": 200}),
+                Variant("preview", "preview", {"chats": 3 if q else 6}),
+            ],
+            1 if q else 3,
+        ),
     ]
 
 
@@ -541,7 +551,7 @@ def main() -> int:
         metavar="CASE",
         help="run only these cases (turn throughput "
         "concurrency latency memory cli codex warm fleet fleet-burst pg-statement wire04 dialects claude-sdk "
-        "codex-app-server attachments network acp mcp)",
+        "codex-app-server attachments network acp mcp chat)",
     )
     parser.add_argument("--rounds", type=int, help="override every case's number of rounds")
     parser.add_argument(

@@ -1143,7 +1143,7 @@ def agentproc020(contender: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def interactive(module: str, sample: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """A sample kept in a module of its own (bench/claude_sdk.py, bench/codex_app_server.py, bench/network.py;
+    """A sample kept in a module of its own (bench/claude_sdk.py, bench/codex_app_server.py, bench/network.py, chat.py;
     each runnable alone too), imported when run."""
 
     def run(p: dict[str, Any]) -> dict[str, Any]:
@@ -1373,6 +1373,9 @@ WORKERS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("network", "idle"): interactive("network", "idle"),
     ("acp", "turn"): interactive("acp", "turn"),
     ("mcp", "turn"): interactive("mcp_door", "turn"),
+    ("chat", "turn"): interactive("chat", "turn"),
+    ("chat", "burst"): interactive("chat", "burst"),
+    ("chat", "preview"): interactive("chat", "preview"),
     ("confined", "all"): confined_all,
 }
 

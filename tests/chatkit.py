@@ -25,7 +25,7 @@ from typing import Any
 import trio
 
 from bridge.chat.inbox import decode, encode
-from bridge.chat.platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
+from bridge.chat.platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
 from bridge.errors import PlatformRefused, PlatformUnavailable
 
 DEADLINE = 15
@@ -98,10 +98,11 @@ class Record:
 
 class FakePlatform:
     name = "fake"
+    rate_limited = 0
 
     def __init__(self, directory: Path | None = None, *, crash_on: str = "") -> None:
         self.directory = directory
-        self.crash_on = crash_on  # "ack", "acked", "typing", or "send:<text>": SIGKILL this process there, once
+        self.crash_on = crash_on  # "ack", "acked", "typing", "send:<text>" or "file:<name>": SIGKILL there, once
         self.updates: list[Incoming | ButtonPress] = []
         self.records: list[Record] = []
         self.refuse_sends = 0
@@ -184,8 +185,17 @@ class FakePlatform:
         self._record(Record("ack", text=position))
 
     async def send_text(
-        self, chat: str, thread: str, markdown: str, *, choices: tuple[Choice, ...] = (), reply_to: str = ""
+        self,
+        chat: str,
+        thread: str,
+        markdown: str,
+        *,
+        choices: tuple[Choice, ...] = (),
+        reply_to: str = "",
+        delivery: Delivery | None = None,
     ) -> list[str]:
+        if delivery is not None and delivery.parts_sent:
+            return []  # one part, taken before a restart
         self._maybe_crash(f"send:{markdown}")
         if self.refuse_sends:
             self.refuse_sends -= 1
@@ -193,6 +203,8 @@ class FakePlatform:
             raise PlatformRefused("Bad Request: chat not found")
         key = self._key()
         self._record(Record("send", chat, markdown, key, [[c.label, c.data] for c in choices]))
+        if delivery is not None and delivery.part_sent is not None:
+            await delivery.part_sent(1)
         return [key]
 
     async def edit_text(self, chat: str, message_key: str, markdown: str, *, choices: tuple[Choice, ...] = ()) -> None:
@@ -217,6 +229,7 @@ class FakePlatform:
         return path
 
     async def send_file(self, chat: str, thread: str, path: str, name: str, media_type: str) -> str:
+        self._maybe_crash(f"file:{name}")
         key = self._key()
         content = Path(path).read_bytes()
         self._record(Record("file", chat, name, key, extra={"media_type": media_type, "content": content.decode()}))

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+from hostkit import Lab
 
 import bridge
 from bridge.engine.launch import looks_like_credential
@@ -27,6 +29,66 @@ SAMPLE_AGENTS = REPO / "sample_agents"
 PYTHON = sys.executable
 # A turn in a test that is not about timing ends well within this; a hang fails in seconds, not at a 600 s limit.
 TURN_DEADLINE = 10
+# Every field of a turn's result, as `run --json`, serve and TurnResult.to_dict() give it (docs/protocol.md §5).
+RESULT_FIELDS = frozenset(
+    {
+        "reply",
+        "session_id",
+        "error",
+        "error_reply",
+        "exit_code",
+        "timed_out",
+        "outcome",
+        "stderr_tail",
+        "duration_ms",
+        "partials",
+        "truncated",
+        "usage",
+        "folded_into",
+        "files",
+        "files_note",
+    }
+)
+
+
+def turn_result(
+    session_id: str = "", exit_code: int = 0, outcome: bridge.Outcome = bridge.Outcome.OK, **fields: Any
+) -> bridge.TurnResult:
+    """A finished turn's result: its session id and how it ended, any other field in `fields`, the rest empty."""
+    values: dict[str, Any] = {
+        "reply": "",
+        "session_id": session_id,
+        "error": "",
+        "error_reply": "",
+        "exit_code": exit_code,
+        "timed_out": False,
+        "outcome": outcome,
+        "stderr_tail": "",
+        "duration_ms": 1,
+        "partials": 0,
+        "truncated": False,
+    }
+    return bridge.TurnResult(**(values | fields))
+
+
+async def run(
+    profile: bridge.Profile, message: str = "hello", *, deadline: float = TURN_DEADLINE, **turn_and_callbacks: Any
+) -> bridge.TurnResult:
+    """One turn through `bridge.run_turn`, failing after `deadline` seconds; keywords named `on_…` are its
+    callbacks, the others the Turn's fields."""
+    callbacks = {name: value for name, value in turn_and_callbacks.items() if name.startswith("on_")}
+    fields = {name: value for name, value in turn_and_callbacks.items() if name not in callbacks}
+    with trio.fail_after(deadline):
+        return await bridge.run_turn(profile, bridge.Turn(message, **fields), **callbacks)
+
+
+async def run_collecting(
+    profile: bridge.Profile, message: str = "hello", *, deadline: float = TURN_DEADLINE, **turn: Any
+) -> tuple[bridge.TurnResult, list[Any]]:
+    """`run`, and the events the turn reported on the way."""
+    events: list[Any] = []
+    result = await run(profile, message, deadline=deadline, on_event=events.append, **turn)
+    return result, events
 
 
 def write_agent(directory: Path, name: str, source: str) -> Path:
@@ -60,6 +122,16 @@ def make_agent(tmp_path: Path) -> Callable[..., bridge.Profile]:
         return bridge.Profile.from_mapping({"command": [str(script)], **fields}, profile_dir=tmp_path)
 
     return make
+
+
+@pytest.fixture
+def lab(request: pytest.FixtureRequest, tmp_path: Path) -> Lab:
+    """A Lab (tests/hostkit.py) with a recorder profile for each name in the test module's LAB_PROFILES
+    (default: just `rec`)."""
+    lab = Lab(tmp_path)
+    for name in getattr(request.module, "LAB_PROFILES", ("rec",)):
+        lab.profile(name)
+    return lab
 
 
 def process_state(pid: int) -> str | None:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from conftest import turn_result
 
 from bridge.dialects import ActivityEvent, PartialEvent, Usage
 from bridge.dialects.events import FileEvent, Option, Question, QuestionRequest, RequestWithdrawn
@@ -56,20 +57,7 @@ def prompt(agent: AcpAgentSide, rpc_id: Any, *blocks: dict[str, Any]) -> StartPr
 
 
 def result(reply: str = "", outcome: Outcome = Outcome.OK, **fields: Any) -> TurnResult:
-    values: dict[str, Any] = dict(
-        reply=reply,
-        session_id="s",
-        error="",
-        error_reply="",
-        exit_code=0,
-        timed_out=False,
-        outcome=outcome,
-        stderr_tail="",
-        duration_ms=1,
-        partials=0,
-        truncated=False,
-    )
-    return TurnResult(**(values | fields))
+    return turn_result(**({"session_id": "s", "outcome": outcome, "reply": reply} | fields))
 
 
 @pytest.mark.parametrize(("load_session", "images"), [(True, True), (False, False)])

@@ -26,6 +26,7 @@ import trio
 from agents_cache import npm_binary
 from attachment_files import PNG, TURN_FILES, left_in, sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, assert_no_live_process
+from conftest import run as run_within
 from dir_swapper import INSIDE, OUTSIDE, RaceTree
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 
@@ -56,8 +57,7 @@ def files_profile(tmp_path: Path, work: Path, more: str = "") -> bridge.Profile:
 
 
 async def run(profile: bridge.Profile, message: str, session_id: str = "", **callbacks: Any) -> bridge.TurnResult:
-    with trio.fail_after(DEADLINE):
-        return await bridge.run_turn(profile, Turn(message, session_id=session_id), **callbacks)
+    return await run_within(profile, message, deadline=DEADLINE, session_id=session_id, **callbacks)
 
 
 @pytest.mark.parametrize("flags", [("--load",), ("--resume",)])

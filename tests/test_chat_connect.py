@@ -193,3 +193,152 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(20):
                 await process.wait()
+
+
+# ---------------------------------------------------------------------------- connect --metrics
+
+
+async def metrics_url(process: trio.Process) -> str:
+    """The /metrics address `connect --metrics 127.0.0.1:0` names on stderr."""
+    assert process.stderr is not None
+    seen = b""
+    with trio.fail_after(DEADLINE):
+        while b"metrics on http://" not in seen or not seen.partition(b"metrics on ")[2].count(b" "):
+            chunk = await process.stderr.receive_some()
+            assert chunk, f"connect ended before it served its metrics: {seen.decode(errors='replace')}"
+            seen += chunk
+    return seen.partition(b"metrics on ")[2].split()[0].decode() + "/metrics"
+
+
+async def scrape_until(url: str, *wanted: str) -> str:
+    """The metrics once every line of `wanted` is in them (the counters move just after the calls they count)."""
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        with trio.fail_after(DEADLINE):
+            while True:
+                text = (await client.get(url)).text
+                if all(line in text.splitlines() for line in wanted):
+                    return text
+                await trio.sleep(0.05)
+
+
+async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_429_with_the_hosts_turns(
+    bot: Path,
+) -> None:
+    from fakes.telegram_bot_api import ApiFault, too_many_requests
+
+    async with running_fake_bot_api(TOKEN) as fake:
+        config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
+        (bot / "bot.yaml").write_text(config)
+        fake.fail_next("sendMessage", too_many_requests(1))
+        fake.fail_next("sendMessage", ApiFault(403, "Forbidden: bot was blocked by the user"))
+        fake.user_says(chat=42, user=42, text="hello")
+        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
+        process = await trio.lowlevel.open_process(
+            [*argv, "--metrics", "127.0.0.1:0"],
+            cwd=bot,
+            env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN},
+            stderr=subprocess.PIPE,
+        )
+        try:
+            url = await metrics_url(process)
+            await scrape_until(url, 'agent_bridge_chat_undeliverable_replies_total{platform="telegram"} 1.0')
+            fake.user_says(chat=42, user=42, text="again")
+            fake.user_says(chat=7, user=7, text="let me in")
+            text = await scrape_until(
+                url,
+                'agent_bridge_chat_updates_received_total{platform="telegram"} 3.0',
+                'agent_bridge_chat_replies_delivered_total{platform="telegram"} 2.0',  # "hi", and the refusal
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(DEADLINE):
+                await process.wait()
+    lines = text.splitlines()
+    assert 'agent_bridge_chat_turns_started_total{platform="telegram"} 2.0' in lines
+    assert 'agent_bridge_chat_undeliverable_replies_total{platform="telegram"} 1.0' in lines
+    assert 'agent_bridge_chat_rate_limited_total{platform="telegram"} 1.0' in lines
+    assert 'agent_bridge_chat_refusals_total{platform="telegram"} 1.0' in lines
+    assert 'agent_bridge_chat_budget_refusals_total{platform="telegram"} 0.0' in lines
+    assert 'agent_bridge_turns_total{outcome="ok",profile="echo"} 2.0' in lines  # the host's own
+    assert [m.text for m in fake.sent_to(42) if m.text == "hi"] == ["hi"]
+    assert TOKEN not in text and "hello" not in text
+
+
+async def test_a_connect_killed_between_the_parts_of_a_long_reply_sends_only_the_rest_after_the_restart(
+    bot: Path,
+) -> None:
+    from fakes.telegram_bot_api import SlowDown
+
+    first, second = "A" * 3000, "B" * 3000  # two messages: Telegram takes 4096 UTF-16 units in one
+    (bot / "profiles" / "echo.yaml").write_text(
+        yaml.safe_dump({"command": [sys.executable, "-c", f"print({first!r} + chr(10) * 2 + {second!r})"]})
+    )
+    async with running_fake_bot_api(TOKEN) as fake:
+        config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
+        (bot / "bot.yaml").write_text(config)
+        fake.fail_next("sendMessage", SlowDown(0))  # the first part goes through
+        fake.fail_next("sendMessage", SlowDown(600))  # the second hangs until the bot is killed
+        fake.user_says(chat=42, user=42, text="long, please")
+        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
+        env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
+        process = await trio.lowlevel.open_process(argv, cwd=bot, env=env)
+        try:
+            await fake.wait_until(lambda: len(fake.calls_of("sendMessage")) == 2, within=DEADLINE)
+            assert [m.text for m in fake.sent_to(42)] == [first]
+        finally:
+            process.kill()  # SIGKILL: no shutdown of any kind
+            await process.wait()
+        process = await trio.lowlevel.open_process(argv, cwd=bot, env=env)
+        try:
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == second], within=DEADLINE)
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(DEADLINE):
+                assert await process.wait() == 0
+        finally:
+            process.kill()
+        assert [m.text for m in fake.sent_to(42)] == [first, second]
+
+
+PREVIEWER = textwrap.dedent(
+    """\
+    import json, os, time
+    def partial(text):
+        print("AGENT_PARTIAL:" + json.dumps(text), flush=True)
+    partial("first ")
+    open(os.environ["GATE"]).read()  # the test saw the preview
+    partial("second ")
+    time.sleep(0.2)  # well within Telegram's second between two edits of one chat
+    partial("third")
+    open(os.environ["GATE"]).read()
+    print("done")
+    """
+)
+
+
+async def test_a_partial_arriving_while_an_edit_waits_for_its_turn_goes_out_with_that_edit(bot: Path) -> None:
+    (bot / "previewer.py").write_text(PREVIEWER)
+    os.mkfifo(bot / "gate")
+    (bot / "profiles" / "echo.yaml").write_text(
+        yaml.safe_dump({"command": [sys.executable, str(bot / "previewer.py")], "env": {"GATE": str(bot / "gate")}})
+    )
+    async with running_fake_bot_api(TOKEN) as fake:
+        (bot / "bot.yaml").write_text((bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url))
+        fake.user_says(chat=42, user=42, text="go")
+        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
+        process = await trio.lowlevel.open_process(argv, cwd=bot, env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN})
+        try:
+            await fake.wait_until(lambda: fake.sent_to(42), within=DEADLINE)
+            await trio.to_thread.run_sync((bot / "gate").write_text, "")  # the FIFO: the agent goes on
+            await fake.wait_until(lambda: fake.calls_of("editMessageText"), within=DEADLINE)
+            await trio.to_thread.run_sync((bot / "gate").write_text, "")
+            await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "done"], within=DEADLINE)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(DEADLINE):
+                await process.wait()
+    preview = fake.sent_to(42)[0]
+    # One edit, a second after the first message, showing both later partials: not "first second", then the rest
+    # a second later still.
+    assert [text for _, text in preview.history] == ["first", "first second third"]

@@ -710,3 +710,41 @@ async def joined_by_someone_else(alice: Person, room: str, user_id: str) -> None
             since = (await alice.call("GET", f"{CLIENT}/sync", params={"since": since, "timeout": 1000}))["next_batch"]
         return
     raise AssertionError(f"{user_id} did not join within 30 s")
+
+
+async def test_a_reply_part_sent_again_after_a_crash_is_one_event_in_the_room(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    """The bot died right after the homeserver took a part (its PUT succeeded, nothing recorded it); the next
+    process, with the same access token, sends the reply again from that part: the room holds it once."""
+    from bridge.chat.platform import Delivery
+
+    token = synapse.login(bot.user_id.split(":")[0][1:], PASSWORD)
+    by_token = section(synapse, bot.user_id, access_token=token)
+    room = await alice.room_with(bot)
+    first = connector(by_token)
+    await first.start(None)
+    await joined(first, alice, room)
+
+    class Died(Exception):
+        pass
+
+    async def dies(count: int) -> None:
+        raise Died  # the process ends here: the part is on the homeserver, its record never written
+
+    with pytest.raises(Died):
+        await first.send_text(room, "", "the answer", delivery=Delivery("matrix:$update-1", 0, dies))
+    await first.aclose()
+    recorded: list[int] = []
+
+    async def record(count: int) -> None:
+        recorded.append(count)
+
+    restarted = connector(by_token)
+    await restarted.start(None)
+    await restarted.send_text(room, "", "the answer", delivery=Delivery("matrix:$update-1", 0, record))
+    await restarted.send_text(room, "", "another reply", delivery=Delivery("matrix:$update-2", 0, record))
+    await restarted.aclose()
+    assert recorded == [1, 1]
+    bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
+    assert bodies.count("the answer") == 1 and bodies.count("another reply") == 1, bodies

@@ -429,6 +429,34 @@ async def test_a_bot_killed_at_any_step_of_a_turn_answers_each_message_exactly_o
     assert json.loads(json.dumps(inbox.position("fake"))) == "2"
 
 
+async def test_a_bot_killed_between_a_reply_and_its_file_sends_the_file_after_the_restart_once(setup: Path) -> None:
+    platform = FakePlatform(setup)
+    platform.push(message(1, "file please"))
+    child = start_child(setup, "file:notes.txt")
+    with trio.fail_after(DEADLINE):
+        code = await trio.to_thread.run_sync(child.wait)
+    assert code == -signal.SIGKILL, "the bot should have been killed before it sent the file"
+    assert [r.text for r in records_in(setup) if r.op == "send"] == ["here are the notes"]
+    kept = list((setup / "state.sqlite3.chat.files").glob("*/*"))
+    assert [path.read_text() for path in kept] == ["the notes"]
+    assert all(path.stat().st_mode & 0o077 == 0 for path in [*kept, kept[0].parent, kept[0].parent.parent])
+    child = start_child(setup)
+    try:
+        await wait_records(setup, "the file", lambda records: [r for r in records if r.op == "file"])
+        child.send_signal(signal.SIGTERM)
+        with trio.fail_after(DEADLINE):
+            await trio.to_thread.run_sync(child.wait)
+    finally:
+        child.kill()
+    records = records_in(setup)
+    assert [r.text for r in records if r.op == "send"] == ["here are the notes"]
+    assert [(r.text, r.extra["content"]) for r in records if r.op == "file"] == [("notes.txt", "the notes")]
+    assert runs(setup) == ["file please"]
+    assert Inbox(setup / "state.sqlite3.chat").unfinished("fake") == []
+    assert not list((setup / "state.sqlite3.chat.files").glob("*/*")), "a delivered file is not kept"
+    assert not list((setup / "work" / ".agent-bridge" / "outbox").glob("*/notes.txt"))
+
+
 async def test_a_message_mid_turn_waits_for_the_running_turn_when_on_busy_is_queue(setup: Path) -> None:
     async with running_bridge(setup) as (_, platform):
         platform.push(message(1, "wait for me"))

@@ -21,6 +21,7 @@ from conftest import (
     PROFILES,
     PYTHON,
     REPO,
+    RESULT_FIELDS,
     assert_no_live_process,
     process_state,
     read_pids,
@@ -33,23 +34,6 @@ import bridge
 from bridge import Turn
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
-RESULT_FIELDS = {
-    "reply",
-    "session_id",
-    "error",
-    "error_reply",
-    "exit_code",
-    "timed_out",
-    "outcome",
-    "stderr_tail",
-    "duration_ms",
-    "partials",
-    "truncated",
-    "usage",
-    "folded_into",
-    "files",
-    "files_note",
-}
 SPEC_FIELDS = {
     "command",
     "args",
@@ -1110,9 +1094,12 @@ def test_session_ids_the_protocol_forbids_are_refused_with_the_rule():
     assert (empty.returncode, empty.stdout) == (0, "echo: hi\n")  # "": a new session, as the protocol says
 
 
-def test_errors_and_warnings_are_in_colour_on_a_terminal_unless_no_color_is_set(tmp_path):
+@pytest.mark.parametrize(
+    "args", [("run", str(PROFILES / "fail.yaml"), "x"), ("check", "unguarded.yaml"), ("run", "--no-such-option")]
+)
+def test_errors_and_warnings_are_in_colour_on_a_terminal_unless_no_color_is_set(tmp_path, args):
     unguarded = write_profile(tmp_path, "command: ls -1 {{MESSAGE}}\n", "unguarded.yaml")
-    cases = [("run", str(PROFILES / "fail.yaml"), "x"), ("check", str(unguarded)), ("run", "--no-such-option")]
+    args = tuple(str(unguarded) if arg == "unguarded.yaml" else arg for arg in args)
 
     def stderr_on_a_terminal(args: tuple[str, ...], **env: str) -> bytes:
         controller, tty = pty.openpty()
@@ -1139,10 +1126,10 @@ def test_errors_and_warnings_are_in_colour_on_a_terminal_unless_no_color_is_set(
             os.close(controller)
         return shown
 
-    for args in cases:
-        assert b"\x1b[31m" in stderr_on_a_terminal(args) or b"\x1b[33m" in stderr_on_a_terminal(args), args
-        assert b"\x1b[" not in stderr_on_a_terminal(args, NO_COLOR="1"), args
-        assert "\x1b[" not in cli(*args).stderr, args  # not a terminal
+    coloured = stderr_on_a_terminal(args)
+    assert b"\x1b[31m" in coloured or b"\x1b[33m" in coloured, args
+    assert b"\x1b[" not in stderr_on_a_terminal(args, NO_COLOR="1"), args
+    assert "\x1b[" not in cli(*args).stderr, args  # not a terminal
 
 
 def test_check_names_what_a_warm_cli_protocol_cannot_work_without(tmp_path):

@@ -23,7 +23,7 @@ import pytest
 import trio
 from agents_cache import npm_binary
 from attachment_files import TURN_FILES, sent
-from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
+from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE, run_collecting
 from fake_anthropic import TEXT_PIECES, TEXT_REPLY, claude_env, fake_anthropic, prompts
 
 import bridge
@@ -402,10 +402,7 @@ def claude_profile(tmp_path: Path, api: Any) -> bridge.Profile:
 
 
 async def run(profile: bridge.Profile, message: str, session_id: str = "") -> tuple[bridge.TurnResult, list[Any]]:
-    events: list[Any] = []
-    with trio.fail_after(REAL_DEADLINE):
-        result = await bridge.run_turn(profile, Turn(message, session_id=session_id), on_event=events.append)
-    return result, events
+    return await run_collecting(profile, message, deadline=REAL_DEADLINE, session_id=session_id)
 
 
 async def test_real_claude_streams_its_reply_with_session_and_usage_and_resumes_it(tmp_path):

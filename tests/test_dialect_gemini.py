@@ -23,7 +23,7 @@ import pytest
 import trio
 from agents_cache import npm_binary
 from attachment_files import PNG, sent
-from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE
+from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE, run_collecting
 from fake_gemini import TEXT_PIECES, TEXT_REPLY, fake_gemini, gemini_env, gemini_home, prompts
 
 import bridge
@@ -256,10 +256,7 @@ def gemini_profile(tmp_path: Path, api: Any) -> bridge.Profile:
 
 
 async def run(profile: bridge.Profile, message: str, session_id: str = "") -> tuple[bridge.TurnResult, list[Any]]:
-    events: list[Any] = []
-    with trio.fail_after(REAL_DEADLINE):
-        result = await bridge.run_turn(profile, Turn(message, session_id=session_id), on_event=events.append)
-    return result, events
+    return await run_collecting(profile, message, deadline=REAL_DEADLINE, session_id=session_id)
 
 
 async def test_real_gemini_streams_its_reply_with_session_and_usage_and_resumes_it_in_the_same_cwd(tmp_path):

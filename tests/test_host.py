@@ -24,13 +24,6 @@ from bridge.host.scheduler import Ticket, TurnQueue
 from bridge.host.sqlite_store import SessionStore, StoreError
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile("rec")
-    return lab
-
-
 def host_for(lab: Lab, **options: Any) -> Host:
     return bridge.open_host(lab.profiles, state=lab.state, **options)
 
@@ -392,8 +385,7 @@ async def test_shutdown_lets_turns_in_flight_finish_within_the_grace(lab: Lab) -
     started = Started()
     gate = lab.gate()
     results: dict[str, TurnResult] = {}
-    host = host_for(lab, shutdown_grace=30)
-    async with trio.open_nursery() as nursery:
+    async with host_for(lab, shutdown_grace=30) as host, trio.open_nursery() as nursery:
         await submit_in_order(nursery, host, results, started, "a", "running", f"gate={gate}")
         await submit_in_order(nursery, host, results, started, "a", "queued")
         await started.wait("running")

@@ -22,6 +22,7 @@ from conftest import (
     assert_no_live_process,
     process_state,
     read_pids,
+    run,
     write_agent,
     write_profile,
 )
@@ -31,11 +32,6 @@ from bridge import Turn
 
 MIB = 1024 * 1024
 LOUD_BOUND_MS = 5000  # "promptly" on a loaded machine; every hang here would be 600 s
-
-
-async def run(profile: bridge.Profile, message: str = "hello") -> bridge.TurnResult:
-    with trio.fail_after(TURN_DEADLINE):
-        return await bridge.run_turn(profile, Turn(message))
 
 
 def assert_all_gone(pid_file) -> None:

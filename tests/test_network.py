@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,10 +26,11 @@ import trio
 from conftest import SAMPLE_AGENTS, assert_no_live_process
 from hostkit import Lab
 from httpx_ws import WebSocketDisconnect, aconnect_ws
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from bridge.host.runtime import open_host
-from bridge.network.door import DoorLimits
-from bridge.network.listen import parse_address, serve_network
+from bridge.network.door import Door, DoorLimits
+from bridge.network.listen import door_app, parse_address, serve_network
 from bridge.network.tokens import parse_tokens
 
 TOKEN_A = "token-of-tenant-a-0123456789"
@@ -39,12 +41,7 @@ TOKENS = {
 }
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile("rec")
-    lab.profile("other")
-    return lab
+LAB_PROFILES = ("rec", "other")  # the `lab` fixture's (conftest.py)
 
 
 @asynccontextmanager
@@ -329,6 +326,40 @@ async def test_every_endpoint_but_health_needs_a_valid_token(lab: Lab) -> None:
         assert lab.events("start") == []
         allowed = await http.post("/v1/turns", json=body, headers=bearer(TOKEN_A))
     assert sse_events(allowed.text)[-1][1]["outcome"] == "ok"
+
+
+def door_routes(routes: list[BaseRoute]) -> list[tuple[str, str]]:
+    """(method, path) of every route the door's application has, mounted ones included; "WS" for a WebSocket.
+    A path parameter is "x"."""
+    found: list[tuple[str, str]] = []
+    for route in routes:
+        if isinstance(route, Mount):
+            found += door_routes(route.routes)
+        elif isinstance(route, (Route, WebSocketRoute)):
+            path = re.sub(r"{[^}]*}", "x", route.path)
+            methods = sorted((route.methods or set()) - {"HEAD"}) if isinstance(route, Route) else ["WS"]
+            found += [(method, path) for method in methods]
+    return found
+
+
+async def test_every_route_of_the_door_but_health_refuses_a_request_without_a_valid_token(lab: Lab) -> None:
+    routes = door_routes(door_app(Door(open_host(lab.profiles, state=lab.state), parse_tokens(TOKENS))).routes)
+    public = {("GET", "/healthz"), ("GET", "/readyz")}
+    assert public < set(routes) and ("POST", "/v1/chat/completions") in routes and ("WS", "/v1/ws") in routes
+    async with door(lab, tokens=TOKENS) as url, httpx.AsyncClient(base_url=url) as http:
+        for method, path in routes:
+            for headers in ({}, bearer("wrong-token-0123456789"), {"Authorization": f"Basic {TOKEN_A}"}):
+                if method == "WS":
+                    with pytest.raises(Exception, match="401"):
+                        async with aconnect_ws(path, http, headers=headers):
+                            pass
+                    continue
+                response = await http.request(method, path, json={}, headers=headers)
+                if (method, path) in public:
+                    assert response.status_code == 200, path
+                    continue
+                assert (response.status_code, response.headers.get("www-authenticate")) == (401, "Bearer"), path
+    assert lab.events("start") == []
 
 
 async def test_tenants_see_only_their_own_turns_profiles_and_conversations(lab: Lab) -> None:

@@ -23,7 +23,7 @@ from fleetkit import Fleet, eventually, release, turn
 from hostkit import Lab
 from httpx_ws import connect_ws
 from test_postgres_bots import ask_profile
-from test_postgres_fleet import BIG, fleet, lab, maker, started  # noqa: F401 - fixtures: the recorder as "rec"
+from test_postgres_fleet import BIG, fleet, maker, started  # noqa: F401 - fixtures
 
 ALPHA, BETA = "alpha-token-0123456789", "beta-token-0123456789"
 WAIT = 20.0

@@ -145,13 +145,6 @@ async def receive_until(ws: Any, kind: str) -> dict[str, Any]:
     return response
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile("rec")
-    return lab
-
-
 async def test_no_bytes_a_connection_sends_end_serve_or_touch_another_connections_turn(
     lab: Lab, serves: list[ListeningServe]
 ) -> None:

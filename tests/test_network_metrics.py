@@ -56,9 +56,8 @@ def value(found: Samples, name: str, **labels: str) -> float | None:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile()  # rec: says the partial "started" first
+def lab(lab: Lab) -> Lab:
+    """conftest.py's, `rec` saying the partial "started" first, and `echo`."""
     (lab.profiles / "echo.yaml").write_text(f"command: {str(SAMPLE_AGENTS / 'echo.sh')!r}\ntimeout_secs: 10\n")
     return lab
 

@@ -24,9 +24,7 @@ DEADLINE = 15
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    return Lab(tmp_path)
+LAB_PROFILES = ()  # the `lab` fixture's (conftest.py): each test writes its own
 
 
 async def two_messages(lab: Lab, *, release_when_queued: bool) -> dict[str, TurnResult]:

@@ -1,9 +1,10 @@
 """The session store in PostgreSQL (`--state postgresql://…`): the SQLite store's rules, shared by many processes.
 
 Against a real server (`pgserver`): each test has a database of its own. The
-same cases as `test_store` for the store itself, then the turn queue across
-processes (advisory locks), then every command and the host with `--state`
-naming a database.
+rules both stores keep are test_session_stores.py's, run against this one too;
+here what only the server's store has (stamps, transactions, restarts), then the
+turn queue across processes (advisory locks), then every command and the host
+with `--state` naming a database.
 """
 
 from __future__ import annotations
@@ -17,19 +18,21 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 from conftest import PROFILES, PYTHON, REPO, write_agent, write_profile
+from conftest import turn_result as result
 from hostkit import Lab, Started, max_overlap
 from pgserver import PostgresServer
+from test_sessions_cli import cli, env, session_of  # noqa: F401 - env: the fixture
 from test_turn_queue import Bench, Serve, queued
 
 import bridge
-from bridge import Outcome, SessionRecord, StoreError, Turn, TurnResult
+from bridge import Outcome, StoreError, Turn, TurnResult
 from bridge.cli import main
 from bridge.host.file_turnlock import TurnLockError
 from bridge.host.postgres.advisory_turnlock import PgPlace, PgTurnLocks, advisory_key
@@ -40,22 +43,6 @@ from bridge.host.state import open_store
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 STREAM = str(PROFILES / "stream.yaml")
 DEADLINE = 10.0
-
-
-def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:
-    return TurnResult(
-        reply="",
-        session_id=session_id,
-        error="",
-        error_reply="",
-        exit_code=exit_code,
-        timed_out=False,
-        outcome=outcome,
-        stderr_tail="",
-        duration_ms=1,
-        partials=0,
-        truncated=False,
-    )
 
 
 @pytest.fixture
@@ -113,81 +100,14 @@ def test_without_psycopg_a_postgres_url_says_how_to_install_it() -> None:
         assert "PostgreSQL needs psycopg 3: pip install 'agent-bridge[postgres]'" in done.stderr
 
 
-# --------------------------------------------------------------------------- the store's rules
+# --------------------------------------------------------------------------- the store's own rules (the shared ones: test_session_stores.py)
 
 
-def test_a_conversation_without_a_stored_session_starts_a_new_one(store: PostgresSessionStore) -> None:
-    assert store.get("stream", "chat-1") == ""
-    assert store.lookup("stream", "chat-1") == ("", "")
-    assert store.list() == []
-
-
-def test_the_last_turns_session_id_is_kept_per_profile_conversation_and_session_name(
-    store: PostgresSessionStore,
-) -> None:
-    store.record("stream", "chat-1", "default", result("a"))
-    store.record("stream", "chat-1", "default", result("b"))
-    store.record("stream", "chat-1", "work", result("w"))
-    store.record("stream", "chat-2", "default", result("c"))
-    store.record("other", "chat-1", "default", result("o"))
-    assert store.get("stream", "chat-1") == "b"
-    assert store.get("stream", "chat-1", "work") == "w"
-    assert store.get("stream", "chat-2") == "c"
-    assert store.get("other", "chat-1") == "o"
-    assert store.get("other", "chat-2") == ""
-
-
-def test_a_turn_without_a_session_line_keeps_the_stored_id_but_records_how_it_ended(
-    store: PostgresSessionStore,
-) -> None:
-    before = datetime.now(UTC)
-    store.record("stream", "chat-1", "default", result("kept"))
-    store.record("stream", "chat-1", "default", result("", exit_code=124, outcome=Outcome.TIMEOUT))
-    assert store.get("stream", "chat-1") == "kept"
-    [record] = store.list()
-    assert record == SessionRecord("stream", "chat-1", "default", "kept", record.last_used, "timeout", 124)
-    assert record.last_used.tzinfo is UTC, "UTC, as the SQLite store gives it"
-    assert before - timedelta(seconds=1) <= record.last_used <= datetime.now(UTC) + timedelta(seconds=1)
-
-
-def test_a_first_turn_without_a_session_line_is_recorded_with_no_id(store: PostgresSessionStore) -> None:
-    store.record("echo", "chat-1", "default", result("", exit_code=3, outcome=Outcome.EXIT_NONZERO))
-    assert store.get("echo", "chat-1") == ""
-    [record] = store.list()
-    assert (record.session_id, record.last_outcome, record.last_exit_code) == ("", "exit_nonzero", 3)
-
-
-def test_forget_drops_one_session_name_or_every_one_and_says_how_many(store: PostgresSessionStore) -> None:
-    for name in ("default", "work", "play"):
-        store.record("stream", "chat-1", name, result(f"id-{name}"))
-    store.record("stream", "chat-2", "default", result("other"))
-    assert store.forget("stream", "chat-1", "work") == 1
-    assert store.forget("stream", "chat-1", "work") == 0
-    assert store.get("stream", "chat-1", "work") == ""
-    assert store.get("stream", "chat-1", "play") == "id-play"
-    assert store.forget("stream", "chat-1") == 2
-    assert [record.conversation for record in store.list()] == ["chat-2"]
-
-
-def test_list_shows_the_most_recently_used_first_and_filters_by_profile(store: PostgresSessionStore) -> None:
-    store.record("a", "one", "default", result("1"))
-    store.record("b", "two", "default", result("2"))
-    store.record("a", "three", "default", result("3"))
-    assert [record.conversation for record in store.list()] == ["three", "two", "one"]
-    assert [record.conversation for record in store.list("a")] == ["three", "one"]
-    assert [record.conversation for record in store.list("a", "one")] == ["one"]
-    assert store.list("nobody") == []
-    latest = store.list()[0]
-    assert latest.to_dict() == {
-        "profile": "a",
-        "conversation": "three",
-        "session_name": "default",
-        "session_id": "3",
-        "last_used": latest.last_used.isoformat(),
-        "last_outcome": "ok",
-        "last_exit_code": 0,
-    }
-    assert latest.to_dict()["last_used"].endswith("+00:00")
+def test_a_key_with_a_nul_is_refused_and_the_store_goes_on(store: PostgresSessionStore) -> None:
+    store.record("p", "c", "default", result("x"))
+    with pytest.raises(StoreError, match="NUL"):
+        store.record("p", "nul\0key", "default", result("y"))
+    assert store.get("p", "c") == "x", "the store goes on after a refused key"
 
 
 def test_the_stamp_changes_with_every_record_and_lookup_returns_it_until_the_next(store: PostgresSessionStore) -> None:
@@ -200,18 +120,6 @@ def test_the_stamp_changes_with_every_record_and_lookup_returns_it_until_the_nex
     # ISO 8601 time to the microsecond, then a random part: two machines in the same microsecond differ
     when, _, suffix = new_stamp().partition("~")
     assert datetime.fromisoformat(when).utcoffset() == timedelta(0) and len(when) == 32 and suffix
-
-
-def test_keys_may_hold_any_text_but_not_be_empty(store: PostgresSessionStore) -> None:
-    odd = "tg:-100123/thread 7\n'; DROP TABLE bridge_sessions; --"
-    store.record("p", odd, "dé fault", result("x"))
-    assert store.get("p", odd, "dé fault") == "x"
-    for profile, conversation in (("", "c"), ("p", "")):
-        with pytest.raises(StoreError, match="non-empty"):
-            store.get(profile, conversation)
-    with pytest.raises(StoreError, match="NUL"):
-        store.record("p", "nul\0key", "default", result("y"))
-    assert store.get("p", odd, "dé fault") == "x", "the store goes on after a refused key"
 
 
 def test_sessions_survive_closing_and_reopening_and_live_in_bridge_sessions(pg_dsn: str) -> None:
@@ -227,15 +135,6 @@ def test_sessions_survive_closing_and_reopening_and_live_in_bridge_sessions(pg_d
         ).fetchall() == [("p", "c", "default", "persisted", stamp)]
 
 
-def test_a_closed_store_says_so(store: PostgresSessionStore) -> None:
-    store.close()
-    store.close()  # idempotent
-    with pytest.raises(StoreError, match="closed"):
-        store.get("p", "c")
-    with pytest.raises(StoreError, match="closed"):
-        store.record("p", "c", "default", result("x"))
-
-
 def test_repr_and_messages_never_show_the_password(postgres_server: PostgresServer) -> None:
     dsn = f"postgresql://bridge:s3cret@127.0.0.1:{postgres_server.port}/postgres"
     with PostgresSessionStore(dsn) as store:
@@ -246,26 +145,6 @@ def test_repr_and_messages_never_show_the_password(postgres_server: PostgresServ
         with pytest.raises(StoreError) as caught:
             store.get("p", "c")
     assert "s3cret" not in str(caught.value)
-
-
-def test_one_store_object_is_safe_to_share_between_threads(store: PostgresSessionStore) -> None:
-    errors: list[BaseException] = []
-
-    def work(worker: int) -> None:
-        try:
-            for i in range(25):
-                store.record("p", f"t{worker}-{i}", "default", result(f"{worker}:{i}"))
-                assert store.get("p", f"t{worker}-{i}") == f"{worker}:{i}"
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=work, args=(worker,)) for worker in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=DEADLINE)
-    assert errors == [] and not any(thread.is_alive() for thread in threads)
-    assert len(store.list()) == 8 * 25
 
 
 def test_record_session_writes_inside_the_callers_transaction(store: PostgresSessionStore, pg_dsn: str) -> None:
@@ -487,10 +366,9 @@ def test_turn_locks_on_a_server_out_of_reach_say_what_to_do() -> None:
 
 
 @pytest.fixture
-def lab(tmp_path: Path, pg_dsn: str) -> Lab:
-    lab = Lab(tmp_path)
+def lab(lab: Lab, pg_dsn: str) -> Lab:
+    """conftest.py's, its sessions on the test's database."""
     lab.state = pg_dsn  # type: ignore[assignment]
-    lab.profile("rec")
     return lab
 
 
@@ -554,23 +432,6 @@ async def test_two_hosts_on_one_database_never_run_a_conversation_twice_at_once(
 
 
 # --------------------------------------------------------------------------- the commands
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    environ = {name: value for name, value in os.environ.items() if not name.startswith("AGENT_")}
-    return {**environ, "TMPDIR": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "xdg-state")}
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGENT_BRIDGE, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=env
-    )
-
-
-def session_of(stdout: str) -> str:
-    """The session id the sample stream agent reports in its reply ("turn N of session ID")."""
-    return next(line for line in stdout.splitlines() if " of session " in line).rsplit(" ", 1)[1]
 
 
 def test_run_with_a_database_resumes_the_conversation_run_after_run(

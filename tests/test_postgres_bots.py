@@ -29,7 +29,6 @@ import pytest
 import trio
 from conftest import SAMPLE_AGENTS
 from hostkit import Lab, Started
-from test_postgres_fleet import lab  # noqa: F401 - the fixture: a lab with the recorder as profile "rec"
 
 import bridge
 from bridge.host.postgres import gateway, queue, worker

@@ -33,13 +33,6 @@ from bridge.host.postgres.worker import Worker
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile()
-    return lab
-
-
-@pytest.fixture
 def fleet(lab: Lab, pg_dsn: str) -> Iterator[Fleet]:
     fleet = Fleet(lab, pg_dsn)
     try:

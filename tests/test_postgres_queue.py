@@ -11,9 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from conftest import turn_result
 
 from bridge.dialects.events import FileEvent
-from bridge.engine.result import Outcome, TurnResult
+from bridge.engine.result import TurnResult
 from bridge.files.outbox import collect, remove_outbox
 from bridge.host.postgres import fleet_files, queue
 from bridge.host.postgres.db import SCHEMA_VERSION, connect
@@ -48,19 +49,7 @@ def claim(conn: Any, worker: str = "w", grace: float = 0.0, on_lost: str = "retr
 
 
 def ok(reply: str) -> TurnResult:
-    return TurnResult(
-        reply=reply,
-        session_id="s",
-        error="",
-        error_reply="",
-        exit_code=0,
-        timed_out=False,
-        outcome=Outcome.OK,
-        stderr_tail="",
-        duration_ms=1,
-        partials=0,
-        truncated=False,
-    )
+    return turn_result("s", reply=reply)
 
 
 def state(conn: Any, key: str) -> tuple[Any, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import RESULT_FIELDS
 
 from bridge import Outcome, Profile
 from bridge.dialects import BodyLine, ErrorEvent, LineCut, PartialEvent, ProtocolWarning, SessionEvent
@@ -214,23 +215,7 @@ def test_stderr_is_appended_to_what_the_user_is_sent_only_when_asked() -> None:
 
 def test_result_to_dict_has_every_field_of_the_spec() -> None:
     record = recorder().finish(Ending(returncode=0)).to_dict()
-    assert set(record) == {
-        "reply",
-        "session_id",
-        "error",
-        "error_reply",
-        "exit_code",
-        "timed_out",
-        "outcome",
-        "stderr_tail",
-        "duration_ms",
-        "partials",
-        "truncated",
-        "usage",
-        "folded_into",
-        "files",
-        "files_note",
-    }
+    assert set(record) == RESULT_FIELDS
     assert record["outcome"] == "ok" and record["usage"] is None and record["files"] == []
 
 

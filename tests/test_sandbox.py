@@ -33,6 +33,7 @@ from conftest import (
     TURN_DEADLINE,
     assert_no_live_process,
     process_state,
+    run,
     without_cgroups,
     write_agent,
     write_profile,
@@ -90,11 +91,6 @@ def sandboxed(tmp_path: Path, source: str, work: Path, **sandbox: Any) -> bridge
         {"command": [f"{{{{PROFILE_DIR}}}}/{name}"], "cwd": str(work), "sandbox": section, "kill_grace_secs": 0.5},
         profile_dir=agents,
     )
-
-
-async def run(profile: bridge.Profile, message: str = "hi", **fields: Any) -> bridge.TurnResult:
-    with trio.fail_after(TURN_DEADLINE):
-        return await bridge.run_turn(profile, Turn(message, **fields))
 
 
 def outcome(argv: str) -> str:

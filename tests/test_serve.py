@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import SAMPLE_AGENTS
+from conftest import RESULT_FIELDS, SAMPLE_AGENTS
 from hostkit import Lab
 
 import bridge
@@ -45,25 +45,6 @@ def turn(request_id: Any, message: str, conversation: str = "chat", **fields: An
 def turn_request(request_id: Any = "x", **fields: Any) -> dict[str, Any]:
     """A valid turn request for profile `rec`, with `fields` replaced."""
     return {**turn(request_id, "hi"), **fields}
-
-
-RESULT_FIELDS = {
-    "reply",
-    "session_id",
-    "error",
-    "error_reply",
-    "exit_code",
-    "timed_out",
-    "outcome",
-    "stderr_tail",
-    "duration_ms",
-    "partials",
-    "truncated",
-    "usage",
-    "folded_into",
-    "files",
-    "files_note",
-}
 
 
 def strict_json(line: bytes | str) -> Any:
@@ -121,13 +102,6 @@ HOSTILE_JSON: list[tuple[str, Any, set[str]]] = [
     ),
 ]
 HOSTILE = HOSTILE_STRINGS + HOSTILE_JSON
-
-
-@pytest.fixture
-def lab(tmp_path: Path) -> Lab:
-    lab = Lab(tmp_path)
-    lab.profile("rec")
-    return lab
 
 
 class Client:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROFILES, PYTHON, write_agent, write_profile
+from conftest import PROFILES, PYTHON, turn_result, write_agent, write_profile
 
 from bridge import SessionStore
 from bridge.cli import main
@@ -270,18 +270,6 @@ def test_sessions_on_a_corrupt_store_exit_2_naming_the_file(tmp_path: Path, caps
 
 
 def _result(session_id: str, exit_code: int = 0, outcome: str = "ok"):  # type: ignore[no-untyped-def]
-    from bridge import Outcome, TurnResult
+    from bridge import Outcome
 
-    return TurnResult(
-        reply="",
-        session_id=session_id,
-        error="",
-        error_reply="",
-        exit_code=exit_code,
-        timed_out=False,
-        outcome=Outcome(outcome),
-        stderr_tail="",
-        duration_ms=1,
-        partials=0,
-        truncated=False,
-    )
+    return turn_result(session_id, exit_code, Outcome(outcome))

@@ -1,4 +1,6 @@
-"""The session store (docs/protocol.md §6): what a host keeps between turns, shared safely by several processes."""
+"""The session store (docs/protocol.md §6): what a host keeps between turns, shared safely by several processes.
+
+The SQLite file's own cases: the rules both stores keep are test_session_stores.py's, run against this one too."""
 
 from __future__ import annotations
 
@@ -13,37 +15,21 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from conftest import PYTHON, REPO
+from conftest import turn_result as result
 from hostkit import Lab, Started
 
 import bridge
 import bridge.host.sqlite_store
 import bridge.log
-from bridge import Outcome, SessionRecord, SessionStore, StoreError, Turn, TurnResult
+from bridge import SessionStore, StoreError, Turn, TurnResult
 from bridge.host.location import default_store_path
 from bridge.host.sqlite_store import disk_full_reason
-
-
-def result(session_id: str = "", exit_code: int = 0, outcome: Outcome = Outcome.OK) -> TurnResult:
-    return TurnResult(
-        reply="",
-        session_id=session_id,
-        error="",
-        error_reply="",
-        exit_code=exit_code,
-        timed_out=False,
-        outcome=outcome,
-        stderr_tail="",
-        duration_ms=1,
-        partials=0,
-        truncated=False,
-    )
 
 
 @pytest.fixture
@@ -81,124 +67,12 @@ def test_no_path_opens_the_default_store_creating_its_directories(
         assert again.get("p", "c") == "s1"
 
 
-def test_a_conversation_without_a_stored_session_starts_a_new_one(store: SessionStore) -> None:
-    assert store.get("stream", "chat-1") == ""
-    assert store.list() == []
-
-
-def test_the_last_turns_session_id_is_kept_per_profile_conversation_and_session_name(store: SessionStore) -> None:
-    store.record("stream", "chat-1", "default", result("a"))
-    store.record("stream", "chat-1", "default", result("b"))
-    store.record("stream", "chat-1", "work", result("w"))
-    store.record("stream", "chat-2", "default", result("c"))
-    store.record("other", "chat-1", "default", result("o"))
-    assert store.get("stream", "chat-1") == "b"
-    assert store.get("stream", "chat-1", "work") == "w"
-    assert store.get("stream", "chat-2") == "c"
-    assert store.get("other", "chat-1") == "o"
-    assert store.get("other", "chat-2") == ""
-
-
-def test_a_turn_without_a_session_line_keeps_the_stored_id_but_records_how_it_ended(store: SessionStore) -> None:
-    before = datetime.now(UTC)
-    store.record("stream", "chat-1", "default", result("kept"))
-    store.record("stream", "chat-1", "default", result("", exit_code=124, outcome=Outcome.TIMEOUT))
-    assert store.get("stream", "chat-1") == "kept"
-    [record] = store.list()
-    assert record == SessionRecord("stream", "chat-1", "default", "kept", record.last_used, "timeout", 124)
-    assert record.last_used.tzinfo is not None and record.last_used.utcoffset() == timedelta(0)
-    assert before - timedelta(seconds=1) <= record.last_used <= datetime.now(UTC) + timedelta(seconds=1)
-
-
-def test_a_first_turn_without_a_session_line_is_recorded_with_no_id(store: SessionStore) -> None:
-    store.record("echo", "chat-1", "default", result("", exit_code=3, outcome=Outcome.EXIT_NONZERO))
-    assert store.get("echo", "chat-1") == ""
-    [record] = store.list()
-    assert (record.session_id, record.last_outcome, record.last_exit_code) == ("", "exit_nonzero", 3)
-
-
-def test_forget_drops_one_session_name_or_every_one_and_says_how_many(store: SessionStore) -> None:
-    for name in ("default", "work", "play"):
-        store.record("stream", "chat-1", name, result(f"id-{name}"))
-    store.record("stream", "chat-2", "default", result("other"))
-    assert store.forget("stream", "chat-1", "work") == 1
-    assert store.forget("stream", "chat-1", "work") == 0
-    assert store.get("stream", "chat-1", "work") == ""
-    assert store.get("stream", "chat-1", "play") == "id-play"
-    assert store.forget("stream", "chat-1") == 2
-    assert [record.conversation for record in store.list()] == ["chat-2"]
-
-
-def test_list_shows_the_most_recently_used_first_and_filters_by_profile(store: SessionStore) -> None:
-    store.record("a", "one", "default", result("1"))
-    store.record("b", "two", "default", result("2"))
-    store.record("a", "three", "default", result("3"))
-    assert [record.conversation for record in store.list()] == ["three", "two", "one"]
-    assert [record.conversation for record in store.list("a")] == ["three", "one"]
-    assert [record.conversation for record in store.list("a", "one")] == ["one"]
-    assert store.list("nobody") == []
-    assert store.list()[0].to_dict() == {
-        "profile": "a",
-        "conversation": "three",
-        "session_name": "default",
-        "session_id": "3",
-        "last_used": store.list()[0].last_used.isoformat(),
-        "last_outcome": "ok",
-        "last_exit_code": 0,
-    }
-
-
-def test_keys_may_hold_any_text_but_not_be_empty(store: SessionStore) -> None:
-    odd = "tg:-100123/thread 7\n'; DROP TABLE sessions; --"
-    store.record("p", odd, "dé fault", result("x"))
-    assert store.get("p", odd, "dé fault") == "x"
-    for profile, conversation in (("", "c"), ("p", "")):
-        with pytest.raises(StoreError, match="non-empty"):
-            store.get(profile, conversation)
-
-
 def test_sessions_survive_closing_and_reopening(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     with SessionStore(path) as store:
         store.record("p", "c", "default", result("persisted"))
     with SessionStore(str(path)) as store:
         assert store.get("p", "c") == "persisted"
-
-
-def test_a_closed_store_says_so(store: SessionStore) -> None:
-    store.close()
-    store.close()  # idempotent
-    with pytest.raises(StoreError, match="closed"):
-        store.get("p", "c")
-
-
-def test_one_store_object_is_safe_to_share_between_threads(store: SessionStore) -> None:
-    errors: list[BaseException] = []
-
-    def work(worker: int) -> None:
-        try:
-            for i in range(50):
-                store.record("p", f"t{worker}-{i}", "default", result(f"{worker}:{i}"))
-                assert store.get("p", f"t{worker}-{i}") == f"{worker}:{i}"
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=work, args=(worker,)) for worker in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    assert len(store.list()) == 8 * 50
-
-
-async def test_a_trio_host_can_call_it_from_worker_threads(store: SessionStore) -> None:
-    import trio
-
-    async with trio.open_nursery() as nursery:
-        for i in range(20):
-            nursery.start_soon(trio.to_thread.run_sync, store.record, "p", f"c{i}", "default", result(f"s{i}"))
-    assert sorted(record.session_id for record in store.list()) == sorted(f"s{i}" for i in range(20))
 
 
 # --------------------------------------------------------------------------- several processes

@@ -18,7 +18,17 @@ from typing import Any
 import pytest
 import trio
 from attachment_files import TURN_FILES
-from conftest import PYTHON, TURN_DEADLINE, assert_no_live_process, process_state, read_pids, write_agent, write_profile
+from conftest import (
+    PYTHON,
+    RESULT_FIELDS,
+    assert_no_live_process,
+    process_state,
+    read_pids,
+    run,
+    run_collecting,
+    write_agent,
+    write_profile,
+)
 
 import bridge
 import bridge.confinement.spawner
@@ -29,23 +39,6 @@ from bridge.confinement.cgroups import CONTAINMENT, SPAWN_LOCK, Containment
 from bridge.confinement.keeper import KEEPER
 
 SUFFIX = "\n\n…(truncated)"
-RESULT_FIELDS = {
-    "reply",
-    "session_id",
-    "error",
-    "error_reply",
-    "exit_code",
-    "timed_out",
-    "outcome",
-    "stderr_tail",
-    "duration_ms",
-    "partials",
-    "truncated",
-    "usage",
-    "folded_into",
-    "files",
-    "files_note",
-}
 
 ENV_DUMP = "import json, os; print(json.dumps(dict(os.environ)))"
 
@@ -93,18 +86,6 @@ def acknowledge(fifo: Path) -> None:
         os.write(fd, b"k")
     finally:
         os.close(fd)
-
-
-async def run(profile: bridge.Profile, message: str = "hello", **turn: Any) -> TurnResult:
-    with trio.fail_after(TURN_DEADLINE):
-        return await bridge.run_turn(profile, Turn(message, **turn))
-
-
-async def run_collecting(profile: bridge.Profile, message: str = "hello", **turn: Any) -> tuple[TurnResult, list[Any]]:
-    events: list[Any] = []
-    with trio.fail_after(TURN_DEADLINE):
-        result = await bridge.run_turn(profile, Turn(message, **turn), on_event=events.append)
-    return result, events
 
 
 async def agent_env(make_agent: Any, message: str = "hello", **fields: Any) -> dict[str, str]:

@@ -238,14 +238,12 @@ async def test_permissions_are_answered_by_on_permission_or_by_decide(lab: Lab) 
     assert decided.reply.startswith("allowed") and unheard.reply.startswith("denied")
 
 
-async def test_a_host_used_without_async_with_runs_each_warm_turn_on_a_fresh_agent(lab: Lab) -> None:
+async def test_a_host_not_entered_runs_nothing_and_says_to_enter_it(lab: Lab) -> None:
     host = lab.host()
-    with trio.fail_after(TURN_DEADLINE):
-        first = await host.submit("warm", "chat", Turn("one"))
-        second = await host.submit("warm", "chat", Turn("two"))
-        await host.aclose()
-    assert served_by(second)[0] == 2 and served_by(second)[1] != served_by(first)[1]
-    assert_no_live_process([served_by(first)[1], served_by(second)[1]])
+    with trio.fail_after(TURN_DEADLINE), pytest.raises(bridge.ProtocolMisuse, match="async with open_host"):
+        await host.submit("warm", "chat", Turn("one"))
+    assert not lab.state.exists()  # its store opens when it is entered
+    await host.aclose()
 
 
 async def test_an_agent_that_cannot_start_fails_the_turn_and_the_next_turn_tries_again(lab: Lab) -> None:

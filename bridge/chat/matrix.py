@@ -14,6 +14,7 @@ nothing pending is dropped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import mimetypes
@@ -34,7 +35,7 @@ from ..errors import PlatformRateLimited, PlatformRefused, PlatformUnavailable
 from .config import MatrixConfig
 from .markup import MatrixText, matrix_parts
 from .pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
-from .platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
+from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
 
 log = structlog.get_logger(__name__)
 
@@ -140,6 +141,7 @@ class MatrixPlatform:
         self._names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (room, user) → display name
         self._pacer: Pacer[_Job] = Pacer(limits)
         self._pacer_lock = trio.Lock()
+        self.rate_limited = 0  # 429s waited out (connect --metrics)
 
     # --- HTTP ---------------------------------------------------------------------------------------------------
 
@@ -183,6 +185,7 @@ class MatrixPlatform:
                 seconds = _retry_after(response)
                 if paced:
                     raise PlatformRateLimited(seconds)
+                self.rate_limited += 1
                 log.info("matrix.rate_limited", path=_path_for_log(path), retry_after=seconds)
                 await trio.sleep(seconds)
                 continue
@@ -207,6 +210,7 @@ class MatrixPlatform:
                 try:
                     result = await job.perform()
                 except PlatformRateLimited as limited:
+                    self.rate_limited += 1
                     log.info("matrix.rate_limited", retry_after=limited.seconds)
                     self._pacer.retry_after(chosen, limited.seconds, trio.current_time())
                     continue
@@ -465,9 +469,16 @@ class MatrixPlatform:
     # --- sending ------------------------------------------------------------------------------------------------
 
     async def _send_event(
-        self, room_id: str, content: dict[str, Any], *, paced: bool = True, kind: str = "m.room.message"
+        self,
+        room_id: str,
+        content: dict[str, Any],
+        *,
+        paced: bool = True,
+        kind: str = "m.room.message",
+        transaction: str = "",
     ) -> str:
-        transaction = uuid.uuid4().hex  # the same id on every retry: the homeserver stores the event once
+        # The same id on every retry, and for a reply's part after a restart: the homeserver stores the event once.
+        transaction = transaction or uuid.uuid4().hex
 
         async def perform() -> str:
             path = f"{CLIENT}/rooms/{quote(room_id)}/send/{kind}/{transaction}"
@@ -483,13 +494,22 @@ class MatrixPlatform:
         return event_id
 
     async def send_text(
-        self, chat: str, thread: str, markdown: str, *, choices: tuple[Choice, ...] = (), reply_to: str = ""
+        self,
+        chat: str,
+        thread: str,
+        markdown: str,
+        *,
+        choices: tuple[Choice, ...] = (),
+        reply_to: str = "",
+        delivery: Delivery | None = None,
     ) -> list[str]:
         if choices:
             markdown = f"{markdown}\n\n{numbered_choices(choices)}"
         parts = _parts_that_fit(markdown)
         keys: list[str] = []
         for index, part in enumerate(parts):
+            if delivery is not None and index < delivery.parts_sent:
+                continue
             content = _content(part.body, part.formatted_body)
             relation: dict[str, Any] = {}
             if thread:
@@ -503,20 +523,23 @@ class MatrixPlatform:
                 content["m.relates_to"] = relation
             if choices and index == len(parts) - 1:
                 content[CHOICES_FIELD] = [{"label": choice.label, "data": choice.data} for choice in choices]
-            keys.append(await self._send_with_plain_fallback(chat, content))
+            transaction = _transaction_of(delivery.key, index) if delivery is not None else ""
+            keys.append(await self._send_with_plain_fallback(chat, content, transaction))
             if choices and index == len(parts) - 1:
                 _remember(self._prompts, keys[-1], choices)
+            if delivery is not None and delivery.part_sent is not None:
+                await delivery.part_sent(index + 1)
         return keys
 
-    async def _send_with_plain_fallback(self, chat: str, content: dict[str, Any]) -> str:
+    async def _send_with_plain_fallback(self, chat: str, content: dict[str, Any], transaction: str = "") -> str:
         try:
-            return await self._send_event(chat, content)
+            return await self._send_event(chat, content, transaction=transaction)
         except PlatformRefused as refused:
             if "formatted_body" not in content:
                 raise
             log.warning("matrix.formatted_refused", reason=str(refused))
             plain = {key: value for key, value in content.items() if key not in ("format", "formatted_body")}
-            return await self._send_event(chat, plain)
+            return await self._send_event(chat, plain, transaction=transaction and f"{transaction}-plain")
 
     async def edit_text(self, chat: str, message_key: str, markdown: str, *, choices: tuple[Choice, ...] = ()) -> None:
         if choices:
@@ -644,6 +667,13 @@ class MatrixPlatform:
         finally:
             self._token = ""
             await self._client.aclose()
+
+
+def _transaction_of(reply_key: str, part: int) -> str:
+    """The transaction id of a reply's part: the same at every attempt, in every run of the bot. The homeserver
+    remembers transaction ids per device (an access token's): with `access_token`, a part sent again after a crash
+    is one event; a password login is a new device at each start, which cannot recognise it."""
+    return hashlib.sha256(f"{reply_key}\0{part}".encode()).hexdigest()[:32]
 
 
 def _retry_after(response: httpx.Response) -> float:

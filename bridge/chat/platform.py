@@ -9,6 +9,7 @@ every platform. docs/chat.md "Writing a connector" says what each method must do
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,6 +65,18 @@ class Choice:
     data: str
 
 
+@dataclass
+class Delivery:
+    """A reply on its way, as the kit keeps it durable across restarts. `key` names the reply for good: a platform
+    whose sends are idempotent derives their ids from it and the part's number (Matrix's transaction ids), so a
+    part sent again after a crash is stored once. `parts_sent`: the parts the platform already took, skipped.
+    `part_sent(count)` is awaited as soon as the platform took each part, to record it before the next goes."""
+
+    key: str
+    parts_sent: int = 0
+    part_sent: Callable[[int], Awaitable[None]] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Batch:
     """Updates from one poll, and the `position` to acknowledge once they are stored."""
@@ -76,6 +89,7 @@ class Platform(Protocol):
     """A chat platform's connector; see docs/chat.md "Writing a connector"."""
 
     name: str
+    rate_limited: int  # the platform's 429s waited out so far (connect --metrics)
 
     async def start(self, position: str | None) -> None:
         """Log in and check the credentials; `position` is the last acknowledged (None: from the platform's own
@@ -89,10 +103,17 @@ class Platform(Protocol):
         """The batch up to `position` is stored: the platform may forget it."""
 
     async def send_text(
-        self, chat: str, thread: str, markdown: str, *, choices: tuple[Choice, ...] = (), reply_to: str = ""
+        self,
+        chat: str,
+        thread: str,
+        markdown: str,
+        *,
+        choices: tuple[Choice, ...] = (),
+        reply_to: str = "",
+        delivery: Delivery | None = None,
     ) -> list[str]:
         """Send `markdown` (rendered, split, paced, retried); the keys of the messages sent, in order; `choices`
-        go with the last part."""
+        go with the last part. With `delivery`: skip the parts already sent, report each part as it is taken."""
         ...
 
     async def edit_text(self, chat: str, message_key: str, markdown: str, *, choices: tuple[Choice, ...] = ()) -> None:
@@ -122,4 +143,4 @@ class Platform(Protocol):
         """Log out of nothing, close the connections."""
 
 
-__all__ = ["Batch", "ButtonPress", "Choice", "Incoming", "IncomingFile", "Platform"]
+__all__ = ["Batch", "ButtonPress", "Choice", "Delivery", "Incoming", "IncomingFile", "Platform"]

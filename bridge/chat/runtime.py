@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -37,13 +37,13 @@ from ..errors import (
     PlatformRefused,
     PlatformUnavailable,
 )
-from ..files.outbox import open_collected, remove_file, remove_outbox
+from ..files.outbox import open_collected, remove_outbox
 from ..host.interface import BaseHost
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .inbox import Inbox, Stored
-from .platform import Batch, ButtonPress, Choice, Incoming, Platform
+from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, Platform
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "forget this conversation and start afresh"),
@@ -85,6 +85,18 @@ class ChatSettings:
         return self.profiles or (self.profile,)
 
 
+@dataclass
+class ChatCounts:
+    """What one platform's bot did since the process started, for `connect --metrics` (docs/metrics.md)."""
+
+    updates_received: int = 0  # messages and button presses stored (an update seen again is not counted)
+    turns_started: int = 0
+    replies_delivered: int = 0  # replies (and commands' answers) the platform took
+    undeliverable: int = 0  # replies or files that finally could not be delivered (logged with their reason)
+    refusals: int = 0  # messages from users not in allow_users (answered at most once an hour per chat)
+    budget_refusals: int = 0  # turns not started: the user's daily budget was spent
+
+
 def conversation_key(platform: str, chat: str, thread: str = "", generation: int = 0) -> str:
     """The host's conversation key: `<platform>:<chat>[:<thread>][#<generation>]`, with `%`, `:` and `#` in
     the ids escaped, so two chats never share a key (Matrix room ids hold colons). `/new` moves a chat to its
@@ -124,8 +136,35 @@ class _Prompt:
         return self.request.questions[self.index] if self.request is not None else None
 
 
+@dataclass
+class _Reply:
+    """A reply as the inbox keeps it until delivered: its text, the preview to delete, its files (name, media type,
+    and the path of the copy beside the store, or why there is none), and how far its delivery got."""
+
+    text: str
+    preview: list[str] = field(default_factory=list)
+    files: list[dict[str, str]] = field(default_factory=list)
+    parts_sent: int = 0
+    files_sent: int = 0
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def loads(cls, text: str) -> _Reply:
+        values = json.loads(text)
+        return cls(**{name: values[name] for name in _REPLY_FIELDS if name in values})
+
+
+_REPLY_FIELDS = ("text", "preview", "files", "parts_sent", "files_sent")
+
+
 class _Preview:
-    """The partials of one turn as one message, edited as they grow; the platform paces the edits."""
+    """The partials of one turn as one message, edited as they grow; the platform paces the edits.
+
+    Each change is handed to the platform at once, without waiting for the edit before it: the pacer merges the
+    edits of one message still waiting, so the one that goes out shows the text as it is when its turn comes (a
+    partial waits at most one pacing interval, not two; row 34 of `make bench`)."""
 
     def __init__(self, platform: Platform, chat: str, thread: str) -> None:
         self._platform = platform
@@ -133,6 +172,7 @@ class _Preview:
         self.text = ""
         self.message_keys: list[str] = []  # the first is edited; more only when the first send was split
         self._changed = trio.Event()
+        self._busy = 0  # the send or edits on their way
         self._idle = trio.Event()
         self._idle.set()
 
@@ -141,25 +181,38 @@ class _Preview:
         self._changed.set()
 
     async def run(self) -> None:
-        while True:
-            await self._changed.wait()
-            self._changed = trio.Event()
-            self._idle = trio.Event()
-            try:
+        async with trio.open_nursery() as edits:
+            while True:
+                await self._changed.wait()
+                self._changed = trio.Event()
                 if not self.text.strip():
                     continue
                 if not self.message_keys:
                     with trio.CancelScope(shield=True):  # a preview sent must be known, to be deleted
-                        self.message_keys = await self._platform.send_text(self._chat, self._thread, self.text)
+                        await self._update(self._send_first)
                 else:
-                    await self._platform.edit_text(self._chat, self.message_keys[0], self.text)
-            except BridgeError as err:
-                get_logger(component="chat").warning("the live preview could not be updated", error=str(err))
-            finally:
+                    edits.start_soon(self._update, self._edit, self.text)
+
+    async def _send_first(self) -> None:
+        self.message_keys = await self._platform.send_text(self._chat, self._thread, self.text)
+
+    async def _edit(self, text: str) -> None:
+        await self._platform.edit_text(self._chat, self.message_keys[0], text)
+
+    async def _update(self, operation: Callable[..., Awaitable[None]], *args: str) -> None:
+        self._busy += 1
+        self._idle = trio.Event()
+        try:
+            await operation(*args)
+        except BridgeError as err:
+            get_logger(component="chat").warning("the live preview could not be updated", error=str(err))
+        finally:
+            self._busy -= 1
+            if not self._busy:
                 self._idle.set()
 
     async def settled(self) -> None:
-        """Wait for an update on its way (so a message sent now is not edited after its deletion)."""
+        """Wait for the updates on their way (so a message sent now is not edited after its deletion)."""
         await self._idle.wait()
 
 
@@ -171,12 +224,17 @@ class ChatBridge:
         self.platform = platform
         self.settings = settings
         self.inbox = inbox
-        self.undeliverable = 0  # replies that finally could not be delivered (logged with their reason)
+        self.counts = ChatCounts()
         self._conversations: dict[str, _Conversation] = {}
         self._prompts: dict[str, _Prompt] = {}
         self._nursery: trio.Nursery | None = None
         self._polling = trio.CancelScope()
         self._log = get_logger(component="chat", platform=platform.name)
+
+    @property
+    def undeliverable(self) -> int:
+        """Replies and files that finally could not be delivered."""
+        return self.counts.undeliverable
 
     # ------------------------------------------------------------------ the loop
 
@@ -200,9 +258,13 @@ class ChatBridge:
                     # Stored (with the position) before the platform may forget them: a crash in between
                     # gets the batch again, and the ids already stored are skipped.
                     new = await trio.to_thread.run_sync(self.inbox.store_batch, name, batch.items, batch.position)
-                    await self.platform.acknowledge(batch.position)
+                    self.counts.updates_received += len(new)
                     for stored in new:
                         await self._dispatch(stored)
+                    # On the disk before the platform may forget them (the turns started meanwhile: a power cut
+                    # before this fsync runs them again, a kill -9 does not lose what was stored).
+                    await trio.to_thread.run_sync(self.inbox.sync)
+                    await self.platform.acknowledge(batch.position)
 
     async def _poll(self) -> Batch:
         """The next batch, waiting out an unreachable platform (a conflict or a refused login ends the bot)."""
@@ -251,6 +313,7 @@ class ChatBridge:
         conversation = self._conversation(item)
         refusal = await self._over_budget(item.user)
         if refusal:
+            self.counts.budget_refusals += 1
             task_status.started()
             await self._reply(item, refusal)
             return
@@ -294,6 +357,8 @@ class ChatBridge:
                     self._log.warning("the turn was refused", error=str(err))
                     results.append(_refused(str(err)))
                     helpers.cancel_scope.cancel()
+                else:
+                    self.counts.turns_started += 1
                 task_status.started()
             self._close_prompts(turn_id)
             result = results[0]
@@ -373,38 +438,75 @@ class ChatBridge:
     # ------------------------------------------------------------------ delivery
 
     async def _answer(self, item: Incoming, text: str, preview: list[str], files: tuple[FileEvent, ...]) -> None:
-        """Store the reply, then deliver it: a crash in between delivers it after the restart."""
-        await self._mark(item.update_id, "answered", json.dumps({"text": text, "preview": preview}))
-        await self._deliver(item, text, preview)
-        for file in files:
-            await self._send_file(item, file)
+        """Store the reply (its files copied beside the store), then deliver it: a crash in between delivers it
+        after the restart."""
+        reply = _Reply(text, preview, await self._keep_files(item, files))
+        await self._mark(item.update_id, "answered", reply.dumps())
         if files:
             remove_outbox(files[0].path.rpartition("/")[0])
+        await self._deliver(item, reply)
+
+    async def _keep_files(self, item: Incoming, files: tuple[FileEvent, ...]) -> list[dict[str, str]]:
+        """Copy the outbox's files (read beneath its held descriptor, never by path) into the store's directory."""
+        kept: list[dict[str, str]] = []
+        for number, file in enumerate(files):
+            entry = {"name": file.name, "media_type": file.media_type}
+
+            def keep(file: FileEvent = file, number: int = number) -> str:
+                with open_collected(file) as source:
+                    return self.inbox.keep_file(self.platform.name, item.update_id, number, source)
+
+            try:
+                entry["path"] = await trio.to_thread.run_sync(keep)
+            except OutboxError as err:
+                entry["error"] = str(err)
+            kept.append(entry)
+        return kept
 
     async def _deliver_stored(self, stored: Stored) -> None:
         assert isinstance(stored.item, Incoming) and stored.reply is not None
-        reply = json.loads(stored.reply)
-        await self._deliver(stored.item, reply["text"], reply.get("preview", []))
+        await self._deliver(stored.item, _Reply.loads(stored.reply))
 
-    async def _deliver(self, item: Incoming, text: str, preview: list[str]) -> None:
-        for key in preview:
-            try:
-                await self.platform.delete(item.chat, key)
-            except BridgeError as err:
-                self._log.warning("the preview could not be deleted", error=str(err))
-        if text and await self._send(item.chat, item.thread, text) is None:
-            return  # left answered: the next start tries again
+    async def _deliver(self, item: Incoming, reply: _Reply) -> None:
+        """Send what of the reply the platform has not taken yet, recording each part and file as it is taken (one
+        transaction each), then mark the update delivered."""
+        if not reply.parts_sent:
+            for key in reply.preview:
+                try:
+                    await self.platform.delete(item.chat, key)
+                except BridgeError as err:
+                    self._log.warning("the preview could not be deleted", error=str(err))
+
+        async def part_sent(count: int) -> None:
+            reply.parts_sent = count
+            await self._mark(item.update_id, "answered", reply.dumps())
+
+        if reply.text:
+            delivery = Delivery(f"{self.platform.name}:{item.update_id}", reply.parts_sent, part_sent)
+            sent = await self._send(item.chat, item.thread, reply.text, delivery=delivery)
+            if sent is None:
+                return  # left answered: the next start tries again, from the part not taken
+            if sent or reply.parts_sent:
+                self.counts.replies_delivered += 1
+        for number in range(reply.files_sent, len(reply.files)):
+            await self._send_file(item, reply.files[number])
+            reply.files_sent = number + 1
+            await self._mark(item.update_id, "answered", reply.dumps())
         await self._mark(item.update_id, "delivered")
+        if reply.files:
+            await trio.to_thread.run_sync(self.inbox.drop_files, self.platform.name, item.update_id)
 
-    async def _send(self, chat: str, thread: str, text: str, choices: tuple[Choice, ...] = ()) -> list[str] | None:
+    async def _send(
+        self, chat: str, thread: str, text: str, choices: tuple[Choice, ...] = (), delivery: Delivery | None = None
+    ) -> list[str] | None:
         """Send, trying again while the platform is unavailable; None (logged, counted) when it never took it."""
         delay = 1.0
         for attempt in range(DELIVERY_ATTEMPTS):
             try:
-                return await self.platform.send_text(chat, thread, text, choices=choices)
+                return await self.platform.send_text(chat, thread, text, choices=choices, delivery=delivery)
             except PlatformUnavailable as err:
                 if attempt == DELIVERY_ATTEMPTS - 1:
-                    self.undeliverable += 1
+                    self.counts.undeliverable += 1
                     self._log.error(
                         "a reply could not be delivered; it is tried again at the next start", reason=str(err)
                     )
@@ -413,35 +515,29 @@ class ChatBridge:
                 await trio.sleep(delay)
                 delay *= 2
             except ChatError as err:  # refused for good (PlatformRefused), or anything else it will not take
-                self.undeliverable += 1
+                self.counts.undeliverable += 1
                 self._log.error("a reply could not be delivered: the platform refused it", reason=str(err))
                 return []
         return None
 
-    async def _send_file(self, item: Incoming, file: FileEvent) -> None:
-        """Copy an outbox file (read beneath its held outbox, never by path) to a private temp file, send it."""
+    async def _send_file(self, item: Incoming, file: dict[str, str]) -> None:
+        """Send one of the reply's kept files, or a note saying why it cannot be."""
+        name = file["name"]
         try:
-            with tempfile.TemporaryDirectory(prefix="agent-bridge-chat-out-") as directory:
-                path = f"{directory}/file"
-
-                def copy() -> None:
-                    with open_collected(file) as source, open(path, "wb") as target:
-                        shutil.copyfileobj(source, target)
-
-                await trio.to_thread.run_sync(copy)
-                await self.platform.send_file(item.chat, item.thread, path, file.name, file.media_type)
+            if "error" in file:
+                raise OutboxError(file["error"])
+            await self.platform.send_file(item.chat, item.thread, file["path"], name, file["media_type"])
         except (PlatformRefused, OutboxError) as err:
-            await self._send(item.chat, item.thread, f"The file {file.name!r} could not be sent: {err}")
+            await self._send(item.chat, item.thread, f"The file {name!r} could not be sent: {err}")
         except BridgeError as err:
-            self.undeliverable += 1
+            self.counts.undeliverable += 1
             self._log.error("a file could not be delivered", reason=str(err))
-        finally:
-            remove_file(file)
 
     async def _reply(self, item: Incoming, text: str) -> None:
         """Answer an update with a short note (a command's, a refusal) and mark it delivered."""
-        await self._mark(item.update_id, "answered", json.dumps({"text": text}))
-        await self._deliver(item, text, [])
+        reply = _Reply(text)
+        await self._mark(item.update_id, "answered", reply.dumps())
+        await self._deliver(item, reply)
 
     async def _mark(self, update_id: str, state: Any, reply: str | None = None) -> None:
         await trio.to_thread.run_sync(self.inbox.mark, self.platform.name, update_id, state, reply)
@@ -450,6 +546,7 @@ class ChatBridge:
 
     async def _refuse(self, item: Incoming) -> None:
         self._log.info("a message from a user not allowed; no turn")
+        self.counts.refusals += 1
         now = self.settings.clock()
         interval = self.settings.refusal_interval_secs
         if await trio.to_thread.run_sync(self.inbox.claim_refusal, self.platform.name, item.chat, now, interval):
@@ -727,4 +824,4 @@ def _reply_text(result: TurnResult) -> str:
     return text
 
 
-__all__ = ["COMMANDS", "ChatBridge", "ChatSettings", "conversation_key"]
+__all__ = ["COMMANDS", "ChatBridge", "ChatCounts", "ChatSettings", "conversation_key"]

@@ -27,7 +27,7 @@ from ..errors import ChatError, PlatformConflict, PlatformRefused, PlatformUnava
 from ..log import get_logger
 from .markup import plain_parts, telegram_parts
 from .pacing import TELEGRAM_LIMITS, Delete, Edit, PaceLimits, Pacer, Send
-from .platform import Batch, ButtonPress, Choice, Incoming, IncomingFile
+from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
 
 MESSAGE_LIMIT = 4096  # UTF-16 code units
 CALLBACK_DATA_LIMIT = 64  # bytes
@@ -132,6 +132,7 @@ class TelegramPlatform:
         self._press_ids: OrderedDict[str, str] = OrderedDict()  # update_id -> callback_query id
         self._groups: set[str] = set()
         self._log = get_logger(component="telegram")
+        self.rate_limited = 0  # 429s waited out (connect --metrics)
         _hide_token_in_httpx_logs(self._token)
 
     # ------------------------------------------------------------------ receiving
@@ -159,6 +160,7 @@ class TelegramPlatform:
             if reply.status == 409:
                 raise PlatformConflict(_conflict_message(reply.description))
             if reply.status == 429 and reply.retry_after is not None:
+                self.rate_limited += 1
                 await trio.sleep(reply.retry_after)
                 return Batch((), self._position())
             raise self._failure("getUpdates", reply)
@@ -241,12 +243,21 @@ class TelegramPlatform:
     # ------------------------------------------------------------------ sending
 
     async def send_text(
-        self, chat: str, thread: str, markdown: str, *, choices: tuple[Choice, ...] = (), reply_to: str = ""
+        self,
+        chat: str,
+        thread: str,
+        markdown: str,
+        *,
+        choices: tuple[Choice, ...] = (),
+        reply_to: str = "",
+        delivery: Delivery | None = None,
     ) -> list[str]:
         keyboard = _keyboard(choices)
         parts = telegram_parts(markdown, MESSAGE_LIMIT)
         keys: list[str] = []
         for number, part in enumerate(parts):
+            if delivery is not None and number < delivery.parts_sent:
+                continue  # taken before a restart; Telegram has no idempotency key, so the kit remembers
             last = number == len(parts) - 1
             text = _Text(
                 part.text,
@@ -256,6 +267,8 @@ class TelegramPlatform:
                 reply_to if number == 0 else "",
             )
             keys.extend(await self._send_one(chat, text))
+            if delivery is not None and delivery.part_sent is not None:
+                await delivery.part_sent(number + 1)
         return keys
 
     async def _send_one(self, chat: str, text: _Text) -> list[str]:
@@ -442,6 +455,7 @@ class TelegramPlatform:
             raise
         if reply.status == 429 and reply.retry_after is not None:
             self._log.info("telegram_flood_wait", op=_OP_NAMES[type(op)], retry_after=reply.retry_after)
+            self.rate_limited += 1
             outbox.pacer.retry_after(op, reply.retry_after, self._clock())
             for ticket in tickets:
                 ticket.running = False

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the chat kit loads only when connect runs
     from ..chat.config import MatrixConfig, TelegramConfig
     from ..chat.runtime import ChatBridge, ChatSettings
     from ..host.interface import BaseHost
+    from ..network.worker_metrics import WorkerMetrics
 
 # The connectors, by the config's section name: module and class (each `Class(section, client_factory)`).
 CONNECTORS = {
@@ -91,10 +92,13 @@ def run_connect(
     name: str = "connect",
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
     client_factory: Callable[[], Any] | None = None,
+    metrics: str | None = None,
+    metrics_tokens: str | None = None,
 ) -> int:
     """`agent-bridge connect`; returns the exit code (0 after a graceful shutdown). A config, profiles directory,
-    store or bot lock that cannot be used raises a `BridgeError` before anything polls."""
+    store, bot lock or `--metrics` address that cannot be used raises a `BridgeError` before anything polls."""
     require_chat_extra()
+    door = _metrics_door(metrics, metrics_tokens)
     import httpx
 
     from ..chat.botlock import BotLock, lock_path
@@ -145,6 +149,12 @@ def run_connect(
                     bridges = [
                         ChatBridge(host, platform, settings_of(section), inbox) for platform, section in platforms
                     ]
+                    if door is not None:
+                        from ..chat.metrics import ChatCollector
+
+                        host.observer = door.metrics
+                        door.metrics.registry.register(ChatCollector(bridges))
+                        await system.start(door.serve, host)
                     await system.start(_stop_on_signals, bridges, host, shutdown_grace)
                     try:
                         async with trio.open_nursery() as bots:
@@ -165,6 +175,21 @@ def run_connect(
     finally:
         for lock in held:
             lock.release()
+
+
+def _metrics_door(listen: str | None, tokens_file: str | None) -> WorkerMetrics | None:
+    """`--metrics HOST:PORT` (with `--metrics-tokens FILE`): the server of /metrics, /healthz and /readyz, as a
+    worker's (docs/metrics.md); checked before anything starts."""
+    if listen is None:
+        if tokens_file is not None:
+            raise ChatError("--metrics-tokens is an option of --metrics: add --metrics HOST:PORT")
+        return None
+    from ..network.extra import require_http_extra
+
+    require_http_extra("--metrics")  # before worker_metrics, which imports the extra's libraries
+    from ..network.worker_metrics import worker_metrics
+
+    return worker_metrics(listen, tokens_file, program="connect")
 
 
 async def _stop_on_signals(
@@ -202,5 +227,6 @@ __all__ = ["CONNECTORS", "chat_store_path", "run_connect"]
 def connect_command(args: argparse.Namespace) -> int:
     if problem := check_connect_options(args.profiles, args.postgres):
         args.command_parser.error(problem)
-    options = {"shutdown_grace": args.shutdown_grace} if args.shutdown_grace is not None else {}
+    options: dict[str, Any] = {"shutdown_grace": args.shutdown_grace} if args.shutdown_grace is not None else {}
+    options.update(metrics=args.metrics, metrics_tokens=args.metrics_tokens)
     return run_connect(args.config, args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options)

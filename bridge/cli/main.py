@@ -487,6 +487,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             type=seconds(zero_ok=True),
             help="on shutdown, how long turns in flight may finish before they are cancelled (default: 10)",
         )
+        connect.add_argument(
+            "--metrics",
+            metavar="HOST:PORT",
+            help="serve /metrics (the bots' and the host's), /healthz and /readyz here, as worker --metrics does",
+        )
+        connect.add_argument("--metrics-tokens", metavar="FILE", help="as for worker: /metrics then needs a token")
         connect.set_defaults(command_parser=connect)
 
     if command in (None, "worker"):

@@ -7,20 +7,21 @@ import abc
 import contextlib
 import dataclasses
 import hmac
+from collections import Counter
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
 import trio
 
 from ..dialects.events import PartialEvent
-from ..engine.loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback
-from ..engine.questions import QuestionAnswer
+from ..engine.loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback, emit_to
+from ..engine.questions import QuestionAnswer, Questions
 from ..engine.result import TurnResult
-from ..errors import ProtocolMisuse, SessionIdRefused
+from ..errors import DuplicateTurn, HostClosed, ProtocolMisuse, SessionIdRefused, TurnError
 from ..permissions import Decision
-from ..turn import Turn
+from ..turn import Turn, text_problem
 
 # What a host does with a session id a turn names: "any" resumes it; "stored" only the conversation's own.
 ClientSessionIds = Literal["any", "stored"]
@@ -112,6 +113,45 @@ def observed(observer: TurnObserver, profile: str, started: float, emit: Emit | 
     return observing
 
 
+def check_submitted(conversation: object, turn: object) -> None:
+    """Raise `TurnError` unless `submit` may take this turn in this conversation (as every store can key it)."""
+    if not isinstance(turn, Turn):
+        raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
+    if not isinstance(conversation, str) or not conversation:
+        raise TurnError(f"the conversation key must be a non-empty string, not {conversation!r}")
+    if problem := text_problem(conversation):
+        raise TurnError(f"the conversation key {problem}")
+    if not turn.session_name:
+        raise TurnError("the turn's session_name must not be empty (the default is 'default')")
+
+
+@dataclass(slots=True)
+class Submitted:
+    """A turn `submit` checked and gave an id, as a host's `_run_submitted` gets it."""
+
+    profile: str
+    conversation: str
+    turn: Turn
+    turn_id: str
+    client_id: str | int | None
+    on_partial: PartialCallback | None
+    on_event: EventCallback | None
+    on_permission: PermissionCallback | None
+    observer: TurnObserver | None
+    started: float = field(default_factory=trio.current_time)  # trio's clock, when submit accepted it
+    emit: Emit | None = None  # set by `callbacks`: the result reaches it last
+
+    def callbacks(self, questions: Questions | None = None) -> Emit | None:
+        """The one `Emit` for the submitter's callbacks, as `emit_to` makes it (answering the agent's requests
+        through `questions`, when given), telling the host's observer of the first partial; kept to send the
+        result."""
+        emit = emit_to(self.on_partial, self.on_event, self.on_permission, questions)
+        if self.observer is not None:
+            emit = observed(self.observer, self.profile, self.started, emit)
+        self.emit = emit
+        return emit
+
+
 class BaseHost(abc.ABC):
     """What a bot holds to run turns for many conversations, whichever host `open_host` built.
 
@@ -124,10 +164,13 @@ class BaseHost(abc.ABC):
     `open_host`, never written by a user, so nothing is gained by matching hosts by shape.
     """
 
-    def __init__(self, *, shutdown_grace: float, client_session_ids: ClientSessionIds) -> None:
+    def __init__(self, *, shutdown_grace: float, client_session_ids: ClientSessionIds, log: Any) -> None:
         if not shutdown_grace >= 0:
             raise ValueError("shutdown_grace must be at least 0 seconds")
         self.shutdown_grace = shutdown_grace
+        self._log = log
+        self._outcomes: Counter[str] = Counter()  # the results of submit, by outcome
+        self._failed = 0  # of them, those whose exit code was not 0
         self.client_session_ids = check_client_session_ids(client_session_ids)
         self._closing = False
         self.observer: TurnObserver | None = None  # told of each turn (metrics), when set
@@ -135,7 +178,6 @@ class BaseHost(abc.ABC):
 
     # ------------------------------------------------------------------ turns
 
-    @abc.abstractmethod
     async def submit(
         self,
         profile: str,
@@ -154,7 +196,58 @@ class BaseHost(abc.ABC):
         Turns of one conversation run one at a time, in order; `nursery.start(host.submit, ...)` returns the
         turn id once the turn was accepted. `client_id` is the client's own id for the turn (serve's
         request id), given back by `undelivered()` should the host stop before the client has the result.
+        `on_partial(text)` / `on_event(event)` see the turn's events as in `run_turn`; the `TurnResult` reaches
+        `on_event` last.
+
+        Refused at once, before anything runs: `HostClosed`, `TurnError` (not a `Turn`, a conversation key
+        no store can hold, an empty session name), `DuplicateTurn` (`turn_id` is in flight), and with
+        `client_session_ids="stored"` `SessionIdRefused` (`turn.session_id` is set and is not the
+        conversation's stored one). Each host adds its own (see `Host.submit`, `RemoteHost.submit`).
         """
+        self._refuse_if_closed()
+        check_submitted(conversation, turn)
+        if turn.session_id and self.client_session_ids == "stored":
+            stored = await self._stored_session(profile, conversation, turn.session_name)
+            try:
+                refuse_unless_stored(turn.session_id, stored, profile, conversation, turn.session_name)
+            except SessionIdRefused:
+                self._log.warning("turn refused: its session_id is not the conversation's stored one", profile=profile)
+                raise
+            self._refuse_if_closed()  # shutdown may have begun while the store was read
+        if turn_id is None:
+            turn_id = self._new_turn_id()
+        elif self.in_flight(turn_id):
+            raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
+        submitted = Submitted(
+            profile, conversation, turn, turn_id, client_id, on_partial, on_event, on_permission, self.observer
+        )
+        result = await self._run_submitted(submitted, task_status)
+        self._outcomes[result.outcome.value] += 1
+        if not result.ok:
+            self._failed += 1
+        if submitted.observer is not None:
+            submitted.observer.turn_ended(profile, result.outcome.value, trio.current_time() - submitted.started)
+        if submitted.emit is not None:
+            await submitted.emit(result)  # last, once the host is done with the turn (its session is stored)
+        return result
+
+    def _refuse_if_closed(self) -> None:
+        """Raise what `submit` raises once this host takes no new turns (`HostClosed`)."""
+        if self._closing:
+            raise HostClosed("the host is shutting down and takes no new turns")
+
+    @abc.abstractmethod
+    def _new_turn_id(self) -> str:
+        """An id for a turn submitted without one, that no turn in flight has."""
+
+    @abc.abstractmethod
+    async def _stored_session(self, profile: str, conversation: str, session_name: str) -> str:
+        """The session id stored for the conversation ("" for none), for `client_session_ids="stored"`."""
+
+    @abc.abstractmethod
+    async def _run_submitted(self, submitted: Submitted, task_status: trio.TaskStatus[str]) -> TurnResult:
+        """How this host runs a turn `submit` checked: `task_status.started(turn_id)` once it is accepted,
+        then its result (which `submit` counts and emits)."""
 
     @abc.abstractmethod
     def cancel(self, turn_id: str) -> bool:

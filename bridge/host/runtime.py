@@ -19,27 +19,27 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from ..engine.driver import DRAIN_SECS, REAP_SECS
-from ..engine.loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
+from ..engine.loop import Emit, as_decision
 from ..engine.one_process import drive_turn
 from ..engine.questions import QuestionAnswer, Questions
 from ..engine.result import Outcome, TurnResult, cancelled_result, folded_result
 from ..engine.run import ungrouped
 from ..engine.warm_agents import WarmAgent, start_failure_result
-from ..errors import BridgeError, DuplicateTurn, HostClosed, QueueFull, SessionIdRefused, TurnError, WarmStartError
+from ..errors import BridgeError, DuplicateTurn, HostClosed, ProtocolMisuse, QueueFull, SessionIdRefused, WarmStartError
 from ..log import get_logger
 from ..permissions import Decision
 from ..profile import Profile
-from ..turn import Turn, text_problem
+from ..turn import Turn
 from .file_turnlock import Place, TurnLocks
-from .interface import BaseHost, ClientSessionIds, HostStats, observed, refuse_unless_stored
+from .interface import BaseHost, ClientSessionIds, HostStats, Submitted
 from .pool import Key, WarmPool
 from .registry import ProfileRegistry
 from .scheduler import Ticket, TurnQueue
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_MAX_QUEUED = 256
 DEFAULT_SHUTDOWN_GRACE = 10.0
-_CLOSED = "the host is shutting down and takes no new turns"
 
 
 class SessionStoreLike(Protocol):
@@ -60,6 +59,26 @@ class SessionStoreLike(Protocol):
 
     def record(self, profile: str, conversation: str, session_name: str, result: TurnResult) -> str | None:
         """Store the result's session; may return a stamp of the record (see `pool`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedStore:
+    """A host's session store and the queues other processes sharing it use; `owned`: the host closes it."""
+
+    store: SessionStoreLike
+    turn_locks: TurnLocks | PgTurnLocks | None
+    owned: bool
+
+    def close(self) -> None:
+        if self.owned:
+            close = getattr(self.store, "close", None)
+            if close is not None:
+                close()
+        if self.turn_locks is not None:
+            self.turn_locks.close()
+
+
+StoreOpener = Callable[[], OpenedStore]  # opens a host's store when the host is entered
 
 
 class _Flight(Ticket):
@@ -92,84 +111,40 @@ def open_host(
 ) -> BaseHost:
     """A host for the profiles in directory `profiles`; use it as `async with open_host(...) as host`.
 
-    `state` is the session store: a file path, a `postgresql://` URL (a
-    database that hosts on many machines may share; needs the postgres
-    extra), `None` for the default file
-    (`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`), or a store object the
-    caller owns (anything with `get` and `record`, such as a `SessionStore`).
-    With a `SessionStore` or a `PostgresSessionStore` (named, or given),
-    turns also queue with those of other processes using the same store (CLI
-    runs, other hosts): in `<store file>.turns/` (see `turnlock`), or with
-    the database's advisory locks (see `postgres.advisory_turnlock`). `namespace` is
-    the bot whose sessions a `postgresql://` `state` holds (default: "serve",
-    as the default gateway name): bots sharing a database need one each.
-    `max_concurrent` turns run at once; `max_queued` more may wait, then
-    `submit` raises `QueueFull`. On shutdown, turns in flight get
-    `shutdown_grace` seconds to finish before they are cancelled.
-    `client_session_ids="stored"` refuses a turn whose `session_id` is set
-    and is not its conversation's stored one (`SessionIdRefused`); "any"
-    (the default) runs a turn on whatever session it names.
-    `attachment_hosts`: host names, addresses and CIDR networks the turns'
-    attachments may be fetched from although they are not public (loopback,
-    a private network), on top of each profile's `attachments.allow_hosts`.
+    `state` is the session store: a file path, a `postgresql://` URL (a database that hosts on many machines
+    may share; needs the postgres extra), `None` for the default file
+    (`$XDG_STATE_HOME/agent-bridge/sessions.sqlite3`), or a store object the caller owns (anything with `get`
+    and `record`, such as a `SessionStore`). It opens when the host is entered, not here (a store that cannot
+    open raises there). With a `SessionStore` or a `PostgresSessionStore` (named, or given), turns also queue
+    with those of other processes using the same store (CLI runs, other hosts): in `<store file>.turns/` (see
+    `turnlock`), or with the database's advisory locks (see `postgres.advisory_turnlock`). `namespace` is the
+    bot whose sessions a `postgresql://` `state` holds (default: "serve", as the default gateway name): bots
+    sharing a database need one each. `max_concurrent` turns run at once; `max_queued` more may wait, then
+    `submit` raises `QueueFull`. On shutdown, turns in flight get `shutdown_grace` seconds to finish before
+    they are cancelled. `client_session_ids="stored"` refuses a turn whose `session_id` is set and is not its
+    conversation's stored one (`SessionIdRefused`); "any" (the default) runs a turn on whatever session it
+    names. `attachment_hosts`: host names, addresses and CIDR networks the turns' attachments may be fetched
+    from although they are not public (loopback, a private network), on top of each profile's
+    `attachments.allow_hosts`.
 
-    With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`):
-    turns go to the PostgreSQL queue and run on `agent-bridge worker`s, which
-    have the profiles (`profiles` and `state` are not used; `max_concurrent`
-    is the workers'). `gateway_name` names this gateway's turns and is its
-    bot's namespace: one live gateway per name; results not yet delivered
-    are sent again by the next gateway of that name.
+    With `postgres="postgresql://…"` the host is a gateway (`RemoteHost`): turns go to the PostgreSQL queue
+    and run on `agent-bridge worker`s, which have the profiles (`profiles` and `state` are not used;
+    `max_concurrent` is the workers'). `gateway_name` names this gateway's turns and is its bot's namespace:
+    one live gateway per name; results not yet delivered are sent again by the next gateway of that name.
     """
-    hosts = tuple(attachment_hosts)
-    if not all(isinstance(host, str) and host for host in hosts):
-        raise TypeError("attachment_hosts are host names, addresses or CIDR networks (non-empty strings)")
+    hosts = _attachment_hosts(attachment_hosts)
     if postgres is not None:
-        from .postgres.gateway import RemoteHost
-
-        if hosts:
-            raise TypeError(
-                "a gateway fetches no attachments: its workers do (agent-bridge worker --allow-attachment-host)"
-            )
-
-        if namespace is not None and namespace != gateway_name:
-            raise TypeError("a gateway's namespace is its name: pass gateway_name= instead of namespace=")
-        return RemoteHost(
-            postgres,
-            name=gateway_name,
-            max_queued=max_queued,
-            shutdown_grace=shutdown_grace,
-            client_session_ids=client_session_ids,
-        )
+        return _gateway(postgres, gateway_name, namespace, hosts, max_queued, shutdown_grace, client_session_ids)
     if profiles is None:
         raise TypeError("open_host() needs a profiles directory (or postgres= for a gateway)")
     registry = ProfileRegistry(profiles)
-    log = get_logger(component="host")
     for error in registry.broken():
-        log.warning("a profile does not load; turns asking for it will fail until it is fixed", problem=str(error))
-    from .state import open_store, open_turn_locks
-
-    store: SessionStoreLike
-    if state is None or isinstance(state, (str, os.PathLike)):
-        owned = open_store(state, namespace=namespace)
-        store = owned
-    else:
-        if namespace is not None:
-            raise TypeError(
-                "namespace= is for a store open_host opens (state= a postgresql:// URL); a store object has its own"
-            )
-        owned = None
-        store = state
-    try:
-        turn_locks = open_turn_locks(store)  # a store other processes may share: queue with their turns too
-    except BaseException:
-        if owned is not None:
-            owned.close()
-        raise
+        get_logger(component="host").warning(
+            "a profile does not load; turns asking for it will fail until it is fixed", problem=str(error)
+        )
     return Host(
         registry,
-        store,
-        owns_store=owned is not None,
-        turn_locks=turn_locks,
+        open_store=_store_opener(state, namespace),
         max_concurrent=max_concurrent,
         max_queued=max_queued,
         shutdown_grace=shutdown_grace,
@@ -178,165 +153,179 @@ def open_host(
     )
 
 
+def _attachment_hosts(attachment_hosts: Sequence[str]) -> tuple[str, ...]:
+    hosts = tuple(attachment_hosts)
+    if not all(isinstance(host, str) and host for host in hosts):
+        raise TypeError("attachment_hosts are host names, addresses or CIDR networks (non-empty strings)")
+    return hosts
+
+
+def _gateway(
+    postgres: str,
+    name: str,
+    namespace: str | None,
+    attachment_hosts: tuple[str, ...],
+    max_queued: int,
+    shutdown_grace: float,
+    client_session_ids: ClientSessionIds,
+) -> BaseHost:
+    from .postgres.gateway import RemoteHost
+
+    if attachment_hosts:
+        raise TypeError(
+            "a gateway fetches no attachments: its workers do (agent-bridge worker --allow-attachment-host)"
+        )
+    if namespace is not None and namespace != name:
+        raise TypeError("a gateway's namespace is its name: pass gateway_name= instead of namespace=")
+    return RemoteHost(
+        postgres, name=name, max_queued=max_queued, shutdown_grace=shutdown_grace, client_session_ids=client_session_ids
+    )
+
+
+def _store_opener(state: str | os.PathLike[str] | SessionStoreLike | None, namespace: str | None) -> StoreOpener:
+    """What opens `state` (and the queues other processes sharing it use) when the host is entered."""
+    from .state import check_namespace_applies, open_store, open_turn_locks
+
+    if state is not None and not isinstance(state, (str, os.PathLike)):
+        if namespace is not None:
+            raise TypeError(
+                "namespace= is for a store open_host opens (state= a postgresql:// URL); a store object has its own"
+            )
+        given = state
+        return lambda: OpenedStore(given, open_turn_locks(given), owned=False)
+    path = state
+    check_namespace_applies(path, namespace)  # a mistake in the arguments is refused at once; the store opens later
+
+    def opened() -> OpenedStore:
+        store = open_store(path, namespace=namespace)
+        try:
+            return OpenedStore(store, open_turn_locks(store), owned=True)
+        except BaseException:
+            store.close()
+            raise
+
+    return opened
+
+
 class Host(BaseHost):
     """Runs turns for many conversations with ordering, limits, sessions and a clean shutdown, in this process.
 
-    Build it with `open_host`. One host belongs to one trio run.
+    Build it with `open_host`. One host belongs to one trio run. How its `submit` runs a turn:
+
+    Turns of the same (profile, conversation, session name) run one at a time in the order they were submitted; with
+    a store file or database, a turn that may start also waits for the conversation's turns in other processes
+    sharing it (it counts as running meanwhile). When `turn.session_id` is empty, the stored session id is used, and
+    the result's id is stored for the next turn (no valid session line keeps the stored one).
+
+    `on_partial(text)` / `on_event(event)` see the turn's events as in `run_turn`; the `TurnResult` reaches
+    `on_event` last, once the session is stored and the next turn of the conversation may start. When the profile's
+    `permissions` say ask, `on_permission(request)` answers the agent's request to run a tool, as in `run_turn`;
+    without it, the `PermissionRequest` reaches `on_event` and `decide(turn_id, ...)` answers it (with neither, the
+    answer is deny). A `QuestionRequest` (the agent asks the user to choose) reaches `on_event`, and
+    `answer(turn_id, ...)` answers it (without `on_event`, it is declined).
+
+    A warm profile's turn runs on its conversation's live agent when there is one that fits (see `bridge.host.pool`)
+    — only inside `async with`, which runs the pool; otherwise a fresh agent resumes the stored session for the
+    turn.
+
+    Refused at once, before anything runs: `HostClosed`, `QueueFull`, `UnknownProfile` / `ProfileError` (the profile
+    is missing or does not load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`, and with
+    `client_session_ids="stored"` `SessionIdRefused` (`turn.session_id` is set and is not the conversation's stored
+    one, as read at submit). `nursery.start(host.submit, ...)` returns the turn id once the turn was accepted.
+    `StoreError` when the stored session cannot be read, and `TurnLockError` when the conversation's queue cannot be
+    used (the turn does not run: resuming the wrong session would be worse). `client_id` is not kept: a result does
+    not outlive this host.
     """
 
     def __init__(
         self,
         registry: ProfileRegistry,
-        store: SessionStoreLike,
+        store: SessionStoreLike | None = None,
         *,
-        owns_store: bool = False,
-        turn_locks: TurnLocks | PgTurnLocks | None = None,
+        open_store: StoreOpener | None = None,
         max_concurrent: int = DEFAULT_MAX_CONCURRENT,
         max_queued: int = DEFAULT_MAX_QUEUED,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
         client_session_ids: ClientSessionIds = "any",
         attachment_hosts: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
+        super().__init__(
+            shutdown_grace=shutdown_grace, client_session_ids=client_session_ids, log=get_logger(component="host")
+        )
         self.registry = registry
         self.attachment_hosts = attachment_hosts  # exceptions to the attachments' address rule, for every profile
-        self.store = store
-        self._owns_store = owns_store
-        self._turn_locks = turn_locks  # the store's queues, shared with other processes (CLI runs…)
+        if (store is None) == (open_store is None):
+            raise TypeError("a Host needs a session store, or what opens one when it is entered (not both)")
+        self._open_store = open_store
+        self._opened = OpenedStore(store, None, owned=False) if store is not None else None  # once open
         self._queue: TurnQueue[_Flight] = TurnQueue(max_concurrent, max_queued)
         self._flights: dict[str, _Flight] = {}
         self._arrivals = itertools.count()  # arrival order of admitted turns
         self._ids = itertools.count(1)  # for turns submitted without an id
         self._closed = trio.Event()  # aclose() finished
         self._idle: trio.Event | None = None  # set when the last flight ends
-        self._outcomes: Counter[str] = Counter()
-        self._failed = 0
         self._refused = 0
         self._store_errors = 0
-        self._log = get_logger(component="host")
         self._pool: WarmPool | None = None  # warm agents by conversation, while `async with` runs it
 
     # ------------------------------------------------------------------ turns
 
-    async def submit(
-        self,
-        profile: str,
-        conversation: str,
-        turn: Turn,
-        *,
-        on_partial: PartialCallback | None = None,
-        on_event: EventCallback | None = None,
-        on_permission: PermissionCallback | None = None,
-        turn_id: str | None = None,
-        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-        client_id: str | int | None = None,
-    ) -> TurnResult:
-        """Run `turn` with the profile named `profile` in `conversation`, in its turn, and return the result.
-
-        Turns of the same (profile, conversation, session name) run one at a
-        time in the order they were submitted; with a store file or
-        database, a turn that may start also waits for the conversation's
-        turns in other processes sharing it (it counts as running meanwhile). When
-        `turn.session_id` is empty, the stored session id is used, and the
-        result's id is stored for the next turn (no valid session line keeps
-        the stored one).
-
-        `on_partial(text)` / `on_event(event)` see the turn's events as in
-        `run_turn`; the `TurnResult` reaches `on_event` last, once the session
-        is stored and the next turn of the conversation may start. When the
-        profile's `permissions` say ask, `on_permission(request)` answers the
-        agent's request to run a tool, as in `run_turn`; without it, the
-        `PermissionRequest` reaches `on_event` and `decide(turn_id, ...)`
-        answers it (with neither, the answer is deny). A `QuestionRequest` (the
-        agent asks the user to choose) reaches `on_event`, and `answer(turn_id,
-        ...)` answers it (without `on_event`, it is declined).
-
-        A warm profile's turn runs on its conversation's live agent when
-        there is one that fits (see `bridge.host.pool`) — only inside
-        `async with`, which runs the pool; otherwise a fresh agent resumes
-        the stored session for the turn.
-
-        Refused at once, before anything runs: `HostClosed`, `QueueFull`,
-        `UnknownProfile` / `ProfileError` (the profile is missing or does not
-        load), `DuplicateTurn` (`turn_id` is in flight), `TurnError`, and with
-        `client_session_ids="stored"` `SessionIdRefused` (`turn.session_id` is
-        set and is not the conversation's stored one, as read at submit).
-        `nursery.start(host.submit, ...)` returns the turn id once the turn
-        was accepted. `StoreError` when the stored session cannot be read, and
-        `TurnLockError` when the conversation's queue cannot be used (the
-        turn does not run: resuming the wrong session would be worse). `client_id` is not kept: a result
-        does not outlive this host.
-        """
-        if self._closing:
-            raise HostClosed(_CLOSED)
-        if not isinstance(turn, Turn):
-            raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
-        if not isinstance(conversation, str) or not conversation:
-            raise TurnError(f"the conversation key must be a non-empty string, not {conversation!r}")
-        if problem := text_problem(conversation):
-            raise TurnError(f"the conversation key {problem}")
-        if not turn.session_name:
-            raise TurnError("the turn's session_name must not be empty (the default is 'default')")
-        key: Key = (profile, conversation, turn.session_name)
-        if turn.session_id and self.client_session_ids == "stored":
-            self.registry.get(profile)  # an unknown profile is refused as such, before the store is read
-            await self._refuse_a_session_id_not_stored(key, turn.session_id)
-            if self._closing:  # shutdown began while the store was read
-                raise HostClosed(_CLOSED)
-        if turn_id is None:
+    def _new_turn_id(self) -> str:
+        turn_id = f"turn-{next(self._ids)}"
+        while turn_id in self._flights:  # the caller chose an id of this shape
             turn_id = f"turn-{next(self._ids)}"
-            while turn_id in self._flights:  # the caller chose an id of this shape
-                turn_id = f"turn-{next(self._ids)}"
-        elif turn_id in self._flights:
-            raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
+        return turn_id
+
+    async def _stored_session(self, profile: str, conversation: str, session_name: str) -> str:
+        self.registry.get(profile)  # an unknown profile is refused as such, before the store is read
+        log = self._log.bind(profile=profile, conversation=conversation)
+        stored, _ = await self._read_session((profile, conversation, session_name), log)
+        return stored
+
+    async def _run_submitted(self, submitted: Submitted, task_status: trio.TaskStatus[str]) -> TurnResult:
+        """Admit the turn to the queue (`QueueFull` when it is full), then run it in its turn."""
+        self._open()  # a host not entered has no store to read the conversation's session from
+        profile, turn, turn_id = submitted.profile, submitted.turn, submitted.turn_id
+        key: Key = (profile, submitted.conversation, turn.session_name)
         loaded = self.registry.get(profile)
-        log = self._log.bind(turn_id=turn_id, profile=profile, conversation=conversation)
+        log = self._log.bind(turn_id=turn_id, profile=profile, conversation=submitted.conversation)
         questions = Questions(
-            listening=on_event is not None or on_permission is not None, hears_questions=on_event is not None
+            listening=submitted.on_event is not None or submitted.on_permission is not None,
+            hears_questions=submitted.on_event is not None,
         )
         flight = _Flight(key, next(self._arrivals), turn_id, loaded, questions)
+        runs_now = self._admit(flight, log)
+        task_status.started(turn_id)
+        emit = submitted.callbacks(questions)
+        try:
+            if not runs_now and loaded.on_busy == "steer" and (steered := await self._steer(flight, turn, log)):
+                running_id, session_id = steered
+                duration_ms = max(0, round((trio.current_time() - submitted.started) * 1000))
+                return folded_result(loaded, running_id, session_id, duration_ms)
+            if not runs_now:
+                await self._wait_for_slot(flight)
+            if flight.state == Ticket.WITHDRAWN:
+                return _cancelled_result(loaded, submitted.started)
+            return await self._run(flight, loaded, profile, submitted.conversation, turn, emit, log)
+        finally:
+            self._land(flight)
+
+    def _admit(self, flight: _Flight, log: Any) -> bool:
+        """Put the flight in the queue: True when it runs now; `QueueFull` when there is no room. A
+        conversation whose profile says `on_busy: interrupt` has its running turn stopped for it."""
         try:
             runs_now = self._queue.admit(flight)
         except QueueFull:
             self._refused += 1
             log.warning("turn refused: the queue is full", running=self._queue.running, queued=self._queue.waiting)
             raise
-        self._flights[turn_id] = flight
+        self._flights[flight.turn_id] = flight
         if not runs_now:
             log.info("turn queued", queued=self._queue.waiting)
-            if loaded.on_busy == "interrupt" and (running := self._running_turn(key)) is not None:
+            if flight.profile.on_busy == "interrupt" and (running := self._running_turn(flight.key)) is not None:
                 log.info("the conversation's running turn is interrupted for a new message", running=running.turn_id)
                 self._stop(running)
-        task_status.started(turn_id)
-
-        emit = emit_to(on_partial, on_event, on_permission, questions)
-        started = trio.current_time()
-        observer = self.observer
-        if observer is not None:
-            emit = observed(observer, profile, started, emit)
-        try:
-            steered = await self._steer(flight, turn, log) if not runs_now and loaded.on_busy == "steer" else None
-            if steered is not None:
-                running_id, session_id = steered
-                duration_ms = max(0, round((trio.current_time() - started) * 1000))
-                result = folded_result(loaded, running_id, session_id, duration_ms)
-            else:
-                if not runs_now:
-                    await self._wait_for_slot(flight)
-                if flight.state == Ticket.WITHDRAWN:
-                    result = _cancelled_result(loaded, started)
-                else:
-                    result = await self._run(flight, loaded, profile, conversation, turn, emit, log)
-        finally:
-            self._land(flight)
-        self._outcomes[result.outcome.value] += 1
-        if not result.ok:
-            self._failed += 1
-        if observer is not None:
-            observer.turn_ended(profile, result.outcome.value, trio.current_time() - started)
-        if emit is not None:
-            await emit(result)
-        return result
+        return runs_now
 
     def cancel(self, turn_id: str) -> bool:
         """Stop turn `turn_id` as a host cancel (SIGINT, grace, SIGKILL); its submitter gets a 130 result.
@@ -439,9 +428,10 @@ class Host(BaseHost):
     async def _run(
         self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Emit | None, log: Any
     ) -> TurnResult:
-        if self._turn_locks is None:
+        turn_locks = self._open().turn_locks
+        if turn_locks is None:
             return await self._run_in_place(flight, profile, name, conversation, turn, emit, log)
-        place = await self._take_place(self._turn_locks, flight, name, conversation, turn.session_name, log)
+        place = await self._take_place(turn_locks, flight, name, conversation, turn.session_name, log)
         if place is None:  # cancelled while another process ran a turn of the conversation
             return _cancelled_result(profile, trio.current_time())
         try:
@@ -492,12 +482,7 @@ class Host(BaseHost):
             self._pool.discard(key)  # the profile stopped being warm: its old agent would miss this turn
         stamp = ""
         if not turn.session_id or pool is not None:
-            try:
-                stored, stamp = await trio.to_thread.run_sync(self._lookup, key)
-            except BridgeError as err:
-                self._store_errors += 1
-                log.error("the stored session cannot be read; the turn does not run", error=str(err))
-                raise
+            stored, stamp = await self._read_session(key, log)
             if stored and not turn.session_id:
                 turn = turn.replace(session_id=stored)
         if flight.cancel.is_set():  # cancelled before the agent started: do not start it
@@ -535,40 +520,32 @@ class Host(BaseHost):
                             allow_hosts=self.attachment_hosts,
                         )
                         flight.agent = None
-            try:
-                recorded = await trio.to_thread.run_sync(
-                    self.store.record, name, conversation, turn.session_name, result
-                )
-                stamp = recorded or ""
-            except BridgeError as err:
-                # The turn happened and its result stands; only the session link is lost.
-                self._store_errors += 1
-                log.error(
-                    "the turn's session could not be stored; the next turn may start a new session", error=str(err)
-                )
+            stamp = await self._record_session(key, result, log, stamp)
         finally:
             if agent is not None:
                 assert pool is not None  # the agent came from it
                 pool.checkin(key, stamp)
         return result
 
-    async def _refuse_a_session_id_not_stored(self, key: Key, session_id: str) -> None:
-        """Raise `SessionIdRefused` unless `session_id` is the one stored for the turn's conversation."""
-        log = self._log.bind(profile=key[0], conversation=key[1])
+    async def _read_session(self, key: Key, log: Any) -> tuple[str, str]:
+        """`_lookup` in a worker thread; `StoreError` (counted and logged) when the store cannot be read."""
         try:
-            stored, _ = await trio.to_thread.run_sync(self._lookup, key)
+            return await trio.to_thread.run_sync(self._lookup, key)
         except BridgeError as err:
             self._store_errors += 1
-            log.error(
-                "the stored session cannot be read to check the turn's session_id; the turn does not run",
-                error=str(err),
-            )
+            log.error("the stored session cannot be read; the turn does not run", error=str(err))
             raise
+
+    async def _record_session(self, key: Key, result: TurnResult, log: Any, stamp: str) -> str:
+        """Store the result's session; the record's stamp, or `stamp` (the one read) when it could not be stored."""
         try:
-            refuse_unless_stored(session_id, stored, *key)
-        except SessionIdRefused:
-            log.warning("turn refused: its session_id is not the conversation's stored one")
-            raise
+            recorded = await trio.to_thread.run_sync(self.store.record, *key, result)
+        except BridgeError as err:
+            # The turn happened and its result stands; only the session link is lost.
+            self._store_errors += 1
+            log.error("the turn's session could not be stored; the next turn may start a new session", error=str(err))
+            return stamp
+        return recorded or ""
 
     def _lookup(self, key: Key) -> tuple[str, str]:
         """The stored session id and its record's stamp ("" when the store cannot tell: see `pool`)."""
@@ -633,12 +610,8 @@ class Host(BaseHost):
             self._log.error("turns outlived the shutdown; their callbacks may be stuck", left=len(self._flights))
         if self._pool is not None:
             await self._pool.aclose()  # goodbye to every warm agent; each is reaped before this returns
-        if self._owns_store and not self._closed.is_set():
-            close = getattr(self.store, "close", None)
-            if close is not None:
-                close()
-        if self._turn_locks is not None and not self._closed.is_set():
-            self._turn_locks.close()
+        if self._opened is not None and not self._closed.is_set():
+            self._opened.close()
         self._closed.set()
 
     async def _drained(self) -> None:
@@ -647,8 +620,24 @@ class Host(BaseHost):
                 self._idle = trio.Event()
             await self._idle.wait()
 
+    @property
+    def store(self) -> SessionStoreLike:
+        """The session store, once the host is open (`ProtocolMisuse` before `async with`)."""
+        return self._open().store
+
+    def _open(self) -> OpenedStore:
+        if self._opened is None:
+            raise ProtocolMisuse(
+                "the host's session store opens when the host is entered: use `async with open_host(...) as host`"
+            )
+        return self._opened
+
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
+        if self._open_store is not None:
+            # In a thread: opening a file may wait for another process's lock, and a database for the network.
+            self._opened = await trio.to_thread.run_sync(self._open_store)
+            self._open_store = None
         async with trio.open_nursery() as pool_tasks:
             self._pool = WarmPool(pool_tasks, self._log)
             try:

@@ -1,6 +1,8 @@
-"""The network door's endpoints, as one Starlette application over a `Door` (docs/network.md).
+"""The network door's endpoints, as Starlette applications over a `Door` (docs/network.md).
 
-- `GET /healthz`, `GET /readyz`: liveness and readiness, without a token.
+- `GET /healthz`, `GET /readyz`: liveness and readiness, without a token;
+  every other route is behind a `TenantGate` (auth.py), its handler given the
+  tenant the request's token names.
 - `GET /metrics`: Prometheus' text format, the whole server's (docs/metrics.md).
 - `GET /v1/ws`: a WebSocket speaking serve's protocol, one request or
   response per text message; the connection is the client (its own ids).
@@ -28,6 +30,7 @@ from uuid import uuid4
 
 import trio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
@@ -56,6 +59,7 @@ from ..serving.requests import (
     status_of,
 )
 from ..serving.session import ClientSession, Tenant
+from .auth import TenantGate, tenant_of
 from .door import Door
 from .metrics import healthz, metrics_response, readyz_response
 
@@ -64,24 +68,30 @@ WS_POLICY_VIOLATION = 1008
 _FILE_CHUNK_BYTES = 64 * 1024
 
 
-def build_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette:
-    """The application serving `door`; `extra_routes` are mounted beside serve's (the OpenAI endpoints)."""
-    routes: list[Any] = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", _readyz, methods=["GET"]),
-        Route("/metrics", _metrics, methods=["GET"]),
-        Route("/v1/stats", _stats, methods=["GET"]),
-        Route("/v1/turns", _turns, methods=["POST"]),
-        Route("/v1/turns/{id}/cancel", _cancel, methods=["POST"]),
-        Route("/v1/turns/{id}/decide", _decide, methods=["POST"]),
-        Route("/v1/turns/{id}/answer", _answer, methods=["POST"]),
-        Route("/v1/files/{rest:path}", _file, methods=["GET", "DELETE"]),
-        WebSocketRoute("/v1/ws", _websocket),
-        *(extra_routes or []),
-    ]
-    app = Starlette(routes=routes)
+def serve_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette:
+    """serve's endpoints over `door` (and `extra_routes`), behind a `TenantGate`: a request without a valid token
+    gets serve's `unauthorized` error, 401."""
+    app = Starlette(
+        routes=[
+            Route("/metrics", _metrics, methods=["GET"]),
+            Route("/v1/stats", _stats, methods=["GET"]),
+            Route("/v1/turns", _turns, methods=["POST"]),
+            Route("/v1/turns/{id}/cancel", _cancel, methods=["POST"]),
+            Route("/v1/turns/{id}/decide", _decide, methods=["POST"]),
+            Route("/v1/turns/{id}/answer", _answer, methods=["POST"]),
+            Route("/v1/files/{rest:path}", _file, methods=["GET", "DELETE"]),
+            WebSocketRoute("/v1/ws", _websocket),
+            *(extra_routes or []),
+        ],
+        middleware=[Middleware(TenantGate, tenant_of=door.tenant_of, refusal=unauthorized)],
+    )
     app.state.door = door
     return app
+
+
+def health_routes() -> list[Route]:
+    """Liveness and readiness: for anyone, without a token."""
+    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", _readyz, methods=["GET"])]
 
 
 def door_of(request: Request | WebSocket) -> Door:
@@ -104,10 +114,6 @@ def unauthorized() -> JSONResponse:
     response = error_response(UNAUTHORIZED, "a valid bearer token is needed: Authorization: Bearer <token>")
     response.headers["WWW-Authenticate"] = "Bearer"
     return response
-
-
-def tenant_or_none(request: Request | WebSocket) -> Tenant | None:
-    return door_of(request).tenant_of(request.headers.get("authorization"))
 
 
 async def read_json_body(request: Request) -> dict[str, Any]:
@@ -144,15 +150,11 @@ async def _readyz(request: Request) -> Response:
 
 
 async def _metrics(request: Request) -> Response:
-    if tenant_or_none(request) is None:
-        return unauthorized()
     door = door_of(request)
     return await metrics_response(door.metrics, door.host, accepting=door.ready)
 
 
 async def _stats(request: Request) -> Response:
-    if tenant_or_none(request) is None:
-        return unauthorized()
     stats = await door_of(request).host.current_stats()
     return JSONResponse({"type": "stats", **stats.to_dict()})
 
@@ -161,9 +163,7 @@ async def _stats(request: Request) -> Response:
 
 
 async def _turns(request: Request) -> Response:
-    tenant = tenant_or_none(request)
-    if tenant is None:
-        return unauthorized()
+    tenant = tenant_of(request)
     try:
         body = await read_json_body(request)
         body.setdefault("type", "turn")
@@ -306,9 +306,7 @@ async def _hang_up_on_disconnect(receive: Receive, output: Output[bytes]) -> Non
 
 
 async def _act_on_turn(request: Request, act: Callable[[ClientSession, str, dict[str, Any]], None]) -> Response:
-    tenant = tenant_or_none(request)
-    if tenant is None:
-        return unauthorized()
+    tenant = tenant_of(request)
     request_id = request.path_params["id"]
     try:
         body = await read_json_body(request) if await _has_body(request) else {}
@@ -344,9 +342,7 @@ async def _answer(request: Request) -> Response:
 
 async def _file(request: Request) -> Response:
     """GET: the file's bytes (it waits on until DELETE or its time runs out); DELETE: the bot has it, delete it."""
-    tenant = tenant_or_none(request)
-    if tenant is None:
-        return unauthorized()
+    tenant = tenant_of(request)
     door = door_of(request)
     parts = file_url_parts(request.scope)
     if parts is None:
@@ -410,10 +406,7 @@ def _streamed(handle: BinaryIO, file: FileEvent) -> Response:
 
 async def _websocket(websocket: WebSocket) -> None:
     door = door_of(websocket)
-    tenant = tenant_or_none(websocket)
-    if tenant is None:
-        await websocket.send_denial_response(unauthorized())
-        return
+    tenant = tenant_of(websocket)
     if not door.take_connection():
         await websocket.accept()  # closed before its accept, the client would see an HTTP 403, not the code
         await websocket.close(WS_TRY_AGAIN_LATER, "the server has all the connections it takes; try again")

@@ -27,7 +27,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -37,6 +37,9 @@ from ..host.interface import BaseHost
 from ..log import get_logger
 from .door import Door, DoorLimits
 from .tokens import Tokens
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 MAX_REQUEST_HEAD_BYTES = 64 * 1024  # a request line and its headers (docs/network.md)
 KEEP_ALIVE_SECS = 15  # an idle connection's life, and the time a request's line and headers have to come
@@ -282,14 +285,11 @@ async def serve_network(
     """
     from hypercorn.trio import serve
 
-    from .app import build_app
-    from .openai_api import openai_routes
-
     check_listen(address, tokens)
     config = hypercorn_config(address, certfile=certfile, keyfile=keyfile, limits=limits)
     config.socket_budget = SocketBudget(sockets_within_descriptors(limits.max_sockets))
     door = Door(host, tokens, limits)
-    app = build_app(door, extra_routes=[*openai_routes(), *(extra_routes(door) if extra_routes else [])])
+    app = door_app(door, extra_routes=extra_routes(door) if extra_routes else None)
     stop_listening = trio.Event()
     async with trio.open_nursery() as nursery:
         door.open(nursery)
@@ -308,6 +308,27 @@ async def serve_network(
             door.close()
         nursery.cancel_scope.cancel()
     return 0
+
+
+def door_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette:
+    """Everything the door serves: health and readiness for anyone; serve's endpoints (with `extra_routes`) and
+    the OpenAI-compatible ones, each an application behind its own `TenantGate`, which refuses a request
+    without a valid token in that application's own words."""
+    from starlette.applications import Starlette
+
+    from .app import health_routes, serve_app
+    from .auth import OwnPaths
+    from .openai_api import openai_app
+
+    app = Starlette(
+        routes=[
+            *health_routes(),
+            OwnPaths("", app=serve_app(door, extra_routes=extra_routes)),
+            OwnPaths("", app=openai_app(door)),
+        ]
+    )
+    app.state.door = door
+    return app
 
 
 def _say_every_local_process_may_come_in() -> None:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -43,7 +45,8 @@ from ..permissions import Decision
 from ..serving.output import json_bytes
 from ..serving.requests import INVALID_REQUEST, UNAUTHORIZED, UNKNOWN_PROFILE, TurnRequest, parse_turn, status_of
 from ..serving.session import ClientSession
-from .app import TurnStream, door_of, event_stream_headers, read_json_body, tenant_or_none
+from .app import TurnStream, door_of, event_stream_headers, read_json_body
+from .auth import TenantGate, tenant_of
 from .door import Door
 
 CONVERSATION_HEADER = "x-conversation-id"
@@ -58,13 +61,19 @@ _OPENAI_CODES = {UNKNOWN_PROFILE: "model_not_found", UNAUTHORIZED: "invalid_api_
 _TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
 
 
-def openai_routes() -> list[Route]:
-    """The routes `serve_network` mounts beside serve's own (`build_app(extra_routes=…)`)."""
-    return [
-        Route("/v1/chat/completions", _chat_completions, methods=["POST"]),
-        Route("/v1/models", _models, methods=["GET"]),
-        Route("/v1/models/{model:path}", _model, methods=["GET"]),
-    ]
+def openai_app(door: Door) -> Starlette:
+    """The OpenAI-compatible endpoints, as the application `listen.door_app` mounts beside serve's: a request without
+    a valid token gets OpenAI's 401 (`invalid_api_key`), which the SDKs raise as `AuthenticationError`."""
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", _chat_completions, methods=["POST"]),
+            Route("/v1/models", _models, methods=["GET"]),
+            Route("/v1/models/{model:path}", _model, methods=["GET"]),
+        ],
+        middleware=[Middleware(TenantGate, tenant_of=door.tenant_of, refusal=_unauthorized)],
+    )
+    app.state.door = door
+    return app
 
 
 def openai_error(
@@ -106,9 +115,7 @@ def _model_not_found(model: str) -> JSONResponse:
 
 async def _profiles_of(request: Request) -> list[str] | Response:
     """The profile names the request's tenant may use, or the error response."""
-    tenant = tenant_or_none(request)
-    if tenant is None:
-        return _unauthorized()
+    tenant = tenant_of(request)
     names = await door_of(request).host.profile_names()
     if names is None:
         return openai_error(
@@ -235,9 +242,7 @@ def _last_user_message(messages: Any) -> tuple[str, list[dict[str, str]]]:
 
 
 async def _chat_completions(request: Request) -> Response:
-    tenant = tenant_or_none(request)
-    if tenant is None:
-        return _unauthorized()
+    tenant = tenant_of(request)
     completion_id = f"chatcmpl-{uuid4().hex}"
     try:
         body = await read_json_body(request)

@@ -16,13 +16,16 @@ from functools import partial
 
 import trio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import ListenError
+from ..serving.session import Tenant
 from .app import unauthorized
-from .door import DoorLimits
+from .auth import TenantGate
+from .door import LOOPBACK_TENANT, DoorLimits
 from .extra import require_http_extra
 from .listen import Address, hypercorn_config, is_loopback, parse_address, serve_app
 from .metrics import Metrics, StatsSource, healthz, metrics_response, readyz_response
@@ -36,6 +39,7 @@ class WorkerMetrics:
     address: Address
     tokens: Tokens | None
     metrics: Metrics = field(default_factory=Metrics)
+    program: str = "worker"  # the command, as the log line names it (connect shares this server)
 
     async def serve(
         self, worker: StatsSource, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
@@ -49,14 +53,11 @@ class WorkerMetrics:
                 partial(serve_app, option="--metrics"), serve, self.app(worker), config, trio.sleep_forever
             )
             who = f"{len(self.tokens)} tokens" if self.tokens else "no tokens: loopback clients only"
-            print(f"agent-bridge worker: metrics on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+            print(f"agent-bridge {self.program}: metrics on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
             task_status.started(urls)
 
     def app(self, worker: StatsSource) -> Starlette:
         async def metrics(request: Request) -> Response:
-            token = bearer_token(request.headers.get("authorization"))
-            if self.tokens is not None and self.tokens.tenant_of(token) is None:
-                return unauthorized()
             return await metrics_response(self.metrics, worker)
 
         async def readyz(request: Request) -> Response:
@@ -67,18 +68,27 @@ class WorkerMetrics:
                 Route("/healthz", healthz, methods=["GET"]),
                 Route("/readyz", readyz, methods=["GET"]),
                 Route("/metrics", metrics, methods=["GET"]),
-            ]
+            ],
+            middleware=[
+                Middleware(TenantGate, tenant_of=self.tenant_of, refusal=unauthorized, public=("/healthz", "/readyz"))
+            ],
         )
 
+    def tenant_of(self, authorization: str | None) -> Tenant | None:
+        """Whoever may read the metrics: any token of the file (no file: the loopback clients)."""
+        if self.tokens is None:
+            return LOOPBACK_TENANT
+        return self.tokens.tenant_of(bearer_token(authorization))
 
-def worker_metrics(listen: str, tokens_file: str | None) -> WorkerMetrics:
+
+def worker_metrics(listen: str, tokens_file: str | None, program: str = "worker") -> WorkerMetrics:
     """`--metrics HOST:PORT` and `--metrics-tokens FILE`, checked; raises `ListenError` naming the fix."""
     require_http_extra("--metrics")
     address = parse_address(listen, option="--metrics")
     tokens = load_tokens(tokens_file) if tokens_file else None
     if tokens is None and not is_loopback(address.host):
         raise ListenError(
-            f"--metrics {address.bind} is not a loopback address and the worker has no --metrics-tokens: anyone "
-            "who can reach it could read the worker's metrics. Give --metrics-tokens FILE, or use 127.0.0.1"
+            f"--metrics {address.bind} is not a loopback address and the {program} has no --metrics-tokens: "
+            f"anyone who can reach it could read the {program}'s metrics. Give --metrics-tokens FILE, or use 127.0.0.1"
         )
-    return WorkerMetrics(address, tokens)
+    return WorkerMetrics(address, tokens, program=program)

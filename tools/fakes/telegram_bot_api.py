@@ -323,6 +323,7 @@ class FakeBotApi:
         now = trio.current_time()
         call = Call(method, params | {name: f"<{len(data)} bytes>" for name, (_, _, data) in files.items()}, now)
         self.calls.append(call)
+        self._poke()  # a test waiting for a call sees it arrive, even one a fault holds up
         fault = self._next_fault(method)
         try:
             if isinstance(fault, SlowDown):

@@ -47,24 +47,20 @@ import trio
 
 from ...dialects import ActivityEvent
 from ...dialects.events import QuestionRequest, RequestWithdrawn
-from ...engine.loop import Emit, EventCallback, PartialCallback, PermissionCallback, as_decision, emit_to
+from ...engine.loop import Emit, EventCallback, PermissionCallback, as_decision, emit_to
 from ...engine.questions import QuestionAnswer, check_answers
 from ...engine.result import TurnResult
 from ...errors import (
-    DuplicateTurn,
     GatewayNameTaken,
-    HostClosed,
     PostgresError,
     QueueFull,
     RemoteTurnError,
-    SessionIdRefused,
     TurnDetached,
-    TurnError,
 )
 from ...log import get_logger
 from ...permissions import Decision, PermissionRequest
-from ...turn import Turn, text_problem
-from ..interface import BaseHost, ClientSessionIds, HostStats, observed, refuse_unless_stored
+from ...turn import text_problem
+from ..interface import BaseHost, ClientSessionIds, HostStats, Submitted
 from . import fleet_files, queue
 from .db import (
     CONTROL_CHANNEL,
@@ -123,7 +119,13 @@ class RemoteHost(BaseHost):
     """Turns through the PostgreSQL queue; use it as `async with open_host(postgres=DSN) as host`.
 
     Its results outlive it: one no client was sent waits in the queue for the next gateway of the same name
-    (`undelivered`, `follow`, `delivered`).
+    (`undelivered`, `follow`, `delivered`). Its `submit` queues the turn and waits for its result (events stream
+    from the worker). A `turn_id` this gateway's name already queued is a resend: nothing new runs, and the submit
+    returns that turn's result (at once, if it has one). Ids are the bot's: another gateway's turn of the same id is
+    another turn. Raises `QueueFull`, `HostClosed`, `DuplicateTurn` (the id is being waited for here already),
+    `TurnError`, `SessionIdRefused`, `PostgresError` (the server stayed unreachable, or this gateway lost its name);
+    `RemoteTurnError` when no worker could run it. `client_id` is the id a client used for the turn (serve's request
+    id), sent back with the result by a later gateway.
     """
 
     def __init__(
@@ -137,7 +139,11 @@ class RemoteHost(BaseHost):
     ) -> None:
         if not isinstance(name, str) or not name or text_problem(name):
             raise ValueError("a gateway name must be a non-empty string")
-        super().__init__(shutdown_grace=shutdown_grace, client_session_ids=client_session_ids)
+        super().__init__(
+            shutdown_grace=shutdown_grace,
+            client_session_ids=client_session_ids,
+            log=get_logger(component="gateway", gateway=name),
+        )
         self.dsn = dsn
         self.name = name  # also the namespace of its turns' sessions
         self.max_queued = max_queued
@@ -154,7 +160,6 @@ class RemoteHost(BaseHost):
         self._idle = trio.Event()
         self._idle.set()
         self._file_directories: set[str] = set()  # where the files of the turns it delivered are (fleet_files)
-        self._log = get_logger(component="gateway", gateway=name)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -210,94 +215,16 @@ class RemoteHost(BaseHost):
 
     # ------------------------------------------------------------------ turns
 
-    async def submit(
-        self,
-        profile: str,
-        conversation: str,
-        turn: Turn,
-        *,
-        on_partial: PartialCallback | None = None,
-        on_event: EventCallback | None = None,
-        on_permission: PermissionCallback | None = None,
-        turn_id: str | None = None,
-        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-        client_id: str | int | None = None,
-    ) -> TurnResult:
-        """Queue the turn and wait for its result, as `Host.submit` (events stream from the worker).
-
-        A `turn_id` this gateway's name already queued is a resend: nothing
-        new runs, and the submit returns that turn's result (at once, if it
-        has one). Ids are the bot's: another gateway's turn of the same id is
-        another turn. Raises `QueueFull`, `HostClosed`, `DuplicateTurn` (the
-        id is being waited for here already), `TurnError`, `PostgresError`
-        (the server stayed unreachable, or this gateway lost its name);
-        `RemoteTurnError` when no worker could run it. `client_id` is the id
-        a client used for the turn (serve's request id), sent back with the
-        result by a later gateway.
-        """
+    def _refuse_if_closed(self) -> None:
         if self._name_lost is not None:
             raise self._name_lost
-        if self._closing:
-            raise HostClosed("the gateway is shutting down and takes no new turns")
-        if not isinstance(turn, Turn):
-            raise TurnError(f"submit() needs a bridge.Turn, not {type(turn).__name__}")
-        if not isinstance(conversation, str) or not conversation or text_problem(conversation):
-            raise TurnError(f"the conversation key must be a non-empty string of text, not {conversation!r}")
-        if turn.session_id and self.client_session_ids == "stored":
-            await self._refuse_a_session_id_not_stored(profile, conversation, turn)
-        turn_id = turn_id if turn_id is not None else f"turn-{uuid.uuid4().hex}"
-        if turn_id in self._waiters:
-            raise DuplicateTurn(f"turn {turn_id!r} is already in flight; give each turn its own id")
-        # Waited for under its key before it is queued: a worker may start it before the insert returns here.
-        waiter = self._wait_for(turn_id, uuid.uuid4().hex, on_partial, on_event, on_permission)
-        started = trio.current_time()
-        observer = self.observer
-        if observer is not None:
-            waiter.emit = observed(observer, profile, started, waiter.emit)
-        waiter.look = False  # nothing can have happened to a turn not queued yet: until a notification says so
-        # With nobody to answer the agent's questions here, the worker denies them at once (as a local host does).
-        record = {**turn_to_dict(turn), "answered": on_event is not None or on_permission is not None}
-        try:
-            with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
-                enqueued = await self._db.run_retrying(
-                    partial(
-                        queue.enqueue,
-                        key=waiter.key,
-                        turn_id=turn_id,
-                        request_id=turn_id if client_id is None else client_id,
-                        gateway=self.name,
-                        profile=profile,
-                        conversation=conversation,
-                        session_name=turn.session_name,
-                        turn=record,
-                        max_queued=self.max_queued,
-                    ),
-                    log=self._log,
-                    what="queueing a turn",
-                    atomic=False,
-                )
-            if patience.cancelled_caught:
-                raise PostgresError("PostgreSQL stayed unreachable; the turn was not queued", code="store_error")
-            if enqueued.outcome == "full":
-                self._refused += 1
-                raise QueueFull(f"this gateway's queue is full ({self.max_queued} turns wait); try again later")
-            if enqueued.outcome == "resent":
-                assert enqueued.key is not None
-                self._rekey(waiter, enqueued.key)
-                waiter.look = True  # not `look = False` otherwise: the turn may have ended while the insert returned
-            else:
-                self._note_definitions(profile, enqueued)
-            task_status.started(turn_id)
-            result = await self._await_result(waiter)
-        finally:
-            self._forget(waiter)
-        if observer is not None:
-            observer.turn_ended(profile, result.outcome.value, trio.current_time() - started)
-        return result
+        super()._refuse_if_closed()
 
-    async def _refuse_a_session_id_not_stored(self, profile: str, conversation: str, turn: Turn) -> None:
-        """Raise `SessionIdRefused` unless the turn's session id is its conversation's stored one (in this
-        gateway's namespace, as the workers would resume it)."""
+    def _new_turn_id(self) -> str:
+        return f"turn-{uuid.uuid4().hex}"
+
+    async def _stored_session(self, profile: str, conversation: str, session_name: str) -> str:
+        """The conversation's stored session, in this gateway's namespace (as the workers would resume it)."""
         with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
             stored, _ = await self._db.run_retrying(
                 partial(
@@ -305,7 +232,7 @@ class RemoteHost(BaseHost):
                     namespace=self.name,
                     profile=profile,
                     conversation=conversation,
-                    session_name=turn.session_name,
+                    session_name=session_name,
                 ),
                 log=self._log,
                 what="reading a stored session",
@@ -317,11 +244,58 @@ class RemoteHost(BaseHost):
                 "turn was not queued",
                 code="store_error",
             )
+        return str(stored)
+
+    async def _run_submitted(self, submitted: Submitted, task_status: trio.TaskStatus[str]) -> TurnResult:
+        """Queue the turn (`QueueFull` when this gateway's share is full), then wait for its result."""
+        # Waited for under its key before it is queued: a worker may start it before the insert returns here.
+        waiter = self._wait_for(submitted.turn_id, uuid.uuid4().hex, submitted.callbacks(), submitted.on_permission)
+        waiter.look = False  # nothing can have happened to a turn not queued yet: until a notification says so
         try:
-            refuse_unless_stored(turn.session_id, stored, profile, conversation, turn.session_name)
-        except SessionIdRefused:
-            self._log.warning("turn refused: its session_id is not the conversation's stored one", profile=profile)
-            raise
+            enqueued = await self._enqueue(submitted, waiter.key)
+            if enqueued.outcome == "full":
+                self._refused += 1
+                raise QueueFull(f"this gateway's queue is full ({self.max_queued} turns wait); try again later")
+            if enqueued.outcome == "resent":
+                assert enqueued.key is not None
+                self._rekey(waiter, enqueued.key)
+                waiter.look = True  # not `look = False` otherwise: the turn may have ended while the insert returned
+            else:
+                self._note_definitions(submitted.profile, enqueued)
+            task_status.started(submitted.turn_id)
+            return await self._await_result(waiter)
+        finally:
+            self._forget(waiter)
+
+    async def _enqueue(self, submitted: Submitted, key: str) -> queue.Enqueued:
+        """Insert the turn in the queue, waiting a while for an unreachable server (then `PostgresError`)."""
+        turn = submitted.turn
+        # With nobody to answer the agent's questions here, the worker denies them at once (as a local host does).
+        record = {
+            **turn_to_dict(turn),
+            "answered": submitted.on_event is not None or submitted.on_permission is not None,
+        }
+        with trio.move_on_after(ENQUEUE_PATIENCE_SECS) as patience:
+            enqueued: queue.Enqueued = await self._db.run_retrying(
+                partial(
+                    queue.enqueue,
+                    key=key,
+                    turn_id=submitted.turn_id,
+                    request_id=submitted.turn_id if submitted.client_id is None else submitted.client_id,
+                    gateway=self.name,
+                    profile=submitted.profile,
+                    conversation=submitted.conversation,
+                    session_name=turn.session_name,
+                    turn=record,
+                    max_queued=self.max_queued,
+                ),
+                log=self._log,
+                what="queueing a turn",
+                atomic=False,
+            )
+        if patience.cancelled_caught:
+            raise PostgresError("PostgreSQL stayed unreachable; the turn was not queued", code="store_error")
+        return enqueued
 
     async def follow(self, turn_id: str, *, on_event: EventCallback | None = None) -> TurnResult:
         """Wait for the result of a turn queued earlier under this gateway's name (by a gateway that stopped):
@@ -336,11 +310,15 @@ class RemoteHost(BaseHost):
             )
         if key is None:
             raise RemoteTurnError("unknown_turn", f"the queue knows no turn {turn_id!r} of gateway {self.name!r}")
-        waiter = self._wait_for(turn_id, key, None, on_event, None)
+        emit = emit_to(None, on_event)
+        waiter = self._wait_for(turn_id, key, emit, None)
         try:
-            return await self._await_result(waiter)
+            result = await self._await_result(waiter)
         finally:
             self._forget(waiter)
+        if emit is not None:
+            await emit(result)
+        return result
 
     async def undelivered(self) -> list[tuple[str, Any]]:
         """(turn id, client's id) of this gateway name's turns whose result no client was sent yet."""
@@ -432,11 +410,10 @@ class RemoteHost(BaseHost):
         self,
         turn_id: str,
         key: str,
-        on_partial: PartialCallback | None,
-        on_event: EventCallback | None,
+        emit: Emit | None,
         on_permission: PermissionCallback | None,
     ) -> _Waiter:
-        waiter = _Waiter(turn_id, key, emit_to(on_partial, on_event), on_permission)
+        waiter = _Waiter(turn_id, key, emit, on_permission)
         self._waiters[turn_id] = waiter
         self._by_key[key] = waiter
         self._idle = trio.Event() if self._idle.is_set() else self._idle
@@ -501,7 +478,6 @@ class RemoteHost(BaseHost):
                             await waiter.emit(file)
                         if problem:
                             await waiter.emit(ActivityEvent("notice", text=problem))
-                        await waiter.emit(result)  # the result reaches on_event last, as from a local host
                     return result
                 with trio.move_on_after(POLL_SECS) as poll:
                     await waiter.changed.wait()

@@ -1,0 +1,82 @@
+"""Who comes in through the network door: one gate in front of every route that needs a token (docs/network.md).
+
+`TenantGate` is ASGI middleware: an HTTP request or a WebSocket reaches an
+application behind it only as the tenant its `Authorization: Bearer` header
+names, else it gets the application's 401 before any handler runs. A handler
+reads its tenant with `tenant_of(request)`. Only the paths a gate names as
+public (health and readiness) pass without a token; a new route behind a gate
+needs one whether its handler thinks of it or not. `OwnPaths` mounts an
+application that answers only its own routes' paths, so several applications,
+each behind its own gate, share the door's URL space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
+from starlette.routing import Match, Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
+
+from ..serving.session import Tenant
+
+TENANT_KEY = "agent_bridge.tenant"  # where the gate leaves the tenant in the request's scope
+
+TenantOf = Callable[[str | None], Tenant | None]  # the Authorization header's tenant; None: refuse it
+
+
+class TenantGate:
+    """ASGI middleware: every request but those to `public` paths is its token's tenant's, or gets `refusal()`.
+
+    A WebSocket refused gets the refusal as its handshake's HTTP response.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, tenant_of: TenantOf, refusal: Callable[[], Response], public: Collection[str] = ()
+    ) -> None:
+        self.app = app
+        self.tenant_of = tenant_of
+        self.refusal = refusal
+        self.public = frozenset(public)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in self.public:
+            await self.app(scope, receive, send)
+            return
+        tenant = self.tenant_of(Headers(scope=scope).get("authorization"))
+        if tenant is None:
+            if scope["type"] == "websocket":
+                await WebSocket(scope, receive, send).send_denial_response(self.refusal())
+            else:
+                await self.refusal()(scope, receive, send)
+            return
+        scope[TENANT_KEY] = tenant  # this request's own scope: never shared with another request
+        await self.app(scope, receive, send)
+
+
+def tenant_of(request: HTTPConnection) -> Tenant:
+    """The tenant `TenantGate` let `request` in as."""
+    tenant = request.scope.get(TENANT_KEY)
+    assert isinstance(tenant, Tenant), f"{request.url.path} is served without a TenantGate in front of it"
+    return tenant
+
+
+class OwnPaths(Mount):
+    """A mounted application that takes only the paths its own routes have; any other is the next route's.
+
+    A plain `Mount` takes every path under its prefix, so of two applications mounted at one prefix the
+    second would never be reached.
+    """
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child_scope = super().matches(scope)
+        if match is Match.NONE:
+            return match, child_scope
+        inner: dict[str, Any] = {**scope, **child_scope}
+        if any(route.matches(inner)[0] is not Match.NONE for route in self.routes):
+            return match, child_scope
+        return Match.NONE, {}
