@@ -18,7 +18,7 @@ import bridge.host
 PACKAGE = Path(bridge.__file__).parent
 # Private control-flow signals that never reach a user, with where they are caught.
 PRIVATE_SIGNALS = {
-    "bridge.cli.main._Stopped",  # a BaseException like KeyboardInterrupt: a signal ends `run`; main() catches it
+    "bridge.cli.options.CommandStopped",  # a BaseException like KeyboardInterrupt: a signal ends `run`; main() catches it
 }
 
 

@@ -20,8 +20,6 @@ TABLES_AND_PARSERS = {
 REMAINING = {
     "cli/connect.py:run_connect",
     "chat/runtime.py:ChatBridge._turn",
-    "chat/markup.py:_render_block",
-    "chat/matrix.py:MatrixPlatform._item",
 }
 
 

@@ -190,6 +190,20 @@ def _render(markdown: str, *, urls_in_text: bool, link_schemes: tuple[str, ...])
 
 def _render_block(builder: _Builder, token: Token) -> None:
     kind = token.type
+    if kind == "inline":
+        for child in token.children or ():
+            _render_inline(builder, child)
+    elif kind.startswith(("bullet_list", "ordered_list", "list_item", "blockquote")):
+        _render_nesting(builder, token)
+    elif kind.startswith(("table", "tr", "th", "td")):
+        _render_table(builder, token)
+    else:
+        _render_leaf(builder, token)
+
+
+def _render_leaf(builder: _Builder, token: Token) -> None:
+    """Paragraphs, headings, code, rules and raw HTML: blocks that hold text, not other blocks."""
+    kind = token.type
     if kind == "paragraph_open":
         builder.start_leaf()
         if not token.hidden:  # a tight list's paragraphs are hidden: no <p> inside its <li>
@@ -204,7 +218,25 @@ def _render_block(builder: _Builder, token: Token) -> None:
     elif kind == "heading_close":
         builder.close("heading")
         builder.end_block()
-    elif kind in ("bullet_list_open", "ordered_list_open"):
+    elif kind in ("fence", "code_block"):
+        builder.start_leaf()
+        language = token.info.split()[0] if token.info.strip() else ""
+        builder.open("pre", language)
+        builder.write(token.content.rstrip("\n"))
+        builder.close("pre")
+        builder.end_block()
+    elif kind in ("hr", "html_block"):
+        builder.start_leaf()
+        builder.open("paragraph")
+        builder.write(_RULE if kind == "hr" else token.content.rstrip("\n"))
+        builder.close("paragraph")
+        builder.end_block()
+
+
+def _render_nesting(builder: _Builder, token: Token) -> None:
+    """Lists, their items and block quotes: blocks that hold other blocks."""
+    kind = token.type
+    if kind in ("bullet_list_open", "ordered_list_open"):
         builder.block_break()
         builder.open("bullet_list" if kind == "bullet_list_open" else "ordered_list")
         builder.list_kinds.append(kind)
@@ -230,20 +262,12 @@ def _render_block(builder: _Builder, token: Token) -> None:
     elif kind == "blockquote_close":
         builder.close("blockquote")
         builder.end_block()
-    elif kind in ("fence", "code_block"):
-        builder.start_leaf()
-        language = token.info.split()[0] if token.info.strip() else ""
-        builder.open("pre", language)
-        builder.write(token.content.rstrip("\n"))
-        builder.close("pre")
-        builder.end_block()
-    elif kind in ("hr", "html_block"):
-        builder.start_leaf()
-        builder.open("paragraph")
-        builder.write(_RULE if kind == "hr" else token.content.rstrip("\n"))
-        builder.close("paragraph")
-        builder.end_block()
-    elif kind == "table_open":
+
+
+def _render_table(builder: _Builder, token: Token) -> None:
+    """A table becomes one paragraph, a line per row and its cells joined by " | " (chat has no tables)."""
+    kind = token.type
+    if kind == "table_open":
         builder.start_leaf()
         builder.open("paragraph")
         builder.table_rows = 0
@@ -263,9 +287,6 @@ def _render_block(builder: _Builder, token: Token) -> None:
             builder.open("bold")
     elif kind == "th_close":
         builder.close("bold")
-    elif kind == "inline":
-        for child in token.children or ():
-            _render_inline(builder, child)
 
 
 _INLINE_SPANS = {"em": "italic", "strong": "bold", "s": "strikethrough"}

@@ -361,13 +361,7 @@ class MatrixPlatform:
         relates = content.get("m.relates_to", {})
         thread = str(relates.get("event_id", "")) if relates.get("rel_type") == "m.thread" else ""
         if kind == "m.reaction" and relates.get("rel_type") == "m.annotation":
-            number = keycap_number(str(relates.get("key", "")))
-            target = str(relates.get("event_id", ""))
-            choices = await self._choices_of(room_id, target) if number is not None else ()
-            if number is None or not 1 <= number <= len(choices):
-                return None
-            name = await self._member_name(room_id, sender)
-            return ButtonPress(str(event["event_id"]), room_id, thread, sender, target, choices[number - 1].data, name)
+            return await self._reaction(room_id, event, thread)
         if kind != "m.room.message" or relates.get("rel_type") == "m.replace":
             return None  # an edit of an earlier message is not a new one
         msgtype = content.get("msgtype")
@@ -386,12 +380,7 @@ class MatrixPlatform:
                 return ButtonPress(str(event["event_id"]), room_id, thread, sender, replied, data, name)
         files: tuple[IncomingFile, ...] = ()
         if msgtype in ("m.image", "m.file", "m.video", "m.audio") and isinstance(content.get("url"), str):
-            info = content.get("info", {})
-            name = str(content.get("filename") or text or "file")
-            size = info.get("size")
-            media_type = str(info.get("mimetype", ""))
-            files = (IncomingFile(content["url"], name, media_type, int(size) if size is not None else None),)
-            text = text if content.get("filename") and text != content.get("filename") else ""
+            files, text = _attached_file(content, text)
         elif msgtype not in ("m.text", "m.emote"):
             return None
         return Incoming(
@@ -406,6 +395,18 @@ class MatrixPlatform:
             reply_to_bot=bool(replied) and await self._sent_by_bot(room_id, replied),
             files=files,
         )
+
+    async def _reaction(self, room_id: str, event: dict[str, Any], thread: str) -> ButtonPress | None:
+        """A keycap reaction to a message with choices presses the choice of that number; any other is ignored."""
+        sender = str(event.get("sender", ""))
+        relates = event.get("content", {}).get("m.relates_to", {})
+        number = keycap_number(str(relates.get("key", "")))
+        target = str(relates.get("event_id", ""))
+        choices = await self._choices_of(room_id, target) if number is not None else ()
+        if number is None or not 1 <= number <= len(choices):
+            return None
+        name = await self._member_name(room_id, sender)
+        return ButtonPress(str(event["event_id"]), room_id, thread, sender, target, choices[number - 1].data, name)
 
     async def _refuse_encrypted(self, room_id: str, room: _Room) -> None:
         if room.told_encrypted:
@@ -750,3 +751,14 @@ def _free_path(directory: Path, name: str) -> Path:
         candidate = directory / f"{stem}-{counter}{suffix}"
         counter += 1
     return candidate
+
+
+def _attached_file(content: dict[str, Any], body: str) -> tuple[tuple[IncomingFile, ...], str]:
+    """A media message's file, and its text: the body is the file's name unless a filename is given apart."""
+    info = content.get("info", {})
+    name = str(content.get("filename") or body or "file")
+    size = info.get("size")
+    media_type = str(info.get("mimetype", ""))
+    file = IncomingFile(content["url"], name, media_type, int(size) if size is not None else None)
+    text = body if content.get("filename") and body != content.get("filename") else ""
+    return (file,), text

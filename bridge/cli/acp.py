@@ -6,6 +6,7 @@ workers with `--postgres` and `--name`. docs/editors.md is the user's page.
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -72,3 +73,12 @@ def run_acp(
 
     with ungrouped():
         return trio.run(main)
+
+
+def acp_command(args: argparse.Namespace) -> int:
+    if args.postgres is not None and args.namespace is not None:
+        args.command_parser.error("a gateway's namespace is its --name: use --name instead of --namespace")
+    options = {"namespace": args.namespace} if args.postgres is None else {}
+    return run_acp(
+        args.profile, profiles=args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options
+    )

@@ -26,6 +26,7 @@ with 128+N.
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import signal
@@ -46,6 +47,7 @@ from ..permissions import PermissionRequest
 from ..profile import Profile
 from ..turn import Attachment, Turn
 from .printer import DIM, WARNING, HumanPrinter, paint
+from .run import load_for_turns, open_conversation
 from .terminal import LineReader, ask, ask_question
 
 if TYPE_CHECKING:
@@ -388,3 +390,16 @@ class Chat:
     def _write_err(self, text: str) -> None:
         self.err.write(text)
         self.err.flush()
+
+
+def chat_command(args: argparse.Namespace) -> int:
+    profile = load_for_turns(args)
+    conversation = open_conversation(args, profile)
+    session_id = args.session_id
+    if args.new and conversation is not None:
+        conversation.forget()
+        if session_id is None:
+            session_id = ""  # the first turn starts afresh, whatever another process stores meanwhile
+    return run_chat(
+        profile, conversation, session_id=session_id, session_name=args.session_name, from_user=args.from_user
+    )

@@ -12,6 +12,7 @@ delivered, is taken up by the next `connect`.
 
 from __future__ import annotations
 
+import argparse
 import signal
 from collections.abc import Callable
 from importlib import import_module
@@ -221,3 +222,11 @@ def check_connect_options(profiles: str | None, postgres: str | None) -> str | N
 
 
 __all__ = ["CONNECTORS", "chat_store_path", "run_connect"]
+
+
+def connect_command(args: argparse.Namespace) -> int:
+    if problem := check_connect_options(args.profiles, args.postgres):
+        args.command_parser.error(problem)
+    options: dict[str, Any] = {"shutdown_grace": args.shutdown_grace} if args.shutdown_grace is not None else {}
+    options.update(metrics=args.metrics, metrics_tokens=args.metrics_tokens)
+    return run_connect(args.config, args.profiles, state=args.state, postgres=args.postgres, name=args.name, **options)

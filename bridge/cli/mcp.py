@@ -53,7 +53,7 @@ def add_mcp_parser(commands: Any, common: argparse.ArgumentParser, state_help: s
         "--listen", metavar="HOST:PORT", help="serve Streamable HTTP at /mcp here; without --tokens only loopback"
     )
     mcp.add_argument("--tokens", metavar="FILE", help="serve's tokens file: every request then needs a bearer token")
-    mcp.set_defaults(handler=mcp_command, command_parser=mcp)
+    mcp.set_defaults(command_parser=mcp)
 
 
 def mcp_command(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ process; `serve_stdio` wires it to the process's stdin/stdout and signals.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import stat
@@ -285,3 +286,44 @@ def _network_door(options: dict[str, Any], file_ttl: float) -> Callable[[BaseHos
         )
 
     return listening
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    if args.profiles is None and args.postgres is None:
+        args.command_parser.error("serve needs --profiles DIR (or --postgres DSN, to be a gateway to workers)")
+    if args.postgres is not None and args.namespace is not None:
+        args.command_parser.error("a gateway's namespace is its --name: use --name instead of --namespace")
+    if args.postgres is not None and args.attachment_hosts:
+        args.command_parser.error(
+            "a gateway fetches no attachments, its workers do: give --allow-attachment-host to agent-bridge worker"
+        )
+    door_options = (
+        "tokens",
+        "certfile",
+        "keyfile",
+        "max_connections",
+        "max_turns_per_connection",
+        "send_timeout",
+        "body_timeout",
+    )
+    if args.listen is None and (given := [name for name in door_options if getattr(args, name) is not None]):
+        args.command_parser.error(f"--{given[0].replace('_', '-')} is an option of the network door: add --listen")
+    limits = {
+        name: value
+        for name in ("max_concurrent", "max_queued", "shutdown_grace", "file_ttl")
+        if (value := getattr(args, name)) is not None
+    }
+    if args.listen is not None:
+        limits["door"] = {name: value for name in door_options if (value := getattr(args, name)) is not None} | {
+            "listen": args.listen
+        }
+    return run_serve(
+        args.profiles,
+        state=args.state,
+        postgres=args.postgres,
+        name=args.name,
+        namespace=args.namespace,
+        session_ids=args.session_ids,
+        attachment_hosts=tuple(args.attachment_hosts),
+        **limits,
+    )

@@ -257,8 +257,7 @@ class TurnRecorder:
                 event,
                 (ActivityEvent, PermissionRequest, QuestionRequest, RequestWithdrawn, AgentInput, ProtocolWarning),
             ):
-                if isinstance(event, LineCut):
-                    self._line_cut = True
+                self._line_cut = self._line_cut or isinstance(event, LineCut)
                 forward.append(event)
             # else: a warm agent's own events (ready, turn end, file requests) never reach a turn's recorder
         if len(self._body) > _BODY_RUN:

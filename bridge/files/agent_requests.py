@@ -192,12 +192,7 @@ class FileRoot:
     def _open(self, path: str, *, writing: bool) -> int:
         """A descriptor of the regular file `path` names beneath the root, open for reading or for writing (not
         truncated; created when missing and `writing`)."""
-        if not path.startswith("/"):
-            raise FileRefused("the path must be absolute")
-        if "\0" in path:
-            raise FileRefused("the path contains a NUL character")
-        if len(os.fsencode(path)) > MAX_PATH_BYTES:
-            raise FileRefused(f"the path is over {MAX_PATH_BYTES} bytes")
+        _check_requested_path(path)
         pending = self._below(path)
         if pending is None:
             raise FileRefused(self._outside())
@@ -227,17 +222,11 @@ class FileRoot:
                         return opened
                     target = opened
                 else:
-                    directory = os.open(name, _WALK_FLAGS, dir_fd=walked[-1])
-                    mode = os.fstat(directory).st_mode
-                    if stat.S_ISDIR(mode):
-                        walked.append(directory)
+                    entered = _enter(walked[-1], name)
+                    if isinstance(entered, int):
+                        walked.append(entered)
                         continue
-                    try:
-                        if not stat.S_ISLNK(mode):
-                            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-                        target = os.readlink("", dir_fd=directory)  # the very link opened, whatever the name is now
-                    finally:
-                        os.close(directory)
+                    target = entered
                 steps += 1
                 if steps > MAX_SYMLINKS:
                     raise FileRefused(f"more than {MAX_SYMLINKS} symlinks on the way (a loop?), or it kept changing")
@@ -295,6 +284,29 @@ def serve_file_request(request: FileRequest, root: FileRoot) -> str | None:
 
 
 # ---------------------------------------------------------------------- the last component
+
+
+def _check_requested_path(path: str) -> None:
+    if not path.startswith("/"):
+        raise FileRefused("the path must be absolute")
+    if "\0" in path:
+        raise FileRefused("the path contains a NUL character")
+    if len(os.fsencode(path)) > MAX_PATH_BYTES:
+        raise FileRefused(f"the path is over {MAX_PATH_BYTES} bytes")
+
+
+def _enter(directory: int, name: str) -> int | str:
+    """A descriptor of the directory `name` in `directory`, or the target of the symlink `name` is."""
+    entered = os.open(name, _WALK_FLAGS, dir_fd=directory)
+    mode = os.fstat(entered).st_mode
+    if stat.S_ISDIR(mode):
+        return entered
+    try:
+        if not stat.S_ISLNK(mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        return os.readlink("", dir_fd=entered)  # the very link opened, whatever the name is now
+    finally:
+        os.close(entered)
 
 
 def _open_last(directory: int, name: str, writing: bool) -> int | str | None:
