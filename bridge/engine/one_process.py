@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any
 
 import trio
 
@@ -24,6 +23,7 @@ from ..dialects import SessionEvent
 from ..dialects.base import outbox_named
 from ..dialects.claude_stream import is_claude_code, with_system_prompt_appended
 from ..errors import LaunchError
+from ..log import Logger
 from ..profile import Profile
 from ..turn import Turn
 from .driver import AgentIO, TurnLimits
@@ -91,7 +91,7 @@ async def _one_process(
     setup: TurnSetup,
     emit: Emit | None,
     cancel: trio.Event | None,
-    log: Any,
+    log: Logger,
     on_stderr: Callable[[bytes], None] | None,
     questions: Questions | None,
     started: float,
@@ -145,12 +145,12 @@ def _agent_directory(profile: Profile, turn: Turn) -> str:
     return cwd if os.path.isdir(cwd) else ""
 
 
-def _not_started(profile: Profile, started: float, err: LaunchError, log: Any) -> TurnResult:
+def _not_started(profile: Profile, started: float, err: LaunchError, log: Logger) -> TurnResult:
     log.warning("agent could not be started", reason=err.message, exit_code=err.exit_code, in_result=True)
     return finish_turn(TurnRecorder(profile), Ending(spawn_failure=(err.exit_code, err.message)), "", started, log)
 
 
-def _log_notes(log: Any, plan: LaunchPlan) -> None:
+def _log_notes(log: Logger, plan: LaunchPlan) -> None:
     for note in plan.notes:
         log.warning(note)
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import trio
 
 from ..errors import FileRefused
 from ..files.turn_directory import TurnFiles
+from ..log import Logger
 from ..profile import Profile
 from ..turn import Turn
 from .hand_out import hand_out_turn_files
@@ -39,7 +39,7 @@ class TurnSetup:
     `files` the turn's directories, None when it has none (no working directory, or a read-only one: the agent gets
     no outbox); `ending` is set when the turn ends before its agent gets it (its directory or attachments failed)."""
 
-    def __init__(self, turn: Turn, log: Any) -> None:
+    def __init__(self, turn: Turn, log: Logger) -> None:
         self.turn = turn
         self.files: TurnFiles | None = None
         self.ending: Ending | None = None
@@ -71,7 +71,7 @@ async def turn_set_up(
     turn: Turn,
     cwd: str,
     label: str,
-    log: Any,
+    log: Logger,
     *,
     allow_hosts: tuple[str, ...] = (),
     cancel: trio.Event | None = None,

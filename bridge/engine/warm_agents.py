@@ -48,7 +48,7 @@ from ..dialects.warm import WarmDialect, WarmState
 from ..errors import FileRefused, LaunchError, ProtocolMisuse, WarmStartError
 from ..files.agent_requests import FileRoot, serve_file_request
 from ..files.turn_directory import SessionOutbox
-from ..log import get_logger
+from ..log import Logger, get_logger
 from ..profile import Profile
 from ..turn import Turn
 from .driver import AgentIO, TurnDeadline, TurnLimits
@@ -59,7 +59,7 @@ from .result import Ending, TurnRecorder, TurnResult
 from .turn_setup import TurnSetup, turn_set_up
 
 
-def start_failure_result(error: WarmStartError, profile: Profile, log: Any, duration_ms: int = 0) -> TurnResult:
+def start_failure_result(error: WarmStartError, profile: Profile, log: Logger, duration_ms: int = 0) -> TurnResult:
     """The turn that could not run because its agent did not start (`error`), as its result (a spawn failure)."""
     log.warning("agent could not be started", reason=error.message, exit_code=error.exit_code, in_result=True)
     return TurnRecorder(profile).finish(
@@ -71,7 +71,7 @@ class WarmAgent:
     """One long-lived agent: its process, its dialect, and the turn in progress (at most one)."""
 
     def __init__(
-        self, profile: Profile, *, session_id: str = "", session_name: str = "default", log: Any = None
+        self, profile: Profile, *, session_id: str = "", session_name: str = "default", log: Logger | None = None
     ) -> None:
         self.profile = profile
         self.session_name = session_name
@@ -448,7 +448,7 @@ class WarmAgent:
         *,
         cancel: trio.Event | None = None,
         questions: Questions | None = None,
-        log: Any = None,
+        log: Logger | None = None,
         on_stderr: Callable[[bytes], None] | None = None,
         allow_hosts: tuple[str, ...] = (),
     ) -> TurnResult:
@@ -563,7 +563,7 @@ class WarmAgent:
             raise error
 
     async def _wait_for_turn(
-        self, io: AgentIO, deadline: TurnDeadline, questions: Questions, cancel: trio.Event | None, log: Any
+        self, io: AgentIO, deadline: TurnDeadline, questions: Questions, cancel: trio.Event | None, log: Logger
     ) -> Ending:
         wake = self._wake
         assert wake is not None
@@ -597,7 +597,7 @@ class WarmAgent:
         await self._stop_turn(io, questions, log, "cancelled")
         return Ending(returncode=0, cancelled=True)
 
-    async def _stop_turn(self, io: AgentIO, questions: Questions, log: Any, why: str) -> None:
+    async def _stop_turn(self, io: AgentIO, questions: Questions, log: Logger, why: str) -> None:
         """The protocol's cancel; after `kill_grace_secs` without the turn over, the group is killed."""
         questions.close()  # whatever waits for the host stops waiting
         if self._file_request is not None:

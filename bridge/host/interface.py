@@ -20,6 +20,7 @@ from ..engine.loop import Emit, EventCallback, HostEvent, PartialCallback, Permi
 from ..engine.questions import QuestionAnswer, Questions
 from ..engine.result import TurnResult
 from ..errors import DuplicateTurn, HostClosed, ProtocolMisuse, SessionIdRefused, TurnError
+from ..log import Logger
 from ..permissions import Decision
 from ..turn import Turn, text_problem
 
@@ -164,7 +165,7 @@ class BaseHost(abc.ABC):
     `open_host`, never written by a user, so nothing is gained by matching hosts by shape.
     """
 
-    def __init__(self, *, shutdown_grace: float, client_session_ids: ClientSessionIds, log: Any) -> None:
+    def __init__(self, *, shutdown_grace: float, client_session_ids: ClientSessionIds, log: Logger) -> None:
         if not shutdown_grace >= 0:
             raise ValueError("shutdown_grace must be at least 0 seconds")
         self.shutdown_grace = shutdown_grace

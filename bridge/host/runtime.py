@@ -22,7 +22,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -34,7 +34,7 @@ from ..engine.result import Outcome, TurnResult, cancelled_result, folded_result
 from ..engine.run import ungrouped
 from ..engine.warm_agents import WarmAgent, start_failure_result
 from ..errors import BridgeError, DuplicateTurn, HostClosed, ProtocolMisuse, QueueFull, SessionIdRefused, WarmStartError
-from ..log import get_logger
+from ..log import Logger, get_logger
 from ..permissions import Decision
 from ..profile import Profile
 from ..turn import Turn
@@ -310,7 +310,7 @@ class Host(BaseHost):
         finally:
             self._land(flight)
 
-    def _admit(self, flight: _Flight, log: Any) -> bool:
+    def _admit(self, flight: _Flight, log: Logger) -> bool:
         """Put the flight in the queue: True when it runs now; `QueueFull` when there is no room. A
         conversation whose profile says `on_busy: interrupt` has its running turn stopped for it."""
         try:
@@ -395,7 +395,7 @@ class Host(BaseHost):
             None,
         )
 
-    async def _steer(self, flight: _Flight, turn: Turn, log: Any) -> tuple[str, str] | None:
+    async def _steer(self, flight: _Flight, turn: Turn, log: Logger) -> tuple[str, str] | None:
         """`on_busy: steer`: give the conversation's running turn this message. The id of the turn that took it
         in (which answers it) and its session; None when it waits for its own turn (the running agent cannot
         steer, refused it, or its turn ended first). The flight keeps its place in the queue meanwhile."""
@@ -426,7 +426,14 @@ class Host(BaseHost):
             raise
 
     async def _run(
-        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Emit | None, log: Any
+        self,
+        flight: _Flight,
+        profile: Profile,
+        name: str,
+        conversation: str,
+        turn: Turn,
+        emit: Emit | None,
+        log: Logger,
     ) -> TurnResult:
         turn_locks = self._open().turn_locks
         if turn_locks is None:
@@ -446,7 +453,7 @@ class Host(BaseHost):
         name: str,
         conversation: str,
         session_name: str,
-        log: Any,
+        log: Logger,
     ) -> Place | PgPlace | None:
         """The conversation's place across processes, once our own queue let the turn start; None if the
         turn was cancelled while waiting. Waiting polls (no thread to abandon), and only while another
@@ -469,7 +476,14 @@ class Host(BaseHost):
         return place
 
     async def _run_in_place(
-        self, flight: _Flight, profile: Profile, name: str, conversation: str, turn: Turn, emit: Emit | None, log: Any
+        self,
+        flight: _Flight,
+        profile: Profile,
+        name: str,
+        conversation: str,
+        turn: Turn,
+        emit: Emit | None,
+        log: Logger,
     ) -> TurnResult:
         # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
         # a thread hop ~100 µs), but a record can wait: for another process's write lock (up to the
@@ -527,7 +541,7 @@ class Host(BaseHost):
                 pool.checkin(key, stamp)
         return result
 
-    async def _read_session(self, key: Key, log: Any) -> tuple[str, str]:
+    async def _read_session(self, key: Key, log: Logger) -> tuple[str, str]:
         """`_lookup` in a worker thread; `StoreError` (counted and logged) when the store cannot be read."""
         try:
             return await trio.to_thread.run_sync(self._lookup, key)
@@ -536,7 +550,7 @@ class Host(BaseHost):
             log.error("the stored session cannot be read; the turn does not run", error=str(err))
             raise
 
-    async def _record_session(self, key: Key, result: TurnResult, log: Any, stamp: str) -> str:
+    async def _record_session(self, key: Key, result: TurnResult, log: Logger, stamp: str) -> str:
         """Store the result's session; the record's stamp, or `stamp` (the one read) when it could not be stored."""
         try:
             recorded = await trio.to_thread.run_sync(self.store.record, *key, result)
