@@ -17,10 +17,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -354,6 +356,28 @@ async def test_a_photo_in_and_a_file_out(setup: Path) -> None:
         assert (sent.text, sent.extra) == ("notes.txt", {"media_type": "text/plain", "content": "the notes"})
         assert "here are the notes" in platform.sent_texts()
     assert not list((setup / "work" / ".agent-bridge" / "outbox").glob("*/notes.txt"))
+
+
+async def test_only_a_message_with_files_gets_a_download_directory_and_it_is_removed_after_its_turn(
+    setup: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(*args: Any, **kwargs: Any) -> str:
+        made.append(real_mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
+    platform = FakePlatform()
+    platform.files["ref-1"] = PNG
+    async with running_bridge(setup, platform) as (_, platform):
+        platform.push(message(1, "hi"))
+        await platform.wait_for("the reply", lambda: platform.sent_texts())
+        assert made == []  # a text turn pays for no directory (row 32 of `make bench`)
+        platform.push(message(2, "photo", files=(IncomingFile("ref-1", "cat.png", "image/png", len(PNG)),)))
+        await platform.wait_for("the second reply", lambda: len(platform.sent_texts()) == 2)
+    assert len(made) == 1 and not os.path.exists(made[0])
 
 
 async def test_a_reply_the_platform_refuses_is_counted_not_retried_forever(setup: Path) -> None:

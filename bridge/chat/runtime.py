@@ -336,7 +336,7 @@ class ChatBridge:
             task_status.started()
             await self._reply(item, refusal)
             return
-        directory = tempfile.mkdtemp(prefix="agent-bridge-chat-")
+        directory = tempfile.mkdtemp(prefix="agent-bridge-chat-") if item.files else ""  # only for downloads
         try:
             try:  # before the update is marked running: a crash meanwhile runs it again all the same
                 turn = Turn(item.text, from_user=item.user, attachments=await self._download(item, directory))
@@ -394,7 +394,8 @@ class ChatBridge:
             await preview.settled()
             await self._answer(item, _reply_text(result), preview.message_keys, result.files)
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            if directory:
+                shutil.rmtree(directory, ignore_errors=True)
 
     async def _submit(
         self,
