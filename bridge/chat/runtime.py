@@ -354,38 +354,9 @@ class ChatBridge:
                 await self._mark(item.update_id, "running", json.dumps({"preview": keys}))
 
             preview = _Preview(self.platform, item.chat, item.thread, store_preview)
-            results: list[TurnResult] = []
-            # Unique among turns in flight, a previous run's on the fleet included; the prompts name it.
-            turn_id = f"{self.platform.name}-{item.update_id}-{secrets.token_hex(3)}"
-            async with trio.open_nursery() as helpers:
-                helpers.start_soon(preview.run)
-                helpers.start_soon(self._keep_typing, conversation)
-                try:
-                    await helpers.start(
-                        self._submit,
-                        profile,
-                        generation,
-                        conversation,
-                        turn,
-                        turn_id,
-                        preview,
-                        results,
-                        helpers.cancel_scope.cancel,
-                    )
-                except HostClosed:  # shutting down: the next start runs it
-                    await self._mark(item.update_id, "queued")
-                    task_status.started()
-                    helpers.cancel_scope.cancel()
-                    return
-                except BridgeError as err:  # refused before it ran: a full queue, an unknown profile
-                    self._log.warning("the turn was refused", error=str(err))
-                    results.append(_refused(str(err)))
-                    helpers.cancel_scope.cancel()
-                else:
-                    self.counts.turns_started += 1
-                task_status.started()
-            self._close_prompts(turn_id)
-            result = results[0]
+            result = await self._run_on_host(item, conversation, profile, generation, turn, preview, task_status)
+            if result is None:
+                return
             if result.usage is not None and result.usage.cost_usd:
                 cost = result.usage.cost_usd
                 await trio.to_thread.run_sync(
@@ -396,6 +367,51 @@ class ChatBridge:
         finally:
             if directory:
                 shutil.rmtree(directory, ignore_errors=True)
+
+    async def _run_on_host(
+        self,
+        item: Incoming,
+        conversation: _Conversation,
+        profile: str,
+        generation: int,
+        turn: Turn,
+        preview: _Preview,
+        task_status: trio.TaskStatus[None],
+    ) -> TurnResult | None:
+        """The turn on the host, with its preview and typing beside it; None when the host is shutting down (the
+        update is queued again, for the next start)."""
+        results: list[TurnResult] = []
+        # Unique among turns in flight, a previous run's on the fleet included; the prompts name it.
+        turn_id = f"{self.platform.name}-{item.update_id}-{secrets.token_hex(3)}"
+        async with trio.open_nursery() as helpers:
+            helpers.start_soon(preview.run)
+            helpers.start_soon(self._keep_typing, conversation)
+            try:
+                await helpers.start(
+                    self._submit,
+                    profile,
+                    generation,
+                    conversation,
+                    turn,
+                    turn_id,
+                    preview,
+                    results,
+                    helpers.cancel_scope.cancel,
+                )
+            except HostClosed:  # shutting down: the next start runs it
+                await self._mark(item.update_id, "queued")
+                task_status.started()
+                helpers.cancel_scope.cancel()
+                return None
+            except BridgeError as err:  # refused before it ran: a full queue, an unknown profile
+                self._log.warning("the turn was refused", error=str(err))
+                results.append(_refused(str(err)))
+                helpers.cancel_scope.cancel()
+            else:
+                self.counts.turns_started += 1
+            task_status.started()
+        self._close_prompts(turn_id)
+        return results[0]
 
     async def _submit(
         self,

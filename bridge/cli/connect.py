@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
@@ -29,7 +31,9 @@ from ..host.runtime import DEFAULT_SHUTDOWN_GRACE, open_host
 from ..log import get_logger
 
 if TYPE_CHECKING:  # the chat kit loads only when connect runs
+    from ..chat.botlock import BotLock
     from ..chat.config import MatrixConfig, TelegramConfig
+    from ..chat.inbox import Inbox
     from ..chat.runtime import ChatBridge, ChatSettings
     from ..host.interface import BaseHost
     from ..network.worker_metrics import WorkerMetrics
@@ -102,9 +106,34 @@ def run_connect(
     import httpx
 
     from ..chat.botlock import BotLock, lock_path
-    from ..chat.config import load_chat_config
     from ..chat.inbox import Inbox
-    from ..chat.runtime import ChatBridge
+
+    sections = _platform_sections(config_path, profiles)
+    chat_store = chat_store_path(state, postgres, name)
+    locks = [
+        BotLock(lock_path(chat_store.parent, platform, bot_identity(section)), platform)
+        for platform, section in sections
+    ]
+    factory = client_factory or (lambda: httpx.AsyncClient(timeout=httpx.Timeout(60.0)))
+    platforms = [
+        (getattr(import_module(CONNECTORS[platform][0]), CONNECTORS[platform][1]), section)
+        for platform, section in sections
+    ]
+    with _all_held(locks):
+        inbox = Inbox(chat_store)
+        try:
+            new_host = partial(
+                open_host, profiles, state=state, postgres=postgres, gateway_name=name, shutdown_grace=shutdown_grace
+            )
+            with ungrouped():  # a BridgeError (a refused token, a 409) reaches the CLI as itself
+                return trio.run(_run_bots, new_host, platforms, factory, inbox, door, shutdown_grace)
+        finally:
+            inbox.close()
+
+
+def _platform_sections(config_path: str, profiles: str | None) -> list[tuple[str, TelegramConfig | MatrixConfig]]:
+    """The config's platform sections, checked against the profiles directory's profiles when there is one."""
+    from ..chat.config import load_chat_config
 
     known = None
     if profiles is not None:
@@ -117,64 +146,59 @@ def run_connect(
     ]
     if not sections:
         raise ChatError(f"{config_path} names no platform: add a telegram: or matrix: section (docs/chat.md)")
-    chat_store = chat_store_path(state, postgres, name)
-    log = get_logger(component="connect")
-    locks = [
-        BotLock(lock_path(chat_store.parent, platform, bot_identity(section)), platform)
-        for platform, section in sections
-    ]
+    return sections
+
+
+@contextmanager
+def _all_held(locks: list[BotLock]) -> Iterator[None]:
+    """Every bot's lock held while the block runs (`PlatformConflict` when another process holds one)."""
     held: list[BotLock] = []
     try:
         for lock in locks:
             lock.acquire()
             held.append(lock)
-        inbox = Inbox(chat_store)
-        try:
-            factory = client_factory or (lambda: httpx.AsyncClient(timeout=httpx.Timeout(60.0)))
-            connectors = [
-                (getattr(import_module(CONNECTORS[platform][0]), CONNECTORS[platform][1]), section)
-                for platform, section in sections
-            ]
-
-            async def main() -> int:
-                from ..confinement.orphans import become_subreaper, sweep_orphans_on_sigchld
-
-                become_subreaper()
-                platforms = [(connector(section, factory), section) for connector, section in connectors]
-                host = open_host(
-                    profiles, state=state, postgres=postgres, gateway_name=name, shutdown_grace=shutdown_grace
-                )
-                async with host, trio.open_nursery() as system:
-                    await system.start(sweep_orphans_on_sigchld)
-                    bridges = [
-                        ChatBridge(host, platform, settings_of(section), inbox) for platform, section in platforms
-                    ]
-                    if door is not None:
-                        from ..chat.metrics import ChatCollector
-
-                        host.observer = door.metrics
-                        door.metrics.registry.register(ChatCollector(bridges))
-                        await system.start(door.serve, host)
-                    await system.start(_stop_on_signals, bridges, host, shutdown_grace)
-                    try:
-                        async with trio.open_nursery() as bots:
-                            for bridge in bridges:
-                                bots.start_soon(bridge.run)
-                    finally:
-                        with trio.CancelScope(shield=True):
-                            for platform, _ in platforms:
-                                await platform.aclose()
-                    system.cancel_scope.cancel()
-                log.info("connect stopped")
-                return 0
-
-            with ungrouped():  # a BridgeError (a refused token, a 409) reaches the CLI as itself
-                return trio.run(main)
-        finally:
-            inbox.close()
+        yield
     finally:
         for lock in held:
             lock.release()
+
+
+async def _run_bots(
+    new_host: Callable[[], BaseHost],
+    connectors: list[tuple[Any, TelegramConfig | MatrixConfig]],
+    factory: Callable[[], Any],
+    inbox: Inbox,
+    door: WorkerMetrics | None,
+    shutdown_grace: float,
+) -> int:
+    """Each platform's bot over one host, until a signal stops them (gracefully, within `shutdown_grace`)."""
+    from ..chat.runtime import ChatBridge
+    from ..confinement.orphans import become_subreaper, sweep_orphans_on_sigchld
+
+    become_subreaper()
+    platforms = [(connector(section, factory), section) for connector, section in connectors]
+    host = new_host()
+    async with host, trio.open_nursery() as system:
+        await system.start(sweep_orphans_on_sigchld)
+        bridges = [ChatBridge(host, platform, settings_of(section), inbox) for platform, section in platforms]
+        if door is not None:
+            from ..chat.metrics import ChatCollector
+
+            host.observer = door.metrics
+            door.metrics.registry.register(ChatCollector(bridges))
+            await system.start(door.serve, host)
+        await system.start(_stop_on_signals, bridges, host, shutdown_grace)
+        try:
+            async with trio.open_nursery() as bots:
+                for bridge in bridges:
+                    bots.start_soon(bridge.run)
+        finally:
+            with trio.CancelScope(shield=True):
+                for platform, _ in platforms:
+                    await platform.aclose()
+        system.cancel_scope.cancel()
+    get_logger(component="connect").info("connect stopped")
+    return 0
 
 
 def _metrics_door(listen: str | None, tokens_file: str | None) -> WorkerMetrics | None:

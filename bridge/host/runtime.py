@@ -485,11 +485,6 @@ class Host(BaseHost):
         emit: Emit | None,
         log: Logger,
     ) -> TurnResult:
-        # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
-        # a thread hop ~100 µs), but a record can wait: for another process's write lock (up to the
-        # store's busy timeout), for a WAL checkpoint's fsync, or for another record of this store
-        # (reads have a connection of their own and never wait). None of that may freeze every
-        # other conversation's output.
         key: Key = (name, conversation, turn.session_name)
         pool = self._pool if profile.warm else None
         if self._pool is not None and pool is None:
@@ -541,6 +536,11 @@ class Host(BaseHost):
                 pool.checkin(key, stamp)
         return result
 
+    # The store is called in worker threads. A call takes microseconds (get ~5 µs, record ~20 µs,
+    # a thread hop ~100 µs), but a record can wait: for another process's write lock (up to the
+    # store's busy timeout), for a WAL checkpoint's fsync, or for another record of this store
+    # (reads have a connection of their own and never wait). None of that may freeze every
+    # other conversation's output.
     async def _read_session(self, key: Key, log: Logger) -> tuple[str, str]:
         """`_lookup` in a worker thread; `StoreError` (counted and logged) when the store cannot be read."""
         try:
