@@ -99,7 +99,7 @@ def test_acpx_cancels_a_running_prompt(tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     agent = " ".join(acp_command(profile, tmp_path))
     prompt = subprocess.Popen(
-        [str(npm_binary("acpx")), "--agent", agent, "--format", "json", "prompt", "hang"],
+        [str(npm_binary("acpx")), "--agent", agent, "--ttl", "1", "--format", "json", "prompt", "hang"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -116,6 +116,8 @@ def test_acpx_cancels_a_running_prompt(tmp_path):
     finally:
         prompt.kill()
     assert '"stopReason":"cancelled"' in out
+    bridges = subprocess.run(["pgrep", "-f", f"acp {profile}"], capture_output=True, text=True).stdout.split()
+    assert_no_live_process([int(pid) for pid in bridges], within=10)  # acpx's --ttl 1 ran out: nothing is left
 
 
 def test_acpx_goes_on_with_a_session_after_the_bridge_restarted(tmp_path):
