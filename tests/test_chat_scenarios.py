@@ -140,6 +140,8 @@ async def test_a_streamed_reply_is_previewed_then_sent_as_a_new_message(bot: Pat
         )
         preview = next(m for m in fake.sent_to(ALICE) if any(text == "Hello world" for _, text in m.history))
         assert not said(fake, lambda text: "in full" in text)(), "the final reply waits for the agent"
+        # "typing" once the turn has run half a second (a quicker reply needs none): the agent waits at its gate
+        await fake.wait_until(lambda: [action for _, chat, action in fake.actions if chat == ALICE], WITHIN)
         assert [action for _, chat, action in fake.actions if chat == ALICE][:1] == ["typing"]
         await open_gate(bot)
         await fake.wait_until(said(fake, lambda text: text == "Hello world, in full"), WITHIN)
