@@ -112,7 +112,10 @@ LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$@"' sh
 # land on one worker late do not keep the run waiting on it alone.
 XDIST := -n auto --dist worksteal
 
+# The tests start ~700 bridge processes; each would compile its modules again where PYTHONDONTWRITEBYTECODE is set
+# (the machines this project is built and tested on set it): compiled once here, they load it instead.
 test: lint bubblewrap $(NPM_STAMP) $(SYNAPSE_STAMP)
+	@$(BIN)/python -m compileall -q bridge tests tools sample_agents >/dev/null
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && unshare --net true 2>/dev/null; then \
 	  echo "make test: pytest runs in a network namespace of its own, only loopback up"; \
 	  AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(LOOPBACK_ONLY) $(BIN)/python -m pytest -q $(XDIST); \
