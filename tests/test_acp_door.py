@@ -26,6 +26,8 @@ from fake_anthropic import write_claude_profile
 from fake_api import FakeApi
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 
+from bridge.engine.launch import looks_like_credential
+
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 SDK_CLIENT = str(Path(__file__).parent / "acp_sdk_client.py")
 DEADLINE = 40
@@ -56,15 +58,26 @@ def acp_command(profile: Path, tmp_path: Path) -> list[str]:
 
 
 class SdkClient:
-    """One `acp_sdk_client.py --serve` for the module: each scenario is its own `agent-bridge acp` and client state."""
+    """One `acp_sdk_client.py --serve` for the module: each scenario is its own `agent-bridge acp` and client state.
+    Started before the autouse fixture cleans the environment, so it does that here (the SDK passes the bridge only
+    HOME, LOGNAME, PATH, SHELL, TERM and USER in any case)."""
 
     def __init__(self) -> None:
         self.busy = False
+        self.env = {
+            name: value
+            for name, value in os.environ.items()
+            if not (name.startswith("AGENT_") or looks_like_credential(name))
+        }
         self.start()
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, SDK_CLIENT, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, SDK_CLIENT, "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=self.env,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, args=(self.process, self.lines), daemon=True).start()
