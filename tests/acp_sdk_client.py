@@ -4,9 +4,8 @@
     python acp_sdk_client.py --serve
 
 With --serve it runs one scenario per JSON line on stdin, {"scenario", "args", "command", "cwd"}, each with its own
-agent process and client state and 20 s (under pytest's timeout), and ends each with {"done": true} (or {"crashed":
-traceback}); the tests keep one
-such client for the module, so the SDK (about a second of CPU to import) loads once.
+agent process, client state and 20 s (under pytest's timeout), and ends each with {"done": true} (or {"crashed":
+traceback}): the tests keep one such client for the module, so the SDK (a second of CPU to import) loads once.
 
 Prints what the client saw as JSON lines on stdout: {"session": id}, {"chunk": text}, {"tool": update kind},
 {"permission": [option kinds], "options": [their ids]}, {"link": uri, "name", "text"}, then {"stop": reason} or {"error": message}. Scenarios:
