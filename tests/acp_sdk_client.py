@@ -1,6 +1,11 @@
 """The official ACP Python SDK as the client of `agent-bridge acp`, for tests/test_acp_door.py. Runs under asyncio.
 
     python acp_sdk_client.py SCENARIO ARG... -- AGENT_COMMAND...
+    python acp_sdk_client.py --serve
+
+With --serve it runs one scenario per JSON line on stdin, {"scenario", "args", "command", "cwd"}, each with its own
+agent process, client state and 20 s (under pytest's timeout), and ends each with {"done": true} (or {"crashed":
+traceback}): the tests keep one such client for the module, so the SDK (a second of CPU to import) loads once.
 
 Prints what the client saw as JSON lines on stdout: {"session": id}, {"chunk": text}, {"tool": update kind},
 {"permission": [option kinds], "options": [their ids]}, {"link": uri, "name", "text"}, then {"stop": reason} or {"error": message}. Scenarios:
@@ -18,6 +23,7 @@ import asyncio
 import base64
 import json
 import sys
+import traceback
 from typing import Any
 
 from acp import image_block, spawn_agent_process, text_block
@@ -54,9 +60,9 @@ class Editor(Client):
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.answer))
 
 
-async def main(scenario: str, args: list[str], command: list[str]) -> None:
+async def main(scenario: str, args: list[str], command: list[str], cwd: str | None = None) -> None:
     editor = Editor(args[1] if scenario == "ask" else "")
-    async with spawn_agent_process(editor, *command) as (conn, _process):
+    async with spawn_agent_process(editor, *command, cwd=cwd) as (conn, _process):
         await conn.initialize(protocol_version=1)
         if scenario == "load":
             session_id = args[0]
@@ -82,6 +88,22 @@ async def main(scenario: str, args: list[str], command: list[str]) -> None:
         say(stop=response.stop_reason)
 
 
+def serve() -> None:
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            asyncio.run(
+                asyncio.wait_for(main(request["scenario"], request["args"], request["command"], request["cwd"]), 20)
+            )
+        except Exception:  # the test shows it; the next scenario still runs
+            say(crashed=traceback.format_exc())
+        else:
+            say(done=True)
+
+
 if __name__ == "__main__":
-    split = sys.argv.index("--")
-    asyncio.run(asyncio.wait_for(main(sys.argv[1], sys.argv[2:split], sys.argv[split + 1 :]), 30))
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        split = sys.argv.index("--")
+        asyncio.run(asyncio.wait_for(main(sys.argv[1], sys.argv[2:split], sys.argv[split + 1 :]), 30))

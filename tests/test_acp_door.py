@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from conftest import CLI_PROFILES, REPO, SAMPLE_AGENTS, assert_no_live_process
 from fake_anthropic import write_claude_profile
 from fake_api import FakeApi
 from fakes.openai_responses import OpenAIResponses, write_codex_home
+
+from bridge.engine.launch import looks_like_credential
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 SDK_CLIENT = str(Path(__file__).parent / "acp_sdk_client.py")
@@ -53,12 +57,81 @@ def acp_command(profile: Path, tmp_path: Path) -> list[str]:
     return [AGENT_BRIDGE, "acp", str(profile), "--state", str(tmp_path / "state.sqlite3")]
 
 
-def sdk(tmp_path: Path, profile: Path, scenario: str, *args: str) -> list[dict[str, Any]]:
-    """What the SDK's client saw running `scenario` against `agent-bridge acp profile`."""
-    command = [sys.executable, SDK_CLIENT, scenario, *args, "--", *acp_command(profile, tmp_path)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
+class SdkClient:
+    """One `acp_sdk_client.py --serve` for the module: each scenario is its own `agent-bridge acp` and client state.
+    Started before the autouse fixture cleans the environment, so it does that here (the SDK passes the bridge only
+    HOME, LOGNAME, PATH, SHELL, TERM and USER in any case)."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.env = {
+            name: value
+            for name, value in os.environ.items()
+            if not (name.startswith("AGENT_") or looks_like_credential(name))
+        }
+        self.start()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, SDK_CLIENT, "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=self.env,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, args=(self.process, self.lines), daemon=True).start()
+
+    @staticmethod
+    def _read(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put("")
+
+    def run(self, tmp_path: Path, profile: Path, scenario: str, *args: str) -> list[dict[str, Any]]:
+        if self.busy:  # a test stopped mid-scenario: what is left of it must not reach the next one
+            self.close()
+            self.start()
+        self.busy = True
+        assert self.process.stdin is not None
+        request = {"scenario": scenario, "args": args, "command": acp_command(profile, tmp_path), "cwd": str(tmp_path)}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        seen: list[dict[str, Any]] = []
+        while True:
+            line = self.lines.get(timeout=DEADLINE)
+            assert line, f"the SDK client exited with {self.process.wait()}"
+            record = json.loads(line)
+            assert "crashed" not in record, record["crashed"]
+            if record.get("done"):
+                self.busy = False
+                return seen
+            seen.append(record)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=DEADLINE)
+        finally:
+            self.process.kill()
+
+
+@pytest.fixture(scope="module")
+def sdk_client() -> Iterator[SdkClient]:
+    client = SdkClient()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def sdk(sdk_client: SdkClient) -> Callable[..., list[dict[str, Any]]]:
+    """What the SDK's client saw running a scenario against `agent-bridge acp profile`: sdk(tmp_path, profile,
+    scenario, *args)."""
+    return sdk_client.run
 
 
 def texts(seen: list[dict[str, Any]]) -> str:
@@ -170,14 +243,14 @@ def test_acpx_drives_the_ready_codex_acp_profile_and_answers_its_permission_requ
 # ---------------------------------------------------------------------------- the official Python SDK
 
 
-def test_the_sdk_client_streams_a_prompt_and_sees_tool_calls(tmp_path):
+def test_the_sdk_client_streams_a_prompt_and_sees_tool_calls(sdk, tmp_path):
     seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "prompt", "work the plan")
     assert texts(seen) == "did: the plan"
     assert {"tool": "tool_call", "status": "in_progress"} in seen
     assert seen[-1] == {"stop": "end_turn"}
 
 
-def test_the_sdk_client_answers_a_permission_request_with_the_agents_options(tmp_path):
+def test_the_sdk_client_answers_a_permission_request_with_the_agents_options(sdk, tmp_path):
     seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "ask", "ask rm x", "allow_always")
     asked = next(record for record in seen if "permission" in record)
     assert asked["permission"] == ["allow_once", "allow_always", "reject_once"]
@@ -185,12 +258,12 @@ def test_the_sdk_client_answers_a_permission_request_with_the_agents_options(tmp
 
 
 @pytest.mark.parametrize(("word", "stop"), [("max_tokens", "max_tokens"), ("refuse", "refusal")])
-def test_an_agent_that_stops_short_gives_the_editor_its_stop_reason(tmp_path, word, stop):
+def test_an_agent_that_stops_short_gives_the_editor_its_stop_reason(sdk, tmp_path, word, stop):
     seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "prompt", word)
     assert seen[-1] == {"stop": stop}
 
 
-def test_a_question_of_claude_code_is_a_choice_of_its_options_in_the_editor(tmp_path):
+def test_a_question_of_claude_code_is_a_choice_of_its_options_in_the_editor(sdk, tmp_path):
     from fake_anthropic import Conversation
 
     with FakeApi(Conversation()) as api:
@@ -205,12 +278,12 @@ def test_a_question_of_claude_code_is_a_choice_of_its_options_in_the_editor(tmp_
     assert seen[-1] == {"stop": "end_turn"}
 
 
-def test_the_sdk_client_cancels_a_prompt(tmp_path):
+def test_the_sdk_client_cancels_a_prompt(sdk, tmp_path):
     seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "cancel", "hang")
     assert seen[-1] == {"stop": "cancelled"}
 
 
-def test_the_sdk_client_loads_a_session_after_the_bridge_restarted(tmp_path):
+def test_the_sdk_client_loads_a_session_after_the_bridge_restarted(sdk, tmp_path):
     profile = sdk_agent_profile(tmp_path)
     first = sdk(tmp_path, profile, "prompt", "remember me")
     session_id = first[0]["session"]
@@ -218,7 +291,7 @@ def test_the_sdk_client_loads_a_session_after_the_bridge_restarted(tmp_path):
     assert texts(again) == "remember me"
 
 
-def test_an_image_block_reaches_the_agent_as_a_file(tmp_path):
+def test_an_image_block_reaches_the_agent_as_a_file(sdk, tmp_path):
     image = tmp_path / "red.png"
     image.write_bytes(PNG)
     profile = shell_profile(tmp_path, 'wc -c < "$AGENT_IMAGE_PATH"', "attachments: {fetch: true}\n")
@@ -226,14 +299,14 @@ def test_an_image_block_reaches_the_agent_as_a_file(tmp_path):
     assert texts(seen).strip() == str(len(PNG))
 
 
-def test_files_the_agent_leaves_come_back_as_resource_links(tmp_path):
+def test_files_the_agent_leaves_come_back_as_resource_links(sdk, tmp_path):
     seen = sdk(tmp_path, sdk_agent_profile(tmp_path), "prompt", "files notes.txt:milk")
     (link,) = [record for record in seen if "link" in record]
     assert link["link"].startswith("file:///") and (link["name"], link["text"]) == ("notes.txt", "milk")
     assert not Path(link["link"].removeprefix("file://")).exists()  # the bridge ended: nothing it left stays
 
 
-def test_a_failed_turn_is_an_error_with_its_error_reply(tmp_path):
+def test_a_failed_turn_is_an_error_with_its_error_reply(sdk, tmp_path):
     profile = shell_profile(tmp_path, "echo 'it broke' >&2; exit 3")
     seen = sdk(tmp_path, profile, "prompt", "hi")
     assert "error" in seen[-1] and "exit" in seen[-1]["error"]

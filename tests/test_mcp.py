@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ from mcp.client import session as mcp_client_session
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
+from bridge.engine.launch import looks_like_credential
+
 DEADLINE = 20
 
 HANGING_AGENT = f"""\
@@ -41,7 +45,12 @@ time.sleep(60)
 
 @pytest.fixture
 def profiles(tmp_path: Path) -> Path:
-    """echo (described), stream (partials, a session), fail, and slow (never ends; records its pid)."""
+    return write_profiles(tmp_path)
+
+
+def write_profiles(tmp_path: Path) -> Path:
+    """echo (described), stream (partials, a session), fail, and slow (never ends; records its pid in tmp_path/pids)
+    in tmp_path/profiles."""
     directory = tmp_path / "profiles"
     directory.mkdir()
     write_agent(tmp_path, "slow.py", HANGING_AGENT)
@@ -288,36 +297,72 @@ def test_a_client_that_vanishes_mid_call_leaves_no_process(raw_mcp: subprocess.P
 ALICE = "alice-token-0123456789abcdef"
 
 
-@pytest.fixture
-def mcp_http(profiles: Path, tmp_path: Path) -> Any:
-    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file: alice may use echo, slow and stream. Yields its
-    URL."""
-    tokens = write_tokens(tmp_path / "tokens.yaml", {ALICE: "alice"}, profiles=["echo", "slow", "stream"])
-    argv = mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), "--listen", "127.0.0.1:0")
-    process = subprocess.Popen([*argv, "--tokens", str(tokens)], stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
+class HttpMcp:
+    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file (alice may use echo, slow and stream) over the
+    profiles in directory/profiles, its state and the slow agent's pids file in directory."""
+
+    def __init__(self, directory: Path, env: dict[str, str]) -> None:
+        self.profiles, self.state, self.pids = directory / "profiles", directory / "state.sqlite3", directory / "pids"
+        tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice"}, profiles=["echo", "slow", "stream"])
+        argv = mcp_argv(self.profiles, "--state", str(self.state), "--listen", "127.0.0.1:0", "--tokens", str(tokens))
+        self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+        assert self.process.stderr is not None
         said = []
-        for line in process.stderr:
+        for line in self.process.stderr:
             said.append(line)
             if line.startswith("agent-bridge mcp: listening on "):
                 break
         else:
             raise AssertionError(f"agent-bridge mcp exited before it listened: {said}")
-        yield line.split()[4]
+        self.url = line.split()[4]
+        # its log, read on so that a full pipe never holds the server up
+        threading.Thread(target=self.process.stderr.read, daemon=True).start()
+
+    def pids_since(self, before: list[int]) -> list[int]:
+        """The slow agents started since `before` was read_pids(self.pids)."""
+        return read_pids(self.pids)[len(before) :]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=DEADLINE)
+
+
+@pytest.fixture
+def mcp_http(profiles: Path, tmp_path: Path) -> Iterator[HttpMcp]:
+    """A server of the test's own, for a test that changes its profiles."""
+    server = HttpMcp(tmp_path, dict(os.environ))
+    try:
+        yield server
     finally:
-        process.terminate()
-        process.wait(timeout=DEADLINE)
+        server.stop()
 
 
-async def test_over_http_a_token_sees_its_profiles_as_tools(mcp_http: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def shared_mcp_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpMcp]:
+    """One server for the tests that only call it (each its own MCP session; a test's pids are those since it
+    began). Started before the autouse fixture cleans the environment, so it does that here."""
+    directory = tmp_path_factory.mktemp("mcp-http")
+    write_profiles(directory)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not (name.startswith("AGENT_") or looks_like_credential(name))
+    }
+    server = HttpMcp(directory, env | {"XDG_CACHE_HOME": str(directory / "cache")})
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_over_http_a_token_sees_its_profiles_as_tools(shared_mcp_http: HttpMcp) -> None:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    assert mcp_http.endswith("/mcp")
+    assert shared_mcp_http.url.endswith("/mcp")
     client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
     with trio.fail_after(DEADLINE):
-        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+        async with client, streamable_http_client(shared_mcp_http.url, http_client=client) as (read, write, *_):
             async with mcp_client_session.ClientSession(read, write) as session:
                 await session.initialize()
                 assert [tool.name for tool in (await session.list_tools()).tools] == ["echo", "slow", "stream"]
@@ -329,7 +374,7 @@ async def test_over_http_a_token_sees_its_profiles_as_tools(mcp_http: str, tmp_p
                 path = await session.call_tool("echo", {"message": "hi", "attachments": ["/etc/passwd"]})
                 assert path.is_error and "a local path is only for a client on stdio" in text_of(path)
     listing = await trio.run_process(
-        [sys.executable, "-m", "bridge", "sessions", "list", "--state", str(tmp_path / "state.sqlite3"), "--json"],
+        [sys.executable, "-m", "bridge", "sessions", "list", "--state", str(shared_mcp_http.state), "--json"],
         capture_stdout=True,
     )
     stored = [json.loads(line) for line in listing.stdout.decode().splitlines()]
@@ -339,8 +384,10 @@ async def test_over_http_a_token_sees_its_profiles_as_tools(mcp_http: str, tmp_p
     ]
 
 
-async def test_over_http_a_wrong_token_gets_401_and_runs_nothing(mcp_http: str, tmp_path: Path) -> None:
+async def test_over_http_a_wrong_token_gets_401_and_runs_nothing(shared_mcp_http: HttpMcp) -> None:
     import httpx
+
+    before = read_pids(shared_mcp_http.pids)
 
     call = {
         "jsonrpc": "2.0",
@@ -351,10 +398,10 @@ async def test_over_http_a_wrong_token_gets_401_and_runs_nothing(mcp_http: str, 
     headers = {"Accept": "application/json, text/event-stream"}
     async with httpx.AsyncClient(timeout=DEADLINE) as client:
         for authorization in ({}, {"Authorization": "Bearer not-alice-token-0123456789"}):
-            response = await client.post(mcp_http, json=call, headers={**headers, **authorization})
+            response = await client.post(shared_mcp_http.url, json=call, headers={**headers, **authorization})
             assert response.status_code == 401
             assert response.json()["error"] == "unauthorized"
-    assert read_pids(tmp_path / "pids") == []
+    assert shared_mcp_http.pids_since(before) == []
 
 
 def delegating_model(tool: str, message: str) -> Any:
@@ -589,10 +636,11 @@ async def test_files_the_agent_left_come_embedded_or_as_links_by_size(profiles: 
                 assert Path(urllib.parse.unquote(link.uri.removeprefix("file://"))).stat().st_size == link.size
 
 
-async def test_over_http_partials_are_progress_and_a_cancel_stops_the_agent(mcp_http: str, tmp_path: Path) -> None:
+async def test_over_http_partials_are_progress_and_a_cancel_stops_the_agent(shared_mcp_http: HttpMcp) -> None:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    before = read_pids(shared_mcp_http.pids)
     started = trio.Event()
     said: list[str | None] = []
 
@@ -602,7 +650,7 @@ async def test_over_http_partials_are_progress_and_a_cancel_stops_the_agent(mcp_
 
     client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
     with trio.fail_after(DEADLINE):
-        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+        async with client, streamable_http_client(shared_mcp_http.url, http_client=client) as (read, write, *_):
             async with mcp_client_session.ClientSession(read, write) as session:
                 await session.initialize()
                 failed = await session.call_tool("echo", {"message": ""})
@@ -614,7 +662,7 @@ async def test_over_http_partials_are_progress_and_a_cancel_stops_the_agent(mcp_
 
                     nursery.start_soon(call)
                     await started.wait()
-                    (pid,) = read_pids(tmp_path / "pids")
+                    (pid,) = shared_mcp_http.pids_since(before)
                     nursery.cancel_scope.cancel()
                 await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
                 assert said == ["started"]
@@ -632,28 +680,28 @@ def test_sigterm_lets_the_call_in_flight_end_and_stops_its_agent(
     assert_no_live_process([pid], within=5.0)
 
 
-async def test_over_http_a_profile_gone_since_is_an_error_that_names_no_path(
-    mcp_http: str, profiles: Path, tmp_path: Path
-) -> None:
+async def test_over_http_a_profile_gone_since_is_an_error_that_names_no_path(mcp_http: HttpMcp) -> None:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
     client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
     with trio.fail_after(DEADLINE):
-        async with client, streamable_http_client(mcp_http, http_client=client) as (read, write, *_):
+        async with client, streamable_http_client(mcp_http.url, http_client=client) as (read, write, *_):
             async with mcp_client_session.ClientSession(read, write) as session:
                 await session.initialize()
-                (profiles / "echo.yaml").unlink()
+                (mcp_http.profiles / "echo.yaml").unlink()
                 gone = await session.call_tool("echo", {"message": "hi"})
     assert gone.is_error
     assert text_of(gone) == "profile 'echo' does not load now; the server's log says why"
 
 
 async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_process(
-    mcp_http: str, tmp_path: Path
+    shared_mcp_http: HttpMcp,
 ) -> None:
     import httpx
 
+    before = read_pids(shared_mcp_http.pids)
+    url = shared_mcp_http.url
     headers = {
         "Authorization": f"Bearer {ALICE}",
         "Accept": "application/json, text/event-stream",
@@ -662,13 +710,13 @@ async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_p
     call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
     with trio.fail_after(DEADLINE):
         async with httpx.AsyncClient(timeout=DEADLINE) as client:
-            opened = await client.post(mcp_http, json=INITIALIZE, headers=headers)
+            opened = await client.post(url, json=INITIALIZE, headers=headers)
             headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
-            await client.post(mcp_http, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            await client.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
             request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
-            async with client.stream("POST", mcp_http, json=request, headers=headers) as response:
+            async with client.stream("POST", url, json=request, headers=headers) as response:
                 async for line in response.aiter_lines():
                     if "notifications/progress" in line:
                         break
-        (pid,) = read_pids(tmp_path / "pids")
+        (pid,) = shared_mcp_http.pids_since(before)
         await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
