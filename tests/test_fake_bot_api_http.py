@@ -145,3 +145,12 @@ async def test_a_request_it_cannot_parse_is_a_400_and_the_fake_serves_on(fake: F
     assert status == 400 and body["ok"] is False and body["description"].startswith("Bad Request")
     async with httpx.AsyncClient() as again:
         assert (await again.post(f"{fake.api_url}/bot{TOKEN}/getMe")).status_code == 200
+
+
+async def test_a_body_it_cannot_read_is_a_500_and_the_fake_serves_on(fake: FakeBotApi) -> None:
+    async with httpx.AsyncClient() as client:
+        broken = await client.post(
+            f"{fake.api_url}/bot{TOKEN}/sendMessage", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert (broken.status_code, broken.json()["ok"]) == (500, False)
+        assert (await client.post(f"{fake.api_url}/bot{TOKEN}/getMe")).status_code == 200

@@ -918,7 +918,7 @@ async def _answer(fake: FakeBotApi, request: HttpRequest) -> HttpResponse | None
     try:
         return await _route(fake, request)
     except Exception as err:  # a bug in the fake, or a body it cannot read: the bot meets a server error
-        return _error_response(500, f"Internal Server Error: the fake Bot API failed: {err!r}")
+        return _error_response(500, f"Internal Server Error: the fake Bot API failed with {type(err).__name__}")
 
 
 async def _route(fake: FakeBotApi, request: HttpRequest) -> HttpResponse | None:
