@@ -8,8 +8,10 @@
 - `turn`: one `connect` and one stdin/stdout `serve --profiles`, the same echo agent (sample_agents/echo.sh)
   behind both; turn by turn, the order rotating, a turn through serve (timed from writing the request to reading
   its `result`) and one through Telegram, timed on the fake's clock from the update being available (`getUpdates`
-  may return it) to the `sendMessage` of the reply arriving. Each Telegram turn is in a chat of its own and the
-  turns are spaced (untimed) so that no pacing limit is engaged: the row measures the path, not the limits.
+  may return it) to the `sendMessage` of the reply arriving (the fake read its request's head). Each Telegram turn
+  is in a chat of its own and the turns are spaced (untimed) so that no pacing limit is engaged: the row measures
+  the path, not the limits. The fake serves HTTP with a small h11 server of its own, not a web framework: its cost
+  stands for Telegram's servers', which are not the bridge's.
 - `burst`: 200 allowed users each send a message in their chat at once; every chat must get its reply exactly
   once, the fake's record of `sendMessage` calls gives the most sends in any second overall and the shortest gap
   between two sends in one chat, and /proc gives connect's peak RSS (VmHWM).
@@ -91,12 +93,16 @@ async def connect(command: list[str], users: list[int]) -> AsyncIterator[tuple[F
 
 
 async def reply_in(fake: FakeBotApi, chat: int, text: str, within: float = 30) -> float:
-    """When (the fake's clock) the bot's `sendMessage` of `text` into `chat` arrived."""
+    """When (the fake's clock) the bot's `sendMessage` of `text` into `chat` arrived: its request's head was read."""
     try:
         await fake.wait_until(lambda: [m for m in fake.sent_to(chat) if m.text == text], within=within)
     except BaseException as err:
         raise Invalid(f"no reply {text!r} in chat {chat}: {err}") from None
-    return next(m.time for m in fake.sent_to(chat) if m.text == text)
+    return next(
+        call.time
+        for call in fake.calls_of("sendMessage")
+        if call.status == 200 and call.params.get("text") == text and int(call.params.get("chat_id", 0)) == chat
+    )
 
 
 # --------------------------------------------------------------------------- 31. a turn, against stdin/stdout serve

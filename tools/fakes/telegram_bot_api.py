@@ -1,6 +1,8 @@
 """A fake Telegram Bot API on loopback, faithful to the official documentation (https://core.telegram.org/bots/api).
 
-`running_fake_bot_api()` serves it in-process on trio (hypercorn and Starlette, a free port on 127.0.0.1):
+`running_fake_bot_api()` serves it in-process on trio, on a free port on 127.0.0.1, with a small HTTP/1.1 server
+of its own (h11: keep-alive, Content-Length or chunked request bodies, an answer written at once), so that what a
+bench measures through it is the bot's cost rather than a web framework's:
 
     async with running_fake_bot_api("123:secret") as fake:
         platform = TelegramPlatform(section_with(api_url=fake.api_url), httpx.AsyncClient)
@@ -30,9 +32,10 @@ What it does as Telegram does:
 
 The test side: `user_says`, `user_presses`, `user_sends_photo`, `user_sends_document` make updates;
 `sent`, `edits`, `deletions`, `actions`, `answers`, `calls`, `set_commands_calls` record what the bot did (with the
-trio clock's time); `fail_next(method, fault, count)` injects a fault: an `ApiFault` (any error answer; see
-`too_many_requests`, `cannot_parse_entities`), `ResetConnection()` or `SlowDown(seconds)`; `hold(method, when)` stops
-the next matching call where the test wants the bot killed (`Held.arrived` is set when it is there); `handed_out` lists
+trio clock's time; a call's is when its request head was complete); `fail_next(method, fault, count)` injects a
+fault: an `ApiFault` (any error answer; see `too_many_requests`, `cannot_parse_entities`), `ResetConnection()` (the
+answer's head and part of its body, then the connection drops) or `SlowDown(seconds)`; `hold(method, when)` stops the
+next matching call where the test wants the bot killed (`Held.arrived` is set when it is there); `handed_out` lists
 the update ids `getUpdates` answered with.
 """
 
@@ -41,17 +44,20 @@ from __future__ import annotations
 import argparse
 import email.parser
 import email.policy
+import functools
 import itertools
 import json
 import math
+import re
 import secrets
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
+import h11
 import trio
 
 MESSAGE_LIMIT = 4096  # UTF-16 code units of a message's text (1024 for a caption)
@@ -344,10 +350,17 @@ class FakeBotApi:
 
     # ------------------------------------------------------------------ the server side
 
-    async def handle(self, method: str, params: dict[str, Any], files: dict[str, tuple[str, str, bytes]]) -> Answer:
-        """One Bot API call, after its token was checked."""
-        now = trio.current_time()
-        call = Call(method, params | {name: f"<{len(data)} bytes>" for name, (_, _, data) in files.items()}, now)
+    async def handle(
+        self,
+        method: str,
+        params: dict[str, Any],
+        files: dict[str, tuple[str, str, bytes]],
+        *,
+        arrived: float | None = None,
+    ) -> Answer:
+        """One Bot API call, after its token was checked; `arrived`: when its request did (by default, now)."""
+        arrived = trio.current_time() if arrived is None else arrived
+        call = Call(method, params | {name: f"<{len(data)} bytes>" for name, (_, _, data) in files.items()}, arrived)
         self.calls.append(call)
         self._poke()  # a test waiting for a call sees it arrive, even one a fault holds up
         held = self._next_hold(method, params)
@@ -802,25 +815,119 @@ def _automatic_entities(text: str) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- HTTP
+# A small HTTP/1.1 server of its own, h11 over trio: the fake stands in for Telegram's servers, whose cost is not the
+# bridge's, and a general-purpose stack (hypercorn and Starlette) cost ~1 ms a request before a handler saw it.
+
+RECEIVE_SIZE = 64 * 1024
+API_PATH = re.compile(r"/bot([^/]+)/([^/]+)")
+FILE_PATH = re.compile(r"/file/bot([^/]+)/(.*)")
+HALF_ANSWER = b'{"ok": tr'  # of the 1000 bytes a reset's answer promises
 
 
-def _json_response(status: int, body: dict[str, Any]) -> Any:
-    from starlette.responses import JSONResponse
+@dataclass(frozen=True)
+class HttpRequest:
+    """An HTTP request as the fake routes it; `arrived`: the trio clock when its head was complete."""
 
-    return JSONResponse(body, status_code=status)
+    verb: str
+    path: str
+    query: str
+    content_type: str
+    body: bytes
+    arrived: float
 
 
-def _app(fake: FakeBotApi) -> Any:
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import Route
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
 
-    async def api(request: Request) -> Any:
-        if request.path_params["token"] != fake.token:
-            return _json_response(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
-        params, files = await _parameters(request)
-        answer = await fake.handle(request.path_params["method"], params, files)
+
+def _json_response(status: int, body: dict[str, Any]) -> HttpResponse:
+    return HttpResponse(status, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def _error_response(status: int, description: str) -> HttpResponse:
+    return _json_response(status, {"ok": False, "error_code": status, "description": description})
+
+
+async def _serve_connection(fake: FakeBotApi, stream: trio.SocketStream) -> None:
+    """HTTP/1.1 on one connection: its requests one after the other (keep-alive), each answered once."""
+    connection = h11.Connection(h11.SERVER)
+    try:
+        while (request := await _receive_request(connection, stream)) is not None:
+            response = await _answer(fake, request)
+            if response is None:
+                head = connection.send(h11.Response(status_code=200, headers=[("content-length", "1000")]))
+                await stream.send_all(head + _sent(connection, h11.Data(data=HALF_ANSWER)))
+                return  # and the connection drops: what a reset looks like to the client
+            await stream.send_all(_encoded(connection, response))
+            if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
+                return  # `Connection: close`, or HTTP/1.0
+            connection.start_next_cycle()
+    except h11.RemoteProtocolError as err:
+        if connection.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # no answer begun: there is room for a 400
+            refusal = _error_response(err.error_status_hint, f"Bad Request: {err}")
+            with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.send_all(_encoded(connection, refusal))
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the client went away: nobody is left to answer
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+async def _receive_request(connection: h11.Connection, stream: trio.SocketStream) -> HttpRequest | None:
+    """The connection's next request, its body read (Content-Length or chunked); None once the client closed it."""
+    head = await _next_event(connection, stream)
+    if not isinstance(head, h11.Request):
+        return None
+    arrived = trio.current_time()
+    if connection.they_are_waiting_for_100_continue:
+        await stream.send_all(_sent(connection, h11.InformationalResponse(status_code=100, headers=[])))
+    body = bytearray()
+    while isinstance(event := await _next_event(connection, stream), h11.Data):
+        body += event.data
+    path, _, query = head.target.decode("ascii").partition("?")
+    content_type = next((value.decode("latin-1") for name, value in head.headers if name == b"content-type"), "")
+    return HttpRequest(head.method.decode("ascii"), unquote(path), query, content_type, bytes(body), arrived)
+
+
+async def _next_event(connection: h11.Connection, stream: trio.SocketStream) -> object:
+    """h11's next event, reading from the client as it needs (a connection closed mid-request is a protocol error)."""
+    while (event := connection.next_event()) is h11.NEED_DATA:
+        connection.receive_data(await stream.receive_some(RECEIVE_SIZE))
+    return event
+
+
+def _sent(connection: h11.Connection, event: h11.Response | h11.InformationalResponse | h11.Data) -> bytes:
+    data = connection.send(event)
+    assert data is not None  # h11 has bytes to send for every event but ConnectionClosed
+    return data
+
+
+def _encoded(connection: h11.Connection, response: HttpResponse) -> bytes:
+    """A whole response, to be written in one `send_all`."""
+    headers = [("content-type", response.content_type), ("content-length", str(len(response.body)))]
+    head = _sent(connection, h11.Response(status_code=response.status, headers=headers))
+    return head + _sent(connection, h11.Data(data=response.body)) + (connection.send(h11.EndOfMessage()) or b"")
+
+
+async def _answer(fake: FakeBotApi, request: HttpRequest) -> HttpResponse | None:
+    """The fake's answer to one request; None: drop the connection halfway through the answer (an injected reset)."""
+    try:
+        return await _route(fake, request)
+    except Exception as err:  # a bug in the fake, or a body it cannot read: the bot meets a server error
+        return _error_response(500, f"Internal Server Error: the fake Bot API failed with {type(err).__name__}")
+
+
+async def _route(fake: FakeBotApi, request: HttpRequest) -> HttpResponse | None:
+    if request.verb in ("GET", "POST") and (api := API_PATH.fullmatch(request.path)):
+        token, method = api.groups()
+        if token != fake.token:
+            return _error_response(401, "Unauthorized")
+        params, files = _parameters(request)
+        answer = await fake.handle(method, params, files, arrived=request.arrived)
         if isinstance(answer, Ok):
             return _json_response(200, {"ok": True, "result": answer.result})
         if isinstance(answer, Err):
@@ -829,39 +936,23 @@ def _app(fake: FakeBotApi) -> Any:
             if answer.fault.parameters:
                 body["parameters"] = answer.fault.parameters
             return _json_response(answer.fault.status, body)
-        return _HalfAnswer()
-
-    async def download(request: Request) -> Any:
-        if request.path_params["token"] != fake.token:
-            return _json_response(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
-        data = fake.download(request.path_params["file_path"])
+        return None
+    if request.verb == "GET" and (download := FILE_PATH.fullmatch(request.path)):
+        token, file_path = download.groups()
+        if token != fake.token:
+            return _error_response(401, "Unauthorized")
+        data = fake.download(file_path)
         if data is None:
-            return _json_response(404, {"ok": False, "error_code": 404, "description": "Not Found"})
-        return Response(data, media_type="application/octet-stream")
-
-    return Starlette(
-        routes=[
-            Route("/bot{token}/{method}", api, methods=["GET", "POST"]),
-            Route("/file/bot{token}/{file_path:path}", download, methods=["GET"]),
-        ]
-    )
+            return _error_response(404, "Not Found")
+        return HttpResponse(200, data, "application/octet-stream")
+    return _error_response(404, "Not Found")
 
 
-class _HalfAnswer:
-    """A response that promises a body and drops the connection halfway: what a reset looks like to the client."""
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1000")]})
-        await send({"type": "http.response.body", "body": b'{"ok": tr', "more_body": True})
-        raise ConnectionResetError("the fake Bot API drops this connection (an injected fault)")
-
-
-async def _parameters(request: Any) -> tuple[dict[str, Any], dict[str, tuple[str, str, bytes]]]:
+def _parameters(request: HttpRequest) -> tuple[dict[str, Any], dict[str, tuple[str, str, bytes]]]:
     """A Bot API call's parameters from its query string and body, as Telegram takes them."""
-    params: dict[str, Any] = dict(request.query_params)
+    params: dict[str, Any] = dict(parse_qsl(request.query, keep_blank_values=True))
     files: dict[str, tuple[str, str, bytes]] = {}
-    content_type = request.headers.get("content-type", "")
-    body = await request.body()
+    content_type, body = request.content_type, request.body
     if content_type.startswith("application/json") and body:
         params |= json.loads(body)
     elif content_type.startswith("application/x-www-form-urlencoded"):
@@ -885,25 +976,15 @@ async def running_fake_bot_api(
     token: str = "123456:fake-token", *, username: str = "fake_bot", limits: FloodLimits | None = None, port: int = 0
 ) -> AsyncIterator[FakeBotApi]:
     """Serve a `FakeBotApi` on 127.0.0.1 for the block; `fake.api_url` is what a bot's `api_url` is set to."""
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-
     fake = FakeBotApi(token, username=username, limits=limits)
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-    config.graceful_timeout = 0.1
-    stop = trio.Event()
+    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    fake.api_url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
     async with trio.open_nursery() as nursery:
-        urls = await nursery.start(
-            lambda task_status: serve(_app(fake), config, shutdown_trigger=stop.wait, task_status=task_status)
-        )
-        fake.api_url = urls[0]
+        nursery.start_soon(trio.serve_listeners, functools.partial(_serve_connection, fake), listeners)
         try:
             yield fake
         finally:
-            stop.set()
+            nursery.cancel_scope.cancel()  # the calls still open (long polls, held calls) end with the block
 
 
 def main() -> None:
