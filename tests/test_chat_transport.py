@@ -128,23 +128,28 @@ async def test_ipv6_loopback_works_like_ipv4(nursery: trio.Nursery) -> None:
     assert response.text == "/six"
 
 
-@pytest.mark.parametrize("leaving", ["closes", "sends junk"])
+@pytest.mark.parametrize("leaving", ["closes", "sends junk", "sends junk with its answer"])
 async def test_an_idle_connection_the_server_left_is_never_used_again(nursery: trio.Nursery, leaving: str) -> None:
+    junk = b"HTTP/1.1 500 Not for you\r\nContent-Length: 0\r\n\r\n"
+
     async def leave_after_one(peer: Peer, server: Server) -> None:
         if server.connections > 1:
             return await echo_targets(peer, server)
         assert await peer.request() is not None
-        await peer.send(answer(b"first"))  # no `Connection: close`: the client keeps it for the next request
+        # No `Connection: close`: the client keeps the connection for its next request.
+        await peer.send(answer(b"first") + (junk if leaving == "sends junk with its answer" else b""))
+        await server.event("answer read").wait()  # then the connection is idle in the client's pool
         if leaving == "closes":
             await peer.stream.aclose()
-        else:
-            await peer.send(b"HTTP/1.1 500 Not for you\r\nContent-Length: 0\r\n\r\n")
+        elif leaving == "sends junk":
+            await peer.send(junk)
         server.event("left").set()
         await trio.sleep_forever()
 
     server = await start(nursery, leave_after_one)
     async with httpx.AsyncClient(transport=TrioH11Transport(), timeout=5) as client:
         assert (await client.get(f"http://127.0.0.1:{server.port}/one")).text == "first"
+        server.event("answer read").set()
         await server.event("left").wait()
         response = await client.get(f"http://127.0.0.1:{server.port}/two")
     assert (response.status_code, response.text) == (200, "/two")
