@@ -11,4 +11,5 @@ pure parts do no I/O and read no clock (times are passed in):
 - `runtime`: `ChatBridge`, one platform's updates carried to a host's turns and the replies back; `inbox`, its
   durable store of updates; `botlock`, one process per bot.
 - one module per platform's connector (Telegram, Matrix).
+- `http_transport`: the connectors' HTTP client, httpx over a lean transport on trio and h11.
 """

@@ -103,9 +103,8 @@ def run_connect(
     store, bot lock or `--metrics` address that cannot be used raises a `BridgeError` before anything polls."""
     require_chat_extra()
     door = _metrics_door(metrics, metrics_tokens)
-    import httpx
-
     from ..chat.botlock import BotLock, lock_path
+    from ..chat.http_transport import chat_http_client
     from ..chat.inbox import Inbox
 
     sections = _platform_sections(config_path, profiles)
@@ -114,7 +113,7 @@ def run_connect(
         BotLock(lock_path(chat_store.parent, platform, bot_identity(section)), platform)
         for platform, section in sections
     ]
-    factory = client_factory or (lambda: httpx.AsyncClient(timeout=httpx.Timeout(60.0)))
+    factory = client_factory or chat_http_client
     platforms = [
         (getattr(import_module(CONNECTORS[platform][0]), CONNECTORS[platform][1]), section)
         for platform, section in sections
