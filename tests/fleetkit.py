@@ -129,7 +129,24 @@ class Fleet:
         self._connection: psycopg.Connection[tuple[Any, ...]] | None = None
 
     def worker(self, *options: str, lease_secs: float = 1.0, max_concurrent: int = 8) -> subprocess.Popen[bytes]:
-        name = f"w{next(self._names)}"
+        [process] = self.start_workers(1, *options, lease_secs=lease_secs, max_concurrent=max_concurrent)
+        return process
+
+    def start_workers(
+        self, count: int, *options: str, lease_secs: float = 1.0, max_concurrent: int = 8
+    ) -> list[subprocess.Popen[bytes]]:
+        """`count` workers alike, started at once (each takes a second or so to start), once all are registered."""
+        names = [f"w{next(self._names)}" for _ in range(count)]
+        started = [self._start_worker(name, options, lease_secs, max_concurrent) for name in names]
+        eventually(
+            lambda: self.query("SELECT count(*) FROM bridge_workers WHERE id = ANY(%s)", names) == [(count,)],
+            f"workers {', '.join(names)} to start",
+        )
+        return started
+
+    def _start_worker(
+        self, name: str, options: tuple[str, ...], lease_secs: float, max_concurrent: int
+    ) -> subprocess.Popen[bytes]:
         with open(self.lab.root / f"{name}.log", "ab") as log:
             process = subprocess.Popen(
                 [
@@ -156,7 +173,6 @@ class Fleet:
                 stderr=log,
             )
         self.workers.append(process)
-        eventually(lambda: self.query("SELECT 1 FROM bridge_workers WHERE id = %s", name), f"worker {name} to start")
         return process
 
     def gateway(self, *options: str) -> Gateway:

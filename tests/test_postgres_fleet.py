@@ -61,8 +61,7 @@ def test_a_turn_goes_through_the_gateway_to_a_worker_and_back_with_its_partials_
 def test_many_conversations_on_three_workers_keep_each_conversation_in_order_and_never_overlap(
     fleet: Fleet, lab: Lab
 ) -> None:
-    for _ in range(3):
-        fleet.worker(max_concurrent=4)
+    fleet.start_workers(3, max_concurrent=4)
     gateway = fleet.gateway()
     ids = set()
     for index in range(30):
@@ -146,7 +145,7 @@ def test_with_on_worker_lost_fail_a_killed_worker_s_turn_ends_visibly_and_the_ne
 
 
 def test_two_of_three_workers_killed_lose_nothing(fleet: Fleet, lab: Lab) -> None:
-    doomed = [fleet.worker(max_concurrent=2), fleet.worker(max_concurrent=2)]
+    doomed = fleet.start_workers(2, max_concurrent=2)
     gateway = fleet.gateway()
     gates = {f"c{index}": lab.gate() for index in range(4)}
     for conversation, gate in gates.items():
@@ -316,8 +315,7 @@ def test_a_database_out_of_reach_at_start_is_exit_2_naming_it_without_the_passwo
 def test_the_server_restarted_under_load_loses_and_repeats_nothing(
     fleet: Fleet, lab: Lab, postgres_server: PostgresServer
 ) -> None:
-    for _ in range(2):
-        fleet.worker(lease_secs=8.0)  # longer than the restart: the workers keep their turns through it
+    fleet.start_workers(2, lease_secs=8.0)  # a lease longer than the restart: the workers keep their turns through it
     gateway = fleet.gateway()
     conversations = [f"c{index}" for index in range(6)]
 
