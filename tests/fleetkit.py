@@ -176,6 +176,8 @@ class Fleet:
         return process
 
     def gateway(self, *options: str) -> Gateway:
+        """A `serve --postgres` gateway, returned at once: started before the workers (which wait until they
+        are registered), it starts while they do; what a test sends it waits in its pipe until it reads."""
         gateway = Gateway(
             [sys.executable, "-m", "bridge", "serve", "--postgres", self.dsn, *options], self.lab.root / "gateway.log"
         )
