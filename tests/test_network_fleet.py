@@ -210,8 +210,8 @@ def test_files_an_agent_leaves_on_a_worker_are_offered_by_the_door(
 def test_results_an_earlier_gateway_of_the_name_could_not_send_wait_for_a_stdin_serve_of_it(
     fleet: Fleet, lab: Lab, serves: list[ListeningServe]
 ) -> None:
-    fleet.worker()
     earlier = fleet.gateway("--name", "bot")
+    fleet.worker()
     gate = lab.gate()
     earlier.send(turn(7, f"tag=a gate={gate}"))
     earlier.until("partial", 7)
