@@ -32,8 +32,7 @@ WAIT = 20.0
 @pytest.fixture
 def door(fleet: Fleet, serves: list[ListeningServe]) -> ListeningServe:
     """Two workers and a listening gateway named "bot"."""
-    fleet.worker()
-    fleet.worker()
+    fleet.start_workers(2)
     return open_door(fleet, serves)
 
 
@@ -78,8 +77,7 @@ def post_turn(http: httpx.Client, request: dict[str, Any]) -> dict[str, Any]:
 def test_turns_over_websocket_and_http_are_queued_and_run_on_both_workers(
     fleet: Fleet, lab: Lab, serves: list[ListeningServe]
 ) -> None:
-    fleet.worker(max_concurrent=1)
-    fleet.worker(max_concurrent=1)
+    fleet.start_workers(2, max_concurrent=1)
     door = open_door(fleet, serves)
     one, two = lab.gate(), lab.gate()
     with client(door, ALPHA) as http, connect_ws("/v1/ws", http) as ws:
@@ -212,8 +210,8 @@ def test_files_an_agent_leaves_on_a_worker_are_offered_by_the_door(
 def test_results_an_earlier_gateway_of_the_name_could_not_send_wait_for_a_stdin_serve_of_it(
     fleet: Fleet, lab: Lab, serves: list[ListeningServe]
 ) -> None:
-    fleet.worker()
     earlier = fleet.gateway("--name", "bot")
+    fleet.worker()
     gate = lab.gate()
     earlier.send(turn(7, f"tag=a gate={gate}"))
     earlier.until("partial", 7)
