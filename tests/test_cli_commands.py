@@ -38,20 +38,3 @@ def test_schema_and_check_load_their_own_modules_and_not_runs() -> None:
     code, modules, stdout = cli_modules_after("check", str(PROFILES / "echo.yaml"))
     assert code == 0 and "echo.yaml: ok" in stdout
     assert "bridge.cli.check" in modules and "bridge.cli.run" not in modules and "bridge.cli.serve" not in modules
-
-
-# What only some turns need: a file left in the outbox, a Claude Code agent, a sandbox or rlimits (bwrap, prlimit).
-FEATURE_MODULES = {"bridge.files.outbox", "bridge.dialects.claude_stream", "bridge.confinement.programs"}
-FEATURES_PROBE = (
-    "import sys\nfrom bridge.cli import main\ncode = main(sys.argv[1:])\n"
-    f"print(' '.join(sorted(name for name in {sorted(FEATURE_MODULES)!r} if name in sys.modules)))\n"
-    "raise SystemExit(code)"
-)
-
-
-def test_a_plain_run_loads_no_module_of_a_feature_its_profile_does_not_use() -> None:
-    probe = [PYTHON, "-c", FEATURES_PROBE, "run", str(PROFILES / "echo.yaml"), "hi"]
-    subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True, check=True, timeout=60)  # the cache's miss
-    done = subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.startswith("echo: hi\n"), done.stderr
-    assert done.stdout.splitlines()[-1] == "", f"loaded by a plain run: {done.stdout.splitlines()[-1]}"

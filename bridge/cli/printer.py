@@ -24,6 +24,7 @@ import trio
 from ..dialects import ActivityEvent, FileEvent
 from ..engine.launch import withheld_credentials
 from ..engine.result import Outcome, StreamedText, TurnResult, credentials_note
+from ..files.outbox import human_size
 from ..log import records_to, wants_color
 
 if TYPE_CHECKING:
@@ -61,8 +62,6 @@ def describe_activity(event: ActivityEvent) -> str:
 
 def describe_file(event: FileEvent) -> str:
     """A file the agent left, as one line for a person: `file: PATH (SIZE, TYPE)`."""
-    from ..files.outbox import human_size  # loaded by a turn that leaves files, not by every `run`
-
     return f"file: {event.path} ({human_size(event.size)}, {event.media_type})"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..dialects.events import ActivityEvent
+from ..files.outbox import collect_beneath
 from ..files.turn_directory import TurnFiles
 from ..log import Logger
 from ..profile import Profile
@@ -22,8 +23,6 @@ async def hand_out(
     if result.outcome is Outcome.CANCELLED:  # nobody waits for what a cancelled turn made
         files.remove_outbox()
         return result
-    from ..files.outbox import collect_beneath  # most turns leave nothing: they never load it
-
     parent, name = files.outbox_beneath()
     collected = collect_beneath(
         parent, name, files.outbox, max_files=profile.outbox_max_files, max_bytes=profile.outbox_max_bytes

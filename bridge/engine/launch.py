@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..confinement.exec_limits import MAX_ARG_STRLEN, byte_size, too_long
 from ..confinement.limits import ResourceLimits, prlimit_words
+from ..confinement.programs import BWRAP, PRLIMIT, find_tool, missing_tool
 from ..confinement.sandbox import SandboxView, sandbox_view
 from ..dialects import PROTOCOLS, Handover
 from ..errors import LaunchError
@@ -204,8 +205,6 @@ def _prlimit_words(limits: ResourceLimits | None, environ: Mapping[str, str]) ->
     rlimits = limits.rlimits() if limits is not None else ()
     if not rlimits:
         return []
-    from ..confinement.programs import PRLIMIT, find_tool, missing_tool  # loaded for a profile that needs a program
-
     prlimit = find_tool(PRLIMIT, environ.get("PATH", os.defpath))
     if prlimit is None:
         raise LaunchError(127, missing_tool(PRLIMIT))
@@ -241,8 +240,6 @@ def effective_sandbox(profile: Profile, environ: Mapping[str, str], cwd: str | N
     when the working directory would uncover what the sandbox hides (126)."""
     if profile.sandbox is None:
         return None
-    from ..confinement.programs import BWRAP, find_tool, missing_tool
-
     bwrap = find_tool(BWRAP, environ.get("PATH", os.defpath))
     if bwrap is None:
         raise LaunchError(127, missing_tool(BWRAP))

@@ -21,6 +21,7 @@ import trio
 from ..confinement.spawner import start
 from ..dialects import SessionEvent
 from ..dialects.base import outbox_named
+from ..dialects.claude_stream import is_claude_code, with_system_prompt_appended
 from ..errors import LaunchError
 from ..log import Logger
 from ..profile import Profile
@@ -157,10 +158,10 @@ def _log_notes(log: Logger, plan: LaunchPlan) -> None:
 def _outbox_told(profile: Profile, plan: LaunchPlan, outbox: str) -> tuple[str, ...]:
     """The turn's command line, telling Claude Code (`claude -p`) the turn's outbox in its system prompt unless the
     profile says `outbox: {tell_agent: never}`; any other program learns it from `AGENT_OUTBOX` alone."""
-    if profile.tell_agent_outbox == "never" or profile.protocol != "claude-stream-json":
-        return plan.argv
-    from ..dialects.claude_stream import is_claude_code, with_system_prompt_appended
-
-    if not is_claude_code(plan.argv, plan.command_at):
+    if (
+        profile.tell_agent_outbox == "never"
+        or profile.protocol != "claude-stream-json"
+        or not is_claude_code(plan.argv, plan.command_at)
+    ):
         return plan.argv
     return with_system_prompt_appended(plan.argv, plan.command_at, outbox_named(outbox))

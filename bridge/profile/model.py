@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..confinement.limits import ResourceLimits
+from ..confinement.programs import BWRAP, PRLIMIT, find_tool, needs_prlimit
 from ..confinement.sandbox import SandboxSettings
 from ..dialects import PROTOCOLS, DialectContext, dialect_class
 from ..errors import Problem, ProfileError
@@ -285,10 +286,6 @@ def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile
 
 def _lacks_a_tool(remembered: Mapping[str, Any]) -> bool:
     """Whether a profile validated earlier needs bwrap or prlimit (`tools`) and this machine lacks it now."""
-    if remembered.get("sandbox") is None and remembered.get("limits") is None:
-        return False  # as most profiles: the programs' module is not loaded for them
-    from ..confinement.programs import BWRAP, PRLIMIT, find_tool, needs_prlimit
-
     if remembered.get("sandbox") is not None and find_tool(BWRAP) is None:
         return True
     return needs_prlimit(remembered.get("limits")) and find_tool(PRLIMIT) is None
