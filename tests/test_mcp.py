@@ -4,6 +4,7 @@ and by raw JSON-RPC lines for what a well-behaved client never sends."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -11,8 +12,9 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,10 +242,11 @@ INITIALIZE = {
 }
 
 
-@pytest.fixture
-def raw_mcp(profiles: Path, tmp_path: Path) -> Any:
+@contextlib.contextmanager
+def started_raw_mcp(profiles: Path, tmp_path: Path, *options: str) -> Iterator[subprocess.Popen[str]]:
+    """`agent-bridge mcp` on stdio, initialized by hand; killed at the end if still running."""
     process = subprocess.Popen(
-        mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3")),
+        mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), *options),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=open(tmp_path / "stderr", "w"),  # noqa: SIM115 - the child holds it
@@ -258,6 +261,12 @@ def raw_mcp(profiles: Path, tmp_path: Path) -> Any:
         if process.poll() is None:
             process.kill()
         process.wait()
+
+
+@pytest.fixture
+def raw_mcp(profiles: Path, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    with started_raw_mcp(profiles, tmp_path) as process:
+        yield process
 
 
 def test_malformed_json_rpc_gets_a_parse_error_and_the_server_goes_on(raw_mcp: subprocess.Popen[str]) -> None:
@@ -298,13 +307,17 @@ ALICE = "alice-token-0123456789abcdef"
 
 
 class HttpMcp:
-    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file (alice may use echo, slow and stream) over the
+    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file (alice may use `tools`) over the
     profiles in directory/profiles, its state and the slow agent's pids file in directory."""
 
-    def __init__(self, directory: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, directory: Path, env: dict[str, str], tools: Sequence[str] = ("echo", "slow", "stream"), *options: str
+    ) -> None:
         self.profiles, self.state, self.pids = directory / "profiles", directory / "state.sqlite3", directory / "pids"
-        tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice"}, profiles=["echo", "slow", "stream"])
-        argv = mcp_argv(self.profiles, "--state", str(self.state), "--listen", "127.0.0.1:0", "--tokens", str(tokens))
+        tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice"}, profiles=list(tools))
+        argv = mcp_argv(
+            self.profiles, "--state", str(self.state), "--listen", "127.0.0.1:0", "--tokens", str(tokens), *options
+        )
         self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
         assert self.process.stderr is not None
         said = []
@@ -316,7 +329,15 @@ class HttpMcp:
             raise AssertionError(f"agent-bridge mcp exited before it listened: {said}")
         self.url = line.split()[4]
         # its log, read on so that a full pipe never holds the server up
-        threading.Thread(target=self.process.stderr.read, daemon=True).start()
+        self.log = directory / "mcp.log"
+        threading.Thread(target=self._keep_log, daemon=True).start()
+
+    def _keep_log(self) -> None:
+        assert self.process.stderr is not None
+        with open(self.log, "a") as log:
+            for line in self.process.stderr:
+                log.write(line)
+                log.flush()
 
     def pids_since(self, before: list[int]) -> list[int]:
         """The slow agents started since `before` was read_pids(self.pids)."""
@@ -668,16 +689,98 @@ async def test_over_http_partials_are_progress_and_a_cancel_stops_the_agent(shar
                 assert said == ["started"]
 
 
-def test_sigterm_lets_the_call_in_flight_end_and_stops_its_agent(
-    raw_mcp: subprocess.Popen[str], tmp_path: Path
+# Answers once tmp_path/release exists: a call the test ends when it chooses.
+RELEASED_AGENT = f"""\
+#!{PYTHON}
+import os, time
+print('AGENT_PARTIAL:"started"', flush=True)
+while not os.path.exists(os.environ["RELEASE"]):
+    time.sleep(0.01)
+print("released")
+"""
+
+
+def wait_for_line(path: Path, text: str) -> None:
+    """Until a line of the file at `path` holds `text` (DEADLINE at most)."""
+    deadline = time.monotonic() + DEADLINE
+    while not (path.exists() and text in path.read_text()):
+        assert time.monotonic() < deadline, f"{path.name} never said {text!r}"
+        time.sleep(0.01)
+
+
+def write_held_profile(profiles: Path, tmp_path: Path) -> Path:
+    """Profile `held`, whose agent answers "released" once the returned path exists."""
+    write_agent(tmp_path, "released.py", RELEASED_AGENT)
+    (profiles / "held.yaml").write_text(
+        f'command: "{tmp_path}/released.py"\nenv: {{RELEASE: "{tmp_path}/release"}}\ntimeout_secs: 30\n'
+    )
+    return tmp_path / "release"
+
+
+def test_sigterm_lets_a_call_in_flight_end_within_the_shutdown_grace(profiles: Path, tmp_path: Path) -> None:
+    release = write_held_profile(profiles, tmp_path)
+    with started_raw_mcp(profiles, tmp_path, "--log-level", "info") as process:
+        call = {"name": "held", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+        send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        assert receive(process)["method"] == "notifications/progress"
+        process.send_signal(signal.SIGTERM)
+        wait_for_line(tmp_path / "stderr", "signal received")  # the turn ends after the shutdown began
+        release.touch()
+        reply = receive(process)
+        while reply.get("method") == "notifications/progress":
+            reply = receive(process)
+        assert reply["id"] == 2 and reply["result"]["content"] == [{"type": "text", "text": "released"}]
+        assert process.wait(timeout=DEADLINE) == 0
+
+
+def test_sigterm_cancels_a_call_still_running_after_the_shutdown_grace_and_stops_its_agent(
+    profiles: Path, tmp_path: Path
 ) -> None:
-    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
-    send(raw_mcp, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
-    assert receive(raw_mcp)["method"] == "notifications/progress"
-    (pid,) = read_pids(tmp_path / "pids")
-    raw_mcp.send_signal(signal.SIGTERM)  # the host's shutdown grace (10 s), then the turn is cancelled
-    assert raw_mcp.wait(timeout=DEADLINE) == 0
+    with started_raw_mcp(profiles, tmp_path, "--shutdown-grace", "0.2") as process:
+        call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+        send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        assert receive(process)["method"] == "notifications/progress"
+        (pid,) = read_pids(tmp_path / "pids")
+        process.send_signal(signal.SIGTERM)
+        # Well before the default grace (10 s) is out: the option was applied.
+        assert process.wait(timeout=5) == 0
     assert_no_live_process([pid], within=5.0)
+
+
+async def test_over_http_sigterm_lets_a_call_in_flight_end_within_the_shutdown_grace(
+    profiles: Path, tmp_path: Path
+) -> None:
+    import httpx
+
+    release = write_held_profile(profiles, tmp_path)
+    server = HttpMcp(tmp_path, dict(os.environ), ("held",), "--log-level", "info")
+    headers = {
+        "Authorization": f"Bearer {ALICE}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    call = {"name": "held", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    try:
+        with trio.fail_after(DEADLINE):
+            async with httpx.AsyncClient(timeout=DEADLINE) as client:
+                opened = await client.post(server.url, json=INITIALIZE, headers=headers)
+                headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+                initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+                await client.post(server.url, json=initialized, headers=headers)
+                request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+                answers = []
+                async with client.stream("POST", server.url, json=request, headers=headers) as response:
+                    async for line in response.aiter_lines():
+                        if "notifications/progress" in line:
+                            server.process.send_signal(signal.SIGTERM)
+                            await trio.to_thread.run_sync(wait_for_line, server.log, "signal received")
+                            release.touch()
+                        elif line.startswith("data: "):
+                            answers.append(json.loads(line.removeprefix("data: ")))
+        assert [answer["result"]["content"] for answer in answers] == [[{"type": "text", "text": "released"}]]
+        assert server.process.wait(timeout=DEADLINE) == 0
+    finally:
+        server.stop()
 
 
 async def test_over_http_a_profile_gone_since_is_an_error_that_names_no_path(mcp_http: HttpMcp) -> None:

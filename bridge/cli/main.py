@@ -30,6 +30,7 @@ from .options import (
     add_attachment_hosts_option,
     add_conversation_options,
     add_log_options,
+    add_shutdown_grace_option,
     attachment,
     count,
     seconds,
@@ -382,12 +383,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             type=count(0),
             help="turns that may wait for a slot; more are refused with queue_full (default: 256)",
         )
-        serve.add_argument(
-            "--shutdown-grace",
-            metavar="SECS",
-            type=seconds(zero_ok=True),
-            help="on shutdown, how long turns in flight may finish before they are cancelled (default: 10)",
-        )
+        add_shutdown_grace_option(serve)
         serve.add_argument(
             "--postgres",
             metavar="DSN",
@@ -481,12 +477,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         connect.add_argument(
             "--name", metavar="NAME", default="connect", help="with --postgres: the gateway's name (default: connect)"
         )
-        connect.add_argument(
-            "--shutdown-grace",
-            metavar="SECS",
-            type=seconds(zero_ok=True),
-            help="on shutdown, how long turns in flight may finish before they are cancelled (default: 10)",
-        )
+        add_shutdown_grace_option(connect)
         connect.add_argument(
             "--metrics",
             metavar="HOST:PORT",

@@ -10,6 +10,7 @@ import trio
 
 from ..errors import ListenError, ProfileError
 from ..log import get_logger
+from .options import add_shutdown_grace_option
 
 MCP_EPILOG = """\
 examples:
@@ -53,6 +54,7 @@ def add_mcp_parser(commands: Any, common: argparse.ArgumentParser, state_help: s
         "--listen", metavar="HOST:PORT", help="serve Streamable HTTP at /mcp here; without --tokens only loopback"
     )
     mcp.add_argument("--tokens", metavar="FILE", help="serve's tokens file: every request then needs a bearer token")
+    add_shutdown_grace_option(mcp)
     mcp.set_defaults(command_parser=mcp)
 
 
@@ -78,7 +80,14 @@ def mcp_command(args: argparse.Namespace) -> int:
         listening = {"address": address, "tokens": tokens}
     tools = _tools(args.profiles, args.profile)
     return run_mcp(
-        tools, args.profiles, state=args.state, postgres=args.postgres, name=args.name, elicit=args.elicit, **listening
+        tools,
+        args.profiles,
+        state=args.state,
+        postgres=args.postgres,
+        name=args.name,
+        elicit=args.elicit,
+        shutdown_grace=args.shutdown_grace,
+        **listening,
     )
 
 
@@ -115,18 +124,27 @@ def run_mcp(
     elicit: bool = False,
     address: Any = None,
     tokens: Any = None,
+    shutdown_grace: float | None = None,
 ) -> int:
-    """Serve `tools` over stdio (or at `address` over HTTP) on a host of `profiles`; returns the exit code."""
+    """Serve `tools` over stdio (or at `address` over HTTP) on a host of `profiles`; returns the exit code.
+
+    On SIGTERM or SIGINT the calls in flight get `shutdown_grace` seconds (default: the host's) to finish."""
     from ..confinement.orphans import become_subreaper, sweep_orphans_on_sigchld
     from ..engine.run import ungrouped
-    from ..host.runtime import open_host
+    from ..host.runtime import DEFAULT_SHUTDOWN_GRACE, open_host
     from ..serving.file_delivery import FileDeliveries
     from ..serving.mcp import McpDoor, run_stdio
 
     become_subreaper()
 
     async def main() -> int:
-        host = open_host(profiles, state=state, postgres=postgres, gateway_name=name)
+        host = open_host(
+            profiles,
+            state=state,
+            postgres=postgres,
+            gateway_name=name,
+            shutdown_grace=DEFAULT_SHUTDOWN_GRACE if shutdown_grace is None else shutdown_grace,
+        )
         async with host, trio.open_nursery() as nursery:
             await nursery.start(sweep_orphans_on_sigchld)
             files = FileDeliveries(nursery)

@@ -100,6 +100,16 @@ NAMESPACE_HELP = (
 )
 
 
+def add_shutdown_grace_option(parser: argparse.ArgumentParser) -> None:
+    """`--shutdown-grace`, for the commands that serve until a signal: serve, connect and mcp."""
+    parser.add_argument(
+        "--shutdown-grace",
+        metavar="SECS",
+        type=seconds(zero_ok=True),
+        help="on shutdown, how long turns in flight may finish before they are cancelled (default: 10)",
+    )
+
+
 def add_conversation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--conversation",

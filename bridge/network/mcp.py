@@ -103,10 +103,14 @@ async def serve_mcp_http(
     stop_listening = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(shut_down_on_signals, door.host, stop_listening)
-        urls: list[str] = await nursery.start(serve_app, serve, RequireToken(app, tokens), config, stop_listening.wait)
-        urls = [f"{url.rstrip('/')}{MCP_PATH}" for url in urls]
-        who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
-        print(f"agent-bridge mcp: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
-        task_status.started(urls)
-        await stop_listening.wait()
+        # Ends once hypercorn has closed its connections: the answers of calls whose turns ended within the
+        # shutdown grace are sent first.
+        async with trio.open_nursery() as server:
+            urls: list[str] = await server.start(
+                serve_app, serve, RequireToken(app, tokens), config, stop_listening.wait
+            )
+            urls = [f"{url.rstrip('/')}{MCP_PATH}" for url in urls]
+            who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
+            print(f"agent-bridge mcp: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
+            task_status.started(urls)
         nursery.cancel_scope.cancel()

@@ -43,6 +43,9 @@ NOBODY_TO_ASK = (
 INVALID_PARAMS = -32602
 MAX_LINE_BYTES = 8 * 1024 * 1024  # a message of 1 MiB, escaped as JSON at worst, and the rest of the call
 READ_CHUNK = 64 * 1024
+# On SIGTERM, how long the answers of calls whose turns ended within the shutdown grace may take to be written: a
+# client that stopped reading stdout must not hold the shutdown.
+ANSWERS_FLUSH_SECS = 5.0
 CLIENT_GONE = "agent_bridge.client_gone"  # an HTTP request's scope key: a trio.Event set once its client has gone
 
 
@@ -271,11 +274,12 @@ async def run_stdio(door: McpDoor) -> None:
     inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
     stopped = trio.Event()
+    unanswered = UnansweredRequests()
     async with stdin, stdout, trio.open_nursery() as nursery:
         await nursery.start(shut_down_on_signals, door.host, stopped)
-        nursery.start_soon(_cancel_when_set, stopped, nursery.cancel_scope)
-        nursery.start_soon(_read_messages, stdin, inbound_send, outbound)
-        nursery.start_soon(_write_messages, outbound_receive, stdout)
+        nursery.start_soon(_close_once_answered, stopped, unanswered, nursery.cancel_scope)
+        nursery.start_soon(_read_messages, stdin, inbound_send, outbound, unanswered)
+        nursery.start_soon(_write_messages, outbound_receive, stdout, unanswered)
         await server.run(inbound, outbound, server.create_initialization_options())
         nursery.cancel_scope.cancel()
 
@@ -301,7 +305,49 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _read_messages(stdin: trio.lowlevel.FdStream, inbound: Any, outbound: Any) -> None:
+class UnansweredRequests:
+    """The client's requests read from stdin and not yet answered on stdout, by id."""
+
+    def __init__(self) -> None:
+        self._ids: set[str | int] = set()
+        self._none = trio.Event()
+        self._none.set()
+
+    def read(self, message: Any) -> None:
+        import mcp_types
+
+        if isinstance(message, mcp_types.JSONRPCRequest):
+            self._ids.add(message.id)
+            self._none = trio.Event()
+        elif isinstance(message, mcp_types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            self._answered((message.params or {}).get("requestId"))  # a cancelled request gets no answer
+
+    def written(self, message: Any) -> None:
+        import mcp_types
+
+        if isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError):
+            self._answered(message.id)
+
+    def _answered(self, request_id: Any) -> None:
+        self._ids.discard(request_id)
+        if not self._ids:
+            self._none.set()
+
+    async def wait_answered(self) -> None:
+        await self._none.wait()
+
+
+async def _close_once_answered(stopped: trio.Event, unanswered: UnansweredRequests, scope: trio.CancelScope) -> None:
+    """Once shutdown has ended the turns, their calls' answers are written before the door closes."""
+    await stopped.wait()
+    with trio.move_on_after(ANSWERS_FLUSH_SECS):
+        await unanswered.wait_answered()
+    scope.cancel()
+
+
+async def _read_messages(
+    stdin: trio.lowlevel.FdStream, inbound: Any, outbound: Any, unanswered: UnansweredRequests
+) -> None:
     """Each line of stdin, as a JSON-RPC message for the server; a line that is none is answered here."""
     import mcp_types
     from mcp.shared.message import SessionMessage
@@ -325,6 +371,7 @@ async def _read_messages(stdin: trio.lowlevel.FdStream, inbound: Any, outbound: 
                     except ValueError:
                         problem = (mcp_types.PARSE_ERROR, "not a JSON-RPC message: each line must be one JSON object")
                     else:
+                        unanswered.read(message)
                         await inbound.send(SessionMessage(message))
                         continue
                 error = mcp_types.ErrorData(code=problem[0], message=problem[1])
@@ -333,7 +380,7 @@ async def _read_messages(stdin: trio.lowlevel.FdStream, inbound: Any, outbound: 
                 return  # the client closed stdin, or went away: server.run ends, and its calls with it
 
 
-async def _write_messages(outbound: Any, stdout: trio.lowlevel.FdStream) -> None:
+async def _write_messages(outbound: Any, stdout: trio.lowlevel.FdStream, unanswered: UnansweredRequests) -> None:
     async with outbound:
         async for message in outbound:
             line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
@@ -341,3 +388,4 @@ async def _write_messages(outbound: Any, stdout: trio.lowlevel.FdStream) -> None
                 await stdout.send_all(line.encode() + b"\n")
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return  # nobody reads stdout any more: stdin's end follows
+            unanswered.written(message.message)
