@@ -108,14 +108,19 @@ bubblewrap:
 # and ip): no test, broken or not, can reach anything beyond this machine. Everything installs before, outside it.
 # Elsewhere it runs in the machine's network, and says so (docs/contributing.md).
 LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$@"' sh
-# Every core; an idle worker takes tests queued for a busy one, so a few slow files (the ACP door's, Matrix's) that
-# land on one worker late do not keep the run waiting on it alone.
-XDIST := -n auto --dist worksteal
+# Two workers a core: the tests spend much of their time waiting on the processes and sockets they drive, and one
+# worker a core left ~30% of the CPU idle (447–489 s on 2 cores; 359 s with four workers). An idle worker takes
+# tests queued for a busy one, so a few slow files (the ACP door's, Matrix's) that land on one worker late do not
+# keep the run waiting on it alone.
+XDIST = -n $$(( $$(nproc) * 2 )) --dist worksteal
 
-# The tests start ~700 bridge processes; each would compile its modules again where PYTHONDONTWRITEBYTECODE is set
-# (the machines this project is built and tested on set it): compiled once here, they load it instead.
+# The tests start ~900 bridge processes; each would compile its modules again where PYTHONDONTWRITEBYTECODE is set
+# (the machines this project is built and tested on set it): compiled once here, they load it instead. pytest
+# caches the test modules it rewrites (their asserts) only where bytecode may be written, so every worker would
+# rewrite all of them again (~10 s of CPU each): one collection here, with bytecode allowed, writes that cache.
 test: lint bubblewrap $(NPM_STAMP) $(SYNAPSE_STAMP)
 	@$(BIN)/python -m compileall -q bridge tests tools sample_agents >/dev/null
+	@PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q --collect-only -p no:cacheprovider >/dev/null
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && unshare --net true 2>/dev/null; then \
 	  echo "make test: pytest runs in a network namespace of its own, only loopback up"; \
 	  AGENT_BRIDGE_TEST_CACHE=$(TEST_CACHE) $(LOOPBACK_ONLY) $(BIN)/python -m pytest -q $(XDIST); \
