@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 import yaml
 from agents_cache import npm_binary
 from chatkit import asking_profile
@@ -823,3 +824,36 @@ async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_p
                         break
         (pid,) = shared_mcp_http.pids_since(before)
         await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+
+
+async def test_the_stdio_door_waits_for_every_request_read_before_it_closes_even_one_read_while_it_waits() -> None:
+    import mcp_types
+
+    from bridge.serving.mcp import UnansweredRequests
+
+    def request(number: int) -> mcp_types.JSONRPCRequest:
+        return mcp_types.JSONRPCRequest(jsonrpc="2.0", id=number, method="tools/call")
+
+    def answer(number: int) -> mcp_types.JSONRPCResponse:
+        return mcp_types.JSONRPCResponse(jsonrpc="2.0", id=number, result={})
+
+    unanswered = UnansweredRequests()
+    answered = trio.Event()
+
+    async def wait() -> None:
+        await unanswered.wait_answered()
+        answered.set()
+
+    unanswered.read(request(1))
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            unanswered.read(request(2))  # read while the door waits
+            unanswered.written(answer(1))
+            await trio.testing.wait_all_tasks_blocked()
+            assert not answered.is_set()
+            unanswered.read(
+                mcp_types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 2})
+            )  # a cancelled request is answered by nobody
+        assert answered.is_set()

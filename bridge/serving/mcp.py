@@ -318,7 +318,8 @@ class UnansweredRequests:
 
         if isinstance(message, mcp_types.JSONRPCRequest):
             self._ids.add(message.id)
-            self._none = trio.Event()
+            if self._none.is_set():  # one waiter may hold the unset event: it must be the one set later
+                self._none = trio.Event()
         elif isinstance(message, mcp_types.JSONRPCNotification) and message.method == "notifications/cancelled":
             self._answered((message.params or {}).get("requestId"))  # a cancelled request gets no answer
 
