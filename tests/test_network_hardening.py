@@ -12,6 +12,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,19 @@ async def test_connections_past_the_listeners_bound_are_closed_unread_while_othe
     finally:
         for sock in stalled:
             sock.close()
+
+
+async def test_a_websocket_client_that_left_holds_nothing_up_serves_shutdown_waits_for_none(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    serve = start_serve(lab, serves)
+    async with httpx.AsyncClient(base_url=serve.url) as http, aconnect_ws("/v1/ws", http) as ws:
+        await ws.send_text(turn("left", "tag=left"))
+        assert (await receive_until(ws, "result"))["outcome"] == "ok"
+    started = time.monotonic()
+    assert serve.stop() == 0, serve.output()
+    # hypercorn's WebSocket pings (every 30 s) would hold the connection until its graceful timeout (2 s) ran out
+    assert time.monotonic() - started < 1.5, "serve waited for a WebSocket connection whose client had left"
 
 
 async def test_a_request_head_over_64_kib_is_refused_and_one_of_64_kib_is_served(
