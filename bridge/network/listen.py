@@ -271,6 +271,9 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
     config = DoorConfig()
     config.socket_budget = SocketBudget(limits.max_sockets)
     config.bind = [address.bind]
+    # A burst of connections the door would take waits in the kernel's queue for its accept, not dropped there
+    # for the client to send its SYN again a second later (hypercorn's default queue holds 100).
+    config.backlog = limits.max_sockets
     config.accesslog = None  # a request's path names turns: the bridge logs what it needs itself
     config.errorlog = None
     config.websocket_max_message_size = limits.max_body_bytes
