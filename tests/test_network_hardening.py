@@ -205,11 +205,19 @@ async def test_a_body_that_does_not_come_within_the_body_timeout_is_answered_408
     lab: Lab, serves: list[ListeningServe]
 ) -> None:
     serve = start_serve(lab, serves, "--body-timeout", "0.5")
-    for path in ("/v1/turns", "/v1/turns/t/cancel", "/v1/chat/completions"):
+    answers: dict[str, bytes] = {}
+
+    async def stall_a_body(path: str) -> None:
         head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
-        answer = await send_and_read_until_closed(serve.url, head.encode() + b'\r\n{"profile"', half_close=False)
+        answers[path] = await send_and_read_until_closed(serve.url, head.encode() + b'\r\n{"profile"', half_close=False)
+
+    async with trio.open_nursery() as nursery:  # the three bodies stall at once: one body timeout for all
+        for path in ("/v1/turns", "/v1/turns/t/cancel", "/v1/chat/completions"):
+            nursery.start_soon(stall_a_body, path)
+    for path, answer in answers.items():
         assert answer.startswith(b"HTTP/1.1 408"), (path, answer)
         assert b"request_timeout" in answer and b"connection: close" in answer, (path, answer)
+    assert len(answers) == 3
     assert lab.events("start") == []
 
 
