@@ -287,7 +287,8 @@ def server() -> Iterator[str]:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
     _Handler.requests = []
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever to look at its flag, every poll interval (0.5 s unless given)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -444,7 +445,7 @@ async def test_a_cancel_while_fetching(tmp_path: Path, server: str) -> None:
     cancel = trio.Event()
     profile = bridge.Profile(command=["true"], attachments=LOOPBACK_FETCH, cwd=str(tmp_path))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_set_later, cancel)
+        nursery.start_soon(_set_once_requested, "/slow", cancel)
         result = await drive_turn(
             profile, Turn("hi", attachments=[Attachment("file", f"{server}/slow")]), cancel=cancel
         )
@@ -452,8 +453,11 @@ async def test_a_cancel_while_fetching(tmp_path: Path, server: str) -> None:
     assert left_in(tmp_path) == []
 
 
-async def _set_later(event: trio.Event) -> None:
-    await trio.sleep(0.3)
+async def _set_once_requested(path: str, event: trio.Event) -> None:
+    """`event` set once the server has been asked for `path` (its body comes a byte a 0.1 s: still fetching)."""
+    with trio.fail_after(10):
+        while path not in _Handler.requests:
+            await trio.sleep(0.01)
     event.set()
 
 

@@ -27,7 +27,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -39,6 +39,7 @@ from .door import Door, DoorLimits
 from .tokens import Tokens
 
 if TYPE_CHECKING:
+    from hypercorn.trio.worker_context import WorkerContext
     from starlette.applications import Starlette
 
 MAX_REQUEST_HEAD_BYTES = 64 * 1024  # a request line and its headers (docs/network.md)
@@ -155,6 +156,24 @@ class SocketBudget:
         self.open -= 1
 
 
+class _ConnectionContext:
+    """hypercorn's worker context as one connection sees it: its sleeps (a WebSocket's pings, every
+    `websocket_ping_interval`) end once the peer has gone. hypercorn's ping loop looks whether the WebSocket is
+    closed only between sleeps: it would otherwise hold the connection, its place in the socket budget and serve's
+    shutdown up to a whole interval after the client left. Everything else is the worker's context."""
+
+    def __init__(self, worker: Any, peer_gone: trio.Event) -> None:
+        self._worker = worker
+        self._peer_gone = peer_gone
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._worker, name)
+
+    async def sleep(self, wait: float) -> None:
+        with trio.move_on_after(wait):
+            await self._peer_gone.wait()
+
+
 @functools.cache
 def _contained_tcp_server_class() -> type:
     from hypercorn.trio.tcp_server import TCPServer
@@ -162,8 +181,13 @@ def _contained_tcp_server_class() -> type:
     class ContainedTCPServer(TCPServer):
         """A hypercorn connection whose errors are logged (their type only: never what the client sent) and end
         it alone; its ASGI tasks (a WebSocket's, a turn stream's) are cancelled with it. Under a config with a
-        `socket_budget`, a connection past it is closed before a byte is read. Overrides hypercorn's `run` and
-        `_read_data`: tests/test_network_hardening.py fails if either stops doing its part."""
+        `socket_budget`, a connection past it is closed before a byte is read. Overrides hypercorn's `__init__`,
+        `run` and `_read_data`: tests/test_network_hardening.py fails if any stops doing its part."""
+
+        def __init__(self, app: Any, config: Any, context: Any, state: Any, stream: Any) -> None:
+            self._peer_gone = trio.Event()
+            connection_context = cast("WorkerContext", _ConnectionContext(context, self._peer_gone))  # a stand-in
+            super().__init__(app, config, connection_context, state, stream)
 
         async def run(self) -> None:
             budget: SocketBudget | None = getattr(self.config, "socket_budget", None)
@@ -185,7 +209,9 @@ def _contained_tcp_server_class() -> type:
         async def _read_data(self) -> None:
             await super()._read_data()
             # The peer has ended the connection: no request can come any more. hypercorn would wait out the
-            # keep-alive timer of an idle connection before it lets it go, holding its place in the budget.
+            # keep-alive timer of an idle connection (and a WebSocket's ping interval) before it lets it go,
+            # holding its place in the budget.
+            self._peer_gone.set()
             await self.idle_task.stop()
 
     return ContainedTCPServer
@@ -245,6 +271,9 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
     config = DoorConfig()
     config.socket_budget = SocketBudget(limits.max_sockets)
     config.bind = [address.bind]
+    # A burst of connections the door would take waits in the kernel's queue for its accept, not dropped there
+    # for the client to send its SYN again a second later (hypercorn's default queue holds 100).
+    config.backlog = limits.max_sockets
     config.accesslog = None  # a request's path names turns: the bridge logs what it needs itself
     config.errorlog = None
     config.websocket_max_message_size = limits.max_body_bytes
