@@ -33,6 +33,7 @@ from fakes.telegram_bot_api import (
 )
 from pydantic import SecretStr
 
+from bridge.chat.config import Pace
 from bridge.chat.markup import utf16_length
 from bridge.chat.pacing import PaceLimits
 from bridge.chat.platform import ButtonPress, Choice, Incoming, IncomingFile
@@ -48,10 +49,11 @@ ALICE = 1001
 
 @dataclass(frozen=True)
 class Settings:
-    """The two fields of the config's `telegram:` section the connector reads."""
+    """The fields of the config's `telegram:` section the connector reads."""
 
     token: SecretStr
     api_url: str
+    pace: Pace = Pace()
 
 
 @pytest.fixture
