@@ -20,7 +20,7 @@ import yaml
 from chatkit import asking_profile
 from synapse import SynapseServer
 
-from bridge.chat.config import MatrixConfig
+from bridge.chat.config import MatrixConfig, Pace
 from bridge.chat.inbox import Inbox
 from bridge.chat.matrix import ENCRYPTED_ROOM_NOTICE, MatrixPlatform
 from bridge.chat.pacing import PaceLimits
@@ -274,6 +274,27 @@ async def test_a_long_reply_is_split_into_events_the_homeserver_takes(
     assert len(keys) > 2
     bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
     assert "".join(bodies).replace("\n", "") == "".join(paragraphs)
+    await platform.aclose()
+
+
+async def test_the_configs_pace_sets_the_time_between_two_messages_in_a_room(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    sent_at: list[float] = []
+
+    async def leaving(request: httpx.Request) -> None:
+        if request.method == "PUT" and "/send/m.room.message/" in request.url.path:
+            sent_at.append(trio.current_time())
+
+    paced = bot.model_copy(update={"pace": Pace(per_chat_secs=0.2)})
+    platform = MatrixPlatform(paced, lambda: httpx.AsyncClient(event_hooks={"request": [leaving]}), sync_timeout_ms=200)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+    for n in range(3):
+        await platform.send_text(room, "", f"message {n}")
+    gaps = [later - earlier for earlier, later in zip(sent_at, sent_at[1:], strict=False)]
+    assert len(sent_at) == 3 and all(0.2 <= gap < 0.8 for gap in gaps), f"not the default second, nor faster: {gaps}"
     await platform.aclose()
 
 
