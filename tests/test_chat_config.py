@@ -273,6 +273,18 @@ MISTAKES: list[tuple[str, str, dict[str, str], str]] = [
         "chat.yaml:5: telegram.budget.turns_per_day: must be greater than 0",
     ),
     (
+        "a pace below nothing",
+        TELEGRAM_HEAD + "  allow_users: [1]\n  pace: {per_chat_secs: -1}\n",
+        ENV,
+        "chat.yaml:5: telegram.pace.per_chat_secs: must be at least 0",
+    ),
+    (
+        "a misspelt pace",
+        TELEGRAM_HEAD + "  allow_users: [1]\n  pace: {per_chat_sec: 0.5}\n",
+        ENV,
+        "chat.yaml:5: unknown key 'per_chat_sec' in telegram.pace; did you mean 'per_chat_secs'?",
+    ),
+    (
         "the token where the section belongs",
         'telegram: "${TELEGRAM_BOT_TOKEN}"\n',
         ENV,

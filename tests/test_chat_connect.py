@@ -14,7 +14,7 @@ import pytest
 import trio
 import yaml
 from chatkit import asking_profile
-from fakes.telegram_bot_api import running_fake_bot_api
+from fakes.telegram_bot_api import FloodLimits, running_fake_bot_api
 
 from bridge.chat.botlock import lock_path
 from bridge.cli.connect import chat_store_path
@@ -22,6 +22,10 @@ from bridge.cli.connect import chat_store_path
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 DEADLINE = 30
+# For the tests that are not about the pace: the fake and the bot's config agree on a fast one, so that no message
+# waits a second behind the one before it in the chat (the last test here is about the pace, and keeps Telegram's).
+FAST_FLOOD = FloodLimits(per_chat_interval=0.02)
+FAST_PACE = "  pace: {per_chat_secs: 0.02}\n"
 
 
 @pytest.fixture
@@ -127,10 +131,10 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
             {"command": [sys.executable, str(tmp_path / "agent.py")], "env": {"RUNS": str(tmp_path / "runs")}}
         )
     )
-    async with running_fake_bot_api(TOKEN) as fake:
+    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: echo\n'
-            "  allow_users: [42]\n"
+            "  allow_users: [42]\n" + FAST_PACE
         )
         argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
         env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
@@ -170,10 +174,10 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, "make")))
-    async with running_fake_bot_api(TOKEN) as fake:
+    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: asker\n'
-            "  allow_users: [42]\n"
+            "  allow_users: [42]\n" + FAST_PACE
         )
         argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
         env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
@@ -228,9 +232,9 @@ async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_
 ) -> None:
     from fakes.telegram_bot_api import ApiFault, too_many_requests
 
-    async with running_fake_bot_api(TOKEN) as fake:
+    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
-        (bot / "bot.yaml").write_text(config)
+        (bot / "bot.yaml").write_text(config + FAST_PACE)
         fake.fail_next("sendMessage", too_many_requests(1))
         fake.fail_next("sendMessage", ApiFault(403, "Forbidden: bot was blocked by the user"))
         fake.user_says(chat=42, user=42, text="hello")
@@ -275,9 +279,9 @@ async def test_a_connect_killed_between_the_parts_of_a_long_reply_sends_only_the
     (bot / "profiles" / "echo.yaml").write_text(
         yaml.safe_dump({"command": [sys.executable, "-c", f"print({first!r} + chr(10) * 2 + {second!r})"]})
     )
-    async with running_fake_bot_api(TOKEN) as fake:
+    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
-        (bot / "bot.yaml").write_text(config)
+        (bot / "bot.yaml").write_text(config + FAST_PACE)
         fake.fail_next("sendMessage", SlowDown(0))  # the first part goes through
         fake.fail_next("sendMessage", SlowDown(600))  # the second hangs until the bot is killed
         fake.user_says(chat=42, user=42, text="long, please")

@@ -35,6 +35,8 @@ AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 ALICE = 42
 WITHIN = 20
+# Not about pacing (the fake enforces none, Synapse's limits are raised): the bot sends as fast as it can.
+UNPACED = {"per_chat_secs": 0}
 PREVIEW = "Thinking about hello"
 FINAL = "echo: hello"
 
@@ -267,7 +269,7 @@ async def test_kill_9_of_connect_at_each_step_then_a_restart_answers_each_messag
         async with trio.open_nursery() as nursery:
             await nursery.start(gate.serve)
             bot = Bot(tmp_path, fake, gate)
-            config = {"token": "${TELEGRAM_BOT_TOKEN}", "api_url": fake.api_url, "profile": "agent"}
+            config = {"token": "${TELEGRAM_BOT_TOKEN}", "api_url": fake.api_url, "profile": "agent", "pace": UNPACED}
             (tmp_path / "bot.yaml").write_text(yaml.safe_dump({"telegram": config | {"allow_users": [ALICE]}}))
             bot.configure(step.hold)
             async with connect(bot) as process:
@@ -339,6 +341,7 @@ async def test_kill_9_of_connect_in_a_matrix_room_then_a_restart_answers_each_me
     (tmp_path / "agent.py").write_text(AGENT)
     (tmp_path / "profiles").mkdir()
     config = {"homeserver": synapse.url, "user_id": bot_id, "password": "${MATRIX_PASSWORD}", "profile": "agent"}
+    config["pace"] = UNPACED
     (tmp_path / "bot.yaml").write_text(yaml.safe_dump({"matrix": config | {"allow_users": [alice.user_id]}}))
     argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
     env = {**os.environ, "MATRIX_PASSWORD": PASSWORD, "XDG_STATE_HOME": str(tmp_path / "state")}

@@ -20,7 +20,7 @@ import yaml
 from chatkit import asking_profile
 from synapse import SynapseServer
 
-from bridge.chat.config import MatrixConfig
+from bridge.chat.config import MatrixConfig, Pace
 from bridge.chat.inbox import Inbox
 from bridge.chat.matrix import ENCRYPTED_ROOM_NOTICE, MatrixPlatform
 from bridge.chat.pacing import PaceLimits
@@ -274,6 +274,27 @@ async def test_a_long_reply_is_split_into_events_the_homeserver_takes(
     assert len(keys) > 2
     bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
     assert "".join(bodies).replace("\n", "") == "".join(paragraphs)
+    await platform.aclose()
+
+
+async def test_the_configs_pace_sets_the_time_between_two_messages_in_a_room(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    sent_at: list[float] = []
+
+    async def leaving(request: httpx.Request) -> None:
+        if request.method == "PUT" and "/send/m.room.message/" in request.url.path:
+            sent_at.append(trio.current_time())
+
+    paced = bot.model_copy(update={"pace": Pace(per_chat_secs=0.2)})
+    platform = MatrixPlatform(paced, lambda: httpx.AsyncClient(event_hooks={"request": [leaving]}), sync_timeout_ms=200)
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+    for n in range(3):
+        await platform.send_text(room, "", f"message {n}")
+    gaps = [later - earlier for earlier, later in zip(sent_at, sent_at[1:], strict=False)]
+    assert len(sent_at) == 3 and all(0.2 <= gap < 0.8 for gap in gaps), f"not the default second, nor faster: {gaps}"
     await platform.aclose()
 
 
@@ -539,9 +560,9 @@ async def test_a_gap_in_the_sync_timeline_is_filled_with_every_message_in_order(
 
 @pytest.fixture
 def synapse_with_real_rate_limits(tmp_path: Path) -> Iterator[SynapseServer]:
-    """A Synapse with its default message rate limit (a burst of 10, then one message each 5 s); its own, since
-    this one answers 429 where the session's never does."""
-    server = SynapseServer(tmp_path / "synapse", real_rate_limits=True)
+    """A Synapse with its real rate limits, messages at its default burst of 10 then one a second (the default is
+    one each 5 s: a 429 would wait that long); its own, since this one answers 429 where the session's never does."""
+    server = SynapseServer(tmp_path / "synapse", real_rate_limits=True, messages_per_second=1.0)
     try:
         server.start()
         yield server
@@ -557,14 +578,25 @@ async def test_a_real_429_waits_retry_after_ms_and_every_message_arrives_once(
     bot = section(synapse, synapse.register("bot", PASSWORD), password=PASSWORD)
     alice = Person(synapse, "alice")
     statuses: list[int] = []
+    asked_at: list[float] = []  # when each request left
+    waits: list[tuple[float, float]] = []  # a 429's arrival, and the seconds its retry_after_ms asked for
+
+    async def leaving(request: httpx.Request) -> None:
+        asked_at.append(trio.current_time())
 
     async def record(response: httpx.Response) -> None:
         statuses.append(response.status_code)
+        if response.status_code == 429:
+            await response.aread()
+            waits.append((trio.current_time(), response.json()["retry_after_ms"] / 1000))
 
     # The pacer allows more than this homeserver does (as it would for a homeserver configured stricter than
     # Synapse's default): Synapse's own 429s must be waited out.
     platform = MatrixPlatform(
-        bot, lambda: httpx.AsyncClient(event_hooks={"response": [record]}), sync_timeout_ms=200, limits=UNPACED
+        bot,
+        lambda: httpx.AsyncClient(event_hooks={"request": [leaving], "response": [record]}),
+        sync_timeout_ms=200,
+        limits=UNPACED,
     )
     await platform.start(None)
     room = await alice.room_with(bot)
@@ -573,7 +605,10 @@ async def test_a_real_429_waits_retry_after_ms_and_every_message_arrives_once(
     sent = [f"message {number}" for number in range(10)]  # with its join, one over the burst of 10
     keys = [key for text in sent for key in await platform.send_text(room, "", text)]
 
-    assert 429 in statuses, "Synapse's default rate limit never answered 429: the test did not test backoff"
+    assert 429 in statuses, "Synapse's rate limit never answered 429: the test did not test backoff"
+    for arrived, seconds in waits:
+        retried = min(left for left in asked_at if left > arrived)
+        assert seconds > 0.1 and retried - arrived >= seconds, "the retry left before retry_after_ms was over"
     bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
     assert bodies == sent
     assert len(set(keys)) == len(sent)
@@ -660,6 +695,7 @@ async def test_connect_answers_in_a_matrix_room_and_after_kill_9_repeats_nothing
                     "password": "${MATRIX_PASSWORD}",
                     "profile": "echo",
                     "allow_users": [alice.user_id],
+                    "pace": {"per_chat_secs": 0},  # the session's Synapse has its limits raised
                 }
             }
         )

@@ -82,7 +82,10 @@ def setup(tmp_path: Path) -> Path:
     (profiles / "agent.yaml").write_text(
         yaml.safe_dump({"command": [sys.executable, str(tmp_path / "simple.py")], **common})
     )
-    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, **common)))
+    # The asking agent ignores the interrupt a cancel sends (Claude Code would end its turn): it is killed once its
+    # grace is over, which need not be long, its turn's end being all a test of /cancel waits for.
+    asker = asking_profile(tmp_path, **common) | {"kill_grace_secs": 0.5}
+    (profiles / "asker.yaml").write_text(yaml.safe_dump(asker))
     return tmp_path
 
 

@@ -33,6 +33,7 @@ from fakes.telegram_bot_api import (
 )
 from pydantic import SecretStr
 
+from bridge.chat.config import Pace, load_chat_config
 from bridge.chat.markup import utf16_length
 from bridge.chat.pacing import PaceLimits
 from bridge.chat.platform import ButtonPress, Choice, Incoming, IncomingFile
@@ -48,10 +49,11 @@ ALICE = 1001
 
 @dataclass(frozen=True)
 class Settings:
-    """The two fields of the config's `telegram:` section the connector reads."""
+    """The fields of the config's `telegram:` section the connector reads."""
 
     token: SecretStr
     api_url: str
+    pace: Pace = Pace()
 
 
 @pytest.fixture
@@ -60,8 +62,11 @@ async def fake() -> Any:
         yield server
 
 
-def connector(fake: FakeBotApi, *, limits: PaceLimits = FAST_PACE, token: str = TOKEN) -> TelegramPlatform:
-    return TelegramPlatform(Settings(SecretStr(token), fake.api_url), httpx.AsyncClient, limits=limits, poll_timeout=2)
+def connector(
+    fake: FakeBotApi, *, limits: PaceLimits = FAST_PACE, token: str = TOKEN, poll_timeout: int = 2
+) -> TelegramPlatform:
+    settings = Settings(SecretStr(token), fake.api_url)
+    return TelegramPlatform(settings, httpx.AsyncClient, limits=limits, poll_timeout=poll_timeout)
 
 
 async def started(fake: FakeBotApi, position: str | None = None, **options: Any) -> TelegramPlatform:
@@ -361,7 +366,8 @@ async def test_a_poll_that_fails_says_whether_to_try_again(fake: FakeBotApi) -> 
 
 
 async def test_a_second_process_polling_the_same_bot_is_a_clear_conflict(fake: FakeBotApi) -> None:
-    first, second = await started(fake), await started(fake)
+    # The second polls without waiting (timeout 0): its poll ends the first's at once, and its own ends empty.
+    first, second = await started(fake), await started(fake, poll_timeout=0)
     errors: list[BaseException] = []
     async with trio.open_nursery() as nursery:
 
@@ -486,6 +492,26 @@ async def test_sends_keep_telegrams_pace_without_a_single_429(fake: FakeBotApi) 
     assert [call.status for call in fake.calls_of("sendMessage")] == [200] * 4
     times = [message.time for message in fake.sent_to(ALICE)]  # arrivals: a request can arrive a little early
     assert all(later - earlier >= 1.0 - fake.limits.jitter for earlier, later in zip(times, times[1:], strict=False))
+    await platform.aclose()
+
+
+async def test_the_configs_pace_sets_the_time_between_two_messages_in_a_chat(fake: FakeBotApi, tmp_path: Path) -> None:
+    fake.limits = FloodLimits(per_chat_interval=0.2)  # the fake refuses a faster message with a 429
+    (tmp_path / "bot.yaml").write_text(
+        f'telegram:\n  token: "{TOKEN}"\n  api_url: "{fake.api_url}"\n  profile: p\n  allow_users: [{ALICE}]\n'
+        "  pace: {per_chat_secs: 0.2}\n"
+    )
+    section = load_chat_config(tmp_path / "bot.yaml").telegram
+    assert section is not None
+    fake.user_says(ALICE, ALICE, "hi")
+    platform = TelegramPlatform(section, httpx.AsyncClient)
+    await platform.start(None)
+    for n in range(3):
+        await platform.send_text(str(ALICE), "", f"message {n}")
+    assert [call.status for call in fake.calls_of("sendMessage")] == [200] * 3
+    times = [message.time for message in fake.sent_to(ALICE)]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    assert all(0.2 - fake.limits.jitter <= gap < 0.8 for gap in gaps), f"not Telegram's second, nor faster: {gaps}"
     await platform.aclose()
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import stat
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -33,6 +34,7 @@ from pydantic_core import PydanticCustomError
 from ..errors import ChatConfigError, Problem
 from ..log import get_logger
 from ..profile.schema import explain, line_of, read_yaml
+from .pacing import PaceLimits
 
 _STRICT = ConfigDict(strict=True, extra="forbid", frozen=True)
 _VARIABLE = re.compile(r"\$(\$?)\{([^}]*)\}")
@@ -65,6 +67,26 @@ class Budget(BaseModel):
         description="US dollars one user's turns may cost in a day, as the agent reports its cost (turns of "
         "agents that report none count nothing here).",
     )
+
+
+class Pace(BaseModel):
+    """How fast the bot sends, edits and deletes messages (docs/chat.md, "Pacing"). Unset: the platform's limits."""
+
+    model_config = _STRICT
+
+    per_chat_secs: float | None = Field(
+        default=None,
+        ge=0,
+        description="The least time between two messages (sends, edits, deletions) in one chat, in seconds; "
+        "default: the platform's limit, 1. Lower it only where the server allows more (a homeserver that exempts "
+        "the bot from its rate limits, a self-hosted test server): past a limit, each message waits out a 429.",
+    )
+
+    def applied_to(self, limits: PaceLimits) -> PaceLimits:
+        """The platform's `limits` with what this section changes."""
+        if self.per_chat_secs is None:
+            return limits
+        return replace(limits, per_chat_interval=self.per_chat_secs)
 
 
 def _secret_is_text(value: Any) -> Any:
@@ -101,6 +123,7 @@ class _Section(BaseModel):
     )
     groups: Groups = Field(default=Groups(), description="How the bot behaves in group chats.")
     budget: Budget = Field(default=Budget(), description="Per user and day: turns_per_day, cost_usd_per_day.")
+    pace: Pace = Field(default=Pace(), description="How fast the bot sends: per_chat_secs.")
 
     @model_validator(mode="before")
     @classmethod
@@ -371,6 +394,8 @@ def _keys_at(loc: tuple[str | int, ...]) -> Iterable[str]:
             model = Groups
         elif part == "budget":
             model = Budget
+        elif part == "pace":
+            model = Pace
         else:
             return ()
     return model.model_fields

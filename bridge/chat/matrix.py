@@ -121,7 +121,7 @@ class MatrixPlatform:
         client_factory: Callable[[], httpx.AsyncClient],
         *,
         sync_timeout_ms: int = 30_000,
-        limits: PaceLimits = MATRIX_LIMITS,
+        limits: PaceLimits | None = None,
         timeline_limit: int = TIMELINE_LIMIT,
     ) -> None:
         self._config = config
@@ -139,7 +139,7 @@ class MatrixPlatform:
         self._prompts: OrderedDict[str, tuple[Choice, ...]] = OrderedDict()  # event id → its CHOICES_FIELD
         self._own_events: OrderedDict[str, None] = OrderedDict()
         self._names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (room, user) → display name
-        self._pacer: Pacer[_Job] = Pacer(limits)
+        self._pacer: Pacer[_Job] = Pacer(config.pace.applied_to(MATRIX_LIMITS) if limits is None else limits)
         self._pacer_lock = trio.Lock()
         self.rate_limited = 0  # 429s waited out (connect --metrics)
 

@@ -25,6 +25,7 @@ from pydantic import SecretStr
 
 from ..errors import ChatError, PlatformConflict, PlatformRefused, PlatformUnavailable
 from ..log import get_logger
+from .config import Pace
 from .markup import plain_parts, telegram_parts
 from .pacing import TELEGRAM_LIMITS, Delete, Edit, PaceLimits, Pacer, Send
 from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
@@ -47,6 +48,9 @@ class TelegramSettings(Protocol):
 
     @property
     def api_url(self) -> str: ...
+
+    @property
+    def pace(self) -> Pace: ...
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ class TelegramPlatform:
         config: TelegramSettings,
         client_factory: Callable[[], httpx.AsyncClient] = httpx.AsyncClient,
         *,
-        limits: PaceLimits = TELEGRAM_LIMITS,
+        limits: PaceLimits | None = None,
         poll_timeout: int = 30,
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
@@ -125,7 +129,7 @@ class TelegramPlatform:
         self._client = client_factory()
         self._poll_timeout = poll_timeout
         self._clock = clock
-        self._outbox = _Outbox(Pacer(limits))
+        self._outbox = _Outbox(Pacer(config.pace.applied_to(TELEGRAM_LIMITS) if limits is None else limits))
         self._offset: int | None = None
         self._bot_id = 0
         self._bot_username = ""
