@@ -40,7 +40,8 @@ from hostkit import Lab
 from test_lifetime import read_json_until
 
 import bridge
-from bridge.confinement.cgroups import CONTAINMENT, cgroup2_mount, own_cgroup
+from bridge.confinement.cgroups import CONTAINMENT, AgentCgroup, cgroup2_mount, own_cgroup
+from bridge.confinement.orphans import collect_orphans
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 CONTAINED = CONTAINMENT.status()
@@ -259,6 +260,36 @@ sys.stdin.readline()
         eventually(lambda: not directory.exists(), "the keeper to remove the host's directory", within=3.0)
     finally:
         host.kill()
+
+
+class ExitingGroup(AgentCgroup):
+    """An ended agent's cgroup whose last process has begun to exit: `cgroup.procs` lists nobody, yet the kernel
+    refuses to remove the cgroup (EBUSY) until that process has left it, a moment later."""
+
+    def __init__(self, busy_for: int) -> None:
+        super().__init__("")
+        self.busy_for = busy_for  # removals refused before one succeeds
+        self.removed = False
+
+    def remove(self) -> bool:
+        self.busy_for -= 1
+        self.removed = self.busy_for < 0
+        return self.removed
+
+    def kill(self) -> None:
+        pass
+
+    def pids(self) -> list[int]:
+        return []
+
+
+async def test_an_ended_agents_cgroup_held_only_by_an_exiting_process_is_removed_once_it_has_left() -> None:
+    group = ExitingGroup(busy_for=5)
+    CONTAINMENT.end(group)  # refused twice: kept, to be removed later
+    with trio.fail_after(5):
+        await collect_orphans(trio.current_time() + 1.0, group)
+    assert group.removed
+    assert CONTAINMENT.still_in(group) is None
 
 
 # --------------------------------------------------------------------------- saying which

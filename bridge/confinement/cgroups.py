@@ -72,10 +72,13 @@ class Leftovers(Generic[Group]):
     def remove_what_can_go(self) -> None:
         self._groups = [group for group in self._groups if not group.remove()]
 
-    def still_in(self, group: Group) -> list[int]:
-        """The processes keeping `group` from being removed; [] once it is (every other that can go goes too)."""
+    def still_in(self, group: Group) -> list[int] | None:
+        """The processes keeping `group` from being removed, None once it is (every other that can go goes too).
+
+        [] while only exiting processes hold it: the kernel hides a process from `cgroup.procs` once it begins to
+        exit, but it counts until it has left the group — ask again in a moment."""
         self.remove_what_can_go()
-        return group.pids() if group in self._groups else []
+        return group.pids() if group in self._groups else None
 
 
 class ContainmentStatus:
@@ -387,9 +390,10 @@ class Containment:
             with self._lock:
                 self._leftovers.keep(group)
 
-    def still_in(self, group: AgentCgroup) -> list[int]:
+    def still_in(self, group: AgentCgroup) -> list[int] | None:
         """The processes keeping an ended agent's cgroup from being removed (wait for them to exit, then ask
-        again); [] once it is removed. Every other such cgroup that can be removed now is."""
+        again; [] while only exiting ones do); None once it is removed. Every other such cgroup that can be
+        removed now is."""
         with self._lock:
             return self._leftovers.still_in(group)
 

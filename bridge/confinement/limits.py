@@ -379,8 +379,9 @@ class LimitGroups:
             with self._lock:
                 self._leftovers.keep(groups)
 
-    def still_in(self, groups: AgentGroups) -> list[int]:
-        """The processes keeping an ended agent's groups from being removed; [] once they are."""
+    def still_in(self, groups: AgentGroups) -> list[int] | None:
+        """The processes keeping an ended agent's groups from being removed ([] while only exiting ones do); None
+        once they are."""
         with self._lock:
             return self._leftovers.still_in(groups)
 

@@ -136,12 +136,12 @@ async def collect_orphans(
             return
     if cgroup is not None:
         with trio.move_on_at(deadline):
-            while dying := CONTAINMENT.still_in(cgroup):
-                await _exited(dying[0])
+            while (dying := CONTAINMENT.still_in(cgroup)) is not None:
+                await _one_exited(dying)
     if limit_groups is not None:
         with trio.move_on_at(deadline):
-            while dying := LIMIT_GROUPS.still_in(limit_groups):
-                await _exited(dying[0])
+            while (dying := LIMIT_GROUPS.still_in(limit_groups)) is not None:
+                await _one_exited(dying)
 
 
 async def sweep_orphans_on_sigchld(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -152,6 +152,16 @@ async def sweep_orphans_on_sigchld(task_status: trio.TaskStatus[None] = trio.TAS
         task_status.started()
         async for _ in changes:
             _sweep_unless_spawning()
+
+
+async def _one_exited(dying: list[int]) -> None:
+    """Until the first of `dying` has exited; a moment, when none is listed: an exiting process is no longer
+    listed in its cgroup's `cgroup.procs` but keeps it from being removed until it has left (an escaped agent's
+    cgroup was left behind in that window, under load)."""
+    if dying:
+        await _exited(dying[0])
+    else:
+        await trio.sleep(0.001)
 
 
 async def _exited(pid: int) -> None:
