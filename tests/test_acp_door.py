@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -388,6 +389,29 @@ def test_an_editor_that_vanishes_mid_prompt_leaves_no_process(tmp_path):
     client.process.stdout.close()
     assert client.process.wait(timeout=15) in (0, 1)
     assert_no_live_process([agent_pid])
+
+
+def test_sigterm_answers_the_prompt_in_flight_cancelled_and_stops_its_agent(tmp_path):
+    profile = shell_profile(tmp_path, 'echo "AGENT_PARTIAL:pid $$"; exec sleep 60')
+    client = RawClient(profile, tmp_path)
+    try:
+        client.request(0, "initialize", protocolVersion=1)
+        session = client.request(1, "session/new", cwd="/", mcpServers=[])["result"]["sessionId"]
+        prompt = [{"type": "text", "text": "wait"}]
+        client.send(
+            {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": prompt}}
+        )
+        agent_pid = int(client.receive()["params"]["update"]["content"]["text"].split()[1])
+        client.process.send_signal(signal.SIGTERM)
+        answer = client.receive()
+        while answer.get("method") == "session/update":
+            answer = client.receive()
+        assert answer == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "cancelled"}}
+        assert client.process.wait(timeout=15) == 0
+        assert_no_live_process([agent_pid])
+    finally:
+        client.process.kill()
+        client.process.wait()
 
 
 def test_an_editor_that_closes_stdout_mid_prompt_gets_it_cancelled_though_stdin_stays_open(tmp_path):
