@@ -373,7 +373,8 @@ def test_bad_messages_get_json_rpc_errors_and_the_door_goes_on(tmp_path):
         client.process.wait()
 
 
-def test_an_editor_that_vanishes_mid_prompt_leaves_no_process(tmp_path):
+def waiting_prompt(tmp_path: Path) -> tuple[RawClient, int]:
+    """An `agent-bridge acp` whose prompt (id 2) runs an agent that waits; the agent's pid."""
     profile = shell_profile(tmp_path, 'echo "AGENT_PARTIAL:pid $$"; exec sleep 60')
     client = RawClient(profile, tmp_path)
     client.request(0, "initialize", protocolVersion=1)
@@ -382,8 +383,11 @@ def test_an_editor_that_vanishes_mid_prompt_leaves_no_process(tmp_path):
     client.send(
         {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": prompt}}
     )
-    partial = client.receive()["params"]["update"]["content"]["text"]
-    agent_pid = int(partial.split()[1])
+    return client, int(client.receive()["params"]["update"]["content"]["text"].split()[1])
+
+
+def test_an_editor_that_vanishes_mid_prompt_leaves_no_process(tmp_path):
+    client, agent_pid = waiting_prompt(tmp_path)
     assert client.process.stdin is not None and client.process.stdout is not None
     client.process.stdin.close()  # the editor is gone
     client.process.stdout.close()
@@ -392,16 +396,8 @@ def test_an_editor_that_vanishes_mid_prompt_leaves_no_process(tmp_path):
 
 
 def test_sigterm_answers_the_prompt_in_flight_cancelled_and_stops_its_agent(tmp_path):
-    profile = shell_profile(tmp_path, 'echo "AGENT_PARTIAL:pid $$"; exec sleep 60')
-    client = RawClient(profile, tmp_path)
+    client, agent_pid = waiting_prompt(tmp_path)
     try:
-        client.request(0, "initialize", protocolVersion=1)
-        session = client.request(1, "session/new", cwd="/", mcpServers=[])["result"]["sessionId"]
-        prompt = [{"type": "text", "text": "wait"}]
-        client.send(
-            {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": prompt}}
-        )
-        agent_pid = int(client.receive()["params"]["update"]["content"]["text"].split()[1])
         client.process.send_signal(signal.SIGTERM)
         answer = client.receive()
         while answer.get("method") == "session/update":
@@ -415,15 +411,7 @@ def test_sigterm_answers_the_prompt_in_flight_cancelled_and_stops_its_agent(tmp_
 
 
 def test_an_editor_that_closes_stdout_mid_prompt_gets_it_cancelled_though_stdin_stays_open(tmp_path):
-    profile = shell_profile(tmp_path, 'echo "AGENT_PARTIAL:pid $$"; exec sleep 60')
-    client = RawClient(profile, tmp_path)
-    client.request(0, "initialize", protocolVersion=1)
-    session = client.request(1, "session/new", cwd="/", mcpServers=[])["result"]["sessionId"]
-    prompt = [{"type": "text", "text": "wait"}]
-    client.send(
-        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": session, "prompt": prompt}}
-    )
-    agent_pid = int(client.receive()["params"]["update"]["content"]["text"].split()[1])
+    client, agent_pid = waiting_prompt(tmp_path)
     assert client.process.stdout is not None
     client.process.stdout.close()  # the editor stops reading; it still holds stdin open
     try:
