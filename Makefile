@@ -113,7 +113,7 @@ LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$@"' sh
 # 447–489 s on 2 cores, but short timeouts failed under that load: not yet, see docs/contributing.md.)
 XDIST := -n auto --dist worksteal
 
-# The tests start ~900 bridge processes; each would compile its modules again where PYTHONDONTWRITEBYTECODE is set
+# The tests start ~550 bridge processes; each would compile its modules again where PYTHONDONTWRITEBYTECODE is set
 # (the machines this project is built and tested on set it): compiled once here, they load it instead. pytest
 # caches the test modules it rewrites (their asserts) only where bytecode may be written, so every worker would
 # rewrite all of them again (~10 s of CPU each): one collection here, with bytecode allowed, writes that cache.
