@@ -3,6 +3,7 @@ the fake Telegram Bot API (`tools/fakes/telegram_bot_api.py`) with real agent pr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,8 @@ import pytest
 import trio
 import yaml
 from chatkit import asking_profile
-from fakes.telegram_bot_api import FloodLimits, running_fake_bot_api
+from fakes.telegram_bot_api import running_fake_bot_api
+from test_chat_scenarios import FAST_FLOOD, FAST_PACE
 
 from bridge.chat.botlock import lock_path
 from bridge.cli.connect import chat_store_path
@@ -22,10 +24,9 @@ from bridge.cli.connect import chat_store_path
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 DEADLINE = 30
-# For the tests that are not about the pace: the fake and the bot's config agree on a fast one, so that no message
-# waits a second behind the one before it in the chat (the last test here is about the pace, and keeps Telegram's).
-FAST_FLOOD = FloodLimits(per_chat_interval=0.02)
-FAST_PACE = "  pace: {per_chat_secs: 0.02}\n"
+# The tests not about the pace run test_chat_scenarios' fast one (the edit-merging test keeps Telegram's):
+# the config line that gives the bot that pace.
+FAST_PACE_LINE = f"  pace: {json.dumps(FAST_PACE)}\n"
 
 
 @pytest.fixture
@@ -134,7 +135,7 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
     async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: echo\n'
-            "  allow_users: [42]\n" + FAST_PACE
+            "  allow_users: [42]\n" + FAST_PACE_LINE
         )
         argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
         env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
@@ -177,7 +178,7 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
     async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: asker\n'
-            "  allow_users: [42]\n" + FAST_PACE
+            "  allow_users: [42]\n" + FAST_PACE_LINE
         )
         argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
         env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
@@ -234,7 +235,7 @@ async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_
 
     async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
-        (bot / "bot.yaml").write_text(config + FAST_PACE)
+        (bot / "bot.yaml").write_text(config + FAST_PACE_LINE)
         fake.fail_next("sendMessage", too_many_requests(1))
         fake.fail_next("sendMessage", ApiFault(403, "Forbidden: bot was blocked by the user"))
         fake.user_says(chat=42, user=42, text="hello")
@@ -281,7 +282,7 @@ async def test_a_connect_killed_between_the_parts_of_a_long_reply_sends_only_the
     )
     async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
-        (bot / "bot.yaml").write_text(config + FAST_PACE)
+        (bot / "bot.yaml").write_text(config + FAST_PACE_LINE)
         fake.fail_next("sendMessage", SlowDown(0))  # the first part goes through
         fake.fail_next("sendMessage", SlowDown(600))  # the second hangs until the bot is killed
         fake.user_says(chat=42, user=42, text="long, please")

@@ -42,7 +42,7 @@ WITHIN = 20.0
 JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(256)) + b"\xff\xd9"  # what Telegram serves photos as
 BLOCKS = 16  # of prose and code, in the long reply: over 11,000 characters
 # No test here is about the pace (test_chat_pacing and test_chat_telegram are): the fake and the bot's config agree
-# on a fast one, so that no message waits a second behind the one before it in the chat.
+# on a fast one, so that no message waits a second behind the one before it in the chat (test_chat_connect's too).
 FAST_FLOOD = FloodLimits(per_chat_interval=0.02)
 FAST_PACE = {"per_chat_secs": 0.02}
 
