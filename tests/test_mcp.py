@@ -12,9 +12,8 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from conftest import CLI_PROFILES, PYTHON, SAMPLE_AGENTS, assert_no_live_process
 from doorkit import write_tokens
 from fake_anthropic import claude_env, message_stream, result_text, tool_results
 from fake_api import FakeApi, Json, Request
+from fleetkit import eventually
 from mcp.client import session as mcp_client_session
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
@@ -701,12 +701,9 @@ print("released")
 """
 
 
-def wait_for_line(path: Path, text: str) -> None:
-    """Until a line of the file at `path` holds `text` (DEADLINE at most)."""
-    deadline = time.monotonic() + DEADLINE
-    while not (path.exists() and text in path.read_text()):
-        assert time.monotonic() < deadline, f"{path.name} never said {text!r}"
-        time.sleep(0.01)
+def log_holds(path: Path, text: str) -> Callable[[], bool]:
+    """Whether the log at `path` holds `text` yet (for `eventually`)."""
+    return lambda: path.exists() and text in path.read_text()
 
 
 def write_held_profile(profiles: Path, tmp_path: Path) -> Path:
@@ -725,7 +722,7 @@ def test_sigterm_lets_a_call_in_flight_end_within_the_shutdown_grace(profiles: P
         send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
         assert receive(process)["method"] == "notifications/progress"
         process.send_signal(signal.SIGTERM)
-        wait_for_line(tmp_path / "stderr", "signal received")  # the turn ends after the shutdown began
+        eventually(log_holds(tmp_path / "stderr", "signal received"), "the shutdown to begin")  # before the turn ends
         release.touch()
         reply = receive(process)
         while reply.get("method") == "notifications/progress":
@@ -774,7 +771,9 @@ async def test_over_http_sigterm_lets_a_call_in_flight_end_within_the_shutdown_g
                     async for line in response.aiter_lines():
                         if "notifications/progress" in line:
                             server.process.send_signal(signal.SIGTERM)
-                            await trio.to_thread.run_sync(wait_for_line, server.log, "signal received")
+                            await trio.to_thread.run_sync(
+                                eventually, log_holds(server.log, "signal received"), "the shutdown"
+                            )
                             release.touch()
                         elif line.startswith("data: "):
                             answers.append(json.loads(line.removeprefix("data: ")))
