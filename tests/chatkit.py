@@ -9,6 +9,9 @@ kill it. Faults: `crash_on` kills the bot's process (SIGKILL, once) at a named s
 `refuse_presses` and `unavailable_polls` make the next calls fail as the platform would.
 
 Waiting is on events with a deadline (`wait_for`), never on sleeps.
+
+`connect_running` and `stop_connect` start and stop the real `agent-bridge connect` for the tests that run it
+against the fake Telegram Bot API or a real Synapse.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,9 @@ from bridge.chat.platform import Batch, ButtonPress, Choice, Delivery, Incoming,
 from bridge.errors import PlatformRefused, PlatformUnavailable
 
 DEADLINE = 15
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+BOT_FILES = ("--profiles", "profiles", "--state", "bot.sqlite3")
+"""Where `connect` finds its profiles and keeps its store, unless a test says otherwise (`--postgres`)."""
 
 # A Claude Code stand-in speaking its stream-json control protocol (the `claude-sdk` dialect): each message asks
 # before a tool — Bash, running the command given as its argument — or, for a message that mentions "question",
@@ -82,6 +89,35 @@ def asking_profile(directory: Path, bash_command: str = "rm -rf build", **more: 
         "permissions": {"ask": ["Bash"], "timeout_secs": 60},
         **more,
     }
+
+
+def connect_command(directory: Path, secrets: dict[str, str], *args: str) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of `agent-bridge connect bot.yaml` in `directory`: `args` (or `BOT_FILES`) after
+    it, `secrets` (what the config's `${…}` name) and a state directory of its own in its environment."""
+    argv = [AGENT_BRIDGE, "connect", "bot.yaml", *(args or BOT_FILES)]
+    return argv, {**os.environ, **secrets, "XDG_STATE_HOME": str(directory / "state")}
+
+
+@asynccontextmanager
+async def connect_running(
+    directory: Path, secrets: dict[str, str], *args: str, **options: Any
+) -> AsyncIterator[trio.Process]:
+    """`agent-bridge connect` (`connect_command`) running in `directory`, SIGKILLed at the end unless it ended
+    already (`stop_connect`); `options` go to `trio.lowlevel.open_process` (stderr=subprocess.PIPE…)."""
+    argv, env = connect_command(directory, secrets, *args)
+    process = await trio.lowlevel.open_process(argv, cwd=directory, env=env, **options)
+    try:
+        yield process
+    finally:
+        process.kill()
+        await process.wait()
+
+
+async def stop_connect(process: trio.Process, within: float) -> None:
+    """SIGTERM, as systemd stops it: `connect` must end with 0 within `within` seconds."""
+    process.send_signal(signal.SIGTERM)
+    with trio.fail_after(within):
+        assert await process.wait() == 0, f"connect ended with {process.returncode} on SIGTERM, not 0"
 
 
 @dataclass

@@ -36,6 +36,7 @@ from bridge.files.fetch_policy import (
     source_kind,
 )
 from bridge.files.turn_directory import TurnFiles
+from bridge.profile.sections import AttachmentsSettings
 from bridge.turn import Attachment, Turn
 
 
@@ -93,7 +94,7 @@ def test_public_addresses_pass(address: str) -> None:
 
 
 def test_exceptions_only_by_an_explicit_host_or_network() -> None:
-    policy = AttachmentPolicy(allow_hosts=("Files.Internal.", "10.0.0.0/8", "::1"))
+    policy = AttachmentPolicy(AttachmentsSettings(allow_hosts=("Files.Internal.", "10.0.0.0/8", "::1")))
     assert policy.refusal("files.internal", "10.9.9.9") is None
     assert policy.refusal("files.internal", "192.168.0.1") is None  # the host is named: all its addresses
     assert policy.refusal("other", "10.2.3.4") is None
@@ -297,7 +298,7 @@ def server() -> Iterator[str]:
         httpd.server_close()
 
 
-LOOPBACK = AttachmentPolicy(allow_hosts=("127.0.0.1",))
+LOOPBACK = AttachmentPolicy(AttachmentsSettings(allow_hosts=("127.0.0.1",)))
 LOOPBACK_FETCH = {"fetch": True, "allow_hosts": ["127.0.0.1"]}  # a profile's section (agentproc-0.1 passes through)
 
 
@@ -351,18 +352,18 @@ async def test_an_empty_image_is_refused(tmp_path: Path, server: str) -> None:
 
 
 async def test_sizes_are_enforced_while_streaming(tmp_path: Path, server: str) -> None:
-    small = AttachmentPolicy(allow_hosts=("127.0.0.1",), max_file_bytes=1_000_000)
+    small = AttachmentPolicy(AttachmentsSettings(allow_hosts=("127.0.0.1",), max_file_bytes=1_000_000))
     assert "the largest file allowed" in await refused(tmp_path, Attachment("file", f"{server}/huge"), policy=small)
     message = await refused(tmp_path, Attachment("file", f"{server}/endless"), policy=small)
     assert "the largest file allowed (attachments.max_file_bytes)" in message
-    both = AttachmentPolicy(allow_hosts=("127.0.0.1",), max_turn_bytes=60)
+    both = AttachmentPolicy(AttachmentsSettings(allow_hosts=("127.0.0.1",), max_turn_bytes=60))
     assert "come to over 60 bytes together" in await refused(
         tmp_path, Attachment("file", f"{server}/cat.png"), Attachment("file", f"{server}/cat.png"), policy=both
     )
 
 
 async def test_the_total_time_is_bounded(tmp_path: Path, server: str) -> None:
-    quick = AttachmentPolicy(allow_hosts=("127.0.0.1",), timeout_secs=0.5)
+    quick = AttachmentPolicy(AttachmentsSettings(allow_hosts=("127.0.0.1",), timeout_secs=0.5))
     started = trio.current_time()
     assert "within 0.5 s" in await refused(tmp_path, Attachment("file", f"{server}/slow"), policy=quick)
     assert trio.current_time() - started < 3

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -14,15 +13,15 @@ from pathlib import Path
 import pytest
 import trio
 import yaml
-from chatkit import asking_profile
+from chatkit import AGENT_BRIDGE, BOT_FILES, asking_profile, connect_command, connect_running, stop_connect
 from fakes.telegram_bot_api import running_fake_bot_api
 from test_chat_scenarios import FAST_FLOOD, FAST_PACE
 
 from bridge.chat.botlock import lock_path
 from bridge.cli.connect import chat_store_path
 
-AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+SECRETS = {"TELEGRAM_BOT_TOKEN": TOKEN}
 DEADLINE = 30
 # The tests not about the pace run test_chat_scenarios' fast one (the edit-merging test keeps Telegram's):
 # the config line that gives the bot that pace.
@@ -137,11 +136,8 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: echo\n'
             "  allow_users: [42]\n" + FAST_PACE_LINE
         )
-        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
-        env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
         fake.user_says(chat=42, user=42, text="hello")
-        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
-        try:
+        async with connect_running(tmp_path, SECRETS):
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "echo: hello"], within=20)
             reply = next(m for m in fake.sent_to(42) if m.text == "echo: hello")
             assert reply.entities == [{"type": "bold", "offset": 0, "length": 4}]
@@ -151,20 +147,13 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
             )
             fake.user_says(chat=7, user=7, text="let me in")
             await fake.wait_until(lambda: fake.sent_to(7), within=20)
+            argv, env = connect_command(tmp_path, SECRETS)
             second = await trio.run_process(argv, cwd=tmp_path, env=env, check=False, capture_stderr=True)
             assert second.returncode == 2 and b"already served by agent-bridge connect" in second.stderr
-        finally:
-            process.kill()
-            await process.wait()
         fake.user_says(chat=42, user=42, text="again")
-        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
-        try:
+        async with connect_running(tmp_path, SECRETS) as process:
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "echo: again"], within=20)
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(20):
-                assert await process.wait() == 0
-        finally:
-            process.kill()
+            await stop_connect(process, 20)
         texts = [m.text for m in fake.sent_to(42) if not m.deleted]
         assert texts.count("echo: hello") == 1 and texts.count("echo: again") == 1, texts
         assert (tmp_path / "runs").read_text().splitlines() == ["hello", "again"]
@@ -180,10 +169,7 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: asker\n'
             "  allow_users: [42]\n" + FAST_PACE_LINE
         )
-        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
-        env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
-        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
-        try:
+        async with connect_running(tmp_path, SECRETS) as process:
             fake.user_says(chat=42, user=42, text="build it")
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.reply_markup], within=20)
             prompt = next(m for m in fake.sent_to(42) if m.reply_markup)
@@ -194,10 +180,7 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == decided], within=20)
             await fake.wait_until(lambda: fake.answers, within=20)
             await fake.wait_until(lambda: [e for e in fake.edits if "Denied by " in e[2]], within=20)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(20):
-                await process.wait()
+            await stop_connect(process, 20)
 
 
 # ---------------------------------------------------------------------------- connect --metrics
@@ -239,14 +222,8 @@ async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_
         fake.fail_next("sendMessage", too_many_requests(1))
         fake.fail_next("sendMessage", ApiFault(403, "Forbidden: bot was blocked by the user"))
         fake.user_says(chat=42, user=42, text="hello")
-        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
-        process = await trio.lowlevel.open_process(
-            [*argv, "--metrics", "127.0.0.1:0"],
-            cwd=bot,
-            env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN},
-            stderr=subprocess.PIPE,
-        )
-        try:
+        metrics = ("--metrics", "127.0.0.1:0")
+        async with connect_running(bot, SECRETS, *BOT_FILES, *metrics, stderr=subprocess.PIPE) as process:
             url = await metrics_url(process)
             await scrape_until(url, 'agent_bridge_chat_undeliverable_replies_total{platform="telegram"} 1.0')
             fake.user_says(chat=42, user=42, text="again")
@@ -256,10 +233,7 @@ async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_
                 'agent_bridge_chat_updates_received_total{platform="telegram"} 3.0',
                 'agent_bridge_chat_replies_delivered_total{platform="telegram"} 2.0',  # "hi", and the refusal
             )
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(DEADLINE):
-                await process.wait()
+            await stop_connect(process, DEADLINE)
     lines = text.splitlines()
     assert 'agent_bridge_chat_turns_started_total{platform="telegram"} 2.0' in lines
     assert 'agent_bridge_chat_undeliverable_replies_total{platform="telegram"} 1.0' in lines
@@ -286,23 +260,12 @@ async def test_a_connect_killed_between_the_parts_of_a_long_reply_sends_only_the
         fake.fail_next("sendMessage", SlowDown(0))  # the first part goes through
         fake.fail_next("sendMessage", SlowDown(600))  # the second hangs until the bot is killed
         fake.user_says(chat=42, user=42, text="long, please")
-        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
-        env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
-        process = await trio.lowlevel.open_process(argv, cwd=bot, env=env)
-        try:
+        async with connect_running(bot, SECRETS):  # SIGKILLed at its end: no shutdown of any kind
             await fake.wait_until(lambda: len(fake.calls_of("sendMessage")) == 2, within=DEADLINE)
             assert [m.text for m in fake.sent_to(42)] == [first]
-        finally:
-            process.kill()  # SIGKILL: no shutdown of any kind
-            await process.wait()
-        process = await trio.lowlevel.open_process(argv, cwd=bot, env=env)
-        try:
+        async with connect_running(bot, SECRETS) as process:
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == second], within=DEADLINE)
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(DEADLINE):
-                assert await process.wait() == 0
-        finally:
-            process.kill()
+            await stop_connect(process, DEADLINE)
         assert [m.text for m in fake.sent_to(42)] == [first, second]
 
 
@@ -331,18 +294,13 @@ async def test_a_partial_arriving_while_an_edit_waits_for_its_turn_goes_out_with
     async with running_fake_bot_api(TOKEN) as fake:
         (bot / "bot.yaml").write_text((bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url))
         fake.user_says(chat=42, user=42, text="go")
-        argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
-        process = await trio.lowlevel.open_process(argv, cwd=bot, env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN})
-        try:
+        async with connect_running(bot, SECRETS) as process:
             await fake.wait_until(lambda: fake.sent_to(42), within=DEADLINE)
             await trio.to_thread.run_sync((bot / "gate").write_text, "")  # the FIFO: the agent goes on
             await fake.wait_until(lambda: fake.calls_of("editMessageText"), within=DEADLINE)
             await trio.to_thread.run_sync((bot / "gate").write_text, "")
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "done"], within=DEADLINE)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(DEADLINE):
-                await process.wait()
+            await stop_connect(process, DEADLINE)
     preview = fake.sent_to(42)[0]
     # One edit, a second after the first message, showing both later partials: not "first second", then the rest
     # a second later still.

@@ -12,14 +12,11 @@ an update never stored (1) was never acknowledged, so Telegram hands it out agai
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +24,13 @@ from typing import Any
 import pytest
 import trio
 import yaml
+from chatkit import connect_running, stop_connect
 from fakes.telegram_bot_api import FakeBotApi, FloodLimits, Held, running_fake_bot_api
 from synapse import SynapseServer
 from test_chat_matrix import CLIENT, PASSWORD, Person, alice, joined_by_someone_else, section, synapse  # noqa: F401  # fixtures: one Synapse for this module's tests
 
-AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+SECRETS = {"TELEGRAM_BOT_TOKEN": TOKEN}
 ALICE = 42
 WITHIN = 20
 # Not about pacing (the fake enforces none, Synapse's limits are raised): the bot sends as fast as it can.
@@ -135,18 +133,6 @@ class Bot:
     def acknowledged(self, update_id: int) -> bool:
         """Whether a getUpdates confirming `update_id` (its offset past it) arrived."""
         return any(int(call.params.get("offset", 0)) > update_id for call in self.fake.calls_of("getUpdates"))
-
-
-@asynccontextmanager
-async def connect(bot: Bot) -> AsyncIterator[trio.Process]:
-    argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
-    env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "XDG_STATE_HOME": str(bot.directory / "state")}
-    process = await trio.lowlevel.open_process(argv, cwd=bot.directory, env=env)
-    try:
-        yield process
-    finally:
-        process.kill()
-        await process.wait()
 
 
 async def arrives_within(seconds: float, fake: FakeBotApi, condition: Callable[[], bool]) -> bool:
@@ -272,7 +258,7 @@ async def test_kill_9_of_connect_at_each_step_then_a_restart_answers_each_messag
             config = {"token": "${TELEGRAM_BOT_TOKEN}", "api_url": fake.api_url, "profile": "agent", "pace": UNPACED}
             (tmp_path / "bot.yaml").write_text(yaml.safe_dump({"telegram": config | {"allow_users": [ALICE]}}))
             bot.configure(step.hold)
-            async with connect(bot) as process:
+            async with connect_running(bot.directory, SECRETS) as process:
                 with trio.fail_after(WITHIN):
                     text = await step.reach(bot)
                 process.kill()
@@ -286,13 +272,11 @@ async def restart_and_check(bot: Bot, step: Step, text: str) -> None:
     fake = bot.fake
     final = f"echo: {text}"
     bot.configure("")
-    async with connect(bot) as process:
+    async with connect_running(bot.directory, SECRETS) as process:
         await fake.wait_until(lambda: bot.sent(final), WITHIN)
         fake.user_says(ALICE, ALICE, "after")  # a later message, answered after whatever the restart picked up
         await fake.wait_until(lambda: bot.sent("echo: after"), WITHIN)
-        process.send_signal(signal.SIGTERM)
-        with trio.fail_after(WITHIN):
-            assert await process.wait() == 0
+        await stop_connect(process, WITHIN)
     shown = [message.text for message in fake.visible(ALICE) if message.document is None]
     assert shown == [final] * step.replies + ["echo: after"], "each reply once, and no preview left behind"
     assert bot.runs() == [text] * step.runs + ["after"]
@@ -343,16 +327,14 @@ async def test_kill_9_of_connect_in_a_matrix_room_then_a_restart_answers_each_me
     config = {"homeserver": synapse.url, "user_id": bot_id, "password": "${MATRIX_PASSWORD}", "profile": "agent"}
     config["pace"] = UNPACED
     (tmp_path / "bot.yaml").write_text(yaml.safe_dump({"matrix": config | {"allow_users": [alice.user_id]}}))
-    argv = [AGENT_BRIDGE, "connect", "bot.yaml", "--profiles", "profiles", "--state", "bot.sqlite3"]
-    env = {**os.environ, "MATRIX_PASSWORD": PASSWORD, "XDG_STATE_HOME": str(tmp_path / "state")}
+    secrets = {"MATRIX_PASSWORD": PASSWORD}
     gate = Gate()
     room = await alice.room_with(section(synapse, bot_id, password=PASSWORD))
     async with trio.open_nursery() as nursery:
         await nursery.start(gate.serve)
         bot = Bot(tmp_path, FakeBotApi(), gate)  # the fake stays idle: only the profile and the runs are used
         bot.configure(step.hold)
-        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
-        try:
+        async with connect_running(tmp_path, secrets):
             await joined_by_someone_else(alice, room, bot_id)
             await alice.say(room, "hello")
             await gate.wait_for("start" if step.hold == "start" else "partial")
@@ -361,21 +343,12 @@ async def test_kill_9_of_connect_in_a_matrix_room_then_a_restart_answers_each_me
                 await gate.go_on("partial")
                 await gate.wait_for("edited")
                 await room_until(alice, room, bot_id, lambda events: len(events) > len(shown_in(events)))
-        finally:
-            process.kill()
-            await process.wait()
         bot.configure("")
-        process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
-        try:
+        async with connect_running(tmp_path, secrets) as process:
             await room_until(alice, room, bot_id, lambda events: FINAL in shown_in(events))
             await alice.say(room, "after")
             await room_until(alice, room, bot_id, lambda events: "echo: after" in shown_in(events))
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(WITHIN):
-                assert await process.wait() == 0
-        finally:
-            process.kill()
-            await process.wait()
+            await stop_connect(process, WITHIN)
         nursery.cancel_scope.cancel()
     assert shown_in(await alice.messages_from(room, bot_id)) == [FINAL, "echo: after"]
     assert bot.runs() == ["hello"] * step.runs + ["after"]

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import itertools
-import os
-import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,7 +15,7 @@ import httpx
 import pytest
 import trio
 import yaml
-from chatkit import asking_profile
+from chatkit import asking_profile, connect_running, stop_connect
 from synapse import SynapseServer
 
 from bridge.chat.config import MatrixConfig, Pace
@@ -700,9 +698,7 @@ async def test_connect_answers_in_a_matrix_room_and_after_kill_9_repeats_nothing
             }
         )
     )
-    argv = [str(Path(sys.executable).parent / "agent-bridge"), "connect", "bot.yaml", "--profiles", "profiles"]
-    argv += ["--state", "bot.sqlite3"]
-    env = {**os.environ, "MATRIX_PASSWORD": PASSWORD}
+    secrets = {"MATRIX_PASSWORD": PASSWORD}
     room = await alice.room_with(bot)
 
     async def bot_said(text: str) -> None:
@@ -716,23 +712,14 @@ async def test_connect_answers_in_a_matrix_room_and_after_kill_9_repeats_nothing
         raise AssertionError(f"the bot did not say {text!r} within 30 s")
 
     await alice.say(room, "hello")  # while the invite waits: answered once the bot has joined
-    process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
-    try:
+    async with connect_running(tmp_path, secrets):  # SIGKILLed at its end: no goodbye
         await joined_by_someone_else(alice, room, bot.user_id)
         await alice.say(room, "after the join")
         await bot_said("echo: after the join")
-    finally:
-        process.kill()  # SIGKILL: no goodbye
-        await process.wait()
     await alice.say(room, "again")
-    process = await trio.lowlevel.open_process(argv, cwd=tmp_path, env=env)
-    try:
+    async with connect_running(tmp_path, secrets) as process:
         await bot_said("echo: again")
-        process.send_signal(signal.SIGTERM)
-        with trio.fail_after(20):
-            assert await process.wait() == 0
-    finally:
-        process.kill()
+        await stop_connect(process, 20)
     bodies = [event["content"].get("body") for event in await alice.messages_from(room, bot.user_id)]
     assert [bodies.count(f"echo: {text}") for text in ("hello", "after the join", "again")] == [1, 1, 1], bodies
     assert (tmp_path / "runs").read_text().splitlines() == ["hello", "after the join", "again"]

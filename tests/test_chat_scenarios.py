@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import trio
 import yaml
-from chatkit import asking_profile
+from chatkit import AGENT_BRIDGE, asking_profile, connect_running, stop_connect
 from fakes.telegram_bot_api import (
     MESSAGE_LIMIT,
     Call,
@@ -35,7 +35,6 @@ from fakes.telegram_bot_api import (
     too_many_requests,
 )
 
-AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 ALICE = 42
 WITHIN = 20.0
@@ -111,17 +110,9 @@ async def connected(bot: Path, fake: FakeBotApi, *extra: str, **section: Any) ->
     config = {"token": "${TELEGRAM_BOT_TOKEN}", "api_url": fake.api_url, "profile": "agent", "allow_users": [ALICE]}
     config["pace"] = FAST_PACE
     (bot / "bot.yaml").write_text(yaml.safe_dump({"telegram": config | section}))
-    argv = [AGENT_BRIDGE, "connect", "bot.yaml", *(extra or ("--profiles", "profiles", "--state", "bot.sqlite3"))]
-    env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "XDG_STATE_HOME": str(bot / "state")}
-    process = await trio.lowlevel.open_process(argv, cwd=bot, env=env)
-    try:
+    async with connect_running(bot, {"TELEGRAM_BOT_TOKEN": TOKEN}, *extra) as process:
         yield process
-        process.send_signal(signal.SIGTERM)
-        with trio.fail_after(WITHIN):
-            assert await process.wait() == 0
-    finally:
-        process.kill()
-        await process.wait()
+        await stop_connect(process, WITHIN)
 
 
 def runs(bot: Path) -> list[str]:

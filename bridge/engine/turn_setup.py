@@ -132,4 +132,4 @@ async def _fetch_attachments(
         )
         setup.ending = ending_of(err)
         return
-    setup.keep_attachments = policy.keep
+    setup.keep_attachments = policy.settings.keep

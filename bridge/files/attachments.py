@@ -60,15 +60,8 @@ def policy_of(profile: Profile, allow_hosts: tuple[str, ...] = ()) -> Attachment
     """The attachment policy of `profile`'s `attachments` section, with a host's `allow_hosts` added; `fetch`
     unset is the protocol's default."""
     section = profile.attachments or AttachmentsSettings()
-    return AttachmentPolicy(
-        max_file_bytes=section.max_file_bytes,
-        max_turn_bytes=section.max_turn_bytes,
-        max_count=section.max_count,
-        timeout_secs=section.timeout_secs,
-        allow_hosts=section.allow_hosts,
-        keep=section.keep,
-        fetch=PROTOCOLS[profile.protocol].fetches_attachments if section.fetch is None else section.fetch,
-    ).with_hosts(allow_hosts)
+    fetch = PROTOCOLS[profile.protocol].fetches_attachments if section.fetch is None else section.fetch
+    return AttachmentPolicy(section, fetch).with_hosts(allow_hosts)
 
 
 def makes_files(profile: Profile, attachments: tuple[Attachment, ...], allow_hosts: tuple[str, ...] = ()) -> bool:
@@ -85,9 +78,9 @@ async def prepare_attachments(
     (the caller removes `files`)."""
     if not policy.fetch:
         return turn.replace(attachments=await _passed_through(turn.attachments, files, policy, log, cancel))
-    if len(turn.attachments) > policy.max_count:
+    if len(turn.attachments) > policy.settings.max_count:
         raise _failed(
-            f"the turn has {len(turn.attachments)} attachments, over the {policy.max_count} allowed "
+            f"the turn has {len(turn.attachments)} attachments, over the {policy.settings.max_count} allowed "
             "(attachments.max_count); nothing was fetched"
         )
     return turn.replace(attachments=await _fetch_all(turn.attachments, files, policy, log, cancel))
@@ -146,7 +139,7 @@ async def _fetch_all(
     names = [safe_name(item.name, taken, f"attachment-{index + 1}") for index, item in enumerate(attachments)]
     fetched: list[Attachment | None] = [None] * len(attachments)
     failures: list[str] = []
-    budget = _Budget(policy.max_turn_bytes)
+    budget = _Budget(policy.settings.max_turn_bytes)
 
     async def fetch(index: int, nursery: trio.Nursery) -> None:
         attachment = attachments[index]
@@ -173,7 +166,7 @@ async def _fetch_all(
         failures.append(f"attachment {attachment.name or names[index]!r} ({shown_url(attachment.url)}): {reason}")
         nursery.cancel_scope.cancel()
 
-    with trio.move_on_after(policy.timeout_secs) as timer:
+    with trio.move_on_after(policy.settings.timeout_secs) as timer:
         async with trio.open_nursery() as nursery:
             if cancel is not None:
                 nursery.start_soon(_cancel_on, cancel, nursery.cancel_scope)
@@ -185,7 +178,7 @@ async def _fetch_all(
         raise _failed(failures[0])
     if timer.cancelled_caught:
         raise _failed(
-            f"the attachments were not all fetched within {policy.timeout_secs:g} s (attachments.timeout_secs)"
+            f"the attachments were not all fetched within {policy.settings.timeout_secs:g} s (attachments.timeout_secs)"
         )
     if any(item is None for item in fetched):
         raise AttachmentFailed("cancelled while fetching the attachments", cancelled=True)
@@ -222,7 +215,7 @@ class _Sink:
 
     def expect(self, length: int) -> None:
         """The server announced `length` bytes: refused at once when they cannot fit."""
-        if length > self.policy.max_file_bytes:
+        if length > self.policy.settings.max_file_bytes:
             raise self._too_big()
         if length > self.budget.left:
             raise self._turn_too_big()
@@ -230,7 +223,7 @@ class _Sink:
     def write(self, data: bytes) -> None:
         self.size += len(data)
         self.budget.left -= len(data)
-        if self.size > self.policy.max_file_bytes:
+        if self.size > self.policy.settings.max_file_bytes:
             raise self._too_big()
         if self.budget.left < 0:
             raise self._turn_too_big()
@@ -256,12 +249,13 @@ class _Sink:
 
     def _too_big(self) -> AttachmentRefused:
         return AttachmentRefused(
-            f"it is over {size_text(self.policy.max_file_bytes)}, the largest file allowed (attachments.max_file_bytes)"
+            f"it is over {size_text(self.policy.settings.max_file_bytes)}, the largest file allowed "
+            "(attachments.max_file_bytes)"
         )
 
     def _turn_too_big(self) -> AttachmentRefused:
         return AttachmentRefused(
-            f"the turn's attachments come to over {size_text(self.policy.max_turn_bytes)} together "
+            f"the turn's attachments come to over {size_text(self.policy.settings.max_turn_bytes)} together "
             "(attachments.max_turn_bytes)"
         )
 
@@ -271,7 +265,7 @@ async def _fetch_one(
 ) -> Attachment:
     kind = source_kind(attachment.url)
     if kind == "data":
-        declared, data = decode_data_uri(attachment.url, policy.max_file_bytes)
+        declared, data = decode_data_uri(attachment.url, policy.settings.max_file_bytes)
         sink = _Sink(files, name, attachment, declared, policy, budget)
         try:
             sink.write(data)

@@ -3,11 +3,11 @@
 The fetching itself is `bridge.files.attachments`; everything it decides is here, so the rules are tested without a
 network:
 
-- `AttachmentPolicy`: the limits (per file, per turn, count, time) and the hosts and networks a URL may reach
-  although they are not public. By default only globally routable addresses are fetched from: loopback,
-  private, shared (100.64/10), link-local (169.254/16 and fe80::/10: cloud metadata), multicast, unspecified
-  and reserved addresses are refused, and so are the IPv6 forms that carry one of those IPv4 addresses
-  (IPv4-mapped, 6to4, NAT64, Teredo);
+- `AttachmentPolicy`: the profile's `attachments` section (`AttachmentsSettings`: the limits per file, per turn,
+  count and time, and the hosts and networks a URL may reach although they are not public) as one turn applies
+  it. By default only globally routable addresses are fetched from: loopback, private, shared (100.64/10),
+  link-local (169.254/16 and fe80::/10: cloud metadata), multicast, unspecified and reserved addresses are
+  refused, and so are the IPv6 forms that carry one of those IPv4 addresses (IPv4-mapped, 6to4, NAT64, Teredo);
 - `where` says what kind of source a URL is (http(s), data:, a local path) and refuses every other scheme;
 - `shown_url` is the only form of a URL that reaches a log or an error: no credentials, no query;
 - `safe_name` turns a name from the outside into a file name of the attachments directory;
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import AttachmentRefused as AttachmentRefused  # re-exported, as bridge.errors says
-from ..profile.fields import DEFAULT_MAX_COUNT, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TURN_BYTES, DEFAULT_TIMEOUT_SECS
+from ..profile.sections import AttachmentsSettings
 from ..turn import normalised_media_type
 
 MIB = 1024 * 1024
@@ -46,16 +46,11 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 @dataclass(slots=True, frozen=True)
 class AttachmentPolicy:
-    """The limits of one turn's attachments and the exceptions to the address rule (`allow_hosts`)."""
+    """One turn's attachment rules: the profile's `attachments` section (`settings`: the limits, the exceptions to
+    the address rule, `keep`) with `fetch` decided for the agent's protocol, and `allow_hosts` read once into the
+    host names and networks `refusal` checks."""
 
-    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
-    max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES
-    max_count: int = DEFAULT_MAX_COUNT
-    timeout_secs: float = DEFAULT_TIMEOUT_SECS
-    allow_hosts: tuple[str, ...] = ()
-    """Host names (exact, any case) and addresses or CIDR networks that may be fetched from although not public."""
-    keep: bool = False
-    """Leave the turn's attachments in place when the turn ends (for debugging an agent)."""
+    settings: AttachmentsSettings = field(default_factory=AttachmentsSettings)
     fetch: bool = True
     """Fetch the attachments before the agent starts; False hands the agent their URLs as sent (pass-through)."""
     _names: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -64,19 +59,21 @@ class AttachmentPolicy:
     def __post_init__(self) -> None:
         names: set[str] = set()
         networks: list[Network] = []
-        for entry in self.allow_hosts:
+        for entry in self.settings.allow_hosts:
             try:
                 networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
             except ValueError:
                 names.add(entry.lower().rstrip("."))
-        object.__setattr__(self, "allow_hosts", tuple(self.allow_hosts))
         object.__setattr__(self, "_names", frozenset(names))
         object.__setattr__(self, "_networks", tuple(networks))
 
     def with_hosts(self, hosts: Iterable[str]) -> AttachmentPolicy:
         """This policy with more exceptions (a host's option on top of a profile's section)."""
-        extra = tuple(host for host in hosts if host not in self.allow_hosts)
-        return dataclasses.replace(self, allow_hosts=self.allow_hosts + extra) if extra else self
+        known = self.settings.allow_hosts
+        extra = tuple(host for host in hosts if host not in known)
+        if not extra:
+            return self
+        return dataclasses.replace(self, settings=dataclasses.replace(self.settings, allow_hosts=known + extra))
 
     def refusal(self, host: str, address: str) -> str | None:
         """Why `address` (an IP that `host` resolved to) must not be connected to, or None when it may."""

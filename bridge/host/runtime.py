@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from ..engine.driver import DRAIN_SECS, REAP_SECS
-from ..engine.loop import Emit, as_decision
+from ..engine.loop import as_decision
 from ..engine.one_process import drive_turn
 from ..engine.questions import QuestionAnswer, Questions
 from ..engine.result import Outcome, TurnResult, cancelled_result, folded_result
@@ -37,7 +37,6 @@ from ..errors import BridgeError, DuplicateTurn, HostClosed, ProtocolMisuse, Que
 from ..log import Logger, get_logger
 from ..permissions import Decision
 from ..profile import Profile
-from ..turn import Turn
 from .file_turnlock import Place, TurnLocks
 from .interface import BaseHost, ClientSessionIds, HostStats, Submitted
 from .pool import Key, WarmPool
@@ -82,16 +81,24 @@ StoreOpener = Callable[[], OpenedStore]  # opens a host's store when the host is
 
 
 class _Flight(Ticket):
-    """A ticket plus what the host needs to stop its turn and answer its questions."""
+    """A submitted turn in the host: its ticket, the request (`submitted`) with the profile it loaded, the
+    callbacks it reports to (`emit`) and its log, and what the host needs to stop it and answer its questions."""
 
-    __slots__ = ("turn_id", "cancel", "wake", "profile", "questions", "agent")
+    __slots__ = ("turn_id", "submitted", "profile", "log", "questions", "emit", "agent", "cancel", "wake")
+    key: Key  # (profile name, conversation, session name)
 
-    def __init__(self, key: Key, seq: int, turn_id: str, profile: Profile, questions: Questions) -> None:
-        super().__init__(key, seq)
-        self.turn_id = turn_id
+    def __init__(self, seq: int, submitted: Submitted, profile: Profile, log: Logger) -> None:
+        super().__init__((submitted.profile, submitted.conversation, submitted.turn.session_name), seq)
+        self.turn_id = submitted.turn_id
+        self.submitted = submitted
         self.profile = profile
+        self.log = log
+        self.questions = Questions(  # the agent's requests to run a tool that wait for the host
+            listening=submitted.on_event is not None or submitted.on_permission is not None,
+            hears_questions=submitted.on_event is not None,
+        )
+        self.emit = submitted.callbacks(self.questions)
         self.agent: WarmAgent | None = None  # the warm agent running the turn, while it does
-        self.questions = questions  # the agent's requests to run a tool that wait for the host
         self.cancel = trio.Event()  # set: stop the agent as a host cancel; the result says 130
         self.wake = trio.Event()  # set: the ticket left the queue (started, or withdrawn)
 
@@ -285,20 +292,13 @@ class Host(BaseHost):
     async def _run_submitted(self, submitted: Submitted, task_status: trio.TaskStatus[str]) -> TurnResult:
         """Admit the turn to the queue (`QueueFull` when it is full), then run it in its turn."""
         self._open()  # a host not entered has no store to read the conversation's session from
-        profile, turn, turn_id = submitted.profile, submitted.turn, submitted.turn_id
-        key: Key = (profile, submitted.conversation, turn.session_name)
-        loaded = self.registry.get(profile)
-        log = self._log.bind(turn_id=turn_id, profile=profile, conversation=submitted.conversation)
-        questions = Questions(
-            listening=submitted.on_event is not None or submitted.on_permission is not None,
-            hears_questions=submitted.on_event is not None,
-        )
-        flight = _Flight(key, next(self._arrivals), turn_id, loaded, questions)
-        runs_now = self._admit(flight, log)
-        task_status.started(turn_id)
-        emit = submitted.callbacks(questions)
+        loaded = self.registry.get(submitted.profile)
+        log = self._log.bind(turn_id=submitted.turn_id, profile=submitted.profile, conversation=submitted.conversation)
+        flight = _Flight(next(self._arrivals), submitted, loaded, log)
+        runs_now = self._admit(flight)
+        task_status.started(submitted.turn_id)
         try:
-            if not runs_now and loaded.on_busy == "steer" and (steered := await self._steer(flight, turn, log)):
+            if not runs_now and loaded.on_busy == "steer" and (steered := await self._steer(flight)):
                 running_id, session_id = steered
                 duration_ms = max(0, round((trio.current_time() - submitted.started) * 1000))
                 return folded_result(loaded, running_id, session_id, duration_ms)
@@ -306,13 +306,14 @@ class Host(BaseHost):
                 await self._wait_for_slot(flight)
             if flight.state == Ticket.WITHDRAWN:
                 return _cancelled_result(loaded, submitted.started)
-            return await self._run(flight, loaded, profile, submitted.conversation, turn, emit, log)
+            return await self._run(flight)
         finally:
             self._land(flight)
 
-    def _admit(self, flight: _Flight, log: Logger) -> bool:
+    def _admit(self, flight: _Flight) -> bool:
         """Put the flight in the queue: True when it runs now; `QueueFull` when there is no room. A
         conversation whose profile says `on_busy: interrupt` has its running turn stopped for it."""
+        log = flight.log
         try:
             runs_now = self._queue.admit(flight)
         except QueueFull:
@@ -395,17 +396,17 @@ class Host(BaseHost):
             None,
         )
 
-    async def _steer(self, flight: _Flight, turn: Turn, log: Logger) -> tuple[str, str] | None:
+    async def _steer(self, flight: _Flight) -> tuple[str, str] | None:
         """`on_busy: steer`: give the conversation's running turn this message. The id of the turn that took it
         in (which answers it) and its session; None when it waits for its own turn (the running agent cannot
         steer, refused it, or its turn ended first). The flight keeps its place in the queue meanwhile."""
         running = self._running_turn(flight.key)
         agent = running.agent if running is not None else None
         if running is None or agent is None or not agent.can_steer:
-            log.info("on_busy is steer, but the running turn cannot be steered: the message queues")
+            flight.log.info("on_busy is steer, but the running turn cannot be steered: the message queues")
             return None
         try:
-            folded = await agent.steer(turn)
+            folded = await agent.steer(flight.submitted.turn)
         except BaseException:
             if flight.state == Ticket.WAITING:  # the submitter went away
                 self._queue.withdraw(flight)
@@ -414,7 +415,7 @@ class Host(BaseHost):
             return None
         if flight.state == Ticket.WAITING:
             self._queue.withdraw(flight)
-        log.info("message steered into the running turn", folded_into=running.turn_id)
+        flight.log.info("message steered into the running turn", folded_into=running.turn_id)
         return running.turn_id, agent.session_id
 
     async def _wait_for_slot(self, flight: _Flight) -> None:
@@ -425,41 +426,25 @@ class Host(BaseHost):
                 self._queue.withdraw(flight)
             raise
 
-    async def _run(
-        self,
-        flight: _Flight,
-        profile: Profile,
-        name: str,
-        conversation: str,
-        turn: Turn,
-        emit: Emit | None,
-        log: Logger,
-    ) -> TurnResult:
+    async def _run(self, flight: _Flight) -> TurnResult:
         turn_locks = self._open().turn_locks
         if turn_locks is None:
-            return await self._run_in_place(flight, profile, name, conversation, turn, emit, log)
-        place = await self._take_place(turn_locks, flight, name, conversation, turn.session_name, log)
+            return await self._run_in_place(flight)
+        place = await self._take_place(turn_locks, flight)
         if place is None:  # cancelled while another process ran a turn of the conversation
-            return _cancelled_result(profile, trio.current_time())
+            return _cancelled_result(flight.profile, trio.current_time())
         try:
-            return await self._run_in_place(flight, profile, name, conversation, turn, emit, log)
+            return await self._run_in_place(flight)
         finally:
             place.release()
 
-    async def _take_place(
-        self,
-        turn_locks: TurnLocks | PgTurnLocks,
-        flight: _Flight,
-        name: str,
-        conversation: str,
-        session_name: str,
-        log: Logger,
-    ) -> Place | PgPlace | None:
+    async def _take_place(self, turn_locks: TurnLocks | PgTurnLocks, flight: _Flight) -> Place | PgPlace | None:
         """The conversation's place across processes, once our own queue let the turn start; None if the
         turn was cancelled while waiting. Waiting polls (no thread to abandon), and only while another
         process runs a turn of the conversation."""
+        log = flight.log
         try:
-            place = await turn_locks.join_async(name, conversation, session_name)
+            place = await turn_locks.join_async(*flight.key)
             try:
                 if not place.try_wait():
                     log.info("turn waits for an earlier turn of its conversation, in another process")
@@ -475,17 +460,8 @@ class Host(BaseHost):
             raise
         return place
 
-    async def _run_in_place(
-        self,
-        flight: _Flight,
-        profile: Profile,
-        name: str,
-        conversation: str,
-        turn: Turn,
-        emit: Emit | None,
-        log: Logger,
-    ) -> TurnResult:
-        key: Key = (name, conversation, turn.session_name)
+    async def _run_in_place(self, flight: _Flight) -> TurnResult:
+        profile, turn, emit, log, key = flight.profile, flight.submitted.turn, flight.emit, flight.log, flight.key
         pool = self._pool if profile.warm else None
         if self._pool is not None and pool is None:
             self._pool.discard(key)  # the profile stopped being warm: its old agent would miss this turn

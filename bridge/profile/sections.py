@@ -24,9 +24,12 @@ class AttachmentsSettings:
     max_count: int = DEFAULT_MAX_COUNT
     timeout_secs: float = DEFAULT_TIMEOUT_SECS
     allow_hosts: tuple[str, ...] = ()
+    """Host names (exact, any case) and addresses or CIDR networks that may be fetched from although not public."""
     keep: bool = False
+    """Leave the turn's attachments in place when the turn ends (for debugging an agent)."""
     fetch: bool | None = None
-    """None: the protocol's default (`ProtocolInfo.fetches_attachments`)."""
+    """Fetch the attachments before the agent starts; False hands the agent their URLs as sent (pass-through);
+    None: the protocol's default (`ProtocolInfo.fetches_attachments`)."""
 
 
 @dataclass(frozen=True, slots=True)
