@@ -37,7 +37,7 @@ from conftest import (
 )
 from fleetkit import Fleet, eventually, turn
 from hostkit import Lab
-from test_lifetime import read_json_until
+from test_lifetime import keeper_of, read_json_until
 
 import bridge
 from bridge.confinement.cgroups import CONTAINMENT, AgentCgroup, cgroup2_mount, own_cgroup
@@ -260,6 +260,26 @@ sys.stdin.readline()
         eventually(lambda: not directory.exists(), "the keeper to remove the host's directory", within=3.0)
     finally:
         host.kill()
+
+
+@needs_cgroups
+def test_a_bridge_stopped_with_its_keeper_by_one_sigterm_leaves_no_cgroup(tmp_path: Path) -> None:
+    """A supervisor that stops a whole process tree (acpx closing its agent, systemd stopping a service) sends
+    SIGTERM to the keeper too: it must outlive the bridge to remove the bridge's cgroup directory."""
+    (tmp_path / "profiles").mkdir()
+    escaping_profile(tmp_path / "profiles", timeout_secs=1.0)  # serve lets the turn in flight end: soon
+    serve = serve_turns(tmp_path, "escape", 1, "hi")
+    try:
+        read_json_until(serve.stdout, lambda record: record["type"] == "partial", "the agent ran")
+        [directory] = Path(CONTAINED.where).glob(f"agent-bridge-{serve.pid}-*")
+        keeper = keeper_of(serve.pid)
+        for pid in (serve.pid, keeper):
+            os.kill(pid, signal.SIGTERM)
+        serve.wait(timeout=10)
+        eventually(lambda: not directory.exists(), "the keeper to remove the bridge's directory", within=3.0)
+        assert_no_live_process([keeper, *read_pids(tmp_path / "profiles" / "pids")])
+    finally:
+        serve.kill()
 
 
 class ExitingGroup(AgentCgroup):
