@@ -20,12 +20,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 from conftest import (
+    PROFILES,
     PYTHON,
     SAMPLE_AGENTS,
     assert_no_live_process,
@@ -40,7 +42,14 @@ from hostkit import Lab
 from test_lifetime import keeper_of, read_json_until
 
 import bridge
-from bridge.confinement.cgroups import CONTAINMENT, AgentCgroup, cgroup2_mount, own_cgroup
+from bridge.confinement.cgroups import (
+    CONTAINMENT,
+    LEFTOVER_AFTER_SECS,
+    AgentCgroup,
+    cgroup2_mount,
+    directory_owner,
+    own_cgroup,
+)
 from bridge.confinement.orphans import collect_orphans
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -280,6 +289,62 @@ def test_a_bridge_stopped_with_its_keeper_by_one_sigterm_leaves_no_cgroup(tmp_pa
         assert_no_live_process([keeper, *read_pids(tmp_path / "profiles" / "pids")])
     finally:
         serve.kill()
+
+
+def leftover(pid: int, suffix: str, *, made_secs_ago: float, groups: tuple[str, ...] = ()) -> Path:
+    """A bridge's directory of agent cgroups as one killed together with its keeper leaves it (the test removes it)."""
+    directory = Path(CONTAINED.where) / f"agent-bridge-{pid}-{suffix}"
+    directory.mkdir()
+    for group in groups:
+        (directory / group).mkdir()
+    made = time.time() - made_secs_ago
+    os.utime(directory, (made, made))
+    return directory
+
+
+def remove_cgroup_tree(directory: Path) -> None:
+    for group in directory.iterdir():
+        if group.is_dir():
+            group.rmdir()
+    directory.rmdir()
+
+
+@needs_cgroups
+def test_a_bridge_removes_leftovers_of_dead_bridges_beside_its_own_at_its_first_agent(tmp_path: Path) -> None:
+    """`kill -9` of a bridge and its keeper together leaves the bridge's directory: the next bridge to start an
+    agent there removes it — never the directory of a live process, one made lately, or a group still in use."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "600"])
+    long_ago = LEFTOVER_AFTER_SECS + 60
+    stale = leftover(dead.pid, "0aa0aa", made_secs_ago=long_ago, groups=("1", "bridge"))
+    kept = [
+        leftover(alive.pid, "0bb0bb", made_secs_ago=long_ago, groups=("1",)),
+        leftover(dead.pid, "0cc0cc", made_secs_ago=5, groups=("1",)),
+        leftover(dead.pid, "0dd0dd", made_secs_ago=long_ago, groups=("1",)),
+    ]
+    in_use = kept[2] / "1"
+    busy = subprocess.Popen(["sleep", "600"])
+    (in_use / "cgroup.procs").write_text(str(busy.pid))
+    try:
+        done = subprocess.run([AGENT_BRIDGE, "run", str(PROFILES / "echo.yaml"), "hi"], capture_output=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert not stale.exists()
+        assert all(directory.exists() for directory in kept) and in_use.exists()
+    finally:
+        for process in (alive, busy):
+            process.kill()
+            process.wait()
+        eventually(lambda: not (in_use / "cgroup.procs").read_text().split(), "the sleeper to leave its group")
+        for directory in [stale, *kept]:
+            if directory.exists():
+                remove_cgroup_tree(directory)
+
+
+def test_only_a_bridges_directory_names_an_owner() -> None:
+    assert directory_owner("agent-bridge-4242-9f3a1c") == 4242
+    for name in ("agent-bridge-4242-9f3a1", "agent-bridge-4242-9F3A1C", "agent-bridge-x-9f3a1c", "bridge", "1"):
+        assert directory_owner(name) is None
 
 
 class ExitingGroup(AgentCgroup):
