@@ -341,6 +341,48 @@ def test_a_bridge_removes_leftovers_of_dead_bridges_beside_its_own_at_its_first_
                 remove_cgroup_tree(directory)
 
 
+@needs_cgroups
+def test_a_bridge_whose_directory_was_taken_for_a_leftover_makes_another(tmp_path: Path) -> None:
+    """A bridge in another PID namespace sees this one's pid as dead, and may remove its directory between
+    turns: the next agent gets a cgroup in a new one, which the keeper removes when the bridge ends."""
+    host = subprocess.Popen(
+        [
+            PYTHON,
+            "-c",
+            """
+import sys, bridge
+from bridge.confinement.cgroups import CONTAINMENT
+profile = bridge.load_profile(sys.argv[1])
+for _ in sys.stdin:
+    print(bridge.run_turn_sync(profile, bridge.Turn("hi")).exit_code, CONTAINMENT.directory, flush=True)
+""",
+            str(PROFILES / "echo.yaml"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def one_turn() -> Path:
+        host.stdin.write("turn\n")
+        host.stdin.flush()
+        exit_code, directory = host.stdout.readline().split()
+        assert exit_code == "0"
+        return Path(directory)
+
+    try:
+        first = one_turn()
+        eventually(lambda: not [path for path in first.iterdir() if path.is_dir()], "the agent's cgroup to go")
+        first.rmdir()
+        second = one_turn()
+        assert second != first and second.is_dir()
+        host.stdin.close()
+        assert host.wait(timeout=5) == 0
+        eventually(lambda: not second.exists(), "the keeper to remove the new directory", within=3.0)
+    finally:
+        host.kill()
+
+
 def test_only_a_bridges_directory_names_an_owner() -> None:
     assert directory_owner("agent-bridge-4242-9f3a1c") == 4242
     for name in ("agent-bridge-4242-9f3a1", "agent-bridge-4242-9F3A1C", "agent-bridge-x-9f3a1c", "bridge", "1"):

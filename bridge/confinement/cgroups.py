@@ -368,7 +368,12 @@ class Containment:
                 if not self._directory:
                     self._make_directory()
                 path = os.path.join(self._directory, str(self._made))
-                os.mkdir(path)
+                try:
+                    os.mkdir(path)
+                except FileNotFoundError:  # removed as a dead bridge's by a bridge in another PID namespace
+                    self._directory = make_directory(self._above)
+                    path = os.path.join(self._directory, str(self._made))
+                    os.mkdir(path)
             except OSError as err:
                 raise LaunchError(
                     126, f"no cgroup can be made for the agent in {self._directory or self._above}: {err.strerror}"
