@@ -243,8 +243,10 @@ _CGROUP_LEAK_WATCH: list[CgroupLeakWatch] = []
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The session's bridges' cgroup directories are watched from here (in xdist's controller: its workers are
     below it), so that one left behind fails the session (tests/cgroup_leaks.py)."""
+    if hasattr(session.config, "workerinput"):
+        return
     containment = CONTAINMENT.status()
-    if containment.available and not hasattr(session.config, "workerinput"):
+    if containment.available:
         _CGROUP_LEAK_WATCH.append(CgroupLeakWatch(Path(containment.where)))
         _CGROUP_LEAK_WATCH[0].start()
 
