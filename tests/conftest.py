@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 import trio
+from cgroup_leaks import CgroupLeakWatch
 from hostkit import Lab
 
 import bridge
+from bridge.confinement.cgroups import CONTAINMENT
 from bridge.engine.launch import looks_like_credential
 
 pytest_plugins = ["pgserver"]  # postgres_server, pg_dsn: a throwaway PostgreSQL cluster
@@ -231,3 +233,32 @@ def make_recorded_agent(make_agent: Callable[..., bridge.Profile], pid_file: Pat
         return make_agent(RECORD_PIDS + textwrap.dedent(source), env=env, **fields)
 
     return make
+
+
+# --------------------------------------------------------------------------- the session's guard against leftover cgroups
+
+_CGROUP_LEAK_WATCH: list[CgroupLeakWatch] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The session's bridges' cgroup directories are watched from here (in xdist's controller: its workers are
+    below it), so that one left behind fails the session (tests/cgroup_leaks.py)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    containment = CONTAINMENT.status()
+    if containment.available:
+        _CGROUP_LEAK_WATCH.append(CgroupLeakWatch(Path(containment.where)))
+        _CGROUP_LEAK_WATCH[0].start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not _CGROUP_LEAK_WATCH:
+        return
+    leftovers = _CGROUP_LEAK_WATCH.pop().leftovers()
+    if leftovers:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.ensure_newline()
+        reporter.write_sep("=", f"{len(leftovers)} agent cgroup directories outlived their bridges", red=True)
+        for path, owner in sorted(leftovers.items()):
+            reporter.write_line(f"{path}: pid {owner.pid} in {owner.cwd}: {owner.command[:300]}")

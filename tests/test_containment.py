@@ -20,12 +20,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 from conftest import (
+    PROFILES,
     PYTHON,
     SAMPLE_AGENTS,
     assert_no_live_process,
@@ -37,10 +39,17 @@ from conftest import (
 )
 from fleetkit import Fleet, eventually, turn
 from hostkit import Lab
-from test_lifetime import read_json_until
+from test_lifetime import keeper_of, read_json_until
 
 import bridge
-from bridge.confinement.cgroups import CONTAINMENT, AgentCgroup, cgroup2_mount, own_cgroup
+from bridge.confinement.cgroups import (
+    CONTAINMENT,
+    LEFTOVER_AFTER_SECS,
+    AgentCgroup,
+    cgroup2_mount,
+    directory_owner,
+    own_cgroup,
+)
 from bridge.confinement.orphans import collect_orphans
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
@@ -260,6 +269,124 @@ sys.stdin.readline()
         eventually(lambda: not directory.exists(), "the keeper to remove the host's directory", within=3.0)
     finally:
         host.kill()
+
+
+@needs_cgroups
+def test_a_bridge_stopped_with_its_keeper_by_one_sigterm_leaves_no_cgroup(tmp_path: Path) -> None:
+    """A supervisor that stops a whole process tree (acpx closing its agent, systemd stopping a service) sends
+    SIGTERM to the keeper too: it must outlive the bridge to remove the bridge's cgroup directory."""
+    (tmp_path / "profiles").mkdir()
+    escaping_profile(tmp_path / "profiles", timeout_secs=1.0)  # serve lets the turn in flight end: soon
+    serve = serve_turns(tmp_path, "escape", 1, "hi")
+    try:
+        read_json_until(serve.stdout, lambda record: record["type"] == "partial", "the agent ran")
+        [directory] = Path(CONTAINED.where).glob(f"agent-bridge-{serve.pid}-*")
+        keeper = keeper_of(serve.pid)
+        for pid in (serve.pid, keeper):
+            os.kill(pid, signal.SIGTERM)
+        serve.wait(timeout=10)
+        eventually(lambda: not directory.exists(), "the keeper to remove the bridge's directory", within=3.0)
+        assert_no_live_process([keeper, *read_pids(tmp_path / "profiles" / "pids")])
+    finally:
+        serve.kill()
+
+
+def leftover(pid: int, suffix: str, *, made_secs_ago: float, groups: tuple[str, ...] = ()) -> Path:
+    """A bridge's directory of agent cgroups as one killed together with its keeper leaves it (the test removes it)."""
+    directory = Path(CONTAINED.where) / f"agent-bridge-{pid}-{suffix}"
+    directory.mkdir()
+    for group in groups:
+        (directory / group).mkdir()
+    made = time.time() - made_secs_ago
+    os.utime(directory, (made, made))
+    return directory
+
+
+def remove_cgroup_tree(directory: Path) -> None:
+    for group in directory.iterdir():
+        if group.is_dir():
+            group.rmdir()
+    directory.rmdir()
+
+
+@needs_cgroups
+def test_a_bridge_removes_leftovers_of_dead_bridges_beside_its_own_at_its_first_agent(tmp_path: Path) -> None:
+    """`kill -9` of a bridge and its keeper together leaves the bridge's directory: the next bridge to start an
+    agent there removes it — never the directory of a live process, one made lately, or a group still in use."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "600"])
+    long_ago = LEFTOVER_AFTER_SECS + 60
+    stale = leftover(dead.pid, "0aa0aa", made_secs_ago=long_ago, groups=("1", "bridge"))
+    kept = [
+        leftover(alive.pid, "0bb0bb", made_secs_ago=long_ago, groups=("1",)),
+        leftover(dead.pid, "0cc0cc", made_secs_ago=5, groups=("1",)),
+        leftover(dead.pid, "0dd0dd", made_secs_ago=long_ago, groups=("1",)),
+    ]
+    in_use = kept[2] / "1"
+    busy = subprocess.Popen(["sleep", "600"])
+    (in_use / "cgroup.procs").write_text(str(busy.pid))
+    try:
+        done = subprocess.run([AGENT_BRIDGE, "run", str(PROFILES / "echo.yaml"), "hi"], capture_output=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert not stale.exists()
+        assert all(directory.exists() for directory in kept) and in_use.exists()
+    finally:
+        for process in (alive, busy):
+            process.kill()
+            process.wait()
+        eventually(lambda: not (in_use / "cgroup.procs").read_text().split(), "the sleeper to leave its group")
+        for directory in [stale, *kept]:
+            if directory.exists():
+                remove_cgroup_tree(directory)
+
+
+@needs_cgroups
+def test_a_bridge_whose_directory_was_taken_for_a_leftover_makes_another(tmp_path: Path) -> None:
+    """A bridge in another PID namespace sees this one's pid as dead, and may remove its directory between
+    turns: the next agent gets a cgroup in a new one, which the keeper removes when the bridge ends."""
+    host = subprocess.Popen(
+        [
+            PYTHON,
+            "-c",
+            """
+import sys, bridge
+from bridge.confinement.cgroups import CONTAINMENT
+profile = bridge.load_profile(sys.argv[1])
+for _ in sys.stdin:
+    print(bridge.run_turn_sync(profile, bridge.Turn("hi")).exit_code, CONTAINMENT.directory, flush=True)
+""",
+            str(PROFILES / "echo.yaml"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def one_turn() -> Path:
+        host.stdin.write("turn\n")
+        host.stdin.flush()
+        exit_code, directory = host.stdout.readline().split()
+        assert exit_code == "0"
+        return Path(directory)
+
+    try:
+        first = one_turn()
+        eventually(lambda: not [path for path in first.iterdir() if path.is_dir()], "the agent's cgroup to go")
+        first.rmdir()
+        second = one_turn()
+        assert second != first and second.is_dir()
+        host.stdin.close()
+        assert host.wait(timeout=5) == 0
+        eventually(lambda: not second.exists(), "the keeper to remove the new directory", within=3.0)
+    finally:
+        host.kill()
+
+
+def test_only_a_bridges_directory_names_an_owner() -> None:
+    assert directory_owner("agent-bridge-4242-9f3a1c") == 4242
+    for name in ("agent-bridge-4242-9f3a1", "agent-bridge-4242-9F3A1C", "agent-bridge-x-9f3a1c", "bridge", "1"):
+        assert directory_owner(name) is None
 
 
 class ExitingGroup(AgentCgroup):

@@ -14,7 +14,9 @@ its own cgroup, and each agent a cgroup in it:
 
 The end of a turn, or of a warm agent, kills and removes its agent's cgroup
 (`AgentCgroup.end`); when the bridge dies, its keeper kills the whole
-directory (`bridge.confinement.keeper`). Where no cgroup can be had (no cgroup v2, not
+directory (`bridge.confinement.keeper`); a directory whose keeper was killed
+with its bridge is removed by the next bridge making its own beside it
+(`remove_leftovers`). Where no cgroup can be had (no cgroup v2, not
 root and nothing delegated, a read-only /sys/fs/cgroup), `status()` says why
 and agents run as before: their process groups are killed, and escapees are
 caught only by a subreaper (`bridge.confinement.orphans.become_subreaper`).
@@ -35,6 +37,7 @@ import errno
 import os
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +51,10 @@ SPAWN_LOCK = threading.Lock()
 DIRECTORY_PREFIX = "agent-bridge-"
 # The bridge's own leaf inside its directory of agent cgroups, once it had to move there to pass a controller down.
 LEAF = "bridge"
+# A dead bridge's directory made this long ago is a leftover (`remove_leftovers`; its mtime is when it was made). A
+# younger one is left alone: its keeper may still be at work, and a leak stays visible for a while (the test suite
+# looks for them).
+LEFTOVER_AFTER_SECS = 600.0
 
 
 class _Removable(Protocol):
@@ -317,7 +324,7 @@ class Containment:
                 if plan.reason:
                     raise LaunchError(126, f"the agent's limits cannot be set up: {plan.reason}")
                 if not self._directory:
-                    self._directory = make_directory(self._above)
+                    self._make_directory()
                     plan = self.plan(controller, ours)  # now with the directory's own path
                 if plan.move:
                     leaf = os.path.join(self._directory, LEAF)
@@ -334,6 +341,12 @@ class Containment:
                 why = f"{err.strerror} ({err.filename})" if err.filename else str(err.strerror)
                 raise LaunchError(126, f"the {controller} controller cannot be passed to the agents: {why}") from None
             self._passed.append(controller)
+
+    def _make_directory(self) -> None:
+        """This process's directory of agent cgroups, made at its first agent; then, once per process, the
+        directories that bridges killed together with their keepers left beside it go (`remove_leftovers`)."""
+        self._directory = make_directory(self._above)
+        remove_leftovers(self._above)
 
     def turn_off(self, reason: str = "turned off by the host") -> None:
         """No cgroups for agents in this process from now on (a host whose process must not move between
@@ -353,9 +366,14 @@ class Containment:
             self._made += 1
             try:
                 if not self._directory:
-                    self._directory = make_directory(self._above)
+                    self._make_directory()
                 path = os.path.join(self._directory, str(self._made))
-                os.mkdir(path)
+                try:
+                    os.mkdir(path)
+                except FileNotFoundError:  # removed as a dead bridge's by a bridge in another PID namespace
+                    self._directory = make_directory(self._above)
+                    path = os.path.join(self._directory, str(self._made))
+                    os.mkdir(path)
             except OSError as err:
                 raise LaunchError(
                     126, f"no cgroup can be made for the agent in {self._directory or self._above}: {err.strerror}"
@@ -460,6 +478,56 @@ def make_directory(home: str) -> str:
         except FileExistsError:
             continue
         return path
+
+
+def directory_owner(name: str) -> int | None:
+    """The pid in a bridge's directory name, `agent-bridge-<pid>-<6 hex digits>` (`make_directory`), else None."""
+    if not name.startswith(DIRECTORY_PREFIX):
+        return None
+    pid, _, suffix = name[len(DIRECTORY_PREFIX) :].partition("-")
+    if not (pid.isdigit() and len(suffix) == 6 and all(digit in "0123456789abcdef" for digit in suffix)):
+        return None
+    return int(pid)
+
+
+def remove_leftovers(home: str) -> list[str]:
+    """Remove from cgroup `home` the directories of agent cgroups that bridges killed together with their keepers
+    left there (`kill -9` of a whole process tree): each `agent-bridge-<pid>-…` of a pid that no longer runs,
+    made over `LEFTOVER_AFTER_SECS` ago — its empty groups first, then itself. The kernel refuses to remove a
+    group a process still holds: such a directory stays. Returns the paths removed.
+
+    Pids are this process's PID namespace's: a bridge in another one, in the same cgroup, would look dead."""
+    try:
+        names = os.listdir(home)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        pid = directory_owner(name)
+        if pid is None or pid == os.getpid() or _runs(pid):
+            continue
+        path = os.path.join(home, name)
+        try:
+            if time.time() - os.stat(path).st_mtime < LEFTOVER_AFTER_SECS:
+                continue
+            for entry in os.scandir(path):
+                if entry.is_dir(follow_symlinks=False):
+                    os.rmdir(entry.path)
+            os.rmdir(path)
+        except OSError:  # a group still in use, or gone meanwhile (its keeper, another bridge)
+            continue
+        removed.append(path)
+    return removed
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 CONTAINMENT = Containment()

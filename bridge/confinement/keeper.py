@@ -4,7 +4,11 @@ A bridge killed with SIGKILL, by the OOM killer or by a crashed container
 runs no `finally` block, so it cannot stop its agents itself. Something that
 survives it must. The keeper is a tiny `/bin/sh` process, started once per
 bridge process (before its first agent) in a session of its own, so that no
-signal aimed at the bridge's terminal or process group reaches it.
+signal aimed at the bridge's terminal or process group reaches it. It ignores
+SIGTERM too: a supervisor that stops a whole process tree (systemd's stop,
+acpx closing its agent, any tree-kill) signals the keeper with its bridge,
+and a keeper gone first would leave the bridge's cgroup directory behind. It
+ends on its own once the bridge has.
 
 It holds two things from the bridge:
 - its stdin, a pipe whose only writer is the bridge. Nothing is ever written:
@@ -52,7 +56,7 @@ _HEADER = 4096  # the agents' cgroup directory (or nothing), controllers to take
 _SLOT = 32  # bytes per registry slot after it: "PGID GRACE_MS", space-padded, then a newline
 _FREE = b" " * (_SLOT - 1) + b"\n"
 _SCRIPT = r"""
-trap '' INT HUP
+trap '' INT HUP TERM
 while read -r _; do :; done
 groups=
 {
