@@ -194,13 +194,30 @@ def test_acpx_cancels_a_running_prompt(tmp_path):
     assert_no_live_process([int(pid) for pid in bridges], within=10)  # acpx's --ttl 1 ran out: nothing is left
 
 
+def queue_owners(tmp_path: Path) -> list[int]:
+    """acpx's queue-owner processes of this test's sessions (they run in its work directory): each holds a
+    session's bridge while it is idle, and refuses prompts while it shuts down (QUEUE_OWNER_CLOSED)."""
+    work = str(tmp_path / "work")
+    owners = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if b"__queue-owner" in (entry / "cmdline").read_bytes() and os.readlink(entry / "cwd") == work:
+                owners.append(int(entry.name))
+        except (OSError, ValueError):
+            continue  # not a process, or gone meanwhile
+    return owners
+
+
 def test_acpx_goes_on_with_a_session_after_the_bridge_restarted(tmp_path):
     profile = sdk_agent_profile(tmp_path)
     assert acpx(tmp_path, profile, "sessions", "new").returncode == 0
     assert acpx(tmp_path, profile, "prompt", "first words").stdout.strip() == "echo: first words"
     bridges = subprocess.run(["pgrep", "-f", f"acp {profile}"], capture_output=True, text=True).stdout.split()
-    assert bridges, "acpx keeps the bridge while the session is idle"
-    assert_no_live_process([int(pid) for pid in bridges], within=10)  # its --ttl 1 ran out: the bridge stopped
+    owners = queue_owners(tmp_path)
+    assert bridges and owners, "acpx keeps the bridge while the session is idle"
+    # Its --ttl 1 ran out: the bridge stopped, and so did the owner that held it (a prompt sent while that owner
+    # is still shutting down is refused by acpx itself).
+    assert_no_live_process([int(pid) for pid in bridges] + owners, within=10)
     again = acpx(tmp_path, profile, "prompt", "history")
     assert again.stdout.strip() == "first words", again.stderr
 
