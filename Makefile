@@ -109,8 +109,8 @@ bubblewrap:
 # Elsewhere it runs in the machine's network, and says so (docs/contributing.md).
 LOOPBACK_ONLY := unshare --net sh -c 'ip link set lo up && exec "$$@"' sh
 # Every core; an idle worker takes tests queued for a busy one, so a few slow files (the ACP door's, Matrix's) that
-# land on one worker late do not keep the run waiting on it alone. (Two workers a core measured 355–408 s against
-# 447–489 s on 2 cores, but short timeouts failed under that load: not yet, see docs/contributing.md.)
+# land on one worker late do not keep the run waiting on it alone. (More workers than cores: -n 3 on 2 cores took 5%
+# less than -n 2, and loads the tests' short timeouts beyond what they are chosen for; see docs/contributing.md.)
 XDIST := -n auto --dist worksteal
 
 # The tests start ~550 bridge processes; each would compile its modules again where PYTHONDONTWRITEBYTECODE is set
