@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parents[2] / "tests"
+TOOLS = Path(__file__).resolve().parents[2] / "tools"  # the fake servers the tests use live there
 
 
 @contextmanager
@@ -33,7 +33,7 @@ def serving(kind: str) -> Iterator[str]:
 
 
 def main(kind: str) -> None:
-    sys.path.insert(0, str(TESTS))
+    sys.path.insert(0, str(TOOLS))
     if kind == "openai":
         from fakes.openai_responses import OpenAIResponses
 
