@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from procfs import ancestors, process_state
+
 from bridge.confinement.cgroups import directory_owner
 
 POLL_SECS = 0.1
@@ -79,7 +81,7 @@ class CgroupLeakWatch:
             pid = directory_owner(name)
             assert pid is not None
             bridge = _bridge(pid)
-            if bridge is not None and self._session in _ancestors(pid):
+            if bridge is not None and self._session in ancestors(pid):
                 self._ours[self._where / name] = bridge
 
 
@@ -91,24 +93,5 @@ def _bridge(pid: int) -> Bridge | None:
         return None
 
 
-def _ancestors(pid: int) -> list[int]:
-    ancestors = []
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(stat.rpartition(")")[2].split()[1])  # after the command name, which may hold anything
-        ancestors.append(pid)
-    return ancestors
-
-
 def _runs(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return ""
+    return process_state(pid) not in (None, "Z")

@@ -15,6 +15,7 @@ import pytest
 import trio
 from cgroup_leaks import CgroupLeakWatch
 from hostkit import Lab
+from procfs import process_state
 
 import bridge
 from bridge.confinement.cgroups import CONTAINMENT
@@ -134,15 +135,6 @@ def lab(request: pytest.FixtureRequest, tmp_path: Path) -> Lab:
     for name in getattr(request.module, "LAB_PROFILES", ("rec",)):
         lab.profile(name)
     return lab
-
-
-def process_state(pid: int) -> str | None:
-    """The /proc state letter of `pid` (R, S, Z…), or None when it no longer exists."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
 
 
 def assert_no_live_process(pids: list[int], within: float = 2.0) -> None:

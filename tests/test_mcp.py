@@ -31,6 +31,7 @@ from fleetkit import eventually
 from mcp.client import session as mcp_client_session
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from procfs import ancestors
 
 from bridge.engine.launch import looks_like_credential
 
@@ -164,16 +165,6 @@ async def test_a_cancelled_call_stops_its_agent(profiles: Path, tmp_path: Path) 
                     nursery.cancel_scope.cancel()  # the SDK sends notifications/cancelled
                 await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
                 assert text_of(await session.call_tool("echo", {"message": "after"})) == "echo: after"
-
-
-def ancestors(pid: int) -> list[int]:
-    """`pid`'s parent, its parent's parent, … up to init, from /proc."""
-    found = []
-    while pid > 1:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-        found.append(pid)
-    return found
 
 
 async def test_over_a_fleet_a_call_runs_on_a_worker_and_a_cancel_stops_it_there(
