@@ -702,6 +702,9 @@ def test_check_warns_about_the_argv_of_a_resumed_session_too(tmp_path):
     done = cli("check", str(resumed_only))
     [warning] = [line for line in done.stderr.splitlines() if "not preceded by --" in line]
     assert "warning: in a resumed session: {{SESSION_ID}} is not preceded by --" in warning
+    only_resumed = write_profile(tmp_path, "command: some-cli\nresume_args: [--resume, '{{SESSION_ID}}']\n", "o.yaml")
+    [warning] = [line for line in cli("check", str(only_resumed)).stderr.splitlines() if "not preceded" in line]
+    assert "warning: in a resumed session: {{SESSION_ID}} is not preceded by --" in warning
 
 
 def test_a_session_id_cannot_move_the_agent_out_of_its_cwd(tmp_path):

@@ -626,6 +626,23 @@ def test_a_program_that_only_reads_the_message_as_data_may_have_it_on_stdin(comm
     parse_profile(f"command: {command}\nstdin: line\n")
 
 
+def test_a_protocol_that_writes_the_turn_to_stdin_refuses_a_program_that_reads_its_code_there() -> None:
+    # No placeholder in argv and no `stdin:`: the protocol alone puts the message on stdin.
+    [message] = problems("protocol: agentproc-0.4\ncommand: python3\n")
+    assert message.startswith("p.yaml:1: protocol: python3 reads the code it runs from stdin")
+    parse_profile("protocol: agentproc-0.4\ncommand: python3 agent.py\n")
+
+
+@pytest.mark.parametrize("placeholder", ["{{MESSAGE}}", "{{SESSION_ID}}", "{{SESSION_NAME}}"])
+def test_every_placeholder_from_the_chat_is_judged_wherever_argv_takes_it(placeholder: str) -> None:
+    for field in ("command", "args", "resume_args", "new_session_args"):
+        argv = {"command": ["sh", "-c", placeholder]} if field == "command" else {"command": ["sh", "-c"]}
+        if field != "command":
+            argv[field] = [placeholder]
+        [message] = problems(json.dumps(argv))
+        assert "is the code sh -c runs, so a message there would run code" in message, (field, message)
+
+
 def test_api_construction_validates_too() -> None:
     with pytest.raises(ValueError, match="inline code"):
         Profile(command=["sh", "-c", "echo {{MESSAGE}}"])
