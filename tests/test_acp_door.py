@@ -32,6 +32,9 @@ from bridge.engine.launch import looks_like_credential
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 SDK_CLIENT = str(Path(__file__).parent / "acp_sdk_client.py")
 DEADLINE = 40
+# How long acpx's queue owner keeps an idle session's bridge (its --ttl, in seconds): long enough to see it kept
+# once a prompt returned, short enough that a test waiting for it to run out waits half a second.
+IDLE_TTL = "0.5"
 
 
 def sdk_agent_profile(tmp_path: Path) -> Path:
@@ -140,12 +143,12 @@ def texts(seen: list[dict[str, Any]]) -> str:
 
 
 def acpx(tmp_path: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """acpx, its state under tmp_path (HOME), driving the bridge; its idle agents exit after a second."""
+    """acpx, its state under tmp_path (HOME), driving the bridge; its idle agents exit after IDLE_TTL seconds."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir(exist_ok=True)
     work.mkdir(exist_ok=True)
     agent = " ".join(acp_command(profile, tmp_path))
-    command = [str(npm_binary("acpx")), "--agent", agent, "--ttl", "1", "--format", "quiet", *args]
+    command = [str(npm_binary("acpx")), "--agent", agent, "--ttl", IDLE_TTL, "--format", "quiet", *args]
     env = os.environ | {"HOME": str(home)}
     return subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE, cwd=work, env=env)
 
@@ -173,7 +176,7 @@ def test_acpx_cancels_a_running_prompt(tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     agent = " ".join(acp_command(profile, tmp_path))
     prompt = subprocess.Popen(
-        [str(npm_binary("acpx")), "--agent", agent, "--ttl", "1", "--format", "json", "prompt", "hang"],
+        [str(npm_binary("acpx")), "--agent", agent, "--ttl", IDLE_TTL, "--format", "json", "prompt", "hang"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -191,7 +194,7 @@ def test_acpx_cancels_a_running_prompt(tmp_path):
         prompt.kill()
     assert '"stopReason":"cancelled"' in out
     bridges = subprocess.run(["pgrep", "-f", f"acp {profile}"], capture_output=True, text=True).stdout.split()
-    assert_no_live_process([int(pid) for pid in bridges], within=10)  # acpx's --ttl 1 ran out: nothing is left
+    assert_no_live_process([int(pid) for pid in bridges], within=10)  # acpx's --ttl ran out: nothing is left
 
 
 def queue_owners(tmp_path: Path) -> list[int]:
@@ -215,7 +218,7 @@ def test_acpx_goes_on_with_a_session_after_the_bridge_restarted(tmp_path):
     bridges = subprocess.run(["pgrep", "-f", f"acp {profile}"], capture_output=True, text=True).stdout.split()
     owners = queue_owners(tmp_path)
     assert bridges and owners, "acpx keeps the bridge while the session is idle"
-    # Its --ttl 1 ran out: the bridge stopped, and so did the owner that held it (a prompt sent while that owner
+    # Its --ttl ran out: the bridge stopped, and so did the owner that held it (a prompt sent while that owner
     # is still shutting down is refused by acpx itself).
     assert_no_live_process([int(pid) for pid in bridges] + owners, within=10)
     again = acpx(tmp_path, profile, "prompt", "history")

@@ -437,7 +437,7 @@ async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_t
     monkeypatch.setattr("bridge.engine.warm_agents.serve_file_request", stuck)
     work = tmp_path / "work"
     work.mkdir()
-    limits = {"timeout": "timeout_secs: 2\n", "idle": "idle_timeout_secs: 1\n"}.get(stop, "")
+    limits = {"timeout": "timeout_secs: 1\n", "idle": "idle_timeout_secs: 0.5\n"}.get(stop, "")
     cancel = trio.Event()
 
     async def stop_once_the_request_is_stuck(pid: int) -> None:
@@ -463,6 +463,7 @@ async def test_a_file_request_that_never_returns_holds_up_neither_the_turn_nor_t
                 await agent.close()
     finally:
         release.set()
+    assert entered.is_set(), "the read was stuck before the turn stopped"
     assert took < BLOCKED_SECS / 2, took
     assert_no_live_process([pid])
     if stop == "agent killed":

@@ -14,7 +14,7 @@ import pytest
 import trio
 import yaml
 from chatkit import AGENT_BRIDGE, BOT_FILES, asking_profile, connect_command, connect_running, stop_connect
-from fakes.telegram_bot_api import running_fake_bot_api
+from fakes.telegram_bot_api import FloodLimits, running_fake_bot_api
 from test_chat_scenarios import FAST_FLOOD, FAST_PACE
 
 from bridge.chat.botlock import lock_path
@@ -23,9 +23,10 @@ from bridge.cli.connect import chat_store_path
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 SECRETS = {"TELEGRAM_BOT_TOKEN": TOKEN}
 DEADLINE = 30
-# The tests not about the pace run test_chat_scenarios' fast one (the edit-merging test keeps Telegram's):
-# the config line that gives the bot that pace.
+# The tests not about the pace run test_chat_scenarios' fast one: the config line that gives the bot that pace.
 FAST_PACE_LINE = f"  pace: {json.dumps(FAST_PACE)}\n"
+# The edit-merging test's: Telegram's second between two messages of a chat, scaled down, in the bot and the fake.
+EDIT_PACE_SECS = 0.6
 
 
 @pytest.fixture
@@ -219,7 +220,7 @@ async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_
     async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
         config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
         (bot / "bot.yaml").write_text(config + FAST_PACE_LINE)
-        fake.fail_next("sendMessage", too_many_requests(1))
+        fake.fail_next("sendMessage", too_many_requests(0.2))
         fake.fail_next("sendMessage", ApiFault(403, "Forbidden: bot was blocked by the user"))
         fake.user_says(chat=42, user=42, text="hello")
         metrics = ("--metrics", "127.0.0.1:0")
@@ -277,7 +278,7 @@ PREVIEWER = textwrap.dedent(
     partial("first ")
     open(os.environ["GATE"]).read()  # the test saw the preview
     partial("second ")
-    time.sleep(0.2)  # well within Telegram's second between two edits of one chat
+    time.sleep(0.05)  # a partial of its own, well within the chat's pace (0.6 s) between two edits
     partial("third")
     open(os.environ["GATE"]).read()
     print("done")
@@ -291,8 +292,9 @@ async def test_a_partial_arriving_while_an_edit_waits_for_its_turn_goes_out_with
     (bot / "profiles" / "echo.yaml").write_text(
         yaml.safe_dump({"command": [sys.executable, str(bot / "previewer.py")], "env": {"GATE": str(bot / "gate")}})
     )
-    async with running_fake_bot_api(TOKEN) as fake:
-        (bot / "bot.yaml").write_text((bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url))
+    async with running_fake_bot_api(TOKEN, limits=FloodLimits(per_chat_interval=EDIT_PACE_SECS)) as fake:
+        config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
+        (bot / "bot.yaml").write_text(config + f"  pace: {{per_chat_secs: {EDIT_PACE_SECS}}}\n")
         fake.user_says(chat=42, user=42, text="go")
         async with connect_running(bot, SECRETS) as process:
             await fake.wait_until(lambda: fake.sent_to(42), within=DEADLINE)
@@ -302,6 +304,6 @@ async def test_a_partial_arriving_while_an_edit_waits_for_its_turn_goes_out_with
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "done"], within=DEADLINE)
             await stop_connect(process, DEADLINE)
     preview = fake.sent_to(42)[0]
-    # One edit, a second after the first message, showing both later partials: not "first second", then the rest
-    # a second later still.
+    # One edit, the chat's pace after the first message, showing both later partials: not "first second", then
+    # the rest after another wait for the pace.
     assert [text for _, text in preview.history] == ["first", "first second third"]

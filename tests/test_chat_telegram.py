@@ -356,11 +356,11 @@ async def test_a_poll_that_fails_says_whether_to_try_again(fake: FakeBotApi) -> 
     fake.fail_next("getUpdates", ResetConnection())
     with pytest.raises(PlatformUnavailable):
         await platform.poll()
-    fake.fail_next("getUpdates", too_many_requests(1))
+    fake.fail_next("getUpdates", too_many_requests(0.3))
     fake.user_says(ALICE, ALICE, "still here")
     start = trio.current_time()
     assert (await platform.poll()).items == (), "a 429 is waited out and the poll ends empty"
-    assert trio.current_time() - start >= 1.0
+    assert trio.current_time() - start >= 0.3
     assert [item.text for item in (await platform.poll()).items] == ["still here"]
     await platform.aclose()
 
@@ -471,27 +471,29 @@ async def test_a_part_refused_as_too_long_is_sent_again_split_as_plain_text(fake
 async def test_a_429_storm_is_waited_out_as_retry_after_says_and_nothing_is_lost(fake: FakeBotApi) -> None:
     fake.user_says(ALICE, ALICE, "hi")
     platform = await started(fake)
-    fake.fail_next("sendMessage", too_many_requests(1), count=2)
+    fake.fail_next("sendMessage", too_many_requests(0.3), count=2)  # fifteen times the chat's pace here
     keys = await platform.send_text(str(ALICE), "", "after the storm")
     calls = fake.calls_of("sendMessage")
     assert [call.status for call in calls] == [429, 429, 200]
-    assert calls[1].time - calls[0].time >= 1.0 and calls[2].time - calls[1].time >= 1.0
+    assert calls[1].time - calls[0].time >= 0.3 and calls[2].time - calls[1].time >= 0.3
     assert [m.text for m in fake.sent_to(ALICE)] == ["after the storm"] and len(keys) == 1
     await platform.aclose()
 
 
 async def test_sends_keep_telegrams_pace_without_a_single_429(fake: FakeBotApi) -> None:
-    fake.limits = FloodLimits()  # Telegram's own: one a second per chat
+    # Telegram's limits with its second between two messages of a chat scaled down to 0.3 s, in the fake that
+    # refuses a faster message with a 429 and in the bot's pacer alike (test_chat_pacing checks Telegram's own).
+    fake.limits = FloodLimits(per_chat_interval=0.3)
     fake.user_says(ALICE, ALICE, "hi")
     fake.user_says(2002, 2002, "hi")
-    platform = await started(fake, limits=PaceLimits(per_chat_interval=1.0, group_per_minute=20, global_per_second=30))
+    platform = await started(fake, limits=PaceLimits(per_chat_interval=0.3, group_per_minute=20, global_per_second=30))
     async with trio.open_nursery() as nursery:
         for n in range(3):
             nursery.start_soon(platform.send_text, str(ALICE), "", f"message {n}")
         nursery.start_soon(platform.send_text, "2002", "", "other chat")
     assert [call.status for call in fake.calls_of("sendMessage")] == [200] * 4
     times = [message.time for message in fake.sent_to(ALICE)]  # arrivals: a request can arrive a little early
-    assert all(later - earlier >= 1.0 - fake.limits.jitter for earlier, later in zip(times, times[1:], strict=False))
+    assert all(later - earlier >= 0.3 - fake.limits.jitter for earlier, later in zip(times, times[1:], strict=False))
     await platform.aclose()
 
 
@@ -539,7 +541,7 @@ async def test_a_group_gets_the_group_limit_a_private_chat_does_not(fake: FakeBo
         await platform.send_text(str(ALICE), "", f"private {n}")
     for n in range(2):
         await platform.send_text(str(group), "", f"group {n}")
-    with trio.move_on_after(0.5) as waited:  # a group's third message within the minute waits in the outbox
+    with trio.move_on_after(0.2) as waited:  # a group's third message within the minute waits in the outbox
         await platform.send_text(str(group), "", "group 2")
     assert waited.cancelled_caught
     assert [m.text for m in fake.sent_to(group)] == ["group 0", "group 1"] and len(fake.sent_to(ALICE)) == 3
@@ -550,7 +552,7 @@ async def test_a_group_gets_the_group_limit_a_private_chat_does_not(fake: FakeBo
 async def test_edits_are_merged_and_an_unchanged_edit_is_not_sent(fake: FakeBotApi) -> None:
     fake.user_says(ALICE, ALICE, "hi")
     platform = await started(
-        fake, limits=PaceLimits(per_chat_interval=0.3, group_per_minute=1000, global_per_second=1000)
+        fake, limits=PaceLimits(per_chat_interval=0.1, group_per_minute=1000, global_per_second=1000)
     )
     [preview] = await platform.send_text(str(ALICE), "", "…")
     async with trio.open_nursery() as nursery:

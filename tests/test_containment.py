@@ -276,7 +276,7 @@ def test_a_bridge_stopped_with_its_keeper_by_one_sigterm_leaves_no_cgroup(tmp_pa
     """A supervisor that stops a whole process tree (acpx closing its agent, systemd stopping a service) sends
     SIGTERM to the keeper too: it must outlive the bridge to remove the bridge's cgroup directory."""
     (tmp_path / "profiles").mkdir()
-    escaping_profile(tmp_path / "profiles", timeout_secs=1.0)  # serve lets the turn in flight end: soon
+    escaping_profile(tmp_path / "profiles", timeout_secs=0.5)  # serve lets the turn in flight end: soon
     serve = serve_turns(tmp_path, "escape", 1, "hi")
     try:
         read_json_until(serve.stdout, lambda record: record["type"] == "partial", "the agent ran")

@@ -443,7 +443,7 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_agents_before_anyone_may
     fleet: Fleet, lab: Lab, postgres_server: PostgresServer
 ) -> None:
     gateway = fleet.gateway()
-    fleet.worker(lease_secs=1.0)
+    fleet.worker(lease_secs=0.5)  # what the test waits out, PostgreSQL gone, before the worker stops its agent
     gate = lab.gate()
     gateway.send(turn("a", f"tag=a gate={gate}"))
     gateway.until("partial", "a")

@@ -299,10 +299,13 @@ async def test_a_sandboxed_agent_is_contained_by_its_pid_namespace_and_gets_no_c
 
 async def test_a_timed_out_sandboxed_turn_leaves_nothing(tmp_path, home, work, token):
     profile = sandboxed(tmp_path, escaping_source(token), work).replace(
-        args=["stay"], timeout_secs=1.0, kill_grace_secs=0.2
+        args=["stay"], timeout_secs=0.5, kill_grace_secs=0.2
     )
-    result = await run(profile)
+    partials: list[str] = []
+    with trio.fail_after(TURN_DEADLINE):
+        result = await bridge.run_turn(profile, Turn("hi"), on_partial=partials.append)
     assert result.outcome == "timeout", (result.error, result.stderr_tail)
+    assert partials == ["ready"]  # the sleeper was running before the turn timed out
     assert_no_live_process(running(token), within=4.0)
 
 
@@ -614,7 +617,7 @@ async def test_a_stop_signal_reaches_the_sandboxed_agent_which_has_its_grace(tmp
             "command": ["{{PROFILE_DIR}}/graceful.sh"],
             "cwd": str(work),
             "sandbox": {"read": [str(tmp_path), *RUNTIME]},
-            "timeout_secs": 1,
+            "timeout_secs": 0.5,
             "kill_grace_secs": 5,
         },
         profile_dir=agents,

@@ -139,7 +139,9 @@ class Held:
     release: trio.Event = field(default_factory=trio.Event)
 
 
-def too_many_requests(retry_after: int) -> ApiFault:
+def too_many_requests(retry_after: float) -> ApiFault:
+    """Telegram's 429. Its `retry_after` is a whole number of seconds; a test that only needs a wait to be waited
+    out gives a fraction of one (the bot reads it as a number), so that the wait it proves costs less."""
     return ApiFault(429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after})
 
 
