@@ -79,7 +79,8 @@ class Pace(BaseModel):
         ge=0,
         description="The least time between two messages (sends, edits, deletions) in one chat, in seconds; "
         "default: the platform's limit, 1. Lower it only where the server allows more (a homeserver that exempts "
-        "the bot from its rate limits, a self-hosted test server): past a limit, each message waits out a 429.",
+        "the bot from its rate limits, a self-hosted test server; raise account_per_second there too): past a "
+        "limit, each message waits out a 429.",
     )
 
     account_per_second: float | None = Field(
