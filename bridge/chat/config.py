@@ -82,7 +82,6 @@ class Pace(BaseModel):
         "the bot from its rate limits, a self-hosted test server; raise account_per_second there too): past a "
         "limit, each message waits out a 429.",
     )
-
     account_per_second: float | None = Field(
         default=None,
         gt=0,
