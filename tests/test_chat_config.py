@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ import pytest
 import yaml
 
 import bridge.log
-from bridge.chat.config import ChatConfig, chat_json_schema, load_chat_config
+from bridge.chat.config import ChatConfig, Pace, chat_json_schema, load_chat_config
+from bridge.chat.pacing import MATRIX_LIMITS, TELEGRAM_LIMITS, PaceLimits
 from bridge.errors import BridgeError, ChatConfigError, ProfileError
 
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
@@ -167,12 +169,67 @@ def test_a_token_file_is_read_stripped_relative_to_the_config_and_a_readable_one
     assert TOKEN not in json.dumps(warning)
 
 
+def test_the_account_wide_pace_is_read_and_applied_onto_each_platforms_limits(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        """
+        telegram:
+          token: "${TELEGRAM_BOT_TOKEN}"
+          profile: p
+          allow_users: [1]
+          pace: {account_per_second: 100}
+        matrix:
+          homeserver: https://m.org
+          user_id: '@b:m.org'
+          password: "${MATRIX_PASSWORD}"
+          profile: p
+          allow_users: ['@a:m.org']
+          pace: {per_chat_secs: 0.1, account_per_second: 2.5, account_burst: 40}
+        """,
+    )
+    assert config.telegram is not None and config.matrix is not None
+    # Telegram's stays a window (100 in any second, its margin kept); Matrix's bucket takes both numbers.
+    assert config.telegram.pace.applied_to(TELEGRAM_LIMITS) == replace(TELEGRAM_LIMITS, global_per_second=100)
+    assert config.matrix.pace.applied_to(MATRIX_LIMITS) == replace(
+        MATRIX_LIMITS, per_chat_interval=0.1, global_per_second=2.5, global_burst=40
+    )
+
+
+@pytest.mark.parametrize(
+    ("pace", "limits", "expected"),
+    [
+        (Pace(), TELEGRAM_LIMITS, TELEGRAM_LIMITS),
+        (Pace(), MATRIX_LIMITS, MATRIX_LIMITS),
+        # A window counts whole messages: a fraction spaces them evenly, a bucket of one.
+        (
+            Pace(account_per_second=0.5),
+            TELEGRAM_LIMITS,
+            replace(TELEGRAM_LIMITS, global_per_second=0.5, global_burst=1),
+        ),
+        (Pace(account_per_second=50), MATRIX_LIMITS, replace(MATRIX_LIMITS, global_per_second=50)),  # burst 8 kept
+        (Pace(account_burst=100), MATRIX_LIMITS, replace(MATRIX_LIMITS, global_burst=100)),  # 0.2 a second kept
+    ],
+    ids=["telegram-unset", "matrix-unset", "telegram-fraction", "matrix-rate-alone", "matrix-burst-alone"],
+)
+def test_each_pace_setting_changes_only_its_own_limit(pace: Pace, limits: PaceLimits, expected: PaceLimits) -> None:
+    assert pace.applied_to(limits) == expected
+
+
 # --------------------------------------------------------------------------- mistakes
 
 TELEGRAM_HEAD = """
 telegram:
   token: "${TELEGRAM_BOT_TOKEN}"
   profile: claude-sdk
+"""
+
+MATRIX_HEAD = """
+matrix:
+  homeserver: https://m.org
+  user_id: '@b:m.org'
+  password: "${MATRIX_PASSWORD}"
+  profile: p
+  allow_users: ['@a:m.org']
 """
 
 MISTAKES: list[tuple[str, str, dict[str, str], str]] = [
@@ -283,6 +340,37 @@ MISTAKES: list[tuple[str, str, dict[str, str], str]] = [
         TELEGRAM_HEAD + "  allow_users: [1]\n  pace: {per_chat_sec: 0.5}\n",
         ENV,
         "chat.yaml:5: unknown key 'per_chat_sec' in telegram.pace; did you mean 'per_chat_secs'?",
+    ),
+    (
+        "an account-wide pace of nothing",
+        TELEGRAM_HEAD + "  allow_users: [1]\n  pace: {account_per_second: 0}\n",
+        ENV,
+        "chat.yaml:5: telegram.pace.account_per_second: must be greater than 0",
+    ),
+    (
+        "an account-wide pace below nothing",
+        MATRIX_HEAD + "  pace:\n    per_chat_secs: 0\n    account_per_second: -1\n",
+        ENV,
+        "chat.yaml:9: matrix.pace.account_per_second: must be greater than 0",
+    ),
+    (
+        "a burst of nothing",
+        MATRIX_HEAD + "  pace:\n    account_burst: 0\n",
+        ENV,
+        "chat.yaml:8: matrix.pace.account_burst: must be at least 1",
+    ),
+    (
+        "a burst of a fraction of a message",
+        MATRIX_HEAD + "  pace:\n    account_burst: 2.5\n",
+        ENV,
+        "chat.yaml:8: matrix.pace.account_burst: expected a whole number, got 2.5",
+    ),
+    (
+        "a burst for Telegram, whose limit is a window",
+        TELEGRAM_HEAD + "  allow_users: [1]\n  pace:\n    account_per_second: 20\n    account_burst: 5\n",
+        ENV,
+        "chat.yaml:7: telegram.pace.account_burst: Telegram has no burst: it counts the messages of each second "
+        "(at most account_per_second in any second); remove account_burst and set account_per_second alone",
     ),
     (
         "the token where the section belongs",

@@ -296,6 +296,46 @@ async def test_the_configs_pace_sets_the_time_between_two_messages_in_a_room(
     await platform.aclose()
 
 
+async def test_the_configs_account_wide_pace_is_kept_and_used_where_the_homeserver_allows_the_bot_more(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    # The bot's own limit, set as docs/chat-matrix.md says (the admin API's override_ratelimit): 10 a second, a
+    # burst of 10, where Synapse's default would be a burst of 10, then one each 5 s.
+    admin = f"admin{next(_bots)}"
+    synapse.register(admin, PASSWORD, admin=True)
+    async with httpx.AsyncClient(
+        base_url=synapse.url, headers={"Authorization": f"Bearer {synapse.login(admin, PASSWORD)}"}
+    ) as client:
+        path = f"/_synapse/admin/v1/users/{quote(bot.user_id)}/override_ratelimit"
+        answer = await client.post(path, json={"messages_per_second": 10, "burst_count": 10})
+        assert answer.is_success, answer.text
+    statuses: list[int] = []
+
+    async def answered(response: httpx.Response) -> None:
+        if response.request.method == "PUT" and "/send/m.room.message/" in response.request.url.path:
+            statuses.append(response.status_code)
+
+    paced = bot.model_copy(update={"pace": Pace(per_chat_secs=0, account_per_second=10, account_burst=8)})
+    platform = MatrixPlatform(
+        paced, lambda: httpx.AsyncClient(event_hooks={"response": [answered]}), sync_timeout_ms=200
+    )
+    await platform.start(None)
+    room = await alice.room_with(bot)
+    await joined(platform, alice, room)
+    sent = [f"message {n}" for n in range(16)]
+    started = trio.current_time()
+    with trio.fail_after(3):  # at the default pace the 9th message alone would wait 5 s
+        for text in sent:
+            await platform.send_text(room, "", text)
+    took = trio.current_time() - started
+    # Used: the burst at once, then 10 a second (0.8 s for the other 8). Kept: Synapse answered no 429, which it
+    # does past 10 a second (an unpaced bot gets them within these 16).
+    assert statuses == [200] * len(sent), f"a 429 from the bot's own limit: {statuses}"
+    assert took >= 0.7, f"16 messages in {took:.2f} s: faster than the configured 10 a second after the burst"
+    assert [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)] == sent
+    await platform.aclose()
+
+
 class RefusesFormattedOnce(httpx.AsyncBaseTransport):
     """Loopback to the real Synapse, except the first message with HTML, answered as a homeserver refusing it."""
 

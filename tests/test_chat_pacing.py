@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from bridge.chat.config import Pace
 from bridge.chat.pacing import (
     MATRIX_LIMITS,
     TELEGRAM_LIMITS,
@@ -480,3 +481,41 @@ def test_memory_follows_the_active_chats() -> None:
 def test_limits_that_cannot_hold_are_refused(arguments: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PaceLimits(**arguments)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- the config's account-wide pace
+
+
+def most_a_bucket_allows(times: list[float], rate: float, burst: int) -> bool:
+    """Whether `times` fit a token bucket of `burst` refilled at `rate` a second: between any two hand-outs, at
+    most the burst plus what the time between them refilled."""
+    times = sorted(times)
+    return all(
+        end - start + 1 <= burst + rate * (times[end] - times[start]) + EPSILON
+        for start in range(len(times))
+        for end in range(start, len(times))
+    )
+
+
+def test_a_configured_account_wide_bucket_is_kept_and_used() -> None:
+    limits = Pace(per_chat_secs=0, account_per_second=10, account_burst=3).applied_to(MATRIX_LIMITS)
+    submissions: list[tuple[float, Op[str]]] = [(0.0, Send(f"room{n}", f"reply {n}")) for n in range(20)]
+    times = [attempt.at for attempt in simulate(Pacer(limits), submissions)]
+    assert most_a_bucket_allows(times, rate=10, burst=3)
+    # The burst at once, then one each 0.1 s: 1.7 s for the 20, where Synapse's default pace takes 60.
+    assert times[:3] == [0.0, 0.0, 0.0]
+    assert times[-1] == pytest.approx(1.7)
+
+
+def test_a_configured_account_wide_window_is_kept_and_used() -> None:
+    limits = Pace(account_per_second=5).applied_to(TELEGRAM_LIMITS)
+    submissions: list[tuple[float, Op[str]]] = [(0.0, Send(f"chat{n}", f"reply {n}")) for n in range(12)]
+    times = [attempt.at for attempt in simulate(Pacer(limits), submissions)]
+    assert most_in_any_window(times, 1.0) <= 5
+    assert times == pytest.approx([0.0] * 5 + [1.2] * 5 + [2.4] * 2)  # 5 a window, its margin after each
+
+
+def test_a_fraction_of_a_message_a_second_spaces_every_message_evenly_on_telegram() -> None:
+    limits = Pace(account_per_second=0.5).applied_to(TELEGRAM_LIMITS)
+    submissions: list[tuple[float, Op[str]]] = [(0.0, Send(f"chat{n}", f"reply {n}")) for n in range(4)]
+    assert [attempt.at for attempt in simulate(Pacer(limits), submissions)] == pytest.approx([0.0, 2.0, 4.0, 6.0])

@@ -51,12 +51,14 @@ def test_a_good_config_and_its_profiles_are_ok(tmp_path: Path) -> None:
           profiles: [echo, upper]
           allow_users: [123456789]
           budget: {turns_per_day: 200}
+          pace: {account_per_second: 100}
         matrix:
           homeserver: "https://matrix.example.org"
           user_id: "@bot:example.org"
           password: "${MATRIX_PASSWORD}"
           profile: echo
           allow_users: ["@alice:example.org", "@bob:example.org"]
+          pace: {per_chat_secs: 0.1, account_per_second: 10, account_burst: 8}
         """,
     )
     directory = profiles(tmp_path, echo=ECHO, upper="command: [tr, a-z, A-Z]\nstdin: message\n")

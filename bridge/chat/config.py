@@ -79,14 +79,42 @@ class Pace(BaseModel):
         ge=0,
         description="The least time between two messages (sends, edits, deletions) in one chat, in seconds; "
         "default: the platform's limit, 1. Lower it only where the server allows more (a homeserver that exempts "
-        "the bot from its rate limits, a self-hosted test server): past a limit, each message waits out a 429.",
+        "the bot from its rate limits, a self-hosted test server; raise account_per_second there too): past a "
+        "limit, each message waits out a 429.",
+    )
+    account_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        description="Messages a second across all the bot's chats (sends, edits, deletions; a fraction allowed: "
+        "0.5 is one every 2 s); default: the platform's limit, Telegram 30, Matrix 0.2 (Synapse's default "
+        "rc_message). Raise it only where the server allows more: a homeserver that exempts the bot "
+        "(override_ratelimit) or has a higher rc_message.per_second, a self-hosted Bot API server.",
+    )
+    account_burst: int | None = Field(
+        default=None,
+        ge=1,
+        description="Matrix only: how many messages may go at once before account_per_second paces them (the "
+        "homeserver's token bucket); default 8, two short of Synapse's default rc_message.burst_count of 10. "
+        "Telegram counts the messages of each second instead and has no burst.",
     )
 
     def applied_to(self, limits: PaceLimits) -> PaceLimits:
-        """The platform's `limits` with what this section changes."""
-        if self.per_chat_secs is None:
-            return limits
-        return replace(limits, per_chat_interval=self.per_chat_secs)
+        """The platform's `limits` with what this section changes.
+
+        A fractional `account_per_second` on a platform whose limit is a window (Telegram's: so many in any
+        second) becomes a bucket of one: one message every 1/account_per_second seconds. `account_burst` makes a
+        window a bucket; the config refuses it for Telegram, whose limit has no burst.
+        """
+        changes: dict[str, Any] = {}
+        if self.per_chat_secs is not None:
+            changes["per_chat_interval"] = self.per_chat_secs
+        if self.account_per_second is not None:
+            changes["global_per_second"] = self.account_per_second
+            if limits.global_burst is None and not self.account_per_second.is_integer():
+                changes["global_burst"] = 1
+        if self.account_burst is not None:
+            changes["global_burst"] = self.account_burst
+        return replace(limits, **changes) if changes else limits
 
 
 def _secret_is_text(value: Any) -> Any:
@@ -123,7 +151,9 @@ class _Section(BaseModel):
     )
     groups: Groups = Field(default=Groups(), description="How the bot behaves in group chats.")
     budget: Budget = Field(default=Budget(), description="Per user and day: turns_per_day, cost_usd_per_day.")
-    pace: Pace = Field(default=Pace(), description="How fast the bot sends: per_chat_secs.")
+    pace: Pace = Field(
+        default=Pace(), description="How fast the bot sends: per_chat_secs, account_per_second, account_burst."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -266,6 +296,17 @@ class ChatConfig(BaseModel):
                     if given
                     else 'the bot cannot log in: add password: "${MATRIX_PASSWORD}" or access_token',
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _telegram_has_no_burst(self) -> ChatConfig:
+        # A bucket's burst over Telegram's window would send that many at once and draw 429s that hold the bot.
+        if self.telegram is not None and self.telegram.pace.account_burst is not None:
+            raise _located(
+                ("telegram", "pace", "account_burst"),
+                "Telegram has no burst: it counts the messages of each second (at most account_per_second in any "
+                "second); remove account_burst and set account_per_second alone",
+            )
         return self
 
 

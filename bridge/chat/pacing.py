@@ -76,7 +76,8 @@ MATRIX_LIMITS = PaceLimits(
 """Synapse's default `rc_message` (0.2 a second, a burst of 10, per user: one bot is one user, so every room
 shares it), kept two short of the burst since the server counts arrivals, not our departures. A room gets no
 more than one a second besides. A homeserver that exempts the bot (the admin API's `override_ratelimit`) allows
-more; a 429 holds every room, the limit being the account's."""
+more, used once the chat config's `pace.account_per_second` and `pace.account_burst` say how much; a 429 holds
+every room, the limit being the account's."""
 
 
 @dataclass(frozen=True, slots=True)
