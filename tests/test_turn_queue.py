@@ -15,9 +15,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 import trio
@@ -531,6 +531,14 @@ def test_a_run_without_a_conversation_loads_neither_the_store_nor_the_queue(entr
 
 
 def test_a_chat_takes_its_place_for_each_turn(bench: Bench) -> None:
+    a_chat_takes_its_place_for_each_turn(bench)
+
+
+def a_chat_takes_its_place_for_each_turn(
+    bench: Bench, *, then: Callable[[Proc, TextIO], None] = lambda chat, lines: None
+) -> None:
+    """A chat's second turn waits for a run started between its two turns, and resumes the run's session;
+    `then` goes on with the chat before its input closes."""
     gate = bench.gate()
     chat_input_read, chat_input = os.pipe()
     chat = bench.start(
@@ -548,6 +556,7 @@ def test_a_chat_takes_its_place_for_each_turn(bench: Bench) -> None:
         assert chat.expect("err", b"waiting"), chat.output
         bench.release(gate)
         assert chat.expect("out", b"reply c2")
+        then(chat, lines)
     assert (holder.finish(), chat.finish()) == (0, 0)
     assert bench.starts() == [("c1", "-"), ("0", "c1"), ("c2", "s0")], "the chat resumed what the run stored"
     assert max_overlap(bench.lab.lines()) == 1
