@@ -586,9 +586,7 @@ def bench(lab: Lab) -> Iterator[Bench]:
 
 
 def test_runs_in_several_processes_never_overlap_and_chain_their_sessions(bench: Bench) -> None:
-    gate = bench.gate()
-    first = bench.run(f"tag=0 session=s0 gate={gate}")
-    assert first.expect("out", b"started"), first.output
+    first, gate = bench.holding_run()
     later = []
     for index in range(1, 4):
         run = bench.run(f"tag={index} session=s{index}")
