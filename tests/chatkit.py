@@ -34,6 +34,9 @@ from bridge.errors import PlatformRefused, PlatformUnavailable
 
 DEADLINE = 15
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+TELEGRAM_TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+"""A bot token of the real shape (the one docs/chat-telegram.md shows); no test may find it in any output."""
+TELEGRAM_SECRETS = {"TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN}
 BOT_FILES = ("--profiles", "profiles", "--state", "bot.sqlite3")
 """Where `connect` finds its profiles and keeps its store, unless a test says otherwise (`--postgres`)."""
 

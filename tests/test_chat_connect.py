@@ -13,15 +13,22 @@ from pathlib import Path
 import pytest
 import trio
 import yaml
-from chatkit import AGENT_BRIDGE, BOT_FILES, asking_profile, connect_command, connect_running, stop_connect
+from chatkit import (
+    AGENT_BRIDGE,
+    BOT_FILES,
+    TELEGRAM_SECRETS,
+    TELEGRAM_TOKEN,
+    asking_profile,
+    connect_command,
+    connect_running,
+    stop_connect,
+)
 from fakes.telegram_bot_api import FloodLimits, running_fake_bot_api
 from test_chat_scenarios import FAST_FLOOD, FAST_PACE
 
 from bridge.chat.botlock import lock_path
 from bridge.cli.connect import chat_store_path
 
-TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
-SECRETS = {"TELEGRAM_BOT_TOKEN": TOKEN}
 DEADLINE = 30
 # The tests not about the pace run test_chat_scenarios' fast one: the config line that gives the bot that pace.
 FAST_PACE_LINE = f"  pace: {json.dumps(FAST_PACE)}\n"
@@ -53,7 +60,7 @@ def connect(bot: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [AGENT_BRIDGE, "connect", *args],
         cwd=bot,
-        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN},
+        env={**os.environ, "TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN},
         capture_output=True,
         text=True,
         timeout=DEADLINE,
@@ -62,7 +69,7 @@ def connect(bot: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_second_connect_on_the_same_bot_is_refused_naming_the_first(bot: Path) -> None:
     state = str(bot / "bot.sqlite3")
-    lock = lock_path(chat_store_path(state, None, "connect").parent, "telegram", TOKEN)
+    lock = lock_path(chat_store_path(state, None, "connect").parent, "telegram", TELEGRAM_TOKEN)
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -83,7 +90,7 @@ def test_a_second_connect_on_the_same_bot_is_refused_naming_the_first(bot: Path)
         holder.wait()
     assert done.returncode == 2, done.stderr
     assert f"this telegram bot is already served by agent-bridge connect, pid {holder.pid}" in done.stderr
-    assert TOKEN not in done.stderr and TOKEN.split(":")[1] not in lock.name
+    assert TELEGRAM_TOKEN not in done.stderr and TELEGRAM_TOKEN.split(":")[1] not in lock.name
     assert not (bot / "bot.sqlite3").exists(), "nothing was opened for a bot another process serves"
 
 
@@ -98,7 +105,7 @@ def test_a_config_naming_a_missing_profile_is_refused_with_its_line(bot: Path) -
     done = connect(bot, "bot.yaml", "--profiles", "profiles", "--state", str(bot / "bot.sqlite3"))
     assert done.returncode == 2
     assert "bot.yaml:4" in done.stderr and "echo" in done.stderr
-    assert TOKEN not in done.stderr
+    assert TELEGRAM_TOKEN not in done.stderr
 
 
 def test_the_chat_store_lives_beside_the_session_store(tmp_path: Path) -> None:
@@ -132,13 +139,13 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
             {"command": [sys.executable, str(tmp_path / "agent.py")], "env": {"RUNS": str(tmp_path / "runs")}}
         )
     )
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: echo\n'
             "  allow_users: [42]\n" + FAST_PACE_LINE
         )
         fake.user_says(chat=42, user=42, text="hello")
-        async with connect_running(tmp_path, SECRETS):
+        async with connect_running(tmp_path, TELEGRAM_SECRETS):
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "echo: hello"], within=20)
             reply = next(m for m in fake.sent_to(42) if m.text == "echo: hello")
             assert reply.entities == [{"type": "bold", "offset": 0, "length": 4}]
@@ -148,11 +155,11 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
             )
             fake.user_says(chat=7, user=7, text="let me in")
             await fake.wait_until(lambda: fake.sent_to(7), within=20)
-            argv, env = connect_command(tmp_path, SECRETS)
+            argv, env = connect_command(tmp_path, TELEGRAM_SECRETS)
             second = await trio.run_process(argv, cwd=tmp_path, env=env, check=False, capture_stderr=True)
             assert second.returncode == 2 and b"already served by agent-bridge connect" in second.stderr
         fake.user_says(chat=42, user=42, text="again")
-        async with connect_running(tmp_path, SECRETS) as process:
+        async with connect_running(tmp_path, TELEGRAM_SECRETS) as process:
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == "echo: again"], within=20)
             await stop_connect(process, 20)
         texts = [m.text for m in fake.sent_to(42) if not m.deleted]
@@ -165,12 +172,12 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, "make")))
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: asker\n'
             "  allow_users: [42]\n" + FAST_PACE_LINE
         )
-        async with connect_running(tmp_path, SECRETS) as process:
+        async with connect_running(tmp_path, TELEGRAM_SECRETS) as process:
             fake.user_says(chat=42, user=42, text="build it")
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.reply_markup], within=20)
             prompt = next(m for m in fake.sent_to(42) if m.reply_markup)
@@ -217,14 +224,14 @@ async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_
 ) -> None:
     from fakes.telegram_bot_api import ApiFault, too_many_requests
 
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
         config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
         (bot / "bot.yaml").write_text(config + FAST_PACE_LINE)
         fake.fail_next("sendMessage", too_many_requests(0.2))
         fake.fail_next("sendMessage", ApiFault(403, "Forbidden: bot was blocked by the user"))
         fake.user_says(chat=42, user=42, text="hello")
         metrics = ("--metrics", "127.0.0.1:0")
-        async with connect_running(bot, SECRETS, *BOT_FILES, *metrics, stderr=subprocess.PIPE) as process:
+        async with connect_running(bot, TELEGRAM_SECRETS, *BOT_FILES, *metrics, stderr=subprocess.PIPE) as process:
             url = await metrics_url(process)
             await scrape_until(url, 'agent_bridge_chat_undeliverable_replies_total{platform="telegram"} 1.0')
             fake.user_says(chat=42, user=42, text="again")
@@ -243,7 +250,7 @@ async def test_connect_metrics_count_the_bots_work_an_undeliverable_reply_and_a_
     assert 'agent_bridge_chat_budget_refusals_total{platform="telegram"} 0.0' in lines
     assert 'agent_bridge_turns_total{outcome="ok",profile="echo"} 2.0' in lines  # the host's own
     assert [m.text for m in fake.sent_to(42) if m.text == "hi"] == ["hi"]
-    assert TOKEN not in text and "hello" not in text
+    assert TELEGRAM_TOKEN not in text and "hello" not in text
 
 
 async def test_a_connect_killed_between_the_parts_of_a_long_reply_sends_only_the_rest_after_the_restart(
@@ -255,16 +262,16 @@ async def test_a_connect_killed_between_the_parts_of_a_long_reply_sends_only_the
     (bot / "profiles" / "echo.yaml").write_text(
         yaml.safe_dump({"command": [sys.executable, "-c", f"print({first!r} + chr(10) * 2 + {second!r})"]})
     )
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake:
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
         config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
         (bot / "bot.yaml").write_text(config + FAST_PACE_LINE)
         fake.fail_next("sendMessage", SlowDown(0))  # the first part goes through
         fake.fail_next("sendMessage", SlowDown(600))  # the second hangs until the bot is killed
         fake.user_says(chat=42, user=42, text="long, please")
-        async with connect_running(bot, SECRETS):  # SIGKILLed at its end: no shutdown of any kind
+        async with connect_running(bot, TELEGRAM_SECRETS):  # SIGKILLed at its end: no shutdown of any kind
             await fake.wait_until(lambda: len(fake.calls_of("sendMessage")) == 2, within=DEADLINE)
             assert [m.text for m in fake.sent_to(42)] == [first]
-        async with connect_running(bot, SECRETS) as process:
+        async with connect_running(bot, TELEGRAM_SECRETS) as process:
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.text == second], within=DEADLINE)
             await stop_connect(process, DEADLINE)
         assert [m.text for m in fake.sent_to(42)] == [first, second]
@@ -292,11 +299,11 @@ async def test_a_partial_arriving_while_an_edit_waits_for_its_turn_goes_out_with
     (bot / "profiles" / "echo.yaml").write_text(
         yaml.safe_dump({"command": [sys.executable, str(bot / "previewer.py")], "env": {"GATE": str(bot / "gate")}})
     )
-    async with running_fake_bot_api(TOKEN, limits=FloodLimits(per_chat_interval=EDIT_PACE_SECS)) as fake:
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FloodLimits(per_chat_interval=EDIT_PACE_SECS)) as fake:
         config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
         (bot / "bot.yaml").write_text(config + f"  pace: {{per_chat_secs: {EDIT_PACE_SECS}}}\n")
         fake.user_says(chat=42, user=42, text="go")
-        async with connect_running(bot, SECRETS) as process:
+        async with connect_running(bot, TELEGRAM_SECRETS) as process:
             await fake.wait_until(lambda: fake.sent_to(42), within=DEADLINE)
             await trio.to_thread.run_sync((bot / "gate").write_text, "")  # the FIFO: the agent goes on
             await fake.wait_until(lambda: fake.calls_of("editMessageText"), within=DEADLINE)

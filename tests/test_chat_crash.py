@@ -24,13 +24,11 @@ from typing import Any
 import pytest
 import trio
 import yaml
-from chatkit import connect_running, stop_connect
+from chatkit import TELEGRAM_SECRETS, TELEGRAM_TOKEN, connect_running, stop_connect
 from fakes.telegram_bot_api import FakeBotApi, FloodLimits, Held, running_fake_bot_api
 from synapse import SynapseServer
 from test_chat_matrix import CLIENT, PASSWORD, Person, alice, joined_by_someone_else, section, synapse  # noqa: F401  # fixtures: one Synapse for this module's tests
 
-TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
-SECRETS = {"TELEGRAM_BOT_TOKEN": TOKEN}
 ALICE = 42
 WITHIN = 20
 # Not about pacing (the fake enforces none, Synapse's limits are raised): the bot sends as fast as it can.
@@ -251,14 +249,14 @@ async def test_kill_9_of_connect_at_each_step_then_a_restart_answers_each_messag
     (tmp_path / "agent.py").write_text(AGENT)
     (tmp_path / "profiles").mkdir()
     gate = Gate()
-    async with running_fake_bot_api(TOKEN, limits=FloodLimits(per_chat_interval=0.0)) as fake:
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FloodLimits(per_chat_interval=0.0)) as fake:
         async with trio.open_nursery() as nursery:
             await nursery.start(gate.serve)
             bot = Bot(tmp_path, fake, gate)
             config = {"token": "${TELEGRAM_BOT_TOKEN}", "api_url": fake.api_url, "profile": "agent", "pace": UNPACED}
             (tmp_path / "bot.yaml").write_text(yaml.safe_dump({"telegram": config | {"allow_users": [ALICE]}}))
             bot.configure(step.hold)
-            async with connect_running(bot.directory, SECRETS) as process:
+            async with connect_running(bot.directory, TELEGRAM_SECRETS) as process:
                 with trio.fail_after(WITHIN):
                     text = await step.reach(bot)
                 process.kill()
@@ -272,7 +270,7 @@ async def restart_and_check(bot: Bot, step: Step, text: str) -> None:
     fake = bot.fake
     final = f"echo: {text}"
     bot.configure("")
-    async with connect_running(bot.directory, SECRETS) as process:
+    async with connect_running(bot.directory, TELEGRAM_SECRETS) as process:
         await fake.wait_until(lambda: bot.sent(final), WITHIN)
         fake.user_says(ALICE, ALICE, "after")  # a later message, answered after whatever the restart picked up
         await fake.wait_until(lambda: bot.sent("echo: after"), WITHIN)

@@ -149,6 +149,16 @@ async def joined(platform: MatrixPlatform, alice: Person, room: str) -> None:
     raise AssertionError(f"the bot did not join {room} within {POLL_DEADLINE} s")
 
 
+async def started_in_a_room(
+    platform: MatrixPlatform, alice: Person, bot: MatrixConfig, *, encrypted: bool = False
+) -> str:
+    """Starts `platform` and gives a room of alice's with the bot, once the bot has joined it."""
+    await platform.start(None)
+    room = await alice.room_with(bot, encrypted=encrypted)
+    await joined(platform, alice, room)
+    return room
+
+
 def texts(items: list[Incoming | ButtonPress]) -> list[str]:
     return [item.text for item in items if isinstance(item, Incoming)]
 
@@ -180,9 +190,7 @@ async def test_an_allowed_users_invite_is_accepted_and_their_message_comes_in(
     synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     platform = connector(bot)
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
     sent = await alice.say(room, "hello bot")
 
     items = await poll_until(platform, lambda items: bool(items))
@@ -233,9 +241,7 @@ async def test_an_invite_from_anyone_else_is_declined(synapse: SynapseServer, bo
 
 async def test_send_edit_and_redact(synapse: SynapseServer, bot: MatrixConfig, alice: Person) -> None:
     platform = connector(bot)
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
 
     await platform.typing(room, "")
     everything = await alice.call("GET", f"{CLIENT}/sync", params={"timeout": 0})
@@ -262,9 +268,7 @@ async def test_a_long_reply_is_split_into_events_the_homeserver_takes(
     synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     platform = connector(bot)
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
 
     # 40,000 characters of 3 bytes each: 32,000 of them would make an event over Synapse's 64 KiB.
     paragraphs = ["漢字" * 500 for _ in range(40)]
@@ -286,9 +290,7 @@ async def test_the_configs_pace_sets_the_time_between_two_messages_in_a_room(
 
     paced = bot.model_copy(update={"pace": Pace(per_chat_secs=0.2)})
     platform = MatrixPlatform(paced, lambda: httpx.AsyncClient(event_hooks={"request": [leaving]}), sync_timeout_ms=200)
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
     for n in range(3):
         await platform.send_text(room, "", f"message {n}")
     gaps = [later - earlier for earlier, later in zip(sent_at, sent_at[1:], strict=False)]
@@ -359,9 +361,7 @@ async def test_a_part_the_homeserver_refuses_as_html_is_sent_again_as_plain_text
 ) -> None:
     transport = RefusesFormattedOnce()
     platform = MatrixPlatform(bot, lambda: httpx.AsyncClient(transport=transport), sync_timeout_ms=200, limits=UNPACED)
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
 
     [key] = await platform.send_text(room, "", "**bold** claim")
     content = (await alice.event(room, key))["content"]
@@ -374,9 +374,7 @@ async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
     synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     platform = connector(bot)
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
     choices = (Choice("Allow", "allow:7"), Choice("Allow for this session", "always:7"), Choice("Deny", "deny:7"))
 
     [prompt] = await platform.send_text(room, "", "May I run `ls`?", choices=choices)
@@ -442,9 +440,7 @@ async def test_an_encrypted_room_gets_one_clear_message_and_no_turn(
     synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:
     platform = connector(bot)
-    await platform.start(None)
-    room = await alice.room_with(bot, encrypted=True)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot, encrypted=True)
     ciphertext = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "s", "device_id": "D"}
     for _ in range(2):
         await alice.send(room, ciphertext, kind="m.room.encrypted")
@@ -478,9 +474,7 @@ async def test_files_both_ways(
         sync_timeout_ms=200,
         limits=UNPACED,
     )
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
 
     data = b"col1,col2\n1,2\n"
     uploaded = await alice.call(
@@ -636,9 +630,7 @@ async def test_a_real_429_waits_retry_after_ms_and_every_message_arrives_once(
         sync_timeout_ms=200,
         limits=UNPACED,
     )
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
 
     sent = [f"message {number}" for number in range(10)]  # with its join, one over the burst of 10
     keys = [key for text in sent for key in await platform.send_text(room, "", text)]

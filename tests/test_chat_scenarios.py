@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import trio
 import yaml
-from chatkit import AGENT_BRIDGE, asking_profile, connect_running, stop_connect
+from chatkit import AGENT_BRIDGE, TELEGRAM_TOKEN, asking_profile, connect_running, stop_connect
 from fakes.telegram_bot_api import (
     MESSAGE_LIMIT,
     Call,
@@ -35,7 +35,6 @@ from fakes.telegram_bot_api import (
     too_many_requests,
 )
 
-TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 ALICE = 42
 WITHIN = 20.0
 JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(256)) + b"\xff\xd9"  # what Telegram serves photos as
@@ -110,7 +109,7 @@ async def connected(bot: Path, fake: FakeBotApi, *extra: str, **section: Any) ->
     config = {"token": "${TELEGRAM_BOT_TOKEN}", "api_url": fake.api_url, "profile": "agent", "allow_users": [ALICE]}
     config["pace"] = FAST_PACE
     (bot / "bot.yaml").write_text(yaml.safe_dump({"telegram": config | section}))
-    async with connect_running(bot, {"TELEGRAM_BOT_TOKEN": TOKEN}, *extra) as process:
+    async with connect_running(bot, {"TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN}, *extra) as process:
         yield process
         await stop_connect(process, WITHIN)
 
@@ -137,7 +136,7 @@ async def open_gate(bot: Path) -> None:
 
 
 async def test_a_streamed_reply_is_previewed_then_sent_as_a_new_message(bot: Path) -> None:
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
         fake.user_says(ALICE, ALICE, "stream please")
         await fake.wait_until(
             lambda: [m for m in fake.sent_to(ALICE) if any(text == "Hello world" for _, text in m.history)], WITHIN
@@ -174,7 +173,7 @@ SESSION_RULE = (
 async def test_an_approval_by_button_allows_denies_or_allows_for_the_session(
     bot: Path, label: str, decided: str, shown: str
 ) -> None:
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake, profile="asker"):
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake, profile="asker"):
         fake.user_says(ALICE, ALICE, "run the build")
         await fake.wait_until(lambda: [m for m in fake.sent_to(ALICE) if m.reply_markup], WITHIN)
         prompt = next(m for m in fake.sent_to(ALICE) if m.reply_markup)
@@ -190,7 +189,7 @@ async def test_an_approval_by_button_allows_denies_or_allows_for_the_session(
 
 
 async def test_a_question_is_answered_by_a_button_then_by_free_text(bot: Path) -> None:
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake, profile="asker"):
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake, profile="asker"):
         fake.user_says(ALICE, ALICE, "a question")
         await fake.wait_until(lambda: [m for m in fake.sent_to(ALICE) if m.reply_markup], WITHIN)
         prompt = next(m for m in fake.sent_to(ALICE) if m.reply_markup)
@@ -210,7 +209,7 @@ async def test_a_question_is_answered_by_a_button_then_by_free_text(bot: Path) -
 
 
 async def test_cancel_stops_the_running_turn(bot: Path) -> None:
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
         fake.user_says(ALICE, ALICE, "wait for me")
         await fake.wait_until(lambda: runs(bot) == ["wait for me"], WITHIN)
         fake.user_says(ALICE, ALICE, "/cancel")
@@ -223,7 +222,7 @@ async def test_cancel_stops_the_running_turn(bot: Path) -> None:
 
 async def test_past_the_budget_a_clear_message_and_no_turn(bot: Path) -> None:
     async with (
-        running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake,
+        running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake,
         connected(bot, fake, budget={"turns_per_day": 1}),
     ):
         fake.user_says(ALICE, ALICE, "one")
@@ -236,7 +235,7 @@ async def test_past_the_budget_a_clear_message_and_no_turn(bot: Path) -> None:
 
 @pytest.mark.timeout(60)  # a connect to start, a long reply to render and send in parts
 async def test_a_10000_character_reply_with_code_blocks_arrives_whole_within_the_limit(bot: Path) -> None:
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
         fake.user_says(ALICE, ALICE, "long please")
         await fake.wait_until(said(fake, lambda text: f"print({BLOCKS - 1}, 14)" in text), 3 * WITHIN)
         parts = fake.visible(ALICE)
@@ -256,7 +255,7 @@ async def test_a_10000_character_reply_with_code_blocks_arrives_whole_within_the
 
 
 async def test_a_429_storm_is_waited_out_and_the_reply_sent_once(bot: Path) -> None:
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
         fake.fail_next("sendMessage", too_many_requests(0.4), count=2)
         fake.user_says(ALICE, ALICE, "through the storm")
         await fake.wait_until(said(fake, lambda text: text == "echo: through the storm"), WITHIN)
@@ -268,7 +267,7 @@ async def test_a_429_storm_is_waited_out_and_the_reply_sent_once(bot: Path) -> N
 
 
 async def test_a_reply_telegram_cannot_parse_is_sent_again_as_plain_text(bot: Path) -> None:
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
         fake.fail_next("sendMessage", cannot_parse_entities())
         fake.user_says(ALICE, ALICE, "parse this")
         await fake.wait_until(said(fake, lambda text: text == "echo: parse this"), WITHIN)
@@ -278,7 +277,7 @@ async def test_a_reply_telegram_cannot_parse_is_sent_again_as_plain_text(bot: Pa
 
 
 async def test_a_photo_in_and_a_file_out(bot: Path) -> None:
-    async with running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake):
         fake.user_sends_photo(ALICE, ALICE, JPEG, caption="photo")
         await fake.wait_until(said(fake, lambda text: text.startswith("got ")), WITHIN)
         assert said(fake, lambda text: text.startswith("got "))()[0].text == f"got image={len(JPEG)}"
@@ -288,7 +287,7 @@ async def test_a_photo_in_and_a_file_out(bot: Path) -> None:
         [sent] = [m for m in fake.sent_to(ALICE) if m.document]
     assert sent.document is not None and sent.document["file_name"] == "notes.txt"
     assert fake.files[sent.document["file_id"]].data == b"the notes"
-    assert TOKEN not in json.dumps(runs(bot))
+    assert TELEGRAM_TOKEN not in json.dumps(runs(bot))
 
 
 @pytest.mark.timeout(120)  # PostgreSQL, two workers and a gateway to start
@@ -306,7 +305,7 @@ async def test_a_fleet_connect_over_postgres_and_two_workers_answers_every_chat_
     chats = [ALICE, 43, 44, 45]
     try:
         async with (
-            running_fake_bot_api(TOKEN, limits=FAST_FLOOD) as fake,
+            running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake,
             connected(bot, fake, "--postgres", pg_dsn, "--name", "bot", allow_users=chats, profiles=["agent", "asker"]),
         ):
             for chat in chats:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from chatkit import TELEGRAM_TOKEN as TOKEN
 from fakes.telegram_bot_api import (
     CONFLICT,
     ApiFault,
@@ -40,7 +41,6 @@ from bridge.chat.platform import ButtonPress, Choice, Incoming, IncomingFile
 from bridge.chat.telegram import TelegramPlatform
 from bridge.errors import PlatformConflict, PlatformRefused, PlatformUnavailable
 
-TOKEN = "123456:AAE-secret_token-value"
 # Loose limits for the tests that are not about pacing: the fake and the connector agree on them.
 FAST_FLOOD = FloodLimits(per_chat_interval=0.02, group_per_minute=1000, global_per_second=1000)
 FAST_PACE = PaceLimits(per_chat_interval=0.02, group_per_minute=1000, global_per_second=1000)

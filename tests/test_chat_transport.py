@@ -19,11 +19,11 @@ import httpx
 import pytest
 import trio
 import trustme
+from chatkit import TELEGRAM_TOKEN
 
 from bridge.chat.http_transport import TrioH11Transport, chat_http_client
 
-TOKEN = "123456:AAE-secret_token-value"
-SECRET_PATH = f"/bot{TOKEN}/getUpdates"
+SECRET_PATH = f"/bot{TELEGRAM_TOKEN}/getUpdates"
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
@@ -218,7 +218,7 @@ async def test_a_silent_server_is_a_read_timeout_that_names_no_path(nursery: tri
     async with httpx.AsyncClient(transport=TrioH11Transport()) as client:
         with trio.fail_after(3), pytest.raises(httpx.ReadTimeout) as raised:
             await client.get(f"http://127.0.0.1:{server.port}{SECRET_PATH}", timeout=httpx.Timeout(5, read=0.2))
-    assert TOKEN not in str(raised.value)
+    assert TELEGRAM_TOKEN not in str(raised.value)
 
 
 async def test_a_refused_connection_is_a_connect_error_that_names_no_path() -> None:
@@ -228,7 +228,7 @@ async def test_a_refused_connection_is_a_connect_error_that_names_no_path() -> N
         async with httpx.AsyncClient(transport=TrioH11Transport()) as client:
             with pytest.raises(httpx.ConnectError) as raised:
                 await client.get(f"http://127.0.0.1:{port}{SECRET_PATH}")
-    assert TOKEN not in str(raised.value)
+    assert TELEGRAM_TOKEN not in str(raised.value)
 
 
 async def test_waiting_beyond_the_pool_timeout_for_a_connection_is_a_pool_timeout(nursery: trio.Nursery) -> None:

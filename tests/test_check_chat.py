@@ -12,11 +12,11 @@ from pathlib import Path
 
 import jsonschema
 import yaml
+from chatkit import TELEGRAM_TOKEN
 
 from bridge.chat.config import chat_json_schema
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
-TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 PASSWORD = "correct horse battery staple"
 ECHO = "command: [cat]\nstdin: message\n"
 
@@ -62,7 +62,7 @@ def test_a_good_config_and_its_profiles_are_ok(tmp_path: Path) -> None:
         """,
     )
     directory = profiles(tmp_path, echo=ECHO, upper="command: [tr, a-z, A-Z]\nstdin: message\n")
-    secrets = {"TELEGRAM_BOT_TOKEN": TOKEN, "MATRIX_PASSWORD": PASSWORD}
+    secrets = {"TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN, "MATRIX_PASSWORD": PASSWORD}
     done = check(tmp_path, config, "--profiles", directory, env=secrets)
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.splitlines() == [
@@ -97,10 +97,10 @@ def test_mistakes_are_errors_at_their_line_and_exit_2(tmp_path: Path) -> None:
           allow_users: []
         """,
     )
-    unset = check(tmp_path, config, env={"TELEGRAM_BOT_TOKEN": TOKEN})
+    unset = check(tmp_path, config, env={"TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN})
     assert unset.returncode == 2
     assert "bot.yaml:8: matrix.password: ${MATRIX_PASSWORD} is not set in the environment" in unset.stderr
-    done = check(tmp_path, config, env={"TELEGRAM_BOT_TOKEN": TOKEN, "MATRIX_PASSWORD": PASSWORD})
+    done = check(tmp_path, config, env={"TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN, "MATRIX_PASSWORD": PASSWORD})
     assert done.returncode == 2
     nobody = "allow_users: is empty, so nobody could run a turn; list the users who may (their ids), or remove it"
     assert done.stderr.splitlines() == [
@@ -123,13 +123,13 @@ def test_with_profiles_a_missing_or_broken_profile_is_an_error(tmp_path: Path) -
         """,
     )
     directory = profiles(tmp_path, echo=ECHO)
-    missing = check(tmp_path, config, "--profiles", directory, env={"TELEGRAM_BOT_TOKEN": TOKEN})
+    missing = check(tmp_path, config, "--profiles", directory, env={"TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN})
     assert missing.returncode == 2
     assert "bot.yaml:3: telegram.profile: no profile named 'ecko'; did you mean 'echo'?" in missing.stderr
 
     write(tmp_path, "bot.yaml", Path(tmp_path, config).read_text().replace("ecko", "echo"))
     write(tmp_path, f"{directory}/echo.yaml", "command: [cat]\ntimout_secs: 5\n")
-    broken = check(tmp_path, config, "--profiles", directory, env={"TELEGRAM_BOT_TOKEN": TOKEN})
+    broken = check(tmp_path, config, "--profiles", directory, env={"TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN})
     assert broken.returncode == 2, broken.stdout
     assert "bot-profiles/echo.yaml:2: unknown key 'timout_secs'; did you mean 'timeout_secs'?" in broken.stderr, (
         broken.stderr
@@ -143,7 +143,7 @@ def test_a_secret_written_in_the_file_is_warned_of_without_showing_it(tmp_path: 
         "bot.yaml",
         f"""
         telegram:
-          token: "{TOKEN}"
+          token: "{TELEGRAM_TOKEN}"
           profile: echo
           allow_users: [1]
         matrix:
@@ -161,7 +161,7 @@ def test_a_secret_written_in_the_file_is_warned_of_without_showing_it(tmp_path: 
     assert warnings[0].startswith("bot.yaml:2: warning: telegram.token is written in the file"), warnings
     assert 'write token: "${TELEGRAM_BOT_TOKEN}" (or token_file: PATH)' in warnings[0]
     assert warnings[1].startswith("bot.yaml:8: warning: matrix.access_token is written in the file"), warnings
-    assert TOKEN not in done.stderr + done.stdout and "syt_plain_text" not in done.stderr + done.stdout
+    assert TELEGRAM_TOKEN not in done.stderr + done.stdout and "syt_plain_text" not in done.stderr + done.stdout
 
 
 def test_the_chat_configs_json_schema_is_published_beside_the_profiles(tmp_path: Path) -> None:

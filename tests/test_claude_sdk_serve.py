@@ -8,9 +8,6 @@ message steered into a running turn (`on_busy: steer`).
 from __future__ import annotations
 
 import json
-import select
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -21,12 +18,12 @@ import trio
 from agents_cache import npm_binary
 from fake_anthropic import Conversation, tool_results, user_texts, write_claude_profile
 from fake_api import FakeApi
+from servekit import StdioServe
 
 import bridge
 from bridge import Turn
 
 DEADLINE = 30
-AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 
 
 @contextmanager
@@ -43,51 +40,9 @@ def claude_profiles(tmp_path: Path, **overrides: Any) -> Iterator[tuple[Conversa
             conversation.release.set()
 
 
-class Serve:
-    """A real `agent-bridge serve` process: requests as JSON lines on its stdin, responses read with a deadline."""
-
-    def __init__(self, profiles: Path, state: Path) -> None:
-        self.process = subprocess.Popen(
-            [AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state", str(state)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self._buffer = b""
-
-    def send(self, request: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        self.process.stdin.flush()
-
-    def until(self, kind: str, request_id: str) -> list[dict[str, Any]]:
-        seen = []
-        while True:
-            response = self._receive()
-            seen.append(response)
-            if response["type"] == kind and response.get("id") == request_id:
-                return seen
-
-    def _receive(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        while b"\n" not in self._buffer:
-            ready, _, _ = select.select([self.process.stdout], [], [], DEADLINE)
-            assert ready, "serve said nothing in time"
-            data = self.process.stdout.read1(65536)  # type: ignore[attr-defined]
-            assert data, "serve closed its output"
-            self._buffer += data
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    def close(self) -> int:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        return self.process.wait(DEADLINE)
-
-
 def test_a_question_of_the_agent_is_answered_through_serve(tmp_path: Path) -> None:
     with claude_profiles(tmp_path) as (_, api, profiles):
-        serve = Serve(profiles, tmp_path / "state.sqlite3")
+        serve = StdioServe(profiles, tmp_path / "state.sqlite3", deadline=DEADLINE)
         try:
             serve.send({"type": "turn", "id": "t1", "profile": "claude", "conversation": "c", "message": "ask colour"})
             asked = serve.until("question", "t1")[-1]

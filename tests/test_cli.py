@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import yaml
@@ -34,6 +34,8 @@ import bridge
 from bridge import Turn
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+# Written out, not imported from bridge.profile.fields: this is the list users were promised, so a field added
+# to or dropped from the profile must fail here until the docs and this list say so too.
 SPEC_FIELDS = {
     "command",
     "args",
@@ -92,6 +94,16 @@ def cli_at_once(*invocations: tuple[str, ...]) -> list[subprocess.CompletedProce
         out, err = proc.communicate(timeout=60)
         done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
     return done
+
+
+def read_past(stream: IO[bytes], needle: bytes, closed_before: str) -> bytes:
+    """What `stream` gave, as it came, until `needle` was in it; `closed_before` says what was missed if it ended."""
+    seen = b""
+    while needle not in seen:
+        chunk = os.read(stream.fileno(), 100)
+        assert chunk, f"{closed_before}: {seen!r}"
+        seen += chunk
+    return seen
 
 
 def ndjson(stdout: str) -> list[dict[str, Any]]:
@@ -220,11 +232,7 @@ def test_partials_are_printed_live(tmp_path):
         stderr=subprocess.PIPE,
     ) as proc:
         assert proc.stdout is not None
-        seen = b""
-        while b"one" not in seen:
-            chunk = os.read(proc.stdout.fileno(), 100)
-            assert chunk, f"stdout closed before the partial: {seen!r}"
-            seen += chunk
+        seen = read_past(proc.stdout, b"one", "stdout closed before the partial")
         fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO here: the agent is gone
         os.write(fd, b"k")
         os.close(fd)
@@ -903,11 +911,7 @@ def test_show_stderr_streams_the_agents_stderr_live_and_the_tail_is_not_repeated
         stderr=subprocess.PIPE,
     ) as proc:
         assert proc.stderr is not None
-        seen = b""
-        while b"step 1: fetching\n" not in seen:
-            chunk = os.read(proc.stderr.fileno(), 100)
-            assert chunk, f"stderr closed before the agent's first line: {seen!r}"
-            seen += chunk
+        seen = read_past(proc.stderr, b"step 1: fetching\n", "stderr closed before the agent's first line")
         with open(fifo, "w"):
             pass
         out, rest = proc.communicate(timeout=30)

@@ -21,6 +21,7 @@ import trio
 from agentproc import runner as reference
 from attachment_files import PNG, TURN_FILES, sent
 from conftest import PROFILES, PYTHON, TURN_DEADLINE, write_agent
+from dialectkit import assert_every_cut_decodes_alike, fed_byte_by_byte, fed_whole, warnings, without_warnings
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,7 +35,6 @@ from bridge.dialects import (
     JsonSettings,
     LineCut,
     PartialEvent,
-    ProtocolWarning,
     ReplyEvent,
     SessionEvent,
     Usage,
@@ -80,16 +80,7 @@ ASK = (
 
 
 def decode(data: bytes, context: DialectContext = ASKS, turn: Turn = Turn("hi")) -> list[Any]:
-    dialect = AgentProc04(context, turn)
-    return dialect.feed(data) + dialect.close()
-
-
-def without_warnings(events: list[Any]) -> list[Any]:
-    return [event for event in events if not isinstance(event, ProtocolWarning)]
-
-
-def warnings(events: list[Any]) -> list[str]:
-    return [event.message for event in events if isinstance(event, ProtocolWarning)]
+    return fed_whole(AgentProc04(context, turn), data)
 
 
 # --------------------------------------------------------------------------- the turn line
@@ -189,14 +180,9 @@ def test_a_streaming_turn_gives_thinking_partials_the_session_and_the_reply() ->
 @pytest.mark.parametrize("transcript", [STREAM, WITH_USAGE, ASK, SOFT_ERROR])
 def test_any_split_of_the_stream_gives_the_same_events(transcript: bytes) -> None:
     whole = decode(transcript)
-    for cut in range(len(transcript) + 1):
-        dialect = AgentProc04(ASKS, Turn("hi"))
-        assert dialect.feed(transcript[:cut]) + dialect.feed(transcript[cut:]) + dialect.close() == whole, cut
+    assert_every_cut_decodes_alike(lambda: AgentProc04(ASKS, Turn("hi")), transcript, whole)
     dialect = AgentProc04(ASKS, Turn("hi"))
-    one_byte_at_a_time = [
-        event for index in range(len(transcript)) for event in dialect.feed(transcript[index : index + 1])
-    ]
-    assert one_byte_at_a_time + dialect.close() == whole
+    assert fed_byte_by_byte(dialect, transcript) + dialect.close() == whole
 
 
 def test_roles_other_than_thinking_are_partials_and_empty_chunks_are_dropped() -> None:

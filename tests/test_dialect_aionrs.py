@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import trio
 from conftest import PROFILES, PYTHON, SAMPLE_AGENTS, TURN_DEADLINE, assert_no_live_process, process_state
+from dialectkit import assert_every_cut_decodes_alike, fed_byte_by_byte, warnings, without_warnings
 
 import bridge
 from bridge import Turn
@@ -33,7 +34,6 @@ from bridge.dialects import (
     JsonSettings,
     LineCut,
     PartialEvent,
-    ProtocolWarning,
     ReplyEvent,
     Usage,
     UsageEvent,
@@ -107,14 +107,6 @@ def started(*, session_id: str = "", prompt: str = "hello") -> Aionrs:
 
 def lines(data: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data.decode().splitlines()]
-
-
-def without_warnings(events: list[Any]) -> list[Any]:
-    return [event for event in events if not isinstance(event, ProtocolWarning)]
-
-
-def warnings(events: list[Any]) -> list[str]:
-    return [event.message for event in events if isinstance(event, ProtocolWarning)]
 
 
 # --------------------------------------------------------------------------- what the bridge writes
@@ -230,14 +222,8 @@ def test_a_turn_streams_partials_thinking_and_ends_with_the_reply_and_usage() ->
 @pytest.mark.parametrize("transcript", [HELLO, ASKS_TO_WRITE + WROTE])
 def test_any_split_of_a_transcript_gives_the_same_events(transcript: bytes) -> None:
     whole = started().feed(transcript)
-    dialect = started()
-    one_byte_at_a_time = [
-        event for index in range(len(transcript)) for event in dialect.feed(transcript[index : index + 1])
-    ]
-    assert one_byte_at_a_time == whole
-    for cut in range(0, len(transcript) + 1, 7):
-        dialect = started()
-        assert dialect.feed(transcript[:cut]) + dialect.feed(transcript[cut:]) == whole, cut
+    assert fed_byte_by_byte(started(), transcript) == whole
+    assert_every_cut_decodes_alike(started, transcript, whole, step=7, close=False)
 
 
 def test_events_of_other_messages_between_turns_and_of_unknown_types_are_dropped() -> None:

@@ -24,6 +24,15 @@ import trio
 from agents_cache import npm_binary
 from attachment_files import TURN_FILES, sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE, run_collecting
+from dialectkit import (
+    TRANSCRIPTS,
+    assert_every_cut_decodes_alike,
+    fed_byte_by_byte,
+    fed_whole,
+    json_lines,
+    of,
+    transcript,
+)
 from fake_anthropic import TEXT_PIECES, TEXT_REPLY, claude_env, fake_anthropic, prompts
 
 import bridge
@@ -45,7 +54,6 @@ from bridge.dialects import (
 )
 from bridge.dialects.coding_agents import UNFINISHED
 
-TRANSCRIPTS = Path(__file__).parent / "transcripts"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 REAL_DEADLINE = 30  # a real Claude Code turn takes about a second; a loaded machine gets room
 
@@ -55,24 +63,11 @@ def dialect(**settings: Any) -> Any:
 
 
 def decode(data: bytes, **settings: Any) -> list[Any]:
-    decoder = dialect(**settings)
-    return decoder.feed(data) + decoder.close()
-
-
-def transcript(name: str) -> bytes:
-    return (TRANSCRIPTS / name).read_bytes()
-
-
-def lines(*objects: dict[str, Any]) -> bytes:
-    return b"".join(json.dumps(item).encode() + b"\n" for item in objects)
+    return fed_whole(dialect(**settings), data)
 
 
 def session_of(data: bytes) -> str:
     return json.loads(data.splitlines()[0])["session_id"]
-
-
-def of(events: list[Any], kind: type) -> list[Any]:
-    return [event for event in events if isinstance(event, kind)]
 
 
 # --------------------------------------------------------------------------- real transcripts, pure
@@ -167,18 +162,13 @@ def test_a_retried_request_cannot_take_back_what_was_streamed_and_the_reply_is_t
 @pytest.mark.parametrize("name", sorted(path.name for path in TRANSCRIPTS.glob("claude-*.jsonl")))
 def test_any_chunking_decodes_like_one_feed(name):
     data = transcript(name)
-    whole = decode(data)
     byte_by_byte = dialect()
-    events = [event for index in range(len(data)) for event in byte_by_byte.feed(data[index : index + 1])]
-    assert events + byte_by_byte.close() == whole
+    assert fed_byte_by_byte(byte_by_byte, data) + byte_by_byte.close() == decode(data)
 
 
 def test_a_split_at_every_byte_decodes_like_one_feed():
     data = transcript("claude-tool.jsonl")
-    whole = decode(data)
-    for cut in range(len(data) + 1):
-        decoder = dialect()
-        assert decoder.feed(data[:cut]) + decoder.feed(data[cut:]) + decoder.close() == whole, cut
+    assert_every_cut_decodes_alike(dialect, data, decode(data))
 
 
 # --------------------------------------------------------------------------- damaged and hand-made streams
@@ -214,7 +204,7 @@ def test_a_stream_without_its_result_is_an_unfinished_turn():
 
 def test_a_line_over_the_limit_is_cut_and_the_turn_goes_on():
     long_text = "x" * 5000
-    data = lines(
+    data = json_lines(
         {"type": "system", "subtype": "init", "session_id": "s1"},
         {"type": "assistant", "message": {"content": [{"type": "text", "text": long_text}]}},
         {"type": "result", "subtype": "success", "is_error": False, "result": "done"},
@@ -224,7 +214,7 @@ def test_a_line_over_the_limit_is_cut_and_the_turn_goes_on():
 
 
 def test_unknown_types_and_fields_are_ignored():
-    data = lines(
+    data = json_lines(
         {"type": "rate_limit_event", "rate_limit_info": {"status": "allowed"}},
         {"type": "system", "subtype": "api_retry", "attempt": 1, "session_id": "other"},
         {"type": "stream_event", "event": {"type": "ping"}},
@@ -236,7 +226,7 @@ def test_unknown_types_and_fields_are_ignored():
 
 
 def test_each_distinct_valid_session_id_is_reported_once():
-    data = lines(
+    data = json_lines(
         {"type": "system", "subtype": "init", "session_id": "a"},
         {"type": "system", "subtype": "init", "session_id": "a"},
         {"type": "system", "subtype": "init", "session_id": "has space"},
@@ -251,7 +241,7 @@ def test_each_distinct_valid_session_id_is_reported_once():
 
 
 def test_codebuddy_names_its_session_on_the_result_only():
-    data = lines(
+    data = json_lines(
         {"type": "system", "subtype": "init", "model": "x"},
         {"type": "assistant", "message": {"content": [{"type": "text", "text": "hi"}]}},
         {"type": "result", "subtype": "success", "is_error": False, "result": "hi", "session_id": "cb-1"},
@@ -260,17 +250,17 @@ def test_codebuddy_names_its_session_on_the_result_only():
 
 
 def test_qwen_error_results_carry_error_message():
-    data = lines(
+    data = json_lines(
         {"type": "result", "subtype": "error_max_turns", "is_error": True, "error": {"message": "too long"}},
     )
     assert of(decode(data), ErrorEvent) == [ErrorEvent("too long")]
-    bare = lines({"type": "result", "subtype": "error_max_turns", "is_error": True})
+    bare = json_lines({"type": "result", "subtype": "error_max_turns", "is_error": True})
     assert of(decode(bare), ErrorEvent) == [ErrorEvent("the agent stopped: max turns")]
 
 
 def test_a_subagent_adds_tool_activity_but_no_text():
     inside = {"parent_tool_use_id": "toolu_task"}
-    data = lines(
+    data = json_lines(
         {
             "type": "assistant",
             **inside,
@@ -299,7 +289,7 @@ def test_a_todo_list_is_a_plan():
         {"content": "Read the code", "status": "completed", "activeForm": "Reading"},
         {"content": "Fix the bug", "status": "in_progress", "activeForm": "Fixing"},
     ]
-    data = lines(
+    data = json_lines(
         {
             "type": "assistant",
             "message": {"content": [{"type": "tool_use", "id": "t1", "name": "TodoWrite", "input": {"todos": todos}}]},
@@ -348,7 +338,7 @@ CURSOR_STREAM = [
 
 
 def test_cursor_repeats_are_dropped_with_the_setting():
-    events = decode(lines(*CURSOR_STREAM), repeats_streamed_text=True)
+    events = decode(json_lines(*CURSOR_STREAM), repeats_streamed_text=True)
     assert [event.text for event in of(events, PartialEvent)] == ["Let me ", "look.", "\n\nFound ", "it."]
     assert [(event.activity, event.tool, event.title, event.status) for event in of(events, ActivityEvent)] == [
         ("thinking", "", "", ""),
@@ -359,17 +349,17 @@ def test_cursor_repeats_are_dropped_with_the_setting():
 
 
 def test_without_the_setting_cursor_repeats_would_be_shown_twice():
-    partials = [event.text for event in of(decode(lines(*CURSOR_STREAM)), PartialEvent)]
+    partials = [event.text for event in of(decode(json_lines(*CURSOR_STREAM)), PartialEvent)]
     assert partials == ["Let me ", "look.", "Let me look.", "\n\nFound ", "it.", "Found it."]
 
 
 def test_cursor_error_results_fail_the_turn():
-    data = lines({"type": "result", "subtype": "error", "is_error": False, "result": "cursor gave up"})
+    data = json_lines({"type": "result", "subtype": "error", "is_error": False, "result": "cursor gave up"})
     assert decode(data) == [ErrorEvent("cursor gave up")]
 
 
 def test_usage_counts_cache_reads_and_writes_as_input_like_other_families():
-    data = lines(
+    data = json_lines(
         {
             "type": "result",
             "subtype": "success",
@@ -520,7 +510,7 @@ def test_a_json_protocol_profile_can_be_replaced_and_still_refuses_a_session_pre
 
 
 def test_qwen_usage_already_counts_the_cache_in_its_input():
-    data = lines(
+    data = json_lines(
         {"type": "system", "subtype": "init", "session_id": "q1", "qwen_code_version": "0.24.4"},
         {
             "type": "result",

@@ -24,6 +24,7 @@ import trio
 from agents_cache import npm_binary
 from attachment_files import PNG, TURN_FILES, sent
 from conftest import CLI_PROFILES
+from dialectkit import assert_every_cut_decodes_alike, json_lines
 from fakes.openai_responses import OpenAIResponses, write_codex_home
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,10 +94,7 @@ def test_any_chunking_of_codex_output_gives_the_same_events():
         data = path.read_bytes()
         assert decode(data, chunk=1) == decode(data), path.name  # a byte at a time
     data = transcript("codex-tool-exec-command.jsonl")
-    whole = decode(data)
-    for cut in range(len(data) + 1):  # cut in two at every byte
-        codex = dialect()
-        assert codex.feed(data[:cut]) + codex.feed(data[cut:]) + codex.close() == whole, cut
+    assert_every_cut_decodes_alike(dialect, data, decode(data))
 
 
 def test_a_command_is_tool_activity_titled_with_the_command_and_its_exit_code_and_output():
@@ -134,7 +132,7 @@ def test_a_command_is_titled_without_the_shell_codex_wraps_it_in(command, title)
         exit_code=None,
         status="in_progress",
     )
-    [activity] = of(ActivityEvent, decode(lines(THREAD, line, DONE)))
+    [activity] = of(ActivityEvent, decode(json_lines(THREAD, line, DONE)))
     assert activity.title == title
 
 
@@ -204,10 +202,6 @@ def test_a_turn_without_a_message_has_no_reply_and_one_that_failed_after_one_sti
     assert of(ErrorEvent, events)[0].text.endswith("missing field `id`")
 
 
-def lines(*objects: dict[str, Any]) -> bytes:
-    return b"".join(json.dumps(line).encode() + b"\n" for line in objects)
-
-
 THREAD = {"type": "thread.started", "thread_id": "t-1"}
 DONE = {"type": "turn.completed", "usage": {"input_tokens": 1, "cached_input_tokens": 0, "output_tokens": 2}}
 
@@ -218,7 +212,7 @@ def item(event: str, **fields: Any) -> dict[str, Any]:
 
 def test_every_agent_message_streams_as_a_paragraph_and_the_last_one_is_the_reply():
     events = decode(
-        lines(
+        json_lines(
             THREAD,
             item("item.completed", type="agent_message", text="Let me look."),
             item("item.completed", type="agent_message", text="Found it."),
@@ -235,7 +229,7 @@ def test_plans_mcp_calls_and_web_searches_are_activity():
     events = of(
         ActivityEvent,
         decode(
-            lines(
+            json_lines(
                 THREAD,
                 item("item.started", type="todo_list", items=todo[:1]),
                 item("item.updated", type="todo_list", items=todo),
@@ -280,16 +274,16 @@ def test_plans_mcp_calls_and_web_searches_are_activity():
 
 def test_a_plan_item_is_the_reply_only_when_codex_sent_no_message():
     plan = item("item.completed", type="plan", text="1. read 2. fix")
-    assert of(ReplyEvent, decode(lines(THREAD, plan, DONE))) == [ReplyEvent("1. read 2. fix")]
+    assert of(ReplyEvent, decode(json_lines(THREAD, plan, DONE))) == [ReplyEvent("1. read 2. fix")]
     message = item("item.completed", type="agent_message", text="done")
-    assert of(ReplyEvent, decode(lines(THREAD, plan, message, DONE))) == [ReplyEvent("done")]
+    assert of(ReplyEvent, decode(json_lines(THREAD, plan, message, DONE))) == [ReplyEvent("done")]
 
 
 def test_garbage_a_cut_line_unknown_events_and_a_bad_thread_id_are_ignored_with_warnings():
     codex = dialect(max_line_bytes=4096)
     events = codex.feed(b"not json\n[1, 2]\n" + b'{"type": "item.completed", "x": "' + b"y" * 5000 + b'"}\n')
     events += codex.feed(
-        lines(
+        json_lines(
             {"type": "thread.started", "thread_id": "has space"},
             {"type": "turn.started"},
             {"type": "something.new", "item": {}},
@@ -394,7 +388,7 @@ CODEX_LIKE = st.fixed_dictionaries(
 @settings(max_examples=100, deadline=None)
 @given(st.lists(CODEX_LIKE, max_size=6))
 def test_any_json_in_codexs_shapes_maps_to_events_without_raising(objects):
-    events = decode(lines(*objects))
+    events = decode(json_lines(*objects))
     assert sum(type(event) is ErrorEvent for event in events) >= 1 or any(
         line.get("type") == "turn.completed" for line in objects
     )

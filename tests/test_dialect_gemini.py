@@ -24,6 +24,15 @@ import trio
 from agents_cache import npm_binary
 from attachment_files import PNG, sent
 from conftest import CLI_PROFILES, SAMPLE_AGENTS, TURN_DEADLINE, run_collecting
+from dialectkit import (
+    TRANSCRIPTS,
+    assert_every_cut_decodes_alike,
+    fed_byte_by_byte,
+    fed_whole,
+    json_lines,
+    of,
+    transcript,
+)
 from fake_gemini import TEXT_PIECES, TEXT_REPLY, fake_gemini, gemini_env, gemini_home, prompts
 
 import bridge
@@ -45,7 +54,6 @@ from bridge.dialects import (
 )
 from bridge.dialects.coding_agents import UNFINISHED
 
-TRANSCRIPTS = Path(__file__).parent / "transcripts"
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 REAL_DEADLINE = 40  # a real Gemini CLI turn takes about two seconds (node start-up); a loaded machine gets room
 SHELL_ID = "run_shell_command__run_shell_command_1795343252306_0"
@@ -56,20 +64,7 @@ def dialect(**settings: Any) -> Any:
 
 
 def decode(data: bytes, **settings: Any) -> list[Any]:
-    decoder = dialect(**settings)
-    return decoder.feed(data) + decoder.close()
-
-
-def transcript(name: str) -> bytes:
-    return (TRANSCRIPTS / name).read_bytes()
-
-
-def lines(*objects: dict[str, Any]) -> bytes:
-    return b"".join(json.dumps(item).encode() + b"\n" for item in objects)
-
-
-def of(events: list[Any], kind: type) -> list[Any]:
-    return [event for event in events if isinstance(event, kind)]
+    return fed_whole(dialect(**settings), data)
 
 
 # --------------------------------------------------------------------------- real transcripts, pure
@@ -132,7 +127,7 @@ def test_a_result_error_without_a_message_takes_the_error_line_s():
 
 
 def test_an_error_line_alone_does_not_fail_a_turn_that_succeeds_and_warnings_never_do():
-    data = lines(
+    data = json_lines(
         {"type": "error", "severity": "error", "message": "Quota exceeded, switching model"},
         {"type": "error", "severity": "warning", "message": "Loop detected"},
         {"type": "message", "role": "assistant", "content": "fine", "delta": True},
@@ -144,18 +139,13 @@ def test_an_error_line_alone_does_not_fail_a_turn_that_succeeds_and_warnings_nev
 @pytest.mark.parametrize("name", sorted(path.name for path in TRANSCRIPTS.glob("gemini-*.jsonl")))
 def test_any_chunking_decodes_like_one_feed(name):
     data = transcript(name)
-    whole = decode(data)
     byte_by_byte = dialect()
-    events = [event for index in range(len(data)) for event in byte_by_byte.feed(data[index : index + 1])]
-    assert events + byte_by_byte.close() == whole
+    assert fed_byte_by_byte(byte_by_byte, data) + byte_by_byte.close() == decode(data)
 
 
 def test_a_split_at_every_byte_decodes_like_one_feed():
     data = transcript("gemini-tool-shell-yolo.jsonl")
-    whole = decode(data)
-    for cut in range(len(data) + 1):
-        decoder = dialect()
-        assert decoder.feed(data[:cut]) + decoder.feed(data[cut:]) + decoder.close() == whole, cut
+    assert_every_cut_decodes_alike(dialect, data, decode(data))
 
 
 # --------------------------------------------------------------------------- damaged and hand-made streams
@@ -187,7 +177,7 @@ def test_a_stream_cut_in_the_middle_of_a_line_did_not_finish_and_names_the_last_
 
 
 def test_a_line_over_the_limit_is_cut_and_the_turn_goes_on():
-    data = lines(
+    data = json_lines(
         {"type": "init", "session_id": "s1"},
         {"type": "tool_result", "tool_id": "t", "status": "success", "output": "x" * 5000},
         {"type": "message", "role": "assistant", "content": "done", "delta": True},
@@ -202,7 +192,7 @@ def test_a_line_over_the_limit_is_cut_and_the_turn_goes_on():
 
 
 def test_unknown_types_fields_and_user_messages_are_ignored():
-    data = lines(
+    data = json_lines(
         {"type": "message", "role": "user", "content": "the prompt"},
         {"type": "compression", "ratio": 2},
         {"type": "message", "role": "assistant", "content": 42, "delta": True},
@@ -213,14 +203,14 @@ def test_unknown_types_fields_and_user_messages_are_ignored():
 
 
 def test_a_whole_assistant_message_is_text_like_deltas():
-    data = lines(
+    data = json_lines(
         {"type": "message", "role": "assistant", "content": "Whole answer."}, {"type": "result", "status": "success"}
     )
     assert decode(data) == [PartialEvent("Whole answer."), ReplyEvent("Whole answer.")]
 
 
 def test_session_ids_are_validated_and_reported_once():
-    data = lines(
+    data = json_lines(
         {"type": "init", "session_id": "a"},
         {"type": "init", "session_id": "a"},
         {"type": "init", "session_id": ""},
@@ -235,7 +225,7 @@ def test_session_ids_are_validated_and_reported_once():
 
 def test_write_todos_is_a_plan():
     todos = [{"description": "Read the code", "status": "completed"}, {"description": "Fix it", "status": "pending"}]
-    data = lines({"type": "tool_use", "tool_name": "write_todos", "tool_id": "w1", "parameters": {"todos": todos}})
+    data = json_lines({"type": "tool_use", "tool_name": "write_todos", "tool_id": "w1", "parameters": {"todos": todos}})
     assert decode(data)[1] == ActivityEvent(
         "plan", plan=(PlanStep("Read the code", "completed"), PlanStep("Fix it", "pending"))
     )

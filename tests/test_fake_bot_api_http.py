@@ -16,16 +16,16 @@ import h11
 import httpx
 import pytest
 import trio
+from chatkit import TELEGRAM_TOKEN
 from fakes.telegram_bot_api import FakeBotApi, FloodLimits, ResetConnection, running_fake_bot_api
 
-TOKEN = "123456:AAE-secret_token-value"
 ALICE = 1001
 WITHIN = 5
 
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeBotApi]:
-    async with running_fake_bot_api(TOKEN, limits=FloodLimits(0.0, 1000, 1000)) as server:
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FloodLimits(0.0, 1000, 1000)) as server:
         yield server
 
 
@@ -35,7 +35,7 @@ async def open_connection(fake: FakeBotApi) -> trio.SocketStream:
 
 def call_head(method: str, body: bytes) -> h11.Request:
     headers = [("host", "127.0.0.1"), ("content-type", "application/json"), ("content-length", str(len(body)))]
-    return h11.Request(method="POST", target=f"/bot{TOKEN}/{method}", headers=headers)
+    return h11.Request(method="POST", target=f"/bot{TELEGRAM_TOKEN}/{method}", headers=headers)
 
 
 async def receive(stream: trio.SocketStream, client: h11.Connection, seen: list[object]) -> None:
@@ -92,7 +92,9 @@ async def test_a_chunked_body_is_read_whole(fake: FakeBotApi) -> None:
 
     async with httpx.AsyncClient() as client:
         response = await client.post(
-            f"{fake.api_url}/bot{TOKEN}/sendMessage", content=pieces(), headers={"content-type": "application/json"}
+            f"{fake.api_url}/bot{TELEGRAM_TOKEN}/sendMessage",
+            content=pieces(),
+            headers={"content-type": "application/json"},
         )
     assert response.request.headers["transfer-encoding"] == "chunked"
     assert response.status_code == 200 and response.json()["result"]["text"] == text
@@ -102,7 +104,9 @@ async def test_a_chunked_body_is_read_whole(fake: FakeBotApi) -> None:
 async def test_the_query_string_gives_parameters_too(fake: FakeBotApi) -> None:
     first, second = fake.user_says(ALICE, ALICE, "one"), fake.user_says(ALICE, ALICE, "two")
     async with httpx.AsyncClient() as client:
-        response = await client.get(f"{fake.api_url}/bot{TOKEN}/getUpdates", params={"offset": second["update_id"]})
+        response = await client.get(
+            f"{fake.api_url}/bot{TELEGRAM_TOKEN}/getUpdates", params={"offset": second["update_id"]}
+        )
     assert [update["update_id"] for update in response.json()["result"]] == [second["update_id"]]
     assert first["update_id"] not in fake.handed_out
 
@@ -132,7 +136,9 @@ async def test_a_reset_answers_a_head_and_drops_the_connection_halfway_through_t
     assert [type(event) for event in seen] == [h11.Response, h11.Data], "then part of its body, and no end"
     assert fake.calls_of("getMe")[0].status == 0
     async with httpx.AsyncClient() as again:
-        assert (await again.post(f"{fake.api_url}/bot{TOKEN}/getMe")).status_code == 200, "a fault lasts one call"
+        assert (await again.post(f"{fake.api_url}/bot{TELEGRAM_TOKEN}/getMe")).status_code == 200, (
+            "a fault lasts one call"
+        )
 
 
 async def test_a_request_it_cannot_parse_is_a_400_and_the_fake_serves_on(fake: FakeBotApi) -> None:
@@ -144,13 +150,15 @@ async def test_a_request_it_cannot_parse_is_a_400_and_the_fake_serves_on(fake: F
         status, body = await answer(stream, client)
     assert status == 400 and body["ok"] is False and body["description"].startswith("Bad Request")
     async with httpx.AsyncClient() as again:
-        assert (await again.post(f"{fake.api_url}/bot{TOKEN}/getMe")).status_code == 200
+        assert (await again.post(f"{fake.api_url}/bot{TELEGRAM_TOKEN}/getMe")).status_code == 200
 
 
 async def test_a_body_it_cannot_read_is_a_500_and_the_fake_serves_on(fake: FakeBotApi) -> None:
     async with httpx.AsyncClient() as client:
         broken = await client.post(
-            f"{fake.api_url}/bot{TOKEN}/sendMessage", content=b"{not json", headers={"content-type": "application/json"}
+            f"{fake.api_url}/bot{TELEGRAM_TOKEN}/sendMessage",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
         )
         assert (broken.status_code, broken.json()["ok"]) == (500, False)
-        assert (await client.post(f"{fake.api_url}/bot{TOKEN}/getMe")).status_code == 200
+        assert (await client.post(f"{fake.api_url}/bot{TELEGRAM_TOKEN}/getMe")).status_code == 200

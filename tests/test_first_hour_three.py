@@ -14,7 +14,8 @@ from agents_cache import npm_binary
 from conftest import REPO
 from doorkit import ListeningServe, serve_argv, sse_events, write_tokens
 from fakes.openai_responses import OpenAIResponses, write_codex_home
-from test_claude_sdk_serve import Serve, claude_profiles
+from servekit import StdioServe
+from test_claude_sdk_serve import DEADLINE, claude_profiles
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 
@@ -76,7 +77,7 @@ def test_run_attach_of_a_loopback_url_names_the_profile_field_run_has(tmp_path: 
 
 def test_serve_says_a_claude_sdk_turns_session_once(tmp_path: Path) -> None:
     with claude_profiles(tmp_path) as (_, _, profiles):
-        serve = Serve(profiles, tmp_path / "state.sqlite3")
+        serve = StdioServe(profiles, tmp_path / "state.sqlite3", deadline=DEADLINE)
         try:
             turns = []
             for number in (1, 2):
@@ -189,7 +190,7 @@ def test_serve_says_a_resumed_codex_threads_session_once(tmp_path: Path) -> None
         (profiles / "codex.yaml").write_text(yaml.safe_dump(shipped))
         turns = []
         for number in (1, 2):  # a serve each: the second turn's codex is a new process that resumes the thread
-            serve = Serve(profiles, tmp_path / "state.sqlite3")
+            serve = StdioServe(profiles, tmp_path / "state.sqlite3", deadline=DEADLINE)
             try:
                 serve.send(
                     {"type": "turn", "id": f"t{number}", "profile": "codex", "conversation": "c", "message": "say hi"}

@@ -10,7 +10,6 @@ with `--state` naming a database.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 import trio
@@ -29,7 +29,7 @@ from conftest import turn_result as result
 from hostkit import Lab, Started, max_overlap
 from pgserver import PostgresServer
 from test_sessions_cli import cli, env, session_of  # noqa: F401 - env: the fixture
-from test_turn_queue import Bench, Serve, queued
+from test_turn_queue import Bench, Proc, Serve, a_chat_takes_its_place_for_each_turn, queued
 
 import bridge
 from bridge import Outcome, StoreError, Turn, TurnResult
@@ -586,9 +586,7 @@ def bench(lab: Lab) -> Iterator[Bench]:
 
 
 def test_runs_in_several_processes_never_overlap_and_chain_their_sessions(bench: Bench) -> None:
-    gate = bench.gate()
-    first = bench.run(f"tag=0 session=s0 gate={gate}")
-    assert first.expect("out", b"started"), first.output
+    first, gate = bench.holding_run()
     later = []
     for index in range(1, 4):
         run = bench.run(f"tag={index} session=s{index}")
@@ -622,26 +620,9 @@ def test_a_run_waits_for_a_serve_turn_of_its_conversation_on_a_database(bench: B
 
 
 def test_a_chat_on_a_database_takes_its_place_for_each_turn(bench: Bench) -> None:
-    gate = bench.gate()
-    chat_input_read, chat_input = os.pipe()
-    chat = bench.start(
-        "chat", str(bench.profile), "--conversation", "k", "--state", str(bench.lab.state), stdin=chat_input_read
-    )
-    os.close(chat_input_read)
-    with os.fdopen(chat_input, "w") as lines:
-        lines.write("tag=c1 session=c1\n")
-        lines.flush()
-        assert chat.expect("out", b"reply c1")
-        holder = bench.run(f"tag=0 session=s0 gate={gate}")  # a run in between, with the chat still open
-        assert holder.expect("out", b"started")
-        lines.write("tag=c2\n")
-        lines.flush()
-        assert chat.expect("err", b"waiting"), chat.output
-        bench.release(gate)
-        assert chat.expect("out", b"reply c2")
+    def and_its_session_is_stored_in_the_database(chat: Proc, lines: TextIO) -> None:
         lines.write("/session\n")
         lines.flush()
         assert chat.expect("err", f"stored in {bench.lab.state}".encode()), chat.output
-    assert (holder.finish(), chat.finish()) == (0, 0)
-    assert bench.starts() == [("c1", "-"), ("0", "c1"), ("c2", "s0")], "the chat resumed what the run stored"
-    assert max_overlap(bench.lab.lines()) == 1
+
+    a_chat_takes_its_place_for_each_turn(bench, then=and_its_session_is_stored_in_the_database)

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -681,13 +682,16 @@ def test_serve_takes_only_the_conversations_own_session_id_unless_started_with_a
         assert own["session_id"] == foreign["session_id"] == alice != bob
 
 
-def test_serve_process_sigterm_cancels_turns_past_the_grace_and_exits_0(lab: Lab) -> None:
+@contextmanager
+def serving_a_held_turn(lab: Lab, shutdown_grace: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A serve process running turn `held` (its agent waits on a gate) for the block to stop with signals; after
+    it, `held` must have been cancelled (its agent interrupted) and serve must have exited 0."""
     gate = lab.gate()
-    proc = start_serve(lab, "--shutdown-grace", "0.2")
+    proc = start_serve(lab, "--shutdown-grace", shutdown_grace)
     try:
         send(proc, turn("held", f"tag=held gate={gate}"))
         read_until(proc, "partial", "held")
-        proc.send_signal(signal.SIGTERM)
+        yield proc
         result = read_until(proc, "result", "held")[-1]
         assert (result["exit_code"], result["outcome"]) == (130, "cancelled")
         proc.wait(timeout=30)
@@ -697,12 +701,13 @@ def test_serve_process_sigterm_cancels_turns_past_the_grace_and_exits_0(lab: Lab
     assert lab.events("sigint") == ["held"]
 
 
+def test_serve_process_sigterm_cancels_turns_past_the_grace_and_exits_0(lab: Lab) -> None:
+    with serving_a_held_turn(lab, shutdown_grace="0.2") as proc:
+        proc.send_signal(signal.SIGTERM)
+
+
 def test_serve_process_second_signal_cancels_at_once(lab: Lab) -> None:
-    gate = lab.gate()
-    proc = start_serve(lab, "--shutdown-grace", "600")
-    try:
-        send(proc, turn("held", f"tag=held gate={gate}"))
-        read_until(proc, "partial", "held")
+    with serving_a_held_turn(lab, shutdown_grace="600") as proc:
         proc.send_signal(signal.SIGINT)
         # A signal is handled when trio gets to it, maybe after requests already in the pipe: ask until it shows.
         while not (send(proc, {"type": "stats"}) or read_until(proc, "stats", None)[-1]["closing"]):
@@ -710,13 +715,6 @@ def test_serve_process_second_signal_cancels_at_once(lab: Lab) -> None:
         send(proc, turn("late", "tag=late", conversation="other"))
         assert read_until(proc, "error", "late")[-1]["code"] == "shutting_down"
         proc.send_signal(signal.SIGTERM)
-        result = read_until(proc, "result", "held")[-1]
-        assert (result["exit_code"], result["outcome"]) == (130, "cancelled")
-        proc.wait(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0
-    assert lab.events("sigint") == ["held"]
 
 
 def test_serve_reads_requests_from_a_file_too(lab: Lab) -> None:

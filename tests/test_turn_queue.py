@@ -15,9 +15,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 import trio
@@ -114,6 +114,13 @@ class Bench:
         proc = Proc(*args, stdin=stdin, env=env)
         self.procs.append(proc)
         return proc
+
+    def holding_run(self) -> tuple[Proc, Path]:
+        """Runs `tag=0` (session s0) and gives it once its agent has started, waiting on the gate it also gives."""
+        gate = self.gate()
+        holder = self.run(f"tag=0 session=s0 gate={gate}")
+        assert holder.expect("out", b"started"), holder.output
+        return holder, gate
 
     def gate(self) -> Path:
         gate = self.lab.gate()
@@ -257,9 +264,7 @@ def test_a_queue_directory_that_cannot_be_made_says_what_to_do(tmp_path: Path) -
 
 
 def test_runs_of_one_conversation_queue_in_arrival_order_each_resuming_the_last_session(bench: Bench) -> None:
-    gate = bench.gate()
-    first = bench.run(f"tag=0 session=s0 gate={gate}")
-    assert first.expect("out", b"started"), first.output
+    first, gate = bench.holding_run()
     later = []
     for index in range(1, 6):  # each one starts once the one before has its place in the queue
         run = bench.run(f"tag={index} session=s{index}")
@@ -446,9 +451,7 @@ def test_a_wrong_guess_of_the_profiles_name_is_put_right_once_the_profile_is_loa
 
 
 def test_a_run_killed_while_its_agent_runs_does_not_block_the_next(bench: Bench) -> None:
-    gate = bench.gate()
-    holder = bench.run(f"tag=0 session=s0 gate={gate}")
-    assert holder.expect("out", b"started")
+    holder, _ = bench.holding_run()
     waiter = bench.run("tag=1")
     assert queued(waiter)
     holder.kill(signal.SIGKILL)
@@ -457,9 +460,7 @@ def test_a_run_killed_while_its_agent_runs_does_not_block_the_next(bench: Bench)
 
 
 def test_a_run_killed_while_waiting_does_not_block_the_ones_behind_it(bench: Bench) -> None:
-    gate = bench.gate()
-    holder = bench.run(f"tag=0 session=s0 gate={gate}")
-    assert holder.expect("out", b"started")
+    holder, gate = bench.holding_run()
     doomed = bench.run("tag=1")
     assert queued(doomed)
     last = bench.run("tag=2")
@@ -473,9 +474,7 @@ def test_a_run_killed_while_waiting_does_not_block_the_ones_behind_it(bench: Ben
 
 
 def test_ctrl_c_or_sigterm_while_waiting_ends_the_run_without_running_its_agent(bench: Bench) -> None:
-    gate = bench.gate()
-    holder = bench.run(f"tag=0 session=s0 gate={gate}")
-    assert holder.expect("out", b"started")
+    holder, gate = bench.holding_run()
     interrupted = bench.run("tag=1")
     assert queued(interrupted)
     terminated = bench.run("tag=2")
@@ -493,9 +492,7 @@ def test_ctrl_c_or_sigterm_while_waiting_ends_the_run_without_running_its_agent(
 
 
 def test_new_forgets_the_session_only_once_the_turn_before_it_is_over(bench: Bench) -> None:
-    gate = bench.gate()
-    holder = bench.run(f"tag=0 session=s0 gate={gate}")
-    assert holder.expect("out", b"started")
+    holder, gate = bench.holding_run()
     fresh = bench.run("tag=1", "--new")
     assert queued(fresh)
     bench.release(gate)
@@ -531,6 +528,14 @@ def test_a_run_without_a_conversation_loads_neither_the_store_nor_the_queue(entr
 
 
 def test_a_chat_takes_its_place_for_each_turn(bench: Bench) -> None:
+    a_chat_takes_its_place_for_each_turn(bench)
+
+
+def a_chat_takes_its_place_for_each_turn(
+    bench: Bench, *, then: Callable[[Proc, TextIO], None] = lambda chat, lines: None
+) -> None:
+    """A chat's second turn waits for a run started between its two turns, and resumes the run's session;
+    `then` goes on with the chat before its input closes."""
     gate = bench.gate()
     chat_input_read, chat_input = os.pipe()
     chat = bench.start(
@@ -548,6 +553,7 @@ def test_a_chat_takes_its_place_for_each_turn(bench: Bench) -> None:
         assert chat.expect("err", b"waiting"), chat.output
         bench.release(gate)
         assert chat.expect("out", b"reply c2")
+        then(chat, lines)
     assert (holder.finish(), chat.finish()) == (0, 0)
     assert bench.starts() == [("c1", "-"), ("0", "c1"), ("c2", "s0")], "the chat resumed what the run stored"
     assert max_overlap(bench.lab.lines()) == 1

@@ -6,6 +6,8 @@ the engine is tested apart from any family's dialect.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -34,20 +36,27 @@ def warm_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: igno
     return make
 
 
-async def test_one_process_takes_many_turns_in_one_session(warm_profile) -> None:  # type: ignore[no-untyped-def]
-    profile = warm_profile()
-    partials: list[str] = []
+@asynccontextmanager
+async def warm_agent(profile: bridge.Profile) -> AsyncIterator[WarmAgent]:
+    """`profile`'s agent, started for the block's turns and closed after them, all within the turn deadline."""
     with trio.fail_after(TURN_DEADLINE):
         async with trio.open_nursery() as nursery:
             agent = WarmAgent(profile)
             await agent.start(nursery)
-            first = await agent.turn(
-                Turn("hello there"),
-                lambda event: partials.append(event.text) if isinstance(event, bridge.PartialEvent) else None,
-            )
-            second = await agent.turn(Turn("again"))
-            pid = agent.pid
+            yield agent
             await agent.close()
+
+
+async def test_one_process_takes_many_turns_in_one_session(warm_profile) -> None:  # type: ignore[no-untyped-def]
+    profile = warm_profile()
+    partials: list[str] = []
+    async with warm_agent(profile) as agent:
+        first = await agent.turn(
+            Turn("hello there"),
+            lambda event: partials.append(event.text) if isinstance(event, bridge.PartialEvent) else None,
+        )
+        second = await agent.turn(Turn("again"))
+        pid = agent.pid
     assert first.ok and first.reply.startswith("hello there (turn 1, pid ")
     assert second.ok and second.reply.startswith("again (turn 2, pid ")
     assert f"pid {pid})" in first.reply and f"pid {pid})" in second.reply  # one process
@@ -71,13 +80,9 @@ async def test_run_turn_on_a_warm_protocol_starts_the_agent_resumes_the_session_
 
 async def test_a_timeout_asks_the_agent_to_stop_and_the_agent_stays_warm(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(timeout_secs=0.3)
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            stopped = await agent.turn(Turn("hang"))
-            after = await agent.turn(Turn("still there"))
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        stopped = await agent.turn(Turn("hang"))
+        after = await agent.turn(Turn("still there"))
     assert (stopped.outcome, stopped.exit_code, stopped.timed_out) == ("timeout", 124, True)
     assert "timed out after 0.3 s" in stopped.error_reply
     assert after.ok and after.reply.startswith("still there")
@@ -85,15 +90,11 @@ async def test_a_timeout_asks_the_agent_to_stop_and_the_agent_stays_warm(warm_pr
 
 async def test_an_agent_that_ignores_the_cancel_is_killed_after_the_grace_and_not_reused(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(timeout_secs=0.3, kill_grace_secs=0.3)
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            pid = agent.pid
-            result = await agent.turn(Turn("hang hard"))
-            assert not agent.alive
-            dead = await agent.turn(Turn("anyone?"))
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        pid = agent.pid
+        result = await agent.turn(Turn("hang hard"))
+        assert not agent.alive
+        dead = await agent.turn(Turn("anyone?"))
     assert (result.outcome, result.exit_code) == ("timeout", 124) and result.duration_ms >= 550
     assert dead.outcome == "spawn_failed"
     assert_no_live_process([pid])
@@ -121,12 +122,8 @@ async def test_a_host_cancel_stops_the_turn_with_130(warm_profile) -> None:  # t
 
 async def test_a_crash_mid_turn_fails_the_turn_and_the_agent_is_gone(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile()
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            result = await agent.turn(Turn("crash"))
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        result = await agent.turn(Turn("crash"))
     assert (result.outcome, result.exit_code) == ("agent_error", 7)
     assert result.error == "the agent ended without finishing its turn"
     assert not agent.alive
@@ -134,13 +131,9 @@ async def test_a_crash_mid_turn_fails_the_turn_and_the_agent_is_gone(warm_profil
 
 async def test_a_turn_the_agent_reports_failed_is_an_agent_error_and_the_agent_stays(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile()
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            failed = await agent.turn(Turn("fail"))
-            fine = await agent.turn(Turn("fine"))
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        failed = await agent.turn(Turn("fail"))
+        fine = await agent.turn(Turn("fine"))
     assert (failed.outcome, failed.exit_code, failed.error_reply) == ("agent_error", 1, "the model refused")
     assert fine.ok
 
@@ -155,14 +148,10 @@ async def test_questions_go_to_the_host_and_its_answer_to_the_agent(warm_profile
             asked.append(event.tool)
             questions.decide(event.request_id, bridge.Decision(allow=event.tool == "Read"))
 
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            allowed = await agent.turn(Turn("ask Read"), on_event, questions=questions)
-            questions = bridge.engine.questions.Questions()
-            denied = await agent.turn(Turn("ask Bash"), on_event, questions=questions)
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        allowed = await agent.turn(Turn("ask Read"), on_event, questions=questions)
+        questions = bridge.engine.questions.Questions()
+        denied = await agent.turn(Turn("ask Bash"), on_event, questions=questions)
     assert asked == ["Read", "Bash"]
     assert allowed.reply.startswith("allowed") and denied.reply.startswith("denied")
 
@@ -174,14 +163,10 @@ async def test_a_host_callback_that_raises_reaches_the_host_and_the_turn_is_stop
         if isinstance(event, bridge.PartialEvent):
             raise LookupError("the host's own bug")
 
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            with pytest.raises(LookupError):
-                await agent.turn(Turn("hello"), explode)
-            after = await agent.turn(Turn("next"))  # the agent itself is fine
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        with pytest.raises(LookupError):
+            await agent.turn(Turn("hello"), explode)
+        after = await agent.turn(Turn("next"))  # the agent itself is fine
     assert after.ok
 
 
@@ -227,13 +212,9 @@ async def test_a_question_waiting_for_the_host_is_not_the_agents_silence(warm_pr
             await trio.sleep(0.5)  # the person thinks it over for longer than the idle timeout
             questions.decide(event.request_id, bridge.Decision(allow=True))
 
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            result = await agent.turn(Turn("ask Read"), on_event, questions=questions)
-            silent = await agent.turn(Turn("hang"))  # the idle timeout itself still holds
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        result = await agent.turn(Turn("ask Read"), on_event, questions=questions)
+        silent = await agent.turn(Turn("hang"))  # the idle timeout itself still holds
     assert result.ok and result.reply.startswith("allowed")
     assert silent.outcome == "timeout" and "without output" in silent.error_reply
 
@@ -249,15 +230,11 @@ async def test_output_rearms_the_idle_deadline_so_an_agent_writing_often_is_not_
 async def test_silence_after_output_times_out_on_idle_before_the_wall(warm_profile) -> None:  # type: ignore[no-untyped-def]
     profile = warm_profile(idle_timeout_secs=0.3, timeout_secs=1.5)
     partials: list[str] = []
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            silent = await agent.turn(
-                Turn("talk then hang"),
-                lambda event: partials.append(event.text) if isinstance(event, bridge.PartialEvent) else None,
-            )
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        silent = await agent.turn(
+            Turn("talk then hang"),
+            lambda event: partials.append(event.text) if isinstance(event, bridge.PartialEvent) else None,
+        )
     assert partials == ["talking "]  # it did write before it went silent
     assert (silent.outcome, silent.error_reply) == ("timeout", "The agent timed out after 0.3 s without output."), (
         f"silence after output did not time out on idle_timeout_secs: {silent.error_reply}"
@@ -269,18 +246,14 @@ async def test_warm_turns_that_never_reach_their_end_leave_no_turn_directory(war
     work.mkdir()
     profile = warm_profile(cwd=str(work), attachments={"fetch": True})
     refused = Turn("look", attachments=[bridge.Attachment("file", "http://127.0.0.1:9/notes.txt")])
-    with trio.fail_after(TURN_DEADLINE):
-        async with trio.open_nursery() as nursery:
-            agent = WarmAgent(profile)
-            await agent.start(nursery)
-            not_fetched = await agent.turn(refused)  # its directories were made, then the fetch was refused
-            with trio.CancelScope() as host_gone:  # the host's task is cancelled in the middle of a turn
-                await agent.turn(
-                    Turn("talk then hang"),
-                    lambda event: host_gone.cancel() if isinstance(event, bridge.PartialEvent) else None,
-                )
-            after = await agent.turn(Turn("still there"))
-            await agent.close()
+    async with warm_agent(profile) as agent:
+        not_fetched = await agent.turn(refused)  # its directories were made, then the fetch was refused
+        with trio.CancelScope() as host_gone:  # the host's task is cancelled in the middle of a turn
+            await agent.turn(
+                Turn("talk then hang"),
+                lambda event: host_gone.cancel() if isinstance(event, bridge.PartialEvent) else None,
+            )
+        after = await agent.turn(Turn("still there"))
     assert not_fetched.outcome == "attachment_failed" and "loopback" in not_fetched.error
     assert host_gone.cancelled_caught
     assert after.ok

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import subprocess
 import sys
 import textwrap
 import threading
@@ -34,6 +32,7 @@ import pytest
 import trio
 import yaml
 from httpx_ws import aconnect_ws
+from servekit import StdioServe
 from terminal import Terminal
 
 import bridge
@@ -44,7 +43,6 @@ from bridge.network.listen import parse_address, serve_network
 from bridge.permissions import PermissionRequest
 
 DEADLINE = 10
-AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 
 AGENT = textwrap.dedent(
     """\
@@ -218,54 +216,6 @@ async def test_the_host_is_told_of_a_withdrawn_request_and_its_late_answer_is_re
     assert answers_written(record) == []
 
 
-class Serve:
-    """A real `agent-bridge serve`: requests as JSON lines on its stdin, responses read with a deadline."""
-
-    def __init__(self, profiles: Path, state: Path) -> None:
-        self.process = subprocess.Popen(
-            [AGENT_BRIDGE, "serve", "--profiles", str(profiles), "--state", str(state)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self._buffer = b""
-
-    def send(self, request: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        self.process.stdin.flush()
-
-    def until(self, kind: str) -> list[dict[str, Any]]:
-        """Every response up to the first of type `kind`."""
-        seen = []
-        while True:
-            response = self._receive(kind)
-            seen.append(response)
-            if response["type"] == kind:
-                return seen
-
-    def _receive(self, kind: str) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        while b"\n" not in self._buffer:
-            ready, _, _ = select.select([self.process.stdout], [], [], DEADLINE)
-            assert ready, f"serve said no {kind!r} within {DEADLINE} s"
-            data = self.process.stdout.read1(65536)  # type: ignore[attr-defined]
-            assert data, "serve closed its output"
-            self._buffer += data
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    def close(self) -> int:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        try:
-            return self.process.wait(DEADLINE)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
-
-
 @pytest.mark.parametrize(
     ("tool", "asks", "late"),
     [
@@ -278,7 +228,7 @@ async def test_serve_says_withdrawn_and_the_late_answer_is_unknown_request(
     tmp_path: Path, tool: str, asks: str, late: str
 ) -> None:
     profiles, gate, record = write_profiles(tmp_path, tool)
-    serve = Serve(profiles, tmp_path / "state.sqlite3")
+    serve = StdioServe(profiles, tmp_path / "state.sqlite3", deadline=DEADLINE)
     try:
         serve.send({"type": "turn", "id": "t1", "profile": "asker", "conversation": "c", "message": "go"})
         request_id = serve.until(asks)[-1]["request_id"]
