@@ -67,8 +67,10 @@ def test_a_good_config_and_its_profiles_are_ok(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.splitlines() == [
         "bot.yaml: ok",
-        "  telegram: new conversations run echo; /profile may pick echo, upper; 1 allowed user; 200 turns a user a day",
-        "  matrix: new conversations run echo; /profile may pick echo; 2 allowed users",
+        "  telegram: new conversations run echo; /profile may pick echo, upper; 1 allowed user; 200 turns a user a day;"
+        " 100 messages a second in all chats",
+        "  matrix: new conversations run echo; /profile may pick echo; 2 allowed users; 0.1 s between a chat's messages;"
+        " 10 messages a second in all chats after a burst of 8",
         "  profile echo: ok",
         "  profile upper: ok",
     ]
@@ -78,6 +80,25 @@ def test_a_good_config_and_its_profiles_are_ok(tmp_path: Path) -> None:
     assert alone.stdout.splitlines()[0] == "bot.yaml: ok"
     assert alone.stdout.splitlines()[-1] == "bot-profiles/echo.yaml: ok"
     assert "profile echo: ok" not in alone.stdout
+
+
+def test_a_burst_alone_is_said_with_the_platforms_own_rate(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        "bot.yaml",
+        """
+        matrix:
+          homeserver: "https://matrix.example.org"
+          user_id: "@bot:example.org"
+          password: "${MATRIX_PASSWORD}"
+          profile: echo
+          allow_users: ["@alice:example.org"]
+          pace: {account_burst: 4}
+        """,
+    )
+    done = check(tmp_path, config, env={"MATRIX_PASSWORD": PASSWORD})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].endswith("; 1 allowed user; a burst of 4"), done.stdout
 
 
 def test_mistakes_are_errors_at_their_line_and_exit_2(tmp_path: Path) -> None:

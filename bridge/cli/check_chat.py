@@ -13,7 +13,7 @@ from ..profile import Profile
 from .printer import ERROR, WARNING, paint
 
 if TYPE_CHECKING:
-    from ..chat.config import ChatConfig, MatrixConfig, TelegramConfig
+    from ..chat.config import ChatConfig, MatrixConfig, Pace, TelegramConfig
 
 PLATFORMS = ("telegram", "matrix")
 # The keys whose value is a secret, and the variable the docs name for each.
@@ -124,8 +124,22 @@ def _section_lines(config: ChatConfig) -> list[str]:
             f"{platform}: new conversations run {section.profile}; /profile may pick {', '.join(section.profiles)}; "
             f"{users} allowed user{'s' if users != 1 else ''}"
             + (f"; {budget} turns a user a day" if budget is not None else "")
+            + "".join(f"; {words}" for words in _pace_words(section.pace))
         )
     return lines
+
+
+def _pace_words(pace: Pace) -> list[str]:
+    """What `pace:` changes of the platform's limits, in words (nothing when it is unset)."""
+    words = []
+    if pace.per_chat_secs is not None:
+        words.append(f"{pace.per_chat_secs:g} s between a chat's messages")
+    if pace.account_per_second is not None:
+        burst = f" after a burst of {pace.account_burst}" if pace.account_burst is not None else ""
+        words.append(f"{pace.account_per_second:g} messages a second in all chats{burst}")
+    elif pace.account_burst is not None:
+        words.append(f"a burst of {pace.account_burst}")
+    return words
 
 
 def _named_profiles(config: ChatConfig) -> list[str]:
