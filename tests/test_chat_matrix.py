@@ -321,9 +321,7 @@ async def test_the_configs_account_wide_pace_is_kept_and_used_where_the_homeserv
     platform = MatrixPlatform(
         paced, lambda: httpx.AsyncClient(event_hooks={"response": [answered]}), sync_timeout_ms=200
     )
-    await platform.start(None)
-    room = await alice.room_with(bot)
-    await joined(platform, alice, room)
+    room = await started_in_a_room(platform, alice, bot)
     sent = [f"message {n}" for n in range(16)]
     started = trio.current_time()
     with trio.fail_after(3):  # at the default pace the 9th message alone would wait 5 s
