@@ -235,8 +235,9 @@ def test_a_directory_swapped_for_a_symlink_out_mid_request_never_leads_out(tmp_p
     texts: Counter[str | None] = Counter()  # what each read returned; "refused"; or the exception that escaped
     with FileRoot(str(tree.work)) as held, tree.swapping():
         number = 0
-        # 2000 requests, and on until both sides of the race were met: a swapper the machine starves only delays it.
-        while number < 2000 or not (texts[INSIDE] and texts["refused"]):
+        # 2000 requests, and on until each outcome was met (a read, a write, a refusal): a swapper the machine starves
+        # only delays it, and one that wins every write's race only makes the writes take longer to get through.
+        while number < 2000 or not (texts[INSIDE] and texts[None] and texts["refused"]):
             assert number < 100_000, texts
             request = (
                 FileRequest("w", "write", str(tree.path), content=INSIDE)
