@@ -1,0 +1,157 @@
+"""What the pages say about the commands holds: every option a page writes after an `agent-bridge` command is one
+that command takes (as its --help lists it), and a default a page gives an option is the one its --help gives.
+
+tests/test_readme.py runs the pages' examples (and checks a `synopsis` block's options); these check every other
+piece of code a page shows — inline spans of the prose, illustrations, transcripts — and the defaults the prose
+quotes. A page is the README or any page of docs/ (DOCS_UNDER_TEST as in test_readme).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_readme import PAGES, page_name
+
+AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
+OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# A command's options are those its usage lists; a default is what an option's help ends with, "(default: 32)".
+HELP_OPTION = re.compile(r"^  (--[a-z][a-z0-9-]*)(.*?)(?=^  -|^\S|\Z)", re.M | re.S)
+HELP_DEFAULT = re.compile(r"\(default: ([^)]*)\)")
+# An option a page gives a default: "`--file-ttl` seconds (default 600)".
+PAGE_DEFAULT = re.compile(r"`(--[a-z][a-z0-9-]*)`[^.;`(]{0,40}\(default:? ([0-9][0-9.]*)")
+
+
+def help_of(*command: str) -> str:
+    done = subprocess.run([AGENT_BRIDGE, *command, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def listed(help_text: str, heading: str) -> list[str]:
+    """The commands (or actions) a help text lists under `heading` (`COMMAND`, `ACTION`)."""
+    block = help_text.split(f"  {heading}\n", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^    ([a-z]+)\b", block, re.M)
+
+
+def commands() -> dict[str, str]:
+    """Each command (and `sessions ACTION`) and its --help, read at once: each costs an interpreter start-up."""
+    names = [(name,) for name in listed(help_of(), "COMMAND")]
+    names += [("sessions", action) for action in listed(help_of("sessions"), "ACTION")]
+    running = [
+        (name, subprocess.Popen([AGENT_BRIDGE, *name, "--help"], stdout=subprocess.PIPE, text=True)) for name in names
+    ]
+    helps = {}
+    for name, process in running:
+        helps[" ".join(name)], _ = process.communicate(timeout=60)
+        assert process.returncode == 0, name
+    return helps
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, str]:
+    return commands()
+
+
+def usage_options(help_text: str) -> set[str]:
+    return {"--help", *OPTION.findall(help_text.split("\n\n", 1)[0])}
+
+
+def defaults(help_text: str) -> dict[str, str]:
+    found = {}
+    for option, text in HELP_OPTION.findall(help_text):
+        if default := HELP_DEFAULT.search(" ".join(text.split())):
+            found[option] = default.group(1)
+    return found
+
+
+def code_of(markdown: str) -> Iterator[tuple[int, str]]:
+    """Each line of a fenced block (a shell's `\\` continuation joined) and each inline code span of the prose, with
+    its line number."""
+    fenced, held = False, ""
+    for number, line in enumerate(markdown.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif fenced and line.endswith("\\"):
+            held += line[:-1]
+        elif fenced:
+            yield number, held + line
+            held = ""
+        else:
+            for span in re.findall(r"`([^`]+)`", line):
+                yield number, span
+
+
+def command_lines(code: str, names: set[str]) -> Iterator[tuple[str, str]]:
+    """Each command of `names` a piece of code runs, and the words that follow it: `agent-bridge serve --listen …`,
+    or a span that is a command and its options alone (`worker --metrics`). Pipes, `;`, `&&` and a shell comment
+    end a command."""
+    spoken = "|".join(sorted(names, key=len, reverse=True))
+    for part in re.split(r"\||;|&&|\$\(| #", code):
+        part = part.strip().removeprefix("$ ")
+        if found := re.search(rf"\bagent-bridge\s+(?:--log-\S+\s+\S+\s+)*({spoken})\b", part):
+            yield found.group(1), part[found.end() :]
+        elif found := re.match(rf"({spoken})\s+--", part):
+            yield found.group(1), part[found.end(1) :]
+
+
+def unknown_options(pages: list[Path], helps: dict[str, str]) -> list[str]:
+    taken = {name: usage_options(text) for name, text in helps.items()}
+    problems = []
+    for page in pages:
+        for line, code in code_of(page.read_text()):
+            for name, rest in command_lines(code, set(taken)):
+                for option in OPTION.findall(rest):
+                    if option not in taken[name]:
+                        problems.append(f"{page_name(page)}:{line}: agent-bridge {name} takes no {option}")
+    return problems
+
+
+def wrong_defaults(pages: list[Path], helps: dict[str, str]) -> list[str]:
+    given: dict[str, set[str]] = {}
+    for text in helps.values():
+        for option, default in defaults(text).items():
+            given.setdefault(option, set()).add(default)
+    problems = []
+    for page in pages:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for option, default in PAGE_DEFAULT.findall(line):
+                if default not in given.get(option, set()):
+                    problems.append(
+                        f"{page_name(page)}:{number}: {option} (default {default}): --help says "
+                        + (", ".join(sorted(given[option])) if option in given else "no default")
+                    )
+    return problems
+
+
+def test_every_option_a_page_writes_after_a_command_is_one_the_command_takes(helps: dict[str, str]) -> None:
+    assert {"run", "serve", "worker", "sessions forget"} <= set(helps), "the commands are found"
+    problems = unknown_options(PAGES, helps)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_default_a_page_gives_an_option_is_the_one_its_help_gives(helps: dict[str, str]) -> None:
+    assert defaults(helps["serve"])["--max-concurrent"] == "32", "the defaults are read"
+    problems = wrong_defaults(PAGES, helps)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_checks_find_a_drifted_page(helps: dict[str, str], tmp_path: Path) -> None:
+    page = tmp_path / "drifted.md"
+    page.write_text(
+        "Run `agent-bridge worker --postgres DSN --state x.sqlite3`, or `serve --listn 127.0.0.1:0`.\n"
+        "A file waits `--file-ttl` seconds (default 300).\n"
+        "```sh\n$ agent-bridge --log-level info run profiles/echo.yaml --jsn hi   # not --state either\n"
+        "agent-bridge connect bot.yaml \\\n    --profiles profiles/ --max-concurrent 8\n```\n"
+    )
+    assert unknown_options([page], helps) == [
+        f"{page}:1: agent-bridge worker takes no --state",
+        f"{page}:1: agent-bridge serve takes no --listn",
+        f"{page}:4: agent-bridge run takes no --jsn",
+        f"{page}:6: agent-bridge connect takes no --max-concurrent",
+    ]
+    assert wrong_defaults([page], helps) == [f"{page}:2: --file-ttl (default 300): --help says 600"]
