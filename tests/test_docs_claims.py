@@ -1,5 +1,6 @@
-"""What the pages say about the commands holds: every option a page writes after an `agent-bridge` command is one
-that command takes (as its --help lists it), and a default a page gives an option is the one its --help gives.
+"""What the pages say about the commands and the profile holds: every option a page writes after an `agent-bridge`
+command is one that command takes (as its --help lists it), a default a page gives an option is the one its --help
+gives, and the tables of a profile's fields give the defaults the profile's schema (`agent-bridge schema`) has.
 
 tests/test_readme.py runs the pages' examples (and checks a `synopsis` block's options); these check every other
 piece of code a page shows — inline spans of the prose, illustrations, transcripts — and the defaults the prose
@@ -8,14 +9,21 @@ quotes. A page is the README or any page of docs/ (DOCS_UNDER_TEST as in test_re
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from conftest import REPO
 from test_readme import PAGES, page_name
+
+import bridge
 
 AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -155,3 +163,83 @@ def test_the_checks_find_a_drifted_page(helps: dict[str, str], tmp_path: Path) -
         f"{page}:6: agent-bridge connect takes no --max-concurrent",
     ]
     assert wrong_defaults([page], helps) == [f"{page}:2: --file-ttl (default 300): --help says 600"]
+
+
+# The pages whose tables give a profile's fields and their defaults, and the section of the profile each describes.
+FIELD_TABLES = {"profiles.md": "", "sandbox.md": "sandbox", "attachments.md": "attachments"}
+TABLE_ROW = re.compile(r"^\| `(\w+)` \| ([^|]*) \|", re.M)
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    done = subprocess.run([AGENT_BRIDGE, "schema"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded: dict[str, Any] = json.loads(done.stdout)
+    return loaded
+
+
+def fields_of(schema: dict[str, Any], section: str) -> dict[str, Any]:
+    """The properties of the profile's top level, or of one of its sections (`sandbox`)."""
+    if not section:
+        return dict(schema["properties"])
+    refs = [choice["$ref"] for choice in schema["properties"][section]["anyOf"] if "$ref" in choice]
+    return dict(schema["$defs"][refs[0].rsplit("/", 1)[1]]["properties"])
+
+
+def default_tables(markdown: str) -> Iterator[tuple[int, str, str]]:
+    """Each row of a table whose second column is `default`: its line, the field and the default's cell."""
+    in_table = False
+    for number, line in enumerate(markdown.splitlines(), 1):
+        if re.match(r"^\| \w+ \| default \|", line):
+            in_table = True
+        elif not line.startswith("|"):
+            in_table = False
+        elif in_table and (row := TABLE_ROW.match(line)):
+            yield number, row.group(1), row.group(2).strip()
+
+
+def documented_default(cell: str) -> tuple[bool, Any]:
+    """What a default's cell says, when it says a value: `600`, `"AGENT_SESSION:"`, 26214400 (25 MiB), absent."""
+    if written := re.match(r"`([^`]*)`", cell):
+        return True, yaml.safe_load(written.group(1))
+    if number := re.match(r"(\d+)\b", cell):
+        return True, int(number.group(1))
+    return cell.startswith("absent"), None
+
+
+def wrong_field_defaults(page: Path, fields: dict[str, Any]) -> list[str]:
+    problems = []
+    for line, field, cell in default_tables(page.read_text()):
+        says, value = documented_default(cell)
+        if field not in fields:
+            problems.append(f"{page_name(page)}:{line}: the profile has no field {field}")
+        elif says and fields[field].get("default") != value:
+            problems.append(
+                f"{page_name(page)}:{line}: {field} defaults to {fields[field].get('default')!r}, not {cell}"
+            )
+    return problems
+
+
+@pytest.mark.skipif("DOCS_UNDER_TEST" in os.environ, reason="checks the repository's pages")
+def test_the_tables_of_a_profiles_fields_give_the_schemas_defaults(schema: dict[str, Any]) -> None:
+    problems = []
+    for name, section in FIELD_TABLES.items():
+        problems += wrong_field_defaults(REPO / "docs" / name, fields_of(schema, section))
+    assert not problems, "\n".join(problems)
+    rows = {field for _, field, _ in default_tables((REPO / "docs" / "profiles.md").read_text())}
+    undocumented = set(schema["properties"]) - set(bridge.dialects.PROTOCOLS) - rows
+    assert not undocumented, f"docs/profiles.md's table has no row for {sorted(undocumented)}"
+
+
+def test_the_field_check_finds_a_drifted_default(schema: dict[str, Any], tmp_path: Path) -> None:
+    page = tmp_path / "drifted.md"
+    page.write_text(
+        "| field | default | meaning |\n|---|---|---|\n| `timeout_secs` | `600` | … |\n| `kill_grace_secs` | `5` | … |\n"
+        "| `idle_timeout_secs` | `60` | … |\n| `cwd` | absent | … |\n| `timout_secs` | 3 | … |\n"
+    )
+    assert wrong_field_defaults(page, fields_of(schema, "")) == [
+        f"{page}:3: timeout_secs defaults to 1800.0, not `600`",
+        f"{page}:5: idle_timeout_secs defaults to None, not `60`",
+        f"{page}:7: the profile has no field timout_secs",
+    ]
+    assert fields_of(schema, "sandbox")["hide_home"]["default"] is True
