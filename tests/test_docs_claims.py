@@ -1,6 +1,7 @@
 """What the pages say about the commands and the profile holds: every option a page writes after an `agent-bridge`
 command is one that command takes (as its --help lists it), a default a page gives an option is the one its --help
-gives, and the tables of a profile's fields give the defaults the profile's schema (`agent-bridge schema`) has.
+gives, the tables of a profile's fields give the defaults the profile's schema (`agent-bridge schema`) has, and
+every Python name a page writes (`bridge.open_host`, `bridge.host.interface.TurnObserver`) is there to import.
 
 tests/test_readme.py runs the pages' examples (and checks a `synopsis` block's options); these check every other
 piece of code a page shows — inline spans of the prose, illustrations, transcripts — and the defaults the prose
@@ -9,6 +10,7 @@ quotes. A page is the README or any page of docs/ (DOCS_UNDER_TEST as in test_re
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -243,3 +245,48 @@ def test_the_field_check_finds_a_drifted_default(schema: dict[str, Any], tmp_pat
         f"{page}:7: the profile has no field timout_secs",
     ]
     assert fields_of(schema, "sandbox")["hide_home"]["default"] is True
+
+
+PYTHON_NAME = re.compile(r"(?<![\w./-])bridge(?:\.[A-Za-z_]\w*)+")
+
+
+def importable(dotted: str) -> bool:
+    """Whether `bridge.x.y` is a module, or an attribute of the longest module it starts with."""
+    parts = dotted.split(".")
+    for known in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:known]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[known:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def missing_names(pages: list[Path]) -> list[str]:
+    problems = []
+    for page in pages:
+        if page.name == "changelog.md":  # it names what was renamed, as it was then
+            continue
+        for line, code in code_of(page.read_text()):
+            for name in PYTHON_NAME.findall(code):
+                if not name.endswith(".py") and not importable(name):
+                    problems.append(f"{page_name(page)}:{line}: {name} cannot be imported")
+    return problems
+
+
+def test_every_python_name_a_page_writes_can_be_imported() -> None:
+    problems = missing_names(PAGES)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_name_check_finds_a_drifted_name(tmp_path: Path) -> None:
+    page = tmp_path / "drifted.md"
+    page.write_text("Call `bridge.open_host(...)`, then `bridge.serving.ClientSession` and `bridge.host.nope.Thing`.\n")
+    assert missing_names([page]) == [
+        f"{page}:1: bridge.serving.ClientSession cannot be imported",
+        f"{page}:1: bridge.host.nope.Thing cannot be imported",
+    ]
