@@ -1,7 +1,8 @@
 """What the pages say about the commands and the profile holds: every option a page writes after an `agent-bridge`
 command is one that command takes (as its --help lists it), a default a page gives an option is the one its --help
 gives, the tables of a profile's fields give the defaults the profile's schema (`agent-bridge schema`) has, and
-every Python name a page writes (`bridge.open_host`, `bridge.host.interface.TurnObserver`) is there to import.
+every Python name a page writes (`bridge.open_host`, `bridge.host.interface.TurnObserver`) is there to import, and
+every file of the repository a page names in code (`tests/test_first_hour.py`, `profiles/clis/`) is there.
 
 tests/test_readme.py runs the pages' examples (and checks a `synopsis` block's options); these check every other
 piece of code a page shows — inline spans of the prose, illustrations, transcripts — and the defaults the prose
@@ -289,4 +290,44 @@ def test_the_name_check_finds_a_drifted_name(tmp_path: Path) -> None:
     assert missing_names([page]) == [
         f"{page}:1: bridge.serving.ClientSession cannot be imported",
         f"{page}:1: bridge.host.nope.Thing cannot be imported",
+    ]
+
+
+# A file or directory of this repository, written whole in a span: a name with an extension, or a directory ending
+# in `/`. Paths the build makes and .gitignore names (bench/results/, .venv/) are not the repository's.
+REPO_PATH = re.compile(r"(?<![\w./~$-])(?:bridge|tests|tools|bench|profiles|sample_agents|docs)/[\w./-]*(?:\.\w+|/)")
+MADE_BY_THE_BUILD = ("bench/results/", "bench/.venv", ".venv/")
+
+
+def missing_paths(pages: list[Path], root: Path) -> list[str]:
+    problems = []
+    for page in pages:
+        if page.name == "changelog.md":  # it names what was moved, as it was then
+            continue
+        for line, code in code_of(page.read_text()):
+            written = re.match(r"# (\S+)", code)  # a block that is the file it names, which its example writes
+            for path in REPO_PATH.findall(code):
+                if written and written.group(1) == path or path.startswith(MADE_BY_THE_BUILD):
+                    continue
+                if not (root / path).exists():
+                    problems.append(f"{page_name(page)}:{line}: {path}: no such file in the repository")
+    return problems
+
+
+@pytest.mark.skipif("DOCS_UNDER_TEST" in os.environ, reason="checks the repository's pages")
+def test_every_file_of_the_repository_a_page_names_is_there() -> None:
+    problems = missing_paths(PAGES, REPO)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_path_check_finds_a_moved_file(tmp_path: Path) -> None:
+    page = tmp_path / "drifted.md"
+    page.write_text(
+        "`tests/test_first_hour.py` and `bridge/agent_io.py` run; `bench/results/` is made; `tools/call` is MCP's;\n"
+        "```sh\nprofiles/clis/\nsample_agents/echo.py\n```\n```yaml\n# profiles/mine.yaml\ncommand: tools/nope.sh\n```\n"
+    )
+    assert missing_paths([page], REPO) == [
+        f"{page}:1: bridge/agent_io.py: no such file in the repository",
+        f"{page}:4: sample_agents/echo.py: no such file in the repository",
+        f"{page}:8: tools/nope.sh: no such file in the repository",
     ]
