@@ -2,7 +2,8 @@
 command is one that command takes (as its --help lists it), a default a page gives an option is the one its --help
 gives, the tables of a profile's fields give the defaults the profile's schema (`agent-bridge schema`) has, and
 every Python name a page writes (`bridge.open_host`, `bridge.host.interface.TurnObserver`) is there to import, and
-every file of the repository a page names in code (`tests/test_first_hour.py`, `profiles/clis/`) is there.
+every file of the repository a page names in code (`tests/test_first_hour.py`, `profiles/clis/`) is there; and
+docs/index.md, the docs' front page on GitHub, leads to every page.
 
 tests/test_readme.py runs the pages' examples (and checks a `synopsis` block's options); these check every other
 piece of code a page shows — inline spans of the prose, illustrations, transcripts — and the defaults the prose
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO
+from readme_examples import relative_links
 from test_readme import PAGES, page_name
 
 import bridge
@@ -331,3 +333,13 @@ def test_the_path_check_finds_a_moved_file(tmp_path: Path) -> None:
         f"{page}:4: sample_agents/echo.py: no such file in the repository",
         f"{page}:8: tools/nope.sh: no such file in the repository",
     ]
+
+
+@pytest.mark.skipif("DOCS_UNDER_TEST" in os.environ, reason="checks the repository's pages")
+def test_the_docs_front_page_leads_to_every_page() -> None:
+    docs = REPO / "docs"
+    linked = {
+        (docs / target.partition("#")[0]).resolve() for _, target in relative_links((docs / "index.md").read_text())
+    }
+    unlinked = sorted(str(page.relative_to(docs)) for page in docs.rglob("*.md") if page.resolve() not in linked)
+    assert unlinked == ["index.md"], f"docs/index.md has no link to {unlinked}"
