@@ -343,3 +343,17 @@ def test_the_docs_front_page_leads_to_every_page() -> None:
     }
     unlinked = sorted(str(page.relative_to(docs)) for page in docs.rglob("*.md") if page.resolve() not in linked)
     assert unlinked == ["index.md"], f"docs/index.md has no link to {unlinked}"
+
+
+def agent_variables(markdown: str) -> set[str]:
+    """The `AGENT_*` variables the first column of a page's tables names."""
+    return {
+        name for cell in re.findall(r"^\| ([^|]*) \|", markdown, re.M) for name in re.findall(r"`(AGENT_\w+)`", cell)
+    }
+
+
+def test_the_guide_tells_an_agent_every_variable_the_contract_gives_it() -> None:
+    contract = agent_variables((REPO / "docs" / "protocol.md").read_text())
+    assert {"AGENT_MESSAGE", "AGENT_OUTBOX"} <= contract, "the contract's table is read"
+    missing = contract - agent_variables((REPO / "docs" / "guide.md").read_text())
+    assert not missing, f"docs/guide.md's table of what the agent gets has no {sorted(missing)}"
