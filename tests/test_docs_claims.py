@@ -1,9 +1,12 @@
-"""What the pages say about the commands and the profile holds: every option a page writes after an `agent-bridge`
-command is one that command takes (as its --help lists it), a default a page gives an option is the one its --help
-gives, the tables of a profile's fields give the defaults the profile's schema (`agent-bridge schema`) has, and
-every Python name a page writes (`bridge.open_host`, `bridge.host.interface.TurnObserver`) is there to import, and
-every file of the repository a page names in code (`tests/test_first_hour.py`, `profiles/clis/`) is there; and
-docs/index.md, the docs' front page on GitHub, leads to every page.
+"""What the pages say about the program holds, where no example runs to show it:
+
+- every option a page writes after an `agent-bridge` command is one that command takes (its --help lists it),
+  and a default a page gives an option is the one its --help gives;
+- the tables of a profile's fields give the defaults of the profile's schema (`agent-bridge schema`);
+- every Python name a page writes (`bridge.open_host`, `bridge.host.interface.TurnObserver`) can be imported;
+- every file of the repository a page names in code (`tests/test_first_hour.py`, `profiles/clis/`) is there;
+- docs/index.md, the docs' front page on GitHub, leads to every page, and the guide's table of what an agent
+  gets names every variable the contract gives it.
 
 tests/test_readme.py runs the pages' examples (and checks a `synopsis` block's options); these check every other
 piece of code a page shows — inline spans of the prose, illustrations, transcripts — and the defaults the prose
@@ -295,8 +298,8 @@ def test_the_name_check_finds_a_drifted_name(tmp_path: Path) -> None:
     ]
 
 
-# A file or directory of this repository, written whole in a span: a name with an extension, or a directory ending
-# in `/`. Paths the build makes and .gitignore names (bench/results/, .venv/) are not the repository's.
+# A file or directory of this repository, in a span or a block: a name with an extension, or a directory ending in
+# `/`. Paths the build makes and .gitignore names (bench/results/, .venv/) are not the repository's.
 REPO_PATH = re.compile(r"(?<![\w./~$-])(?:bridge|tests|tools|bench|profiles|sample_agents|docs)/[\w./-]*(?:\.\w+|/)")
 MADE_BY_THE_BUILD = ("bench/results/", "bench/.venv", ".venv/")
 
@@ -352,6 +355,7 @@ def agent_variables(markdown: str) -> set[str]:
     }
 
 
+@pytest.mark.skipif("DOCS_UNDER_TEST" in os.environ, reason="checks the repository's pages")
 def test_the_guide_tells_an_agent_every_variable_the_contract_gives_it() -> None:
     contract = agent_variables((REPO / "docs" / "protocol.md").read_text())
     assert {"AGENT_MESSAGE", "AGENT_OUTBOX"} <= contract, "the contract's table is read"
