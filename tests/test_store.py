@@ -63,6 +63,8 @@ def test_no_path_opens_the_default_store_creating_its_directories(
     path = tmp_path / "deep" / "state" / "agent-bridge" / "sessions.sqlite3"
     assert store.path == path and path.is_file()
     assert path.stat().st_mode & 0o077 == 0, "session ids are the user's: the file is private"
+    for made in (tmp_path / "deep", tmp_path / "deep" / "state", path.parent):
+        assert made.stat().st_mode & 0o777 == 0o700, f"{made}: a directory the store made is the user's alone"
     with SessionStore(path) as again:
         assert again.get("p", "c") == "s1"
 

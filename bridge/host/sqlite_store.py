@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from ..engine.result import TurnResult
 from ..errors import StoreError
 from ..log import get_logger
+from ..profile.cache import make_private_directories
 from .location import store_path
 
 # How long a writer waits for another process's transaction before giving up.
@@ -247,7 +248,7 @@ class SessionStore:
         Returns the file's mode."""
         directory = self.path.parent
         try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_directories(directory)
         except (FileExistsError, NotADirectoryError):
             raise StoreError(
                 f"cannot create session store {self.path}: {directory} (or a parent) is a file, "

@@ -100,7 +100,7 @@ def store(path: str, content: bytes, values: Mapping[str, Any]) -> None:
     }
     target = _entry_path(directory, path, content)
     try:
-        _make_private_directories(directory)
+        make_private_directories(directory)
         if not _trusted(directory):
             return
         # Profiles may hold secrets in `env`: entries are private to the user.
@@ -216,12 +216,18 @@ def _warn(path: str, problem: str, fix: str) -> None:
     )
 
 
-def _make_private_directories(directory: Path) -> None:
-    """Create `directory` and its missing parents, each private to the user (mkdir -p would follow the umask)."""
+def make_private_directories(directory: Path) -> None:
+    """Create `directory` and its missing parents, each private to the user (mkdir -p would follow the umask).
+
+    The profile cache's directories and the session store's (docs/profiles.md, docs/sessions.md: made 0700).
+    Raises NotADirectoryError when it, or the nearest of its parents that exists, is not a directory."""
     missing = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
+    existing = directory
+    while not existing.exists():
+        missing.append(existing)
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
     for each in reversed(missing):
         each.mkdir(mode=0o700, exist_ok=True)
 
