@@ -31,7 +31,7 @@ from fleetkit import eventually
 from mcp.client import session as mcp_client_session
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
-from procfs import ancestors
+from procfs import ancestors, process_state
 
 from bridge.engine.launch import looks_like_credential
 
@@ -296,17 +296,18 @@ def test_a_client_that_vanishes_mid_call_leaves_no_process(raw_mcp: subprocess.P
 
 
 ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef"
 
 
 class HttpMcp:
-    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file (alice may use `tools`) over the
+    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file (alice and bob may use `tools`) over the
     profiles in directory/profiles, its state and the slow agent's pids file in directory."""
 
     def __init__(
         self, directory: Path, env: dict[str, str], tools: Sequence[str] = ("echo", "slow", "stream"), *options: str
     ) -> None:
         self.profiles, self.state, self.pids = directory / "profiles", directory / "state.sqlite3", directory / "pids"
-        tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice"}, profiles=list(tools))
+        tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice", BOB: "bob"}, profiles=list(tools))
         argv = mcp_argv(
             self.profiles, "--state", str(self.state), "--listen", "127.0.0.1:0", "--tokens", str(tokens), *options
         )
@@ -813,6 +814,39 @@ async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_p
                     if "notifications/progress" in line:
                         break
         (pid,) = shared_mcp_http.pids_since(before)
+        await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+
+
+async def test_over_http_another_token_cannot_use_a_session_it_did_not_open(shared_mcp_http: HttpMcp) -> None:
+    """An MCP session is its token's: another token naming its id (to read its stream, cancel its calls, answer
+    its elicitations) is told no such session exists, and the session goes on."""
+    import httpx
+
+    before = read_pids(shared_mcp_http.pids)
+    url = shared_mcp_http.url
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    alice, bob = {**headers, "Authorization": f"Bearer {ALICE}"}, {**headers, "Authorization": f"Bearer {BOB}"}
+    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+    with trio.fail_after(DEADLINE):
+        async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            opened = await client.post(url, json=INITIALIZE, headers=alice)
+            alice["Mcp-Session-Id"] = bob["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+            await client.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=alice)
+            request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            async with client.stream("POST", url, json=request, headers=alice) as response:
+                lines = response.aiter_lines()  # held, not left by a break: its end would close the connection
+                while "notifications/progress" not in await anext(lines):
+                    pass
+                (pid,) = shared_mcp_http.pids_since(before)
+                tools = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+                assert (await client.post(url, json=tools, headers=bob)).status_code == 404
+                assert (await client.post(url, json=cancel, headers=bob)).status_code == 404
+                assert (await client.get(url, headers=bob)).status_code == 404
+                assert (await client.delete(url, headers=bob)).status_code == 404
+                assert (await client.post(url, json=tools, headers=alice)).status_code == 200
+                assert process_state(pid) not in (None, "Z", "X")  # bob's cancel stopped nothing
+                assert (await client.post(url, json=cancel, headers=alice)).status_code == 202
         await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
 
 

@@ -45,7 +45,9 @@ def tenant_lookup(tokens: Tokens | None) -> Any:
 class RequireToken:
     """ASGI middleware: with tokens, a request without a valid one gets 401 and reaches nothing else. Each request
     that passes carries an event in its scope (`CLIENT_GONE`), set when its client disconnects, which cancels a
-    call still running for it."""
+    call still running for it, and its tenant as the SDK's authenticated user: the SDK binds an MCP session to the
+    user that opened it, so another token naming its id (to read its stream, cancel its calls, answer what it
+    asks) gets 404, as for a session that does not exist."""
 
     def __init__(self, app: Any, tokens: Tokens | None) -> None:
         self.app = app
@@ -54,7 +56,8 @@ class RequireToken:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.tokens is not None:
             headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
-            if self.tokens.tenant_of(bearer_token(headers.get("authorization"))) is None:
+            tenant = self.tokens.tenant_of(bearer_token(headers.get("authorization")))
+            if tenant is None:
                 body = json.dumps(
                     {
                         "error": "unauthorized",
@@ -70,6 +73,7 @@ class RequireToken:
                 )
                 await send({"type": "http.response.body", "body": body})
                 return
+            scope = {**scope, "user": _session_owner(tenant)}
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -82,6 +86,14 @@ class RequireToken:
             return message
 
         await self.app({**scope, CLIENT_GONE: gone}, receive_noting_disconnect, send)
+
+
+def _session_owner(tenant: Tenant) -> Any:
+    """The SDK's user for `tenant`: its name is all the SDK compares (the tokens of one name are one tenant)."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    return AuthenticatedUser(AccessToken(token="", client_id=tenant.name, scopes=[]))  # never the bearer token
 
 
 async def serve_mcp_http(
