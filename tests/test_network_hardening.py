@@ -376,3 +376,62 @@ async def test_clients_that_stall_their_bodies_cannot_take_the_descriptors_a_tur
             sock.close()
     assert result["outcome"] == "ok", result
     assert "descriptor limit" in serve.output(), serve.output()
+
+
+async def http2_stalled_bodies(url: str, streams: int) -> list[Any]:
+    """Open `streams` HTTP/2 streams at once on one connection (the preface on the plain port), each the start of a
+    `POST /v1/turns` body and no more, ignoring what the door's settings allow; the h2 events it answers with
+    until it ends the connection (or answers every stream)."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    head = [(":method", "POST"), (":path", "/v1/turns"), (":scheme", "http"), (":authority", "127.0.0.1")]
+    for stream_id in range(1, 2 * streams, 2):
+        client.send_headers(stream_id, [*head, ("content-length", "100")])
+        client.send_data(stream_id, b"{")
+    events: list[Any] = []
+    sock = trio.socket.socket()
+    with sock, trio.fail_after(DEADLINE):
+        await sock.connect(("127.0.0.1", port_of(url)))
+        await sock.send(client.data_to_send())
+        answered = 0
+        while answered < streams:
+            try:
+                data = await sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            for event in client.receive_data(data):
+                events.append(event)
+                answered += isinstance(event, h2.events.ResponseReceived)
+                if isinstance(event, h2.events.ConnectionTerminated):
+                    return events
+            await sock.send(client.data_to_send())
+    return events
+
+
+async def test_an_http2_connection_reads_one_request_at_a_time_as_http1_does(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    """The socket bound holds one request being read per connection: HTTP/2's streams do not multiply it (each
+    could hold a body of 1 MiB for --body-timeout). A client that opens more streams than the door's settings
+    allow loses its connection; one that keeps to them is served."""
+    import h2.events
+
+    serve = start_serve(lab, serves, "--body-timeout", "0.5")
+    events = await http2_stalled_bodies(serve.url, 3)
+    statuses = [dict(event.headers)[b":status"] for event in events if isinstance(event, h2.events.ResponseReceived)]
+    assert len(statuses) <= 1, f"one HTTP/2 connection had {len(statuses)} bodies read at once: {statuses}"
+    assert any(isinstance(event, h2.events.ConnectionTerminated) for event in events), events
+    async with httpx.AsyncClient(base_url=serve.url, http1=False, http2=True) as http2:
+        with trio.fail_after(DEADLINE):
+            response = await http2.post(
+                "/v1/turns", content=turn("h2", "tag=h2"), headers={"Accept": "application/json"}
+            )
+    assert (response.http_version, response.status_code) == ("HTTP/2", 200), response.text
+    assert response.json()["reply"] == "reply h2 one"
+    assert lab.events("start") == ["h2"]  # none of the stalled bodies ran a turn
