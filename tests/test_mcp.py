@@ -850,6 +850,32 @@ async def test_over_http_another_token_cannot_use_a_session_it_did_not_open(shar
         await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
 
 
+async def test_over_http_without_tokens_no_web_page_comes_in_on_any_loopback_address(
+    profiles: Path, tmp_path: Path
+) -> None:
+    """A page of another site (its Origin) or one whose name is rebound to loopback (its Host) gets 403 before the
+    SDK sees it, on every loopback address: the SDK itself checks only on 127.0.0.1, localhost and ::1."""
+    import httpx
+
+    argv = mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), "--listen", "127.0.0.2:0")
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if line.startswith("agent-bridge mcp: listening on "):
+                break
+        url = line.split()[4]
+        headers = {"Accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            for page in ({"Origin": "https://evil.example"}, {"Host": "evil.example"}):
+                refused = await client.post(url, json=INITIALIZE, headers={**headers, **page})
+                assert refused.status_code == 403 and refused.json()["error"] == "forbidden", (page, refused.text)
+            assert (await client.post(url, json=INITIALIZE, headers=headers)).status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=DEADLINE)
+
+
 async def test_the_stdio_door_waits_for_every_request_read_before_it_closes_even_one_read_while_it_waits() -> None:
     import mcp_types
 

@@ -88,6 +88,21 @@ class RequireToken:
         await self.app({**scope, CLIENT_GONE: gone}, receive_noting_disconnect, send)
 
 
+def _gated(app: Any, tokens: Tokens | None) -> Any:
+    """`app` behind `RequireToken`; without tokens, behind `LocalCallersOnly` too (the SDK checks `Origin` and
+    `Host` itself only on 127.0.0.1, localhost and ::1, not on the rest of loopback)."""
+    from starlette.responses import JSONResponse
+
+    from .auth import LocalCallersOnly
+
+    def web_page_refused() -> JSONResponse:
+        message = "this server has no --tokens, so it serves the programs of this machine and no web page"
+        return JSONResponse({"error": "forbidden", "message": message}, status_code=403)
+
+    gated = RequireToken(app, tokens)
+    return gated if tokens is not None else LocalCallersOnly(gated, refusal=web_page_refused)
+
+
 def _session_owner(tenant: Tenant) -> Any:
     """The SDK's user for `tenant`: its name is all the SDK compares (the tokens of one name are one tenant)."""
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -118,9 +133,7 @@ async def serve_mcp_http(
         # Ends once hypercorn has closed its connections: the answers of calls whose turns ended within the
         # shutdown grace are sent first.
         async with trio.open_nursery() as server:
-            urls: list[str] = await server.start(
-                serve_app, serve, RequireToken(app, tokens), config, stop_listening.wait
-            )
+            urls: list[str] = await server.start(serve_app, serve, _gated(app, tokens), config, stop_listening.wait)
             urls = [f"{url.rstrip('/')}{MCP_PATH}" for url in urls]
             who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
             print(f"agent-bridge mcp: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)
