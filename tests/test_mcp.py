@@ -14,6 +14,7 @@ import textwrap
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -907,3 +908,48 @@ async def test_the_stdio_door_waits_for_every_request_read_before_it_closes_even
                 mcp_types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 2})
             )  # a cancelled request is answered by nobody
         assert answered.is_set()
+
+
+async def test_over_http_a_body_that_does_not_come_within_the_body_timeout_is_answered_408_and_closed(
+    profiles: Path, tmp_path: Path
+) -> None:
+    """As on serve --listen: a client that sends its headers and stalls its body holds its connection (and its place
+    among the sockets the door holds) for the body timeout, not forever; the body of one that sends it whole gets
+    through. A real hypercorn door in the test's own trio run, for a short timeout."""
+    import httpx
+
+    from bridge.host.runtime import open_host
+    from bridge.network.door import DoorLimits
+    from bridge.network.listen import parse_address
+    from bridge.network.mcp import serve_mcp_http, tenant_lookup
+    from bridge.serving.file_delivery import FileDeliveries
+    from bridge.serving.mcp import McpDoor
+
+    host = open_host(str(profiles), state=str(tmp_path / "state.sqlite3"))
+    with trio.fail_after(DEADLINE):
+        async with host, trio.open_nursery() as nursery:
+            door = McpDoor(
+                host, {"echo": None}, FileDeliveries(nursery), local_paths=False, tenant_of=tenant_lookup(None)
+            )
+            listen = partial(serve_mcp_http, door, parse_address("127.0.0.1:0"), tokens=None)
+            (url,) = await nursery.start(partial(listen, limits=DoorLimits(body_secs=0.5)))
+            authority = url.split("/")[2]
+            stalled = (
+                f"POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n"
+                "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{"
+            )
+            sock = trio.socket.socket()
+            with sock:
+                await sock.connect(("127.0.0.1", int(authority.rsplit(":", 1)[1])))
+                await sock.send(stalled.encode())
+                answer = b""
+                with trio.move_on_after(5) as waiting:
+                    while chunk := await sock.recv(65536):  # until the door closes the connection
+                        answer += chunk
+            assert not waiting.cancelled_caught, f"a stalled body held its connection past 0.5 s: {answer!r}"
+            assert answer.startswith(b"HTTP/1.1 408") and b"connection: close" in answer, answer
+            assert b"request_timeout" in answer
+            headers = {"Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient() as client:
+                assert (await client.post(url, json=INITIALIZE, headers=headers)).status_code == 200
+            nursery.cancel_scope.cancel()
