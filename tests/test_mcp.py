@@ -14,6 +14,7 @@ import textwrap
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from fleetkit import eventually
 from mcp.client import session as mcp_client_session
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
-from procfs import ancestors
+from procfs import ancestors, process_state
 
 from bridge.engine.launch import looks_like_credential
 
@@ -296,17 +297,18 @@ def test_a_client_that_vanishes_mid_call_leaves_no_process(raw_mcp: subprocess.P
 
 
 ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef"
 
 
 class HttpMcp:
-    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file (alice may use `tools`) over the
+    """`agent-bridge mcp --listen 127.0.0.1:0` with a tokens file (alice and bob may use `tools`) over the
     profiles in directory/profiles, its state and the slow agent's pids file in directory."""
 
     def __init__(
         self, directory: Path, env: dict[str, str], tools: Sequence[str] = ("echo", "slow", "stream"), *options: str
     ) -> None:
         self.profiles, self.state, self.pids = directory / "profiles", directory / "state.sqlite3", directory / "pids"
-        tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice"}, profiles=list(tools))
+        tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice", BOB: "bob"}, profiles=list(tools))
         argv = mcp_argv(
             self.profiles, "--state", str(self.state), "--listen", "127.0.0.1:0", "--tokens", str(tokens), *options
         )
@@ -816,6 +818,65 @@ async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_p
         await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
 
 
+async def test_over_http_another_token_cannot_use_a_session_it_did_not_open(shared_mcp_http: HttpMcp) -> None:
+    """An MCP session is its token's: another token naming its id (to read its stream, cancel its calls, answer
+    its elicitations) is told no such session exists, and the session goes on."""
+    import httpx
+
+    before = read_pids(shared_mcp_http.pids)
+    url = shared_mcp_http.url
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    alice, bob = {**headers, "Authorization": f"Bearer {ALICE}"}, {**headers, "Authorization": f"Bearer {BOB}"}
+    call = {"name": "slow", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p"}}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+    with trio.fail_after(DEADLINE):
+        async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            opened = await client.post(url, json=INITIALIZE, headers=alice)
+            alice["Mcp-Session-Id"] = bob["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+            await client.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=alice)
+            request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            async with client.stream("POST", url, json=request, headers=alice) as response:
+                lines = response.aiter_lines()  # held, not left by a break: its end would close the connection
+                while "notifications/progress" not in await anext(lines):
+                    pass
+                (pid,) = shared_mcp_http.pids_since(before)
+                tools = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+                assert (await client.post(url, json=tools, headers=bob)).status_code == 404
+                assert (await client.post(url, json=cancel, headers=bob)).status_code == 404
+                assert (await client.get(url, headers=bob)).status_code == 404
+                assert (await client.delete(url, headers=bob)).status_code == 404
+                assert (await client.post(url, json=tools, headers=alice)).status_code == 200
+                assert process_state(pid) not in (None, "Z", "X")  # bob's cancel stopped nothing
+                assert (await client.post(url, json=cancel, headers=alice)).status_code == 202
+        await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+
+
+async def test_over_http_without_tokens_no_web_page_comes_in_on_any_loopback_address(
+    profiles: Path, tmp_path: Path
+) -> None:
+    """A page of another site (its Origin) or one whose name is rebound to loopback (its Host) gets 403 before the
+    SDK sees it, on every loopback address: the SDK itself checks only on 127.0.0.1, localhost and ::1."""
+    import httpx
+
+    argv = mcp_argv(profiles, "--state", str(tmp_path / "state.sqlite3"), "--listen", "127.0.0.2:0")
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if line.startswith("agent-bridge mcp: listening on "):
+                break
+        url = line.split()[4]
+        headers = {"Accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            for page in ({"Origin": "https://evil.example"}, {"Host": "evil.example"}):
+                refused = await client.post(url, json=INITIALIZE, headers={**headers, **page})
+                assert refused.status_code == 403 and refused.json()["error"] == "forbidden", (page, refused.text)
+            assert (await client.post(url, json=INITIALIZE, headers=headers)).status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=DEADLINE)
+
+
 async def test_the_stdio_door_waits_for_every_request_read_before_it_closes_even_one_read_while_it_waits() -> None:
     import mcp_types
 
@@ -847,3 +908,48 @@ async def test_the_stdio_door_waits_for_every_request_read_before_it_closes_even
                 mcp_types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 2})
             )  # a cancelled request is answered by nobody
         assert answered.is_set()
+
+
+async def test_over_http_a_body_that_does_not_come_within_the_body_timeout_is_answered_408_and_closed(
+    profiles: Path, tmp_path: Path
+) -> None:
+    """As on serve --listen: a client that sends its headers and stalls its body holds its connection (and its place
+    among the sockets the door holds) for the body timeout, not forever; the body of one that sends it whole gets
+    through. A real hypercorn door in the test's own trio run, for a short timeout."""
+    import httpx
+
+    from bridge.host.runtime import open_host
+    from bridge.network.door import DoorLimits
+    from bridge.network.listen import parse_address
+    from bridge.network.mcp import serve_mcp_http, tenant_lookup
+    from bridge.serving.file_delivery import FileDeliveries
+    from bridge.serving.mcp import McpDoor
+
+    host = open_host(str(profiles), state=str(tmp_path / "state.sqlite3"))
+    with trio.fail_after(DEADLINE):
+        async with host, trio.open_nursery() as nursery:
+            door = McpDoor(
+                host, {"echo": None}, FileDeliveries(nursery), local_paths=False, tenant_of=tenant_lookup(None)
+            )
+            listen = partial(serve_mcp_http, door, parse_address("127.0.0.1:0"), tokens=None)
+            (url,) = await nursery.start(partial(listen, limits=DoorLimits(body_secs=0.5)))
+            authority = url.split("/")[2]
+            stalled = (
+                f"POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n"
+                "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{"
+            )
+            sock = trio.socket.socket()
+            with sock:
+                await sock.connect(("127.0.0.1", int(authority.rsplit(":", 1)[1])))
+                await sock.send(stalled.encode())
+                answer = b""
+                with trio.move_on_after(5) as waiting:
+                    while chunk := await sock.recv(65536):  # until the door closes the connection
+                        answer += chunk
+            assert not waiting.cancelled_caught, f"a stalled body held its connection past 0.5 s: {answer!r}"
+            assert answer.startswith(b"HTTP/1.1 408") and b"connection: close" in answer, answer
+            assert b"request_timeout" in answer
+            headers = {"Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient() as client:
+                assert (await client.post(url, json=INITIALIZE, headers=headers)).status_code == 200
+            nursery.cancel_scope.cancel()

@@ -392,6 +392,23 @@ async def test_tenants_see_only_their_own_turns_profiles_and_conversations(lab: 
     assert "h" not in lab.events("sigint")
 
 
+async def test_a_profile_that_does_not_load_is_refused_to_a_tenant_naming_no_file_of_the_server(
+    lab: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (lab.profiles / "broken.yaml").write_text("command: x\ntimout_secs: 1\n")
+    async with door(lab, tokens=TOKENS) as url, httpx.AsyncClient(base_url=url) as http:
+        broken = {"id": "b", "profile": "broken", "conversation": "c", "message": "hi"}
+        refused = await http.post("/v1/turns", json=broken, headers=bearer(TOKEN_A))
+        async with aconnect_ws("/v1/ws", http, headers=bearer(TOKEN_A)) as ws:
+            await ws.send_text(json.dumps({"type": "turn", **broken}))
+            over_ws = (await until(ws, "error", "b"))[-1]
+    for error in (refused.json(), over_ws):
+        assert error["code"] == "profile_invalid"
+        assert error["message"] == "profile 'broken' does not load now; the server's log says why"
+    assert refused.status_code == 422
+    assert "broken.yaml:2: unknown key 'timout_secs'" in capsys.readouterr().err  # the operator's log says why
+
+
 def test_a_tokens_file_that_does_not_hold_is_refused_naming_the_entry_not_the_token() -> None:
     from bridge.errors import ListenError
 

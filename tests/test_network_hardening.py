@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx_ws
 import pytest
 import trio
 from doorkit import ListeningServe, serve_argv, serves  # noqa: F401  (serves is a fixture)
 from hostkit import Lab
 from httpx_ws import aconnect_ws
 
+from bridge.network.auth import web_page_problem
 from bridge.network.door import SOCKETS_BEYOND_CONNECTIONS
 
 DEADLINE = 10.0
 SECRET_TEXT = b"secret-message-text-0123"
+JSON = {"Accept": "application/json"}
 
 UPGRADE = (
     b"GET /any/path HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -376,3 +379,116 @@ async def test_clients_that_stall_their_bodies_cannot_take_the_descriptors_a_tur
             sock.close()
     assert result["outcome"] == "ok", result
     assert "descriptor limit" in serve.output(), serve.output()
+
+
+async def http2_stalled_bodies(url: str, streams: int) -> list[Any]:
+    """Open `streams` HTTP/2 streams at once on one connection (the preface on the plain port), each the start of a
+    `POST /v1/turns` body and no more, ignoring what the door's settings allow; the h2 events it answers with
+    until it ends the connection (or answers every stream)."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    head = [(":method", "POST"), (":path", "/v1/turns"), (":scheme", "http"), (":authority", "127.0.0.1")]
+    for stream_id in range(1, 2 * streams, 2):
+        client.send_headers(stream_id, [*head, ("content-length", "100")])
+        client.send_data(stream_id, b"{")
+    events: list[Any] = []
+    sock = trio.socket.socket()
+    with sock, trio.fail_after(DEADLINE):
+        await sock.connect(("127.0.0.1", port_of(url)))
+        await sock.send(client.data_to_send())
+        answered = 0
+        while answered < streams:
+            try:
+                data = await sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            for event in client.receive_data(data):
+                events.append(event)
+                answered += isinstance(event, h2.events.ResponseReceived)
+                if isinstance(event, h2.events.ConnectionTerminated):
+                    return events
+            await sock.send(client.data_to_send())
+    return events
+
+
+async def test_an_http2_connection_reads_one_request_at_a_time_as_http1_does(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    """The socket bound holds one request being read per connection: HTTP/2's streams do not multiply it (each
+    could hold a body of 1 MiB for --body-timeout). A client that opens more streams than the door's settings
+    allow loses its connection; one that keeps to them is served."""
+    import h2.events
+
+    serve = start_serve(lab, serves, "--body-timeout", "0.5")
+    events = await http2_stalled_bodies(serve.url, 3)
+    statuses = [dict(event.headers)[b":status"] for event in events if isinstance(event, h2.events.ResponseReceived)]
+    assert len(statuses) <= 1, f"one HTTP/2 connection had {len(statuses)} bodies read at once: {statuses}"
+    assert any(isinstance(event, h2.events.ConnectionTerminated) for event in events), events
+    async with httpx.AsyncClient(base_url=serve.url, http1=False, http2=True) as http2:
+        with trio.fail_after(DEADLINE):
+            response = await http2.post(
+                "/v1/turns", content=turn("h2", "tag=h2"), headers={"Accept": "application/json"}
+            )
+    assert (response.http_version, response.status_code) == ("HTTP/2", 200), response.text
+    assert response.json()["reply"] == "reply h2 one"
+    assert lab.events("start") == ["h2"]  # none of the stalled bodies ran a turn
+
+
+async def test_a_door_without_tokens_serves_no_web_page_a_browser_on_this_machine_shows(
+    lab: Lab, serves: list[ListeningServe]
+) -> None:
+    """A page of another site could post a turn (a form, a `fetch` CORS lets through unread) or open a WebSocket
+    (CORS covers none), and one whose name is rebound to 127.0.0.1 could read the answers: each is refused, 403,
+    before a turn starts; the programs of this machine (no Origin, or a loopback one) are served."""
+    serve = start_serve(lab, serves)
+    port = port_of(serve.url)
+    page = {"Content-Type": "text/plain;charset=UTF-8", "Origin": "https://evil.example"}
+    rebound = {"Host": f"rebound.evil.example:{port}"}
+    async with httpx.AsyncClient(base_url=serve.url, timeout=DEADLINE) as http:
+        for headers in (page, rebound, {"Origin": "null"}):
+            refused = await http.post("/v1/turns", content=turn("page", "tag=page"), headers=headers)
+            assert refused.status_code == 403, (headers, refused.text)
+            assert refused.json()["code"] == "forbidden"
+            assert (await http.get("/v1/stats", headers=headers)).status_code == 403
+            chat = {"model": "rec", "messages": [{"role": "user", "content": "tag=chat"}]}
+            openai = await http.post("/v1/chat/completions", content=json.dumps(chat), headers=headers)
+            assert openai.status_code == 403 and openai.json()["error"]["code"] == "forbidden", openai.text
+        with pytest.raises(httpx_ws.WebSocketUpgradeError) as upgrade:
+            async with aconnect_ws("/v1/ws", http, headers=page):
+                pass
+        assert upgrade.value.response.status_code == 403
+        local = ({}, {"Origin": f"http://localhost:{port}"}, {"Host": f"localhost:{port}", "Origin": "http://[::1]"})
+        for number, headers in enumerate(local):
+            served = await http.post(
+                "/v1/turns", content=turn(f"local{number}", f"tag=local{number}"), headers={**headers, **JSON}
+            )
+            assert served.status_code == 200 and served.json()["outcome"] == "ok", (headers, served.text)
+    assert lab.events("start") == ["local0", "local1", "local2"]
+
+
+@pytest.mark.parametrize(
+    ("host", "origin", "refused"),
+    [
+        (None, None, False),
+        ("127.0.0.1:8080", None, False),
+        ("127.9.9.9", "http://127.0.0.1:3000", False),
+        ("[::1]:8080", "http://[::1]:3000", False),
+        ("LOCALHOST:8080", "http://app.localhost", False),
+        ("evil.example:8080", None, True),
+        ("localhost.:8080", None, True),
+        ("10.0.0.1:8080", None, True),
+        ("127.0.0.1:8080", "https://evil.example", True),
+        ("127.0.0.1:8080", "null", True),
+        ("127.0.0.1:8080", "http://127.0.0.1.evil.example", True),
+    ],
+)
+def test_web_page_problem_tells_a_page_from_a_local_program(
+    host: str | None, origin: str | None, refused: bool
+) -> None:
+    assert (web_page_problem(host, origin) is not None) is refused

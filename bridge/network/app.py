@@ -45,6 +45,7 @@ from ..log import get_logger
 from ..serving.output import Output, json_bytes, json_text
 from ..serving.requests import (
     BAD_JSON,
+    FORBIDDEN,
     INVALID_REQUEST,
     REQUEST_TIMEOUT,
     REQUEST_TOO_LARGE,
@@ -59,7 +60,7 @@ from ..serving.requests import (
     status_of,
 )
 from ..serving.session import ClientSession, Tenant
-from .auth import TenantGate, tenant_of
+from .auth import LocalCallersOnly, TenantGate, tenant_of
 from .door import Door
 from .metrics import healthz, metrics_response, readyz_response
 
@@ -70,7 +71,7 @@ _FILE_CHUNK_BYTES = 64 * 1024
 
 def serve_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette:
     """serve's endpoints over `door` (and `extra_routes`), behind a `TenantGate`: a request without a valid token
-    gets serve's `unauthorized` error, 401."""
+    gets serve's `unauthorized` error, 401; without tokens, a web page's gets `forbidden`, 403."""
     app = Starlette(
         routes=[
             Route("/metrics", _metrics, methods=["GET"]),
@@ -83,10 +84,18 @@ def serve_app(door: Door, *, extra_routes: list[Any] | None = None) -> Starlette
             WebSocketRoute("/v1/ws", _websocket),
             *(extra_routes or []),
         ],
-        middleware=[Middleware(TenantGate, tenant_of=door.tenant_of, refusal=unauthorized)],
+        middleware=[
+            *local_callers_only(door, web_page_refused),
+            Middleware(TenantGate, tenant_of=door.tenant_of, refusal=unauthorized),
+        ],
     )
     app.state.door = door
     return app
+
+
+def local_callers_only(door: Door, refusal: Callable[[], Response]) -> list[Middleware]:
+    """A door without tokens serves no web page (`LocalCallersOnly`), which gets `refusal()`."""
+    return [] if door.tokens else [Middleware(LocalCallersOnly, refusal=refusal)]
 
 
 def health_routes() -> list[Route]:
@@ -114,6 +123,16 @@ def unauthorized() -> JSONResponse:
     response = error_response(UNAUTHORIZED, "a valid bearer token is needed: Authorization: Bearer <token>")
     response.headers["WWW-Authenticate"] = "Bearer"
     return response
+
+
+def web_page_refused() -> JSONResponse:
+    """A door without tokens, asked by a web page (`auth.LocalCallersOnly`)."""
+    return error_response(
+        FORBIDDEN,
+        "this door has no --tokens, so it serves the programs of this machine and no web page: the request came "
+        "from a page of another site (Origin) or for a name that is not loopback (Host); send neither, or start "
+        "serve with --tokens FILE",
+    )
 
 
 async def read_json_body(request: Request) -> dict[str, Any]:

@@ -7,13 +7,17 @@ reads its tenant with `tenant_of(request)`. Only the paths a gate names as
 public (health and readiness) pass without a token; a new route behind a gate
 needs one whether its handler thinks of it or not. `OwnPaths` mounts an
 application that answers only its own routes' paths, so several applications,
-each behind its own gate, share the door's URL space.
+each behind its own gate, share the door's URL space. `LocalCallersOnly` stands in
+front of a door without tokens: a web page is no local caller, though the
+browser that shows it is (see `web_page_problem`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Collection
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
@@ -80,3 +84,57 @@ class OwnPaths(Mount):
         if any(route.matches(inner)[0] is not Match.NONE for route in self.routes):
             return match, child_scope
         return Match.NONE, {}
+
+
+class LocalCallersOnly:
+    """ASGI middleware for a door without tokens: a request that `web_page_problem` finds came from a web page gets
+    `refusal()` (a WebSocket's handshake is refused with it) before anything else sees it."""
+
+    def __init__(self, app: ASGIApp, *, refusal: Callable[[], Response]) -> None:
+        self.app = app
+        self.refusal = refusal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = Headers(scope=scope)
+            if web_page_problem(headers.get("host"), headers.get("origin")) is not None:
+                if scope["type"] == "websocket":
+                    await WebSocket(scope, receive, send).send_denial_response(self.refusal())
+                else:
+                    await self.refusal()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def web_page_problem(host: str | None, origin: str | None) -> str | None:
+    """Why a request to a loopback door without tokens came from a web page, not a program of this machine; None
+    when it did not.
+
+    A browser on this machine reaches loopback for any page it shows: a page of another site can post a turn
+    (a form, a `fetch` the CORS rules let through unread) or open a WebSocket (no CORS at all), and one whose name
+    its DNS points at 127.0.0.1 (DNS rebinding) reads the answers too. A browser always names the page's site in
+    `Origin` on such requests, and the rebound name in `Host`; the programs the door serves send neither, or a
+    loopback one. Names are never resolved: resolving is what the rebinding attack controls.
+    """
+    if host is not None and not _loopback_name(_host_of_authority(host)):
+        return "its Host is not a loopback address (a web page's name rebound to this machine)"
+    if origin is not None and not _loopback_name(urlsplit(origin).hostname or ""):
+        return "it comes from a web page of another site (its Origin)"
+    return None
+
+
+def _host_of_authority(authority: str) -> str:
+    """The host of a `Host` header's `host[:port]` (`[::1]:8080` → `::1`)."""
+    if authority.startswith("["):
+        return authority[1:].partition("]")[0]
+    return authority.rpartition(":")[0] if authority.count(":") == 1 else authority
+
+
+def _loopback_name(host: str) -> bool:
+    name = host.lower()
+    if name == "localhost" or name.endswith(".localhost"):  # RFC 6761: loopback, and browsers never ask DNS
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False

@@ -277,6 +277,9 @@ def hypercorn_config(address: Address, *, certfile: str | None, keyfile: str | N
     config.accesslog = None  # a request's path names turns: the bridge logs what it needs itself
     config.errorlog = None
     config.websocket_max_message_size = limits.max_body_bytes
+    # hypercorn speaks HTTP/2 too (ALPN, or its preface on the plain port): one stream at a time on a connection,
+    # as HTTP/1.1 has, or each TCP connection the socket budget counts could carry 100 bodies being read.
+    config.h2_max_concurrent_streams = 1
     config.h11_max_incomplete_size = MAX_REQUEST_HEAD_BYTES  # the rest of the limit: RequestHeadLimit
     config.keep_alive_timeout = KEEP_ALIVE_SECS  # hypercorn restarts it only once a request's head has come
     config.websocket_ping_interval = 30.0  # a peer gone without a word is noticed

@@ -3,7 +3,8 @@
 The same rules as `serve --listen` (bridge.network.listen): without `--tokens`, only a loopback address; with
 them, every request needs `Authorization: Bearer <token>` (else 401, before the SDK sees it), and a token's
 tenant sees only its profiles as tools and only its conversations (its prefix). hypercorn runs through
-`serve_app`, so one connection's error ends that connection alone and request heads are bounded.
+`serve_app`, so one connection's error ends that connection alone and request heads are bounded; a request's
+body must come whole within the door's `body_secs` (else 408), as on `serve --listen`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import trio
 
-from ..network.door import DoorLimits
+from ..network.door import DEFAULT_BODY_SECS, DoorLimits
 from ..network.listen import (
     Address,
     SocketBudget,
@@ -45,37 +46,39 @@ def tenant_lookup(tokens: Tokens | None) -> Any:
 class RequireToken:
     """ASGI middleware: with tokens, a request without a valid one gets 401 and reaches nothing else. Each request
     that passes carries an event in its scope (`CLIENT_GONE`), set when its client disconnects, which cancels a
-    call still running for it."""
+    call still running for it, and its tenant as the SDK's authenticated user: the SDK binds an MCP session to the
+    user that opened it, so another token naming its id (to read its stream, cancel its calls, answer what it
+    asks) gets 404, as for a session that does not exist."""
 
-    def __init__(self, app: Any, tokens: Tokens | None) -> None:
+    def __init__(self, app: Any, tokens: Tokens | None, *, body_secs: float = DEFAULT_BODY_SECS) -> None:
         self.app = app
         self.tokens = tokens
+        self.body_secs = body_secs
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.tokens is not None:
             headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
-            if self.tokens.tenant_of(bearer_token(headers.get("authorization"))) is None:
-                body = json.dumps(
-                    {
-                        "error": "unauthorized",
-                        "message": "give Authorization: Bearer <token>, a token of the tokens file",
-                    }
-                ).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+            tenant = self.tokens.tenant_of(bearer_token(headers.get("authorization")))
+            if tenant is None:
+                message = "give Authorization: Bearer <token>, a token of the tokens file"
+                await _refuse(send, 401, "unauthorized", message, (b"www-authenticate", b"Bearer"))
                 return
+            scope = {**scope, "user": _session_owner(tenant)}
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        body = await _body_within(receive, self.body_secs)
+        if body is None:  # the rest of the body may still come: the connection cannot carry another request
+            message = f"the body did not come whole within {self.body_secs:g} s"
+            await _refuse(send, 408, "request_timeout", message, (b"connection", b"close"))
             return
         gone = trio.Event()
 
         async def receive_noting_disconnect() -> Any:
+            nonlocal body
+            if body is not None:  # the body, read already, once
+                message, body = body, None
+                return message
             message = await receive()
             if message["type"] == "http.disconnect":
                 gone.set()
@@ -84,18 +87,67 @@ class RequireToken:
         await self.app({**scope, CLIENT_GONE: gone}, receive_noting_disconnect, send)
 
 
+async def _refuse(send: Any, status: int, error: str, message: str, header: tuple[bytes, bytes]) -> None:
+    headers = [(b"content-type", b"application/json"), header]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": json.dumps({"error": error, "message": message}).encode()})
+
+
+async def _body_within(receive: Any, secs: float) -> dict[str, Any] | None:
+    """The request's body as one ASGI message, read within `secs` (None: it did not come whole), or the client's
+    disconnect. Read no further than the SDK's limit: past it the SDK answers 413 to what was read."""
+    from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+
+    chunks: list[bytes] = []
+    size = 0
+    with trio.move_on_after(secs):
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return dict(message)
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if not message.get("more_body") or size > DEFAULT_MAX_REQUEST_BODY_SIZE:
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+    return None
+
+
+def _gated(app: Any, tokens: Tokens | None, body_secs: float) -> Any:
+    """`app` behind `RequireToken`; without tokens, behind `LocalCallersOnly` too (the SDK checks `Origin` and
+    `Host` itself only on 127.0.0.1, localhost and ::1, not on the rest of loopback)."""
+    from starlette.responses import JSONResponse
+
+    from .auth import LocalCallersOnly
+
+    def web_page_refused() -> JSONResponse:
+        message = "this server has no --tokens, so it serves the programs of this machine and no web page"
+        return JSONResponse({"error": "forbidden", "message": message}, status_code=403)
+
+    gated = RequireToken(app, tokens, body_secs=body_secs)
+    return gated if tokens is not None else LocalCallersOnly(gated, refusal=web_page_refused)
+
+
+def _session_owner(tenant: Tenant) -> Any:
+    """The SDK's user for `tenant`: its name is all the SDK compares (the tokens of one name are one tenant)."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    return AuthenticatedUser(AccessToken(token="", client_id=tenant.name, scopes=[]))  # never the bearer token
+
+
 async def serve_mcp_http(
     door: McpDoor,
     address: Address,
     *,
     tokens: Tokens | None,
+    limits: DoorLimits | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `door` at `/mcp` on `address` until SIGTERM or SIGINT; `task_status` gets the URLs."""
     from hypercorn.trio import serve
 
     check_listen(address, tokens)
-    limits = DoorLimits()
+    limits = limits or DoorLimits()
     config = hypercorn_config(address, certfile=None, keyfile=None, limits=limits)
     config.socket_budget = SocketBudget(sockets_within_descriptors(limits.max_sockets))
     server = door.server()
@@ -106,9 +158,8 @@ async def serve_mcp_http(
         # Ends once hypercorn has closed its connections: the answers of calls whose turns ended within the
         # shutdown grace are sent first.
         async with trio.open_nursery() as server:
-            urls: list[str] = await server.start(
-                serve_app, serve, RequireToken(app, tokens), config, stop_listening.wait
-            )
+            gated = _gated(app, tokens, limits.body_secs)
+            urls: list[str] = await server.start(serve_app, serve, gated, config, stop_listening.wait)
             urls = [f"{url.rstrip('/')}{MCP_PATH}" for url in urls]
             who = f"{len(tokens)} tokens" if tokens else "no tokens: loopback clients only"
             print(f"agent-bridge mcp: listening on {' '.join(urls)} ({who})", file=sys.stderr, flush=True)

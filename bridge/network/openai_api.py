@@ -43,9 +43,17 @@ from ..engine.result import Outcome, StreamedText
 from ..errors import ChatRefused, RequestError
 from ..permissions import Decision
 from ..serving.output import json_bytes
-from ..serving.requests import INVALID_REQUEST, UNAUTHORIZED, UNKNOWN_PROFILE, TurnRequest, parse_turn, status_of
+from ..serving.requests import (
+    FORBIDDEN,
+    INVALID_REQUEST,
+    UNAUTHORIZED,
+    UNKNOWN_PROFILE,
+    TurnRequest,
+    parse_turn,
+    status_of,
+)
 from ..serving.session import ClientSession
-from .app import TurnStream, door_of, event_stream_headers, read_json_body
+from .app import TurnStream, door_of, event_stream_headers, local_callers_only, read_json_body
 from .auth import TenantGate, tenant_of
 from .door import Door
 
@@ -63,14 +71,18 @@ _TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
 
 def openai_app(door: Door) -> Starlette:
     """The OpenAI-compatible endpoints, as the application `listen.door_app` mounts beside serve's: a request without
-    a valid token gets OpenAI's 401 (`invalid_api_key`), which the SDKs raise as `AuthenticationError`."""
+    a valid token gets OpenAI's 401 (`invalid_api_key`), which the SDKs raise as `AuthenticationError`; without
+    tokens, a web page's gets 403 (`forbidden`)."""
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", _chat_completions, methods=["POST"]),
             Route("/v1/models", _models, methods=["GET"]),
             Route("/v1/models/{model:path}", _model, methods=["GET"]),
         ],
-        middleware=[Middleware(TenantGate, tenant_of=door.tenant_of, refusal=_unauthorized)],
+        middleware=[
+            *local_callers_only(door, _web_page_refused),
+            Middleware(TenantGate, tenant_of=door.tenant_of, refusal=_unauthorized),
+        ],
     )
     app.state.door = door
     return app
@@ -103,6 +115,15 @@ def _refusal(err: RequestError, *, param: str | None = None) -> JSONResponse:
 def _unauthorized() -> JSONResponse:
     return openai_error(
         401, "a valid bearer token is needed: Authorization: Bearer <token> (the SDKs' api_key)", code="invalid_api_key"
+    )
+
+
+def _web_page_refused() -> JSONResponse:
+    return openai_error(
+        403,
+        "this server has no --tokens, so it serves the programs of this machine and no web page: the request came "
+        "from a page of another site (Origin) or for a name that is not loopback (Host)",
+        code=FORBIDDEN,
     )
 
 

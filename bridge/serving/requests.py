@@ -50,6 +50,7 @@ INTERNAL_ERROR = "internal_error"
 TOO_MANY_TURNS = "too_many_turns"  # the network door: a connection has its most turns in flight
 TOO_MANY_CONNECTIONS = "too_many_connections"  # the network door: it has its most connections open
 UNAUTHORIZED = "unauthorized"  # the network door: no valid bearer token
+FORBIDDEN = "forbidden"  # the network door without tokens: a request of a web page
 REQUEST_TIMEOUT = "request_timeout"  # the network door: a request's body did not come within --body-timeout
 
 # The HTTP status each code gets over the network door (docs/network.md).
@@ -68,6 +69,7 @@ _STATUS = {
     QUEUE_FULL: 429,
     TOO_MANY_TURNS: 429,
     UNAUTHORIZED: 401,
+    FORBIDDEN: 403,
     REQUEST_TIMEOUT: 408,
     TOO_MANY_CONNECTIONS: 503,
     SHUTTING_DOWN: 503,

@@ -248,6 +248,11 @@ class ClientSession:
                 raise RequestError(UNKNOWN_PROFILE, f"no profile named {request.profile!r}") from None
             raise RequestError(UNKNOWN_PROFILE, str(err)) from None
         except ProfileError as err:
+            if self.tenant is not LOCAL:  # its file's path and contents are not a network client's business
+                self._log.warning("a profile does not load", profile=request.profile, error=str(err))
+                raise RequestError(
+                    PROFILE_INVALID, f"profile {request.profile!r} does not load now; the server's log says why"
+                ) from None
             raise RequestError(PROFILE_INVALID, f"profile {request.profile!r} does not load: {err}") from None
         except TurnError as err:
             raise RequestError(INVALID_REQUEST, str(err)) from None
