@@ -801,3 +801,62 @@ async def test_a_reply_part_sent_again_after_a_crash_is_one_event_in_the_room(
     assert recorded == [1, 1]
     bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
     assert bodies.count("the answer") == 1 and bodies.count("another reply") == 1, bodies
+
+
+async def test_odd_content_from_anyone_in_the_room_is_skipped_and_the_next_message_comes_in(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    """A homeserver relays any JSON object as an event's content: a member's malformed event (a relation or a
+    file's info that is no object, a reply to a prompt that only looks like a number) must not stop the sync, or
+    every restart would meet it again and the bot would answer no one."""
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    await alice.call("POST", f"{CLIENT}/rooms/{quote(room)}/invite", json={"user_id": synapse.user_id("mallory")})
+    mallory = Person(synapse, "mallory")
+    await mallory.call("POST", f"{CLIENT}/join/{quote(room)}", json={})
+    odd: list[tuple[dict[str, Any], str]] = [
+        ({"msgtype": "m.text", "body": "a", "m.relates_to": "not an object"}, "m.room.message"),
+        ({"msgtype": "m.text", "body": "b", "m.relates_to": {"m.in_reply_to": "not an object"}}, "m.room.message"),
+        ({"msgtype": "m.file", "body": "d", "url": "mxc://x/y", "info": "not an object"}, "m.room.message"),
+        ({"msgtype": "m.file", "body": "e", "url": "mxc://x/y", "info": {"size": "big"}}, "m.room.message"),
+        ({"m.relates_to": "not an object"}, "m.reaction"),
+    ]
+    # Replies to a prompt that read as numbers to str.isdigit, which int() cannot take.
+    prompt = (await platform.send_text(room, "", "Pick one", choices=(Choice("A", "t:0"), Choice("B", "t:1"))))[-1]
+    for answer in ("\u00b2", "1" * 5000):
+        odd.append(
+            (
+                {"msgtype": "m.text", "body": answer, "m.relates_to": {"m.in_reply_to": {"event_id": prompt}}},
+                "m.room.message",
+            )
+        )
+    for content, kind in odd:
+        await mallory.send(room, content, kind=kind)
+        await alice.send(room, content, kind=kind)
+    await mallory.client.aclose()
+    after = await alice.say(room, "still there?")
+
+    items = await poll_until(platform, lambda items: after in [item.update_id for item in items])
+    assert texts(items)[-1] == "still there?"
+    assert not [item for item in items if isinstance(item, ButtonPress)]
+    await platform.aclose()
+
+
+async def test_an_invite_the_bot_cannot_take_up_is_logged_and_the_bot_goes_on(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An allowed user invites the bot, then leaves the room before the bot could join: the homeserver refuses the
+    join. The bot says so in its log and goes on answering in its other rooms (a refused join that stopped the sync
+    would stop the bot at every start)."""
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    abandoned = await alice.room_with(bot)
+    await alice.call("POST", f"{CLIENT}/rooms/{quote(abandoned)}/leave", json={})
+    after = await alice.say(room, "still there?")
+
+    items = await poll_until(platform, lambda items: after in [item.update_id for item in items])
+    assert texts(items) == ["still there?"]
+    await platform.aclose()
+    logged = capsys.readouterr().out
+    assert "matrix.invite_not_answered" in logged and "no servers that are in the room" in logged
+    assert abandoned not in logged

@@ -288,12 +288,17 @@ class MatrixPlatform:
             ),
             None,
         )
-        if inviter in self._config.allow_users:
-            await self._call("POST", f"{CLIENT}/join/{quote(room_id)}", json={})
-            log.info("matrix.joined", allowed_inviter=True)
-        else:
-            await self._call("POST", f"{CLIENT}/rooms/{quote(room_id)}/leave", json={})
-            log.info("matrix.invite_declined", allowed_inviter=False)
+        allowed = inviter in self._config.allow_users
+        try:
+            if allowed:
+                await self._call("POST", f"{CLIENT}/join/{quote(room_id)}", json={})
+                log.info("matrix.joined", allowed_inviter=True)
+            else:
+                await self._call("POST", f"{CLIENT}/rooms/{quote(room_id)}/leave", json={})
+                log.info("matrix.invite_declined", allowed_inviter=False)
+        except PlatformRefused as refused:
+            # Everyone may have left the room since: an invite that stopped the sync would stop the bot at every start.
+            log.warning("matrix.invite_not_answered", allowed_inviter=allowed, reason=str(refused))
 
     async def _timeline(self, room_id: str, joined: dict[str, Any]) -> list[dict[str, Any]]:
         """The room's new events in order: the sync's, plus those a gap left out, none from before the bot was
@@ -358,7 +363,7 @@ class MatrixPlatform:
         if sender not in self._config.allow_users and kind == "m.reaction":
             return None  # a stranger's reaction is not an answer, nor worth a refusal
         content = event.get("content", {})
-        relates = content.get("m.relates_to", {})
+        relates = _object(content.get("m.relates_to"))
         thread = str(relates.get("event_id", "")) if relates.get("rel_type") == "m.thread" else ""
         if kind == "m.reaction" and relates.get("rel_type") == "m.annotation":
             return await self._reaction(room_id, event, thread)
@@ -368,14 +373,15 @@ class MatrixPlatform:
         if msgtype == "m.notice":
             return None  # other bots' output, by the spec's convention
         text = str(content.get("body", ""))
-        replied = str(relates.get("m.in_reply_to", {}).get("event_id", ""))
+        replied = str(_object(relates.get("m.in_reply_to")).get("event_id", ""))
         if relates.get("is_falling_back") and thread:
             replied = ""  # a thread's fallback reply points at the thread's latest event, not a real reply
         if replied:
             text = strip_reply_fallback(text)
             choices = await self._choices_of(room_id, replied)
-            if choices and text.strip().isdigit() and 1 <= int(text.strip()) <= len(choices):
-                data = choices[int(text.strip()) - 1].data
+            number = _number_in(text)
+            if number is not None and 1 <= number <= len(choices):
+                data = choices[number - 1].data
                 name = await self._member_name(room_id, sender)
                 return ButtonPress(str(event["event_id"]), room_id, thread, sender, replied, data, name)
         files: tuple[IncomingFile, ...] = ()
@@ -741,6 +747,18 @@ def _answer(response: httpx.Response, path: str) -> dict[str, Any]:
     raise PlatformRefused(f"matrix: {where} was refused (HTTP {response.status_code} {code}: {error})")
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: a homeserver relays whatever a client puts in a content
+    object, and one member's odd event must not stop the sync for the whole bot."""
+    return value if isinstance(value, dict) else {}
+
+
+def _number_in(text: str) -> int | None:
+    """The number a reply to a prompt holds (digits 0-9 only: `str.isdigit` takes ², which `int` refuses)."""
+    answer = text.strip()
+    return int(answer) if re.fullmatch(r"[0-9]{1,3}", answer) else None
+
+
 def _free_path(directory: Path, name: str) -> Path:
     """A new file in `directory` named after `name` (its last component, without odd characters)."""
     safe = re.sub(r"[^\w.\- ]", "_", Path(name).name).strip(". ") or "file"
@@ -755,10 +773,10 @@ def _free_path(directory: Path, name: str) -> Path:
 
 def _attached_file(content: dict[str, Any], body: str) -> tuple[tuple[IncomingFile, ...], str]:
     """A media message's file, and its text: the body is the file's name unless a filename is given apart."""
-    info = content.get("info", {})
+    info = _object(content.get("info"))
     name = str(content.get("filename") or body or "file")
     size = info.get("size")
     media_type = str(info.get("mimetype", ""))
-    file = IncomingFile(content["url"], name, media_type, int(size) if size is not None else None)
+    file = IncomingFile(content["url"], name, media_type, size if isinstance(size, int) else None)
     text = body if content.get("filename") and body != content.get("filename") else ""
     return (file,), text
