@@ -314,3 +314,22 @@ async def test_a_partial_arriving_while_an_edit_waits_for_its_turn_goes_out_with
     # One edit, the chat's pace after the first message, showing both later partials: not "first second", then
     # the rest after another wait for the pace.
     assert [text for _, text in preview.history] == ["first", "first second third"]
+
+
+async def test_a_command_for_another_bot_in_a_group_is_left_to_that_bot(bot: Path) -> None:
+    """In a group with two bots, `/help@other_bot` is the other bot's: even answering every message
+    (`groups: {answer: always}`), this bot neither answers it nor runs it (a `/new@other_bot` would have wiped this
+    bot's conversation); its own `/status@fake_bot` it answers."""
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
+        config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
+        (bot / "bot.yaml").write_text(config + "  groups: {answer: always}\n" + FAST_PACE_LINE)
+        group = -1001234
+        fake.user_says(chat=group, user=42, text="/help@other_bot")
+        fake.user_says(chat=group, user=42, text="/status@fake_bot")
+        async with connect_running(bot, TELEGRAM_SECRETS) as process:
+            await fake.wait_until(lambda: fake.sent_to(group), within=DEADLINE)
+            fake.user_says(chat=group, user=42, text="hello")
+            await fake.wait_until(lambda: [m for m in fake.sent_to(group) if m.text == "hi"], within=DEADLINE)
+            await stop_connect(process, DEADLINE)
+    texts = [m.text for m in fake.sent_to(group)]
+    assert len(texts) == 2 and texts[0].startswith("Profile: echo") and texts[1] == "hi", texts
