@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -333,3 +334,31 @@ async def test_a_command_for_another_bot_in_a_group_is_left_to_that_bot(bot: Pat
             await stop_connect(process, DEADLINE)
     texts = [m.text for m in fake.sent_to(group)]
     assert len(texts) == 2 and texts[0].startswith("Profile: echo") and texts[1] == "hi", texts
+
+
+async def test_a_matrix_homeserver_that_is_a_web_site_is_a_clear_error_at_start(bot: Path) -> None:
+    """`homeserver` naming the web site (200 and a page for every path) rather than the Matrix server."""
+
+    async def web_site(stream: trio.SocketStream) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += await stream.receive_some(65536) or b"\r\n\r\n"
+        page = b"<html>Welcome to example.org</html>"
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {len(page)}\r\nConnection: close\r\n\r\n"
+        await stream.send_all(head.encode() + page)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(partial(trio.serve_tcp, web_site, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        for credential in ("password: pw", "access_token: token"):
+            (bot / "bot.yaml").write_text(
+                f'matrix:\n  homeserver: "http://127.0.0.1:{port}"\n  user_id: "@bot:example.org"\n'
+                f"  {credential}\n  profile: echo\n  allow_users: ['@alice:example.org']\n"
+            )
+            argv, env = connect_command(bot, {}, "--profiles", "profiles", "--state", str(bot / "bot.sqlite3"))
+            done = await trio.run_process(argv, cwd=bot, env=env, check=False, capture_stderr=True)
+            stderr = done.stderr.decode()
+            assert done.returncode == 2 and "Traceback" not in stderr, stderr
+            assert "without a JSON object" in stderr and "homeserver" in stderr, stderr
+        nursery.cancel_scope.cancel()

@@ -24,7 +24,7 @@ from bridge.chat.matrix import ENCRYPTED_ROOM_NOTICE, MatrixPlatform
 from bridge.chat.pacing import PaceLimits
 from bridge.chat.platform import ButtonPress, Choice, Incoming
 from bridge.chat.runtime import ChatBridge, ChatSettings
-from bridge.errors import PlatformRefused
+from bridge.errors import PlatformRefused, PlatformUnavailable
 from bridge.host.runtime import open_host
 
 CLIENT = "/_matrix/client/v3"
@@ -857,6 +857,40 @@ async def test_an_invite_the_bot_cannot_take_up_is_logged_and_the_bot_goes_on(
     items = await poll_until(platform, lambda items: after in [item.update_id for item in items])
     assert texts(items) == ["still there?"]
     await platform.aclose()
-    logged = capsys.readouterr().out
+    captured = capsys.readouterr()
+    logged = captured.out + captured.err
     assert "matrix.invite_not_answered" in logged and "no servers that are in the room" in logged
     assert abandoned not in logged
+
+
+class WebPageOnce(httpx.AsyncBaseTransport):
+    """Loopback to the real Synapse, except one /sync answered 200 with a web page, as a proxy in between may."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.armed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.armed and request.url.path.endswith("/sync"):
+            self.armed = False
+            return httpx.Response(200, headers={"Content-Type": "text/html"}, text="<html>Maintenance</html>")
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_sync_answered_with_a_web_page_is_unavailable_and_the_next_one_goes_on(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    """The runtime waits out `PlatformUnavailable` and polls again; any other error would stop the bot."""
+    transport = WebPageOnce()
+    platform = MatrixPlatform(bot, lambda: httpx.AsyncClient(transport=transport), sync_timeout_ms=200, limits=UNPACED)
+    room = await started_in_a_room(platform, alice, bot)
+    sent = await alice.say(room, "hello")
+    transport.armed = True
+    with pytest.raises(PlatformUnavailable, match="without a JSON object"):
+        await platform.poll()
+    items = await poll_until(platform, lambda items: sent in [item.update_id for item in items])
+    assert texts(items) == ["hello"]
+    await platform.aclose()

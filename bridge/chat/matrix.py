@@ -727,12 +727,17 @@ def _answer(response: httpx.Response, path: str) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
-        body = {}
+        body = None
+    where = _path_for_log(path)
     if response.is_success:
-        return body if isinstance(body, dict) else {}
+        if not isinstance(body, dict):  # every client-server API answer is an object, `{}` at least
+            raise PlatformUnavailable(
+                f"matrix: {where} was answered {response.status_code} without a JSON object: is `homeserver` in the "
+                "config the Matrix homeserver's address (a web site, or a proxy's error page, answers like this)?"
+            )
+        return body
     code = body.get("errcode", "") if isinstance(body, dict) else ""
     error = body.get("error", "") if isinstance(body, dict) else ""
-    where = _path_for_log(path)
     if (
         response.status_code in (401, 403)
         and code in ("M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_FORBIDDEN")
