@@ -276,6 +276,12 @@ async def test_a_long_reply_is_split_into_events_the_homeserver_takes(
     assert len(keys) > 2
     bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
     assert "".join(bodies).replace("\n", "") == "".join(paragraphs)
+
+    # A link whose address alone outgrows an event (a diagram's, a playground's) goes out as text.
+    url = "https://mermaid.live/edit#pako:" + "eNq" * 12000
+    keys = await platform.send_text(room, "", f"See [the diagram]({url}).")
+    bodies = [event["content"]["body"] for event in (await alice.messages_from(room, bot.user_id))[-len(keys) :]]
+    assert url in "".join(bodies)
     await platform.aclose()
 
 
