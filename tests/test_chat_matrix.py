@@ -900,3 +900,24 @@ async def test_a_sync_answered_with_a_web_page_is_unavailable_and_the_next_one_g
     items = await poll_until(platform, lambda items: sent in [item.update_id for item in items])
     assert texts(items) == ["hello"]
     await platform.aclose()
+
+
+async def test_a_file_whose_name_is_longer_than_the_disk_takes_is_downloaded_under_a_shorter_one(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person, tmp_path: Path
+) -> None:
+    """90 CJK characters are 270 bytes of UTF-8, over the 255 a file name may have: the download must not fail with
+    OSError (which no caller expects: the turn's task would stop the bot, and at every start again)."""
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    name = "会议记录" * 25 + ".txt"
+    uploaded = await alice.call(
+        "POST", "/_matrix/media/v3/upload", content=b"notes", headers={"Content-Type": "text/plain"}
+    )
+    await alice.send(room, {"msgtype": "m.file", "body": name, "url": uploaded["content_uri"]})
+    [item] = await poll_until(platform, lambda items: bool(items))
+    assert isinstance(item, Incoming) and item.files[0].name == name
+
+    path = Path(await platform.download(item.files[0], str(tmp_path)))
+    assert path.parent == tmp_path and path.read_bytes() == b"notes"
+    assert path.name.endswith("会议记录.txt") and len(path.name.encode()) <= 255
+    await platform.aclose()

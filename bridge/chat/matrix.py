@@ -52,6 +52,7 @@ EVENT_BYTES = 60_000
 FIRST_START_EVENTS = 500
 TIMELINE_LIMIT = 100  # events a room per sync before the timeline reports a gap
 CACHE_LIMIT = 4096  # entries of each cache of prompts, own events and names
+NAME_BYTES = 200  # of a downloaded file's name, room left for the `-N` that tells two of one name apart
 RETRIES = 8  # of one request refused with 429 or failing with a server error, before PlatformUnavailable
 ENCRYPTED_ROOM_NOTICE = (
     "This room is end-to-end encrypted, and agent-bridge does not support encrypted rooms: it cannot read "
@@ -765,8 +766,10 @@ def _number_in(text: str) -> int | None:
 
 
 def _free_path(directory: Path, name: str) -> Path:
-    """A new file in `directory` named after `name` (its last component, without odd characters)."""
-    safe = re.sub(r"[^\w.\- ]", "_", Path(name).name).strip(". ") or "file"
+    """A new file in `directory` named after `name` (its last component, without odd characters, its end within
+    `NAME_BYTES` of UTF-8: a file name may have 255 bytes, which 85 CJK characters fill)."""
+    safe = re.sub(r"[^\w.\- ]", "_", Path(name).name)
+    safe = safe.encode()[-NAME_BYTES:].decode(errors="ignore").strip(". ") or "file"
     candidate = directory / safe
     stem, suffix = candidate.stem, candidate.suffix
     counter = 1
