@@ -362,3 +362,26 @@ async def test_a_matrix_homeserver_that_is_a_web_site_is_a_clear_error_at_start(
             assert done.returncode == 2 and "Traceback" not in stderr, stderr
             assert "without a JSON object" in stderr and "homeserver" in stderr, stderr
         nursery.cancel_scope.cancel()
+
+
+async def test_more_replies_than_a_chats_outbox_holds_wait_their_turn_and_connect_stays_up(bot: Path) -> None:
+    """150 commands waiting when the bot starts: their replies are 150 sends to one chat at once, over the 100 the
+    outbox holds. The ones over wait and go out as the outbox drains; none stops the bot."""
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
+        config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
+        (bot / "bot.yaml").write_text(config + FAST_PACE_LINE)
+        for _ in range(150):
+            fake.user_says(chat=42, user=42, text="/help")
+        async with connect_running(bot, TELEGRAM_SECRETS) as process:
+            async with trio.open_nursery() as watch:
+
+                async def stops() -> None:
+                    await process.wait()
+                    watch.cancel_scope.cancel()
+
+                watch.start_soon(stops)
+                await fake.wait_until(lambda: len(fake.sent_to(42)) >= 150, within=DEADLINE)
+                watch.cancel_scope.cancel()
+            assert process.returncode is None, f"connect stopped with {process.returncode}"
+            await stop_connect(process, DEADLINE)
+    assert len(fake.sent_to(42)) == 150

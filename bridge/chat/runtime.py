@@ -34,6 +34,7 @@ from ..errors import (
     ChatError,
     HostClosed,
     OutboxError,
+    OutboxFull,
     PlatformRefused,
     PlatformUnavailable,
 )
@@ -559,14 +560,14 @@ class ChatBridge:
         for attempt in range(DELIVERY_ATTEMPTS):
             try:
                 return await self.platform.send_text(chat, thread, text, choices=choices, delivery=delivery)
-            except PlatformUnavailable as err:
+            except (PlatformUnavailable, OutboxFull) as err:  # the outbox drains at the platform's pace meanwhile
                 if attempt == DELIVERY_ATTEMPTS - 1:
                     self.counts.undeliverable += 1
                     self._log.error(
                         "a reply could not be delivered; it is tried again at the next start", reason=str(err)
                     )
                     return None
-                self._log.warning("the platform is unavailable; trying again", reason=str(err), in_secs=delay)
+                self._log.warning("the reply could not go out yet; trying again", reason=str(err), in_secs=delay)
                 await trio.sleep(delay)
                 delay *= 2
             except ChatError as err:  # refused for good (PlatformRefused), or anything else it will not take
