@@ -921,3 +921,29 @@ async def test_a_file_whose_name_is_longer_than_the_disk_takes_is_downloaded_und
     assert path.parent == tmp_path and path.read_bytes() == b"notes"
     assert path.name.endswith("会议记录.txt") and len(path.name.encode()) <= 255
     await platform.aclose()
+
+
+async def test_an_encrypted_room_where_the_bot_may_not_write_is_skipped_and_the_bot_goes_on(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    """The notice an encrypted room gets is refused where the bot may not post (a read-only room): the bot goes on
+    in its other rooms (a refusal that stopped the sync would stop the bot at every start)."""
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    body: dict[str, Any] = {
+        "preset": "private_chat",
+        "invite": [bot.user_id],
+        "initial_state": [
+            {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+        ],
+        "power_level_content_override": {"events_default": 50},
+    }
+    read_only = str((await alice.call("POST", f"{CLIENT}/createRoom", json=body))["room_id"])
+    await joined(platform, alice, read_only)
+    ciphertext = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "s", "device_id": "D"}
+    await alice.send(read_only, ciphertext, kind="m.room.encrypted")
+    after = await alice.say(room, "still there?")
+
+    items = await poll_until(platform, lambda items: after in [item.update_id for item in items])
+    assert texts(items) == ["still there?"]
+    await platform.aclose()

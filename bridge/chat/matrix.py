@@ -421,7 +421,10 @@ class MatrixPlatform:
         room.told_encrypted = True
         log.info("matrix.encrypted_room_refused")
         content = {"msgtype": "m.notice", "body": ENCRYPTED_ROOM_NOTICE}
-        await self._send_event(room_id, content, paced=False)
+        try:
+            await self._send_event(room_id, content, paced=False)
+        except PlatformRefused as refused:  # a room the bot may not post in: a refusal here would stop the sync
+            log.warning("matrix.encrypted_room_not_told", reason=str(refused))
 
     def _mentions_bot(self, content: dict[str, Any]) -> bool:
         if self.user_id in content.get("m.mentions", {}).get("user_ids", []):
