@@ -170,9 +170,11 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
 
 
 async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -> None:
+    # The prompt shows the command as it will run: its backticks are no Markdown (they ended the code span).
+    command = 'git commit -m "use `trio` here"'
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, "make")))
+    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, command)))
     async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: asker\n'
@@ -182,6 +184,8 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
             fake.user_says(chat=42, user=42, text="build it")
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.reply_markup], within=20)
             prompt = next(m for m in fake.sent_to(42) if m.reply_markup)
+            assert prompt.text == f"The agent asks to use Bash: {command}"
+            assert prompt.entities[-1] == {"type": "code", "offset": prompt.text.index(command), "length": len(command)}
             buttons = [b for row in prompt.reply_markup["inline_keyboard"] for b in row]
             assert [b["text"] for b in buttons] == ["Allow", "Allow for this session", "Deny"]
             fake.user_presses(prompt, buttons[2]["callback_data"], user=42)

@@ -14,6 +14,7 @@ order); only `allow_users` start turns and press buttons, within their daily bud
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import tempfile
@@ -676,7 +677,9 @@ class ChatBridge:
         if isinstance(request, PermissionRequest):
             prompt.permission = request
             what = request.title or request.tool
-            prompt.text = f"The agent asks to use **{request.tool}**" + (f": `{what}`" if what != request.tool else "")
+            prompt.text = f"The agent asks to use **{request.tool}**" + (
+                f": {_code_span(what)}" if what != request.tool else ""
+            )
         else:
             prompt.request = request
         self._prompts[prompt.token] = prompt
@@ -862,6 +865,14 @@ class ChatBridge:
     async def _generation(self, conversation: _Conversation) -> int:
         stored = await trio.to_thread.run_sync(self.inbox.conversation, self.platform.name, conversation.base)
         return 0 if stored is None else stored[1]
+
+
+def _code_span(text: str) -> str:
+    """`text` as Markdown inline code that shows it exactly, backticks and all (CommonMark: fenced by a run of
+    backticks longer than any in it, and spaced from a backtick at either end), as an approval must show it."""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    space = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{space}{text}{space}{fence}"
 
 
 def _refused(error: str) -> TurnResult:
