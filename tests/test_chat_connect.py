@@ -389,3 +389,37 @@ async def test_more_replies_than_a_chats_outbox_holds_wait_their_turn_and_connec
             assert process.returncode is None, f"connect stopped with {process.returncode}"
             await stop_connect(process, DEADLINE)
     assert len(fake.sent_to(42)) == 150
+
+
+async def test_a_second_bot_on_the_same_chat_store_is_refused_and_loses_nothing(bot: Path) -> None:
+    """Two Telegram bots run with one --state (two units copied from one example): the chat store and the sessions
+    beside it are the first bot's. The second bot refuses to start, saying so, rather than take the first one's
+    position (confirming, so losing, its own pending messages) and its unanswered updates."""
+    other_token = "987654321:BBHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+    state = ("--profiles", "profiles", "--state", str(bot / "shared.sqlite3"))
+    async with (
+        running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as first,
+        running_fake_bot_api(other_token, username="other_bot", limits=FAST_FLOOD) as second,
+    ):
+        config = (bot / "bot.yaml").read_text()
+        (bot / "bot.yaml").write_text(config.replace("http://127.0.0.1:9", first.api_url) + FAST_PACE_LINE)
+        first.user_says(chat=42, user=42, text="hello")
+        async with connect_running(bot, TELEGRAM_SECRETS, *state) as process:
+            await first.wait_until(lambda: first.sent_to(42), within=DEADLINE)
+            await stop_connect(process, DEADLINE)
+
+        other_config = config.replace("http://127.0.0.1:9", second.api_url).replace("TELEGRAM_BOT_TOKEN", "OTHER")
+        (bot / "bot.yaml").write_text(other_config + FAST_PACE_LINE)
+        second.user_says(chat=42, user=42, text="hello, other bot")
+        argv, env = connect_command(bot, {"OTHER": other_token}, *state)
+        with trio.fail_after(10):  # it ran on (and answered nothing) before the store knew its bot
+            refused = await trio.run_process(argv, cwd=bot, env=env, check=False, capture_stderr=True)
+        stderr = refused.stderr.decode()
+        assert refused.returncode == 2 and "belongs to another telegram bot" in stderr, stderr
+        assert "--state" in stderr and other_token not in stderr and TELEGRAM_TOKEN not in stderr
+
+        own_state = ("--profiles", "profiles", "--state", str(bot / "other.sqlite3"))
+        async with connect_running(bot, {"OTHER": other_token}, *own_state) as process:
+            await second.wait_until(lambda: second.sent_to(42), within=DEADLINE)
+            await stop_connect(process, DEADLINE)
+    assert [m.text for m in second.sent_to(42)] == ["hi"]
