@@ -402,6 +402,16 @@ async def test_a_reply_the_platform_refuses_is_counted_not_retried_forever(setup
         assert bridge.undeliverable == 1 and len(platform.of("refused")) == 1
 
 
+async def test_a_message_no_agent_can_take_is_answered_with_why_and_no_turn_runs(setup: Path) -> None:
+    # A Matrix client may send a NUL (the homeserver takes it); no process can receive one.
+    async with running_bridge(setup) as (_, platform):
+        platform.push(message(1, "before\x00after"))
+        await platform.wait_for("the answer", lambda: platform.sent_texts())
+        [answer] = platform.sent_texts()
+        assert answer.startswith("Your message could not be passed to the agent: ") and "NUL" in answer, answer
+        assert runs(setup) == []
+
+
 async def test_an_update_seen_twice_is_answered_once(setup: Path) -> None:
     async with running_bridge(setup) as (_, platform):
         platform.push(message(1, "hi"))

@@ -38,6 +38,7 @@ from ..errors import (
     OutboxFull,
     PlatformRefused,
     PlatformUnavailable,
+    TurnError,
 )
 from ..files.outbox import open_collected, remove_outbox
 from ..host.interface import BaseHost
@@ -353,7 +354,9 @@ class ChatBridge:
                 turn = Turn(item.text, from_user=item.user, attachments=await self._download(item, directory))
             except BridgeError as err:
                 task_status.started()
-                await self._reply(item, f"Your files could not be received: {err}")
+                files = not isinstance(err, TurnError)  # a TurnError: text no process can take (a NUL)
+                what = "Your files could not be received" if files else "Your message could not be passed to the agent"
+                await self._reply(item, f"{what}: {err}")
                 return
             stored = self.inbox.begin_turn(  # on trio's thread: see _mark
                 self.platform.name, item.update_id, item.user, self._today(), conversation.base
