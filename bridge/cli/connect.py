@@ -132,7 +132,7 @@ def run_connect(
 
 
 def _claim_store(inbox: Inbox, path: Path, sections: list[tuple[str, TelegramConfig | MatrixConfig]]) -> None:
-    """The chat store is one bot's a platform: another's would take its position (confirming, so losing, what is
+    """The chat store is one bot's on each platform: another's would take its position (confirming, so losing, what is
     pending) and its unanswered updates, and share its conversations' sessions."""
     for platform, section in sections:
         owner = inbox.claim(platform, _store_owner(section))
