@@ -213,6 +213,20 @@ async def test_a_question_is_answered_by_a_press(setup: Path) -> None:
         assert any("Ann answered: Blue" in record.text for record in platform.of("edit"))
 
 
+async def test_a_press_whose_data_no_button_carries_decides_nothing_and_the_bot_goes_on(setup: Path) -> None:
+    # Telegram passes on whatever callback data a client sends ("a bad client can send arbitrary data").
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "a question"))
+        await platform.wait_for("the question", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        key, data = platform.choice("Blue")
+        token = data.partition(":")[0]
+        platform.push(press(2, (key, f"{token}:\u00b2")), press(3, (key, f"{token}:bogus")))
+        await platform.wait_for("two answers", lambda: len(platform.of("press")) == 2)
+        assert [record.text for record in platform.of("press")] == ["no longer waiting"] * 2
+        platform.push(press(4, (key, data)))
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+
+
 async def test_a_multi_select_question_toggles_then_done(setup: Path) -> None:
     async with running_bridge(setup, profile="asker") as (_, platform):
         platform.push(message(1, "a multi question"))

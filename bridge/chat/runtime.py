@@ -765,7 +765,7 @@ class ChatBridge:
             self._later(self.platform.answer_press, press, "Done")
             self._answered(prompt, list(prompt.selected), who)
             return
-        if not choice.isdigit() or int(choice) >= len(question.options):
+        if not choice.isdecimal() or int(choice) >= len(question.options):  # isdigit takes ², which int refuses
             self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
             return
         label = question.options[int(choice)].label
