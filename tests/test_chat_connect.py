@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -169,9 +170,11 @@ async def test_connect_answers_in_telegram_refuses_a_second_connect_and_after_ki
 
 
 async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -> None:
+    # The prompt shows the command as it will run: its backticks are no Markdown (they ended the code span).
+    command = 'git commit -m "use `trio` here"'
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, "make")))
+    (profiles / "asker.yaml").write_text(yaml.safe_dump(asking_profile(tmp_path, command)))
     async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
         (tmp_path / "bot.yaml").write_text(
             f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: asker\n'
@@ -181,6 +184,8 @@ async def test_connect_asks_for_approval_with_telegram_buttons(tmp_path: Path) -
             fake.user_says(chat=42, user=42, text="build it")
             await fake.wait_until(lambda: [m for m in fake.sent_to(42) if m.reply_markup], within=20)
             prompt = next(m for m in fake.sent_to(42) if m.reply_markup)
+            assert prompt.text == f"The agent asks to use Bash: {command}"
+            assert prompt.entities[-1] == {"type": "code", "offset": prompt.text.index(command), "length": len(command)}
             buttons = [b for row in prompt.reply_markup["inline_keyboard"] for b in row]
             assert [b["text"] for b in buttons] == ["Allow", "Allow for this session", "Deny"]
             fake.user_presses(prompt, buttons[2]["callback_data"], user=42)
@@ -314,3 +319,107 @@ async def test_a_partial_arriving_while_an_edit_waits_for_its_turn_goes_out_with
     # One edit, the chat's pace after the first message, showing both later partials: not "first second", then
     # the rest after another wait for the pace.
     assert [text for _, text in preview.history] == ["first", "first second third"]
+
+
+async def test_a_command_for_another_bot_in_a_group_is_left_to_that_bot(bot: Path) -> None:
+    """In a group with two bots, `/help@other_bot` is the other bot's: even answering every message
+    (`groups: {answer: always}`), this bot neither answers it nor runs it (a `/new@other_bot` would have wiped this
+    bot's conversation); its own `/status@fake_bot` it answers."""
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
+        config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
+        (bot / "bot.yaml").write_text(config + "  groups: {answer: always}\n" + FAST_PACE_LINE)
+        group = -1001234
+        fake.user_says(chat=group, user=42, text="/help@other_bot")
+        fake.user_says(chat=group, user=42, text="/status@fake_bot")
+        async with connect_running(bot, TELEGRAM_SECRETS) as process:
+            await fake.wait_until(lambda: fake.sent_to(group), within=DEADLINE)
+            fake.user_says(chat=group, user=42, text="hello")
+            await fake.wait_until(lambda: [m for m in fake.sent_to(group) if m.text == "hi"], within=DEADLINE)
+            await stop_connect(process, DEADLINE)
+    texts = [m.text for m in fake.sent_to(group)]
+    assert len(texts) == 2 and texts[0].startswith("Profile: echo") and texts[1] == "hi", texts
+
+
+async def test_a_matrix_homeserver_that_is_a_web_site_is_a_clear_error_at_start(bot: Path) -> None:
+    """`homeserver` naming the web site (200 and a page for every path) rather than the Matrix server."""
+
+    async def web_site(stream: trio.SocketStream) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += await stream.receive_some(65536) or b"\r\n\r\n"
+        page = b"<html>Welcome to example.org</html>"
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {len(page)}\r\nConnection: close\r\n\r\n"
+        await stream.send_all(head.encode() + page)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(partial(trio.serve_tcp, web_site, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        for credential in ("password: pw", "access_token: token"):
+            (bot / "bot.yaml").write_text(
+                f'matrix:\n  homeserver: "http://127.0.0.1:{port}"\n  user_id: "@bot:example.org"\n'
+                f"  {credential}\n  profile: echo\n  allow_users: ['@alice:example.org']\n"
+            )
+            argv, env = connect_command(bot, {}, "--profiles", "profiles", "--state", str(bot / "bot.sqlite3"))
+            done = await trio.run_process(argv, cwd=bot, env=env, check=False, capture_stderr=True)
+            stderr = done.stderr.decode()
+            assert done.returncode == 2 and "Traceback" not in stderr, stderr
+            assert "without a JSON object" in stderr and "homeserver" in stderr, stderr
+        nursery.cancel_scope.cancel()
+
+
+async def test_more_replies_than_a_chats_outbox_holds_wait_their_turn_and_connect_stays_up(bot: Path) -> None:
+    """150 commands waiting when the bot starts: their replies are 150 sends to one chat at once, over the 100 the
+    outbox holds. The ones over wait and go out as the outbox drains; none stops the bot."""
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
+        config = (bot / "bot.yaml").read_text().replace("http://127.0.0.1:9", fake.api_url)
+        (bot / "bot.yaml").write_text(config + FAST_PACE_LINE)
+        for _ in range(150):
+            fake.user_says(chat=42, user=42, text="/help")
+        async with connect_running(bot, TELEGRAM_SECRETS) as process:
+            async with trio.open_nursery() as watch:
+
+                async def stops() -> None:
+                    await process.wait()
+                    watch.cancel_scope.cancel()
+
+                watch.start_soon(stops)
+                await fake.wait_until(lambda: len(fake.sent_to(42)) >= 150, within=DEADLINE)
+                watch.cancel_scope.cancel()
+            assert process.returncode is None, f"connect stopped with {process.returncode}"
+            await stop_connect(process, DEADLINE)
+    assert len(fake.sent_to(42)) == 150
+
+
+async def test_a_second_bot_on_the_same_chat_store_is_refused_and_loses_nothing(bot: Path) -> None:
+    """Two Telegram bots run with one --state (two units copied from one example): the chat store and the sessions
+    beside it are the first bot's. The second bot refuses to start, saying so, rather than take the first one's
+    position (confirming, so losing, its own pending messages) and its unanswered updates."""
+    other_token = "987654321:BBHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+    state = ("--profiles", "profiles", "--state", str(bot / "shared.sqlite3"))
+    async with (
+        running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as first,
+        running_fake_bot_api(other_token, username="other_bot", limits=FAST_FLOOD) as second,
+    ):
+        config = (bot / "bot.yaml").read_text()
+        (bot / "bot.yaml").write_text(config.replace("http://127.0.0.1:9", first.api_url) + FAST_PACE_LINE)
+        first.user_says(chat=42, user=42, text="hello")
+        async with connect_running(bot, TELEGRAM_SECRETS, *state) as process:
+            await first.wait_until(lambda: first.sent_to(42), within=DEADLINE)
+            await stop_connect(process, DEADLINE)
+
+        other_config = config.replace("http://127.0.0.1:9", second.api_url).replace("TELEGRAM_BOT_TOKEN", "OTHER")
+        (bot / "bot.yaml").write_text(other_config + FAST_PACE_LINE)
+        second.user_says(chat=42, user=42, text="hello, other bot")
+        argv, env = connect_command(bot, {"OTHER": other_token}, *state)
+        with trio.fail_after(10):  # it ran on (and answered nothing) before the store knew its bot
+            refused = await trio.run_process(argv, cwd=bot, env=env, check=False, capture_stderr=True)
+        stderr = refused.stderr.decode()
+        assert refused.returncode == 2 and "belongs to another telegram bot" in stderr, stderr
+        assert "--state" in stderr and other_token not in stderr and TELEGRAM_TOKEN not in stderr
+
+        own_state = ("--profiles", "profiles", "--state", str(bot / "other.sqlite3"))
+        async with connect_running(bot, {"OTHER": other_token}, *own_state) as process:
+            await second.wait_until(lambda: second.sent_to(42), within=DEADLINE)
+            await stop_connect(process, DEADLINE)
+    assert [m.text for m in second.sent_to(42)] == ["hi"]

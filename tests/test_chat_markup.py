@@ -483,6 +483,19 @@ def test_matrix_parts_fit_the_limit_even_when_escaping_makes_the_html_longer() -
     assert without_whitespace("".join(part.body for part in parts)) == without_whitespace(markdown)
 
 
+def test_a_link_whose_address_cannot_fit_a_matrix_message_is_shown_as_text_and_nothing_is_lost() -> None:
+    # A diagram's or a playground's link carries its whole content in the address: tens of kilobytes.
+    url = "https://mermaid.live/edit#pako:" + "eNq&" * 9000
+    parts = matrix_parts(f"See [the diagram]({url}) for details.")
+    assert len(parts) > 1
+    assert_valid_matrix_parts(parts, 32000)
+    assert without_whitespace("".join(part.body for part in parts)) == f"Seethediagram({url})fordetails."
+    assert "<a " not in "".join(part.formatted_body for part in parts)
+    # An address that fits is still a link.
+    [short] = matrix_parts(f"See [the diagram]({url[:1000]}).")
+    assert short.formatted_body.startswith('<p>See <a href="https://mermaid.live/edit#pako:eNq&amp;')
+
+
 def test_an_ordered_list_cut_between_parts_keeps_its_numbers_in_matrix_html() -> None:
     markdown = "\n".join(f"{index}. item {index} " + "word " * 10 for index in range(1, 60))
     parts = matrix_parts(markdown, limit=600)

@@ -24,7 +24,7 @@ from bridge.chat.matrix import ENCRYPTED_ROOM_NOTICE, MatrixPlatform
 from bridge.chat.pacing import PaceLimits
 from bridge.chat.platform import ButtonPress, Choice, Incoming
 from bridge.chat.runtime import ChatBridge, ChatSettings
-from bridge.errors import PlatformRefused
+from bridge.errors import PlatformRefused, PlatformUnavailable
 from bridge.host.runtime import open_host
 
 CLIENT = "/_matrix/client/v3"
@@ -276,6 +276,12 @@ async def test_a_long_reply_is_split_into_events_the_homeserver_takes(
     assert len(keys) > 2
     bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
     assert "".join(bodies).replace("\n", "") == "".join(paragraphs)
+
+    # A link whose address alone outgrows an event (a diagram's, a playground's) goes out as text.
+    url = "https://mermaid.live/edit#pako:" + "eNq" * 12000
+    keys = await platform.send_text(room, "", f"See [the diagram]({url}).")
+    bodies = [event["content"]["body"] for event in (await alice.messages_from(room, bot.user_id))[-len(keys) :]]
+    assert url in "".join(bodies)
     await platform.aclose()
 
 
@@ -801,3 +807,143 @@ async def test_a_reply_part_sent_again_after_a_crash_is_one_event_in_the_room(
     assert recorded == [1, 1]
     bodies = [event["content"]["body"] for event in await alice.messages_from(room, bot.user_id)]
     assert bodies.count("the answer") == 1 and bodies.count("another reply") == 1, bodies
+
+
+async def test_odd_content_from_anyone_in_the_room_is_skipped_and_the_next_message_comes_in(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    """A homeserver relays any JSON object as an event's content: a member's malformed event (a relation or a
+    file's info that is no object, a reply to a prompt that only looks like a number) must not stop the sync, or
+    every restart would meet it again and the bot would answer no one."""
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    await alice.call("POST", f"{CLIENT}/rooms/{quote(room)}/invite", json={"user_id": synapse.user_id("mallory")})
+    mallory = Person(synapse, "mallory")
+    await mallory.call("POST", f"{CLIENT}/join/{quote(room)}", json={})
+    odd: list[tuple[dict[str, Any], str]] = [
+        ({"msgtype": "m.text", "body": "a", "m.relates_to": "not an object"}, "m.room.message"),
+        ({"msgtype": "m.text", "body": "b", "m.relates_to": {"m.in_reply_to": "not an object"}}, "m.room.message"),
+        ({"msgtype": "m.file", "body": "d", "url": "mxc://x/y", "info": "not an object"}, "m.room.message"),
+        ({"msgtype": "m.file", "body": "e", "url": "mxc://x/y", "info": {"size": "big"}}, "m.room.message"),
+        ({"m.relates_to": "not an object"}, "m.reaction"),
+    ]
+    # Replies to a prompt that read as numbers to str.isdigit, which int() cannot take.
+    prompt = (await platform.send_text(room, "", "Pick one", choices=(Choice("A", "t:0"), Choice("B", "t:1"))))[-1]
+    for answer in ("\u00b2", "1" * 5000):
+        odd.append(
+            (
+                {"msgtype": "m.text", "body": answer, "m.relates_to": {"m.in_reply_to": {"event_id": prompt}}},
+                "m.room.message",
+            )
+        )
+    for content, kind in odd:
+        await mallory.send(room, content, kind=kind)
+        await alice.send(room, content, kind=kind)
+    await mallory.client.aclose()
+    after = await alice.say(room, "still there?")
+
+    items = await poll_until(platform, lambda items: after in [item.update_id for item in items])
+    assert texts(items)[-1] == "still there?"
+    assert not [item for item in items if isinstance(item, ButtonPress)]
+    await platform.aclose()
+
+
+async def test_an_invite_the_bot_cannot_take_up_is_logged_and_the_bot_goes_on(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An allowed user invites the bot, then leaves the room before the bot could join: the homeserver refuses the
+    join. The bot says so in its log and goes on answering in its other rooms (a refused join that stopped the sync
+    would stop the bot at every start)."""
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    abandoned = await alice.room_with(bot)
+    await alice.call("POST", f"{CLIENT}/rooms/{quote(abandoned)}/leave", json={})
+    after = await alice.say(room, "still there?")
+
+    items = await poll_until(platform, lambda items: after in [item.update_id for item in items])
+    assert texts(items) == ["still there?"]
+    await platform.aclose()
+    captured = capsys.readouterr()
+    logged = captured.out + captured.err
+    assert "matrix.invite_not_answered" in logged and "no servers that are in the room" in logged
+    assert abandoned not in logged
+
+
+class WebPageOnce(httpx.AsyncBaseTransport):
+    """Loopback to the real Synapse, except one /sync answered 200 with a web page, as a proxy in between may."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.armed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.armed and request.url.path.endswith("/sync"):
+            self.armed = False
+            return httpx.Response(200, headers={"Content-Type": "text/html"}, text="<html>Maintenance</html>")
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_sync_answered_with_a_web_page_is_unavailable_and_the_next_one_goes_on(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    """The runtime waits out `PlatformUnavailable` and polls again; any other error would stop the bot."""
+    transport = WebPageOnce()
+    platform = MatrixPlatform(bot, lambda: httpx.AsyncClient(transport=transport), sync_timeout_ms=200, limits=UNPACED)
+    room = await started_in_a_room(platform, alice, bot)
+    sent = await alice.say(room, "hello")
+    transport.armed = True
+    with pytest.raises(PlatformUnavailable, match="without a JSON object"):
+        await platform.poll()
+    items = await poll_until(platform, lambda items: sent in [item.update_id for item in items])
+    assert texts(items) == ["hello"]
+    await platform.aclose()
+
+
+async def test_a_file_whose_name_is_longer_than_the_disk_takes_is_downloaded_under_a_shorter_one(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person, tmp_path: Path
+) -> None:
+    """90 CJK characters are 270 bytes of UTF-8, over the 255 a file name may have: the download must not fail with
+    OSError (which no caller expects: the turn's task would stop the bot, and at every start again)."""
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    name = "会议记录" * 25 + ".txt"
+    uploaded = await alice.call(
+        "POST", "/_matrix/media/v3/upload", content=b"notes", headers={"Content-Type": "text/plain"}
+    )
+    await alice.send(room, {"msgtype": "m.file", "body": name, "url": uploaded["content_uri"]})
+    [item] = await poll_until(platform, lambda items: bool(items))
+    assert isinstance(item, Incoming) and item.files[0].name == name
+
+    path = Path(await platform.download(item.files[0], str(tmp_path)))
+    assert path.parent == tmp_path and path.read_bytes() == b"notes"
+    assert path.name.endswith("会议记录.txt") and len(path.name.encode()) <= 255
+    await platform.aclose()
+
+
+async def test_an_encrypted_room_where_the_bot_may_not_write_is_skipped_and_the_bot_goes_on(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    """The notice an encrypted room gets is refused where the bot may not post (a read-only room): the bot goes on
+    in its other rooms (a refusal that stopped the sync would stop the bot at every start)."""
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    body: dict[str, Any] = {
+        "preset": "private_chat",
+        "invite": [bot.user_id],
+        "initial_state": [
+            {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+        ],
+        "power_level_content_override": {"events_default": 50},
+    }
+    read_only = str((await alice.call("POST", f"{CLIENT}/createRoom", json=body))["room_id"])
+    await joined(platform, alice, read_only)
+    ciphertext = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "s", "device_id": "D"}
+    await alice.send(read_only, ciphertext, kind="m.room.encrypted")
+    after = await alice.say(room, "still there?")
+
+    items = await poll_until(platform, lambda items: after in [item.update_id for item in items])
+    assert texts(items) == ["still there?"]
+    await platform.aclose()

@@ -213,6 +213,20 @@ async def test_a_question_is_answered_by_a_press(setup: Path) -> None:
         assert any("Ann answered: Blue" in record.text for record in platform.of("edit"))
 
 
+async def test_a_press_whose_data_no_button_carries_decides_nothing_and_the_bot_goes_on(setup: Path) -> None:
+    # Telegram passes on whatever callback data a client sends ("a bad client can send arbitrary data").
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "a question"))
+        await platform.wait_for("the question", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        key, data = platform.choice("Blue")
+        token = data.partition(":")[0]
+        platform.push(press(2, (key, f"{token}:\u00b2")), press(3, (key, f"{token}:bogus")))
+        await platform.wait_for("two answers", lambda: len(platform.of("press")) == 2)
+        assert [record.text for record in platform.of("press")] == ["no longer waiting"] * 2
+        platform.push(press(4, (key, data)))
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+
+
 async def test_a_multi_select_question_toggles_then_done(setup: Path) -> None:
     async with running_bridge(setup, profile="asker") as (_, platform):
         platform.push(message(1, "a multi question"))
@@ -400,6 +414,16 @@ async def test_a_reply_the_platform_refuses_is_counted_not_retried_forever(setup
         platform.push(message(2, "again"))
         await platform.wait_for("the next reply", lambda: "echo: again" in platform.sent_texts())
         assert bridge.undeliverable == 1 and len(platform.of("refused")) == 1
+
+
+async def test_a_message_no_agent_can_take_is_answered_with_why_and_no_turn_runs(setup: Path) -> None:
+    # A Matrix client may send a NUL (the homeserver takes it); no process can receive one.
+    async with running_bridge(setup) as (_, platform):
+        platform.push(message(1, "before\x00after"))
+        await platform.wait_for("the answer", lambda: platform.sent_texts())
+        [answer] = platform.sent_texts()
+        assert answer.startswith("Your message could not be passed to the agent: ") and "NUL" in answer, answer
+        assert runs(setup) == []
 
 
 async def test_an_update_seen_twice_is_answered_once(setup: Path) -> None:

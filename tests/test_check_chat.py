@@ -195,3 +195,21 @@ def test_the_chat_configs_json_schema_is_published_beside_the_profiles(tmp_path:
     jsonschema.validate(good, schema)
     profile = subprocess.run([AGENT_BRIDGE, "schema"], capture_output=True, text=True, timeout=60)
     assert json.loads(profile.stdout)["required"] == ["command"]
+
+
+def test_yaml_aliases_that_expand_without_end_are_refused_at_their_line(tmp_path: Path) -> None:
+    """A config of a kilobyte can spell billions of values through aliases ("billion laughs"), or a value holding
+    itself: `check` (as `connect`) says so at the value's line, at once, instead of walking them."""
+    laughs = ["  a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    laughs += [f"  a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, 6)]  # a5 holds 9**6 values
+    head = 'telegram:\n  token: "${TELEGRAM_BOT_TOKEN}"\n  profile: echo\n  allow_users: [42]\n'
+    write(tmp_path, "laughs.yaml", head + "laughs:\n" + "\n".join(laughs) + "\n")
+    write(tmp_path, "itself.yaml", head + "loop: &loop [*loop]\n")
+    env = {"TELEGRAM_BOT_TOKEN": TELEGRAM_TOKEN}
+
+    laughed = check(tmp_path, "laughs.yaml", env=env)
+    assert laughed.returncode == 2
+    assert "laughs.yaml:11: this value expands to more than 100,000 values through YAML aliases" in laughed.stderr
+    looped = check(tmp_path, "itself.yaml", env=env)
+    assert looped.returncode == 2 and "Traceback" not in looped.stderr, looped.stderr
+    assert "itself.yaml:5: this value holds itself through a YAML alias" in looped.stderr

@@ -63,6 +63,8 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS chat_refusals (
         platform TEXT NOT NULL, chat TEXT NOT NULL, refused_at REAL NOT NULL,
         PRIMARY KEY (platform, chat))""",
+    # The bot each platform's rows belong to: update ids and positions are one bot's, meaningless to another.
+    "CREATE TABLE IF NOT EXISTS chat_bots (platform TEXT PRIMARY KEY, bot TEXT NOT NULL)",
 )
 
 
@@ -125,6 +127,17 @@ class Inbox:
         in_write_transaction(db, _create_schema)
 
     # ------------------------------------------------------------------ updates
+
+    def claim(self, platform: str, bot: str) -> str | None:
+        """Make the store `bot`'s on `platform` (the first bot to claim it keeps it); the bot it belongs to when that
+        is another (None: it is `bot`'s)."""
+
+        def claim(db: sqlite3.Connection) -> str | None:
+            db.execute("INSERT OR IGNORE INTO chat_bots (platform, bot) VALUES (?, ?)", (platform, bot))
+            (owner,) = db.execute("SELECT bot FROM chat_bots WHERE platform = ?", (platform,)).fetchone()
+            return None if owner == bot else str(owner)
+
+        return self._write(claim)
 
     def store_batch(self, platform: str, items: Sequence[Incoming | ButtonPress], position: str) -> list[Stored]:
         """Store a poll's items (those not seen before) and the position acknowledging them, in one transaction;

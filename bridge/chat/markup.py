@@ -11,7 +11,8 @@ paragraph break, else a line break, else a space, else hard — never inside a s
 (bold, a link, inline code, a heading) unless nothing else fits. A code block or a quote longer than a message is cut
 at a line inside it and closed and reopened, with its language, in the next part. Each part gets the spans that fall
 in it, rebased to its start; whitespace at a cut is dropped, nothing else. A Telegram part holds at most 100 entities
-(Telegram ignores the rest); a Matrix part's HTML fits the limit too.
+(Telegram ignores the rest); a Matrix part's HTML fits the limit too (a link whose address alone would fill half a
+message is shown as text).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def telegram_parts(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[TelegramT
 
 def matrix_parts(markdown: str, limit: int = MATRIX_LIMIT) -> list[MatrixText]:
     """`markdown` as Matrix messages whose `body` and `formatted_body` are each at most `limit` characters."""
-    document = _render(markdown, urls_in_text=True, link_schemes=_MATRIX_LINK_SCHEMES)
+    # A link whose `<a href>` would fill half a message is shown as text: the address alone could outgrow a message.
+    document = _render(markdown, urls_in_text=True, link_schemes=_MATRIX_LINK_SCHEMES, longest_link=limit // 2)
     messages: list[MatrixText] = []
     for part in _split(document, limit, len):
         messages.extend(_matrix_texts(part, limit))
@@ -122,9 +124,10 @@ class _OpenLink:
 class _Builder:
     """Writes the rendered text and records the spans over it while markdown-it's tokens are walked."""
 
-    def __init__(self, *, urls_in_text: bool, link_schemes: tuple[str, ...]) -> None:
+    def __init__(self, *, urls_in_text: bool, link_schemes: tuple[str, ...], longest_link: int | None) -> None:
         self.urls_in_text = urls_in_text
         self.link_schemes = link_schemes
+        self.longest_link = longest_link  # the longest address (HTML-escaped) made a link; None: any
         self.chunks: list[str] = []
         self.length = 0
         self.spans: list[_Span] = []
@@ -181,8 +184,10 @@ class _Builder:
         return _Document("".join(self.chunks), tuple(self.spans))
 
 
-def _render(markdown: str, *, urls_in_text: bool, link_schemes: tuple[str, ...]) -> _Document:
-    builder = _Builder(urls_in_text=urls_in_text, link_schemes=link_schemes)
+def _render(
+    markdown: str, *, urls_in_text: bool, link_schemes: tuple[str, ...], longest_link: int | None = None
+) -> _Document:
+    builder = _Builder(urls_in_text=urls_in_text, link_schemes=link_schemes, longest_link=longest_link)
     for token in _parser().parse(markdown):
         _render_block(builder, token)
     return builder.document()
@@ -319,7 +324,8 @@ def _render_inline(builder: _Builder, token: Token) -> None:
 
 def _open_link(builder: _Builder, url: str) -> None:
     nested = bool(builder.links)  # an image inside a link: its alt text is part of the outer link's text
-    linkable = url.lower().startswith(builder.link_schemes) and not nested
+    fits = builder.longest_link is None or len(html.escape(url)) <= builder.longest_link
+    linkable = url.lower().startswith(builder.link_schemes) and not nested and fits
     builder.links.append(_OpenLink(url, len(builder.chunks), linkable, nested))
     if linkable:
         builder.open("link", url)

@@ -52,6 +52,7 @@ EVENT_BYTES = 60_000
 FIRST_START_EVENTS = 500
 TIMELINE_LIMIT = 100  # events a room per sync before the timeline reports a gap
 CACHE_LIMIT = 4096  # entries of each cache of prompts, own events and names
+NAME_BYTES = 200  # of a downloaded file's name, room left for the `-N` that tells two of one name apart
 RETRIES = 8  # of one request refused with 429 or failing with a server error, before PlatformUnavailable
 ENCRYPTED_ROOM_NOTICE = (
     "This room is end-to-end encrypted, and agent-bridge does not support encrypted rooms: it cannot read "
@@ -288,12 +289,17 @@ class MatrixPlatform:
             ),
             None,
         )
-        if inviter in self._config.allow_users:
-            await self._call("POST", f"{CLIENT}/join/{quote(room_id)}", json={})
-            log.info("matrix.joined", allowed_inviter=True)
-        else:
-            await self._call("POST", f"{CLIENT}/rooms/{quote(room_id)}/leave", json={})
-            log.info("matrix.invite_declined", allowed_inviter=False)
+        allowed = inviter in self._config.allow_users
+        try:
+            if allowed:
+                await self._call("POST", f"{CLIENT}/join/{quote(room_id)}", json={})
+                log.info("matrix.joined", allowed_inviter=True)
+            else:
+                await self._call("POST", f"{CLIENT}/rooms/{quote(room_id)}/leave", json={})
+                log.info("matrix.invite_declined", allowed_inviter=False)
+        except PlatformRefused as refused:
+            # Everyone may have left the room since: an invite that stopped the sync would stop the bot at every start.
+            log.warning("matrix.invite_not_answered", allowed_inviter=allowed, reason=str(refused))
 
     async def _timeline(self, room_id: str, joined: dict[str, Any]) -> list[dict[str, Any]]:
         """The room's new events in order: the sync's, plus those a gap left out, none from before the bot was
@@ -358,7 +364,7 @@ class MatrixPlatform:
         if sender not in self._config.allow_users and kind == "m.reaction":
             return None  # a stranger's reaction is not an answer, nor worth a refusal
         content = event.get("content", {})
-        relates = content.get("m.relates_to", {})
+        relates = _object(content.get("m.relates_to"))
         thread = str(relates.get("event_id", "")) if relates.get("rel_type") == "m.thread" else ""
         if kind == "m.reaction" and relates.get("rel_type") == "m.annotation":
             return await self._reaction(room_id, event, thread)
@@ -368,14 +374,15 @@ class MatrixPlatform:
         if msgtype == "m.notice":
             return None  # other bots' output, by the spec's convention
         text = str(content.get("body", ""))
-        replied = str(relates.get("m.in_reply_to", {}).get("event_id", ""))
+        replied = str(_object(relates.get("m.in_reply_to")).get("event_id", ""))
         if relates.get("is_falling_back") and thread:
             replied = ""  # a thread's fallback reply points at the thread's latest event, not a real reply
         if replied:
             text = strip_reply_fallback(text)
             choices = await self._choices_of(room_id, replied)
-            if choices and text.strip().isdigit() and 1 <= int(text.strip()) <= len(choices):
-                data = choices[int(text.strip()) - 1].data
+            number = _number_in(text)
+            if number is not None and 1 <= number <= len(choices):
+                data = choices[number - 1].data
                 name = await self._member_name(room_id, sender)
                 return ButtonPress(str(event["event_id"]), room_id, thread, sender, replied, data, name)
         files: tuple[IncomingFile, ...] = ()
@@ -414,7 +421,10 @@ class MatrixPlatform:
         room.told_encrypted = True
         log.info("matrix.encrypted_room_refused")
         content = {"msgtype": "m.notice", "body": ENCRYPTED_ROOM_NOTICE}
-        await self._send_event(room_id, content, paced=False)
+        try:
+            await self._send_event(room_id, content, paced=False)
+        except PlatformRefused as refused:  # a room the bot may not post in: a refusal here would stop the sync
+            log.warning("matrix.encrypted_room_not_told", reason=str(refused))
 
     def _mentions_bot(self, content: dict[str, Any]) -> bool:
         if self.user_id in content.get("m.mentions", {}).get("user_ids", []):
@@ -721,12 +731,17 @@ def _answer(response: httpx.Response, path: str) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
-        body = {}
+        body = None
+    where = _path_for_log(path)
     if response.is_success:
-        return body if isinstance(body, dict) else {}
+        if not isinstance(body, dict):  # every client-server API answer is an object, `{}` at least
+            raise PlatformUnavailable(
+                f"matrix: {where} was answered {response.status_code} without a JSON object: is `homeserver` in the "
+                "config the Matrix homeserver's address (a web site, or a proxy's error page, answers like this)?"
+            )
+        return body
     code = body.get("errcode", "") if isinstance(body, dict) else ""
     error = body.get("error", "") if isinstance(body, dict) else ""
-    where = _path_for_log(path)
     if (
         response.status_code in (401, 403)
         and code in ("M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_FORBIDDEN")
@@ -741,9 +756,23 @@ def _answer(response: httpx.Response, path: str) -> dict[str, Any]:
     raise PlatformRefused(f"matrix: {where} was refused (HTTP {response.status_code} {code}: {error})")
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: a homeserver relays whatever a client puts in a content
+    object, and one member's odd event must not stop the sync for the whole bot."""
+    return value if isinstance(value, dict) else {}
+
+
+def _number_in(text: str) -> int | None:
+    """The number a reply to a prompt holds (digits 0-9 only: `str.isdigit` takes ², which `int` refuses)."""
+    answer = text.strip()
+    return int(answer) if re.fullmatch(r"[0-9]{1,3}", answer) else None
+
+
 def _free_path(directory: Path, name: str) -> Path:
-    """A new file in `directory` named after `name` (its last component, without odd characters)."""
-    safe = re.sub(r"[^\w.\- ]", "_", Path(name).name).strip(". ") or "file"
+    """A new file in `directory` named after `name` (its last component, without odd characters, its end within
+    `NAME_BYTES` of UTF-8: a file name may have 255 bytes, which 85 CJK characters fill)."""
+    safe = re.sub(r"[^\w.\- ]", "_", Path(name).name)
+    safe = safe.encode()[-NAME_BYTES:].decode(errors="ignore").strip(". ") or "file"
     candidate = directory / safe
     stem, suffix = candidate.stem, candidate.suffix
     counter = 1
@@ -755,10 +784,10 @@ def _free_path(directory: Path, name: str) -> Path:
 
 def _attached_file(content: dict[str, Any], body: str) -> tuple[tuple[IncomingFile, ...], str]:
     """A media message's file, and its text: the body is the file's name unless a filename is given apart."""
-    info = content.get("info", {})
+    info = _object(content.get("info"))
     name = str(content.get("filename") or body or "file")
     size = info.get("size")
     media_type = str(info.get("mimetype", ""))
-    file = IncomingFile(content["url"], name, media_type, int(size) if size is not None else None)
+    file = IncomingFile(content["url"], name, media_type, size if isinstance(size, int) else None)
     text = body if content.get("filename") and body != content.get("filename") else ""
     return (file,), text

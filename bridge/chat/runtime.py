@@ -14,6 +14,7 @@ order); only `allow_users` start turns and press buttons, within their daily bud
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import tempfile
@@ -34,8 +35,10 @@ from ..errors import (
     ChatError,
     HostClosed,
     OutboxError,
+    OutboxFull,
     PlatformRefused,
     PlatformUnavailable,
+    TurnError,
 )
 from ..files.outbox import open_collected, remove_outbox
 from ..host.interface import BaseHost
@@ -351,7 +354,9 @@ class ChatBridge:
                 turn = Turn(item.text, from_user=item.user, attachments=await self._download(item, directory))
             except BridgeError as err:
                 task_status.started()
-                await self._reply(item, f"Your files could not be received: {err}")
+                files = not isinstance(err, TurnError)  # a TurnError: text no process can take (a NUL)
+                what = "Your files could not be received" if files else "Your message could not be passed to the agent"
+                await self._reply(item, f"{what}: {err}")
                 return
             stored = self.inbox.begin_turn(  # on trio's thread: see _mark
                 self.platform.name, item.update_id, item.user, self._today(), conversation.base
@@ -559,14 +564,14 @@ class ChatBridge:
         for attempt in range(DELIVERY_ATTEMPTS):
             try:
                 return await self.platform.send_text(chat, thread, text, choices=choices, delivery=delivery)
-            except PlatformUnavailable as err:
+            except (PlatformUnavailable, OutboxFull) as err:  # the outbox drains at the platform's pace meanwhile
                 if attempt == DELIVERY_ATTEMPTS - 1:
                     self.counts.undeliverable += 1
                     self._log.error(
                         "a reply could not be delivered; it is tried again at the next start", reason=str(err)
                     )
                     return None
-                self._log.warning("the platform is unavailable; trying again", reason=str(err), in_secs=delay)
+                self._log.warning("the reply could not go out yet; trying again", reason=str(err), in_secs=delay)
                 await trio.sleep(delay)
                 delay *= 2
             except ChatError as err:  # refused for good (PlatformRefused), or anything else it will not take
@@ -675,7 +680,9 @@ class ChatBridge:
         if isinstance(request, PermissionRequest):
             prompt.permission = request
             what = request.title or request.tool
-            prompt.text = f"The agent asks to use **{request.tool}**" + (f": `{what}`" if what != request.tool else "")
+            prompt.text = f"The agent asks to use **{request.tool}**" + (
+                f": {_code_span(what)}" if what != request.tool else ""
+            )
         else:
             prompt.request = request
         self._prompts[prompt.token] = prompt
@@ -758,7 +765,7 @@ class ChatBridge:
             self._later(self.platform.answer_press, press, "Done")
             self._answered(prompt, list(prompt.selected), who)
             return
-        if not choice.isdigit() or int(choice) >= len(question.options):
+        if not choice.isdecimal() or int(choice) >= len(question.options):  # isdigit takes ², which int refuses
             self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
             return
         label = question.options[int(choice)].label
@@ -861,6 +868,14 @@ class ChatBridge:
     async def _generation(self, conversation: _Conversation) -> int:
         stored = await trio.to_thread.run_sync(self.inbox.conversation, self.platform.name, conversation.base)
         return 0 if stored is None else stored[1]
+
+
+def _code_span(text: str) -> str:
+    """`text` as Markdown inline code that shows it exactly, backticks and all (CommonMark: fenced by a run of
+    backticks longer than any in it, and spaced from a backtick at either end), as an approval must show it."""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    space = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{space}{text}{space}{fence}"
 
 
 def _refused(error: str) -> TurnResult:

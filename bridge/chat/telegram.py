@@ -208,6 +208,8 @@ class TelegramPlatform:
         text = str(message.get("text", message.get("caption", "")))
         if not text and not files:
             return None  # a sticker, a join, a pinned message: nothing a turn could take
+        if not files and self._for_another_bot(text):
+            return None  # `/help@other_bot` in a group of several bots: that bot's to answer
         sender = message["from"]
         chat = message["chat"]
         is_group = chat.get("type") in ("group", "supergroup")
@@ -224,6 +226,11 @@ class TelegramPlatform:
             reply_to_bot=(reply_to.get("from") or {}).get("id") == self._bot_id,
             files=files,
         )
+
+    def _for_another_bot(self, text: str) -> bool:
+        """Whether `text` is a command addressed to another bot (`/command@its_name`)."""
+        addressed = re.match(r"/[A-Za-z0-9_]+@([A-Za-z0-9_]+)", text)
+        return addressed is not None and addressed.group(1).lower() != self._bot_username.lower()
 
     def _mentions_bot(self, message: dict[str, Any], text: str) -> bool:
         wanted = f"@{self._bot_username}".lower()

@@ -121,6 +121,7 @@ def run_connect(
     with _all_held(locks):
         inbox = Inbox(chat_store)
         try:
+            _claim_store(inbox, chat_store, sections)
             new_host = partial(
                 open_host, profiles, state=state, postgres=postgres, gateway_name=name, shutdown_grace=shutdown_grace
             )
@@ -128,6 +129,29 @@ def run_connect(
                 return trio.run(_run_bots, new_host, platforms, factory, inbox, door, shutdown_grace)
         finally:
             inbox.close()
+
+
+def _claim_store(inbox: Inbox, path: Path, sections: list[tuple[str, TelegramConfig | MatrixConfig]]) -> None:
+    """The chat store is one bot's on each platform: another's would take its position (confirming, so losing, what is
+    pending) and its unanswered updates, and share its conversations' sessions."""
+    for platform, section in sections:
+        owner = inbox.claim(platform, _store_owner(section))
+        if owner is not None:
+            raise ChatError(
+                f"the chat store {path} belongs to another {platform} bot ({owner}): give this bot a --state of "
+                "its own (or --name, with --postgres); its sessions are kept beside it"
+            )
+
+
+def _store_owner(section: TelegramConfig | MatrixConfig) -> str:
+    """Which bot a chat store serves, unchanged by a new token for the same bot: the Telegram bot's id (the token's
+    part before its colon, not secret), the Matrix account."""
+    from ..chat.config import TelegramConfig
+
+    if isinstance(section, TelegramConfig):
+        token = section.token.get_secret_value() if section.token is not None else ""
+        return f"bot id {token.partition(':')[0]}"
+    return section.user_id
 
 
 def _platform_sections(config_path: str, profiles: str | None) -> list[tuple[str, TelegramConfig | MatrixConfig]]:

@@ -592,6 +592,8 @@ def read_yaml(
         node = loader.get_single_node()
         if node is None:
             return None, {}, [Problem(f"the {what} is empty; it needs {needs}", where, 1)]
+        if (expanding := _expanding_value(node, where)) is not None:
+            return None, {}, [expanding]
         lines: dict[tuple[Any, ...], int] = {}
         problems: list[Problem] = []
         _index_lines(node, (), lines, problems, where)
@@ -652,6 +654,52 @@ def _unquoted_braces_hint(text: str, marked_lines: list[int]) -> str:
                     f'write "{match.group(0)}" (line {index + 1})'
                 )
     return ""
+
+
+MAX_VALUES = 100_000  # values a file may hold once its YAML aliases are expanded: far above any real one
+
+
+def _expanding_value(node: yaml.Node, where: str) -> Problem | None:
+    """A Problem at the first value that YAML aliases (`*name`) make hold itself, or expand beyond MAX_VALUES,
+    which every later step would walk value by value (a file of a kilobyte can spell billions); None for any other.
+    Walked without recursion, so that no nesting is too deep for it."""
+    sizes: dict[int, int] = {}  # id of a node walked -> its values, aliases expanded (at most MAX_VALUES + 1)
+    opened: set[int] = set()  # the nodes whose values are being walked: the current one's ancestors
+    waiting = [node]
+    while waiting:
+        current = waiting[-1]
+        children = _children(current)
+        if id(current) in sizes:
+            waiting.pop()
+        elif id(current) not in opened:
+            opened.add(id(current))
+            if any(id(child) in opened for child in children):
+                return Problem(
+                    "this value holds itself through a YAML alias (*name): write it out", where, _line(current)
+                )
+            waiting.extend(child for child in children if id(child) not in sizes)
+        else:
+            opened.discard(id(current))
+            sizes[id(current)] = min(1 + sum(sizes[id(child)] for child in children), MAX_VALUES + 1)
+            waiting.pop()
+            if sizes[id(current)] > MAX_VALUES:
+                return Problem(
+                    f"this value expands to more than {MAX_VALUES:,} values through YAML aliases (*name): write "
+                    "out what it needs instead",
+                    where,
+                    _line(current),
+                )
+    return None
+
+
+def _line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
 
 
 def _index_lines(
