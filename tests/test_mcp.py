@@ -309,9 +309,8 @@ class HttpMcp:
     ) -> None:
         self.profiles, self.state, self.pids = directory / "profiles", directory / "state.sqlite3", directory / "pids"
         tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice", BOB: "bob"}, profiles=list(tools))
-        argv = mcp_argv(
-            self.profiles, "--state", str(self.state), "--listen", "127.0.0.1:0", "--tokens", str(tokens), *options
-        )
+        state = [] if "--postgres" in options else ["--state", str(self.state)]  # the workers keep the sessions
+        argv = mcp_argv(self.profiles, *state, "--listen", "127.0.0.1:0", "--tokens", str(tokens), *options)
         self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
         assert self.process.stderr is not None
         said = []
@@ -789,6 +788,38 @@ async def test_over_http_a_profile_gone_since_is_an_error_that_names_no_path(mcp
                 gone = await session.call_tool("echo", {"message": "hi"})
     assert gone.is_error
     assert text_of(gone) == "profile 'echo' does not load now; the server's log says why"
+
+
+async def test_over_a_fleet_a_tool_no_worker_has_is_an_error_that_names_no_other_profile(
+    profiles: Path, tmp_path: Path, pg_dsn: str
+) -> None:
+    import httpx2
+    from fleetkit import Fleet
+    from hostkit import Lab
+    from mcp.client.streamable_http import streamable_http_client
+
+    (tmp_path / "fleet").mkdir()
+    fleet = Fleet(Lab(tmp_path / "fleet"), pg_dsn)
+    (fleet.lab.profiles / "echo.yaml").write_bytes((profiles / "echo.yaml").read_bytes())  # not stream
+    server = None
+    try:
+        await trio.to_thread.run_sync(partial(fleet.worker, "--profile-wait-secs", "0.2"))
+        options = ("--postgres", pg_dsn, "--name", "tools")
+        server = HttpMcp(tmp_path, dict(os.environ), ("echo", "stream"), *options)
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
+        with trio.fail_after(DEADLINE):
+            async with client, streamable_http_client(server.url, http_client=client) as (read, write, *_):
+                async with mcp_client_session.ClientSession(read, write) as session:
+                    await session.initialize()
+                    assert text_of(await session.call_tool("echo", {"message": "hi"})) == "echo: hi"
+                    nowhere = await session.call_tool("stream", {"message": "hi"})
+        assert nowhere.is_error
+        assert text_of(nowhere) == "no profile named 'stream'"  # not the names the workers have
+        assert "no live worker has a profile named 'stream'" in server.log.read_text()  # the server's log has them
+    finally:
+        if server is not None:
+            server.stop()
+        fleet.stop()
 
 
 async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_process(

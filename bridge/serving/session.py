@@ -90,6 +90,18 @@ class Tenant:
 LOCAL = Tenant("local")  # serve's one client on stdin/stdout: every profile, conversations as given
 
 
+def told_of_profile(tenant: Tenant, code: str, profile: str | None, said: str) -> str:
+    """What `tenant` reads of a profile refused for `code` (`unknown_profile`, `profile_invalid`) where the loader
+    or a worker `said` why: a network client learns nothing of the server's files (a path, a line of YAML) nor of
+    other tenants' profiles, and reads that the server's log has the rest; serve's local client reads it all."""
+    if tenant is LOCAL:
+        return said
+    named = "the turn's profile" if profile is None else f"profile {profile!r}"
+    if code == UNKNOWN_PROFILE:
+        return f"{named} is not served here" if profile is None else f"no profile named {profile!r}"
+    return f"{named} does not load now; the server's log says why"
+
+
 class ClientSession:
     """Handles one client's requests on `host`; its turns run in `turns`, its responses go through `send`."""
 
@@ -245,13 +257,15 @@ class ClientSession:
             ) from None
         except UnknownProfile as err:
             raise RequestError(
-                UNKNOWN_PROFILE, self._told_of_profile(UNKNOWN_PROFILE, request.profile, str(err))
+                UNKNOWN_PROFILE, told_of_profile(self.tenant, UNKNOWN_PROFILE, request.profile, str(err))
             ) from None
         except ProfileError as err:
             said = f"profile {request.profile!r} does not load: {err}"
             if self.tenant is not LOCAL:
                 self._log.warning("a profile does not load", profile=request.profile, error=said)
-            raise RequestError(PROFILE_INVALID, self._told_of_profile(PROFILE_INVALID, request.profile, said)) from None
+            raise RequestError(
+                PROFILE_INVALID, told_of_profile(self.tenant, PROFILE_INVALID, request.profile, said)
+            ) from None
         except TurnError as err:
             raise RequestError(INVALID_REQUEST, str(err)) from None
         except SessionIdRefused as err:
@@ -358,21 +372,10 @@ class ClientSession:
         message = str(err)
         if code in (UNKNOWN_PROFILE, PROFILE_INVALID) and self.tenant is not LOCAL:  # a worker's words
             self._log.warning("a worker refused a turn's profile", code=code, profile=profile, error=message)
-            message = self._told_of_profile(code, profile, message)
+            message = told_of_profile(self.tenant, code, profile, message)
         sent = await send({"type": "error", "id": request_id, "code": code, "message": message})
         if (sent or not self._resend_unsent) and code != DETACHED:
             await self.host.delivered(turn_id)  # the turn's end reached the client: a later serve need not send it
-
-    def _told_of_profile(self, code: str, profile: str | None, said: str) -> str:
-        """What this client reads of a profile refused for `code` where the loader `said` why: a network client
-        learns nothing of the server's files (a path, a line of YAML) nor of other tenants' profiles, and reads
-        that the server's log has the rest; serve's local client reads it all."""
-        if self.tenant is LOCAL:
-            return said
-        named = "the turn's profile" if profile is None else f"profile {profile!r}"
-        if code == UNKNOWN_PROFILE:
-            return f"{named} is not served here" if profile is None else f"no profile named {profile!r}"
-        return f"{named} does not load now; the server's log says why"
 
     async def error(self, request_id: Any, code: str, message: str) -> bool:
         return await self.send({"type": "error", "id": request_id, "code": code, "message": message})
