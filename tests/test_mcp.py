@@ -309,9 +309,8 @@ class HttpMcp:
     ) -> None:
         self.profiles, self.state, self.pids = directory / "profiles", directory / "state.sqlite3", directory / "pids"
         tokens = write_tokens(directory / "tokens.yaml", {ALICE: "alice", BOB: "bob"}, profiles=list(tools))
-        argv = mcp_argv(
-            self.profiles, "--state", str(self.state), "--listen", "127.0.0.1:0", "--tokens", str(tokens), *options
-        )
+        state = [] if "--postgres" in options else ["--state", str(self.state)]  # the workers keep the sessions
+        argv = mcp_argv(self.profiles, *state, "--listen", "127.0.0.1:0", "--tokens", str(tokens), *options)
         self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
         assert self.process.stderr is not None
         said = []
@@ -791,6 +790,38 @@ async def test_over_http_a_profile_gone_since_is_an_error_that_names_no_path(mcp
     assert text_of(gone) == "profile 'echo' does not load now; the server's log says why"
 
 
+async def test_over_a_fleet_a_tool_no_worker_has_is_an_error_that_names_no_other_profile(
+    profiles: Path, tmp_path: Path, pg_dsn: str
+) -> None:
+    import httpx2
+    from fleetkit import Fleet
+    from hostkit import Lab
+    from mcp.client.streamable_http import streamable_http_client
+
+    (tmp_path / "fleet").mkdir()
+    fleet = Fleet(Lab(tmp_path / "fleet"), pg_dsn)
+    (fleet.lab.profiles / "echo.yaml").write_bytes((profiles / "echo.yaml").read_bytes())  # not stream
+    server = None
+    try:
+        await trio.to_thread.run_sync(partial(fleet.worker, "--profile-wait-secs", "0.2"))
+        options = ("--postgres", pg_dsn, "--name", "tools")
+        server = HttpMcp(tmp_path, dict(os.environ), ("echo", "stream"), *options)
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"})
+        with trio.fail_after(DEADLINE):
+            async with client, streamable_http_client(server.url, http_client=client) as (read, write, *_):
+                async with mcp_client_session.ClientSession(read, write) as session:
+                    await session.initialize()
+                    assert text_of(await session.call_tool("echo", {"message": "hi"})) == "echo: hi"
+                    nowhere = await session.call_tool("stream", {"message": "hi"})
+        assert nowhere.is_error
+        assert text_of(nowhere) == "no profile named 'stream'"  # not the names the workers have
+        assert "no live worker has a profile named 'stream'" in server.log.read_text()  # the server's log has them
+    finally:
+        if server is not None:
+            server.stop()
+        fleet.stop()
+
+
 async def test_over_http_a_client_that_drops_the_connection_mid_call_leaves_no_process(
     shared_mcp_http: HttpMcp,
 ) -> None:
@@ -849,6 +880,69 @@ async def test_over_http_another_token_cannot_use_a_session_it_did_not_open(shar
                 assert process_state(pid) not in (None, "Z", "X")  # bob's cancel stopped nothing
                 assert (await client.post(url, json=cancel, headers=alice)).status_code == 202
         await trio.to_thread.run_sync(assert_no_live_process, [pid], 5.0)
+
+
+async def test_over_http_one_token_opens_at_most_its_share_of_sessions_and_the_others_still_open_theirs(
+    mcp_http: HttpMcp,
+) -> None:
+    """A token's tenant at its share of sessions is refused one more, with what to do; another token opens its own,
+    and a session the tenant ends makes room for a new one."""
+    import httpx
+
+    from bridge.network.mcp import MAX_SESSIONS_PER_TENANT as MOST
+
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    alice, bob = {**headers, "Authorization": f"Bearer {ALICE}"}, {**headers, "Authorization": f"Bearer {BOB}"}
+    with trio.fail_after(DEADLINE):
+        async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            share = [await client.post(mcp_http.url, json=INITIALIZE, headers=alice) for _ in range(MOST)]
+            assert {response.status_code for response in share} == {200}
+            refused = await client.post(mcp_http.url, json=INITIALIZE, headers=alice)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"] == "too_many_sessions"
+            assert refused.json()["message"].startswith(f"this token's tenant has {MOST} MCP sessions open, the most")
+            assert (await client.post(mcp_http.url, json=INITIALIZE, headers=bob)).status_code == 200
+            ended = {**alice, "Mcp-Session-Id": share[0].headers["mcp-session-id"]}
+            assert (await client.delete(mcp_http.url, headers=ended)).status_code == 200
+            assert (await client.post(mcp_http.url, json=INITIALIZE, headers=alice)).status_code == 200
+
+
+def test_a_session_idle_for_the_sdk_s_timeout_no_longer_counts_against_its_tenant_s_share() -> None:
+    """The SDK ends a session that has had no request in flight for its idle timeout; its tenant's share counts it
+    no longer then, so a tenant whose clients went away without ending their sessions is not refused for good."""
+    from bridge.network.mcp import TENANT_NAME, SessionShares
+
+    ids = (f"s{number}".encode() for number in range(10))
+
+    async def sdk(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"mcp-session-id", next(ids))]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def nothing() -> Any:
+        raise AssertionError("the request's body was read already")
+
+    shares = SessionShares(sdk, most=1, idle_secs=60)
+
+    async def open_session() -> int:
+        answered: list[int] = []
+
+        async def send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                answered.append(message["status"])
+
+        await shares({"type": "http", "method": "POST", "headers": [], TENANT_NAME: "alice"}, nothing, send)
+        return answered[0]
+
+    async def main() -> None:
+        assert await open_session() == 200
+        assert await open_session() == 429
+        clock.jump(59.9)
+        assert await open_session() == 429
+        clock.jump(0.1)
+        assert await open_session() == 200
+
+    clock = trio.testing.MockClock()
+    trio.run(main, clock=clock)
 
 
 async def test_over_http_without_tokens_no_web_page_comes_in_on_any_loopback_address(

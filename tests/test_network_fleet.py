@@ -25,6 +25,8 @@ from httpx_ws import connect_ws
 from test_postgres_bots import ask_profile
 from test_postgres_fleet import BIG, fleet, maker, started  # noqa: F401 - fixtures
 
+from bridge.host.postgres.db import events_channel
+
 ALPHA, BETA = "alpha-token-0123456789", "beta-token-0123456789"
 WAIT = 20.0
 
@@ -227,3 +229,39 @@ def test_results_an_earlier_gateway_of_the_name_could_not_send_wait_for_a_stdin_
     assert door.stop() == 0
     serves.remove(door)
     assert fleet.gateway("--name", "bot").until("result", 7)[-1]["reply"] == "reply a one"
+
+
+def test_a_profile_no_worker_can_run_is_refused_to_a_tenant_naming_no_other_profile(
+    fleet: Fleet, lab: Lab, serves: list[ListeningServe]
+) -> None:
+    (lab.profiles / "broken.yaml").write_text("command: x\ntimout_secs: 1\n")
+    worker = fleet.worker("--profile-wait-secs", "0.2")
+    door = open_door(fleet, serves)
+    with client(door, ALPHA) as alpha, connect_ws("/v1/ws", alpha) as ws:
+        for request_id, profile in (("b", "broken"), ("n", "nowhere")):
+            ws.send_json(turn(request_id, "hi", profile=profile))
+            refused = until(ws, "error", request_id)[-1]
+            assert (refused["code"], refused["message"]) == ("unknown_profile", f"no profile named {profile!r}")
+    worker_name = str(worker.args[worker.args.index("--name") + 1])
+    assert "broken.yaml:2: unknown key 'timout_secs'" in fleet.log(worker_name)  # the worker's log says why
+
+
+def test_a_profile_that_stopped_loading_on_the_worker_is_refused_to_a_tenant_naming_no_file_of_the_server(
+    fleet: Fleet, serves: list[ListeningServe]
+) -> None:
+    door = open_door(fleet, serves)  # no worker: the test ends the turn as one whose profile broke as it claimed it
+    loader_said = "profile 'broken' does not load: /srv/agents/broken.yaml:2: unknown key 'timout_secs'"
+    with client(door, ALPHA) as alpha, connect_ws("/v1/ws", alpha) as ws:
+        ws.send_json(turn("b", "hi", profile="broken"))
+        until(ws, "accepted", "b")
+        [(key,)] = fleet.query("SELECT key FROM bridge_turns WHERE turn_id LIKE %s", "alpha/%/b")
+        ending = json.dumps({"code": "profile_invalid", "message": loader_said})
+        fleet.query("UPDATE bridge_turns SET state = 'done', error = %s WHERE key = %s RETURNING 1", ending, key)
+        fleet.query("SELECT pg_notify(%s, %s)", events_channel("bot"), json.dumps({"t": key, "done": True}))
+        refused = until(ws, "error", "b")[-1]
+    assert (refused["code"], refused["message"]) == (
+        "profile_invalid",
+        "profile 'broken' does not load now; the server's log says why",
+    )
+    [said] = [record for record in logged(door) if record.get("event") == "a worker refused a turn's profile"]
+    assert said["error"] == loader_said  # the gateway's log says why

@@ -266,6 +266,19 @@ def test_a_worker_shows_its_turns_and_the_fleets_queue_depth(fleet: Fleet, lab: 
     assert value(found, "agent_bridge_turn_first_partial_seconds_count", profile="rec") == 4
 
 
+def test_worker_metrics_without_tokens_are_no_web_page_s(fleet: Fleet) -> None:
+    fleet.worker("--metrics", "127.0.0.1:0")
+    client = httpx.Client(base_url=metrics_url(fleet, "w1"), timeout=10)
+    from_a_page = client.get("/metrics", headers={"Origin": "https://pages.example"})
+    rebound = client.get("/metrics", headers={"Host": "rebound.example:9100"})  # a name its DNS points at 127.0.0.1
+    for refused in (from_a_page, rebound):
+        assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
+        assert "start worker with --metrics-tokens FILE" in refused.json()["message"]
+    assert value(samples(client.get("/metrics").text), "agent_bridge_ready") == 1  # a program of this machine
+    local_page = {"Origin": "http://localhost:3000", "Host": "127.0.0.1"}
+    assert client.get("/metrics", headers=local_page).status_code == 200
+
+
 def test_worker_metrics_refuse_a_public_address_without_tokens_need_a_token_with_them_and_end_with_the_drain(
     fleet: Fleet, lab: Lab, tmp_path: Path
 ) -> None:

@@ -125,13 +125,13 @@ def unauthorized() -> JSONResponse:
     return response
 
 
-def web_page_refused() -> JSONResponse:
-    """A door without tokens, asked by a web page (`auth.LocalCallersOnly`)."""
+def web_page_refused(tokens_option: str = "--tokens", program: str = "serve") -> JSONResponse:
+    """A door without tokens (`program`'s `tokens_option`), asked by a web page (`auth.LocalCallersOnly`)."""
     return error_response(
         FORBIDDEN,
-        "this door has no --tokens, so it serves the programs of this machine and no web page: the request came "
-        "from a page of another site (Origin) or for a name that is not loopback (Host); send neither, or start "
-        "serve with --tokens FILE",
+        f"this door has no {tokens_option}, so it serves the programs of this machine and no web page: the request "
+        "came from a page of another site (Origin) or for a name that is not loopback (Host); send neither, or "
+        f"start {program} with {tokens_option} FILE",
     )
 
 

@@ -4,13 +4,16 @@ The same rules as `serve --listen` (bridge.network.listen): without `--tokens`, 
 them, every request needs `Authorization: Bearer <token>` (else 401, before the SDK sees it), and a token's
 tenant sees only its profiles as tools and only its conversations (its prefix). hypercorn runs through
 `serve_app`, so one connection's error ends that connection alone and request heads are bounded; a request's
-body must come whole within the door's `body_secs` (else 408), as on `serve --listen`.
+body must come whole within the door's `body_secs` (else 408), as on `serve --listen`. With tokens, a tenant
+holds at most `MAX_SESSIONS_PER_TENANT` MCP sessions open (`SessionShares`), so one token holder cannot take
+every session the SDK keeps.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -29,6 +32,15 @@ from ..serving.mcp import CLIENT_GONE, McpDoor, shut_down_on_signals
 from ..serving.session import LOCAL, Tenant
 
 MCP_PATH = "/mcp"
+SESSION_IDLE_SECS = 30 * 60.0
+"""A session that has had no request in flight for this long is ended (the SDK's default, given to it
+explicitly: `SessionShares` counts a session as open no longer than the SDK keeps it)."""
+MAX_SESSIONS_PER_TENANT = 100
+"""MCP sessions one tenant (the tokens of one name) may hold open at once. The SDK keeps 10,000 in all, each
+until it has been idle for 30 min, and refuses everyone a new one past that: a tenant's share of 1% leaves room
+for every other tenant unless a hundred of them fill theirs, and is far more than the MCP clients one bot or one
+person runs at once (a client holds one session)."""
+TENANT_NAME = "agent_bridge.tenant_name"  # the ASGI scope's key for the name of a request's tenant, with tokens
 
 
 def tenant_lookup(tokens: Tokens | None) -> Any:
@@ -63,7 +75,7 @@ class RequireToken:
                 message = "give Authorization: Bearer <token>, a token of the tokens file"
                 await _refuse(send, 401, "unauthorized", message, (b"www-authenticate", b"Bearer"))
                 return
-            scope = {**scope, "user": _session_owner(tenant)}
+            scope = {**scope, "user": _session_owner(tenant), TENANT_NAME: tenant.name}
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -87,10 +99,106 @@ class RequireToken:
         await self.app({**scope, CLIENT_GONE: gone}, receive_noting_disconnect, send)
 
 
-async def _refuse(send: Any, status: int, error: str, message: str, header: tuple[bytes, bytes]) -> None:
-    headers = [(b"content-type", b"application/json"), header]
+async def _refuse(send: Any, status: int, error: str, message: str, *header: tuple[bytes, bytes]) -> None:
+    headers = [(b"content-type", b"application/json"), *header]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": json.dumps({"error": error, "message": message}).encode()})
+
+
+@dataclass
+class _Session:
+    in_flight: int  # its requests being served, an open GET stream included
+    idle_since: float  # trio.current_time() when its last request ended
+
+
+class SessionShares:
+    """ASGI middleware behind `RequireToken`: a tenant holds at most `most` MCP sessions open, and a request that
+    would open one more gets 429 `too_many_sessions` before the SDK sees it; other tenants are unaffected.
+
+    A session is counted from the answer that gives its id (a request still opening one counts too) until its
+    client ends it (DELETE), the SDK answers 404 for its id (it forgot it), or it has had no request in flight
+    for `idle_secs`, the SDK's idle timeout, which ends it there too."""
+
+    def __init__(self, app: Any, *, most: int = MAX_SESSIONS_PER_TENANT, idle_secs: float = SESSION_IDLE_SECS) -> None:
+        self.app = app
+        self.most = most
+        self.idle_secs = idle_secs
+        self._sessions: dict[str, dict[str, _Session]] = {}  # tenant name → its open sessions by id
+        self._opening: dict[str, int] = {}  # tenant name → its requests without a session id being served
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        tenant = scope.get(TENANT_NAME)
+        if scope["type"] != "http" or tenant is None:
+            await self.app(scope, receive, send)
+            return
+        sessions = self._sessions.setdefault(tenant, {})
+        session_id = _header(scope, b"mcp-session-id")
+        if session_id is None:
+            await self._open(tenant, sessions, scope, receive, send)
+        else:
+            await self._use(sessions, session_id, scope, receive, send)
+
+    async def _open(self, tenant: str, sessions: dict[str, _Session], scope: Any, receive: Any, send: Any) -> None:
+        now = trio.current_time()
+        for session_id, session in list(sessions.items()):
+            if session.in_flight == 0 and now - session.idle_since >= self.idle_secs:
+                del sessions[session_id]
+        if len(sessions) + self._opening.get(tenant, 0) >= self.most:
+            message = (
+                f"this token's tenant has {self.most} MCP sessions open, the most it may: reuse one, or end one it "
+                f"no longer uses (DELETE {MCP_PATH} with its Mcp-Session-Id); a session unused for "
+                f"{self.idle_secs / 60:g} min ends by itself"
+            )
+            await _refuse(send, 429, "too_many_sessions", message)
+            return
+        opened: list[str] = []
+
+        async def note_session(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                given = dict(message.get("headers", [])).get(b"mcp-session-id")
+                if given is not None:
+                    opened.append(given.decode("latin-1"))
+                    sessions[opened[0]] = _Session(in_flight=1, idle_since=trio.current_time())
+            await send(message)
+
+        self._opening[tenant] = self._opening.get(tenant, 0) + 1
+        try:
+            await self.app(scope, receive, note_session)
+        finally:
+            self._opening[tenant] -= 1
+            if opened and opened[0] in sessions:
+                sessions[opened[0]].in_flight -= 1
+                sessions[opened[0]].idle_since = trio.current_time()
+
+    async def _use(self, sessions: dict[str, _Session], session_id: str, scope: Any, receive: Any, send: Any) -> None:
+        session = sessions.get(session_id)  # None: another tenant's, or one the SDK no longer has (it answers 404)
+        if session is None:
+            await self.app(scope, receive, send)
+            return
+        answered: list[int] = []
+
+        async def note_status(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                answered.append(message["status"])
+            await send(message)
+
+        session.in_flight += 1
+        try:
+            await self.app(scope, receive, note_status)
+        finally:
+            session.in_flight -= 1
+            session.idle_since = trio.current_time()
+            ended = scope["method"] == "DELETE" and answered and answered[0] < 400
+            if ended or answered == [404]:
+                sessions.pop(session_id, None)
+
+
+def _header(scope: Any, name: bytes) -> str | None:
+    """The value of a request's header `name` (lower case), if it has one."""
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 async def _body_within(receive: Any, secs: float) -> dict[str, Any] | None:
@@ -123,7 +231,7 @@ def _gated(app: Any, tokens: Tokens | None, body_secs: float) -> Any:
         message = "this server has no --tokens, so it serves the programs of this machine and no web page"
         return JSONResponse({"error": "forbidden", "message": message}, status_code=403)
 
-    gated = RequireToken(app, tokens, body_secs=body_secs)
+    gated = RequireToken(SessionShares(app), tokens, body_secs=body_secs)
     return gated if tokens is not None else LocalCallersOnly(gated, refusal=web_page_refused)
 
 
@@ -151,7 +259,9 @@ async def serve_mcp_http(
     config = hypercorn_config(address, certfile=None, keyfile=None, limits=limits)
     config.socket_budget = SocketBudget(sockets_within_descriptors(limits.max_sockets))
     server = door.server()
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=address.host)
+    app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, host=address.host, session_idle_timeout=SESSION_IDLE_SECS
+    )
     stop_listening = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(shut_down_on_signals, door.host, stop_listening)

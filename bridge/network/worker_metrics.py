@@ -4,6 +4,7 @@ The rule of `serve --listen`, for the same reason: without `--metrics-tokens
 FILE` (serve's tokens file) only a loopback address, and a non-loopback one
 refuses to start; with it, `/metrics` needs one of the file's tokens (any:
 what a worker shows is the whole worker's). `/healthz` and `/readyz` need none.
+Without tokens, a web page gets 403 (`auth.LocalCallersOnly`, as on serve's door).
 The worker's turns are its own (the `Host` it runs them on); the queue depth is
 the fleet's, read from PostgreSQL at each scrape.
 """
@@ -23,8 +24,8 @@ from starlette.routing import Route
 
 from ..errors import ListenError
 from ..serving.session import Tenant
-from .app import unauthorized
-from .auth import TenantGate
+from .app import unauthorized, web_page_refused
+from .auth import LocalCallersOnly, TenantGate
 from .door import LOOPBACK_TENANT, DoorLimits
 from .extra import require_http_extra
 from .listen import Address, hypercorn_config, is_loopback, parse_address, serve_app
@@ -70,9 +71,16 @@ class WorkerMetrics:
                 Route("/metrics", metrics, methods=["GET"]),
             ],
             middleware=[
-                Middleware(TenantGate, tenant_of=self.tenant_of, refusal=unauthorized, public=("/healthz", "/readyz"))
+                *self.local_callers_only(),
+                Middleware(TenantGate, tenant_of=self.tenant_of, refusal=unauthorized, public=("/healthz", "/readyz")),
             ],
         )
+
+    def local_callers_only(self) -> list[Middleware]:
+        """Without tokens, no web page reads the metrics (`LocalCallersOnly`), as on serve's door."""
+        if self.tokens is not None:
+            return []
+        return [Middleware(LocalCallersOnly, refusal=partial(web_page_refused, "--metrics-tokens", self.program))]
 
     def tenant_of(self, authorization: str | None) -> Tenant | None:
         """Whoever may read the metrics: any token of the file (no file: the loopback clients)."""

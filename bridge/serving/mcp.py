@@ -33,7 +33,8 @@ from ..host.interface import BaseHost
 from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..serving.file_delivery import FileDeliveries
-from ..serving.session import LOCAL, Tenant
+from ..serving.requests import PROFILE_INVALID, UNKNOWN_PROFILE
+from ..serving.session import LOCAL, Tenant, told_of_profile
 from .mcp_tools import EMBED_MAX_BYTES, parse_call, question_answer, question_form, result_content, tool_definition
 
 NOBODY_TO_ASK = (
@@ -199,9 +200,10 @@ class McpDoor:
 
     def _refused(self, err: BridgeError, profile: str, tenant: Tenant) -> dict[str, Any]:
         problem = str(err)
-        if isinstance(err, ProfileError) and tenant is not LOCAL:  # its file's path is not a client's business
-            problem = f"profile {profile!r} does not load now; the server's log says why"
-            self._log.warning("a tool's profile does not load", profile=profile, error=str(err))
+        code = PROFILE_INVALID if isinstance(err, ProfileError) else err.code  # a fleet's worker names its own
+        if code in (PROFILE_INVALID, UNKNOWN_PROFILE) and tenant is not LOCAL:
+            self._log.warning("a tool's profile was refused", profile=profile, error=problem)
+            problem = told_of_profile(tenant, code, profile, problem)
         return {"content": [{"type": "text", "text": problem}], "isError": True}
 
     async def _permission(self, ctx: Any, request: PermissionRequest) -> Decision:

@@ -90,6 +90,18 @@ class Tenant:
 LOCAL = Tenant("local")  # serve's one client on stdin/stdout: every profile, conversations as given
 
 
+def told_of_profile(tenant: Tenant, code: str, profile: str | None, said: str) -> str:
+    """What `tenant` reads of a profile refused for `code` (`unknown_profile`, `profile_invalid`) where the loader
+    or a worker `said` why: a network client learns nothing of the server's files (a path, a line of YAML) nor of
+    other tenants' profiles, and reads that the server's log has the rest; serve's local client reads it all."""
+    if tenant is LOCAL:
+        return said
+    named = "the turn's profile" if profile is None else f"profile {profile!r}"
+    if code == UNKNOWN_PROFILE:
+        return f"{named} is not served here" if profile is None else f"no profile named {profile!r}"
+    return f"{named} does not load now; the server's log says why"
+
+
 class ClientSession:
     """Handles one client's requests on `host`; its turns run in `turns`, its responses go through `send`."""
 
@@ -244,16 +256,16 @@ class ClientSession:
                 DUPLICATE_ID, f"turn {request.id!r} is already in flight; give each turn its own id"
             ) from None
         except UnknownProfile as err:
-            if self.tenant is not LOCAL:  # a network client learns nothing of the server's files or others' profiles
-                raise RequestError(UNKNOWN_PROFILE, f"no profile named {request.profile!r}") from None
-            raise RequestError(UNKNOWN_PROFILE, str(err)) from None
+            raise RequestError(
+                UNKNOWN_PROFILE, told_of_profile(self.tenant, UNKNOWN_PROFILE, request.profile, str(err))
+            ) from None
         except ProfileError as err:
-            if self.tenant is not LOCAL:  # its file's path and contents are not a network client's business
-                self._log.warning("a profile does not load", profile=request.profile, error=str(err))
-                raise RequestError(
-                    PROFILE_INVALID, f"profile {request.profile!r} does not load now; the server's log says why"
-                ) from None
-            raise RequestError(PROFILE_INVALID, f"profile {request.profile!r} does not load: {err}") from None
+            said = f"profile {request.profile!r} does not load: {err}"
+            if self.tenant is not LOCAL:
+                self._log.warning("a profile does not load", profile=request.profile, error=said)
+            raise RequestError(
+                PROFILE_INVALID, told_of_profile(self.tenant, PROFILE_INVALID, request.profile, said)
+            ) from None
         except TurnError as err:
             raise RequestError(INVALID_REQUEST, str(err)) from None
         except SessionIdRefused as err:
@@ -317,7 +329,7 @@ class ClientSession:
             if not status.started_once:
                 raise  # refused: the caller answers with an error
             await accepted.wait()
-            await self._turn_failed(turn_id, request_id, err, send)
+            await self._turn_failed(turn_id, request_id, err, send, profile=request.profile)
             return
         finally:
             if status.started_once:
@@ -347,7 +359,9 @@ class ClientSession:
         if sent or not self._resend_unsent:
             await self.host.delivered(turn_id)
 
-    async def _turn_failed(self, turn_id: str, request_id: Any, err: Exception, send: Send) -> None:
+    async def _turn_failed(
+        self, turn_id: str, request_id: Any, err: Exception, send: Send, profile: str | None = None
+    ) -> None:
         """An accepted turn ended without a result: the stored session could not be read (the host logged
         why), or, through PostgreSQL, no worker could run it or serve stopped waiting for it."""
         code = err.code if isinstance(err, BridgeError) else None  # the PostgreSQL gateway's errors name theirs
@@ -355,7 +369,11 @@ class ClientSession:
             code = STORE_ERROR if isinstance(err, StoreError) else INTERNAL_ERROR
         if code == INTERNAL_ERROR:
             self._log.error("unexpected error running a turn", error=repr(err), traceback=traceback.format_exc())
-        sent = await send({"type": "error", "id": request_id, "code": code, "message": str(err)})
+        message = str(err)
+        if code in (UNKNOWN_PROFILE, PROFILE_INVALID) and self.tenant is not LOCAL:  # a worker's words
+            self._log.warning("a worker refused a turn's profile", code=code, profile=profile, error=message)
+            message = told_of_profile(self.tenant, code, profile, message)
+        sent = await send({"type": "error", "id": request_id, "code": code, "message": message})
         if (sent or not self._resend_unsent) and code != DETACHED:
             await self.host.delivered(turn_id)  # the turn's end reached the client: a later serve need not send it
 

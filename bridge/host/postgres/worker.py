@@ -260,6 +260,7 @@ class Worker:
         self.registry = ProfileRegistry(profiles)
         self._advertised: dict[str, str] = {}  # the profiles' hashes bridge_workers has of this worker
         self._skips_logged: set[tuple[str, str, str]] = set()  # (profile, queued hash, this worker's hash)
+        self._broken_logged: set[str] = set()  # the problems of the profile files that do not load
         self._db = Database(dsn, size=8)
         self._sessions = _ClaimedSessions(dsn)
         self._held: dict[str, _Held] = {}
@@ -443,7 +444,9 @@ class Worker:
         except UnknownProfile as err:
             return None, {"code": "unknown_profile", "message": str(err)}
         except ProfileError as err:
-            return None, {"code": "profile_invalid", "message": f"profile {claimed.profile!r} does not load: {err}"}
+            said = f"profile {claimed.profile!r} does not load: {err}"
+            log.warning("the turn's profile does not load", error=said)
+            return None, {"code": "profile_invalid", "message": said}
         try:
             turn = turn_from_dict(claimed.turn)
         except (TurnError, KeyError, TypeError) as err:
@@ -582,6 +585,16 @@ class Worker:
         self.registry.refresh()
         return self.registry.digests()
 
+    def _say_broken(self) -> None:
+        """Log each profile file that does not load, once while it stays so: the client whose turn asked for it
+        reads that this log says why."""
+        problems = {str(error) for error in self.registry.broken()}
+        for problem in sorted(problems - self._broken_logged):
+            self._log.warning(
+                "a profile does not load; this worker leaves its turns to others until it is fixed", problem=problem
+            )
+        self._broken_logged = problems
+
     def _say_skipped(self, mismatched: list[tuple[str, str]], digests: dict[str, str]) -> None:
         """Log once per (profile, queued file, own file) that this worker leaves such turns to others."""
         for profile, wanted in mismatched:
@@ -623,6 +636,7 @@ class Worker:
             try:
                 profiles = self.registry.loaded()
                 digests = self.registry.digests()
+                self._say_broken()
                 changed = digests != self._advertised
                 round_ = await self._db.run(
                     partial(_reaper_round, profiles, digests, changed, self.profile_wait_secs, self.id)
