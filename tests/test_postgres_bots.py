@@ -533,3 +533,25 @@ async def test_an_event_larger_than_a_notification_arrives_in_pieces_or_fails_it
     assert "".join(thoughts) == "é" * 5000 and len(thoughts) > 1
     assert caught.value.code == "events_overflow"
     assert "(permission) is larger than a PostgreSQL notification carries" in str(caught.value)
+
+
+async def test_a_profile_that_breaks_after_the_workers_check_is_refused_as_profile_invalid_not_a_store_error(
+    pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with trio.open_nursery() as nursery:
+        runner = Worker(pg_dsn, lab.profiles, max_concurrent=1, lease_secs=2.0)
+        await nursery.start(runner.run)
+        async with RemoteHost(pg_dsn, name="bot") as host:
+            looked = bridge.host.runtime.Host.profile
+
+            def look_then_break(self: bridge.host.runtime.Host, name: str) -> bridge.Profile:
+                """The file breaks between the worker's look at the profile and the turn's start."""
+                profile = looked(self, name)
+                (lab.profiles / "rec.yaml").write_text("command: [\n")
+                return profile
+
+            monkeypatch.setattr(bridge.host.runtime.Host, "profile", look_then_break)
+            with trio.fail_after(DEADLINE), pytest.raises(RemoteTurnError) as caught:
+                await host.submit("rec", "c", bridge.Turn("tag=a"), on_event=lambda event: None)
+        runner.drain()
+    assert caught.value.code == "profile_invalid", caught.value

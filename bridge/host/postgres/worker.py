@@ -441,12 +441,8 @@ class Worker:
         claimed = held.claimed
         try:
             self._host.profile(claimed.profile)
-        except UnknownProfile as err:
-            return None, {"code": "unknown_profile", "message": str(err)}
         except ProfileError as err:
-            said = f"profile {claimed.profile!r} does not load: {err}"
-            log.warning("the turn's profile does not load", error=said)
-            return None, {"code": "profile_invalid", "message": said}
+            return None, _profile_refusal(claimed.profile, err, log)
         try:
             turn = turn_from_dict(claimed.turn)
         except (TurnError, KeyError, TypeError) as err:
@@ -470,6 +466,8 @@ class Worker:
             log.warning("the turn could not start: PostgreSQL unavailable; handing it back", error=str(err))
             held.handed_back = True
             return None, None
+        except ProfileError as err:  # its file changed since the look above
+            return None, _profile_refusal(claimed.profile, err, log)
         except BridgeError as err:
             log.error("the turn could not run", error=str(err))
             return None, {"code": "store_error", "message": str(err)}
@@ -729,6 +727,15 @@ class Worker:
 
 def _deny(request: Any) -> Decision:
     return Decision(allow=False, message="nobody is there to answer")
+
+
+def _profile_refusal(name: str, err: ProfileError, log: Logger) -> dict[str, Any]:
+    """The error a turn gets whose profile this worker cannot run; the gateway words it for a network client."""
+    if isinstance(err, UnknownProfile):
+        return {"code": "unknown_profile", "message": str(err)}
+    said = f"profile {name!r} does not load: {err}"
+    log.warning("the turn's profile does not load", error=said)
+    return {"code": "profile_invalid", "message": said}
 
 
 @dataclass(frozen=True, slots=True)
