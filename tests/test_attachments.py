@@ -615,6 +615,39 @@ def test_serve_refuses_a_local_path() -> None:
     assert parse_turn({**request, "attachments": [{"type": "file", "url": "https://x/y"}]})
 
 
+def test_serve_answers_a_url_it_cannot_read_and_stays_up(tmp_path: Path) -> None:
+    """A client's URL whose host part cannot be read (an unclosed IPv6 bracket, with or without a name) is an
+    invalid request, and a host name no DNS name can be (IDNA refuses it) fails its turn before the agent starts:
+    neither is an internal error, and the next turn is answered."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    reader_profile(tmp_path).rename(profiles / "reader.yaml")
+    base = {"type": "turn", "profile": "reader", "conversation": "c", "message": "look"}
+    requests = [
+        {**base, "id": "bracket", "attachments": [{"type": "file", "url": "http://[::1/x.txt"}]},
+        {**base, "id": "named", "attachments": [{"type": "file", "url": "http://[::1/x.txt", "name": "x.txt"}]},
+        {**base, "id": "idna", "attachments": [{"type": "file", "url": "http://\u2603\u2603.example/x.txt"}]},
+        {**base, "id": "after"},
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--profiles", str(profiles), "--state", str(tmp_path / "s.db")],
+        input="".join(json.dumps(request) + "\n" for request in requests), capture_output=True, text=True,
+        timeout=60, env=loopback_only.subprocess_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answers = {
+        answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines()) if answer["type"] != "accepted"
+    }
+    for request_id in ("bracket", "named"):
+        assert answers[request_id]["code"] == "invalid_request", answers[request_id]
+        assert "not a valid URL" in answers[request_id]["message"]
+    assert answers["idna"]["outcome"] == "attachment_failed", answers["idna"]
+    assert "not a valid domain name" in answers["idna"]["error"]
+    assert answers["after"]["outcome"] == "ok"
+    assert "unexpected error" not in done.stderr
+    assert left_in(tmp_path / "work") == []
+
+
 # ---------------------------------------------------------------------- pass-through (attachments.fetch: false)
 
 ENV_PRINTER = """import json, os

@@ -331,6 +331,8 @@ async def _connect(host: str, port: int, policy: AttachmentPolicy) -> trio.abc.S
         found = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
     except trio.socket.gaierror as err:
         raise AttachmentRefused(f"its host {host} cannot be resolved: {err.strerror}") from None
+    except UnicodeError:  # trio encodes a non-ASCII name by IDNA, which refuses some characters
+        raise AttachmentRefused(f"its host {host!r} is not a valid domain name (IDNA refuses it)") from None
     addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
     for address in addresses:
         if reason := policy.refusal(host, address):
