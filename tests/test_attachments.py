@@ -81,6 +81,7 @@ LOG = bridge.log.get_logger()
         "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
         "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
         "fc00::1",
+        "fec0::1",  # site-local (deprecated, never global): Python's ipaddress calls it global
         "240.0.0.1",
     ],
 )
