@@ -280,6 +280,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(302, b"", Location="http://169.254.169.254/latest/meta-data/")
         elif path == "/to-file":
             self._send(302, b"", Location="file:///etc/passwd")
+        elif path == "/to-unreadable":
+            self._send(302, b"", Location="http://[::1/x")
         else:
             self._send(404, b"no")
 
@@ -417,6 +419,9 @@ async def test_every_redirect_is_checked(tmp_path: Path, server: str) -> None:
     loopback_only.attempts.clear()
     assert "not http or https" in await refused(tmp_path, Attachment("file", f"{server}/to-file"))
     assert "more than 5 times" in await refused(tmp_path, Attachment("file", f"{server}/loop"))
+    assert "redirected it to a URL that is not valid" in await refused(
+        tmp_path, Attachment("file", f"{server}/to-unreadable")
+    )
 
 
 async def test_bad_input(tmp_path: Path, server: str) -> None:

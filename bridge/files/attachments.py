@@ -319,7 +319,11 @@ async def _fetch_http(
             await trio.aclose_forcefully(stream)
         if isinstance(answer, Attachment):
             return answer
-        url = urllib.parse.urljoin(url, answer)
+        try:
+            url = urllib.parse.urljoin(url, answer)
+            urllib.parse.urlsplit(url)
+        except ValueError:  # its message may quote the URL's credentials
+            raise AttachmentRefused("its server redirected it to a URL that is not valid") from None
         if source_kind_or_none(url) != "http":
             raise AttachmentRefused("its server redirected it to a URL that is not http or https")
     raise AttachmentRefused(f"its server redirected it more than {MAX_REDIRECTS} times")
