@@ -547,3 +547,31 @@ def test_an_outbox_of_100_000_files_costs_the_bridge_no_memory_for_each(tmp_path
     assert flood["result"]["reply"] == "done" and len(flood["result"]["files"]) == 20
     assert flood["peak_kib"] < baseline["peak_kib"] + 16 * 1024, (baseline["peak_kib"], flood["peak_kib"])
     assert "the outbox holds over 10000 entries: only 10000 of them were looked at" in flood["result"]["files_note"]
+
+
+def test_an_outbox_holding_a_tree_3000_directories_deep_goes_with_it(make_agent, tmp_path: Path) -> None:
+    """Removing it takes no recursion (Python's stack ends near 1000 levels: the turn failed, the tree stayed) and
+    a bounded number of descriptors, whatever the depth."""
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = make_agent(
+        """
+        import os
+        directory = os.open(os.environ["AGENT_OUTBOX"], os.O_RDONLY)
+        for _ in range(3000):
+            os.mkdir("d", dir_fd=directory)
+            os.symlink("/", "link", dir_fd=directory)
+            inner = os.open("d", os.O_RDONLY, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        open(f"/proc/self/fd/{directory}/deepest.txt", "w").close()
+        print("done")
+        """,
+        cwd=str(work),
+    )
+    try:
+        result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
+        assert result.ok and result.files == () and "'d', 'link' not sent" in result.files_note
+        assert left_in(work) == []
+    finally:  # pytest's own clean-up of its temporary directories is recursive too
+        subprocess.run(["rm", "-rf", str(work)], check=True)

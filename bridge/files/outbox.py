@@ -23,7 +23,6 @@ import itertools
 import mimetypes
 import os
 import resource
-import shutil
 import stat
 import threading
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import BinaryIO
 from ..dialects.events import FileEvent
 from ..errors import OutboxError
 from ..log import get_logger
-from .turn_directory import STATE_DIRECTORY, remove_directory_beneath
+from .turn_directory import STATE_DIRECTORY, delete_beneath, remove_directory_beneath
 
 DEFAULT_MAX_FILES = 20
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
@@ -285,9 +284,7 @@ def remove_outbox(directory: str) -> None:
     except OSError:
         return
     try:
-        os.rmdir(name, dir_fd=parent)  # most outboxes are left empty
-    except OSError:
-        shutil.rmtree(name, dir_fd=parent, ignore_errors=True)
+        delete_beneath(parent, name)
     finally:
         os.close(parent)
 
