@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import os
 import secrets
 import stat
@@ -166,24 +167,21 @@ class SessionOutbox:
         if self._outbox < 0 or turn._outboxes_fd < 0:
             return
         try:
-            with os.scandir(self._outbox) as listing:
-                names = [entry.name for entry in listing]
-        except OSError:
-            return
-        if not names:
-            return
-        try:
-            destination = os.open(turn._name, _DIRECTORY_FLAGS, dir_fd=turn._outboxes_fd)
-        except OSError:
-            return
-        try:
-            for name in names:
+            with os.scandir(self._outbox) as listing:  # moved as listed, not gathered first: there may be millions
+                first = next(listing, None)
+                if first is None:
+                    return
+                destination = os.open(turn._name, _DIRECTORY_FLAGS, dir_fd=turn._outboxes_fd)
                 try:
-                    os.rename(name, name, src_dir_fd=self._outbox, dst_dir_fd=destination)
-                except OSError:
-                    delete_beneath(self._outbox, name)  # the outbox is emptied at every turn's end, sent or not
-        finally:
-            os.close(destination)
+                    for entry in itertools.chain((first,), listing):
+                        try:
+                            os.rename(entry.name, entry.name, src_dir_fd=self._outbox, dst_dir_fd=destination)
+                        except OSError:  # the outbox is emptied at every turn's end, sent or not
+                            delete_beneath(self._outbox, entry.name)
+                finally:
+                    os.close(destination)
+        except OSError:
+            return
 
     def remove(self) -> None:
         """Delete the outbox with what is left in it (its name only while it is still this directory); once."""
@@ -356,13 +354,7 @@ def remove_directory_beneath(parent: int, name: str, directory: int) -> None:
     """Delete what the directory `directory` (a descriptor) holds, then its name `name` in `parent` (a descriptor)
     only while that name is still this directory: whatever the agent made of the names meanwhile, nothing outside
     it goes. The descriptors stay open."""
-    try:
-        with os.scandir(directory) as listing:
-            names = [entry.name for entry in listing]
-    except OSError:
-        names = []
-    for entry in names:
-        delete_beneath(directory, entry)
+    _empty(directory)
     try:
         if _key(directory) == _key_of(parent, name):
             os.rmdir(name, dir_fd=parent)
@@ -387,28 +379,40 @@ _MAX_HELD_DIRECTORIES = 32
 @dataclass(slots=True)
 class _Level:
     descriptor: int
-    name: str  # in the level above (the first level's: in the tree's parent)
+    name: str  # in the level above
     skipped: set[str]  # sub-directories that could not be opened or moved: left alone
 
 
 def _delete_tree(parent: int, name: str) -> None:
-    """Delete the directory `name` in `parent` and everything in it, never following a link, however the agent
-    shaped it: depth first without recursion (Python's stack ends near 1000 levels), each directory deleted from
-    as it is listed (never listed whole into memory), at most `_MAX_HELD_DIRECTORIES` descriptors open (a deeper
-    sub-directory is moved up into the tree's top, beneath the descriptors held, and deleted from there)."""
+    """Delete the directory `name` in `parent` and everything in it (`_empty`), never following a link."""
     try:
         top = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent)
     except OSError:
         return
-    levels = [_Level(top, name, set())]
+    try:
+        _empty(top)
+    finally:
+        os.close(top)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=parent)
+
+
+def _empty(top: int) -> None:
+    """Delete everything in the directory `top` (a descriptor, left open), however the agent shaped it: depth first
+    without recursion (Python's stack ends near 1000 levels), each directory deleted from as it is listed (never
+    listed whole into memory), at most `_MAX_HELD_DIRECTORIES` descriptors open (a deeper sub-directory is moved
+    up into `top`, beneath the descriptors held, and deleted from there)."""
+    levels = [_Level(top, "", set())]
     try:
         while levels:
             level = levels[-1]
             child = _first_full_directory(level)
             if child is None:  # all else in it is gone, or cannot be deleted
+                if len(levels) == 1:
+                    return
                 os.close(levels.pop().descriptor)
                 with contextlib.suppress(OSError):
-                    os.rmdir(level.name, dir_fd=levels[-1].descriptor if levels else parent)
+                    os.rmdir(level.name, dir_fd=levels[-1].descriptor)
                 continue
             try:
                 if len(levels) < _MAX_HELD_DIRECTORIES:
@@ -418,7 +422,7 @@ def _delete_tree(parent: int, name: str) -> None:
             except OSError:
                 level.skipped.add(child)
     finally:
-        for level in levels:
+        for level in levels[1:]:
             os.close(level.descriptor)
 
 
