@@ -575,4 +575,3 @@ def test_an_outbox_holding_a_tree_3000_directories_deep_goes_with_it(make_agent,
         assert left_in(work) == []
     finally:  # pytest's own clean-up of its temporary directories is recursive too
         subprocess.run(["rm", "-rf", str(work)], check=True)
-
