@@ -70,8 +70,16 @@ class Attachment:
                 raise TurnError(f"attachment {name} must be a string, not {type(value).__name__}")
             if problem := text_problem(value):
                 raise TurnError(f"attachment {name} {problem}")
-        if not self.name and self.url[:5].lower() != "data:":  # a data: URI's "path" is its data
+        if self.url[:5].lower() == "data:":  # a data: URI's "path" is its data
+            return
+        try:
             path = urllib.parse.urlsplit(self.url).path
+        except ValueError:  # its message may quote the URL's credentials
+            raise TurnError(
+                "attachment url is not a valid URL: its host part cannot be read (an IPv6 address goes in "
+                "brackets, http://[2001:db8::1]/; a host name has no brackets and no look-alike characters)"
+            ) from None
+        if not self.name:
             object.__setattr__(self, "name", posixpath.basename(path.rstrip("/")))
 
     @classmethod

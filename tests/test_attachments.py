@@ -81,6 +81,7 @@ LOG = bridge.log.get_logger()
         "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
         "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
         "fc00::1",
+        "fec0::1",  # site-local (deprecated, never global): Python's ipaddress calls it global
         "240.0.0.1",
     ],
 )
@@ -279,6 +280,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(302, b"", Location="http://169.254.169.254/latest/meta-data/")
         elif path == "/to-file":
             self._send(302, b"", Location="file:///etc/passwd")
+        elif path == "/to-unreadable":
+            self._send(302, b"", Location="http://[::1/x")
         else:
             self._send(404, b"no")
 
@@ -416,6 +419,9 @@ async def test_every_redirect_is_checked(tmp_path: Path, server: str) -> None:
     loopback_only.attempts.clear()
     assert "not http or https" in await refused(tmp_path, Attachment("file", f"{server}/to-file"))
     assert "more than 5 times" in await refused(tmp_path, Attachment("file", f"{server}/loop"))
+    assert "redirected it to a URL that is not valid" in await refused(
+        tmp_path, Attachment("file", f"{server}/to-unreadable")
+    )
 
 
 async def test_bad_input(tmp_path: Path, server: str) -> None:
@@ -613,6 +619,39 @@ def test_serve_refuses_a_local_path() -> None:
         with pytest.raises(bridge.errors.RequestError, match=why):
             parse_turn({**request, "attachments": [{"type": "file", "url": url}]})
     assert parse_turn({**request, "attachments": [{"type": "file", "url": "https://x/y"}]})
+
+
+def test_serve_answers_a_url_it_cannot_read_and_stays_up(tmp_path: Path) -> None:
+    """A client's URL whose host part cannot be read (an unclosed IPv6 bracket, with or without a name) is an
+    invalid request, and a host name no DNS name can be (IDNA refuses it) fails its turn before the agent starts:
+    neither is an internal error, and the next turn is answered."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    reader_profile(tmp_path).rename(profiles / "reader.yaml")
+    base = {"type": "turn", "profile": "reader", "conversation": "c", "message": "look"}
+    requests = [
+        {**base, "id": "bracket", "attachments": [{"type": "file", "url": "http://[::1/x.txt"}]},
+        {**base, "id": "named", "attachments": [{"type": "file", "url": "http://[::1/x.txt", "name": "x.txt"}]},
+        {**base, "id": "idna", "attachments": [{"type": "file", "url": "http://\u2603\u2603.example/x.txt"}]},
+        {**base, "id": "after"},
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--profiles", str(profiles), "--state", str(tmp_path / "s.db")],
+        input="".join(json.dumps(request) + "\n" for request in requests), capture_output=True, text=True,
+        timeout=60, env=loopback_only.subprocess_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answers = {
+        answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines()) if answer["type"] != "accepted"
+    }
+    for request_id in ("bracket", "named"):
+        assert answers[request_id]["code"] == "invalid_request", answers[request_id]
+        assert "not a valid URL" in answers[request_id]["message"]
+    assert answers["idna"]["outcome"] == "attachment_failed", answers["idna"]
+    assert "not a valid domain name" in answers["idna"]["error"]
+    assert answers["after"]["outcome"] == "ok"
+    assert "unexpected error" not in done.stderr
+    assert left_in(tmp_path / "work") == []
 
 
 # ---------------------------------------------------------------------- pass-through (attachments.fetch: false)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import json
 import os
 import re
 import stat
@@ -510,3 +511,67 @@ async def test_the_host_and_a_turn_stream_see_the_files(tmp_path: Path) -> None:
         events = [event async for event in stream]
     assert [type(event).__name__ for event in events] == ["FileEvent", "FileEvent", "TurnResult"]
     assert stream.result.files == tuple(events[:2])
+
+
+MANY_FILES = """
+import os
+outbox = os.environ["AGENT_OUTBOX"]
+for number in range(100_000):
+    os.close(os.open(os.path.join(outbox, f"{number:06d}-" + "x" * 40), os.O_CREAT | os.O_WRONLY, 0o600))
+print("done")
+"""
+# `agent-bridge run PROFILE hi --json` for each profile: its result and the peak RSS of the processes run so far.
+RUN_MEASURED = """
+import json, resource, subprocess, sys
+for profile in sys.argv[2:]:
+    done = subprocess.run([sys.argv[1], "run", profile, "hi", "--json"], stdout=subprocess.PIPE, check=True)
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(json.dumps({"result": json.loads(done.stdout.splitlines()[-1]), "peak_kib": peak_kib}))
+"""
+
+
+def test_an_outbox_of_100_000_files_costs_the_bridge_no_memory_for_each(tmp_path: Path) -> None:
+    """An agent may leave any number of files: the bridge looks at a bounded number of entries (sorting them all
+    cost it ~80 MiB more for these, and a listing that held up every other turn), sends files of those and says
+    the rest were not looked at."""
+    work = tmp_path / "work"
+    work.mkdir()
+    echo = agent_profile(tmp_path, "print('hi')", "echo", cwd=str(work))
+    many = agent_profile(tmp_path, MANY_FILES, "many", cwd=str(work))
+    cli = os.path.join(os.path.dirname(sys.executable), "agent-bridge")
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_MEASURED, cli, str(echo), str(many)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    baseline, flood = map(json.loads, done.stdout.splitlines())
+    assert flood["result"]["reply"] == "done" and len(flood["result"]["files"]) == 20
+    assert flood["peak_kib"] < baseline["peak_kib"] + 16 * 1024, (baseline["peak_kib"], flood["peak_kib"])
+    assert "the outbox holds over 10000 entries: only 10000 of them were looked at" in flood["result"]["files_note"]
+
+
+def test_an_outbox_holding_a_tree_3000_directories_deep_goes_with_it(make_agent, tmp_path: Path) -> None:
+    """Removing it takes no recursion (Python's stack ends near 1000 levels: the turn failed, the tree stayed) and
+    a bounded number of descriptors, whatever the depth."""
+    work = tmp_path / "work"
+    work.mkdir()
+    profile = make_agent(
+        """
+        import os
+        directory = os.open(os.environ["AGENT_OUTBOX"], os.O_RDONLY)
+        for _ in range(3000):
+            os.mkdir("d", dir_fd=directory)
+            os.symlink("/", "link", dir_fd=directory)
+            inner = os.open("d", os.O_RDONLY, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        open(f"/proc/self/fd/{directory}/deepest.txt", "w").close()
+        print("done")
+        """,
+        cwd=str(work),
+    )
+    try:
+        result = bridge.run_turn_sync(profile, bridge.Turn("hi"))
+        assert result.ok and result.files == () and "'d', 'link' not sent" in result.files_note
+        assert left_in(work) == []
+    finally:  # pytest's own clean-up of its temporary directories is recursive too
+        subprocess.run(["rm", "-rf", str(work)], check=True)

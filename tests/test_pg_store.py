@@ -626,3 +626,21 @@ def test_a_chat_on_a_database_takes_its_place_for_each_turn(bench: Bench) -> Non
         assert chat.expect("err", f"stored in {bench.lab.state}".encode()), chat.output
 
     a_chat_takes_its_place_for_each_turn(bench, then=and_its_session_is_stored_in_the_database)
+
+
+def test_a_process_stalled_while_it_connects_stops_no_other_from_connecting(pg_dsn: str) -> None:
+    """Each connection checks the tables' version; a process paused (SIGSTOP, a debugger) in the middle of that
+    check once held the lock that makes those checks take turns, and every new connection of every other
+    process waited until it went on (a new worker never started). The lock is for creating the tables only."""
+    import psycopg
+
+    from bridge.host.postgres.db import SCHEMA_LOCK
+
+    PostgresSessionStore(pg_dsn).close()  # the tables exist, as on any database in use
+    with psycopg.connect(pg_dsn) as stalled, stalled.transaction():
+        stalled.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))  # where the paused process stopped
+        done = subprocess.run(
+            [PYTHON, "-m", "bridge", "sessions", "list", "--state", pg_dsn],
+            capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr

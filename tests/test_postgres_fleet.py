@@ -459,6 +459,30 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_agents_before_anyone_may
     assert fleet.query("SELECT attempt FROM bridge_turns WHERE turn_id = 'a'") == [(2,)]
 
 
+def test_a_worker_paused_past_its_lease_stops_its_agent_when_resumed_and_writes_nothing(fleet: Fleet, lab: Lab) -> None:
+    """A paused worker (SIGSTOP) cannot stop its agent, which runs on while another worker takes the turn (what
+    docs/fleet.md says of pausing one); resumed, it stops that agent at once and its result is never written."""
+    gateway = fleet.gateway()
+    paused = fleet.worker(lease_secs=0.5)
+    gate = lab.gate()
+    gateway.send(turn("a", f"tag=a gate={gate}"))
+    gateway.until("partial", "a")
+    first = started(lab, "a")[0]
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        fleet.worker()
+        eventually(lambda: len(started(lab, "a")) == 2, "the other worker to run the turn again")
+        assert process_state(first) not in (None, "Z"), "the paused worker's agent runs on: nothing can stop it"
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    eventually(lambda: process_state(first) in (None, "Z"), "the resumed worker to stop its agent")
+    release(gate)
+    results = gateway.results({"a"})
+    assert results["a"]["outcome"] == "ok"
+    assert fleet.query("SELECT attempt, worker FROM bridge_turns WHERE turn_id = 'a'") == [(2, "w2")]
+    assert "stopping a turn this worker no longer holds" in fleet.log("w1")
+
+
 async def test_a_turn_claimed_while_a_lease_renewal_is_under_way_stays_this_workers(
     pg_dsn: str, lab: Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -501,3 +501,25 @@ def test_a_full_disk_at_open_says_so_and_what_to_do(
     assert "the disk holding it is full" in done.stdout, done.stdout
     assert "free some space there, or pass another file with --state PATH" in done.stdout
     assert "writable" not in done.stdout
+
+
+def test_a_key_that_is_not_text_is_a_clear_error_on_the_command_line(tmp_path: Path) -> None:
+    """A non-UTF-8 byte in a conversation key (Python makes it a lone surrogate, which SQLite cannot encode)
+    is refused naming the key, exit 2, by every command that keys the store; the stored sessions are untouched."""
+    state = tmp_path / "sessions.sqlite3"
+    with SessionStore(state) as store:
+        store.record("p", "chat", "default", result(session_id="kept"))
+    profile = tmp_path / "echo.yaml"
+    profile.write_text(json.dumps({"command": [PYTHON, "-c", "print('hi')"]}))
+    bad = b"chat\xff"
+    commands: list[list[str | bytes]] = [
+        ["sessions", "forget", "--state", str(state), "p", bad],
+        ["sessions", "show", "--state", str(state), "p", bad],
+        ["run", str(profile), "--state", str(state), "--conversation", bad, "hi"],
+    ]
+    for command in commands:
+        done = subprocess.run([PYTHON, "-m", "bridge", *command], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and "key 'chat\\udcff' contains a lone surrogate" in done.stderr
+    with SessionStore(state) as store:
+        assert [record.session_id for record in store.list()] == ["kept"]

@@ -319,7 +319,11 @@ async def _fetch_http(
             await trio.aclose_forcefully(stream)
         if isinstance(answer, Attachment):
             return answer
-        url = urllib.parse.urljoin(url, answer)
+        try:
+            url = urllib.parse.urljoin(url, answer)
+            urllib.parse.urlsplit(url)
+        except ValueError:  # its message may quote the URL's credentials
+            raise AttachmentRefused("its server redirected it to a URL that is not valid") from None
         if source_kind_or_none(url) != "http":
             raise AttachmentRefused("its server redirected it to a URL that is not http or https")
     raise AttachmentRefused(f"its server redirected it more than {MAX_REDIRECTS} times")
@@ -331,6 +335,8 @@ async def _connect(host: str, port: int, policy: AttachmentPolicy) -> trio.abc.S
         found = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
     except trio.socket.gaierror as err:
         raise AttachmentRefused(f"its host {host} cannot be resolved: {err.strerror}") from None
+    except UnicodeError:  # trio encodes a non-ASCII name by IDNA, which refuses some characters
+        raise AttachmentRefused(f"its host {host!r} is not a valid domain name (IDNA refuses it)") from None
     addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
     for address in addresses:
         if reason := policy.refusal(host, address):

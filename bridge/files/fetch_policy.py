@@ -6,8 +6,9 @@ network:
 - `AttachmentPolicy`: the profile's `attachments` section (`AttachmentsSettings`: the limits per file, per turn,
   count and time, and the hosts and networks a URL may reach although they are not public) as one turn applies
   it. By default only globally routable addresses are fetched from: loopback, private, shared (100.64/10),
-  link-local (169.254/16 and fe80::/10: cloud metadata), multicast, unspecified and reserved addresses are
-  refused, and so are the IPv6 forms that carry one of those IPv4 addresses (IPv4-mapped, 6to4, NAT64, Teredo);
+  link-local (169.254/16 and fe80::/10: cloud metadata), site-local (fec0::/10), multicast, unspecified and
+  reserved addresses are refused, and so are the IPv6 forms that carry one of those IPv4 addresses (IPv4-mapped,
+  6to4, NAT64, Teredo);
 - `where` says what kind of source a URL is (http(s), data:, a local path) and refuses every other scheme;
 - `shown_url` is the only form of a URL that reaches a log or an error: no credentials, no query;
 - `safe_name` turns a name from the outside into a file name of the attachments directory;
@@ -117,6 +118,8 @@ def _not_public(ip: Address) -> str:
         return "a loopback address"
     if ip.is_link_local:
         return "a link-local address (where cloud metadata services answer)"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:  # fec0::/10, which ipaddress counts global
+        return "a site-local address"
     if ip.is_multicast:
         return "a multicast address"
     if isinstance(ip, ipaddress.IPv4Address) and ip in _SHARED:

@@ -19,10 +19,10 @@ let go of (its descriptors closed) when it is removed.
 
 from __future__ import annotations
 
+import itertools
 import mimetypes
 import os
 import resource
-import shutil
 import stat
 import threading
 from dataclasses import dataclass
@@ -31,10 +31,12 @@ from typing import BinaryIO
 from ..dialects.events import FileEvent
 from ..errors import OutboxError
 from ..log import get_logger
-from .turn_directory import STATE_DIRECTORY, remove_directory_beneath
+from .turn_directory import STATE_DIRECTORY, delete_beneath, remove_directory_beneath
 
 DEFAULT_MAX_FILES = 20
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+# Entries of an outbox looked at, in the directory's order: they are sorted in memory, and an agent may leave millions.
+MAX_ENTRIES = 10_000
 _NAMES_IN_NOTE = 3  # skipped entries named in a note; more are counted
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -52,7 +54,8 @@ def collect(directory: str, *, max_files: int = DEFAULT_MAX_FILES, max_bytes: in
     the outbox is held (`HeldOutbox`) while they wait. The last component of `directory` is not followed.
 
     A missing or empty directory holds nothing. What is skipped — not a regular file, over the
-    count, or over the bytes left — is named in `note`.
+    count, or over the bytes left — is named in `note`. Only `MAX_ENTRIES` entries are looked at (the first
+    the directory lists), and the note says so when it holds more.
     """
     parent_path, name = os.path.split(os.path.normpath(directory))
     try:
@@ -79,11 +82,15 @@ def collect_beneath(
         return Collected(note=f"the outbox could not be read ({err.strerror}); no files were sent")
     try:
         with os.scandir(fd) as listing:
-            entries = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listing)
+            entries = sorted(
+                (entry.name, entry.stat(follow_symlinks=False)) for entry in itertools.islice(listing, MAX_ENTRIES + 1)
+            )
     except OSError as err:
         os.close(fd)
         os.close(parent)
         return Collected(note=f"the outbox could not be read ({err.strerror}); no files were sent")
+    unread = len(entries) > MAX_ENTRIES
+    del entries[MAX_ENTRIES:]
     files: list[FileEvent] = []
     identities: dict[str, FileIdentity] = {}
     not_files: list[str] = []
@@ -109,6 +116,8 @@ def collect_beneath(
         os.close(fd)
         os.close(parent)
     notes = []
+    if unread:
+        notes.append(f"the outbox holds over {MAX_ENTRIES} entries: only {MAX_ENTRIES} of them were looked at")
     if too_many:
         notes.append(f"{_listed(too_many)} not sent: a turn sends at most {max_files} files")
     if too_big:
@@ -275,9 +284,7 @@ def remove_outbox(directory: str) -> None:
     except OSError:
         return
     try:
-        os.rmdir(name, dir_fd=parent)  # most outboxes are left empty
-    except OSError:
-        shutil.rmtree(name, dir_fd=parent, ignore_errors=True)
+        delete_beneath(parent, name)
     finally:
         os.close(parent)
 

@@ -13,15 +13,16 @@ stay between turns, empty but for that spare; `.agent-bridge` gets a `.gitignore
 directory so that a sandbox that binds that directory binds these too. The agent owns its working directory and may
 have put anything there — a symlink named `.agent-bridge` that points at the user's home, say — so every directory is
 made and opened through `FileRoot.directory` (never following a symlink), files are created beneath the descriptors
-held here (`O_EXCL | O_NOFOLLOW`), and the removal works beneath descriptors too (`shutil.rmtree` with `dir_fd`), so
-nothing the agent does redirects a write or a delete outside."""
+held here (`O_EXCL | O_NOFOLLOW`), and the removal works beneath descriptors too (`delete_beneath`, which no depth
+or size of tree stops), so nothing the agent does redirects a write or a delete outside."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import itertools
 import os
 import secrets
-import shutil
 import stat
 import threading
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ class TurnFiles:
             os.close(self._attachments_fd)
             self._attachments_fd = -1
         if self._fetched_fd >= 0:
-            shutil.rmtree(self._name, dir_fd=self._fetched_fd, ignore_errors=True)
+            _delete_tree(self._fetched_fd, self._name)
             os.close(self._fetched_fd)
             self._fetched_fd = -1
 
@@ -122,7 +123,7 @@ class TurnFiles:
         """Delete the outbox with whatever is in it, beneath the descriptor held since it was made; once."""
         if self._outboxes_fd < 0:
             return
-        shutil.rmtree(self._name, dir_fd=self._outboxes_fd, ignore_errors=True)
+        _delete_tree(self._outboxes_fd, self._name)
         os.close(self._outboxes_fd)
         self._outboxes_fd = -1
 
@@ -166,24 +167,21 @@ class SessionOutbox:
         if self._outbox < 0 or turn._outboxes_fd < 0:
             return
         try:
-            with os.scandir(self._outbox) as listing:
-                names = [entry.name for entry in listing]
-        except OSError:
-            return
-        if not names:
-            return
-        try:
-            destination = os.open(turn._name, _DIRECTORY_FLAGS, dir_fd=turn._outboxes_fd)
-        except OSError:
-            return
-        try:
-            for name in names:
+            with os.scandir(self._outbox) as listing:  # moved as listed, not gathered first: there may be millions
+                first = next(listing, None)
+                if first is None:
+                    return
+                destination = os.open(turn._name, _DIRECTORY_FLAGS, dir_fd=turn._outboxes_fd)
                 try:
-                    os.rename(name, name, src_dir_fd=self._outbox, dst_dir_fd=destination)
-                except OSError:
-                    delete_beneath(self._outbox, name)  # the outbox is emptied at every turn's end, sent or not
-        finally:
-            os.close(destination)
+                    for entry in itertools.chain((first,), listing):
+                        try:
+                            os.rename(entry.name, entry.name, src_dir_fd=self._outbox, dst_dir_fd=destination)
+                        except OSError:  # the outbox is emptied at every turn's end, sent or not
+                            delete_beneath(self._outbox, entry.name)
+                finally:
+                    os.close(destination)
+        except OSError:
+            return
 
     def remove(self) -> None:
         """Delete the outbox with what is left in it (its name only while it is still this directory); once."""
@@ -356,13 +354,7 @@ def remove_directory_beneath(parent: int, name: str, directory: int) -> None:
     """Delete what the directory `directory` (a descriptor) holds, then its name `name` in `parent` (a descriptor)
     only while that name is still this directory: whatever the agent made of the names meanwhile, nothing outside
     it goes. The descriptors stay open."""
-    try:
-        with os.scandir(directory) as listing:
-            names = [entry.name for entry in listing]
-    except OSError:
-        names = []
-    for entry in names:
-        delete_beneath(directory, entry)
+    _empty(directory)
     try:
         if _key(directory) == _key_of(parent, name):
             os.rmdir(name, dir_fd=parent)
@@ -371,10 +363,83 @@ def remove_directory_beneath(parent: int, name: str, directory: int) -> None:
 
 
 def delete_beneath(parent: int, name: str) -> None:
-    """Delete `name` in `parent`, whatever it is, without following it."""
+    """Delete `name` in `parent`, whatever it is, without following it: a directory with all in it (`_delete_tree`)."""
     try:
         os.unlink(name, dir_fd=parent)
     except IsADirectoryError:
-        shutil.rmtree(name, dir_fd=parent, ignore_errors=True)
+        _delete_tree(parent, name)
     except OSError:
         pass
+
+
+# Directories a removal holds open at once; a tree deeper than that has its lower part moved up to its top.
+_MAX_HELD_DIRECTORIES = 32
+
+
+@dataclass(slots=True)
+class _Level:
+    descriptor: int
+    name: str  # in the level above
+    skipped: set[str]  # sub-directories that could not be opened or moved: left alone
+
+
+def _delete_tree(parent: int, name: str) -> None:
+    """Delete the directory `name` in `parent` and everything in it (`_empty`), never following a link."""
+    try:
+        top = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent)
+    except OSError:
+        return
+    try:
+        _empty(top)
+    finally:
+        os.close(top)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=parent)
+
+
+def _empty(top: int) -> None:
+    """Delete everything in the directory `top` (a descriptor, left open), however the agent shaped it: depth first
+    without recursion (Python's stack ends near 1000 levels), each directory deleted from as it is listed (never
+    listed whole into memory), at most `_MAX_HELD_DIRECTORIES` descriptors open (a deeper sub-directory is moved
+    up into `top`, beneath the descriptors held, and deleted from there)."""
+    levels = [_Level(top, "", set())]
+    try:
+        while levels:
+            level = levels[-1]
+            child = _first_full_directory(level)
+            if child is None:  # all else in it is gone, or cannot be deleted
+                if len(levels) == 1:
+                    return
+                os.close(levels.pop().descriptor)
+                with contextlib.suppress(OSError):
+                    os.rmdir(level.name, dir_fd=levels[-1].descriptor)
+                continue
+            try:
+                if len(levels) < _MAX_HELD_DIRECTORIES:
+                    levels.append(_Level(os.open(child, _DIRECTORY_FLAGS, dir_fd=level.descriptor), child, set()))
+                else:
+                    os.rename(child, f".deep-{secrets.token_hex(8)}", src_dir_fd=level.descriptor, dst_dir_fd=top)
+            except OSError:
+                level.skipped.add(child)
+    finally:
+        for level in levels[1:]:
+            os.close(level.descriptor)
+
+
+def _first_full_directory(level: _Level) -> str | None:
+    """Delete the entries of `level`'s directory as they are listed, up to its first sub-directory that is not empty
+    (and not skipped): its name, or None when the listing ended."""
+    try:
+        with os.scandir(level.descriptor) as listing:
+            for entry in listing:
+                if not entry.is_dir(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.name, dir_fd=level.descriptor)
+                elif entry.name not in level.skipped:
+                    try:
+                        os.rmdir(entry.name, dir_fd=level.descriptor)
+                    except OSError:
+                        return entry.name
+    except OSError:
+        pass
+    return None

@@ -43,6 +43,7 @@ from ..engine.result import TurnResult
 from ..errors import StoreError
 from ..log import get_logger
 from ..profile.cache import make_private_directories
+from ..turn import text_problem
 from .location import store_path
 
 # How long a writer waits for another process's transaction before giving up.
@@ -210,6 +211,7 @@ class SessionStore:
         used = [(column, value) for column, value in filters.items() if value is not None]
         where = ("WHERE " + " AND ".join(f"{column} = ?" for column, _ in used)) if used else ""
         params = tuple(value for _, value in used)
+        session_key(*(value for value in params if value))  # an empty filter matches nothing; odd text is refused
         rows = self._run(
             self._reader,
             lambda db: db.execute(
@@ -451,10 +453,13 @@ def _patiently(operation: Callable[[], T]) -> T:
 
 
 def session_key(*parts: str) -> tuple[str, ...]:
-    """A stored session's key (its parts as given); raises `StoreError` unless each is a non-empty string."""
+    """A stored session's key (its parts as given); raises `StoreError` unless each is a non-empty string of text
+    (no NUL, no lone surrogate: what a command line's non-UTF-8 bytes become, which SQLite cannot encode)."""
     for part in parts:
         if not isinstance(part, str) or not part:
             raise StoreError(f"session store keys must be non-empty strings, not {part!r}")
+        if problem := text_problem(part):
+            raise StoreError(f"the session store key {part!r} {problem}")
     return parts
 
 

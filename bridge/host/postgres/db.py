@@ -42,7 +42,7 @@ CONNECT_TIMEOUT_SECS = 5
 WORK_CHANNEL = "bridge_work"
 CONTROL_CHANNEL = "bridge_control"
 MAX_NOTIFY_BYTES = 7900  # PostgreSQL refuses payloads of 8000 bytes or more
-_SCHEMA_LOCK = 0x61_67_62_72  # an advisory lock id ("agbr"): processes racing to create the schema take turns
+SCHEMA_LOCK = 0x61_67_62_72  # an advisory lock id ("agbr"): processes racing to create the schema take turns
 # A bot's sessions and turns are kept apart from other bots' by its namespace: a gateway's is its name, and
 # this is both the default gateway name and the session store's default namespace, so a bot that moves
 # from `serve --profiles --state DSN` to a gateway (or `sessions list --state DSN` beside one) sees the same
@@ -252,33 +252,13 @@ def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
     psycopg = require_psycopg()
     try:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            exists = conn.execute("SELECT to_regclass('bridge_meta') IS NOT NULL").fetchone()
-            version = None
-            if exists and exists[0]:
-                row = conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone()
-                version = int(row[0]) if row else None
-            if version is not None and version > SCHEMA_VERSION:
-                raise PostgresError(
-                    f"database {shown_dsn(dsn)} was set up by a newer agent-bridge (schema "
-                    f"{version}); upgrade agent-bridge on this machine"
-                )
-            if version != SCHEMA_VERSION:
-                for step in range(version or SCHEMA_VERSION, SCHEMA_VERSION):
-                    MIGRATIONS[step](conn)
-                conn.execute(SCHEMA)
-                conn.execute(
-                    "INSERT INTO bridge_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
-                    "SET value = excluded.value",
-                    (str(SCHEMA_VERSION),),
-                )
-                if version is not None:
-                    get_logger(component="postgres").warning(
-                        "agent-bridge's tables were upgraded in place",
-                        database=shown_dsn(dsn),
-                        from_version=version,
-                        to_version=SCHEMA_VERSION,
-                    )
+            current = _schema_version(conn) == SCHEMA_VERSION
+        # Only making or upgrading the tables takes the lock: a process stalled holding it (SIGSTOP, a debugger)
+        # would hold up every other process's new connections.
+        if not current:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                _make_schema(conn, dsn, _schema_version(conn))
     except psycopg.OperationalError as err:
         raise PostgresUnavailable(f"{shown_dsn(dsn)}: {first_line(err)}") from None
     except psycopg.Error as err:
@@ -288,6 +268,40 @@ def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
         ) from None
     if not conn.autocommit:
         conn.rollback()
+
+
+def _schema_version(conn: psycopg.Connection[Any]) -> int | None:
+    """The version of agent-bridge's tables in the database, None before they are made."""
+    exists = conn.execute("SELECT to_regclass('bridge_meta') IS NOT NULL").fetchone()
+    if not (exists and exists[0]):
+        return None
+    row = conn.execute("SELECT value FROM bridge_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else None
+
+
+def _make_schema(conn: psycopg.Connection[Any], dsn: str, version: int | None) -> None:
+    """Make the tables, or upgrade them from `version`, holding the schema lock."""
+    if version is not None and version > SCHEMA_VERSION:
+        raise PostgresError(
+            f"database {shown_dsn(dsn)} was set up by a newer agent-bridge (schema "
+            f"{version}); upgrade agent-bridge on this machine"
+        )
+    if version == SCHEMA_VERSION:
+        return
+    for step in range(version or SCHEMA_VERSION, SCHEMA_VERSION):
+        MIGRATIONS[step](conn)
+    conn.execute(SCHEMA)
+    conn.execute(
+        "INSERT INTO bridge_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(SCHEMA_VERSION),),
+    )
+    if version is not None:
+        get_logger(component="postgres").warning(
+            "agent-bridge's tables were upgraded in place",
+            database=shown_dsn(dsn),
+            from_version=version,
+            to_version=SCHEMA_VERSION,
+        )
 
 
 def first_line(err: BaseException) -> str:

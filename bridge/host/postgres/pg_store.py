@@ -186,6 +186,7 @@ class PostgresSessionStore:
         used = [(column, value) for column, value in filters.items() if value is not None]
         where = ("WHERE " + " AND ".join(f"{column} = %s" for column, _ in used)) if used else ""
         params = tuple(value for _, value in used)
+        session_key(*(value for value in params if value))  # an empty filter matches nothing; odd text is refused
         rows = self._reader.run(
             lambda db: db.execute(f"SELECT {_COLUMNS} FROM {_TABLE} {where} {_ORDER}", params).fetchall()
         )
