@@ -440,6 +440,15 @@ def test_bad_profiles_and_bad_arguments_exit_2_saying_what_is_wrong(tmp_path):
         ("run", echo, "x", "--timeout", "soon"): "'soon' is not a number of seconds",
         ("run", echo, "x", "--attach", "sticker=https://x/y"): "attachment type 'sticker' is not one of",
         ("run", echo, "x", "--no-such-option"): "unrecognized arguments",
+        (
+            "worker",
+            "--postgres",
+            "postgresql://nobody@127.0.0.1:9/x",
+            "--profiles",
+            str(tmp_path),
+            "--lease-secs",
+            "inf",
+        ): ("must be finite"),
     }
     for (args, complaint), done in zip(cases.items(), cli_at_once(*cases)):
         assert (done.returncode, done.stdout) == (2, ""), args

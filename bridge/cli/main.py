@@ -509,7 +509,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         worker.add_argument(
             "--lease-secs",
             metavar="SECS",
-            type=seconds(zero_ok=False),
+            type=seconds(zero_ok=False, finite="a worker whose lease never ends is never taken for lost"),
             default=10.0,
             help="a turn's lease: renewed every third of it; a worker silent this long (plus the "
             "agent's kill grace) is taken for lost and its turns go to others (default: 10)",

@@ -75,7 +75,10 @@ def attachment(spec: str) -> Attachment:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def seconds(*, zero_ok: bool) -> Any:
+def seconds(*, zero_ok: bool, finite: str = "") -> Any:
+    """A number of seconds: above 0 (or 0 too, `zero_ok`); where `finite` says why an endless one would defeat
+    the option, `inf` is refused with it."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -85,6 +88,8 @@ def seconds(*, zero_ok: bool) -> Any:
             raise argparse.ArgumentTypeError("must be 0 or more")
         if not zero_ok and not value > 0:
             raise argparse.ArgumentTypeError("must be greater than 0")
+        if finite and value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be finite: {finite}")
         return value
 
     return parse
