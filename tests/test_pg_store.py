@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import pytest
 import trio
@@ -34,6 +34,7 @@ from test_turn_queue import Bench, Proc, Serve, a_chat_takes_its_place_for_each_
 import bridge
 from bridge import Outcome, StoreError, Turn, TurnResult
 from bridge.cli import main
+from bridge.errors import PostgresUnavailable
 from bridge.host.file_turnlock import TurnLockError
 from bridge.host.postgres.advisory_turnlock import PgPlace, PgTurnLocks, advisory_key
 from bridge.host.postgres.pg_store import PostgresSessionStore, new_stamp, record_session
@@ -644,3 +645,43 @@ def test_a_process_stalled_while_it_connects_stops_no_other_from_connecting(pg_d
             capture_output=True, text=True, timeout=20,
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_a_connection_stalled_inside_a_transaction_is_ended_by_the_server_and_its_locks_freed(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker paused or cut off in the middle of a transaction held its row locks until it went on (TCP takes
+    the server hours to notice a peer gone), and the reaper could not take back its turns meanwhile."""
+    import psycopg
+
+    from bridge.host.postgres import db
+
+    monkeypatch.setattr(db, "IDLE_IN_TRANSACTION_SECS", 0.3)
+    stalled = db.connect(pg_dsn)
+    try:
+        stalled.execute("SELECT pg_advisory_xact_lock(4242)")  # a lock held, then silence, as a paused process
+        pid = stalled.info.backend_pid
+        with psycopg.connect(pg_dsn, autocommit=True) as other:
+            deadline = time.monotonic() + 10
+            while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is not None:
+                assert time.monotonic() < deadline, "the stalled session still holds its transaction after 10 s"
+                time.sleep(0.05)
+            assert other.execute("SELECT pg_try_advisory_lock(4242)").fetchone() == (True,)
+    finally:
+        stalled.close()
+
+    def paused_mid_transaction(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(4242)")
+        time.sleep(1)  # the process stopped here, past the bound
+        conn.execute("SELECT 1")
+
+    async def resumed() -> None:
+        pool = db.Database(pg_dsn)
+        try:
+            with pytest.raises(PostgresUnavailable):  # as for any lost connection: the caller may try again
+                await pool.run(paused_mid_transaction)
+            assert await pool.run(lambda conn: conn.execute("SELECT 2").fetchone()) == (2,)
+        finally:
+            pool.close()
+
+    trio.run(resumed)

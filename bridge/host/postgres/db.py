@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 SCHEMA_VERSION = 3
 CONNECT_TIMEOUT_SECS = 5
+# The server ends a session of ours that sits this long inside a transaction, sending nothing: its process paused
+# (SIGSTOP, a frozen machine) or cut off mid-transaction, where TCP would take the server hours to notice. Its row
+# locks would otherwise keep the reaper from taking back its turns for as long. Our transactions send their
+# statements back to back; the slowest wait between two is reading a result's files (a few seconds at most).
+IDLE_IN_TRANSACTION_SECS = 60.0
 # Workers tell each gateway what its turns do on a channel of its own (`events_channel`); gateways and
 # workers tell workers there is work, and gateways tell them to cancel a turn or answer its question.
 WORK_CHANNEL = "bridge_work"
@@ -252,6 +257,10 @@ def _ensure_schema(conn: psycopg.Connection[Any], dsn: str) -> None:
     psycopg = require_psycopg()
     try:
         with conn.transaction():
+            conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                (str(round(IDLE_IN_TRANSACTION_SECS * 1000)),),
+            )
             current = _schema_version(conn) == SCHEMA_VERSION
         # Only making or upgrading the tables takes the lock: a process stalled holding it (SIGSTOP, a debugger)
         # would hold up every other process's new connections.
@@ -387,6 +396,13 @@ class Database:
                 value = operation(conn)
         except psycopg.OperationalError as err:
             conn.close()
+            raise PostgresUnavailable(f"{shown_dsn(self.dsn)}: {first_line(err)}") from None
+        except psycopg.Error as err:
+            if not conn.broken:
+                with self._lock:
+                    self._idle.append(conn)
+                raise
+            conn.close()  # the server ended the session (IDLE_IN_TRANSACTION_SECS): nothing of it was committed
             raise PostgresUnavailable(f"{shown_dsn(self.dsn)}: {first_line(err)}") from None
         except BaseException:
             if conn.broken:
