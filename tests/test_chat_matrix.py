@@ -374,6 +374,24 @@ async def test_a_part_the_homeserver_refuses_as_html_is_sent_again_as_plain_text
     await platform.aclose()
 
 
+async def test_an_answer_in_another_room_does_not_pick_a_choice_of_this_rooms_prompt(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    platform = connector(bot)
+    room = await started_in_a_room(platform, alice, bot)
+    other = await alice.room_with(bot)
+    await joined(platform, alice, other)
+    [prompt] = await platform.send_text(room, "", "May I run `ls`?", choices=(Choice("Allow", "allow:7"),))
+
+    # Event ids are global: a reply in another room may name the prompt (Synapse refuses such a reaction; a
+    # homeserver of another make, over federation, need not).
+    await alice.say(other, "1", **{"m.relates_to": {"m.in_reply_to": {"event_id": prompt}}})
+    await alice.say(other, "that was all")
+    items = await poll_until(platform, lambda items: "that was all" in texts(items))
+    assert not [item for item in items if isinstance(item, ButtonPress)]
+    await platform.aclose()
+
+
 async def test_numbered_choices_answered_by_reply_and_by_keycap_reaction(
     synapse: SynapseServer, bot: MatrixConfig, alice: Person
 ) -> None:

@@ -227,6 +227,20 @@ async def test_a_press_whose_data_no_button_carries_decides_nothing_and_the_bot_
         await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
 
 
+@pytest.mark.parametrize("label", ["Allow", "Blue"])
+async def test_a_press_from_another_chat_does_not_answer_this_chats_prompt(setup: Path, label: str) -> None:
+    # A Telegram client may send any callback data from a chat of its own; a Matrix reaction names any event id.
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "run the build" if label == "Allow" else "a question"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        platform.push(press(2, platform.choice(label), chat="another chat"))
+        await platform.wait_for("the press answered", lambda: platform.of("press"))
+        assert [record.text for record in platform.of("press")] == ["no longer waiting"]
+        assert not [t for t in platform.sent_texts() if t.startswith("decided")]
+        platform.push(press(3, platform.choice(label)))
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+
+
 async def test_a_multi_select_question_toggles_then_done(setup: Path) -> None:
     async with running_bridge(setup, profile="asker") as (_, platform):
         platform.push(message(1, "a multi question"))

@@ -137,7 +137,8 @@ class MatrixPlatform:
         self._since: str | None = None
         self._rooms: dict[str, _Room] = {}
         # Caches, bounded (_remember): what the homeserver would tell again, at the cost of a request.
-        self._prompts: OrderedDict[str, tuple[Choice, ...]] = OrderedDict()  # event id → its CHOICES_FIELD
+        # (room id, event id) → its CHOICES_FIELD: an event id is global, a reaction in another room must not find it
+        self._prompts: OrderedDict[tuple[str, str], tuple[Choice, ...]] = OrderedDict()
         self._own_events: OrderedDict[str, None] = OrderedDict()
         self._names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (room, user) → display name
         self._pacer: Pacer[_Job] = Pacer(config.pace.applied_to(MATRIX_LIMITS) if limits is None else limits)
@@ -460,14 +461,14 @@ class MatrixPlatform:
             return None  # redacted, or from before the bot could see the room
 
     async def _choices_of(self, room_id: str, event_id: str) -> tuple[Choice, ...]:
-        if event_id in self._prompts:
-            return self._prompts[event_id]
+        if (room_id, event_id) in self._prompts:
+            return self._prompts[room_id, event_id]
         event = await self._event(room_id, event_id)
         if event is None or event.get("sender") != self.user_id:
             return ()
         raw = event.get("content", {}).get(CHOICES_FIELD, [])
         choices = tuple(Choice(str(item["label"]), str(item["data"])) for item in raw if isinstance(item, dict))
-        _remember(self._prompts, event_id, choices)
+        _remember(self._prompts, (room_id, event_id), choices)
         return choices
 
     async def _sent_by_bot(self, room_id: str, event_id: str) -> bool:
@@ -536,7 +537,7 @@ class MatrixPlatform:
             transaction = _transaction_of(delivery.key, index) if delivery is not None else ""
             keys.append(await self._send_with_plain_fallback(chat, content, transaction))
             if choices and index == len(parts) - 1:
-                _remember(self._prompts, keys[-1], choices)
+                _remember(self._prompts, (chat, keys[-1]), choices)
             if delivery is not None and delivery.part_sent is not None:
                 await delivery.part_sent(index + 1)
         return keys
@@ -564,7 +565,7 @@ class MatrixPlatform:
             "m.relates_to": {"rel_type": "m.replace", "event_id": message_key},
         }
         if choices:  # a decided prompt keeps its choices: a late answer is told it is no longer awaited
-            _remember(self._prompts, message_key, choices)
+            _remember(self._prompts, (chat, message_key), choices)
         transaction = uuid.uuid4().hex
 
         async def perform() -> str:
@@ -582,7 +583,7 @@ class MatrixPlatform:
             await self._call("PUT", path, json={}, paced=True)
             return ""
 
-        self._prompts.pop(message_key, None)
+        self._prompts.pop((chat, message_key), None)
         await self._paced(Delete(chat, message_key), _Job(perform, {}))
 
     async def answer_press(self, press: ButtonPress, text: str = "") -> None:

@@ -739,7 +739,8 @@ class ChatBridge:
         if press.user not in self.settings.allow_users:
             self._later(self.platform.answer_press, press, "You may not answer this.")
             return
-        if prompt is None or not self.host.in_flight(prompt.turn_id):
+        # A press from another chat (a forged callback, a reaction to another room's prompt) is not this prompt's.
+        if prompt is None or prompt.conversation.chat != press.chat or not self.host.in_flight(prompt.turn_id):
             self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
             return
         who = press.user_name or press.user
