@@ -241,6 +241,20 @@ async def test_a_press_from_another_chat_does_not_answer_this_chats_prompt(setup
         await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
 
 
+async def test_a_press_whose_data_no_button_carries_leaves_an_approval_waiting(setup: Path) -> None:
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "run the build"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        key, data = platform.choice("Deny")
+        token = data.partition(":")[0]
+        platform.push(press(2, (key, f"{token}:bogus")), press(3, (key, f"{token}:\u00b2")))
+        await platform.wait_for("two answers", lambda: len(platform.of("press")) == 2)
+        assert [record.text for record in platform.of("press")] == ["no longer waiting"] * 2
+        platform.push(press(4, (key, data)))
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+        assert '"behavior": "deny"' in next(t for t in platform.sent_texts() if t.startswith("decided"))
+
+
 async def test_a_multi_select_question_toggles_then_done(setup: Path) -> None:
     async with running_bridge(setup, profile="asker") as (_, platform):
         platform.push(message(1, "a multi question"))

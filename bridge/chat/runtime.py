@@ -750,7 +750,10 @@ class ChatBridge:
                 "always": (Decision(allow=True, always=True), "Allowed for this session"),
                 "deny": (Decision(allow=False), "Denied"),
             }.get(choice)
-            if decision is None or not self.host.decide(prompt.turn_id, prompt.request_id, decision[0]):
+            if decision is None:  # data no button carries: the prompt still waits for a real press
+                self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
+                return
+            if not self.host.decide(prompt.turn_id, prompt.request_id, decision[0]):
                 self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
                 self._forget(prompt)
                 return
