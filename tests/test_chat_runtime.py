@@ -31,7 +31,8 @@ from chatkit import DEADLINE, FakePlatform, asking_profile, message, press, reco
 
 from bridge.chat.botlock import BotLock, lock_path
 from bridge.chat.inbox import Inbox
-from bridge.chat.platform import IncomingFile
+from bridge.chat.markup import telegram_parts
+from bridge.chat.platform import ButtonPress, IncomingFile
 from bridge.chat.runtime import REFUSAL, ChatBridge, ChatSettings, conversation_key
 from bridge.errors import PlatformConflict
 from bridge.host.runtime import open_host
@@ -253,6 +254,20 @@ async def test_a_press_whose_data_no_button_carries_leaves_an_approval_waiting(s
         platform.push(press(4, (key, data)))
         await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
         assert '"behavior": "deny"' in next(t for t in platform.sent_texts() if t.startswith("decided"))
+
+
+async def test_the_name_of_who_decided_shows_as_text_not_as_markdown(setup: Path) -> None:
+    name = "**Admin** [approved](https://e.vil) `ok`"
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "run the build"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        prompt = telegram_parts(platform.of("send")[-1].text)[0]
+        key, data = platform.choice("Deny")
+        platform.push(ButtonPress("2", "c1", "", "7", key, data, user_name=name))
+        await platform.wait_for("the prompt edited", lambda: platform.of("edit"))
+        [edited] = telegram_parts(platform.of("edit")[-1].text)
+        assert edited.text == f"{prompt.text}\n\nDenied by {name}."
+        assert edited.entities == prompt.entities  # the prompt's own bold and code, nothing of the name
 
 
 async def test_a_multi_select_question_toggles_then_done(setup: Path) -> None:
