@@ -33,6 +33,7 @@ import trio
 
 from ..errors import PlatformRateLimited, PlatformRefused, PlatformUnavailable
 from .config import MatrixConfig
+from .http_transport import whole_request_within
 from .markup import MatrixText, matrix_parts
 from .pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
 from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
@@ -53,6 +54,10 @@ FIRST_START_EVENTS = 500
 TIMELINE_LIMIT = 100  # events a room per sync before the timeline reports a gap
 CACHE_LIMIT = 4096  # entries of each cache of prompts, own events and names
 NAME_BYTES = 200  # of a downloaded file's name, room left for the `-N` that tells two of one name apart
+FILE_SECONDS = 600.0
+"""The most a file's upload or download may take in all (a request's other calls are whole within their
+`time_limit`: per read, httpx would wait for ever on a server dripping a byte now and then): Synapse's default
+upload limit (50 MB) at about 85 KB/s."""
 RETRIES = 8  # of one request refused with 429 or failing with a server error, before PlatformUnavailable
 ENCRYPTED_ROOM_NOTICE = (
     "This room is end-to-end encrypted, and agent-bridge does not support encrypted rooms: it cannot read "
@@ -166,15 +171,16 @@ class MatrixPlatform:
             all_headers["Authorization"] = f"Bearer {self._token}"
         for attempt in range(RETRIES):
             try:
-                response = await self._client.request(
-                    method,
-                    self._homeserver + path,
-                    json=json,
-                    params=params,
-                    content=content,
-                    headers=all_headers,
-                    timeout=time_limit,
-                )
+                with whole_request_within(time_limit):  # each read's limit too, but a drip would reset that
+                    response = await self._client.request(
+                        method,
+                        self._homeserver + path,
+                        json=json,
+                        params=params,
+                        content=content,
+                        headers=all_headers,
+                        timeout=time_limit,
+                    )
             except httpx.HTTPError as error:
                 if attempt + 1 == RETRIES:
                     raise PlatformUnavailable(
@@ -615,16 +621,17 @@ class MatrixPlatform:
         for base in (f"{AUTHENTICATED_MEDIA}/download", f"{MEDIA_V3}/download"):
             url = f"{self._homeserver}{base}/{quote(server)}/{quote(media_id)}"
             try:
-                async with self._client.stream("GET", url, headers=headers, timeout=60.0) as response:
-                    if response.status_code in (404, 400) and base.startswith(AUTHENTICATED_MEDIA):
-                        continue  # a homeserver without authenticated media (before Matrix 1.11)
-                    if response.status_code != 200:
-                        raise PlatformRefused(
-                            f"matrix: downloading {file.name!r} was refused (HTTP {response.status_code})"
-                        )
-                    async with await trio.open_file(target, "wb") as out:
-                        async for chunk in response.aiter_bytes():
-                            await out.write(chunk)
+                with whole_request_within(FILE_SECONDS):
+                    async with self._client.stream("GET", url, headers=headers, timeout=60.0) as response:
+                        if response.status_code in (404, 400) and base.startswith(AUTHENTICATED_MEDIA):
+                            continue  # a homeserver without authenticated media (before Matrix 1.11)
+                        if response.status_code != 200:
+                            raise PlatformRefused(
+                                f"matrix: downloading {file.name!r} was refused (HTTP {response.status_code})"
+                            )
+                        async with await trio.open_file(target, "wb") as out:
+                            async for chunk in response.aiter_bytes():
+                                await out.write(chunk)
             except httpx.HTTPError as error:
                 raise PlatformUnavailable(
                     f"matrix: downloading {file.name!r} failed ({type(error).__name__}); it is retried on restart"
@@ -646,7 +653,7 @@ class MatrixPlatform:
             params={"filename": name},
             content=data,
             headers={"Content-Type": media_type},
-            time_limit=120.0,
+            time_limit=FILE_SECONDS,
         )
         content: dict[str, Any] = {
             "msgtype": "m.image" if media_type.startswith("image/") else "m.file",

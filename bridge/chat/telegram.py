@@ -26,6 +26,7 @@ from pydantic import SecretStr
 from ..errors import ChatError, PlatformConflict, PlatformRefused, PlatformUnavailable
 from ..log import get_logger
 from .config import Pace
+from .http_transport import whole_request_within
 from .markup import plain_parts, telegram_parts
 from .pacing import TELEGRAM_LIMITS, Delete, Edit, PaceLimits, Pacer, Send
 from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
@@ -37,6 +38,15 @@ PHOTO_LIMIT = 10 * 1024 * 1024  # larger images go as documents
 UPDATE_TYPES = ("message", "callback_query")
 # Press ids are needed only until the press is answered, which happens within seconds: the newest this many are kept.
 REMEMBERED_PRESSES = 10_000
+CALL_SECONDS = 30.0
+"""The most one Bot API call may take in all, answer included (per read, httpx would wait for ever on a server
+dripping a byte now and then): Telegram answers a call in well under a second, and 30 s is what a read already
+waited; beyond it the call is treated as Telegram unavailable and tried again with the usual backoff."""
+POLL_MARGIN = 15.0
+"""getUpdates may take its long poll's `timeout` plus this: Telegram answers at the end of the poll, and a slow
+network or proxy may add to it."""
+FILE_SECONDS = 600.0
+"""The most a file's upload or download may take: the largest a bot sends (50 MB) at about 85 KB/s."""
 _OP_NAMES = {Send: "send", Edit: "edit", Delete: "delete"}
 
 
@@ -123,11 +133,13 @@ class TelegramPlatform:
         limits: PaceLimits | None = None,
         poll_timeout: int = 30,
         clock: Callable[[], float] = trio.current_time,
+        call_seconds: float = CALL_SECONDS,
     ) -> None:
         self._token = _token_of(config)
         self._api_url = config.api_url.rstrip("/")
         self._client = client_factory()
         self._poll_timeout = poll_timeout
+        self._call_seconds = call_seconds
         self._clock = clock
         self._outbox = _Outbox(Pacer(config.pace.applied_to(TELEGRAM_LIMITS) if limits is None else limits))
         self._offset: int | None = None
@@ -159,7 +171,7 @@ class TelegramPlatform:
         params: dict[str, Any] = {"timeout": self._poll_timeout, "allowed_updates": list(UPDATE_TYPES)}
         if self._offset is not None:
             params["offset"] = self._offset
-        reply = await self._call("getUpdates", params, wait_seconds=self._poll_timeout + 15)
+        reply = await self._call("getUpdates", params, wait_seconds=self._poll_timeout + POLL_MARGIN)
         if not reply.ok:
             if reply.status == 409:
                 raise PlatformConflict(_conflict_message(reply.description))
@@ -366,14 +378,15 @@ class TelegramPlatform:
         target = _free_name(Path(directory), file.name)
         url = f"{self._api_url}/file/bot{self._token}/{reply.result['file_path']}"
         try:
-            async with self._client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    raise PlatformUnavailable(
-                        f"Telegram answered {response.status_code} to the download of {file.name!r}: try again"
-                    )
-                async with await trio.open_file(target, "xb") as output:
-                    async for chunk in response.aiter_bytes():
-                        await output.write(chunk)
+            with whole_request_within(FILE_SECONDS):
+                async with self._client.stream("GET", url) as response:
+                    if response.status_code != 200:
+                        raise PlatformUnavailable(
+                            f"Telegram answered {response.status_code} to the download of {file.name!r}: try again"
+                        )
+                    async with await trio.open_file(target, "xb") as output:
+                        async for chunk in response.aiter_bytes():
+                            await output.write(chunk)
         except httpx.HTTPError as error:
             await trio.Path(target).unlink(missing_ok=True)
             raise PlatformUnavailable(
@@ -537,15 +550,18 @@ class TelegramPlatform:
         params: dict[str, Any] | None = None,
         *,
         files: dict[str, tuple[str, bytes, str]] | None = None,
-        wait_seconds: float = 30.0,
+        wait_seconds: float | None = None,
     ) -> _Reply:
-        """One Bot API call. A transport failure is `PlatformUnavailable`; every answer, error or not, a `_Reply`."""
+        """One Bot API call, whole within `wait_seconds` (a file's within FILE_SECONDS). A transport failure or a
+        call over its time is `PlatformUnavailable`; every answer, error or not, a `_Reply`."""
         url = f"{self._api_url}/bot{self._token}/{method}"
+        seconds = wait_seconds or self._call_seconds  # each read's, and the whole call's but an upload's
         try:
-            if files is not None:
-                response = await self._client.post(url, data=params or {}, files=files, timeout=wait_seconds)
-            else:
-                response = await self._client.post(url, json=params or {}, timeout=wait_seconds)
+            with whole_request_within(FILE_SECONDS if files is not None else seconds):
+                if files is not None:
+                    response = await self._client.post(url, data=params or {}, files=files, timeout=seconds)
+                else:
+                    response = await self._client.post(url, json=params or {}, timeout=seconds)
             body = response.json()
         except httpx.HTTPError as error:
             raise PlatformUnavailable(
