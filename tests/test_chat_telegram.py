@@ -24,6 +24,7 @@ import trio
 from chatkit import TELEGRAM_TOKEN as TOKEN
 from fakes.telegram_bot_api import (
     CONFLICT,
+    DOWNLOAD_LIMIT,
     ApiFault,
     FakeBotApi,
     FloodLimits,
@@ -638,6 +639,9 @@ async def test_a_file_is_downloaded_under_a_safe_name_inside_the_directory(fake:
     with pytest.raises(PlatformRefused, match="20 MB") as refused:
         await platform.download(document.files[0], str(tmp_path))
     assert TOKEN not in str(refused.value)
+    fake.download_limit, fake.file_paths = DOWNLOAD_LIMIT, False  # getFile's file_path is optional
+    with pytest.raises(PlatformRefused, match="too large to download"):
+        await platform.download(document.files[0], str(tmp_path))
     await platform.aclose()
 
 

@@ -368,10 +368,13 @@ class TelegramPlatform:
 
     async def download(self, file: IncomingFile, directory: str) -> str:
         reply = await self._call("getFile", {"file_id": file.file_ref})
+        # file_path is optional in getFile's answer: without it, as with "file is too big", nothing can be fetched.
+        if reply.ok and not (isinstance(reply.result, dict) and "file_path" in reply.result):
+            reply = _Reply(ok=False, status=400, description="file is too big")
         if not reply.ok:
             if "file is too big" in reply.description:
                 raise PlatformRefused(
-                    f"the file {file.name!r} is too big for a bot to download: the Bot API serves files of at "
+                    f"the file {file.name!r} is too large to download: the Bot API serves files of at "
                     "most 20 MB (a self-hosted Bot API server, api_url, has no such limit)"
                 )
             raise self._failure("getFile", reply)
