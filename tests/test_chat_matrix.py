@@ -70,7 +70,8 @@ def bot(synapse: SynapseServer) -> MatrixConfig:
 
 
 def connector(section: MatrixConfig, **options: Any) -> MatrixPlatform:
-    return MatrixPlatform(section, lambda: httpx.AsyncClient(), sync_timeout_ms=200, limits=UNPACED, **options)
+    factory = options.pop("client_factory", httpx.AsyncClient)
+    return MatrixPlatform(section, factory, sync_timeout_ms=200, limits=UNPACED, **options)
 
 
 class Person:
@@ -389,6 +390,42 @@ async def test_an_answer_in_another_room_does_not_pick_a_choice_of_this_rooms_pr
     await alice.say(other, "that was all")
     items = await poll_until(platform, lambda items: "that was all" in texts(items))
     assert not [item for item in items if isinstance(item, ButtonPress)]
+    await platform.aclose()
+
+
+class HeldJoins(httpx.AsyncBaseTransport):
+    """The way to the homeserver, but a join of a room in `held` waits for `release`: a homeserver trying to join a
+    room of another one that is down."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.held: set[str] = set()
+        self.release = trio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if any(request.url.path.endswith(f"/join/{room}") for room in self.held):
+            await self.release.wait()
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_join_that_hangs_holds_neither_the_sync_nor_the_invite(
+    synapse: SynapseServer, bot: MatrixConfig, alice: Person
+) -> None:
+    joins = HeldJoins()
+    client = lambda: httpx.AsyncClient(transport=joins)  # noqa: E731
+    platform = connector(bot, client_factory=client, join_seconds=0.5, join_retry_seconds=0.0)
+    room = await started_in_a_room(platform, alice, bot)
+    stuck = await alice.room_with(bot)
+    joins.held.add(stuck)
+    await alice.say(room, "still here")
+    await poll_until(platform, lambda items: "still here" in texts(items))
+    assert platform.user_id not in await alice.members(stuck)
+
+    joins.release.set()  # the other homeserver is back: a later sync joins
+    await joined(platform, alice, stuck)
     await platform.aclose()
 
 

@@ -58,6 +58,12 @@ FILE_SECONDS = 600.0
 """The most a file's upload or download may take in all (a request's other calls are whole within their
 `time_limit`: per read, httpx would wait for ever on a server dripping a byte now and then): Synapse's default
 upload limit (50 MB) at about 85 KB/s."""
+JOIN_SECONDS = 20.0
+"""The most a join (or declining an invite) may hold the sync, every room's messages waiting behind it: joining a
+room of a homeserver that is down keeps the bot's homeserver trying for minutes. A local join takes well under a
+second."""
+JOIN_RETRY_SECONDS = 300.0
+"""An invite whose join failed or ran out of time is tried again at the first sync this long after."""
 RETRIES = 8  # of one request refused with 429 or failing with a server error, before PlatformUnavailable
 ENCRYPTED_ROOM_NOTICE = (
     "This room is end-to-end encrypted, and agent-bridge does not support encrypted rooms: it cannot read "
@@ -129,12 +135,17 @@ class MatrixPlatform:
         sync_timeout_ms: int = 30_000,
         limits: PaceLimits | None = None,
         timeline_limit: int = TIMELINE_LIMIT,
+        join_seconds: float = JOIN_SECONDS,
+        join_retry_seconds: float = JOIN_RETRY_SECONDS,
     ) -> None:
         self._config = config
         self._homeserver = config.homeserver.rstrip("/")
         self._client = client_factory()
         self._sync_timeout_ms = sync_timeout_ms
         self._timeline_limit = timeline_limit
+        self._join_seconds = join_seconds
+        self._join_retry_seconds = join_retry_seconds
+        self._invites_to_retry: dict[str, tuple[float, dict[str, Any]]] = {}  # room → (when, the invite)
         self._token = ""
         self._logged_in_by_password = False
         self.user_id = config.user_id
@@ -269,7 +280,10 @@ class MatrixPlatform:
         answer = await self._call("GET", f"{CLIENT}/sync", params=params, time_limit=self._sync_timeout_ms / 1000 + 30)
         rooms = answer.get("rooms", {})
         items: list[Incoming | ButtonPress] = []
-        for room_id, invite in rooms.get("invite", {}).items():
+        now = trio.current_time()
+        due = {room: invite for room, (when, invite) in self._invites_to_retry.items() if when <= now}
+        for room_id, invite in (due | rooms.get("invite", {})).items():
+            self._invites_to_retry.pop(room_id, None)
             await self._answer_invite(room_id, invite)
         for room_id, joined in rooms.get("join", {}).items():
             room = self._rooms.setdefault(room_id, _Room())
@@ -297,16 +311,19 @@ class MatrixPlatform:
             None,
         )
         allowed = inviter in self._config.allow_users
+        answer = f"{CLIENT}/join/{quote(room_id)}" if allowed else f"{CLIENT}/rooms/{quote(room_id)}/leave"
         try:
-            if allowed:
-                await self._call("POST", f"{CLIENT}/join/{quote(room_id)}", json={})
-                log.info("matrix.joined", allowed_inviter=True)
-            else:
-                await self._call("POST", f"{CLIENT}/rooms/{quote(room_id)}/leave", json={})
-                log.info("matrix.invite_declined", allowed_inviter=False)
+            with trio.fail_after(self._join_seconds):  # declining a remote room's invite asks its homeserver too
+                await self._call("POST", answer, json={})
+            log.info("matrix.joined" if allowed else "matrix.invite_declined", allowed_inviter=allowed)
         except PlatformRefused as refused:
             # Everyone may have left the room since: an invite that stopped the sync would stop the bot at every start.
             log.warning("matrix.invite_not_answered", allowed_inviter=allowed, reason=str(refused))
+        except (PlatformUnavailable, trio.TooSlowError) as failed:
+            # The room's homeserver may be down: the sync goes on, and a later one tries again.
+            reason = str(failed) or f"no answer within {self._join_seconds} s"
+            log.warning("matrix.join_postponed", retry_in=self._join_retry_seconds, reason=reason)
+            self._invites_to_retry[room_id] = (trio.current_time() + self._join_retry_seconds, invite)
 
     async def _timeline(self, room_id: str, joined: dict[str, Any]) -> list[dict[str, Any]]:
         """The room's new events in order: the sync's, plus those a gap left out, none from before the bot was
