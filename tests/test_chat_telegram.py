@@ -695,6 +695,26 @@ async def test_the_token_never_appears_in_logs_or_errors(fake: FakeBotApi, caplo
     await unreachable.aclose()
 
 
+async def test_replies_to_a_group_upgraded_to_a_supergroup_go_to_the_supergroup(fake: FakeBotApi) -> None:
+    group, supergroup = -4001, -1004001
+    fake.user_says(group, ALICE, "hello")
+    fake.user_says(supergroup, ALICE, "hello again")  # Telegram's service message opens it; any message will do
+    platform = await started(fake)
+    upgraded = ApiFault(
+        400, "Bad Request: group chat was upgraded to a supergroup chat", {"migrate_to_chat_id": supergroup}
+    )
+    fake.fail_next("sendMessage", upgraded)
+    await platform.send_text(str(group), "", "the answer")
+    await platform.send_text(str(group), "", "and the next")
+    assert [message.text for message in fake.sent_to(supergroup)] == ["the answer", "and the next"]
+    assert [call.params["chat_id"] for call in fake.calls if call.method == "sendMessage"] == [
+        str(group),
+        str(supergroup),
+        str(supergroup),
+    ]
+    await platform.aclose()
+
+
 async def test_a_server_dripping_its_answer_is_unavailable_once_the_call_is_over_its_time() -> None:
     """A server (or a proxy) sending a byte now and then never trips a timeout per read: the call's own deadline
     ends it, as Telegram being unavailable (which connect waits out and tries again)."""

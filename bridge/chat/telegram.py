@@ -72,6 +72,7 @@ class _Reply:
     status: int = 200
     description: str = ""
     retry_after: float | None = None
+    migrate_to_chat_id: str | None = None  # the supergroup a group was upgraded to (a 400's parameters)
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class TelegramPlatform:
         self._bot_id = 0
         self._bot_username = ""
         self._press_ids: OrderedDict[str, str] = OrderedDict()  # update_id -> callback_query id
+        self._upgraded: dict[str, str] = {}  # a group's chat id -> the supergroup's it was upgraded to
         self._groups: set[str] = set()
         self._log = get_logger(component="telegram")
         self.rate_limited = 0  # 429s waited out (connect --metrics)
@@ -555,6 +557,27 @@ class TelegramPlatform:
         files: dict[str, tuple[str, bytes, str]] | None = None,
         wait_seconds: float | None = None,
     ) -> _Reply:
+        """`_request`, following a group upgraded to a supergroup: a call to the group is answered 400 with the new
+        chat id, and goes again there, as does every later call to the group (its replies, its typing)."""
+        params = dict(params or {})
+        chat = str(params.get("chat_id", ""))
+        if chat in self._upgraded:
+            params["chat_id"] = self._upgraded[chat]
+        reply = await self._request(method, params, files=files, wait_seconds=wait_seconds)
+        if chat and reply.migrate_to_chat_id is not None:
+            self._upgraded[chat] = params["chat_id"] = reply.migrate_to_chat_id
+            self._log.info("telegram_group_upgraded", method=method)
+            reply = await self._request(method, params, files=files, wait_seconds=wait_seconds)
+        return reply
+
+    async def _request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        files: dict[str, tuple[str, bytes, str]] | None = None,
+        wait_seconds: float | None = None,
+    ) -> _Reply:
         """One Bot API call, whole within `wait_seconds` (a file's within FILE_SECONDS). A transport failure or a
         call over its time is `PlatformUnavailable`; every answer, error or not, a `_Reply`."""
         url = f"{self._api_url}/bot{self._token}/{method}"
@@ -562,9 +585,9 @@ class TelegramPlatform:
         try:
             with whole_request_within(FILE_SECONDS if files is not None else seconds):
                 if files is not None:
-                    response = await self._client.post(url, data=params or {}, files=files, timeout=seconds)
+                    response = await self._client.post(url, data=params, files=files, timeout=seconds)
                 else:
-                    response = await self._client.post(url, json=params or {}, timeout=seconds)
+                    response = await self._client.post(url, json=params, timeout=seconds)
             body = response.json()
         except httpx.HTTPError as error:
             raise PlatformUnavailable(
@@ -578,12 +601,14 @@ class TelegramPlatform:
             ) from None
         if body.get("ok"):
             return _Reply(ok=True, result=body.get("result"))
-        retry_after = (body.get("parameters") or {}).get("retry_after")
+        parameters = body.get("parameters") or {}
+        retry_after, migrated = parameters.get("retry_after"), parameters.get("migrate_to_chat_id")
         return _Reply(
             ok=False,
             status=int(body.get("error_code", response.status_code)),
             description=str(body.get("description", "")),
             retry_after=float(retry_after) if retry_after is not None else None,
+            migrate_to_chat_id=str(migrated) if migrated is not None else None,
         )
 
     def _failure(self, method: str, reply: _Reply) -> ChatError:
