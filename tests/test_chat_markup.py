@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from html import escape as html_escape
 from html.parser import HTMLParser
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from bridge.chat.markup import (
     MatrixText,
     TelegramText,
+    markdown_text,
     matrix_parts,
     plain_parts,
     telegram_parts,
@@ -547,3 +549,17 @@ def test_any_markdown_is_cut_into_valid_parts(pieces: list[str], limit: int) -> 
     assert_valid_matrix_parts(matrix_parts(markdown, limit=limit + 600), limit + 600)
     text = markdown.replace("\n", " ")
     assert without_whitespace("".join(plain_parts(text, limit))) == without_whitespace(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "S", "Zs")) | st.sampled_from("\n*_`[]()<>&#\\"))
+)
+def test_text_put_through_markdown_text_shows_as_written_on_both_platforms(name: str) -> None:
+    """A display name or a file name the bot writes into its Markdown ("Allowed by X.") is never markup."""
+    shown = "Allowed by " + " ".join(name.splitlines()) + "."
+    [telegram] = telegram_parts(f"Allowed by {markdown_text(name)}.")
+    assert (telegram.text, telegram.entities) == (shown, ())
+    [matrix] = matrix_parts(f"Allowed by {markdown_text(name)}.")
+    assert matrix.body == shown
+    assert matrix.formatted_body.removeprefix("<p>").removesuffix("</p>") == html_escape(shown, quote=False)

@@ -31,7 +31,8 @@ from chatkit import DEADLINE, FakePlatform, asking_profile, message, press, reco
 
 from bridge.chat.botlock import BotLock, lock_path
 from bridge.chat.inbox import Inbox
-from bridge.chat.platform import IncomingFile
+from bridge.chat.markup import telegram_parts
+from bridge.chat.platform import ButtonPress, IncomingFile
 from bridge.chat.runtime import REFUSAL, ChatBridge, ChatSettings, conversation_key
 from bridge.errors import PlatformConflict
 from bridge.host.runtime import open_host
@@ -225,6 +226,48 @@ async def test_a_press_whose_data_no_button_carries_decides_nothing_and_the_bot_
         assert [record.text for record in platform.of("press")] == ["no longer waiting"] * 2
         platform.push(press(4, (key, data)))
         await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+
+
+@pytest.mark.parametrize("label", ["Allow", "Blue"])
+async def test_a_press_from_another_chat_does_not_answer_this_chats_prompt(setup: Path, label: str) -> None:
+    # A Telegram client may send any callback data from a chat of its own; a Matrix reaction names any event id.
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "run the build" if label == "Allow" else "a question"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        platform.push(press(2, platform.choice(label), chat="another chat"))
+        await platform.wait_for("the press answered", lambda: platform.of("press"))
+        assert [record.text for record in platform.of("press")] == ["no longer waiting"]
+        assert not [t for t in platform.sent_texts() if t.startswith("decided")]
+        platform.push(press(3, platform.choice(label)))
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+
+
+async def test_a_press_whose_data_no_button_carries_leaves_an_approval_waiting(setup: Path) -> None:
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "run the build"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        key, data = platform.choice("Deny")
+        token = data.partition(":")[0]
+        platform.push(press(2, (key, f"{token}:bogus")), press(3, (key, f"{token}:\u00b2")))
+        await platform.wait_for("two answers", lambda: len(platform.of("press")) == 2)
+        assert [record.text for record in platform.of("press")] == ["no longer waiting"] * 2
+        platform.push(press(4, (key, data)))
+        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+        assert '"behavior": "deny"' in next(t for t in platform.sent_texts() if t.startswith("decided"))
+
+
+async def test_the_name_of_who_decided_shows_as_text_not_as_markdown(setup: Path) -> None:
+    name = "**Admin** [approved](https://e.vil) `ok`"
+    async with running_bridge(setup, profile="asker") as (_, platform):
+        platform.push(message(1, "run the build"))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        prompt = telegram_parts(platform.of("send")[-1].text)[0]
+        key, data = platform.choice("Deny")
+        platform.push(ButtonPress("2", "c1", "", "7", key, data, user_name=name))
+        await platform.wait_for("the prompt edited", lambda: platform.of("edit"))
+        [edited] = telegram_parts(platform.of("edit")[-1].text)
+        assert edited.text == f"{prompt.text}\n\nDenied by {name}."
+        assert edited.entities == prompt.entities  # the prompt's own bold and code, nothing of the name
 
 
 async def test_a_multi_select_question_toggles_then_done(setup: Path) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import trio
 from chatkit import TELEGRAM_TOKEN as TOKEN
 from fakes.telegram_bot_api import (
     CONFLICT,
+    DOWNLOAD_LIMIT,
     ApiFault,
     FakeBotApi,
     FloodLimits,
@@ -35,6 +37,7 @@ from fakes.telegram_bot_api import (
 from pydantic import SecretStr
 
 from bridge.chat.config import Pace, load_chat_config
+from bridge.chat.http_transport import chat_http_client
 from bridge.chat.markup import utf16_length
 from bridge.chat.pacing import PaceLimits
 from bridge.chat.platform import ButtonPress, Choice, Incoming, IncomingFile
@@ -636,6 +639,9 @@ async def test_a_file_is_downloaded_under_a_safe_name_inside_the_directory(fake:
     with pytest.raises(PlatformRefused, match="20 MB") as refused:
         await platform.download(document.files[0], str(tmp_path))
     assert TOKEN not in str(refused.value)
+    fake.download_limit, fake.file_paths = DOWNLOAD_LIMIT, False  # getFile's file_path is optional
+    with pytest.raises(PlatformRefused, match="too large to download"):
+        await platform.download(document.files[0], str(tmp_path))
     await platform.aclose()
 
 
@@ -687,6 +693,51 @@ async def test_the_token_never_appears_in_logs_or_errors(fake: FakeBotApi, caplo
     assert all(TOKEN not in record.getMessage() for record in caplog.records)
     await platform.aclose()
     await unreachable.aclose()
+
+
+async def test_replies_to_a_group_upgraded_to_a_supergroup_go_to_the_supergroup(fake: FakeBotApi) -> None:
+    group, supergroup = -4001, -1004001
+    fake.user_says(group, ALICE, "hello")
+    fake.user_says(supergroup, ALICE, "hello again")  # Telegram's service message opens it; any message will do
+    platform = await started(fake)
+    upgraded = ApiFault(
+        400, "Bad Request: group chat was upgraded to a supergroup chat", {"migrate_to_chat_id": supergroup}
+    )
+    fake.fail_next("sendMessage", upgraded)
+    await platform.send_text(str(group), "", "the answer")
+    await platform.send_text(str(group), "", "and the next")
+    assert [message.text for message in fake.sent_to(supergroup)] == ["the answer", "and the next"]
+    assert [call.params["chat_id"] for call in fake.calls if call.method == "sendMessage"] == [
+        str(group),
+        str(supergroup),
+        str(supergroup),
+    ]
+    await platform.aclose()
+
+
+async def test_a_server_dripping_its_answer_is_unavailable_once_the_call_is_over_its_time() -> None:
+    """A server (or a proxy) sending a byte now and then never trips a timeout per read: the call's own deadline
+    ends it, as Telegram being unavailable (which connect waits out and tries again)."""
+
+    async def drip(stream: trio.SocketStream) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += await stream.receive_some(65536)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+        while True:
+            await stream.send_all(b" ")
+            await trio.sleep(0.05)  # the server's drip, well within any read timeout; nothing waits on it
+
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(partial(trio.serve_tcp, drip, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        platform = TelegramPlatform(
+            Settings(SecretStr(TOKEN), f"http://127.0.0.1:{port}"), chat_http_client, call_seconds=0.5
+        )
+        with trio.fail_after(5), pytest.raises(PlatformUnavailable, match="cannot be reached"):
+            await platform.start(None)
+        await platform.aclose()
+        nursery.cancel_scope.cancel()
 
 
 def test_the_fake_runs_as_a_process_and_prints_its_url() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import functools
 import html
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,17 @@ class MatrixText:
 def utf16_length(text: str) -> int:
     """How many UTF-16 code units `text` takes: the unit Telegram counts offsets and its 4096 limit in."""
     return len(text) + sum(1 for character in text if ord(character) > 0xFFFF)
+
+
+_ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def markdown_text(text: str) -> str:
+    """`text` as Markdown that shows it as written, on one line: for names, file names and other text of users or
+    platforms the bot writes into its own Markdown. CommonMark lets any ASCII punctuation be backslash-escaped, which
+    leaves nothing to open emphasis, a link, code or a list; line breaks become spaces, as a line starting with
+    spaces or a `#` could still begin a block."""
+    return _ASCII_PUNCTUATION.sub(r"\\\1", " ".join(text.splitlines()))
 
 
 def telegram_parts(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[TelegramText]:

@@ -33,6 +33,7 @@ import trio
 
 from ..errors import PlatformRateLimited, PlatformRefused, PlatformUnavailable
 from .config import MatrixConfig
+from .http_transport import whole_request_within
 from .markup import MatrixText, matrix_parts
 from .pacing import MATRIX_LIMITS, Delete, Edit, Op, PaceLimits, Pacer, Send
 from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
@@ -53,6 +54,16 @@ FIRST_START_EVENTS = 500
 TIMELINE_LIMIT = 100  # events a room per sync before the timeline reports a gap
 CACHE_LIMIT = 4096  # entries of each cache of prompts, own events and names
 NAME_BYTES = 200  # of a downloaded file's name, room left for the `-N` that tells two of one name apart
+FILE_SECONDS = 600.0
+"""The most a file's upload or download may take in all (a request's other calls are whole within their
+`time_limit`: per read, httpx would wait for ever on a server dripping a byte now and then): Synapse's default
+upload limit (50 MB) at about 85 KB/s."""
+JOIN_SECONDS = 20.0
+"""The most a join (or declining an invite) may hold the sync, every room's messages waiting behind it: joining a
+room of a homeserver that is down keeps the bot's homeserver trying for minutes. A local join takes well under a
+second."""
+JOIN_RETRY_SECONDS = 300.0
+"""An invite whose join failed or ran out of time is tried again at the first sync this long after."""
 RETRIES = 8  # of one request refused with 429 or failing with a server error, before PlatformUnavailable
 ENCRYPTED_ROOM_NOTICE = (
     "This room is end-to-end encrypted, and agent-bridge does not support encrypted rooms: it cannot read "
@@ -124,12 +135,17 @@ class MatrixPlatform:
         sync_timeout_ms: int = 30_000,
         limits: PaceLimits | None = None,
         timeline_limit: int = TIMELINE_LIMIT,
+        join_seconds: float = JOIN_SECONDS,
+        join_retry_seconds: float = JOIN_RETRY_SECONDS,
     ) -> None:
         self._config = config
         self._homeserver = config.homeserver.rstrip("/")
         self._client = client_factory()
         self._sync_timeout_ms = sync_timeout_ms
         self._timeline_limit = timeline_limit
+        self._join_seconds = join_seconds
+        self._join_retry_seconds = join_retry_seconds
+        self._invites_to_retry: dict[str, tuple[float, dict[str, Any]]] = {}  # room → (when, the invite)
         self._token = ""
         self._logged_in_by_password = False
         self.user_id = config.user_id
@@ -137,7 +153,8 @@ class MatrixPlatform:
         self._since: str | None = None
         self._rooms: dict[str, _Room] = {}
         # Caches, bounded (_remember): what the homeserver would tell again, at the cost of a request.
-        self._prompts: OrderedDict[str, tuple[Choice, ...]] = OrderedDict()  # event id → its CHOICES_FIELD
+        # (room id, event id) → its CHOICES_FIELD: an event id is global, a reaction in another room must not find it
+        self._prompts: OrderedDict[tuple[str, str], tuple[Choice, ...]] = OrderedDict()
         self._own_events: OrderedDict[str, None] = OrderedDict()
         self._names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (room, user) → display name
         self._pacer: Pacer[_Job] = Pacer(config.pace.applied_to(MATRIX_LIMITS) if limits is None else limits)
@@ -165,15 +182,16 @@ class MatrixPlatform:
             all_headers["Authorization"] = f"Bearer {self._token}"
         for attempt in range(RETRIES):
             try:
-                response = await self._client.request(
-                    method,
-                    self._homeserver + path,
-                    json=json,
-                    params=params,
-                    content=content,
-                    headers=all_headers,
-                    timeout=time_limit,
-                )
+                with whole_request_within(time_limit):  # each read's limit too, but a drip would reset that
+                    response = await self._client.request(
+                        method,
+                        self._homeserver + path,
+                        json=json,
+                        params=params,
+                        content=content,
+                        headers=all_headers,
+                        timeout=time_limit,
+                    )
             except httpx.HTTPError as error:
                 if attempt + 1 == RETRIES:
                     raise PlatformUnavailable(
@@ -262,7 +280,10 @@ class MatrixPlatform:
         answer = await self._call("GET", f"{CLIENT}/sync", params=params, time_limit=self._sync_timeout_ms / 1000 + 30)
         rooms = answer.get("rooms", {})
         items: list[Incoming | ButtonPress] = []
-        for room_id, invite in rooms.get("invite", {}).items():
+        now = trio.current_time()
+        due = {room: invite for room, (when, invite) in self._invites_to_retry.items() if when <= now}
+        for room_id, invite in (due | rooms.get("invite", {})).items():
+            self._invites_to_retry.pop(room_id, None)
             await self._answer_invite(room_id, invite)
         for room_id, joined in rooms.get("join", {}).items():
             room = self._rooms.setdefault(room_id, _Room())
@@ -290,16 +311,19 @@ class MatrixPlatform:
             None,
         )
         allowed = inviter in self._config.allow_users
+        answer = f"{CLIENT}/join/{quote(room_id)}" if allowed else f"{CLIENT}/rooms/{quote(room_id)}/leave"
         try:
-            if allowed:
-                await self._call("POST", f"{CLIENT}/join/{quote(room_id)}", json={})
-                log.info("matrix.joined", allowed_inviter=True)
-            else:
-                await self._call("POST", f"{CLIENT}/rooms/{quote(room_id)}/leave", json={})
-                log.info("matrix.invite_declined", allowed_inviter=False)
+            with trio.fail_after(self._join_seconds):  # declining a remote room's invite asks its homeserver too
+                await self._call("POST", answer, json={})
+            log.info("matrix.joined" if allowed else "matrix.invite_declined", allowed_inviter=allowed)
         except PlatformRefused as refused:
             # Everyone may have left the room since: an invite that stopped the sync would stop the bot at every start.
             log.warning("matrix.invite_not_answered", allowed_inviter=allowed, reason=str(refused))
+        except (PlatformUnavailable, trio.TooSlowError) as failed:
+            # The room's homeserver may be down: the sync goes on, and a later one tries again.
+            reason = str(failed) or f"no answer within {self._join_seconds} s"
+            log.warning("matrix.join_postponed", retry_in=self._join_retry_seconds, reason=reason)
+            self._invites_to_retry[room_id] = (trio.current_time() + self._join_retry_seconds, invite)
 
     async def _timeline(self, room_id: str, joined: dict[str, Any]) -> list[dict[str, Any]]:
         """The room's new events in order: the sync's, plus those a gap left out, none from before the bot was
@@ -460,14 +484,14 @@ class MatrixPlatform:
             return None  # redacted, or from before the bot could see the room
 
     async def _choices_of(self, room_id: str, event_id: str) -> tuple[Choice, ...]:
-        if event_id in self._prompts:
-            return self._prompts[event_id]
+        if (room_id, event_id) in self._prompts:
+            return self._prompts[room_id, event_id]
         event = await self._event(room_id, event_id)
         if event is None or event.get("sender") != self.user_id:
             return ()
         raw = event.get("content", {}).get(CHOICES_FIELD, [])
         choices = tuple(Choice(str(item["label"]), str(item["data"])) for item in raw if isinstance(item, dict))
-        _remember(self._prompts, event_id, choices)
+        _remember(self._prompts, (room_id, event_id), choices)
         return choices
 
     async def _sent_by_bot(self, room_id: str, event_id: str) -> bool:
@@ -536,7 +560,7 @@ class MatrixPlatform:
             transaction = _transaction_of(delivery.key, index) if delivery is not None else ""
             keys.append(await self._send_with_plain_fallback(chat, content, transaction))
             if choices and index == len(parts) - 1:
-                _remember(self._prompts, keys[-1], choices)
+                _remember(self._prompts, (chat, keys[-1]), choices)
             if delivery is not None and delivery.part_sent is not None:
                 await delivery.part_sent(index + 1)
         return keys
@@ -564,7 +588,7 @@ class MatrixPlatform:
             "m.relates_to": {"rel_type": "m.replace", "event_id": message_key},
         }
         if choices:  # a decided prompt keeps its choices: a late answer is told it is no longer awaited
-            _remember(self._prompts, message_key, choices)
+            _remember(self._prompts, (chat, message_key), choices)
         transaction = uuid.uuid4().hex
 
         async def perform() -> str:
@@ -582,7 +606,7 @@ class MatrixPlatform:
             await self._call("PUT", path, json={}, paced=True)
             return ""
 
-        self._prompts.pop(message_key, None)
+        self._prompts.pop((chat, message_key), None)
         await self._paced(Delete(chat, message_key), _Job(perform, {}))
 
     async def answer_press(self, press: ButtonPress, text: str = "") -> None:
@@ -614,16 +638,17 @@ class MatrixPlatform:
         for base in (f"{AUTHENTICATED_MEDIA}/download", f"{MEDIA_V3}/download"):
             url = f"{self._homeserver}{base}/{quote(server)}/{quote(media_id)}"
             try:
-                async with self._client.stream("GET", url, headers=headers, timeout=60.0) as response:
-                    if response.status_code in (404, 400) and base.startswith(AUTHENTICATED_MEDIA):
-                        continue  # a homeserver without authenticated media (before Matrix 1.11)
-                    if response.status_code != 200:
-                        raise PlatformRefused(
-                            f"matrix: downloading {file.name!r} was refused (HTTP {response.status_code})"
-                        )
-                    async with await trio.open_file(target, "wb") as out:
-                        async for chunk in response.aiter_bytes():
-                            await out.write(chunk)
+                with whole_request_within(FILE_SECONDS):
+                    async with self._client.stream("GET", url, headers=headers, timeout=60.0) as response:
+                        if response.status_code in (404, 400) and base.startswith(AUTHENTICATED_MEDIA):
+                            continue  # a homeserver without authenticated media (before Matrix 1.11)
+                        if response.status_code != 200:
+                            raise PlatformRefused(
+                                f"matrix: downloading {file.name!r} was refused (HTTP {response.status_code})"
+                            )
+                        async with await trio.open_file(target, "wb") as out:
+                            async for chunk in response.aiter_bytes():
+                                await out.write(chunk)
             except httpx.HTTPError as error:
                 raise PlatformUnavailable(
                     f"matrix: downloading {file.name!r} failed ({type(error).__name__}); it is retried on restart"
@@ -645,7 +670,7 @@ class MatrixPlatform:
             params={"filename": name},
             content=data,
             headers={"Content-Type": media_type},
-            time_limit=120.0,
+            time_limit=FILE_SECONDS,
         )
         content: dict[str, Any] = {
             "msgtype": "m.image" if media_type.startswith("image/") else "m.file",

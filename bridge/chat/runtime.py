@@ -46,6 +46,7 @@ from ..log import get_logger
 from ..permissions import Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .inbox import Inbox, Stored
+from .markup import markdown_text
 from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, Platform
 
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -328,7 +329,7 @@ class ChatBridge:
             # paced like any other, without holding up the updates after it.
             self._nursery.start_soon(self._reply, item, await self._command(item))
         elif (prompt := self._waiting_for_words(item)) is not None:
-            self._answered(prompt, item.text, item.user_name or item.user)
+            self._answered(prompt, item.text, markdown_text(item.user_name or item.user))
             self._later(self._mark, item.update_id, "delivered")
         else:
             # Waits only until the host admits the turn, so a conversation's turns keep their order.
@@ -356,7 +357,7 @@ class ChatBridge:
                 task_status.started()
                 files = not isinstance(err, TurnError)  # a TurnError: text no process can take (a NUL)
                 what = "Your files could not be received" if files else "Your message could not be passed to the agent"
-                await self._reply(item, f"{what}: {err}")
+                await self._reply(item, f"{what}: {markdown_text(str(err))}")
                 return
             stored = self.inbox.begin_turn(  # on trio's thread: see _mark
                 self.platform.name, item.update_id, item.user, self._today(), conversation.base
@@ -588,7 +589,8 @@ class ChatBridge:
                 raise OutboxError(file["error"])
             await self.platform.send_file(item.chat, item.thread, file["path"], name, file["media_type"])
         except (PlatformRefused, OutboxError) as err:
-            await self._send(item.chat, item.thread, f"The file {name!r} could not be sent: {err}")
+            reason = f"The file '{markdown_text(name)}' could not be sent: {markdown_text(str(err))}"
+            await self._send(item.chat, item.thread, reason)
         except BridgeError as err:
             self.counts.undeliverable += 1
             self._log.error("a file could not be delivered", reason=str(err))
@@ -664,7 +666,7 @@ class ChatBridge:
         if not name:
             return f"Profile: {current}. Available: {choices}."
         if name not in self.settings.switchable:
-            return f"No profile {name!r} here. Available: {choices}."
+            return f"No profile '{markdown_text(name)}' here. Available: {choices}."
         generation = await self._generation(conversation)
         await trio.to_thread.run_sync(
             self.inbox.set_conversation, self.platform.name, conversation.base, name, generation
@@ -739,17 +741,21 @@ class ChatBridge:
         if press.user not in self.settings.allow_users:
             self._later(self.platform.answer_press, press, "You may not answer this.")
             return
-        if prompt is None or not self.host.in_flight(prompt.turn_id):
+        # A press from another chat (a forged callback, a reaction to another room's prompt) is not this prompt's.
+        if prompt is None or prompt.conversation.chat != press.chat or not self.host.in_flight(prompt.turn_id):
             self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
             return
-        who = press.user_name or press.user
+        who = markdown_text(press.user_name or press.user)
         if prompt.permission is not None:
             decision = {
                 "allow": (Decision(allow=True), "Allowed"),
                 "always": (Decision(allow=True, always=True), "Allowed for this session"),
                 "deny": (Decision(allow=False), "Denied"),
             }.get(choice)
-            if decision is None or not self.host.decide(prompt.turn_id, prompt.request_id, decision[0]):
+            if decision is None:  # data no button carries: the prompt still waits for a real press
+                self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
+                return
+            if not self.host.decide(prompt.turn_id, prompt.request_id, decision[0]):
                 self._later(self.platform.answer_press, press, NO_LONGER_WAITING)
                 self._forget(prompt)
                 return
@@ -792,7 +798,7 @@ class ChatBridge:
         if prompt.conversation.free_text is prompt:
             prompt.conversation.free_text = None
         prompt.answers[question.id] = answer
-        shown = answer if isinstance(answer, str) else ", ".join(answer) or "nothing"
+        shown = markdown_text(answer if isinstance(answer, str) else ", ".join(answer) or "nothing")
         self._later(self._edit, prompt.conversation.chat, prompt.message, f"{prompt.text}\n\n{who} answered: {shown}")
         if prompt.index + 1 < len(request.questions):
             prompt.index += 1
@@ -903,7 +909,8 @@ def _reply_text(result: TurnResult) -> str:
     if not text.strip() and not result.files:
         text = "(The agent gave no reply.)"
     if result.files_note:
-        text = f"{text}\n\n{result.files_note}" if text else result.files_note
+        note = markdown_text(result.files_note)
+        text = f"{text}\n\n{note}" if text else note
     return text
 
 

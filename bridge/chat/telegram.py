@@ -26,6 +26,7 @@ from pydantic import SecretStr
 from ..errors import ChatError, PlatformConflict, PlatformRefused, PlatformUnavailable
 from ..log import get_logger
 from .config import Pace
+from .http_transport import whole_request_within
 from .markup import plain_parts, telegram_parts
 from .pacing import TELEGRAM_LIMITS, Delete, Edit, PaceLimits, Pacer, Send
 from .platform import Batch, ButtonPress, Choice, Delivery, Incoming, IncomingFile
@@ -37,6 +38,15 @@ PHOTO_LIMIT = 10 * 1024 * 1024  # larger images go as documents
 UPDATE_TYPES = ("message", "callback_query")
 # Press ids are needed only until the press is answered, which happens within seconds: the newest this many are kept.
 REMEMBERED_PRESSES = 10_000
+CALL_SECONDS = 30.0
+"""The most one Bot API call may take in all, answer included (per read, httpx would wait for ever on a server
+dripping a byte now and then): Telegram answers a call in well under a second, and 30 s is what a read already
+waited; beyond it the call is treated as Telegram unavailable and tried again with the usual backoff."""
+POLL_MARGIN = 15.0
+"""getUpdates may take its long poll's `timeout` plus this: Telegram answers at the end of the poll, and a slow
+network or proxy may add to it."""
+FILE_SECONDS = 600.0
+"""The most a file's upload or download may take: the largest a bot sends (50 MB) at about 85 KB/s."""
 _OP_NAMES = {Send: "send", Edit: "edit", Delete: "delete"}
 
 
@@ -62,6 +72,7 @@ class _Reply:
     status: int = 200
     description: str = ""
     retry_after: float | None = None
+    migrate_to_chat_id: str | None = None  # the supergroup a group was upgraded to (a 400's parameters)
 
 
 @dataclass(frozen=True)
@@ -123,17 +134,20 @@ class TelegramPlatform:
         limits: PaceLimits | None = None,
         poll_timeout: int = 30,
         clock: Callable[[], float] = trio.current_time,
+        call_seconds: float = CALL_SECONDS,
     ) -> None:
         self._token = _token_of(config)
         self._api_url = config.api_url.rstrip("/")
         self._client = client_factory()
         self._poll_timeout = poll_timeout
+        self._call_seconds = call_seconds
         self._clock = clock
         self._outbox = _Outbox(Pacer(config.pace.applied_to(TELEGRAM_LIMITS) if limits is None else limits))
         self._offset: int | None = None
         self._bot_id = 0
         self._bot_username = ""
         self._press_ids: OrderedDict[str, str] = OrderedDict()  # update_id -> callback_query id
+        self._upgraded: dict[str, str] = {}  # a group's chat id -> the supergroup's it was upgraded to
         self._groups: set[str] = set()
         self._log = get_logger(component="telegram")
         self.rate_limited = 0  # 429s waited out (connect --metrics)
@@ -159,7 +173,7 @@ class TelegramPlatform:
         params: dict[str, Any] = {"timeout": self._poll_timeout, "allowed_updates": list(UPDATE_TYPES)}
         if self._offset is not None:
             params["offset"] = self._offset
-        reply = await self._call("getUpdates", params, wait_seconds=self._poll_timeout + 15)
+        reply = await self._call("getUpdates", params, wait_seconds=self._poll_timeout + POLL_MARGIN)
         if not reply.ok:
             if reply.status == 409:
                 raise PlatformConflict(_conflict_message(reply.description))
@@ -356,24 +370,28 @@ class TelegramPlatform:
 
     async def download(self, file: IncomingFile, directory: str) -> str:
         reply = await self._call("getFile", {"file_id": file.file_ref})
+        # file_path is optional in getFile's answer: without it, as with "file is too big", nothing can be fetched.
+        if reply.ok and not (isinstance(reply.result, dict) and "file_path" in reply.result):
+            reply = _Reply(ok=False, status=400, description="file is too big")
         if not reply.ok:
             if "file is too big" in reply.description:
                 raise PlatformRefused(
-                    f"the file {file.name!r} is too big for a bot to download: the Bot API serves files of at "
+                    f"the file {file.name!r} is too large to download: the Bot API serves files of at "
                     "most 20 MB (a self-hosted Bot API server, api_url, has no such limit)"
                 )
             raise self._failure("getFile", reply)
         target = _free_name(Path(directory), file.name)
         url = f"{self._api_url}/file/bot{self._token}/{reply.result['file_path']}"
         try:
-            async with self._client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    raise PlatformUnavailable(
-                        f"Telegram answered {response.status_code} to the download of {file.name!r}: try again"
-                    )
-                async with await trio.open_file(target, "xb") as output:
-                    async for chunk in response.aiter_bytes():
-                        await output.write(chunk)
+            with whole_request_within(FILE_SECONDS):
+                async with self._client.stream("GET", url) as response:
+                    if response.status_code != 200:
+                        raise PlatformUnavailable(
+                            f"Telegram answered {response.status_code} to the download of {file.name!r}: try again"
+                        )
+                    async with await trio.open_file(target, "xb") as output:
+                        async for chunk in response.aiter_bytes():
+                            await output.write(chunk)
         except httpx.HTTPError as error:
             await trio.Path(target).unlink(missing_ok=True)
             raise PlatformUnavailable(
@@ -537,15 +555,39 @@ class TelegramPlatform:
         params: dict[str, Any] | None = None,
         *,
         files: dict[str, tuple[str, bytes, str]] | None = None,
-        wait_seconds: float = 30.0,
+        wait_seconds: float | None = None,
     ) -> _Reply:
-        """One Bot API call. A transport failure is `PlatformUnavailable`; every answer, error or not, a `_Reply`."""
+        """`_request`, following a group upgraded to a supergroup: a call to the group is answered 400 with the new
+        chat id, and goes again there, as does every later call to the group (its replies, its typing)."""
+        params = dict(params or {})
+        chat = str(params.get("chat_id", ""))
+        if chat in self._upgraded:
+            params["chat_id"] = self._upgraded[chat]
+        reply = await self._request(method, params, files=files, wait_seconds=wait_seconds)
+        if chat and reply.migrate_to_chat_id is not None:
+            self._upgraded[chat] = params["chat_id"] = reply.migrate_to_chat_id
+            self._log.info("telegram_group_upgraded", method=method)
+            reply = await self._request(method, params, files=files, wait_seconds=wait_seconds)
+        return reply
+
+    async def _request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        files: dict[str, tuple[str, bytes, str]] | None = None,
+        wait_seconds: float | None = None,
+    ) -> _Reply:
+        """One Bot API call, whole within `wait_seconds` (a file's within FILE_SECONDS). A transport failure or a
+        call over its time is `PlatformUnavailable`; every answer, error or not, a `_Reply`."""
         url = f"{self._api_url}/bot{self._token}/{method}"
+        seconds = wait_seconds or self._call_seconds  # each read's, and the whole call's but an upload's
         try:
-            if files is not None:
-                response = await self._client.post(url, data=params or {}, files=files, timeout=wait_seconds)
-            else:
-                response = await self._client.post(url, json=params or {}, timeout=wait_seconds)
+            with whole_request_within(FILE_SECONDS if files is not None else seconds):
+                if files is not None:
+                    response = await self._client.post(url, data=params, files=files, timeout=seconds)
+                else:
+                    response = await self._client.post(url, json=params, timeout=seconds)
             body = response.json()
         except httpx.HTTPError as error:
             raise PlatformUnavailable(
@@ -559,12 +601,14 @@ class TelegramPlatform:
             ) from None
         if body.get("ok"):
             return _Reply(ok=True, result=body.get("result"))
-        retry_after = (body.get("parameters") or {}).get("retry_after")
+        parameters = body.get("parameters") or {}
+        retry_after, migrated = parameters.get("retry_after"), parameters.get("migrate_to_chat_id")
         return _Reply(
             ok=False,
             status=int(body.get("error_code", response.status_code)),
             description=str(body.get("description", "")),
             retry_after=float(retry_after) if retry_after is not None else None,
+            migrate_to_chat_id=str(migrated) if migrated is not None else None,
         )
 
     def _failure(self, method: str, reply: _Reply) -> ChatError:

@@ -211,6 +211,7 @@ class FakeBotApi:
         self.upload_limit = UPLOAD_LIMIT  # tests lower them rather than send 50 MB
         self.photo_upload_limit = PHOTO_UPLOAD_LIMIT
         self.download_limit = DOWNLOAD_LIMIT
+        self.file_paths = True  # False: getFile answers without file_path, which the Bot API's docs call optional
         self.api_url = ""
         self.calls: list[Call] = []
         self.messages: dict[tuple[int, int], Message] = {}
@@ -539,9 +540,9 @@ class FakeBotApi:
             raise _bad_request("invalid file_id")
         if len(stored.data) > self.download_limit:
             raise _bad_request("file is too big")
-        return {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id, "file_size": len(stored.data)} | {
-            "file_path": stored.file_path
-        }
+        return {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id, "file_size": len(stored.data)} | (
+            {"file_path": stored.file_path} if self.file_paths else {}
+        )
 
     def _send_file(self, method: str, params: dict[str, Any], files: dict[str, tuple[str, str, bytes]]) -> Any:
         chat = self._known_chat(params)
