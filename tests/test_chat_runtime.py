@@ -214,18 +214,23 @@ async def test_a_question_is_answered_by_a_press(setup: Path) -> None:
         assert any("Ann answered: Blue" in record.text for record in platform.of("edit"))
 
 
-async def test_a_press_whose_data_no_button_carries_decides_nothing_and_the_bot_goes_on(setup: Path) -> None:
+@pytest.mark.parametrize(("words", "label"), [("a question", "Blue"), ("run the build", "Deny")])
+async def test_a_press_whose_data_no_button_carries_leaves_the_prompt_waiting(
+    setup: Path, words: str, label: str
+) -> None:
     # Telegram passes on whatever callback data a client sends ("a bad client can send arbitrary data").
     async with running_bridge(setup, profile="asker") as (_, platform):
-        platform.push(message(1, "a question"))
-        await platform.wait_for("the question", lambda: platform.of("send") and platform.of("send")[-1].choices)
-        key, data = platform.choice("Blue")
+        platform.push(message(1, words))
+        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
+        key, data = platform.choice(label)
         token = data.partition(":")[0]
         platform.push(press(2, (key, f"{token}:\u00b2")), press(3, (key, f"{token}:bogus")))
         await platform.wait_for("two answers", lambda: len(platform.of("press")) == 2)
         assert [record.text for record in platform.of("press")] == ["no longer waiting"] * 2
         platform.push(press(4, (key, data)))
         await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
+        decided = next(t for t in platform.sent_texts() if t.startswith("decided"))
+        assert ('"behavior": "deny"' if label == "Deny" else '"Which colour?": "Blue"') in decided
 
 
 @pytest.mark.parametrize("label", ["Allow", "Blue"])
@@ -240,20 +245,6 @@ async def test_a_press_from_another_chat_does_not_answer_this_chats_prompt(setup
         assert not [t for t in platform.sent_texts() if t.startswith("decided")]
         platform.push(press(3, platform.choice(label)))
         await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
-
-
-async def test_a_press_whose_data_no_button_carries_leaves_an_approval_waiting(setup: Path) -> None:
-    async with running_bridge(setup, profile="asker") as (_, platform):
-        platform.push(message(1, "run the build"))
-        await platform.wait_for("the prompt", lambda: platform.of("send") and platform.of("send")[-1].choices)
-        key, data = platform.choice("Deny")
-        token = data.partition(":")[0]
-        platform.push(press(2, (key, f"{token}:bogus")), press(3, (key, f"{token}:\u00b2")))
-        await platform.wait_for("two answers", lambda: len(platform.of("press")) == 2)
-        assert [record.text for record in platform.of("press")] == ["no longer waiting"] * 2
-        platform.push(press(4, (key, data)))
-        await platform.wait_for("the reply", lambda: [t for t in platform.sent_texts() if t.startswith("decided")])
-        assert '"behavior": "deny"' in next(t for t in platform.sent_texts() if t.startswith("decided"))
 
 
 async def test_the_name_of_who_decided_shows_as_text_not_as_markdown(setup: Path) -> None:
