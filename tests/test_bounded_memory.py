@@ -31,6 +31,8 @@ from test_dialect_aionrs import started as aionrs_in_turn
 from test_dialect_ante import event_line as ante_event_line
 from test_dialect_ante import op_id as ante_op_id
 from test_dialect_ante import ready as ante_ready
+from test_dialect_codex_app_server import in_turn as codex_in_turn
+from test_dialect_codex_app_server import note as codex_note
 
 import bridge
 from bridge import PermissionRequest, Turn
@@ -258,6 +260,15 @@ def test_ante_keeps_little_of_tool_calls_with_long_ids_or_long_names() -> None:
         )
     )
     assert kept_for_ids < 2 * MIB and kept_for_names < 2 * MIB, (kept_for_ids, kept_for_names)
+
+
+def test_codex_keeps_little_of_what_it_says_before_naming_its_turn() -> None:
+    """A codex app-server that never answers turn/start but streams on: what waits for the turn's id is bounded."""
+    codex = codex_in_turn(turn_id="")
+    kept = kept_bytes(
+        lambda number: codex.feed(codex_note("item/agentMessage/delta", turnId="T1", itemId="m", delta=long_id(number)))
+    )
+    assert kept < 8 * MIB, kept  # all of it would be 20 MB
 
 
 def test_aionrs_keeps_what_a_tool_requests_arguments_say_not_the_arguments() -> None:
