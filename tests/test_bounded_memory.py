@@ -274,6 +274,14 @@ def test_codex_keeps_little_of_what_it_says_before_naming_its_turn() -> None:
     assert kept < 8 * MIB, kept  # all of it would be 20 MB
 
 
+def test_codex_keeps_little_of_the_ids_of_the_messages_it_streams() -> None:
+    codex = codex_in_turn()
+    kept = kept_bytes(
+        lambda number: codex.feed(codex_note("item/agentMessage/delta", turnId="T1", itemId=long_id(number), delta="x"))
+    )
+    assert kept < 2 * MIB, kept
+
+
 def test_claude_sdk_keeps_a_bounded_reply_of_the_results_of_a_turn_that_waits_for_a_steered_message() -> None:
     """A CLI that never echoes a steered message keeps the bridge turn open; its results are the reply, bounded."""
     sdk = claude_sdk_in_turn()

@@ -62,7 +62,17 @@ from ..turn import Attachment, Turn
 from ..version import __version__
 from .agentproc01 import session_id_problem
 from .base import DialectContext, Handler, number, outbox_named, shorten, text_of, with_files_named
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, model_image
+from .coding_agents import (
+    CALL_ID_CHARS,
+    OPEN_CALLS,
+    OUTPUT_CHARS,
+    THINKING_CHARS,
+    TITLE_CHARS,
+    Paragraphs,
+    ToolCall,
+    ToolCalls,
+    model_image,
+)
 from .events import (
     ActivityEvent,
     AgentInput,
@@ -342,7 +352,9 @@ class CodexAppServer(WarmDialect):
         delta = text_of(params.get("delta"))
         if not self._mine(params) or not delta:
             return []
-        self._streamed.add(text_of(params.get("itemId")))
+        item_id = text_of(params.get("itemId"))
+        if len(item_id) <= CALL_ID_CHARS and len(self._streamed) < OPEN_CALLS:  # as tool calls in flight: bounded
+            self._streamed.add(item_id)
         return [self._shown.add(delta)]
 
     def _item(self, params: Mapping[str, Any], completed: bool) -> list[Event]:
