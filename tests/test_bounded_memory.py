@@ -31,11 +31,16 @@ from test_dialect_aionrs import started as aionrs_in_turn
 from test_dialect_ante import event_line as ante_event_line
 from test_dialect_ante import op_id as ante_op_id
 from test_dialect_ante import ready as ante_ready
+from test_dialect_claude_sdk import encode as claude_sdk_line
+from test_dialect_claude_sdk import in_turn as claude_sdk_in_turn
+from test_dialect_codex_app_server import in_turn as codex_in_turn
+from test_dialect_codex_app_server import note as codex_note
 
 import bridge
 from bridge import PermissionRequest, Turn
 from bridge.dialects import AgentInput
-from bridge.dialects.coding_agents import ToolCalls
+from bridge.dialects.coding_agents import TEXT_BOUND, ToolCalls
+from bridge.dialects.warm import WarmState
 from bridge.engine.driver import STDIN_QUEUE_LIMIT_BYTES, StdinQueue
 from bridge.engine.warm_agents import WarmAgent
 
@@ -258,6 +263,33 @@ def test_ante_keeps_little_of_tool_calls_with_long_ids_or_long_names() -> None:
         )
     )
     assert kept_for_ids < 2 * MIB and kept_for_names < 2 * MIB, (kept_for_ids, kept_for_names)
+
+
+def test_codex_keeps_little_of_what_it_says_before_naming_its_turn() -> None:
+    """A codex app-server that never answers turn/start but streams on: what waits for the turn's id is bounded."""
+    codex = codex_in_turn(turn_id="")
+    kept = kept_bytes(
+        lambda number: codex.feed(codex_note("item/agentMessage/delta", turnId="T1", itemId="m", delta=long_id(number)))
+    )
+    assert kept < 8 * MIB, kept  # all of it would be 20 MB
+
+
+def test_codex_keeps_little_of_the_ids_of_the_messages_it_streams() -> None:
+    codex = codex_in_turn()
+    kept = kept_bytes(
+        lambda number: codex.feed(codex_note("item/agentMessage/delta", turnId="T1", itemId=long_id(number), delta="x"))
+    )
+    assert kept < 2 * MIB, kept
+
+
+def test_claude_sdk_keeps_a_bounded_reply_of_the_results_of_a_turn_that_waits_for_a_steered_message() -> None:
+    """A CLI that never echoes a steered message keeps the bridge turn open; its results are the reply, bounded."""
+    sdk = claude_sdk_in_turn()
+    sdk.steer(Turn("and then?"), "s1")
+    result = {"type": "result", "subtype": "success", "is_error": False}
+    kept = kept_bytes(lambda number: sdk.feed(claude_sdk_line({**result, "result": long_id(number)})))
+    assert sdk.state is WarmState.IN_TURN
+    assert kept < TEXT_BOUND + 2 * MIB, kept  # all of it would be 20 MB
 
 
 def test_aionrs_keeps_what_a_tool_requests_arguments_say_not_the_arguments() -> None:

@@ -716,6 +716,22 @@ def test_a_turn_the_agent_cancels_by_itself_fails():
     ]
 
 
+def test_numbers_json_has_not_in_a_question_arrive_as_null():
+    """NaN, Infinity and 1e999 decode in Python, but written back to a host they are no JSON."""
+    acp = in_turn()
+    written = line(permission()).replace(
+        b'{"command": "rm -rf build"}', b'{"a": NaN, "b": -Infinity, "c": 1e999, "d": 1.5}'
+    )
+    assert asked_raw(acp, written).input == {"a": None, "b": None, "c": None, "d": 1.5}
+    assert asked_raw(acp, b" " + written.replace(b'"id": 7', b'"id": 8')).input["a"] is None  # the slow path too
+
+
+def asked_raw(acp: Any, data: bytes) -> PermissionRequest:
+    [request] = acp.feed(data)
+    assert isinstance(request, PermissionRequest)
+    return request
+
+
 def test_a_question_outside_a_turn_or_without_options_is_answered_at_once():
     acp = ready()
     [answer] = acp.feed(line(permission()))

@@ -22,7 +22,7 @@ from agents_cache import npm_binary
 from codex_app_server_schema import SCHEMAS, WHOLE, generate, load
 
 from bridge.dialects import DialectContext, dialect_class
-from bridge.dialects.codex_app_server import CodexAppServer
+from bridge.dialects.codex_app_server import MAX_HELD, CodexAppServer
 from bridge.dialects.events import (
     ActivityEvent,
     AgentInput,
@@ -369,6 +369,18 @@ def test_what_codex_says_of_a_turn_before_its_id_is_known_waits_for_it_and_anoth
     assert of(PartialEvent, events) == [PartialEvent("early")]
     [declined] = of(AgentInput, events)  # the old turn's request: nobody asks the user now
     assert json.loads(declined.data) == {"id": 7, "result": {"decision": "decline"}}
+
+
+def test_a_codex_that_talks_on_without_naming_its_turn_is_held_to_a_bound_and_its_requests_are_declined():
+    made = in_turn(turn_id="")
+    for index in range(MAX_HELD):
+        assert made.feed(note("item/agentMessage/delta", turnId="T1", itemId="m1", delta=f"{index} ")) == []
+    assert made.feed(note("item/agentMessage/delta", turnId="T1", itemId="m1", delta="past the bound")) == []
+    approval = {"turnId": "T1", "itemId": "c", "command": "rm -rf /"}
+    [declined] = made.feed(line({"id": 9, "method": "item/commandExecution/requestApproval", "params": approval}))
+    assert json.loads(declined.data) == {"id": 9, "result": {"decision": "decline"}}  # nobody waits for it
+    events = made.feed(line({"id": 2, "result": {"turn": {"id": "T1"}}}))
+    assert "".join(event.text for event in of(PartialEvent, events)) == "".join(f"{i} " for i in range(MAX_HELD))
 
 
 def test_a_cancel_before_the_turns_id_interrupts_once_the_id_arrives_and_ends_cancelled():

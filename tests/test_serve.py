@@ -274,6 +274,31 @@ async def test_a_tool_the_profile_asks_about_is_a_permission_the_bot_answers_wit
     assert (await client.receive())["code"] == "unknown_turn"  # the turn is over
 
 
+async def test_a_number_json_has_not_in_what_the_agent_asks_reaches_the_bot_as_null(serve: Any, lab: Lab) -> None:
+    """An agent may write NaN or 1e999 (Python's json does); serve's lines stay JSON any parser reads."""
+    agent = lab.root / "nan_agent.py"
+    agent.write_text(
+        textwrap.dedent("""\
+        import sys
+        sys.stdin.readline()
+        print('{"type":"permission_request","request_id":"r1","tool_name":"Bash",'
+              '"input":{"n":NaN,"big":1e999,"small":-Infinity,"ok":0.5}}', flush=True)
+        sys.stdin.readline()
+        print('{"type":"result","text":"done","cost":NaN}', flush=True)
+    """)
+    )
+    (lab.profiles / "nan.yaml").write_text(
+        f"protocol: agentproc-0.4\ncommand: [{sys.executable!r}, {str(agent)!r}]\n"
+        "permissions: {ask: [Bash], timeout_secs: 5}\n"
+    )
+    client, _ = await serve()
+    await client.send(turn("n1", "hi", profile="nan"))
+    asked = (await client.until("permission", "n1"))[-1]  # strict_json: NaN or Infinity fails here
+    assert asked["input"] == {"n": None, "big": None, "small": None, "ok": 0.5}
+    await client.send({"type": "decide", "id": "n1", "request_id": asked["request_id"], "allow": True})
+    assert (await client.until("result", "n1"))[-1]["reply"] == "done"
+
+
 def write_warm_profile(lab: Lab) -> None:
     """Profile `aionrs`: the sample aionrs agent, warm, its sessions under the lab."""
     (lab.profiles / "aionrs.yaml").write_text(

@@ -40,6 +40,7 @@ import functools
 import json
 import json.decoder
 import json.scanner
+import math
 import posixpath
 import re
 import urllib.parse
@@ -303,11 +304,21 @@ def _mentioned(path: str, mention: str) -> str:
     return path.replace("\\", "\\\\").replace(" ", "\\ ") if mention.startswith("@") else path
 
 
+def _finite_or_null(text: str) -> float | None:
+    """A JSON number with a fraction or exponent; None (null) for one past a float's range (1e999)."""
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+# An agent may write NaN, Infinity or 1e999, which Python's decoder takes: kept as they are, the events that carry
+# the agent's values (a permission request's input) would reach a host as NaN or Infinity, which no strict JSON
+# parser reads (serve's bots, the network door's clients, PostgreSQL's jsonb). They are null instead.
+_DECODER = json.JSONDecoder(parse_constant=lambda constant: None, parse_float=_finite_or_null)
 # The C scanner json.loads ends up in, called directly: json.loads's three Python frames around it cost as much as
 # decoding a short event line (bench rows 7, 15 and 17, the JSON dialects' throughput).
 # typeshed types make_scanner's argument as a make_scanner (a TODO in its stub); it is the decoder whose settings it
 # scans with. And typeshed's json.decoder leaves out scanstring, which the module has (json.loads's string decoder).
-_scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+_scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
 scan_json_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 """The C decoder of a JSON string's text from its opening quote's next index (json.loads's own; typeshed does not
 declare it): (the text, the index after its closing quote). Dialects that read a line's string alone use it."""
@@ -322,7 +333,7 @@ def _object_of(line: str) -> dict[str, Any] | None:
             if end != len(line) and line[end:].strip(_JSON_SPACE):
                 return None  # json.loads: "Extra data"
         else:
-            message = json.loads(line)
+            message = _DECODER.decode(line)
     except (StopIteration, ValueError, RecursionError):
         return None
     return message if isinstance(message, dict) else None

@@ -63,7 +63,7 @@ from ..permissions import CANCELLED, Decision, PermissionRequest
 from ..turn import Attachment, Turn
 from .base import DialectContext, Handler, shorten, text_of, with_files_named, with_outbox_named
 from .claude_stream import ClaudeStream, result_error_text, result_usage, with_system_prompt_appended
-from .coding_agents import TITLE_CHARS, image_data, tool_title
+from .coding_agents import TITLE_CHARS, Paragraphs, image_data, tool_title
 from .events import (
     AgentInput,
     ErrorEvent,
@@ -138,7 +138,7 @@ class ClaudeSdk(WarmDialect):
         self._steers: dict[str, str] = {}  # uuid of a steered message → its steer id
         self._earlier: set[str] = set()  # uuids of earlier turns' messages not taken in when their turn ended
         self._foreign = False  # the CLI's latest echo was an earlier turn's message: its turn is none of ours
-        self._replies: list[str] = []
+        self._replies = Paragraphs(keep=True)  # the turn's results, a blank line between: bounded, as every reply
         self._cost = 0.0  # the CLI's total_cost_usd so far (it counts the whole process)
         self._last_uuid = ""
         self._start_failed = False  # the CLI said why it could not start (an error result before initialize's answer)
@@ -151,7 +151,7 @@ class ClaudeSdk(WarmDialect):
     def start_turn(self, turn: Turn, outbox: str) -> bytes:
         self._stream = ClaudeStream(self.context, turn)
         self._cancelling = False
-        self._replies = []
+        self._replies = Paragraphs(keep=True)
         self._steers = {}
         self._unechoed = set()
         return self._user_line(turn, outbox)
@@ -293,7 +293,8 @@ class ClaudeSdk(WarmDialect):
         else:
             reply = text_of(message.get("result"))
             if reply:
-                self._replies.append(reply)
+                self._replies.pause()  # each result a paragraph of its own
+                self._replies.add(reply)
         if not self._cancelling and any(steered in self._unechoed for steered in self._steers):
             return events  # a steered message not taken in yet: the CLI runs it next, in this bridge turn
         return events + self._end("error" if failed else "end_turn")
@@ -301,7 +302,7 @@ class ClaudeSdk(WarmDialect):
     def _end(self, reason: str) -> list[Event]:
         events: list[Event] = [SteerOutcome(steer_id, folded=True) for steer_id in self._steers.values()]
         if reason != "cancelled" and reason != "error":
-            events.append(ReplyEvent("\n\n".join(self._replies)))
+            events.append(ReplyEvent(self._replies.text))
         self._earlier |= self._unechoed
         self._unechoed = set()
         self._steers = {}

@@ -14,7 +14,9 @@ process holds one thread for many turns:
 - a turn: `turn/start` (the message as text, the fetched files that are not
   images named in it by path; fetched images, and `file:` image URLs, as
   `localImage` items, codex reading the file). Its response carries the turn's id; what codex says about a turn
-  before that id is known is held, then read (or dropped: another turn's).
+  before that id is known is held (up to `MAX_HELD` messages; past them what
+  codex says is read as no turn's: dropped, a request declined), then read
+  (or dropped: another turn's).
   `item/agentMessage/delta`s are streamed; the completed `agentMessage` items
   are the reply, joined by a blank line, as the partials show them (a turn
   has several when codex works between messages, or takes a steered one);
@@ -60,7 +62,17 @@ from ..turn import Attachment, Turn
 from ..version import __version__
 from .agentproc01 import session_id_problem
 from .base import DialectContext, Handler, number, outbox_named, shorten, text_of, with_files_named
-from .coding_agents import OUTPUT_CHARS, THINKING_CHARS, TITLE_CHARS, Paragraphs, ToolCall, ToolCalls, model_image
+from .coding_agents import (
+    CALL_ID_CHARS,
+    OPEN_CALLS,
+    OUTPUT_CHARS,
+    THINKING_CHARS,
+    TITLE_CHARS,
+    Paragraphs,
+    ToolCall,
+    ToolCalls,
+    model_image,
+)
 from .events import (
     ActivityEvent,
     AgentInput,
@@ -94,6 +106,9 @@ QUIET = (
 _STATUS = {"inProgress": "started", "completed": "completed", "failed": "failed", "declined": "denied"}
 _PLAN_STATUSES = {"pending": "pending", "inProgress": "in_progress", "completed": "completed"}
 _QUESTION_TOOL = "request_user_input"
+MAX_HELD = 64
+"""Messages of a turn held until turn/start's response names it; codex sends a few. One that never answered while
+it talked would otherwise have the bridge hold all it said."""
 
 ItemHandler = Callable[[Any, Mapping[str, Any], bool], list[Event]]
 RequestHandler = Callable[[Any, Any, Mapping[str, Any]], list[Event]]
@@ -229,7 +244,13 @@ class CodexAppServer(WarmDialect):
         if isinstance(method, str):
             params = message.get("params")
             params = params if isinstance(params, dict) else {}
-            if self.state is WarmState.IN_TURN and not self._turn_id and _turn_of(params):
+            # Past the bound a message is read now, as not the turn's: dropped, or a request declined at once.
+            if (
+                self.state is WarmState.IN_TURN
+                and not self._turn_id
+                and _turn_of(params)
+                and len(self._held) < MAX_HELD
+            ):
                 self._held.append(message)  # this turn's, or a late word of the last one: its id will say
                 return []
             if "id" in message:
@@ -331,7 +352,9 @@ class CodexAppServer(WarmDialect):
         delta = text_of(params.get("delta"))
         if not self._mine(params) or not delta:
             return []
-        self._streamed.add(text_of(params.get("itemId")))
+        item_id = text_of(params.get("itemId"))
+        if len(item_id) <= CALL_ID_CHARS and len(self._streamed) < OPEN_CALLS:  # as tool calls in flight: bounded
+            self._streamed.add(item_id)
         return [self._shown.add(delta)]
 
     def _item(self, params: Mapping[str, Any], completed: bool) -> list[Event]:
