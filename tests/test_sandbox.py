@@ -79,16 +79,21 @@ def work(tmp_path: Path) -> Path:
     return work
 
 
-def sandboxed(tmp_path: Path, source: str, work: Path, **sandbox: Any) -> bridge.Profile:
-    """A profile running the script `source` in `work`, sandboxed; the test's directory and the repository (the
-    venv's Python) are readable unless `read` says otherwise."""
+def sandboxed(tmp_path: Path, source: str, work: Path, *, cwd: str = "", **sandbox: Any) -> bridge.Profile:
+    """A profile running the script `source` in `work` (or `cwd`), sandboxed; the test's directory and the
+    repository (the venv's Python) are readable unless `read` says otherwise."""
     agents = tmp_path / "agents"
     agents.mkdir(exist_ok=True)
     name = f"agent-{uuid.uuid4().hex[:8]}.sh"
     write_agent(agents, name, source)
     section = {"read": [str(tmp_path), *RUNTIME], **sandbox}
     return bridge.Profile.from_mapping(
-        {"command": [f"{{{{PROFILE_DIR}}}}/{name}"], "cwd": str(work), "sandbox": section, "kill_grace_secs": 0.5},
+        {
+            "command": [f"{{{{PROFILE_DIR}}}}/{name}"],
+            "cwd": cwd or str(work),
+            "sandbox": section,
+            "kill_grace_secs": 0.5,
+        },
         profile_dir=agents,
     )
 
@@ -124,6 +129,34 @@ async def test_the_agent_writes_in_its_working_directory_and_nowhere_else(tmp_pa
     assert (work / "inside.txt").read_text() == "inside\n"
     assert not (tmp_path / "outside.txt").exists() and not os.path.exists(system_file)
     assert not Path("/tmp/private.txt").exists() or Path("/tmp/private.txt").read_text() != "tmp\n"
+
+
+async def test_a_new_session_s_agent_is_not_put_in_the_directory_of_every_session(tmp_path, home, work):
+    """`cwd: work/{{SESSION_ID}}`: a new session has no id yet. Its agent ran in `work/` itself, writable in the
+    sandbox: any stranger's first message reached every other conversation's directory, and could leave a link
+    there (`work/<the id it prints> -> /etc`) that its next turn's sandbox bound writable."""
+    other = work / "s-other"
+    other.mkdir()
+    (other / "notes.txt").write_text("another conversation's\n")
+    profile = sandboxed(
+        tmp_path,
+        """
+        #!/bin/sh
+        echo "overwritten" > s-other/notes.txt
+        ln -s /etc s-mine
+        echo "AGENT_SESSION: s-mine"
+        """,
+        work,
+        cwd=f"{work}/{{{{SESSION_ID}}}}",
+    )
+    result = await run(profile)
+    assert (result.outcome, result.exit_code) == ("spawn_failed", 126), (result.reply, result.error_reply)
+    assert "the session id cannot be used in cwd: it is empty (a new session has no id yet)" in result.error_reply
+    assert "put {{SESSION_NAME}} in cwd" in result.error_reply
+    assert (other / "notes.txt").read_text() == "another conversation's\n"
+    assert not os.path.lexists(work / "s-mine")
+    resumed = await run(profile, session_id="s-other")  # a session with an id still runs in its own directory
+    assert resumed.ok, (resumed.error, resumed.stderr_tail)
 
 
 @pytest.mark.parametrize("hide_home", [True, False], ids=["hidden", "shown"])

@@ -320,9 +320,30 @@ def _working_directory(profile: Profile, values: Mapping[str, str]) -> str | Non
     # `~` is the author's: expanded before substituting, so a session id `~root` stays a plain name.
     template = os.path.expanduser(profile.cwd)
     if "{{" in template:
-        for match in PLACEHOLDER_PATTERN.finditer(template):
-            _check_path_component(match.group(1), values[match.group(1)])
+        for component in template.split("/"):
+            for match in PLACEHOLDER_PATTERN.finditer(component):
+                _check_path_component(match.group(1), values[match.group(1)])
+            _check_named(component, values)
     return os.path.join(profile.profile_dir, _render(template, values))  # join keeps an absolute path as it is
+
+
+def _check_named(component: str, values: Mapping[str, str]) -> None:
+    """A path component of cwd holding values from the user must still name a directory: an empty session id (a
+    new session has none yet) made `work/{{SESSION_ID}}` the directory above every session's."""
+    if _render(component, values) not in ("", ".", ".."):
+        return
+    placeholders = (match.group(1) for match in PLACEHOLDER_PATTERN.finditer(component))
+    placeholder = next((name for name in placeholders if name in _CWD_VALUE_NAMES and not values[name]), None)
+    if placeholder is None:  # the author's own, `{{PROFILE_DIR}}/..`
+        return
+    noun = _CWD_VALUE_NAMES[placeholder]
+    empty = " (a new session has no id yet)" if placeholder == "SESSION_ID" else ""
+    instead = "; put {{SESSION_NAME}} in cwd, which every turn has" if placeholder == "SESSION_ID" else ""
+    raise LaunchError(
+        126,
+        f"the {noun} cannot be used in cwd: it is empty{empty}, so the agent would run in the directory above the "
+        f"one it names; a value put into cwd must be a single path component, not nothing{instead}",
+    )
 
 
 # What each placeholder from the user is called in errors; only these can move the agent.
