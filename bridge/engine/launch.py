@@ -72,6 +72,8 @@ class LaunchPlan:
     """The profile's `limits:` (`bridge.confinement.limits`), set on the agent as it starts."""
     command_at: int = 0
     """Where the profile's own command starts in argv, after the bridge's programs in front of it (bwrap, prlimit)."""
+    shown_cwd: str | None = None
+    """`cwd` as errors name it, `{{MESSAGE}}` standing for the message text in it (None: `cwd` itself)."""
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
@@ -143,6 +145,7 @@ def _plan(
         sandboxed=sandbox is not None,
         limits=limits,
         command_at=len(before),
+        shown_cwd=_shown_working_directory(profile, values, cwd),
     )
 
 
@@ -344,6 +347,13 @@ def _check_named(component: str, values: Mapping[str, str]) -> None:
         f"the {noun} cannot be used in cwd: it is empty{empty}, so the agent would run in the directory above the "
         f"one it names; a value put into cwd must be a single path component, not nothing{instead}",
     )
+
+
+def _shown_working_directory(profile: Profile, values: Mapping[str, str], cwd: str | None) -> str | None:
+    """`cwd` as errors name it, which the log keeps: `{{MESSAGE}}` in place of the message text."""
+    if profile.cwd is None or "{{MESSAGE}}" not in profile.cwd:
+        return cwd
+    return _working_directory(profile, {**values, "MESSAGE": "{{MESSAGE}}"})
 
 
 # What each placeholder from the user is called in errors; only these can move the agent.
