@@ -195,6 +195,33 @@ async def test_the_real_home_is_hidden_unless_the_profile_shows_it(tmp_path, hom
         assert SECRET in result.reply
 
 
+async def test_a_write_path_in_a_home_reached_through_a_link_is_bound_in_the_hidden_home(
+    tmp_path, home, work, monkeypatch
+):
+    """A home reached through a link (Fedora Silverblue's /home is one to /var/home) is hidden where the link
+    leads; `~/.tool` was bound before it through the link, then covered: the agent saw an empty directory."""
+    link = tmp_path / "home-link"
+    link.symlink_to(home)
+    monkeypatch.setenv("HOME", str(link))
+    (home / ".tool").mkdir()
+    (home / ".tool" / "config").write_text("setting\n")
+    profile = sandboxed(
+        tmp_path,
+        """
+        #!/bin/sh
+        cat ~/.tool/config
+        echo written > ~/.tool/state
+        cat ~/.ssh/id_rsa 2>/dev/null || echo hidden
+        """,
+        work,
+        write=["~/.tool"],
+    )
+    result = await run(profile)
+    assert result.ok, (result.error, result.stderr_tail)
+    assert result.reply.split("\n") == ["setting", "hidden"]
+    assert (home / ".tool" / "state").read_text() == "written\n"
+
+
 async def test_write_paths_are_writable_read_paths_only_readable(tmp_path, home, work):
     (home / ".tool").mkdir()
     (home / ".tool" / "config").write_text("setting\n")

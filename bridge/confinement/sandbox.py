@@ -66,7 +66,10 @@ class SandboxView:
         # every namespace), and bwrap run by root leaves /proc/sys writable: it asks access(2), to which a 0555
         # directory is read-only for a root without CAP_DAC_OVERRIDE.
         words += ["--ro-bind-try", "/proc/sys", "/proc/sys"]
-        binds = [("--ro-bind-try", path) for path in self.read] + [("--bind-try", path) for path in self.write]
+        # Each path where its links lead, as the homes are hidden (`sandbox_view`): bwrap cannot make a mount point
+        # through a link into a hidden home, and `~` may be one (Fedora Silverblue's /home links to /var/home).
+        binds = [("--ro-bind-try", os.path.realpath(path)) for path in self.read]
+        binds += [("--bind-try", os.path.realpath(path)) for path in self.write]
         # Later mounts cover earlier ones: what holds a hidden home (a `read: [/home]`) is bound before the home is
         # hidden, what lies inside one (`~/.codex`) after, so neither undoes the other.
         inside = [any(_within(path, home) for home in self.hidden) for _, path in binds]
