@@ -751,6 +751,16 @@ def test_a_session_id_cannot_move_the_agent_out_of_its_cwd(tmp_path):
     assert ran.read_text().splitlines() == [str(tmp_path.resolve() / "work" / "s-1")]  # the refused turns never ran
 
 
+def test_a_working_directory_made_of_the_message_is_not_logged_with_it(tmp_path):
+    """`cwd: work/{{MESSAGE}}` naming no directory: the reason logged at warning named the path, message and all."""
+    (tmp_path / "work").mkdir()
+    profile = agent_profile(tmp_path, "print('ran')", cwd="{{PROFILE_DIR}}/work/{{MESSAGE}}")
+    done = cli("run", str(profile), "my secret plan", "--log-level", "info")
+    assert done.returncode == 126, done.stderr
+    assert "secret" not in done.stderr, done.stderr
+    assert f"the working directory '{tmp_path}/work/{{{{MESSAGE}}}}' does not exist" in done.stderr, done.stderr
+
+
 def test_schema_is_a_json_schema_of_every_profile_field(tmp_path):
     done = cli("schema")
     assert done.returncode == 0

@@ -157,6 +157,7 @@ def test_cwd_is_relative_to_the_profile_and_expands_home() -> None:
         (Turn("hi", session_id="."), "the session id '.' cannot be used in cwd: it is '.'"),
         (Turn("hi", session_name="a/b"), "the session name 'a/b' cannot be used in cwd: it contains '/'"),
         (Turn("secret/../../text"), "the message cannot be used in cwd: it contains '/'"),
+        (Turn(""), "the message cannot be used in cwd: it is empty"),
     ],
 )
 def test_a_value_from_the_user_cannot_move_the_agent_out_of_its_cwd(turn: Turn, reason: str) -> None:
@@ -170,9 +171,18 @@ def test_a_value_from_the_user_cannot_move_the_agent_out_of_its_cwd(turn: Turn, 
 
 def test_a_value_from_the_user_in_cwd_stays_one_directory_inside_it() -> None:
     assert plan(Turn("hi", session_id="s-1"), cwd="{{PROFILE_DIR}}/work/{{SESSION_ID}}").cwd == "/profiles/work/s-1"
-    assert plan(Turn("hi"), cwd="work/{{SESSION_ID}}").cwd == "/profiles/work/"  # a new session: empty
+    assert plan(Turn("hi"), cwd="work/s-{{SESSION_ID}}").cwd == "/profiles/work/s-"  # a new session: empty
     assert plan(Turn("hi", session_id="~root"), cwd="{{SESSION_ID}}").cwd == "/profiles/~root"
     assert plan(Turn("hi", session_id="..x"), cwd="{{SESSION_ID}}").cwd == "/profiles/..x"
+
+
+@pytest.mark.parametrize("cwd", ["work/{{SESSION_ID}}", "work/{{SESSION_ID}}/x", "work/..{{SESSION_ID}}"])
+def test_a_new_session_s_empty_id_cannot_make_cwd_the_directory_above(cwd: str) -> None:
+    with pytest.raises(LaunchError) as caught:
+        plan(Turn("hi"), cwd=cwd)
+    assert caught.value.exit_code == 126
+    assert caught.value.message.startswith("the session id cannot be used in cwd: it is empty (a new session has")
+    assert plan(Turn("hi"), cwd="{{PROFILE_DIR}}/..").cwd == "/profiles/.."  # the author's own may
 
 
 def test_stdin_payload() -> None:

@@ -79,16 +79,21 @@ def work(tmp_path: Path) -> Path:
     return work
 
 
-def sandboxed(tmp_path: Path, source: str, work: Path, **sandbox: Any) -> bridge.Profile:
-    """A profile running the script `source` in `work`, sandboxed; the test's directory and the repository (the
-    venv's Python) are readable unless `read` says otherwise."""
+def sandboxed(tmp_path: Path, source: str, work: Path, *, cwd: str = "", **sandbox: Any) -> bridge.Profile:
+    """A profile running the script `source` in `work` (or `cwd`), sandboxed; the test's directory and the
+    repository (the venv's Python) are readable unless `read` says otherwise."""
     agents = tmp_path / "agents"
     agents.mkdir(exist_ok=True)
     name = f"agent-{uuid.uuid4().hex[:8]}.sh"
     write_agent(agents, name, source)
     section = {"read": [str(tmp_path), *RUNTIME], **sandbox}
     return bridge.Profile.from_mapping(
-        {"command": [f"{{{{PROFILE_DIR}}}}/{name}"], "cwd": str(work), "sandbox": section, "kill_grace_secs": 0.5},
+        {
+            "command": [f"{{{{PROFILE_DIR}}}}/{name}"],
+            "cwd": cwd or str(work),
+            "sandbox": section,
+            "kill_grace_secs": 0.5,
+        },
         profile_dir=agents,
     )
 
@@ -126,6 +131,46 @@ async def test_the_agent_writes_in_its_working_directory_and_nowhere_else(tmp_pa
     assert not Path("/tmp/private.txt").exists() or Path("/tmp/private.txt").read_text() != "tmp\n"
 
 
+async def test_a_new_session_s_agent_is_not_put_in_the_directory_of_every_session(tmp_path, home, work):
+    """`cwd: work/{{SESSION_ID}}`: a new session has no id yet. Its agent ran in `work/` itself, writable in the
+    sandbox: any stranger's first message reached every other conversation's directory, and could leave a link
+    there (`work/<the id it prints> -> /etc`) that its next turn's sandbox bound writable."""
+    other = work / "s-other"
+    other.mkdir()
+    (other / "notes.txt").write_text("another conversation's\n")
+    profile = sandboxed(
+        tmp_path,
+        """
+        #!/bin/sh
+        echo "overwritten" > s-other/notes.txt
+        ln -s /etc s-mine
+        echo "AGENT_SESSION: s-mine"
+        """,
+        work,
+        cwd=f"{work}/{{{{SESSION_ID}}}}",
+    )
+    result = await run(profile)
+    assert (result.outcome, result.exit_code) == ("spawn_failed", 126), (result.reply, result.error_reply)
+    assert "the session id cannot be used in cwd: it is empty (a new session has no id yet)" in result.error_reply
+    assert "put {{SESSION_NAME}} in cwd" in result.error_reply
+    assert (other / "notes.txt").read_text() == "another conversation's\n"
+    assert not os.path.lexists(work / "s-mine")
+    resumed = await run(profile, session_id="s-other")  # a session with an id still runs in its own directory
+    assert resumed.ok, (resumed.error, resumed.stderr_tail)
+
+
+async def test_the_kernel_s_settings_are_read_only_to_a_sandboxed_agent(tmp_path, home, work):
+    """uid 0 needs no capability to write most of /proc/sys: with the bridge run as root (as here), bwrap 0.8 left
+    it writable, and an agent could set `kernel.core_pattern` to `|<its script>`, which the kernel runs as root
+    outside every namespace at the next crash. Asked with access(2), so nothing is written."""
+    assert os.getuid() == 0, "the case is root's: as another user /proc/sys is read-only to the agent anyway"
+    settings = ["/proc/sys/kernel/core_pattern", "/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches"]
+    profile = sandboxed(tmp_path, "#!/bin/sh\n" + "\n".join(outcome(f"test -w {path}") for path in settings), work)
+    result = await run(profile)
+    assert result.ok, (result.error, result.stderr_tail)
+    assert result.reply.split("\n") == ["refused"] * len(settings)
+
+
 @pytest.mark.parametrize("hide_home", [True, False], ids=["hidden", "shown"])
 async def test_the_real_home_is_hidden_unless_the_profile_shows_it(tmp_path, home, work, hide_home):
     profile = sandboxed(
@@ -148,6 +193,33 @@ async def test_the_real_home_is_hidden_unless_the_profile_shows_it(tmp_path, hom
         assert lines[1:] == [""] or lines[1:] == []  # an empty home
     else:  # the same agent reads it when the home is not hidden: the case above is the sandbox's doing
         assert SECRET in result.reply
+
+
+async def test_a_write_path_in_a_home_reached_through_a_link_is_bound_in_the_hidden_home(
+    tmp_path, home, work, monkeypatch
+):
+    """A home reached through a link (Fedora Silverblue's /home is one to /var/home) is hidden where the link
+    leads; `~/.tool` was bound before it through the link, then covered: the agent saw an empty directory."""
+    link = tmp_path / "home-link"
+    link.symlink_to(home)
+    monkeypatch.setenv("HOME", str(link))
+    (home / ".tool").mkdir()
+    (home / ".tool" / "config").write_text("setting\n")
+    profile = sandboxed(
+        tmp_path,
+        """
+        #!/bin/sh
+        cat ~/.tool/config
+        echo written > ~/.tool/state
+        cat ~/.ssh/id_rsa 2>/dev/null || echo hidden
+        """,
+        work,
+        write=["~/.tool"],
+    )
+    result = await run(profile)
+    assert result.ok, (result.error, result.stderr_tail)
+    assert result.reply.split("\n") == ["setting", "hidden"]
+    assert (home / ".tool" / "state").read_text() == "written\n"
 
 
 async def test_write_paths_are_writable_read_paths_only_readable(tmp_path, home, work):

@@ -6,7 +6,8 @@ directory, and put in front of the profile's own argv; the placeholder rule (`ar
 argv, which is the program bwrap runs, so a message is refused wherever that program would run it.
 
 What a sandboxed agent gets (docs/sandbox.md):
-- the system read-only (`--ro-bind / /`), a fresh `/dev` and `/proc`, a private empty `/tmp`;
+- the system read-only (`--ro-bind / /`), a fresh `/dev` and `/proc` (its `/proc/sys` read-only), a private empty
+  `/tmp`;
 - the real home directories (`$HOME`, and the user's home from the password database) hidden under empty private
   directories at the same paths, so `$HOME` names an empty directory and `~` in `read`/`write` names the bound paths;
 - `read` bound read-only, `write` writable, then the working directory writable (and so the turn's attachments and
@@ -61,7 +62,14 @@ class SandboxView:
         if not self.network:
             words.append("--unshare-net")
         words += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        binds = [("--ro-bind-try", path) for path in self.read] + [("--bind-try", path) for path in self.write]
+        # uid 0 needs no capability to write most sysctls (`kernel.core_pattern` runs a program as root outside
+        # every namespace), and bwrap run by root leaves /proc/sys writable: it asks access(2), to which a 0555
+        # directory is read-only for a root without CAP_DAC_OVERRIDE.
+        words += ["--ro-bind-try", "/proc/sys", "/proc/sys"]
+        # Each path where its links lead, as the homes are hidden (`sandbox_view`): bwrap cannot make a mount point
+        # through a link into a hidden home, and `~` may be one (Fedora Silverblue's /home links to /var/home).
+        binds = [("--ro-bind-try", os.path.realpath(path)) for path in self.read]
+        binds += [("--bind-try", os.path.realpath(path)) for path in self.write]
         # Later mounts cover earlier ones: what holds a hidden home (a `read: [/home]`) is bound before the home is
         # hidden, what lies inside one (`~/.codex`) after, so neither undoes the other.
         inside = [any(_within(path, home) for home in self.hidden) for _, path in binds]

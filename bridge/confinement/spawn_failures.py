@@ -23,16 +23,23 @@ class CommandLine(Protocol):
     def cwd(self) -> str | None: ...
     @property
     def env(self) -> Mapping[str, str]: ...
+    @property
+    def shown_cwd(self) -> str | None: ...
+
+
+def _cwd_named(plan: CommandLine) -> str:
+    return plan.shown_cwd or plan.cwd or os.getcwd()
 
 
 def explain_spawn_failure(err: BaseException, plan: CommandLine) -> LaunchError:
     program = plan.argv[0]
     if isinstance(err, OSError) and plan.cwd is not None and err.filename == plan.cwd:
+        cwd = _cwd_named(plan)
         if isinstance(err, FileNotFoundError):
-            return LaunchError(EXIT_CANNOT_RUN, f"the working directory {plan.cwd!r} does not exist")
+            return LaunchError(EXIT_CANNOT_RUN, f"the working directory {cwd!r} does not exist")
         if isinstance(err, NotADirectoryError):
-            return LaunchError(EXIT_CANNOT_RUN, f"the working directory {plan.cwd!r} is not a directory")
-        return LaunchError(EXIT_CANNOT_RUN, f"cannot enter the working directory {plan.cwd!r}: {err.strerror}")
+            return LaunchError(EXIT_CANNOT_RUN, f"the working directory {cwd!r} is not a directory")
+        return LaunchError(EXIT_CANNOT_RUN, f"cannot enter the working directory {cwd!r}: {err.strerror}")
     if isinstance(err, FileNotFoundError):
         return explain_not_found(program, plan)
     if isinstance(err, PermissionError):
@@ -89,7 +96,7 @@ def explain_not_found(program: str, plan: CommandLine) -> LaunchError:
             return LaunchError(EXIT_NOT_FOUND, f"command {program!r} not found")
         return LaunchError(
             EXIT_NOT_FOUND,
-            f"command {program!r} not found (relative to {plan.cwd or os.getcwd()}, the agent's working "
+            f"command {program!r} not found (relative to {_cwd_named(plan)}, the agent's working "
             'directory); for a file next to the profile, write "{{PROFILE_DIR}}/'
             f'{program.removeprefix("./")}"',
         )

@@ -72,6 +72,8 @@ class LaunchPlan:
     """The profile's `limits:` (`bridge.confinement.limits`), set on the agent as it starts."""
     command_at: int = 0
     """Where the profile's own command starts in argv, after the bridge's programs in front of it (bwrap, prlimit)."""
+    shown_cwd: str | None = None
+    """`cwd` as errors name it, `{{MESSAGE}}` standing for the message text in it (None: `cwd` itself)."""
 
 
 def plan_launch(profile: Profile, turn: Turn, environ: Mapping[str, str]) -> LaunchPlan:
@@ -143,6 +145,7 @@ def _plan(
         sandboxed=sandbox is not None,
         limits=limits,
         command_at=len(before),
+        shown_cwd=_shown_working_directory(profile, values, cwd),
     )
 
 
@@ -320,9 +323,37 @@ def _working_directory(profile: Profile, values: Mapping[str, str]) -> str | Non
     # `~` is the author's: expanded before substituting, so a session id `~root` stays a plain name.
     template = os.path.expanduser(profile.cwd)
     if "{{" in template:
-        for match in PLACEHOLDER_PATTERN.finditer(template):
-            _check_path_component(match.group(1), values[match.group(1)])
+        for component in template.split("/"):
+            for match in PLACEHOLDER_PATTERN.finditer(component):
+                _check_path_component(match.group(1), values[match.group(1)])
+            _check_named(component, values)
     return os.path.join(profile.profile_dir, _render(template, values))  # join keeps an absolute path as it is
+
+
+def _check_named(component: str, values: Mapping[str, str]) -> None:
+    """A path component of cwd holding values from the user must still name a directory: an empty session id (a
+    new session has none yet) made `work/{{SESSION_ID}}` the directory above every session's."""
+    if _render(component, values) not in ("", ".", ".."):
+        return
+    placeholders = (match.group(1) for match in PLACEHOLDER_PATTERN.finditer(component))
+    placeholder = next((name for name in placeholders if name in _CWD_VALUE_NAMES and not values[name]), None)
+    if placeholder is None:  # the author's own, `{{PROFILE_DIR}}/..`
+        return
+    noun = _CWD_VALUE_NAMES[placeholder]
+    empty = " (a new session has no id yet)" if placeholder == "SESSION_ID" else ""
+    instead = "; put {{SESSION_NAME}} in cwd, which every turn has" if placeholder == "SESSION_ID" else ""
+    raise LaunchError(
+        126,
+        f"the {noun} cannot be used in cwd: it is empty{empty}, so the agent would run in the directory above the "
+        f"one it names; a value put into cwd must be a single path component, not nothing{instead}",
+    )
+
+
+def _shown_working_directory(profile: Profile, values: Mapping[str, str], cwd: str | None) -> str | None:
+    """`cwd` as errors name it, which the log keeps: `{{MESSAGE}}` in place of the message text."""
+    if profile.cwd is None or "{{MESSAGE}}" not in profile.cwd:
+        return cwd
+    return _working_directory(profile, {**values, "MESSAGE": "{{MESSAGE}}"})
 
 
 # What each placeholder from the user is called in errors; only these can move the agent.
