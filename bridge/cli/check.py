@@ -37,19 +37,20 @@ def check_command(args: argparse.Namespace) -> int:
                 print(paint(str(problem), ERROR, color), file=sys.stderr)
             status = EXIT_USAGE
             continue
-        status = max(status, _report_profile(path, profile, color=color))
+        status = max(status, _report_profile(path, profile, color=color, source=path))
     containment = CONTAINMENT.status()
     if not containment.available:
         print(paint(f"note: {containment.describe()}", WARNING, color), file=sys.stderr)
     return status
 
 
-def _report_profile(label: str, profile: Profile, *, color: bool, indent: str = "") -> int:
+def _report_profile(label: str, profile: Profile, *, color: bool, indent: str = "", source: str | None = None) -> int:
     """Print what `check` says of a profile that loads (its warnings; `ok` and how it is confined, or the limits
-    this machine cannot hold); returns the exit status it earns."""
+    this machine cannot hold); returns the exit status it earns. `source`: the profile's file."""
     from ..confinement.limits import LIMIT_GROUPS, ResourceLimits
 
     for warning in (
+        *(_own_file_warnings(source, profile) if source is not None else ()),
         *_environment_warnings(profile),
         *_attachment_warnings(profile),
         *_unset_variable_warnings(profile),
@@ -87,6 +88,35 @@ def _confinement_lines(profile: Profile) -> list[str]:
     except LaunchError as err:
         return [f"sandbox: cannot start here: {err.message}"]
     return sandbox.describe() if sandbox is not None else []
+
+
+def _own_file_warnings(source: str, profile: Profile) -> list[str]:
+    """A sandboxed agent that may write its own profile's file can rewrite it, and its next turn runs as it wrote:
+    without the sandbox."""
+    from ..engine.launch import effective_sandbox, plan_launch
+    from ..errors import LaunchError
+
+    if profile.sandbox is None:
+        return []
+    try:
+        sandbox = effective_sandbox(profile, os.environ, plan_launch(profile, Turn("hello"), os.environ).cwd)
+    except LaunchError:
+        return []
+    if sandbox is None:
+        return []
+    file = os.path.realpath(source)
+    holders = [path for path in (sandbox.cwd, *map(os.path.realpath, sandbox.write)) if _holds(path, file)]
+    if not holders:
+        return []
+    return [
+        f"the sandboxed agent may write this profile's own file ({holders[0]}, which holds it, is writable in its "
+        "sandbox): it could rewrite the profile, and its next turn would run as it wrote, without the sandbox; "
+        "keep the profile outside the agent's working directory and `write` paths"
+    ]
+
+
+def _holds(directory: str, path: str) -> bool:
+    return os.path.commonpath([directory, path]) == directory
 
 
 def _sandbox_warnings(profile: Profile) -> list[str]:
