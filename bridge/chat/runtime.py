@@ -145,7 +145,7 @@ class _PromptMessage:
 class _Prompt:
     """A permission request or a question shown with choices, until it is answered or its turn ends."""
 
-    token: str  # in each choice's data: which prompt a press is for
+    token: str  # in each choice's data: which prompt's question a press is for (each question gets its own)
     conversation: _Conversation
     turn_id: str
     request_id: str
@@ -813,6 +813,11 @@ class ChatBridge:
         self._later(self._edit, prompt.conversation.chat, prompt.message, f"{who} answered: {shown}")
         if prompt.index + 1 < len(request.questions):
             prompt.index += 1
+            # The next question's buttons carry a token of their own: a press still coming for this one's (a client
+            # that did not see the edit yet) is no longer waited for, and never answers the next question.
+            self._prompts.pop(prompt.token, None)
+            prompt.token = secrets.token_hex(4)
+            self._prompts[prompt.token] = prompt
             self._later(self._show, prompt)
             return
         self._forget(prompt)
