@@ -195,6 +195,9 @@ class FakePlatform:
 
     # ------------------------------------------------------------------ the Platform
 
+    def follow_moved_chats(self, moved: dict[str, str], record: Callable[[str, str], None]) -> None:
+        pass
+
     async def start(self, position: str | None) -> None:
         self._record(Record("start", text=position or ""))
         if position is not None:

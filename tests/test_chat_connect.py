@@ -264,6 +264,53 @@ async def decide_and_stop(fake: FakeBotApi, process: trio.Process, prompt: Messa
     await stop_connect(process, 20)
 
 
+SESSION_AGENT = textwrap.dedent(
+    """\
+    import os
+    session = os.environ.get("AGENT_SESSION_ID") or "s-" + os.environ["AGENT_MESSAGE"].split()[-1]
+    print("AGENT_SESSION:" + session)
+    print("session " + session)
+    """
+)
+
+
+async def test_a_group_upgraded_to_a_supergroup_keeps_its_conversation_across_a_restart(tmp_path: Path) -> None:
+    """Telegram moves a group to a new chat id when it becomes a supergroup: the conversation (its agent session)
+    goes on there, and after a restart the bot still knows the move — its replies go to the supergroup at once."""
+    group, supergroup = -4001, -1004001
+    (tmp_path / "agent.py").write_text(SESSION_AGENT)
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "sessions.yaml").write_text(yaml.safe_dump({"command": [sys.executable, str(tmp_path / "agent.py")]}))
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake:
+        (tmp_path / "bot.yaml").write_text(
+            f'telegram:\n  token: "${{TELEGRAM_BOT_TOKEN}}"\n  api_url: "{fake.api_url}"\n  profile: sessions\n'
+            "  allow_users: [42]\n  groups: {answer: always}\n" + FAST_PACE_LINE
+        )
+
+        def replies(chat: int) -> list[str]:
+            return [m.text for m in fake.sent_to(chat) if m.from_bot]
+
+        async with connect_running(tmp_path, TELEGRAM_SECRETS) as process:
+            fake.user_says(group, 42, "hello first")
+            await fake.wait_until(lambda: replies(group), within=DEADLINE)
+            assert replies(group) == ["session s-first"]
+            fake.group_upgraded(group, supergroup, user=42)
+            fake.user_says(supergroup, 42, "hello second")
+            await fake.wait_until(lambda: replies(supergroup), within=DEADLINE)
+            assert replies(supergroup) == ["session s-first"], "the conversation goes on in the supergroup"
+            await stop_connect(process, DEADLINE)
+
+        calls_before = len(fake.calls)
+        fake.user_says(supergroup, 42, "hello third")
+        async with connect_running(tmp_path, TELEGRAM_SECRETS) as process:
+            await fake.wait_until(lambda: len(replies(supergroup)) == 2, within=DEADLINE)
+            assert replies(supergroup)[1] == "session s-first", "after a restart too"
+            await stop_connect(process, DEADLINE)
+        to_the_group = [c.method for c in fake.calls[calls_before:] if c.params.get("chat_id") == str(group)]
+        assert to_the_group == [], "the move was stored: nothing goes to the old group after the restart"
+
+
 # ---------------------------------------------------------------------------- connect --metrics
 
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 
 import trio
@@ -273,6 +274,8 @@ class ChatBridge:
         """Log in, pick up what a previous run left unfinished, then poll until `stop()` (then wait for the
         turns in flight) or cancellation."""
         name = self.platform.name
+        moved = await trio.to_thread.run_sync(self.inbox.moved_chats, name)
+        self.platform.follow_moved_chats(moved, partial(self.inbox.chat_moved, name))
         await self.platform.start(await trio.to_thread.run_sync(self.inbox.position, name))
         await self.platform.set_commands(COMMANDS)
         async with trio.open_nursery() as nursery:
