@@ -51,9 +51,12 @@ BASH_COMMAND = sys.argv[1]
 def say(**message):
     sys.stdout.write(json.dumps(message) + "\\n")
     sys.stdout.flush()
-def question(multi):
-    return {"questions": [{"question": "Which colour?", "header": "Colour", "multiSelect": multi,
-                           "options": [{"label": "Red"}, {"label": "Blue"}]}]}
+def question(multi, two):
+    colour = {"question": "Which colour?", "header": "Colour", "multiSelect": multi,
+              "options": [{"label": "Red"}, {"label": "Blue"}]}
+    size = {"question": "Which size?", "header": "Size", "multiSelect": False,
+            "options": [{"label": "Small"}, {"label": "Large"}]}
+    return {"questions": [colour, size] if two else [colour]}
 for line in sys.stdin:
     message = json.loads(line)
     if message["type"] == "control_request" and message["request"]["subtype"] == "initialize":
@@ -63,7 +66,7 @@ for line in sys.stdin:
         text = json.dumps(message["message"])
         say(type="system", subtype="init", session_id="s-1")
         if "question" in text:
-            tool, ask = "AskUserQuestion", question("multi" in text)
+            tool, ask = "AskUserQuestion", question("multi" in text, "two questions" in text)
         else:
             tool, ask = "Bash", {"command": BASH_COMMAND}
         say(type="control_request", request_id="r1", request={"subtype": "can_use_tool", "tool_name": tool,
@@ -191,6 +194,9 @@ class FakePlatform:
         raise AssertionError(f"no choice {label!r} offered; the bot did: {self.records}")
 
     # ------------------------------------------------------------------ the Platform
+
+    def follow_moved_chats(self, moved: dict[str, str], record: Callable[[str, str], None]) -> None:
+        pass
 
     async def start(self, position: str | None) -> None:
         self._record(Record("start", text=position or ""))

@@ -15,12 +15,13 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import textwrap
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -708,3 +709,22 @@ async def test_a_press_decides_the_turn_that_asked_while_another_message_waits_b
         await platform.wait_for("the second prompt", lambda: len([r for r in platform.of("send") if r.choices]) == 2)
         platform.push(message(5, "/cancel"))
         await platform.wait_for("the second turn cancelled", lambda: "Cancelled." in platform.sent_texts())
+
+
+def test_a_chat_store_of_version_1_gains_the_moved_chats_and_keeps_its_conversations(tmp_path: Path) -> None:
+    path = tmp_path / "chat.sqlite3"
+    inbox = Inbox(path)
+    inbox.set_conversation("telegram", "telegram:-4001", "claude", 2)
+    inbox.close()
+    with closing(sqlite3.connect(path)) as db:  # as agent-bridge before chat_moves wrote it
+        db.execute("DROP TABLE chat_moves")
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+    inbox = Inbox(path)
+    assert inbox.moved_chats("telegram") == {}
+    inbox.chat_moved("telegram", "-4001", "-1004001")
+    inbox.close()
+    inbox = Inbox(path)
+    assert inbox.moved_chats("telegram") == {"-4001": "-1004001"} and inbox.moved_chats("matrix") == {}
+    assert inbox.conversation("telegram", "telegram:-4001") == ("claude", 2)
+    inbox.close()

@@ -9,6 +9,7 @@ Nothing sleeps to synchronise: every wait is on what the fake saw, with a deadli
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -206,6 +207,31 @@ async def test_a_question_is_answered_by_a_button_then_by_free_text(bot: Path) -
         fake.user_says(ALICE, ALICE, "Green, please")
         await fake.wait_until(lambda: len(said(fake, lambda text: text.startswith("decided"))()) == 2, WITHIN)
         assert '"Which colour?": "Green, please"' in said(fake, lambda text: text.startswith("decided"))()[1].text
+
+
+async def test_each_question_of_a_prompt_is_answered_only_by_its_own_buttons(bot: Path) -> None:
+    """A press on an earlier question's message (a client showing it before the edit took its buttons away) never
+    answers the question asked now: it is told "no longer waiting", and the question still waits."""
+    async with running_fake_bot_api(TELEGRAM_TOKEN, limits=FAST_FLOOD) as fake, connected(bot, fake, profile="asker"):
+        fake.user_says(ALICE, ALICE, "two questions")
+        await fake.wait_until(lambda: len(prompts_sent(fake)) == 1, WITHIN)
+        # As the user's client still shows it, buttons and all, after the edit that answers it.
+        colour = dataclasses.replace(next(m for m in fake.sent_to(ALICE) if m.reply_markup))
+        assert colour.reply_markup is not None
+        red, blue = [button["callback_data"] for row in colour.reply_markup["inline_keyboard"] for button in row]
+        fake.user_presses(colour, red, user=ALICE)
+        await fake.wait_until(lambda: len(prompts_sent(fake)) == 2, WITHIN)
+        fake.user_presses(colour, blue, user=ALICE)
+        await fake.wait_until(lambda: len(fake.answers) == 2, WITHIN)
+        assert fake.answers[1][2] == "no longer waiting"
+        size = next(m for m in fake.sent_to(ALICE) if m.text.startswith("Size"))
+        assert size.reply_markup is not None, "the size question still waits"
+        small = size.reply_markup["inline_keyboard"][0][0]
+        assert small["text"] == "Small"
+        fake.user_presses(size, small["callback_data"], user=ALICE)
+        await fake.wait_until(said(fake, lambda text: text.startswith("decided")), WITHIN)
+        decided = said(fake, lambda text: text.startswith("decided"))()[0].text
+        assert '"Which colour?": "Red"' in decided and '"Which size?": "Small"' in decided, decided
 
 
 async def test_cancel_stops_the_running_turn(bot: Path) -> None:

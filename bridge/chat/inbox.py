@@ -4,8 +4,9 @@ An update's life: `queued` (stored, in the same transaction as the platform posi
 → `running` (its turn started) → `answered` (the reply is stored, not yet delivered) → `delivered`. After a
 crash, `queued` and `running` updates run again (a turn that was cut off never replied), `answered` ones
 are delivered, `delivered` ones never come back; an update id seen again is ignored. Beside them: the
-platform's acknowledged position, each conversation's profile, per-user daily usage and when each chat was
-last refused. The files of a reply wait beside the store (`<store>.files/`) until delivered.
+platform's acknowledged position, each conversation's profile, per-user daily usage, when each chat was
+last refused and the chats the platform moved to a new id. The files of a reply wait beside the store
+(`<store>.files/`) until delivered.
 
 Every write is one `BEGIN IMMEDIATE` transaction in WAL mode with `synchronous=NORMAL`: once a call returns, its
 change survives a `kill -9` (it is in the log, which the kernel holds); `sync()` puts the log on the disk, so it
@@ -32,7 +33,7 @@ from ..errors import StoreError
 from ..host.sqlite_store import in_write_transaction
 from .platform import ButtonPress, Incoming, IncomingFile
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: chat_moves (a version 1 store gains the table as it opens)
 BUSY_TIMEOUT_SECS = 10.0
 # Delivered updates are kept only to recognise one the platform sends again (a batch polled again after a
 # crash before its acknowledgement): the latest this many per platform are plenty, and the file stays small.
@@ -65,6 +66,10 @@ _SCHEMA = (
         PRIMARY KEY (platform, chat))""",
     # The bot each platform's rows belong to: update ids and positions are one bot's, meaningless to another.
     "CREATE TABLE IF NOT EXISTS chat_bots (platform TEXT PRIMARY KEY, bot TEXT NOT NULL)",
+    # Chats the platform moved to a new id (a Telegram group become a supergroup): the conversation keeps the old.
+    """CREATE TABLE IF NOT EXISTS chat_moves (
+        platform TEXT NOT NULL, old_chat TEXT NOT NULL, new_chat TEXT NOT NULL,
+        PRIMARY KEY (platform, old_chat))""",
 )
 
 
@@ -270,6 +275,24 @@ class Inbox:
                 "ON CONFLICT (platform, conversation) DO UPDATE SET profile = excluded.profile, "
                 "generation = excluded.generation",
                 (platform, conversation, profile, generation),
+            )
+        )
+
+    def moved_chats(self, platform: str) -> dict[str, str]:
+        """The chats `platform` moved: old id -> new id (see `Platform.follow_moved_chats`)."""
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT old_chat, new_chat FROM chat_moves WHERE platform = ?", (platform,)
+            ).fetchall()
+        )
+        return {str(old): str(new) for old, new in rows}
+
+    def chat_moved(self, platform: str, old_chat: str, new_chat: str) -> None:
+        self._write(
+            lambda db: db.execute(
+                "INSERT INTO chat_moves (platform, old_chat, new_chat) VALUES (?, ?, ?) "
+                "ON CONFLICT (platform, old_chat) DO UPDATE SET new_chat = excluded.new_chat",
+                (platform, old_chat, new_chat),
             )
         )
 

@@ -242,6 +242,9 @@ class MatrixPlatform:
 
     # --- start, sync --------------------------------------------------------------------------------------------
 
+    def follow_moved_chats(self, moved: dict[str, str], record: Callable[[str, str], None]) -> None:
+        """A Matrix room keeps its id: nothing to follow."""
+
     async def start(self, position: str | None) -> None:
         if self._config.access_token is not None:
             self._token = self._config.access_token.get_secret_value()

@@ -91,6 +91,12 @@ class Platform(Protocol):
     name: str
     rate_limited: int  # the platform's 429s waited out so far (connect --metrics)
 
+    def follow_moved_chats(self, moved: dict[str, str], record: Callable[[str, str], None]) -> None:
+        """Before `start`: the chats the platform moved to a new id (old id -> new id, as stored) and how to store
+        a move it sees (`record(old, new)`, synchronous). A moved chat keeps its old id in `Incoming` and
+        `ButtonPress` (its conversation's, so its session goes on), and what is sent to the old id goes to the
+        new one. A platform whose chats never move does nothing."""
+
     async def start(self, position: str | None) -> None:
         """Log in and check the credentials; `position` is the last acknowledged (None: from the platform's own
         start, never dropping pending updates)."""

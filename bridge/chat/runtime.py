@@ -22,10 +22,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 
 import trio
 
+from ..dialects.coding_agents import tool_title
 from ..dialects.events import FileEvent, PartialEvent, Question, QuestionRequest, RequestWithdrawn
 from ..engine.loop import HostEvent
 from ..engine.result import Outcome, TurnResult
@@ -61,6 +63,10 @@ NO_LONGER_WAITING = "no longer waiting"
 KEYCAPS = ("1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣", "🔟")
 DELIVERY_ATTEMPTS = 5
 MAX_POLL_BACKOFF_SECS = 30.0
+# The most of a command an approval prompt shows (three Telegram messages): past it, its start and its end, and
+# a line saying it is shortened and how long it is.
+PROMPT_COMMAND_CHARS = 12_000
+PROMPT_COMMAND_TAIL_CHARS = 2_000
 
 
 @dataclass(frozen=True)
@@ -126,9 +132,12 @@ class _Conversation:
 
 @dataclass
 class _PromptMessage:
-    """The message showing a prompt's question: its key once the platform took the send ("" if it never did). A
-    press can arrive before the send's answer does (the user sees the message first): its edit waits for `sent`."""
+    """The message showing a prompt's question: its key once the platform took the send ("" if it never did), and
+    the text an edit shows (the prompt's brief when it was sent in several parts: an edit replaces the last part
+    only). A press can arrive before the send's answer does (the user sees the message first): its edit waits for
+    `sent`."""
 
+    text: str
     key: str = ""
     sent: trio.Event = field(default_factory=trio.Event)
 
@@ -137,12 +146,13 @@ class _PromptMessage:
 class _Prompt:
     """A permission request or a question shown with choices, until it is answered or its turn ends."""
 
-    token: str  # in each choice's data: which prompt a press is for
+    token: str  # in each choice's data: which prompt's question a press is for (each question gets its own)
     conversation: _Conversation
     turn_id: str
     request_id: str
     text: str
-    message: _PromptMessage = field(default_factory=_PromptMessage)
+    brief: str = ""  # what an edit shows of a prompt sent in several parts: it replaces the last part only
+    message: _PromptMessage = field(default_factory=lambda: _PromptMessage(""))
     permission: PermissionRequest | None = None
     request: QuestionRequest | None = None
     index: int = 0  # the question of `request` shown now
@@ -264,6 +274,8 @@ class ChatBridge:
         """Log in, pick up what a previous run left unfinished, then poll until `stop()` (then wait for the
         turns in flight) or cancellation."""
         name = self.platform.name
+        moved = await trio.to_thread.run_sync(self.inbox.moved_chats, name)
+        self.platform.follow_moved_chats(moved, partial(self.inbox.chat_moved, name))
         await self.platform.start(await trio.to_thread.run_sync(self.inbox.position, name))
         await self.platform.set_commands(COMMANDS)
         async with trio.open_nursery() as nursery:
@@ -681,10 +693,11 @@ class ChatBridge:
         prompt = _Prompt(secrets.token_hex(4), conversation, turn_id, request.request_id, "")
         if isinstance(request, PermissionRequest):
             prompt.permission = request
-            what = request.title or request.tool
+            what = tool_title(request.input, limit=None) or request.title or request.tool
             prompt.text = f"The agent asks to use **{request.tool}**" + (
-                f": {_code_span(what)}" if what != request.tool else ""
+                f": {_shown_command(what)}" if what != request.tool else ""
             )
+            prompt.brief = f"The agent asks to use **{request.tool}**: the request above."
         else:
             prompt.request = request
         self._prompts[prompt.token] = prompt
@@ -697,18 +710,21 @@ class ChatBridge:
             prompt.text = "\n\n".join(
                 part for part in (question.header and f"**{question.header}**", question.prompt) if part
             )
+            prompt.brief = "The question above."
             prompt.selected = []
             if question.free_text or not question.options:
                 prompt.conversation.free_text = prompt
                 prompt.text += (
                     "\n\n(answer with a message)" if not question.options else "\n\n(or answer with a message)"
                 )
-        message = prompt.message = _PromptMessage()
+        message = prompt.message = _PromptMessage(prompt.text)
         try:
             keys = await self._send(
                 prompt.conversation.chat, prompt.conversation.thread, prompt.text, self._choices(prompt)
             )
             message.key = keys[-1] if keys else ""
+            if keys and len(keys) > 1:
+                message.text = prompt.brief
         finally:
             message.sent.set()
 
@@ -761,9 +777,7 @@ class ChatBridge:
                 return
             self._later(self.platform.answer_press, press, decision[1])
             self._forget(prompt)
-            self._later(
-                self._edit, prompt.conversation.chat, prompt.message, f"{prompt.text}\n\n{decision[1]} by {who}."
-            )
+            self._later(self._edit, prompt.conversation.chat, prompt.message, f"{decision[1]} by {who}.")
             return
         question = prompt.question
         assert question is not None
@@ -799,9 +813,14 @@ class ChatBridge:
             prompt.conversation.free_text = None
         prompt.answers[question.id] = answer
         shown = markdown_text(answer if isinstance(answer, str) else ", ".join(answer) or "nothing")
-        self._later(self._edit, prompt.conversation.chat, prompt.message, f"{prompt.text}\n\n{who} answered: {shown}")
+        self._later(self._edit, prompt.conversation.chat, prompt.message, f"{who} answered: {shown}")
         if prompt.index + 1 < len(request.questions):
             prompt.index += 1
+            # The next question's buttons carry a token of their own: a press still coming for this one's (a client
+            # that did not see the edit yet) is no longer waited for, and never answers the next question.
+            self._prompts.pop(prompt.token, None)
+            prompt.token = secrets.token_hex(4)
+            self._prompts[prompt.token] = prompt
             self._later(self._show, prompt)
             return
         self._forget(prompt)
@@ -824,21 +843,23 @@ class ChatBridge:
 
     async def _edit_choices(self, prompt: _Prompt) -> None:
         """Show a multi-select prompt's choices as they are when the edit goes out."""
-        await self._edit(prompt.conversation.chat, prompt.message, prompt.text, self._choices(prompt))
+        await self._edit(prompt.conversation.chat, prompt.message, "", self._choices(prompt))
 
     async def _withdrawn(self, turn_id: str, request_id: str) -> None:
         for prompt in list(self._prompts.values()):
             if prompt.turn_id == turn_id and prompt.request_id == request_id:
                 self._forget(prompt)
-                text = f"{prompt.text}\n\nThe agent withdrew this request."
-                await self._edit(prompt.conversation.chat, prompt.message, text)
+                await self._edit(prompt.conversation.chat, prompt.message, "The agent withdrew this request.")
 
-    async def _edit(self, chat: str, message: _PromptMessage, text: str, choices: tuple[Choice, ...] = ()) -> None:
+    async def _edit(self, chat: str, message: _PromptMessage, note: str, choices: tuple[Choice, ...] = ()) -> None:
+        """Show the prompt's message as it was sent (its brief, when split) with `note` under it."""
         await message.sent.wait()
         if not message.key:
             return
         try:
-            await self.platform.edit_text(chat, message.key, text, choices=choices)
+            await self.platform.edit_text(
+                chat, message.key, "\n\n".join(filter(None, (message.text, note))), choices=choices
+            )
         except BridgeError as err:
             self._log.warning("a prompt could not be updated", error=str(err))
 
@@ -874,6 +895,27 @@ class ChatBridge:
     async def _generation(self, conversation: _Conversation) -> int:
         stored = await trio.to_thread.run_sync(self.inbox.conversation, self.platform.name, conversation.base)
         return 0 if stored is None else stored[1]
+
+
+def _shown_command(command: str) -> str:
+    """`command` as Markdown that shows it exactly (a command of several lines as a code block); past
+    `PROMPT_COMMAND_CHARS`, its start and its end, saying plainly that it is shortened and how long it is."""
+    if len(command) <= PROMPT_COMMAND_CHARS:
+        return _code(command)
+    head, tail = PROMPT_COMMAND_CHARS - PROMPT_COMMAND_TAIL_CHARS, PROMPT_COMMAND_TAIL_CHARS
+    return (
+        f"{_code(command[:head])} … {_code(command[-tail:])}\n\n**Shortened:** the command is {len(command):,} "
+        f"characters long, too long to show in chat; above are its first {head:,} and its last {tail:,}."
+    )
+
+
+def _code(text: str) -> str:
+    """`text` as inline code, or as a code block when it has several lines (inline code shows a line break as a
+    space); either shows it exactly."""
+    if "\n" not in text and "\r" not in text:
+        return _code_span(text)
+    fence = "`" * max(3, max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"\n\n{fence}\n{text}\n{fence}"
 
 
 def _code_span(text: str) -> str:

@@ -148,12 +148,31 @@ class TelegramPlatform:
         self._bot_username = ""
         self._press_ids: OrderedDict[str, str] = OrderedDict()  # update_id -> callback_query id
         self._upgraded: dict[str, str] = {}  # a group's chat id -> the supergroup's it was upgraded to
+        self._upgraded_from: dict[str, str] = {}  # the other way: a supergroup's messages keep the group's id
+        self._record_move: Callable[[str, str], None] = lambda old, new: None
         self._groups: set[str] = set()
         self._log = get_logger(component="telegram")
         self.rate_limited = 0  # 429s waited out (connect --metrics)
         _hide_token_in_httpx_logs(self._token)
 
     # ------------------------------------------------------------------ receiving
+
+    def follow_moved_chats(self, moved: dict[str, str], record: Callable[[str, str], None]) -> None:
+        """Groups upgraded to supergroups (Telegram gives the supergroup a new id): see `Platform`."""
+        self._upgraded = dict(moved)
+        self._upgraded_from = {new: old for old, new in moved.items()}
+        self._record_move = record
+
+    def _group_upgraded(self, group: str, supergroup: str) -> None:
+        if self._upgraded.get(group) == supergroup:
+            return
+        self._upgraded[group], self._upgraded_from[supergroup] = supergroup, group
+        self._record_move(group, supergroup)
+        self._log.info("telegram_group_upgraded")
+
+    def _conversation_chat(self, chat: Any) -> str:
+        """The chat id a message in `chat` is given: a supergroup's is the group's it was upgraded from."""
+        return self._upgraded_from.get(str(chat), str(chat))
 
     async def start(self, position: str | None) -> None:
         reply = await self._call("getMe")
@@ -208,7 +227,7 @@ class TelegramPlatform:
             self._remember_press(update_id, str(query["id"]))
             return ButtonPress(
                 update_id=update_id,
-                chat=str(message["chat"]["id"]),
+                chat=self._conversation_chat(message["chat"]["id"]),
                 thread=_thread_of(message),
                 user=str(query["from"]["id"]),
                 message_key=str(message["message_id"]),
@@ -218,6 +237,10 @@ class TelegramPlatform:
         message = update.get("message")
         if message is None or "from" not in message:
             return None
+        if "migrate_to_chat_id" in message:  # the group's last word, and the supergroup's first
+            self._group_upgraded(str(message["chat"]["id"]), str(message["migrate_to_chat_id"]))
+        if "migrate_from_chat_id" in message:
+            self._group_upgraded(str(message["migrate_from_chat_id"]), str(message["chat"]["id"]))
         files = _files_of(message)
         text = str(message.get("text", message.get("caption", "")))
         if not text and not files:
@@ -230,7 +253,7 @@ class TelegramPlatform:
         reply_to = message.get("reply_to_message") or {}
         return Incoming(
             update_id=update_id,
-            chat=str(chat["id"]),
+            chat=self._conversation_chat(chat["id"]),
             thread=_thread_of(message),
             user=str(sender["id"]),
             user_name=_name_of(sender),
@@ -565,8 +588,8 @@ class TelegramPlatform:
             params["chat_id"] = self._upgraded[chat]
         reply = await self._request(method, params, files=files, wait_seconds=wait_seconds)
         if chat and reply.migrate_to_chat_id is not None:
-            self._upgraded[chat] = params["chat_id"] = reply.migrate_to_chat_id
-            self._log.info("telegram_group_upgraded", method=method)
+            self._group_upgraded(chat, reply.migrate_to_chat_id)
+            params["chat_id"] = reply.migrate_to_chat_id
             reply = await self._request(method, params, files=files, wait_seconds=wait_seconds)
         return reply
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,12 +105,14 @@ PLAN_STEPS = 200
 UNFINISHED = "the agent ended without finishing its turn (its output has no result line)"
 
 
-def tool_title(arguments: Any, *, or_json: bool = False) -> str:
+def tool_title(arguments: Any, *, or_json: bool = False, limit: int | None = TITLE_CHARS) -> str:
     """A short title for a call with these arguments ("ls -la", "src/app.py"), or "" when none says much.
 
     `arguments` may be an object or the JSON text of one (OpenAI-style tool calls); a command given as a
     list of words is joined. With `or_json`, arguments with none of the telling fields are shown as JSON.
+    `limit=None`: the field whole and as written, for a person asked to allow the call.
     """
+    cut: Callable[[str], str] = (lambda text: text) if limit is None else (lambda text: shorten(text, limit))
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
@@ -123,9 +125,9 @@ def tool_title(arguments: Any, *, or_json: bool = False) -> str:
         if isinstance(value, list) and value and all(isinstance(word, str) for word in value):
             value = " ".join(value)
         if isinstance(value, str) and value.strip():
-            return shorten(value, TITLE_CHARS)
+            return cut(value)
     if or_json and arguments:
-        return shorten(json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str), TITLE_CHARS)
+        return cut(json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str))
     return ""
 
 

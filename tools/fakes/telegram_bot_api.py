@@ -228,6 +228,7 @@ class FakeBotApi:
         self._next_message_id: dict[int, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
         self._group_chats: set[int] = set()
         self._chats: set[int] = set()
+        self._upgraded: dict[int, int] = {}  # a group -> the supergroup it became
         self._callback_queries: dict[str, bool] = {}  # id -> answered
         self._allowed_updates: list[str] | None = UPDATE_TYPES_BY_DEFAULT
         self._poll_generation = 0
@@ -259,6 +260,17 @@ class FakeBotApi:
         if entities:
             message["entities"] = entities
         return self._add_update({"message": message})
+
+    def group_upgraded(self, group: int, supergroup: int, *, user: int, user_name: str = "Alice") -> None:
+        """`group` becomes `supergroup`, as Telegram does it: a service message in each (`migrate_to_chat_id` in the
+        group, `migrate_from_chat_id` in the supergroup), and from then on every call to the group is answered 400
+        with the supergroup's id."""
+        for chat, service in (
+            (group, {"migrate_to_chat_id": supergroup}),
+            (supergroup, {"migrate_from_chat_id": group}),
+        ):
+            self._add_update({"message": self._incoming_message(chat, user, user_name, None, None, True) | service})
+        self._upgraded[group] = supergroup
 
     def user_sends_photo(
         self, chat: int, user: int, data: bytes, *, caption: str = "", user_name: str = "Alice", group: bool = False
@@ -414,6 +426,9 @@ class FakeBotApi:
             return self.bot_user
         if method == "getUpdates":
             return await self._get_updates(params)
+        if "chat_id" in params and (supergroup := self._upgraded.get(_int(params, "chat_id"))) is not None:
+            reason = "Bad Request: group chat was upgraded to a supergroup chat"
+            raise _Refused(ApiFault(400, reason, {"migrate_to_chat_id": supergroup}))
         if method in LIMITED_METHODS:
             self._check_flood(_int(params, "chat_id"))
         handler = {
