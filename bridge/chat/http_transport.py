@@ -294,21 +294,17 @@ def _failures(request: httpx.Request, failed: type[httpx.TransportError], what: 
         raise failed(f"{what}: {type(reason).__name__}: {reason}", request=request) from error
 
 
-class RequestDeadline(httpx.TimeoutException):
-    """A whole request (its answer's body included) took longer than its deadline: see `whole_request_within`."""
-
-
 @contextmanager
 def whole_request_within(seconds: float) -> Iterator[None]:
-    """The block (a request, and the reading of its answer) within `seconds` in all, else `RequestDeadline`, an
-    `httpx.HTTPError` the connectors already treat as the platform being unavailable. httpx's timeouts (and this
+    """The block (a request, and the reading of its answer) within `seconds` in all, else httpx's `ReadTimeout`,
+    an `httpx.HTTPError` the connectors already treat as the platform being unavailable. httpx's timeouts (and this
     transport's) are per read: a server or a proxy sending a byte now and then would hold a request, and the bot,
     for good. Each connector chooses the seconds of its calls where it defines them."""
     try:
         with trio.fail_after(seconds):
             yield
     except trio.TooSlowError:
-        raise RequestDeadline(f"the request was not answered whole within {seconds} s") from None
+        raise httpx.ReadTimeout(f"the request was not answered whole within {seconds} s") from None
 
 
 def chat_http_client(timeout: float = 60.0) -> httpx.AsyncClient:
@@ -322,4 +318,4 @@ def chat_http_client(timeout: float = 60.0) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout), transport=TrioH11Transport())
 
 
-__all__ = ["RequestDeadline", "TrioH11Transport", "chat_http_client", "whole_request_within"]
+__all__ = ["TrioH11Transport", "chat_http_client", "whole_request_within"]
