@@ -574,24 +574,32 @@ def test_check_warns_that_a_sandbox_with_the_network_reaches_loopback_services(t
     assert "serve --listen` without tokens" in warning and "set `network: false`" in warning
 
 
-def test_check_warns_that_a_sandboxed_agent_could_rewrite_its_own_profile(tmp_path):
-    """An agent that may write its profile's file could drop the sandbox for its next turn: check says so."""
-    (tmp_path / "work").mkdir()
+def test_check_warns_that_a_sandboxed_agent_could_add_profiles_beside_its_own(tmp_path):
+    """Its own file is read-only to the agent, but a directory it may write can take new profiles, which `serve
+    --profiles` would serve without a sandbox: check says so. A directory below its working directory is read-only
+    to the agent, one apart from it out of its reach: no warning."""
+    (tmp_path / "work" / "profiles").mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
     inside = write_profile(tmp_path / "work", "command: cat\ncwd: .\nsandbox: {network: false}\n", name="inside.yaml")
     written = write_profile(
         tmp_path, "command: cat\ncwd: elsewhere\nsandbox: {network: false, write: ['{{PROFILE_DIR}}']}\n",
         name="written.yaml",
     )  # fmt: skip
+    below = write_profile(
+        tmp_path / "work" / "profiles", "command: cat\ncwd: ..\nsandbox: {network: false}\n", name="below.yaml"
+    )
     apart = write_profile(tmp_path, "command: cat\ncwd: work\nsandbox: {network: false}\n", name="apart.yaml")
     done = subprocess.run(
-        [AGENT_BRIDGE, "check", str(inside), str(written), str(apart)], capture_output=True, text=True, timeout=30
+        [AGENT_BRIDGE, "check", str(inside), str(written), str(below), str(apart)],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if "warning" in line]
     assert [line.partition(": warning: ")[0] for line in warnings] == [str(inside), str(written)]
-    assert all("could rewrite the profile" in line and "without the sandbox" in line for line in warnings)
-    assert f"({tmp_path / 'work'}, which holds it" in warnings[0] and f"({tmp_path}, which holds it" in warnings[1]
+    assert all("bound read-only for it, but it could add a profile there" in line for line in warnings)
+    assert f"({tmp_path / 'work'} is writable" in warnings[0] and f"({tmp_path} is writable" in warnings[1]
 
 
 # --------------------------------------------------------------------------- the ready profiles' sandbox lines
