@@ -726,6 +726,24 @@ def test_a_remembered_profile_equals_a_validated_one(tmp_path: Path) -> None:
     assert isinstance(remembered.timeout_secs, float)
 
 
+def test_a_profile_knows_the_file_it_was_loaded_from_where_its_links_lead(tmp_path: Path) -> None:
+    """Its sandbox binds that file read-only (docs/sandbox.md): validated or remembered, replaced or not."""
+    real = write_profile(tmp_path, "command: agent\n", name="real.yaml")
+    (tmp_path / "link.yaml").symlink_to(real)
+    fresh = load_profile(tmp_path / "link.yaml", cache=False)
+    load_profile(real)
+    remembered = load_profile(real)
+    assert fresh.file == remembered.file == str(real)
+    assert fresh.replace(timeout_secs=5).file == str(real)
+    assert Profile.from_mapping({"command": "agent"}, profile_dir=tmp_path).file is None
+    assert parse_profile("command: agent\n", source=real).file is None
+    # The same text in another file of the directory is another profile: a warm agent of one cannot take the other's
+    # turns, its sandbox guarding the wrong file.
+    twins = [write_profile(tmp_path, "command: agent\nname: twin\n", name=f"{stem}.yaml") for stem in ("a", "b")]
+    mapped = Profile.from_mapping({"command": "agent", "name": "twin"}, profile_dir=tmp_path)
+    assert load_profile(twins[0]) != load_profile(twins[1]) and load_profile(twins[0]) != mapped
+
+
 def test_a_corrupt_or_unwritable_cache_is_only_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_profile(tmp_path, "command: agent\n")
     load_profile(path)

@@ -244,6 +244,68 @@ async def test_write_paths_are_writable_read_paths_only_readable(tmp_path, home,
     assert (home / ".logins" / "token").read_text() == "token\n" and not (home / ".tool" / "new").exists()
 
 
+def tampering_source(profile: Path, work: Path, cache: Path) -> str:
+    """An agent that tries every way to change its own profile, the directories that lead to it, and the profile
+    cache; it prints its pid (2 in its sandbox's PID namespace), then one line per attempt."""
+    ancestors = [
+        str(directory) for directory in profile.parents if directory.is_relative_to(work) and directory != work
+    ]
+    ancestors.reverse()  # the outermost first: moved, it carries the others away
+    return f"""
+        #!{PYTHON}
+        import os
+        profile, ancestors = {str(profile)!r}, {ancestors!r}
+        def attempt(name, action):
+            try:
+                action()
+                print(name, "ok")
+            except OSError:
+                print(name, "refused")
+        def replace():
+            with open("replacement", "w") as file:
+                file.write("command: sh\\n")
+            os.replace("replacement", profile)
+        def move_directories():
+            for directory in ancestors:
+                os.rename(directory, directory + "-moved")
+        print("pid", os.getpid())
+        attempt("overwrite", lambda: open(profile, "w").write("command: sh\\n"))
+        attempt("truncate", lambda: os.truncate(profile, 0))
+        attempt("replace", replace)
+        attempt("rename", lambda: os.rename(profile, profile + ".old"))
+        attempt("delete", lambda: os.unlink(profile))
+        attempt("move its directories", move_directories)
+        attempt("write the profile cache", lambda: open({str(cache / "entry.json")!r}, "w").write("{{}}"))
+        """
+
+
+@pytest.mark.parametrize("where", ["", "bridge/profiles"], ids=["in its working directory", "below it"])
+async def test_a_sandboxed_agent_cannot_change_the_profile_that_confines_it(tmp_path, home, work, monkeypatch, where):
+    """A profile kept where its agent works (the project it works on): rewritten, the next turn would run as the
+    agent wrote it, without the sandbox. Its file, the directories on the way to it, and the profile cache (here
+    in the working directory too) are read-only to the agent, and the next turn is still sandboxed."""
+    cache = work / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    directory = work / where
+    directory.mkdir(parents=True, exist_ok=True)
+    profile_file = directory / "agent.yaml"
+    agent = write_agent(tmp_path, "agent", tampering_source(profile_file, work, cache / "agent-bridge" / "profiles"))
+    text = yaml.safe_dump(
+        {"command": [str(agent)], "cwd": str(work), "sandbox": {"read": [str(tmp_path), *RUNTIME], "network": False}}
+    )
+    profile_file.write_text(text)
+    expected = ["pid 2", *(f"{name} refused" for name in ("overwrite", "truncate", "replace", "rename", "delete"))]
+    expected += ["move its directories ok" if not where else "move its directories refused"]
+    expected += ["write the profile cache refused"]
+    for _ in range(2):  # the next turn loads the profile again: still the one the author wrote
+        result = await run(bridge.load_profile(profile_file))
+        assert result.ok, (result.error, result.stderr_tail)
+        assert result.reply.split("\n") == expected
+        assert profile_file.read_text() == text
+    if where:  # the directory that holds it is read-only: no new profile there for `serve --profiles` to serve
+        assert sorted(os.listdir(directory)) == ["agent.yaml"]
+
+
 @pytest.mark.parametrize("network", [True, False], ids=["network", "no network"])
 async def test_network_false_cannot_reach_a_listener_on_loopback(tmp_path, home, work, network):
     with socket.create_server(("127.0.0.1", 0)) as listener:
@@ -512,24 +574,32 @@ def test_check_warns_that_a_sandbox_with_the_network_reaches_loopback_services(t
     assert "serve --listen` without tokens" in warning and "set `network: false`" in warning
 
 
-def test_check_warns_that_a_sandboxed_agent_could_rewrite_its_own_profile(tmp_path):
-    """An agent that may write its profile's file could drop the sandbox for its next turn: check says so."""
-    (tmp_path / "work").mkdir()
+def test_check_warns_that_a_sandboxed_agent_could_add_profiles_beside_its_own(tmp_path):
+    """Its own file is read-only to the agent, but a directory it may write can take new profiles, which `serve
+    --profiles` would serve without a sandbox: check says so. A directory below its working directory is read-only
+    to the agent, one apart from it out of its reach: no warning."""
+    (tmp_path / "work" / "profiles").mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
     inside = write_profile(tmp_path / "work", "command: cat\ncwd: .\nsandbox: {network: false}\n", name="inside.yaml")
     written = write_profile(
         tmp_path, "command: cat\ncwd: elsewhere\nsandbox: {network: false, write: ['{{PROFILE_DIR}}']}\n",
         name="written.yaml",
     )  # fmt: skip
+    below = write_profile(
+        tmp_path / "work" / "profiles", "command: cat\ncwd: ..\nsandbox: {network: false}\n", name="below.yaml"
+    )
     apart = write_profile(tmp_path, "command: cat\ncwd: work\nsandbox: {network: false}\n", name="apart.yaml")
     done = subprocess.run(
-        [AGENT_BRIDGE, "check", str(inside), str(written), str(apart)], capture_output=True, text=True, timeout=30
+        [AGENT_BRIDGE, "check", str(inside), str(written), str(below), str(apart)],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if "warning" in line]
     assert [line.partition(": warning: ")[0] for line in warnings] == [str(inside), str(written)]
-    assert all("could rewrite the profile" in line and "without the sandbox" in line for line in warnings)
-    assert f"({tmp_path / 'work'}, which holds it" in warnings[0] and f"({tmp_path}, which holds it" in warnings[1]
+    assert all("bound read-only for it, but it could add a profile there" in line for line in warnings)
+    assert f"({tmp_path / 'work'} is writable" in warnings[0] and f"({tmp_path} is writable" in warnings[1]
 
 
 # --------------------------------------------------------------------------- the ready profiles' sandbox lines

@@ -91,8 +91,8 @@ def _confinement_lines(profile: Profile) -> list[str]:
 
 
 def _own_file_warnings(source: str, profile: Profile) -> list[str]:
-    """A sandboxed agent that may write its own profile's file can rewrite it, and its next turn runs as it wrote:
-    without the sandbox."""
+    """A sandboxed agent that may write the directory of its profile's file (its working directory or a `write`
+    path): its own file is bound read-only, but it can add profiles there, or rewrite the others."""
     from ..engine.launch import effective_sandbox, plan_launch
     from ..errors import LaunchError
 
@@ -104,14 +104,16 @@ def _own_file_warnings(source: str, profile: Profile) -> list[str]:
         return []
     if sandbox is None:
         return []
-    file = os.path.realpath(source)
-    holders = [path for path in (sandbox.cwd, *map(os.path.realpath, sandbox.write)) if _holds(path, file)]
-    if not holders:
+    directory = os.path.dirname(os.path.realpath(source))
+    holders = [path for path in (sandbox.cwd, *map(os.path.realpath, sandbox.write)) if _holds(path, directory)]
+    if not holders or any(_holds(guarded, directory) for guarded in sandbox.guarded):
         return []
     return [
-        f"the sandboxed agent may write this profile's own file ({holders[0]}, which holds it, is writable in its "
-        "sandbox): it could rewrite the profile, and its next turn would run as it wrote, without the sandbox; "
-        "keep the profile outside the agent's working directory and `write` paths"
+        f"the sandboxed agent may write this profile's directory ({holders[0]} is writable in its sandbox): its own "
+        "file is bound read-only for it, but it could add a profile there, or rewrite another, which would run "
+        "without its sandbox if `serve --profiles` serves this directory; keep profiles outside the agent's "
+        "working directory and `write` paths (or in a directory below its working directory, which is bound "
+        "read-only)"
     ]
 
 

@@ -51,6 +51,9 @@ class SandboxView:
     read: tuple[str, ...]
     write: tuple[str, ...]
     network: bool
+    guarded: tuple[str, ...] = ()
+    """What the bridge reads its orders from that a writable bind holds (the profile's file, maybe its directory,
+    the profile cache): bound read-only over the writable binds, see `guarded_paths`."""
 
     def argv(self) -> list[str]:
         """bwrap's words up to and including the `--` after which the agent's argv follows."""
@@ -81,7 +84,29 @@ class SandboxView:
         for (option, path), within_home in zip(binds, inside, strict=True):
             if within_home:
                 words += [option, path, path]
-        words += ["--bind", self.cwd, self.cwd, "--chdir", self.cwd, "--"]
+        words += ["--bind", self.cwd, self.cwd]
+        words += self._guard_words()
+        words += ["--chdir", self.cwd, "--"]
+        return words
+
+    def _guard_words(self) -> list[str]:
+        """`guarded` read-only, after every writable bind. A read-only file is a mount point, which cannot be
+        written, replaced, renamed or removed; the directories between it and the writable bind that holds it are
+        bound onto themselves, so they are mount points too: renaming one would carry the file away, and leave its
+        path free for a new one."""
+        writable = (*map(os.path.realpath, self.write), self.cwd)
+        pinned: set[str] = set()
+        for path in self.guarded:
+            outermost = min((bind for bind in writable if _within(path, bind)), key=len, default=path)
+            directory = os.path.dirname(path)
+            while _within(directory, outermost) and directory != outermost:
+                pinned.add(directory)
+                directory = os.path.dirname(directory)
+        words: list[str] = []
+        for directory in sorted(pinned - set(writable), key=lambda path: path.count("/")):
+            words += ["--bind", directory, directory]
+        for path in self.guarded:
+            words += ["--ro-bind", path, path]
         return words
 
     def describe(self) -> list[str]:
@@ -103,8 +128,18 @@ class SandboxView:
         return lines
 
 
-def sandbox_view(section: SandboxSettings, *, bwrap: str, cwd: str, home: str | None, profile_dir: str) -> SandboxView:
-    """The sandbox a profile's `sandbox` section gives an agent working in `cwd` (absolute).
+def sandbox_view(
+    section: SandboxSettings,
+    *,
+    bwrap: str,
+    cwd: str,
+    home: str | None,
+    profile_dir: str,
+    profile_file: str | None = None,
+    profile_cache: str | None = None,
+) -> SandboxView:
+    """The sandbox a profile's `sandbox` section gives an agent working in `cwd` (absolute); `profile_file` (the
+    file the profile was loaded from) and `profile_cache` (the directory of validated profiles) stay read-only.
 
     Raises ValueError when the working directory would uncover what the sandbox hides (it is `/`, or holds a
     hidden home), with what to do instead.
@@ -123,14 +158,37 @@ def sandbox_view(section: SandboxSettings, *, bwrap: str, cwd: str, home: str | 
             + ("the whole system" if cwd == "/" else "the home directory the sandbox hides")
             + "; set cwd to a directory of the agent's own"
         )
+    write = tuple(expand_path(path, profile_dir) for path in section.write)
     return SandboxView(
         bwrap=bwrap,
         cwd=cwd,
         hidden=tuple(hidden),
         read=tuple(expand_path(path, profile_dir) for path in section.read),
-        write=tuple(expand_path(path, profile_dir) for path in section.write),
+        write=write,
         network=section.network,
+        guarded=guarded_paths((*map(os.path.realpath, write), cwd), profile_file, profile_cache),
     )
+
+
+def guarded_paths(writable: tuple[str, ...], profile_file: str | None, profile_cache: str | None) -> tuple[str, ...]:
+    """What of the bridge's own the agent must not write though a writable bind holds it (docs/sandbox.md).
+
+    The profile's file: rewritten, the next turn would run as the agent wrote it, without the sandbox. Its
+    directory too when it lies inside a writable bind without being or holding one (read-only, it would take from
+    the agent what the profile gives it): there the agent could add a profile that `serve --profiles` serves. The
+    profile cache, whose entries say what a profile file holds. Each where its links lead."""
+    candidates: list[str] = []
+    if profile_file is not None:
+        file = os.path.realpath(profile_file)
+        directory = os.path.dirname(file)
+        if not any(_within(bind, directory) for bind in writable):
+            candidates.append(directory)
+        candidates.append(file)
+    if profile_cache is not None:
+        candidates.append(os.path.realpath(profile_cache))
+    held = [path for path in candidates if any(_within(path, bind) for bind in writable)]
+    # One inside another is read-only already; bound again, the directories pinned on its way would not be.
+    return tuple(path for path in held if not any(other != path and _within(path, other) for other in held))
 
 
 def expand_path(path: str, profile_dir: str) -> str:

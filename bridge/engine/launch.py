@@ -21,6 +21,7 @@ from ..confinement.sandbox import SandboxView, sandbox_view
 from ..dialects import PROTOCOLS, Handover
 from ..errors import LaunchError
 from ..profile import PLACEHOLDER_PATTERN, Profile
+from ..profile.cache import cache_directory, make_private_directories
 from ..profile.fields import NEW_SESSION_ID
 from ..turn import Turn
 
@@ -247,15 +248,27 @@ def effective_sandbox(profile: Profile, environ: Mapping[str, str], cwd: str | N
     if bwrap is None:
         raise LaunchError(127, missing_tool(BWRAP))
     try:
-        return sandbox_view(
+        view = sandbox_view(
             profile.sandbox,
             bwrap=bwrap,
             cwd=cwd or os.getcwd(),
             home=environ.get("HOME"),
             profile_dir=profile.profile_dir,
+            profile_file=profile.file,
+            profile_cache=str(cache_directory()),
         )
     except ValueError as err:
         raise LaunchError(126, str(err)) from None
+    if os.path.realpath(cache_directory()) in view.guarded:
+        try:  # there to be bound read-only: else the agent could make it, and write entries the bridge trusts
+            make_private_directories(cache_directory())
+        except OSError as err:
+            raise LaunchError(
+                126,
+                f"the profile cache {cache_directory()} lies where the sandboxed agent may write, and cannot be "
+                f"made to be bound read-only ({err.strerror or err}); point XDG_CACHE_HOME elsewhere",
+            ) from None
+    return view
 
 
 def _base_environment(profile: Profile, environ: Mapping[str, str]) -> dict[str, str]:

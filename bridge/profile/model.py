@@ -50,6 +50,7 @@ class Profile:
         "dialect_context",
         "permission_policy",
         "profile_dir",
+        "file",
     )
 
     command: str | tuple[str, ...]
@@ -103,28 +104,35 @@ class Profile:
     """How the agent's requests to run a tool are answered (`permissions`; deny when absent)."""
     profile_dir: str
     """The directory `{{PROFILE_DIR}}` and a relative `cwd` refer to."""
+    file: str | None
+    """The file it was loaded from, where its links lead (None: made from text or a mapping); a sandbox binds it
+    read-only when it lies where the agent may write (`bridge.confinement.sandbox`)."""
 
     def __init__(self, **fields: Any) -> None:
         """Validate `fields`; relative paths resolve against the current directory."""
         from .schema import validate_mapping
 
-        self._assign(validate_mapping(fields), os.getcwd())
+        self._assign(validate_mapping(fields), os.getcwd(), None)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, profile_dir: str | os.PathLike[str] | None = None) -> Profile:
         """Validate `data` as a profile whose relative paths resolve against `profile_dir`."""
-        from .schema import validate_mapping
-
-        return cls._trusted(validate_mapping(data), os.path.abspath(profile_dir or os.getcwd()))
+        return cls._from_mapping(data, os.path.abspath(profile_dir or os.getcwd()), None)
 
     @classmethod
-    def _trusted(cls, values: Mapping[str, Any], profile_dir: str) -> Profile:
+    def _from_mapping(cls, data: Mapping[str, Any], profile_dir: str, file: str | None) -> Profile:
+        from .schema import validate_mapping
+
+        return cls._trusted(validate_mapping(data), profile_dir, file)
+
+    @classmethod
+    def _trusted(cls, values: Mapping[str, Any], profile_dir: str, file: str | None) -> Profile:
         """A profile from values that were already validated (see `schema.ProfileModel.values`)."""
         profile = cls.__new__(cls)
-        profile._assign(values, profile_dir)
+        profile._assign(values, profile_dir, file)
         return profile
 
-    def _assign(self, values: Mapping[str, Any], profile_dir: str) -> None:
+    def _assign(self, values: Mapping[str, Any], profile_dir: str, file: str | None) -> None:
         for name in FIELD_NAMES:
             value = values[name]
             if name in _SECTIONS:
@@ -153,6 +161,7 @@ class Profile:
         )
         object.__setattr__(self, "permission_policy", self.permissions or PermissionPolicy())
         object.__setattr__(self, "profile_dir", profile_dir)
+        object.__setattr__(self, "file", file)
 
     @property
     def tell_agent_outbox(self) -> str:
@@ -182,8 +191,8 @@ class Profile:
         raise AttributeError(f"a Profile is immutable; use profile.replace({name}=...)")
 
     def replace(self, **changes: Any) -> Profile:
-        """A validated copy with `changes` applied, resolving paths as this profile does."""
-        return Profile.from_mapping({**self.to_dict(), **changes}, profile_dir=self.profile_dir)
+        """A validated copy with `changes` applied, resolving paths as this profile does, from the same file."""
+        return Profile._from_mapping({**self.to_dict(), **changes}, self.profile_dir, self.file)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, as plain JSON-ready values."""
@@ -211,7 +220,8 @@ class Profile:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Profile):
             return NotImplemented
-        return self.profile_dir == other.profile_dir and self.to_dict() == other.to_dict()
+        # The file too: a sandbox binds it read-only, so a warm agent started for one file cannot serve another's.
+        return (self.profile_dir, self.file) == (other.profile_dir, other.file) and self.to_dict() == other.to_dict()
 
     # Unhashable, as Python makes a class that defines __eq__ alone; said here so that mypy knows it too. object's
     # stub types __hash__ as a method, so the idiom (typeshed's own for list and dict) needs the ignore.
@@ -269,7 +279,7 @@ def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile
             remembered = None  # validated where the tool was: validating again says what to install
         if remembered is not None:
             try:
-                return Profile._trusted(remembered, profile_dir)
+                return Profile._trusted(remembered, profile_dir, str(resolved))
             except (KeyError, TypeError, ValueError):
                 pass  # an entry from another version of the bridge: validate afresh
     try:
@@ -281,7 +291,7 @@ def load_profile(path: str | os.PathLike[str], *, cache: bool = True) -> Profile
     values = validate_text(text, where, Path(path).stem)
     if cache:
         profile_cache.store(str(resolved), content, values)
-    return Profile._trusted(values, profile_dir)
+    return Profile._trusted(values, profile_dir, str(resolved))
 
 
 def _lacks_a_tool(remembered: Mapping[str, Any]) -> bool:
@@ -298,7 +308,7 @@ def parse_profile(text: str, *, source: str | os.PathLike[str] | None = None) ->
     where = str(source) if source is not None else "<profile>"
     values = validate_text(text, where, Path(source).stem if source is not None else None)
     profile_dir = str(Path(source).resolve().parent) if source is not None else os.getcwd()
-    return Profile._trusted(values, profile_dir)
+    return Profile._trusted(values, profile_dir, None)
 
 
 def json_schema() -> dict[str, Any]:
