@@ -442,3 +442,32 @@ def test_attach_gives_the_next_message_a_file(chat, tmp_path: Path) -> None:  # 
     terminal.send(b"/exit\n")
     assert terminal.exit_code() == 0
     assert left_in(tmp_path / "work") == []  # the turn's files are gone with it
+
+
+def test_an_agents_escape_sequences_reach_the_terminal_as_visible_text(chat, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An agent (or what it read) cannot set the title, write the clipboard (OSC 52), hide text or move the cursor."""
+    agent = write_agent(
+        tmp_path,
+        "agent",
+        f"""\
+        #!{PYTHON}
+        import os, sys
+        if "fail" in os.environ["AGENT_MESSAGE"]:
+            print("tool failed \\x1b]0;from stderr\\x07", file=sys.stderr)
+            sys.exit(3)
+        print('AGENT_PARTIAL:"\\\\u001b]0;owned title\\\\u0007partial "', flush=True)
+        print("\\x1b]52;c;cm0gLXJmIH4=\\x07reply \\x1b[8mhidden\\x1b[2K\\x9b2J")
+    """,
+    )
+    terminal = chat(str(write_profile(tmp_path, f"command: {agent}\n")))
+    terminal.send(b"go\n")
+    shown = terminal.expect(PROMPT)
+    assert b"\x1b" not in shown and "\x9b".encode() not in shown, shown
+    assert b"^[]0;owned title^Gpartial " in shown
+    assert b"^[]52;c;cm0gLXJmIH4=^Greply ^[[8mhidden^[[2K" in shown
+    terminal.send(b"fail\n")
+    shown = terminal.expect(PROMPT)
+    assert b"\x1b" not in shown, shown
+    assert b"stderr: tool failed ^[]0;from stderr^G" in shown
+    terminal.send(b"/exit\n")
+    assert terminal.exit_code() == 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -81,6 +82,19 @@ async def test_a_host_is_entered_once(lab: Lab) -> None:
     with pytest.raises(RuntimeError, match="entered once"):  # ProtocolMisuse is also a RuntimeError
         async with host:
             pass
+
+
+def test_under_asyncio_a_host_says_it_runs_under_trio(lab: Lab) -> None:
+    async def entered() -> None:
+        async with bridge.open_host(lab.profiles, state=lab.state):
+            pass
+
+    async def submitted() -> None:
+        await bridge.open_host(lab.profiles, state=lab.state).submit("rec", "c", Turn("x"))
+
+    for call in (entered, submitted):
+        with pytest.raises(bridge.ProtocolMisuse, match=r"runs under trio.*agent-bridge serve"):
+            asyncio.run(call())
 
 
 async def test_the_body_s_exception_leaves_async_with_as_itself(lab: Lab) -> None:

@@ -59,6 +59,31 @@ async def test_interrupt_stops_the_running_turn_and_the_new_message_runs_next(la
     assert lab.lines().index(["sigint", "slow"]) < lab.lines().index(["start", "next", "-", str(lab.pid("next"))])
 
 
+async def test_interrupt_runs_the_newest_message_next_and_cancels_those_it_overtook(lab: Lab) -> None:
+    """Two messages come while the running turn is being stopped: the newest runs next; the one before it does not
+    run in full first (the newest would have interrupted it had it started): it ends cancelled."""
+    lab.profile("rec", extra="on_busy: interrupt\n")
+    gate = lab.gate()
+    results: dict[str, TurnResult] = {}
+
+    async def submit(
+        host: bridge.BaseHost, tag: str, words: str = "", task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        results[tag] = await host.submit("rec", "chat", Turn(f"tag={tag} {words}"), task_status=task_status)
+
+    with trio.fail_after(DEADLINE):
+        async with bridge.open_host(lab.profiles, state=lab.state) as host, trio.open_nursery() as nursery:
+            nursery.start_soon(submit, host, "slow", f"gate={gate}")
+            while "slow" not in lab.events("start"):
+                await trio.sleep(0.01)
+            await nursery.start(submit, host, "next")  # returns once the host took it in
+            await nursery.start(submit, host, "newest")
+    outcomes = [results[tag].outcome.value for tag in ("slow", "next", "newest")]
+    assert outcomes == ["cancelled", "cancelled", "ok"], lab.lines()
+    assert results["newest"].reply == "reply newest one"
+    assert "next" not in lab.events("end")
+
+
 async def release_unless_interrupted(lab: Lab, gate: Path, tag: str) -> None:
     """Open `tag`'s gate — at once if its agent waits there; failing, not hanging, if it was interrupted."""
     while True:

@@ -99,6 +99,17 @@ def test_with_stdout_elsewhere_its_content_is_untouched_by_what_goes_to_the_term
     assert out.getvalue() == "working \ndone\n"
 
 
+def test_an_agents_control_characters_are_shown_on_a_terminal_and_passed_on_as_they_are_elsewhere() -> None:
+    """On a terminal an escape sequence is text (`^[`), never obeyed; piped, a program gets the agent's bytes."""
+    said = "\x1b]52;c;aGk=\x07one\r\ntwo\x9b2J\tend"
+    screen = Screen()
+    terminal, piped = screen.stream("out"), screen.stream("piped", tty=False)
+    HumanPrinter(terminal, screen.stream("err")).show(result(reply=said))
+    HumanPrinter(piped, screen.stream("err")).show(result(reply=said))
+    assert terminal.getvalue() == "^[]52;c;aGk=^Gone\ntwo\N{REPLACEMENT CHARACTER}2J\tend\n"
+    assert piped.getvalue() == said + "\n"
+
+
 def test_the_agents_stderr_and_stdout_do_not_tear_each_others_lines() -> None:
     screen = Screen()
     printer = HumanPrinter(screen.stream("out"), screen.stream("err"))

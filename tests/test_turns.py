@@ -6,6 +6,7 @@ Agents are small scripts written to a temp dir by the `make_agent` fixtures
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -219,6 +220,24 @@ def test_run_turn_sync_works_without_trio(make_agent):
     result = bridge.run_turn_sync(profile, Turn("x"), on_partial=partials.append, on_event=events.append)
     assert (result.reply, result.session_id, partials) == ("sync reply", "sync-session", ["p"])
     assert events[-1] is result
+
+
+def test_under_asyncio_run_turn_and_open_turn_say_how_to_call_them(make_agent):
+    """The API runs on trio; an asyncio program (most bot frameworks are) is told what to call instead."""
+    profile = make_agent("""
+        print("never run")
+    """)
+
+    async def awaited() -> None:
+        await bridge.run_turn(profile, Turn("x"))
+
+    async def streamed() -> None:
+        async with bridge.open_turn(profile, Turn("x")):
+            pass
+
+    for call in (awaited, streamed):
+        with pytest.raises(bridge.ProtocolMisuse, match=r"runs under trio.*asyncio\.to_thread\(bridge\.run_turn_sync"):
+            asyncio.run(call())
 
 
 async def test_concurrent_turns_do_not_mix(make_agent):

@@ -38,10 +38,20 @@ STDERR_LINE_CHARS = 200
 # SGR codes: red, yellow, dim.
 ERROR, WARNING, DIM = "31", "33", "2"
 
+# What a terminal obeys rather than shows: C0 controls but tab and newline, DEL, and C1 controls. An agent's
+# (or a web page's it read) OSC 52 would write the user's clipboard, OSC 0 the window title, CSI hide text.
+_SHOWN_AS = {code: f"^{chr(code ^ 0x40)}" for code in (*range(0x20), 0x7F) if chr(code) not in "\t\n"}
+_SHOWN_AS |= dict.fromkeys(range(0x80, 0xA0), "\N{REPLACEMENT CHARACTER}")
+
 
 def paint(text: str, style: str, color: bool) -> str:
     """`text` in `style` when `color` is on (see `bridge.log.wants_color`), else as it is."""
     return f"\x1b[{style}m{text}\x1b[0m" if color and text else text
+
+
+def visible(text: str) -> str:
+    """`text` for a terminal to show, not obey: control characters in caret notation (ESC is `^[`), C1 ones as �."""
+    return text.replace("\r\n", "\n").translate(_SHOWN_AS)
 
 
 def describe_activity(event: ActivityEvent) -> str:
@@ -90,6 +100,7 @@ class HumanPrinter:
         self.open_line = False  # partials left stdout mid-line
         self._err_open = False  # the agent's own stderr left stderr mid-line
         self._shared = _shared(out, err)  # one screen or one file: one stream's open line is the other's too
+        self._out_tty, self._err_tty = _isatty(out), _isatty(err)  # what the agent says is shown, never obeyed
         self.color = wants_color(err)
         self._profile = profile
         self._tail_in_reply = profile is not None and profile.include_stderr_in_reply
@@ -134,7 +145,7 @@ class HumanPrinter:
         """A chunk of the agent's own stderr, shown as it comes (`run --show-stderr`)."""
         if self._decoder is None:
             self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        text = self._decoder.decode(data)
+        text = self._on_err(self._decoder.decode(data))
         if text:
             self._stderr_shown = True
             self._write_err(text)
@@ -149,13 +160,14 @@ class HumanPrinter:
         """A line of the bridge's own on stderr (not the agent's words)."""
         if self._err_open:
             self._write_err("\n")
-        self._write_err(paint(text, style, self.color) + "\n")
+        self._write_err(paint(self._on_err(text), style, self.color) + "\n")
 
     def prompt(self, text: str) -> None:
         """A question on stderr, the cursor left after it; the status line stays away until `answered()`."""
         if self._err_open:
             self._write_err("\n")
-        self._write_err(paint(text, WARNING, self.color))  # stderr's line stays open: no status line over it
+        # stderr's line stays open: no status line over it
+        self._write_err(paint(self._on_err(text), WARNING, self.color))
 
     def answered(self, *, typed: bool) -> None:
         """The question is over: the person's Enter ended its line (`typed`), else it is ended here."""
@@ -171,7 +183,12 @@ class HumanPrinter:
         """The status line's row is free: stderr's cursor is at the start of a line nobody is writing."""
         return not self._err_open and not (self._shared and self.open_line)
 
+    def _on_err(self, text: str) -> str:
+        return visible(text) if self._err_tty else text
+
     def _write_out(self, *texts: str) -> None:
+        if self._out_tty:
+            texts = tuple(visible(text) for text in texts)
         self._clear_status()
         if self._err_open and self._shared:
             self._raw(self.err, "\n")  # on one screen, stderr's open line must end first
@@ -200,7 +217,7 @@ class HumanPrinter:
 
     def _show_result(self, result: TurnResult) -> None:
         if self._decoder is not None and (rest := self._decoder.decode(b"", final=True)):
-            self._write_err(rest)
+            self._write_err(self._on_err(rest))
         reply, continues = self._streamed.unstreamed(result.reply)
         if self.open_line and not (reply and continues):
             self._write_out("\n")
@@ -287,7 +304,7 @@ class Spinner:
 
     def note(self, activity: str) -> None:
         """Show what the agent is doing now, on the status line."""
-        self.activity = activity
+        self.activity = " ".join(visible(activity).split())  # one line, shown not obeyed (stderr is a terminal)
         if self.started is not None and trio.current_time() - self.started >= SPINNER_DELAY:
             self.draw()
 

@@ -61,6 +61,7 @@ async def run_turn(
     Cancelling the calling task stops the agent (SIGINT, grace, SIGKILL)
     before `Cancelled` propagates.
     """
+    require_trio("bridge.run_turn")
     questions = Questions(listening=on_permission is not None, hears_questions=on_question is not None)
     emit = emit_to(on_partial, on_event, on_permission, questions, on_question)
     with ungrouped():
@@ -160,6 +161,7 @@ async def open_turn(
     `agent`, a started `WarmAgent` of a warm profile, takes the turn instead of
     a new process (chat keeps one for its conversation).
     """
+    require_trio("bridge.open_turn")
     send, receive = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
     cancel = trio.Event()
     questions = Questions()
@@ -190,6 +192,19 @@ async def open_turn(
                 if stream._result is None:
                     cancel.set()
                 receive.close()
+
+
+def require_trio(what: str) -> None:
+    """Refuse a caller not running under trio (asyncio: most bot frameworks) saying what to call instead, where
+    trio's own words would be "must be called from async context"."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        raise ProtocolMisuse(
+            f"{what} runs under trio (trio.run), not asyncio: from asyncio code, run the blocking "
+            "bridge.run_turn_sync in a thread (await asyncio.to_thread(bridge.run_turn_sync, profile, turn)), "
+            "or start `agent-bridge serve` and speak its protocol (docs/serve.md)"
+        ) from None
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from ..dialects.events import PartialEvent
 from ..engine.loop import Emit, EventCallback, HostEvent, PartialCallback, PermissionCallback, emit_to
 from ..engine.questions import QuestionAnswer, Questions
 from ..engine.result import TurnResult
+from ..engine.run import require_trio
 from ..errors import DuplicateTurn, HostClosed, ProtocolMisuse, SessionIdRefused, TurnError
 from ..log import Logger
 from ..permissions import Decision
@@ -205,6 +206,7 @@ class BaseHost(abc.ABC):
         `client_session_ids="stored"` `SessionIdRefused` (`turn.session_id` is set and is not the
         conversation's stored one). Each host adds its own (see `Host.submit`, `RemoteHost.submit`).
         """
+        require_trio(f"{type(self).__name__}.submit")
         self._refuse_if_closed()
         check_submitted(conversation, turn)
         if turn.session_id and self.client_session_ids == "stored":
@@ -317,6 +319,7 @@ class BaseHost(abc.ABC):
         """The host's own tasks, for as long as `async with` runs; on the way out, `aclose()`, then their end."""
 
     async def __aenter__(self) -> Self:
+        require_trio(f"a {type(self).__name__}")
         if self._lifetime is not None or self._closing:
             raise ProtocolMisuse(f"a {type(self).__name__} is entered once (`async with open_host(...) as host`)")
         lifetime = contextlib.AsyncExitStack()

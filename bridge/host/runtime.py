@@ -312,7 +312,8 @@ class Host(BaseHost):
 
     def _admit(self, flight: _Flight) -> bool:
         """Put the flight in the queue: True when it runs now; `QueueFull` when there is no room. A
-        conversation whose profile says `on_busy: interrupt` has its running turn stopped for it."""
+        conversation whose profile says `on_busy: interrupt` has its running turn stopped for it, and the turns
+        waiting before it withdrawn: each would be interrupted by it the moment it started."""
         log = flight.log
         try:
             runs_now = self._queue.admit(flight)
@@ -323,10 +324,18 @@ class Host(BaseHost):
         self._flights[flight.turn_id] = flight
         if not runs_now:
             log.info("turn queued", queued=self._queue.waiting)
-            if flight.profile.on_busy == "interrupt" and (running := self._running_turn(flight.key)) is not None:
-                log.info("the conversation's running turn is interrupted for a new message", running=running.turn_id)
-                self._stop(running)
+            if flight.profile.on_busy == "interrupt":
+                self._interrupt_for(flight)
         return runs_now
+
+    def _interrupt_for(self, flight: _Flight) -> None:
+        """`on_busy: interrupt`: stop the conversation's running turn and withdraw those waiting before `flight`."""
+        for other in list(self._flights.values()):
+            if other is not flight and other.key == flight.key and other.state in (Ticket.RUNNING, Ticket.WAITING):
+                flight.log.info(
+                    "a turn of the conversation is stopped for a newer message", stopped=other.turn_id, was=other.state
+                )
+                self._stop(other)
 
     def cancel(self, turn_id: str) -> bool:
         """Stop turn `turn_id` as a host cancel (SIGINT, grace, SIGKILL); its submitter gets a 130 result.
