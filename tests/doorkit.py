@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,14 @@ class ListeningServe:
     def output(self) -> str:
         """Everything it wrote so far."""
         return self.log.read_text()
+
+    def output_saying(self, words: str) -> str:
+        """Everything it wrote, once that holds `words`: its lines reach the log through a thread of their own."""
+        deadline = time.monotonic() + WAIT_SECS
+        while words not in (said := self.output()):
+            assert time.monotonic() < deadline, f"serve did not say {words!r} within {WAIT_SECS} s: {said[-2000:]}"
+            time.sleep(0.01)
+        return said
 
     def stop(self) -> int:
         """SIGTERM (serve drains and exits); its exit code."""

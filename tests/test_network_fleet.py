@@ -263,5 +263,6 @@ def test_a_profile_that_stopped_loading_on_the_worker_is_refused_to_a_tenant_nam
         "profile_invalid",
         "profile 'broken' does not load now; the server's log says why",
     )
+    door.output_saying("a worker refused a turn's profile")
     [said] = [record for record in logged(door) if record.get("event") == "a worker refused a turn's profile"]
     assert said["error"] == loader_said  # the gateway's log says why
