@@ -291,6 +291,53 @@ def test_a_bridge_stopped_with_its_keeper_by_one_sigterm_leaves_no_cgroup(tmp_pa
         serve.kill()
 
 
+# A subreaper that adopts the orphans of the bridge it starts, SIGKILLs the bridge, and reaps the bridge's agent only
+# at its end, as a slow init would: meanwhile the agent, killed by the keeper, is a zombie. Prints how long the
+# bridge's directory stayed after the bridge died.
+SLOW_REAPER = """
+import ctypes, json, os, signal, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+bridge_argv, pid_file, where = sys.argv[1:4]
+bridge = subprocess.Popen(json.loads(bridge_argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+deadline = time.monotonic() + 10
+while not open(pid_file).read().strip():  # the agent runs once it wrote its pid
+    assert time.monotonic() < deadline, "the agent did not start"
+    time.sleep(0.01)
+[agent] = [int(pid) for pid in open(pid_file).read().split()]
+[directory] = [name for name in os.listdir(where) if name.startswith(f"agent-bridge-{bridge.pid}-")]
+os.kill(bridge.pid, signal.SIGKILL)
+bridge.wait()
+died = time.monotonic()
+while os.path.isdir(os.path.join(where, directory)) and time.monotonic() - died < 10:
+    time.sleep(0.01)
+stayed = time.monotonic() - died
+zombie = open(f"/proc/{agent}/stat").read().rpartition(") ")[2].split()[0] == "Z"
+os.waitpid(agent, 0)
+print(json.dumps({"stayed": stayed, "zombie_meanwhile": zombie}), flush=True)
+"""
+
+
+@needs_cgroups
+def test_a_killed_bridges_keeper_does_not_wait_out_the_grace_for_an_agent_that_is_only_a_zombie(tmp_path: Path) -> None:
+    """An agent killed after its bridge died is a zombie until an init or subreaper reaps it; the keeper took it
+    for alive (`kill -0`) and waited out its whole grace. acpx, which SIGKILLs whatever of its agent's process tree
+    still runs 1.5 s after its SIGTERM, then killed the keeper in that wait, and the directory stayed."""
+    (tmp_path / "pids").touch()
+    agent = write_agent(tmp_path, "agent.sh", '#!/bin/sh\necho $$ > "$PID_FILE"\nexec sleep 60\n')
+    profile = write_profile(
+        tmp_path, f"command: ['{agent}']\nkill_grace_secs: 5\nenv: {{PID_FILE: '{tmp_path / 'pids'}'}}\n"
+    )
+    argv = json.dumps([AGENT_BRIDGE, "run", str(profile), "hi"])
+    done = subprocess.run(
+        [PYTHON, "-c", SLOW_REAPER, argv, str(tmp_path / "pids"), CONTAINED.where],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["zombie_meanwhile"], said  # else this test shows nothing here
+    assert said["stayed"] < 2.5, said  # not the agent's 5 s of grace
+
+
 def leftover(pid: int, suffix: str, *, made_secs_ago: float, groups: tuple[str, ...] = ()) -> Path:
     """A bridge's directory of agent cgroups as one killed together with its keeper leaves it (the test removes it)."""
     directory = Path(CONTAINED.where) / f"agent-bridge-{pid}-{suffix}"

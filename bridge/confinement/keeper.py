@@ -21,7 +21,8 @@ It holds two things from the bridge:
 
 At the end of file the keeper reads the registry, sends SIGTERM to every
 group in it, and SIGKILL to each one still alive after its own grace — what a
-timeout does. Where agents have cgroups of their own (`bridge.confinement.cgroups`), the
+timeout does. A group whose processes are all zombies is dead: their parent,
+the bridge, is gone, and whoever adopted them reaps them at its own pace. Where agents have cgroups of their own (`bridge.confinement.cgroups`), the
 registry's first line names the bridge's directory of them: the keeper then
 kills every process left in it with `cgroup.kill` — whatever left its agent's
 group (`setsid`) included — and removes the directory. Where the bridge had
@@ -57,6 +58,16 @@ _SLOT = 32  # bytes per registry slot after it: "PGID GRACE_MS", space-padded, t
 _FREE = b" " * (_SLOT - 1) + b"\n"
 _SCRIPT = r"""
 trap '' INT HUP TERM
+# Whether group $1 has a process that is not a zombie: one whose parent died is reaped by an init or subreaper at
+# its own pace, and `kill -0` counts it alive, so a dead group would hold the keeper for the whole grace.
+alive() {
+  for stat in /proc/[0-9]*/stat; do
+    read -r line < "$stat" 2>/dev/null || continue
+    set -f; set -- "$1" ${line##*") "}; set +f
+    [ "$4" = "$1" ] && [ "$2" != Z ] && return 0
+  done
+  return 1
+}
 while read -r _; do :; done
 groups=
 {
@@ -76,7 +87,7 @@ while [ -n "$groups" ]; do
   left=
   for entry in $groups; do
     group=${entry%%:*}
-    kill -s 0 -- "-$group" 2>/dev/null || continue
+    alive "$group" || continue
     if [ "$waited" -ge "${entry#*:}" ]; then kill -s KILL -- "-$group" 2>/dev/null; else left="$left $entry"; fi
   done
   groups=$left
