@@ -22,7 +22,8 @@ It holds two things from the bridge:
 At the end of file the keeper reads the registry, sends SIGTERM to every
 group in it, and SIGKILL to each one still alive after its own grace — what a
 timeout does. A group whose processes are all zombies is dead: their parent,
-the bridge, is gone, and whoever adopted them reaps them at its own pace. Where agents have cgroups of their own (`bridge.confinement.cgroups`), the
+the bridge, is gone, and whoever adopted them reaps them at its own pace.
+Where agents have cgroups of their own (`bridge.confinement.cgroups`), the
 registry's first line names the bridge's directory of them: the keeper then
 kills every process left in it with `cgroup.kill` — whatever left its agent's
 group (`setsid`) included — and removes the directory. Where the bridge had
