@@ -454,6 +454,8 @@ async def test_a_door_without_tokens_serves_no_web_page_a_browser_on_this_machin
         for headers in (page, rebound, {"Origin": "null"}):
             refused = await http.post("/v1/turns", content=turn("page", "tag=page"), headers=headers)
             assert refused.status_code == 403, (headers, refused.text)
+            # its body unread, the connection carries no other request: the next one, sent on it, found it closed
+            assert refused.headers["connection"] == "close"
             assert refused.json()["code"] == "forbidden"
             assert (await http.get("/v1/stats", headers=headers)).status_code == 403
             chat = {"model": "rec", "messages": [{"role": "user", "content": "tag=chat"}]}

@@ -53,13 +53,21 @@ class TenantGate:
             return
         tenant = self.tenant_of(Headers(scope=scope).get("authorization"))
         if tenant is None:
-            if scope["type"] == "websocket":
-                await WebSocket(scope, receive, send).send_denial_response(self.refusal())
-            else:
-                await self.refusal()(scope, receive, send)
+            await refuse(scope, receive, send, self.refusal())
             return
         scope[TENANT_KEY] = tenant  # this request's own scope: never shared with another request
         await self.app(scope, receive, send)
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send, refusal: Response) -> None:
+    """`refusal` as the answer to a request no application saw (a WebSocket's: its handshake's). Its body is left
+    unread, so its connection cannot carry another request: the answer says so (`Connection: close`), else a
+    client that sent its next request on that connection would find it closed under the request."""
+    if scope["type"] == "websocket":
+        await WebSocket(scope, receive, send).send_denial_response(refusal)
+        return
+    refusal.headers["connection"] = "close"
+    await refusal(scope, receive, send)
 
 
 def tenant_of(request: HTTPConnection) -> Tenant:
@@ -98,10 +106,7 @@ class LocalCallersOnly:
         if scope["type"] in ("http", "websocket"):
             headers = Headers(scope=scope)
             if web_page_problem(headers.get("host"), headers.get("origin")) is not None:
-                if scope["type"] == "websocket":
-                    await WebSocket(scope, receive, send).send_denial_response(self.refusal())
-                else:
-                    await self.refusal()(scope, receive, send)
+                await refuse(scope, receive, send, self.refusal())
                 return
         await self.app(scope, receive, send)
 
