@@ -93,6 +93,7 @@ def _confinement_lines(profile: Profile) -> list[str]:
 def _own_file_warnings(source: str, profile: Profile) -> list[str]:
     """A sandboxed agent that may write the directory of its profile's file (its working directory or a `write`
     path): its own file is bound read-only, but it can add profiles there, or rewrite the others."""
+    from ..confinement.sandbox import within
     from ..engine.launch import effective_sandbox, plan_launch
     from ..errors import LaunchError
 
@@ -105,8 +106,8 @@ def _own_file_warnings(source: str, profile: Profile) -> list[str]:
     if sandbox is None:
         return []
     directory = os.path.dirname(os.path.realpath(source))
-    holders = [path for path in (sandbox.cwd, *map(os.path.realpath, sandbox.write)) if _holds(path, directory)]
-    if not holders or any(_holds(guarded, directory) for guarded in sandbox.guarded):
+    holders = [path for path in reversed(sandbox.writable) if within(directory, path)]  # the working directory first
+    if not holders or any(within(directory, guarded) for guarded in sandbox.guarded):
         return []
     return [
         f"the sandboxed agent may write this profile's directory ({holders[0]} is writable in its sandbox): its own "
@@ -115,10 +116,6 @@ def _own_file_warnings(source: str, profile: Profile) -> list[str]:
         "working directory and `write` paths (or in a directory below its working directory, which is bound "
         "read-only)"
     ]
-
-
-def _holds(directory: str, path: str) -> bool:
-    return os.path.commonpath([directory, path]) == directory
 
 
 def _sandbox_warnings(profile: Profile) -> list[str]:

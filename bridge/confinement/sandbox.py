@@ -75,7 +75,7 @@ class SandboxView:
         binds += [("--bind-try", os.path.realpath(path)) for path in self.write]
         # Later mounts cover earlier ones: what holds a hidden home (a `read: [/home]`) is bound before the home is
         # hidden, what lies inside one (`~/.codex`) after, so neither undoes the other.
-        inside = [any(_within(path, home) for home in self.hidden) for _, path in binds]
+        inside = [any(within(path, home) for home in self.hidden) for _, path in binds]
         for (option, path), within_home in zip(binds, inside, strict=True):
             if not within_home:
                 words += [option, path, path]
@@ -89,17 +89,22 @@ class SandboxView:
         words += ["--chdir", self.cwd, "--"]
         return words
 
+    @property
+    def writable(self) -> tuple[str, ...]:
+        """Where the agent may write: each `write` path where its links lead, then its working directory."""
+        return (*map(os.path.realpath, self.write), self.cwd)
+
     def _guard_words(self) -> list[str]:
         """`guarded` read-only, after every writable bind. A read-only file is a mount point, which cannot be
         written, replaced, renamed or removed; the directories between it and the writable bind that holds it are
         bound onto themselves, so they are mount points too: renaming one would carry the file away, and leave its
         path free for a new one."""
-        writable = (*map(os.path.realpath, self.write), self.cwd)
+        writable = self.writable
         pinned: set[str] = set()
         for path in self.guarded:
-            outermost = min((bind for bind in writable if _within(path, bind)), key=len, default=path)
+            outermost = min((bind for bind in writable if within(path, bind)), key=len, default=path)
             directory = os.path.dirname(path)
-            while _within(directory, outermost) and directory != outermost:
+            while within(directory, outermost) and directory != outermost:
                 pinned.add(directory)
                 directory = os.path.dirname(directory)
         words: list[str] = []
@@ -152,7 +157,7 @@ def sandbox_view(
                 if candidate != "/" and candidate not in hidden and os.path.isdir(candidate):
                     hidden.append(candidate)
     cwd = os.path.realpath(cwd)  # bwrap binds what a symlink names: judge, and bind, that
-    if cwd == "/" or any(_within(path, cwd) for path in hidden):
+    if cwd == "/" or any(within(path, cwd) for path in hidden):
         raise ValueError(
             f"a sandboxed agent's working directory cannot be {cwd}: binding it writable would uncover "
             + ("the whole system" if cwd == "/" else "the home directory the sandbox hides")
@@ -181,14 +186,14 @@ def guarded_paths(writable: tuple[str, ...], profile_file: str | None, profile_c
     if profile_file is not None:
         file = os.path.realpath(profile_file)
         directory = os.path.dirname(file)
-        if not any(_within(bind, directory) for bind in writable):
+        if not any(within(bind, directory) for bind in writable):
             candidates.append(directory)
         candidates.append(file)
     if profile_cache is not None:
         candidates.append(os.path.realpath(profile_cache))
-    held = [path for path in candidates if any(_within(path, bind) for bind in writable)]
+    held = [path for path in candidates if any(within(path, bind) for bind in writable)]
     # One inside another is read-only already; bound again, the directories pinned on its way would not be.
-    return tuple(path for path in held if not any(other != path and _within(path, other) for other in held))
+    return tuple(path for path in held if not any(other != path and within(path, other) for other in held))
 
 
 def expand_path(path: str, profile_dir: str) -> str:
@@ -201,7 +206,8 @@ def _shown(path: str) -> str:
     return path if os.path.lexists(path) else f"{path} (not there: not bound)"
 
 
-def _within(inner: str, outer: str) -> bool:
+def within(inner: str, outer: str) -> bool:
+    """Whether path `inner` is `outer` or lies beneath it (both absolute, links resolved)."""
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
